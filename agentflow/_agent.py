@@ -1,0 +1,98 @@
+"""The :class:`Agent`: what a model is told, what it may call, and how it samples."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from agentflow._errors import ConfigError
+from agentflow._tools import Tool, as_tool
+
+if TYPE_CHECKING:
+    from agentflow._session import Session, SessionResult
+    from agentflow.typing import Transport
+
+__all__ = ["Agent"]
+
+# Body fields the session owns; setting them in ``params`` would silently be overwritten.
+_RESERVED = frozenset({"model", "messages", "tools", "stream", "stream_options", "n"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Agent:
+    """A reusable agent definition; sessions are conversations with it.
+
+    Args:
+        name: a label for logs, events and reports.
+        model: the model name the server serves.
+        instructions: the system prompt, sent first in every request, byte for byte.
+        tools: :class:`Tool` objects or typed callables (described from their signature).
+        params: sampling and other body fields: ``temperature``, ``max_tokens``, …
+        max_turns: the most model turns one session may take.
+        tool_errors: ``"return"`` sends a failed tool's error to the model as its result
+            (the model can recover); ``"raise"`` ends the session with a :class:`ToolError`.
+    """
+
+    name: str
+    model: str
+    instructions: str = ""
+    tools: Sequence[Tool | Callable[..., Any]] = ()
+    params: Mapping[str, Any] = field(default_factory=dict)
+    max_turns: int = 10
+    tool_errors: Literal["return", "raise"] = "return"
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ConfigError("Agent.name must be a non-empty string")
+        if not self.model:
+            raise ConfigError(f"Agent {self.name!r}: model must be a non-empty string")
+        if not isinstance(self.max_turns, int) or self.max_turns < 1:
+            raise ConfigError(
+                f"Agent {self.name!r}: max_turns must be an int ≥ 1, got {self.max_turns!r}"
+            )
+        if self.tool_errors not in ("return", "raise"):
+            raise ConfigError(
+                f"Agent {self.name!r}: tool_errors must be 'return' or 'raise', "
+                f"got {self.tool_errors!r}"
+            )
+        bad = _RESERVED.intersection(self.params)
+        if bad:
+            raise ConfigError(
+                f"Agent {self.name!r}: params may not set {sorted(bad)}; the session sets them"
+            )
+        tools = tuple(as_tool(t) for t in self.tools)
+        names = [t.name for t in tools]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ConfigError(f"Agent {self.name!r}: duplicate tool names {dupes}")
+        object.__setattr__(self, "tools", tools)
+        object.__setattr__(self, "params", dict(self.params))
+
+    @property
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """The OpenAI ``tools`` list for requests."""
+        return [t.spec() for t in self.tools]  # type: ignore[union-attr]
+
+    def tool(self, name: str) -> Tool | None:
+        """The tool called ``name``, if the agent has one."""
+        for t in self.tools:
+            if isinstance(t, Tool) and t.name == name:
+                return t
+        return None
+
+    def session(
+        self,
+        task: str | Sequence[Mapping[str, Any]],
+        *,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Session:
+        """Start a conversation: ``task`` is the first user message (or a list of messages)."""
+        from agentflow._session import Session
+
+        return Session(self, task, session_id=session_id, metadata=metadata)
+
+    async def run(self, task: str, transport: Transport) -> SessionResult:
+        """Run one session to its end on ``transport`` (no fleet, no concurrency bound)."""
+        return await self.session(task).run(transport)

@@ -1,0 +1,179 @@
+"""agentflow's one exception tree.
+
+Errors are split by who is at fault, and each carries the facts a caller needs
+to act on it as attributes, never only in its message::
+
+    AgentflowError
+    ├── ConfigError             user misconfiguration (also a ValueError)
+    ├── TransportError          anything on the wire; ``.endpoint``
+    │   ├── ConnectError        no response byte arrived: safe to resend
+    │   ├── StreamInterrupted   dropped mid-stream; ``.trace`` keeps the partial turn
+    │   ├── StreamProtocolError malformed SSE or JSON, or an unfinished stream; ``.trace``
+    │   ├── APIStatusError      non-2xx; ``.status``, ``.body``, ``.retry_after``
+    │   │   ├── BadRequestError 4xx other than 429
+    │   │   ├── RateLimitError  429
+    │   │   └── ServerError     5xx, or an error object sent inside the stream
+    │   └── StreamTimeout       ``.phase`` (connect/first_token/idle/total), ``.timeout_s``
+    ├── ToolError               a tool raised or got arguments it cannot take; ``.tool``
+    └── MaxTurnsExceeded        a session used ``max_turns`` without a final answer
+
+A failed session never raises out of :meth:`Fleet.run`: its error is kept on its
+:class:`SessionResult` together with every turn it finished.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from agentflow._trace import TurnTrace
+
+__all__ = [
+    "APIStatusError",
+    "AgentflowError",
+    "BadRequestError",
+    "ConfigError",
+    "ConnectError",
+    "MaxTurnsExceeded",
+    "RateLimitError",
+    "ServerError",
+    "StreamInterrupted",
+    "StreamProtocolError",
+    "StreamTimeout",
+    "ToolError",
+    "TransportError",
+]
+
+
+class AgentflowError(Exception):
+    """Base of every error agentflow raises on purpose."""
+
+
+class ConfigError(AgentflowError, ValueError):
+    """A configuration value is wrong; the message names the field and the value."""
+
+
+class TransportError(AgentflowError):
+    """A request to a model server failed.
+
+    Attributes:
+        endpoint: the base URL the request went to (never the API key).
+    """
+
+    def __init__(self, message: str, *, endpoint: str | None = None) -> None:
+        super().__init__(message)
+        self.endpoint = endpoint
+
+
+class ConnectError(TransportError):
+    """The connection failed or closed before any response byte: resending is safe."""
+
+
+class _WithTrace(TransportError):
+    def __init__(
+        self, message: str, *, endpoint: str | None = None, trace: TurnTrace | None = None
+    ) -> None:
+        super().__init__(message, endpoint=endpoint)
+        self.trace = trace
+
+
+class StreamInterrupted(_WithTrace):
+    """The connection dropped after the response began; ``trace`` holds what arrived."""
+
+
+class StreamProtocolError(_WithTrace):
+    """The server sent something that is not a valid chat-completions stream.
+
+    Attributes:
+        payload: the offending bytes (cut to 500), when one payload is to blame.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        endpoint: str | None = None,
+        trace: TurnTrace | None = None,
+        payload: bytes | None = None,
+    ) -> None:
+        super().__init__(message, endpoint=endpoint, trace=trace)
+        self.payload = payload
+
+
+class APIStatusError(TransportError):
+    """The server answered with a non-2xx status (or an error object in the stream).
+
+    Attributes:
+        status: the HTTP status code.
+        body: the parsed JSON error body, or the raw text when it was not JSON.
+        retry_after: seconds from a ``Retry-After`` header, when one was sent.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        body: Any = None,
+        retry_after: float | None = None,
+        endpoint: str | None = None,
+    ) -> None:
+        super().__init__(message, endpoint=endpoint)
+        self.status = status
+        self.body = body
+        self.retry_after = retry_after
+
+
+class BadRequestError(APIStatusError):
+    """A 4xx other than 429: the request itself is wrong; resending will not help."""
+
+
+class RateLimitError(APIStatusError):
+    """429 Too Many Requests; ``retry_after`` says how long the server asked to wait."""
+
+
+class ServerError(APIStatusError):
+    """5xx, or an error the server reported inside an open stream."""
+
+
+StreamPhase = Literal["connect", "first_token", "idle", "total"]
+
+
+class StreamTimeout(TransportError):
+    """A time limit ran out.
+
+    Attributes:
+        phase: which limit: ``connect``, ``first_token``, ``idle`` (gap between chunks)
+            or ``total``.
+        timeout_s: the limit, in seconds.
+    """
+
+    def __init__(
+        self, message: str, *, phase: StreamPhase, timeout_s: float, endpoint: str | None = None
+    ) -> None:
+        super().__init__(message, endpoint=endpoint)
+        self.phase = phase
+        self.timeout_s = timeout_s
+
+
+class ToolError(AgentflowError):
+    """A tool raised, or the model called it with arguments it cannot take.
+
+    Attributes:
+        tool: the tool's name.
+    """
+
+    def __init__(self, message: str, *, tool: str) -> None:
+        super().__init__(message)
+        self.tool = tool
+
+
+class MaxTurnsExceeded(AgentflowError):
+    """A session used ``max_turns`` model turns without a final answer."""
+
+    def __init__(self, *, session_id: str, max_turns: int) -> None:
+        super().__init__(
+            f"session {session_id!r} reached max_turns={max_turns} without a final answer"
+        )
+        self.session_id = session_id
+        self.max_turns = max_turns

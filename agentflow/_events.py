@@ -1,0 +1,224 @@
+"""Streaming events, and the bus that hands them to callbacks and iterators.
+
+Events are frozen dataclasses told apart by ``type``. Sync callbacks are called
+inline, where the event happens (for tokens: on the stream's hot path); async
+callbacks and :meth:`Fleet.stream` iterators are fed, in order, by one dispatcher
+task. A callback that raises is reported (an :class:`ErrorEvent` with
+``where="callback"``, a log line, and :attr:`EventBus.callback_errors`) and the
+run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from agentflow._logging import get_logger
+from agentflow._metrics import TurnMetrics
+from agentflow._trace import ToolCall, TurnTrace
+from agentflow.typing import Callback, DeltaKind
+
+if TYPE_CHECKING:
+    from agentflow._fleet import FleetResult
+    from agentflow._session import SessionResult
+
+__all__ = [
+    "CallbackFailure",
+    "ErrorEvent",
+    "Event",
+    "EventBus",
+    "FleetEndEvent",
+    "SessionEndEvent",
+    "TokenEvent",
+    "ToolCallEvent",
+    "ToolResultEvent",
+    "TurnEndEvent",
+]
+
+_log = get_logger("agentflow.events")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenEvent:
+    """A delta of output: answer text, reasoning, or tool-call arguments."""
+
+    agent: str
+    session_id: str
+    turn: int
+    kind: DeltaKind
+    text: str
+    t_ns: int
+    type: Literal["token"] = "token"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallEvent:
+    """The model asked for a tool; it is about to run."""
+
+    agent: str
+    session_id: str
+    turn: int
+    call: ToolCall
+    type: Literal["tool_call"] = "tool_call"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResultEvent:
+    """A tool finished; ``output`` is what goes back to the model."""
+
+    agent: str
+    session_id: str
+    turn: int
+    call_id: str
+    name: str
+    output: str
+    is_error: bool
+    duration_s: float
+    type: Literal["tool_result"] = "tool_result"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnEndEvent:
+    """A model turn finished streaming; its metrics and trace."""
+
+    agent: str
+    session_id: str
+    turn: int
+    metrics: TurnMetrics
+    trace: TurnTrace
+    type: Literal["turn_end"] = "turn_end"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionEndEvent:
+    """A session ended (completed, hit ``max_turns``, failed, or was cancelled)."""
+
+    agent: str
+    session_id: str
+    result: SessionResult
+    type: Literal["session_end"] = "session_end"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorEvent:
+    """Something failed. ``where`` says what: a session, a tool, or a callback."""
+
+    agent: str | None
+    session_id: str | None
+    turn: int | None
+    where: Literal["session", "tool", "callback"]
+    error: BaseException
+    type: Literal["error"] = "error"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FleetEndEvent:
+    """The last event of :meth:`Fleet.stream`: every session has ended."""
+
+    result: FleetResult
+    type: Literal["fleet_end"] = "fleet_end"
+
+
+#: Every event agentflow emits; match on ``event.type``.
+Event: TypeAlias = (
+    TokenEvent
+    | ToolCallEvent
+    | ToolResultEvent
+    | TurnEndEvent
+    | SessionEndEvent
+    | ErrorEvent
+    | FleetEndEvent
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackFailure:
+    """A callback raised while handling ``event``."""
+
+    callback: Any
+    event: Event
+    error: BaseException
+
+
+class EventBus:
+    """Fans events out to sync callbacks (inline) and async consumers (one task, in order)."""
+
+    def __init__(self, callbacks: list[Callback] | tuple[Callback, ...] = ()) -> None:
+        self._sync: list[Any] = []
+        self._async: list[Any] = []
+        self._queues: list[asyncio.Queue[Event]] = []
+        self._pending: asyncio.Queue[Event | None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        #: Every callback failure so far.
+        self.callback_errors: list[CallbackFailure] = []
+        for cb in callbacks:
+            self.subscribe(cb)
+
+    def subscribe(self, callback: Callback) -> None:
+        """Add a sync or async callback."""
+        is_async = inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
+            getattr(callback, "__call__", None)  # noqa: B004 - async __call__ on an object
+        )
+        (self._async if is_async else self._sync).append(callback)
+
+    def add_queue(self, queue: asyncio.Queue[Event]) -> None:
+        """Feed every event to ``queue`` as well (used by :meth:`Fleet.stream`)."""
+        self._queues.append(queue)
+
+    @property
+    def active(self) -> bool:
+        """Whether anyone listens; when not, token events are not even built."""
+        return bool(self._sync or self._async or self._queues)
+
+    def emit(self, event: Event) -> None:
+        """Deliver ``event``: sync callbacks now, async consumers soon and in order."""
+        for cb in self._sync:
+            try:
+                cb(event)
+            except Exception as exc:
+                self._failed(cb, event, exc)
+        if self._async or self._queues:
+            if self._pending is None:
+                self._pending = asyncio.Queue()
+                self._task = asyncio.get_running_loop().create_task(self._dispatch())
+            self._pending.put_nowait(event)
+
+    async def _dispatch(self) -> None:
+        assert self._pending is not None
+        while (event := await self._pending.get()) is not None:
+            for cb in self._async:
+                try:
+                    await cb(event)
+                except Exception as exc:
+                    self._failed(cb, event, exc)
+            for q in self._queues:
+                q.put_nowait(event)
+
+    async def aclose(self) -> None:
+        """Wait until every emitted event reached every async consumer."""
+        if self._pending is not None and self._task is not None:
+            self._pending.put_nowait(None)
+            await self._task
+            self._pending = self._task = None
+
+    def _failed(self, cb: Any, event: Event, exc: Exception) -> None:
+        self.callback_errors.append(CallbackFailure(cb, event, exc))
+        _log.warning(
+            "callback.failed",
+            callback=getattr(cb, "__qualname__", repr(cb)),
+            event_type=event.type,
+            error=repr(exc),
+        )
+        if isinstance(event, ErrorEvent) and event.where == "callback":
+            return  # never report a failure to report a failure
+        self.emit(
+            ErrorEvent(
+                agent=getattr(event, "agent", None),
+                session_id=getattr(event, "session_id", None),
+                turn=getattr(event, "turn", None),
+                where="callback",
+                error=exc,
+            )
+        )

@@ -1,0 +1,48 @@
+"""agentflow's loggers: structlog over the standard library's ``logging``.
+
+A library must not print unless asked to, so agentflow's structlog loggers wrap
+stdlib loggers named ``agentflow.*`` (configure them like any other: ``logging.basicConfig``
+or your own handlers). Each line carries the ``agent``, ``session`` and ``turn`` bound
+through contextvars by the session's turn loop, so a line from deep in the transport
+still says whose turn it was. Secrets never reach a handler: values under keys that
+name credentials, and ``Bearer`` tokens anywhere in a value, are masked.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import MutableMapping
+from typing import Any
+
+import structlog
+
+__all__ = ["get_logger", "redact"]
+
+_SECRET_KEYS = re.compile(r"(api[_-]?key|authorization|token|secret|password)", re.IGNORECASE)
+_BEARER = re.compile(r"(Bearer\s+)[^\s'\"]+", re.IGNORECASE)
+
+
+def redact(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: mask credentials in an event before it is rendered."""
+    for key, value in event_dict.items():
+        if _SECRET_KEYS.search(key) and key not in ("output_tokens", "prompt_tokens"):
+            if not isinstance(value, int | float):
+                event_dict[key] = "***"
+        elif isinstance(value, str) and "earer" in value:
+            event_dict[key] = _BEARER.sub(r"\1***", value)
+    return event_dict
+
+
+def get_logger(name: str) -> Any:
+    """A structlog logger over ``logging.getLogger(name)``, with contextvars and redaction."""
+    return structlog.wrap_logger(
+        logging.getLogger(name),
+        processors=[
+            structlog.stdlib.filter_by_level,
+            structlog.contextvars.merge_contextvars,
+            redact,
+            structlog.processors.KeyValueRenderer(key_order=["event"], sort_keys=True),
+        ],
+        wrapper_class=structlog.stdlib.BoundLogger,
+    )

@@ -1,0 +1,303 @@
+"""A :class:`Session`: one conversation with an agent, and its turn loop.
+
+One turn: wait for an admission slot → stream the request (tokens to the bus) →
+append the assistant message → run the tool calls (outside the slot, concurrently)
+→ append their results in call order → next turn, until a final answer or
+``max_turns``. Whatever happens, the finished turns and the messages so far stay on
+the :class:`SessionResult`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+import structlog
+
+from agentflow._errors import MaxTurnsExceeded, ToolError
+from agentflow._events import (
+    ErrorEvent,
+    EventBus,
+    SessionEndEvent,
+    TokenEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    TurnEndEvent,
+)
+from agentflow._logging import get_logger
+from agentflow._metrics import TurnMetrics, turn_metrics
+from agentflow._trace import ToolCall, TurnTrace
+from agentflow.transport._request import ChatRequest
+from agentflow.typing import Clock, DeltaKind, Transport
+
+if TYPE_CHECKING:
+    from agentflow._agent import Agent
+
+__all__ = ["Session", "SessionResult", "SessionStatus", "TurnRecord"]
+
+_log = get_logger("agentflow.session")
+_ids = itertools.count(1)
+
+#: How a session ended.
+SessionStatus = Literal["completed", "max_turns", "error", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRecord:
+    """One finished model turn."""
+
+    index: int
+    metrics: TurnMetrics
+    trace: TurnTrace
+
+
+@dataclass(slots=True, kw_only=True)
+class SessionResult:
+    """How a session ended, and everything it produced on the way.
+
+    Attributes:
+        status: ``completed`` (a final answer), ``max_turns``, ``error`` or ``cancelled``.
+        final_output: the last assistant message's text, when the session completed.
+        messages: the whole conversation, system prompt first.
+        turns: every model turn that finished, with its metrics and trace.
+        error: what ended the session, unless it completed.
+    """
+
+    session_id: str
+    agent: str
+    status: SessionStatus
+    final_output: str | None
+    messages: list[dict[str, Any]]
+    turns: list[TurnRecord]
+    error: BaseException | None = None
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the session reached a final answer."""
+        return self.status == "completed"
+
+    @property
+    def output_tokens(self) -> int:
+        """Output tokens over all turns."""
+        return sum(t.metrics.output_tokens for t in self.turns)
+
+
+class _TokenSink:
+    """Turns deltas into :class:`TokenEvent`s; built only when someone listens."""
+
+    __slots__ = ("_agent", "_emit", "_session_id", "_turn")
+
+    def __init__(self, bus: EventBus, agent: str, session_id: str, turn: int) -> None:
+        self._emit = bus.emit
+        self._agent = agent
+        self._session_id = session_id
+        self._turn = turn
+
+    def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
+        self._emit(
+            TokenEvent(
+                agent=self._agent,
+                session_id=self._session_id,
+                turn=self._turn,
+                kind=kind,
+                text=text,
+                t_ns=t_ns,
+            )
+        )
+
+
+class Session:
+    """One conversation with an :class:`Agent`; create it with :meth:`Agent.session`."""
+
+    def __init__(
+        self,
+        agent: Agent,
+        task: str | Sequence[Mapping[str, Any]],
+        *,
+        session_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.agent = agent
+        self.session_id = session_id or f"{agent.name}-{next(_ids)}"
+        self.metadata = dict(metadata or {})
+        self.messages: list[dict[str, Any]] = []
+        if agent.instructions:
+            self.messages.append({"role": "system", "content": agent.instructions})
+        if isinstance(task, str):
+            self.messages.append({"role": "user", "content": task})
+        else:
+            self.messages.extend(dict(m) for m in task)
+        self.turns: list[TurnRecord] = []
+        #: Set when :meth:`run` ends.
+        self.result: SessionResult | None = None
+
+    def request(self) -> ChatRequest:
+        """The request for the next turn."""
+        a = self.agent
+        return ChatRequest(
+            model=a.model, messages=self.messages, tools=a.tool_specs, params=a.params
+        )
+
+    async def run(
+        self,
+        transport: Transport,
+        *,
+        bus: EventBus | None = None,
+        gate: Any = None,
+        tool_limit: asyncio.Semaphore | None = None,
+        clock: Clock = time.perf_counter_ns,
+    ) -> SessionResult:
+        """Run turns until a final answer, ``max_turns``, an error or cancellation.
+
+        Never raises for a failed session (the error is on the result); re-raises
+        cancellation after recording it.
+        """
+        bus = bus or EventBus()
+        agent = self.agent
+        status: SessionStatus = "error"
+        error: BaseException | None = None
+        final: str | None = None
+        with structlog.contextvars.bound_contextvars(agent=agent.name, session=self.session_id):
+            try:
+                for index in range(agent.max_turns):
+                    trace = await self._model_turn(index, transport, bus, gate, clock)
+                    if not trace.tool_calls:
+                        status, final = "completed", trace.content
+                        break
+                    await self._run_tools(index, trace.tool_calls, bus, tool_limit, clock)
+                else:
+                    status = "max_turns"
+                    error = MaxTurnsExceeded(session_id=self.session_id, max_turns=agent.max_turns)
+            except asyncio.CancelledError as exc:
+                status, error = "cancelled", exc
+                raise
+            except Exception as exc:
+                status, error = "error", exc
+                _log.warning("session.failed", error=repr(exc), turns=len(self.turns))
+                bus.emit(
+                    ErrorEvent(
+                        agent=agent.name,
+                        session_id=self.session_id,
+                        turn=len(self.turns),
+                        where="session",
+                        error=exc,
+                    )
+                )
+            finally:
+                result = SessionResult(
+                    session_id=self.session_id,
+                    agent=agent.name,
+                    status=status,
+                    final_output=final,
+                    messages=self.messages,
+                    turns=list(self.turns),
+                    error=error,
+                    metadata=self.metadata,
+                )
+                self.result = result
+                bus.emit(
+                    SessionEndEvent(agent=agent.name, session_id=self.session_id, result=result)
+                )
+        return result
+
+    async def _model_turn(
+        self, index: int, transport: Transport, bus: EventBus, gate: Any, clock: Clock
+    ) -> TurnTrace:
+        request = self.request()
+        sink = _TokenSink(bus, self.agent.name, self.session_id, index) if bus.active else None
+        ready = clock()
+        slot: AbstractAsyncContextManager[Any] = gate.slot() if gate is not None else nullcontext()
+        with structlog.contextvars.bound_contextvars(turn=index):
+            async with slot:
+                trace = await transport.stream(request, sink)
+            metrics = turn_metrics(trace, ready_ns=ready)
+            _log.debug(
+                "turn.end",
+                ttft_s=metrics.ttft_s,
+                e2e_s=metrics.e2e_s,
+                output_tokens=metrics.output_tokens,
+                tool_calls=len(trace.tool_calls),
+            )
+        self.messages.append(_assistant_message(trace))
+        self.turns.append(TurnRecord(index, metrics, trace))
+        bus.emit(
+            TurnEndEvent(
+                agent=self.agent.name,
+                session_id=self.session_id,
+                turn=index,
+                metrics=metrics,
+                trace=trace,
+            )
+        )
+        return trace
+
+    async def _run_tools(
+        self,
+        index: int,
+        calls: tuple[ToolCall, ...],
+        bus: EventBus,
+        limit: asyncio.Semaphore | None,
+        clock: Clock,
+    ) -> None:
+        async def one(call: ToolCall) -> str:
+            bus.emit(
+                ToolCallEvent(
+                    agent=self.agent.name, session_id=self.session_id, turn=index, call=call
+                )
+            )
+            start = clock()
+            is_error = False
+            tool = self.agent.tool(call.name)
+            try:
+                if tool is None:
+                    raise ToolError(f"the model called unknown tool {call.name!r}", tool=call.name)
+                async with limit if limit is not None else nullcontext():
+                    output = await tool.invoke(call.arguments)
+            except ToolError as exc:
+                if self.agent.tool_errors == "raise":
+                    raise
+                is_error, output = True, f"Error: {exc}"
+                bus.emit(
+                    ErrorEvent(
+                        agent=self.agent.name,
+                        session_id=self.session_id,
+                        turn=index,
+                        where="tool",
+                        error=exc,
+                    )
+                )
+            bus.emit(
+                ToolResultEvent(
+                    agent=self.agent.name,
+                    session_id=self.session_id,
+                    turn=index,
+                    call_id=call.id,
+                    name=call.name,
+                    output=output,
+                    is_error=is_error,
+                    duration_s=(clock() - start) * 1e-9,
+                )
+            )
+            return output
+
+        outputs = await asyncio.gather(*(one(c) for c in calls))
+        for call, output in zip(calls, outputs, strict=True):
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+
+
+def _assistant_message(trace: TurnTrace) -> dict[str, Any]:
+    msg: dict[str, Any] = {"role": "assistant", "content": trace.content or None}
+    if trace.tool_calls:
+        msg["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in trace.tool_calls
+        ]
+    elif msg["content"] is None:
+        msg["content"] = ""
+    return msg

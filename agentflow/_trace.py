@@ -1,0 +1,95 @@
+"""What one streamed model turn looked like on the wire: the trace.
+
+The transport produces a :class:`TurnTrace`; metrics, sessions and reports consume
+it. All times are integers from the transport's clock (``time.perf_counter_ns`` by
+default), taken when a read came off the socket.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = ["CacheSource", "ToolCall", "TurnTrace", "Usage"]
+
+#: Where a cached-prompt-token figure came from.
+#: ``prompt_tokens_details`` — vLLM, SGLang, OpenAI, llama.cpp;
+#: ``prompt_cache_hit_tokens`` — DeepSeek's API.
+CacheSource = Literal["prompt_tokens_details", "prompt_cache_hit_tokens"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Usage:
+    """Token counts as the server reported them.
+
+    ``None`` always means "the server did not say", never zero.
+    """
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    #: Prompt tokens served from the server's prefix cache, or ``None`` if not reported.
+    cached_tokens: int | None = None
+    #: Which field ``cached_tokens`` was read from.
+    cached_source: CacheSource | None = None
+    reasoning_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
+    """A tool call assembled from its streamed deltas."""
+
+    index: int
+    id: str
+    name: str
+    #: The raw JSON text of the arguments, exactly as the model produced it.
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnTrace:
+    """One streamed chat-completions request, timestamped chunk by chunk.
+
+    Attributes:
+        sent_ns: when the request was handed to the socket.
+        headers_ns: when the response status line and headers arrived.
+        end_ns: when the stream ended (``[DONE]`` or close).
+        chunk_ns: the arrival time of every *output-bearing* chunk (content, reasoning
+            or tool-call delta), in order. Role-only, empty and usage-only chunks are
+            counted in ``n_events`` but not timed here.
+        chunk_chars: characters of output each timed chunk carried (same length as ``chunk_ns``).
+        chunk_tokens: tokens each timed chunk carried, when the server said (``logprobs``)
+            or when the server's ``completion_tokens`` equals the number of chunks;
+            otherwise apportioned by characters. ``tokens_exact`` says which.
+        n_events: every SSE data event received, ``[DONE]`` excluded.
+        done: whether ``data: [DONE]`` arrived.
+        server_timings: llama.cpp-style ``timings`` object from the final chunk, if any.
+        response_headers: the few response headers reports use (lower-cased names).
+    """
+
+    endpoint: str
+    model: str | None
+    response_id: str | None
+    sent_ns: int
+    headers_ns: int
+    end_ns: int
+    chunk_ns: tuple[int, ...]
+    chunk_chars: tuple[int, ...]
+    chunk_tokens: tuple[int, ...]
+    tokens_exact: bool
+    n_events: int
+    content: str
+    reasoning: str
+    tool_calls: tuple[ToolCall, ...]
+    finish_reason: str | None
+    usage: Usage | None
+    done: bool
+    server_timings: dict[str, Any] | None = None
+    response_headers: dict[str, str] = field(default_factory=dict)
+    #: Connection attempts that failed before any response byte and were resent.
+    reconnects: int = 0
+
+    @property
+    def first_output_ns(self) -> int | None:
+        """Arrival time of the first output-bearing chunk, or ``None`` if there was none."""
+        return self.chunk_ns[0] if self.chunk_ns else None

@@ -1,0 +1,245 @@
+"""Test your agents against a scripted, real HTTP server on loopback.
+
+:class:`ScriptedServer` is an OpenAI-compatible ``/v1/chat/completions`` endpoint
+that answers each request with the next scripted :class:`Reply`, byte for byte, and
+records what it received. Because it is a real server, a test exercises the real
+transport — sockets, chunked encoding, SSE framing — not a mock of it::
+
+    async with ScriptedServer([Reply.tool_call("add", {"a": 1, "b": 2}), Reply.text("3")]) as srv:
+        result = await agent.run("add 1 and 2", HTTPTransport(srv.base_url))
+    srv.assert_complete()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+__all__ = ["RecordedRequest", "Reply", "ScriptedServer", "sse_frames"]
+
+
+def sse_frames(chunks: Iterable[Mapping[str, Any]], *, done: bool = True) -> list[bytes]:
+    """``data: {json}\\n\\n`` frames for ``chunks``, then ``data: [DONE]`` if ``done``."""
+    frames = [b"data: " + json.dumps(c).encode() + b"\n\n" for c in chunks]
+    if done:
+        frames.append(b"data: [DONE]\n\n")
+    return frames
+
+
+def _chunk(
+    delta: dict[str, Any] | None = None,
+    finish: str | None = None,
+    usage: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    c: dict[str, Any] = {
+        "id": "chatcmpl-scripted",
+        "object": "chat.completion.chunk",
+        "model": "scripted",
+        "choices": [],
+    }
+    if delta is not None or finish is not None:
+        c["choices"] = [{"index": 0, "delta": delta or {}, "finish_reason": finish}]
+    if usage is not None:
+        c["usage"] = usage
+    return c
+
+
+@dataclass(frozen=True, kw_only=True)
+class Reply:
+    """One scripted response.
+
+    Attributes:
+        frames: the body, written one frame per write (``frame_delay_s`` apart).
+        status: the HTTP status.
+        headers: extra response headers.
+        frame_delay_s: pause between frames, to make separate reads likely.
+        cut: close the connection after the frames instead of ending the body.
+    """
+
+    frames: Sequence[bytes] = ()
+    status: int = 200
+    headers: Mapping[str, str] = field(default_factory=dict)
+    frame_delay_s: float = 0.0
+    cut: bool = False
+
+    @classmethod
+    def text(
+        cls,
+        text: str,
+        *,
+        pieces: int | None = None,
+        prompt_tokens: int = 10,
+        cached_tokens: int | None = 0,
+        **kw: Any,
+    ) -> Reply:
+        """A streamed answer: role chunk, ``text`` in word pieces, finish, usage, ``[DONE]``."""
+        words = text.split(" ")
+        parts = [w if i == 0 else " " + w for i, w in enumerate(words)]
+        if pieces is not None:
+            n = max(1, len(parts) // pieces)
+            parts = ["".join(parts[i : i + n]) for i in range(0, len(parts), n)]
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": len(parts),
+            "total_tokens": prompt_tokens + len(parts),
+        }
+        if cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+        chunks = [_chunk({"role": "assistant", "content": ""})]
+        chunks += [_chunk({"content": p}) for p in parts]
+        chunks += [_chunk({}, "stop"), _chunk(usage=usage)]
+        return cls(frames=sse_frames(chunks), **kw)
+
+    @classmethod
+    def tool_call(
+        cls,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        call_id: str = "call_1",
+        pieces: int = 3,
+        **kw: Any,
+    ) -> Reply:
+        """A streamed tool call, its arguments split over ``pieces`` deltas."""
+        args = json.dumps(arguments)
+        step = max(1, -(-len(args) // pieces))
+        chunks = [
+            _chunk(
+                {
+                    "role": "assistant",
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": call_id,
+                            "type": "function",
+                            "function": {"name": name, "arguments": ""},
+                        }
+                    ],
+                }
+            )
+        ]
+        chunks += [
+            _chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[i : i + step]}}]})
+            for i in range(0, len(args), step)
+        ]
+        chunks += [
+            _chunk({}, "tool_calls"),
+            _chunk(
+                usage={
+                    "prompt_tokens": 20,
+                    "completion_tokens": pieces + 1,
+                    "total_tokens": 21 + pieces,
+                }
+            ),
+        ]
+        return cls(frames=sse_frames(chunks), **kw)
+
+    @classmethod
+    def error(
+        cls, status: int, message: str = "scripted error", headers: Mapping[str, str] | None = None
+    ) -> Reply:
+        """A non-2xx answer with an OpenAI-shaped error body."""
+        body = json.dumps({"error": {"message": message, "type": "scripted", "code": status}})
+        return cls(frames=[body.encode()], status=status, headers=dict(headers or {}))
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """What the server received."""
+
+    path: str
+    headers: Mapping[str, str]
+    body: dict[str, Any]
+
+
+class ScriptedServer:
+    """A loopback HTTP server that answers chat requests from a script.
+
+    Args:
+        replies: answered in order, one per request; a request past the end gets a 500.
+        host: the address to bind (loopback).
+    """
+
+    def __init__(self, replies: Iterable[Reply] = (), *, host: str = "127.0.0.1") -> None:
+        self._replies: deque[Reply] = deque(replies)
+        self._host = host
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+        #: Every request received, in order.
+        self.requests: list[RecordedRequest] = []
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT/v1``."""
+        return f"http://{self._host}:{self.port}/v1"
+
+    def add(self, *replies: Reply) -> None:
+        """Append replies to the script."""
+        self._replies.extend(replies)
+
+    def assert_complete(self) -> None:
+        """Fail unless every scripted reply was used."""
+        if self._replies:
+            raise AssertionError(f"{len(self._replies)} scripted replies were never requested")
+
+    async def start(self) -> ScriptedServer:
+        """Bind and start serving."""
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, 0)
+        await site.start()
+        self.port = _bound_port(site)
+        return self
+
+    async def stop(self) -> None:
+        """Stop serving and close connections."""
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> ScriptedServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        raw = await request.read()
+        self.requests.append(RecordedRequest(request.path, dict(request.headers), json.loads(raw)))
+        if not self._replies:
+            return web.json_response({"error": {"message": "script exhausted"}}, status=500)
+        reply = self._replies.popleft()
+        if reply.status >= 300:
+            return web.Response(
+                body=b"".join(reply.frames),
+                status=reply.status,
+                headers={"Content-Type": "application/json", **reply.headers},
+            )
+        resp = web.StreamResponse(
+            status=reply.status, headers={"Content-Type": "text/event-stream", **reply.headers}
+        )
+        resp.enable_chunked_encoding()
+        await resp.prepare(request)
+        for frame in reply.frames:
+            await resp.write(frame)
+            if reply.frame_delay_s:
+                await asyncio.sleep(reply.frame_delay_s)
+        if reply.cut:
+            assert request.transport is not None
+            request.transport.abort()
+            return resp
+        await resp.write_eof()
+        return resp
+
+
+def _bound_port(site: web.TCPSite) -> int:
+    server: Any = site._server  # aiohttp keeps the asyncio.Server private
+    return int(server.sockets[0].getsockname()[1])

@@ -1,0 +1,318 @@
+"""Chat-completion chunks → a :class:`TurnTrace`, one payload at a time.
+
+This is the per-chunk hot path. Payloads are decoded by msgspec straight into
+slotted structs that name only the fields agentflow reads (unknown fields are
+skipped without being built); per chunk the builder appends a timestamp, a
+character count and the text. Tokens per chunk, the assembled strings and the
+tool calls are worked out once, in :meth:`TraceBuilder.finish`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from agentflow._errors import ServerError, StreamProtocolError
+from agentflow._trace import CacheSource, ToolCall, TurnTrace, Usage
+from agentflow.typing import DeltaSink
+
+__all__ = ["TraceBuilder", "apportion"]
+
+
+class _Function(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolCallDelta(msgspec.Struct):
+    index: int = 0
+    id: str | None = None
+    function: _Function | None = None
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: str | None = None  # DeepSeek, SGLang, llama.cpp
+    reasoning: str | None = None  # vLLM ≥ 0.10, OpenRouter
+    tool_calls: list[_ToolCallDelta] | None = None
+
+
+class _Logprobs(msgspec.Struct):
+    content: list[msgspec.Raw] | None = None  # one entry per token; only the count is read
+
+
+class _Choice(msgspec.Struct):
+    index: int = 0
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+    logprobs: _Logprobs | None = None
+
+
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+
+
+class _CompletionDetails(msgspec.Struct):
+    reasoning_tokens: int | None = None
+
+
+class _Usage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    total_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
+    prompt_cache_hit_tokens: int | None = None  # DeepSeek
+    prompt_cache_miss_tokens: int | None = None  # DeepSeek
+
+
+class _Chunk(msgspec.Struct):
+    id: str | None = None
+    model: str | None = None
+    choices: list[_Choice] | None = None
+    usage: _Usage | None = None
+    timings: dict[str, Any] | None = None  # llama.cpp
+    error: Any = None  # vLLM and others send {"error": {...}} inside an open stream
+
+
+_decode_chunk = msgspec.json.Decoder(_Chunk).decode
+
+
+class _ToolCallParts:
+    __slots__ = ("args", "id", "name")
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.name = ""
+        self.args: list[str] = []
+
+
+class TraceBuilder:
+    """Accumulates one stream; :meth:`feed` per payload, :meth:`finish` at the end."""
+
+    __slots__ = (
+        "_content",
+        "_reasoning",
+        "_sink",
+        "_token_counts",
+        "_tools",
+        "chunk_chars",
+        "chunk_ns",
+        "done",
+        "done_ns",
+        "endpoint",
+        "finish_reason",
+        "headers_ns",
+        "model",
+        "n_events",
+        "response_id",
+        "sent_ns",
+        "timings",
+        "usage",
+    )
+
+    def __init__(self, *, endpoint: str, sent_ns: int, sink: DeltaSink | None = None) -> None:
+        self.endpoint = endpoint
+        self.sent_ns = sent_ns
+        self.headers_ns = sent_ns
+        self._sink = sink
+        self.chunk_ns: list[int] = []
+        self.chunk_chars: list[int] = []
+        self._token_counts: list[int] | None = []  # None once a chunk lacks logprobs
+        self._content: list[str] = []
+        self._reasoning: list[str] = []
+        self._tools: dict[int, _ToolCallParts] = {}
+        self.n_events = 0
+        self.done = False
+        self.done_ns = 0
+        self.finish_reason: str | None = None
+        self.usage: _Usage | None = None
+        self.timings: dict[str, Any] | None = None
+        self.model: str | None = None
+        self.response_id: str | None = None
+
+    def feed(self, payload: bytes, t_ns: int) -> None:
+        """Take one SSE ``data`` payload that arrived at ``t_ns``."""
+        if payload == b"[DONE]":
+            self.done = True
+            self.done_ns = t_ns
+            return
+        try:
+            chunk = _decode_chunk(payload)
+        except msgspec.DecodeError as exc:
+            raise StreamProtocolError(
+                f"malformed chunk from {self.endpoint}: {exc}",
+                endpoint=self.endpoint,
+                trace=self.finish(t_ns),
+                payload=payload[:500],
+            ) from None
+        self.n_events += 1
+        if chunk.error is not None:
+            raise ServerError(
+                f"server reported an error inside the stream: {chunk.error!r}",
+                status=_error_status(chunk.error),
+                body=chunk.error,
+                endpoint=self.endpoint,
+            )
+        if self.response_id is None:
+            self.response_id = chunk.id
+            self.model = chunk.model
+        if chunk.usage is not None:
+            self.usage = chunk.usage
+        if chunk.timings is not None:
+            self.timings = chunk.timings
+        if not chunk.choices:
+            return
+        choice = chunk.choices[0]  # agentflow asks for n=1
+        delta = choice.delta
+        if delta is not None:
+            chars = 0
+            sink = self._sink
+            text = delta.content
+            if text:
+                self._content.append(text)
+                chars = len(text)
+                if sink is not None:
+                    sink.on_delta("content", text, t_ns)
+            text = delta.reasoning_content or delta.reasoning
+            if text:
+                self._reasoning.append(text)
+                chars += len(text)
+                if sink is not None:
+                    sink.on_delta("reasoning", text, t_ns)
+            if delta.tool_calls:
+                chars += self._add_tool_deltas(delta.tool_calls, t_ns)
+            if chars or delta.tool_calls:
+                self.chunk_ns.append(t_ns)
+                self.chunk_chars.append(chars)
+                counts = self._token_counts
+                if counts is not None:
+                    lp = choice.logprobs
+                    if lp is not None and lp.content:
+                        counts.append(len(lp.content))
+                    else:
+                        self._token_counts = None
+        if choice.finish_reason is not None:
+            self.finish_reason = choice.finish_reason
+
+    def _add_tool_deltas(self, deltas: list[_ToolCallDelta], t_ns: int) -> int:
+        chars = 0
+        for d in deltas:
+            parts = self._tools.get(d.index)
+            if parts is None:
+                parts = self._tools[d.index] = _ToolCallParts()
+            if d.id:
+                parts.id = d.id
+            fn = d.function
+            if fn is not None:
+                if fn.name:
+                    parts.name += fn.name
+                    chars += len(fn.name)
+                if fn.arguments:
+                    parts.args.append(fn.arguments)
+                    chars += len(fn.arguments)
+                    if self._sink is not None:
+                        self._sink.on_delta("tool_call", fn.arguments, t_ns)
+        return chars
+
+    @property
+    def has_output(self) -> bool:
+        """Whether any output-bearing chunk has arrived."""
+        return bool(self.chunk_ns)
+
+    def finish(
+        self, end_ns: int, *, reconnects: int = 0, headers: dict[str, str] | None = None
+    ) -> TurnTrace:
+        """Freeze what arrived into a :class:`TurnTrace`.
+
+        The stream's end is when ``[DONE]`` arrived, else ``end_ns`` (the close).
+        """
+        usage = _usage(self.usage) if self.usage is not None else None
+        n = len(self.chunk_ns)
+        counts = self._token_counts
+        if counts is not None and n and len(counts) == n:
+            tokens, exact = tuple(counts), True
+        elif usage is not None and usage.completion_tokens is not None and n:
+            total = usage.completion_tokens
+            exact = total == n
+            tokens = (1,) * n if exact else apportion(total, self.chunk_chars)
+        else:
+            tokens, exact = (1,) * n, False
+        tools = tuple(
+            ToolCall(index=i, id=p.id or f"call_{i}", name=p.name, arguments="".join(p.args))
+            for i, p in sorted(self._tools.items())
+        )
+        return TurnTrace(
+            endpoint=self.endpoint,
+            model=self.model,
+            response_id=self.response_id,
+            sent_ns=self.sent_ns,
+            headers_ns=self.headers_ns,
+            end_ns=self.done_ns or end_ns,
+            chunk_ns=tuple(self.chunk_ns),
+            chunk_chars=tuple(self.chunk_chars),
+            chunk_tokens=tokens,
+            tokens_exact=exact,
+            n_events=self.n_events,
+            content="".join(self._content),
+            reasoning="".join(self._reasoning),
+            tool_calls=tools,
+            finish_reason=self.finish_reason,
+            usage=usage,
+            done=self.done,
+            server_timings=self.timings,
+            response_headers=headers or {},
+            reconnects=reconnects,
+        )
+
+
+def apportion(total: int, weights: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+    """Split ``total`` tokens over chunks in proportion to their characters.
+
+    Largest-remainder rounding, so the parts always add up to ``total``; a chunk
+    with no characters still weighs 1.
+    """
+    w = [max(x, 1) for x in weights]
+    s = sum(w)
+    if not w or total <= 0:
+        return (0,) * len(w)
+    raw = [total * x / s for x in w]
+    parts = [int(r) for r in raw]
+    short = total - sum(parts)
+    for i in sorted(range(len(w)), key=lambda i: parts[i] - raw[i])[:short]:
+        parts[i] += 1
+    return tuple(parts)
+
+
+def _usage(u: _Usage) -> Usage:
+    cached: int | None = None
+    source: CacheSource | None = None
+    if u.prompt_tokens_details is not None and u.prompt_tokens_details.cached_tokens is not None:
+        cached, source = u.prompt_tokens_details.cached_tokens, "prompt_tokens_details"
+    elif u.prompt_cache_hit_tokens is not None:
+        cached, source = u.prompt_cache_hit_tokens, "prompt_cache_hit_tokens"
+    prompt = u.prompt_tokens
+    if (
+        prompt is None
+        and u.prompt_cache_hit_tokens is not None
+        and (u.prompt_cache_miss_tokens is not None)
+    ):
+        prompt = u.prompt_cache_hit_tokens + u.prompt_cache_miss_tokens
+    details = u.completion_tokens_details
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=u.completion_tokens,
+        total_tokens=u.total_tokens,
+        cached_tokens=cached,
+        cached_source=source,
+        reasoning_tokens=details.reasoning_tokens if details is not None else None,
+    )
+
+
+def _error_status(error: Any) -> int:
+    if isinstance(error, dict):
+        code = error.get("code")
+        if isinstance(code, int) and 400 <= code < 600:
+            return code
+    return 500

@@ -1,0 +1,282 @@
+"""The default transport: aiohttp + msgspec, no SDK objects per chunk.
+
+Per chunk it costs a few µs of CPU (``benchmarks/client_overhead.py``): a read
+from aiohttp's stream buffer, one timestamp per read, the SSE split and one
+msgspec decode per event. Connections are pooled without a limit of their own —
+how many requests run at once is the fleet's decision, not the pool's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import msgspec
+from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt
+
+from agentflow._errors import (
+    APIStatusError,
+    BadRequestError,
+    ConnectError,
+    RateLimitError,
+    ServerError,
+    StreamInterrupted,
+    StreamPhase,
+    StreamProtocolError,
+    StreamTimeout,
+)
+from agentflow._trace import TurnTrace
+from agentflow.transport._decode import TraceBuilder
+from agentflow.transport._request import ChatRequest, Endpoint, Timeouts, parse_retry_after
+from agentflow.transport._sse import SSEDecoder
+from agentflow.typing import Clock, DeltaSink
+
+__all__ = ["HTTPTransport", "finish_stream", "status_error"]
+
+_encode = msgspec.json.encode
+_MAX_ERROR_BODY = 64 * 1024
+
+
+class HTTPTransport:
+    """Streams chat completions from one endpoint over aiohttp.
+
+    Args:
+        endpoint: an :class:`Endpoint` or a base URL.
+        timeouts: connect, first-token, idle and total limits.
+        connect_retries: how many times a request that got *no response byte* is resent
+            on a new connection (llama.cpp's server drops some kept-alive connections
+            after a stream; such a resend cannot duplicate output the client saw).
+        session: an ``aiohttp.ClientSession`` to use; the transport then does not close it.
+        clock: nanosecond monotonic clock for the trace.
+    """
+
+    def __init__(
+        self,
+        endpoint: Endpoint | str,
+        *,
+        timeouts: Timeouts | None = None,
+        connect_retries: int = 2,
+        session: aiohttp.ClientSession | None = None,
+        clock: Clock = time.perf_counter_ns,
+    ) -> None:
+        self._endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(base_url=endpoint)
+        self._timeouts = timeouts or Timeouts()
+        self._connect_retries = connect_retries
+        self._session = session
+        self._owns_session = session is None
+        self._clock = clock
+        #: Requests resent because the connection failed before any response byte.
+        self.reconnects = 0
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL requests go to."""
+        return self._endpoint.base_url
+
+    @property
+    def config(self) -> Endpoint:
+        """The endpoint configuration."""
+        return self._endpoint
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            t = self._timeouts
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=t.connect, sock_read=t.idle),
+            )
+            self._owns_session = True
+        return self._session
+
+    async def stream(self, request: ChatRequest, sink: DeltaSink | None = None) -> TurnTrace:
+        """Stream one request to its end; see :class:`agentflow.typing.Transport`."""
+        ep = self._endpoint
+        body = _encode(request.body(ep.extra_body))
+        headers = ep.request_headers(request.headers)
+        attempts = 0
+        async for attempt in AsyncRetrying(
+            retry=retry_if_exception_type(ConnectError),
+            stop=stop_after_attempt(self._connect_retries + 1),
+            reraise=True,
+        ):
+            with attempt:
+                attempts += 1
+                return await self._stream_once(body, headers, sink, attempts - 1)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _stream_once(
+        self, body: bytes, headers: dict[str, str], sink: DeltaSink | None, reconnects: int
+    ) -> TurnTrace:
+        if reconnects:
+            self.reconnects += 1
+        clock = self._clock
+        t = self._timeouts
+        url = self._endpoint.chat_url
+        sent = clock()
+        builder = TraceBuilder(endpoint=self.endpoint, sent_ns=sent, sink=sink)
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        total_at = None if t.total is None else start + t.total
+        first_at = None if t.first_token is None else start + t.first_token
+        deadline = _earliest(first_at, total_at)
+        try:
+            async with asyncio.timeout(deadline) as scope:
+                try:
+                    resp = await self._client().post(url, data=body, headers=headers)
+                except aiohttp.ConnectionTimeoutError:
+                    raise StreamTimeout(
+                        f"connecting to {self.endpoint} took over {t.connect} s",
+                        phase="connect",
+                        timeout_s=t.connect or 0.0,
+                        endpoint=self.endpoint,
+                    ) from None
+                except (aiohttp.ClientConnectionError, OSError) as exc:
+                    raise ConnectError(
+                        f"no response from {self.endpoint}: {exc!r}", endpoint=self.endpoint
+                    ) from exc
+                # From here on the connection is returned to the pool only after a clean
+                # end of body; an error or a cancellation closes it.
+                clean = False
+                try:
+                    builder.headers_ns = clock()
+                    if resp.status >= 300:
+                        raise await status_error(
+                            resp.status, resp.headers, _read_error_body(resp), self.endpoint
+                        )
+                    decode = SSEDecoder().feed
+                    feed = builder.feed
+                    waiting_first = first_at is not None
+                    async for data in resp.content.iter_any():
+                        now = clock()
+                        for payload in decode(data):
+                            feed(payload, now)
+                        if waiting_first and builder.chunk_ns:
+                            waiting_first = False
+                            scope.reschedule(total_at)
+                    clean = True
+                finally:
+                    if clean:
+                        resp.release()
+                    else:
+                        resp.close()
+                trace = finish_stream(builder, clock(), reconnects, _keep_headers(resp.headers))
+        except TimeoutError as exc:
+            if isinstance(exc, aiohttp.ServerTimeoutError):
+                raise StreamTimeout(
+                    f"no bytes from {self.endpoint} for {t.idle} s",
+                    phase="idle",
+                    timeout_s=t.idle or 0.0,
+                    endpoint=self.endpoint,
+                ) from None
+            first = (
+                first_at is not None
+                and not builder.chunk_ns
+                and (total_at is None or loop.time() < total_at)
+            )
+            phase: StreamPhase = "first_token" if first else "total"
+            limit = t.first_token if first else t.total
+            raise StreamTimeout(
+                f"{phase.replace('_', ' ')} limit of {limit} s ran out on {self.endpoint}",
+                phase=phase,
+                timeout_s=limit or 0.0,
+                endpoint=self.endpoint,
+            ) from None
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
+            raise StreamInterrupted(
+                f"connection to {self.endpoint} dropped mid-stream after "
+                f"{len(builder.chunk_ns)} output chunks: {exc!r}",
+                endpoint=self.endpoint,
+                trace=builder.finish(clock(), reconnects=reconnects),
+            ) from exc
+        return trace
+
+    async def aclose(self) -> None:
+        """Close the connection pool if this transport opened it."""
+        if self._session is not None and self._owns_session and not self._session.closed:
+            await self._session.close()
+
+    async def __aenter__(self) -> HTTPTransport:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"HTTPTransport({self.endpoint!r}, reconnects={self.reconnects})"
+
+
+def finish_stream(
+    builder: TraceBuilder, end_ns: int, reconnects: int, headers: dict[str, str]
+) -> TurnTrace:
+    """Close a builder at end of body: a stream must end with ``[DONE]`` or a finish reason."""
+    trace = builder.finish(end_ns, reconnects=reconnects, headers=headers)
+    if not trace.done and trace.finish_reason is None:
+        raise StreamProtocolError(
+            f"stream from {builder.endpoint} ended after {trace.n_events} events "
+            "with neither a finish_reason nor [DONE]",
+            endpoint=builder.endpoint,
+            trace=trace,
+        )
+    return trace
+
+
+async def _read_error_body(resp: aiohttp.ClientResponse) -> bytes:
+    return await resp.content.read(_MAX_ERROR_BODY)
+
+
+async def status_error(
+    status: int, headers: Any, body_reader: Any, endpoint: str
+) -> APIStatusError:
+    """Build the :class:`APIStatusError` subclass for a non-2xx answer."""
+    raw: bytes = await body_reader
+    body: Any
+    try:
+        body = msgspec.json.decode(raw) if raw else None
+    except msgspec.DecodeError:
+        body = raw.decode("utf-8", "replace")
+    message = _error_message(body) or f"HTTP {status}"
+    cls = (
+        RateLimitError
+        if status == 429
+        else ServerError
+        if status >= 500
+        else BadRequestError
+        if status >= 400
+        else APIStatusError
+    )
+    return cls(
+        f"{endpoint} answered {status}: {message}",
+        status=status,
+        body=body,
+        retry_after=parse_retry_after(headers.get("Retry-After")),
+        endpoint=endpoint,
+    )
+
+
+def _error_message(body: Any) -> str | None:
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            msg = err.get("message") or err.get("detail")
+            return str(msg) if msg is not None else None
+        if isinstance(err, str):
+            return err
+        detail = body.get("detail") or body.get("message")
+        return str(detail) if detail is not None else None
+    if isinstance(body, str) and body:
+        return body[:300]
+    return None
+
+
+def _keep_headers(headers: Any) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items() if k[:2].lower() == "x-"}
+
+
+def _earliest(a: float | None, b: float | None) -> float | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return min(a, b)

@@ -1,0 +1,145 @@
+"""A transport over a user's own ``openai.AsyncOpenAI`` client.
+
+For users whose auth and configuration live in the SDK client (Azure, custom
+``http_client``, organisation headers, proxies). The request goes out through the
+client — its base URL, key, headers, timeouts and retries — but the response is
+read as raw bytes through ``with_streaming_response`` and parsed by agentflow's own
+SSE + msgspec path, so no pydantic model is built per chunk and the trace is the
+same as :class:`HTTPTransport`'s. The response is always closed, on errors and on
+cancellation too (the SDK keeps a pooled connection busy otherwise).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+import httpx2
+import openai
+
+from agentflow._errors import ConnectError, StreamInterrupted, StreamTimeout
+from agentflow._trace import TurnTrace
+from agentflow.transport._decode import TraceBuilder
+from agentflow.transport._http import finish_stream, status_error
+from agentflow.transport._request import ChatRequest
+from agentflow.transport._sse import SSEDecoder
+from agentflow.typing import Clock, DeltaSink
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+__all__ = ["OpenAITransport"]
+
+
+class OpenAITransport:
+    """Streams through ``client.chat.completions.with_streaming_response``.
+
+    Args:
+        client: the user's ``AsyncOpenAI`` (or ``AsyncAzureOpenAI``) client; not closed by
+            :meth:`aclose` unless ``owns_client`` is true.
+        clock: nanosecond monotonic clock for the trace.
+    """
+
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        *,
+        clock: Clock = time.perf_counter_ns,
+        owns_client: bool = False,
+    ) -> None:
+        self._client = client
+        self._clock = clock
+        self._owns = owns_client
+
+    @property
+    def endpoint(self) -> str:
+        """The client's base URL."""
+        return str(self._client.base_url).rstrip("/")
+
+    async def stream(self, request: ChatRequest, sink: DeltaSink | None = None) -> TurnTrace:
+        """Stream one request to its end; see :class:`agentflow.typing.Transport`."""
+        body = request.body()
+        # The SDK's typed keyword arguments are bypassed on purpose: every field goes in
+        # the body exactly as the aiohttp transport would send it.
+        model, messages = body.pop("model"), body.pop("messages")
+        for key in ("stream", "stream_options"):
+            body.pop(key)
+        clock = self._clock
+        sent = clock()
+        builder = TraceBuilder(endpoint=self.endpoint, sent_ns=sent, sink=sink)
+        create = self._client.chat.completions.with_streaming_response.create
+        try:
+            async with create(
+                model=model,
+                messages=messages,
+                stream=True,
+                stream_options={"include_usage": True},
+                extra_body=body,
+                extra_headers=dict(request.headers),
+            ) as response:
+                builder.headers_ns = clock()
+                decode = SSEDecoder().feed
+                feed = builder.feed
+                async for data in response.http_response.aiter_bytes():
+                    now = clock()
+                    for payload in decode(data):
+                        feed(payload, now)
+                headers = {
+                    k.lower(): v for k, v in response.headers.items() if k[:2].lower() == "x-"
+                }
+        except openai.APIStatusError as exc:
+            raise await status_error(
+                exc.status_code, exc.response.headers, _body(exc), self.endpoint
+            ) from None
+        except openai.APITimeoutError:
+            raise StreamTimeout(
+                f"the OpenAI client's timeout ran out on {self.endpoint}",
+                phase="total",
+                timeout_s=_timeout_s(self._client),
+                endpoint=self.endpoint,
+            ) from None
+        except openai.APIConnectionError as exc:
+            raise ConnectError(
+                f"no response from {self.endpoint}: {exc!r}", endpoint=self.endpoint
+            ) from exc
+        except httpx2.TimeoutException:
+            raise StreamTimeout(
+                f"read timeout mid-stream on {self.endpoint}",
+                phase="idle",
+                timeout_s=_timeout_s(self._client),
+                endpoint=self.endpoint,
+            ) from None
+        except httpx2.HTTPError as exc:
+            raise StreamInterrupted(
+                f"connection to {self.endpoint} dropped mid-stream: {exc!r}",
+                endpoint=self.endpoint,
+                trace=builder.finish(clock()),
+            ) from exc
+        return finish_stream(builder, clock(), 0, headers)
+
+    async def aclose(self) -> None:
+        """Close the client if this transport owns it."""
+        if self._owns:
+            await self._client.close()
+
+    def __repr__(self) -> str:
+        return f"OpenAITransport({self.endpoint!r})"
+
+
+async def _body_bytes(exc: openai.APIStatusError) -> bytes:
+    try:
+        return await exc.response.aread()
+    except httpx2.HTTPError:
+        return b""
+
+
+def _body(exc: openai.APIStatusError) -> Awaitable[bytes]:
+    return _body_bytes(exc)
+
+
+def _timeout_s(client: openai.AsyncOpenAI) -> float:
+    timeout: Any = client.timeout
+    if isinstance(timeout, int | float):
+        return float(timeout)
+    read = getattr(timeout, "read", None)
+    return float(read) if isinstance(read, int | float) else 0.0

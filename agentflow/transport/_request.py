@@ -1,0 +1,138 @@
+"""Where a request goes (:class:`Endpoint`), how long it may take (:class:`Timeouts`),
+and what it says (:class:`ChatRequest`)."""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from agentflow._errors import ConfigError
+
+__all__ = ["ChatRequest", "Endpoint", "Timeouts", "parse_retry_after"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Endpoint:
+    """An OpenAI-compatible server.
+
+    Args:
+        base_url: up to and including ``/v1``, e.g. ``http://127.0.0.1:8000/v1``.
+        api_key: sent as ``Authorization: Bearer …``; never logged, never in ``repr``.
+        headers: extra headers on every request.
+        extra_body: extra JSON fields on every request (e.g. vLLM's ``top_k``).
+        name: a label for reports; defaults to the host and port.
+    """
+
+    base_url: str
+    api_key: str | None = field(default=None, repr=False)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ConfigError(
+                f"Endpoint.base_url must be an http(s) URL such as http://127.0.0.1:8000/v1, "
+                f"got {self.base_url!r}"
+            )
+        for key in self.headers:
+            if key.lower() == "authorization":
+                raise ConfigError("Endpoint.headers must not carry Authorization; use api_key")
+        object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+        if not self.name:
+            object.__setattr__(self, "name", parts.netloc)
+
+    @property
+    def chat_url(self) -> str:
+        """The chat-completions URL."""
+        return f"{self.base_url}/chat/completions"
+
+    def request_headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Headers for one request: content type, auth, the endpoint's and the request's own."""
+        h = {"Content-Type": "application/json", "Accept": "text/event-stream"}
+        h.update(self.headers)
+        if extra:
+            h.update(extra)
+        if self.api_key:
+            h["Authorization"] = f"Bearer {self.api_key}"
+        return h
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Timeouts:
+    """Time limits for one streamed request, in seconds; ``None`` means no limit.
+
+    Args:
+        connect: to open a connection.
+        first_token: from sending the request to the first output-bearing chunk.
+        idle: the longest gap between two reads once the response has begun.
+        total: for the whole request.
+    """
+
+    connect: float | None = 10.0
+    first_token: float | None = None
+    idle: float | None = 300.0
+    total: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("connect", "first_token", "idle", "total"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"Timeouts.{name} must be > 0 or None, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatRequest:
+    """One chat-completions request, as the transport sends it.
+
+    Args:
+        model: the model name the server serves.
+        messages: OpenAI-format messages.
+        tools: OpenAI-format tool definitions, or empty.
+        params: sampling and other body fields (``temperature``, ``max_tokens``, …).
+        headers: extra headers for this request only.
+        extra_body: extra body fields for this request only (merged last).
+    """
+
+    model: str
+    messages: Sequence[Mapping[str, Any]]
+    tools: Sequence[Mapping[str, Any]] = ()
+    params: Mapping[str, Any] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    extra_body: Mapping[str, Any] = field(default_factory=dict)
+
+    def body(self, endpoint_extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """The JSON body: always streaming, always asking for usage in the last chunk."""
+        body: dict[str, Any] = {"model": self.model, "messages": list(self.messages)}
+        if self.tools:
+            body["tools"] = list(self.tools)
+        body.update(self.params)
+        if endpoint_extra:
+            body.update(endpoint_extra)
+        body.update(self.extra_body)
+        body["stream"] = True
+        options = dict(body.get("stream_options") or {})
+        options["include_usage"] = True
+        body["stream_options"] = options
+        return body
+
+
+def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -33,7 +33,7 @@ from agentflow._logging import get_logger
 from agentflow._metrics import TurnMetrics, turn_metrics
 from agentflow._trace import ToolCall, TurnTrace
 from agentflow.transport._request import ChatRequest
-from agentflow.typing import Clock, DeltaKind, Transport
+from agentflow.typing import Callback, Clock, DeltaKind, Transport
 
 if TYPE_CHECKING:
     from agentflow._agent import Agent
@@ -148,6 +148,7 @@ class Session:
         self,
         transport: Transport,
         *,
+        callbacks: Iterable[Callback] = (),
         bus: EventBus | None = None,
         gate: Any = None,
         tool_limit: asyncio.Semaphore | None = None,
@@ -157,8 +158,22 @@ class Session:
 
         Never raises for a failed session (the error is on the result); re-raises
         cancellation after recording it.
+
+        Args:
+            transport: where model turns go.
+            callbacks: called with every event of this session (when run alone; a
+                :class:`Fleet` passes its own ``bus`` instead).
+            bus, gate, tool_limit: the fleet's event bus, admission gate and tool bound.
+            clock: nanosecond monotonic clock.
         """
-        bus = bus or EventBus()
+        if bus is None:
+            bus = EventBus(list(callbacks))
+            try:
+                return await self.run(
+                    transport, bus=bus, gate=gate, tool_limit=tool_limit, clock=clock
+                )
+            finally:
+                await bus.aclose()
         agent = self.agent
         status: SessionStatus = "error"
         error: BaseException | None = None

@@ -11,7 +11,7 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, get_type_hints
+from typing import Any, get_type_hints, overload
 
 import docstring_parser
 import msgspec
@@ -142,13 +142,24 @@ class Tool:
         return {name: getattr(parsed, name) for name in type(parsed).model_fields}
 
 
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None, in_thread: bool = True
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
 def tool(
     fn: Callable[..., Any] | None = None,
+    /,
     *,
     name: str | None = None,
     description: str | None = None,
     in_thread: bool = True,
-) -> Any:
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator: turn a typed function into a :class:`Tool`.
 
     Use as ``@tool`` or ``@tool(name="search")``.

@@ -80,6 +80,7 @@ class LlamaCppServer:
     startup_timeout_s: float = 120.0
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _log: list[str] = field(default_factory=list, init=False, repr=False)
+    _drainer: threading.Thread | None = field(default=None, init=False, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -117,7 +118,8 @@ class LlamaCppServer:
         self._proc = subprocess.Popen(
             cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
         )
-        threading.Thread(target=self._drain, daemon=True).start()
+        self._drainer = threading.Thread(target=self._drain, daemon=True)
+        self._drainer.start()
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -131,14 +133,19 @@ class LlamaCppServer:
     def stop(self) -> None:
         """Stop the child process (SIGTERM, then SIGKILL after 10 s)."""
         proc, self._proc = self._proc, None
-        if proc is None or proc.poll() is not None:
+        if proc is None:
             return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._drainer is not None:
+            self._drainer.join(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines the server printed."""

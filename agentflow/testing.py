@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import web
+from aiohttp import ClientConnectionResetError, web
+from multidict import CIMultiDict
 
 __all__ = ["RecordedRequest", "Reply", "ScriptedServer", "sse_frames"]
 
@@ -60,6 +61,8 @@ class Reply:
         headers: extra response headers.
         frame_delay_s: pause between frames, to make separate reads likely.
         cut: close the connection after the frames instead of ending the body.
+        drop: close the connection at once, before any response byte (as a server
+            that drops a kept-alive connection does).
     """
 
     frames: Sequence[bytes] = ()
@@ -67,6 +70,7 @@ class Reply:
     headers: Mapping[str, str] = field(default_factory=dict)
     frame_delay_s: float = 0.0
     cut: bool = False
+    drop: bool = False
 
     @classmethod
     def text(
@@ -154,6 +158,7 @@ class RecordedRequest:
     """What the server received."""
 
     path: str
+    #: Case-insensitive, as HTTP header names are.
     headers: Mapping[str, str]
     body: dict[str, Any]
 
@@ -173,6 +178,11 @@ class ScriptedServer:
         self.port = 0
         #: Every request received, in order.
         self.requests: list[RecordedRequest] = []
+        #: Responses the client abandoned mid-stream (a write found the connection closed).
+        self.client_disconnects = 0
+        #: Requests being answered now, and the most there ever were at once.
+        self.in_flight = 0
+        self.peak_in_flight = 0
 
     @property
     def base_url(self) -> str:
@@ -192,7 +202,7 @@ class ScriptedServer:
         """Bind and start serving."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, 0)
         await site.start()
@@ -212,11 +222,25 @@ class ScriptedServer:
         await self.stop()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        try:
+            return await self._answer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         raw = await request.read()
-        self.requests.append(RecordedRequest(request.path, dict(request.headers), json.loads(raw)))
+        self.requests.append(
+            RecordedRequest(request.path, CIMultiDict(request.headers), json.loads(raw))
+        )
         if not self._replies:
             return web.json_response({"error": {"message": "script exhausted"}}, status=500)
         reply = self._replies.popleft()
+        if reply.drop:
+            assert request.transport is not None
+            request.transport.abort()
+            return web.Response(status=204)
         if reply.status >= 300:
             return web.Response(
                 body=b"".join(reply.frames),
@@ -228,10 +252,14 @@ class ScriptedServer:
         )
         resp.enable_chunked_encoding()
         await resp.prepare(request)
-        for frame in reply.frames:
-            await resp.write(frame)
-            if reply.frame_delay_s:
-                await asyncio.sleep(reply.frame_delay_s)
+        try:
+            for frame in reply.frames:
+                await resp.write(frame)
+                if reply.frame_delay_s:
+                    await asyncio.sleep(reply.frame_delay_s)
+        except (ConnectionError, ClientConnectionResetError):
+            self.client_disconnects += 1
+            return resp
         if reply.cut:
             assert request.transport is not None
             request.transport.abort()

@@ -122,7 +122,7 @@ class HTTPTransport:
         first_at = None if t.first_token is None else start + t.first_token
         deadline = _earliest(first_at, total_at)
         try:
-            async with asyncio.timeout(deadline) as scope:
+            async with asyncio.timeout_at(deadline) as scope:
                 try:
                     resp = await self._client().post(url, data=body, headers=headers)
                 except aiohttp.ConnectionTimeoutError:
@@ -134,7 +134,8 @@ class HTTPTransport:
                     ) from None
                 except (aiohttp.ClientConnectionError, OSError) as exc:
                     raise ConnectError(
-                        f"no response from {self.endpoint}: {exc!r}", endpoint=self.endpoint
+                        f"no response from {self.endpoint}: {type(exc).__name__}: {exc}",
+                        endpoint=self.endpoint,
                     ) from exc
                 # From here on the connection is returned to the pool only after a clean
                 # end of body; an error or a cancellation closes it.
@@ -186,7 +187,7 @@ class HTTPTransport:
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
             raise StreamInterrupted(
                 f"connection to {self.endpoint} dropped mid-stream after "
-                f"{len(builder.chunk_ns)} output chunks: {exc!r}",
+                f"{len(builder.chunk_ns)} output chunks: {type(exc).__name__}: {exc}",
                 endpoint=self.endpoint,
                 trace=builder.finish(clock(), reconnects=reconnects),
             ) from exc

@@ -100,7 +100,8 @@ class OpenAITransport:
             ) from None
         except openai.APIConnectionError as exc:
             raise ConnectError(
-                f"no response from {self.endpoint}: {exc!r}", endpoint=self.endpoint
+                f"no response from {self.endpoint}: {type(exc).__name__}: {exc}",
+                endpoint=self.endpoint,
             ) from exc
         except httpx2.TimeoutException:
             raise StreamTimeout(
@@ -111,7 +112,7 @@ class OpenAITransport:
             ) from None
         except httpx2.HTTPError as exc:
             raise StreamInterrupted(
-                f"connection to {self.endpoint} dropped mid-stream: {exc!r}",
+                f"connection to {self.endpoint} dropped mid-stream: {type(exc).__name__}: {exc}",
                 endpoint=self.endpoint,
                 trace=builder.finish(clock()),
             ) from exc

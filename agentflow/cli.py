@@ -1,0 +1,117 @@
+"""The ``agentflow`` command.
+
+``agentflow chat``      stream one prompt from any OpenAI-compatible server, with its metrics
+``agentflow llamacpp``  serve SmolLM2-135M on 127.0.0.1 with llama.cpp (needs the extra)
+
+Nothing in the library imports this module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Sequence
+
+from agentflow._agent import Agent
+from agentflow._errors import AgentflowError
+from agentflow._events import Event, TokenEvent
+from agentflow.transport import Endpoint, HTTPTransport
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``agentflow`` console script."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args))
+    except AgentflowError as exc:
+        print(f"agentflow: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="agentflow", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(title="commands")
+
+    chat = sub.add_parser("chat", help="stream one prompt and print its latency figures")
+    chat.add_argument("prompt")
+    chat.add_argument(
+        "--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1")
+    )
+    chat.add_argument(
+        "--api-key", default=os.environ.get("OPENAI_API_KEY"), help="defaults to $OPENAI_API_KEY"
+    )
+    chat.add_argument("--model", required=True)
+    chat.add_argument("--system", default="")
+    chat.add_argument("--max-tokens", type=int, default=256)
+    chat.add_argument("--temperature", type=float, default=0.0)
+    chat.set_defaults(func=_chat)
+
+    ll = sub.add_parser("llamacpp", help="serve SmolLM2-135M with llama.cpp on 127.0.0.1")
+    ll.add_argument("--port", type=int, default=8080)
+    ll.add_argument("--n-parallel", type=int, default=4)
+    ll.add_argument("--n-ctx", type=int, default=8192)
+    ll.set_defaults(func=_llamacpp)
+    return p
+
+
+def _chat(args: argparse.Namespace) -> int:
+    agent = Agent(
+        name="chat",
+        model=args.model,
+        instructions=args.system,
+        params={"max_tokens": args.max_tokens, "temperature": args.temperature},
+    )
+
+    def show(event: Event) -> None:
+        if isinstance(event, TokenEvent) and event.kind == "content":
+            sys.stdout.write(event.text)
+            sys.stdout.flush()
+
+    async def run() -> int:
+        endpoint = Endpoint(base_url=args.base_url, api_key=args.api_key)
+        async with HTTPTransport(endpoint) as transport:
+            result = await agent.session(args.prompt).run(transport, callbacks=[show])
+        print()
+        if not result.turns:
+            raise result.error or RuntimeError("no turn finished")
+        m = result.turns[-1].metrics
+        ttft = f"{m.ttft_s * 1e3:.1f} ms" if m.ttft_s is not None else "n/a"
+        tps = f"{m.decode_tps:.1f}" if m.decode_tps is not None else "n/a"
+        cached = "not reported" if m.cached_tokens is None else str(m.cached_tokens)
+        print(
+            f"ttft {ttft} · e2e {m.e2e_s * 1e3:.1f} ms · decode {tps} tok/s · "
+            f"output {m.output_tokens} ({m.output_tokens_source}) · prompt {m.prompt_tokens} "
+            f"· cached {cached}",
+            file=sys.stderr,
+        )
+        return 0 if result.ok else 1
+
+    return asyncio.run(run())
+
+
+def _llamacpp(args: argparse.Namespace) -> int:
+    from agentflow.llamacpp import LlamaCppServer
+
+    with LlamaCppServer(port=args.port, n_parallel=args.n_parallel, n_ctx=args.n_ctx) as srv:
+        print(f"llama.cpp serving SmolLM2-135M at {srv.base_url} (model 'smollm2'); Ctrl-C stops")
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

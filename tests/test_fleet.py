@@ -1,0 +1,126 @@
+"""A fleet runs many sessions under one concurrency bound; callbacks never bring it down."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentflow import (
+    Agent,
+    ConfigError,
+    ErrorEvent,
+    Event,
+    Fleet,
+    FleetEndEvent,
+    HTTPTransport,
+    TokenEvent,
+)
+from agentflow.testing import Reply, ScriptedServer
+
+AGENT = Agent(name="writer", model="m")
+
+
+def slow_text(text: str) -> Reply:
+    return Reply(frames=Reply.text(text).frames, frame_delay_s=0.005)
+
+
+async def test_concurrency_bound_holds_at_the_server() -> None:
+    """With max_concurrency=3, the server sees at most 3 requests at once — and does see 3."""
+    async with (
+        ScriptedServer([slow_text(f"answer {i}") for i in range(20)]) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        result = await Fleet(t, max_concurrency=3).run(AGENT.session(f"q{i}") for i in range(20))
+    assert srv.peak_in_flight == 3 and result.peak_in_flight == 3
+    assert all(s.ok for s in result.sessions) and len(result.sessions) == 20
+    assert result.output_tokens == 40 and result.output_tps > 0
+
+
+async def test_queue_wait_is_measured() -> None:
+    """A session that waited for a slot reports the wait; the first one does not wait."""
+    async with (
+        ScriptedServer([slow_text("a b c"), slow_text("d e f")]) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        result = await Fleet(t, max_concurrency=1).run([AGENT.session("1"), AGENT.session("2")])
+    waits = sorted(s.turns[0].metrics.queue_wait_s for s in result.sessions)
+    assert waits[0] < 0.005 and waits[1] >= 0.015
+
+
+async def test_raising_callbacks_are_reported_not_fatal() -> None:
+    """Sync and async callbacks that raise are recorded and reported; every session completes."""
+    seen: list[Event] = []
+
+    def bad_sync(event: Event) -> None:
+        if isinstance(event, TokenEvent):
+            raise ValueError("sync boom")
+
+    async def bad_async(event: Event) -> None:
+        if event.type == "turn_end":
+            raise KeyError("async boom")
+
+    async with (
+        ScriptedServer([Reply.text("x y"), Reply.text("z")]) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        fleet = Fleet(t, callbacks=[bad_sync, bad_async, seen.append])
+        result = await fleet.run([AGENT.session("1"), AGENT.session("2")])
+    assert all(s.ok for s in result.sessions)
+    assert len([f for f in result.callback_errors if isinstance(f.error, ValueError)]) == 3
+    assert len([f for f in result.callback_errors if isinstance(f.error, KeyError)]) == 2
+    reported = [e for e in seen if isinstance(e, ErrorEvent) and e.where == "callback"]
+    assert len(reported) == 5
+
+
+async def test_async_callbacks_see_events_in_order() -> None:
+    """One dispatcher feeds async callbacks: each session's tokens arrive in stream order."""
+    texts: dict[str, str] = {}
+
+    async def collect(event: Event) -> None:
+        await asyncio.sleep(0)
+        if isinstance(event, TokenEvent):
+            texts[event.session_id] = texts.get(event.session_id, "") + event.text
+
+    async with (
+        ScriptedServer([Reply.text("a b c d"), Reply.text("e f g h")]) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        result = await Fleet(t, callbacks=[collect]).run([AGENT.session("1"), AGENT.session("2")])
+    assert sorted(texts.values()) == sorted(s.final_output or "" for s in result.sessions)
+
+
+async def test_stream_yields_every_event_then_fleet_end() -> None:
+    """`Fleet.stream` is an async iterator over events ending with FleetEndEvent."""
+    async with ScriptedServer([Reply.text("one two")]) as srv, HTTPTransport(srv.base_url) as t:
+        events = [e async for e in Fleet(t).stream([AGENT.session("1")])]
+    assert [e.type for e in events] == ["token", "token", "turn_end", "session_end", "fleet_end"]
+    end = events[-1]
+    assert isinstance(end, FleetEndEvent) and end.result.sessions[0].final_output == "one two"
+
+
+async def test_leaving_the_stream_early_cancels_the_run() -> None:
+    """Breaking out of `Fleet.stream` cancels the sessions and closes their connections."""
+    long = Reply(frames=Reply.text(" ".join(["w"] * 200)).frames, frame_delay_s=0.01)
+    async with ScriptedServer([long]) as srv, HTTPTransport(srv.base_url) as t:
+        stream = Fleet(t).stream([AGENT.session("1")])
+        async for event in stream:
+            if event.type == "token":
+                break
+        await stream.aclose()  # type: ignore[attr-defined]
+        for _ in range(100):
+            if srv.client_disconnects:
+                break
+            await asyncio.sleep(0.02)
+    assert srv.client_disconnects == 1
+
+
+async def test_fleet_config_errors() -> None:
+    """Bad bounds and reused sessions are ConfigErrors, raised before anything is sent."""
+    with pytest.raises(ConfigError, match="max_concurrency"):
+        Fleet(HTTPTransport("http://127.0.0.1:9/v1"), max_concurrency=0)
+    s = AGENT.session("x", session_id="same")
+    with pytest.raises(ConfigError, match="share session_id"):
+        await Fleet(HTTPTransport("http://127.0.0.1:9/v1")).run(
+            [s, AGENT.session("y", session_id="same")]
+        )

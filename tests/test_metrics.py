@@ -1,0 +1,76 @@
+"""Turn metrics follow docs/metrics.md exactly, checked on traces computed by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from agentflow import TurnTrace, Usage, turn_metrics
+
+MS = 1_000_000
+
+BASE = TurnTrace(
+    endpoint="http://x/v1",
+    model="m",
+    response_id="r",
+    sent_ns=0,
+    headers_ns=5 * MS,
+    end_ns=130 * MS,
+    chunk_ns=(50 * MS, 60 * MS, 80 * MS, 120 * MS),
+    chunk_chars=(3, 3, 6, 3),
+    chunk_tokens=(1, 1, 2, 1),
+    tokens_exact=True,
+    n_events=7,
+    content="abcdefghijklmno",
+    reasoning="",
+    tool_calls=(),
+    finish_reason="stop",
+    usage=Usage(
+        prompt_tokens=100,
+        completion_tokens=5,
+        cached_tokens=64,
+        cached_source="prompt_tokens_details",
+    ),
+    done=True,
+)
+
+
+def test_hand_computed_figures() -> None:
+    """TTFT 50 ms; E2E 130 ms; TPOT (130−50)/(5−1) = 20 ms; 50 tok/s; ITL per chunk gap."""
+    m = turn_metrics(BASE, ready_ns=-15 * MS)
+    assert m.queue_wait_s == pytest.approx(0.015)
+    assert m.ttft_s == pytest.approx(0.050)
+    assert m.e2e_s == pytest.approx(0.130)
+    assert m.tpot_s == pytest.approx(0.020)
+    assert m.decode_tps == pytest.approx(50.0)
+    assert m.itl_s == pytest.approx((0.010, 0.020, 0.040))
+    assert m.tokens_per_chunk == (1, 1, 2, 1)
+    assert (m.output_tokens, m.output_tokens_source) == (5, "server_usage")
+    assert (m.prompt_tokens, m.cached_tokens, m.cache_hit_rate) == (100, 64, 0.64)
+
+
+def test_without_usage_counts_chunks_and_says_so() -> None:
+    """No usage: output tokens = tokens over chunks, source 'chunk_count'; cache not reported."""
+    m = turn_metrics(dataclasses.replace(BASE, usage=None))
+    assert (m.output_tokens, m.output_tokens_source) == (5, "chunk_count")
+    assert m.cached_tokens is None and m.cache_hit_rate is None
+    assert m.queue_wait_s == 0.0
+
+
+def test_single_token_and_no_output() -> None:
+    """One output token has no TPOT; no output chunk has no TTFT — None, never zero."""
+    one = dataclasses.replace(
+        BASE,
+        chunk_ns=(50 * MS,),
+        chunk_chars=(1,),
+        chunk_tokens=(1,),
+        usage=Usage(completion_tokens=1),
+    )
+    m = turn_metrics(one)
+    assert m.ttft_s == pytest.approx(0.05) and m.tpot_s is None and m.decode_tps is None
+    empty = dataclasses.replace(
+        BASE, chunk_ns=(), chunk_chars=(), chunk_tokens=(), usage=Usage(completion_tokens=0)
+    )
+    m = turn_metrics(empty)
+    assert m.ttft_s is None and m.tpot_s is None and m.itl_s == ()

@@ -1,0 +1,135 @@
+"""A session's turn loop: model turn → tools → results → next turn, and every way it can end."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentflow import (
+    Agent,
+    ConfigError,
+    ErrorEvent,
+    Event,
+    HTTPTransport,
+    MaxTurnsExceeded,
+    ServerError,
+    TokenEvent,
+    ToolError,
+)
+from agentflow.testing import Reply, ScriptedServer
+
+
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+def explode(reason: str) -> str:
+    """Always fails."""
+    raise RuntimeError(reason)
+
+
+AGENT = Agent(
+    name="calc", model="m", instructions="You add.", tools=[add, explode], params={"temperature": 0}
+)
+
+
+async def test_tool_loop_to_final_answer() -> None:
+    """The tool's result goes back paired with its call id, and the next turn sees it all."""
+    events: list[Event] = []
+    async with (
+        ScriptedServer(
+            [Reply.tool_call("add", {"a": 2, "b": 3}, call_id="c7"), Reply.text("It is 5")]
+        ) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        result = await AGENT.session("2+3?").run(t, callbacks=[events.append])
+    srv.assert_complete()
+    assert result.ok and result.final_output == "It is 5" and len(result.turns) == 2
+    second = srv.requests[1].body["messages"]
+    assert [m["role"] for m in second] == ["system", "user", "assistant", "tool"]
+    assert second[2]["tool_calls"][0]["id"] == "c7" and second[3]["tool_call_id"] == "c7"
+    assert second[3]["content"] == "5"
+    assert srv.requests[0].body["tools"][0]["function"]["name"] == "add"
+    assert srv.requests[0].body["temperature"] == 0
+    tokens = "".join(e.text for e in events if isinstance(e, TokenEvent) and e.turn == 1)
+    assert tokens == "It is 5"
+    assert [e.type for e in events if e.type != "token"] == [
+        "turn_end",
+        "tool_call",
+        "tool_result",
+        "turn_end",
+        "session_end",
+    ]
+
+
+async def test_max_turns_keeps_every_turn() -> None:
+    """A model that never stops calling tools ends at max_turns with all turns recorded."""
+    agent = Agent(name="loop", model="m", tools=[add], max_turns=2)
+    async with (
+        ScriptedServer([Reply.tool_call("add", {"a": 1, "b": 1})] * 2) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        result = await agent.run("go", t)
+    assert result.status == "max_turns" and isinstance(result.error, MaxTurnsExceeded)
+    assert len(result.turns) == 2 and result.messages[-1]["role"] == "tool"
+
+
+async def test_tool_error_goes_back_to_the_model() -> None:
+    """By default a failing tool's error is the tool result; the model can recover."""
+    async with (
+        ScriptedServer(
+            [
+                Reply.tool_call("explode", {"reason": "no disk"}),
+                Reply.tool_call("nope", {}),
+                Reply.text("sorry"),
+            ]
+        ) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        result = await AGENT.run("go", t)
+    assert result.ok
+    tool_msgs = [m["content"] for m in result.messages if m["role"] == "tool"]
+    assert "RuntimeError: no disk" in tool_msgs[0]
+    assert "unknown tool 'nope'" in tool_msgs[1]
+
+
+async def test_tool_error_can_end_the_session() -> None:
+    """With tool_errors='raise' the session fails with the ToolError, turns kept."""
+    agent = Agent(name="strict", model="m", tools=[explode], tool_errors="raise")
+    async with (
+        ScriptedServer([Reply.tool_call("explode", {"reason": "x"})]) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        result = await agent.run("go", t)
+    assert result.status == "error" and isinstance(result.error, ToolError)
+    assert len(result.turns) == 1
+
+
+async def test_server_failure_loses_nothing() -> None:
+    """A server error on turn 2 fails the session but keeps turn 1 and the conversation."""
+    async with (
+        ScriptedServer([Reply.tool_call("add", {"a": 1, "b": 2}), Reply.error(500)]) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        result = await AGENT.run("go", t)
+    assert result.status == "error" and isinstance(result.error, ServerError)
+    assert len(result.turns) == 1
+    assert [m["role"] for m in result.messages] == ["system", "user", "assistant", "tool"]
+
+
+def test_agent_validation_names_the_field() -> None:
+    """Bad agent config raises ConfigError naming the field and value."""
+    with pytest.raises(ConfigError, match="max_turns"):
+        Agent(name="a", model="m", max_turns=0)
+    with pytest.raises(ConfigError, match="stream"):
+        Agent(name="a", model="m", params={"stream": False})
+    with pytest.raises(ConfigError, match="duplicate tool"):
+        Agent(name="a", model="m", tools=[add, add])
+    with pytest.raises(ConfigError, match="tool_errors"):
+        Agent(name="a", model="m", tool_errors="ignore")  # type: ignore[arg-type]
+
+
+def test_error_event_is_typed() -> None:
+    """ErrorEvent says where the failure happened."""
+    e = ErrorEvent(agent="a", session_id="s", turn=0, where="tool", error=ValueError())
+    assert e.type == "error" and e.where == "tool"

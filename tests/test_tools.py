@@ -1,0 +1,110 @@
+"""Tools from typed callables: schema from the signature, descriptions from the docstring."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Literal
+
+import jsonschema
+import pydantic
+import pytest
+
+from agentflow import ConfigError, Tool, ToolError, tool
+
+
+class Point(pydantic.BaseModel):
+    x: int
+    y: int
+
+
+@tool
+def move(to: Point, speed: float = 1.0, mode: Literal["walk", "run"] = "walk") -> dict[str, object]:
+    """Move the robot.
+
+    Args:
+        to: where to go.
+        speed: metres per second.
+    """
+    return {"x": to.x, "speed": speed, "mode": mode}
+
+
+def test_schema_from_signature_and_docstring() -> None:
+    """Types, defaults, enums, nested models and per-parameter docs all land in the schema."""
+    spec = move.spec()["function"]
+    assert spec["name"] == "move" and spec["description"] == "Move the robot."
+    params = spec["parameters"]
+    assert params["required"] == ["to"]
+    assert params["properties"]["speed"] == {
+        "default": 1.0,
+        "description": "metres per second.",
+        "type": "number",
+    }
+    assert params["properties"]["mode"]["enum"] == ["walk", "run"]
+    jsonschema.Draft202012Validator.check_schema(params)
+    jsonschema.validate({"to": {"x": 1, "y": 2}}, params)
+
+
+async def test_invoke_validates_and_converts() -> None:
+    """Arguments are validated and converted (a nested dict becomes the model)."""
+    out = await move.invoke('{"to": {"x": 3, "y": 4}, "mode": "run"}')
+    assert out == '{"x":3,"speed":1.0,"mode":"run"}'
+
+
+async def test_bad_arguments_are_a_tool_error() -> None:
+    """Missing, extra or mistyped arguments raise ToolError naming the tool."""
+    for bad in ('{"speed": 2}', '{"to": {"x": 1, "y": 1}, "extra": 1}', "not json"):
+        with pytest.raises(ToolError) as info:
+            await move.invoke(bad)
+        assert info.value.tool == "move"
+
+
+async def test_sync_tools_run_off_the_event_loop_and_async_tools_on_it() -> None:
+    """Sync tools run in a worker thread (never stalling other agents); async ones in the loop."""
+    loop_thread = threading.get_ident()
+
+    def where() -> int:
+        return threading.get_ident()
+
+    async def where_async() -> int:
+        await asyncio.sleep(0)
+        return threading.get_ident()
+
+    assert int(await Tool.from_function(where).invoke("{}")) != loop_thread
+    assert int(await Tool.from_function(where_async).invoke("")) == loop_thread
+    assert int(await Tool.from_function(where, in_thread=False).invoke("{}")) == loop_thread
+
+
+async def test_a_raising_tool_becomes_a_tool_error() -> None:
+    """The tool's exception is wrapped, its type and message kept."""
+
+    def boom() -> str:
+        raise RuntimeError("disk on fire")
+
+    with pytest.raises(ToolError, match="RuntimeError: disk on fire"):
+        await Tool.from_function(boom).invoke("{}")
+
+
+def test_undescribable_functions_are_config_errors() -> None:
+    """Missing hints and *args cannot become a schema: ConfigError naming the parameter."""
+
+    def no_hint(x):  # type: ignore[no-untyped-def]
+        return x
+
+    def star(*xs: int) -> int:
+        return 0
+
+    with pytest.raises(ConfigError, match="'x' needs a type hint"):
+        Tool.from_function(no_hint)
+    with pytest.raises(ConfigError, match=r"\*xs"):
+        Tool.from_function(star)
+
+
+def test_decorator_with_options() -> None:
+    """`@tool(name=..., description=...)` overrides what the function says."""
+
+    @tool(name="lookup", description="Find a thing.")
+    def f(q: str) -> str:
+        return q
+
+    assert (f.name, f.description) == ("lookup", "Find a thing.")

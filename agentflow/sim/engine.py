@@ -232,6 +232,7 @@ class Engine:
         stop: str | Sequence[str] | None = None,
         salt: str = "",
         arrival_s: float | None = None,
+        tool_rounds: int | None = None,
     ) -> int:
         """Render, plan and queue an OpenAI chat request; returns its id.
 
@@ -247,6 +248,7 @@ class Engine:
             stop: the request's ``stop``.
             salt: varies the output of otherwise identical requests (e.g. its ``seed``).
             arrival_s: as for :meth:`add`.
+            tool_rounds: this conversation's tool rounds, overriding the configured number.
 
         Raises:
             RequestRejected: it does not fit ``max_model_len`` (vLLM's 400 wording).
@@ -261,6 +263,7 @@ class Engine:
             parallel_tool_calls=parallel_tool_calls,
             stop=stop,
             salt=salt,
+            tool_rounds=tool_rounds,
         )
         return self.add(
             EngineRequest.from_plan(prompt_ids, plan, max_tokens=max_tokens), arrival_s=arrival_s

@@ -218,6 +218,7 @@ class TextGenerator:
         parallel_tool_calls: bool = True,
         stop: str | Sequence[str] | None = None,
         salt: str = "",
+        tool_rounds: int | None = None,
     ) -> OutputPlan:
         """The output of one chat request.
 
@@ -231,8 +232,11 @@ class TextGenerator:
             stop: stop string(s) that end a text answer early.
             salt: varies the output between otherwise identical requests (e.g. the
                 request's ``seed``).
+            tool_rounds: this conversation's tool rounds, instead of the configured number
+                (lets one workload mix short and long agents).
         """
         rng = self.rng_for(prompt_ids, salt)
+        rounds = self.config.tool_rounds if tool_rounds is None else tool_rounds
         functions = [t["function"] for t in tools or () if isinstance(t.get("function"), Mapping)]
         forced: Mapping[str, Any] | None = None
         if isinstance(tool_choice, Mapping):
@@ -240,7 +244,7 @@ class TextGenerator:
             forced = next((f for f in functions if f.get("name") == name), None)
         call = bool(functions) and tool_choice != "none"
         if call and forced is None and tool_choice != "required":
-            call = count_tool_rounds(messages) < self.config.tool_rounds
+            call = count_tool_rounds(messages) < rounds
         if call:
             if forced is not None:
                 chosen = [forced]

@@ -241,7 +241,7 @@ class ScriptedServer:
             assert request.transport is not None
             request.transport.abort()
             return web.Response(status=204)
-        if reply.status >= 300:
+        if reply.status >= 300 and not reply.frame_delay_s:
             return web.Response(
                 body=b"".join(reply.frames),
                 status=reply.status,

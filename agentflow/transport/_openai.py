@@ -78,12 +78,15 @@ class OpenAITransport:
                 extra_headers=dict(request.headers),
             ) as response:
                 builder.headers_ns = clock()
-                decode = SSEDecoder().feed
+                decoder = SSEDecoder()
+                decode = decoder.feed
                 feed = builder.feed
                 async for data in response.http_response.aiter_bytes():
                     now = clock()
                     for payload in decode(data):
                         feed(payload, now)
+                for payload in decoder.flush():
+                    feed(payload, clock())
                 headers = {
                     k.lower(): v for k, v in response.headers.items() if k[:2].lower() == "x-"
                 }

@@ -168,6 +168,41 @@ async def test_idle_timeout_between_chunks() -> None:
     assert info.value.phase == "idle"
 
 
+async def test_steady_stream_longer_than_idle_does_not_time_out() -> None:
+    """Idle is the gap between reads: a stream that keeps coming outlives its idle limit."""
+    steady = Reply(frames=Reply.text("a b c d e f g h").frames, frame_delay_s=0.05)
+    _, trace = await stream_one(steady, timeouts=Timeouts(idle=0.15))
+    assert trace.content == "a b c d e f g h"  # type: ignore[attr-defined]
+
+
+async def test_error_body_sent_in_pieces_is_read_whole() -> None:
+    """An error body written in two parts still yields the server's message and code."""
+    body = b'{"error": {"message": "overloaded, try later", "code": 503}}'
+    async with ScriptedServer() as srv, HTTPTransport(srv.base_url) as t:
+        srv.add(
+            Reply(
+                frames=[body[:20], body[20:]],
+                status=503,
+                frame_delay_s=0.05,
+                headers={"Content-Type": "application/json"},
+            )
+        )
+        with pytest.raises(ServerError) as info:
+            await t.stream(REQ)
+    assert "overloaded, try later" in str(info.value)
+    assert info.value.body["error"]["code"] == 503
+
+
+async def test_last_event_without_blank_line_is_kept() -> None:
+    """A final usage event with no blank line after it (then close) is not dropped."""
+    frames = [
+        *Reply.text("hi").frames[:-2],
+        b'data: {"choices": [], "usage": {"prompt_tokens": 3}}',
+    ]
+    _, trace = await stream_one(Reply(frames=frames))
+    assert trace.usage is not None and trace.usage.prompt_tokens == 3  # type: ignore[attr-defined]
+
+
 async def test_total_timeout() -> None:
     """A stream still going at `total` seconds: StreamTimeout(phase='total')."""
     drip = Reply(frames=Reply.text("a b c d e f g h").frames, frame_delay_s=0.1)

@@ -39,7 +39,14 @@ from agentflow._metrics import OutputTokenSource, TurnMetrics, turn_metrics
 from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
 from agentflow._tools import Tool, tool
 from agentflow._trace import CacheSource, ToolCall, TurnTrace, Usage
-from agentflow.transport import ChatRequest, Endpoint, HTTPTransport, OpenAITransport, Timeouts
+from agentflow.transport import (
+    AiohttpTransport,
+    ChatRequest,
+    Endpoint,
+    HTTPTransport,
+    OpenAITransport,
+    Timeouts,
+)
 from agentflow.typing import Callback, Clock, DeltaKind, DeltaSink, Transport
 
 __version__ = "0.1.0"
@@ -48,6 +55,7 @@ __all__ = [
     "APIStatusError",
     "Agent",
     "AgentflowError",
+    "AiohttpTransport",
     "BadRequestError",
     "CacheSource",
     "Callback",

@@ -10,9 +10,12 @@ keep-alive, ``Transfer-Encoding: chunked``, one chunked frame per SSE event, all
 frames encoded once at start; the request's ``max_tokens`` sets the number of
 content chunks and an extra body field ``pace_ms`` the pacing. The rows:
 
-* ``agentflow HTTPTransport`` — the default transport (aiohttp + msgspec):
-  ``HTTPTransport(url).stream(ChatRequest(...), sink)`` with a sink whose
+* ``agentflow AiohttpTransport`` — the aiohttp transport (aiohttp + msgspec):
+  ``AiohttpTransport(url).stream(ChatRequest(...), sink)`` with a sink whose
   ``on_delta`` does nothing; the transport timestamps every read itself.
+* ``agentflow HTTPTransport`` — the default transport, the same request
+  (``asyncio.Protocol`` + httptools): every read is parsed inside ``data_received``,
+  with no coroutine wakeup per read.
 * ``openai SDK loop`` — what people write today: ``async for chunk in await
   client.chat.completions.create(..., stream=True, stream_options=...)``, reading
   ``chunk.choices[0].delta.content``, taking ``time.perf_counter_ns()`` per chunk and
@@ -27,9 +30,10 @@ Modes: *bulk* (1 stream of 200,000 chunks written as fast as the socket takes th
 the SDK loop gets 50,000, since µs per chunk is what is compared), *paced* (200
 concurrent streams of 300 chunks, each one event per 10 ms, stream starts spread
 evenly over one 10 ms period so that each read is a wakeup of its own) and
-*paced_1cpu* (the agentflow row again, client and server on one CPU). With two or more
-CPUs the client is pinned to one and the server to another (``--no-pin`` leaves
-placement to the scheduler, which on a 2-CPU VM makes paced figures bimodal). Every
+*paced_1cpu* (the two agentflow transport rows again, client and server on one
+CPU). With two or more CPUs the client is pinned to one and the server to another
+(``--no-pin`` leaves placement to the scheduler, which on a 2-CPU VM makes paced
+figures bimodal). Every
 measurement runs in a fresh event loop with a fresh client, after a warm-up round of
 short streams on that client; rows alternate within each repetition so that machine
 noise spreads over all of them; medians, min–max and paired per-repetition ratios are
@@ -73,7 +77,14 @@ import _sse_server
 import openai
 from openai.types.chat import ChatCompletionMessageParam
 
-from agentflow import ChatRequest, DeltaKind, HTTPTransport, OpenAITransport, TurnTrace
+from agentflow import (
+    AiohttpTransport,
+    ChatRequest,
+    DeltaKind,
+    HTTPTransport,
+    OpenAITransport,
+    TurnTrace,
+)
 from agentflow.transport import SSEDecoder, TraceBuilder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,10 +149,10 @@ def _check_trace(trace: TurnTrace, n: int) -> int:
 
 
 class AgentflowHTTP:
-    """agentflow's default transport (aiohttp + msgspec)."""
+    """agentflow's aiohttp transport (aiohttp + msgspec)."""
 
     def __init__(self, base_url: str) -> None:
-        self._transport = HTTPTransport(base_url)
+        self._transport: AiohttpTransport | HTTPTransport = AiohttpTransport(base_url)
 
     async def one(self, n: int, pace_ms: float) -> int:
         request = ChatRequest(
@@ -151,6 +162,13 @@ class AgentflowHTTP:
 
     async def aclose(self) -> None:
         await self._transport.aclose()
+
+
+class AgentflowProtocol(AgentflowHTTP):
+    """agentflow's default transport (asyncio.Protocol + httptools + msgspec)."""
+
+    def __init__(self, base_url: str) -> None:
+        self._transport = HTTPTransport(base_url)
 
 
 def _openai_client(base_url: str) -> openai.AsyncOpenAI:
@@ -284,7 +302,8 @@ class Row:
 
 
 ROWS = (
-    Row("agentflow", "agentflow `HTTPTransport`", AgentflowHTTP),
+    Row("agentflow", "agentflow `AiohttpTransport`", AgentflowHTTP),
+    Row("protocol", "agentflow `HTTPTransport`", AgentflowProtocol),
     Row("sdk", "openai SDK loop", SDKLoop),
     Row("af_openai", "agentflow `OpenAITransport`", AgentflowOpenAI),
     Row("parse", "agentflow parsing only, no I/O", ParseOnly),
@@ -580,17 +599,22 @@ def targets(cells: dict[tuple[str, str], Cell], modes: Sequence[Mode]) -> str:
         out.append(f"| {what} | {_fmt(value)}{unit} | {'yes' if ok else '**no**'} |")
 
     labels = {m.key: m.label("agentflow") for m in modes}
-    for key, limit in (("bulk", 4.0), ("paced", 20.0), ("paced_1cpu", 20.0)):
-        if key in keys and cells[key, "agentflow"].samples:
-            v = statistics.median(cells[key, "agentflow"].us())
-            line(f"agentflow ≤ {limit:g} µs/chunk, {labels[key]}", v, v <= limit, " µs")
-    for key in ("bulk", "paced"):
-        ratios = (
-            _ratios(cells[key, "sdk"], cells[key, "agentflow"]) if (key, "sdk") in cells else []
-        )
-        if key in keys and ratios:
-            r = statistics.median(ratios)
-            line(f"SDK loop ÷ agentflow ≥ 25×, {key}", r, r >= 25, "×")
+    names = {"agentflow": "`AiohttpTransport`", "protocol": "`HTTPTransport`"}
+    for row, name in names.items():
+        for key, limit in (("bulk", 4.0), ("paced", 20.0), ("paced_1cpu", 20.0)):
+            if key in keys and (key, row) in cells and cells[key, row].samples:
+                v = statistics.median(cells[key, row].us())
+                line(f"{name} ≤ {limit:g} µs/chunk, {labels[key]}", v, v <= limit, " µs")
+    for row, name in names.items():
+        for key in ("bulk", "paced"):
+            ratios = (
+                _ratios(cells[key, "sdk"], cells[key, row])
+                if (key, "sdk") in cells and (key, row) in cells
+                else []
+            )
+            if key in keys and ratios:
+                r = statistics.median(ratios)
+                line(f"SDK loop ÷ {name} ≥ 25×, {key}", r, r >= 25, "×")
     return "\n".join(out)
 
 
@@ -609,7 +633,7 @@ def machine() -> str:
         ncpu = os.cpu_count() or 0
     libs = ", ".join(
         f"{d} {metadata.version(d)}"
-        for d in ("agentflow", "aiohttp", "msgspec", "openai", "httpx2", "pydantic")
+        for d in ("agentflow", "aiohttp", "httptools", "msgspec", "openai", "httpx2", "pydantic")
     )
     py = f"{platform.python_implementation()} {platform.python_version()}"
     return f"{ncpu} CPUs ({cpu}), {platform.system()} {platform.release()}, {py}; {libs}"
@@ -640,6 +664,14 @@ def _findings(modes: Sequence[Mode], cells: dict[tuple[str, str], Cell]) -> str:
             "the trace (the no-I/O row); the rest is aiohttp's HTTP client (chunked "
             "decoding, its stream reader, the read timeout) and the socket."
         )
+        if ("bulk", "protocol") in cells and cells["bulk", "protocol"].samples:
+            proto = med(cells["bulk", "protocol"].us())
+            out.append(
+                f"`HTTPTransport` spends {_fmt(proto)} µs per bulk chunk, of which the "
+                f"same {_fmt(parse)} µs ({parse / proto:.0%}) is parsing; the rest is "
+                "httptools' chunked decoding, asyncio's socket reads and the joins of "
+                "body pieces."
+            )
     for mode in modes:
         if not mode.pace_ms:
             continue
@@ -738,10 +770,12 @@ field `pace_ms` the pacing. The figure is the client process's own CPU time
 (`time.process_time_ns`, user + system; the server is another process) over the
 streaming, divided by the content chunks received — request encoding, stream start and
 end are included. Every row timestamps each chunk and calls a no-op per-token callback:
-`agentflow HTTPTransport` is the default transport (aiohttp + msgspec; its per-read
+`agentflow AiohttpTransport` is the aiohttp transport (aiohttp + msgspec; its per-read
 timestamps are built in) streaming `ChatRequest`s to a sink whose `on_delta` does
-nothing; `openai SDK loop` is `async for chunk in await
-client.chat.completions.create(..., stream=True, stream_options={{"include_usage":
+nothing; `agentflow HTTPTransport` (the default) streams the same requests through
+an `asyncio.Protocol` with httptools' C HTTP parser, every read parsed inside
+`data_received`, no coroutine wakeup per read); `openai SDK loop` is `async for chunk in
+await client.chat.completions.create(..., stream=True, stream_options={{"include_usage":
 True}})` reading `chunk.choices[0].delta.content` and calling `time.perf_counter_ns()`
 per chunk; `agentflow OpenAITransport` sends through the SDK's `AsyncOpenAI` client and
 parses the raw bytes with agentflow's own path; `agentflow parsing only` feeds the same
@@ -787,7 +821,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--pace-ms", type=float, default=10.0, help="paced interval (default 10)")
     p.add_argument(
         "--rows",
-        default="agentflow,sdk,af_openai,parse",
+        default="agentflow,protocol,sdk,af_openai,parse",
         help="rows to run, comma-separated; agentflow is always included",
     )
     p.add_argument(
@@ -817,15 +851,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     wanted = {"agentflow", *args.rows.split(",")}
     rows = [r for r in ROWS if r.key in wanted]
     pin: Pin = "split" if len(CPUS) >= 2 and not args.no_pin else "none"
-    bulk_chunks = {"agentflow": bulk_n, "parse": bulk_n, "sdk": sdk_bulk_n, "af_openai": bulk_n}
-    paced_chunks = dict.fromkeys(("agentflow", "sdk", "af_openai"), paced_n)
+    bulk_chunks = {
+        "agentflow": bulk_n,
+        "protocol": bulk_n,
+        "parse": bulk_n,
+        "sdk": sdk_bulk_n,
+        "af_openai": bulk_n,
+    }
+    paced_chunks = dict.fromkeys(("agentflow", "protocol", "sdk", "af_openai"), paced_n)
     all_modes = {
         "bulk": Mode("bulk", 1, bulk_chunks, 0, pin),
         "paced": Mode("paced", streams, paced_chunks, args.pace_ms, pin, not args.lockstep),
         # The same load with client and server sharing one CPU: on this kind of VM a
         # wakeup from another CPU costs the client far more than one from its own.
         "paced_1cpu": Mode(
-            "paced_1cpu", streams, {"agentflow": paced_n}, args.pace_ms, "same", not args.lockstep
+            "paced_1cpu",
+            streams,
+            dict.fromkeys(("agentflow", "protocol"), paced_n),
+            args.pace_ms,
+            "same",
+            not args.lockstep,
         ),
     }
     modes = [all_modes[k] for k in args.modes.split(",")]

@@ -1,8 +1,15 @@
 """The wire: one streamed chat-completions request in, one :class:`~agentflow.TurnTrace` out.
 
 Knows nothing of agents, sessions or fleets.
+
+- :class:`HTTPTransport` — the default: asyncio.Protocol + httptools, all per-read work in
+  the socket callback.
+- :class:`AiohttpTransport` — the same on aiohttp (proxies, redirects, compression, an
+  existing ``aiohttp.ClientSession``), at about twice the CPU per chunk.
+- :class:`OpenAITransport` — through a user's ``openai.AsyncOpenAI`` client.
 """
 
+from agentflow.transport._aiohttp import AiohttpTransport
 from agentflow.transport._decode import TraceBuilder, apportion
 from agentflow.transport._http import HTTPTransport
 from agentflow.transport._openai import OpenAITransport
@@ -10,6 +17,7 @@ from agentflow.transport._request import ChatRequest, Endpoint, Timeouts, parse_
 from agentflow.transport._sse import SSEDecoder
 
 __all__ = [
+    "AiohttpTransport",
     "ChatRequest",
     "Endpoint",
     "HTTPTransport",

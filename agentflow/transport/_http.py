@@ -1,44 +1,53 @@
-"""The default transport: aiohttp + msgspec, no SDK objects per chunk.
+"""A leaner transport: an ``asyncio.Protocol`` that parses every read where it lands.
 
-Per chunk it costs a few µs of CPU (``benchmarks/client_overhead.py``): a read
-from aiohttp's stream buffer, one timestamp per read, the SSE split and one
-msgspec decode per event. Connections are pooled without a limit of their own —
-how many requests run at once is the fleet's decision, not the pool's.
+:class:`AiohttpTransport` reads through aiohttp: each read goes into its stream reader,
+and the streaming coroutine wakes up to take it out. Here the whole per-read path
+runs synchronously inside ``data_received`` — one ``clock()`` timestamp, the HTTP
+framing (``httptools``, the C parser uvicorn uses), :class:`SSEDecoder` and
+:meth:`TraceBuilder.feed` — so no coroutine wakes up per read. The caller awaits one
+future, resolved (or failed) by the protocol when the response ends.
+
+Everything above the read loop is shared with :class:`AiohttpTransport` (time limits via
+:class:`Deadlines`, :func:`status_error`, :func:`finish_stream`, which headers are
+kept), so the two produce the same traces and raise the same errors. Connections come
+from a :class:`ConnectionPool` of HTTP/1.1 kept-alive connections.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ssl as _ssl
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
-import aiohttp
+import httptools
 import msgspec
+from multidict import CIMultiDict
 
-from agentflow._errors import (
-    APIStatusError,
-    BadRequestError,
-    ConnectError,
-    RateLimitError,
-    ServerError,
-    StreamInterrupted,
-    StreamProtocolError,
-    StreamTimeout,
-)
+from agentflow._errors import ConfigError, ConnectError, StreamInterrupted, StreamProtocolError
 from agentflow._trace import TurnTrace
 from agentflow.transport._deadline import Deadlines
 from agentflow.transport._decode import TraceBuilder
-from agentflow.transport._request import ChatRequest, Endpoint, Timeouts, parse_retry_after
+from agentflow.transport._pool import ConnectionPool, PooledConnection
+from agentflow.transport._request import ChatRequest, Endpoint, Timeouts
+from agentflow.transport._shared import MAX_ERROR_BODY, finish_stream, keep_headers, status_error
 from agentflow.transport._sse import SSEDecoder
 from agentflow.typing import Clock, DeltaSink
 
-__all__ = ["HTTPTransport", "finish_stream", "status_error"]
+__all__ = ["HTTPTransport"]
 
 _encode = msgspec.json.encode
-_MAX_ERROR_BODY = 64 * 1024
+# Framing and encoding headers are the transport's to set: the body length is its own,
+# and it cannot decode a compressed body, so it always asks for none.
+_OWN_HEADERS = frozenset({"content-length", "transfer-encoding", "accept-encoding", "connection"})
 
 
 class HTTPTransport:
-    """Streams chat completions from one endpoint over aiohttp.
+    """Streams chat completions from one endpoint over raw asyncio and httptools.
+
+    A drop-in alternative to :class:`AiohttpTransport` (same arguments, traces and errors)
+    that does all per-read work inside the socket's ``data_received`` callback.
 
     Args:
         endpoint: an :class:`Endpoint` or a base URL.
@@ -46,7 +55,8 @@ class HTTPTransport:
         connect_retries: how many times a request that got *no response byte* is resent
             on a new connection (llama.cpp's server drops some kept-alive connections
             after a stream; such a resend cannot duplicate output the client saw).
-        session: an ``aiohttp.ClientSession`` to use; the transport then does not close it.
+        ssl: the TLS context for an https endpoint (default: the system's trust store).
+        keepalive_s: idle connections are closed after this many seconds.
         clock: nanosecond monotonic clock for the trace.
     """
 
@@ -56,15 +66,30 @@ class HTTPTransport:
         *,
         timeouts: Timeouts | None = None,
         connect_retries: int = 2,
-        session: aiohttp.ClientSession | None = None,
+        ssl: _ssl.SSLContext | None = None,
+        keepalive_s: float = 15.0,
         clock: Clock = time.perf_counter_ns,
     ) -> None:
         self._endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(base_url=endpoint)
         self._timeouts = timeouts or Timeouts()
         self._connect_retries = connect_retries
-        self._session = session
-        self._owns_session = session is None
+        self._keepalive_s = keepalive_s
         self._clock = clock
+        url = urlsplit(self._endpoint.chat_url)
+        self._https = url.scheme == "https"
+        try:
+            port = url.port
+        except ValueError as exc:
+            raise ConfigError(f"Endpoint.base_url has a bad port: {exc}") from None
+        default_port = 443 if self._https else 80
+        self._host = url.hostname or ""
+        self._port = port or default_port
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        self._host_header = host if self._port == default_port else f"{host}:{self._port}"
+        target = (url.path or "/") + (f"?{url.query}" if url.query else "")
+        self._request_line = f"POST {target} HTTP/1.1\r\n"
+        self._ssl = ssl
+        self._pool: ConnectionPool[_Connection] | None = None
         #: Requests resent because the connection failed before any response byte.
         self.reconnects = 0
 
@@ -78,30 +103,58 @@ class HTTPTransport:
         """The endpoint configuration."""
         return self._endpoint
 
-    def _client(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            t = self._timeouts
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
-                # Idle is watched by Deadlines (lazily), not by a per-read sock_read timer.
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=t.connect),
-                # A 1 MiB buffer keeps a fast stream from pausing and resuming the socket
-                # once per chunk (aiohttp's 64 KiB default did, in the bulk benchmark).
-                read_bufsize=2**20,
-            )
-            self._owns_session = True
-        return self._session
+    @property
+    def pool(self) -> ConnectionPool[_Connection] | None:
+        """The connection pool (``None`` before the first request)."""
+        return self._pool
 
-    async def stream(self, request: ChatRequest, sink: DeltaSink | None = None) -> TurnTrace:
-        """Stream one request to its end; see :class:`agentflow.typing.Transport`."""
+    def _get_pool(self) -> ConnectionPool[_Connection]:
+        pool = self._pool
+        # Connections belong to the event loop that opened them; a transport reused
+        # under a new loop (a second asyncio.run) starts a new pool.
+        if pool is None or pool.loop is not asyncio.get_running_loop():
+            ctx = None
+            if self._https:
+                ctx = self._ssl = self._ssl or _ssl.create_default_context()
+            pool = self._pool = ConnectionPool(
+                _Connection,
+                self._host,
+                self._port,
+                endpoint=self.endpoint,
+                ssl=ctx,
+                server_hostname=self._host,
+                connect_timeout=self._timeouts.connect,
+                keepalive_s=self._keepalive_s,
+            )
+        return pool
+
+    def _encode_request(self, request: ChatRequest) -> bytes:
+        """The request head and body, as one write."""
         ep = self._endpoint
         body = _encode(request.body(ep.extra_body))
         headers = ep.request_headers(request.headers)
-        # A plain loop, not tenacity: only a failure before any response byte is resent
-        # here (see ConnectError); the retry *policy* lives above the transport.
+        names = {k.lower() for k in headers}
+        lines = [self._request_line]
+        if "host" not in names:
+            lines.append(f"Host: {self._host_header}\r\n")
+        if "user-agent" not in names:
+            lines.append("User-Agent: agentflow\r\n")
+        for name, value in headers.items():
+            if "\r" in name or "\n" in name or "\r" in value or "\n" in value:
+                # A line break would let a header value smuggle in headers of its own.
+                raise ConfigError(f"header {name!r} contains a line break")
+            if name.lower() not in _OWN_HEADERS:
+                lines.append(f"{name}: {value}\r\n")
+        lines.append(f"Accept-Encoding: identity\r\nContent-Length: {len(body)}\r\n\r\n")
+        return "".join(lines).encode() + body
+
+    async def stream(self, request: ChatRequest, sink: DeltaSink | None = None) -> TurnTrace:
+        """Stream one request to its end; see :class:`agentflow.typing.Transport`."""
+        payload = self._encode_request(request)
+        # As in AiohttpTransport: only a failure before any response byte is resent here.
         for attempt in range(self._connect_retries + 1):
             try:
-                return await self._stream_once(body, headers, sink, attempt)
+                return await self._stream_once(payload, sink, attempt)
             except ConnectError:
                 if attempt == self._connect_retries:
                     raise
@@ -109,77 +162,45 @@ class HTTPTransport:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _stream_once(
-        self, body: bytes, headers: dict[str, str], sink: DeltaSink | None, reconnects: int
+        self, payload: bytes, sink: DeltaSink | None, reconnects: int
     ) -> TurnTrace:
         clock = self._clock
         sent = clock()
         builder = TraceBuilder(endpoint=self.endpoint, sent_ns=sent, sink=sink)
         limits = Deadlines(self._timeouts, clock, sent)
+        pool = self._get_pool()
         try:
             async with limits.scope():
-                resp = await self._post(body, headers)
-                # From here on the connection is returned to the pool only after a clean
-                # end of body; an error or a cancellation closes it.
+                conn = await pool.acquire()
+                # The connection goes back to the pool only after a clean end of body on
+                # a kept-alive connection; an error or a cancellation closes it.
                 clean = False
                 try:
-                    builder.headers_ns = limits.last_ns = clock()
-                    if resp.status >= 300:
+                    ex = conn.start(payload, builder, limits, clock, reconnects)
+                    await ex.done
+                    # Unlike AiohttpTransport, a connection that carried a whole error body
+                    # is kept too: a burst of 429s need not cost a burst of reconnects.
+                    clean = ex.keep
+                    if ex.status >= 300:
                         raise await status_error(
-                            resp.status, resp.headers, _read_error_body(resp), self.endpoint
+                            ex.status, ex.headers, _given(b"".join(ex.error_parts)), self.endpoint
                         )
-                    decoder = SSEDecoder()
-                    decode = decoder.feed
-                    feed = builder.feed
-                    waiting_first = limits.waiting_first
-                    async for data in resp.content.iter_any():
-                        limits.last_ns = now = clock()
-                        for payload in decode(data):
-                            feed(payload, now)
-                        if waiting_first and builder.chunk_ns:
-                            waiting_first = False
-                            limits.first_output()
-                    for payload in decoder.flush():  # a last event with no blank line after it
-                        feed(payload, clock())
-                    clean = True
                 finally:
                     limits.cancel()
                     if clean:
-                        resp.release()
+                        pool.release(conn)
                     else:
-                        resp.close()
-                trace = finish_stream(builder, clock(), reconnects, _keep_headers(resp.headers))
+                        conn.abort()
+                trace = finish_stream(builder, clock(), reconnects, keep_headers(ex.headers))
         except TimeoutError:
             raise limits.error(self.endpoint) from None
-        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
-            raise StreamInterrupted(
-                f"connection to {self.endpoint} dropped mid-stream after "
-                f"{len(builder.chunk_ns)} output chunks: {type(exc).__name__}: {exc}",
-                endpoint=self.endpoint,
-                trace=builder.finish(clock(), reconnects=reconnects),
-            ) from exc
         return trace
 
-    async def _post(self, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
-        t = self._timeouts
-        try:
-            return await self._client().post(self._endpoint.chat_url, data=body, headers=headers)
-        except aiohttp.ConnectionTimeoutError:
-            raise StreamTimeout(
-                f"{self.endpoint}: no connection within {t.connect} s (connect limit)",
-                phase="connect",
-                timeout_s=t.connect or 0.0,
-                endpoint=self.endpoint,
-            ) from None
-        except (aiohttp.ClientConnectionError, OSError) as exc:
-            raise ConnectError(
-                f"no response from {self.endpoint}: {type(exc).__name__}: {exc}",
-                endpoint=self.endpoint,
-            ) from exc
-
     async def aclose(self) -> None:
-        """Close the connection pool if this transport opened it."""
-        if self._session is not None and self._owns_session and not self._session.closed:
-            await self._session.close()
+        """Close every pooled connection. Safe to call twice."""
+        pool, self._pool = self._pool, None
+        if pool is not None and pool.loop is asyncio.get_running_loop():
+            await pool.aclose()
 
     async def __aenter__(self) -> HTTPTransport:
         return self
@@ -191,77 +212,277 @@ class HTTPTransport:
         return f"HTTPTransport({self.endpoint!r}, reconnects={self.reconnects})"
 
 
-def finish_stream(
-    builder: TraceBuilder, end_ns: int, reconnects: int, headers: dict[str, str]
-) -> TurnTrace:
-    """Close a builder at end of body: a stream must end with ``[DONE]`` or a finish reason."""
-    trace = builder.finish(end_ns, reconnects=reconnects, headers=headers)
-    if not trace.done and trace.finish_reason is None:
-        raise StreamProtocolError(
-            f"stream from {builder.endpoint} ended after {trace.n_events} events "
-            "with neither a finish_reason nor [DONE]",
-            endpoint=builder.endpoint,
-            trace=trace,
+async def _given(body: bytes) -> bytes:
+    """``status_error`` awaits the error body; here it has already been read."""
+    return body
+
+
+class _Exchange:
+    """One request on one connection: where its reads go and what its caller awaits."""
+
+    __slots__ = (
+        "builder",
+        "clock",
+        "complete",
+        "decode",
+        "decoder",
+        "done",
+        "error_parts",
+        "error_size",
+        "feed",
+        "framed",
+        "headers",
+        "informational",
+        "keep",
+        "limits",
+        "n_pieces",
+        "raw_headers",
+        "reconnects",
+        "status",
+        "waiting_first",
+    )
+
+    def __init__(
+        self,
+        done: asyncio.Future[None],
+        builder: TraceBuilder,
+        limits: Deadlines,
+        clock: Clock,
+        reconnects: int,
+    ) -> None:
+        #: Resolved when the response has ended (``status`` says how), failed otherwise.
+        self.done = done
+        self.builder = builder
+        self.feed = builder.feed
+        self.decoder = SSEDecoder()
+        self.decode = self.decoder.feed
+        self.limits = limits
+        self.clock = clock
+        self.reconnects = reconnects
+        self.waiting_first = limits.waiting_first
+        self.status = 0  # of the final response, once its head is complete
+        self.headers: CIMultiDict[str] = CIMultiDict()
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.informational = False  # inside a 1xx response, which precedes the real one
+        self.framed = True  # body delimited by chunks or a length, not by the close
+        self.complete = False
+        self.n_pieces = 0  # body pieces of the read that belong to this response
+        self.keep = True  # the connection may be reused afterwards
+        self.error_parts: list[bytes] = []
+        self.error_size = 0
+
+
+class _Connection(PooledConnection):
+    """One HTTP/1.1 connection; while a request is on it, each read is parsed on arrival."""
+
+    __slots__ = ("_ex", "_now", "_parser", "_pieces", "on_body")
+
+    def __init__(self, pool: ConnectionPool[Any]) -> None:
+        super().__init__(pool)
+        self._ex: _Exchange | None = None
+        self._now = 0
+        self._pieces: list[bytes] = []
+        # httptools looks its callbacks up once, here. With on_body bound to list.append
+        # each body piece (one per chunked frame) costs a C call, no Python frame; the
+        # pieces of one read are then split into SSE events together.
+        self.on_body = self._pieces.append
+        self._parser = httptools.HttpResponseParser(self)
+
+    def start(
+        self,
+        request: bytes,
+        builder: TraceBuilder,
+        limits: Deadlines,
+        clock: Clock,
+        reconnects: int,
+    ) -> _Exchange:
+        """Send ``request``; the reads that follow feed ``builder`` until the response ends."""
+        ex = self._ex = _Exchange(
+            self.pool.loop.create_future(), builder, limits, clock, reconnects
         )
-    return trace
+        self._pieces.clear()
+        tr = self.transport
+        if tr is None or tr.is_closing():
+            self._settle(ex, self._dropped(ex, None))
+        else:
+            tr.write(request)
+        return ex
 
+    # -- asyncio.Protocol: the per-read path ---------------------------------------------
 
-async def _read_error_body(resp: aiohttp.ClientResponse) -> bytes:
-    """The whole error body (it may arrive in several reads), up to 64 KiB."""
-    parts: list[bytes] = []
-    size = 0
-    while size < _MAX_ERROR_BODY:
-        part = await resp.content.read(_MAX_ERROR_BODY - size)
-        if not part:
-            break
-        parts.append(part)
-        size += len(part)
-    return b"".join(parts)
+    def data_received(self, data: bytes) -> None:
+        """asyncio: one read. Parse it to the end, synchronously, with one timestamp."""
+        ex = self._ex
+        if ex is None:
+            # Bytes with no request on the connection (a server's parting "408", say):
+            # whatever it is, the connection is out of step and cannot be reused.
+            self.abort()
+            return
+        self._now = now = ex.clock()
+        ex.limits.last_ns = now
+        try:
+            self._parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            if not ex.complete:
+                self._fail(ex, self._invalid(ex, exc, now))
+                return
+            ex.keep = False  # junk after a complete response: keep the response, not the line
+        pieces = self._pieces
+        if ex.complete:
+            del pieces[ex.n_pieces :]  # anything later belongs to no request of ours
+        if pieces:
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            if ex.status < 300:
+                feed = ex.feed
+                try:
+                    for payload in ex.decode(body):
+                        feed(payload, now)
+                except Exception as exc:  # the builder's protocol/server errors, a sink's own
+                    self._fail(ex, exc)
+                    return
+                if ex.waiting_first and ex.builder.chunk_ns:
+                    ex.waiting_first = False
+                    ex.limits.first_output()
+            elif self._add_error_body(ex, body, now):
+                return
+        if ex.complete:
+            self._finish(ex, now)
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        """asyncio: the socket closed. Mid-request, that ends the request one way or another."""
+        super().connection_lost(exc)
+        ex = self._ex
+        if ex is None:
+            return
+        if ex.status and not ex.framed:
+            ex.keep = False  # a body delimited by the close has just ended: this is success
+            self._finish(ex, ex.clock())
+        else:
+            self._settle(ex, self._dropped(ex, exc))
 
-async def status_error(
-    status: int, headers: Any, body_reader: Any, endpoint: str
-) -> APIStatusError:
-    """Build the :class:`APIStatusError` subclass for a non-2xx answer."""
-    raw: bytes = await body_reader
-    body: Any
-    try:
-        body = msgspec.json.decode(raw) if raw else None
-    except msgspec.DecodeError:
-        body = raw.decode("utf-8", "replace")
-    message = _error_message(body) or f"HTTP {status}"
-    cls = (
-        RateLimitError
-        if status == 429
-        else ServerError
-        if status >= 500
-        else BadRequestError
-        if status >= 400
-        else APIStatusError
-    )
-    return cls(
-        f"{endpoint} answered {status}: {message}",
-        status=status,
-        body=body,
-        retry_after=parse_retry_after(headers.get("Retry-After")),
-        endpoint=endpoint,
-    )
+    def abort(self) -> None:
+        """Close at once; a request still on the connection is abandoned, not failed."""
+        self._ex = None
+        super().abort()
 
+    # -- httptools callbacks (once per response, not per read) --------------------------
 
-def _error_message(body: Any) -> str | None:
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict):
-            msg = err.get("message") or err.get("detail")
-            return str(msg) if msg is not None else None
-        if isinstance(err, str):
-            return err
-        detail = body.get("detail") or body.get("message")
-        return str(detail) if detail is not None else None
-    if isinstance(body, str) and body:
-        return body[:300]
-    return None
+    def on_message_begin(self) -> None:
+        """httptools: a response starts. A second one after ours is junk."""
+        ex = self._ex
+        if ex is not None and ex.complete:
+            ex.keep = False
 
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """httptools: one response header."""
+        ex = self._ex
+        if ex is not None and not ex.complete:
+            ex.raw_headers.append((name, value))
 
-def _keep_headers(headers: Any) -> dict[str, str]:
-    return {k.lower(): v for k, v in headers.items() if k[:2].lower() == "x-"}
+    def on_headers_complete(self) -> None:
+        """httptools: the response head is complete."""
+        ex = self._ex
+        if ex is None or ex.complete:
+            return
+        status = self._parser.get_status_code()
+        if status < 200:  # 100 Continue and the like: the real response follows
+            ex.informational = True
+            ex.raw_headers.clear()
+            return
+        ex.status = status
+        # As aiohttp decodes them, so both transports report the same header values.
+        headers = ex.headers = CIMultiDict(
+            (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+            for n, v in ex.raw_headers
+        )
+        ex.framed = (
+            "chunked" in headers.get("Transfer-Encoding", "").lower()
+            or "Content-Length" in headers
+            or status in (204, 304)
+        )
+        ex.builder.headers_ns = self._now
+
+    def on_message_complete(self) -> None:
+        """httptools: the response body is complete (its pieces are still to be parsed)."""
+        ex = self._ex
+        if ex is None or ex.complete:
+            return
+        if ex.informational:
+            ex.informational = False
+            return
+        ex.complete = True
+        ex.n_pieces = len(self._pieces)
+        # Asked here: llhttp clears the flags it answers from once this callback returns.
+        ex.keep = ex.keep and self._parser.should_keep_alive()
+
+    # -- ends of an exchange -------------------------------------------------------------
+
+    def _add_error_body(self, ex: _Exchange, body: bytes, now: int) -> bool:
+        """Keep up to 64 KiB of a non-2xx body; at the cap, end the exchange (True)."""
+        room = MAX_ERROR_BODY - ex.error_size
+        if len(body) < room:
+            ex.error_parts.append(body)
+            ex.error_size += len(body)
+            return False
+        ex.error_parts.append(body[:room])
+        ex.error_size = MAX_ERROR_BODY
+        if not ex.complete:
+            ex.keep = False  # the rest is left unread
+            ex.complete = True
+        self._finish(ex, now)
+        return True
+
+    def _finish(self, ex: _Exchange, now: int) -> None:
+        """The response ended cleanly: flush the last event, wake the caller."""
+        if ex.status < 300:
+            try:
+                for payload in ex.decoder.flush():  # a last event with no blank line after it
+                    ex.feed(payload, now)
+            except Exception as exc:
+                self._fail(ex, exc)
+                return
+        self._ex = None
+        if not ex.done.done():
+            ex.done.set_result(None)
+
+    def _fail(self, ex: _Exchange, exc: BaseException) -> None:
+        """The request failed on this connection: fail the caller, close the connection."""
+        self._settle(ex, exc)
+        self.abort()
+
+    def _settle(self, ex: _Exchange, exc: BaseException) -> None:
+        if self._ex is ex:
+            self._ex = None
+        # A cancelled caller has already gone (and closed the connection).
+        if not ex.done.done():
+            ex.done.set_exception(exc)
+
+    def _dropped(self, ex: _Exchange, exc: BaseException | None) -> Exception:
+        """The error for a connection that closed during the request."""
+        endpoint = ex.builder.endpoint
+        why = f"{type(exc).__name__}: {exc}" if exc is not None else "the server closed it"
+        if not ex.status:
+            # No response head yet: the server cannot have answered, resending is safe.
+            err: Exception = ConnectError(f"no response from {endpoint}: {why}", endpoint=endpoint)
+        else:
+            err = StreamInterrupted(
+                f"connection to {endpoint} dropped mid-stream after "
+                f"{len(ex.builder.chunk_ns)} output chunks: {why}",
+                endpoint=endpoint,
+                trace=ex.builder.finish(ex.clock(), reconnects=ex.reconnects),
+            )
+        err.__cause__ = exc
+        return err
+
+    def _invalid(self, ex: _Exchange, exc: Exception, now: int) -> StreamProtocolError:
+        """The error for bytes that are not HTTP/1.1 (a bad status line, chunk size, …)."""
+        endpoint = ex.builder.endpoint
+        err = StreamProtocolError(
+            f"{endpoint} sent an invalid HTTP response after "
+            f"{len(ex.builder.chunk_ns)} output chunks: {type(exc).__name__}: {exc}",
+            endpoint=endpoint,
+            trace=ex.builder.finish(now, reconnects=ex.reconnects),
+        )
+        err.__cause__ = exc
+        return err

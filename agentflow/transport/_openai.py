@@ -20,8 +20,8 @@ import openai
 from agentflow._errors import ConnectError, StreamInterrupted, StreamTimeout
 from agentflow._trace import TurnTrace
 from agentflow.transport._decode import TraceBuilder
-from agentflow.transport._http import finish_stream, status_error
 from agentflow.transport._request import ChatRequest
+from agentflow.transport._shared import finish_stream, status_error
 from agentflow.transport._sse import SSEDecoder
 from agentflow.typing import Clock, DeltaSink
 

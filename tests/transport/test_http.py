@@ -1,13 +1,20 @@
-"""The default transport over real loopback HTTP: every stream shape and failure we know of."""
+"""Both HTTP transports over real loopback HTTP: every stream shape and failure we know of.
+
+Every wire test runs twice, against :class:`AiohttpTransport` (aiohttp) and
+:class:`HTTPTransport` (asyncio.Protocol + httptools): the two must agree.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 import pytest
 
 from agentflow import (
+    AiohttpTransport,
     BadRequestError,
     ChatRequest,
     ConnectError,
@@ -25,13 +32,25 @@ from agentflow.testing import Reply, ScriptedServer, sse_frames
 
 REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8})
 
+#: Either transport class; both take the same endpoint, timeouts and connect_retries.
+MakeTransport: TypeAlias = Callable[..., AiohttpTransport | HTTPTransport]
 
-async def stream_one(reply: Reply, **kw: object) -> tuple[ScriptedServer, object]:
-    async with ScriptedServer([reply]) as srv, HTTPTransport(srv.base_url, **kw) as t:  # type: ignore[arg-type]
+
+@pytest.fixture(params=[AiohttpTransport, HTTPTransport], ids=["aiohttp", "protocol"])
+def transport_cls(request: pytest.FixtureRequest) -> MakeTransport:
+    """The transport under test: each wire test runs once per transport."""
+    cls: MakeTransport = request.param
+    return cls
+
+
+async def stream_one(
+    transport_cls: MakeTransport, reply: Reply, **kw: Any
+) -> tuple[ScriptedServer, object]:
+    async with ScriptedServer([reply]) as srv, transport_cls(srv.base_url, **kw) as t:
         return srv, await t.stream(REQ)
 
 
-async def test_streamed_turn_and_request_shape() -> None:
+async def test_streamed_turn_and_request_shape(transport_cls: MakeTransport) -> None:
     """Auth, headers and extra body fields reach the server; usage is always asked for."""
     ep = Endpoint(
         base_url="http://127.0.0.1:1/v1",
@@ -50,7 +69,7 @@ async def test_streamed_turn_and_request_shape() -> None:
             headers={"X-Session-ID": "s1"},
             extra_body={"seed": 7},
         )
-        async with HTTPTransport(ep) as t:
+        async with transport_cls(ep) as t:
             trace = await t.stream(req)
     seen = srv.requests[0]
     assert seen.headers["Authorization"] == "Bearer sk-secret"
@@ -64,7 +83,7 @@ async def test_streamed_turn_and_request_shape() -> None:
     assert trace.sent_ns <= trace.headers_ns <= trace.chunk_ns[0] <= trace.end_ns
 
 
-async def test_data_lines_split_across_reads_and_keepalives() -> None:
+async def test_data_lines_split_across_reads_and_keepalives(transport_cls: MakeTransport) -> None:
     """Frames cut mid-line and sent as separate writes, with comments between, parse the same."""
     whole = b": ping\n\n" + b"".join(
         sse_frames(
@@ -75,110 +94,114 @@ async def test_data_lines_split_across_reads_and_keepalives() -> None:
         )
     )
     pieces = [whole[i : i + 7] for i in range(0, len(whole), 7)]
-    _, trace = await stream_one(Reply(frames=pieces, frame_delay_s=0.002))
+    _, trace = await stream_one(transport_cls, Reply(frames=pieces, frame_delay_s=0.002))
     assert trace.content == "abcd" and trace.done  # type: ignore[attr-defined]
 
 
-async def test_missing_done_after_finish_is_accepted() -> None:
+async def test_missing_done_after_finish_is_accepted(transport_cls: MakeTransport) -> None:
     """A stream that has a finish_reason but closes without [DONE] is complete; `done` says so."""
     frames = sse_frames(
         [{"choices": [{"index": 0, "delta": {"content": "x"}, "finish_reason": "stop"}]}],
         done=False,
     )
-    _, trace = await stream_one(Reply(frames=frames))
+    _, trace = await stream_one(transport_cls, Reply(frames=frames))
     assert trace.content == "x" and not trace.done  # type: ignore[attr-defined]
 
 
-async def test_missing_done_and_finish_is_a_protocol_error() -> None:
+async def test_missing_done_and_finish_is_a_protocol_error(transport_cls: MakeTransport) -> None:
     """A body that ends with neither [DONE] nor a finish_reason was cut short."""
     frames = sse_frames([{"choices": [{"index": 0, "delta": {"content": "x"}}]}], done=False)
     with pytest.raises(StreamProtocolError) as info:
-        await stream_one(Reply(frames=frames))
+        await stream_one(transport_cls, Reply(frames=frames))
     assert info.value.trace is not None and info.value.trace.content == "x"
 
 
-async def test_malformed_json_over_http() -> None:
+async def test_malformed_json_over_http(transport_cls: MakeTransport) -> None:
     """A malformed chunk raises StreamProtocolError naming the payload; the connection is closed."""
     with pytest.raises(StreamProtocolError) as info:
-        await stream_one(Reply(frames=[b"data: {not json\n\n"]))
+        await stream_one(transport_cls, Reply(frames=[b"data: {not json\n\n"]))
     assert info.value.payload == b"{not json"
 
 
-async def test_rate_limit_with_retry_after() -> None:
+async def test_rate_limit_with_retry_after(transport_cls: MakeTransport) -> None:
     """429 becomes RateLimitError with the server's message and Retry-After in seconds."""
     with pytest.raises(RateLimitError) as info:
-        await stream_one(Reply.error(429, "slow down", {"Retry-After": "3"}))
+        await stream_one(transport_cls, Reply.error(429, "slow down", {"Retry-After": "3"}))
     assert info.value.status == 429 and info.value.retry_after == 3.0
     assert "slow down" in str(info.value)
 
 
-async def test_server_and_bad_request_errors() -> None:
+async def test_server_and_bad_request_errors(transport_cls: MakeTransport) -> None:
     """5xx is a ServerError; other 4xx a BadRequestError; a non-JSON body is kept as text."""
     with pytest.raises(ServerError):
-        await stream_one(Reply.error(503))
+        await stream_one(transport_cls, Reply.error(503))
     with pytest.raises(BadRequestError) as info:
-        await stream_one(Reply.error(400, "This model's maximum context length is 8192 tokens."))
+        await stream_one(
+            transport_cls, Reply.error(400, "This model's maximum context length is 8192 tokens.")
+        )
     assert "maximum context length" in str(info.value)
     assert info.value.body["error"]["code"] == 400
     with pytest.raises(ServerError) as raw:
-        await stream_one(Reply(frames=[b"upstream exploded"], status=502))
+        await stream_one(transport_cls, Reply(frames=[b"upstream exploded"], status=502))
     assert raw.value.body == "upstream exploded"
 
 
-async def test_connection_cut_mid_stream_keeps_partial_trace() -> None:
+async def test_connection_cut_mid_stream_keeps_partial_trace(transport_cls: MakeTransport) -> None:
     """A dropped connection after output raises StreamInterrupted carrying what arrived."""
     frames = sse_frames([{"choices": [{"index": 0, "delta": {"content": "partial"}}]}], done=False)
     with pytest.raises(StreamInterrupted) as info:
-        await stream_one(Reply(frames=frames, cut=True))
+        await stream_one(transport_cls, Reply(frames=frames, cut=True))
     assert info.value.trace is not None and info.value.trace.content == "partial"
 
 
-async def test_dropped_kept_alive_connection_is_resent_once() -> None:
+async def test_dropped_kept_alive_connection_is_resent_once(transport_cls: MakeTransport) -> None:
     """A connection closed before any response byte is retried on a new one (llama.cpp's quirk)."""
     async with (
         ScriptedServer([Reply(drop=True), Reply.text("ok")]) as srv,
-        HTTPTransport(srv.base_url) as t,
+        transport_cls(srv.base_url) as t,
     ):
         trace = await t.stream(REQ)
         assert trace.content == "ok" and trace.reconnects == 1 and t.reconnects == 1
     assert len(srv.requests) == 2
 
 
-async def test_nothing_listening_is_a_connect_error() -> None:
+async def test_nothing_listening_is_a_connect_error(transport_cls: MakeTransport) -> None:
     """No server: ConnectError after the configured resends, never a hang."""
-    async with HTTPTransport(f"http://127.0.0.1:{free_port()}/v1", connect_retries=1) as t:
+    async with transport_cls(f"http://127.0.0.1:{free_port()}/v1", connect_retries=1) as t:
         with pytest.raises(ConnectError):
             await t.stream(REQ)
         assert t.reconnects == 1
 
 
-async def test_first_token_timeout() -> None:
+async def test_first_token_timeout(transport_cls: MakeTransport) -> None:
     """No output within `first_token` seconds: StreamTimeout(phase='first_token')."""
     slow = Reply(frames=[b": queued\n\n", *Reply.text("late").frames], frame_delay_s=5)
     with pytest.raises(StreamTimeout) as info:
-        await stream_one(slow, timeouts=Timeouts(first_token=0.2))
+        await stream_one(transport_cls, slow, timeouts=Timeouts(first_token=0.2))
     assert info.value.phase == "first_token" and info.value.timeout_s == 0.2
 
 
-async def test_idle_timeout_between_chunks() -> None:
+async def test_idle_timeout_between_chunks(transport_cls: MakeTransport) -> None:
     """A stall with no bytes longer than `idle`: StreamTimeout(phase='idle')."""
     stall = Reply(frames=Reply.text("a b c").frames, frame_delay_s=5)
     with pytest.raises(StreamTimeout) as info:
-        await stream_one(stall, timeouts=Timeouts(idle=0.2))
+        await stream_one(transport_cls, stall, timeouts=Timeouts(idle=0.2))
     assert info.value.phase == "idle"
 
 
-async def test_steady_stream_longer_than_idle_does_not_time_out() -> None:
+async def test_steady_stream_longer_than_idle_does_not_time_out(
+    transport_cls: MakeTransport,
+) -> None:
     """Idle is the gap between reads: a stream that keeps coming outlives its idle limit."""
     steady = Reply(frames=Reply.text("a b c d e f g h").frames, frame_delay_s=0.05)
-    _, trace = await stream_one(steady, timeouts=Timeouts(idle=0.15))
+    _, trace = await stream_one(transport_cls, steady, timeouts=Timeouts(idle=0.15))
     assert trace.content == "a b c d e f g h"  # type: ignore[attr-defined]
 
 
-async def test_error_body_sent_in_pieces_is_read_whole() -> None:
+async def test_error_body_sent_in_pieces_is_read_whole(transport_cls: MakeTransport) -> None:
     """An error body written in two parts still yields the server's message and code."""
     body = b'{"error": {"message": "overloaded, try later", "code": 503}}'
-    async with ScriptedServer() as srv, HTTPTransport(srv.base_url) as t:
+    async with ScriptedServer() as srv, transport_cls(srv.base_url) as t:
         srv.add(
             Reply(
                 frames=[body[:20], body[20:]],
@@ -193,29 +216,29 @@ async def test_error_body_sent_in_pieces_is_read_whole() -> None:
     assert info.value.body["error"]["code"] == 503
 
 
-async def test_last_event_without_blank_line_is_kept() -> None:
+async def test_last_event_without_blank_line_is_kept(transport_cls: MakeTransport) -> None:
     """A final usage event with no blank line after it (then close) is not dropped."""
     frames = [
         *Reply.text("hi").frames[:-2],
         b'data: {"choices": [], "usage": {"prompt_tokens": 3}}',
     ]
-    _, trace = await stream_one(Reply(frames=frames))
+    _, trace = await stream_one(transport_cls, Reply(frames=frames))
     assert trace.usage is not None and trace.usage.prompt_tokens == 3  # type: ignore[attr-defined]
 
 
-async def test_total_timeout() -> None:
+async def test_total_timeout(transport_cls: MakeTransport) -> None:
     """A stream still going at `total` seconds: StreamTimeout(phase='total')."""
     drip = Reply(frames=Reply.text("a b c d e f g h").frames, frame_delay_s=0.1)
     with pytest.raises(StreamTimeout) as info:
-        await stream_one(drip, timeouts=Timeouts(total=0.3))
+        await stream_one(transport_cls, drip, timeouts=Timeouts(total=0.3))
     assert info.value.phase == "total"
 
 
-async def test_cancellation_closes_the_connection() -> None:
+async def test_cancellation_closes_the_connection(transport_cls: MakeTransport) -> None:
     """Cancelling a turn mid-stream closes its connection (the server sees the client leave)."""
     async with (
         ScriptedServer([Reply(frames=Reply.text("a b c d e f").frames, frame_delay_s=0.05)]) as srv,
-        HTTPTransport(srv.base_url) as t,
+        transport_cls(srv.base_url) as t,
     ):
         task = asyncio.create_task(t.stream(REQ))
         await asyncio.sleep(0.08)

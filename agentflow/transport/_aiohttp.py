@@ -1,0 +1,198 @@
+"""The default transport: aiohttp + msgspec, no SDK objects per chunk.
+
+Per chunk it costs a few µs of CPU (``benchmarks/client_overhead.py``): a read
+from aiohttp's stream buffer, one timestamp per read, the SSE split and one
+msgspec decode per event. Connections are pooled without a limit of their own —
+how many requests run at once is the fleet's decision, not the pool's.
+"""
+
+from __future__ import annotations
+
+import time
+
+import aiohttp
+import msgspec
+
+from agentflow._errors import (
+    ConnectError,
+    StreamInterrupted,
+    StreamTimeout,
+)
+from agentflow._trace import TurnTrace
+from agentflow.transport._deadline import Deadlines
+from agentflow.transport._decode import TraceBuilder
+from agentflow.transport._request import ChatRequest, Endpoint, Timeouts
+from agentflow.transport._shared import MAX_ERROR_BODY, finish_stream, keep_headers, status_error
+from agentflow.transport._sse import SSEDecoder
+from agentflow.typing import Clock, DeltaSink
+
+__all__ = ["AiohttpTransport", "finish_stream", "status_error"]
+
+_encode = msgspec.json.encode
+
+
+class AiohttpTransport:
+    """Streams chat completions from one endpoint over aiohttp.
+
+    Args:
+        endpoint: an :class:`Endpoint` or a base URL.
+        timeouts: connect, first-token, idle and total limits.
+        connect_retries: how many times a request that got *no response byte* is resent
+            on a new connection (llama.cpp's server drops some kept-alive connections
+            after a stream; such a resend cannot duplicate output the client saw).
+        session: an ``aiohttp.ClientSession`` to use; the transport then does not close it.
+        clock: nanosecond monotonic clock for the trace.
+    """
+
+    def __init__(
+        self,
+        endpoint: Endpoint | str,
+        *,
+        timeouts: Timeouts | None = None,
+        connect_retries: int = 2,
+        session: aiohttp.ClientSession | None = None,
+        clock: Clock = time.perf_counter_ns,
+    ) -> None:
+        self._endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(base_url=endpoint)
+        self._timeouts = timeouts or Timeouts()
+        self._connect_retries = connect_retries
+        self._session = session
+        self._owns_session = session is None
+        self._clock = clock
+        #: Requests resent because the connection failed before any response byte.
+        self.reconnects = 0
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL requests go to."""
+        return self._endpoint.base_url
+
+    @property
+    def config(self) -> Endpoint:
+        """The endpoint configuration."""
+        return self._endpoint
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            t = self._timeouts
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
+                # Idle is watched by Deadlines (lazily), not by a per-read sock_read timer.
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=t.connect),
+                # A 1 MiB buffer keeps a fast stream from pausing and resuming the socket
+                # once per chunk (aiohttp's 64 KiB default did, in the bulk benchmark).
+                read_bufsize=2**20,
+            )
+            self._owns_session = True
+        return self._session
+
+    async def stream(self, request: ChatRequest, sink: DeltaSink | None = None) -> TurnTrace:
+        """Stream one request to its end; see :class:`agentflow.typing.Transport`."""
+        ep = self._endpoint
+        body = _encode(request.body(ep.extra_body))
+        headers = ep.request_headers(request.headers)
+        # A plain loop, not tenacity: only a failure before any response byte is resent
+        # here (see ConnectError); the retry *policy* lives above the transport.
+        for attempt in range(self._connect_retries + 1):
+            try:
+                return await self._stream_once(body, headers, sink, attempt)
+            except ConnectError:
+                if attempt == self._connect_retries:
+                    raise
+                self.reconnects += 1
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _stream_once(
+        self, body: bytes, headers: dict[str, str], sink: DeltaSink | None, reconnects: int
+    ) -> TurnTrace:
+        clock = self._clock
+        sent = clock()
+        builder = TraceBuilder(endpoint=self.endpoint, sent_ns=sent, sink=sink)
+        limits = Deadlines(self._timeouts, clock, sent)
+        try:
+            async with limits.scope():
+                resp = await self._post(body, headers)
+                # From here on the connection is returned to the pool only after a clean
+                # end of body; an error or a cancellation closes it.
+                clean = False
+                try:
+                    builder.headers_ns = limits.last_ns = clock()
+                    if resp.status >= 300:
+                        raise await status_error(
+                            resp.status, resp.headers, _read_error_body(resp), self.endpoint
+                        )
+                    decoder = SSEDecoder()
+                    decode = decoder.feed
+                    feed = builder.feed
+                    waiting_first = limits.waiting_first
+                    async for data in resp.content.iter_any():
+                        limits.last_ns = now = clock()
+                        for payload in decode(data):
+                            feed(payload, now)
+                        if waiting_first and builder.chunk_ns:
+                            waiting_first = False
+                            limits.first_output()
+                    for payload in decoder.flush():  # a last event with no blank line after it
+                        feed(payload, clock())
+                    clean = True
+                finally:
+                    limits.cancel()
+                    if clean:
+                        resp.release()
+                    else:
+                        resp.close()
+                trace = finish_stream(builder, clock(), reconnects, keep_headers(resp.headers))
+        except TimeoutError:
+            raise limits.error(self.endpoint) from None
+        except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
+            raise StreamInterrupted(
+                f"connection to {self.endpoint} dropped mid-stream after "
+                f"{len(builder.chunk_ns)} output chunks: {type(exc).__name__}: {exc}",
+                endpoint=self.endpoint,
+                trace=builder.finish(clock(), reconnects=reconnects),
+            ) from exc
+        return trace
+
+    async def _post(self, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+        t = self._timeouts
+        try:
+            return await self._client().post(self._endpoint.chat_url, data=body, headers=headers)
+        except aiohttp.ConnectionTimeoutError:
+            raise StreamTimeout(
+                f"{self.endpoint}: no connection within {t.connect} s (connect limit)",
+                phase="connect",
+                timeout_s=t.connect or 0.0,
+                endpoint=self.endpoint,
+            ) from None
+        except (aiohttp.ClientConnectionError, OSError) as exc:
+            raise ConnectError(
+                f"no response from {self.endpoint}: {type(exc).__name__}: {exc}",
+                endpoint=self.endpoint,
+            ) from exc
+
+    async def aclose(self) -> None:
+        """Close the connection pool if this transport opened it."""
+        if self._session is not None and self._owns_session and not self._session.closed:
+            await self._session.close()
+
+    async def __aenter__(self) -> AiohttpTransport:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"AiohttpTransport({self.endpoint!r}, reconnects={self.reconnects})"
+
+
+async def _read_error_body(resp: aiohttp.ClientResponse) -> bytes:
+    """The whole error body (it may arrive in several reads), up to 64 KiB."""
+    parts: list[bytes] = []
+    size = 0
+    while size < MAX_ERROR_BODY:
+        part = await resp.content.read(MAX_ERROR_BODY - size)
+        if not part:
+            break
+        parts.append(part)
+        size += len(part)
+    return b"".join(parts)

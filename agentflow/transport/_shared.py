@@ -1,0 +1,87 @@
+"""What every transport does the same way once a response is in: errors and the end of stream."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from agentflow._errors import (
+    APIStatusError,
+    BadRequestError,
+    RateLimitError,
+    ServerError,
+    StreamProtocolError,
+)
+from agentflow._trace import TurnTrace
+from agentflow.transport._decode import TraceBuilder
+from agentflow.transport._request import parse_retry_after
+
+__all__ = ["MAX_ERROR_BODY", "finish_stream", "keep_headers", "status_error"]
+
+#: The most of an error body any transport reads.
+MAX_ERROR_BODY = 64 * 1024
+
+
+def finish_stream(
+    builder: TraceBuilder, end_ns: int, reconnects: int, headers: dict[str, str]
+) -> TurnTrace:
+    """Close a builder at end of body: a stream must end with ``[DONE]`` or a finish reason."""
+    trace = builder.finish(end_ns, reconnects=reconnects, headers=headers)
+    if not trace.done and trace.finish_reason is None:
+        raise StreamProtocolError(
+            f"stream from {builder.endpoint} ended after {trace.n_events} events "
+            "with neither a finish_reason nor [DONE]",
+            endpoint=builder.endpoint,
+            trace=trace,
+        )
+    return trace
+
+
+async def status_error(
+    status: int, headers: Any, body_reader: Any, endpoint: str
+) -> APIStatusError:
+    """Build the :class:`APIStatusError` subclass for a non-2xx answer."""
+    raw: bytes = await body_reader
+    body: Any
+    try:
+        body = msgspec.json.decode(raw) if raw else None
+    except msgspec.DecodeError:
+        body = raw.decode("utf-8", "replace")
+    message = _error_message(body) or f"HTTP {status}"
+    cls = (
+        RateLimitError
+        if status == 429
+        else ServerError
+        if status >= 500
+        else BadRequestError
+        if status >= 400
+        else APIStatusError
+    )
+    return cls(
+        f"{endpoint} answered {status}: {message}",
+        status=status,
+        body=body,
+        retry_after=parse_retry_after(headers.get("Retry-After")),
+        endpoint=endpoint,
+    )
+
+
+def _error_message(body: Any) -> str | None:
+    if isinstance(body, dict):
+        err = body.get("error", body)
+        if isinstance(err, dict):
+            msg = err.get("message") or err.get("detail")
+            return str(msg) if msg is not None else None
+        if isinstance(err, str):
+            return err
+        detail = body.get("detail") or body.get("message")
+        return str(detail) if detail is not None else None
+    if isinstance(body, str) and body:
+        return body[:300]
+    return None
+
+
+def keep_headers(headers: Any) -> dict[str, str]:
+    """The response headers traces keep: every ``x-*`` one, names lower-cased."""
+    return {k.lower(): v for k, v in headers.items() if k[:2].lower() == "x-"}

@@ -1,5 +1,7 @@
 """The ``agentflow`` command.
 
+``agentflow demo``      a fleet of coding agents on the embedded simulator, with a live view
+``agentflow sim``       serve the engine simulator over HTTP (OpenAI-compatible, vLLM-like)
 ``agentflow chat``      stream one prompt from any OpenAI-compatible server, with its metrics
 ``agentflow llamacpp``  serve SmolLM2-135M on 127.0.0.1 with llama.cpp (needs the extra)
 
@@ -14,9 +16,10 @@ import os
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from agentflow._agent import Agent
-from agentflow._errors import AgentflowError
+from agentflow._errors import AgentflowError, ConfigError
 from agentflow._events import Event, TokenEvent
 from agentflow.transport import Endpoint, HTTPTransport
 
@@ -43,6 +46,36 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="agentflow", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(title="commands")
 
+    demo = sub.add_parser("demo", help="run a fleet of coding agents on the embedded simulator")
+    demo.add_argument("--agents", type=int, default=64)
+    demo.add_argument("--profile", default="deepseek-v4.1-flash-gb300")
+    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument(
+        "--time-scale",
+        type=float,
+        default=10.0,
+        help="run the simulator this many times slower than the deployment it "
+        "models (figures are also shown scaled back); default 10",
+    )
+    demo.add_argument("--max-concurrency", type=int, default=64)
+    demo.add_argument("--turns", default="5:20", help="MIN:MAX model turns per agent")
+    demo.add_argument("--max-tokens", type=int, default=128)
+    demo.add_argument("--report", type=Path, default=None, help="write the JSON report here")
+    demo.add_argument("--base-url", help="run against this server instead of the simulator")
+    demo.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
+    demo.add_argument("--model", help="model name (with --base-url)")
+    demo.add_argument(
+        "--virtual",
+        action="store_true",
+        help="run in-process on virtual time (no sockets, faster than real time)",
+    )
+    demo.add_argument("--no-live", action="store_true", help="no live view, summary only")
+    demo.set_defaults(func=_demo)
+
+    from agentflow.sim.cli import add_sim_parser
+
+    add_sim_parser(sub)
+
     chat = sub.add_parser("chat", help="stream one prompt and print its latency figures")
     chat.add_argument("prompt")
     chat.add_argument(
@@ -63,6 +96,24 @@ def _parser() -> argparse.ArgumentParser:
     ll.add_argument("--n-ctx", type=int, default=8192)
     ll.set_defaults(func=_llamacpp)
     return p
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from agentflow.demo.run import DemoConfig, run_demo
+
+    lo, _, hi = args.turns.partition(":")
+    try:
+        turns = (int(lo), int(hi or lo))
+    except ValueError:
+        raise ConfigError(f"--turns must be MIN:MAX, got {args.turns!r}") from None
+    config = DemoConfig(
+        agents=args.agents, profile=args.profile, seed=args.seed, time_scale=args.time_scale,
+        max_concurrency=args.max_concurrency, turns=turns, max_tokens=args.max_tokens,
+        base_url=args.base_url, api_key=args.api_key, model=args.model,
+        virtual=args.virtual, live=not args.no_live, report=args.report,
+    )  # fmt: skip
+    report = run_demo(config)
+    return 0 if report["fleet"]["failed"] == 0 else 1
 
 
 def _chat(args: argparse.Namespace) -> int:

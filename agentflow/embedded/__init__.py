@@ -1,10 +1,10 @@
 """The embedded default: agentflow's client and simulator brought together.
 
 The library proper never imports the simulator, and the simulator never imports the
-client; this package is where the two meet — virtual time, the in-process transport,
-and the simulator launcher.
+client; this package is where the two meet — virtual time and the in-process transport.
 """
 
 from agentflow.embedded._clock import VirtualTimeLoop, run_virtual
+from agentflow.embedded._transport import SimTransport, loop_clock
 
-__all__ = ["VirtualTimeLoop", "run_virtual"]
+__all__ = ["SimTransport", "VirtualTimeLoop", "loop_clock", "run_virtual"]

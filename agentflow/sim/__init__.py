@@ -19,13 +19,34 @@ side imports nothing from here. The pieces, bottom up:
   and :meth:`Engine.decode_run` (many pure-decode steps at once, for virtual time).
 
 No HTTP and no asyncio: the engine is a discrete-event core whose caller owns the clock.
+
+The serving layer on top of it:
+
+- :mod:`~agentflow.sim.frames` — :class:`ChunkEncoder`: a request's output as vLLM-shaped
+  ``chat.completion.chunk`` payloads (or the non-streamed body).
+- :mod:`~agentflow.sim.driver` — :class:`EngineDriver`: the step loop as an asyncio task in
+  loop time (real or virtual), :meth:`EngineDriver.submit` with a :class:`StreamConsumer`.
+- :mod:`~agentflow.sim.faults` — :class:`FaultConfig`, :class:`FaultInjector`: seeded faults.
+- :mod:`~agentflow.sim.metrics` — ``/metrics`` in Prometheus text with vLLM's names.
+- :mod:`~agentflow.sim.server` — :class:`SimServer`: the OpenAI-compatible HTTP server.
+- :mod:`~agentflow.sim.cli` — ``agentflow sim`` and ``python -m agentflow.sim``.
 """
 
 from __future__ import annotations
 
 from agentflow.sim.arguments import SchemaError, generate_value
+from agentflow.sim.driver import (
+    ChatParams,
+    DriverStats,
+    EngineDriver,
+    SimRequest,
+    StreamConsumer,
+    parse_chat_body,
+)
 from agentflow.sim.engine import Engine, EngineRequest
 from agentflow.sim.errors import RequestRejected, check_context_length
+from agentflow.sim.faults import FAULT_KINDS, Fault, FaultConfig, FaultInjector
+from agentflow.sim.frames import ChunkEncoder
 from agentflow.sim.kv import BlockManager, extend_block_hashes
 from agentflow.sim.profiles import (
     PROFILES,
@@ -35,6 +56,7 @@ from agentflow.sim.profiles import (
     profile_names,
 )
 from agentflow.sim.records import DecodeRun, EngineStats, RequestRecord, StepResult
+from agentflow.sim.server import SimServer
 from agentflow.sim.textgen import (
     FinishReason,
     OutputDelta,
@@ -48,12 +70,20 @@ from agentflow.sim.textgen import (
 from agentflow.sim.tokenizer import Tokenizer
 
 __all__ = [
+    "FAULT_KINDS",
     "PROFILES",
     "BlockManager",
+    "ChatParams",
+    "ChunkEncoder",
     "DecodeRun",
+    "DriverStats",
     "Engine",
+    "EngineDriver",
     "EngineRequest",
     "EngineStats",
+    "Fault",
+    "FaultConfig",
+    "FaultInjector",
     "FinishReason",
     "OutputDelta",
     "OutputPlan",
@@ -62,7 +92,10 @@ __all__ = [
     "RequestRecord",
     "RequestRejected",
     "SchemaError",
+    "SimRequest",
+    "SimServer",
     "StepResult",
+    "StreamConsumer",
     "TextGenConfig",
     "TextGenerator",
     "Tokenizer",
@@ -73,5 +106,6 @@ __all__ = [
     "extend_block_hashes",
     "generate_value",
     "get_profile",
+    "parse_chat_body",
     "profile_names",
 ]

@@ -1,0 +1,167 @@
+"""Run the demo: start the simulator (or use a given server), run the fleet, report.
+
+By default the simulator runs in a child process and the fleet talks to it over real
+HTTP on loopback, exactly as it would to a vLLM deployment; ``virtual=True`` runs the
+same fleet in-process on virtual time instead (no sockets, faster than real time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from agentflow._errors import ConfigError
+from agentflow._fleet import Fleet, FleetResult
+from agentflow._process import ChildServer, free_port
+from agentflow.demo.summary import LiveView, build_report, summary_table
+from agentflow.demo.workload import make_workload
+from agentflow.transport import Endpoint, HTTPTransport
+from agentflow.typing import Transport
+
+__all__ = ["DemoConfig", "run_demo"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoConfig:
+    """What ``agentflow demo`` runs.
+
+    Attributes:
+        agents: coding agents, one session each.
+        profile: the simulator's deployment profile.
+        seed: fixes the workload and the simulator's output.
+        time_scale: how much slower than the modelled deployment the simulator runs, so
+            that one Python client on a laptop can keep up with a rack's token rate;
+            figures are also shown scaled back.
+        max_concurrency: model requests in flight at once.
+        turns: (min, max) model turns per agent.
+        max_tokens: output limit per turn.
+        base_url, api_key, model: run against this server instead of the simulator.
+        virtual: run in-process on virtual time instead of over HTTP.
+        live: draw the live view.
+        report: where to write the JSON report.
+    """
+
+    agents: int = 64
+    profile: str = "deepseek-v4.1-flash-gb300"
+    seed: int = 0
+    time_scale: float = 10.0
+    max_concurrency: int = 64
+    turns: tuple[int, int] = (5, 20)
+    max_tokens: int = 128
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str | None = None
+    virtual: bool = False
+    live: bool = True
+    report: Path | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("agents", "max_concurrency", "max_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"demo: --{name.replace('_', '-')} must be ≥ 1, got {value!r}")
+        if not self.time_scale > 0:
+            raise ConfigError(f"demo: --time-scale must be > 0, got {self.time_scale!r}")
+        lo, hi = self.turns
+        if not 1 <= lo <= hi:
+            raise ConfigError(f"demo: --turns must be MIN:MAX with 1 ≤ MIN ≤ MAX, got {lo}:{hi}")
+        if self.virtual and self.base_url:
+            raise ConfigError("demo: --virtual runs the embedded simulator; drop --base-url")
+
+
+def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, Any]:
+    """Run the demo to its end; returns the report (also written to ``config.report``)."""
+    console = console or Console()
+    with contextlib.ExitStack() as stack:
+        if config.virtual:
+            from agentflow.embedded import run_virtual
+
+            result, scale = run_virtual(_virtual_fleet(config))
+        else:
+            url = config.base_url or _start_simulator(config, stack).rstrip("/") + "/v1"
+            scale = 1.0 if config.base_url else config.time_scale
+            endpoint = Endpoint(base_url=url, api_key=config.api_key)
+            result = asyncio.run(_http_fleet(config, endpoint, scale, console))
+    run = {
+        k: (str(v) if isinstance(v, Path) else v)
+        for k, v in asdict(config).items()
+        if k not in ("api_key", "live")
+    }
+    run["time_scale"] = scale
+    run["server"] = config.base_url or ("in-process, virtual time" if config.virtual else "sim")
+    report = build_report(result, run=run)
+    console.print(summary_table(report))
+    if config.report is not None:
+        config.report.parent.mkdir(parents=True, exist_ok=True)
+        config.report.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"report written to {config.report}")
+    return report
+
+
+def _start_simulator(config: DemoConfig, stack: contextlib.ExitStack) -> str:
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "agentflow.sim", "--host", "127.0.0.1", "--port", str(port),
+        "--profile", config.profile, "--seed", str(config.seed),
+        "--time-scale", f"{config.time_scale:g}",
+    ]  # fmt: skip
+    child = ChildServer(cmd, port=port, name="agentflow sim", startup_timeout_s=60)
+    stack.enter_context(child)
+    return f"http://127.0.0.1:{port}"
+
+
+def _model(config: DemoConfig) -> str:
+    return config.model or ("agentflow-sim" if not config.base_url else "default")
+
+
+async def _run_fleet(
+    config: DemoConfig, transport: Transport, view: LiveView | None, clock: Any = None
+) -> FleetResult:
+    workload = make_workload(
+        config.agents,
+        model=_model(config),
+        seed=config.seed,
+        turns=config.turns,
+        max_tokens=config.max_tokens,
+        sim_tool_rounds=not config.base_url,
+    )
+    kwargs: dict[str, Any] = {"clock": clock} if clock is not None else {}
+    fleet = Fleet(
+        transport,
+        max_concurrency=config.max_concurrency,
+        callbacks=[view] if view is not None else [],
+        **kwargs,
+    )
+    sessions = [a.session(t) for a, t in zip(workload.agents, workload.tasks, strict=True)]
+    return await fleet.run(sessions)
+
+
+async def _http_fleet(
+    config: DemoConfig, endpoint: Endpoint, scale: float, console: Console
+) -> FleetResult:
+    view = LiveView(total_sessions=config.agents, time_scale=scale, console=console)
+    async with HTTPTransport(endpoint) as transport:
+        if not config.live:
+            return await _run_fleet(config, transport, view)
+        with view.live():
+            return await _run_fleet(config, transport, view)
+
+
+async def _virtual_fleet(config: DemoConfig) -> tuple[FleetResult, float]:
+    from agentflow.embedded import SimTransport, loop_clock
+    from agentflow.sim import Engine
+    from agentflow.sim.driver import EngineDriver
+
+    driver = EngineDriver(Engine(config.profile, seed=config.seed))
+    transport = SimTransport(driver)
+    try:
+        return await _run_fleet(config, transport, None, clock=loop_clock), 1.0
+    finally:
+        await transport.aclose()

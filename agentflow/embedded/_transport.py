@@ -1,0 +1,122 @@
+"""The in-process transport: agentflow's client on the simulator, with no sockets.
+
+:class:`SimTransport` implements :class:`agentflow.typing.Transport` over an
+:class:`~agentflow.sim.driver.EngineDriver`. The driver hands each request the same
+payload bytes the HTTP server would write after ``data:``, and they go through the same
+:class:`~agentflow.transport.TraceBuilder` — so a trace is what the HTTP path would
+produce, minus the network. Under :class:`VirtualTimeLoop` a whole fleet run, with the
+real scheduler code, runs faster than real time; the transport's default clock is the
+event loop's, which the driver's ground truth also uses, so client and server times are
+directly comparable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from agentflow._errors import AgentflowError, BadRequestError, StreamInterrupted
+from agentflow._trace import TurnTrace
+from agentflow.sim.driver import EngineDriver, SimRequest
+from agentflow.sim.errors import RequestRejected
+from agentflow.transport._decode import TraceBuilder
+from agentflow.transport._request import ChatRequest
+from agentflow.transport._shared import finish_stream
+from agentflow.typing import Clock, DeltaSink
+
+__all__ = ["SimTransport", "loop_clock"]
+
+
+def loop_clock() -> int:
+    """The running event loop's time in integer nanoseconds (virtual under VirtualTimeLoop)."""
+    return int(asyncio.get_running_loop().time() * 1e9)
+
+
+class _Consumer:
+    """Feeds a request's payloads into a TraceBuilder as the driver delivers them."""
+
+    __slots__ = ("builder", "clock", "done", "request")
+
+    def __init__(self, builder: TraceBuilder, done: asyncio.Future[None], clock: Clock) -> None:
+        self.builder = builder
+        self.done = done
+        self.clock = clock
+        self.request: SimRequest | None = None
+
+    def on_payloads(self, payloads: list[bytes], last: bool) -> None:
+        if self.done.done():
+            return
+        t = self.clock()
+        feed = self.builder.feed
+        try:
+            for p in payloads:
+                feed(p, t)
+        except AgentflowError as exc:
+            self.done.set_exception(exc)
+            if self.request is not None:
+                self.request.cancel()
+            return
+        if last:
+            self.done.set_result(None)
+
+    def on_abort(self, reason: str) -> None:
+        if not self.done.done():
+            self.done.set_exception(
+                StreamInterrupted(
+                    f"the simulator ended the stream: {reason}",
+                    endpoint=self.builder.endpoint,
+                    trace=self.builder.finish(self.clock()),
+                )
+            )
+
+
+class SimTransport:
+    """Streams chat completions from an in-process simulator.
+
+    Args:
+        driver: the simulator's engine driver (started on first use).
+        clock: nanosecond clock for traces; the event loop's by default, which the
+            driver's ground truth shares.
+    """
+
+    def __init__(self, driver: EngineDriver, *, clock: Clock = loop_clock) -> None:
+        self.driver = driver
+        self._clock = clock
+
+    @property
+    def endpoint(self) -> str:
+        """``sim://PROFILE``."""
+        return f"sim://{self.driver.engine.profile.name}"
+
+    async def stream(self, request: ChatRequest, sink: DeltaSink | None = None) -> TurnTrace:
+        """Stream one request to its end; see :class:`agentflow.typing.Transport`."""
+        clock = self._clock
+        loop = asyncio.get_running_loop()
+        builder = TraceBuilder(endpoint=self.endpoint, sent_ns=clock(), sink=sink)
+        done: asyncio.Future[None] = loop.create_future()
+        consumer = _Consumer(builder, done, clock)
+        body: dict[str, Any] = request.body()
+        try:
+            consumer.request = handle = self.driver.submit(body, consumer)
+        except RequestRejected as exc:
+            raise BadRequestError(
+                f"{self.endpoint} answered {exc.status}: {exc.message}",
+                status=exc.status,
+                body=exc.body(),
+                endpoint=self.endpoint,
+            ) from None
+        builder.headers_ns = clock()
+        try:
+            await done
+        except asyncio.CancelledError:
+            handle.cancel()
+            raise
+        headers = {"x-agentflow-time-scale": f"{self.driver.time_scale:g}"}
+        return finish_stream(builder, clock(), 0, headers)
+
+    async def aclose(self) -> None:
+        """Stop the driver."""
+        await self.driver.aclose()
+
+    def __repr__(self) -> str:
+        return f"SimTransport({self.endpoint!r})"

@@ -1,0 +1,713 @@
+"""The engine on an event loop: :class:`EngineDriver` runs the step loop in loop time.
+
+One driver owns one :class:`~agentflow.sim.engine.Engine`. Requests come in as OpenAI
+chat bodies through :meth:`EngineDriver.submit`, each with a :class:`StreamConsumer`;
+after every engine step the driver hands each request that produced output its new
+payloads — exactly the bytes an SSE stream carries after ``data: `` (see
+:mod:`agentflow.sim.frames`) — and says when the stream is complete. The HTTP server
+writes them to sockets; an in-process transport can feed them straight into a client's
+parser. Either way the bytes are the same.
+
+Time. The driver reads only ``asyncio.get_running_loop().time()`` and sleeps only with
+``asyncio.sleep``, so it runs in real time on a normal loop and in virtual time on
+:class:`agentflow.embedded._clock.VirtualTimeLoop`, unchanged. Engine seconds map to
+loop seconds by ``loop = origin + engine × time_scale`` (``time_scale`` = wall seconds
+per engine second; 10 emulates a rack at a tenth of its speed). A step of modelled
+duration ``d`` that starts at engine time ``e`` ends — and its tokens are delivered —
+at loop time ``origin + (e + d) × time_scale``: the driver sleeps until that absolute
+time, so timer jitter never accumulates (on the default selector loop a timer fires
+up to ~1 ms late: epoll's resolution). If the loop is late (the process is busy), the
+driver skips nothing and does not run faster to catch up: it takes the next step at
+once, and when it has fallen more than ``resync_s`` behind it moves the engine clock
+forward to the loop (counted as lag in :meth:`EngineDriver.stats`), so ground truth
+stays the time tokens were really delivered, on the engine clock. While late it takes
+steps back to back for up to ``max_batch_s`` before yielding to the loop; each step's
+payloads are still delivered right after it, and flush hooks (see
+:meth:`EngineDriver.add_flush_hook`) let a consumer that buffers write once per batch.
+With no work the loop task waits on an event (no polling) and
+:meth:`~EngineDriver.submit` wakes it; idle time passes on the engine clock too.
+
+The consumer contract (what an in-process transport implements)::
+
+    class Sink:                                    # a StreamConsumer
+        def on_payloads(self, payloads: list[bytes], last: bool) -> None:
+            t_ns = clock_ns()                      # loop time = end of the step
+            for p in payloads:
+                builder.feed(p, t_ns)              # TraceBuilder.feed(payload, t_ns)
+            if last: done.set_result(None)         # [DONE] was the last payload
+        def on_abort(self, reason: str) -> None:
+            done.set_exception(...)                # the driver ended the request itself
+
+    request = driver.submit(body, Sink())          # raises RequestRejected (400)
+    ...
+    request.cancel()                               # client gone: aborts it in the engine
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agentflow.sim.engine import Engine
+from agentflow.sim.errors import RequestRejected
+from agentflow.sim.frames import ChunkEncoder
+from agentflow.sim.records import RequestRecord, StepResult
+
+__all__ = [
+    "ChatParams",
+    "DriverStats",
+    "EngineDriver",
+    "SimRequest",
+    "StreamConsumer",
+    "parse_chat_body",
+    "parse_request_id",
+]
+
+_log = logging.getLogger("agentflow.sim")
+
+
+class StreamConsumer(Protocol):
+    """Receives one request's payloads from :class:`EngineDriver`.
+
+    Both methods are called from the driver's task, at the loop time the payloads
+    become visible (the end of the engine step that produced them), and must not block.
+    """
+
+    def on_payloads(self, payloads: list[bytes], last: bool) -> None:
+        """New payloads, in order; ``last`` is true on the call that ends the stream.
+
+        A streaming request's payloads are chat-completion chunks (the bytes after
+        ``data: ``), the last one ``[DONE]``; a non-streaming request gets one call with
+        ``last=True`` and the whole ``chat.completion`` body. No call follows the last.
+        """
+
+    def on_abort(self, reason: str) -> None:
+        """The driver ended the request without finishing it (it was stopped).
+
+        Not called after :meth:`SimRequest.cancel`; no call follows this one.
+        """
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatParams:
+    """A chat-completions body, checked: what the engine and the encoder need.
+
+    Attributes:
+        model: the requested model name (echoed in responses), or ``None``.
+        messages: the messages.
+        tools: the tools, or ``None``.
+        tool_choice: as given.
+        parallel_tool_calls: as given (default ``True``).
+        max_tokens: ``max_completion_tokens`` or ``max_tokens``, or ``None``.
+        stop: as given.
+        stream: whether to stream.
+        include_usage: ``stream_options.include_usage``.
+        seed: the request's ``seed`` (varies the output), or ``None``.
+        tool_rounds: agentflow's extension field ``agentflow_tool_rounds``: this
+            conversation's tool rounds, instead of the server's ``--tool-rounds``.
+    """
+
+    model: str | None
+    messages: list[Mapping[str, Any]]
+    tools: list[Mapping[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool = True
+    max_tokens: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    include_usage: bool = False
+    seed: int | None = None
+    tool_rounds: int | None = None
+
+
+def _bad(message: str, param: str | None = None) -> RequestRejected:
+    return RequestRejected(message, status=400, param=param)
+
+
+def _int_field(body: Mapping[str, Any], name: str) -> int | None:
+    v = body.get(name)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _bad(f"{name} must be an integer, got {v!r}.", name)
+    return v
+
+
+def parse_chat_body(body: Any) -> ChatParams:
+    """Check a ``POST /v1/chat/completions`` body the way vLLM's server does.
+
+    Raises:
+        RequestRejected: a 400 with vLLM's error shape, naming the field at fault.
+    """
+    if not isinstance(body, Mapping):
+        raise _bad("The request body must be a JSON object.")
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise _bad("messages must be a non-empty list of message objects.", "messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
+            raise _bad(f"messages[{i}] must be an object with a string 'role'.", "messages")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise _bad("model must be a string.", "model")
+    n = body.get("n", 1)
+    if n is not None and n != 1:
+        raise _bad(f"The simulator serves n=1 only, got n={n!r}.", "n")
+    stream = body.get("stream", False)
+    if stream is None:
+        stream = False
+    if not isinstance(stream, bool):
+        raise _bad("stream must be a boolean.", "stream")
+    options = body.get("stream_options")
+    include_usage = False
+    if options is not None:
+        if not stream:
+            raise _bad("Stream options can only be defined when `stream=True`.", "stream_options")
+        if not isinstance(options, Mapping):
+            raise _bad("stream_options must be an object.", "stream_options")
+        include_usage = bool(options.get("include_usage", False))
+    max_tokens = _int_field(body, "max_completion_tokens")
+    if max_tokens is None:
+        max_tokens = _int_field(body, "max_tokens")
+    tools = body.get("tools")
+    if tools is not None:
+        if not isinstance(tools, list) or not all(
+            isinstance(t, Mapping) and isinstance(t.get("function"), Mapping) for t in tools
+        ):
+            raise _bad("tools must be a list of {'type': 'function', 'function': {...}}.", "tools")
+        if not tools:
+            tools = None
+    tool_choice = body.get("tool_choice")
+    if tool_choice is not None:
+        if isinstance(tool_choice, str):
+            if tool_choice not in ("none", "auto", "required"):
+                raise _bad(
+                    f"tool_choice must be 'none', 'auto', 'required' or a named function, "
+                    f"got {tool_choice!r}.",
+                    "tool_choice",
+                )
+            if tool_choice == "required" and not tools:
+                raise _bad("When using `tool_choice`, `tools` must be set.", "tool_choice")
+        elif isinstance(tool_choice, Mapping):
+            name = (tool_choice.get("function") or {}).get("name")
+            if not tools:
+                raise _bad("When using `tool_choice`, `tools` must be set.", "tool_choice")
+            if not any(t["function"].get("name") == name for t in tools):
+                raise _bad(
+                    f"The tool specified in `tool_choice` ({name!r}) does not match any of "
+                    "the specified `tools`.",
+                    "tool_choice",
+                )
+        else:
+            raise _bad("tool_choice must be a string or an object.", "tool_choice")
+    stop = body.get("stop")
+    if stop is not None and not (
+        isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
+    ):
+        raise _bad("stop must be a string or a list of strings.", "stop")
+    ptc = body.get("parallel_tool_calls", True)
+    seed = _int_field(body, "seed")
+    tool_rounds = _int_field(body, "agentflow_tool_rounds")
+    if tool_rounds is not None and tool_rounds < 0:
+        raise _bad("agentflow_tool_rounds must be ≥ 0.", "agentflow_tool_rounds")
+    return ChatParams(
+        model=model,
+        messages=messages,
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=True if ptc is None else bool(ptc),
+        max_tokens=max_tokens,
+        stop=stop,
+        stream=stream,
+        include_usage=include_usage,
+        seed=seed,
+        tool_rounds=tool_rounds,
+    )
+
+
+def parse_request_id(request_id: str | int) -> int | None:
+    """The engine id in ``chatcmpl-<n>`` (or ``<n>``), or ``None`` if it is not one."""
+    if isinstance(request_id, int):
+        return request_id
+    s = request_id.removeprefix("chatcmpl-")
+    return int(s) if s.isdigit() else None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriverStats:
+    """The driver's own counters (the engine's are in :meth:`Engine.stats`).
+
+    Attributes:
+        time_scale: loop seconds per engine second.
+        steps: engine steps taken (idle ones excluded).
+        late_steps: steps whose end time had already passed when the step was computed
+            (the loop could not keep up with the modelled speed).
+        resyncs: times the engine clock was moved forward to a loop that had fallen more
+            than ``resync_s`` behind.
+        lag_s: loop seconds skipped by those moves, in total (0 when the sim kept up).
+        max_late_s: the latest any step's delivery came, in loop seconds.
+        submitted: requests accepted.
+        active: requests not yet finished or cancelled.
+        cancelled: requests cancelled by their consumer (client gone) before finishing.
+    """
+
+    time_scale: float
+    steps: int
+    late_steps: int
+    resyncs: int
+    lag_s: float
+    max_late_s: float
+    submitted: int
+    active: int
+    cancelled: int
+
+
+class SimRequest:
+    """One request submitted to an :class:`EngineDriver`; :meth:`cancel` when the client goes.
+
+    Attributes:
+        rid: the engine's request id.
+        id: the response id, ``chatcmpl-<rid>``.
+        model: the model name the response reports.
+        created: the response's ``created`` Unix time.
+        stream: whether it streams.
+        record: the live ground-truth record (updated in place as the request runs).
+    """
+
+    __slots__ = (
+        "_advance",
+        "_driver",
+        "_emit",
+        "consumer",
+        "created",
+        "encoder",
+        "id",
+        "model",
+        "record",
+        "rid",
+        "stream",
+    )
+
+    def __init__(
+        self,
+        driver: EngineDriver,
+        rid: int,
+        record: RequestRecord,
+        encoder: ChunkEncoder,
+        consumer: StreamConsumer,
+        *,
+        model: str,
+        created: int,
+        stream: bool,
+    ) -> None:
+        self._driver = driver
+        self.rid = rid
+        self.id = encoder.request_id
+        self.record = record
+        self.encoder = encoder
+        self.consumer = consumer
+        # Bound once: the step loop calls these for every request in every step.
+        self._advance = encoder.advance
+        self._emit = consumer.on_payloads
+        self.model = model
+        self.created = created
+        self.stream = stream
+
+    @property
+    def done(self) -> bool:
+        """Whether it finished or was cancelled or aborted."""
+        return self.record.finish_reason is not None
+
+    def cancel(self) -> bool:
+        """Abort it in the engine and stop its deliveries; ``False`` if it had already ended."""
+        return self._driver.cancel(self.rid)
+
+    @property
+    def expected_tokens(self) -> int:
+        """Output tokens it will produce if not cancelled (its plan, cut at ``max_tokens``)."""
+        plan = self.record.plan
+        n = len(plan) if plan is not None else self.record.max_tokens
+        return min(n, self.record.max_tokens)
+
+    def __repr__(self) -> str:
+        return f"SimRequest({self.id!r}, tokens={self.record.completion_tokens})"
+
+
+class EngineDriver:
+    """Runs an :class:`Engine`'s step loop as an asyncio task, in loop time.
+
+    Args:
+        engine: the engine to drive (the driver is its only caller from now on).
+        time_scale: loop (wall) seconds per engine second; > 0.
+        tokens_per_chunk: output tokens per content chunk (speculative decoding and
+            stream intervals send several).
+        model: the model name responses report when a request names none (default:
+            the profile's).
+        keep_records: finished requests whose records (without their output plan) stay
+            retrievable by :meth:`record`, oldest forgotten first; the live record stays
+            on :attr:`SimRequest.record` for whoever holds the handle.
+        resync_s: how far (loop seconds) the loop may fall behind the engine's schedule
+            before the engine clock is moved forward to it; below that, lateness is
+            jitter that the absolute schedule absorbs.
+        max_batch_s: when the loop is late, how long (loop seconds) the driver takes steps
+            back to back before it yields to the loop (at least as long as the last
+            flush took); every step's payloads are still delivered right after it, but
+            flush hooks run once per batch, so a buffering consumer writes once per batch.
+
+    Use ``async with EngineDriver(engine) as driver:`` or :meth:`start` / :meth:`aclose`;
+    :meth:`submit` starts it on first use too.
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        time_scale: float = 1.0,
+        tokens_per_chunk: int = 1,
+        model: str | None = None,
+        keep_records: int = 1000,
+        resync_s: float = 0.002,
+        max_batch_s: float = 0.01,
+    ) -> None:
+        if not time_scale > 0:
+            raise ValueError(f"time_scale must be > 0, got {time_scale!r}")
+        if tokens_per_chunk < 1:
+            raise ValueError(f"tokens_per_chunk must be ≥ 1, got {tokens_per_chunk!r}")
+        if keep_records < 0:
+            raise ValueError(f"keep_records must be ≥ 0, got {keep_records!r}")
+        if resync_s < 0:
+            raise ValueError(f"resync_s must be ≥ 0, got {resync_s!r}")
+        if max_batch_s < 0:
+            raise ValueError(f"max_batch_s must be ≥ 0, got {max_batch_s!r}")
+        self.engine = engine
+        self.time_scale = float(time_scale)
+        self.tokens_per_chunk = tokens_per_chunk
+        self.model = model or engine.profile.model
+        self.keep_records = keep_records
+        self.resync_s = resync_s
+        self.max_batch_s = max_batch_s
+        self._requests: dict[int, SimRequest] = {}
+        self._retired: OrderedDict[int, RequestRecord] = OrderedDict()
+        self._finish_hooks: list[Callable[[RequestRecord], None]] = []
+        self._flush_hooks: list[Callable[[], None]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._origin = 0.0
+        self._closed = False
+        self._steps = 0
+        self._late_steps = 0
+        self._resyncs = 0
+        self._lag = 0.0
+        self._max_late = 0.0
+        self._submitted = 0
+        self._cancelled = 0
+
+    # --- Lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the step loop on the running event loop (no-op if running)."""
+        if self._closed:
+            raise RuntimeError("this EngineDriver was closed")
+        if self._task is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._wake = asyncio.Event()
+        self._origin = loop.time() - self.engine.now * self.time_scale
+        self._task = loop.create_task(self._run(), name="agentflow-sim-driver")
+
+    async def aclose(self) -> None:
+        """Stop the step loop; requests still running are aborted (``on_abort``)."""
+        self._closed = True
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for rid, req in list(self._requests.items()):
+            self.engine.abort(rid)
+            del self._requests[rid]
+            self._retire(rid)
+            try:
+                req.consumer.on_abort("the simulator stopped")
+            except Exception:
+                _log.exception("a stream consumer failed in on_abort")
+
+    async def __aenter__(self) -> EngineDriver:
+        self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    @property
+    def running(self) -> bool:
+        """Whether the step loop is running."""
+        return self._task is not None and not self._task.done()
+
+    # --- Clock -------------------------------------------------------------------------
+
+    def engine_time(self) -> float:
+        """The current loop time on the engine clock (seconds)."""
+        loop = self._loop or asyncio.get_running_loop()
+        return (loop.time() - self._origin) / self.time_scale
+
+    def loop_time_of(self, engine_s: float) -> float:
+        """The loop time of an engine-clock time."""
+        return self._origin + engine_s * self.time_scale
+
+    # --- Requests ----------------------------------------------------------------------
+
+    def submit(
+        self,
+        body: Mapping[str, Any] | ChatParams,
+        consumer: StreamConsumer,
+        *,
+        arrival: float | None = None,
+    ) -> SimRequest:
+        """Queue one chat-completions request; its payloads go to ``consumer``.
+
+        Args:
+            body: the JSON body of ``POST /v1/chat/completions`` (or parsed params).
+            consumer: receives the payloads after each step (see :class:`StreamConsumer`).
+            arrival: the loop time the request arrived at (default: now); the HTTP server
+                passes the time its handler started, so that time spent reading and
+                parsing the body counts, as it does in vLLM's TTFT.
+
+        Returns:
+            the request's handle (``id``, live ``record``, ``cancel()``).
+
+        Raises:
+            RequestRejected: the body is invalid or does not fit the model's window —
+                ``status`` and ``body()`` are vLLM's answer.
+            RuntimeError: the driver was closed.
+        """
+        params = body if isinstance(body, ChatParams) else parse_chat_body(body)
+        task = self._task
+        if task is None:
+            self.start()
+        elif task.done():
+            raise RuntimeError("the simulator's step loop has stopped (see the log)")
+        engine = self.engine
+        e_now = self.engine_time()
+        if e_now > engine.now and not engine.has_work:
+            engine.advance_to(e_now)
+        arrival_s = e_now if arrival is None else (arrival - self._origin) / self.time_scale
+        arrival_s = min(arrival_s, e_now, engine.now)
+        rid = engine.add_chat(
+            params.messages,
+            tools=params.tools,
+            tool_choice=params.tool_choice,
+            parallel_tool_calls=params.parallel_tool_calls,
+            max_tokens=params.max_tokens,
+            stop=params.stop,
+            salt="" if params.seed is None else str(params.seed),
+            arrival_s=arrival_s,
+            tool_rounds=params.tool_rounds,
+        )
+        record = engine.record(rid)
+        assert record.plan is not None
+        model = params.model or self.model
+        created = int(time.time())
+        encoder = ChunkEncoder(
+            request_id=f"chatcmpl-{rid}",
+            model=model,
+            created=created,
+            plan=record.plan,
+            stream=params.stream,
+            include_usage=params.include_usage,
+            tokens_per_chunk=self.tokens_per_chunk,
+        )
+        req = SimRequest(
+            self, rid, record, encoder, consumer, model=model, created=created, stream=params.stream
+        )
+        self._requests[rid] = req
+        self._submitted += 1
+        wake = self._wake
+        if wake is not None and not wake.is_set():
+            wake.set()
+        return req
+
+    def cancel(self, rid: int) -> bool:
+        """Abort a request in the engine and stop its deliveries (client gone).
+
+        Returns:
+            whether it was still running (``False`` after its last payload).
+        """
+        req = self._requests.pop(rid, None)
+        if req is None:
+            return False
+        self.engine.abort(rid)
+        self._cancelled += 1
+        self._retire(rid)
+        return True
+
+    def get(self, rid: int) -> SimRequest | None:
+        """The handle of a request that has not ended yet."""
+        return self._requests.get(rid)
+
+    def record(self, request_id: int | str) -> RequestRecord | None:
+        """The ground-truth record of a request (live or among the last ``keep_records``).
+
+        Args:
+            request_id: the engine id, or the response id ``chatcmpl-<n>``.
+        """
+        rid = parse_request_id(request_id)
+        if rid is None:
+            return None
+        try:
+            return self.engine.record(rid)
+        except KeyError:
+            return self._retired.get(rid)
+
+    def add_finish_hook(self, hook: Callable[[RequestRecord], None]) -> None:
+        """Call ``hook(record)`` for every request that finishes (cancelled ones excluded)."""
+        self._finish_hooks.append(hook)
+
+    def add_flush_hook(self, hook: Callable[[], None]) -> None:
+        """Call ``hook()`` whenever the driver is about to yield to the loop after deliveries.
+
+        Consumers may buffer what :meth:`StreamConsumer.on_payloads` gives them and send
+        it here: on schedule that is after every step; when the loop is late, after up to
+        ``max_batch_s`` of back-to-back steps (so one write can carry several steps).
+        """
+        self._flush_hooks.append(hook)
+
+    @property
+    def active(self) -> int:
+        """Requests submitted and not yet ended."""
+        return len(self._requests)
+
+    def stats(self) -> DriverStats:
+        """The driver's counters."""
+        return DriverStats(
+            time_scale=self.time_scale,
+            steps=self._steps,
+            late_steps=self._late_steps,
+            resyncs=self._resyncs,
+            lag_s=self._lag,
+            max_late_s=self._max_late,
+            submitted=self._submitted,
+            active=len(self._requests),
+            cancelled=self._cancelled,
+        )
+
+    # --- The loop ----------------------------------------------------------------------
+
+    def _retire(self, rid: int) -> None:
+        try:
+            rec = self.engine.pop_record(rid)
+        except (KeyError, ValueError):
+            return
+        if self.keep_records:
+            retired = self._retired
+            # Without its plan (the output text, ~50 bytes a token): the timings stay.
+            retired[rid] = dataclasses.replace(rec, plan=None)
+            if len(retired) > self.keep_records:
+                retired.popitem(last=False)
+
+    async def _run(self) -> None:
+        loop = asyncio.get_running_loop()
+        engine = self.engine
+        scale = self.time_scale
+        wake = self._wake
+        assert wake is not None
+        sleep = asyncio.sleep
+        max_batch = self.max_batch_s
+        last_yield = loop.time()
+        flush_cost = 0.0
+        try:
+            while True:
+                if not engine.has_work:
+                    self._flush()
+                    wake.clear()
+                    await wake.wait()
+                    last_yield = loop.time()
+                    continue
+                now = loop.time()
+                behind = (now - self._origin) / scale - engine.now
+                if behind * scale > self.resync_s:
+                    self._resyncs += 1
+                    self._lag += behind * scale
+                    engine.advance_to(engine.now + behind)
+                step = engine.step()
+                self._steps += 1
+                target = self._origin + step.end_s * scale
+                now = loop.time()
+                if target > now:
+                    await sleep(target - now)
+                    now = loop.time()
+                    late = now - target
+                    if late > self._max_late:
+                        self._max_late = late
+                    self._deliver(step)
+                    self._flush()
+                    last_yield = now
+                else:
+                    # Late: deliver at once and take the next step without yielding,
+                    # for at most max_batch_s, so that consumers that buffer can send
+                    # several steps in one write; nothing is skipped.
+                    self._late_steps += 1
+                    late = now - target
+                    if late > self._max_late:
+                        self._max_late = late
+                    self._deliver(step)
+                    # A batch lasts at least as long as its flush took last time, so
+                    # that writing never takes more than about half of the time.
+                    if now - last_yield >= max_batch and now - last_yield >= flush_cost:
+                        t0 = loop.time()
+                        self._flush()
+                        last_yield = loop.time()
+                        flush_cost = last_yield - t0
+                        await sleep(0)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            _log.exception("the simulator's step loop failed")
+            for rid, req in list(self._requests.items()):
+                self._requests.pop(rid, None)
+                with contextlib.suppress(Exception):
+                    req.consumer.on_abort(f"the simulator's engine failed: {exc!r}")
+            raise
+
+    def _flush(self) -> None:
+        for hook in self._flush_hooks:
+            try:
+                hook()
+            except Exception:
+                _log.exception("a flush hook failed")
+
+    def _deliver(self, step: StepResult) -> None:
+        requests = self._requests
+        for rid in step.emitted:
+            req = requests.get(rid)
+            if req is None:
+                continue  # cancelled while the step ran
+            rec = req.record
+            payloads = req._advance(rec)
+            last = rec.finish_reason is not None
+            if last:
+                del requests[rid]
+            if payloads:
+                try:
+                    req._emit(payloads, last)
+                except Exception:
+                    _log.exception("a stream consumer failed; cancelling %s", req.id)
+                    if not last:
+                        self.cancel(rid)
+                        continue
+            if last:
+                for hook in self._finish_hooks:
+                    try:
+                        hook(rec)
+                    except Exception:
+                        _log.exception("a finish hook failed")
+                self._retire(rid)

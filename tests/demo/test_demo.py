@@ -1,0 +1,93 @@
+"""`agentflow demo` runs end to end (small settings) and reports per-agent and fleet figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentflow.demo.workload import Repository, make_workload
+
+
+def run_demo(tmp_path: Path, *args: str) -> dict[str, Any]:
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentflow.cli", "demo", "--agents", "8", "--turns", "2:4",
+         "--no-live", "--report", str(report), *args],
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout[-3000:]
+    assert "fleet summary" in proc.stdout
+    data: dict[str, Any] = json.loads(report.read_text())
+    return data
+
+
+def check_report(report: dict[str, Any], agents: int) -> None:
+    fleet = report["fleet"]
+    assert isinstance(fleet, dict)
+    assert fleet["sessions"] == agents and fleet["completed"] == agents
+    assert fleet["output_tokens"] > 0 and fleet["output_tps"] > 0
+    assert fleet["ttft_s"]["p50"] > 0 and fleet["decode_tps"]["p50"] > 0
+    assert 0 < fleet["cache_hit_rate"] <= 1  # the shared prefix hits the simulated cache
+    per_agent = report["agents"]
+    assert isinstance(per_agent, list) and len(per_agent) == agents
+    for a in per_agent:
+        assert a["status"] == "completed" and a["turns"] >= 2
+        assert a["decode_tps"]["mean"] > 0 and a["context_tokens"] > 0
+
+
+def test_demo_over_http_against_the_simulator(tmp_path: Path) -> None:
+    """Default path: the simulator in a child process, the fleet over loopback HTTP."""
+    report = run_demo(tmp_path, "--time-scale", "4")
+    check_report(report, 8)
+    assert report["run"]["time_scale"] == 4
+    # The simulator honoured each agent's tool rounds: turns = its rounds + the final answer.
+    planned = make_workload(8, model="x", seed=0, turns=(2, 4)).tool_rounds
+    assert [a["turns"] for a in report["agents"]] == [r + 1 for r in planned]
+    assert len(set(planned)) > 1
+
+
+def test_demo_in_virtual_time(tmp_path: Path) -> None:
+    """--virtual: the same fleet in-process on virtual time."""
+    check_report(run_demo(tmp_path, "--virtual"), 8)
+
+
+def test_workload_shares_one_prefix_and_real_tools() -> None:
+    """Every agent's instructions and tool schemas are byte-identical; the tools really work."""
+    w = make_workload(4, model="m", seed=3)
+    assert len({a.instructions for a in w.agents}) == 1
+    assert len({json.dumps(a.tool_specs) for a in w.agents}) == 1
+    assert all(5 <= r + 1 <= 20 for r in w.tool_rounds)
+    repo = Repository.sample()
+    tools = {t.name: t for t in repo.tools()}
+    import asyncio
+
+    out = asyncio.run(tools["run_tests"].invoke('{"path": "src/cache.py"}'))
+    assert "PASS test_scale_cache" in out
+    asyncio.run(
+        tools["replace_in_file"].invoke(
+            '{"path": "src/cache.py", "old": "value * factor", "new": "value + factor"}'
+        )
+    )
+    assert "FAIL test_scale_cache" in asyncio.run(
+        tools["run_tests"].invoke('{"path": "src/cache.py"}')
+    )
+    assert "no match" in asyncio.run(tools["search"].invoke('{"query": "zzz"}'))
+
+
+@pytest.mark.parametrize("bad", ["--turns=x", "--agents=0"])
+def test_bad_arguments_fail_clearly(bad: str, tmp_path: Path) -> None:
+    """A bad option exits non-zero with a message naming it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentflow.cli", "demo", bad, "--no-live"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert bad.split("=")[0].lstrip("-") in (proc.stderr + proc.stdout)

@@ -1,0 +1,109 @@
+"""``agentflow sim`` / ``python -m agentflow.sim``: arguments, and a real child process."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import signal
+import sys
+
+import aiohttp
+import pytest
+
+from agentflow import ChatRequest, HTTPTransport, ServerError
+from agentflow.sim.cli import add_sim_parser, server_from_args
+
+from .simhttp import user
+
+
+def parse(*argv: str) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="agentflow")
+    add_sim_parser(p.add_subparsers())
+    return p.parse_args(["sim", *argv])
+
+
+def test_parser_defaults_and_server_config() -> None:
+    args = parse()
+    assert (args.host, args.port, args.profile, args.time_scale) == (
+        "127.0.0.1",
+        8000,
+        "cpu-tiny",
+        1.0,
+    )
+    assert callable(args.func)
+    args = parse(
+        "--port", "0", "--profile", "qwen2.5-coder-32b", "--seed", "3", "--time-scale", "10",
+        "--tokens-per-chunk", "2", "--tool-rounds", "5", "--answer-tokens", "10:20",
+        "--profile-set", "max_num_seqs=64", "--profile-set", "prefill_tps=5e4",
+        "--fault-rate-limit", "0.1", "--fault-reset", "0.05", "--retry-after", "3",
+        "--stall-seconds", "2", "--served-model-name", "coder",
+    )  # fmt: skip
+    server = server_from_args(args)
+    assert server.engine.profile.max_num_seqs == 64 and server.engine.profile.prefill_tps == 5e4
+    assert server.engine.textgen.config.tool_rounds == 5
+    assert server.engine.textgen.config.answer_tokens == (10, 20)
+    assert server.driver.time_scale == 10 and server.driver.tokens_per_chunk == 2
+    assert server.model == "coder" and server.engine.seed == 3
+    cfg = server.faults.config
+    assert (cfg.rate_limit, cfg.reset_mid_stream, cfg.retry_after_s, cfg.stall_s) == (
+        0.1,
+        0.05,
+        3,
+        2,
+    )
+    assert cfg.seed == 3
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--profile", "nope"], "unknown simulator profile 'nope'"),
+        (["--profile-set", "colour=red"], "FIELD one of"),
+        (["--profile-set", "max_num_seqs=lots"], "wants a int"),
+        (["--profile-set", "max_num_seqs=0"], "max_num_seqs must be an int ≥ 1"),
+        (["--fault-rate-limit", "0.7", "--fault-cut", "0.7"], "add up to 1.4"),
+        (["--tokens-per-chunk", "0"], "tokens_per_chunk"),
+    ],
+)
+def test_bad_configuration_exits_with_a_message(argv: list[str], message: str) -> None:
+    with pytest.raises(SystemExit, match=message):
+        server_from_args(parse(*argv))
+
+
+def test_bad_flag_values_are_argparse_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, msg in (
+        (["--time-scale", "0"], "must be > 0"),
+        (["--fault-cut", "2"], "a rate must be in [0, 1]"),
+        (["--answer-tokens", "5:2"], "0 < MIN ≤ MAX"),
+    ):
+        with pytest.raises(SystemExit):
+            parse(*argv)
+        assert msg in capsys.readouterr().err
+
+
+async def test_python_dash_m_serves_until_sigterm() -> None:
+    cmd = [
+        "-m", "agentflow.sim", "--port", "0", "--time-scale", "0.5",
+        "--fault-server-error", "1.0", "--no-fault-header",
+    ]  # fmt: skip
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+    )
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        m = re.search(r"serving cpu-tiny at (http://127\.0\.0\.1:\d+/v1)", line)
+        assert m is not None, line
+        base = m.group(1)
+        async with aiohttp.ClientSession() as s, s.get(base.removesuffix("/v1") + "/health") as r:
+            assert r.status == 200 and r.headers["x-agentflow-time-scale"] == "0.5"
+        async with HTTPTransport(base) as t:
+            with pytest.raises(ServerError):  # every request faults (rate 1.0)
+                await t.stream(ChatRequest(model="m", messages=user("x")))
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.wait_for(proc.wait(), 10) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()

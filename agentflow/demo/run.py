@@ -89,6 +89,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
             scale = 1.0 if config.base_url else config.time_scale
             endpoint = Endpoint(base_url=url, api_key=config.api_key)
             result = asyncio.run(_http_fleet(config, endpoint, scale, console))
+    scale = _advertised_time_scale(result) or scale
     run = {
         k: (str(v) if isinstance(v, Path) else v)
         for k, v in asdict(config).items()
@@ -103,6 +104,19 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         config.report.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {config.report}")
     return report
+
+
+def _advertised_time_scale(result: FleetResult) -> float | None:
+    """The time scale the server advertised (``x-agentflow-time-scale``), if it did."""
+    for s in result.sessions:
+        for t in s.turns:
+            value = t.trace.response_headers.get("x-agentflow-time-scale")
+            if value:
+                try:
+                    return float(value)
+                except ValueError:
+                    return None
+    return None
 
 
 def _start_simulator(config: DemoConfig, stack: contextlib.ExitStack) -> str:

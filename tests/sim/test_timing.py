@@ -22,15 +22,17 @@ streams    time scale  TTFT client − truth          TPOT client − truth
 =========  ==========  ===========================  ==================
 
 Where the differences come from (measured by placing both sides on the host's monotonic
-clock with the record's ``loop_origin_s``): with one stream, ~0.8 ms from the client's
-send to the server's handler (two processes waking up) and ~1 ms from a token's step end
-to the client's read (the event loop's timers fire up to 1 ms late: epoll's resolution).
-With many streams the client's own work dominates: agentflow's transport timestamps a
-read when its task runs, so when many streams get a chunk in the same step, the last
-task's stamp includes every earlier task's processing (tens of µs per chunk), and a burst
-of requests is sent one after another. Slowing the rack down (time scale 4) leaves the
-client room, and the agreement comes back. The tolerances asserted below are about twice
-the worst seen, and a case passes if one of three attempts is within them, so that a
+clock with the record's ``loop_origin_s``): with one stream, ~0.8 ms from the client's send
+to the server's handler (two processes waking up) and ~1 ms from a token's step end to the
+client's read (the event loop's timers fire up to 1 ms late: epoll's resolution). With many
+streams the client's own work dominates: the transport these figures were measured with
+(aiohttp, now ``AiohttpTransport``) timestamped a read when its task ran, so when many
+streams get a chunk in the same step, the last task's stamp includes every earlier task's
+processing (tens of µs per chunk), and a burst of requests is sent one after another.
+Slowing the rack down (time scale 4) leaves the client room, and the agreement comes back.
+(The default transport now stamps each read in ``data_received``, as it comes off the
+socket; these tolerances were kept as they were.) The tolerances asserted below are about
+twice the worst seen, and a case passes if one of three attempts is within them, so that a
 busy CI machine passes (64 streams at time scale 1: a regression guard only).
 """
 

@@ -22,6 +22,15 @@ class SSEDecoder:
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add one read; return the ``data`` payload of every event it completed."""
+        if (
+            not self._buf
+            and data.startswith(b"data: ")
+            and data.endswith(b"\n\n")
+            and data.count(b"\n") == 2
+            and b"\r" not in data
+        ):
+            # A paced stream's usual read: exactly one whole single-line event.
+            return [data[6:-2]]
         buf = self._buf + data if self._buf else data
         if b"\r" in buf:
             # A CR at the very end may be the first half of a CRLF split across reads.

@@ -9,18 +9,19 @@ CPU-second too.
 How: the server runs a profile fast enough that the engine's modelled speed is not
 the limit (``deepseek-v4.1-flash-gb300``: 1024 sequences, ~1.2 ms steps) at a small
 time scale (``--time-scale 0.01``: steps are due every ~15 µs of wall time, so the
-loop is always late and simply runs flat out) with long answers (2,000 tokens). The
-load comes from this process (pinned to the other CPU): C keep-alive connections
-on raw ``asyncio.Protocol``s, each sending one streaming request after another and
-counting SSE events by their ``\\n\\n`` terminators — no parsing, so the client stays
-cheap. After a warm-up, events are counted over a fixed window; "chunks" are every
-SSE event the server wrote (role, content, finish, usage, ``[DONE]``), "content
-chunks" only those carrying tokens. Each configuration runs ``--reps`` times
-(fresh connections each time, same server); the median is reported.
+loop is always late and runs flat out) with long answers (1,000–3,000 tokens). The
+load comes from this process (pinned to the other CPU): C keep-alive connections on
+raw ``asyncio.Protocol``s (on uvloop if it is installed: cheaper reads), each sending
+one streaming request after another and counting SSE events by their ``\n\n``
+terminators — no parsing, so the client stays cheap. Once every stream has its first
+token and a warm-up has passed, events are counted over a fixed window; "chunks" are
+every SSE event the server wrote (role, content, finish, usage, ``[DONE]``). Each
+configuration runs ``--reps`` times (fresh connections, same server) and the median is
+reported; a sample during which other processes kept a core busy is retried.
 
 Usage::
 
-    python benchmarks/sim_throughput.py           # full run (~2 min); rewrites its
+    python benchmarks/sim_throughput.py           # full run (~4 min); rewrites its
                                                   # section of docs/benchmarks.md
     python benchmarks/sim_throughput.py --quick   # smoke run (< 30 s); writes nothing
     python benchmarks/sim_throughput.py --no-write
@@ -263,6 +264,14 @@ def _run_load(coro: Coroutine[Any, Any, Sample]) -> Sample:
     return result
 
 
+def _load_loop() -> str:
+    try:
+        import uvloop  # type: ignore[import-not-found,unused-ignore]  # noqa: F401
+    except ImportError:
+        return "on asyncio's default loop"
+    return "on uvloop, whose reads cost the load less; the server runs on asyncio's loop"
+
+
 def _proc_cpu_s(pid: int) -> float | None:
     """User + system CPU seconds of another process, from /proc (Linux); None elsewhere."""
     try:
@@ -442,7 +451,7 @@ the engine's steps, encoding every chunk, and the writes. Late, the driver takes
 back to back for up to {max_batch_ms:g} ms (at least as long as its last flush took) and
 then writes, per stream, everything those steps produced as one chunked-encoding frame
 in one `transport.write`; on schedule (a real-time run that keeps up) it writes after
-every step. The load is C keep-alive connections on raw `asyncio.Protocol`s, each
+every step. The load is C keep-alive connections on raw `asyncio.Protocol`s ({_load_loop()}), each
 sending streaming requests (`stream_options.include_usage`, answers of
 {ANSWER_TOKENS[0]}–{ANSWER_TOKENS[1]} tokens, so streams end at different steps) back to
 back and counting SSE events by their blank-line terminators; every stream has its first
@@ -473,8 +482,9 @@ def _findings(configs: Sequence[Config], results: dict[str, list[Sample]]) -> st
     )
     if below:
         text += (
-            f"; below the target at {', '.join(str(n) for n in sorted(below))} streams, where "
-            "more live requests mean more memory touched per step and more, smaller writes"
+            f"; below the target at {', '.join(str(n) for n in sorted(below))} streams: the "
+            "work per token grows with the number of live streams (each step touches more "
+            "requests' state, each batch writes to more sockets)"
         )
     return text + "."
 

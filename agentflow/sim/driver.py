@@ -253,6 +253,8 @@ class DriverStats:
             than ``resync_s`` behind.
         lag_s: loop seconds skipped by those moves, in total (0 when the sim kept up).
         max_late_s: the latest any step's delivery came, in loop seconds.
+        flushes: times the flush hooks ran (after every step on schedule, once per batch
+            of back-to-back steps when late): ``steps / flushes`` steps per write.
         submitted: requests accepted.
         active: requests not yet finished or cancelled.
         cancelled: requests cancelled by their consumer (client gone) before finishing.
@@ -264,6 +266,7 @@ class DriverStats:
     resyncs: int
     lag_s: float
     max_late_s: float
+    flushes: int
     submitted: int
     active: int
     cancelled: int
@@ -407,6 +410,7 @@ class EngineDriver:
         self._resyncs = 0
         self._lag = 0.0
         self._max_late = 0.0
+        self._flushes = 0
         self._submitted = 0
         self._cancelled = 0
 
@@ -595,6 +599,7 @@ class EngineDriver:
             resyncs=self._resyncs,
             lag_s=self._lag,
             max_late_s=self._max_late,
+            flushes=self._flushes,
             submitted=self._submitted,
             active=len(self._requests),
             cancelled=self._cancelled,
@@ -679,6 +684,7 @@ class EngineDriver:
             raise
 
     def _flush(self) -> None:
+        self._flushes += 1
         for hook in self._flush_hooks:
             try:
                 hook()

@@ -22,7 +22,13 @@ from agentflow._trace import TurnTrace
 from agentflow.transport._deadline import Deadlines
 from agentflow.transport._decode import TraceBuilder
 from agentflow.transport._request import ChatRequest, Endpoint, Timeouts
-from agentflow.transport._shared import MAX_ERROR_BODY, finish_stream, keep_headers, status_error
+from agentflow.transport._shared import (
+    MAX_ERROR_BODY,
+    EndpointTransport,
+    finish_stream,
+    keep_headers,
+    status_error,
+)
 from agentflow.transport._sse import SSEDecoder
 from agentflow.typing import Clock, DeltaSink
 
@@ -31,7 +37,7 @@ __all__ = ["AiohttpTransport", "finish_stream", "status_error"]
 _encode = msgspec.json.encode
 
 
-class AiohttpTransport:
+class AiohttpTransport(EndpointTransport):
     """Streams chat completions from one endpoint over aiohttp.
 
     Args:
@@ -53,24 +59,9 @@ class AiohttpTransport:
         session: aiohttp.ClientSession | None = None,
         clock: Clock = time.perf_counter_ns,
     ) -> None:
-        self._endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(base_url=endpoint)
-        self._timeouts = timeouts or Timeouts()
-        self._connect_retries = connect_retries
+        super().__init__(endpoint, timeouts=timeouts, connect_retries=connect_retries, clock=clock)
         self._session = session
         self._owns_session = session is None
-        self._clock = clock
-        #: Requests resent because the connection failed before any response byte.
-        self.reconnects = 0
-
-    @property
-    def endpoint(self) -> str:
-        """The base URL requests go to."""
-        return self._endpoint.base_url
-
-    @property
-    def config(self) -> Endpoint:
-        """The endpoint configuration."""
-        return self._endpoint
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -91,16 +82,7 @@ class AiohttpTransport:
         ep = self._endpoint
         body = _encode(request.body(ep.extra_body))
         headers = ep.request_headers(request.headers)
-        # A plain loop, not tenacity: only a failure before any response byte is resent
-        # here (see ConnectError); the retry *policy* lives above the transport.
-        for attempt in range(self._connect_retries + 1):
-            try:
-                return await self._stream_once(body, headers, sink, attempt)
-            except ConnectError:
-                if attempt == self._connect_retries:
-                    raise
-                self.reconnects += 1
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await self._resending(lambda n: self._stream_once(body, headers, sink, n))
 
     async def _stream_once(
         self, body: bytes, headers: dict[str, str], sink: DeltaSink | None, reconnects: int
@@ -174,15 +156,6 @@ class AiohttpTransport:
         """Close the connection pool if this transport opened it."""
         if self._session is not None and self._owns_session and not self._session.closed:
             await self._session.close()
-
-    async def __aenter__(self) -> AiohttpTransport:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def __repr__(self) -> str:
-        return f"AiohttpTransport({self.endpoint!r}, reconnects={self.reconnects})"
 
 
 async def _read_error_body(resp: aiohttp.ClientResponse) -> bytes:

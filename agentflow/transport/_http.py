@@ -31,7 +31,13 @@ from agentflow.transport._deadline import Deadlines
 from agentflow.transport._decode import TraceBuilder
 from agentflow.transport._pool import ConnectionPool, PooledConnection
 from agentflow.transport._request import ChatRequest, Endpoint, Timeouts
-from agentflow.transport._shared import MAX_ERROR_BODY, finish_stream, keep_headers, status_error
+from agentflow.transport._shared import (
+    MAX_ERROR_BODY,
+    EndpointTransport,
+    finish_stream,
+    keep_headers,
+    status_error,
+)
 from agentflow.transport._sse import SSEDecoder
 from agentflow.typing import Clock, DeltaSink
 
@@ -43,7 +49,7 @@ _encode = msgspec.json.encode
 _OWN_HEADERS = frozenset({"content-length", "transfer-encoding", "accept-encoding", "connection"})
 
 
-class HTTPTransport:
+class HTTPTransport(EndpointTransport):
     """Streams chat completions from one endpoint over raw asyncio and httptools.
 
     A drop-in alternative to :class:`AiohttpTransport` (same arguments, traces and errors)
@@ -70,11 +76,8 @@ class HTTPTransport:
         keepalive_s: float = 15.0,
         clock: Clock = time.perf_counter_ns,
     ) -> None:
-        self._endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(base_url=endpoint)
-        self._timeouts = timeouts or Timeouts()
-        self._connect_retries = connect_retries
+        super().__init__(endpoint, timeouts=timeouts, connect_retries=connect_retries, clock=clock)
         self._keepalive_s = keepalive_s
-        self._clock = clock
         url = urlsplit(self._endpoint.chat_url)
         self._https = url.scheme == "https"
         try:
@@ -90,18 +93,6 @@ class HTTPTransport:
         self._request_line = f"POST {target} HTTP/1.1\r\n"
         self._ssl = ssl
         self._pool: ConnectionPool[_Connection] | None = None
-        #: Requests resent because the connection failed before any response byte.
-        self.reconnects = 0
-
-    @property
-    def endpoint(self) -> str:
-        """The base URL requests go to."""
-        return self._endpoint.base_url
-
-    @property
-    def config(self) -> Endpoint:
-        """The endpoint configuration."""
-        return self._endpoint
 
     @property
     def pool(self) -> ConnectionPool[_Connection] | None:
@@ -151,15 +142,7 @@ class HTTPTransport:
     async def stream(self, request: ChatRequest, sink: DeltaSink | None = None) -> TurnTrace:
         """Stream one request to its end; see :class:`agentflow.typing.Transport`."""
         payload = self._encode_request(request)
-        # As in AiohttpTransport: only a failure before any response byte is resent here.
-        for attempt in range(self._connect_retries + 1):
-            try:
-                return await self._stream_once(payload, sink, attempt)
-            except ConnectError:
-                if attempt == self._connect_retries:
-                    raise
-                self.reconnects += 1
-        raise AssertionError("unreachable")  # pragma: no cover
+        return await self._resending(lambda n: self._stream_once(payload, sink, n))
 
     async def _stream_once(
         self, payload: bytes, sink: DeltaSink | None, reconnects: int
@@ -201,15 +184,6 @@ class HTTPTransport:
         pool, self._pool = self._pool, None
         if pool is not None and pool.loop is asyncio.get_running_loop():
             await pool.aclose()
-
-    async def __aenter__(self) -> HTTPTransport:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def __repr__(self) -> str:
-        return f"HTTPTransport({self.endpoint!r}, reconnects={self.reconnects})"
 
 
 async def _given(body: bytes) -> bytes:

@@ -2,25 +2,82 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, Self
 
 import msgspec
 
 from agentflow._errors import (
     APIStatusError,
     BadRequestError,
+    ConnectError,
     RateLimitError,
     ServerError,
     StreamProtocolError,
 )
 from agentflow._trace import TurnTrace
 from agentflow.transport._decode import TraceBuilder
-from agentflow.transport._request import parse_retry_after
+from agentflow.transport._request import Endpoint, Timeouts, parse_retry_after
+from agentflow.typing import Clock
 
-__all__ = ["MAX_ERROR_BODY", "finish_stream", "keep_headers", "status_error"]
+__all__ = ["MAX_ERROR_BODY", "EndpointTransport", "finish_stream", "keep_headers", "status_error"]
 
 #: The most of an error body any transport reads.
 MAX_ERROR_BODY = 64 * 1024
+
+
+class EndpointTransport:
+    """What both HTTP transports share: one endpoint, its limits and clock, and the
+    resending of a request that failed before any response byte.
+
+    A plain loop, not tenacity: only such a failure (:class:`ConnectError`) is resent
+    here — it cannot duplicate output the client saw; the retry *policy* lives above
+    the transport.
+    """
+
+    def __init__(
+        self, endpoint: Endpoint | str, *, timeouts: Timeouts | None, connect_retries: int,
+        clock: Clock,
+    ) -> None:  # fmt: skip
+        self._endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(base_url=endpoint)
+        self._timeouts = timeouts or Timeouts()
+        self._connect_retries = connect_retries
+        self._clock = clock
+        #: Requests resent because the connection failed before any response byte.
+        self.reconnects = 0
+
+    @property
+    def endpoint(self) -> str:
+        """The base URL requests go to."""
+        return self._endpoint.base_url
+
+    @property
+    def config(self) -> Endpoint:
+        """The endpoint configuration."""
+        return self._endpoint
+
+    async def _resending(self, once: Callable[[int], Awaitable[TurnTrace]]) -> TurnTrace:
+        """``once(attempt)``, again on :class:`ConnectError` up to ``connect_retries`` times."""
+        for attempt in range(self._connect_retries + 1):
+            try:
+                return await once(attempt)
+            except ConnectError:
+                if attempt == self._connect_retries:
+                    raise
+                self.reconnects += 1
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def aclose(self) -> None:
+        """Release connections."""
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.endpoint!r}, reconnects={self.reconnects})"
 
 
 def finish_stream(

@@ -12,8 +12,10 @@ from agentflow._errors import (
     AgentflowError,
     APIStatusError,
     BadRequestError,
+    BudgetExceeded,
     ConfigError,
     ConnectError,
+    ContextOverflow,
     MaxTurnsExceeded,
     RateLimitError,
     ServerError,
@@ -38,7 +40,7 @@ from agentflow._fleet import Fleet, FleetResult
 from agentflow._metrics import OutputTokenSource, TurnMetrics, turn_metrics
 from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
 from agentflow._tools import Tool, tool
-from agentflow._trace import CacheSource, ToolCall, TurnTrace, Usage
+from agentflow._trace import CacheSource, PromptInfo, ToolCall, TurnTrace, Usage
 from agentflow.transport import (
     AiohttpTransport,
     ChatRequest,
@@ -47,7 +49,16 @@ from agentflow.transport import (
     OpenAITransport,
     Timeouts,
 )
-from agentflow.typing import Callback, Clock, DeltaKind, DeltaSink, Transport
+from agentflow.typing import (
+    Callback,
+    Clock,
+    Complete,
+    ContextPolicy,
+    DeltaKind,
+    DeltaSink,
+    SessionContext,
+    Transport,
+)
 
 __version__ = "0.1.0"
 
@@ -57,13 +68,17 @@ __all__ = [
     "AgentflowError",
     "AiohttpTransport",
     "BadRequestError",
+    "BudgetExceeded",
     "CacheSource",
     "Callback",
     "CallbackFailure",
     "ChatRequest",
     "Clock",
+    "Complete",
     "ConfigError",
     "ConnectError",
+    "ContextOverflow",
+    "ContextPolicy",
     "DeltaKind",
     "DeltaSink",
     "Endpoint",
@@ -76,9 +91,11 @@ __all__ = [
     "MaxTurnsExceeded",
     "OpenAITransport",
     "OutputTokenSource",
+    "PromptInfo",
     "RateLimitError",
     "ServerError",
     "Session",
+    "SessionContext",
     "SessionEndEvent",
     "SessionResult",
     "SessionStatus",

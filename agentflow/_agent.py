@@ -11,7 +11,7 @@ from agentflow._tools import Tool, as_tool
 
 if TYPE_CHECKING:
     from agentflow._session import Session, SessionResult
-    from agentflow.typing import Transport
+    from agentflow.typing import ContextPolicy, Transport
 
 __all__ = ["Agent"]
 
@@ -32,6 +32,10 @@ class Agent:
         max_turns: the most model turns one session may take.
         tool_errors: ``"return"`` sends a failed tool's error to the model as its result
             (the model can recover); ``"raise"`` ends the session with a :class:`ToolError`.
+        context: keeps each session's prompt inside its window (a
+            :class:`~agentflow.context.ContextBudget`); ``None`` sends history unchecked.
+        priority: the scheduling class of this agent's turns (higher goes first under
+            priority-aware policies).
     """
 
     name: str
@@ -41,6 +45,8 @@ class Agent:
     params: Mapping[str, Any] = field(default_factory=dict)
     max_turns: int = 10
     tool_errors: Literal["return", "raise"] = "return"
+    context: ContextPolicy | None = None
+    priority: int = 0
 
     def __post_init__(self) -> None:
         if not self.name:

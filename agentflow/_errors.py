@@ -15,7 +15,9 @@ to act on it as attributes, never only in its message::
     │   │   └── ServerError     5xx, or an error object sent inside the stream
     │   └── StreamTimeout       ``.phase`` (connect/first_token/idle/total), ``.timeout_s``
     ├── ToolError               a tool raised or got arguments it cannot take; ``.tool``
-    └── MaxTurnsExceeded        a session used ``max_turns`` without a final answer
+    ├── MaxTurnsExceeded        a session used ``max_turns`` without a final answer
+    ├── ContextOverflow         a prompt cannot fit its window; ``.tokens``, ``.limit``
+    └── BudgetExceeded          a fleet-wide token or cost budget is spent; ``.budget``
 
 A failed session never raises out of :meth:`Fleet.run`: its error is kept on its
 :class:`SessionResult` together with every turn it finished.
@@ -32,8 +34,10 @@ __all__ = [
     "APIStatusError",
     "AgentflowError",
     "BadRequestError",
+    "BudgetExceeded",
     "ConfigError",
     "ConnectError",
+    "ContextOverflow",
     "MaxTurnsExceeded",
     "RateLimitError",
     "ServerError",
@@ -177,3 +181,35 @@ class MaxTurnsExceeded(AgentflowError):
         )
         self.session_id = session_id
         self.max_turns = max_turns
+
+
+class ContextOverflow(AgentflowError):
+    """A session's prompt does not fit its context window, and its policy could not fix it.
+
+    Attributes:
+        session_id: the session.
+        tokens: the prompt's (calibrated) token count, output reserve and margin included.
+        limit: the window it had to fit.
+    """
+
+    def __init__(self, message: str, *, session_id: str, tokens: int, limit: int) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.tokens = tokens
+        self.limit = limit
+
+
+class BudgetExceeded(AgentflowError):
+    """A fleet-wide budget (tokens or cost) is spent; no further turn is started.
+
+    Attributes:
+        budget: which budget: ``"tokens"`` or ``"cost"``.
+        spent: how much was used.
+        limit: the budget.
+    """
+
+    def __init__(self, message: str, *, budget: str, spent: float, limit: float) -> None:
+        super().__init__(message)
+        self.budget = budget
+        self.spent = spent
+        self.limit = limit

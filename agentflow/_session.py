@@ -31,9 +31,9 @@ from agentflow._events import (
 )
 from agentflow._logging import get_logger
 from agentflow._metrics import TurnMetrics, turn_metrics
-from agentflow._trace import ToolCall, TurnTrace
+from agentflow._trace import PromptInfo, ToolCall, TurnTrace
 from agentflow.transport._request import ChatRequest
-from agentflow.typing import Callback, Clock, DeltaKind, Transport
+from agentflow.typing import Callback, Clock, DeltaKind, SessionContext, Transport
 
 if TYPE_CHECKING:
     from agentflow._agent import Agent
@@ -49,11 +49,19 @@ SessionStatus = Literal["completed", "max_turns", "error", "cancelled"]
 
 @dataclass(frozen=True, slots=True)
 class TurnRecord:
-    """One finished model turn."""
+    """One finished model turn.
+
+    Attributes:
+        index: the turn's number in its session, from 0.
+        metrics: its latency figures.
+        trace: what arrived on the wire.
+        prompt: the client's estimate of its prompt (when the agent has a context policy).
+    """
 
     index: int
     metrics: TurnMetrics
     trace: TurnTrace
+    prompt: PromptInfo | None = None
 
 
 @dataclass(slots=True, kw_only=True)
@@ -136,6 +144,7 @@ class Session:
         self.turns: list[TurnRecord] = []
         #: Set when :meth:`run` ends.
         self.result: SessionResult | None = None
+        self._context: SessionContext | None = None
 
     def request(self) -> ChatRequest:
         """The request for the next turn."""
@@ -175,6 +184,10 @@ class Session:
             finally:
                 await bus.aclose()
         agent = self.agent
+        if agent.context is not None and self._context is None:
+            self._context = agent.context.bind(
+                session_id=self.session_id, agent=agent.name, emit=bus.emit
+            )
         status: SessionStatus = "error"
         error: BaseException | None = None
         final: str | None = None
@@ -224,13 +237,27 @@ class Session:
     async def _model_turn(
         self, index: int, transport: Transport, bus: EventBus, gate: Any, clock: Clock
     ) -> TurnTrace:
-        request = self.request()
-        sink = _TokenSink(bus, self.agent.name, self.session_id, index) if bus.active else None
-        ready = clock()
-        slot: AbstractAsyncContextManager[Any] = gate.slot() if gate is not None else nullcontext()
+        async def complete(extra: ChatRequest) -> TurnTrace:
+            async with gate.slot() if gate is not None else nullcontext():
+                return await transport.stream(extra)
+
+        ctx = self._context
         with structlog.contextvars.bound_contextvars(turn=index):
+            prompt = (
+                await ctx.before_turn(index, self.messages, self.agent.tool_specs, complete)
+                if ctx is not None
+                else None
+            )
+            request = self.request()
+            sink = _TokenSink(bus, self.agent.name, self.session_id, index) if bus.active else None
+            ready = clock()
+            slot: AbstractAsyncContextManager[Any] = (
+                gate.slot() if gate is not None else nullcontext()
+            )
             async with slot:
                 trace = await transport.stream(request, sink)
+            if ctx is not None:
+                ctx.after_turn(index, trace)
             metrics = turn_metrics(trace, ready_ns=ready)
             _log.debug(
                 "turn.end",
@@ -240,7 +267,7 @@ class Session:
                 tool_calls=len(trace.tool_calls),
             )
         self.messages.append(_assistant_message(trace))
-        self.turns.append(TurnRecord(index, metrics, trace))
+        self.turns.append(TurnRecord(index, metrics, trace, prompt))
         bus.emit(
             TurnEndEvent(
                 agent=self.agent.name,

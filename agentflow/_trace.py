@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["CacheSource", "ToolCall", "TurnTrace", "Usage"]
+__all__ = ["CacheSource", "PromptInfo", "ToolCall", "TurnTrace", "Usage"]
 
 #: Where a cached-prompt-token figure came from.
 #: ``prompt_tokens_details`` — vLLM, SGLang, OpenAI, llama.cpp;
@@ -33,6 +33,23 @@ class Usage:
     #: Which field ``cached_tokens`` was read from.
     cached_source: CacheSource | None = None
     reasoning_tokens: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PromptInfo:
+    """What the client knew about a turn's prompt before sending it.
+
+    Attributes:
+        estimated_tokens: the local token estimate, corrected by calibration.
+        raw_estimate: the same estimate before calibration.
+        max_cacheable_tokens: the most prompt tokens any prefix cache could have served
+            (leading token blocks already sent before, by any session), or ``None`` when
+            prefixes were not fingerprinted.
+    """
+
+    estimated_tokens: int
+    raw_estimate: int
+    max_cacheable_tokens: int | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -5,15 +5,24 @@ Everything here is re-exported from :mod:`agentflow`; import from there.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Literal, Protocol, TypeAlias
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from agentflow._events import Event
-    from agentflow._trace import TurnTrace
+    from agentflow._trace import PromptInfo, TurnTrace
     from agentflow.transport._request import ChatRequest
 
-__all__ = ["Callback", "Clock", "DeltaKind", "DeltaSink", "Transport"]
+__all__ = [
+    "Callback",
+    "Clock",
+    "Complete",
+    "ContextPolicy",
+    "DeltaKind",
+    "DeltaSink",
+    "SessionContext",
+    "Transport",
+]
 
 #: What a streamed delta carried: answer text, reasoning text, or tool-call arguments.
 DeltaKind: TypeAlias = Literal["content", "reasoning", "tool_call"]
@@ -55,3 +64,41 @@ class Transport(Protocol):
 
     async def aclose(self) -> None:
         """Release connections. Safe to call twice."""
+
+
+#: Runs one extra model request for a session, through the same admission, limits and
+#: retries as its turns, and returns its trace (a compaction's summary call uses it).
+Complete: TypeAlias = Callable[["ChatRequest"], Awaitable["TurnTrace"]]
+
+
+class SessionContext(Protocol):
+    """One session's view of its context policy; made by :meth:`ContextPolicy.bind`."""
+
+    async def before_turn(
+        self,
+        turn: int,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        complete: Complete,
+    ) -> PromptInfo | None:
+        """Called before each model turn with the session's own message list.
+
+        May rewrite ``messages`` in place (drop, truncate, compact) to keep the prompt in
+        budget, and returns what it knows of the prompt about to be sent.
+
+        Raises:
+            ContextOverflow: the prompt cannot be brought inside the window.
+        """
+
+    def after_turn(self, turn: int, trace: TurnTrace) -> None:
+        """Called after each model turn (the server's usage corrects local estimates)."""
+
+
+class ContextPolicy(Protocol):
+    """Keeps every session's prompt inside its budget; set it as ``Agent(context=...)``.
+
+    :class:`agentflow.context.ContextBudget` is the shipped implementation.
+    """
+
+    def bind(self, *, session_id: str, agent: str, emit: Callable[[Event], None]) -> SessionContext:
+        """A fresh per-session context; ``emit`` sends events to the fleet's callbacks."""

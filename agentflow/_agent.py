@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -47,6 +49,9 @@ class Agent:
     tool_errors: Literal["return", "raise"] = "return"
     context: ContextPolicy | None = None
     priority: int = 0
+    #: Identifies the prompt prefix every session of this agent shares (instructions and
+    #: tool schemas); sessions with equal keys are scheduled and routed together.
+    prefix_key: str | None = field(init=False, default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -62,6 +67,10 @@ class Agent:
                 f"Agent {self.name!r}: tool_errors must be 'return' or 'raise', "
                 f"got {self.tool_errors!r}"
             )
+        if not isinstance(self.priority, int):
+            raise ConfigError(
+                f"Agent {self.name!r}: priority must be an int, got {self.priority!r}"
+            )
         bad = _RESERVED.intersection(self.params)
         if bad:
             raise ConfigError(
@@ -74,6 +83,13 @@ class Agent:
             raise ConfigError(f"Agent {self.name!r}: duplicate tool names {dupes}")
         object.__setattr__(self, "tools", tools)
         object.__setattr__(self, "params", dict(self.params))
+        object.__setattr__(self, "prefix_key", _prefix_key(self.instructions, self.tool_specs))
+
+    @property
+    def max_output_tokens(self) -> int | None:
+        """``max_tokens`` (or ``max_completion_tokens``) from ``params``, if set."""
+        value = self.params.get("max_completion_tokens", self.params.get("max_tokens"))
+        return value if isinstance(value, int) else None
 
     @property
     def tool_specs(self) -> list[dict[str, Any]]:
@@ -102,3 +118,10 @@ class Agent:
     async def run(self, task: str, transport: Transport) -> SessionResult:
         """Run one session to its end on ``transport`` (no fleet, no concurrency bound)."""
         return await self.session(task).run(transport)
+
+
+def _prefix_key(instructions: str, tools: list[dict[str, Any]]) -> str | None:
+    if not instructions and not tools:
+        return None
+    blob = json.dumps([instructions, tools], sort_keys=True, separators=(",", ":"))
+    return hashlib.blake2b(blob.encode(), digest_size=12).hexdigest()

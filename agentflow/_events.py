@@ -23,6 +23,7 @@ from agentflow.typing import Callback, DeltaKind
 if TYPE_CHECKING:
     from agentflow._fleet import FleetResult
     from agentflow._session import SessionResult
+    from agentflow.sched._runner import FailedAttempt
 
 __all__ = [
     "CallbackFailure",
@@ -30,6 +31,7 @@ __all__ = [
     "Event",
     "EventBus",
     "FleetEndEvent",
+    "RetryEvent",
     "SessionEndEvent",
     "TokenEvent",
     "ToolCallEvent",
@@ -114,6 +116,21 @@ class ErrorEvent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RetryEvent:
+    """A turn's attempt failed and will be sent again after ``wait_s``.
+
+    Tokens this attempt already streamed (``TokenEvent``s) are discarded: the turn is
+    re-run from its start and the conversation keeps only the attempt that succeeds.
+    """
+
+    agent: str
+    session_id: str
+    turn: int
+    attempt: FailedAttempt
+    type: Literal["retry"] = "retry"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FleetEndEvent:
     """The last event of :meth:`Fleet.stream`: every session has ended."""
 
@@ -128,6 +145,7 @@ Event: TypeAlias = (
     | ToolResultEvent
     | TurnEndEvent
     | SessionEndEvent
+    | RetryEvent
     | ErrorEvent
     | FleetEndEvent
 )

@@ -1,21 +1,63 @@
-"""The :class:`Fleet`: many sessions at once, under one concurrency bound, one event bus."""
+"""The :class:`Fleet`: many sessions at once — one scheduler, one router, one event bus."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
-from agentflow._admission import ConcurrencyGate
 from agentflow._errors import ConfigError
 from agentflow._events import CallbackFailure, Event, EventBus, FleetEndEvent
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
+from agentflow.sched import (
+    Limits,
+    Policy,
+    Replica,
+    ReplicaState,
+    RetryPolicy,
+    Router,
+    Scheduler,
+    TurnRunner,
+    policy_by_name,
+)
 from agentflow.typing import Callback, Clock, Transport
 
-__all__ = ["Fleet", "FleetResult"]
+__all__ = ["Fleet", "FleetResult", "ReplicaStats"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaStats:
+    """What one replica did during a run.
+
+    Attributes:
+        name: the replica.
+        served: requests that finished on it.
+        failures: requests that failed on it in a way that blames it.
+        peak_in_flight: the most requests it streamed at once.
+        breaker_opened: how many times its circuit breaker took it out of rotation.
+    """
+
+    name: str
+    served: int
+    failures: int
+    peak_in_flight: int
+    breaker_opened: int
+
+    @classmethod
+    def of(cls, state: ReplicaState) -> ReplicaStats:
+        """Read a replica's run-time state."""
+        return cls(
+            name=state.name,
+            served=state.served,
+            failures=state.failures,
+            peak_in_flight=state.peak_in_flight,
+            breaker_opened=state.breaker.opened,
+        )
+
 
 _log = get_logger("agentflow.fleet")
 
@@ -29,12 +71,16 @@ class FleetResult:
         wall_s: wall time of the run.
         peak_in_flight: the most model requests that were in flight at once.
         callback_errors: every callback that raised, with the event it was handling.
+        retries: attempts that failed and were sent again.
+        replicas: per replica: served, failed, peak in flight, breaker trips.
     """
 
     sessions: list[SessionResult]
     wall_s: float
     peak_in_flight: int
     callback_errors: list[CallbackFailure] = field(default_factory=list)
+    retries: int = 0
+    replicas: list[ReplicaStats] = field(default_factory=list)
 
     @property
     def output_tokens(self) -> int:
@@ -53,36 +99,67 @@ class FleetResult:
 
 
 class Fleet:
-    """Runs sessions concurrently against one transport.
+    """Runs sessions concurrently against one or more replicas.
 
     Args:
-        transport: where model turns go (:class:`HTTPTransport`, :class:`OpenAITransport`, …).
-        max_concurrency: the most model requests in flight at once. Sessions between
-            turns (running tools) hold no slot.
+        transport: where model turns go — a transport (:class:`HTTPTransport`, …), a
+            :class:`Replica` (a transport with its own limits), or a list of them to
+            route across.
+        max_concurrency: the most model requests in flight at once, fleet-wide.
+            Sessions between turns (running tools) hold no slot.
         max_tool_concurrency: the most tool calls running at once, fleet-wide.
+        policy: which ready turn goes next: a :class:`~agentflow.sched.Policy` or one of
+            ``"fcfs"``, ``"fair"``, ``"plas"``, ``"priority"``, ``"deadline"``.
+        limits: fleet-wide request and token rates (``max_in_flight`` defaults to
+            ``max_concurrency``).
+        router: how turns are placed across replicas (sticky, prefix-affine, least-loaded).
+        retry: how failed turns are retried; ``None`` never retries.
+        prefix_warmup: send one request per cold shared prefix before the rest.
         callbacks: sync or async callables, each called with every :data:`Event`.
         clock: nanosecond monotonic clock for queue waits and tool durations.
+        sleep: how retries wait (inject a fake in tests).
     """
 
     def __init__(
         self,
-        transport: Transport,
+        transport: Transport | Replica | Sequence[Transport | Replica],
         *,
         max_concurrency: int = 64,
         max_tool_concurrency: int = 64,
+        policy: Policy | str = "fcfs",
+        limits: Limits | None = None,
+        router: Router | None = None,
+        retry: RetryPolicy | None = RetryPolicy(),
+        prefix_warmup: bool = True,
         callbacks: Iterable[Callback] = (),
         clock: Clock = time.perf_counter_ns,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
+        if not isinstance(max_concurrency, int) or max_concurrency < 1:
+            raise ConfigError(f"max_concurrency must be an int ≥ 1, got {max_concurrency!r}")
         if not isinstance(max_tool_concurrency, int) or max_tool_concurrency < 1:
             raise ConfigError(
                 f"max_tool_concurrency must be an int ≥ 1, got {max_tool_concurrency!r}"
             )
-        self.transport = transport
+        self.replicas = _replicas(transport)
         self.max_concurrency = max_concurrency
         self.max_tool_concurrency = max_tool_concurrency
-        ConcurrencyGate(max_concurrency)  # validate now, not at run time
+        self.policy = policy_by_name(policy) if isinstance(policy, str) else policy
+        limits = limits or Limits()
+        if limits.max_in_flight is None:
+            limits = dataclasses.replace(limits, max_in_flight=max_concurrency)
+        self.limits = limits
+        self.router = router
+        self.retry = retry
+        self.prefix_warmup = prefix_warmup
         self._callbacks = list(callbacks)
         self._clock = clock
+        self._sleep = sleep
+
+    @property
+    def transport(self) -> Transport:
+        """The first replica's transport (the only one, for a single-server fleet)."""
+        return self.replicas[0].transport
 
     def subscribe(self, callback: Callback) -> None:
         """Add a callback for every later run."""
@@ -119,21 +196,28 @@ class Fleet:
 
     async def _run(self, sessions: list[Session], bus: EventBus) -> FleetResult:
         _check_unique(sessions)
-        gate = ConcurrencyGate(self.max_concurrency)
+        scheduler = Scheduler(
+            self.replicas,
+            policy=self.policy,
+            limits=self.limits,
+            router=self.router if self.router is not None else Router(),
+            clock=self._clock,
+            prefix_warmup=self.prefix_warmup,
+        )
+        runner = TurnRunner(scheduler, self.retry, sleep=self._sleep)
         tool_limit = asyncio.Semaphore(self.max_tool_concurrency)
         start = self._clock()
-        _log.info("fleet.start", sessions=len(sessions), max_concurrency=self.max_concurrency)
+        _log.info(
+            "fleet.start",
+            sessions=len(sessions),
+            max_concurrency=self.max_concurrency,
+            replicas=len(self.replicas),
+        )
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [
                     tg.create_task(
-                        s.run(
-                            self.transport,
-                            bus=bus,
-                            gate=gate,
-                            tool_limit=tool_limit,
-                            clock=self._clock,
-                        ),
+                        s.run(runner=runner, bus=bus, tool_limit=tool_limit, clock=self._clock),
                         name=s.session_id,
                     )
                     for s in sessions
@@ -141,14 +225,26 @@ class Fleet:
             result = FleetResult(
                 sessions=[t.result() for t in tasks],
                 wall_s=(self._clock() - start) * 1e-9,
-                peak_in_flight=gate.peak_in_flight,
+                peak_in_flight=scheduler.peak_in_flight,
                 callback_errors=bus.callback_errors,
+                retries=runner.retries,
+                replicas=[ReplicaStats.of(r) for r in scheduler.replicas],
             )
             _log.info("fleet.end", wall_s=result.wall_s, failed=len(result.failed))
             bus.emit(FleetEndEvent(result=result))
         finally:
+            await scheduler.aclose()
             await bus.aclose()
         return result
+
+
+def _replicas(
+    target: Transport | Replica | Sequence[Transport | Replica],
+) -> list[Replica]:
+    items = list(target) if isinstance(target, Sequence) else [target]
+    if not items:
+        raise ConfigError("Fleet needs at least one transport or Replica")
+    return [t if isinstance(t, Replica) else Replica(transport=t) for t in items]
 
 
 def _check_unique(sessions: list[Session]) -> None:

@@ -13,7 +13,7 @@ import asyncio
 import itertools
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, nullcontext
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -23,6 +23,7 @@ from agentflow._errors import MaxTurnsExceeded, ToolError
 from agentflow._events import (
     ErrorEvent,
     EventBus,
+    RetryEvent,
     SessionEndEvent,
     TokenEvent,
     ToolCallEvent,
@@ -32,6 +33,7 @@ from agentflow._events import (
 from agentflow._logging import get_logger
 from agentflow._metrics import TurnMetrics, turn_metrics
 from agentflow._trace import PromptInfo, ToolCall, TurnTrace
+from agentflow.sched import FailedAttempt, Replica, RetryPolicy, Scheduler, Ticket, TurnRunner
 from agentflow.transport._request import ChatRequest
 from agentflow.typing import Callback, Clock, DeltaKind, SessionContext, Transport
 
@@ -42,6 +44,9 @@ __all__ = ["Session", "SessionResult", "SessionStatus", "TurnRecord"]
 
 _log = get_logger("agentflow.session")
 _ids = itertools.count(1)
+
+#: Output tokens a turn is charged for by token limits when its agent sets no max_tokens.
+DEFAULT_MAX_OUTPUT_TOKENS = 1024
 
 #: How a session ended.
 SessionStatus = Literal["completed", "max_turns", "error", "cancelled"]
@@ -56,12 +61,15 @@ class TurnRecord:
         metrics: its latency figures.
         trace: what arrived on the wire.
         prompt: the client's estimate of its prompt (when the agent has a context policy).
+        failed_attempts: attempts that failed and were retried before this one succeeded
+            (their partial output is here, not in the conversation).
     """
 
     index: int
     metrics: TurnMetrics
     trace: TurnTrace
     prompt: PromptInfo | None = None
+    failed_attempts: tuple[FailedAttempt, ...] = ()
 
 
 @dataclass(slots=True, kw_only=True)
@@ -155,11 +163,12 @@ class Session:
 
     async def run(
         self,
-        transport: Transport,
+        transport: Transport | None = None,
         *,
         callbacks: Iterable[Callback] = (),
+        retry: RetryPolicy | None = RetryPolicy(),
         bus: EventBus | None = None,
-        gate: Any = None,
+        runner: TurnRunner | None = None,
         tool_limit: asyncio.Semaphore | None = None,
         clock: Clock = time.perf_counter_ns,
     ) -> SessionResult:
@@ -169,18 +178,31 @@ class Session:
         cancellation after recording it.
 
         Args:
-            transport: where model turns go.
-            callbacks: called with every event of this session (when run alone; a
-                :class:`Fleet` passes its own ``bus`` instead).
-            bus, gate, tool_limit: the fleet's event bus, admission gate and tool bound.
+            transport: where model turns go (when run alone).
+            callbacks: called with every event of this session (when run alone).
+            retry: how failed turns are retried (when run alone); ``None`` never retries.
+            bus, runner, tool_limit: a :class:`Fleet`'s event bus, turn runner (scheduler,
+                router, retries) and tool bound, instead of ``transport``/``callbacks``/``retry``.
             clock: nanosecond monotonic clock.
         """
+        if runner is None:
+            if transport is None:
+                raise TypeError("Session.run needs a transport (or a fleet's runner)")
+            scheduler = Scheduler([Replica(transport=transport)], clock=clock)
+            try:
+                return await self.run(
+                    callbacks=callbacks,
+                    bus=bus,
+                    runner=TurnRunner(scheduler, retry),
+                    tool_limit=tool_limit,
+                    clock=clock,
+                )
+            finally:
+                await scheduler.aclose()
         if bus is None:
             bus = EventBus(list(callbacks))
             try:
-                return await self.run(
-                    transport, bus=bus, gate=gate, tool_limit=tool_limit, clock=clock
-                )
+                return await self.run(runner=runner, bus=bus, tool_limit=tool_limit, clock=clock)
             finally:
                 await bus.aclose()
         agent = self.agent
@@ -194,7 +216,7 @@ class Session:
         with structlog.contextvars.bound_contextvars(agent=agent.name, session=self.session_id):
             try:
                 for index in range(agent.max_turns):
-                    trace = await self._model_turn(index, transport, bus, gate, clock)
+                    trace = await self._model_turn(index, runner, bus, clock)
                     if not trace.tool_calls:
                         status, final = "completed", trace.content
                         break
@@ -218,6 +240,7 @@ class Session:
                     )
                 )
             finally:
+                runner.scheduler.forget(self.session_id)
                 result = SessionResult(
                     session_id=self.session_id,
                     agent=agent.name,
@@ -235,27 +258,47 @@ class Session:
         return result
 
     async def _model_turn(
-        self, index: int, transport: Transport, bus: EventBus, gate: Any, clock: Clock
+        self, index: int, runner: TurnRunner, bus: EventBus, clock: Clock
     ) -> TurnTrace:
+        agent = self.agent
+        max_output = agent.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS
+
+        def ticket(ready: int, prompt_tokens: int) -> Ticket:
+            return Ticket(
+                session_id=self.session_id,
+                agent=agent.name,
+                turn=index,
+                ready_ns=ready,
+                prompt_tokens=prompt_tokens,
+                max_output_tokens=max_output,
+                priority=agent.priority,
+                prefix_key=agent.prefix_key,
+            )
+
         async def complete(extra: ChatRequest) -> TurnTrace:
-            async with gate.slot() if gate is not None else nullcontext():
-                return await transport.stream(extra)
+            trace, _ = await runner.send(ticket(clock(), _rough_tokens(extra.messages)), extra)
+            return trace
+
+        def on_retry(_: Ticket, attempt: FailedAttempt) -> None:
+            _log.info("turn.retry", error=repr(attempt.error), wait_s=attempt.wait_s)
+            bus.emit(
+                RetryEvent(
+                    agent=agent.name, session_id=self.session_id, turn=index, attempt=attempt
+                )
+            )
 
         ctx = self._context
         with structlog.contextvars.bound_contextvars(turn=index):
             prompt = (
-                await ctx.before_turn(index, self.messages, self.agent.tool_specs, complete)
+                await ctx.before_turn(index, self.messages, agent.tool_specs, complete)
                 if ctx is not None
                 else None
             )
             request = self.request()
-            sink = _TokenSink(bus, self.agent.name, self.session_id, index) if bus.active else None
+            sink = _TokenSink(bus, agent.name, self.session_id, index) if bus.active else None
             ready = clock()
-            slot: AbstractAsyncContextManager[Any] = (
-                gate.slot() if gate is not None else nullcontext()
-            )
-            async with slot:
-                trace = await transport.stream(request, sink)
+            estimate = prompt.estimated_tokens if prompt else _rough_tokens(self.messages)
+            trace, failed = await runner.send(ticket(ready, estimate), request, sink, on_retry)
             if ctx is not None:
                 ctx.after_turn(index, trace)
             metrics = turn_metrics(trace, ready_ns=ready)
@@ -267,7 +310,7 @@ class Session:
                 tool_calls=len(trace.tool_calls),
             )
         self.messages.append(_assistant_message(trace))
-        self.turns.append(TurnRecord(index, metrics, trace, prompt))
+        self.turns.append(TurnRecord(index, metrics, trace, prompt, failed))
         bus.emit(
             TurnEndEvent(
                 agent=self.agent.name,
@@ -343,3 +386,15 @@ def _assistant_message(trace: TurnTrace) -> dict[str, Any]:
     elif msg["content"] is None:
         msg["content"] = ""
     return msg
+
+
+def _rough_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
+    """A cheap prompt estimate (4 characters a token) when no context policy counts."""
+    chars = 0
+    for m in messages:
+        content = m.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        for call in m.get("tool_calls") or ():
+            chars += len(str(call.get("function", {}).get("arguments", "")))
+    return chars // 4 + 4 * len(messages)

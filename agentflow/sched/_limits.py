@@ -1,0 +1,119 @@
+"""Limits: requests in flight, requests per minute, tokens per minute, KV tokens in flight.
+
+:class:`Limits` is the configuration (per fleet or per replica); :class:`RateGate` is
+its runtime. Rates use aiolimiter's leaky bucket, whose ``acquire(amount)`` is the
+weighted acquire token limits need. Only the scheduler's dispatcher ever waits on a
+bucket — never one task per session — so 10,000 queued sessions cost nothing while
+they wait (asyncio-throttle, which the product was first specified with, has every
+waiter poll with ``sleep(0.01)``; see docs/architecture.md).
+
+A bucket holds ``burst_s`` seconds of its rate, so over any window of ``W`` seconds
+at most ``rate × W + burst`` units pass.
+
+Token weight: a request is charged its estimated prompt tokens plus its maximum
+output when it is dispatched. When the server's usage says it used more, the
+difference is charged before the next dispatch (a debt), so the long-run rate holds
+even when estimates are low. Unused reservation is not given back (aiolimiter has no
+release), which errs on the side of staying under the limit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from aiolimiter import AsyncLimiter
+
+from agentflow._errors import ConfigError
+
+__all__ = ["Limits", "RateGate"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Limits:
+    """Caps on what is sent; ``None`` means no cap.
+
+    Attributes:
+        max_in_flight: requests streaming at once. Released only when a stream ends.
+        rpm: requests started per minute.
+        tpm: tokens per minute, weighted by estimated prompt + max output per request,
+            corrected by the usage the server reports.
+        kv_tokens: prompt + max output tokens of the requests in flight at once (a KV
+            budget, e.g. from ``agentflow plan``). Only for a replica's limits.
+        burst_s: how many seconds of ``rpm``/``tpm`` may go out at once.
+    """
+
+    max_in_flight: int | None = None
+    rpm: float | None = None
+    tpm: float | None = None
+    kv_tokens: int | None = None
+    burst_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.max_in_flight is not None and (
+            not isinstance(self.max_in_flight, int) or self.max_in_flight < 1
+        ):
+            raise ConfigError(
+                f"Limits.max_in_flight must be an int ≥ 1, got {self.max_in_flight!r}"
+            )
+        for name in ("rpm", "tpm", "kv_tokens"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ConfigError(f"Limits.{name} must be > 0, got {value!r}")
+        if not self.burst_s > 0:
+            raise ConfigError(f"Limits.burst_s must be > 0, got {self.burst_s!r}")
+
+    def gate(self) -> RateGate | None:
+        """A fresh runtime for the rate limits, or ``None`` when there are none."""
+        if self.rpm is None and self.tpm is None:
+            return None
+        return RateGate(self.rpm, self.tpm, self.burst_s)
+
+
+def _bucket(per_minute: float, burst_s: float, floor: float) -> AsyncLimiter:
+    capacity = max(per_minute / 60.0 * burst_s, floor)
+    return AsyncLimiter(capacity, capacity / (per_minute / 60.0))
+
+
+class RateGate:
+    """The request and token buckets of one :class:`Limits`. Only the dispatcher waits."""
+
+    __slots__ = ("_debt", "_requests", "_tokens", "charged_tokens", "started")
+
+    def __init__(self, rpm: float | None, tpm: float | None, burst_s: float) -> None:
+        self._requests = _bucket(rpm, burst_s, 1.0) if rpm is not None else None
+        self._tokens = _bucket(tpm, burst_s, 1.0) if tpm is not None else None
+        self._debt = 0.0
+        #: Requests let through so far.
+        self.started = 0
+        #: Tokens charged so far (reservations + debts).
+        self.charged_tokens = 0.0
+
+    def ready(self, tokens: int) -> bool:
+        """Whether a request of ``tokens`` could go now without waiting."""
+        if self._requests is not None and not self._requests.has_capacity(1):
+            return False
+        return self._tokens is None or self._tokens.has_capacity(self._clamp(tokens + self._debt))
+
+    async def take(self, tokens: int) -> None:
+        """Wait until one request of ``tokens`` may go, and charge it (plus any debt)."""
+        if self._requests is not None:
+            await self._requests.acquire(1)
+        if self._tokens is not None:
+            amount = tokens + self._debt
+            self._debt = 0.0
+            while amount > 0:  # a request bigger than the bucket is charged in bucket-fulls
+                part = self._clamp(amount)
+                await self._tokens.acquire(part)
+                amount -= part
+            self.charged_tokens += tokens
+        self.started += 1
+
+    def settle(self, reserved: int, used: int) -> None:
+        """The server says a request charged ``reserved`` used ``used`` tokens."""
+        if self._tokens is not None and used > reserved:
+            self._debt += used - reserved
+            self.charged_tokens += used - reserved
+
+    def _clamp(self, amount: float) -> float:
+        assert self._tokens is not None
+        return min(amount, self._tokens.max_rate)

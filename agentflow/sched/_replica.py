@@ -1,0 +1,106 @@
+"""Replicas: the endpoints a fleet sends to, each with its own limits and health."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from agentflow._errors import ConfigError
+from agentflow.sched._breaker import CircuitBreaker
+from agentflow.sched._limits import Limits, RateGate
+from agentflow.sched._ticket import Ticket
+from agentflow.typing import Clock, Transport
+
+__all__ = ["Replica", "ReplicaState"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replica:
+    """One server replica a fleet may send turns to.
+
+    Args:
+        transport: how to reach it.
+        limits: its own caps (requests in flight, RPM, TPM, KV tokens in flight).
+        name: a label for routing decisions and reports; defaults to the transport's endpoint.
+        breaker_threshold: consecutive failures that take it out of rotation.
+        breaker_cooldown_s: how long it stays out before one probe request is let through.
+    """
+
+    transport: Transport
+    limits: Limits = field(default_factory=Limits)
+    name: str = ""
+    breaker_threshold: int = 5
+    breaker_cooldown_s: float = 5.0
+
+
+class ReplicaState:
+    """A replica at run time: what is in flight on it, its rate buckets and its breaker."""
+
+    __slots__ = (
+        "breaker",
+        "failures",
+        "in_flight",
+        "limits",
+        "name",
+        "peak_in_flight",
+        "rates",
+        "served",
+        "sessions",
+        "tokens_in_flight",
+        "transport",
+    )
+
+    def __init__(self, replica: Replica, clock: Clock) -> None:
+        self.name = replica.name or replica.transport.endpoint
+        self.transport = replica.transport
+        self.limits = replica.limits
+        self.rates: RateGate | None = replica.limits.gate()
+        self.breaker = CircuitBreaker(
+            clock, threshold=replica.breaker_threshold, cooldown_s=replica.breaker_cooldown_s
+        )
+        #: Requests streaming on it now.
+        self.in_flight = 0
+        #: The most that ever streamed on it at once.
+        self.peak_in_flight = 0
+        #: Prompt + max output tokens of the requests in flight.
+        self.tokens_in_flight = 0
+        #: Sessions routed here (sticky), now.
+        self.sessions = 0
+        #: Requests it finished, and requests that failed on it.
+        self.served = 0
+        self.failures = 0
+
+    def has_room(self, ticket: Ticket) -> bool:
+        """Whether ``ticket`` fits under this replica's in-flight and KV caps."""
+        lim = self.limits
+        if lim.max_in_flight is not None and self.in_flight >= lim.max_in_flight:
+            return False
+        return (
+            lim.kv_tokens is None
+            or self.in_flight == 0  # one request always fits, or it would never run
+            or self.tokens_in_flight + ticket.tokens <= lim.kv_tokens
+        )
+
+    def start(self, ticket: Ticket) -> None:
+        """``ticket`` was dispatched here."""
+        self.in_flight += 1
+        self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
+        self.tokens_in_flight += ticket.tokens
+        self.breaker.on_send()
+
+    def finish(self, ticket: Ticket) -> None:
+        """``ticket``'s stream ended (whatever the outcome)."""
+        self.in_flight -= 1
+        self.tokens_in_flight -= ticket.tokens
+
+    def __repr__(self) -> str:
+        return (
+            f"ReplicaState({self.name!r}, in_flight={self.in_flight}, breaker={self.breaker.state})"
+        )
+
+
+def check_unique(states: list[ReplicaState]) -> None:
+    """Replica names must be unique: routing decisions are keyed by them."""
+    names = [s.name for s in states]
+    dupes = sorted({n for n in names if names.count(n) > 1})
+    if dupes:
+        raise ConfigError(f"replica names must be unique; repeated: {dupes} (set Replica.name)")

@@ -1,0 +1,130 @@
+"""Which failures are retried, and how long to wait first (tenacity underneath).
+
+Retried by default: 429 (after its ``Retry-After`` when the server sent one), 500,
+502, 503, 504, an error object sent inside the stream, connection errors, timeouts,
+and a stream cut mid-way (the turn is re-run; the partial output is discarded and
+recorded on the turn). Never retried: other 4xx (the request itself is wrong),
+malformed streams (opt in), tool errors, context overflows and cancellation.
+
+Waits: the server's ``Retry-After`` when given (capped), otherwise jittered
+exponential backoff (tenacity's ``wait_random_exponential``, "full jitter").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+    wait_random_exponential,
+)
+
+from agentflow._errors import (
+    APIStatusError,
+    BadRequestError,
+    ConfigError,
+    ConnectError,
+    RateLimitError,
+    ServerError,
+    StreamInterrupted,
+    StreamProtocolError,
+    StreamTimeout,
+)
+
+__all__ = ["RetryPolicy"]
+
+_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How a turn that failed on the wire is retried.
+
+    Attributes:
+        max_attempts: tries per turn, the first included (1 = never retry).
+        backoff_s: the base of the exponential backoff.
+        max_backoff_s: the longest backoff wait.
+        max_retry_after_s: the longest ``Retry-After`` obeyed; longer is capped to it.
+        jitter: randomise backoff ("full jitter"); off gives exact waits (tests).
+        retry_mid_stream: re-run a turn whose stream was cut after output began.
+        retry_protocol_errors: also retry malformed or unfinished streams.
+        failover: send the retry to another healthy replica when there is one.
+    """
+
+    max_attempts: int = 4
+    backoff_s: float = 0.5
+    max_backoff_s: float = 30.0
+    max_retry_after_s: float = 300.0
+    jitter: bool = True
+    retry_mid_stream: bool = True
+    retry_protocol_errors: bool = False
+    failover: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
+            raise ConfigError(
+                f"RetryPolicy.max_attempts must be an int ≥ 1, got {self.max_attempts!r}"
+            )
+        for name in ("backoff_s", "max_backoff_s", "max_retry_after_s"):
+            if not getattr(self, name) >= 0:
+                raise ConfigError(f"RetryPolicy.{name} must be ≥ 0, got {getattr(self, name)!r}")
+
+    def retryable(self, exc: BaseException) -> bool:
+        """Whether a turn that failed with ``exc`` may be sent again."""
+        if isinstance(exc, StreamInterrupted):
+            return self.retry_mid_stream
+        if isinstance(exc, StreamProtocolError):
+            return self.retry_protocol_errors
+        if isinstance(exc, ConnectError | StreamTimeout | RateLimitError):
+            return True
+        if isinstance(exc, APIStatusError):
+            return exc.status in _RETRY_STATUS
+        return False
+
+    @staticmethod
+    def blames_replica(exc: BaseException) -> bool:
+        """Whether ``exc`` counts against the replica's health (its circuit breaker).
+
+        A 429 or another 4xx is the replica working as designed; everything else on
+        the wire is the replica (or the path to it) failing.
+        """
+        if isinstance(exc, RateLimitError | BadRequestError):
+            return False
+        return isinstance(
+            exc,
+            ConnectError | ServerError | StreamInterrupted | StreamTimeout | StreamProtocolError,
+        ) or (isinstance(exc, APIStatusError) and exc.status >= 500)
+
+    def wait_s(self, state: RetryCallState) -> float:
+        """Seconds to wait before the next attempt (a tenacity ``wait``)."""
+        outcome = state.outcome
+        exc = outcome.exception() if outcome is not None else None
+        if isinstance(exc, APIStatusError) and exc.retry_after is not None:
+            return min(max(exc.retry_after, 0.0), self.max_retry_after_s)
+        backoff = (
+            wait_random_exponential(multiplier=self.backoff_s, max=self.max_backoff_s)
+            if self.jitter
+            else wait_exponential(multiplier=self.backoff_s, max=self.max_backoff_s)
+        )
+        return float(backoff(state))
+
+    def retrying(
+        self,
+        *,
+        sleep: Callable[[float], Awaitable[None]],
+        before_sleep: Callable[[RetryCallState], None] | None = None,
+    ) -> AsyncRetrying:
+        """A tenacity ``AsyncRetrying`` for one turn, sleeping with ``sleep``."""
+        return AsyncRetrying(
+            retry=retry_if_exception(self.retryable),
+            stop=stop_after_attempt(self.max_attempts),
+            wait=self.wait_s,
+            sleep=sleep,
+            before_sleep=before_sleep,
+            reraise=True,
+        )

@@ -1,0 +1,117 @@
+"""The router: which replica a dispatched turn goes to.
+
+In order of preference, among replicas that are healthy (breaker closed, or a probe
+is due), not excluded for this attempt, and have room:
+
+1. **sticky** — the replica the session's earlier turns went to: it holds the
+   session's KV, so only the newest tokens need a prefill;
+2. **prefix-affine** — for a session's first turn, the replica its shared prefix
+   (system prompt + tools) was last sent to, while that replica is not more than
+   ``balance_slack`` requests busier than the least-loaded one;
+3. **least loaded** — fewest requests in flight, then fewest tokens in flight.
+
+A session whose sticky replica is full moves to one with room (work-conserving: an
+idle replica is never left idle while turns wait) and sticks there. Excluding a
+replica (failover after an error) is a preference: if every healthy replica is
+excluded, the excluded ones are used.
+"""
+
+from __future__ import annotations
+
+from agentflow._errors import ConfigError
+from agentflow.sched._replica import ReplicaState
+from agentflow.sched._ticket import Ticket
+
+__all__ = ["Router"]
+
+
+class Router:
+    """Chooses a replica per dispatched turn and keeps sessions where their KV is.
+
+    Args:
+        sticky: keep each session on the replica of its earlier turns.
+        prefix_affinity: place new sessions with the others that share their prefix.
+        balance_slack: how many more requests in flight a prefix's replica may have than
+            the least-loaded one before new sessions of that prefix go elsewhere.
+        session_header: the header that carries the session key to servers and gateways
+            that route by it (``None`` sends none).
+        prompt_cache_key: also send the prefix key as OpenAI's ``prompt_cache_key`` body field.
+    """
+
+    def __init__(
+        self,
+        *,
+        sticky: bool = True,
+        prefix_affinity: bool = True,
+        balance_slack: int = 4,
+        session_header: str | None = "X-Session-ID",
+        prompt_cache_key: bool = False,
+    ) -> None:
+        if not isinstance(balance_slack, int) or balance_slack < 0:
+            raise ConfigError(f"Router balance_slack must be an int ≥ 0, got {balance_slack!r}")
+        self.sticky = sticky
+        self.prefix_affinity = prefix_affinity
+        self.balance_slack = balance_slack
+        self.session_header = session_header
+        self.prompt_cache_key = prompt_cache_key
+        self._session: dict[str, ReplicaState] = {}
+        self._prefix: dict[str, ReplicaState] = {}
+        #: Turns that went to their sticky replica, and sessions that had to move.
+        self.sticky_hits = 0
+        self.moves = 0
+
+    def choose(self, ticket: Ticket, replicas: list[ReplicaState]) -> ReplicaState | None:
+        """The replica for ``ticket``, or ``None`` when none can take it now."""
+        if len(replicas) == 1:  # the common case: no choice to make
+            only = replicas[0]
+            return only if only.breaker.allows() and only.has_room(ticket) else None
+        healthy = [r for r in replicas if r.breaker.allows()]
+        if ticket.exclude:
+            preferred = [r for r in healthy if r.name not in ticket.exclude]
+            healthy = preferred or healthy
+        room = [r for r in healthy if r.has_room(ticket)]
+        if not room:
+            return None
+        if self.sticky:
+            home = self._session.get(ticket.session_id)
+            if home is not None and home in room:
+                self.sticky_hits += 1
+                return home
+        least = min(room, key=_load)
+        if self.prefix_affinity and ticket.prefix_key is not None:
+            group = self._prefix.get(ticket.prefix_key)
+            if (
+                group is not None
+                and group in room
+                and group.in_flight <= least.in_flight + self.balance_slack
+            ):
+                return group
+        return least
+
+    def placed(self, ticket: Ticket, replica: ReplicaState) -> None:
+        """``ticket`` was dispatched to ``replica``: remember it for stickiness."""
+        if ticket.prefix_key is not None:
+            self._prefix[ticket.prefix_key] = replica
+        if not self.sticky:
+            return
+        home = self._session.get(ticket.session_id)
+        if home is not replica:
+            if home is not None:
+                home.sessions -= 1
+                self.moves += 1
+            replica.sessions += 1
+            self._session[ticket.session_id] = replica
+
+    def forget(self, session_id: str) -> None:
+        """The session ended; its replica no longer holds it."""
+        home = self._session.pop(session_id, None)
+        if home is not None:
+            home.sessions -= 1
+
+    def headers(self, ticket: Ticket) -> dict[str, str]:
+        """Headers that carry the session key for this turn."""
+        return {self.session_header: ticket.session_id} if self.session_header else {}
+
+
+def _load(r: ReplicaState) -> tuple[int, int, int]:
+    return (r.in_flight, r.tokens_in_flight, r.sessions)

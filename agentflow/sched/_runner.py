@@ -1,0 +1,175 @@
+"""Sending one turn: grant → replica's transport → release, retried per the policy.
+
+This is where the scheduler, the router, the retry policy and the wire meet. Every
+attempt holds its slot until its stream ends; a failed attempt's partial output is
+discarded from the conversation but kept on the turn (:class:`FailedAttempt`) and
+announced as a :class:`~agentflow.RetryEvent`, so every turn is accounted for once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+
+from tenacity import RetryCallState
+
+from agentflow._errors import TransportError
+from agentflow._trace import TurnTrace
+from agentflow.sched._retry import RetryPolicy
+from agentflow.sched._scheduler import Scheduler
+from agentflow.sched._ticket import Ticket
+from agentflow.transport._request import ChatRequest
+from agentflow.typing import DeltaKind, DeltaSink
+
+__all__ = ["FailedAttempt", "TurnRunner"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FailedAttempt:
+    """An attempt at a turn that failed and was retried.
+
+    Attributes:
+        attempt: 0 for the first try.
+        replica: where it was sent.
+        error: what happened.
+        trace: what arrived before it failed, when anything did (the discarded output).
+        wait_s: how long the runner waited before the next attempt.
+    """
+
+    attempt: int
+    replica: str
+    error: TransportError
+    trace: TurnTrace | None
+    wait_s: float
+
+
+#: Told about each failed attempt just before the runner waits to retry it.
+OnRetry = Callable[[Ticket, FailedAttempt], None]
+
+
+class _WarmupSink:
+    """Passes deltas on, and tells the scheduler at the first one that the prefix is warm."""
+
+    __slots__ = ("_inner", "_key", "_scheduler")
+
+    def __init__(self, inner: DeltaSink | None, scheduler: Scheduler, key: str) -> None:
+        self._inner = inner
+        self._scheduler = scheduler
+        self._key = key
+
+    def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
+        if self._scheduler is not None:
+            self._scheduler.warmed(self._key)
+            self._scheduler = None  # type: ignore[assignment]
+        if self._inner is not None:
+            self._inner.on_delta(kind, text, t_ns)
+
+
+class TurnRunner:
+    """Sends turns through a :class:`Scheduler`, retrying per a :class:`RetryPolicy`.
+
+    Args:
+        scheduler: grants slots and replicas.
+        retry: the retry policy; ``None`` sends each turn once.
+        sleep: how to wait between attempts (inject a fake in tests).
+    """
+
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        retry: RetryPolicy | None,
+        *,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.scheduler = scheduler
+        self.retry = retry
+        self._sleep = sleep
+        #: Attempts that failed and were retried, fleet-wide.
+        self.retries = 0
+
+    async def send(
+        self,
+        ticket: Ticket,
+        request: ChatRequest,
+        sink: DeltaSink | None = None,
+        on_retry: OnRetry | None = None,
+    ) -> tuple[TurnTrace, tuple[FailedAttempt, ...]]:
+        """Send ``request`` until it succeeds or the policy gives up.
+
+        Returns the trace and the attempts that failed before it. Raises the last
+        error when the policy gives up or the error is not retryable.
+        """
+        where: list[str] = []
+        try:  # the first attempt runs without tenacity: ~75 µs a turn saved
+            return await self._once(ticket, request, sink, where), ()
+        except TransportError as exc:
+            policy = self.retry
+            if policy is None or policy.max_attempts == 1 or not policy.retryable(exc):
+                raise
+            replay: list[TransportError] = [exc]
+        failed: list[FailedAttempt] = []
+
+        async def attempt() -> TurnTrace:
+            if replay:  # hand tenacity the failure that already happened
+                raise replay.pop()
+            ticket.attempt += 1
+            if policy.failover and where:
+                ticket.exclude = frozenset(where[-1:])
+            return await self._once(ticket, request, sink, where)
+
+        def before_sleep(state: RetryCallState) -> None:
+            outcome = state.outcome
+            assert outcome is not None
+            err = outcome.exception()
+            assert isinstance(err, TransportError)
+            record = FailedAttempt(
+                attempt=state.attempt_number - 1,
+                replica=where[-1] if where else "",
+                error=err,
+                trace=getattr(err, "trace", None),
+                wait_s=state.upcoming_sleep,
+            )
+            failed.append(record)
+            self.retries += 1
+            if on_retry is not None:
+                on_retry(ticket, record)
+
+        retrying = policy.retrying(sleep=self._sleep, before_sleep=before_sleep)
+        trace: TurnTrace = await retrying(attempt)
+        return trace, tuple(failed)
+
+    async def _once(
+        self, ticket: Ticket, request: ChatRequest, sink: DeltaSink | None, where: list[str]
+    ) -> TurnTrace:
+        scheduler = self.scheduler
+        grant = await scheduler.acquire(ticket)
+        replica = grant.replica
+        where.append(replica.name)
+        router = scheduler.router
+        headers = router.headers(ticket)
+        if headers or router.prompt_cache_key:
+            extra = dict(request.extra_body)
+            if router.prompt_cache_key and ticket.prefix_key is not None:
+                extra["prompt_cache_key"] = ticket.prefix_key
+            request = replace(request, headers={**request.headers, **headers}, extra_body=extra)
+        if grant.leader and ticket.prefix_key is not None:
+            sink = _WarmupSink(sink, scheduler, ticket.prefix_key)
+        ok: bool | None = None
+        used: int | None = None
+        try:
+            trace = await replica.transport.stream(request, sink)
+            ok = True
+            usage = trace.usage
+            if (
+                usage is not None
+                and usage.prompt_tokens is not None
+                and usage.completion_tokens is not None
+            ):
+                used = usage.prompt_tokens + usage.completion_tokens
+            return trace
+        except TransportError as exc:
+            ok = not RetryPolicy.blames_replica(exc)
+            raise
+        finally:
+            scheduler.release(grant, used_tokens=used, ok=ok)

@@ -30,17 +30,32 @@ from agentflow._events import (
     ErrorEvent,
     Event,
     FleetEndEvent,
+    RetryEvent,
     SessionEndEvent,
     TokenEvent,
     ToolCallEvent,
     ToolResultEvent,
     TurnEndEvent,
 )
-from agentflow._fleet import Fleet, FleetResult
+from agentflow._fleet import Fleet, FleetResult, ReplicaStats
 from agentflow._metrics import OutputTokenSource, TurnMetrics, turn_metrics
 from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
 from agentflow._tools import Tool, tool
 from agentflow._trace import CacheSource, PromptInfo, ToolCall, TurnTrace, Usage
+from agentflow.sched import (
+    FCFS,
+    PLAS,
+    CircuitBreaker,
+    Deadline,
+    FailedAttempt,
+    FairShare,
+    Limits,
+    Policy,
+    Priority,
+    Replica,
+    RetryPolicy,
+    Router,
+)
 from agentflow.transport import (
     AiohttpTransport,
     ChatRequest,
@@ -63,6 +78,8 @@ from agentflow.typing import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "FCFS",
+    "PLAS",
     "APIStatusError",
     "Agent",
     "AgentflowError",
@@ -73,26 +90,38 @@ __all__ = [
     "Callback",
     "CallbackFailure",
     "ChatRequest",
+    "CircuitBreaker",
     "Clock",
     "Complete",
     "ConfigError",
     "ConnectError",
     "ContextOverflow",
     "ContextPolicy",
+    "Deadline",
     "DeltaKind",
     "DeltaSink",
     "Endpoint",
     "ErrorEvent",
     "Event",
+    "FailedAttempt",
+    "FairShare",
     "Fleet",
     "FleetEndEvent",
     "FleetResult",
     "HTTPTransport",
+    "Limits",
     "MaxTurnsExceeded",
     "OpenAITransport",
     "OutputTokenSource",
+    "Policy",
+    "Priority",
     "PromptInfo",
     "RateLimitError",
+    "Replica",
+    "ReplicaStats",
+    "RetryEvent",
+    "RetryPolicy",
+    "Router",
     "ServerError",
     "Session",
     "SessionContext",

@@ -1,4 +1,4 @@
-"""The public surface is exactly `agentflow.__all__`, sorted, and every name is documented."""
+"""The public surface is exactly `agentflow.__all__`, and every name is documented."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import agentflow
 
 
 def test_all_is_sorted_and_complete() -> None:
-    """Every public name defined in the package is exported, and only those."""
-    assert agentflow.__all__ == sorted(agentflow.__all__, key=str)
+    """Every public name defined in the package is exported once, and only those."""
+    # The order is ruff's (RUF022, isort-style: constants-like names first), checked by lint.
+    assert len(agentflow.__all__) == len(set(agentflow.__all__))
     public = {
         n
         for n in dir(agentflow)

@@ -42,6 +42,15 @@ from agentflow._metrics import OutputTokenSource, TurnMetrics, turn_metrics
 from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
 from agentflow._tools import Tool, tool
 from agentflow._trace import CacheSource, PromptInfo, ToolCall, TurnTrace, Usage
+from agentflow.planner import (
+    Deployment,
+    GQAAttention,
+    HardwareSpec,
+    KVPlan,
+    MLAAttention,
+    ModelSpec,
+)
+from agentflow.planner import plan as plan_kv_cache
 from agentflow.sched import (
     FCFS,
     PLAS,
@@ -100,6 +109,7 @@ __all__ = [
     "Deadline",
     "DeltaKind",
     "DeltaSink",
+    "Deployment",
     "Endpoint",
     "ErrorEvent",
     "Event",
@@ -108,9 +118,14 @@ __all__ = [
     "Fleet",
     "FleetEndEvent",
     "FleetResult",
+    "GQAAttention",
     "HTTPTransport",
+    "HardwareSpec",
+    "KVPlan",
     "Limits",
+    "MLAAttention",
     "MaxTurnsExceeded",
+    "ModelSpec",
     "OpenAITransport",
     "OutputTokenSource",
     "Policy",
@@ -146,6 +161,7 @@ __all__ = [
     "TurnTrace",
     "Usage",
     "__version__",
+    "plan_kv_cache",
     "tool",
     "turn_metrics",
 ]

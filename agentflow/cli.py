@@ -4,6 +4,7 @@
 ``agentflow sim``       serve the engine simulator over HTTP (OpenAI-compatible, vLLM-like)
 ``agentflow chat``      stream one prompt from any OpenAI-compatible server, with its metrics
 ``agentflow llamacpp``  serve SmolLM2-135M on 127.0.0.1 with llama.cpp (needs the extra)
+``agentflow plan``      KV-cache capacity of a deployment: tokens, and 1M-token sessions held
 
 Nothing in the library imports this module.
 """
@@ -75,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     from agentflow.sim.cli import add_sim_parser
 
     add_sim_parser(sub)
+
+    from agentflow.planner.cli import add_parser as add_plan_parser
+
+    add_plan_parser(sub)
 
     chat = sub.add_parser("chat", help="stream one prompt and print its latency figures")
     chat.add_argument("prompt")

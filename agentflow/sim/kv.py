@@ -20,7 +20,7 @@ which keeps hits there keeps them here:
   same block at once) stays private to that sequence, as vLLM keeps a duplicate.
 
 Nothing here is per-token or proportional to capacity: memory is one dict entry per
-cached block and one list entry per held block, so a rack's 440M-token cache costs
+cached block and one list entry per held block, so a rack's ~70M-token cache costs
 nothing until it is used. Keys use Python's ``hash`` of a tuple of ints, which is
 not salted (only ``str``/``bytes`` hashing is), so they are the same in every process.
 """

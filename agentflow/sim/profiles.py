@@ -4,8 +4,9 @@ A :class:`Profile` is a plain data record: the scheduler limits a vLLM deploymen
 started with (``block_size``, ``max_num_seqs``, ``max_model_len``,
 ``max_num_batched_tokens``), its KV-cache capacity, and a timing model for one engine
 step. Every figure says where it came from in ``sources``: a stated per-agent speed
-is someone's claim, everything else is an estimate written down with its arithmetic,
-to be replaced by the KV planner and by measurements as they land.
+is someone's claim; the KV capacity of each deployment profile is computed by the KV
+planner (:mod:`agentflow.planner`) from a shipped deployment; the timing figures are
+estimates written down with their arithmetic, to be replaced by measurements.
 
 The timing model of one engine step (one forward pass over the whole batch)::
 
@@ -24,6 +25,8 @@ reports quote.
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from agentflow.planner import KVPlan, get_deployment, plan
 
 __all__ = ["PROFILES", "Profile", "UnknownProfileError", "get_profile", "profile_names"]
 
@@ -163,17 +166,41 @@ class Profile:
 # --- The registry -------------------------------------------------------------------------
 
 _GB300_RACK = (
-    "Hardware (an assumption, not a measurement): one GB300 NVL72 rack served as one engine "
-    "(wide expert parallelism, data-parallel attention), 72 GPUs × 288 GB HBM3e = 20,736 GB, "
-    "~8 TB/s HBM bandwidth and ~5 PFLOP/s dense FP8 per GPU. The engine is modelled as one "
-    "scheduler over the whole rack, as a router over its DP ranks would look from outside."
+    "Hardware (an assumption, not a measurement): one GB300 NVL72 rack, 72 GPUs × 288 GB "
+    "HBM3e, ~8 TB/s HBM bandwidth and ~5 PFLOP/s dense FP8 per GPU, served as one vLLM "
+    "engine with the report's command (TP 8 × PP 9, fp8 KV, gpu_memory_utilization 0.95); "
+    "the engine is modelled as one scheduler over the whole rack."
 )
+
+
+def _kv_from_planner(deployment: str) -> tuple[int, str]:
+    """The planned KV capacity of a shipped deployment, and a sentence saying how it was got."""
+    p: KVPlan = plan(get_deployment(deployment))
+    d = p.deployment
+    stage = p.stages[p.bottleneck_stage]
+    words = (
+        f"KV capacity {p.kv_tokens_total:,} tokens: agentflow.planner's plan of deployment "
+        f"{d.name!r} (docs/planner.md) — {d.model.attention.describe()} × {d.model.layers} "
+        f"layers in {d.kv_dtype} = {p.kv_bytes_per_token_model:,} B/token; TP {d.tp} × PP "
+        f"{d.pp} leaves {p.kv_bytes_per_token_gpu:,} B/token on a GPU of the busiest stage "
+        f"({stage.layers} layers, {p.kv_head_copies} cop"
+        f"{'y' if p.kv_head_copies == 1 else 'ies'} across TP), and "
+        f"{p.free_kv_bytes_per_gpu / 2**30:.1f} GiB for KV on it ({d.hardware.gpu_memory_gib:g}"
+        f" GiB × {d.gpu_memory_utilization:g} − {p.weight_bytes_per_gpu / 2**30:.2f} GiB of "
+        f"weights − a {d.reserve_gib:g} GiB reserve)."
+    )
+    return p.kv_tokens_total, words
+
+
+_FLASH_KV, _FLASH_KV_WORDS = _kv_from_planner("deepseek-v4.1-flash-gb300")
+_V4_KV, _V4_KV_WORDS = _kv_from_planner("deepseek-v4-gb300")
+_QWEN_KV, _QWEN_KV_WORDS = _kv_from_planner("qwen2.5-coder-32b-gb300-tp8")
 
 _DEEPSEEK_V41_FLASH = Profile(
     name="deepseek-v4.1-flash-gb300",
     model="deepseek-v4.1-flash",
     description="DeepSeek V4.1 Flash (16B active / 552B MoE, 1M context) on a GB300 NVL72 rack",
-    kv_capacity_tokens=440_000_000,
+    kv_capacity_tokens=_FLASH_KV,
     max_num_seqs=1024,
     max_model_len=1_048_576,
     max_num_batched_tokens=16_384,
@@ -186,18 +213,17 @@ _DEEPSEEK_V41_FLASH = Profile(
     sources=(
         "per_agent_tps=848 tok/s at low concurrency: a third-party report's claim, as issue 3 "
         "states it; not verified here. 16B active / 552B total and the 1M window: the same "
-        "report. " + _GB300_RACK + " KV capacity 440M tokens: an MLA-like KV layout is assumed "
-        "(61 layers × 576 values in FP8 = 35,136 B/token; the real layout is not public); "
-        "memory 20,736 GB × 0.90 utilisation = 18,662 GB, minus ≈1.5 TB of weights (552B at "
-        "FP8, plus attention/shared layers replicated across DP ranks) and ≈1.4 TB of "
-        "activations and CUDA graphs (≈20 GB/GPU) leaves ≈15.7 TB ÷ 35,136 B ≈ 447M, rounded "
-        "down. Decode: 2 µs per sequence (MoE routing and more experts touched as the batch "
+        "report. "
+        + _GB300_RACK
+        + " "
+        + _FLASH_KV_WORDS
+        + " Decode: 2 µs per sequence (MoE routing and more experts touched as the batch "
         "grows) and 0.1 ns per attended token (35 KB read at ≈360 TB/s rack bandwidth); "
         "1024 sequences at 50k context ≈ 8 ms/step ≈ 120 tok/s each. Prefill: 2×16e9 FLOP/token "
         "at 30% of the rack's FP8 ≈ 3.4M tok/s, of which one engine's chunks get ≈1M tok/s; "
         "attention 5e-11 s per token pair assumes the 1M window comes with sparse/compressed "
-        "attention (dense MLA would be ≈3× that). Estimates, to be replaced by the KV planner "
-        "and by measurements."
+        "attention (dense MLA would be ≈3× that). Timing figures are estimates, to be "
+        "replaced by measurements."
     ),
 )
 
@@ -205,7 +231,7 @@ _DEEPSEEK_V4 = Profile(
     name="deepseek-v4-gb300",
     model="deepseek-v4",
     description="DeepSeek V4 (37B active / 671B MoE, 128k context) on a GB300 NVL72 rack",
-    kv_capacity_tokens=430_000_000,
+    kv_capacity_tokens=_V4_KV,
     max_num_seqs=1024,
     max_model_len=131_072,
     max_num_batched_tokens=16_384,
@@ -217,15 +243,15 @@ _DEEPSEEK_V4 = Profile(
     decode_per_ctx_token_s=1e-10,
     sources=(
         "per_agent_tps=596 tok/s and 37B active / 671B total, 128k window: as issue 3 states "
-        "them (a third-party figure; not verified here). " + _GB300_RACK + " KV capacity 430M "
-        "tokens: DeepSeek-V3's MLA layout (61 layers × (512 latent + 64 RoPE) values) in FP8 = "
-        "35,136 B/token; 18,662 GB usable at 0.90 utilisation, minus ≈1.7 TB of weights (671B "
-        "at FP8 plus replicated attention/dense layers) and ≈1.4 TB of activations leaves "
-        "≈15.5 TB ÷ 35,136 B ≈ 441M, rounded down. Decode: 3 µs per sequence, 0.1 ns per "
+        "them (a third-party figure; not verified here). "
+        + _GB300_RACK
+        + " "
+        + _V4_KV_WORDS
+        + " Decode: 3 µs per sequence, 0.1 ns per "
         "attended token (as the Flash profile). Prefill: 2×37e9 FLOP/token at 30% of the "
         "rack's FP8 ≈ 1.5M tok/s, of which one engine's chunks get ≈0.45M tok/s; dense MLA "
         "prefill attention ≈5 MFLOP per token pair (128 heads × (192+128) × 2 × 61 layers) at "
-        "≈36 PFLOP/s ≈ 1.4e-10 s. Estimates, to be replaced by the KV planner and measurements."
+        "≈36 PFLOP/s ≈ 1.4e-10 s. Timing figures are estimates, to be replaced by measurements."
     ),
 )
 
@@ -233,7 +259,7 @@ _QWEN_CODER_32B = Profile(
     name="qwen2.5-coder-32b",
     model="qwen2.5-coder-32b",
     description="Qwen2.5-Coder-32B-Instruct (dense, 128k context with YaRN), TP=8 on one node",
-    kv_capacity_tokens=7_200_000,
+    kv_capacity_tokens=_QWEN_KV,
     max_num_seqs=256,
     max_model_len=131_072,
     max_num_batched_tokens=8192,
@@ -247,14 +273,13 @@ _QWEN_CODER_32B = Profile(
         "per_agent_tps=410 tok/s: as issue 3 states it (not verified here; fast for a dense "
         "32B model, so fast hardware and FP8 weights are implied). Architecture from the "
         "model card: 64 layers, 8 KV heads × 128 dims (GQA), 32k native window extended to "
-        "128k with YaRN. Hardware (an assumption): one 8-GPU GB300 node, 8 × 288 GB, TP=8. "
-        "KV: 64 layers × 2 (K,V) × 8 heads × 128 × 2 B (BF16) = 262,144 B/token; 2,304 GB × "
-        "0.90 = 2,074 GB minus 65.5 GB of BF16 weights and ≈120 GB of activations leaves "
-        "≈1,888 GB ÷ 262,144 B ≈ 7.2M tokens. Decode: 10 µs per sequence; 6.6 ns per attended "
+        "128k with YaRN. Hardware (an assumption): 8 GB300 GPUs (288 GB each), TP=8. "
+        + _QWEN_KV_WORDS
+        + " Decode: 10 µs per sequence; 6.6 ns per attended "
         "token (256 KiB of KV read at ≈40 TB/s node bandwidth) — a dense GQA model is "
         "KV-bandwidth bound at large batch. Prefill: 2×32e9 FLOP/token at 40% of 8 × 2.5 "
         "PFLOP/s BF16 ≈ 125k tok/s; attention ≈4 × 5120 × 64 FLOP per token pair at that rate "
-        "≈ 1.6e-10 s. Estimates, to be replaced by the KV planner and measurements."
+        "≈ 1.6e-10 s. Timing figures are estimates, to be replaced by measurements."
     ),
 )
 

@@ -1,0 +1,319 @@
+"""The planner's arithmetic, checked against cases computed by hand."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from agentflow._errors import ConfigError
+from agentflow.planner import (
+    GIB,
+    Deployment,
+    GQAAttention,
+    HardwareSpec,
+    MLAAttention,
+    ModelSpec,
+    get_deployment,
+    get_hardware,
+    get_model,
+    kv_bytes_per_token_layer,
+    kv_bytes_per_token_layer_gpu,
+    kv_heads_per_gpu,
+    plan,
+    pp_layer_split,
+)
+
+KIB = 1024
+QWEN = get_model("qwen2.5-coder-32b")
+FLASH = get_model("deepseek-v4.1-flash")
+GB300 = get_hardware("gb300-nvl72")
+H100 = get_hardware("hgx-h100")
+
+#: A GQA model whose 64 query heads allow TP 16 (Qwen's 40 do not): Llama-3-70B's shape.
+WIDE_GQA = ModelSpec(
+    name="gqa-64q-8kv",
+    layers=80,
+    attention=GQAAttention(kv_heads=8, head_dim=128, attention_heads=64),
+    total_params=70_000_000_000,
+    active_params=70_000_000_000,
+    weight_dtype="bf16",
+    max_context=131_072,
+)
+
+
+def qwen_on(hardware: HardwareSpec = GB300, **changes: Any) -> Deployment:
+    fields: dict[str, Any] = {"name": "t", "model": QWEN, "hardware": hardware, "gpus": 8}
+    fields.update(changes)
+    return Deployment(**fields)
+
+
+# --- KV bytes per token ---------------------------------------------------------------------
+
+
+def test_qwen_is_256_kib_per_token_in_bf16_before_sharding() -> None:
+    hand = 2 * 64 * 8 * 128 * 2  # K and V × 64 layers × 8 KV heads × 128 dims × 2 bytes
+    assert hand == 256 * KIB
+    assert kv_bytes_per_token_layer(QWEN.attention, "bf16") == 2 * 8 * 128 * 2
+    p = plan(qwen_on(tp=1, gpus=1))
+    assert p.kv_bytes_per_token_model == hand
+    assert p.kv_bytes_per_token_gpu == hand  # TP 1: one GPU holds it all
+
+
+def test_tp8_shards_qwens_kv_heads_to_32_kib_per_gpu() -> None:
+    assert kv_heads_per_gpu(QWEN.attention, 8) == (1, 1)
+    assert kv_bytes_per_token_layer_gpu(QWEN.attention, 8, "bf16") == 2 * 1 * 128 * 2
+    p = plan(qwen_on(tp=8))
+    assert p.kv_bytes_per_token_gpu == 32 * KIB
+    assert p.kv_bytes_per_token_replica == 256 * KIB  # sharded: no copies
+    assert (p.kv_heads_per_gpu, p.kv_head_copies) == (1, 1)
+
+
+def test_tp4_keeps_two_heads_per_gpu() -> None:
+    assert kv_heads_per_gpu(QWEN.attention, 4) == (2, 1)
+    assert plan(qwen_on(hardware=H100, tp=4)).kv_bytes_per_token_gpu == 64 * KIB
+
+
+def test_tp16_replicates_kv_heads_instead_of_sharding_further() -> None:
+    # 8 KV heads over 16 ranks: each rank keeps 1 head, every head twice.
+    assert kv_heads_per_gpu(WIDE_GQA.attention, 16) == (1, 2)
+    d = Deployment(name="t", model=WIDE_GQA, hardware=GB300, tp=16)
+    p = plan(d)
+    per_gpu_tp16 = 80 * 2 * 1 * 128 * 2  # 40 KiB, the same as at TP 8
+    assert p.kv_bytes_per_token_gpu == per_gpu_tp16 == 40 * KIB
+    assert plan(dataclasses.replace(d, tp=8)).kv_bytes_per_token_gpu == per_gpu_tp16
+    assert p.kv_bytes_per_token_replica == 2 * p.kv_bytes_per_token_model
+
+
+def test_tp16_is_refused_for_qwen_whose_40_heads_it_does_not_divide() -> None:
+    with pytest.raises(ConfigError, match="tp=16 does not divide the model's 40 attention heads"):
+        qwen_on(tp=16, gpus=16)
+
+
+def test_fp8_halves_the_cache() -> None:
+    bf16 = plan(qwen_on(tp=8))
+    fp8 = plan(qwen_on(tp=8, kv_dtype="fp8_e4m3"))
+    assert fp8.kv_bytes_per_token_gpu == 16 * KIB == bf16.kv_bytes_per_token_gpu // 2
+    assert fp8.kv_dtype_bytes == 1
+    # Same memory, half the bytes per token: twice the blocks (± one from flooring).
+    assert abs(fp8.num_blocks - 2 * bf16.num_blocks) <= 1
+    assert plan(qwen_on(tp=8, kv_dtype="fp32")).kv_bytes_per_token_gpu == 64 * KIB
+
+
+def test_mla_by_hand_the_latent_is_replicated_not_sharded() -> None:
+    # DeepSeek-V3 dims: 512 latent + 64 RoPE = 576 values per layer per token.
+    attn = MLAAttention(kv_lora_rank=512, qk_rope_head_dim=64)
+    assert kv_bytes_per_token_layer(attn, "bf16") == 576 * 2 == 1152
+    assert kv_bytes_per_token_layer(attn, "fp8_e4m3") == 576
+    for tp in (1, 2, 8, 16):
+        assert kv_bytes_per_token_layer_gpu(attn, tp, "fp8") == 576  # every rank: all of it
+        assert kv_heads_per_gpu(attn, tp) == (1, tp)
+    p = plan(get_deployment("deepseek-v4.1-flash-gb300"))
+    assert p.kv_bytes_per_token_model == 61 * 576 == 35_136
+    assert p.kv_bytes_per_token_gpu == 7 * 576 == 4_032  # a 7-layer stage
+    assert p.kv_bytes_per_token_replica == 8 * 61 * 576 == 281_088
+    assert p.kv_head_copies == 8
+
+
+# --- Pipeline stages ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("layers", "pp", "expected"),
+    [
+        (61, 9, (6, 7, 7, 7, 7, 7, 7, 7, 6)),  # 61 = 9 × 6 + 7: stages 1..7 get one more
+        (64, 1, (64,)),
+        (64, 4, (16, 16, 16, 16)),
+        (10, 4, (2, 3, 3, 2)),  # the remainder goes to the middle stages
+        (5, 2, (3, 2)),
+        (7, 7, (1,) * 7),
+    ],
+)
+def test_pp_split_follows_vllm(layers: int, pp: int, expected: tuple[int, ...]) -> None:
+    assert pp_layer_split(layers, pp) == expected
+
+
+def test_pp_split_always_covers_every_layer() -> None:
+    for layers in range(1, 130):
+        for pp in range(1, min(layers, 24) + 1):
+            parts = pp_layer_split(layers, pp)
+            assert sum(parts) == layers and len(parts) == pp
+            assert max(parts) - min(parts) <= 1
+
+
+def test_the_stage_with_most_layers_decides_capacity() -> None:
+    p = plan(get_deployment("deepseek-v4.1-flash-gb300"))
+    assert [s.layers for s in p.stages] == [6, 7, 7, 7, 7, 7, 7, 7, 6]
+    assert p.bottleneck_stage == 1
+    assert p.num_blocks == min(s.num_blocks for s in p.stages)
+    assert p.stages[0].num_blocks > p.num_blocks
+    # An explicit partition moves the bottleneck.
+    d = dataclasses.replace(
+        get_deployment("deepseek-v4.1-flash-gb300"), pp_partition=(5, 7, 7, 7, 7, 7, 7, 7, 7)
+    )
+    assert plan(d).stages[0].layers == 5
+
+
+# --- Memory and capacity: the report's command by hand ---------------------------------------
+
+
+def test_the_seed_deployment_by_hand() -> None:
+    """TP 8 × PP 9 on 72 GB300s, fp8 KV, utilisation 0.95, 5 GiB reserve, blocks of 128."""
+    memory = 288 * GIB
+    usable = math.ceil(memory * 95 / 100)  # 293,775,763,047
+    weights = math.ceil(552 * 10**9 * 7 / (61 * 8))  # 7 of 61 layers' weights, over TP 8
+    reserve = 5 * GIB
+    free = usable - weights - reserve
+    assert (usable, weights, free) == (293_775_763_047, 7_918_032_787, 280_489_021_140)
+    blocks = free // (128 * 7 * 576)
+    assert blocks == 543_482
+
+    p = plan(get_deployment("deepseek-v4.1-flash-gb300"))
+    assert p.usable_bytes_per_gpu == usable
+    assert p.weight_bytes_per_gpu == weights
+    assert p.weight_bytes_total == 552 * 10**9
+    assert p.free_kv_bytes_per_gpu == free
+    assert p.num_blocks == blocks
+    assert p.kv_tokens_per_replica == p.kv_tokens_total == blocks * 128 == 69_565_696
+    assert p.context_tokens == 1_000_000
+    assert p.blocks_per_session == math.ceil(1_000_000 / 128) == 7_813
+    assert p.sessions_per_replica == p.sessions_total == blocks // 7_813 == 69
+    assert p.max_model_len_concurrency == pytest.approx(69.565696)
+    assert (p.gpus_used, p.gpus_idle, p.replicas) == (72, 0, 1)
+    assert p.warnings == ()
+
+
+def test_the_qwen_deployment_by_hand() -> None:
+    usable = math.ceil(288 * GIB * 9 / 10)
+    weights = 32_500_000_000 * 2 // 8  # bf16 over TP 8
+    free = usable - weights - 5 * GIB
+    assert free == 264_820_171_661
+    p = plan(get_deployment("qwen2.5-coder-32b-gb300-tp8"))
+    assert p.free_kv_bytes_per_gpu == free
+    assert p.num_blocks == free // (16 * 32 * KIB) == 505_104
+    assert p.kv_tokens_total == 505_104 * 16 == 8_081_664
+    # The default session length is capped at max_model_len (131,072 < 1M).
+    assert p.context_tokens == 131_072
+    assert p.sessions_total == 505_104 // (131_072 // 16) == 61
+
+
+def test_data_parallel_replicas_multiply_tokens_and_sessions() -> None:
+    one = plan(qwen_on(tp=8, gpus=16))
+    two = plan(qwen_on(tp=8, gpus=16, dp=2))
+    assert two.kv_tokens_per_replica == one.kv_tokens_per_replica
+    assert two.kv_tokens_total == 2 * one.kv_tokens_total
+    assert two.sessions_total == 2 * one.sessions_total
+    assert (one.gpus_idle, two.gpus_idle) == (8, 0)
+
+
+def test_reserve_and_utilisation_come_off_the_kv_memory() -> None:
+    base = plan(qwen_on(tp=8))
+    more = plan(qwen_on(tp=8, reserve_gib=15.0))
+    assert base.free_kv_bytes_per_gpu - more.free_kv_bytes_per_gpu == 10 * GIB
+    lower = plan(qwen_on(tp=8, gpu_memory_utilization=0.5))
+    assert lower.usable_bytes_per_gpu == 144 * GIB
+
+
+def test_block_rounding() -> None:
+    p = plan(qwen_on(tp=8, block_size=256), context_tokens=1000)
+    assert p.kv_tokens_per_replica % 256 == 0
+    assert p.blocks_per_session == 4  # 1000 tokens take 4 blocks of 256
+    assert p.sessions_per_replica == p.num_blocks // 4
+
+
+# --- Errors and warnings -------------------------------------------------------------------
+
+
+def test_weights_that_do_not_fit_are_an_error_naming_them() -> None:
+    with pytest.raises(ConfigError, match="the weights do not fit") as err:
+        plan(dataclasses.replace(get_deployment("deepseek-v4.1-flash-gb300"), tp=1, pp=1))
+    assert "514.09 GiB of weights" in str(err.value)
+    assert isinstance(err.value, ValueError)
+
+
+def test_not_one_block_is_an_error() -> None:
+    # Qwen on one H100 at utilisation 0.83: 66.4 GiB − 60.5 GiB of weights − 5 GiB ≈ 0.9 GiB.
+    d = qwen_on(hardware=H100, tp=1, gpus=1, gpu_memory_utilization=0.83, block_size=4096)
+    with pytest.raises(ConfigError, match="not one KV block fits"):
+        plan(d)
+
+
+@pytest.mark.parametrize(
+    ("changes", "match"),
+    [
+        ({"tp": 8, "pp": 9, "dp": 2}, r"tp × pp × dp = 8 × 9 × 2 = 144 GPUs, but gpus=72"),
+        ({"tp": 0}, "tp must be an integer ≥ 1, got 0"),
+        ({"pp": 62, "tp": 1}, "pp=62 exceeds the model's 61 layers"),
+        ({"gpu_memory_utilization": 0.0}, r"gpu_memory_utilization must be in \(0, 1\]"),
+        ({"gpu_memory_utilization": 1.2}, r"gpu_memory_utilization must be in \(0, 1\]"),
+        ({"reserve_gib": -1.0}, "reserve_gib must be ≥ 0"),
+        ({"kv_dtype": "fp7"}, "kv_dtype='fp7' is not a known dtype"),
+        ({"block_size": 0}, "block_size must be an integer ≥ 1"),
+        ({"pp_partition": (7, 7)}, "has 2 stages, pp=9"),
+        ({"pp_partition": (7,) * 9}, "sums to 63, the model has 61 layers"),
+        ({"tp": 3, "pp": 1}, "tp=3 does not divide the model's 128 attention heads"),
+    ],
+)
+def test_bad_deployments_name_the_field(changes: dict[str, Any], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        dataclasses.replace(get_deployment("deepseek-v4.1-flash-gb300"), **changes)
+
+
+def test_kv_heads_and_tp_must_divide_one_another() -> None:
+    model = dataclasses.replace(QWEN, attention=GQAAttention(kv_heads=8, head_dim=128))
+    with pytest.raises(ConfigError, match="tp=3 and the model's 8 KV heads"):
+        Deployment(name="t", model=model, hardware=GB300, tp=3)
+    with pytest.raises(ConfigError, match="tp=12 and the model's 8 KV heads"):
+        Deployment(name="t", model=model, hardware=GB300, tp=12)
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (lambda: GQAAttention(kv_heads=0, head_dim=128), "kv_heads must be an integer ≥ 1"),
+        (lambda: MLAAttention(kv_lora_rank=512, qk_rope_head_dim=-1), "qk_rope_head_dim"),
+        (lambda: dataclasses.replace(QWEN, layers=0), "layers must be an integer ≥ 1"),
+        (lambda: dataclasses.replace(QWEN, active_params=10**12), "exceeds total_params"),
+        (lambda: dataclasses.replace(QWEN, weight_dtype="fp3"), "weight_dtype='fp3'"),
+        (lambda: dataclasses.replace(GB300, gpu_memory_gib=0.0), "gpu_memory_gib must be > 0"),
+        (lambda: dataclasses.replace(GB300, gpus=0), "gpus must be an integer ≥ 1"),
+    ],
+)
+def test_bad_specs_name_the_field(make: Callable[[], object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        make()
+
+
+def test_bad_context_is_refused() -> None:
+    with pytest.raises(ConfigError, match="context_tokens must be ≥ 1"):
+        plan(qwen_on(tp=8), context_tokens=0)
+
+
+def test_warnings_for_sessions_longer_than_max_model_len_and_a_cache_too_small() -> None:
+    p = plan(qwen_on(tp=8), context_tokens=1_000_000)
+    assert p.context_tokens == 1_000_000 and p.sessions_total == 8
+    assert any("exceed max_model_len 131,072" in w for w in p.warnings)
+    small = plan(qwen_on(hardware=H100, tp=1, gpus=1))
+    assert small.kv_tokens_total < 131_072
+    assert any("vLLM refuses to start" in w for w in small.warnings)
+    assert any("Not one session" in w for w in small.warnings)
+
+
+def test_assumptions_are_stated() -> None:
+    p = plan(get_deployment("deepseek-v4.1-flash-gb300"))
+    text = "\n".join(p.assumptions)
+    for needle in (
+        "DeepSeek-V3's are assumed",
+        "all 8 TP ranks keep the whole latent",
+        "[6, 7, 7, 7, 7, 7, 7, 7, 6]",
+        "a reserve of 5 GiB",
+        "blocks of 128 tokens",
+        "fp8 scales are per layer",
+        "none shared a KV block",
+    ):
+        assert needle in text
+    gqa = "\n".join(plan(qwen_on(tp=8)).assumptions)
+    assert "tp=8 shards the 8 KV heads: 1 per GPU" in gqa

@@ -116,7 +116,8 @@ class Agent:
         return Session(self, task, session_id=session_id, metadata=metadata)
 
     async def run(self, task: str, transport: Transport) -> SessionResult:
-        """Run one session to its end on ``transport`` (no fleet, no concurrency bound)."""
+        """Run one session to its end on ``transport`` (no fleet, no concurrency bound),
+        with the default :class:`~agentflow.RetryPolicy`."""
         return await self.session(task).run(transport)
 
 

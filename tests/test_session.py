@@ -106,12 +106,13 @@ async def test_tool_error_can_end_the_session() -> None:
 
 
 async def test_server_failure_loses_nothing() -> None:
-    """A server error on turn 2 fails the session but keeps turn 1 and the conversation."""
+    """A server error on turn 2 fails the session (retries off) but keeps turn 1 and the
+    conversation."""
     async with (
         ScriptedServer([Reply.tool_call("add", {"a": 1, "b": 2}), Reply.error(500)]) as srv,
         HTTPTransport(srv.base_url) as t,
     ):
-        result = await AGENT.run("go", t)
+        result = await AGENT.session("go").run(t, retry=None)
     assert result.status == "error" and isinstance(result.error, ServerError)
     assert len(result.turns) == 1
     assert [m["role"] for m in result.messages] == ["system", "user", "assistant", "tool"]

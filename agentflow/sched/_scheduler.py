@@ -237,6 +237,7 @@ class Scheduler:
             self._pump = asyncio.get_running_loop().create_task(
                 self._run_pump(), name="agentflow-dispatcher"
             )
+            self._pump.add_done_callback(self._pump_ended)
         waiter = self._wakeup
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
@@ -287,6 +288,20 @@ class Scheduler:
                 self.release(grant, used_tokens=None, ok=None)
             else:
                 fut.set_result(grant)
+
+    def _pump_ended(self, task: asyncio.Task[None]) -> None:
+        """If the dispatcher dies of a bug, fail every waiter with it instead of hanging."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        _log.error("dispatcher.crashed", error=repr(exc))
+        waiting = [e[3] for e in self._heap] + [e[3] for p in self._parked.values() for e in p]
+        self._heap.clear()
+        self._parked.clear()
+        self._pump = None
+        for fut in waiting:
+            if not fut.done():
+                fut.set_exception(RuntimeError(f"agentflow's dispatcher failed: {exc!r}"))
 
     def _probe_delay_s(self) -> float | None:
         """When no replica is healthy, sleep until the first breaker lets a probe through."""

@@ -16,6 +16,7 @@ import msgspec
 from agentflow._errors import (
     ConnectError,
     StreamInterrupted,
+    StreamProtocolError,
     StreamTimeout,
 )
 from agentflow._trace import TurnTrace
@@ -146,6 +147,11 @@ class AiohttpTransport(EndpointTransport):
                 timeout_s=t.connect or 0.0,
                 endpoint=self.endpoint,
             ) from None
+        except aiohttp.ClientResponseError as exc:  # the response head was not valid HTTP
+            raise StreamProtocolError(
+                f"invalid HTTP response from {self.endpoint}: {exc.message}",
+                endpoint=self.endpoint,
+            ) from exc
         except (aiohttp.ClientConnectionError, OSError) as exc:
             raise ConnectError(
                 f"no response from {self.endpoint}: {type(exc).__name__}: {exc}",

@@ -307,6 +307,16 @@ async def test_invalid_http_is_a_protocol_error() -> None:
     assert srv.client_closes == 2
 
 
+async def test_invalid_status_line_is_a_protocol_error_with_aiohttp_too() -> None:
+    """AiohttpTransport maps an unparseable response head to StreamProtocolError as well."""
+    async with (
+        RawServer([Raw([b"garbage\r\n\r\n"], then="wait")]) as srv,
+        AiohttpTransport(srv.base_url) as t,
+    ):
+        with pytest.raises(StreamProtocolError, match="invalid HTTP"):
+            await t.stream(REQ)
+
+
 async def test_informational_response_is_skipped() -> None:
     """A `100 Continue` before the answer is skipped, as HTTP/1.1 says."""
     writes = [b"HTTP/1.1 100 Continue\r\n\r\n", *chunked(sse("after 100"))]

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from agentflow._logging import get_logger
 from agentflow._metrics import TurnMetrics
-from agentflow._trace import ToolCall, TurnTrace
+from agentflow._trace import PromptInfo, ToolCall, TurnTrace
 from agentflow.typing import Callback, DeltaKind
 
 if TYPE_CHECKING:
@@ -31,6 +31,7 @@ __all__ = [
     "Event",
     "EventBus",
     "FleetEndEvent",
+    "FleetStartEvent",
     "RetryEvent",
     "SessionEndEvent",
     "TokenEvent",
@@ -83,13 +84,15 @@ class ToolResultEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEndEvent:
-    """A model turn finished streaming; its metrics and trace."""
+    """A model turn finished streaming; its metrics and trace, and what the client
+    estimated of its prompt (``None`` without a context policy)."""
 
     agent: str
     session_id: str
     turn: int
     metrics: TurnMetrics
     trace: TurnTrace
+    prompt: PromptInfo | None = None
     type: Literal["turn_end"] = "turn_end"
 
 
@@ -131,6 +134,15 @@ class RetryEvent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FleetStartEvent:
+    """The first event of a fleet run: how many sessions, and the clock at the start."""
+
+    sessions: int
+    start_ns: int
+    type: Literal["fleet_start"] = "fleet_start"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FleetEndEvent:
     """The last event of :meth:`Fleet.stream`: every session has ended."""
 
@@ -146,6 +158,7 @@ Event: TypeAlias = (
     | TurnEndEvent
     | SessionEndEvent
     | RetryEvent
+    | FleetStartEvent
     | ErrorEvent
     | FleetEndEvent
 )
@@ -166,6 +179,7 @@ class EventBus:
     def __init__(self, callbacks: list[Callback] | tuple[Callback, ...] = ()) -> None:
         self._sync: list[Any] = []
         self._async: list[Any] = []
+        self._routes: dict[str, list[Any]] = {}
         self._queues: list[asyncio.Queue[Event]] = []
         self._pending: asyncio.Queue[Event | None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -175,11 +189,18 @@ class EventBus:
             self.subscribe(cb)
 
     def subscribe(self, callback: Callback) -> None:
-        """Add a sync or async callback."""
+        """Add a sync or async callback.
+
+        A callback object may declare ``event_types``, a set of the ``type`` strings it
+        reads; it then receives only those. Token events are built only when some
+        subscriber reads them, so a callback that declares no ``"token"`` costs nothing
+        per streamed delta.
+        """
         is_async = inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
             getattr(callback, "__call__", None)  # noqa: B004 - async __call__ on an object
         )
         (self._async if is_async else self._sync).append(callback)
+        self._routes.clear()
 
     def add_queue(self, queue: asyncio.Queue[Event]) -> None:
         """Feed every event to ``queue`` as well (used by :meth:`Fleet.stream`)."""
@@ -187,12 +208,20 @@ class EventBus:
 
     @property
     def active(self) -> bool:
-        """Whether anyone listens; when not, token events are not even built."""
+        """Whether anyone listens at all."""
         return bool(self._sync or self._async or self._queues)
+
+    @property
+    def wants_tokens(self) -> bool:
+        """Whether anyone reads token events; when not, they are not even built."""
+        return bool(self._queues) or any(_reads(cb, "token") for cb in self._sync + self._async)
 
     def emit(self, event: Event) -> None:
         """Deliver ``event``: sync callbacks now, async consumers soon and in order."""
-        for cb in self._sync:
+        targets = self._routes.get(event.type)
+        if targets is None:
+            targets = self._routes[event.type] = [cb for cb in self._sync if _reads(cb, event.type)]
+        for cb in targets:
             try:
                 cb(event)
             except Exception as exc:
@@ -207,6 +236,8 @@ class EventBus:
         assert self._pending is not None
         while (event := await self._pending.get()) is not None:
             for cb in self._async:
+                if not _reads(cb, event.type):
+                    continue
                 try:
                     await cb(event)
                 except Exception as exc:
@@ -240,3 +271,8 @@ class EventBus:
                 error=exc,
             )
         )
+
+
+def _reads(callback: Any, event_type: str) -> bool:
+    types = getattr(callback, "event_types", None)
+    return types is None or event_type in types

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequen
 from dataclasses import dataclass, field
 
 from agentflow._errors import ConfigError
-from agentflow._events import CallbackFailure, Event, EventBus, FleetEndEvent
+from agentflow._events import CallbackFailure, Event, EventBus, FleetEndEvent, FleetStartEvent
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
 from agentflow.sched import (
@@ -155,6 +155,12 @@ class Fleet:
         self._callbacks = list(callbacks)
         self._clock = clock
         self._sleep = sleep
+        self._scheduler: Scheduler | None = None
+
+    @property
+    def in_flight(self) -> int:
+        """Model requests streaming now (0 when no run is going)."""
+        return self._scheduler.in_flight if self._scheduler is not None else 0
 
     @property
     def transport(self) -> Transport:
@@ -206,7 +212,9 @@ class Fleet:
         )
         runner = TurnRunner(scheduler, self.retry, sleep=self._sleep)
         tool_limit = asyncio.Semaphore(self.max_tool_concurrency)
+        self._scheduler = scheduler
         start = self._clock()
+        bus.emit(FleetStartEvent(sessions=len(sessions), start_ns=start))
         _log.info(
             "fleet.start",
             sessions=len(sessions),
@@ -235,6 +243,7 @@ class Fleet:
         finally:
             await scheduler.aclose()
             await bus.aclose()
+            self._scheduler = None
         return result
 
 

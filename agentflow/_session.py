@@ -17,6 +17,7 @@ from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
 import structlog
 
 from agentflow._errors import MaxTurnsExceeded, ToolError
@@ -276,7 +277,8 @@ class Session:
             )
 
         async def complete(extra: ChatRequest) -> TurnTrace:
-            trace, _ = await runner.send(ticket(clock(), _rough_tokens(extra.messages)), extra)
+            estimate = _rough_tokens(extra.messages, extra.tools)
+            trace, _ = await runner.send(ticket(clock(), estimate), extra)
             return trace
 
         def on_retry(_: Ticket, attempt: FailedAttempt) -> None:
@@ -295,9 +297,11 @@ class Session:
                 else None
             )
             request = self.request()
-            sink = _TokenSink(bus, agent.name, self.session_id, index) if bus.active else None
+            sink = _TokenSink(bus, agent.name, self.session_id, index) if bus.wants_tokens else None
             ready = clock()
-            estimate = prompt.estimated_tokens if prompt else _rough_tokens(self.messages)
+            estimate = (
+                prompt.estimated_tokens if prompt else _rough_tokens(self.messages, request.tools)
+            )
             trace, failed = await runner.send(ticket(ready, estimate), request, sink, on_retry)
             if ctx is not None:
                 ctx.after_turn(index, trace)
@@ -318,6 +322,7 @@ class Session:
                 turn=index,
                 metrics=metrics,
                 trace=trace,
+                prompt=prompt,
             )
         )
         return trace
@@ -388,9 +393,15 @@ def _assistant_message(trace: TurnTrace) -> dict[str, Any]:
     return msg
 
 
-def _rough_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
-    """A cheap prompt estimate (4 characters a token) when no context policy counts."""
-    chars = 0
+def _rough_tokens(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
+) -> int:
+    """A cheap prompt estimate (4 characters a token) when no context policy counts.
+
+    Tool schemas are part of the prompt (servers count them in ``prompt_tokens``), so
+    they are counted too: leaving them out would under-charge token limits.
+    """
+    chars = len(msgspec.json.encode(tools)) if tools else 0
     for m in messages:
         content = m.get("content")
         if isinstance(content, str):

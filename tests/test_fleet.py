@@ -91,10 +91,17 @@ async def test_async_callbacks_see_events_in_order() -> None:
 
 
 async def test_stream_yields_every_event_then_fleet_end() -> None:
-    """`Fleet.stream` is an async iterator over events ending with FleetEndEvent."""
+    """`Fleet.stream` is an async iterator over events from FleetStartEvent to FleetEndEvent."""
     async with ScriptedServer([Reply.text("one two")]) as srv, HTTPTransport(srv.base_url) as t:
         events = [e async for e in Fleet(t).stream([AGENT.session("1")])]
-    assert [e.type for e in events] == ["token", "token", "turn_end", "session_end", "fleet_end"]
+    assert [e.type for e in events] == [
+        "fleet_start",
+        "token",
+        "token",
+        "turn_end",
+        "session_end",
+        "fleet_end",
+    ]
     end = events[-1]
     assert isinstance(end, FleetEndEvent) and end.result.sessions[0].final_output == "one two"
 
@@ -124,3 +131,25 @@ async def test_fleet_config_errors() -> None:
         await Fleet(HTTPTransport("http://127.0.0.1:9/v1")).run(
             [s, AGENT.session("y", session_id="same")]
         )
+
+
+async def test_callbacks_receive_only_the_event_types_they_declare() -> None:
+    """A callback with `event_types` gets only those; no token events are built for it."""
+
+    class TurnsOnly:
+        event_types = frozenset({"turn_end"})
+
+        def __init__(self) -> None:
+            self.seen: list[str] = []
+
+        def __call__(self, event: Event) -> None:
+            self.seen.append(event.type)
+
+    cb = TurnsOnly()
+    async with ScriptedServer([Reply.text("one two")]) as srv, HTTPTransport(srv.base_url) as t:
+        fleet = Fleet(t, callbacks=[cb])
+        bus_probe: list[bool] = []
+        fleet.subscribe(lambda e: bus_probe.append(isinstance(e, TokenEvent)))
+        await fleet.run([AGENT.session("1")])
+    assert cb.seen == ["turn_end"]
+    assert any(bus_probe)  # an undeclared callback still reads everything, tokens included

@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from agentflow.demo.workload import Repository, make_workload
+from agentflow.stats import report_schema
 
 
 def run_demo(tmp_path: Path, *args: str) -> dict[str, Any]:
@@ -27,12 +29,17 @@ def run_demo(tmp_path: Path, *args: str) -> dict[str, Any]:
 
 
 def check_report(report: dict[str, Any], agents: int) -> None:
+    """An ``agentflow.report/2`` report, valid against the shipped schema, one row per agent."""
+    jsonschema.validate(report, report_schema())
+    assert report["schema_version"] == "agentflow.report/2"
     fleet = report["fleet"]
     assert isinstance(fleet, dict)
     assert fleet["sessions"] == agents and fleet["completed"] == agents
     assert fleet["output_tokens"] > 0 and fleet["output_tps"] > 0
-    assert fleet["ttft_s"]["p50"] > 0 and fleet["decode_tps"]["p50"] > 0
+    dists = report["distributions"]
+    assert dists["ttft_s"]["p50"] > 0 and dists["decode_tps"]["p50"] > 0
     assert 0 < fleet["cache_hit_rate"] <= 1  # the shared prefix hits the simulated cache
+    assert report["provenance"]["output_tokens"]["server_usage"]["turns"] == fleet["turns"]
     per_agent = report["agents"]
     assert isinstance(per_agent, list) and len(per_agent) == agents
     for a in per_agent:
@@ -47,7 +54,8 @@ def test_demo_over_http_against_the_simulator(tmp_path: Path) -> None:
     assert report["run"]["time_scale"] == 4
     # The simulator honoured each agent's tool rounds: turns = its rounds + the final answer.
     planned = make_workload(8, model="x", seed=0, turns=(2, 4)).tool_rounds
-    assert [a["turns"] for a in report["agents"]] == [r + 1 for r in planned]
+    turns = {a["agent"]: a["turns"] for a in report["agents"]}
+    assert [turns[f"coder-{i:03d}"] for i in range(8)] == [r + 1 for r in planned]
     assert len(set(planned)) > 1
 
 

@@ -1,0 +1,82 @@
+"""Merging stats built by several workers into the stats of the whole run.
+
+Each worker (process, host, shard of agents) subscribes its own
+:class:`~agentflow.stats.FleetStats`; the coordinator merges them — pickled across
+processes, they are plain Python objects. Counters and sums add exactly, DDSketches
+merge exactly (the merged bins equal those of one sketch fed every value), per-agent rows
+with the same key combine, and time series add bucket by bucket. So the merged report
+equals the single-process one up to float summation order, and every quantile is within
+the sketches' relative accuracy of the true one.
+
+What cannot be merged exactly is said so: the wall time becomes the longest worker's
+(workers run side by side), and ``peak_in_flight`` becomes unknown (the peaks of
+different workers need not coincide; the merged in-flight series shows the load).
+Time series line up only on a shared clock: on one Linux host ``perf_counter_ns`` is
+CLOCK_MONOTONIC, shared by every process; across hosts, give every worker's fleet and
+transport a wall clock (``time.time_ns``) and the same ``start_ns``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentflow.stats._agents import AgentStats
+
+if TYPE_CHECKING:
+    from agentflow.stats._fleet_stats import FleetStats
+
+__all__ = ["merge_stats"]
+
+
+def merge_stats(into: FleetStats, other: FleetStats) -> None:
+    """Fold ``other`` into ``into`` (same α, SLOs, ``per``, ``bucket_s`` and ``start_ns``)."""
+    if other.relative_accuracy != into.relative_accuracy:
+        raise ValueError("cannot merge stats of different relative_accuracy")
+    if [s.label for s in other.slos] != [s.label for s in into.slos]:
+        raise ValueError("cannot merge stats with different SLOs")
+    if other.per != into.per:
+        raise ValueError("cannot merge per-agent with per-session stats")
+    for name, sketch in other.sketches.items():
+        into.sketches[name].merge(sketch)
+    into.series.merge(other.series)
+    into.by_turn.merge(other.by_turn)
+    for key, row in other.agents.items():
+        mine = into.agents.get(key)
+        if mine is None:
+            mine = into.agents[key] = AgentStats(row.agent, row.session_id, len(into.slos))
+        mine.merge(row)
+    into.samples.extend(other.samples)
+    for name in (
+        "turns", "output_tokens", "no_output_turns", "exact_chunk_turns", "prompt_tokens",
+        "prompt_turns", "estimated_prompt_tokens", "estimated_prompt_turns",
+        "cached_tokens", "cache_prompt_tokens", "cacheable_tokens",
+        "cacheable_prompt_tokens", "reconnects", "tool_calls", "tool_errors", "tool_s",
+        "callback_errors", "retries", "workers",
+    ):  # fmt: skip
+        setattr(into, name, getattr(into, name) + getattr(other, name))
+    for src, (n, tokens) in other.output_by_source.items():
+        mine_src = into.output_by_source[src]
+        mine_src[0] += n
+        mine_src[1] += tokens
+    into.cached_sources.update(other.cached_sources)
+    into.finish_reasons.update(other.finish_reasons)
+    into.sessions.update(other.sessions)
+    into.errors.update(other.errors)
+    into.slo_turns = [a + b for a, b in zip(into.slo_turns, other.slo_turns, strict=True)]
+    into.slo_tokens = [a + b for a, b in zip(into.slo_tokens, other.slo_tokens, strict=True)]
+    for mine_c, theirs in zip(into.slo_failed_bounds, other.slo_failed_bounds, strict=True):
+        mine_c.update(theirs)
+    into.first_ns = _min(into.first_ns, other.first_ns)
+    into.last_ns = _max(into.last_ns, other.last_ns)
+    into.start_ns = _min(into.start_ns, other.start_ns)
+    walls = [w for w in (into.wall_s, other.wall_s) if w is not None]
+    into.wall_s = max(walls) if walls else None
+    into.peak_in_flight = None
+
+
+def _min(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else min(a, b)
+
+
+def _max(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)

@@ -1,0 +1,289 @@
+"""The versioned JSON report built from :class:`FleetStats` (``docs/report-schema.md``).
+
+The report is plain JSON (no NaN or infinity; ``null`` = not measured or not reported)
+and says which schema it follows in ``schema_version``. Its JSON Schema ships with the
+package: :func:`report_schema`. Downstream tools (``agentflow report``, plots, the
+server cross-check) read this file and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from agentflow.stats._sketch import Sketch, nearest_rank, quantile_name
+from agentflow.stats._slo import slo_table
+
+if TYPE_CHECKING:
+    from agentflow.stats._fleet_stats import FleetStats
+
+__all__ = ["REPORT_SCHEMA_VERSION", "build_report", "exact_distribution", "report_schema"]
+
+#: The ``schema_version`` of reports this version writes.
+REPORT_SCHEMA_VERSION = "agentflow.report/2"
+
+#: Extra points of every CDF, for the tail.
+_TAIL = (0.995, 0.999, 0.9995, 0.9999)
+
+_UNITS = {
+    "queue_wait_s": "s",
+    "ttft_s": "s",
+    "tpot_s": "s",
+    "itl_s": "s",
+    "e2e_s": "s",
+    "decode_tps": "tokens/s",
+    "context_tokens": "tokens",
+    "output_tokens": "tokens",
+}
+
+_NS = 1e-9
+
+
+def build_report(
+    stats: FleetStats,
+    *,
+    run: dict[str, Any] | None = None,
+    cdf_points: int = 100,
+    include_samples: bool = False,
+) -> dict[str, Any]:
+    """The JSON report of ``stats`` (schema ``agentflow.report/2``).
+
+    Args:
+        stats: what to report.
+        run: free-form settings of the run (workload, server, time scale…), copied as is.
+        cdf_points: each distribution's CDF is sampled at ``cdf_points + 1`` evenly
+            spaced quantiles plus p99.5, p99.9, p99.95 and p99.99 (0: no CDF).
+        include_samples: add every turn's row (needs ``FleetStats(keep_samples=True)``).
+    """
+    from agentflow import __version__
+
+    duration = stats.duration_s
+    labels = [s.label for s in stats.slos]
+    origin = stats.origin_ns
+    report: dict[str, Any] = {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "generator": {"name": "agentflow", "version": __version__},
+        "run": dict(run or {}),
+        "settings": {
+            "relative_accuracy": stats.relative_accuracy,
+            "quantiles": [quantile_name(q) for q in stats.quantiles],
+            "per": stats.per,
+            "itl": stats.itl,
+            "bucket_s": stats.series.width_ns * _NS,
+            "max_turn_index": stats.by_turn.max_index,
+            "workers": stats.workers,
+            "slos": slo_table(stats.slos),
+        },
+        "fleet": _fleet(stats, duration),
+        "distributions": {
+            name: _distribution(sk, stats.quantiles, _UNITS[name], cdf_points)
+            for name, sk in stats.sketches.items()
+        },
+        "per_agent": _per_agent(stats),
+        "goodput": _goodput(stats, duration),
+        "throughput": _throughput(stats, origin, duration),
+        "context": {"by_turn": stats.by_turn.to_report()},
+        "provenance": _provenance(stats),
+        "agents": [row.to_report(labels, origin) for _, row in sorted(stats.agents.items())],
+    }
+    if include_samples:
+        report["samples"] = [r.to_dict() for r in stats.samples]
+    return report
+
+
+@cache
+def _schema_text() -> str:
+    return resources.files("agentflow.stats").joinpath("report.schema.json").read_text("utf-8")
+
+
+def report_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of ``agentflow.report/2`` reports."""
+    schema: dict[str, Any] = json.loads(_schema_text())
+    return schema
+
+
+def exact_distribution(values: Sequence[float], quantiles: Sequence[float]) -> dict[str, Any]:
+    """Count, mean, min, max and quantiles of ``values``, exactly.
+
+    A quantile is the nearest-rank one (:func:`~agentflow.stats.nearest_rank`), the
+    definition the sketches approximate.
+    """
+    n = len(values)
+    ordered = sorted(values)
+    out: dict[str, Any] = {
+        "count": n,
+        "mean": math.fsum(ordered) / n if n else None,
+        "min": ordered[0] if n else None,
+        "max": ordered[-1] if n else None,
+    }
+    for q in quantiles:
+        out[quantile_name(q)] = ordered[nearest_rank(q, n)] if n else None
+    return out
+
+
+def _fleet(stats: FleetStats, duration: float) -> dict[str, Any]:
+    sessions = sum(stats.sessions.values())
+    completed = stats.sessions["completed"]
+    cached = stats.cache_prompt_tokens > 0
+    return {
+        "sessions": sessions,
+        "completed": completed,
+        "failed": sessions - completed,
+        "statuses": dict(sorted(stats.sessions.items())),
+        "agents": len(stats.agents),
+        "turns": stats.turns,
+        "no_output_turns": stats.no_output_turns,
+        "wall_s": stats.wall_s,
+        "duration_s": duration,
+        "peak_in_flight": stats.peak_in_flight,
+        "output_tokens": stats.output_tokens,
+        "output_tps": stats.output_tokens / duration if duration > 0 else None,
+        "turns_per_s": stats.turns / duration if duration > 0 else None,
+        "prompt_tokens": stats.prompt_tokens if stats.prompt_turns else None,
+        "cached_tokens": stats.cached_tokens if cached else None,
+        "cache_hit_rate": stats.cached_tokens / stats.cache_prompt_tokens if cached else None,
+        "max_cache_hit_rate": (
+            stats.cacheable_tokens / stats.cacheable_prompt_tokens
+            if stats.cacheable_prompt_tokens
+            else None
+        ),
+        "reconnects": stats.reconnects,
+        "retries": stats.retries,
+        "tool_calls": stats.tool_calls,
+        "tool_errors": stats.tool_errors,
+        "tool_s": stats.tool_s,
+        "errors": dict(sorted(stats.errors.items())),
+        "callback_errors": stats.callback_errors,
+        "finish_reasons": dict(sorted(stats.finish_reasons.items())),
+    }
+
+
+def _distribution(
+    sk: Sketch, quantiles: Sequence[float], unit: str, cdf_points: int
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "unit": unit,
+        "count": sk.count,
+        "mean": sk.mean,
+        "min": sk.min,
+        "max": sk.max,
+        **sk.quantiles(quantiles),
+    }
+    cdf: list[list[float]] = []
+    if cdf_points > 0 and sk.count:
+        qs = sorted({*(k / cdf_points for k in range(cdf_points + 1)), *_TAIL})
+        cdf = [[q, v] for q in qs if (v := sk.quantile(q)) is not None]
+    out["cdf"] = cdf
+    return out
+
+
+def _per_agent(stats: FleetStats) -> dict[str, Any]:
+    rows = list(stats.agents.values())
+    qs = stats.quantiles
+    return {
+        "agents": len(rows),
+        "decode_tps": exact_distribution([v for r in rows if (v := r.decode_tps) is not None], qs),
+        "ttft_mean_s": exact_distribution(
+            [v for r in rows if (v := r.ttft_mean_s) is not None], qs
+        ),
+        "turns": exact_distribution([r.turns for r in rows], qs),
+        "output_tokens": exact_distribution([r.output_tokens for r in rows], qs),
+        "context_tokens": exact_distribution(
+            [v for r in rows if (v := r.context_tokens) is not None], qs
+        ),
+    }
+
+
+def _goodput(stats: FleetStats, duration: float) -> list[dict[str, Any]]:
+    rows = [r for r in stats.agents.values() if r.turns]
+    out = []
+    for i, slo in enumerate(stats.slos):
+        met, tokens = stats.slo_turns[i], stats.slo_tokens[i]
+        agents_met = sum(r.slo_met[i] == r.turns for r in rows)
+        out.append(
+            {
+                "name": slo.label,
+                "bounds": slo.bounds(),
+                "turns": stats.turns,
+                "turns_met": met,
+                "turn_fraction": met / stats.turns if stats.turns else None,
+                "turns_per_s": met / duration if duration > 0 else None,
+                "output_tokens_met": tokens,
+                "output_tps": tokens / duration if duration > 0 else None,
+                "agents": len(rows),
+                "agents_met": agents_met,
+                "agent_fraction": agents_met / len(rows) if rows else None,
+                "agents_per_s": agents_met / duration if duration > 0 else None,
+                "failed_bounds": {k: stats.slo_failed_bounds[i][k] for k in slo.bounds()},
+            }
+        )
+    return out
+
+
+def _throughput(stats: FleetStats, origin: int, duration: float) -> dict[str, Any]:
+    ts = stats.series
+    start, width = ts.start_ns, ts.width_ns
+    out: dict[str, Any] = {"bucket_s": width * _NS, "t_s": [], "dt_s": []}
+    names = ("output_tps", "prompt_tps", "cached_tps", "turns_per_s", "in_flight")
+    for key in (*names, "cache_hit_rate", "decode_tps_mean"):
+        out[key] = []
+    out["slo_turns_per_s"] = {s.label: [] for s in stats.slos}
+    if start is None:
+        return out
+    vals = {name: ts.values(name) for name in ts.names}
+    end_of_run = origin + round(duration * 1e9) if duration > 0 else None
+    for i in range(len(ts)):
+        # A bucket's rate is over the part of it inside the run (the first and last
+        # buckets may stick out of it); a bucket wholly outside keeps its full width.
+        lo, hi = start + i * width, start + (i + 1) * width
+        lo_c = max(lo, origin)
+        hi_c = hi if end_of_run is None else min(hi, end_of_run)
+        if hi_c <= lo_c:
+            lo_c, hi_c = lo, hi
+        dt = (hi_c - lo_c) * _NS
+        out["t_s"].append((lo_c - origin) * _NS)
+        out["dt_s"].append(dt)
+        for key, series in zip(
+            names,
+            ("output_tokens", "prompt_tokens", "cached_tokens", "turns", "in_flight_s"),
+            strict=True,
+        ):
+            out[key].append(vals[series][i] / dt)
+        denom = vals["cache_prompt_tokens"][i]
+        out["cache_hit_rate"].append(vals["cached_tokens"][i] / denom if denom > 0 else None)
+        n = vals["decode_turns"][i]
+        out["decode_tps_mean"].append(vals["decode_tps_sum"][i] / n if n > 0 else None)
+        for s in stats.slos:
+            out["slo_turns_per_s"][s.label].append(vals[f"slo:{s.label}"][i] / dt)
+    return out
+
+
+def _provenance(stats: FleetStats) -> dict[str, Any]:
+    by_src = stats.output_by_source
+    reported = stats.prompt_turns
+    cache_reported = sum(stats.cached_sources.values())
+    return {
+        "output_tokens": {
+            src: {"turns": n, "tokens": tokens} for src, (n, tokens) in by_src.items()
+        },
+        "tokens_per_chunk": {
+            "exact_turns": stats.exact_chunk_turns,
+            "inexact_turns": stats.turns - stats.exact_chunk_turns,
+        },
+        "prompt_tokens": {
+            "reported_turns": reported,
+            "reported_tokens": stats.prompt_tokens,
+            "estimated_turns": stats.estimated_prompt_turns,
+            "estimated_tokens": stats.estimated_prompt_tokens,
+            "unknown_turns": stats.turns - reported - stats.estimated_prompt_turns,
+        },
+        "cached_tokens": {
+            "reported_turns": cache_reported,
+            "unreported_turns": stats.turns - cache_reported,
+            "sources": dict(sorted(stats.cached_sources.items())),
+        },
+    }

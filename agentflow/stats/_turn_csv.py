@@ -1,0 +1,139 @@
+"""CSV per turn: a streaming writer subscribed as a fleet callback, and a reader.
+
+:class:`TurnCSVWriter` writes one row per ``TurnEndEvent`` as it happens, so a run of any
+length costs the writer a file buffer, not memory per turn. Floats are written with
+``repr`` (shortest round-tripping form), ``None`` as an empty cell, booleans as
+``true``/``false``: :func:`read_turn_csv` gives back rows equal to the ones written.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import IO, Any, ClassVar
+
+from agentflow._events import Event, TurnEndEvent
+from agentflow.stats._rows import TurnRow, turn_row
+from agentflow.stats._slo import SLO, check_slos
+
+__all__ = ["TurnCSVWriter", "read_turn_csv", "write_turn_csv"]
+
+_COLUMNS = TurnRow.columns()
+_TYPES = {f.name: str(f.type) for f in dataclasses.fields(TurnRow)}
+
+
+class TurnCSVWriter:
+    """A fleet callback that appends one CSV row per finished turn.
+
+    Args:
+        target: a path (opened for writing, truncated) or an open text file.
+        slos: one extra ``slo:<label>`` column per SLO: whether the turn met it.
+        flush_every: flush the file every this many rows (0: leave it to the buffer).
+
+    Use as a context manager, or call :meth:`close`, to flush and close a file it opened.
+    """
+
+    #: The event types this callback reads (see :attr:`FleetStats.event_types`).
+    event_types: ClassVar[frozenset[str]] = frozenset({"turn_end"})
+
+    def __init__(
+        self, target: str | Path | IO[str], *, slos: Iterable[SLO] = (), flush_every: int = 0
+    ) -> None:
+        if isinstance(target, str | Path):
+            self._file: IO[str] = open(target, "w", newline="", encoding="utf-8")  # noqa: SIM115
+            self._owned = True
+        else:
+            self._file, self._owned = target, False
+        self.slos = check_slos(slos)
+        self.flush_every = flush_every
+        #: Rows written so far.
+        self.rows = 0
+        self._writer = csv.writer(self._file, lineterminator="\n")
+        self._writer.writerow([*_COLUMNS, *(f"slo:{s.label}" for s in self.slos)])
+
+    def __call__(self, event: Event) -> None:
+        """Write a row for a ``TurnEndEvent``; ignore every other event."""
+        if not isinstance(event, TurnEndEvent):
+            return
+        row = turn_row(
+            event.agent,
+            event.session_id,
+            event.turn,
+            event.metrics,
+            event.trace,
+            getattr(event, "prompt", None),  # TurnEndEvent gains ``prompt`` with #4
+        )
+        cells = _cells(row)
+        for slo in self.slos:
+            cells.append("true" if slo.met_by(event.metrics) else "false")
+        self._writer.writerow(cells)
+        self.rows += 1
+        if self.flush_every and self.rows % self.flush_every == 0:
+            self._file.flush()
+
+    def write(self, row: TurnRow) -> None:
+        """Write an already-built row (SLO columns, if any, are left empty)."""
+        self._writer.writerow([*_cells(row), *("" for _ in self.slos)])
+        self.rows += 1
+
+    def close(self) -> None:
+        """Flush, and close the file if this writer opened it."""
+        self._file.flush()
+        if self._owned:
+            self._file.close()
+
+    def __enter__(self) -> TurnCSVWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def write_turn_csv(rows: Iterable[TurnRow], target: str | Path | IO[str]) -> int:
+    """Write ``rows`` (e.g. ``FleetStats(keep_samples=True).samples``) as CSV; returns
+    how many were written."""
+    with TurnCSVWriter(target) as writer:
+        for row in rows:
+            writer.write(row)
+        return writer.rows
+
+
+def read_turn_csv(source: str | Path | IO[str]) -> list[TurnRow]:
+    """Read a per-turn CSV back into :class:`TurnRow`\\ s (extra columns are ignored)."""
+    if isinstance(source, str | Path):
+        with open(source, newline="", encoding="utf-8") as f:
+            return list(_read(f))
+    return list(_read(source))
+
+
+def _read(f: IO[str]) -> Iterator[TurnRow]:
+    for record in csv.DictReader(f):
+        yield TurnRow(**{name: _parse(record[name], _TYPES[name]) for name in _COLUMNS})
+
+
+def _cells(row: TurnRow) -> list[str]:
+    out = []
+    for name in _COLUMNS:
+        v = getattr(row, name)
+        if v is None:
+            out.append("")
+        elif isinstance(v, bool):
+            out.append("true" if v else "false")
+        else:
+            out.append(repr(v) if isinstance(v, float) else str(v))
+    return out
+
+
+def _parse(cell: str, type_: str) -> Any:
+    if cell == "" and "None" in type_:
+        return None
+    base = type_.replace(" | None", "")
+    if base == "bool":
+        return cell == "true"
+    if base == "int":
+        return int(cell)
+    if base == "float":
+        return float(cell)
+    return cell

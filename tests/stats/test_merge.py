@@ -1,0 +1,127 @@
+"""Stats of several workers, merged (through pickle, as across processes), equal one process's.
+
+Counters exactly; quantiles exactly as one sketch would give them, hence within α of the
+exact nearest-rank values computed from every turn.
+"""
+
+from __future__ import annotations
+
+import pickle
+import random
+from typing import Any
+
+import pytest
+
+from agentflow import TurnEndEvent
+from agentflow.stats import DEFAULT_RELATIVE_ACCURACY, SLO, FleetStats, nearest_rank
+from tests.stats.traces import session_end, trace, turn_end
+
+SLOS = [SLO(ttft_s=0.3, tpot_s=0.02), SLO(e2e_s=2.0)]
+
+
+def workload(n_agents: int, seed: int) -> list[TurnEndEvent]:
+    """Random but fixed turns: 1–6 per agent, 5–120 chunks, some without usage or output."""
+    rng = random.Random(seed)
+    events = []
+    for a in range(n_agents):
+        t = rng.uniform(0, 5_000)
+        for turn in range(rng.randint(1, 6)):
+            ready = t
+            sent = ready + rng.expovariate(1 / 50)
+            first = sent + rng.lognormvariate(4.5, 0.8)
+            n = rng.randint(0, 120)
+            chunks = [first]
+            for _ in range(n - 1):
+                chunks.append(chunks[-1] + rng.lognormvariate(2.0, 0.5))
+            end = (chunks[-1] if n else sent) + rng.uniform(0, 5)
+            usage = rng.random() < 0.8
+            prompt = 500 + 400 * turn + rng.randint(0, 50)
+            tr = trace(
+                sent_ms=sent,
+                chunks_ms=chunks if n else [],
+                end_ms=end,
+                completion=(n + rng.randint(0, 2) if n else 0) if usage else None,
+                prompt=prompt if usage else None,
+                cached=(prompt - rng.randint(0, 400)) if usage and turn else None,
+            )
+            events.append(turn_end(f"agent-{a:03d}", f"agent-{a:03d}-s", turn, tr, ready))
+            t = end + rng.uniform(10, 200)
+    return events
+
+
+def fed(events: list[Any], **options: Any) -> FleetStats:
+    stats = FleetStats(slos=SLOS, start_ns=0, **options)
+    for e in events:
+        stats(e)
+    return stats
+
+
+def strip(report: dict[str, Any]) -> dict[str, Any]:
+    """What a merge may change: worker count, and peak in flight (unknown after a merge)."""
+    report = dict(report)
+    report["settings"] = {**report["settings"], "workers": None}
+    report["fleet"] = {**report["fleet"], "peak_in_flight": None}
+    return report
+
+
+@pytest.mark.parametrize("split", ["by_agent", "by_turn"])
+def test_merged_workers_equal_one_process(split: str) -> None:
+    """Three workers (agents or single turns spread over them) merge into the whole."""
+    events = workload(120, seed=11)
+    ends = [session_end(f"agent-{a:03d}", f"agent-{a:03d}-s") for a in range(120)]
+    whole = fed(events + ends)
+    shards: list[list[Any]] = [[], [], []]
+    for i, e in enumerate(events):
+        key = int(e.agent[-3:]) if split == "by_agent" else i
+        shards[key % 3].append(e)
+    for i, end in enumerate(ends):
+        shards[i % 3].append(end)
+    workers = [pickle.loads(pickle.dumps(fed(s))) for s in shards]
+    merged = workers[0]
+    for w in workers[1:]:
+        merged.merge(w)
+    assert merged.workers == 3
+
+    want, got = strip(whole.report()), strip(merged.report())
+    assert_same(got, want)
+
+    # And within α of the exact values, computed from every turn.
+    exact = {
+        "ttft_s": sorted(e.metrics.ttft_s for e in events if e.metrics.ttft_s is not None),
+        "itl_s": sorted(x for e in events for x in e.metrics.itl_s),
+        "e2e_s": sorted(e.metrics.e2e_s for e in events),
+        "tpot_s": sorted(e.metrics.tpot_s for e in events if e.metrics.tpot_s is not None),
+    }
+    for name, values in exact.items():
+        d = got["distributions"][name]
+        assert d["count"] == len(values)
+        for label, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p99.9", 0.999)):
+            true = values[nearest_rank(q, len(values))]
+            assert abs(d[label] - true) <= DEFAULT_RELATIVE_ACCURACY * true + 1e-12, (name, q)
+
+
+def assert_same(got: Any, want: Any, path: str = "") -> None:
+    """Equal, floats to summation-order rounding."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and got.keys() == want.keys(), path
+        for k in want:
+            assert_same(got[k], want[k], f"{path}.{k}")
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), path
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            assert_same(g, w, f"{path}[{i}]")
+    elif isinstance(want, float) and not isinstance(want, bool):
+        assert got == pytest.approx(want, rel=1e-9, abs=1e-9), path
+    else:
+        assert got == want, path
+
+
+def test_merge_refuses_incompatible_stats() -> None:
+    """Different α, SLOs or row keys cannot be merged."""
+    base = FleetStats(slos=SLOS)
+    with pytest.raises(ValueError, match="relative_accuracy"):
+        base.merge(FleetStats(slos=SLOS, relative_accuracy=0.02))
+    with pytest.raises(ValueError, match="SLOs"):
+        base.merge(FleetStats())
+    with pytest.raises(ValueError, match="per-session"):
+        base.merge(FleetStats(slos=SLOS, per="session"))

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 from agentflow._logging import get_logger
 from agentflow._metrics import TurnMetrics
 from agentflow._trace import PromptInfo, ToolCall, TurnTrace
+from agentflow.context._cachebuster import CacheBusterWarning
+from agentflow.context._events import BudgetEvent, CompactionEvent, ContextTrimmedEvent
 from agentflow.typing import Callback, DeltaKind
 
 if TYPE_CHECKING:
@@ -159,6 +161,10 @@ Event: TypeAlias = (
     | SessionEndEvent
     | RetryEvent
     | FleetStartEvent
+    | ContextTrimmedEvent
+    | CompactionEvent
+    | BudgetEvent
+    | CacheBusterWarning
     | ErrorEvent
     | FleetEndEvent
 )

@@ -209,7 +209,11 @@ class Session:
         agent = self.agent
         if agent.context is not None and self._context is None:
             self._context = agent.context.bind(
-                session_id=self.session_id, agent=agent.name, emit=bus.emit
+                session_id=self.session_id,
+                agent=agent.name,
+                emit=bus.emit,
+                model=agent.model,
+                params=agent.params,
             )
         status: SessionStatus = "error"
         error: BaseException | None = None

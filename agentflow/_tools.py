@@ -3,6 +3,11 @@
 The JSON schema comes from the signature (through a pydantic model, which also
 validates the model's arguments) and the descriptions from the docstring (its
 summary, and an ``Args:`` / ``:param`` / numpydoc section for each parameter).
+
+A tool's ``tools`` entry is built once, canonically (keys sorted at every level), so
+an agent sends byte-identical tool schemas on every turn of every session however
+the schema was put together — the server's prefix cache keeps hitting them
+(``docs/prefix-reuse.md``).
 """
 
 from __future__ import annotations
@@ -35,6 +40,14 @@ class Tool:
         fn: the callable (sync or async).
         in_thread: run a sync ``fn`` in a worker thread, so a slow tool cannot stall the
             event loop (and every other agent's token timing with it).
+
+    The ``tools`` entry (:meth:`spec`) is computed once, when the tool is made, from a
+    canonical deep copy of ``name``, ``description`` and ``parameters``: changing the
+    ``parameters`` dict afterwards has no effect (make a new tool instead).
+
+    Raises:
+        ConfigError: ``parameters`` is not a JSON object with string keys, or holds a
+            value JSON cannot carry.
     """
 
     name: str
@@ -43,6 +56,30 @@ class Tool:
     fn: Callable[..., Any]
     in_thread: bool = True
     _args_model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
+    _spec: dict[str, Any] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.parameters, dict):
+            raise ConfigError(
+                f"tool {self.name!r}: parameters must be a JSON schema object (a dict), "
+                f"got {type(self.parameters).__name__}"
+            )
+        spec = canonical_json_value(
+            {
+                "type": "function",
+                "function": {
+                    "name": self.name,
+                    "description": self.description,
+                    "parameters": self.parameters,
+                },
+            },
+            where=f"tool {self.name!r}",
+        )
+        try:
+            msgspec.json.encode(spec)
+        except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
+            raise ConfigError(f"tool {self.name!r}: the schema is not JSON: {exc}") from exc
+        object.__setattr__(self, "_spec", spec)
 
     @classmethod
     def from_function(
@@ -94,15 +131,13 @@ class Tool:
         )
 
     def spec(self) -> dict[str, Any]:
-        """The OpenAI ``tools`` entry for this tool."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": self.parameters,
-            },
-        }
+        """The OpenAI ``tools`` entry for this tool, in canonical form.
+
+        Keys are sorted at every level (lists keep their order), so the entry encodes to
+        the same bytes whatever order the schema was built in. It is computed once and
+        the same object is returned on every call: treat it as read-only.
+        """
+        return self._spec
 
     async def invoke(self, arguments: str) -> str:
         """Validate the model's JSON ``arguments``, call the tool, return its result as text.
@@ -174,6 +209,26 @@ def tool(
 def as_tool(obj: Tool | Callable[..., Any] | Callable[..., Awaitable[Any]]) -> Tool:
     """A :class:`Tool` as is; a plain callable described by :meth:`Tool.from_function`."""
     return obj if isinstance(obj, Tool) else Tool.from_function(obj)
+
+
+def canonical_json_value(value: Any, *, where: str = "value") -> Any:
+    """A deep copy of a JSON value with every object's keys in sorted order.
+
+    Lists and tuples become lists in their own order (order is meaning there); strings,
+    numbers, booleans and ``None`` are kept. Encoded by msgspec (compact separators, dict
+    order preserved), equal values give equal bytes.
+
+    Raises:
+        ConfigError: an object key is not a string (JSON has no other keys).
+    """
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise ConfigError(f"{where}: JSON object keys must be strings, got {key!r}")
+        return {k: canonical_json_value(value[k], where=where) for k in sorted(value)}
+    if isinstance(value, list | tuple):
+        return [canonical_json_value(v, where=where) for v in value]
+    return value
 
 
 def _strip_titles(schema: Any) -> Any:

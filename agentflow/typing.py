@@ -100,5 +100,16 @@ class ContextPolicy(Protocol):
     :class:`agentflow.context.ContextBudget` is the shipped implementation.
     """
 
-    def bind(self, *, session_id: str, agent: str, emit: Callable[[Event], None]) -> SessionContext:
-        """A fresh per-session context; ``emit`` sends events to the fleet's callbacks."""
+    def bind(
+        self,
+        *,
+        session_id: str,
+        agent: str,
+        emit: Callable[[Event], None],
+        model: str,
+        params: Mapping[str, Any],
+    ) -> SessionContext:
+        """A fresh per-session context; ``emit`` sends events to the fleet's callbacks.
+
+        ``model`` and ``params`` are the agent's (``params["max_tokens"]`` sizes the
+        output reserve)."""

@@ -60,7 +60,6 @@ import datetime as dt
 import gc
 import json
 import os
-import platform
 import select
 import statistics
 import subprocess
@@ -69,10 +68,10 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Literal, Protocol
 
+import _common
 import _sse_server
 import openai
 from openai.types.chat import ChatCompletionMessageParam
@@ -87,28 +86,17 @@ from agentflow import (
 )
 from agentflow.transport import SSEDecoder, TraceBuilder
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = _common.ROOT
 SERVER = Path(_sse_server.__file__).resolve()
-DOC = ROOT / "docs" / "benchmarks.md"
+DOC = _common.DOC
 NAME = "client_overhead"
-START = f"<!-- {NAME}:start -->"
-END = f"<!-- {NAME}:end -->"
+START, END = _common.markers(NAME)
 
 MODEL = "bench-model"
 MESSAGES: list[ChatCompletionMessageParam] = [
     {"role": "user", "content": "Write a very long story about a fox."}
 ]
 WARMUP_CHUNKS = 8
-
-DOC_INTRO = """\
-# Benchmarks
-
-Each script in `benchmarks/` measures one thing and owns one section of this file,
-between its own `<!-- NAME:start -->` and `<!-- NAME:end -->` markers; a full run
-rewrites only its own section, with the machine, the date and the numbers it measured.
-Run them all with `scripts/bench` (arguments are passed to every benchmark), or one
-with `python benchmarks/NAME.py`; `--quick` is a short smoke run that writes nothing.
-"""
 
 
 # -- clients ------------------------------------------------------------------------------
@@ -619,24 +607,9 @@ def targets(cells: dict[tuple[str, str], Cell], modes: Sequence[Mode]) -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for ln in Path("/proc/cpuinfo").read_text().splitlines():
-            if ln.startswith("model name"):
-                cpu = ln.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    try:
-        ncpu = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        ncpu = os.cpu_count() or 0
-    libs = ", ".join(
-        f"{d} {metadata.version(d)}"
-        for d in ("agentflow", "aiohttp", "httptools", "msgspec", "openai", "httpx2", "pydantic")
+    return _common.machine(
+        ("agentflow", "aiohttp", "httptools", "msgspec", "openai", "httpx2", "pydantic")
     )
-    py = f"{platform.python_implementation()} {platform.python_version()}"
-    return f"{ncpu} CPUs ({cpu}), {platform.system()} {platform.release()}, {py}; {libs}"
 
 
 def _findings(modes: Sequence[Mode], cells: dict[tuple[str, str], Cell]) -> str:
@@ -797,14 +770,7 @@ finish reason, `[DONE]` and its cached-token count.
 
 
 def write_doc(text: str) -> None:
-    old = DOC.read_text() if DOC.exists() else DOC_INTRO
-    i, j = old.find(START), old.find(END)
-    if i >= 0 and j > i:
-        new = old[:i] + text + old[j + len(END) :]
-    else:
-        new = old.rstrip("\n") + "\n\n" + text + "\n"
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(new)
+    _common.write_section(NAME, text)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -38,7 +38,6 @@ import asyncio
 import datetime as dt
 import json
 import os
-import platform
 import re
 import select
 import statistics
@@ -48,15 +47,15 @@ import time
 from collections.abc import Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, cast
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = ROOT / "docs" / "benchmarks.md"
+import _common
+
+ROOT = _common.ROOT
+DOC = _common.DOC
 NAME = "sim_throughput"
-START = f"<!-- {NAME}:start -->"
-END = f"<!-- {NAME}:end -->"
+START, END = _common.markers(NAME)
 PROFILE = "deepseek-v4.1-flash-gb300"
 TIME_SCALE = 0.01
 #: Answer lengths (tokens): a range, so that streams end at different steps.
@@ -371,18 +370,7 @@ def run(
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for ln in Path("/proc/cpuinfo").read_text().splitlines():
-            if ln.startswith("model name"):
-                cpu = ln.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    libs = ", ".join(f"{d} {metadata.version(d)}" for d in ("agentflow", "aiohttp", "msgspec"))
-    py = f"{platform.python_implementation()} {platform.python_version()}"
-    system = f"{platform.system()} {platform.release()}"
-    return f"{len(CPUS) or os.cpu_count()} CPUs ({cpu}), {system}, {py}; {libs}"
+    return _common.machine(("agentflow", "aiohttp", "msgspec"))
 
 
 def table(configs: Sequence[Config], results: dict[str, list[Sample]]) -> str:
@@ -490,14 +478,7 @@ def _findings(configs: Sequence[Config], results: dict[str, list[Sample]]) -> st
 
 
 def write_doc(text: str) -> None:
-    doc = DOC.read_text() if DOC.exists() else "# Benchmarks\n"
-    if START in doc and END in doc:
-        head, rest = doc.split(START, 1)
-        _, tail = rest.split(END, 1)
-        doc = head + text + tail
-    else:
-        doc = doc.rstrip("\n") + "\n\n" + text + "\n"
-    DOC.write_text(doc)
+    _common.write_section(NAME, text)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

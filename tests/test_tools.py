@@ -7,6 +7,7 @@ import threading
 from typing import Literal
 
 import jsonschema
+import msgspec
 import pydantic
 import pytest
 
@@ -108,3 +109,51 @@ def test_decorator_with_options() -> None:
         return q
 
     assert (f.name, f.description) == ("lookup", "Find a thing.")
+
+
+def _noop() -> None:
+    return None
+
+
+def test_spec_is_canonical_whatever_the_build_order() -> None:
+    """Keys are sorted at every level (lists keep their order), so the same schema built in
+    two orders encodes to the same bytes."""
+    a = Tool(
+        name="f",
+        description="d",
+        parameters={"type": "object", "required": ["z", "a"], "properties": {"z": {}, "a": {}}},
+        fn=_noop,
+    )
+    b = Tool(
+        name="f",
+        description="d",
+        parameters={"properties": {"a": {}, "z": {}}, "required": ["z", "a"], "type": "object"},
+        fn=_noop,
+    )
+    assert msgspec.json.encode(a.spec()) == msgspec.json.encode(b.spec())
+    assert msgspec.json.encode(a.spec()) == (
+        b'{"function":{"description":"d","name":"f","parameters":{"properties":{"a":{},"z":{}},'
+        b'"required":["z","a"],"type":"object"}},"type":"function"}'
+    )
+    schema = move.spec()
+    assert msgspec.json.encode(schema) == msgspec.json.encode(schema, order="sorted")
+
+
+def test_spec_is_computed_once() -> None:
+    """The same object on every call; changing ``parameters`` afterwards changes nothing."""
+    params: dict[str, object] = {"type": "object", "properties": {}}
+    t = Tool(name="f", description="d", parameters=params, fn=_noop)
+    first = t.spec()
+    params["properties"] = {"x": {"type": "string"}}
+    assert t.spec() is first
+    assert first["function"]["parameters"] == {"properties": {}, "type": "object"}
+
+
+def test_schemas_json_cannot_carry_are_config_errors() -> None:
+    """A non-dict schema, a non-string key or a value JSON has no form for fail at once."""
+    with pytest.raises(ConfigError, match="must be a JSON schema object"):
+        Tool(name="f", description="", parameters=[], fn=_noop)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="keys must be strings"):
+        Tool(name="f", description="", parameters={"properties": {1: {}}}, fn=_noop)
+    with pytest.raises(ConfigError, match="not JSON"):
+        Tool(name="f", description="", parameters={"default": object()}, fn=_noop)

@@ -22,6 +22,7 @@ from agentflow._fleet import Fleet, FleetResult
 from agentflow._process import ChildServer, free_port
 from agentflow.demo.summary import LiveView, build_report, summary_table
 from agentflow.demo.workload import make_workload
+from agentflow.sim.profiles import get_profile
 from agentflow.transport import Endpoint, HTTPTransport
 from agentflow.typing import Transport
 
@@ -145,6 +146,7 @@ async def _run_fleet(
         turns=config.turns,
         max_tokens=config.max_tokens,
         sim_tool_rounds=not config.base_url,
+        window=None if config.base_url else get_profile(config.profile).max_model_len,
     )
     kwargs: dict[str, Any] = {"clock": clock} if clock is not None else {}
     fleet = Fleet(

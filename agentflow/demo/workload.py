@@ -5,6 +5,8 @@ repository guide — so the server's prefix cache can serve it after the first
 prefill. Each agent works in its own copy of an in-memory repository through real
 Python tools: listing, reading and searching files, editing them, and running the
 repository's tests (each module is compiled and its ``test_*`` functions executed).
+All agents share one context policy, so that prefixes are compared (and, with a budget
+that fingerprints them, measured) across every session of the run.
 """
 
 # No ``from __future__ import annotations`` here: the tools' ``path`` parameters are
@@ -18,6 +20,10 @@ from typing import Any, Literal
 
 from agentflow._agent import Agent
 from agentflow._tools import Tool
+from agentflow.context._budget import ContextBudget
+from agentflow.context._cachebuster import CacheBusterCheck
+from agentflow.context._fingerprint import PrefixIndex
+from agentflow.typing import ContextPolicy
 
 __all__ = ["Repository", "Workload", "make_workload"]
 
@@ -176,12 +182,21 @@ def _run_module_tests(path: str, source: str) -> str:
 
 @dataclass(frozen=True)
 class Workload:
-    """The agents of one demo run, and how many tool rounds each is to take."""
+    """The agents of one demo run, and how many tool rounds each is to take.
+
+    Attributes:
+        agents: one per session.
+        tasks: each agent's task (its first user message).
+        tool_rounds: each agent's planned tool rounds.
+        shared_prefix_chars: characters of the instructions every agent shares.
+        context: the context policy every agent has (one instance, shared).
+    """
 
     agents: list[Agent]
     tasks: list[str]
     tool_rounds: list[int]
     shared_prefix_chars: int
+    context: ContextPolicy | None = None
 
 
 def make_workload(
@@ -194,6 +209,8 @@ def make_workload(
     max_tokens: int = 160,
     sim_tool_rounds: bool = True,
     make_params: Callable[[int], dict[str, Any]] | None = None,
+    context: ContextPolicy | None = None,
+    window: int | None = None,
 ) -> Workload:
     """Build ``n_agents`` coding agents with one shared prefix.
 
@@ -207,7 +224,19 @@ def make_workload(
         sim_tool_rounds: ask agentflow's simulator for each agent's tool rounds through
             the ``agentflow_tool_rounds`` body field (only meaningful on the simulator).
         make_params: extra per-agent body fields, by agent index.
+        context: the context policy every agent gets (one instance, so it sees every
+            session); by default a :class:`~agentflow.context.ContextBudget` over
+            ``window`` that fingerprints prefixes (for prefix-reuse efficiency) and runs
+            a cache-buster check comparing every agent's prefix with every other's
+            (they are meant to be equal).
+        window: the model's context window for the default budget (1,048,576 if unknown).
     """
+    if context is None:
+        context = ContextBudget(
+            window=window or 1_048_576,
+            prefix_index=PrefixIndex(),
+            cache_buster=CacheBusterCheck(group=lambda name: "coder"),
+        )
     rng = random.Random(seed)
     repo = Repository.sample()
     guide = repository_guide(guide_paragraphs, seed)
@@ -230,9 +259,10 @@ def make_workload(
                 tools=repo.copy().tools(),
                 params=params,
                 max_turns=n_turns + 2,
+                context=context,
             )
         )
         mod = _MODULES[i % len(_MODULES)]
         tasks.append(f"Task {i}: make sure src/{mod}.py is correct and its tests pass.")
         rounds.append(n_turns - 1)
-    return Workload(agents, tasks, rounds, len(instructions))
+    return Workload(agents, tasks, rounds, len(instructions), context)

@@ -1,4 +1,5 @@
-"""One real llama.cpp server (SmolLM2-135M-Instruct, CPU) for the whole test session."""
+"""One real llama.cpp server (SmolLM2-135M-Instruct, CPU) for the whole test session,
+shared by the integration and context tests that are marked ``llamacpp``."""
 
 from __future__ import annotations
 

@@ -1,0 +1,116 @@
+"""Context accounting: token counts, calibration against the server, prefix fingerprints
+and budgets (issue #4). See ``docs/context.md``.
+
+- :func:`encoding`, :class:`TiktokenCounter` — tiktoken encodings that work offline
+  (the BPE files ship with agentflow); :class:`HFTokenizerCounter` — a Hugging Face
+  ``tokenizer.json``; :class:`ServerCounter` — the server's own ``POST /tokenize``.
+- :class:`MessageCounter` — chat messages counted as templates render them, cached per
+  message; :class:`PromptCounter` — one session's prompt, counted incrementally.
+- :class:`Calibrator` — learns per model how the server's ``prompt_tokens`` relate to
+  the local estimate, and corrects it.
+- :class:`PrefixIndex` — fleet-wide block hashes of every prompt sent; its
+  :class:`PrefixSession` gives each turn's most cacheable prompt tokens.
+- :class:`CacheBusterCheck` — warns (:class:`CacheBusterWarning`) when prefixes that should
+  match differ by a timestamp, UUID, nonce, counter or reordered JSON keys;
+  :func:`prefix_reuse` — reported cached tokens against the cacheable maximum
+  (``docs/prefix-reuse.md``).
+- :class:`ContextBudget` — every session's prompt inside its window (calibrated estimates,
+  a pinned prefix, overflow policies :class:`Fail`, :class:`DropOldest`,
+  :class:`TruncateToolOutputs`, :class:`Compact`); :class:`FleetBudget` — fleet-wide token
+  and cost budgets; their events :class:`ContextTrimmedEvent`, :class:`CompactionEvent`,
+  :class:`BudgetEvent` (``docs/context.md``, "Budgets and overflow policies").
+"""
+
+from agentflow.context._budget import ContextBudget, PrefixSource, PrefixTracker, SessionBudget
+from agentflow.context._cachebuster import (
+    CacheBusterCheck,
+    CacheBusterKind,
+    CacheBusterScope,
+    CacheBusterWarning,
+)
+from agentflow.context._calibration import CalibrationStats, Calibrator
+from agentflow.context._compact import DEFAULT_SUMMARY_PROMPT, Compact, render_transcript
+from agentflow.context._counting import (
+    HFTokenizerCounter,
+    ServerCounter,
+    TiktokenCounter,
+    TokenCounter,
+    TokenizeDialect,
+)
+from agentflow.context._encodings import (
+    ENCODING_NAMES,
+    ENCODINGS_DIR,
+    encoding,
+    encoding_name_for_model,
+)
+from agentflow.context._events import BudgetEvent, CompactionEvent, ContextTrimmedEvent
+from agentflow.context._fingerprint import DEFAULT_CAPACITY_TOKENS, PrefixIndex, PrefixSession
+from agentflow.context._fleet_budget import FleetBudget, Prices, Spend
+from agentflow.context._history import check_pairing, pinned_length, split_units
+from agentflow.context._messages import MessageCounter
+from agentflow.context._overflow import (
+    DropOldest,
+    Fail,
+    OverflowPolicy,
+    OverflowView,
+    TokenEstimator,
+    TruncateToolOutputs,
+    overflow_error,
+    policy_name,
+)
+from agentflow.context._prompt import ChangeCheck, PromptCounter
+from agentflow.context._reuse import PrefixReuse, PrefixReuseReport, prefix_reuse
+from agentflow.context._windows import KNOWN_WINDOWS, window_for
+
+__all__ = [
+    "DEFAULT_CAPACITY_TOKENS",
+    "DEFAULT_SUMMARY_PROMPT",
+    "ENCODINGS_DIR",
+    "ENCODING_NAMES",
+    "KNOWN_WINDOWS",
+    "BudgetEvent",
+    "CacheBusterCheck",
+    "CacheBusterKind",
+    "CacheBusterScope",
+    "CacheBusterWarning",
+    "CalibrationStats",
+    "Calibrator",
+    "ChangeCheck",
+    "Compact",
+    "CompactionEvent",
+    "ContextBudget",
+    "ContextTrimmedEvent",
+    "DropOldest",
+    "Fail",
+    "FleetBudget",
+    "HFTokenizerCounter",
+    "MessageCounter",
+    "OverflowPolicy",
+    "OverflowView",
+    "PrefixIndex",
+    "PrefixReuse",
+    "PrefixReuseReport",
+    "PrefixSession",
+    "PrefixSource",
+    "PrefixTracker",
+    "Prices",
+    "PromptCounter",
+    "ServerCounter",
+    "SessionBudget",
+    "Spend",
+    "TiktokenCounter",
+    "TokenCounter",
+    "TokenEstimator",
+    "TokenizeDialect",
+    "TruncateToolOutputs",
+    "check_pairing",
+    "encoding",
+    "encoding_name_for_model",
+    "overflow_error",
+    "pinned_length",
+    "policy_name",
+    "prefix_reuse",
+    "render_transcript",
+    "split_units",
+    "window_for",
+]

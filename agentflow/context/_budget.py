@@ -1,0 +1,413 @@
+"""The :class:`ContextBudget`: every session's prompt inside its window, or a clear error.
+
+Per session (:class:`SessionBudget`, made by :meth:`ContextBudget.bind`)::
+
+    limit    = window − reserve − margin
+    raw      = MessageCounter estimate of the prompt (messages + tool schemas)
+    estimate = Calibrator.correct(model, raw)         # learned from reported prompt_tokens
+
+Before each turn, if ``estimate > limit``, the overflow policies run in order
+(re-estimating after each) until the prompt fits; if none makes it fit, the session fails
+with :class:`~agentflow.ContextOverflow`. After each turn the server's reported
+``usage.prompt_tokens`` is fed to the calibrator (shared per :class:`ContextBudget`, per
+model), and the turn's usage is charged to the fleet budget, if there is one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agentflow._errors import AgentflowError, ConfigError
+from agentflow._trace import PromptInfo
+from agentflow.context._cachebuster import CacheBusterCheck
+from agentflow.context._calibration import Calibrator
+from agentflow.context._counting import TiktokenCounter
+from agentflow.context._encodings import encoding_name_for_model
+from agentflow.context._estimates import SessionEstimates
+from agentflow.context._events import ContextTrimmedEvent
+from agentflow.context._fleet_budget import FleetBudget
+from agentflow.context._history import check_pairing, pinned_length
+from agentflow.context._messages import MessageCounter
+from agentflow.context._overflow import (
+    Fail,
+    OverflowPolicy,
+    OverflowView,
+    overflow_error,
+    policy_name,
+)
+from agentflow.context._windows import DEFAULT_RESERVE, KNOWN_WINDOWS, window_for
+
+if TYPE_CHECKING:
+    from agentflow._events import Event
+    from agentflow._trace import TurnTrace
+    from agentflow.transport._request import ChatRequest
+    from agentflow.typing import Complete
+
+__all__ = ["ContextBudget", "PrefixSource", "PrefixTracker", "SessionBudget"]
+
+
+class PrefixTracker(Protocol):
+    """One session's view of a prefix index (what :meth:`PrefixSource.session` returns)."""
+
+    def observe(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+    ) -> int:
+        """Fingerprint the prompt about to be sent; return its most cacheable tokens."""
+
+
+class PrefixSource(Protocol):
+    """A fleet-wide prefix index (:class:`~agentflow.context.PrefixIndex` is one)."""
+
+    def session(self) -> PrefixTracker:
+        """A tracker for one session's prompts."""
+
+
+def _positive_int(owner: str, value: object, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{owner} must be an int ≥ {minimum}, got {value!r}")
+    return value
+
+
+class ContextBudget:
+    """Keeps every session's prompt inside its window; set it as ``Agent(context=...)``.
+
+    One instance may serve many agents and sessions: the calibrator (per model), the
+    counter's per-message cache and the prefix index are shared; every session gets
+    its own :class:`SessionBudget` from :meth:`bind`.
+
+    Args:
+        window: the context window in tokens; by default :func:`window_for` the model.
+        model: the model whose window and calibration apply when the session does not
+            say (see :meth:`bind`); also the window lookup's key.
+        reserve_output: tokens kept free for the answer; by default the agent's
+            ``max_tokens`` (or ``max_completion_tokens``) param, else
+            ``min(1024, window // 4)``.
+        margin: tokens kept free for estimation error: an int is a token count, a float
+            in ``[0, 1)`` a fraction of the window.
+        overflow: a policy, or a chain of them run in order, for prompts that do not fit
+            (:class:`~agentflow.context.Fail` by default).
+        pin_first: messages after the system message(s) that no policy may touch (1 pins
+            the first user message: the task).
+        counter: the message counter; by default tiktoken's encoding for ``model``
+            (``o200k_base`` for OpenAI's recent models), else ``cl100k_base``.
+        calibrator: learns the local-to-server token ratio per model.
+        prefix_index: fingerprints prompts, filling ``PromptInfo.max_cacheable_tokens``
+            (its local count, scaled by the calibrated ``estimated / raw`` ratio of the
+            prompt so that it compares with the server's ``cached_tokens``).
+        fleet: a fleet-wide token/cost budget charged with every turn.
+        cache_buster: warns when prefixes that should match differ by something volatile
+            (a :class:`~agentflow.context.CacheBusterCheck`; ``True`` = one with defaults,
+            ``False`` = no check).
+    """
+
+    def __init__(
+        self,
+        *,
+        window: int | None = None,
+        model: str | None = None,
+        reserve_output: int | None = None,
+        margin: int | float = 0.02,
+        overflow: OverflowPolicy | Sequence[OverflowPolicy] = (),
+        pin_first: int = 0,
+        counter: MessageCounter | None = None,
+        calibrator: Calibrator | None = None,
+        prefix_index: PrefixSource | None = None,
+        fleet: FleetBudget | None = None,
+        cache_buster: CacheBusterCheck | bool = True,
+    ) -> None:
+        if window is not None:
+            _positive_int("ContextBudget.window", window)
+        elif model is not None and window_for(model) is None:
+            raise ConfigError(
+                f"ContextBudget.model {model!r} has no known window; pass window= "
+                f"(known: {', '.join(sorted(KNOWN_WINDOWS))})"
+            )
+        if model is not None and (not isinstance(model, str) or not model):
+            raise ConfigError(f"ContextBudget.model must be a non-empty string, got {model!r}")
+        if reserve_output is not None:
+            _positive_int("ContextBudget.reserve_output", reserve_output, minimum=0)
+        if isinstance(margin, bool) or not isinstance(margin, int | float):
+            raise ConfigError(f"ContextBudget.margin must be an int or a float, got {margin!r}")
+        if (isinstance(margin, int) and margin < 0) or (
+            isinstance(margin, float) and not 0 <= margin < 1
+        ):
+            raise ConfigError(
+                f"ContextBudget.margin must be tokens ≥ 0 (int) or a fraction in [0, 1) "
+                f"(float), got {margin!r}"
+            )
+        _positive_int("ContextBudget.pin_first", pin_first, minimum=0)
+        policies = (overflow,) if callable(overflow) else tuple(overflow)
+        for p in policies:
+            if not callable(p):
+                raise ConfigError(f"ContextBudget.overflow: {p!r} is not a policy (not callable)")
+        if fleet is not None and not isinstance(fleet, FleetBudget):
+            raise ConfigError(f"ContextBudget.fleet must be a FleetBudget, got {fleet!r}")
+        self.window = window
+        self.model = model
+        self.reserve_output = reserve_output
+        self.margin = margin
+        self.policies: tuple[OverflowPolicy, ...] = policies or (Fail(),)
+        self.pin_first = pin_first
+        if counter is None:
+            counter = MessageCounter(
+                TiktokenCounter(encoding_name_for_model(model) if model else "cl100k_base")
+            )
+        self.counter = counter
+        self.calibrator = calibrator if calibrator is not None else Calibrator()
+        self.prefix_index = prefix_index
+        self.fleet = fleet
+        self.cache_buster: CacheBusterCheck | None = (
+            cache_buster
+            if isinstance(cache_buster, CacheBusterCheck)
+            else (CacheBusterCheck() if cache_buster else None)
+        )
+
+    def window_of(self, model: str | None) -> int:
+        """The window that applies to ``model`` (the given one first)."""
+        if self.window is not None:
+            return self.window
+        for name in (model, self.model):
+            found = window_for(name) if name else None
+            if found is not None:
+                return found
+        raise ConfigError(
+            f"ContextBudget: no window for model {model or self.model!r}; pass window="
+        )
+
+    def bind(
+        self,
+        *,
+        session_id: str,
+        agent: str,
+        emit: Callable[[Event], None],
+        model: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> SessionBudget:
+        """A fresh :class:`SessionBudget` for one session.
+
+        Args:
+            session_id: the session.
+            agent: its agent's name.
+            emit: sends events to the fleet's callbacks.
+            model: the agent's model (calibration key, window lookup, summary model);
+                ``ContextBudget.model`` when not given.
+            params: the agent's body params; ``max_tokens`` sets the default reserve.
+
+        Raises:
+            ConfigError: no window is known, or reserve and margin leave no room.
+        """
+        name = model or self.model
+        window = self.window_of(name)
+        reserve = self.reserve_output
+        if reserve is None:
+            asked = (params or {}).get("max_completion_tokens") or (params or {}).get("max_tokens")
+            reserve = asked if isinstance(asked, int) and not isinstance(asked, bool) else None
+        if reserve is None:
+            reserve = min(DEFAULT_RESERVE, window // 4)
+        margin = int(self.margin * window) if isinstance(self.margin, float) else self.margin
+        limit = window - reserve - margin
+        if limit < 1:
+            raise ConfigError(
+                f"ContextBudget for session {session_id!r}: window {window:,} leaves no room "
+                f"for a prompt after reserve_output={reserve:,} and margin={margin:,}"
+            )
+        return SessionBudget(
+            self,
+            session_id=session_id,
+            agent=agent,
+            emit=emit,
+            model=name,
+            window=window,
+            reserve=reserve,
+            margin=margin,
+        )
+
+
+class SessionBudget:
+    """One session's side of a :class:`ContextBudget` (its :class:`SessionContext`).
+
+    Attributes:
+        window: the window in tokens.
+        reserve: tokens kept for the output.
+        margin: tokens kept for estimation error.
+        limit: ``window − reserve − margin``: the most prompt tokens allowed.
+        last: what :meth:`before_turn` returned last.
+    """
+
+    def __init__(
+        self,
+        budget: ContextBudget,
+        *,
+        session_id: str,
+        agent: str,
+        emit: Callable[[Any], None],
+        model: str | None,
+        window: int,
+        reserve: int,
+        margin: int,
+    ) -> None:
+        self.budget = budget
+        self.session_id = session_id
+        self.agent = agent
+        self.model = model
+        self.window = window
+        self.reserve = reserve
+        self.margin = margin
+        self.limit = window - reserve - margin
+        self.last: PromptInfo | None = None
+        self._emit = emit
+        self._key = model or ""
+        self._est = SessionEstimates(budget.counter, budget.calibrator, self._key)
+        self._tracker = budget.prefix_index.session() if budget.prefix_index is not None else None
+        self._pinned: int | None = None
+        self._served_model: str | None = None
+
+    def _pinned_of(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        # Append-only until a policy first runs, so recomputing is safe until then; after,
+        # the boundary is frozen (a system-role summary must not join the prefix).
+        if self._pinned is None:
+            return pinned_length(messages, self.budget.pin_first)
+        return self._pinned
+
+    async def before_turn(
+        self,
+        turn: int,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        complete: Complete,
+    ) -> PromptInfo:
+        """Check budgets, bring the prompt inside the window, and say what will be sent.
+
+        Raises:
+            BudgetExceeded: the fleet budget is spent.
+            ContextOverflow: no policy could make the prompt fit.
+        """
+        fleet = self.budget.fleet
+        if fleet is not None:
+            fleet.check()
+        est = self._est
+        raw = est.raw_prompt(messages, tools)
+        tokens = est.correct(raw)
+        if tokens > self.limit:
+            raw, tokens = await self._overflow(turn, messages, tools, complete, tokens)
+            if fleet is not None:
+                fleet.check()  # spent by others while this session compacted
+        check = self.budget.cache_buster
+        if check is not None:
+            check.check(
+                self.session_id,
+                self.agent,
+                messages,
+                tools,
+                self._emit,
+                turn=turn,
+                pinned=self._pinned_of(messages),
+            )
+        cacheable = None
+        if self._tracker is not None:
+            # Fingerprints count local tokens; in the server's, like ``tokens``, so that
+            # they compare with the cached_tokens it reports.
+            local = self._tracker.observe(messages, tools)
+            cacheable = round(local * tokens / raw) if raw > 0 else local
+        self.last = PromptInfo(
+            estimated_tokens=tokens, raw_estimate=raw, max_cacheable_tokens=cacheable
+        )
+        return self.last
+
+    async def _overflow(
+        self,
+        turn: int,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        complete: Complete,
+        tokens: int,
+    ) -> tuple[int, int]:
+        pinned = self._pinned_of(messages)
+        self._pinned = pinned
+        view = OverflowView(
+            session_id=self.session_id,
+            agent=self.agent,
+            model=self.model or self._served_model or "",
+            turn=turn,
+            messages=messages,
+            pinned=pinned,
+            tools=tools,
+            limit=self.limit,
+            window=self.window,
+            complete=self._charged(turn, complete),
+            estimator=self._est,
+            emit=self._emit,
+        )
+        for policy in self.budget.policies:
+            prefix = messages[:pinned]
+            count = len(messages)
+            changed = await policy(view)
+            if not changed:
+                continue
+            name = policy_name(policy)
+            if messages[:pinned] != prefix:
+                raise AgentflowError(f"overflow policy {name!r} changed the pinned prefix")
+            problem = check_pairing(messages[pinned:])
+            if problem is not None:
+                raise AgentflowError(f"overflow policy {name!r} broke tool-call pairing: {problem}")
+            raw = self._est.raw_prompt(messages, tools)
+            after = self._est.correct(raw)
+            self._emit(
+                ContextTrimmedEvent(
+                    agent=self.agent,
+                    session_id=self.session_id,
+                    turn=turn,
+                    policy=name,
+                    tokens_before=tokens,
+                    tokens_after=after,
+                    limit=self.limit,
+                    messages_before=count,
+                    messages_after=len(messages),
+                )
+            )
+            tokens = after
+            if tokens <= self.limit:
+                return raw, tokens
+        raise overflow_error(view, tokens)
+
+    def _charged(self, turn: int, complete: Complete) -> Complete:
+        """``complete``, checking and charging the fleet budget around each request."""
+        fleet = self.budget.fleet
+        if fleet is None:
+            return complete
+
+        async def charged(request: ChatRequest) -> TurnTrace:
+            fleet.check()
+            trace = await complete(request)
+            fleet.charge(
+                trace,
+                model=request.model,
+                agent=self.agent,
+                session_id=self.session_id,
+                turn=turn,
+                emit=self._emit,
+            )
+            return trace
+
+        return charged
+
+    def after_turn(self, turn: int, trace: TurnTrace) -> None:
+        """Feed the reported prompt size to the calibrator; charge the fleet budget."""
+        if trace.model:
+            self._served_model = trace.model
+        usage = trace.usage
+        last = self.last
+        if usage is not None and usage.prompt_tokens is not None and last is not None:
+            self.budget.calibrator.observe(self._key, last.raw_estimate, usage.prompt_tokens)
+        fleet = self.budget.fleet
+        if fleet is not None:
+            fleet.charge(
+                trace,
+                model=self.model,
+                agent=self.agent,
+                session_id=self.session_id,
+                turn=turn,
+                emit=self._emit,
+                prompt_estimate=last.estimated_tokens if last is not None else 0,
+            )

@@ -1,0 +1,276 @@
+"""Prefix fingerprints: how many of a prompt's tokens any prefix cache could have served.
+
+Servers with prefix caching (vLLM, SGLang, llama.cpp) keep the KV of token *blocks*
+(16 tokens in vLLM) under a hash chain: block ``i``'s hash covers block ``i - 1``'s hash
+and block ``i``'s tokens, so equal hashes mean equal prefixes; only full blocks count.
+:class:`PrefixIndex` does the same over the locally rendered prompt (tool schemas, then
+each message as :meth:`MessageCounter.render` tokenizes it) and remembers, fleet-wide,
+every block already sent. For each turn, a session's tracker reports the *theoretical
+maximum of cacheable prompt tokens* — the leading blocks seen before, by any session,
+× block size — which reports set against the ``cached_tokens`` the server reported.
+
+**Incremental.** A session's tracker keeps its prompt's block chain and, per message,
+the chain position where the message starts (blocks before it, plus the tokens of the
+unfinished block). An appended message hashes only its own tokens; a rewrite
+(compaction, truncation) rehashes from the first changed message, found as
+:class:`PromptCounter` finds it. The hash is Python's own ``hash`` of the tuple
+``(previous hash, *token ids)`` — 64 bits, deterministic for integers across processes,
+and the fastest of the candidates measured (``hashlib.blake2b`` and ``sha256`` over packed
+ids cost 2.2–2.5× as much per block; ``benchmarks/token_accounting.py``) — the same
+construction as vLLM's ``builtin`` block-hash option.
+
+**Bounded.** The index holds at most ``capacity_tokens`` of distinct blocks (default
+4,000,000 — room for a few 1M-token sessions; set it to your server's KV capacity, see
+the planner) as a tree: each block knows its parent block and how many distinct blocks
+follow it. Only *leaves* — blocks nothing follows — can be evicted, least recently
+sent first, and a leaf's parent that becomes a leaf goes to the front of the queue:
+a cold conversation is given up from its tail, as vLLM frees a finished sequence's
+blocks tail first, while a prefix that any other conversation continues stays. So the
+blocks held always form whole prefixes, and "the leading blocks seen before" is found
+by binary search: O(log n) lookups per turn, plus O(new blocks) to record them.
+Sessions that end leave their blocks to age out, as the server's cache does.
+
+Counts are in the local tokenizer's tokens; with another tokenizer on the server the
+ratio of the two is what :class:`~agentflow.context.Calibrator` learns.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentflow._errors import ConfigError
+from agentflow.context._counting import TiktokenCounter
+from agentflow.context._messages import MessageCounter
+from agentflow.context._prompt import PromptCounter
+
+__all__ = ["DEFAULT_CAPACITY_TOKENS", "PrefixIndex", "PrefixSession"]
+
+#: The default bound of a :class:`PrefixIndex`, in tokens.
+DEFAULT_CAPACITY_TOKENS = 4_000_000
+
+
+class PrefixIndex:
+    """Block hashes of every prompt sent, fleet-wide and bounded; share one per server.
+
+    Not thread-safe: use it from one event loop.
+
+    Args:
+        counter: renders prompts into tokens (default: ``cl100k_base`` with OpenAI's
+            template overheads).
+        block_size: tokens per block (vLLM's default is 16).
+        capacity_tokens: the most tokens of distinct blocks held (whole blocks).
+
+    Raises:
+        ConfigError: a block size below 1, or a capacity below one block.
+    """
+
+    def __init__(
+        self,
+        counter: MessageCounter | None = None,
+        *,
+        block_size: int = 16,
+        capacity_tokens: int = DEFAULT_CAPACITY_TOKENS,
+    ) -> None:
+        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+            raise ConfigError(f"PrefixIndex.block_size must be an int >= 1, got {block_size!r}")
+        if (
+            isinstance(capacity_tokens, bool)
+            or not isinstance(capacity_tokens, int)
+            or capacity_tokens < block_size
+        ):
+            raise ConfigError(
+                f"PrefixIndex.capacity_tokens must be an int >= block_size ({block_size}), "
+                f"got {capacity_tokens!r}"
+            )
+        self.counter = counter if counter is not None else MessageCounter(TiktokenCounter())
+        self.block_size = block_size
+        self.capacity_tokens = capacity_tokens
+        self._capacity_blocks = capacity_tokens // block_size
+        #: block hash → [parent hash or None, number of distinct blocks that follow it]
+        self._nodes: dict[int, list[Any]] = {}
+        #: blocks nothing follows, least recently sent first
+        self._leaves: OrderedDict[int, None] = OrderedDict()
+        #: Blocks given up to stay within capacity, since creation.
+        self.evicted_blocks = 0
+
+    @property
+    def held_tokens(self) -> int:
+        """Tokens of the distinct blocks held now."""
+        return len(self._nodes) * self.block_size
+
+    def __len__(self) -> int:
+        """Distinct blocks held."""
+        return len(self._nodes)
+
+    def __contains__(self, block_hash: object) -> bool:
+        return block_hash in self._nodes
+
+    def session(self, prompt: PromptCounter | None = None) -> PrefixSession:
+        """A tracker for one session's prompts; drop it when the session ends.
+
+        Args:
+            prompt: the session's own :class:`PromptCounter`, to share its check of what
+                changed (see :class:`PrefixSession`); by default the tracker keeps one.
+        """
+        return PrefixSession(self, prompt)
+
+    def cached_prefix_blocks(self, blocks: Sequence[int]) -> int:
+        """How many leading ``blocks`` are held (binary search: held blocks form prefixes)."""
+        nodes = self._nodes
+        lo, hi = 0, len(blocks)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if blocks[mid] in nodes:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def record(self, blocks: Sequence[int], start: int = 0) -> None:
+        """Record a prompt's block chain as sent; ``blocks[:start]`` must be held already
+        (:meth:`cached_prefix_blocks` says how many are). Evicts over capacity."""
+        nodes, leaves = self._nodes, self._leaves
+        parent = blocks[start - 1] if start > 0 else None
+        for i in range(start, len(blocks)):
+            h = blocks[i]
+            if h not in nodes:
+                nodes[h] = [parent, 0]
+                if parent is not None:
+                    pnode = nodes[parent]
+                    if pnode[1] == 0:
+                        leaves.pop(parent, None)
+                    pnode[1] += 1
+                leaves[h] = None
+            parent = h
+        if parent is not None and parent in leaves:
+            leaves.move_to_end(parent)
+        while len(nodes) > self._capacity_blocks:
+            self._evict_one()
+
+    def _evict_one(self) -> None:
+        nodes, leaves = self._nodes, self._leaves
+        h, _ = leaves.popitem(last=False)
+        parent = nodes.pop(h)[0]
+        self.evicted_blocks += 1
+        if parent is not None:
+            pnode = nodes[parent]
+            pnode[1] -= 1
+            if pnode[1] == 0:
+                leaves[parent] = None
+                leaves.move_to_end(parent, last=False)
+
+
+class PrefixSession:
+    """One session's prompts, fingerprinted incrementally; from :meth:`PrefixIndex.session`.
+
+    It learns which messages changed from a :class:`PromptCounter`: its own, or — to
+    compare the history once per turn instead of twice — the one the session counts
+    its prompt with. A shared one must have counted exactly the messages and tools
+    passed to :meth:`observe`, after their last edit (as
+    :class:`~agentflow.context.ContextBudget` does: count, apply policies, count, then
+    observe); when it has not counted since the previous :meth:`observe`, this calls
+    its :meth:`~PromptCounter.count` itself.
+
+    Args:
+        index: the fleet-wide index.
+        prompt: a shared :class:`PromptCounter`, or ``None`` for one of its own.
+
+    Attributes:
+        index: the fleet-wide index.
+        prompt: the :class:`PromptCounter` it follows; its ``tokens`` is the prompt's count.
+        cacheable_tokens: :meth:`observe`'s last answer.
+    """
+
+    __slots__ = (
+        "_blocks",
+        "_generation",
+        "_msg_blocks",
+        "_msg_tails",
+        "_seed",
+        "_shared",
+        "_started",
+        "_tail",
+        "cacheable_tokens",
+        "index",
+        "prompt",
+    )
+
+    def __init__(self, index: PrefixIndex, prompt: PromptCounter | None = None) -> None:
+        self.index = index
+        self._shared = prompt is not None
+        self.prompt: PromptCounter = prompt if prompt is not None else index.counter.session()
+        self._generation = -1
+        self._started = False
+        # An int seed: Python's hash of ints (and tuples of ints) is the same in every
+        # process, so fingerprints are reproducible.
+        self._seed = hash((0x61676E74, index.block_size))
+        self._blocks: list[int] = []
+        #: Per message: full blocks before it, and the unfinished block's tokens there.
+        self._msg_blocks: list[int] = []
+        self._msg_tails: list[tuple[int, ...]] = []
+        self._tail: list[int] = []
+        self.cacheable_tokens = 0
+
+    @property
+    def blocks(self) -> list[int]:
+        """The block hashes of the last prompt observed (a copy)."""
+        return list(self._blocks)
+
+    def observe(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
+    ) -> int:
+        """Fingerprint the prompt about to be sent and record its blocks in the index.
+
+        Returns:
+            The most prompt tokens any prefix cache could serve for it: the leading
+            blocks already sent before (by any session, this one's earlier turns
+            included) × block size.
+        """
+        index = self.index
+        prompt = self.prompt
+        if (
+            not self._shared
+            or prompt.generation == self._generation
+            or len(prompt) != len(messages)
+        ):
+            prompt.count(messages, tools)
+        self._generation = prompt.generation
+        first = prompt.take_changes()
+        blocks = self._blocks
+        if first < 0 or not self._started:
+            # Tool schemas come first in the rendered prompt: everything changes.
+            self._started = True
+            start, tail = 0, list(index.counter.render_tools(prompt.tools))
+            first = 0
+            self._msg_blocks.clear()
+            self._msg_tails.clear()
+        elif first < len(self._msg_blocks):
+            start, tail = self._msg_blocks[first], list(self._msg_tails[first])
+            del self._msg_blocks[first:], self._msg_tails[first:]
+        else:
+            start, tail = len(blocks), self._tail
+        del blocks[start:]
+        self._extend(messages[first:], tail)
+        cached = index.cached_prefix_blocks(blocks)
+        index.record(blocks, cached)
+        self.cacheable_tokens = cached * index.block_size
+        return self.cacheable_tokens
+
+    def _extend(self, messages: Sequence[Mapping[str, Any]], tail: list[int]) -> None:
+        size = self.index.block_size
+        render = self.index.counter.render
+        blocks = self._blocks
+        h = blocks[-1] if blocks else self._seed
+        msg_blocks, msg_tails = self._msg_blocks, self._msg_tails
+        for message in messages:
+            msg_blocks.append(len(blocks))
+            msg_tails.append(tuple(tail))
+            buf = tail + render(message)
+            full = len(buf) - len(buf) % size
+            for i in range(0, full, size):
+                h = hash((h, *buf[i : i + size]))
+                blocks.append(h)
+            tail = buf[full:]
+        self._tail = tail

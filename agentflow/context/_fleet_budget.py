@@ -1,0 +1,296 @@
+"""Fleet-wide budgets: total tokens and total cost over every session that shares one.
+
+A :class:`FleetBudget` counts what servers reported (``usage``) for every turn and every
+extra request (compaction summaries) of the sessions whose context policy shares it.
+Once a budget is spent, the next turn of any of them does not start: its
+``before_turn`` raises :class:`~agentflow.BudgetExceeded` and the session ends with
+status ``error`` and that error. Turns already in flight finish, so the final spend may
+pass the budget by what they used.
+
+Cost of one request, with prices per million tokens::
+
+    cost = ((prompt − cached) × prompt_price + cached × cached_price
+            + output × output_price) / 1e6
+
+Use it through :class:`~agentflow.context.ContextBudget` (``fleet=``), or on its own as
+an agent's context policy when sessions need a budget but no window.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from agentflow._errors import BudgetExceeded, ConfigError
+from agentflow.context._events import BudgetEvent
+
+if TYPE_CHECKING:
+    from agentflow._events import Event
+    from agentflow._trace import PromptInfo, TurnTrace
+    from agentflow.typing import Complete
+
+__all__ = ["FleetBudget", "Prices", "Spend"]
+
+
+def _check_price(owner: str, name: str, value: float | None) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < math.inf:
+        raise ConfigError(f"{owner}.{name} must be a finite number ≥ 0, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Prices:
+    """What a model's tokens cost, per million tokens, in any one currency.
+
+    Args:
+        prompt: uncached prompt tokens.
+        output: output (completion) tokens, reasoning included.
+        cached: prompt tokens served from the server's cache; ``None``: the prompt price.
+    """
+
+    prompt: float
+    output: float
+    cached: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("prompt", "output", "cached"):
+            _check_price("Prices", name, getattr(self, name))
+
+    def cost(self, prompt: int, cached: int, output: int) -> float:
+        """The cost of one request with these token counts."""
+        cached = min(cached, prompt)
+        cached_price = self.prompt if self.cached is None else self.cached
+        return (
+            (prompt - cached) * self.prompt + cached * cached_price + output * self.output
+        ) / 1e6
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Spend:
+    """What one request used, as counted against a fleet budget."""
+
+    prompt_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    cost: float
+
+    @property
+    def tokens(self) -> int:
+        """Prompt and output tokens together."""
+        return self.prompt_tokens + self.output_tokens
+
+
+def spend_of(trace: TurnTrace, prices: Prices | None, *, prompt_estimate: int = 0) -> Spend:
+    """What ``trace`` used: the server's usage, else the estimate and the counted chunks."""
+    usage = trace.usage
+    prompt = usage.prompt_tokens if usage and usage.prompt_tokens is not None else None
+    output = usage.completion_tokens if usage and usage.completion_tokens is not None else None
+    cached = usage.cached_tokens if usage and usage.cached_tokens is not None else 0
+    if prompt is None:
+        prompt = prompt_estimate
+    if output is None:
+        output = sum(trace.chunk_tokens)
+    cost = prices.cost(prompt, cached, output) if prices is not None else 0.0
+    return Spend(prompt_tokens=prompt, cached_tokens=cached, output_tokens=output, cost=cost)
+
+
+class FleetBudget:
+    """Total token and cost budgets shared by every session that uses it.
+
+    Args:
+        max_tokens: prompt + output tokens over all requests; ``None``: no token budget.
+        max_cost: total cost in the prices' currency; needs ``prices``.
+        prices: one :class:`Prices` for every model, or a mapping from model name to
+            prices (a model missing from it fails its session with a :class:`ConfigError`).
+        warn_at: fractions of each budget at which a :class:`BudgetEvent` is emitted
+            (one more is emitted, with ``exceeded=True``, when a budget is spent).
+    """
+
+    def __init__(
+        self,
+        *,
+        max_tokens: int | None = None,
+        max_cost: float | None = None,
+        prices: Prices | Mapping[str, Prices] | None = None,
+        warn_at: Sequence[float] = (0.5, 0.8, 0.9),
+    ) -> None:
+        if max_tokens is not None and (
+            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
+        ):
+            raise ConfigError(
+                f"FleetBudget.max_tokens must be an int ≥ 1 or None, got {max_tokens!r}"
+            )
+        if max_cost is not None:
+            _check_price("FleetBudget", "max_cost", max_cost)
+            if prices is None:
+                raise ConfigError("FleetBudget.max_cost needs prices (FleetBudget.prices is None)")
+        if prices is not None and not isinstance(prices, Prices):
+            for model, p in prices.items():
+                if not isinstance(p, Prices):
+                    raise ConfigError(f"FleetBudget.prices[{model!r}] must be a Prices, got {p!r}")
+        for f in warn_at:
+            if isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f < 1:
+                raise ConfigError(f"FleetBudget.warn_at values must be in (0, 1), got {f!r}")
+        self.max_tokens = max_tokens
+        self.max_cost = max_cost
+        self.prices = prices
+        self.warn_at = tuple(sorted(set(warn_at)))
+        #: Prompt + output tokens counted so far.
+        self.tokens = 0
+        #: Cost counted so far (0 without prices).
+        self.cost = 0.0
+        #: Requests counted so far.
+        self.requests = 0
+        self._crossed: dict[str, int] = {"tokens": 0, "cost": 0}
+
+    def prices_for(self, model: str | None) -> Prices | None:
+        """The prices of ``model``, or ``None`` when no prices were given."""
+        if self.prices is None or isinstance(self.prices, Prices):
+            return self.prices
+        if model is not None and model in self.prices:
+            return self.prices[model]
+        raise ConfigError(
+            f"FleetBudget.prices has no entry for model {model!r} (it has {sorted(self.prices)})"
+        )
+
+    @property
+    def exceeded(self) -> BudgetExceeded | None:
+        """The error for a spent budget, or ``None`` while both last."""
+        if self.max_tokens is not None and self.tokens >= self.max_tokens:
+            return BudgetExceeded(
+                f"the fleet's token budget is spent: {self.tokens:,} of {self.max_tokens:,} tokens",
+                budget="tokens",
+                spent=self.tokens,
+                limit=self.max_tokens,
+            )
+        if self.max_cost is not None and self.cost >= self.max_cost:
+            return BudgetExceeded(
+                f"the fleet's cost budget is spent: {self.cost:.6g} of {self.max_cost:.6g}",
+                budget="cost",
+                spent=self.cost,
+                limit=self.max_cost,
+            )
+        return None
+
+    def check(self) -> None:
+        """Raise :class:`~agentflow.BudgetExceeded` if a budget is spent."""
+        error = self.exceeded
+        if error is not None:
+            raise error
+
+    def record(self, spend: Spend) -> list[tuple[Literal["tokens", "cost"], float, bool]]:
+        """Count ``spend``; return the thresholds it crossed as ``(budget, fraction, exceeded)``."""
+        self.tokens += spend.tokens
+        self.cost += spend.cost
+        self.requests += 1
+        crossed: list[tuple[Literal["tokens", "cost"], float, bool]] = []
+        budgets: tuple[tuple[Literal["tokens", "cost"], float, float | None], ...] = (
+            ("tokens", self.tokens, self.max_tokens),
+            ("cost", self.cost, self.max_cost),
+        )
+        for budget, spent, limit in budgets:
+            if limit is None:
+                continue
+            marks = (*self.warn_at, 1.0)
+            done = self._crossed[budget]
+            while done < len(marks) and spent >= marks[done] * limit:
+                crossed.append((budget, marks[done], marks[done] >= 1.0))
+                done += 1
+            self._crossed[budget] = done
+        return crossed
+
+    def charge(
+        self,
+        trace: TurnTrace,
+        *,
+        model: str | None,
+        agent: str,
+        session_id: str,
+        turn: int,
+        emit: Callable[[Any], None],
+        prompt_estimate: int = 0,
+    ) -> Spend:
+        """Count one request's usage and emit a :class:`BudgetEvent` per threshold crossed."""
+        spend = spend_of(
+            trace, self.prices_for(model or trace.model), prompt_estimate=prompt_estimate
+        )
+        for budget, fraction, exceeded in self.record(spend):
+            limit = self.max_tokens if budget == "tokens" else self.max_cost
+            emit(
+                BudgetEvent(
+                    agent=agent,
+                    session_id=session_id,
+                    turn=turn,
+                    budget=budget,
+                    spent=self.tokens if budget == "tokens" else self.cost,
+                    limit=float(limit or 0),
+                    fraction=fraction,
+                    exceeded=exceeded,
+                )
+            )
+        return spend
+
+    def bind(
+        self,
+        *,
+        session_id: str,
+        agent: str,
+        emit: Callable[[Event], None],
+        model: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> _FleetSession:
+        """A per-session context that enforces only this budget (no window).
+
+        Args:
+            session_id: the session.
+            agent: its agent's name.
+            emit: sends :class:`BudgetEvent` s to the fleet's callbacks.
+            model: the agent's model (picks its prices from a per-model mapping);
+                the model the server reports when not given.
+            params: the agent's body params (unused; accepted for the common signature).
+        """
+        return _FleetSession(self, session_id=session_id, agent=agent, emit=emit, model=model)
+
+
+class _FleetSession:
+    """The session side of a :class:`FleetBudget` used on its own as a context policy."""
+
+    def __init__(
+        self,
+        budget: FleetBudget,
+        *,
+        session_id: str,
+        agent: str,
+        emit: Callable[[Any], None],
+        model: str | None,
+    ) -> None:
+        self._budget = budget
+        self._session_id = session_id
+        self._agent = agent
+        self._emit = emit
+        self._model = model
+
+    async def before_turn(
+        self,
+        turn: int,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        complete: Complete,
+    ) -> PromptInfo | None:
+        """Raise :class:`~agentflow.BudgetExceeded` if the budget is spent."""
+        self._budget.check()
+        return None
+
+    def after_turn(self, turn: int, trace: TurnTrace) -> None:
+        """Count the turn's usage."""
+        self._budget.charge(
+            trace,
+            model=self._model,
+            agent=self._agent,
+            session_id=self._session_id,
+            turn=turn,
+            emit=self._emit,
+        )

@@ -1,0 +1,102 @@
+"""The shape of a conversation that overflow policies must respect.
+
+A history is a pinned prefix — the leading system message(s), then optionally the first
+few other messages — followed by *units*: the smallest runs of messages a policy may
+remove or summarise without leaving the conversation invalid. An assistant message
+with ``tool_calls`` and the ``tool`` messages answering it form one unit (servers
+reject a tool result whose call is gone, and a call without its result); every other
+message is a unit of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["check_pairing", "pinned_length", "split_units"]
+
+_SYSTEM_ROLES = frozenset({"system", "developer"})
+
+
+def pinned_length(messages: Sequence[Mapping[str, Any]], pin_first: int) -> int:
+    """How many leading messages are pinned: the system messages, then ``pin_first`` more.
+
+    Args:
+        messages: the conversation.
+        pin_first: messages after the leading system message(s) that are pinned too
+            (1 pins the task a user gave first). A pinned assistant tool call takes its
+            results into the prefix with it.
+    """
+    n_system = 0
+    while n_system < len(messages) and messages[n_system].get("role") in _SYSTEM_ROLES:
+        n_system += 1
+    n = min(len(messages), n_system + pin_first)
+    if n > n_system:
+        # Never end inside a unit: a pinned tool call takes its results along.
+        for begin, end in split_units(messages, n_system):
+            if begin < n <= end:
+                return end
+            if begin >= n:
+                break
+    return n
+
+
+def _call_ids(message: Mapping[str, Any]) -> list[str]:
+    return [str(c.get("id")) for c in message.get("tool_calls") or ()]
+
+
+def split_units(messages: Sequence[Mapping[str, Any]], start: int) -> list[tuple[int, int]]:
+    """The units of ``messages[start:]`` as ``(begin, end)`` index pairs, in order.
+
+    An assistant message with tool calls takes the ``tool`` messages right after it that
+    answer one of its calls; any other message stands alone.
+
+    Args:
+        messages: the conversation.
+        start: where the units begin (the pinned prefix's length).
+    """
+    units: list[tuple[int, int]] = []
+    i, n = start, len(messages)
+    while i < n:
+        j = i + 1
+        ids = _call_ids(messages[i]) if messages[i].get("role") == "assistant" else []
+        if ids:
+            pending = set(ids)
+            while j < n and messages[j].get("role") == "tool":
+                if messages[j].get("tool_call_id") not in pending:
+                    break
+                j += 1
+        units.append((i, j))
+        i = j
+    return units
+
+
+def check_pairing(messages: Sequence[Mapping[str, Any]]) -> str | None:
+    """What is wrong with the tool-call/result pairing of ``messages``, or ``None``.
+
+    Every ``tool`` message must answer a call of the nearest assistant message before
+    it (with only other results in between), and every call of an assistant message
+    that is followed by another message must have its result. A trailing assistant
+    message whose calls are still running is valid.
+    """
+    open_ids: set[str] = set()
+    open_at = -1
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if role == "tool":
+            call_id = m.get("tool_call_id")
+            if call_id not in open_ids:
+                return (
+                    f"messages[{i}] is a tool result for {call_id!r}, which no call before it made"
+                )
+            open_ids.discard(str(call_id))
+            continue
+        if open_ids:
+            return (
+                f"messages[{open_at}] calls {sorted(open_ids)} but messages[{i}] "
+                "follows before their results"
+            )
+        if role == "assistant":
+            open_ids = set(_call_ids(m))
+            open_at = i
+    return None

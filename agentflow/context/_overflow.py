@@ -1,0 +1,277 @@
+"""Overflow policies: what a session does when its prompt would not fit its window.
+
+Every policy has one signature::
+
+    async def policy(view: OverflowView) -> bool
+
+It may rewrite ``view.messages`` in place — never the pinned prefix
+``view.messages[:view.pinned]``, and never splitting a tool call from its result
+(see :func:`~agentflow.context.split_units`) — and returns whether it changed anything.
+:class:`~agentflow.context.ContextBudget` runs its policies in order, re-estimating
+after each, and stops at the first after which the prompt fits; if none makes it fit,
+the session fails with :class:`~agentflow.ContextOverflow`. A policy that knows it
+cannot help may raise :class:`~agentflow.ContextOverflow` itself (:class:`Fail` does).
+
+Shipped: :class:`Fail`, :class:`DropOldest`, :class:`TruncateToolOutputs` and
+:class:`~agentflow.context.Compact`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from agentflow._errors import ConfigError, ContextOverflow
+from agentflow.context._history import split_units
+
+if TYPE_CHECKING:
+    from agentflow.typing import Complete
+
+__all__ = [
+    "DropOldest",
+    "Fail",
+    "OverflowPolicy",
+    "OverflowView",
+    "TokenEstimator",
+    "TruncateToolOutputs",
+    "overflow_error",
+    "policy_name",
+]
+
+
+class TokenEstimator(Protocol):
+    """Calibrated token estimates, as an :class:`OverflowView` offers them to policies."""
+
+    def prompt(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+    ) -> int:
+        """The whole prompt: messages, tool schemas and the template's overhead."""
+
+    def message(self, message: Mapping[str, Any]) -> int:
+        """One message, its template overhead included."""
+
+    def text(self, text: str) -> int:
+        """A bare text."""
+
+    def cut(self, text: str, max_tokens: int) -> str:
+        """The longest head of ``text`` whose estimate is at most ``max_tokens``."""
+
+
+@dataclass(slots=True, kw_only=True)
+class OverflowView:
+    """What an overflow policy sees of the session whose prompt is too long.
+
+    Attributes:
+        session_id: the session.
+        agent: its agent's name.
+        model: the model the session talks to (and the default for summaries).
+        turn: the turn about to be sent.
+        messages: the session's own message list; policies edit it in place.
+        pinned: the pinned prefix's length: ``messages[:pinned]`` must stay byte-identical.
+        tools: the request's tool schemas (counted in the prompt; not to be changed).
+        limit: the most prompt tokens allowed: window − output reserve − margin.
+        window: the context window.
+        complete: runs an extra model request for this session (a summary), through the
+            same admission gate as its turns; its usage counts toward fleet budgets.
+        estimator: calibrated token estimates (cached per message).
+        emit: sends an event to the fleet's callbacks.
+    """
+
+    session_id: str
+    agent: str
+    model: str
+    turn: int
+    messages: list[dict[str, Any]]
+    pinned: int
+    tools: Sequence[Mapping[str, Any]]
+    limit: int
+    window: int
+    complete: Complete
+    estimator: TokenEstimator
+    emit: Callable[[Any], None] = field(repr=False)
+
+    def tokens(self) -> int:
+        """The calibrated estimate of the prompt as the messages are now."""
+        return self.estimator.prompt(self.messages, self.tools)
+
+    def fits(self, target: float = 1.0) -> bool:
+        """Whether the prompt is at most ``target × limit`` tokens."""
+        return self.tokens() <= int(self.limit * target)
+
+    def units(self) -> list[tuple[int, int]]:
+        """The removable units after the pinned prefix, oldest first, as ``(begin, end)``."""
+        return split_units(self.messages, self.pinned)
+
+
+class OverflowPolicy(Protocol):
+    """The one signature of an overflow policy; a plain ``async def`` satisfies it.
+
+    Give it a ``name`` attribute to name it in events (else its ``__name__`` is used).
+    """
+
+    async def __call__(self, view: OverflowView) -> bool:
+        """Try to shrink ``view.messages``; return whether anything changed."""
+
+
+def policy_name(policy: object) -> str:
+    """The name events use for ``policy``: its ``name``, else its ``__name__``, else its class."""
+    name = getattr(policy, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    fn = getattr(policy, "__name__", None)
+    return fn if isinstance(fn, str) else type(policy).__name__
+
+
+def _check_fraction(owner: str, name: str, value: float) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ConfigError(f"{owner}.{name} must be a number in (0, 1], got {value!r}")
+
+
+def _check_count(owner: str, name: str, value: int, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{owner}.{name} must be an int ≥ {minimum}, got {value!r}")
+
+
+def overflow_error(view: OverflowView, tokens: int | None = None) -> ContextOverflow:
+    """The :class:`~agentflow.ContextOverflow` for ``view``: reserve and margin included."""
+    prompt = view.tokens() if tokens is None else tokens
+    needed = prompt + (view.window - view.limit)
+    return ContextOverflow(
+        f"session {view.session_id!r} (agent {view.agent!r}, turn {view.turn}): the prompt is "
+        f"~{prompt:,} tokens; with the output reserve and safety margin it needs {needed:,} "
+        f"tokens, more than the {view.window:,}-token window (prompts may use at most "
+        f"{view.limit:,})",
+        session_id=view.session_id,
+        tokens=needed,
+        limit=view.window,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """Ends the session with :class:`~agentflow.ContextOverflow` naming the tokens and the limit.
+
+    The default policy, and the natural last link of a chain.
+    """
+
+    name: str = "fail"
+
+    async def __call__(self, view: OverflowView) -> bool:
+        """Raise: the prompt does not fit."""
+        raise overflow_error(view)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DropOldest:
+    """Drops the oldest units after the pinned prefix until the prompt fits.
+
+    An assistant tool-call message and its results go together. Dropping rewrites the
+    history right after the prefix, so the server's cache keeps only the prefix; to drop
+    rarely rather than a little every turn, it drops down to ``target × limit``.
+
+    Args:
+        target: drop until the prompt is at most this fraction of the limit.
+        keep_last: the most recent units that are never dropped (the live tool round).
+    """
+
+    target: float = 0.8
+    keep_last: int = 1
+    name: str = "drop_oldest"
+
+    def __post_init__(self) -> None:
+        _check_fraction("DropOldest", "target", self.target)
+        _check_count("DropOldest", "keep_last", self.keep_last, 1)
+
+    async def __call__(self, view: OverflowView) -> bool:
+        """Drop the oldest units; return whether any was dropped."""
+        units = view.units()
+        droppable = units[: max(0, len(units) - self.keep_last)]
+        if not droppable:
+            return False
+        goal = int(view.limit * self.target)
+        tokens = view.tokens()
+        est = view.estimator.message
+        end = view.pinned
+        for begin, stop in droppable:
+            if tokens <= goal:
+                break
+            tokens -= sum(est(m) for m in view.messages[begin:stop])
+            end = stop
+        if end == view.pinned:
+            return False
+        del view.messages[view.pinned : end]
+        return True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TruncateToolOutputs:
+    """Cuts tool results longer than ``max_tokens`` to their first ``max_tokens`` tokens.
+
+    A marker replaces what was cut and says how much (``[… 1,234 tokens of tool output
+    cut …]``). Results are cut oldest first, and only until the prompt fits, unless
+    ``all`` is set; an already-cut result is not cut again.
+
+    Args:
+        max_tokens: the most tokens a tool result keeps (the marker not counted).
+        keep_last: the most recent tool results left whole (0: none is spared).
+        all: cut every long result, not just until the prompt fits (each result is then
+            cut once, at the first overflow, and the history after it stays stable).
+        marker: the text put where output was cut; ``{cut}`` becomes the token count.
+    """
+
+    max_tokens: int = 512
+    keep_last: int = 0
+    all: bool = False
+    marker: str = "\n[… {cut:,} tokens of tool output cut …]"
+    name: str = "truncate_tool_outputs"
+    _cut_already: re.Pattern[str] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        _check_count("TruncateToolOutputs", "max_tokens", self.max_tokens, 1)
+        _check_count("TruncateToolOutputs", "keep_last", self.keep_last, 0)
+        if "{cut" not in self.marker:
+            raise ConfigError(
+                f"TruncateToolOutputs.marker must contain '{{cut}}' (how much was cut), "
+                f"got {self.marker!r}"
+            )
+        head, _, rest = self.marker.partition("{cut")
+        tail = rest.partition("}")[2]
+        pattern = re.compile(re.escape(head) + r"[0-9,._ ]+" + re.escape(tail) + r"\Z")
+        object.__setattr__(self, "_cut_already", pattern)
+
+    def was_cut(self, content: str) -> bool:
+        """Whether ``content`` already ends with this policy's marker."""
+        return self._cut_already.search(content) is not None
+
+    async def __call__(self, view: OverflowView) -> bool:
+        """Cut long tool results; return whether any was cut."""
+        est = view.estimator
+        indices = [
+            i
+            for i in range(view.pinned, len(view.messages))
+            if view.messages[i].get("role") == "tool"
+            and isinstance(view.messages[i].get("content"), str)
+        ]
+        if self.keep_last:
+            indices = indices[: -self.keep_last]
+        changed = False
+        tokens = view.tokens() if not self.all else 0
+        for i in indices:
+            if not self.all and tokens <= view.limit:
+                break
+            msg = view.messages[i]
+            content: str = msg["content"]
+            if self.was_cut(content):
+                continue
+            n = est.text(content)
+            if n <= self.max_tokens:
+                continue
+            head = est.cut(content, self.max_tokens)
+            cut = n - est.text(head)
+            before = est.message(msg)
+            view.messages[i] = {**msg, "content": head + self.marker.format(cut=cut)}
+            tokens -= before - est.message(view.messages[i])
+            changed = True
+        return changed

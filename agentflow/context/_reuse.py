@@ -1,0 +1,214 @@
+"""Prefix-reuse efficiency: how much of the reusable prompt the server's cache served.
+
+For every turn two figures may be known: the prompt tokens the server *reported* as
+served from its prefix cache (``TurnMetrics.cached_tokens``; ``None`` when the server
+did not say), and the *theoretical maximum* — the prompt's leading tokens that any
+prefix cache could have served because an earlier request (of any session) already
+sent them (``PromptInfo.max_cacheable_tokens``; ``None`` when prefixes were not
+fingerprinted, i.e. the agent has no context policy that fingerprints). Their ratio,
+summed over the turns where both are known, is the prefix-reuse efficiency::
+
+    efficiency = Σ cached_tokens / Σ max_cacheable_tokens   (turns reporting both)
+
+1.0 means every reusable token hit; less means the cache evicted, the prefix was not
+byte-stable, or requests that share a prefix raced each other cold. It can exceed 1.0
+a little: the maximum is a client-side estimate in whole fingerprint blocks, the cached
+count is the server's, in its own tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentflow._session import SessionResult, TurnRecord
+
+__all__ = ["PrefixReuse", "PrefixReuseReport", "prefix_reuse"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefixReuse:
+    """Prefix-reuse figures of one agent, or of the whole fleet.
+
+    Sums are over the turns that reported the figure; ``None`` means no turn did.
+
+    Attributes:
+        sessions: sessions counted.
+        turns: model turns counted.
+        prompt_tokens: prompt tokens the server reported.
+        cached_tokens: prompt tokens the server reported as served from its prefix cache.
+        max_cacheable_tokens: the theoretical maximum of cacheable prompt tokens.
+        turns_with_cached: turns whose server reported cached tokens.
+        turns_with_max: turns whose prefix was fingerprinted.
+        turns_compared: turns with both figures (the efficiency's turns).
+        compared_cached_tokens: cached tokens over those turns.
+        compared_max_cacheable_tokens: the maximum over those turns.
+        efficiency: ``compared_cached_tokens / compared_max_cacheable_tokens``; ``None``
+            when no turn has both figures, or their maximum is zero.
+        hit_rate: cached / prompt tokens over the turns that reported both.
+        note: empty when every turn had both figures; else what was missing.
+    """
+
+    sessions: int
+    turns: int
+    prompt_tokens: int | None
+    cached_tokens: int | None
+    max_cacheable_tokens: int | None
+    turns_with_cached: int
+    turns_with_max: int
+    turns_compared: int
+    compared_cached_tokens: int
+    compared_max_cacheable_tokens: int
+    efficiency: float | None
+    hit_rate: float | None
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """The figures as a JSON-ready dict."""
+        return asdict(self)
+
+    def describe(self) -> str:
+        """One line: the efficiency and what it is made of, or why there is none."""
+        if self.efficiency is None:
+            return f"prefix reuse: not available — {self.note}"
+        text = (
+            f"prefix reuse {self.efficiency:.1%}: {self.compared_cached_tokens:,} cached of "
+            f"{self.compared_max_cacheable_tokens:,} cacheable prompt tokens "
+            f"over {self.turns_compared} turn{'' if self.turns_compared == 1 else 's'}"
+        )
+        return f"{text} ({self.note})" if self.note else text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrefixReuseReport:
+    """Prefix-reuse efficiency per agent and for the fleet.
+
+    Attributes:
+        per_agent: figures per agent name, in name order.
+        fleet: figures over every turn of every session.
+    """
+
+    per_agent: dict[str, PrefixReuse]
+    fleet: PrefixReuse
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict: ``{"fleet": {...}, "per_agent": {name: {...}}}``."""
+        return {
+            "fleet": self.fleet.to_dict(),
+            "per_agent": {name: r.to_dict() for name, r in self.per_agent.items()},
+        }
+
+    def lines(self) -> list[str]:
+        """Human-readable lines: the fleet, then each agent."""
+        out = [f"fleet: {self.fleet.describe()}"]
+        out += [f"{name}: {r.describe()}" for name, r in self.per_agent.items()]
+        return out
+
+
+class _Sums:
+    __slots__ = (
+        "both",
+        "both_cached",
+        "both_max",
+        "cached",
+        "hit_cached",
+        "hit_prompt",
+        "max",
+        "n_cached",
+        "n_max",
+        "n_prompt",
+        "prompt",
+        "sessions",
+        "turns",
+    )
+
+    def __init__(self) -> None:
+        self.sessions = self.turns = 0
+        self.prompt = self.cached = self.max = 0
+        self.n_prompt = self.n_cached = self.n_max = 0
+        self.both = self.both_cached = self.both_max = 0
+        self.hit_prompt = self.hit_cached = 0
+
+    def add(self, turn: TurnRecord) -> None:
+        self.turns += 1
+        prompt = turn.metrics.prompt_tokens
+        cached = turn.metrics.cached_tokens
+        best = turn.prompt.max_cacheable_tokens if turn.prompt is not None else None
+        if prompt is not None:
+            self.n_prompt += 1
+            self.prompt += prompt
+        if cached is not None:
+            self.n_cached += 1
+            self.cached += cached
+            if prompt is not None:
+                self.hit_prompt += prompt
+                self.hit_cached += cached
+        if best is not None:
+            self.n_max += 1
+            self.max += best
+        if cached is not None and best is not None:
+            self.both += 1
+            self.both_cached += cached
+            self.both_max += best
+
+    def figures(self) -> PrefixReuse:
+        return PrefixReuse(
+            sessions=self.sessions,
+            turns=self.turns,
+            prompt_tokens=self.prompt if self.n_prompt else None,
+            cached_tokens=self.cached if self.n_cached else None,
+            max_cacheable_tokens=self.max if self.n_max else None,
+            turns_with_cached=self.n_cached,
+            turns_with_max=self.n_max,
+            turns_compared=self.both,
+            compared_cached_tokens=self.both_cached,
+            compared_max_cacheable_tokens=self.both_max,
+            efficiency=self.both_cached / self.both_max if self.both_max else None,
+            hit_rate=self.hit_cached / self.hit_prompt if self.hit_prompt else None,
+            note=self._note(),
+        )
+
+    def _note(self) -> str:
+        if self.turns == 0:
+            return "no turns"
+        parts: list[str] = []
+        if self.n_cached == 0:
+            parts.append("the server reported no cached tokens")
+        elif self.n_cached < self.turns:
+            parts.append(f"cached tokens reported for {self.n_cached} of {self.turns} turns")
+        if self.n_max == 0:
+            parts.append(
+                "prefixes were not fingerprinted (no context policy with fingerprints), "
+                "so the cacheable maximum is unknown"
+            )
+        elif self.n_max < self.turns:
+            parts.append(f"prefixes fingerprinted for {self.n_max} of {self.turns} turns")
+        if self.both and self.both_max == 0:
+            parts.append("nothing was cacheable yet (every prefix was new)")
+        return "; ".join(parts)
+
+
+def prefix_reuse(results: Iterable[SessionResult]) -> PrefixReuseReport:
+    """Prefix-reuse efficiency per agent and for the fleet, from finished sessions.
+
+    Every turn of every session counts, whatever the session's status; a figure a turn
+    lacks (``cached_tokens`` not reported by the server, ``max_cacheable_tokens`` not
+    fingerprinted) is left out of that figure's sums and said in the ``note``.
+    """
+    agents: dict[str, _Sums] = {}
+    fleet = _Sums()
+    for result in results:
+        sums = agents.get(result.agent)
+        if sums is None:
+            sums = agents[result.agent] = _Sums()
+        sums.sessions += 1
+        fleet.sessions += 1
+        for turn in result.turns:
+            sums.add(turn)
+            fleet.add(turn)
+    return PrefixReuseReport(
+        per_agent={name: agents[name].figures() for name in sorted(agents)},
+        fleet=fleet.figures(),
+    )

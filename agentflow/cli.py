@@ -5,6 +5,7 @@
 ``agentflow chat``      stream one prompt from any OpenAI-compatible server, with its metrics
 ``agentflow llamacpp``  serve SmolLM2-135M on 127.0.0.1 with llama.cpp (needs the extra)
 ``agentflow plan``      KV-cache capacity of a deployment: tokens, and 1M-token sessions held
+``agentflow report``    plots of run reports (latency CDFs, interactivity vs throughput) in HTML
 
 Nothing in the library imports this module.
 """
@@ -80,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     from agentflow.planner.cli import add_parser as add_plan_parser
 
     add_plan_parser(sub)
+
+    from agentflow.report.cli import add_parser as add_report_parser
+
+    add_report_parser(sub)
 
     chat = sub.add_parser("chat", help="stream one prompt and print its latency figures")
     chat.add_argument("prompt")

@@ -14,6 +14,7 @@ from typing import Any
 from rich.table import Table
 
 from agentflow._fleet import FleetResult
+from agentflow.context._reuse import prefix_reuse
 from agentflow.report._live import LiveView
 from agentflow.stats import FleetStats
 
@@ -27,7 +28,9 @@ def build_report(result: FleetResult, *, run: dict[str, Any]) -> dict[str, Any]:
     Times are seconds as measured on this machine; ``time_scale`` in ``run`` says how much
     slower than the modelled deployment the server ran (divide times by it).
     """
-    return FleetStats.from_result(result, per="session").report(run=run)
+    report = FleetStats.from_result(result, per="session").report(run=run)
+    report["prefix_reuse"] = prefix_reuse(result.sessions).to_dict()
+    return report
 
 
 def summary_table(report: dict[str, Any]) -> Table:
@@ -57,6 +60,12 @@ def summary_table(report: dict[str, Any]) -> Table:
         f"({tps:,.0f} tok/s) · prefix-cache hit "
         + ("not reported" if hit is None else f"{hit:.1%}")
     )
+    reuse = report.get("prefix_reuse", {}).get("fleet")
+    if reuse is not None:
+        eff = reuse.get("efficiency")
+        t.caption += " · prefix-reuse efficiency " + (
+            "not available" if eff is None else f"{eff:.1%}"
+        )
     return t
 
 

@@ -39,6 +39,8 @@ def check_report(report: dict[str, Any], agents: int) -> None:
     dists = report["distributions"]
     assert dists["ttft_s"]["p50"] > 0 and dists["decode_tps"]["p50"] > 0
     assert 0 < fleet["cache_hit_rate"] <= 1  # the shared prefix hits the simulated cache
+    reuse = report["prefix_reuse"]["fleet"]  # fingerprinted by the demo's ContextBudget
+    assert reuse["efficiency"] is not None and reuse["efficiency"] > 0.5
     assert report["provenance"]["output_tokens"]["server_usage"]["turns"] == fleet["turns"]
     per_agent = report["agents"]
     assert isinstance(per_agent, list) and len(per_agent) == agents

@@ -1,0 +1,46 @@
+"""Reports people read: figures and an HTML page, a live terminal view, the server's view.
+
+- :func:`write_report` / :func:`make_figures` — ``agentflow.report/2`` JSON reports in,
+  figures (PNG) and one self-contained HTML page out (``agentflow report``; needs the
+  ``report`` extra: matplotlib, imported only when drawing).
+- :class:`LiveView` — a fleet callback drawing progress, throughput, the slowest and
+  fastest agents, errors, retries and cache hits with rich, cheaply.
+- :class:`ServerWatch`, :func:`server_section` — scrape the server's ``/metrics``
+  (vLLM, SGLang, llama.cpp names) around a run and set its view beside the client's.
+- :class:`LoopLagProbe` — how busy the client's own event loop is, so that a report can
+  say when the client, not the server, was the bottleneck.
+
+See ``docs/report.md``.
+"""
+
+from agentflow.report._build import FIGURE_KEYS, make_figures, write_report
+from agentflow.report._canvas import Figure
+from agentflow.report._dialects import DIALECTS, Dialect
+from agentflow.report._lag import LoopLagProbe
+from agentflow.report._live import LiveView
+from agentflow.report._prom import HistogramData, MetricsSnapshot, parse_metrics
+from agentflow.report._runs import Run, load_run
+from agentflow.report._server import GaugeSample, server_section, server_section_schema
+from agentflow.report._watch import ServerWatch, metrics_url, scrape
+
+__all__ = [
+    "DIALECTS",
+    "FIGURE_KEYS",
+    "Dialect",
+    "Figure",
+    "GaugeSample",
+    "HistogramData",
+    "LiveView",
+    "LoopLagProbe",
+    "MetricsSnapshot",
+    "Run",
+    "ServerWatch",
+    "load_run",
+    "make_figures",
+    "metrics_url",
+    "parse_metrics",
+    "scrape",
+    "server_section",
+    "server_section_schema",
+    "write_report",
+]

@@ -1,0 +1,100 @@
+"""Reports to figures, figures to files: :func:`make_figures` and :func:`write_report`."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentflow.report._canvas import Figure
+from agentflow.report._fig_compare import compare_runs
+from agentflow.report._fig_latency import client_vs_server, decode_distribution, latency_cdf
+from agentflow.report._fig_load import (
+    cache_kv_over_time,
+    context_growth,
+    interactivity,
+    throughput,
+)
+from agentflow.report._html import render_html
+from agentflow.report._runs import Run, check_report, default_label
+
+__all__ = ["FIGURE_KEYS", "make_figures", "write_report"]
+
+#: Every figure a report can hold, in order (``client_vs_server`` needs a ``server``
+#: section, ``compare`` two runs or more).
+FIGURE_KEYS = (
+    "latency_cdf",
+    "decode_tps",
+    "interactivity",
+    "throughput",
+    "context_growth",
+    "cache_kv",
+    "client_vs_server",
+    "compare",
+)
+
+
+def _runs(runs: Sequence[Run | Mapping[str, Any]]) -> list[Run]:
+    out: list[Run] = []
+    for i, r in enumerate(runs):
+        if isinstance(r, Run):
+            out.append(r)
+        else:
+            out.append(Run(default_label(r, f"run {i + 1}"), check_report(r, f"report {i + 1}")))
+    return out
+
+
+def make_figures(
+    runs: Sequence[Run | Mapping[str, Any]], *, gpus: float | None = None
+) -> list[Figure]:
+    """Draw every figure the runs have data for, in :data:`FIGURE_KEYS` order.
+
+    Args:
+        runs: :class:`Run` objects, or ``agentflow.report/2`` documents.
+        gpus: divide throughput by this many GPUs in the interactivity plot (default:
+            each report's ``run.gpus``, else the fleet's throughput).
+
+    Raises:
+        ConfigError: matplotlib (the ``report`` extra) is missing, or a document is not a
+            report this version reads.
+    """
+    rs = _runs(runs)
+    if not rs:
+        raise ValueError("make_figures needs at least one run")
+    figures = [
+        latency_cdf(rs),
+        decode_distribution(rs),
+        interactivity(rs, gpus=gpus),
+        throughput(rs),
+        context_growth(rs),
+        cache_kv_over_time(rs),
+        client_vs_server(rs),
+        compare_runs(rs),
+    ]
+    return [f for f in figures if f is not None]
+
+
+def write_report(
+    runs: Sequence[Run | Mapping[str, Any]],
+    html_path: str | Path | None,
+    *,
+    png_dir: str | Path | None = None,
+    title: str = "agentflow report",
+    gpus: float | None = None,
+) -> list[Figure]:
+    """Draw the figures and write the HTML page and/or one PNG per figure.
+
+    Returns the figures drawn.
+    """
+    rs = _runs(runs)
+    figures = make_figures(rs, gpus=gpus)
+    if html_path is not None:
+        path = Path(html_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(render_html(rs, figures, title=title), "utf-8")
+    if png_dir is not None:
+        d = Path(png_dir)
+        d.mkdir(parents=True, exist_ok=True)
+        for f in figures:
+            (d / f"{f.key}.png").write_bytes(f.png)
+    return figures

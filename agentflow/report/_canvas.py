@@ -1,0 +1,145 @@
+"""matplotlib, imported lazily, drawn off-screen: figures to PNG bytes.
+
+matplotlib is the ``report`` extra. It is imported only when a figure is drawn, and
+only its object-oriented API is used (``matplotlib.figure.Figure`` on an Agg canvas):
+no pyplot, so no global backend is switched and nothing opens a window.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentflow._errors import ConfigError
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure as MplFigure
+
+__all__ = ["COLORS", "Figure", "empty_note", "new_figure", "to_png"]
+
+#: Run colours, in order (colour-blind-safe, Okabe–Ito).
+COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
+#: The server's colour in client-vs-server figures.
+SERVER_COLOR = "#555555"
+DPI = 100
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One drawn figure of a report.
+
+    Attributes:
+        key: a stable identifier (the HTML element id is ``fig-<key>``; the PNG file name).
+        title: what the figure shows, as its heading.
+        alt: a one-sentence description (the image's alt text).
+        caption: how to read it.
+        png: the image.
+    """
+
+    key: str
+    title: str
+    alt: str
+    caption: str
+    png: bytes
+
+
+def _matplotlib() -> Any:
+    try:
+        import matplotlib
+    except ImportError as exc:  # pragma: no cover - the extra is installed in tests
+        raise ConfigError(
+            "agentflow report draws its figures with matplotlib, which is not installed: "
+            "pip install 'agentflow[report]'"
+        ) from exc
+    return matplotlib
+
+
+def new_figure(nrows: int = 1, ncols: int = 1, *, size: tuple[float, float] = (9.0, 5.0)) -> Any:
+    """A figure and its axes (a flat list), on an Agg canvas."""
+    _matplotlib()
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure as MplFigure
+
+    fig = MplFigure(figsize=size, dpi=DPI, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(nrows, ncols, squeeze=False)
+    return fig, [ax for row in axes for ax in row]
+
+
+def to_png(fig: MplFigure) -> bytes:
+    """The figure as PNG bytes."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=DPI)
+    return buf.getvalue()
+
+
+def empty_note(ax: Axes, text: str) -> None:
+    """Write ``text`` in the middle of an empty plot (and hide its ticks)."""
+    ax.text(0.5, 0.5, text, ha="center", va="center", wrap=True, transform=ax.transAxes)
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def color(i: int) -> str:
+    """The colour of run ``i``."""
+    return COLORS[i % len(COLORS)]
+
+
+def style(ax: Axes, *, title: str | None = None, xlabel: str = "", ylabel: str = "") -> None:
+    """Grid, labels and title."""
+    ax.grid(True, which="major", alpha=0.3)
+    if title:
+        ax.set_title(title, fontsize=11)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+
+
+def bucket_steps(
+    t: Sequence[Any], dt: Sequence[Any], y: Sequence[Any]
+) -> tuple[list[float], list[float]]:
+    """Points for ``step(where="post")`` of per-bucket values: bucket *i* spans
+    ``[t[i], t[i] + dt[i])``; ``None`` becomes a gap (NaN); the last bucket is drawn to
+    its end."""
+    n = min(len(t), len(dt), len(y))
+    if n == 0:
+        return [], []
+    xs = [float(t[i]) for i in range(n)]
+    ys = [float(v) if isinstance(v, int | float) else math.nan for v in y[:n]]
+    xs.append(float(t[n - 1]) + float(dt[n - 1] or 0.0))
+    ys.append(ys[-1])
+    return xs, ys
+
+
+def gaps(t: Sequence[Any], y: Sequence[Any]) -> tuple[list[float], list[float]]:
+    """``t`` and ``y`` as floats, ``None`` as NaN (a gap in a line)."""
+    n = min(len(t), len(y))
+    return [float(x) for x in t[:n]], [
+        float(v) if isinstance(v, int | float) else math.nan for v in y[:n]
+    ]
+
+
+def log_axis(ax: Axes, axis: str = "x") -> None:
+    """A log scale labelled with plain numbers (``2``, ``50``, ``1000``); on an axis
+    spanning less than about two decades, minor ticks at 2× and 5× are labelled too."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    def minor(v: float, _: Any) -> str:
+        if v <= 0:
+            return ""
+        mantissa = round(v / 10 ** math.floor(math.log10(v)))
+        return f"{v:g}" if mantissa in (2, 5) else ""
+
+    a = ax.xaxis if axis == "x" else ax.yaxis
+    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
+    a.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
+    a.set_minor_formatter(FuncFormatter(minor) if lo > 0 and hi / lo < 150 else NullFormatter())
+
+
+def finite(values: Sequence[Any]) -> list[float]:
+    """The numbers in ``values`` (``None`` dropped)."""
+    return [float(v) for v in values if isinstance(v, int | float)]

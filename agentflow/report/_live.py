@@ -1,0 +1,260 @@
+"""The live terminal view of a running fleet (rich): :class:`LiveView`.
+
+It is a fleet callback, so it runs inline where events are emitted — on the hot path.
+It therefore does almost nothing per event: a token event returns after one string
+comparison (the bus builds token events only when someone listens, and the view does
+not need them); a turn end adds a few numbers to counters and to the agent's row.
+Everything else — the fleet's recent token rate, the slowest and fastest agents (a
+``heapq`` pass over the rows), the table — is computed when the view is drawn, a few
+times a second, by rich's refresh thread. ``tests/report/bench_live.py`` measures both
+costs; ``docs/report.md`` gives the figures.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.text import Text
+
+from agentflow._events import ErrorEvent, Event, RetryEvent, SessionEndEvent, TurnEndEvent
+from agentflow.report._lag import LoopLagProbe
+
+__all__ = ["LiveView"]
+
+_ROW = "{:<4} {:<24} {:>5} {:>9} {:>24} {:>9} {:>7}  {}"
+
+#: Seconds over which "fleet tok/s" is measured.
+RATE_WINDOW_S = 5.0
+
+
+class _Row:
+    """One agent's running totals."""
+
+    __slots__ = ("context", "decode_s", "decode_tokens", "retries", "status", "ttft_s", "turns")
+
+    def __init__(self) -> None:
+        self.turns = 0
+        self.decode_tokens = 0
+        self.decode_s = 0.0
+        self.ttft_s: float | None = None
+        self.context: int | None = None
+        self.retries = 0
+        self.status = "running"
+
+    @property
+    def decode_tps(self) -> float:
+        return self.decode_tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+
+class LiveView:
+    """A fleet callback that keeps running totals and draws them with rich.
+
+    Shows: a progress bar of sessions; the fleet's output tok/s over the last few
+    seconds; the cache hit rate; errors and retries (with the latest of each); the
+    event loop's lag (with a :class:`LoopLagProbe`); and the slowest and fastest agents
+    by decode speed (output tokens after the first / the time they took).
+
+    Args:
+        total_sessions: sessions the run will start.
+        time_scale: the simulator's time scale (decode speeds are also shown scaled back).
+        console: where to draw.
+        top: agents shown at each end of the speed ranking.
+        refresh_per_second: redraws per second (by rich's refresh thread).
+        lag: a running probe whose lag to show.
+        clock: seconds, for elapsed time and rates.
+    """
+
+    def __init__(
+        self,
+        total_sessions: int,
+        *,
+        time_scale: float = 1.0,
+        console: Console | None = None,
+        top: int = 4,
+        refresh_per_second: float = 4.0,
+        lag: LoopLagProbe | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.total_sessions = total_sessions
+        self.time_scale = time_scale
+        self.console = console or Console()
+        self.top = top
+        self.refresh_per_second = refresh_per_second
+        self.lag = lag
+        self.clock = clock
+        self.started = clock()
+        self.done = self.failed = self.turns = 0
+        self.output_tokens = self.prompt_tokens = 0
+        self.cached_tokens = self.cache_prompt_tokens = 0
+        self.retries = 0
+        self.last_retry: str | None = None
+        self.errors: Counter[str] = Counter()
+        self.last_error: str | None = None
+        self.agents: dict[str, _Row] = {}
+        self._rate: deque[tuple[float, int]] = deque()
+
+    # ---- events (the hot path) -----------------------------------------------------
+
+    def __call__(self, event: Event) -> None:
+        """Fold one event into the totals."""
+        if event.type == "token":
+            return
+        if isinstance(event, TurnEndEvent):
+            m = event.metrics
+            row = self.agents.get(event.agent)
+            if row is None:
+                row = self.agents[event.agent] = _Row()
+            row.turns += 1
+            self.turns += 1
+            out = m.output_tokens
+            self.output_tokens += out
+            ttft = m.ttft_s
+            row.ttft_s = ttft
+            if m.tpot_s is not None and ttft is not None:
+                row.decode_tokens += out - 1
+                row.decode_s += m.e2e_s - ttft
+            p = m.prompt_tokens
+            if p is not None:
+                row.context = p
+                self.prompt_tokens += p
+                if m.cached_tokens is not None:
+                    self.cached_tokens += m.cached_tokens
+                    self.cache_prompt_tokens += p
+        elif isinstance(event, SessionEndEvent):
+            self.done += 1
+            self.failed += not event.result.ok
+            row = self.agents.get(event.agent)
+            if row is None:
+                row = self.agents[event.agent] = _Row()
+            row.status = event.result.status
+        elif isinstance(event, RetryEvent):
+            self.retries += 1
+            self.last_retry = f"{event.agent}: {type(event.attempt.error).__name__}"
+            row = self.agents.get(event.agent)
+            if row is not None:
+                row.retries += 1
+        elif isinstance(event, ErrorEvent):
+            self.errors[event.where] += 1
+            err = event.error
+            who = event.agent or event.where
+            self.last_error = f"{who}: {type(err).__name__}: {err}"[:120]
+
+    # ---- drawing (a few times a second) -------------------------------------------
+
+    def fleet_tps(self) -> float:
+        """Output tokens per second over the last :data:`RATE_WINDOW_S` seconds."""
+        now = self.clock()
+        q = self._rate
+        q.append((now, self.output_tokens))
+        while len(q) > 2 and now - q[1][0] >= RATE_WINDOW_S:
+            q.popleft()
+        if len(q) < 2:
+            elapsed = now - self.started
+            return self.output_tokens / elapsed if elapsed > 0 else 0.0
+        t0, n0 = q[0]
+        return (self.output_tokens - n0) / (now - t0) if now > t0 else 0.0
+
+    def ranked(self) -> tuple[list[tuple[str, _Row]], list[tuple[str, _Row]]]:
+        """The ``top`` slowest and fastest agents by decode speed (slowest first in each)."""
+        agents = self.agents
+        speeds = [(r.decode_tokens / r.decode_s, a) for a, r in agents.items() if r.decode_s > 0]
+        k = self.top
+        if len(speeds) <= 2 * k:
+            speeds.sort()
+            slow, fast = speeds[:k], speeds[k:]
+        else:
+            slow = heapq.nsmallest(k, speeds)
+            fast = heapq.nlargest(k, speeds)
+            fast.reverse()
+        return [(a, agents[a]) for _, a in slow], [(a, agents[a]) for _, a in fast]
+
+    def render(self) -> RenderableType:
+        """The current view."""
+        elapsed = self.clock() - self.started
+        tps = self.fleet_tps()
+        hit = (
+            f"{self.cached_tokens / self.cache_prompt_tokens:.1%}"
+            if self.cache_prompt_tokens
+            else "not reported"
+        )
+        errors = sum(self.errors.values())
+        head = Text.assemble(
+            (f"sessions {self.done}/{self.total_sessions}", "bold"),
+            f" (failed {self.failed}) · turns {self.turns} · {elapsed:,.1f} s",
+        )
+        bar = ProgressBar(total=max(1, self.total_sessions), completed=self.done, width=60)
+        stats = Text(
+            f"fleet {_tps(tps, self.time_scale)} output tok/s · cache hit {hit} · "
+            f"errors {errors} · retries {self.retries}"
+        )
+        lines: list[RenderableType] = [head, bar, stats]
+        if self.lag is not None:
+            worst = self.lag.take_window_max()
+            lines.append(Text(f"event-loop lag (worst since last redraw) {worst * 1e3:,.2f} ms"))
+        if self.last_error:
+            lines.append(Text(f"last error: {self.last_error}", style="red"))
+        if self.last_retry:
+            lines.append(Text(f"last retry: {self.last_retry}", style="yellow"))
+        slow, fast = self.ranked()
+        # Plain aligned text, not a rich Table: a Table costs ~10 ms to lay out per
+        # redraw; these lines cost well under 1 ms (tests/report/bench_live.py).
+        rows = [
+            _ROW.format(
+                "", "agent", "turns", "last TTFT", "decode tok/s", "context", "retries", "status"
+            )
+        ]
+        for label, group in (("slow", slow), ("fast", fast)):
+            for name, r in group:
+                rows.append(
+                    _ROW.format(
+                        label,
+                        name if len(name) <= 24 else name[:23] + "…",
+                        r.turns,
+                        _ms(r.ttft_s),
+                        _tps(r.decode_tps, self.time_scale),
+                        "—" if r.context is None else f"{r.context:,}",
+                        r.retries,
+                        r.status,
+                    )
+                )
+        lines.append(Text("slowest and fastest agents (decode speed)", style="bold"))
+        lines.append(Text("\n".join(rows), no_wrap=True, overflow="ellipsis"))
+        return Group(*lines)
+
+    def live(self) -> Live:
+        """A rich ``Live`` that redraws :meth:`render` ``refresh_per_second`` times a second."""
+        return Live(
+            get_renderable=self.render,
+            console=self.console,
+            refresh_per_second=self.refresh_per_second,
+            transient=False,
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """The totals as plain values (for tests and logs)."""
+        return {
+            "sessions_done": self.done,
+            "sessions_failed": self.failed,
+            "turns": self.turns,
+            "output_tokens": self.output_tokens,
+            "cache_hit_rate": (
+                self.cached_tokens / self.cache_prompt_tokens if self.cache_prompt_tokens else None
+            ),
+            "errors": dict(self.errors),
+            "retries": self.retries,
+        }
+
+
+def _ms(s: float | None) -> str:
+    return "—" if s is None else f"{s * 1e3:,.0f} ms"
+
+
+def _tps(tps: float, scale: float) -> str:
+    return f"{tps:,.0f}" if scale == 1 else f"{tps:,.0f} (×{scale:g} = {tps * scale:,.0f})"

@@ -1,0 +1,119 @@
+"""Runs to report on: ``agentflow.report/2`` JSON files, loaded and labelled.
+
+The report command reads only these files (and, optionally, two ``/metrics`` scrapes to
+add a ``server`` section). A file of another schema version is refused with a message
+that says which version was found.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agentflow._errors import ConfigError
+
+__all__ = ["SUPPORTED_SCHEMAS", "Run", "load_run", "runs_from_reports"]
+
+#: The report schema versions ``agentflow report`` reads.
+SUPPORTED_SCHEMAS = ("agentflow.report/2",)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run's report and the label it is drawn with.
+
+    Attributes:
+        label: the legend entry.
+        report: the ``agentflow.report/2`` document.
+        path: the file it came from, if any.
+    """
+
+    label: str
+    report: Mapping[str, Any]
+    path: Path | None = None
+
+    @property
+    def fleet(self) -> Mapping[str, Any]:
+        """The report's ``fleet`` section."""
+        return self.report.get("fleet") or {}
+
+    @property
+    def run(self) -> Mapping[str, Any]:
+        """The report's free-form ``run`` settings."""
+        return self.report.get("run") or {}
+
+    @property
+    def time_scale(self) -> float:
+        """How much slower than the modelled deployment the server ran (1: real time)."""
+        v = self.run.get("time_scale")
+        return float(v) if isinstance(v, int | float) and v > 0 else 1.0
+
+    @property
+    def server(self) -> Mapping[str, Any] | None:
+        """The ``server`` section (scraped ``/metrics``), if the report has one."""
+        s = self.report.get("server")
+        return s if isinstance(s, Mapping) else None
+
+    def distribution(self, key: str) -> Mapping[str, Any] | None:
+        """``distributions[key]`` when it holds at least one value."""
+        d = (self.report.get("distributions") or {}).get(key)
+        return d if isinstance(d, Mapping) and d.get("count") else None
+
+
+def check_report(report: Any, where: str) -> Mapping[str, Any]:
+    """``report`` if it is a report this version reads.
+
+    Raises:
+        ConfigError: not a JSON object, or another schema version.
+    """
+    if not isinstance(report, Mapping):
+        raise ConfigError(f"{where}: not an agentflow report (a JSON object was expected)")
+    version = report.get("schema_version")
+    if version not in SUPPORTED_SCHEMAS:
+        found = "no schema_version" if version is None else f"schema_version {version!r}"
+        raise ConfigError(
+            f"{where}: {found}; agentflow report reads {', '.join(SUPPORTED_SCHEMAS)} "
+            "(write one with FleetStats.report() or `agentflow demo --report`)"
+        )
+    for key in ("fleet", "distributions", "throughput"):
+        if not isinstance(report.get(key), Mapping):
+            raise ConfigError(f"{where}: the report has no {key!r} section")
+    return report
+
+
+def load_run(path: str | Path, label: str | None = None) -> Run:
+    """Read one report file.
+
+    Raises:
+        ConfigError: missing, not JSON, or not a report this version reads.
+    """
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text("utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{p}: cannot read a JSON report: {exc}") from None
+    report = check_report(data, str(p))
+    return Run(label or default_label(report, p.stem), report, p)
+
+
+def default_label(report: Mapping[str, Any], fallback: str) -> str:
+    """``run.label`` if the report names itself, else ``fallback``."""
+    label = (report.get("run") or {}).get("label")
+    return str(label) if label else fallback
+
+
+def runs_from_reports(
+    reports: Sequence[Mapping[str, Any]], labels: Sequence[str] | None = None
+) -> list[Run]:
+    """Runs from report documents already in memory (labels default to ``run 1``, …)."""
+    out = []
+    for i, r in enumerate(reports):
+        check_report(r, f"report {i + 1}")
+        label = labels[i] if labels and i < len(labels) else default_label(r, f"run {i + 1}")
+        out.append(Run(label, r))
+    return out

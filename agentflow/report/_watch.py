@@ -1,0 +1,223 @@
+"""Scrape a server's ``/metrics`` before, during and after a run: :class:`ServerWatch`.
+
+The two scrapes that bracket the run are parsed in full (counters, histograms); the
+ones in between, every ``interval_s``, only read a handful of gauge and counter lines
+with a line scan (~1 µs a line), so sampling costs the client's event loop little:
+one HTTP GET and a scan of the page, once a second by default. Samples are bounded:
+past ``max_samples``, every other one is dropped and the interval doubles.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import Any
+
+import aiohttp
+
+from agentflow._errors import TransportError
+from agentflow.report._dialects import MEAN_GAUGES
+from agentflow.report._prom import MetricsSnapshot, parse_metrics, quick_values
+from agentflow.report._server import (
+    GaugeSample,
+    detect_dialect,
+    sample_names,
+    server_section,
+)
+
+__all__ = ["ServerWatch", "metrics_url", "scrape", "scrape_text"]
+
+_HINT = (
+    "vLLM serves /metrics by default; SGLang needs --enable-metrics; llama.cpp's server "
+    "needs --metrics"
+)
+
+
+def metrics_url(url: str) -> str:
+    """The ``/metrics`` URL of a server given by its base URL (``…/v1`` is dropped)."""
+    u = url.rstrip("/")
+    if u.endswith("/metrics"):
+        return u
+    if u.endswith("/v1"):
+        u = u[: -len("/v1")]
+    return f"{u}/metrics"
+
+
+async def scrape_text(session: aiohttp.ClientSession, url: str, timeout_s: float = 10.0) -> str:
+    """GET ``url`` and return the body.
+
+    Raises:
+        TransportError: no answer, or not a 200 (a 404 says how to turn metrics on).
+    """
+    try:
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
+            body = await r.text()
+            if r.status != 200:
+                hint = f" ({_HINT})" if r.status == 404 else ""
+                raise TransportError(f"GET {url}: HTTP {r.status}{hint}", endpoint=url)
+            return body
+    except (aiohttp.ClientError, TimeoutError) as exc:
+        raise TransportError(f"GET {url} failed: {exc!r}", endpoint=url) from exc
+
+
+async def scrape(
+    url: str, *, clock: Callable[[], int] = time.perf_counter_ns, timeout_s: float = 10.0
+) -> MetricsSnapshot:
+    """One parsed scrape of ``url`` (a ``/metrics`` URL or a server's base URL).
+
+    Raises:
+        TransportError: the scrape failed.
+        ValueError: the page is not in Prometheus' text format.
+    """
+    target = metrics_url(url)
+    async with aiohttp.ClientSession() as session:
+        text = await scrape_text(session, target, timeout_s)
+    return parse_metrics(text, t_ns=clock())
+
+
+class ServerWatch:
+    """Scrapes ``/metrics`` around a run and samples its gauges during it.
+
+    Use it around the run; then :meth:`section` is the report's ``server`` section::
+
+        async with ServerWatch(endpoint_url) as watch:
+            result = await fleet.run(sessions)
+        report["server"] = watch.section(report, origin_ns=stats.origin_ns)
+
+    Args:
+        url: the ``/metrics`` URL, or the server's base URL (``http://host:8000/v1``).
+        interval_s: seconds between samples during the run (0: only before and after).
+        timeout_s: per scrape.
+        clock: nanoseconds; the client's trace clock, so the series line up with the
+            client report's (``time.perf_counter_ns`` by default, as transports use).
+        max_samples: samples kept during the run (then thinned, interval doubled).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        interval_s: float = 1.0,
+        timeout_s: float = 5.0,
+        clock: Callable[[], int] = time.perf_counter_ns,
+        max_samples: int = 2048,
+    ) -> None:
+        if interval_s < 0:
+            raise ValueError(f"interval_s must be ≥ 0, got {interval_s!r}")
+        if max_samples < 2:
+            raise ValueError(f"max_samples must be ≥ 2, got {max_samples!r}")
+        self.url = metrics_url(url)
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self.clock = clock
+        self.max_samples = max_samples
+        #: The full scrapes that bracket the run.
+        self.before: MetricsSnapshot | None = None
+        self.after: MetricsSnapshot | None = None
+        #: Gauge (and counter) samples taken during the run.
+        self.samples: list[GaugeSample] = []
+        #: Scrapes during the run that failed (they are skipped).
+        self.failed_scrapes = 0
+        self._session: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._names: dict[str, tuple[str, ...]] = {}
+
+    async def start(self) -> None:
+        """Take the *before* scrape and start sampling.
+
+        Raises:
+            TransportError: the server's ``/metrics`` did not answer.
+        """
+        self._session = aiohttp.ClientSession()
+        try:
+            self.before = await self._full()
+        except BaseException:
+            await self._session.close()
+            self._session = None
+            raise
+        dialect = detect_dialect(self.before)
+        self._names = sample_names(self.before, dialect) if dialect else {}
+        if self.interval_s > 0 and self._names:
+            self._task = asyncio.get_running_loop().create_task(self._sample_loop())
+
+    async def stop(self) -> None:
+        """Stop sampling and take the *after* scrape."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        try:
+            if self._session is not None:
+                self.after = await self._full()
+        finally:
+            if self._session is not None:
+                await self._session.close()
+                self._session = None
+
+    async def __aenter__(self) -> ServerWatch:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def section(
+        self, client: Mapping[str, Any] | None = None, *, origin_ns: int | None = None
+    ) -> dict[str, Any]:
+        """The report's ``server`` section (see :func:`~agentflow.report.server_section`).
+
+        Raises:
+            RuntimeError: the watch has not been started and stopped.
+        """
+        if self.before is None or self.after is None:
+            raise RuntimeError("ServerWatch.section() needs a finished watch (start, then stop)")
+        section = server_section(
+            self.before,
+            self.after,
+            samples=self.samples,
+            client=client,
+            url=self.url,
+            origin_ns=origin_ns,
+        )
+        section["source"]["failed_scrapes"] = self.failed_scrapes
+        return section
+
+    async def _full(self) -> MetricsSnapshot:
+        assert self._session is not None
+        text = await scrape_text(self._session, self.url, self.timeout_s)
+        return parse_metrics(text, t_ns=self.clock())
+
+    async def _sample_loop(self) -> None:
+        session = self._session
+        assert session is not None
+        names = self._names
+        flat = [n for ns in names.values() for n in ns]
+        means = [n for k, ns in names.items() if k in MEAN_GAUGES for n in ns]
+        interval = self.interval_s
+        loop = asyncio.get_running_loop()
+        next_t = loop.time() + interval
+        while True:
+            await asyncio.sleep(max(0.0, next_t - loop.time()))
+            next_t += interval
+            try:
+                text = await scrape_text(session, self.url, self.timeout_s)
+            except TransportError:
+                self.failed_scrapes += 1
+                continue
+            t = self.clock()
+            raw = quick_values(text, flat, means)
+            values: dict[str, float] = {}
+            for key, ns in names.items():
+                if all(n in raw for n in ns):
+                    values[key] = sum(raw[n] for n in ns)
+            self.samples.append(GaugeSample(t, values))
+            if len(self.samples) > self.max_samples:
+                del self.samples[1::2]
+                interval *= 2
+                next_t = loop.time() + interval

@@ -1,0 +1,120 @@
+"""``agentflow report``: JSON reports in, one self-contained HTML page (and PNGs) out.
+
+::
+
+    agentflow report run.json --html report.html
+    agentflow report c16.json c64.json c256.json --html sweep.html --png-dir figs/
+    agentflow report run.json --server-metrics before.prom after.prom --html report.html
+
+``agentflow.cli`` wires it in with :func:`add_parser`; :func:`run` does the work and
+returns the exit status. Bad input raises :class:`~agentflow.ConfigError` (the entry
+point prints it and exits 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentflow._errors import ConfigError
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``report`` command to an ``add_subparsers()`` object; returns its parser."""
+    p: argparse.ArgumentParser = subparsers.add_parser(
+        "report",
+        help="draw JSON run reports as an HTML page with figures (needs agentflow[report])",
+        description=(
+            "Draw one or more agentflow.report/2 JSON files (FleetStats.report(), "
+            "`agentflow demo --report`) as one self-contained HTML page: latency CDFs, "
+            "per-agent decode speed, interactivity vs throughput, throughput, context "
+            "growth, cache hit rate and KV usage over time, the server's /metrics beside "
+            "the client's, and several runs side by side."
+        ),
+    )
+    p.add_argument("runs", nargs="+", type=Path, metavar="RUN.json", help="report files")
+    p.add_argument("--html", type=Path, help="write the HTML page here")
+    p.add_argument("--png-dir", type=Path, help="also write each figure as DIR/KEY.png")
+    p.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        help="legend name of each run, in order (default: run.label, else the file name)",
+    )
+    p.add_argument("--title", default="agentflow report", help="the page's title")
+    p.add_argument(
+        "--gpus",
+        type=float,
+        help="divide throughput by this many GPUs in the interactivity plot "
+        "(default: each report's run.gpus)",
+    )
+    p.add_argument(
+        "--server-metrics",
+        nargs=2,
+        type=Path,
+        metavar=("BEFORE", "AFTER"),
+        help="two /metrics scrapes (text files) taken before and after the FIRST run: "
+        "adds its server section (client vs server)",
+    )
+    p.add_argument(
+        "--write-json",
+        type=Path,
+        metavar="OUT.json",
+        help="with --server-metrics: write the first run's report with its server section",
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``agentflow report``; returns the exit status (0)."""
+    from agentflow.report._build import write_report
+    from agentflow.report._runs import Run, load_run
+
+    if args.html is None and args.png_dir is None:
+        raise ConfigError("report: give --html OUT.html and/or --png-dir DIR")
+    labels: list[str] = list(args.label or [])
+    if len(labels) > len(args.runs):
+        raise ConfigError(f"report: {len(labels)} --label for {len(args.runs)} runs")
+    runs = [
+        load_run(path, labels[i] if i < len(labels) else None) for i, path in enumerate(args.runs)
+    ]
+    if args.server_metrics:
+        first = runs[0]
+        report = dict(first.report)
+        report["server"] = _server_from_files(*args.server_metrics, client=report)
+        runs[0] = Run(first.label, report, first.path)
+        if args.write_json is not None:
+            args.write_json.write_text(json.dumps(report, indent=2) + "\n", "utf-8")
+    elif args.write_json is not None:
+        raise ConfigError("report: --write-json needs --server-metrics")
+    figures = write_report(runs, args.html, png_dir=args.png_dir, title=args.title, gpus=args.gpus)
+    out = []
+    if args.html is not None:
+        out.append(str(args.html))
+    if args.png_dir is not None:
+        out.append(f"{len(figures)} PNGs in {args.png_dir}")
+    print(f"report: {len(figures)} figures → {', '.join(out)}", file=sys.stderr)
+    return 0
+
+
+def _server_from_files(before: Path, after: Path, *, client: dict[str, Any]) -> dict[str, Any]:
+    from agentflow.report._prom import parse_metrics
+    from agentflow.report._server import server_section
+
+    snaps = []
+    for path in (before, after):
+        try:
+            snaps.append(parse_metrics(path.read_text("utf-8")))
+        except OSError as exc:
+            raise ConfigError(f"report: cannot read {path}: {exc}") from None
+        except ValueError as exc:
+            raise ConfigError(f"report: {path} is not a Prometheus text page: {exc}") from None
+    section = server_section(snaps[0], snaps[1], client=client, url=str(after))
+    section["series"] = {k: [] for k in section["series"]}  # no times in a file
+    return section

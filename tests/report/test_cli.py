@@ -1,0 +1,71 @@
+"""``agentflow report`` through its parser: on the demo's own output, with scrapes from
+files, and the errors it gives for what it cannot read."""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from agentflow._errors import ConfigError
+from agentflow.demo.run import DemoConfig, run_demo
+from agentflow.report.cli import add_parser
+from tests.report.test_server import VLLM_AFTER, VLLM_BEFORE
+
+
+def _run(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="agentflow")
+    add_parser(parser.add_subparsers())
+    args = parser.parse_args(["report", *argv])
+    return int(args.func(args))
+
+
+@pytest.fixture(scope="module")
+def demo_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """What ``agentflow demo --virtual --report`` writes."""
+    path = tmp_path_factory.mktemp("demo") / "demo.json"
+    config = DemoConfig(agents=6, turns=(2, 4), virtual=True, live=False, report=path)
+    run_demo(config, console=Console(file=io.StringIO(), width=100))
+    return path
+
+
+def test_report_on_the_demos_output(demo_json: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out" / "demo.html"
+    assert _run(str(demo_json), "--html", str(out), "--png-dir", str(tmp_path / "png")) == 0
+    text = out.read_text("utf-8")
+    for key in ("latency_cdf", "decode_tps", "interactivity", "throughput", "context_growth"):
+        assert f'id="fig-{key}"' in text
+        assert (tmp_path / "png" / f"{key}.png").stat().st_size > 10_000
+
+
+def test_server_metrics_from_files_join_the_first_run(demo_json: Path, tmp_path: Path) -> None:
+    before, after = tmp_path / "before.prom", tmp_path / "after.prom"
+    before.write_text(VLLM_BEFORE)
+    after.write_text(VLLM_AFTER)
+    out_json = tmp_path / "with-server.json"
+    html = tmp_path / "r.html"
+    argv = [str(demo_json), "--html", str(html), "--label", "demo"]
+    assert (
+        _run(*argv, "--server-metrics", str(before), str(after), "--write-json", str(out_json)) == 0
+    )
+    report = json.loads(out_json.read_text())
+    assert report["server"]["counters"]["generation_tokens"] == 80
+    assert {r["figure"] for r in report["server"]["comparison"]} >= {"output_tokens", "ttft_s"}
+    assert 'id="server"' in html.read_text("utf-8")
+
+
+def test_errors(demo_json: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="--html"):
+        _run(str(demo_json))
+    old = tmp_path / "v1.json"
+    old.write_text(json.dumps({"version": 1, "fleet": {}}))
+    with pytest.raises(ConfigError, match="no schema_version; agentflow report reads"):
+        _run(str(old), "--html", str(tmp_path / "x.html"))
+    with pytest.raises(ConfigError, match="no such file"):
+        _run(str(tmp_path / "missing.json"), "--html", str(tmp_path / "x.html"))
+    with pytest.raises(ConfigError, match="2 --label for 1 runs"):
+        _run(str(demo_json), "--html", "x.html", "--label", "a", "--label", "b")

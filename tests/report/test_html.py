@@ -1,0 +1,141 @@
+"""The HTML report: every figure present with its title and alt text, PNGs that decode,
+nothing fetched from elsewhere; figures drawn from thin reports say what is missing."""
+
+from __future__ import annotations
+
+import base64
+import io
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from matplotlib.image import imread
+
+from agentflow.report import FIGURE_KEYS, Figure, Run, make_figures, write_report
+from agentflow.stats import FleetStats
+from tests.report.runs import virtual_report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+class _Page(HTMLParser):
+    """Collects each figure section's id, heading, image and caption, and every URL."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.figures: dict[str, dict[str, Any]] = {}
+        self.urls: list[str] = []
+        self.tags: set[str] = set()
+        self._section: str | None = None
+        self._in: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = {k: v or "" for k, v in attrs}
+        self.tags.add(tag)
+        for key in ("src", "href"):
+            if key in a and not a[key].startswith(("#", "data:")):
+                self.urls.append(a[key])
+        if tag == "section" and "figure" in a.get("class", ""):
+            self._section = a["id"]
+            self.figures[a["id"]] = {"h2": "", "caption": "", "imgs": []}
+        elif self._section and tag == "img":
+            self.figures[self._section]["imgs"].append(a)
+        elif self._section and tag in ("h2", "p"):
+            self._in = tag
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "section":
+            self._section = None
+        if tag in ("h2", "p"):
+            self._in = None
+
+    def handle_data(self, data: str) -> None:
+        if self._section and self._in:
+            key = "h2" if self._in == "h2" else "caption"
+            self.figures[self._section][key] += data
+
+
+def _decode(src: str) -> tuple[int, int]:
+    prefix = "data:image/png;base64,"
+    assert src.startswith(prefix)
+    raw = base64.b64decode(src[len(prefix) :], validate=True)
+    assert raw.startswith(PNG_MAGIC)
+    img = imread(io.BytesIO(raw), format="png")
+    return int(img.shape[1]), int(img.shape[0])
+
+
+@pytest.fixture(scope="module")
+def two_runs() -> list[dict[str, Any]]:
+    """Two load levels of the demo's workload, each with a server section and its turns."""
+    return [virtual_report(8, label="8 agents"), virtual_report(24, seed=1, label="24 agents")]
+
+
+@pytest.fixture(scope="module")
+def drawn(
+    two_runs: list[dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[Figure], Path]:
+    """The two runs drawn once: the figures and the directory with report.html and png/."""
+    d = tmp_path_factory.mktemp("report")
+    figures = write_report(two_runs, d / "report.html", png_dir=d / "png", title="two runs")
+    return figures, d
+
+
+def test_every_figure_is_in_the_page_with_title_alt_and_a_png(
+    drawn: tuple[list[Figure], Path],
+) -> None:
+    figures, tmp_path = drawn
+    out = tmp_path / "report.html"
+    assert [f.key for f in figures] == list(FIGURE_KEYS)  # two runs + server: all of them
+    page = _Page()
+    page.feed(out.read_text("utf-8"))
+    assert set(page.figures) == {f"fig-{k}" for k in FIGURE_KEYS}
+    for f in figures:
+        got = page.figures[f"fig-{f.key}"]
+        assert got["h2"] == f.title
+        assert f.caption.split(".")[0] in got["caption"]
+        (img,) = got["imgs"]
+        assert img["alt"] == f.alt and len(img["alt"]) > 40
+        width, height = _decode(img["src"])
+        assert width >= 800 and height >= 400
+        assert (tmp_path / "png" / f"{f.key}.png").read_bytes() == f.png
+    # Self-contained: no scripts, stylesheets or images from anywhere else.
+    assert page.urls == []
+    assert not page.tags & {"script", "link", "iframe"}
+
+
+def test_titles_say_what_is_drawn(drawn: tuple[list[Figure], Path]) -> None:
+    figures = {f.key: f for f in drawn[0]}
+    assert figures["latency_cdf"].title == "Latency CDFs: TTFT, TPOT, ITL, E2E"
+    assert figures["interactivity"].title == "Interactivity vs throughput"
+    assert "KV-cache usage" in figures["cache_kv"].title
+    # The report kept each turn: single sessions are drawn, and the caption says so.
+    assert "Thin lines: single sessions" in figures["context_growth"].caption
+    assert "not joined" not in figures["interactivity"].caption  # same time scale
+
+
+def test_the_page_has_the_runs_and_the_server_cross_check(
+    two_runs: list[dict[str, Any]], drawn: tuple[list[Figure], Path]
+) -> None:
+    text = (drawn[1] / "report.html").read_text("utf-8")
+    assert '<table id="runs">' in text and "8 agents" in text and "24 agents" in text
+    assert 'id="server"' in text and "output_tokens" in text
+    f = two_runs[0]["fleet"]
+    assert f"{f['output_tokens']:,}" in text  # the client's count, beside the server's
+
+
+def test_one_thin_run_draws_what_it_can_and_says_what_is_missing() -> None:
+    report = virtual_report(4, samples=False, server=False)
+    figures = {f.key: f for f in make_figures([report])}
+    assert set(figures) == set(FIGURE_KEYS) - {"client_vs_server", "compare"}
+    assert "FleetStats(keep_samples=True)" in figures["context_growth"].caption
+    assert "No KV usage" in figures["cache_kv"].caption
+    assert "--gpus" in figures["interactivity"].caption
+
+
+def test_an_empty_report_still_draws() -> None:
+    """No turn at all (every request failed): every figure is drawn and says 'no data'."""
+    report = FleetStats().report()
+    figures = make_figures([Run("empty", report)])
+    assert {f.key for f in figures} >= {"latency_cdf", "decode_tps", "interactivity"}
+    assert all(f.png.startswith(PNG_MAGIC) for f in figures)

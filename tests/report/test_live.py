@@ -1,0 +1,124 @@
+"""The live view's totals and what it draws; the loop-lag probe's arithmetic."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+from rich.console import Console
+
+from agentflow import ErrorEvent, RetryEvent, TokenEvent, TurnEndEvent
+from agentflow._errors import ServerError
+from agentflow.report import LiveView, LoopLagProbe
+from agentflow.sched._runner import FailedAttempt
+from tests.stats.traces import session_end, trace, turn_end
+
+
+def _turn(
+    agent: str, tpot_ms: float, *, prompt: int = 1000, cached: int | None = 500
+) -> TurnEndEvent:
+    """A turn of 11 output tokens: first at 50 ms, then one every ``tpot_ms``."""
+    chunks = [50 + tpot_ms * k for k in range(11)]
+    tr = trace(
+        sent_ms=0, chunks_ms=chunks, end_ms=chunks[-1], completion=11, prompt=prompt, cached=cached
+    )
+    return turn_end(agent, f"{agent}-s", 0, tr, ready_ms=0)
+
+
+def _view(**kw: object) -> tuple[LiveView, io.StringIO]:
+    out = io.StringIO()
+    clock = iter(float(t) for t in range(1000))
+    view = LiveView(
+        total_sessions=5,
+        console=Console(file=out, width=160, color_system=None),
+        clock=lambda: next(clock),
+        **kw,  # type: ignore[arg-type]
+    )
+    return view, out
+
+
+def test_totals_and_the_slowest_and_fastest_agents() -> None:
+    view, out = _view(top=1)
+    for name, tpot in (("slow", 40.0), ("mid", 20.0), ("fast", 5.0)):
+        view(_turn(name, tpot))
+    view(TokenEvent(agent="x", session_id="x", turn=0, kind="content", text="hi", t_ns=0))
+    view(session_end("slow", "slow-s"))
+    view(session_end("mid", "mid-s", status="error"))
+    err = ServerError("boom", status=500, body=None, endpoint="http://x")
+    view(ErrorEvent(agent="mid", session_id="mid-s", turn=1, where="session", error=err))
+    attempt = FailedAttempt(attempt=0, replica="r0", error=err, trace=None, wait_s=0.1)
+    view(RetryEvent(agent="fast", session_id="fast-s", turn=0, attempt=attempt))
+    snap = view.snapshot()
+    assert snap == {
+        "sessions_done": 2,
+        "sessions_failed": 1,
+        "turns": 3,
+        "output_tokens": 33,
+        "cache_hit_rate": 0.5,
+        "errors": {"session": 1},
+        "retries": 1,
+    }
+    slow, fast = view.ranked()
+    assert [n for n, _ in slow] == ["slow"] and [n for n, _ in fast] == ["fast"]
+    assert slow[0][1].decode_tps == 1000 / 40 and fast[0][1].decode_tps == 1000 / 5
+    view.console.print(view.render())
+    text = out.getvalue()
+    assert "sessions 2/5" in text and "failed 1" in text
+    assert "errors 1 · retries 1" in text and "cache hit 50.0%" in text
+    assert "last error: mid: ServerError" in text and "last retry: fast: ServerError" in text
+    assert "slow" in text and "fast" in text and "mid" not in text.split("fastest")[1]
+
+
+def test_token_events_cost_nothing_and_change_nothing() -> None:
+    view, _ = _view()
+    before = view.snapshot()
+    for i in range(100):
+        view(TokenEvent(agent="a", session_id="s", turn=0, kind="content", text="x", t_ns=i))
+    assert view.snapshot() == before and view.agents == {}
+
+
+def test_fleet_rate_is_over_the_recent_window() -> None:
+    view, _ = _view()  # the clock ticks 1 s per read; started at 0
+    assert view.fleet_tps() == 0.0  # at t=1
+    view(_turn("a", 10.0))  # 11 tokens
+    assert view.fleet_tps() == 11.0  # t=2: 11 tokens over the 1 s since t=1
+    for _ in range(10):
+        view.fleet_tps()  # t=3..12, nothing new
+    assert view.fleet_tps() == 0.0  # t=13: the window holds no new token
+
+
+def test_cache_hit_not_reported_and_a_time_scaled_speed() -> None:
+    view, out = _view(time_scale=4.0)
+    view(_turn("a", 10.0, cached=None))
+    view.console.print(view.render())
+    text = out.getvalue()
+    assert "cache hit not reported" in text
+    assert "100 (×4 = 400)" in text  # 1/10 ms = 100 tok/s, shown scaled back too
+    assert view.snapshot()["cache_hit_rate"] is None
+
+
+async def test_loop_lag_probe_measures_one_loop_iteration() -> None:
+    """With a fake clock that only a busy callback advances (1 ms per loop iteration),
+    every sample is exactly one iteration: 1 ms."""
+    now = 0
+    loop = asyncio.get_running_loop()
+    running = True
+
+    def busy() -> None:
+        nonlocal now
+        now += 1_000_000
+        if running:
+            loop.call_soon(busy)
+
+    probe = LoopLagProbe(interval_s=0.001, clock=lambda: now)
+    loop.call_soon(busy)
+    async with probe:
+        for _ in range(10_000):  # until 20 samples (the sleep only yields to the loop)
+            if probe.sketch.count >= 20:
+                break
+            await asyncio.sleep(0.001)
+    running = False
+    s = probe.summary()
+    assert s["count"] >= 20
+    assert s["max_s"] == 0.001 and s["p50_s"] == 0.001 and s["mean_s"] == 0.001
+    assert probe.take_window_max() == 0.001 and probe.take_window_max() == 0.0

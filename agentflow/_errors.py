@@ -90,6 +90,8 @@ class StreamProtocolError(_WithTrace):
 
     Attributes:
         payload: the offending bytes (cut to 500), when one payload is to blame.
+        unfinished: the body ended cleanly but early (no finish reason, no ``[DONE]``):
+            a stream cut mid-way rather than a malformed one.
     """
 
     def __init__(
@@ -99,9 +101,11 @@ class StreamProtocolError(_WithTrace):
         endpoint: str | None = None,
         trace: TurnTrace | None = None,
         payload: bytes | None = None,
+        unfinished: bool = False,
     ) -> None:
         super().__init__(message, endpoint=endpoint, trace=trace)
         self.payload = payload
+        self.unfinished = unfinished
 
 
 class APIStatusError(TransportError):

@@ -95,6 +95,10 @@ class CircuitBreaker:
         self._probing = False
         self._cooldown = self._base
 
+    def on_abandon(self) -> None:
+        """A request ended with no verdict (cancelled): if it was the probe, another may go."""
+        self._probing = False
+
     def on_failure(self) -> None:
         """A request failed in a way that blames the endpoint."""
         self.failures += 1

@@ -19,6 +19,7 @@ release), which errs on the side of staying under the limit.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from aiolimiter import AsyncLimiter
@@ -69,9 +70,38 @@ class Limits:
         return RateGate(self.rpm, self.tpm, self.burst_s)
 
 
-def _bucket(per_minute: float, burst_s: float, floor: float) -> AsyncLimiter:
+#: The shortest wait for a bucket (s): a deficit of a few ulps must still move the clock.
+_MIN_WAIT_S = 1e-6
+
+
+class _Bucket(AsyncLimiter):
+    """aiolimiter's leaky bucket, whose one waiter (the dispatcher) sets its own timer.
+
+    aiolimiter's waker re-arms at ``last drain + deficit / rate``; the level drains in
+    float arithmetic, so the deficit left at that time can be a few ulps, and the timer
+    lands on "now". A real clock moves on by itself; a virtual one
+    (:class:`~agentflow.embedded.VirtualTimeLoop`) moves only when a timer lies ahead, so
+    the waker would re-arm at the same instant forever. :meth:`charge` waits at least
+    ``_MIN_WAIT_S``, and only calls ``acquire`` once the amount fits.
+    """
+
+    __slots__ = ()
+
+    def wait_s(self, amount: float) -> float:
+        """Seconds until ``amount`` fits in the bucket (0 if it fits now)."""
+        self._leak()
+        return max(0.0, self._level + amount - self.max_rate) / self._rate_per_sec
+
+    async def charge(self, amount: float) -> None:
+        """Wait until ``amount`` fits, then add it to the level."""
+        while (wait := self.wait_s(amount)) > 0:  # noqa: ASYNC110 - a computed wait, not a poll
+            await asyncio.sleep(max(wait, _MIN_WAIT_S))
+        await self.acquire(amount)  # it fits: returns without waiting
+
+
+def _bucket(per_minute: float, burst_s: float, floor: float) -> _Bucket:
     capacity = max(per_minute / 60.0 * burst_s, floor)
-    return AsyncLimiter(capacity, capacity / (per_minute / 60.0))
+    return _Bucket(capacity, capacity / (per_minute / 60.0))
 
 
 class RateGate:
@@ -89,21 +119,25 @@ class RateGate:
         self.charged_tokens = 0.0
 
     def ready(self, tokens: int) -> bool:
-        """Whether a request of ``tokens`` could go now without waiting."""
+        """Whether a request of ``tokens`` could go now without waiting.
+
+        The whole charge (``tokens`` plus any debt) must fit: one bigger than the bucket
+        is charged in bucket-fulls by :meth:`take`, which waits.
+        """
         if self._requests is not None and not self._requests.has_capacity(1):
             return False
-        return self._tokens is None or self._tokens.has_capacity(self._clamp(tokens + self._debt))
+        return self._tokens is None or self._tokens.has_capacity(tokens + self._debt)
 
     async def take(self, tokens: int) -> None:
         """Wait until one request of ``tokens`` may go, and charge it (plus any debt)."""
         if self._requests is not None:
-            await self._requests.acquire(1)
+            await self._requests.charge(1)
         if self._tokens is not None:
             amount = tokens + self._debt
             self._debt = 0.0
             while amount > 0:  # a request bigger than the bucket is charged in bucket-fulls
                 part = self._clamp(amount)
-                await self._tokens.acquire(part)
+                await self._tokens.charge(part)
                 amount -= part
             self.charged_tokens += tokens
         self.started += 1

@@ -56,9 +56,11 @@ class FCFS:
 class FairShare:
     """Fair round-robin across agents (start-time fair queuing).
 
-    Each agent's turns are numbered; a turn's rank is ``max(now, the agent's previous
-    rank + quantum)``, so agents with many ready sessions take turns with agents that
-    have one, and an agent that was idle does not bank credit.
+    Each agent's turns are numbered; a turn's rank is ``max(now, the rank last served,
+    the agent's previous rank + quantum)``, so agents with many ready sessions take
+    turns with agents that have one, an agent that was idle does not bank credit, and
+    an agent that ran alone on spare capacity is not pushed behind the newcomers (its
+    ranks ran ahead of the wall clock, but not of the rank last served).
 
     Args:
         quantum_s: the virtual time one dispatched turn costs its agent.
@@ -73,7 +75,7 @@ class FairShare:
         self._finish: dict[str, float] = {}
 
     def __call__(self, ticket: Ticket, state: SchedulerState, /) -> float:
-        rank = max(float(state.now_ns), self._finish.get(ticket.agent, 0.0))
+        rank = max(float(state.now_ns), state.last_key, self._finish.get(ticket.agent, 0.0))
         self._finish[ticket.agent] = rank + self._quantum
         return rank
 
@@ -99,6 +101,8 @@ class PLAS:
         self.weight = weight
 
     def __call__(self, ticket: Ticket, state: SchedulerState, /) -> float:
+        if not ticket.attained_ns:  # inf × 0 would be nan, which breaks the heap's order
+            return float(ticket.ready_ns)
         return ticket.ready_ns + self.weight * ticket.attained_ns
 
 

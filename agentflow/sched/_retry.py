@@ -2,9 +2,10 @@
 
 Retried by default: 429 (after its ``Retry-After`` when the server sent one), 500,
 502, 503, 504, an error object sent inside the stream, connection errors, timeouts,
-and a stream cut mid-way (the turn is re-run; the partial output is discarded and
-recorded on the turn). Never retried: other 4xx (the request itself is wrong),
-malformed streams (opt in), tool errors, context overflows and cancellation.
+and a stream cut mid-way — dropped, or ended cleanly with no finish reason and no
+``[DONE]`` (the turn is re-run; the partial output is discarded and recorded on the
+turn). Never retried: other 4xx (the request itself is wrong), malformed streams
+(opt in), tool errors, context overflows and cancellation.
 
 Waits: the server's ``Retry-After`` when given (capped), otherwise jittered
 exponential backoff (tenacity's ``wait_random_exponential``, "full jitter").
@@ -51,7 +52,8 @@ class RetryPolicy:
         max_backoff_s: the longest backoff wait.
         max_retry_after_s: the longest ``Retry-After`` obeyed; longer is capped to it.
         jitter: randomise backoff ("full jitter"); off gives exact waits (tests).
-        retry_mid_stream: re-run a turn whose stream was cut after output began.
+        retry_mid_stream: re-run a turn whose stream was cut after output began (dropped,
+            or ended early without a finish reason or ``[DONE]``).
         retry_protocol_errors: also retry malformed or unfinished streams.
         failover: send the retry to another healthy replica when there is one.
     """
@@ -79,7 +81,7 @@ class RetryPolicy:
         if isinstance(exc, StreamInterrupted):
             return self.retry_mid_stream
         if isinstance(exc, StreamProtocolError):
-            return self.retry_protocol_errors
+            return self.retry_mid_stream if exc.unfinished else self.retry_protocol_errors
         if isinstance(exc, ConnectError | StreamTimeout | RateLimitError):
             return True
         if isinstance(exc, APIStatusError):

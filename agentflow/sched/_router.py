@@ -65,6 +65,11 @@ class Router:
         if len(replicas) == 1:  # the common case: no choice to make
             only = replicas[0]
             return only if only.breaker.allows() and only.has_room(ticket) else None
+        if self.sticky and not ticket.exclude:  # the common case: back to its home replica
+            home = self._session.get(ticket.session_id)
+            if home is not None and home.breaker.allows() and home.has_room(ticket):
+                self.sticky_hits += 1
+                return home
         healthy = [r for r in replicas if r.breaker.allows()]
         if ticket.exclude:
             preferred = [r for r in healthy if r.name not in ticket.exclude]

@@ -90,6 +90,11 @@ class Scheduler:
         check_unique(self.replicas)
         self.policy: Policy = policy if policy is not None else FCFS()
         self.limits = limits if limits is not None else Limits()
+        if self.limits.kv_tokens is not None:  # it would be ignored: only replicas check it
+            raise ConfigError(
+                "Limits.kv_tokens is a budget per server: set it on Replica(limits=...), "
+                "not on the fleet"
+            )
         self.router = router if router is not None else Router()
         self.prefix_warmup = prefix_warmup
         self._clock = clock
@@ -155,6 +160,8 @@ class Scheduler:
         elif ok is False:
             replica.failures += 1
             replica.breaker.on_failure()
+        else:
+            replica.breaker.on_abandon()
         if used_tokens is not None:
             for rates in (self._rates, replica.rates):
                 if rates is not None:
@@ -186,9 +193,10 @@ class Scheduler:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pump
             self._pump = None
-        for _, _, _, fut in self._heap:
+        for _, _, _, fut in itertools.chain(self._heap, *self._parked.values()):
             fut.cancel()
         self._heap.clear()
+        self._parked.clear()
 
     # -- dispatch -----------------------------------------------------------------
 
@@ -304,10 +312,15 @@ class Scheduler:
                 fut.set_exception(RuntimeError(f"agentflow's dispatcher failed: {exc!r}"))
 
     def _probe_delay_s(self) -> float | None:
-        """When no replica is healthy, sleep until the first breaker lets a probe through."""
+        """When no replica is healthy, sleep until the first breaker lets a probe through.
+
+        A half-open breaker whose probe is out lets nothing through until that probe
+        ends, and its release wakes the dispatcher: it sets no timer.
+        """
         if any(r.breaker.allows() for r in self.replicas):
             return None  # a release will wake us
-        return min(r.breaker.opens_in_ns() for r in self.replicas) * 1e-9 + 1e-6
+        waits = [r.breaker.opens_in_ns() for r in self.replicas if r.breaker.state == "open"]
+        return min(waits) * 1e-9 + 1e-6 if waits else None
 
     def __repr__(self) -> str:
         return (

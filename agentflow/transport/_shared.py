@@ -91,6 +91,7 @@ def finish_stream(
             "with neither a finish_reason nor [DONE]",
             endpoint=builder.endpoint,
             trace=trace,
+            unfinished=True,
         )
     return trace
 

@@ -124,7 +124,8 @@ def gaps(t: Sequence[Any], y: Sequence[Any]) -> tuple[list[float], list[float]]:
 
 def log_axis(ax: Axes, axis: str = "x") -> None:
     """A log scale labelled with plain numbers (``2``, ``50``, ``1000``); on an axis
-    spanning less than about two decades, minor ticks at 2× and 5× are labelled too."""
+    spanning less than about two decades, minor ticks at 2× and 5× are labelled too, and
+    inside one decade every minor tick is."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
 
     def minor(v: float, _: Any) -> str:
@@ -137,7 +138,10 @@ def log_axis(ax: Axes, axis: str = "x") -> None:
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
     a.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
     lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
-    a.set_minor_formatter(FuncFormatter(minor) if lo > 0 and hi / lo < 150 else NullFormatter())
+    if lo > 0 and hi / lo < 10:  # inside one decade there may be no major tick: label all
+        a.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+    else:
+        a.set_minor_formatter(FuncFormatter(minor) if lo > 0 and hi / lo < 150 else NullFormatter())
 
 
 def finite(values: Sequence[Any]) -> list[float]:

@@ -88,8 +88,9 @@ def interactivity(runs: Sequence[Run], *, gpus: float | None = None) -> Figure:
             xlabel=f"throughput: output tok/s ({unit})",
             ylabel="interactivity: decode tok/s per agent",
         )
-        ax.set_xlim(left=0)
-        ax.set_ylim(bottom=0)
+        # Headroom above and right of the highest point, so no marker sits on the frame.
+        ax.set_xlim(0, ax.get_xlim()[1] * 1.1)
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.15)
         ax.legend(fontsize=8, loc="best")
     ax.set_title("Interactivity vs throughput", fontsize=12)
     return Figure(

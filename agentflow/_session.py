@@ -317,7 +317,7 @@ class Session:
                 output_tokens=metrics.output_tokens,
                 tool_calls=len(trace.tool_calls),
             )
-        self.messages.append(_assistant_message(trace))
+        self.messages.append(trace.assistant_message())
         self.turns.append(TurnRecord(index, metrics, trace, prompt, failed))
         bus.emit(
             TurnEndEvent(
@@ -383,18 +383,6 @@ class Session:
         outputs = await asyncio.gather(*(one(c) for c in calls))
         for call, output in zip(calls, outputs, strict=True):
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
-
-
-def _assistant_message(trace: TurnTrace) -> dict[str, Any]:
-    msg: dict[str, Any] = {"role": "assistant", "content": trace.content or None}
-    if trace.tool_calls:
-        msg["tool_calls"] = [
-            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
-            for c in trace.tool_calls
-        ]
-    elif msg["content"] is None:
-        msg["content"] = ""
-    return msg
 
 
 def _rough_tokens(

@@ -110,3 +110,19 @@ class TurnTrace:
     def first_output_ns(self) -> int | None:
         """Arrival time of the first output-bearing chunk, or ``None`` if there was none."""
         return self.chunk_ns[0] if self.chunk_ns else None
+
+    def assistant_message(self) -> dict[str, Any]:
+        """The OpenAI-format assistant message this turn adds to a conversation."""
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content or None}
+        if self.tool_calls:
+            msg["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments},
+                }
+                for c in self.tool_calls
+            ]
+        elif msg["content"] is None:
+            msg["content"] = ""
+        return msg

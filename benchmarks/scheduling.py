@@ -1333,10 +1333,12 @@ its sessions share ({len(KINDS)} prefixes):
   {p.decode_per_ctx_token_s:g}, prefill_tps {p.prefill_tps:,.0f},
   prefill_per_ctx_token_s {p.prefill_per_ctx_token_s:g}. {PROFILE_SOURCES} The
   replicas' KV is the constraint: together they hold
-  {big.replicas * p.kv_capacity_tokens / 1e6:.1f}M tokens, far less than the contexts
-  of {big.agents} live conversations, so the prefix cache evicts (the baseline's
-  engines evicted {base.evictions:,} cached blocks), and with round-robin placement a
-  replica that gets more than its share of long requests preempts.
+  {big.replicas * p.kv_capacity_tokens / 1e6:.1f}M tokens, while the {big.agents}
+  conversations' last prompts add up to
+  {sum(o.max_prompt_tokens for o in base.outcomes) / 1e6:.1f}M, so the prefix cache
+  evicts (the baseline's engines evicted {base.evictions:,} cached blocks), and with
+  round-robin placement a replica that gets more than its share of long requests
+  preempts.
 - Concurrency cap: {big.cap} model requests in flight for every variant — the
   baseline's `asyncio.Semaphore({big.cap})`, the Fleet's `max_concurrency={big.cap}`
   (no per-replica caps). Tools never hold a slot; the Fleet's tool bound is the number
@@ -1400,22 +1402,19 @@ real run), and three rows run again with it off. Absolute figures on this kind o
 
 def overhead_findings(ov: dict[str, list[float]]) -> str:
     med = statistics.median
-    parts = []
-    if "runner/nogc" in ov and "plas/nogc" in ov and "semaphore/nogc" in ov:
-        runner, runner_off = med(ov["runner"]), med(ov["runner/nogc"])
-        plas, plas_off = med(ov["plas"]), med(ov["plas/nogc"])
-        sem, sem_off = med(ov["semaphore"]), med(ov["semaphore/nogc"])
-        parts.append(
-            f"The garbage collector's share grows with what each turn allocates and with "
-            f"the sessions alive: with the collector off the `Semaphore` costs "
-            f"{sem_off:.1f} µs ({sem:.1f} on), the `plas` scheduler {plas_off:.1f} "
-            f"({plas:.1f}) and the whole `TurnRunner` path {runner_off:.1f} ({runner:.1f}). "
-            f"The runner allocates a new request per turn (`dataclasses.replace`, to add the "
-            f"session header) and a few small containers; they live across the stream's "
-            f"await, survive into the older generations, and make CPython's full "
-            f"collections — which walk every live session's objects — come more often."
-        )
-    return " ".join(parts)
+    if not all(k in ov for k in ("runner/nogc", "plas/nogc", "semaphore/nogc")):
+        return ""
+    return (
+        f"With the garbage collector off, the whole `TurnRunner` path costs "
+        f"{med(ov['runner/nogc']):.1f} µs per turn instead of {med(ov['runner']):.1f} (the "
+        f"`plas` scheduler alone {med(ov['plas/nogc']):.1f} vs {med(ov['plas']):.1f}, the "
+        f"`Semaphore` {med(ov['semaphore/nogc']):.1f} vs {med(ov['semaphore']):.1f}). The "
+        f"runner allocates more per turn — a new request (`dataclasses.replace`, to add the "
+        f"session header), its dicts, the coroutines of `send` and `_once` — and these live "
+        f"across the stream's await, so they survive into the older generations and make "
+        f"CPython's full collections, which walk every live session's objects, come more "
+        f"often."
+    )
 
 
 @dataclass(slots=True)
@@ -1432,6 +1431,10 @@ class Measured:
     argv: list[str]
     #: The 1-minute load average when the overhead part started (other work on the machine).
     ov_load: float = math.nan
+    #: When the measuring ended.
+    when: str = field(
+        default_factory=lambda: dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    )
 
 
 def section(m: Measured) -> str:
@@ -1443,7 +1446,7 @@ def section(m: Measured) -> str:
         m.ov_shape,
         m.argv,
     )
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    when = m.when
     cmd = " ".join(["python benchmarks/scheduling.py", *argv])
     parts = [
         START,
@@ -1502,15 +1505,32 @@ def section(m: Measured) -> str:
 
 
 def http_findings(sc: Scenario, http: Sequence[RunResult], virtual: Sequence[RunResult]) -> str:
-    def order(rs: Sequence[RunResult]) -> list[str]:
-        return [r.variant for r in sorted(rs, key=lambda r: r.mean_s)]
-
-    h, v = order(http), order([r for r in virtual if r.variant in {x.variant for x in http}])
-    same = "the same" if h == v else "not the same"
+    hb = _by(http, "baseline")
+    vb = next((r for r in virtual if r.variant == "baseline"), None)
+    vby = {r.variant: r for r in virtual}
+    parts = []
+    for r in http:
+        v = vby.get(r.variant)
+        if r.variant == "baseline" or v is None or vb is None:
+            continue
+        parts.append(
+            f"`{r.variant}` {hb.mean_s / r.mean_s:.2f}× the baseline's mean over HTTP "
+            f"({vb.mean_s / v.mean_s:.2f}× in virtual time)"
+        )
+    order_h = [r.variant for r in sorted(http, key=lambda r: r.mean_s)]
+    order_v = [
+        r.variant
+        for r in sorted((vby[x.variant] for x in http if x.variant in vby), key=lambda r: r.mean_s)
+    ]
+    same = "the same order as" if order_h == order_v else "not in the order of"
+    lag = max(r.lag_s for r in http)
+    diffs = [r.mean_s - vby[r.variant].mean_s for r in http if r.variant in vby]
     return (
-        f"*Real time.* Over HTTP the variants rank {' < '.join(f'`{k}`' for k in h)} by mean "
-        f"agent completion; in virtual time, the same small workload ranks "
-        f"{' < '.join(f'`{k}`' for k in v)} — {same} order."
+        f"*Real time.* {'; '.join(parts)}: over HTTP the variants come in {same} virtual "
+        f"time. The real-time means are {min(diffs):+.1f} to {max(diffs):+.1f} s off the "
+        f"virtual ones: the servers' step loops fell behind wall time by up to {lag:.0f} "
+        f"modelled seconds in a run (parsing and tokenizing every request takes CPU that "
+        f"virtual time does not count), not by the same amount in every run."
     )
 
 

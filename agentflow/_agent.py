@@ -52,6 +52,8 @@ class Agent:
     #: Identifies the prompt prefix every session of this agent shares (instructions and
     #: tool schemas); sessions with equal keys are scheduled and routed together.
     prefix_key: str | None = field(init=False, default=None, compare=False)
+    #: Characters of the tool schemas as sent (for cheap prompt estimates, computed once).
+    tool_chars: int = field(init=False, default=0, compare=False)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -83,7 +85,11 @@ class Agent:
             raise ConfigError(f"Agent {self.name!r}: duplicate tool names {dupes}")
         object.__setattr__(self, "tools", tools)
         object.__setattr__(self, "params", dict(self.params))
-        object.__setattr__(self, "prefix_key", _prefix_key(self.instructions, self.tool_specs))
+        specs = self.tool_specs
+        object.__setattr__(self, "prefix_key", _prefix_key(self.instructions, specs))
+        object.__setattr__(
+            self, "tool_chars", len(json.dumps(specs, separators=(",", ":"))) if specs else 0
+        )
 
     @property
     def max_output_tokens(self) -> int | None:

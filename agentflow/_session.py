@@ -281,7 +281,8 @@ class Session:
             )
 
         async def complete(extra: ChatRequest) -> TurnTrace:
-            estimate = _rough_tokens(extra.messages, extra.tools)
+            tool_chars = len(msgspec.json.encode(extra.tools)) if extra.tools else 0
+            estimate = _rough_tokens(extra.messages, tool_chars)
             trace, _ = await runner.send(ticket(clock(), estimate), extra)
             return trace
 
@@ -304,7 +305,9 @@ class Session:
             sink = _TokenSink(bus, agent.name, self.session_id, index) if bus.wants_tokens else None
             ready = clock()
             estimate = (
-                prompt.estimated_tokens if prompt else _rough_tokens(self.messages, request.tools)
+                prompt.estimated_tokens
+                if prompt
+                else _rough_tokens(self.messages, agent.tool_chars)
             )
             trace, failed = await runner.send(ticket(ready, estimate), request, sink, on_retry)
             if ctx is not None:
@@ -385,15 +388,13 @@ class Session:
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
 
 
-def _rough_tokens(
-    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] = ()
-) -> int:
+def _rough_tokens(messages: Sequence[Mapping[str, Any]], tool_chars: int = 0) -> int:
     """A cheap prompt estimate (4 characters a token) when no context policy counts.
 
     Tool schemas are part of the prompt (servers count them in ``prompt_tokens``), so
-    they are counted too: leaving them out would under-charge token limits.
+    their ``tool_chars`` count too: leaving them out would under-charge token limits.
     """
-    chars = len(msgspec.json.encode(tools)) if tools else 0
+    chars = tool_chars
     for m in messages:
         content = m.get("content")
         if isinstance(content, str):

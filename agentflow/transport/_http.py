@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl as _ssl
+import sys
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -27,6 +28,7 @@ from multidict import CIMultiDict
 
 from agentflow._errors import ConfigError, ConnectError, StreamInterrupted, StreamProtocolError
 from agentflow._trace import TurnTrace
+from agentflow.transport import _kstamp
 from agentflow.transport._deadline import Deadlines
 from agentflow.transport._decode import TraceBuilder
 from agentflow.transport._pool import ConnectionPool, PooledConnection
@@ -64,6 +66,10 @@ class HTTPTransport(EndpointTransport):
         ssl: the TLS context for an https endpoint (default: the system's trust store).
         keepalive_s: idle connections are closed after this many seconds.
         clock: nanosecond monotonic clock for the trace.
+        kernel_timestamps: stamp each read with the time the kernel received it
+            (``SO_TIMESTAMPNS``, Linux, http:// only) instead of the time the event loop
+            got to it, so a busy client does not inflate the latencies it measures; see
+            ``docs/metrics.md``. ``clock`` must then tick in real nanoseconds.
     """
 
     def __init__(
@@ -75,11 +81,23 @@ class HTTPTransport(EndpointTransport):
         ssl: _ssl.SSLContext | None = None,
         keepalive_s: float = 15.0,
         clock: Clock = time.perf_counter_ns,
+        kernel_timestamps: bool = False,
     ) -> None:
         super().__init__(endpoint, timeouts=timeouts, connect_retries=connect_retries, clock=clock)
         self._keepalive_s = keepalive_s
         url = urlsplit(self._endpoint.chat_url)
         self._https = url.scheme == "https"
+        if kernel_timestamps and not _kstamp.SUPPORTED:
+            raise ConfigError(
+                f"HTTPTransport kernel_timestamps=True needs Linux (SO_TIMESTAMPNS); "
+                f"this is {sys.platform}"
+            )
+        if kernel_timestamps and self._https:
+            raise ConfigError(
+                "HTTPTransport kernel_timestamps=True works on http:// endpoints only "
+                f"(TLS needs asyncio's own transport), got {self._endpoint.base_url!r}"
+            )
+        self.kernel_timestamps = kernel_timestamps
         try:
             port = url.port
         except ValueError as exc:
@@ -116,6 +134,7 @@ class HTTPTransport(EndpointTransport):
                 server_hostname=self._host,
                 connect_timeout=self._timeouts.connect,
                 keepalive_s=self._keepalive_s,
+                stamp_clock=self._clock if self.kernel_timestamps else None,
             )
         return pool
 
@@ -292,7 +311,8 @@ class _Connection(PooledConnection):
             # whatever it is, the connection is out of step and cannot be reused.
             self.abort()
             return
-        self._now = now = ex.clock()
+        # rx_ns: the kernel's arrival stamp, when the connection has one (kernel_timestamps).
+        self._now = now = self.rx_ns or ex.clock()
         ex.limits.last_ns = now
         try:
             self._parser.feed_data(data)

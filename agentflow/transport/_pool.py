@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar, cast
 
 from agentflow._errors import ConnectError, StreamTimeout
+from agentflow.transport._kstamp import open_stamped
 
 __all__ = ["ConnectionPool", "PooledConnection"]
 
@@ -24,11 +25,14 @@ __all__ = ["ConnectionPool", "PooledConnection"]
 class PooledConnection(asyncio.Protocol):
     """The pool's side of one connection; a subclass parses what arrives on it."""
 
-    __slots__ = ("_lost", "pool", "transport")
+    __slots__ = ("_lost", "pool", "rx_ns", "transport")
 
     def __init__(self, pool: ConnectionPool[Any]) -> None:
         self.pool: ConnectionPool[Any] = pool
         self.transport: asyncio.Transport | None = None
+        #: The kernel's arrival time of the read being delivered (on a
+        #: :class:`~agentflow.transport._kstamp.StampedSocket`); 0 on asyncio's transports.
+        self.rx_ns = 0
         # Resolved in connection_lost, so that aclose() can wait until sockets are shut.
         self._lost: asyncio.Future[None] = pool.loop.create_future()
 
@@ -75,6 +79,9 @@ class ConnectionPool(Generic[C]):
         server_hostname: the name TLS checks the certificate against.
         connect_timeout: seconds allowed for one ``create_connection`` (DNS, TCP, TLS).
         keepalive_s: an idle connection older than this is closed.
+        stamp_clock: open plain-TCP connections whose reads the kernel stamps
+            (:class:`~agentflow.transport._kstamp.StampedSocket`), converted to this clock;
+            ``None`` uses asyncio's own transports.
     """
 
     def __init__(
@@ -88,8 +95,10 @@ class ConnectionPool(Generic[C]):
         server_hostname: str | None = None,
         connect_timeout: float | None = None,
         keepalive_s: float = 15.0,
+        stamp_clock: Callable[[], int] | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
+        self._stamp_clock = stamp_clock
         self._factory = factory
         self._host = host
         self._port = port
@@ -135,13 +144,19 @@ class ConnectionPool(Generic[C]):
         scope = asyncio.timeout(self._connect_timeout)
         try:
             async with scope:
-                _, conn = await self.loop.create_connection(
-                    lambda: self._factory(self),
-                    self._host,
-                    self._port,
-                    ssl=self._ssl,
-                    server_hostname=self._server_hostname,
-                )
+                if self._stamp_clock is not None:
+                    _, stamped = await open_stamped(
+                        lambda: self._factory(self), self._host, self._port, clock=self._stamp_clock
+                    )
+                    conn = cast(C, stamped)
+                else:
+                    _, conn = await self.loop.create_connection(
+                        lambda: self._factory(self),
+                        self._host,
+                        self._port,
+                        ssl=self._ssl,
+                        server_hostname=self._server_hostname,
+                    )
         except TimeoutError as exc:
             # An OSError(ETIMEDOUT) from the kernel is a TimeoutError too: only our own
             # limit running out is the connect phase's StreamTimeout.

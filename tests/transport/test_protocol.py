@@ -11,8 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import socket
 import ssl
 import subprocess
+import threading
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -35,8 +38,22 @@ from agentflow import (
 )
 from agentflow.llamacpp import free_port
 from agentflow.testing import Reply, ScriptedServer
+from agentflow.transport import _kstamp
 
 REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8})
+
+
+@pytest.fixture(autouse=True, params=["asyncio", "kernel"])
+def reads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test here runs twice: on asyncio's transports, and with
+    ``kernel_timestamps=True`` (agentflow's own socket transport, reads from ``recvmsg``)."""
+    if request.param == "kernel":
+        if not _kstamp.SUPPORTED:
+            pytest.skip("kernel read timestamps need Linux")
+        defaults = HTTPTransport.__init__.__kwdefaults__
+        assert defaults is not None
+        monkeypatch.setitem(defaults, "kernel_timestamps", True)
+    return str(request.param)
 
 
 def sse(text: str) -> bytes:
@@ -502,8 +519,12 @@ def _self_signed(tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
     return server, client
 
 
-async def test_https(tmp_path: Path) -> None:
+async def test_https(tmp_path: Path, reads: str) -> None:
     """TLS with the certificate checked against the URL's host name; connections reused."""
+    if reads == "kernel":
+        with pytest.raises(ConfigError, match="kernel_timestamps=True works on http://"):
+            HTTPTransport("https://localhost:1/v1")
+        return
     server_ctx, client_ctx = _self_signed(tmp_path)
     replies = [Raw(chunked(sse("secure"))), Raw(chunked(sse("again")))]
     async with (
@@ -512,3 +533,77 @@ async def test_https(tmp_path: Path) -> None:
     ):
         traces = [await t.stream(REQ) for _ in range(2)]
     assert [tr.content for tr in traces] == ["secure", "again"] and srv.connections == 1
+
+
+class _ThreadServer:
+    """A blocking loopback server on its own thread: it answers while the client's event
+    loop is stuck, as a real server in another process would."""
+
+    def __init__(self, response: bytes) -> None:
+        self.response = response
+        self._sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self._sock.getsockname()[1]
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = self._sock.accept()
+            with conn:
+                buf = b""
+                while True:
+                    data = conn.recv(65536)
+                    if not data:
+                        return
+                    buf += data
+                    head, sep, rest = buf.partition(b"\r\n\r\n")
+                    if not sep:
+                        continue
+                    length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+                    if len(rest) < length:
+                        continue
+                    buf = rest[length:]
+                    conn.sendall(self.response)
+
+    def close(self) -> None:
+        self._sock.close()
+        self._thread.join(timeout=5)
+
+
+async def test_kernel_stamps_do_not_count_the_clients_own_lag(reads: str) -> None:
+    """The loop is stuck for 0.3 s right after sending: the answer, already in the socket,
+    is stamped when it arrived with kernel timestamps, and 0.3 s late without them."""
+    srv = _ThreadServer(b"".join(chunked(sse("fast"))))
+    try:
+        async with HTTPTransport(f"http://127.0.0.1:{srv.port}/v1") as t:
+            await t.stream(REQ)  # connects; the next request reuses the connection
+            # With an idle pooled connection stream() writes the request before its first
+            # suspension, so this runs after the request is on its way.
+            asyncio.get_running_loop().call_soon(time.sleep, 0.3)
+            trace = await t.stream(REQ)
+    finally:
+        srv.close()
+    assert trace.content == "fast"
+    first_s = (trace.chunk_ns[0] - trace.sent_ns) / 1e9
+    if reads == "kernel":
+        assert first_s < 0.15, first_s
+    else:
+        assert first_s >= 0.3, first_s
+
+
+async def test_a_large_request_is_written_whole() -> None:
+    """An 8 MB body does not fit the socket at once; the rest goes as the server reads it."""
+    big = ChatRequest(model="m", messages=[{"role": "user", "content": "x" * 8_000_000}])
+    async with (
+        RawServer([Raw(chunked(sse("read it all")))]) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        trace = await t.stream(big)
+    assert trace.content == "read it all" and len(srv.heads) == 1
+
+
+def test_kernel_stamps_need_linux(monkeypatch: pytest.MonkeyPatch, reads: str) -> None:
+    """Elsewhere asking for them is a configuration error that says why."""
+    monkeypatch.setattr(_kstamp, "SUPPORTED", False)
+    with pytest.raises(ConfigError, match="needs Linux"):
+        HTTPTransport("http://127.0.0.1:1/v1", kernel_timestamps=True)

@@ -11,17 +11,19 @@ import asyncio
 import contextlib
 import json
 import sys
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 
-from agentflow._errors import ConfigError
+from agentflow._errors import ConfigError, TransportError
 from agentflow._fleet import Fleet, FleetResult
 from agentflow._process import ChildServer, free_port
 from agentflow.demo.summary import LiveView, build_report, summary_table
 from agentflow.demo.workload import make_workload
+from agentflow.report import LoopLagProbe, ServerWatch
 from agentflow.sim.profiles import get_profile
 from agentflow.transport import Endpoint, HTTPTransport
 from agentflow.typing import Transport
@@ -80,6 +82,7 @@ class DemoConfig:
 def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, Any]:
     """Run the demo to its end; returns the report (also written to ``config.report``)."""
     console = console or Console()
+    watched = _Watched()
     with contextlib.ExitStack() as stack:
         if config.virtual:
             from agentflow.embedded import run_virtual
@@ -89,7 +92,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
             url = config.base_url or _start_simulator(config, stack).rstrip("/") + "/v1"
             scale = 1.0 if config.base_url else config.time_scale
             endpoint = Endpoint(base_url=url, api_key=config.api_key)
-            result = asyncio.run(_http_fleet(config, endpoint, scale, console))
+            result = asyncio.run(_http_fleet(config, endpoint, scale, console, watched))
     scale = _advertised_time_scale(result) or scale
     run = {
         k: (str(v) if isinstance(v, Path) else v)
@@ -98,7 +101,13 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
     }
     run["time_scale"] = scale
     run["server"] = config.base_url or ("in-process, virtual time" if config.virtual else "sim")
-    report = build_report(result, run=run)
+    if watched.loop_lag is not None:
+        run["loop_lag"] = watched.loop_lag
+    report = build_report(result, run=run, start_ns=watched.start_ns)
+    if watched.server is not None:
+        report["server"] = watched.server.section(report, origin_ns=watched.start_ns)
+    elif watched.server_error:
+        console.print(f"[dim]no server section in the report: {watched.server_error}[/dim]")
     console.print(summary_table(report))
     if config.report is not None:
         config.report.parent.mkdir(parents=True, exist_ok=True)
@@ -159,15 +168,43 @@ async def _run_fleet(
     return await fleet.run(sessions)
 
 
+@dataclass
+class _Watched:
+    """What the HTTP run measured besides the fleet: the server's ``/metrics`` around it,
+    the client's own loop lag, and when it started (on the traces' clock)."""
+
+    start_ns: int | None = None
+    server: ServerWatch | None = None
+    server_error: str = ""
+    loop_lag: dict[str, Any] | None = None
+
+
 async def _http_fleet(
-    config: DemoConfig, endpoint: Endpoint, scale: float, console: Console
+    config: DemoConfig, endpoint: Endpoint, scale: float, console: Console, watched: _Watched
 ) -> FleetResult:
     view = LiveView(total_sessions=config.agents, time_scale=scale, console=console)
-    async with HTTPTransport(endpoint) as transport:
-        if not config.live:
-            return await _run_fleet(config, transport, view)
-        with view.live():
-            return await _run_fleet(config, transport, view)
+    watch = ServerWatch(endpoint.base_url, interval_s=0.5)
+    try:
+        await watch.start()
+        watched.server = watch
+    except (TransportError, ValueError) as exc:  # no /metrics there: report without it
+        watched.server_error = str(exc)
+    try:
+        async with HTTPTransport(endpoint) as transport, LoopLagProbe() as lag:
+            watched.start_ns = time.perf_counter_ns()
+            if not config.live:
+                result = await _run_fleet(config, transport, view)
+            else:
+                with view.live():
+                    result = await _run_fleet(config, transport, view)
+        watched.loop_lag = lag.summary()
+    finally:
+        if watched.server is not None:
+            try:
+                await watch.stop()
+            except (TransportError, ValueError) as exc:
+                watched.server, watched.server_error = None, str(exc)
+    return result
 
 
 async def _virtual_fleet(config: DemoConfig) -> tuple[FleetResult, float]:

@@ -21,14 +21,18 @@ from agentflow.stats import FleetStats
 __all__ = ["LiveView", "build_report", "summary_table"]
 
 
-def build_report(result: FleetResult, *, run: dict[str, Any]) -> dict[str, Any]:
+def build_report(
+    result: FleetResult, *, run: dict[str, Any], start_ns: int | None = None
+) -> dict[str, Any]:
     """The demo's JSON report: :mod:`agentflow.stats`' ``agentflow.report/2``, one row per
-    session (``docs/report-schema.md``).
+    session and one sample per turn (``docs/report-schema.md``).
 
-    Times are seconds as measured on this machine; ``time_scale`` in ``run`` says how much
-    slower than the modelled deployment the server ran (divide times by it).
+    Times are seconds as measured on this machine, from ``start_ns`` (the trace clock's
+    reading when the run started; default the first turn); ``time_scale`` in ``run`` says
+    how much slower than the modelled deployment the server ran (divide times by it).
     """
-    report = FleetStats.from_result(result, per="session").report(run=run)
+    stats = FleetStats.from_result(result, per="session", keep_samples=True, start_ns=start_ns)
+    report = stats.report(run=run, include_samples=True)
     report["prefix_reuse"] = prefix_reuse(result.sessions).to_dict()
     return report
 

@@ -59,6 +59,14 @@ def test_demo_over_http_against_the_simulator(tmp_path: Path) -> None:
     turns = {a["agent"]: a["turns"] for a in report["agents"]}
     assert [turns[f"coder-{i:03d}"] for i in range(8)] == [r + 1 for r in planned]
     assert len(set(planned)) > 1
+    # The server's own view, scraped from its /metrics before, during and after the run.
+    server = report["server"]
+    assert server["source"]["dialect"] == "vllm"
+    compared = {row["figure"]: row for row in server["comparison"]}
+    assert compared["output_tokens"]["server"] == report["fleet"]["output_tokens"]
+    # The client's loop lag, and one sample per turn for the report's plots.
+    assert report["run"]["loop_lag"]["count"] > 0
+    assert len(report["samples"]) == report["fleet"]["turns"]
 
 
 def test_demo_in_virtual_time(tmp_path: Path) -> None:

@@ -3,6 +3,12 @@
 closed → (``threshold`` failures in a row) → open for ``cooldown_s`` → half-open:
 one request goes through as a probe → success closes, failure re-opens with the
 cooldown doubled (up to ``max_cooldown_s``).
+
+Only the probe decides once the circuit has opened: :meth:`CircuitBreaker.on_send`
+says whether a request is the probe, and its verdict is passed back. A request sent
+before the circuit opened and ending after it — a slow stream, a success or a failure
+from before the trip — says nothing about the endpoint *now*: it neither closes the
+circuit nor re-opens it.
 """
 
 from __future__ import annotations
@@ -83,30 +89,42 @@ class CircuitBreaker:
             return 0
         return max(0, self._open_until - self._clock())
 
-    def on_send(self) -> None:
-        """A request was sent (in half-open, it is the probe)."""
+    def on_send(self) -> bool:
+        """A request was sent; returns whether it is the probe (sent while not closed).
+
+        Pass the result back to :meth:`on_success`, :meth:`on_failure` or
+        :meth:`on_abandon` when the request ends.
+        """
         if self._open_until is not None:
             self._probing = True
+            return True
+        return False
 
-    def on_success(self) -> None:
-        """A request succeeded: close the circuit."""
-        self.failures = 0
-        self._open_until = None
-        self._probing = False
-        self._cooldown = self._base
+    def on_success(self, probe: bool = False) -> None:
+        """A request succeeded: clears the failure count; the probe's closes the circuit."""
+        if self._open_until is None:
+            self.failures = 0
+        elif probe:
+            self.failures = 0
+            self._open_until = None
+            self._probing = False
+            self._cooldown = self._base
 
-    def on_abandon(self) -> None:
+    def on_abandon(self, probe: bool = False) -> None:
         """A request ended with no verdict (cancelled): if it was the probe, another may go."""
-        self._probing = False
+        if probe:
+            self._probing = False
 
-    def on_failure(self) -> None:
+    def on_failure(self, probe: bool = False) -> None:
         """A request failed in a way that blames the endpoint."""
-        self.failures += 1
-        if self._probing:
+        if self._open_until is None:
+            self.failures += 1
+            if self.failures >= self.threshold:
+                self._trip()
+        elif probe:
+            self.failures += 1
             self._probing = False
             self._cooldown = min(self._cooldown * 2, self._max)
-            self._trip()
-        elif self._open_until is None and self.failures >= self.threshold:
             self._trip()
 
     def _trip(self) -> None:

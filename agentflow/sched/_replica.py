@@ -80,12 +80,12 @@ class ReplicaState:
             or self.tokens_in_flight + ticket.tokens <= lim.kv_tokens
         )
 
-    def start(self, ticket: Ticket) -> None:
-        """``ticket`` was dispatched here."""
+    def start(self, ticket: Ticket) -> bool:
+        """``ticket`` was dispatched here; returns whether it is the breaker's probe."""
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         self.tokens_in_flight += ticket.tokens
-        self.breaker.on_send()
+        return self.breaker.on_send()
 
     def finish(self, ticket: Ticket) -> None:
         """``ticket``'s stream ended (whatever the outcome)."""

@@ -53,12 +53,15 @@ class Grant:
         started_ns: when it was dispatched.
         leader: whether it is the first request of a cold shared prefix (the others
             sharing it wait for its first token).
+        probe: whether it is the replica's circuit-breaker probe (only the probe's
+            outcome closes or re-opens an open circuit).
     """
 
     ticket: Ticket
     replica: ReplicaState
     started_ns: int
     leader: bool = False
+    probe: bool = False
 
 
 class Scheduler:
@@ -156,12 +159,12 @@ class Scheduler:
         attained[ticket.session_id] = attained.get(ticket.session_id, 0) + now - grant.started_ns
         if ok:
             replica.served += 1
-            replica.breaker.on_success()
+            replica.breaker.on_success(grant.probe)
         elif ok is False:
             replica.failures += 1
-            replica.breaker.on_failure()
+            replica.breaker.on_failure(grant.probe)
         else:
-            replica.breaker.on_abandon()
+            replica.breaker.on_abandon(grant.probe)
         if used_tokens is not None:
             for rates in (self._rates, replica.rates):
                 if rates is not None:
@@ -223,7 +226,7 @@ class Scheduler:
         return self.router.choose(ticket, self.replicas)
 
     def _start(self, ticket: Ticket, replica: ReplicaState, rank: float) -> Grant:
-        replica.start(ticket)
+        probe = replica.start(ticket)
         self.router.placed(ticket, replica)
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
@@ -236,7 +239,7 @@ class Scheduler:
         if self.prefix_warmup and key is not None and key not in self._warm:
             self._warm[key] = _WARMING
             leader = True
-        return Grant(ticket, replica, self._clock(), leader)
+        return Grant(ticket, replica, self._clock(), leader, probe)
 
     def _kick(self) -> None:
         if self._pump is None:

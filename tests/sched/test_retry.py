@@ -364,35 +364,54 @@ def test_breaker_opens_after_threshold_and_a_probe_closes_it() -> None:
     clock = FakeClock()
     b = CircuitBreaker(clock, threshold=3, cooldown_s=5.0, max_cooldown_s=12.0)
     for _ in range(2):
-        b.on_send()
-        b.on_failure()
+        b.on_failure(b.on_send())
     assert state(b) == "closed" and b.allows()
-    b.on_success()  # a success resets the count: failures must be consecutive
+    b.on_success(b.on_send())  # a success resets the count: failures must be consecutive
     for _ in range(3):
-        b.on_send()
-        b.on_failure()
+        b.on_failure(b.on_send())
     assert state(b) == "open" and not b.allows() and b.opened == 1
     assert b.opens_in_ns() == 5_000_000_000
     clock.advance(4.9)
     assert not b.allows()
     clock.advance(0.1)
     assert state(b) == "half_open" and b.allows() and b.opens_in_ns() == 0
-    b.on_send()  # the probe
-    assert not b.allows()  # one probe at a time
-    b.on_failure()  # it failed: open again, cooldown doubled
+    probe = b.on_send()
+    assert probe and not b.allows()  # one probe at a time
+    b.on_failure(probe)  # it failed: open again, cooldown doubled
     assert state(b) == "open" and b.opened == 2 and b.opens_in_ns() == 10_000_000_000
     clock.advance(10.0)
-    b.on_send()
-    b.on_failure()  # doubled again, capped at 12 s
+    b.on_failure(b.on_send())  # doubled again, capped at 12 s
     assert b.opens_in_ns() == 12_000_000_000
     clock.advance(12.0)
     assert b.allows()
-    b.on_send()
-    b.on_success()  # the probe succeeded: closed, cooldown back to 5 s
+    b.on_success(b.on_send())  # the probe succeeded: closed, cooldown back to 5 s
     assert state(b) == "closed" and b.failures == 0
     for _ in range(3):
-        b.on_failure()
+        b.on_failure(b.on_send())
     assert b.opens_in_ns() == 5_000_000_000
+
+
+def test_only_the_probe_decides_an_open_breaker() -> None:
+    """Requests sent before the circuit opened say nothing about the endpoint now: a slow
+    success does not close it, and a late failure does not re-open it over the probe."""
+    clock = FakeClock()
+    b = CircuitBreaker(clock, threshold=2, cooldown_s=5.0)
+    slow = [b.on_send() for _ in range(3)]  # three long streams go out while all is well
+    assert slow == [False, False, False]
+    b.on_failure(slow[0])
+    b.on_failure(slow[1])
+    assert state(b) == "open" and b.opened == 1
+    b.on_success(slow[2])  # sent before the trip: the circuit stays open
+    assert state(b) == "open" and not b.allows()
+    clock.advance(5.0)
+    late = b.on_send()  # sent after the cooldown: the probe
+    assert late is True and not b.allows()
+    b.on_abandon(False)  # some other request was cancelled: the probe is still out
+    assert not b.allows()
+    b.on_failure(False)  # and a stale failure neither re-opens nor doubles the cooldown
+    assert state(b) == "half_open" and b.opened == 1
+    b.on_success(late)
+    assert state(b) == "closed" and b.failures == 0
 
 
 def test_breaker_rejects_bad_config() -> None:

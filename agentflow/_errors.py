@@ -13,7 +13,7 @@ to act on it as attributes, never only in its message::
     │   │   ├── BadRequestError 4xx other than 429
     │   │   ├── RateLimitError  429
     │   │   └── ServerError     5xx, or an error object sent inside the stream
-    │   └── StreamTimeout       ``.phase`` (connect/first_token/idle/total), ``.timeout_s``
+    │   └── StreamTimeout       a time limit ran out; ``.phase``, ``.timeout_s``, ``.trace``
     ├── ToolError               a tool raised or got arguments it cannot take; ``.tool``
     ├── MaxTurnsExceeded        a session used ``max_turns`` without a final answer
     ├── ContextOverflow         a prompt cannot fit its window; ``.tokens``, ``.limit``
@@ -147,19 +147,27 @@ class ServerError(APIStatusError):
 StreamPhase = Literal["connect", "first_token", "idle", "total"]
 
 
-class StreamTimeout(TransportError):
+class StreamTimeout(_WithTrace):
     """A time limit ran out.
 
     Attributes:
         phase: which limit: ``connect``, ``first_token``, ``idle`` (gap between chunks)
             or ``total``.
         timeout_s: the limit, in seconds.
+        trace: what had arrived when the limit ran out (``None`` before a request was
+            sent, e.g. for ``connect``).
     """
 
     def __init__(
-        self, message: str, *, phase: StreamPhase, timeout_s: float, endpoint: str | None = None
+        self,
+        message: str,
+        *,
+        phase: StreamPhase,
+        timeout_s: float,
+        endpoint: str | None = None,
+        trace: TurnTrace | None = None,
     ) -> None:
-        super().__init__(message, endpoint=endpoint)
+        super().__init__(message, endpoint=endpoint, trace=trace)
         self.phase = phase
         self.timeout_s = timeout_s
 

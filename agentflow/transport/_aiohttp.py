@@ -126,7 +126,8 @@ class AiohttpTransport(EndpointTransport):
                         resp.close()
                 trace = finish_stream(builder, clock(), reconnects, keep_headers(resp.headers))
         except TimeoutError:
-            raise limits.error(self.endpoint) from None
+            trace = builder.finish(clock(), reconnects=reconnects)
+            raise limits.error(self.endpoint, trace) from None
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
             raise StreamInterrupted(
                 f"connection to {self.endpoint} dropped mid-stream after "

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 
 from agentflow._errors import StreamPhase, StreamTimeout
+from agentflow._trace import TurnTrace
 from agentflow.transport._request import Timeouts
 from agentflow.typing import Clock
 
@@ -84,8 +85,8 @@ class Deadlines:
             self._handle.cancel()
             self._handle = None
 
-    def error(self, endpoint: str) -> StreamTimeout:
-        """The :class:`StreamTimeout` for the limit that ran out."""
+    def error(self, endpoint: str, trace: TurnTrace | None = None) -> StreamTimeout:
+        """The :class:`StreamTimeout` for the limit that ran out, with what had arrived."""
         t = self.timeouts
         phase: StreamPhase
         if self.expired == "idle":
@@ -102,4 +103,5 @@ class Deadlines:
             phase=phase,
             timeout_s=limit or 0.0,
             endpoint=endpoint,
+            trace=trace,
         )

@@ -195,7 +195,8 @@ class HTTPTransport(EndpointTransport):
                         conn.abort()
                 trace = finish_stream(builder, clock(), reconnects, keep_headers(ex.headers))
         except TimeoutError:
-            raise limits.error(self.endpoint) from None
+            trace = builder.finish(clock(), reconnects=reconnects)
+            raise limits.error(self.endpoint, trace) from None
         return trace
 
     async def aclose(self) -> None:

@@ -112,6 +112,7 @@ class OpenAITransport:
                 phase="idle",
                 timeout_s=_timeout_s(self._client),
                 endpoint=self.endpoint,
+                trace=builder.finish(clock()),
             ) from None
         except httpx2.HTTPError as exc:
             raise StreamInterrupted(

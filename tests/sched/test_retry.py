@@ -120,8 +120,8 @@ CASES: list[tuple[str, type[TransportError], bool, float]] = [
     ("server_error", ServerError, False, 0.25),
     ("unavailable; retry_after=3", ServerError, False, 3.0),
     ("reset_mid_stream; after=2", StreamInterrupted, True, 0.25),
-    # StreamTimeout carries no trace: what arrived before the stall is not kept.
-    ("stall_mid_stream; after=2; seconds=30", StreamTimeout, False, 0.25),
+    # StreamTimeout keeps what arrived before the stall.
+    ("stall_mid_stream; after=2; seconds=30", StreamTimeout, True, 0.25),
 ]
 
 

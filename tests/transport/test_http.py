@@ -227,11 +227,15 @@ async def test_last_event_without_blank_line_is_kept(transport_cls: MakeTranspor
 
 
 async def test_total_timeout(transport_cls: MakeTransport) -> None:
-    """A stream still going at `total` seconds: StreamTimeout(phase='total')."""
+    """A stream still going at `total` seconds: StreamTimeout(phase='total'), which keeps
+    what had arrived (nothing lost: the retry policy records it as the failed attempt)."""
     drip = Reply(frames=Reply.text("a b c d e f g h").frames, frame_delay_s=0.1)
     with pytest.raises(StreamTimeout) as info:
         await stream_one(transport_cls, drip, timeouts=Timeouts(total=0.3))
     assert info.value.phase == "total"
+    partial = info.value.trace
+    assert partial is not None and partial.finish_reason is None and not partial.done
+    assert 0 < len(partial.chunk_ns) < 8 and "a" in partial.content
 
 
 async def test_cancellation_closes_the_connection(transport_cls: MakeTransport) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from agentflow._errors import ConfigError
 from agentflow._events import CallbackFailure, Event, EventBus, FleetEndEvent, FleetStartEvent
+from agentflow._gcfreeze import frozen_gc
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
 from agentflow.sched import (
@@ -118,6 +119,9 @@ class Fleet:
         callbacks: sync or async callables, each called with every :data:`Event`.
         clock: nanosecond monotonic clock for queue waits and tool durations.
         sleep: how retries wait (inject a fake in tests).
+        freeze_gc: for the run, keep the objects that exist when it starts out of the
+            garbage collector's full passes (``gc.freeze()``), so a full collection
+            does not stall every stream at once; see ``docs/architecture.md``.
     """
 
     def __init__(
@@ -134,6 +138,7 @@ class Fleet:
         callbacks: Iterable[Callback] = (),
         clock: Clock = time.perf_counter_ns,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        freeze_gc: bool = True,
     ) -> None:
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ConfigError(f"max_concurrency must be an int ≥ 1, got {max_concurrency!r}")
@@ -155,6 +160,7 @@ class Fleet:
         self._callbacks = list(callbacks)
         self._clock = clock
         self._sleep = sleep
+        self.freeze_gc = freeze_gc
         self._scheduler: Scheduler | None = None
 
     @property
@@ -202,6 +208,10 @@ class Fleet:
 
     async def _run(self, sessions: list[Session], bus: EventBus) -> FleetResult:
         _check_unique(sessions)
+        with frozen_gc(self.freeze_gc):
+            return await self._run_frozen(sessions, bus)
+
+    async def _run_frozen(self, sessions: list[Session], bus: EventBus) -> FleetResult:
         scheduler = Scheduler(
             self.replicas,
             policy=self.policy,

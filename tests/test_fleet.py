@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 
 import pytest
 
@@ -153,3 +154,31 @@ async def test_callbacks_receive_only_the_event_types_they_declare() -> None:
         await fleet.run([AGENT.session("1")])
     assert cb.seen == ["turn_end"]
     assert any(bus_probe)  # an undeclared callback still reads everything, tokens included
+
+
+async def test_the_heap_is_frozen_for_the_run_and_released_after() -> None:
+    """Objects alive when a run starts are kept out of full collections during it (a full
+    pass would stall every stream at once), and handed back when it ends; a freeze the
+    application made itself is neither added to nor undone."""
+    counts: list[int] = []
+
+    def during(event: Event) -> None:
+        counts.append(gc.get_freeze_count())
+
+    async with ScriptedServer([Reply.text("a"), Reply.text("b"), Reply.text("c")]) as srv:
+        async with HTTPTransport(srv.base_url) as t:
+            await Fleet(t, callbacks=[during]).run([AGENT.session("1")])
+            assert counts[0] > 0 and gc.get_freeze_count() == 0
+            counts.clear()
+            await Fleet(t, callbacks=[during], freeze_gc=False).run([AGENT.session("2")])
+            assert set(counts) == {0}
+            counts.clear()
+            gc.freeze()
+            try:
+                mine = gc.get_freeze_count()
+                await Fleet(t, callbacks=[during]).run([AGENT.session("3")])
+                # (freed objects leave the frozen set, so the count can only shrink)
+                assert all(0 < c <= mine for c in counts)
+                assert 0 < gc.get_freeze_count() <= mine
+            finally:
+                gc.unfreeze()

@@ -7,15 +7,15 @@ read as raw bytes through ``with_streaming_response`` and parsed by agentflow's 
 SSE + msgspec path, so no pydantic model is built per chunk and the trace is the
 same as :class:`HTTPTransport`'s. The response is always closed, on errors and on
 cancellation too (the SDK keeps a pooled connection busy otherwise).
+
+The SDK is imported when a request is first streamed, not with agentflow: it brings
+~100,000 objects that every full garbage collection of a fleet would then walk.
 """
 
 from __future__ import annotations
 
 import time
 from typing import TYPE_CHECKING, Any
-
-import httpx2
-import openai
 
 from agentflow._errors import ConnectError, StreamInterrupted, StreamTimeout
 from agentflow._trace import TurnTrace
@@ -27,6 +27,8 @@ from agentflow.typing import Clock, DeltaSink
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
+
+    import openai
 
 __all__ = ["OpenAITransport"]
 
@@ -58,6 +60,9 @@ class OpenAITransport:
 
     async def stream(self, request: ChatRequest, sink: DeltaSink | None = None) -> TurnTrace:
         """Stream one request to its end; see :class:`agentflow.typing.Transport`."""
+        import httpx2  # the user's client has imported both already
+        import openai
+
         body = request.body()
         # The SDK's typed keyword arguments are bypassed on purpose: every field goes in
         # the body exactly as the aiohttp transport would send it.
@@ -132,6 +137,8 @@ class OpenAITransport:
 
 
 async def _body_bytes(exc: openai.APIStatusError) -> bytes:
+    import httpx2
+
     try:
         return await exc.response.aread()
     except httpx2.HTTPError:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from agentflow._errors import ConfigError
 from agentflow._events import CallbackFailure, Event, EventBus, FleetEndEvent, FleetStartEvent
-from agentflow._gcfreeze import frozen_gc
+from agentflow._gcfreeze import freeze_more, frozen_gc
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
 from agentflow.sched import (
@@ -240,6 +240,9 @@ class Fleet:
                     )
                     for s in sessions
                 ]
+                if self.freeze_gc:
+                    # After every session's first step: the queued ones' stacks are frozen too.
+                    asyncio.get_running_loop().call_soon(freeze_more)
             result = FleetResult(
                 sessions=[t.result() for t in tasks],
                 wall_s=(self._clock() - start) * 1e-9,

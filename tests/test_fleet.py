@@ -157,28 +157,34 @@ async def test_callbacks_receive_only_the_event_types_they_declare() -> None:
 
 
 async def test_the_heap_is_frozen_for_the_run_and_released_after() -> None:
-    """Objects alive when a run starts are kept out of full collections during it (a full
-    pass would stall every stream at once), and handed back when it ends; a freeze the
-    application made itself is neither added to nor undone."""
-    counts: list[int] = []
+    """Objects alive when a run starts, and the sessions' first steps, are kept out of
+    full collections during it (a full pass would stall every stream at once); the
+    collector is paused only while the sessions start, and all is handed back at the
+    end. A freeze, or a disabled collector, that the application set up is left alone."""
+    seen: list[tuple[int, bool]] = []
 
     def during(event: Event) -> None:
-        counts.append(gc.get_freeze_count())
+        seen.append((gc.get_freeze_count(), gc.isenabled()))
 
-    async with ScriptedServer([Reply.text("a"), Reply.text("b"), Reply.text("c")]) as srv:
-        async with HTTPTransport(srv.base_url) as t:
-            await Fleet(t, callbacks=[during]).run([AGENT.session("1")])
-            assert counts[0] > 0 and gc.get_freeze_count() == 0
-            counts.clear()
-            await Fleet(t, callbacks=[during], freeze_gc=False).run([AGENT.session("2")])
-            assert set(counts) == {0}
-            counts.clear()
-            gc.freeze()
-            try:
-                mine = gc.get_freeze_count()
-                await Fleet(t, callbacks=[during]).run([AGENT.session("3")])
-                # (freed objects leave the frozen set, so the count can only shrink)
-                assert all(0 < c <= mine for c in counts)
-                assert 0 < gc.get_freeze_count() <= mine
-            finally:
-                gc.unfreeze()
+    async def run(**kwargs: bool) -> None:
+        seen.clear()
+        async with ScriptedServer([Reply.text("a")]) as srv, HTTPTransport(srv.base_url) as t:
+            await Fleet(t, callbacks=[during], **kwargs).run([AGENT.session("q")])
+
+    await run()
+    assert seen[0] == (seen[0][0], False) and seen[0][0] > 0  # FleetStartEvent: paused
+    assert all(count > 0 and on for count, on in seen[1:])  # sessions started: running
+    assert gc.get_freeze_count() == 0 and gc.isenabled()
+    await run(freeze_gc=False)
+    assert set(seen) == {(0, True)}
+    gc.freeze()
+    gc.disable()
+    try:
+        mine = gc.get_freeze_count()
+        await run()
+        # (freed objects leave the frozen set, so the count can only shrink)
+        assert all(0 < count <= mine and not on for count, on in seen)
+        assert 0 < gc.get_freeze_count() <= mine and not gc.isenabled()
+    finally:
+        gc.enable()
+        gc.unfreeze()

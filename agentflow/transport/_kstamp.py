@@ -210,7 +210,10 @@ async def open_stamped(
         OSError: as ``create_connection`` would (refused, unreachable, DNS).
     """
     loop = asyncio.get_running_loop()
-    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    try:  # an IP address needs no resolver: no trip through the executor's threads
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     if not infos:
         raise OSError(f"getaddrinfo({host!r}, {port}) returned nothing")
     last: OSError | None = None

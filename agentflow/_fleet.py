@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from agentflow._errors import ConfigError
 from agentflow._events import CallbackFailure, Event, EventBus, FleetEndEvent, FleetStartEvent
-from agentflow._gcfreeze import freeze_more, frozen_gc
+from agentflow._gcfreeze import Refreezer, frozen_gc
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
 from agentflow.sched import (
@@ -231,6 +231,7 @@ class Fleet:
             max_concurrency=self.max_concurrency,
             replicas=len(self.replicas),
         )
+        refreezer = Refreezer()
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [
@@ -241,8 +242,9 @@ class Fleet:
                     for s in sessions
                 ]
                 if self.freeze_gc:
-                    # After every session's first step: the queued ones' stacks are frozen too.
-                    asyncio.get_running_loop().call_soon(freeze_more)
+                    # After every session's first step: the queued ones' stacks are frozen
+                    # too; then, now and then, whatever the run has kept since.
+                    refreezer.start(asyncio.get_running_loop())
             result = FleetResult(
                 sessions=[t.result() for t in tasks],
                 wall_s=(self._clock() - start) * 1e-9,
@@ -254,6 +256,7 @@ class Fleet:
             _log.info("fleet.end", wall_s=result.wall_s, failed=len(result.failed))
             bus.emit(FleetEndEvent(result=result))
         finally:
+            refreezer.stop()
             await scheduler.aclose()
             await bus.aclose()
             self._scheduler = None

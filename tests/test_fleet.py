@@ -166,10 +166,10 @@ async def test_the_heap_is_frozen_for_the_run_and_released_after() -> None:
     def during(event: Event) -> None:
         seen.append((gc.get_freeze_count(), gc.isenabled()))
 
-    async def run(**kwargs: bool) -> None:
+    async def run(freeze_gc: bool = True) -> None:
         seen.clear()
         async with ScriptedServer([Reply.text("a")]) as srv, HTTPTransport(srv.base_url) as t:
-            await Fleet(t, callbacks=[during], **kwargs).run([AGENT.session("q")])
+            await Fleet(t, callbacks=[during], freeze_gc=freeze_gc).run([AGENT.session("q")])
 
     await run()
     assert seen[0] == (seen[0][0], False) and seen[0][0] > 0  # FleetStartEvent: paused
@@ -188,3 +188,21 @@ async def test_the_heap_is_frozen_for_the_run_and_released_after() -> None:
     finally:
         gc.enable()
         gc.unfreeze()
+
+
+async def test_what_a_run_keeps_is_frozen_as_it_goes() -> None:
+    """While a run goes on, what it has kept is frozen once a second: a full collection
+    walks only what is younger than that."""
+    from agentflow._gcfreeze import Refreezer, frozen_gc
+
+    kept: list[list[int]] = []
+    with frozen_gc():
+        refreezer = Refreezer(every_s=0.01)
+        refreezer.start(asyncio.get_running_loop())
+        await asyncio.sleep(0)
+        before = gc.get_freeze_count()
+        kept.append(list(range(10)))  # a tracked object made during the run
+        await asyncio.sleep(0.05)
+        assert gc.get_freeze_count() > before
+        refreezer.stop()
+    assert gc.get_freeze_count() == 0

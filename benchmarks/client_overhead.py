@@ -173,6 +173,14 @@ class AgentflowProtocol(AgentflowHTTP):
         self._transport = HTTPTransport(base_url)
 
 
+class AgentflowKernelStamps(AgentflowHTTP):
+    """The default transport with ``kernel_timestamps=True``: agentflow's own socket
+    transport, each read taken with ``recvmsg`` and the kernel's arrival stamp."""
+
+    def __init__(self, base_url: str) -> None:
+        self._transport = HTTPTransport(base_url, kernel_timestamps=True)
+
+
 def _openai_client(base_url: str) -> openai.AsyncOpenAI:
     # No retries, and one long timeout: with 200 paced streams the SDK loop saturates its
     # event loop, and the default 5 s connect timeout then fires on a perfectly good server.
@@ -427,6 +435,12 @@ ROWS = (
         AgentflowProtocol,
         uvloop=True,
         floor="floor_uv",
+    ),
+    Row(
+        "protocol_k",
+        "agentflow `HTTPTransport(kernel_timestamps=True)`",
+        AgentflowKernelStamps,
+        floor="floor",
     ),
     Row("floor", "floor: raw `asyncio.Protocol`, no parsing", Floor),
     Row("floor_uv", "floor on uvloop", Floor, uvloop=True),
@@ -1166,6 +1180,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "agentflow": bulk_n,
         "protocol": bulk_n,
         "protocol_uv": bulk_n,
+        "protocol_k": bulk_n,
         "floor": bulk_n,
         "floor_uv": bulk_n,
         "parse": bulk_n,
@@ -1173,7 +1188,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         "af_openai": bulk_n,
     }
     paced_chunks = dict.fromkeys(
-        ("agentflow", "protocol", "protocol_uv", "floor", "floor_uv", "sdk", "af_openai"), paced_n
+        (
+            "agentflow",
+            "protocol",
+            "protocol_uv",
+            "protocol_k",
+            "floor",
+            "floor_uv",
+            "sdk",
+            "af_openai",
+        ),
+        paced_n,
     )
     all_modes = {
         "bulk": Mode("bulk", 1, bulk_chunks, 0, pin),
@@ -1183,7 +1208,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "paced_1cpu": Mode(
             "paced_1cpu",
             streams,
-            dict.fromkeys(("agentflow", "protocol", "protocol_uv", "floor", "floor_uv"), paced_n),
+            dict.fromkeys(
+                ("agentflow", "protocol", "protocol_uv", "protocol_k", "floor", "floor_uv"),
+                paced_n,
+            ),
             args.pace_ms,
             "same",
             not args.lockstep,

@@ -8,7 +8,7 @@ agentflow's TTFT and TPOT (``docs/metrics.md``) against what the server knows it
   its arrival and every token's engine time. A token's engine time is when the step that
   made it was *due*; its bytes leave when the server writes them, which may be later
   (timer resolution, a busy server loop). So this script's child runs the same
-  ``SimServer`` with each stream's writes logged: the time just before the write that
+  ``SimServer`` with each stream's writes logged: the time just after the write that
   carried the first token and the one that carried the last (``GET /fidelity/writes``).
   Server TTFT = first token written − arrival; server TPOT = (last written − first
   written) / (tokens − 1). Both processes read the same ``CLOCK_MONOTONIC`` (the client
@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import gc
 import json
 import os
 import platform
@@ -85,7 +86,7 @@ def serve(port: int, time_scale: float, tokens: int) -> None:
     """Run the simulator, logging when each stream's bytes are written; never returns.
 
     ``GET /fidelity/writes`` answers ``{response id: [first write, last write]}`` (loop
-    seconds = ``time.monotonic()``): the moments just before the ``transport.write`` that
+    seconds = ``time.monotonic()``): the moments just after the ``transport.write`` that
     carried the stream's first token and the one that carried its last (with ``[DONE]``).
     The simulator has no such log of its own, so this wraps its private per-stream
     ``flush`` (the one place a streamed response is written) — a benchmark's probe.
@@ -109,7 +110,13 @@ def serve(port: int, time_scale: float, tokens: int) -> None:
 
         def logged_flush(self: Any) -> None:
             req = self.request
-            if req is not None and self._out and not self._held and not self.ended.done():
+            writing = req is not None and self._out and not self._held and not self.ended.done()
+            flush(self)
+            if writing:
+                # Stamped once the write has returned: asyncio's transport has made the
+                # send() call by then (its buffer is empty on a stream the client keeps
+                # up with). A pause of this process before the call — its own garbage
+                # collection, say — is the server's delay, not the client's.
                 t = loop.time()
                 w = writes.get(req.id)
                 if w is None:
@@ -117,7 +124,6 @@ def serve(port: int, time_scale: float, tokens: int) -> None:
                         writes[req.id] = [t, t]
                 else:
                     w[1] = t
-            flush(self)
 
         sim_server._SSEStream.flush = logged_flush  # type: ignore[method-assign]
 
@@ -169,6 +175,10 @@ class Level:
     tries: int = 1
     unmatched: int = 0
     error: str | None = None
+    #: The client's full (generation-2) garbage collections during the run, and the
+    #: longest, in ms: each stops the loop, and every stream's reads wait.
+    gc_full: int = 0
+    gc_full_max_ms: float = 0.0
 
 
 def _per_stream(streams: int, time_scale: float, tokens: int) -> int:
@@ -197,6 +207,29 @@ def _proc_cpu_s(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+class _FullCollections:
+    """Times the process's full (generation-2) garbage collections while in use."""
+
+    def __init__(self) -> None:
+        self.ms: list[float] = []
+        self._t0 = 0.0
+
+    def _callback(self, phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.ms.append((time.perf_counter() - self._t0) * 1e3)
+
+    def __enter__(self) -> _FullCollections:
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+
+
 async def run_level(
     url: str,
     streams: int,
@@ -222,8 +255,10 @@ async def run_level(
         ) as transport:
             fleet = Fleet(transport, max_concurrency=streams, clock=clock, prefix_warmup=False)
             sessions = [agent.session(f"Question {i}.") for i in range(streams * per_stream)]
-            async with LoopLagProbe(interval_s=0.005) as probe:
-                result = await fleet.run(sessions)
+            with _FullCollections() as full:
+                async with LoopLagProbe(interval_s=0.005) as probe:
+                    result = await fleet.run(sessions)
+            level.gc_full, level.gc_full_max_ms = len(full.ms), max(full.ms, default=0.0)
         level.wall_s = time.monotonic() - t0
         mine = time.process_time() - cpu0
         level.client_cpu = mine / level.wall_s
@@ -343,8 +378,9 @@ def sim_table(levels: Sequence[Level]) -> str:
         "| TPOT err p50 / p99 "
         "| TPOT within | TTFT err p50 / p99 | TTFT within | TTFT stamp err p50 / p99 "
         "| stamp within | request trip p50 / p99 | write→read p50 / p99 "
-        "| loop lag p50 / p99 · wakeup p99 | client CPU | other processes | verdict |\n"
-        "|--:|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:--|"
+        "| loop lag p50 / p99 · wakeup p99 | full GCs · longest | client CPU "
+        "| other processes | verdict |\n"
+        "|--:|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|:--|"
     )
     rows = [head]
     for lv in levels:
@@ -373,6 +409,7 @@ def sim_table(levels: Sequence[Level]) -> str:
             f"| {_ms([t.transit for t in ts])} ms | {_ms([t.read_delay for t in ts])} ms "
             f"| {(lag.get('p50_s') or 0) * 1e3:.2f} / {(lag.get('p99_s') or 0) * 1e3:.2f} · "
             f"{(lag.get('wakeup_late_p99_s') or 0) * 1e3:.1f} ms "
+            f"| {lv.gc_full} · {lv.gc_full_max_ms:.0f} ms "
             f"| {lv.client_cpu:.0%} "
             f"| {'—' if lv.others is None else f'{lv.others:.2f} cores'}"
             f"{f' (quietest of {lv.tries})' if lv.tries > 1 else ''} | {verdict} |"
@@ -639,7 +676,8 @@ to the server, which the server's clock cannot see. "request trip" is the server
 stamp − the client's send; "write→read" the client's first read − the server's write of
 the first token (same clock). "loop lag" is the client's event-loop iteration time
 (`LoopLagProbe`, p50 / p99) and "wakeup" how late its timers fired (p99; includes up to
-1 ms of timer rounding and any wait for a CPU). "other processes" is the CPU every other
+1 ms of timer rounding and any wait for a CPU); "full GCs" the client's generation-2
+collections during the level and the longest. "other processes" is the CPU every other
 process on the machine used meanwhile: this VM is shared, and a level run while others
 used more than {QUIET_CORES:g} cores was run again (twice at most), keeping the quietest.
 
@@ -661,7 +699,11 @@ by the kernel take the second cause away: with `HTTPTransport(kernel_timestamps=
 each read carries the time the socket received it (`SO_TIMESTAMPNS`, read with
 `recvmsg`), however long the loop took to get to it. For TCP the kernel gives the stamp
 of the last packet a read took, so a stream whose several events piled up before the
-client read them gets the latest one for all of them.
+client read them gets the latest one for all of them: a pause of the client's loop longer
+than one inter-token gap still moves a kernel stamp. The longest such pauses were the
+garbage collector's full passes (up to 172 ms at 300 streams, before `Fleet` kept the
+heap it starts with, the queued sessions and what the run keeps out of those passes:
+`docs/architecture.md`); the "full GCs" column counts the ones left in each run.
 
 Against the record's *due* times instead (`/agentflow/requests/{{id}}`, engine time ×
 time scale), the errors include the simulator's own lateness — timers fire up to ~1 ms

@@ -26,6 +26,7 @@ from agentflow.demo.workload import make_workload
 from agentflow.report import LoopLagProbe, ServerWatch
 from agentflow.sim.profiles import get_profile
 from agentflow.transport import Endpoint, HTTPTransport
+from agentflow.transport import _kstamp as kstamp
 from agentflow.typing import Transport
 
 __all__ = ["DemoConfig", "run_demo"]
@@ -92,6 +93,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
             url = config.base_url or _start_simulator(config, stack).rstrip("/") + "/v1"
             scale = 1.0 if config.base_url else config.time_scale
             endpoint = Endpoint(base_url=url, api_key=config.api_key)
+            watched.kernel_stamps = kstamp.SUPPORTED and url.startswith("http://")
             result = asyncio.run(_http_fleet(config, endpoint, scale, console, watched))
     scale = _advertised_time_scale(result) or scale
     run = {
@@ -103,6 +105,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
     run["server"] = config.base_url or ("in-process, virtual time" if config.virtual else "sim")
     if watched.loop_lag is not None:
         run["loop_lag"] = watched.loop_lag
+        run["reads_stamped_by"] = "kernel" if watched.kernel_stamps else "event loop"
     report = build_report(result, run=run, start_ns=watched.start_ns)
     if watched.server is not None:
         report["server"] = watched.server.section(report, origin_ns=watched.start_ns)
@@ -174,6 +177,8 @@ class _Watched:
     the client's own loop lag, and when it started (on the traces' clock)."""
 
     start_ns: int | None = None
+    #: Reads stamped by the kernel (Linux, http://), not when the event loop got to them.
+    kernel_stamps: bool = False
     server: ServerWatch | None = None
     server_error: str = ""
     loop_lag: dict[str, Any] | None = None
@@ -190,7 +195,10 @@ async def _http_fleet(
     except (TransportError, ValueError) as exc:  # no /metrics there: report without it
         watched.server_error = str(exc)
     try:
-        async with HTTPTransport(endpoint) as transport, LoopLagProbe() as lag:
+        async with (
+            HTTPTransport(endpoint, kernel_timestamps=watched.kernel_stamps) as transport,
+            LoopLagProbe() as lag,
+        ):
             watched.start_ns = time.perf_counter_ns()
             if not config.live:
                 result = await _run_fleet(config, transport, view)

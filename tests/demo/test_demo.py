@@ -66,6 +66,9 @@ def test_demo_over_http_against_the_simulator(tmp_path: Path) -> None:
     assert compared["output_tokens"]["server"] == report["fleet"]["output_tokens"]
     # The client's loop lag, and one sample per turn for the report's plots.
     assert report["run"]["loop_lag"]["count"] > 0
+    assert report["run"]["reads_stamped_by"] == (
+        "kernel" if sys.platform == "linux" else "event loop"
+    )
     assert len(report["samples"]) == report["fleet"]["turns"]
 
 

@@ -167,15 +167,17 @@ class AgentflowHTTP:
 
 
 class AgentflowProtocol(AgentflowHTTP):
-    """agentflow's default transport (asyncio.Protocol + httptools + msgspec)."""
+    """agentflow's protocol transport on asyncio's own socket transport
+    (asyncio.Protocol + httptools + msgspec; ``kernel_timestamps=False``)."""
 
     def __init__(self, base_url: str) -> None:
-        self._transport = HTTPTransport(base_url)
+        self._transport = HTTPTransport(base_url, kernel_timestamps=False)
 
 
 class AgentflowKernelStamps(AgentflowHTTP):
-    """The default transport with ``kernel_timestamps=True``: agentflow's own socket
-    transport, each read taken with ``recvmsg`` and the kernel's arrival stamp."""
+    """``HTTPTransport`` with ``kernel_timestamps=True`` (its default on Linux for
+    http://): agentflow's own socket transport, each read taken with ``recvmsg`` and the
+    kernel's arrival stamp."""
 
     def __init__(self, base_url: str) -> None:
         self._transport = HTTPTransport(base_url, kernel_timestamps=True)
@@ -428,7 +430,12 @@ class Row:
 
 ROWS = (
     Row("agentflow", "agentflow `AiohttpTransport`", AgentflowHTTP, floor="floor"),
-    Row("protocol", "agentflow `HTTPTransport`", AgentflowProtocol, floor="floor"),
+    Row(
+        "protocol",
+        "agentflow `HTTPTransport(kernel_timestamps=False)`",
+        AgentflowProtocol,
+        floor="floor",
+    ),
     Row(
         "protocol_uv",
         "agentflow `HTTPTransport` on uvloop",
@@ -438,7 +445,7 @@ ROWS = (
     ),
     Row(
         "protocol_k",
-        "agentflow `HTTPTransport(kernel_timestamps=True)`",
+        "agentflow `HTTPTransport`, kernel stamps (its default on Linux)",
         AgentflowKernelStamps,
         floor="floor",
     ),
@@ -820,8 +827,9 @@ def targets(cells: dict[tuple[str, str], Cell], modes: Sequence[Mode]) -> str:
     paced = ("paced", "paced_1cpu")
     names = {
         "agentflow": ("`AiohttpTransport`", tuple(limits)),
-        "protocol": ("`HTTPTransport`", tuple(limits)),
-        "protocol_uv": ("`HTTPTransport` on uvloop", paced),
+        "protocol": ("`HTTPTransport(kernel_timestamps=False)`", tuple(limits)),
+        "protocol_k": ("`HTTPTransport`, kernel stamps (default)", tuple(limits)),
+        "protocol_uv": ("`HTTPTransport(kernel_timestamps=False)` on uvloop", paced),
         # Not a target: what a client that does nothing with the bytes costs, so that a
         # reader sees when a target lies below it.
         "floor": ("*reference:* floor (raw `asyncio.Protocol`, no parsing)", paced),
@@ -834,7 +842,7 @@ def targets(cells: dict[tuple[str, str], Cell], modes: Sequence[Mode]) -> str:
                 limit = limits[key]
                 line(f"{name} ≤ {limit:g} µs/chunk, {labels[key]}", v, v <= limit, " µs")
     # The SDK loop runs on asyncio's event loop: it is compared with the asyncio rows only.
-    for row in ("agentflow", "protocol"):
+    for row in ("agentflow", "protocol", "protocol_k"):
         for key in ("bulk", "paced"):
             ratios = (
                 _ratios(cells[key, "sdk"], cells[key, row])
@@ -885,7 +893,8 @@ def _findings(modes: Sequence[Mode], cells: dict[tuple[str, str], Cell]) -> str:
         if ("bulk", "protocol") in cells and cells["bulk", "protocol"].samples:
             proto = med(cells["bulk", "protocol"].us())
             out.append(
-                f"`HTTPTransport` spends {_fmt(proto)} µs per bulk chunk, of which the "
+                f"`HTTPTransport` on asyncio's sockets spends {_fmt(proto)} µs per bulk chunk, "
+                f"of which the "
                 f"same {_fmt(parse)} µs ({parse / proto:.0%}) is parsing; the rest is "
                 "httptools' chunked decoding, asyncio's socket reads and the joins of "
                 "body pieces."
@@ -947,7 +956,7 @@ def _floor_findings(mode: Mode, cells: dict[tuple[str, str], Cell], full: bool) 
         if floor_uv is not None:
             s += f" ({_fmt(floor_uv)} µs on uvloop)"
         if net is not None:
-            s += f" and `HTTPTransport` costs {_fmt(net)} µs above it"
+            s += f" and `HTTPTransport` on asyncio's sockets costs {_fmt(net)} µs above it"
             if net_uv is not None:
                 s += f" (on uvloop, {_fmt(net_uv)} µs above uvloop's floor)"
         return [s + "."]
@@ -968,7 +977,8 @@ def _floor_findings(mode: Mode, cells: dict[tuple[str, str], Cell], full: bool) 
     out.append(s)
     if net is not None and proto is not None:
         s = (
-            f"`HTTPTransport` costs {_fmt(proto)} µs, {_fmt(net)} µs above the floor "
+            f"`HTTPTransport` on asyncio's sockets costs {_fmt(proto)} µs, "
+            f"{_fmt(net)} µs above the floor "
             "(median of the per-repetition differences): that is agentflow's own work per "
             "event — httptools' HTTP parsing, SSE splitting, the msgspec decode, the "
             "timestamp and the trace"

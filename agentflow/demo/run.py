@@ -26,7 +26,6 @@ from agentflow.demo.workload import make_workload
 from agentflow.report import LoopLagProbe, ServerWatch
 from agentflow.sim.profiles import get_profile
 from agentflow.transport import Endpoint, HTTPTransport
-from agentflow.transport import _kstamp as kstamp
 from agentflow.typing import Transport
 
 __all__ = ["DemoConfig", "run_demo"]
@@ -93,7 +92,6 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
             url = config.base_url or _start_simulator(config, stack).rstrip("/") + "/v1"
             scale = 1.0 if config.base_url else config.time_scale
             endpoint = Endpoint(base_url=url, api_key=config.api_key)
-            watched.kernel_stamps = kstamp.SUPPORTED and url.startswith("http://")
             result = asyncio.run(_http_fleet(config, endpoint, scale, console, watched))
     scale = _advertised_time_scale(result) or scale
     run = {
@@ -195,10 +193,8 @@ async def _http_fleet(
     except (TransportError, ValueError) as exc:  # no /metrics there: report without it
         watched.server_error = str(exc)
     try:
-        async with (
-            HTTPTransport(endpoint, kernel_timestamps=watched.kernel_stamps) as transport,
-            LoopLagProbe() as lag,
-        ):
+        async with HTTPTransport(endpoint) as transport, LoopLagProbe() as lag:
+            watched.kernel_stamps = transport.kernel_timestamps
             watched.start_ns = time.perf_counter_ns()
             if not config.live:
                 result = await _run_fleet(config, transport, view)

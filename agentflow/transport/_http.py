@@ -67,9 +67,11 @@ class HTTPTransport(EndpointTransport):
         keepalive_s: idle connections are closed after this many seconds.
         clock: nanosecond monotonic clock for the trace.
         kernel_timestamps: stamp each read with the time the kernel received it
-            (``SO_TIMESTAMPNS``, Linux, http:// only) instead of the time the event loop
-            got to it, so a busy client does not inflate the latencies it measures; see
-            ``docs/metrics.md``. ``clock`` must then tick in real nanoseconds.
+            (``SO_TIMESTAMPNS``) instead of the time the event loop got to it, so a busy
+            client does not inflate the latencies it measures (``docs/metrics.md``).
+            ``None`` (the default): on where it works — Linux, ``http://``; ``True``
+            insists (a :class:`ConfigError` elsewhere); ``False``: asyncio's own
+            transports. With kernel stamps ``clock`` must tick in real nanoseconds.
     """
 
     def __init__(
@@ -81,7 +83,7 @@ class HTTPTransport(EndpointTransport):
         ssl: _ssl.SSLContext | None = None,
         keepalive_s: float = 15.0,
         clock: Clock = time.perf_counter_ns,
-        kernel_timestamps: bool = False,
+        kernel_timestamps: bool | None = None,
     ) -> None:
         super().__init__(endpoint, timeouts=timeouts, connect_retries=connect_retries, clock=clock)
         self._keepalive_s = keepalive_s
@@ -97,7 +99,12 @@ class HTTPTransport(EndpointTransport):
                 "HTTPTransport kernel_timestamps=True works on http:// endpoints only "
                 f"(TLS needs asyncio's own transport), got {self._endpoint.base_url!r}"
             )
-        self.kernel_timestamps = kernel_timestamps
+        #: Whether reads are stamped by the kernel (see ``kernel_timestamps``).
+        self.kernel_timestamps = (
+            kernel_timestamps
+            if kernel_timestamps is not None
+            else _kstamp.SUPPORTED and not self._https
+        )
         try:
             port = url.port
         except ValueError as exc:

@@ -45,14 +45,13 @@ REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], param
 
 @pytest.fixture(autouse=True, params=["asyncio", "kernel"])
 def reads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Every test here runs twice: on asyncio's transports, and with
-    ``kernel_timestamps=True`` (agentflow's own socket transport, reads from ``recvmsg``)."""
-    if request.param == "kernel":
-        if not _kstamp.SUPPORTED:
-            pytest.skip("kernel read timestamps need Linux")
-        defaults = HTTPTransport.__init__.__kwdefaults__
-        assert defaults is not None
-        monkeypatch.setitem(defaults, "kernel_timestamps", True)
+    """Every test here runs twice: with ``kernel_timestamps=False`` (asyncio's transports)
+    and ``True`` (agentflow's own socket transport, reads from ``recvmsg``)."""
+    if request.param == "kernel" and not _kstamp.SUPPORTED:
+        pytest.skip("kernel read timestamps need Linux")
+    defaults = HTTPTransport.__init__.__kwdefaults__
+    assert defaults is not None
+    monkeypatch.setitem(defaults, "kernel_timestamps", request.param == "kernel")
     return str(request.param)
 
 
@@ -607,3 +606,23 @@ def test_kernel_stamps_need_linux(monkeypatch: pytest.MonkeyPatch, reads: str) -
     monkeypatch.setattr(_kstamp, "SUPPORTED", False)
     with pytest.raises(ConfigError, match="needs Linux"):
         HTTPTransport("http://127.0.0.1:1/v1", kernel_timestamps=True)
+
+
+@pytest.mark.parametrize(
+    ("url", "supported", "on"),
+    [
+        ("http://127.0.0.1:1/v1", True, True),
+        ("https://example.com/v1", True, False),
+        ("http://127.0.0.1:1/v1", False, False),
+    ],
+)
+def test_kernel_stamps_by_default_where_they_work(
+    monkeypatch: pytest.MonkeyPatch, url: str, supported: bool, on: bool, reads: str
+) -> None:
+    """Left to its default, a transport stamps reads in the kernel where it can (Linux,
+    http://) and falls back to asyncio's transports elsewhere, without an error."""
+    monkeypatch.setattr(_kstamp, "SUPPORTED", supported)
+    defaults = HTTPTransport.__init__.__kwdefaults__
+    assert defaults is not None
+    monkeypatch.setitem(defaults, "kernel_timestamps", None)
+    assert HTTPTransport(url).kernel_timestamps is on

@@ -49,6 +49,8 @@ _encode = msgspec.json.encode
 # Framing and encoding headers are the transport's to set: the body length is its own,
 # and it cannot decode a compressed body, so it always asks for none.
 _OWN_HEADERS = frozenset({"content-length", "transfer-encoding", "accept-encoding", "connection"})
+#: Clocks a kernel stamp can be converted to (it is placed by its age in real time).
+_REAL_CLOCKS = (time.perf_counter_ns, time.monotonic_ns)
 
 
 class HTTPTransport(EndpointTransport):
@@ -69,8 +71,10 @@ class HTTPTransport(EndpointTransport):
         kernel_timestamps: stamp each read with the time the kernel received it
             (``SO_TIMESTAMPNS``) instead of the time the event loop got to it, so a busy
             client does not inflate the latencies it measures (``docs/metrics.md``).
-            ``None`` (the default): on where it works — Linux, ``http://``; ``True``
-            insists (a :class:`ConfigError` elsewhere); ``False``: asyncio's own
+            ``None`` (the default): on where it works — Linux, ``http://``, and a real
+            ``clock`` (``time.perf_counter_ns`` or ``time.monotonic_ns``; an injected
+            or virtual clock keeps the loop's stamps); ``True`` insists (a
+            :class:`ConfigError` where it cannot work); ``False``: asyncio's own
             transports. With kernel stamps ``clock`` must tick in real nanoseconds.
     """
 
@@ -103,7 +107,7 @@ class HTTPTransport(EndpointTransport):
         self.kernel_timestamps = (
             kernel_timestamps
             if kernel_timestamps is not None
-            else _kstamp.SUPPORTED and not self._https
+            else _kstamp.SUPPORTED and not self._https and clock in _REAL_CLOCKS
         )
         try:
             port = url.port

@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -608,21 +608,33 @@ def test_kernel_stamps_need_linux(monkeypatch: pytest.MonkeyPatch, reads: str) -
         HTTPTransport("http://127.0.0.1:1/v1", kernel_timestamps=True)
 
 
+def _fake_clock() -> int:
+    return 0
+
+
 @pytest.mark.parametrize(
-    ("url", "supported", "on"),
+    ("url", "supported", "clock", "on"),
     [
-        ("http://127.0.0.1:1/v1", True, True),
-        ("https://example.com/v1", True, False),
-        ("http://127.0.0.1:1/v1", False, False),
+        ("http://127.0.0.1:1/v1", True, time.perf_counter_ns, True),
+        ("http://127.0.0.1:1/v1", True, time.monotonic_ns, True),
+        ("https://example.com/v1", True, time.perf_counter_ns, False),
+        ("http://127.0.0.1:1/v1", False, time.perf_counter_ns, False),
+        ("http://127.0.0.1:1/v1", True, _fake_clock, False),
     ],
 )
 def test_kernel_stamps_by_default_where_they_work(
-    monkeypatch: pytest.MonkeyPatch, url: str, supported: bool, on: bool, reads: str
+    monkeypatch: pytest.MonkeyPatch,
+    url: str,
+    supported: bool,
+    clock: Callable[[], int],
+    on: bool,
+    reads: str,
 ) -> None:
     """Left to its default, a transport stamps reads in the kernel where it can (Linux,
-    http://) and falls back to asyncio's transports elsewhere, without an error."""
+    http://, a real clock) and falls back to asyncio's transports elsewhere, without an
+    error; an injected clock (virtual time in tests) keeps the loop's stamps."""
     monkeypatch.setattr(_kstamp, "SUPPORTED", supported)
     defaults = HTTPTransport.__init__.__kwdefaults__
     assert defaults is not None
     monkeypatch.setitem(defaults, "kernel_timestamps", None)
-    assert HTTPTransport(url).kernel_timestamps is on
+    assert HTTPTransport(url, clock=clock).kernel_timestamps is on

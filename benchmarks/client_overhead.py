@@ -13,9 +13,12 @@ content chunks and an extra body field ``pace_ms`` the pacing. The rows:
 * ``agentflow AiohttpTransport`` — the aiohttp transport (aiohttp + msgspec):
   ``AiohttpTransport(url).stream(ChatRequest(...), sink)`` with a sink whose
   ``on_delta`` does nothing; the transport timestamps every read itself.
-* ``agentflow HTTPTransport`` — the default transport, the same request
-  (``asyncio.Protocol`` + httptools): every read is parsed inside ``data_received``,
-  with no coroutine wakeup per read.
+* ``agentflow HTTPTransport(kernel_timestamps=False)`` — the protocol transport on
+  asyncio's own sockets, the same request (``asyncio.Protocol`` + httptools): every read
+  is parsed inside ``data_received``, with no coroutine wakeup per read.
+* ``agentflow HTTPTransport, kernel stamps`` — the same parser on agentflow's own socket
+  transport (``recvmsg`` with the kernel's arrival stamp): ``HTTPTransport``'s default on
+  Linux for ``http://``.
 * ``openai SDK loop`` — what people write today: ``async for chunk in await
   client.chat.completions.create(..., stream=True, stream_options=...)``, reading
   ``chunk.choices[0].delta.content``, taking ``time.perf_counter_ns()`` per chunk and
@@ -25,8 +28,8 @@ content chunks and an extra body field ``pace_ms`` the pacing. The rows:
 * ``agentflow parsing only`` (bulk only) — the same SSE bytes already in memory, fed
   through agentflow's ``SSEDecoder`` and ``TraceBuilder`` with no I/O: agentflow's own
   share of the bulk figure.
-* ``agentflow HTTPTransport on uvloop`` — the default transport again, on uvloop's event
-  loop (``uvloop.run``) instead of asyncio's.
+* ``agentflow HTTPTransport on uvloop`` — ``HTTPTransport(kernel_timestamps=False)``
+  again, on uvloop's event loop (``uvloop.run``) instead of asyncio's.
 * ``floor`` and ``floor on uvloop`` — not a client anyone would use, but the cost every
   asyncio client pays before doing anything with the bytes: a raw ``asyncio.Protocol``
   per kept-alive connection that writes a pre-encoded request and only counts the bytes
@@ -1091,16 +1094,20 @@ streaming, divided by the content chunks received — request encoding, stream s
 end are included. Every row timestamps each chunk and calls a no-op per-token callback:
 `agentflow AiohttpTransport` is the aiohttp transport (aiohttp + msgspec; its per-read
 timestamps are built in) streaming `ChatRequest`s to a sink whose `on_delta` does
-nothing; `agentflow HTTPTransport` (the default) streams the same requests through
-an `asyncio.Protocol` with httptools' C HTTP parser, every read parsed inside
-`data_received`, no coroutine wakeup per read); `openai SDK loop` is `async for chunk in
+nothing; `agentflow HTTPTransport(kernel_timestamps=False)` streams the same requests
+through an `asyncio.Protocol` on asyncio's sockets with httptools' C HTTP parser, every
+read parsed inside `data_received`, no coroutine wakeup per read; `agentflow
+HTTPTransport, kernel stamps` (its default on Linux for `http://`) is the same parser on
+agentflow's own socket transport, each read taken with `recvmsg` and the kernel's arrival
+stamp; `openai SDK loop` is `async for chunk in
 await client.chat.completions.create(..., stream=True, stream_options={{"include_usage":
 True}})` reading `chunk.choices[0].delta.content` and calling `time.perf_counter_ns()`
 per chunk; `agentflow OpenAITransport` sends through the SDK's `AsyncOpenAI` client and
 parses the raw bytes with agentflow's own path; `agentflow parsing only` feeds the same
 SSE bytes, already in memory in 64 KiB reads, through agentflow's `SSEDecoder` and
-`TraceBuilder` with no I/O at all; `agentflow HTTPTransport on uvloop` is the default
-transport on uvloop's event loop (`uvloop.run`) instead of asyncio's. The *floor* rows
+`TraceBuilder` with no I/O at all; `agentflow HTTPTransport on uvloop` is
+`HTTPTransport(kernel_timestamps=False)` on uvloop's event loop (`uvloop.run`) instead
+of asyncio's. The *floor* rows
 are no client anyone would use but the cost under every asyncio client: a raw
 `asyncio.Protocol` per kept-alive connection writes a pre-encoded request and only
 counts the response's bytes up to its chunked terminator — no HTTP, SSE or JSON

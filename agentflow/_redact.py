@@ -5,7 +5,7 @@ rejected in its 401 message, a ``user:password@`` in a base URL that ends up in
 every error and replica name, a custom ``api-key`` header in a ``repr``. Masking
 fields *named* like credentials is not enough, so agentflow also masks credential
 *values*: every key it is given — an :class:`~agentflow.Endpoint`'s ``api_key``,
-its credential-like headers (``api-key``, ``x-api-key``, ``…-token``, ``…auth…``),
+its credential headers (``api-key``, ``x-api-key``, ``x-auth-token``, ``…-key``),
 the password of a URL's userinfo, an ``AsyncOpenAI`` client's key, a
 ``ServerCounter``'s key — is registered here, process-wide, when the object that
 holds it is built. :func:`redact` then replaces each registered value, any
@@ -57,9 +57,13 @@ _AUTH_TOKEN = re.compile(
 # "scheme://userinfo@" anywhere in a text, up to the authority's last "@" (an unescaped
 # "@" in a password is taken as part of it, as urllib does).
 _USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)[^/\s?#'\"<>]*@", re.IGNORECASE)
-# Names of headers and fields that hold credentials.
+# Names of headers that hold credentials: those that end in a credential word
+# ("api-key", "x-auth-token", "Proxy-Authorization", "Ocp-Apim-Subscription-Key"), not
+# those that merely mention one ("x-token-budget").
 _CREDENTIAL_NAME = re.compile(
-    r"api[_-]?key|auth|token|secret|passw(or)?d|cookie|signature|credential", re.IGNORECASE
+    r"(^|[-_])(api[-_]?key|key|token|secret|passw(or)?d|authorization|auth|cookie|signature"
+    r"|credentials?)$",
+    re.IGNORECASE,
 )
 
 
@@ -107,9 +111,9 @@ def register_headers(headers: Mapping[str, object]) -> None:
 
 
 def is_credential_name(name: str) -> bool:
-    """Whether a header or field called ``name`` holds a credential (``api-key``,
-    ``Authorization``, ``x-auth-token``, ``password``, …)."""
-    return _CREDENTIAL_NAME.search(name) is not None
+    """Whether a header called ``name`` holds a credential: its name ends in a credential
+    word (``api-key``, ``Authorization``, ``x-auth-token``, ``…-Subscription-Key``)."""
+    return _CREDENTIAL_NAME.search(name.strip()) is not None
 
 
 def display_url(url: str) -> str:

@@ -15,6 +15,7 @@ from agentflow._redact import (
     MASK,
     display_url,
     is_credential_name,
+    redact,
     redact_data,
     register_headers,
     register_secret,
@@ -33,8 +34,9 @@ class Endpoint:
             ``user:password@`` in it is never printed: names, errors, traces and ``repr``
             show the URL without it.
         api_key: sent as ``Authorization: Bearer …``; never logged, never in ``repr``.
-        headers: extra headers on every request. The values of credential-like ones
-            (``api-key``, ``x-api-key``, ``…-token``, ``…auth…``) are masked like the key.
+        headers: extra headers on every request. The values of credential headers (names
+            ending in ``key``, ``token``, ``secret``, ``auth``…: ``api-key``,
+            ``x-auth-token``) are masked like the key.
         extra_body: extra JSON fields on every request (e.g. vLLM's ``top_k``).
         name: a label for reports; defaults to the host and port.
     """
@@ -64,7 +66,7 @@ class Endpoint:
             object.__setattr__(self, "name", parts.netloc.rpartition("@")[2])
 
     def __repr__(self) -> str:
-        headers = {k: MASK if is_credential_name(k) else v for k, v in self.headers.items()}
+        headers = {k: MASK if is_credential_name(k) else redact(v) for k, v in self.headers.items()}
         return (
             f"Endpoint(base_url={display_url(self.base_url)!r}, headers={headers!r}, "
             f"extra_body={redact_data(dict(self.extra_body))!r}, name={self.name!r})"

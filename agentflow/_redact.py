@@ -133,8 +133,9 @@ def display_url(url: str) -> str:
 
 
 def redact(text: str) -> str:
-    """``text`` with every registered secret, every ``Bearer``/``Basic`` credential and
-    every URL userinfo replaced by ``***`` (userinfo is dropped with its ``@``)."""
+    """``text`` with every registered secret and every ``Bearer``/``Basic`` credential
+    replaced by ``***``, and every URL's userinfo dropped (``http://u:p@h/`` → ``http://h/``).
+    """
     for secret in _ordered:
         if secret in text:
             text = text.replace(secret, MASK)

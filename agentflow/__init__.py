@@ -40,6 +40,7 @@ from agentflow._events import (
 )
 from agentflow._fleet import Fleet, FleetResult, ReplicaStats
 from agentflow._metrics import OutputTokenSource, TurnMetrics, turn_metrics
+from agentflow._redact import redact, register_secret
 from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
 from agentflow._tools import Tool, tool
 from agentflow._trace import CacheSource, PromptInfo, ToolCall, TurnTrace, Usage
@@ -218,6 +219,8 @@ __all__ = [
     "plan_kv_cache",
     "prefix_reuse",
     "read_turn_csv",
+    "redact",
+    "register_secret",
     "tool",
     "turn_metrics",
 ]

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentflow._redact import display_url, redact, redact_bytes, redact_data
+
 if TYPE_CHECKING:
     from agentflow._trace import TurnTrace
 
@@ -50,7 +52,15 @@ __all__ = [
 
 
 class AgentflowError(Exception):
-    """Base of every error agentflow raises on purpose."""
+    """Base of every error agentflow raises on purpose.
+
+    Its message never holds a credential: every registered secret, ``Bearer`` token
+    and URL userinfo in it is masked when the error is built (``agentflow._redact``),
+    so ``str``, ``repr``, tracebacks and reports of it are safe to print.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
 
 class ConfigError(AgentflowError, ValueError):
@@ -61,12 +71,12 @@ class TransportError(AgentflowError):
     """A request to a model server failed.
 
     Attributes:
-        endpoint: the base URL the request went to (never the API key).
+        endpoint: the base URL the request went to (never the API key, never userinfo).
     """
 
     def __init__(self, message: str, *, endpoint: str | None = None) -> None:
         super().__init__(message)
-        self.endpoint = endpoint
+        self.endpoint = None if endpoint is None else display_url(endpoint)
 
 
 class ConnectError(TransportError):
@@ -104,7 +114,7 @@ class StreamProtocolError(_WithTrace):
         unfinished: bool = False,
     ) -> None:
         super().__init__(message, endpoint=endpoint, trace=trace)
-        self.payload = payload
+        self.payload = None if payload is None else redact_bytes(payload)
         self.unfinished = unfinished
 
 
@@ -113,7 +123,8 @@ class APIStatusError(TransportError):
 
     Attributes:
         status: the HTTP status code.
-        body: the parsed JSON error body, or the raw text when it was not JSON.
+        body: the parsed JSON error body, or the raw text when it was not JSON (with
+            credentials masked, as in the message: servers echo rejected keys).
         retry_after: seconds from a ``Retry-After`` header, when one was sent.
     """
 
@@ -128,7 +139,7 @@ class APIStatusError(TransportError):
     ) -> None:
         super().__init__(message, endpoint=endpoint)
         self.status = status
-        self.body = body
+        self.body = redact_data(body)
         self.retry_after = retry_after
 
 

@@ -5,7 +5,9 @@ stdlib loggers named ``agentflow.*`` (configure them like any other: ``logging.b
 or your own handlers). Each line carries the ``agent``, ``session`` and ``turn`` bound
 through contextvars by the session's turn loop, so a line from deep in the transport
 still says whose turn it was. Secrets never reach a handler: values under keys that
-name credentials, and ``Bearer`` tokens anywhere in a value, are masked.
+name credentials are masked, and the rendered line goes through
+:func:`agentflow._redact.redact` (every registered key, ``Bearer`` tokens, URL userinfo),
+whatever field or ``repr`` carried it.
 """
 
 from __future__ import annotations
@@ -17,21 +19,30 @@ from typing import Any
 
 import structlog
 
+from agentflow._redact import MASK
+from agentflow._redact import redact as redact_text
+
 __all__ = ["get_logger", "redact"]
 
 _SECRET_KEYS = re.compile(r"(api[_-]?key|authorization|token|secret|password)", re.IGNORECASE)
-_BEARER = re.compile(r"(Bearer\s+)[^\s'\"]+", re.IGNORECASE)
+_render_kv = structlog.processors.KeyValueRenderer(key_order=["event"], sort_keys=True)
 
 
 def redact(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
-    """structlog processor: mask credentials in an event before it is rendered."""
+    """structlog processor: mask the values of fields named like credentials."""
     for key, value in event_dict.items():
-        if _SECRET_KEYS.search(key) and key not in ("output_tokens", "prompt_tokens"):
-            if not isinstance(value, int | float):
-                event_dict[key] = "***"
-        elif isinstance(value, str) and "earer" in value:
-            event_dict[key] = _BEARER.sub(r"\1***", value)
+        if (
+            _SECRET_KEYS.search(key)
+            and key not in ("output_tokens", "prompt_tokens")
+            and not isinstance(value, int | float)
+        ):
+            event_dict[key] = MASK
     return event_dict
+
+
+def render(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> str:
+    """structlog renderer: ``key=value`` pairs, with every known credential masked."""
+    return redact_text(_render_kv(logger, method, event_dict))
 
 
 def get_logger(name: str) -> Any:
@@ -42,7 +53,7 @@ def get_logger(name: str) -> Any:
             structlog.stdlib.filter_by_level,
             structlog.contextvars.merge_contextvars,
             redact,
-            structlog.processors.KeyValueRenderer(key_order=["event"], sort_keys=True),
+            render,
         ],
         wrapper_class=structlog.stdlib.BoundLogger,
     )

@@ -18,6 +18,7 @@ import aiohttp
 import msgspec
 
 from agentflow._errors import ConfigError, ConnectError, StreamProtocolError, StreamTimeout
+from agentflow._redact import display_url, register_secret, register_url
 from agentflow.context._encodings import encoding
 from agentflow.transport._shared import MAX_ERROR_BODY, status_error
 
@@ -196,7 +197,9 @@ class ServerCounter:
             raise ConfigError(f"ServerCounter.timeout_s must be > 0, got {timeout_s!r}")
         root = base_url.rstrip("/").removesuffix("/v1")
         self.url = f"{root}/tokenize"
-        self.endpoint = root
+        register_url(root)
+        register_secret(api_key)
+        self.endpoint = display_url(root)
         self.model = model
         self.dialect: TokenizeDialect = dialect
         self._headers = {"Content-Type": "application/json"}

@@ -13,6 +13,7 @@ import html
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentflow._redact import redact
 from agentflow.report._canvas import Figure
 from agentflow.report._runs import Run
 
@@ -33,7 +34,7 @@ th { background: #f4f4f4; } td.text, th.text { text-align: left; }
 
 
 def _e(x: Any) -> str:
-    return html.escape(str(x), quote=True)
+    return html.escape(redact(str(x)), quote=True)
 
 
 def _num(v: Any, digits: int = 3, scale: float = 1.0, unit: str = "") -> str:

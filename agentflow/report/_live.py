@@ -24,6 +24,7 @@ from rich.progress_bar import ProgressBar
 from rich.text import Text
 
 from agentflow._events import ErrorEvent, Event, RetryEvent, SessionEndEvent, TurnEndEvent
+from agentflow._redact import redact
 from agentflow.report._lag import LoopLagProbe
 
 __all__ = ["LiveView"]
@@ -144,7 +145,7 @@ class LiveView:
             self.errors[event.where] += 1
             err = event.error
             who = event.agent or event.where
-            self.last_error = f"{who}: {type(err).__name__}: {err}"[:120]
+            self.last_error = redact(f"{who}: {type(err).__name__}: {err}")[:120]
 
     # ---- drawing (a few times a second) -------------------------------------------
 

@@ -19,6 +19,7 @@ from typing import Any
 import aiohttp
 
 from agentflow._errors import TransportError
+from agentflow._redact import display_url
 from agentflow.report._dialects import MEAN_GAUGES
 from agentflow.report._prom import MetricsSnapshot, parse_metrics, quick_values
 from agentflow.report._server import (
@@ -182,7 +183,7 @@ class ServerWatch:
             self.after,
             samples=self.samples,
             client=client,
-            url=self.url,
+            url=display_url(self.url),
             origin_ns=origin_ns,
         )
         section["source"]["failed_scrapes"] = self.failed_scrapes

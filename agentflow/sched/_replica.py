@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from agentflow._errors import ConfigError
+from agentflow._redact import display_url, redact
 from agentflow.sched._breaker import CircuitBreaker
 from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._ticket import Ticket
@@ -20,7 +21,8 @@ class Replica:
     Args:
         transport: how to reach it.
         limits: its own caps (requests in flight, RPM, TPM, KV tokens in flight).
-        name: a label for routing decisions and reports; defaults to the transport's endpoint.
+        name: a label for routing decisions and reports; defaults to the transport's endpoint
+            (a URL's userinfo and any registered secret are never part of it).
         breaker_threshold: consecutive failures that take it out of rotation.
         breaker_cooldown_s: how long it stays out before one probe request is let through.
     """
@@ -50,7 +52,7 @@ class ReplicaState:
     )
 
     def __init__(self, replica: Replica, clock: Clock) -> None:
-        self.name = replica.name or replica.transport.endpoint
+        self.name = redact(display_url(replica.name or replica.transport.endpoint))
         self.transport = replica.transport
         self.limits = replica.limits
         self.rates: RateGate | None = replica.limits.gate()

@@ -29,6 +29,7 @@ from agentflow._events import (
     TurnEndEvent,
 )
 from agentflow._metrics import TurnMetrics
+from agentflow._redact import redact
 from agentflow._trace import PromptInfo, TurnTrace
 from agentflow.stats._agents import AgentStats
 from agentflow.stats._by_turn import ByTurnIndex
@@ -390,5 +391,5 @@ class FleetStats:
 
 
 def _error_text(error: BaseException) -> str:
-    text = f"{type(error).__name__}: {error}"
+    text = redact(f"{type(error).__name__}: {error}")
     return text if len(text) <= 300 else text[:299] + "…"

@@ -15,6 +15,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from agentflow._redact import redact_data
 from agentflow.stats._sketch import Sketch, nearest_rank, quantile_name
 from agentflow.stats._slo import slo_table
 
@@ -54,7 +55,8 @@ def build_report(
 
     Args:
         stats: what to report.
-        run: free-form settings of the run (workload, server, time scale…), copied as is.
+        run: free-form settings of the run (workload, server, time scale…), copied with
+            credentials masked (``agentflow.redact``).
         cdf_points: each distribution's CDF is sampled at ``cdf_points + 1`` evenly
             spaced quantiles plus p99.5, p99.9, p99.95 and p99.99 (0: no CDF).
         include_samples: add every turn's row (needs ``FleetStats(keep_samples=True)``).
@@ -90,6 +92,10 @@ def build_report(
         "provenance": _provenance(stats),
         "agents": [row.to_report(labels, origin) for _, row in sorted(stats.agents.items())],
     }
+    # No credential leaves in a report: the run settings may hold a URL with userinfo,
+    # error texts a key a server echoed. (Samples are per-turn numbers and names: skipped,
+    # a report can hold 100,000 of them.)
+    report = redact_data(report)
     if include_samples:
         report["samples"] = [r.to_dict() for r in stats.samples]
     return report

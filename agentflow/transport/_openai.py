@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import ConnectError, StreamInterrupted, StreamTimeout
+from agentflow._redact import display_url, register_headers, register_secret, register_url
 from agentflow._trace import TurnTrace
 from agentflow.transport._decode import TraceBuilder
 from agentflow.transport._request import ChatRequest
@@ -52,11 +53,15 @@ class OpenAITransport:
         self._client = client
         self._clock = clock
         self._owns = owns_client
+        # The client's credentials are masked wherever agentflow prints (its errors echo them).
+        register_secret(getattr(client, "api_key", None))
+        register_headers(client.default_headers)
+        register_url(str(client.base_url))
 
     @property
     def endpoint(self) -> str:
-        """The client's base URL."""
-        return str(self._client.base_url).rstrip("/")
+        """The client's base URL, without userinfo."""
+        return display_url(str(self._client.base_url).rstrip("/"))
 
     async def stream(self, request: ChatRequest, sink: DeltaSink | None = None) -> TurnTrace:
         """Stream one request to its end; see :class:`agentflow.typing.Transport`."""

@@ -11,6 +11,16 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from agentflow._errors import ConfigError
+from agentflow._redact import (
+    MASK,
+    display_url,
+    is_credential_name,
+    redact,
+    redact_data,
+    register_headers,
+    register_secret,
+    register_url,
+)
 
 __all__ = ["ChatRequest", "Endpoint", "Timeouts", "parse_retry_after"]
 
@@ -20,9 +30,13 @@ class Endpoint:
     """An OpenAI-compatible server.
 
     Args:
-        base_url: up to and including ``/v1``, e.g. ``http://127.0.0.1:8000/v1``.
+        base_url: up to and including ``/v1``, e.g. ``http://127.0.0.1:8000/v1``. A
+            ``user:password@`` in it is never printed: names, errors, traces and ``repr``
+            show the URL without it.
         api_key: sent as ``Authorization: Bearer …``; never logged, never in ``repr``.
-        headers: extra headers on every request.
+        headers: extra headers on every request. The values of credential headers (names
+            ending in ``key``, ``token``, ``secret``, ``auth``…: ``api-key``,
+            ``x-auth-token``) are masked like the key.
         extra_body: extra JSON fields on every request (e.g. vLLM's ``top_k``).
         name: a label for reports; defaults to the host and port.
     """
@@ -43,9 +57,20 @@ class Endpoint:
         for key in self.headers:
             if key.lower() == "authorization":
                 raise ConfigError("Endpoint.headers must not carry Authorization; use api_key")
+        # Known before anything can print them: masked by value from here on.
+        register_secret(self.api_key)
+        register_headers(self.headers)
+        register_url(self.base_url)
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
         if not self.name:
-            object.__setattr__(self, "name", parts.netloc)
+            object.__setattr__(self, "name", parts.netloc.rpartition("@")[2])
+
+    def __repr__(self) -> str:
+        headers = {k: MASK if is_credential_name(k) else redact(v) for k, v in self.headers.items()}
+        return (
+            f"Endpoint(base_url={display_url(self.base_url)!r}, headers={headers!r}, "
+            f"extra_body={redact_data(dict(self.extra_body))!r}, name={self.name!r})"
+        )
 
     @property
     def chat_url(self) -> str:

@@ -15,6 +15,7 @@ from agentflow._errors import (
     ServerError,
     StreamProtocolError,
 )
+from agentflow._redact import display_url
 from agentflow._trace import TurnTrace
 from agentflow.transport._decode import TraceBuilder
 from agentflow.transport._request import Endpoint, Timeouts, parse_retry_after
@@ -48,8 +49,8 @@ class EndpointTransport:
 
     @property
     def endpoint(self) -> str:
-        """The base URL requests go to."""
-        return self._endpoint.base_url
+        """The base URL requests go to, without userinfo (the label errors and traces use)."""
+        return display_url(self._endpoint.base_url)
 
     @property
     def config(self) -> Endpoint:

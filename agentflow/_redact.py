@@ -1,0 +1,203 @@
+"""Keeping credentials out of everything agentflow prints, logs, raises or writes.
+
+A key can leak in ways no field name gives away: a server that echoes the key it
+rejected in its 401 message, a ``user:password@`` in a base URL that ends up in
+every error and replica name, a custom ``api-key`` header in a ``repr``. Masking
+fields *named* like credentials is not enough, so agentflow also masks credential
+*values*: every key it is given — an :class:`~agentflow.Endpoint`'s ``api_key``,
+its credential headers (``api-key``, ``x-api-key``, ``x-auth-token``, ``…-key``),
+the password of a URL's userinfo, an ``AsyncOpenAI`` client's key, a
+``ServerCounter``'s key — is registered here, process-wide, when the object that
+holds it is built. :func:`redact` then replaces each registered value, any
+``Bearer``/``Basic`` credential and any URL userinfo with ``***``.
+
+Redaction runs where text leaves agentflow — error messages (when an
+:class:`~agentflow.AgentflowError` is built), log lines, reports, ``repr``s and
+names — never per token or per chunk. Its cost is a substring test per registered
+secret, plus two regular-expression scans.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+__all__ = [
+    "MASK",
+    "MIN_SECRET_LEN",
+    "display_url",
+    "is_credential_name",
+    "redact",
+    "redact_bytes",
+    "redact_data",
+    "register_headers",
+    "register_secret",
+    "register_url",
+]
+
+#: What a credential is replaced with.
+MASK = "***"
+
+#: Values shorter than this are not masked by value (masking "abc" everywhere would
+#: garble every message); they are still masked as ``Bearer``/``Basic`` tokens and
+#: as URL userinfo, and never printed by agentflow's own ``repr``s.
+MIN_SECRET_LEN = 6
+
+_secrets: set[str] = set()
+_ordered: tuple[str, ...] = ()  # longest first, so a secret inside another is masked whole
+
+# An auth scheme and its token: "Bearer sk-…", "Basic dXNlcjpwYXNz" (see _mask_token for
+# which Basic tokens count: "Basic authentication" is no credential).
+_AUTH_TOKEN = re.compile(
+    r"\b(Bearer)(\s+)[^\s'\",;]+|\b(Basic)(\s+)[A-Za-z0-9+/]{8,}={0,2}", re.IGNORECASE
+)
+# "scheme://userinfo@" anywhere in a text, up to the authority's last "@" (an unescaped
+# "@" in a password is taken as part of it, as urllib does).
+_USERINFO = re.compile(r"\b([a-z][a-z0-9+.-]*://)[^/\s?#'\"<>]*@", re.IGNORECASE)
+# Names of headers that hold credentials: those that end in a credential word
+# ("api-key", "x-auth-token", "Proxy-Authorization", "Ocp-Apim-Subscription-Key"), not
+# those that merely mention one ("x-token-budget").
+_CREDENTIAL_NAME = re.compile(
+    r"(^|[-_])(api[-_]?key|key|token|secret|passw(or)?d|authorization|auth|cookie|signature"
+    r"|credentials?)$",
+    re.IGNORECASE,
+)
+
+
+def register_secret(value: str | None) -> None:
+    """Mask ``value`` wherever agentflow prints it from now on (process-wide).
+
+    agentflow registers the keys it is given itself; call this for a credential it
+    cannot see (one your own transport or ``http_client`` adds). ``None``, empty and
+    very short values (< 6 characters) are ignored. A ``Bearer``/``Basic`` prefix is
+    dropped, so registering a header value registers its token.
+    """
+    global _ordered
+    if not value:
+        return
+    m = re.fullmatch(r"\s*(?:Bearer|Basic)\s+(\S+)\s*", value, re.IGNORECASE)
+    token = m.group(1) if m else value.strip()
+    if len(token) < MIN_SECRET_LEN or token in _secrets:
+        return
+    _secrets.add(token)
+    _ordered = tuple(sorted(_secrets, key=len, reverse=True))
+
+
+def register_url(url: str) -> None:
+    """Register the password in ``url``'s userinfo (raw, percent-decoded, and as the
+    base64 ``user:password`` HTTP Basic auth sends)."""
+    if "@" not in url:
+        return
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return
+    if parts.password:
+        user, password = parts.username or "", parts.password
+        register_secret(password)
+        register_secret(unquote(password))
+        basic = f"{unquote(user)}:{unquote(password)}".encode()
+        register_secret(base64.b64encode(basic).decode("ascii"))
+
+
+def register_headers(headers: Mapping[str, object]) -> None:
+    """Register the values of the headers whose names say they hold credentials."""
+    for name, value in headers.items():
+        if is_credential_name(name) and isinstance(value, str):
+            register_secret(value)
+
+
+def is_credential_name(name: str) -> bool:
+    """Whether a header called ``name`` holds a credential: its name ends in a credential
+    word (``api-key``, ``Authorization``, ``x-auth-token``, ``…-Subscription-Key``)."""
+    return _CREDENTIAL_NAME.search(name.strip()) is not None
+
+
+def display_url(url: str) -> str:
+    """``url`` without its userinfo: ``http://u:p@host:8000/v1`` → ``http://host:8000/v1``.
+
+    Any other string is returned as it is.
+    """
+    if "@" not in url:
+        return url
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return _USERINFO.sub(r"\1", url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+
+
+def redact(text: str) -> str:
+    """``text`` with every registered secret and every ``Bearer``/``Basic`` credential
+    replaced by ``***``, and every URL's userinfo dropped (``http://u:p@h/`` → ``http://h/``).
+    """
+    for secret in _ordered:
+        if secret in text:
+            text = text.replace(secret, MASK)
+    if "earer" in text or "asic" in text or "ASIC" in text or "EARER" in text:
+        text = _AUTH_TOKEN.sub(_mask_token, text)
+    if "@" in text:
+        text = _USERINFO.sub(r"\1", text)
+    return text
+
+
+def _mask_token(m: re.Match[str]) -> str:
+    if m[1]:
+        return f"{m[1]}{m[2]}{MASK}"
+    token = m[0][len(m[3]) + len(m[4]) :]
+    # Base64 comes in blocks of 4 and is rarely one lower-case word.
+    if len(token) % 4 or (token.isalpha() and token.islower()):
+        return m[0]
+    return f"{m[3]}{m[4]}{MASK}"
+
+
+def redact_bytes(data: bytes) -> bytes:
+    """:func:`redact` for bytes that may not be UTF-8: registered secrets only."""
+    for secret in _ordered:
+        raw = secret.encode()
+        if raw in data:
+            data = data.replace(raw, MASK.encode())
+    return data
+
+
+def redact_data(obj: Any) -> Any:
+    """A copy of a JSON-like value (dicts, lists, tuples, strings, numbers) with every
+    string redacted and the string values of credential-named keys masked whole."""
+    if isinstance(obj, str):
+        return redact(obj)
+    if isinstance(obj, Mapping):
+        return {
+            redact(k) if isinstance(k, str) else k: (
+                MASK
+                if isinstance(k, str) and isinstance(v, str) and _is_credential_key(k)
+                else redact_data(v)
+            )
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list | tuple):
+        items: Iterable[Any] = (redact_data(v) for v in obj)
+        return list(items) if isinstance(obj, list) else tuple(items)
+    return obj
+
+
+# Narrower than header names: a report's "token_source" or "tokenizer" is no secret.
+_CREDENTIAL_KEY = re.compile(
+    r"^(x-)?(api[_-]?key|authorization|passw(or)?d|secret|access[_-]?token|auth[_-]?token)$",
+    re.IGNORECASE,
+)
+
+
+def _is_credential_key(key: str) -> bool:
+    return _CREDENTIAL_KEY.match(key) is not None
+
+
+def _forget_all() -> None:
+    """Tests only: empty the registry."""
+    global _ordered
+    _secrets.clear()
+    _ordered = ()

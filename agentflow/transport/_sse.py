@@ -1,11 +1,13 @@
 """A small Server-Sent Events splitter: bytes in, ``data`` payloads out, in linear time.
 
 Only what chat-completion streams use is kept: ``data:`` fields (several in one
-event are joined with ``\\n``); comments (``: ping``), other fields and events with
-no data (``data:`` with nothing after it — the SSE spec dispatches no event then)
-yield nothing. Line ends may be ``\\n``, ``\\r\\n`` or ``\\r``, and any event or line
-may be split across reads. The common case — one ``data:`` line per event, LF line
-ends — takes one ``split`` and one slice per event.
+event are joined with ``\\n``). Comments (``: ping``), other fields, events with no
+``data`` field and events whose data is empty (``data:`` alone — a keep-alive: a chat
+payload is JSON or ``[DONE]``) yield nothing. A last event with no blank line after
+it is still yielded by :meth:`SSEDecoder.flush` (the spec drops it; llama.cpp ends
+its streams that way). Line ends may be ``\\n``, ``\\r\\n`` or ``\\r``, and any event
+or line may be split across reads. The common case — one ``data:`` line per event,
+LF line ends — takes one ``split`` and one slice per event.
 
 **Linear, bounded.** Each byte is looked at a constant number of times however it
 is cut into reads: an unfinished event is kept as a list of its reads and joined
@@ -188,5 +190,4 @@ def _parse_event(event: bytes) -> bytes | None:
             continue  # event:, id:, retry: carry nothing chat streams need
         data.append(value[1:] if value.startswith(b" ") else value)
     payload = b"\n".join(data)
-    # An event whose data is empty is not dispatched (the SSE spec): a keep-alive.
-    return payload or None
+    return payload or None  # empty data: a keep-alive, not a chat payload

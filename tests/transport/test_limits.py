@@ -32,8 +32,7 @@ from agentflow import (
     UnexpectedContentType,
 )
 from agentflow.testing import Reply, ScriptedServer, sse_frames
-from agentflow.transport import SSEDecoder, TraceBuilder
-from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES
+from agentflow.transport import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, TraceBuilder
 from tests.transport.rawserver import KINDS, chunk, head, make_transport, raw_server
 
 REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])

@@ -16,6 +16,7 @@ import pytest
 from agentflow import (
     Agent,
     ChatRequest,
+    ConnectError,
     Fleet,
     Replica,
     StreamTimeout,
@@ -23,6 +24,7 @@ from agentflow import (
     TurnTrace,
 )
 from agentflow.embedded import loop_clock, run_virtual
+from agentflow.llamacpp import free_port
 from agentflow.testing import sse_frames
 from tests.transport.rawserver import KINDS, chunk, head, make_transport, raw_server
 
@@ -196,3 +198,26 @@ def test_default_timeouts_are_all_finite_but_first_token() -> None:
     """Every wait of an attempt has a finite default; first_token is covered by idle."""
     t = Timeouts()
     assert (t.connect, t.idle, t.total, t.first_token) == (10.0, 300.0, 1800.0, None)
+
+
+@pytest.mark.parametrize("kind", ["protocol", "aiohttp"])
+def test_a_request_that_fails_early_leaves_no_timer_behind(kind: str) -> None:
+    """Nothing listening: ConnectError before any response. The idle watchdog of that
+    attempt is stopped with it — before #12 it stayed armed and, one idle period later,
+    failed inside the event loop ("Cannot change state of finished Timeout")."""
+
+    async def main() -> list[dict[str, object]]:
+        loop = asyncio.get_running_loop()
+        errors: list[dict[str, object]] = []
+        loop.set_exception_handler(lambda _, ctx: errors.append(ctx))
+        url = f"http://127.0.0.1:{free_port()}/v1"
+        t = make_transport(kind, url, timeouts=Timeouts(idle=5.0), connect_retries=0)
+        try:
+            with pytest.raises(ConnectError):
+                await t.stream(REQ)
+            await asyncio.sleep(20.0)  # four idle periods, on the virtual clock
+        finally:
+            await t.aclose()
+        return errors
+
+    assert run_virtual(main()) == []

@@ -24,6 +24,7 @@ from agentflow._errors import (
     StreamTimeout,
     ToolError,
     TransportError,
+    UnexpectedContentType,
 )
 from agentflow._events import (
     CallbackFailure,
@@ -214,6 +215,7 @@ __all__ = [
     "TurnRecord",
     "TurnRow",
     "TurnTrace",
+    "UnexpectedContentType",
     "Usage",
     "__version__",
     "plan_kv_cache",

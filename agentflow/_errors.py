@@ -9,6 +9,7 @@ to act on it as attributes, never only in its message::
     │   ├── ConnectError        no response byte arrived: safe to resend
     │   ├── StreamInterrupted   dropped mid-stream; ``.trace`` keeps the partial turn
     │   ├── StreamProtocolError malformed SSE or JSON, or an unfinished stream; ``.trace``
+    │   │   └── UnexpectedContentType  a 2xx that is not an event stream (HTML, JSON)
     │   ├── APIStatusError      non-2xx; ``.status``, ``.body``, ``.retry_after``
     │   │   ├── BadRequestError 4xx other than 429
     │   │   ├── RateLimitError  429
@@ -48,6 +49,7 @@ __all__ = [
     "StreamTimeout",
     "ToolError",
     "TransportError",
+    "UnexpectedContentType",
 ]
 
 
@@ -116,6 +118,32 @@ class StreamProtocolError(_WithTrace):
         super().__init__(message, endpoint=endpoint, trace=trace)
         self.payload = None if payload is None else redact_bytes(payload)
         self.unfinished = unfinished
+
+
+class UnexpectedContentType(StreamProtocolError):
+    """A 2xx answer to a streamed request whose body is declared as something other than
+    an event stream: an HTML page (a proxy's login or error page), a whole JSON document
+    (a server that ignored ``stream: true``), XML. Never retried by default: resending the
+    same request gets the same page.
+
+    Attributes:
+        content_type: the ``Content-Type`` header as sent.
+        status: the HTTP status (2xx).
+        payload: the first bytes of the body (up to 500).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        content_type: str,
+        status: int,
+        endpoint: str | None = None,
+        payload: bytes | None = None,
+    ) -> None:
+        super().__init__(message, endpoint=endpoint, payload=payload)
+        self.content_type = content_type
+        self.status = status
 
 
 class APIStatusError(TransportError):

@@ -14,9 +14,10 @@ from agentflow.transport._decode import TraceBuilder, apportion
 from agentflow.transport._http import HTTPTransport
 from agentflow.transport._openai import OpenAITransport
 from agentflow.transport._request import ChatRequest, Endpoint, Timeouts, parse_retry_after
-from agentflow.transport._sse import SSEDecoder
+from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 
 __all__ = [
+    "DEFAULT_MAX_EVENT_BYTES",
     "AiohttpTransport",
     "ChatRequest",
     "Endpoint",

@@ -26,11 +26,14 @@ from agentflow.transport._request import ChatRequest, Endpoint, Timeouts
 from agentflow.transport._shared import (
     MAX_ERROR_BODY,
     EndpointTransport,
+    content_type_error,
     finish_stream,
     keep_headers,
+    refused_content_type,
     status_error,
+    with_trace,
 )
-from agentflow.transport._sse import SSEDecoder
+from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 from agentflow.typing import Clock, DeltaSink
 
 __all__ = ["AiohttpTransport", "finish_stream", "status_error"]
@@ -49,6 +52,10 @@ class AiohttpTransport(EndpointTransport):
             after a stream; such a resend cannot duplicate output the client saw).
         session: an ``aiohttp.ClientSession`` to use; the transport then does not close it.
         clock: nanosecond monotonic clock for the trace.
+        max_event_bytes: the longest SSE event accepted (default 4 MiB); a longer one is a
+            :class:`StreamProtocolError` naming this limit.
+
+    A 2xx answer declared as HTML, XML or JSON is an :class:`UnexpectedContentType`.
     """
 
     def __init__(
@@ -59,8 +66,15 @@ class AiohttpTransport(EndpointTransport):
         connect_retries: int = 2,
         session: aiohttp.ClientSession | None = None,
         clock: Clock = time.perf_counter_ns,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
-        super().__init__(endpoint, timeouts=timeouts, connect_retries=connect_retries, clock=clock)
+        super().__init__(
+            endpoint,
+            timeouts=timeouts,
+            connect_retries=connect_retries,
+            clock=clock,
+            max_event_bytes=max_event_bytes,
+        )
         self._session = session
         self._owns_session = session is None
 
@@ -99,24 +113,38 @@ class AiohttpTransport(EndpointTransport):
                 # end of body; an error or a cancellation closes it.
                 clean = False
                 try:
-                    builder.headers_ns = limits.last_ns = clock()
+                    builder.headers_ns = clock()
                     if resp.status >= 300:
                         raise await status_error(
                             resp.status, resp.headers, _read_error_body(resp), self.endpoint
                         )
-                    decoder = SSEDecoder()
+                    refused = refused_content_type(resp.status, resp.headers)
+                    if refused is not None:
+                        raise content_type_error(
+                            resp.status, refused, await _read_error_body(resp), self.endpoint
+                        )
+                    decoder = SSEDecoder(self.max_event_bytes, endpoint=self.endpoint)
                     decode = decoder.feed
                     feed = builder.feed
                     waiting_first = limits.waiting_first
-                    async for data in resp.content.iter_any():
-                        limits.last_ns = now = clock()
-                        for payload in decode(data):
+                    now = clock()
+                    try:
+                        async for data in resp.content.iter_any():
+                            now = clock()
+                            payloads = decode(data)
+                            if payloads:  # only data events hold the idle limit off
+                                limits.last_ns = now
+                                for payload in payloads:
+                                    feed(payload, now)
+                            if waiting_first and builder.chunk_ns:
+                                waiting_first = False
+                                limits.first_output()
+                        now = clock()
+                        for payload in decoder.flush():  # a last event with no blank line
                             feed(payload, now)
-                        if waiting_first and builder.chunk_ns:
-                            waiting_first = False
-                            limits.first_output()
-                    for payload in decoder.flush():  # a last event with no blank line after it
-                        feed(payload, clock())
+                    except StreamProtocolError as exc:
+                        with_trace(exc, builder, now, reconnects)
+                        raise
                     clean = True
                 finally:
                     limits.cancel()

@@ -5,6 +5,13 @@ slotted structs that name only the fields agentflow reads (unknown fields are
 skipped without being built); per chunk the builder appends a timestamp, a
 character count and the text. Tokens per chunk, the assembled strings and the
 tool calls are worked out once, in :meth:`TraceBuilder.finish`.
+
+Usage figures are checked when they arrive (once per stream, off the per-chunk path):
+a count that is not an integer, is negative, exceeds :data:`MAX_REPORTED_TOKENS`, or
+contradicts another (more cached than prompt tokens, more reasoning than completion
+tokens) is a :class:`StreamProtocolError` naming the field and value — never a figure
+passed on to metrics (a ``completion_tokens`` of 10**20 made a decode speed of 2e23
+tokens/s).
 """
 
 from __future__ import annotations
@@ -17,7 +24,11 @@ from agentflow._errors import ServerError, StreamProtocolError
 from agentflow._trace import CacheSource, ToolCall, TurnTrace, Usage
 from agentflow.typing import DeltaSink
 
-__all__ = ["TraceBuilder", "apportion"]
+__all__ = ["MAX_REPORTED_TOKENS", "TraceBuilder", "apportion"]
+
+#: The largest token count a server's usage may report for one request: 100 million,
+#: ten times the longest context window served today. Beyond it a figure is a bug.
+MAX_REPORTED_TOKENS = 100_000_000
 
 
 class _Function(msgspec.Struct):
@@ -159,6 +170,14 @@ class TraceBuilder:
             self.response_id = chunk.id
             self.model = chunk.model
         if chunk.usage is not None:
+            problem = _usage_problem(chunk.usage)
+            if problem is not None:
+                raise StreamProtocolError(
+                    f"implausible usage from {self.endpoint}: {problem}",
+                    endpoint=self.endpoint,
+                    trace=self.finish(t_ns),
+                    payload=payload[:500],
+                )
             self.usage = chunk.usage
         if chunk.timings is not None:
             self.timings = chunk.timings
@@ -308,6 +327,42 @@ def _usage(u: _Usage) -> Usage:
         cached_source=source,
         reasoning_tokens=details.reasoning_tokens if details is not None else None,
     )
+
+
+def _usage_problem(u: _Usage) -> str | None:
+    """What is wrong with a usage object, or ``None`` (integer types msgspec has checked)."""
+    pd, cd = u.prompt_tokens_details, u.completion_tokens_details
+    fields = {
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.total_tokens,
+        "prompt_tokens_details.cached_tokens": pd.cached_tokens if pd is not None else None,
+        "completion_tokens_details.reasoning_tokens": (
+            cd.reasoning_tokens if cd is not None else None
+        ),
+        "prompt_cache_hit_tokens": u.prompt_cache_hit_tokens,
+        "prompt_cache_miss_tokens": u.prompt_cache_miss_tokens,
+    }
+    for name, value in fields.items():
+        if value is None:
+            continue
+        if value < 0:
+            return f"usage.{name}={value} is negative"
+        if value > MAX_REPORTED_TOKENS:
+            return f"usage.{name}={value} is more than {MAX_REPORTED_TOKENS:,} tokens"
+    prompt, cached = u.prompt_tokens, fields["prompt_tokens_details.cached_tokens"]
+    if prompt is not None and cached is not None and cached > prompt:
+        return f"usage.prompt_tokens_details.cached_tokens={cached} > prompt_tokens={prompt}"
+    completion, reasoning = (
+        u.completion_tokens,
+        fields["completion_tokens_details.reasoning_tokens"],
+    )
+    if completion is not None and reasoning is not None and reasoning > completion:
+        return (
+            f"usage.completion_tokens_details.reasoning_tokens={reasoning} "
+            f"> completion_tokens={completion}"
+        )
+    return None
 
 
 def _error_status(error: Any) -> int:

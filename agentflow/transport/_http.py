@@ -36,11 +36,14 @@ from agentflow.transport._request import ChatRequest, Endpoint, Timeouts
 from agentflow.transport._shared import (
     MAX_ERROR_BODY,
     EndpointTransport,
+    content_type_error,
     finish_stream,
     keep_headers,
+    refused_content_type,
     status_error,
+    with_trace,
 )
-from agentflow.transport._sse import SSEDecoder
+from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 from agentflow.typing import Clock, DeltaSink
 
 __all__ = ["HTTPTransport"]
@@ -76,6 +79,12 @@ class HTTPTransport(EndpointTransport):
             or virtual clock keeps the loop's stamps); ``True`` insists (a
             :class:`ConfigError` where it cannot work); ``False``: asyncio's own
             transports. With kernel stamps ``clock`` must tick in real nanoseconds.
+        max_event_bytes: the longest SSE event accepted (default 4 MiB); a server that
+            sends a longer one, or never ends one, gets a :class:`StreamProtocolError`
+            naming this limit once that many bytes are held.
+
+    A 2xx answer declared as HTML, XML or JSON is an :class:`UnexpectedContentType`
+    (quoting the body's first bytes), not parsed as a stream.
     """
 
     def __init__(
@@ -88,8 +97,15 @@ class HTTPTransport(EndpointTransport):
         keepalive_s: float = 15.0,
         clock: Clock = time.perf_counter_ns,
         kernel_timestamps: bool | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
-        super().__init__(endpoint, timeouts=timeouts, connect_retries=connect_retries, clock=clock)
+        super().__init__(
+            endpoint,
+            timeouts=timeouts,
+            connect_retries=connect_retries,
+            clock=clock,
+            max_event_bytes=max_event_bytes,
+        )
         self._keepalive_s = keepalive_s
         url = urlsplit(self._endpoint.chat_url)
         self._https = url.scheme == "https"
@@ -189,7 +205,9 @@ class HTTPTransport(EndpointTransport):
                 # a kept-alive connection; an error or a cancellation closes it.
                 clean = False
                 try:
-                    ex = conn.start(payload, builder, limits, clock, reconnects)
+                    ex = conn.start(
+                        payload, builder, limits, clock, reconnects, self.max_event_bytes
+                    )
                     await ex.done
                     # Unlike AiohttpTransport, a connection that carried a whole error body
                     # is kept too: a burst of 429s need not cost a burst of reconnects.
@@ -197,6 +215,10 @@ class HTTPTransport(EndpointTransport):
                     if ex.status >= 300:
                         raise await status_error(
                             ex.status, ex.headers, _given(b"".join(ex.error_parts)), self.endpoint
+                        )
+                    if ex.refused is not None:
+                        raise content_type_error(
+                            ex.status, ex.refused, b"".join(ex.error_parts), self.endpoint
                         )
                 finally:
                     limits.cancel()
@@ -243,6 +265,8 @@ class _Exchange:
         "n_pieces",
         "raw_headers",
         "reconnects",
+        "refused",
+        "sse",
         "status",
         "waiting_first",
     )
@@ -254,18 +278,21 @@ class _Exchange:
         limits: Deadlines,
         clock: Clock,
         reconnects: int,
+        max_event_bytes: int,
     ) -> None:
         #: Resolved when the response has ended (``status`` says how), failed otherwise.
         self.done = done
         self.builder = builder
         self.feed = builder.feed
-        self.decoder = SSEDecoder()
+        self.decoder = SSEDecoder(max_event_bytes, endpoint=builder.endpoint)
         self.decode = self.decoder.feed
         self.limits = limits
         self.clock = clock
         self.reconnects = reconnects
         self.waiting_first = limits.waiting_first
         self.status = 0  # of the final response, once its head is complete
+        self.sse = False  # a 2xx whose body is parsed as an event stream
+        self.refused: str | None = None  # the content type of a 2xx that is not a stream
         self.headers: CIMultiDict[str] = CIMultiDict()
         self.raw_headers: list[tuple[bytes, bytes]] = []
         self.informational = False  # inside a 1xx response, which precedes the real one
@@ -300,10 +327,11 @@ class _Connection(PooledConnection):
         limits: Deadlines,
         clock: Clock,
         reconnects: int,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> _Exchange:
         """Send ``request``; the reads that follow feed ``builder`` until the response ends."""
         ex = self._ex = _Exchange(
-            self.pool.loop.create_future(), builder, limits, clock, reconnects
+            self.pool.loop.create_future(), builder, limits, clock, reconnects, max_event_bytes
         )
         self._pieces.clear()
         tr = self.transport
@@ -325,7 +353,6 @@ class _Connection(PooledConnection):
             return
         # rx_ns: the kernel's arrival stamp, when the connection has one (kernel_timestamps).
         self._now = now = self.rx_ns or ex.clock()
-        ex.limits.last_ns = now
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
@@ -339,12 +366,16 @@ class _Connection(PooledConnection):
         if pieces:
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
-            if ex.status < 300:
+            if ex.sse:
                 feed = ex.feed
                 try:
-                    for payload in ex.decode(body):
-                        feed(payload, now)
+                    payloads = ex.decode(body)
+                    if payloads:  # only data events hold the idle limit off, not comments
+                        ex.limits.last_ns = now
+                        for payload in payloads:
+                            feed(payload, now)
                 except Exception as exc:  # the builder's protocol/server errors, a sink's own
+                    with_trace(exc, ex.builder, now, ex.reconnects)
                     self._fail(ex, exc)
                     return
                 if ex.waiting_first and ex.builder.chunk_ns:
@@ -402,6 +433,8 @@ class _Connection(PooledConnection):
             (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
             for n, v in ex.raw_headers
         )
+        ex.refused = refused_content_type(status, headers)
+        ex.sse = status < 300 and ex.refused is None
         ex.framed = (
             "chunked" in headers.get("Transfer-Encoding", "").lower()
             or "Content-Length" in headers
@@ -425,7 +458,8 @@ class _Connection(PooledConnection):
     # -- ends of an exchange -------------------------------------------------------------
 
     def _add_error_body(self, ex: _Exchange, body: bytes, now: int) -> bool:
-        """Keep up to 64 KiB of a non-2xx body; at the cap, end the exchange (True)."""
+        """Keep up to 64 KiB of a body that is not a stream (a non-2xx, or a 2xx page
+        or document); at the cap, end the exchange (True)."""
         room = MAX_ERROR_BODY - ex.error_size
         if len(body) < room:
             ex.error_parts.append(body)
@@ -441,11 +475,12 @@ class _Connection(PooledConnection):
 
     def _finish(self, ex: _Exchange, now: int) -> None:
         """The response ended cleanly: flush the last event, wake the caller."""
-        if ex.status < 300:
+        if ex.sse:
             try:
                 for payload in ex.decoder.flush():  # a last event with no blank line after it
                     ex.feed(payload, now)
             except Exception as exc:
+                with_trace(exc, ex.builder, now, ex.reconnects)
                 self._fail(ex, exc)
                 return
         self._ex = None

@@ -8,6 +8,11 @@ SSE + msgspec path, so no pydantic model is built per chunk and the trace is the
 same as :class:`HTTPTransport`'s. The response is always closed, on errors and on
 cancellation too (the SDK keeps a pooled connection busy otherwise).
 
+The same stream limits apply as on the other transports — ``Timeouts`` first-token,
+idle (data events only) and total, the SSE event-size limit, the refusal of a 2xx
+HTML/JSON body — except ``Timeouts.connect``: connecting (and the SDK's own timeouts and
+retries before a response) is the client's business.
+
 The SDK is imported when a request is first streamed, not with agentflow: it brings
 ~100,000 objects that every full garbage collection of a fleet would then walk.
 """
@@ -17,18 +22,33 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from agentflow._errors import ConnectError, StreamInterrupted, StreamTimeout
+from agentflow._errors import (
+    ConfigError,
+    ConnectError,
+    StreamInterrupted,
+    StreamProtocolError,
+    StreamTimeout,
+)
 from agentflow._redact import display_url, register_headers, register_secret, register_url
 from agentflow._trace import TurnTrace
+from agentflow.transport._deadline import Deadlines
 from agentflow.transport._decode import TraceBuilder
-from agentflow.transport._request import ChatRequest
-from agentflow.transport._shared import finish_stream, status_error
-from agentflow.transport._sse import SSEDecoder
+from agentflow.transport._request import ChatRequest, Timeouts
+from agentflow.transport._shared import (
+    MAX_ERROR_BODY,
+    content_type_error,
+    finish_stream,
+    refused_content_type,
+    status_error,
+    with_trace,
+)
+from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, check_max_event_bytes
 from agentflow.typing import Clock, DeltaSink
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
+    import httpx2
     import openai
 
 __all__ = ["OpenAITransport"]
@@ -41,6 +61,9 @@ class OpenAITransport:
         client: the user's ``AsyncOpenAI`` (or ``AsyncAzureOpenAI``) client; not closed by
             :meth:`aclose` unless ``owns_client`` is true.
         clock: nanosecond monotonic clock for the trace.
+        timeouts: first-token, idle and total limits, applied on top of the client's own
+            timeouts (``connect`` is ignored here: the client connects).
+        max_event_bytes: the longest SSE event accepted (default 4 MiB).
     """
 
     def __init__(
@@ -49,7 +72,11 @@ class OpenAITransport:
         *,
         clock: Clock = time.perf_counter_ns,
         owns_client: bool = False,
+        timeouts: Timeouts | None = None,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
+        if timeouts is not None and not isinstance(timeouts, Timeouts):
+            raise ConfigError(f"OpenAITransport.timeouts must be a Timeouts, got {timeouts!r}")
         self._client = client
         self._clock = clock
         self._owns = owns_client
@@ -57,6 +84,9 @@ class OpenAITransport:
         register_secret(getattr(client, "api_key", None))
         register_headers(client.default_headers)
         register_url(str(client.base_url))
+        self._timeouts = timeouts or Timeouts()
+        #: The longest SSE event accepted, in bytes.
+        self.max_event_bytes = check_max_event_bytes(max_event_bytes, "OpenAITransport")
 
     @property
     def endpoint(self) -> str:
@@ -77,29 +107,52 @@ class OpenAITransport:
         clock = self._clock
         sent = clock()
         builder = TraceBuilder(endpoint=self.endpoint, sent_ns=sent, sink=sink)
+        limits = Deadlines(self._timeouts, clock, sent)
         create = self._client.chat.completions.with_streaming_response.create
         try:
-            async with create(
-                model=model,
-                messages=messages,
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body=body,
-                extra_headers=dict(request.headers),
-            ) as response:
-                builder.headers_ns = clock()
-                decoder = SSEDecoder()
+            async with (
+                limits.scope(),
+                create(
+                    model=model,
+                    messages=messages,
+                    stream=True,
+                    stream_options={"include_usage": True},
+                    extra_body=body,
+                    extra_headers=dict(request.headers),
+                ) as response,
+            ):
+                builder.headers_ns = now = clock()
+                raw = response.http_response
+                refused = refused_content_type(raw.status_code, raw.headers)
+                if refused is not None:
+                    first = await _read_some(raw)
+                    raise content_type_error(raw.status_code, refused, first, self.endpoint)
+                decoder = SSEDecoder(self.max_event_bytes, endpoint=self.endpoint)
                 decode = decoder.feed
                 feed = builder.feed
-                async for data in response.http_response.aiter_bytes():
+                waiting_first = limits.waiting_first
+                try:
+                    async for data in raw.aiter_bytes():
+                        now = clock()
+                        payloads = decode(data)
+                        if payloads:  # only data events hold the idle limit off
+                            limits.last_ns = now
+                            for payload in payloads:
+                                feed(payload, now)
+                        if waiting_first and builder.chunk_ns:
+                            waiting_first = False
+                            limits.first_output()
                     now = clock()
-                    for payload in decode(data):
+                    for payload in decoder.flush():
                         feed(payload, now)
-                for payload in decoder.flush():
-                    feed(payload, clock())
+                except StreamProtocolError as exc:
+                    with_trace(exc, builder, now, 0)
+                    raise
                 headers = {
                     k.lower(): v for k, v in response.headers.items() if k[:2].lower() == "x-"
                 }
+        except TimeoutError:
+            raise limits.error(self.endpoint, builder.finish(clock())) from None
         except openai.APIStatusError as exc:
             raise await status_error(
                 exc.status_code, exc.response.headers, _body(exc), self.endpoint
@@ -139,6 +192,18 @@ class OpenAITransport:
 
     def __repr__(self) -> str:
         return f"OpenAITransport({self.endpoint!r})"
+
+
+async def _read_some(response: httpx2.Response) -> bytes:
+    """Up to 64 KiB of a body that is not a stream, to quote in the error."""
+    parts: list[bytes] = []
+    size = 0
+    async for part in response.aiter_bytes():
+        parts.append(part)
+        size += len(part)
+        if size >= MAX_ERROR_BODY:
+            break
+    return b"".join(parts)[:MAX_ERROR_BODY]
 
 
 async def _body_bytes(exc: openai.APIStatusError) -> bytes:

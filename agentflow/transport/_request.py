@@ -90,25 +90,41 @@ class Endpoint:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Timeouts:
-    """Time limits for one streamed request, in seconds; ``None`` means no limit.
+    """Time limits for one streamed request (one attempt), in seconds; ``None`` means no limit.
 
     Args:
-        connect: to open a connection.
+        connect: to open a connection (TCP, and TLS for https).
         first_token: from sending the request to the first output-bearing chunk.
-        idle: the longest gap between two reads once the response has begun.
-        total: for the whole request.
+        idle: the longest wait for an SSE *data event*: from sending the request to the
+            first one, then between two. Response headers, SSE comments (``: ping``) and
+            events without data do not count, so a server that only sends keep-alives
+            is timed out like a silent one. The first wait includes the server's queue
+            and the prompt's prefill, hence the generous default.
+        total: for the whole request, from sending it to the end of the stream. The
+            default, 30 minutes, covers a 1M-token prompt's prefill (minutes) and then
+            ~100k output tokens at 100 tokens/s; raise it for longer generations.
+
+    Worst case with the defaults: a server that accepts the connection and never sends
+    a data event fails each attempt after ``idle`` (300 s); with the default
+    ``RetryPolicy(max_attempts=4)`` a turn ends after 4 × 300 s plus its backoff waits
+    (at most 0.5 + 1 + 2 s). A stream that keeps sending data events slowly ends at
+    ``total`` per attempt.
     """
 
     connect: float | None = 10.0
     first_token: float | None = None
     idle: float | None = 300.0
-    total: float | None = None
+    total: float | None = 1800.0
 
     def __post_init__(self) -> None:
         for name in ("connect", "first_token", "idle", "total"):
             value = getattr(self, name)
-            if value is not None and not value > 0:
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
                 raise ConfigError(f"Timeouts.{name} must be > 0 or None, got {value!r}")
+            if value == float("inf"):
+                raise ConfigError(f"Timeouts.{name} must be finite (None means no limit)")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -10,18 +10,31 @@ import msgspec
 from agentflow._errors import (
     APIStatusError,
     BadRequestError,
+    ConfigError,
     ConnectError,
     RateLimitError,
     ServerError,
     StreamProtocolError,
+    UnexpectedContentType,
 )
 from agentflow._redact import display_url
 from agentflow._trace import TurnTrace
 from agentflow.transport._decode import TraceBuilder
 from agentflow.transport._request import Endpoint, Timeouts, parse_retry_after
+from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, check_max_event_bytes
 from agentflow.typing import Clock
 
-__all__ = ["MAX_ERROR_BODY", "EndpointTransport", "finish_stream", "keep_headers", "status_error"]
+__all__ = [
+    "MAX_ERROR_BODY",
+    "EndpointTransport",
+    "check_connect_retries",
+    "content_type_error",
+    "finish_stream",
+    "keep_headers",
+    "refused_content_type",
+    "status_error",
+    "with_trace",
+]
 
 #: The most of an error body any transport reads.
 MAX_ERROR_BODY = 64 * 1024
@@ -38,11 +51,16 @@ class EndpointTransport:
 
     def __init__(
         self, endpoint: Endpoint | str, *, timeouts: Timeouts | None, connect_retries: int,
-        clock: Clock,
+        clock: Clock, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:  # fmt: skip
+        owner = type(self).__name__
         self._endpoint = endpoint if isinstance(endpoint, Endpoint) else Endpoint(base_url=endpoint)
+        if timeouts is not None and not isinstance(timeouts, Timeouts):
+            raise ConfigError(f"{owner}.timeouts must be a Timeouts, got {timeouts!r}")
         self._timeouts = timeouts or Timeouts()
-        self._connect_retries = connect_retries
+        self._connect_retries = check_connect_retries(connect_retries, owner)
+        #: The longest SSE event accepted, in bytes (a longer one: StreamProtocolError).
+        self.max_event_bytes = check_max_event_bytes(max_event_bytes, owner)
         self._clock = clock
         #: Requests resent because the connection failed before any response byte.
         self.reconnects = 0
@@ -79,6 +97,61 @@ class EndpointTransport:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.endpoint!r}, reconnects={self.reconnects})"
+
+
+def check_connect_retries(value: object, owner: str) -> int:
+    """``value`` if it is a valid ``connect_retries`` (an int ≥ 0), else a :class:`ConfigError`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"{owner}.connect_retries must be an int ≥ 0, got {value!r}")
+    return value
+
+
+def with_trace(exc: BaseException, builder: TraceBuilder, now: int, reconnects: int) -> None:
+    """Give a :class:`StreamProtocolError` raised below the builder (the SSE decoder's
+    event-size limit) the partial trace, as the builder's own errors carry one."""
+    if isinstance(exc, StreamProtocolError) and exc.trace is None:
+        exc.trace = builder.finish(now, reconnects=reconnects)
+        if exc.endpoint is None:
+            exc.endpoint = builder.endpoint
+
+
+#: Media types a streamed chat answer is refused for at once: a page or a whole document,
+#: not an event stream. Others (``text/event-stream``, a missing header, ``text/plain``…)
+#: are parsed as SSE and fail later, as malformed, if they are not.
+_REFUSED_TYPES = frozenset({"text/html", "application/xhtml+xml", "text/xml", "application/xml"})
+
+
+def refused_content_type(status: int, headers: Any) -> str | None:
+    """The ``Content-Type`` of a 2xx answer that cannot be an event stream, else ``None``.
+
+    Refused: HTML, XML and JSON (``application/json``, ``*/*+json``, ``*/*+xml``) —
+    a proxy's page, or a server that answered ``stream: true`` with one JSON document.
+    """
+    if not 200 <= status < 300:
+        return None
+    value = headers.get("Content-Type")
+    if not value:
+        return None
+    media = str(value).split(";", 1)[0].strip().lower()
+    if media in _REFUSED_TYPES or media.endswith(("/json", "+json", "+xml")):
+        return str(value)
+    return None
+
+
+def content_type_error(
+    status: int, content_type: str, body: bytes, endpoint: str
+) -> UnexpectedContentType:
+    """The error for a 2xx answer that is not an event stream, quoting its first bytes."""
+    snippet = " ".join(body[:300].decode("utf-8", "replace").split())
+    more = "…" if len(body) > 300 else ""
+    return UnexpectedContentType(
+        f"{endpoint} answered {status} with Content-Type {content_type!r}, not "
+        f"text/event-stream (a streamed request); the body begins: {snippet!r}{more}",
+        content_type=content_type,
+        status=status,
+        endpoint=endpoint,
+        payload=body[:500],
+    )
 
 
 def finish_stream(

@@ -1,0 +1,120 @@
+"""A raw asyncio HTTP/1.1 server for the liveness and limit tests, and the three transports.
+
+Each test writes the server's behaviour as a coroutine ``answer(reader, writer)`` that
+gets the connection after one request has been read (so it may never answer, answer
+with comments only, with a page, …). Being plain asyncio it runs on the test's loop —
+on :class:`~agentflow.embedded.VirtualTimeLoop` too, where its ``asyncio.sleep`` calls
+take virtual time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import openai
+from openai._base_client import get_platform
+
+from agentflow import AiohttpTransport, HTTPTransport, OpenAITransport
+from agentflow.embedded import loop_clock
+
+__all__ = ["KINDS", "RawServer", "chunk", "head", "make_transport", "raw_server"]
+
+Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+#: The three transports every limit must hold on.
+KINDS = ["protocol", "aiohttp", "openai"]
+
+
+class RawServer:
+    """Where a test's server listens, and what it received."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        #: Requests read (one per answer called).
+        self.requests = 0
+        #: Connections accepted.
+        self.connections = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bool:
+    """Read one request (head and Content-Length body); False at end of connection."""
+    try:
+        head_bytes = await reader.readuntil(b"\r\n\r\n")
+    except (asyncio.IncompleteReadError, ConnectionError):
+        return False
+    length = 0
+    for line in head_bytes.split(b"\r\n"):
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    await reader.readexactly(length)
+    return True
+
+
+@contextlib.asynccontextmanager
+async def raw_server(answer: Answer) -> AsyncIterator[RawServer]:
+    """Serve on 127.0.0.1: read each request, then hand the connection to ``answer``."""
+    srv = RawServer()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        srv.connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        tasks.add(task)
+        try:
+            if await _read_request(reader):
+                srv.requests += 1
+                await answer(reader, writer)
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+            tasks.discard(task)
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    srv.port = server.sockets[0].getsockname()[1]
+    try:
+        yield srv
+    finally:
+        server.close()
+        for t in list(tasks):
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+
+
+def head(content_type: str | None = "text/event-stream", status: int = 200) -> bytes:
+    """A response head with chunked framing."""
+    lines = [f"HTTP/1.1 {status} OK", "Transfer-Encoding: chunked"]
+    if content_type is not None:
+        lines.append(f"Content-Type: {content_type}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def chunk(data: bytes) -> bytes:
+    """One chunk of a chunked body (an empty ``data`` ends the body)."""
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+def make_transport(kind: str, base_url: str, **kw: Any) -> Any:
+    """One of the three transports on ``base_url``, on the running loop's clock."""
+    kw.setdefault("clock", loop_clock)
+    if kind == "protocol":
+        return HTTPTransport(base_url, **kw)
+    if kind == "aiohttp":
+        return AiohttpTransport(base_url, **kw)
+    kw.pop("connect_retries", None)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
+    # The SDK looks its platform up in a worker thread on the first request; on the
+    # virtual clock a thread takes no time, so the loop would jump to the next timer
+    # (the idle limit) before the request was even sent. Look it up here instead.
+    client._platform = get_platform()
+    return OpenAITransport(client, owns_client=True, **kw)

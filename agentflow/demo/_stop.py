@@ -17,6 +17,7 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Any, ClassVar
 
 from agentflow._events import Event
@@ -33,12 +34,29 @@ _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 class Stopper:
     """Turns the first SIGINT/SIGTERM during a run into a cancelled run; see the module.
 
+    Use :meth:`guarding` around everything from the run to the report, and
+    :meth:`armed` around the fleet's run itself.
+
     Attributes:
         signal: the signal that stopped the run, once one has.
     """
 
     def __init__(self) -> None:
         self.signal: signal.Signals | None = None
+        self._main = threading.current_thread() is threading.main_thread()
+
+    @contextlib.contextmanager
+    def guarding(self) -> Iterator[None]:
+        """Within the block, once a signal has stopped the run, another one exits at once
+        (while the report is written, the child stopped, …). The handlers that were
+        there are restored when it ends."""
+        saved = {sig: signal.getsignal(sig) for sig in _SIGNALS} if self._main else {}
+        try:
+            yield
+        finally:
+            for sig, handler in saved.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
 
     @contextlib.contextmanager
     def armed(self, task: asyncio.Future[Any], on_stop: Callable[[], None]) -> Iterator[None]:
@@ -49,31 +67,39 @@ class Stopper:
         """
         loop = asyncio.get_running_loop()
         previous: dict[signal.Signals, Any] = {}
-        if threading.current_thread() is threading.main_thread():
+        if self._main:
             for sig in _SIGNALS:
+                handler = signal.getsignal(sig)
                 try:
                     loop.add_signal_handler(sig, self._fire, sig, task, on_stop)
                 except (NotImplementedError, RuntimeError, ValueError):
                     break
-                previous[sig] = signal.getsignal(sig)
+                previous[sig] = handler
         try:
             yield
         finally:
             for sig, handler in previous.items():
-                loop.remove_signal_handler(sig)
-                if handler is not None:  # restore what was there (asyncio resets to default)
+                loop.remove_signal_handler(sig)  # (which resets it to the default)
+                if self.signal is not None:
+                    signal.signal(sig, self._force)
+                elif handler is not None:
                     signal.signal(sig, handler)
 
     def _fire(
         self, sig: signal.Signals, task: asyncio.Future[Any], on_stop: Callable[[], None]
     ) -> None:
-        if self.signal is not None:  # the second signal: no report, no waiting
-            kill_children()
-            os.write(2, f"\n{sig.name} again: exiting without a report\n".encode())
-            os._exit(128 + int(sig))
+        if self.signal is not None:
+            self._force(sig, None)
         self.signal = sig
         on_stop()
         task.cancel()
+
+    def _force(self, signum: int, frame: FrameType | None) -> None:
+        """The second signal: kill the children and exit, no report, no waiting."""
+        kill_children()
+        name = signal.Signals(signum).name
+        os.write(2, f"\n{name} again: exiting without a report\n".encode())
+        os._exit(128 + signum)
 
 
 class _RetryCount:

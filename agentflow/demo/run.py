@@ -110,16 +110,44 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         check_output_file(config.report, "--report")
     watched = _Watched()
     stopper = Stopper()
+    with stopper.guarding():  # once stopped, a second signal exits at once until we return
+        result, scale = _run(config, console, watched, stopper)
+        report = _report(config, result, scale, watched, stopper, console)
+        console.print(summary_table(report))
+        if stopper.signal is not None:
+            console.print(
+                f"[bold]stopped by {stopper.signal.name}[/bold]: the report covers what ran"
+            )
+        if config.report is not None:
+            _write_json(config.report, report)
+            console.print(f"report written to {config.report}")
+    return report
+
+
+def _run(
+    config: DemoConfig, console: Console, watched: _Watched, stopper: Stopper
+) -> tuple[FleetResult, float]:
+    """The fleet's run, with the simulator child around it (stopped when it returns)."""
     with contextlib.ExitStack() as stack:
         if config.virtual:
             from agentflow.embedded import run_virtual
 
-            result, scale = run_virtual(_virtual_fleet(config, stopper))
-        else:
-            url = config.base_url or _start_simulator(config, stack).rstrip("/") + "/v1"
-            scale = 1.0 if config.base_url else config.time_scale
-            endpoint = Endpoint(base_url=url, api_key=config.api_key)
-            result = asyncio.run(_http_fleet(config, endpoint, scale, console, watched, stopper))
+            return run_virtual(_virtual_fleet(config, stopper))
+        url = config.base_url or _start_simulator(config, stack).rstrip("/") + "/v1"
+        scale = 1.0 if config.base_url else config.time_scale
+        endpoint = Endpoint(base_url=url, api_key=config.api_key)
+        result = asyncio.run(_http_fleet(config, endpoint, scale, console, watched, stopper))
+        return result, scale
+
+
+def _report(
+    config: DemoConfig,
+    result: FleetResult,
+    scale: float,
+    watched: _Watched,
+    stopper: Stopper,
+    console: Console,
+) -> dict[str, Any]:
     scale = _advertised_time_scale(result) or scale
     run = {
         k: (str(v) if isinstance(v, Path) else v)
@@ -143,12 +171,6 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         report["server"] = watched.server.section(report, origin_ns=watched.start_ns)
     elif watched.server_error:
         console.print(f"[dim]no server section in the report: {watched.server_error}[/dim]")
-    console.print(summary_table(report))
-    if stopper.signal is not None:
-        console.print(f"[bold]stopped by {stopper.signal.name}[/bold]: the report covers what ran")
-    if config.report is not None:
-        _write_json(config.report, report)
-        console.print(f"report written to {config.report}")
     return report
 
 

@@ -55,8 +55,13 @@ class Demo:
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
-        self.sim = one_child(self.proc.pid)
-        self.port = int(flag_value(self.sim, "--port"))
+        try:
+            self.sim = one_child(self.proc.pid)
+            self.port = int(flag_value(self.sim, "--port"))
+        except BaseException:
+            self.proc.kill()
+            self.proc.communicate(timeout=GUARD_S)
+            raise
 
     def wait_finished(self, n: int) -> None:
         """Until the simulator has finished ``n`` requests (so the fleet is running)."""

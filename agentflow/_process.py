@@ -1,22 +1,53 @@
 """A local server in a child process: start it, wait for ``/health``, stop it for sure.
 
-Shared by :class:`~agentflow.llamacpp.LlamaCppServer` and the simulator launcher
-(:class:`~agentflow.embedded.SimProcess`). A child process keeps the server's CPU work
-off the client's event loop (and, on a multi-core machine, off its core).
+Shared by :class:`~agentflow.llamacpp.LlamaCppServer`, ``agentflow demo`` (the simulator
+in a child) and the benchmarks. A child process keeps the server's CPU work off the
+client's event loop (and, on a multi-core machine, off its core).
+
+The child must not outlive its parent, however the parent ends:
+
+- **The parent stops it** (:meth:`ChildServer.stop`, the context manager's exit): SIGTERM
+  to the child's process group, SIGKILL after ``stop_timeout_s``. The ``agentflow``
+  commands turn SIGTERM into the same orderly exit as Ctrl-C, so SIGTERM reaches the
+  child this way.
+- **The parent is killed** (``kill -9``, an OOM kill, a crash): on Linux the child is
+  started with ``PR_SET_PDEATHSIG`` (``prctl``, through :mod:`ctypes`, in the fork's
+  ``preexec_fn``), so the kernel sends it ``death_signal`` (SIGKILL by default) when the
+  parent dies. The kernel ties this to the parent *thread* that forked, so it is armed
+  only when :meth:`ChildServer.start` runs on the main thread; started from another
+  thread the child would die with that thread, and instead relies on the two other ways.
+  Other systems have no such call: there a killed parent leaves the child running
+  (stop it with ``kill -- -PGID``: it leads its own process group).
+- **The interpreter exits** with children still running: an :mod:`atexit` hook stops them.
+
+Each child leads a new session (``start_new_session``), hence its own process group:
+Ctrl-C at a terminal reaches only the parent, which stops the run in order (and, in
+``agentflow demo``, writes the partial report) before it stops the child; and stopping the
+group also stops anything the child started.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import ctypes
+import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 
-__all__ = ["ChildServer", "free_port"]
+from agentflow._cliargs import check_listen
+
+__all__ = ["ChildServer", "free_port", "kill_children"]
+
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_running: set[ChildServer] = set()
 
 
 def free_port() -> int:
@@ -31,72 +62,119 @@ class ChildServer:
 
     Args:
         cmd: the command line; it must bind ``port`` on 127.0.0.1.
-        port: the port the child binds.
+        port: the port the child binds; it must be free when :meth:`start` is called
+            (else the health check could be answered by another server).
         name: for error messages.
         startup_timeout_s: how long to wait for health.
+        stop_timeout_s: how long :meth:`stop` waits after SIGTERM before SIGKILL.
+        death_signal: what the kernel sends the child if this process dies first
+            (Linux, when started from the main thread; see the module's docstring).
     """
 
     def __init__(
-        self, cmd: Sequence[str], *, port: int, name: str, startup_timeout_s: float = 120.0
+        self,
+        cmd: Sequence[str],
+        *,
+        port: int,
+        name: str,
+        startup_timeout_s: float = 120.0,
+        stop_timeout_s: float = 10.0,
+        death_signal: signal.Signals = signal.SIGKILL,
     ) -> None:
         self.cmd = list(cmd)
         self.port = port
         self.name = name
         self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self.death_signal = death_signal
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: list[str] = []
         self._drainer: threading.Thread | None = None
+        #: Whether the kernel will signal the child when this process dies.
+        self.dies_with_parent = False
 
     @property
     def pid(self) -> int | None:
-        """The child's process id while it runs."""
+        """The child's process id while it runs (also its process group's id)."""
         return None if self._proc is None else self._proc.pid
 
     def start(self) -> None:
         """Start the child and wait for health.
 
         Raises:
+            ConfigError: ``port`` is not free on 127.0.0.1.
             RuntimeError: the child exited, or was not healthy in time (its output is in
                 the message).
         """
+        check_listen("127.0.0.1", self.port, what=f"{self.name}: port")
+        arm = _pdeathsig(self.death_signal)
+        self.dies_with_parent = arm is not None
         self._proc = subprocess.Popen(
-            self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            self.cmd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=arm,  # only prctl and getppid run between fork and exec
         )
-        self._drainer = threading.Thread(target=self._drain, daemon=True)
-        self._drainer.start()
+        try:
+            _running.add(self)
+            self._drainer = threading.Thread(target=self._drain, daemon=True)
+            self._drainer.start()
+            problem = self._wait_healthy(self._proc)
+        except BaseException:  # interrupted meanwhile (Ctrl-C, or SIGTERM in the CLI)
+            self.stop()
+            raise
+        if problem:
+            self.stop()  # its output is all in the log once it is stopped
+            raise RuntimeError(f"{self.name} {problem}:\n{self.log_tail()}")
+
+    def _wait_healthy(self, proc: subprocess.Popen[bytes]) -> str:
+        """``""`` once healthy, else what went wrong."""
         deadline = time.monotonic() + self.startup_timeout_s
         while time.monotonic() < deadline:
-            if self._proc.poll() is not None:
-                self.stop()
-                raise RuntimeError(f"{self.name} exited at start:\n{self.log_tail()}")
+            if proc.poll() is not None:
+                return "exited at start"
             if _healthy(self.port):
-                return
+                return ""
             time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(
-            f"{self.name} not healthy after {self.startup_timeout_s} s:\n{self.log_tail()}"
-        )
+        return f"not healthy after {self.startup_timeout_s} s"
 
     def stop(self) -> None:
-        """Stop the child (SIGTERM, then SIGKILL after 10 s) and close its pipe."""
+        """Stop the child: SIGTERM to its process group, SIGKILL after ``stop_timeout_s``."""
         proc, self._proc = self._proc, None
+        _running.discard(self)
+        if proc is None:
+            return
+        if proc.poll() is None:  # not reaped yet, so its group id cannot have been reused
+            _signal_group(proc, signal.SIGTERM)
+            try:
+                proc.wait(self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait()
+        self._close(proc)
+
+    def kill(self) -> None:
+        """Kill the child's process group at once (SIGKILL) and reap it."""
+        proc, self._proc = self._proc, None
+        _running.discard(self)
         if proc is None:
             return
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if self._drainer is not None:
-            self._drainer.join(5)
-        if proc.stdout is not None:
-            proc.stdout.close()
+            _signal_group(proc, signal.SIGKILL)
+            proc.wait()
+        self._close(proc)
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines the child printed."""
         return "\n".join(self._log[-lines:])
+
+    def _close(self, proc: subprocess.Popen[bytes]) -> None:
+        if self._drainer is not None and self._drainer.ident is not None:  # it was started
+            self._drainer.join(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
     def _drain(self) -> None:
         proc = self._proc
@@ -114,6 +192,49 @@ class ChildServer:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def kill_children() -> None:
+    """SIGKILL every child this process started and has not stopped (for a forced exit)."""
+    for child in list(_running):
+        child.kill()
+
+
+@atexit.register
+def _stop_children() -> None:
+    for child in list(_running):
+        child.stop()
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    """Signal the child's process group (it leads it), else the child alone."""
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError, AttributeError):  # no killpg on Windows
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(sig)
+
+
+def _pdeathsig(sig: signal.Signals) -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks the kernel for ``sig`` when this process dies, or
+    ``None`` where that cannot work: not Linux, or not the main thread (the kernel
+    signals when the forking *thread* ends, and another thread may end any time)."""
+    if sys.platform != "linux" or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    parent, signum = os.getpid(), int(sig)
+
+    def arm() -> None:  # in the child, between fork and exec
+        prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before prctl: no signal will come
+            os.kill(os.getpid(), signum)
+
+    return arm
 
 
 def _healthy(port: int) -> bool:

@@ -8,45 +8,77 @@
 ``agentflow report``    plots of run reports (latency CDFs, interactivity vs throughput) in HTML
 
 Nothing in the library imports this module.
+
+Exit status: 0 success; 1 a run that ended with failed sessions, or an error at run time;
+2 a bad argument (one line, ``agentflow CMD: error: …``, checked before any work
+starts); 130 / 143 stopped by SIGINT / SIGTERM (``128 + signal``; ``agentflow demo``
+still writes its report of what ran). ``agentflow sim`` and ``agentflow llamacpp`` are
+servers: SIGINT and SIGTERM are how they stop, with status 0. SIGTERM is handled like
+Ctrl-C everywhere, so every command stops its child processes on its way out.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 from agentflow._agent import Agent
+from agentflow._cliargs import OneLineParser, check_listen, fail, port
 from agentflow._errors import AgentflowError, ConfigError
 from agentflow._events import Event, TokenEvent
-from agentflow.transport import Endpoint, HTTPTransport
+from agentflow.transport import Endpoint, HTTPTransport, Timeouts
 
 __all__ = ["main"]
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where Ctrl-C raises :class:`KeyboardInterrupt`, so that every
+    ``with`` block unwinds and stops the child process it started."""
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise _Terminated
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``agentflow`` console script."""
+    """Entry point of the ``agentflow`` console script; returns the exit status."""
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    prog = f"agentflow {args.command}"
+    on_main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if on_main else None
     try:
         return int(args.func(args))
+    except ConfigError as exc:
+        return fail(prog, exc)
     except AgentflowError as exc:
-        print(f"agentflow: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"{prog}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except _Terminated:
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
-        return 130
+        return 128 + signal.SIGINT
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="agentflow", description=__doc__.splitlines()[0])
-    sub = p.add_subparsers(title="commands")
+    p = OneLineParser(prog="agentflow", description=__doc__.splitlines()[0])
+    sub: Any = p.add_subparsers(title="commands", dest="command")
 
     demo = sub.add_parser("demo", help="run a fleet of coding agents on the embedded simulator")
     demo.add_argument("--agents", type=int, default=64)
@@ -72,6 +104,7 @@ def _parser() -> argparse.ArgumentParser:
         help="run in-process on virtual time (no sockets, faster than real time)",
     )
     demo.add_argument("--no-live", action="store_true", help="no live view, summary only")
+    _add_timeout_arguments(demo)
     demo.set_defaults(func=_demo)
 
     from agentflow.sim.cli import add_sim_parser
@@ -101,11 +134,61 @@ def _parser() -> argparse.ArgumentParser:
     chat.set_defaults(func=_chat)
 
     ll = sub.add_parser("llamacpp", help="serve SmolLM2-135M with llama.cpp on 127.0.0.1")
-    ll.add_argument("--port", type=int, default=8080)
+    ll.add_argument("--port", type=port, default=8080, help="port on 127.0.0.1 (0: a free one)")
     ll.add_argument("--n-parallel", type=int, default=4)
     ll.add_argument("--n-ctx", type=int, default=8192)
     ll.set_defaults(func=_llamacpp)
     return p
+
+
+_TIMEOUT_HELP = {
+    "connect": "to open a connection",
+    "first_token": "from sending a request to its first output",
+    "idle": "the longest gap between two reads of a response",
+    "total": "for a whole request",
+}
+
+
+def _seconds(text: str) -> float:
+    """A time limit in seconds, > 0; ``none`` (or ``off``) is no limit (``inf``)."""
+    if text.strip().lower() in ("none", "off"):
+        return math.inf
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 (or 'none'), got {text}")
+    return value
+
+
+def _add_timeout_arguments(p: argparse.ArgumentParser) -> None:
+    """``--connect-timeout``, ``--first-token-timeout``, ``--idle-timeout`` and
+    ``--total-timeout``: the transport's :class:`Timeouts`, per model request."""
+    defaults = Timeouts()
+    g = p.add_argument_group("time limits of each model request (seconds, or 'none')")
+    for name, text in _TIMEOUT_HELP.items():
+        default = getattr(defaults, name)
+        g.add_argument(
+            f"--{name.replace('_', '-')}-timeout",
+            dest=f"{name}_timeout",
+            type=_seconds,
+            default=None,
+            metavar="S",
+            help=f"{text} (default: {'none' if default is None else f'{default:g}'})",
+        )
+
+
+def _timeouts(args: argparse.Namespace) -> Timeouts | None:
+    """The :class:`Timeouts` the ``--*-timeout`` flags ask for; ``None`` if none was given."""
+    given = {
+        name: getattr(args, f"{name}_timeout")
+        for name in _TIMEOUT_HELP
+        if getattr(args, f"{name}_timeout", None) is not None
+    }
+    if not given:
+        return None
+    return Timeouts(**{k: (None if math.isinf(v) else v) for k, v in given.items()})
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -121,8 +204,12 @@ def _demo(args: argparse.Namespace) -> int:
         max_concurrency=args.max_concurrency, turns=turns, max_tokens=args.max_tokens,
         base_url=args.base_url, api_key=args.api_key, model=args.model,
         virtual=args.virtual, live=not args.no_live, report=args.report,
+        timeouts=_timeouts(args),
     )  # fmt: skip
     report = run_demo(config)
+    stopped = report["run"].get("interrupted")
+    if stopped:  # the report of what ran is written; the status says it was stopped
+        return 128 + int(signal.Signals[stopped["signal"]])
     return 0 if report["fleet"]["failed"] == 0 else 1
 
 
@@ -164,13 +251,19 @@ def _chat(args: argparse.Namespace) -> int:
 def _llamacpp(args: argparse.Namespace) -> int:
     from agentflow.llamacpp import LlamaCppServer
 
-    with LlamaCppServer(port=args.port, n_parallel=args.n_parallel, n_ctx=args.n_ctx) as srv:
-        print(f"llama.cpp serving SmolLM2-135M at {srv.base_url} (model 'smollm2'); Ctrl-C stops")
-        try:
+    check_listen("127.0.0.1", args.port)
+    server = LlamaCppServer(port=args.port, n_parallel=args.n_parallel, n_ctx=args.n_ctx)
+    try:
+        with server as srv:
+            print(
+                f"llama.cpp serving SmolLM2-135M at {srv.base_url} (model 'smollm2'); "
+                "Ctrl-C or SIGTERM stops",
+                flush=True,
+            )
             while True:
                 time.sleep(3600)
-        except KeyboardInterrupt:
-            pass
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (main raises it as one): how it stops
+        pass
     return 0
 
 

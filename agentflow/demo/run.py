@@ -3,6 +3,10 @@
 By default the simulator runs in a child process and the fleet talks to it over real
 HTTP on loopback, exactly as it would to a vLLM deployment; ``virtual=True`` runs the
 same fleet in-process on virtual time instead (no sockets, faster than real time).
+
+SIGINT (Ctrl-C) or SIGTERM during the run stops it and still writes the report, of
+what finished, marked ``run.interrupted``; a second signal exits at once
+(``agentflow/demo/_stop.py``). The report's path is checked before anything starts.
 """
 
 from __future__ import annotations
@@ -10,7 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
+import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -18,15 +24,17 @@ from typing import Any
 
 from rich.console import Console
 
+from agentflow._cliargs import check_output_file
 from agentflow._errors import ConfigError, TransportError
 from agentflow._fleet import Fleet, FleetResult
 from agentflow._process import ChildServer, free_port
+from agentflow.demo._stop import Stopper, run_stoppable
 from agentflow.demo.summary import LiveView, build_report, summary_table
 from agentflow.demo.workload import make_workload
 from agentflow.report import LoopLagProbe, ServerWatch
 from agentflow.sim.profiles import get_profile
-from agentflow.transport import Endpoint, HTTPTransport
-from agentflow.typing import Transport
+from agentflow.transport import Endpoint, HTTPTransport, Timeouts
+from agentflow.typing import Clock, Transport
 
 __all__ = ["DemoConfig", "run_demo"]
 
@@ -49,6 +57,11 @@ class DemoConfig:
         virtual: run in-process on virtual time instead of over HTTP.
         live: draw the live view.
         report: where to write the JSON report.
+        timeouts: time limits of each model request over HTTP (``None``: the
+            transport's defaults); not for ``virtual``.
+
+    Raises:
+        ConfigError: a value is wrong or the options conflict (the message names them).
     """
 
     agents: int = 64
@@ -64,6 +77,7 @@ class DemoConfig:
     virtual: bool = False
     live: bool = True
     report: Path | None = None
+    timeouts: Timeouts | None = None
 
     def __post_init__(self) -> None:
         for name in ("agents", "max_concurrency", "max_tokens"):
@@ -77,22 +91,63 @@ class DemoConfig:
             raise ConfigError(f"demo: --turns must be MIN:MAX with 1 ≤ MIN ≤ MAX, got {lo}:{hi}")
         if self.virtual and self.base_url:
             raise ConfigError("demo: --virtual runs the embedded simulator; drop --base-url")
+        if self.virtual and self.timeouts is not None:
+            raise ConfigError("demo: the --*-timeout limits are for HTTP runs; drop --virtual")
+        get_profile(self.profile)  # an UnknownProfileError (a ConfigError) names it
+        if self.base_url:
+            Endpoint(base_url=self.base_url)  # a ConfigError names a malformed URL
 
 
 def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, Any]:
-    """Run the demo to its end; returns the report (also written to ``config.report``)."""
+    """Run the demo to its end, or until SIGINT/SIGTERM; returns the report (also
+    written to ``config.report``). A stopped run's report has ``run.interrupted``.
+
+    Raises:
+        ConfigError: ``config.report`` cannot be written (checked before the run).
+    """
     console = console or Console()
+    if config.report is not None:
+        check_output_file(config.report, "--report")
     watched = _Watched()
+    stopper = Stopper()
+    with stopper.guarding():  # once stopped, a second signal exits at once until we return
+        result, scale = _run(config, console, watched, stopper)
+        report = _report(config, result, scale, watched, stopper, console)
+        console.print(summary_table(report))
+        if stopper.signal is not None:
+            console.print(
+                f"[bold]stopped by {stopper.signal.name}[/bold]: the report covers what ran"
+            )
+        if config.report is not None:
+            _write_json(config.report, report)
+            console.print(f"report written to {config.report}")
+    return report
+
+
+def _run(
+    config: DemoConfig, console: Console, watched: _Watched, stopper: Stopper
+) -> tuple[FleetResult, float]:
+    """The fleet's run, with the simulator child around it (stopped when it returns)."""
     with contextlib.ExitStack() as stack:
         if config.virtual:
             from agentflow.embedded import run_virtual
 
-            result, scale = run_virtual(_virtual_fleet(config))
-        else:
-            url = config.base_url or _start_simulator(config, stack).rstrip("/") + "/v1"
-            scale = 1.0 if config.base_url else config.time_scale
-            endpoint = Endpoint(base_url=url, api_key=config.api_key)
-            result = asyncio.run(_http_fleet(config, endpoint, scale, console, watched))
+            return run_virtual(_virtual_fleet(config, stopper))
+        url = config.base_url or _start_simulator(config, stack).rstrip("/") + "/v1"
+        scale = 1.0 if config.base_url else config.time_scale
+        endpoint = Endpoint(base_url=url, api_key=config.api_key)
+        result = asyncio.run(_http_fleet(config, endpoint, scale, console, watched, stopper))
+        return result, scale
+
+
+def _report(
+    config: DemoConfig,
+    result: FleetResult,
+    scale: float,
+    watched: _Watched,
+    stopper: Stopper,
+    console: Console,
+) -> dict[str, Any]:
     scale = _advertised_time_scale(result) or scale
     run = {
         k: (str(v) if isinstance(v, Path) else v)
@@ -100,6 +155,13 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         if k not in ("api_key", "live")
     }
     run["time_scale"] = scale
+    if stopper.signal is not None:
+        statuses = [s.status for s in result.sessions]
+        run["interrupted"] = {
+            "signal": stopper.signal.name,
+            "sessions_ended": sum(st != "cancelled" for st in statuses),
+            "sessions_cancelled": statuses.count("cancelled"),
+        }
     run["server"] = config.base_url or ("in-process, virtual time" if config.virtual else "sim")
     if watched.loop_lag is not None:
         run["loop_lag"] = watched.loop_lag
@@ -109,12 +171,21 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         report["server"] = watched.server.section(report, origin_ns=watched.start_ns)
     elif watched.server_error:
         console.print(f"[dim]no server section in the report: {watched.server_error}[/dim]")
-    console.print(summary_table(report))
-    if config.report is not None:
-        config.report.parent.mkdir(parents=True, exist_ok=True)
-        config.report.write_text(json.dumps(report, indent=2) + "\n")
-        console.print(f"report written to {config.report}")
     return report
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` to ``path`` whole or not at all (a temporary file, then a rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps(data, indent=2) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def _advertised_time_scale(result: FleetResult) -> float | None:
@@ -147,7 +218,11 @@ def _model(config: DemoConfig) -> str:
 
 
 async def _run_fleet(
-    config: DemoConfig, transport: Transport, view: LiveView | None, clock: Any = None
+    config: DemoConfig,
+    transport: Transport,
+    view: LiveView | None,
+    stopper: Stopper,
+    clock: Clock = time.perf_counter_ns,
 ) -> FleetResult:
     workload = make_workload(
         config.agents,
@@ -158,15 +233,14 @@ async def _run_fleet(
         sim_tool_rounds=not config.base_url,
         window=None if config.base_url else get_profile(config.profile).max_model_len,
     )
-    kwargs: dict[str, Any] = {"clock": clock} if clock is not None else {}
     fleet = Fleet(
         transport,
         max_concurrency=config.max_concurrency,
         callbacks=[view] if view is not None else [],
-        **kwargs,
+        clock=clock,
     )
     sessions = [a.session(t) for a, t in zip(workload.agents, workload.tasks, strict=True)]
-    return await fleet.run(sessions)
+    return await run_stoppable(fleet, sessions, stopper, clock)
 
 
 @dataclass
@@ -183,7 +257,12 @@ class _Watched:
 
 
 async def _http_fleet(
-    config: DemoConfig, endpoint: Endpoint, scale: float, console: Console, watched: _Watched
+    config: DemoConfig,
+    endpoint: Endpoint,
+    scale: float,
+    console: Console,
+    watched: _Watched,
+    stopper: Stopper,
 ) -> FleetResult:
     view = LiveView(total_sessions=config.agents, time_scale=scale, console=console)
     watch = ServerWatch(endpoint.base_url, interval_s=0.5)
@@ -193,14 +272,15 @@ async def _http_fleet(
     except (TransportError, ValueError) as exc:  # no /metrics there: report without it
         watched.server_error = str(exc)
     try:
-        async with HTTPTransport(endpoint) as transport, LoopLagProbe() as lag:
+        transport = HTTPTransport(endpoint, timeouts=config.timeouts)
+        async with transport, LoopLagProbe() as lag:
             watched.kernel_stamps = transport.kernel_timestamps
             watched.start_ns = time.perf_counter_ns()
             if not config.live:
-                result = await _run_fleet(config, transport, view)
+                result = await _run_fleet(config, transport, view, stopper)
             else:
                 with view.live():
-                    result = await _run_fleet(config, transport, view)
+                    result = await _run_fleet(config, transport, view, stopper)
         watched.loop_lag = lag.summary()
     finally:
         if watched.server is not None:
@@ -211,7 +291,7 @@ async def _http_fleet(
     return result
 
 
-async def _virtual_fleet(config: DemoConfig) -> tuple[FleetResult, float]:
+async def _virtual_fleet(config: DemoConfig, stopper: Stopper) -> tuple[FleetResult, float]:
     from agentflow.embedded import SimTransport, loop_clock
     from agentflow.sim import Engine
     from agentflow.sim.driver import EngineDriver
@@ -219,6 +299,6 @@ async def _virtual_fleet(config: DemoConfig) -> tuple[FleetResult, float]:
     driver = EngineDriver(Engine(config.profile, seed=config.seed))
     transport = SimTransport(driver)
     try:
-        return await _run_fleet(config, transport, None, clock=loop_clock), 1.0
+        return await _run_fleet(config, transport, None, stopper, clock=loop_clock), 1.0
     finally:
         await transport.aclose()

@@ -273,6 +273,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser("python -m agentflow.planner").parse_args(argv)
     try:
         return run(args)
-    except ConfigError as exc:
-        print(f"agentflow plan: ConfigError: {exc}", file=sys.stderr)
-        return 1
+    except ConfigError as exc:  # one line, exit 2, as `agentflow plan` and argparse do
+        print(f"python -m agentflow.planner: error: {exc}", file=sys.stderr)
+        return 2

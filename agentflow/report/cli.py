@@ -8,7 +8,8 @@
 
 ``agentflow.cli`` wires it in with :func:`add_parser`; :func:`run` does the work and
 returns the exit status. Bad input raises :class:`~agentflow.ConfigError` (the entry
-point prints it and exits 1).
+point prints it on one line and exits 2); output paths are checked before any figure
+is drawn.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentflow._cliargs import check_output_dir, check_output_file
 from agentflow._errors import ConfigError
 
 __all__ = ["add_parser", "run"]
@@ -81,6 +83,14 @@ def run(args: argparse.Namespace) -> int:
     labels: list[str] = list(args.label or [])
     if len(labels) > len(args.runs):
         raise ConfigError(f"report: {len(labels)} --label for {len(args.runs)} runs")
+    if args.write_json is not None and not args.server_metrics:
+        raise ConfigError("report: --write-json needs --server-metrics")
+    if args.html is not None:
+        check_output_file(args.html, "--html")
+    if args.write_json is not None:
+        check_output_file(args.write_json, "--write-json")
+    if args.png_dir is not None:
+        check_output_dir(args.png_dir, "--png-dir")
     runs = [
         load_run(path, labels[i] if i < len(labels) else None) for i, path in enumerate(args.runs)
     ]
@@ -91,8 +101,6 @@ def run(args: argparse.Namespace) -> int:
         runs[0] = Run(first.label, report, first.path)
         if args.write_json is not None:
             args.write_json.write_text(json.dumps(report, indent=2) + "\n", "utf-8")
-    elif args.write_json is not None:
-        raise ConfigError("report: --write-json needs --server-metrics")
     figures = write_report(runs, args.html, png_dir=args.png_dir, title=args.title, gpus=args.gpus)
     out = []
     if args.html is not None:

@@ -16,8 +16,10 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from agentflow._cliargs import OneLineParser, check_listen, fail, port
+from agentflow._errors import ConfigError
 from agentflow.sim.faults import FaultConfig
-from agentflow.sim.profiles import Profile, UnknownProfileError, get_profile, profile_names
+from agentflow.sim.profiles import Profile, get_profile, profile_names
 from agentflow.sim.server import SimServer
 from agentflow.sim.textgen import TextGenConfig
 
@@ -83,7 +85,7 @@ def _range(text: str) -> tuple[int, int]:
 def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     """Add the simulator's options to a parser."""
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback)")
-    p.add_argument("--port", type=int, default=8000, help="port (0: a free one)")
+    p.add_argument("--port", type=port, default=8000, help="port (0: a free one)")
     p.add_argument(
         "--profile",
         default="cpu-tiny",
@@ -163,35 +165,36 @@ def add_sim_parser(subparsers: Any) -> argparse.ArgumentParser:
 
 
 def _profile(args: argparse.Namespace) -> Profile:
-    try:
-        profile = get_profile(args.profile)
-    except UnknownProfileError as exc:
-        raise SystemExit(f"agentflow sim: {exc}") from None
+    profile = get_profile(args.profile)  # UnknownProfileError is a ConfigError
     changes: dict[str, Any] = {}
     types = {f.name: f.type for f in dataclasses.fields(Profile)}
     for item in args.profile_set:
         name, sep, raw = item.partition("=")
         name = name.strip()
         if not sep or name not in types:
-            raise SystemExit(
-                f"agentflow sim: --profile-set wants FIELD=VALUE with FIELD one of "
+            raise ConfigError(
+                f"--profile-set wants FIELD=VALUE with FIELD one of "
                 f"{', '.join(sorted(types))}; got {item!r}"
             )
         kind = str(types[name])
         try:
             changes[name] = int(raw) if kind == "int" else float(raw) if kind == "float" else raw
         except ValueError:
-            raise SystemExit(f"agentflow sim: --profile-set {name} wants a {kind}") from None
+            raise ConfigError(f"--profile-set {name} wants a {kind}, got {raw!r}") from None
     if changes:
         try:
             profile = dataclasses.replace(profile, **changes)
         except ValueError as exc:
-            raise SystemExit(f"agentflow sim: {exc}") from None
+            raise ConfigError(f"--profile-set: {exc}") from None
     return profile
 
 
 def server_from_args(args: argparse.Namespace) -> SimServer:
-    """A :class:`SimServer` configured from parsed ``sim`` arguments (not started)."""
+    """A :class:`SimServer` configured from parsed ``sim`` arguments (not started).
+
+    Raises:
+        ConfigError: a value is wrong (the message names it).
+    """
     textgen_kw: dict[str, Any] = {"tool_rounds": args.tool_rounds}
     if args.answer_tokens is not None:
         textgen_kw["answer_tokens"] = args.answer_tokens
@@ -218,16 +221,23 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
             keep_records=args.keep_records,
             max_batch_s=args.max_batch_ms / 1000.0,
         )
+    except ConfigError:
+        raise
     except ValueError as exc:
-        raise SystemExit(f"agentflow sim: {exc}") from None
+        raise ConfigError(str(exc)) from None
 
 
 async def _serve(server: SimServer, quiet: bool) -> None:
+    try:
+        await server.start()
+    except OSError as exc:  # taken between run_sim's check and the bind
+        raise ConfigError(
+            f"cannot listen on --host {server.host!r} --port {server.port}: {exc.strerror or exc}"
+        ) from None
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await server.start()
     try:
         profile = server.engine.profile
         print(
@@ -252,13 +262,20 @@ async def _serve(server: SimServer, quiet: bool) -> None:
 
 
 def run_sim(args: argparse.Namespace) -> int:
-    """Serve the simulator configured by ``args`` until SIGINT or SIGTERM; the exit code."""
+    """Serve the simulator configured by ``args`` until SIGINT or SIGTERM; the exit code
+    (0: stopped by a signal, which is how a server is meant to stop).
+
+    Raises:
+        ConfigError: a bad value, or ``--host``/``--port`` cannot be listened on (checked
+            before the server is built).
+    """
+    check_listen(args.host, args.port)
     server = server_from_args(args)
     if args.uvloop:
         try:
             import uvloop  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
-            raise SystemExit("agentflow sim: --uvloop needs the uvloop package") from None
+            raise ConfigError("--uvloop needs the uvloop package") from None
         uvloop.run(_serve(server, args.quiet))
     else:
         asyncio.run(_serve(server, args.quiet))
@@ -267,10 +284,12 @@ def run_sim(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m agentflow.sim``: the ``sim`` subcommand on its own."""
-    p = argparse.ArgumentParser(prog="python -m agentflow.sim", description=_DESCRIPTION)
+    p = OneLineParser(prog="python -m agentflow.sim", description=_DESCRIPTION)
     add_sim_arguments(p)
     args = p.parse_args(argv)
     try:
         return run_sim(args)
+    except ConfigError as exc:
+        return fail(p.prog, exc)
     except KeyboardInterrupt:
         return 130

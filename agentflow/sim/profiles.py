@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from agentflow._errors import ConfigError
 from agentflow.planner import KVPlan, get_deployment, plan
 
 __all__ = ["PROFILES", "Profile", "UnknownProfileError", "get_profile", "profile_names"]
@@ -311,8 +312,12 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-class UnknownProfileError(KeyError):
-    """No profile has that name; the message lists the names there are."""
+class UnknownProfileError(ConfigError, KeyError):
+    """No profile has that name; the message lists the names there are.
+
+    A :class:`~agentflow.ConfigError` (a bad setting), and a :class:`KeyError` too, as
+    a failed registry lookup.
+    """
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown profile"
@@ -330,7 +335,8 @@ def get_profile(name: str) -> Profile:
         name: a registry name, e.g. ``"deepseek-v4.1-flash-gb300"`` or ``"cpu-tiny"``.
 
     Raises:
-        UnknownProfileError: no such profile (a :class:`KeyError` whose message lists them).
+        UnknownProfileError: no such profile (a :class:`~agentflow.ConfigError` whose
+            message lists them).
     """
     try:
         return PROFILES[name]

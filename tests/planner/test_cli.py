@@ -177,7 +177,8 @@ def test_parse_count_refuses(text: str) -> None:
 
 
 def test_module_main_prints_config_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["--gpus", "8"]) == 1
-    assert "ConfigError" in capsys.readouterr().err
+    assert main(["--gpus", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("python -m agentflow.planner: error: ") and err.count("\n") == 1
     assert main(["--json"]) == 0
     assert json.loads(capsys.readouterr().out)["results"]["sessions_total"] == 69

@@ -11,7 +11,7 @@ import sys
 import aiohttp
 import pytest
 
-from agentflow import ChatRequest, HTTPTransport, ServerError
+from agentflow import ChatRequest, ConfigError, HTTPTransport, ServerError
 from agentflow.sim.cli import add_sim_parser, server_from_args
 
 from .simhttp import user
@@ -67,7 +67,7 @@ def test_parser_defaults_and_server_config() -> None:
     ],
 )
 def test_bad_configuration_exits_with_a_message(argv: list[str], message: str) -> None:
-    with pytest.raises(SystemExit, match=message):
+    with pytest.raises(ConfigError, match=message):  # the CLI prints it on one line, exit 2
         server_from_args(parse(*argv))
 
 

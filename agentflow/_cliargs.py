@@ -1,0 +1,182 @@
+"""Checks the ``agentflow`` commands run on their arguments before any work starts.
+
+A bad value must cost the user one line naming it (``agentflow sim: error: --port 99999
+…``, exit status 2, as :mod:`argparse` does for its own errors), not a traceback, and
+not a failure at the end of a long run: where a command will listen, it checks the
+address can be bound; where it will write, it checks the path can be written — both
+before it starts. Failed checks raise :class:`~agentflow.ConfigError`; :func:`fail`
+prints one in the ``argparse`` style.
+
+Stdlib only (plus the error tree), so the simulator's CLI can use it without importing
+the client side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import ipaddress
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from agentflow._errors import ConfigError
+
+__all__ = [
+    "OneLineParser",
+    "check_listen",
+    "check_output_dir",
+    "check_output_file",
+    "fail",
+    "port",
+]
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line (``PROG: error: …``, exit 2),
+    without the usage block; ``--help`` still prints it. Its subparsers are of this
+    class too."""
+
+    def error(self, message: str) -> NoReturn:
+        """Print the one-line error and exit with status 2."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def port(text: str) -> int:
+    """``argparse`` type of a TCP port: an integer in 0–65535 (0: pick a free one)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"a port is 0–65535, got {value}")
+    return value
+
+
+def fail(prog: str, error: BaseException | str) -> int:
+    """Print ``PROG: error: MESSAGE`` on one line to stderr; returns exit status 2.
+
+    A leading ``"CMD: "`` that repeats the command's last word is dropped from the
+    message (several modules prefix their :class:`ConfigError` messages that way).
+    """
+    message = " ".join(str(error).split())  # one line, whatever the message held
+    command = prog.split()[-1]
+    message = message.removeprefix(f"{command}: ")
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    return 2
+
+
+def check_listen(host: str, port: int, *, what: str = "--port", host_flag: str = "--host") -> None:
+    """Raise :class:`ConfigError` unless a server could listen on ``host:port`` now.
+
+    ``host`` must be an IP address or a name that resolves; the port is then bound
+    (and released) on every address ``host`` resolves to, with ``SO_REUSEADDR`` as
+    asyncio and aiohttp bind, so a port another server listens on is reported as in
+    use while one left in ``TIME_WAIT`` is not. Port 0 checks only the host.
+
+    Args:
+        host: the address to bind.
+        port: the port, 0–65535.
+        what, host_flag: how messages name the port and the host.
+    """
+    if not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError(f"{what} must be 0–65535, got {port!r}")
+    for family, kind, proto, address in _resolve(host, port, host_flag):
+        with socket.socket(family, kind, proto) as s:
+            if os.name == "posix":
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(address)
+            except OSError as exc:
+                raise ConfigError(_bind_message(exc, host, port, what, host_flag)) from None
+
+
+def check_output_file(path: Path, flag: str) -> None:
+    """Raise :class:`ConfigError` unless ``path`` can be written.
+
+    Missing parent directories are created (the commands create them when they write).
+    An existing file is opened for appending, which changes nothing in it; a new one is
+    created and removed again.
+    """
+    if path.is_dir():
+        raise ConfigError(f"{flag} {path}: is a directory")
+    _make_dir(path.parent, f"{flag} {path}")
+    try:
+        if path.exists():
+            with path.open("ab"):
+                pass
+        else:
+            with path.open("xb"):
+                pass
+            path.unlink()
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write: {_reason(exc)}") from None
+
+
+def check_output_dir(path: Path, flag: str) -> None:
+    """Raise :class:`ConfigError` unless files can be written in directory ``path``
+    (created with its parents if missing)."""
+    _make_dir(path, f"{flag} {path}")
+    probe = path / f".agentflow-write-check-{os.getpid()}"
+    try:
+        with probe.open("xb"):
+            pass
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"{flag} {path}: cannot write in it: {_reason(exc)}") from None
+
+
+def _make_dir(directory: Path, label: str) -> None:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise ConfigError(f"{label}: {_first_non_dir(directory)} is not a directory") from None
+    except OSError as exc:
+        raise ConfigError(f"{label}: cannot create {directory}: {_reason(exc)}") from None
+
+
+def _first_non_dir(directory: Path) -> Path:
+    """The ancestor of ``directory`` (or itself) that exists and is not a directory."""
+    for p in reversed((directory, *directory.parents)):
+        if p.exists() and not p.is_dir():
+            return p
+    return directory
+
+
+def _resolve(host: str, port: int, flag: str) -> list[tuple[int, int, int, tuple[Any, ...]]]:
+    name = host.strip("[]")
+    if not name:
+        raise ConfigError(f"{flag} must be an address or a host name, got {host!r}")
+    if all(c.isdigit() or c == "." for c in name) or ":" in name:
+        # Looks like an IP literal: it must be one (never sent to DNS as a name).
+        try:
+            ipaddress.ip_address(name)
+        except ValueError:
+            raise ConfigError(f"{flag} {host!r} is not a valid IP address") from None
+    try:
+        infos = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ConfigError(f"{flag} {host!r} does not resolve: {_reason(exc)}") from None
+    seen: set[tuple[Any, ...]] = set()
+    out: list[tuple[int, int, int, tuple[Any, ...]]] = []
+    for family, kind, proto, _, address in infos:
+        if address not in seen:
+            seen.add(address)
+            out.append((family, kind, proto, address))
+    return out
+
+
+def _bind_message(exc: OSError, host: str, port: int, what: str, host_flag: str) -> str:
+    if exc.errno == errno.EADDRINUSE:
+        return f"{what} {port} on {host} is in use"
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"{host_flag} {host!r} is not an address of this machine"
+    if exc.errno == errno.EACCES:
+        return f"{what} {port} on {host}: permission denied (ports below 1024 need privileges)"
+    return f"cannot listen on {host_flag} {host!r} {what} {port}: {_reason(exc)}"
+
+
+def _reason(exc: BaseException) -> str:
+    return str(getattr(exc, "strerror", None) or exc)

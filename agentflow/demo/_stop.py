@@ -1,0 +1,166 @@
+"""Stopping a demo run with SIGINT (Ctrl-C) or SIGTERM, and still reporting it.
+
+While the fleet runs, :class:`Stopper` handles both signals on the event loop
+(``loop.add_signal_handler``). The first one cancels the fleet: every session records
+the turns it finished (``status="cancelled"`` for those cut short) and
+:func:`run_stoppable` returns a :class:`FleetResult` of all of them, so the demo writes
+its report, marked interrupted, as usual. A second signal means "now": the children
+this process started are killed and it exits at once with ``128 + signal`` (130 for
+SIGINT, 143 for SIGTERM), writing nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterator
+from types import FrameType
+from typing import Any, ClassVar
+
+from agentflow._events import Event
+from agentflow._fleet import Fleet, FleetResult, ReplicaStats
+from agentflow._process import kill_children
+from agentflow._session import Session, SessionResult
+from agentflow.typing import Clock
+
+__all__ = ["Stopper", "run_stoppable"]
+
+_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Stopper:
+    """Turns the first SIGINT/SIGTERM during a run into a cancelled run; see the module.
+
+    Use :meth:`guarding` around everything from the run to the report, and
+    :meth:`armed` around the fleet's run itself.
+
+    Attributes:
+        signal: the signal that stopped the run, once one has.
+    """
+
+    def __init__(self) -> None:
+        self.signal: signal.Signals | None = None
+        self._main = threading.current_thread() is threading.main_thread()
+
+    @contextlib.contextmanager
+    def guarding(self) -> Iterator[None]:
+        """Within the block, once a signal has stopped the run, another one exits at once
+        (while the report is written, the child stopped, …). The handlers that were
+        there are restored when it ends."""
+        saved = {sig: signal.getsignal(sig) for sig in _SIGNALS} if self._main else {}
+        try:
+            yield
+        finally:
+            for sig, handler in saved.items():
+                if handler is not None:
+                    signal.signal(sig, handler)
+
+    @contextlib.contextmanager
+    def armed(self, task: asyncio.Future[Any], on_stop: Callable[[], None]) -> Iterator[None]:
+        """Within the block, the first signal calls ``on_stop`` and cancels ``task``.
+
+        Outside the main thread (where asyncio cannot take signals) and on loops without
+        signal handlers, it does nothing.
+        """
+        loop = asyncio.get_running_loop()
+        previous: dict[signal.Signals, Any] = {}
+        if self._main:
+            for sig in _SIGNALS:
+                handler = signal.getsignal(sig)
+                try:
+                    loop.add_signal_handler(sig, self._fire, sig, task, on_stop)
+                except (NotImplementedError, RuntimeError, ValueError):
+                    break
+                previous[sig] = handler
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                loop.remove_signal_handler(sig)  # (which resets it to the default)
+                if self.signal is not None:
+                    signal.signal(sig, self._force)
+                elif handler is not None:
+                    signal.signal(sig, handler)
+
+    def _fire(
+        self, sig: signal.Signals, task: asyncio.Future[Any], on_stop: Callable[[], None]
+    ) -> None:
+        if self.signal is not None:
+            self._force(sig, None)
+        self.signal = sig
+        on_stop()
+        task.cancel()
+
+    def _force(self, signum: int, frame: FrameType | None) -> None:
+        """The second signal: kill the children and exit, no report, no waiting."""
+        kill_children()
+        name = signal.Signals(signum).name
+        os.write(2, f"\n{name} again: exiting without a report\n".encode())
+        os._exit(128 + signum)
+
+
+class _RetryCount:
+    """Counts the fleet's retries from its events (a stopped run returns no count)."""
+
+    event_types: ClassVar[frozenset[str]] = frozenset({"retry"})
+
+    def __init__(self) -> None:
+        self.retries = 0
+
+    def __call__(self, event: Event) -> None:
+        if event.type == "retry":
+            self.retries += 1
+
+
+async def run_stoppable(
+    fleet: Fleet, sessions: list[Session], stopper: Stopper, clock: Clock
+) -> FleetResult:
+    """``fleet.run(sessions)``; if ``stopper`` stops it, the result of what ran.
+
+    In a stopped run's result every session is there: those that ended with their
+    status, the others ``cancelled`` with the turns they finished (none, for a session
+    that never started); ``callback_errors`` is empty (the fleet's bus is gone).
+    """
+    retries = _RetryCount()
+    fleet.subscribe(retries)
+    live: dict[str, Any] = {}
+
+    def snapshot() -> None:
+        # The run's scheduler, which the fleet drops when the run ends: read it first.
+        scheduler = fleet._scheduler  # private: the demo reads the live run's figures
+        if scheduler is not None:
+            live["peak"] = scheduler.peak_in_flight
+            live["replicas"] = [ReplicaStats.of(r) for r in scheduler.replicas]
+
+    start = clock()
+    task = asyncio.ensure_future(fleet.run(sessions))
+    with stopper.armed(task, snapshot):
+        try:
+            return await task
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if stopper.signal is None or (me is not None and me.cancelling()):
+                raise  # cancelled from outside, not by a signal
+    return FleetResult(
+        sessions=[s.result or _never_started(s) for s in sessions],
+        wall_s=(clock() - start) * 1e-9,
+        peak_in_flight=int(live.get("peak", 0)),
+        retries=retries.retries,
+        replicas=list(live.get("replicas", [])),
+    )
+
+
+def _never_started(s: Session) -> SessionResult:
+    return SessionResult(
+        session_id=s.session_id,
+        agent=s.agent.name,
+        status="cancelled",
+        final_output=None,
+        messages=s.messages,
+        turns=list(s.turns),
+        error=asyncio.CancelledError(),
+        metadata=s.metadata,
+    )

@@ -1,0 +1,109 @@
+"""The demo's signal handling in-process (agentflow/demo/_stop.py), on virtual time.
+
+A real SIGINT is raised in this process while a fleet runs on the embedded simulator;
+the run stops with every session in its result, and the process's own handlers are
+where they were afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+import pytest
+
+from agentflow import Agent, Fleet, FleetResult, SessionEndEvent
+from agentflow._events import Event
+from agentflow.demo._stop import Stopper, run_stoppable
+from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow.sim import Engine, TextGenConfig
+from agentflow.sim.driver import EngineDriver
+from agentflow.typing import Callback
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+SESSIONS = 40
+
+
+def stop_after(ended: int, sig: signal.Signals) -> Callback:
+    """A callback that raises ``sig`` in this process once ``ended`` sessions ended."""
+    seen = [0]
+
+    def callback(event: Event) -> None:
+        if isinstance(event, SessionEndEvent):
+            seen[0] += 1
+            if seen[0] == ended:
+                signal.raise_signal(sig)
+
+    return callback
+
+
+def run_fleet(stopper: Stopper, callback: Callback) -> FleetResult:
+    agent = Agent(name="coder", model="sim", instructions="Shared prefix. " * 50)
+    engine = Engine("cpu-tiny", seed=3, textgen=TextGenConfig(tool_rounds=0, answer_tokens=(8, 8)))
+
+    async def main() -> FleetResult:
+        transport = SimTransport(EngineDriver(engine))
+        fleet = Fleet(transport, max_concurrency=2, clock=loop_clock, callbacks=[callback])
+        sessions = [agent.session(f"task {i}") for i in range(SESSIONS)]
+        try:
+            return await run_stoppable(fleet, sessions, stopper, loop_clock)
+        finally:
+            await transport.aclose()
+
+    with stopper.guarding():
+        return run_virtual(main())
+
+
+def test_the_first_signal_returns_every_session_with_what_it_finished() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    stopper = Stopper()
+    result = run_fleet(stopper, stop_after(3, signal.SIGINT))
+    assert stopper.signal is signal.SIGINT
+    assert len(result.sessions) == SESSIONS
+    statuses = [s.status for s in result.sessions]
+    assert statuses.count("completed") >= 3
+    assert statuses.count("cancelled") >= 1
+    assert set(statuses) == {"completed", "cancelled"}
+    for s in result.sessions:
+        if s.status == "completed":
+            assert len(s.turns) == 1 and s.turns[0].metrics.output_tokens > 0
+        else:
+            assert s.final_output is None
+    # Two at a time: some cancelled sessions never started (synthesized, no turns).
+    assert sum(not s.turns for s in result.sessions if s.status == "cancelled") >= 1
+    assert result.peak_in_flight == 2
+    assert result.wall_s > 0
+    assert signal.getsignal(signal.SIGINT) is before  # restored
+
+
+def test_handlers_are_restored_and_a_run_without_signal_is_untouched() -> None:
+    before = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
+    stopper = Stopper()
+    result = run_fleet(stopper, lambda event: None)
+    assert stopper.signal is None
+    assert [s.status for s in result.sessions] == ["completed"] * SESSIONS
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_after_the_first_signal_a_second_one_is_forced_until_the_guard_ends() -> None:
+    """Between the stopped run and the end of the demo (report, child), the handler is
+    the one that exits at once; it is not called here, only checked."""
+    before = signal.getsignal(signal.SIGTERM)
+    stopper = Stopper()
+    seen: list[object] = []
+
+    async def main() -> None:
+        task = asyncio.ensure_future(asyncio.sleep(3600))
+        with stopper.armed(task, lambda: seen.append("snapshot")):
+            signal.raise_signal(signal.SIGTERM)
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        seen.append(signal.getsignal(signal.SIGTERM))
+
+    with stopper.guarding():
+        asyncio.run(main())
+    assert stopper.signal is signal.SIGTERM
+    assert seen == ["snapshot", stopper._force]
+    assert signal.getsignal(signal.SIGTERM) is before

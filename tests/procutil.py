@@ -1,0 +1,105 @@
+"""Looking at processes and ports from a test (Linux ``/proc``), and waiting on them.
+
+Every wait polls a condition under a generous, finite guard; none asserts how long
+anything took.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+GUARD_S = 60.0
+
+
+def wait_for(condition: Callable[[], bool], what: str, guard_s: float = GUARD_S) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` if the guard runs out."""
+    deadline = time.monotonic() + guard_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"still waiting after {guard_s} s: {what}")
+        time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` is a running process (a zombie — dead, not yet reaped — is not).
+
+    A killed orphan may stay a zombie here: not every container's PID 1 reaps.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def children(pid: int) -> list[int]:
+    """The live processes whose parent is ``pid``."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rpartition(")")[2].split()
+        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+            out.append(int(entry))
+    return out
+
+
+def one_child(pid: int) -> int:
+    """The one child of ``pid``, once it has one."""
+    found: list[int] = []
+
+    def has_child() -> bool:
+        found[:] = children(pid)
+        return len(found) == 1
+
+    wait_for(has_child, f"process {pid} to start a child")
+    return found[0]
+
+
+def flag_value(pid: int, flag: str) -> str:
+    """The argument after ``flag`` on process ``pid``'s command line."""
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    return argv[argv.index(flag) + 1]
+
+
+def listening(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+def healthy(port: int) -> bool:
+    """Whether ``GET /health`` on 127.0.0.1:``port`` answers 200."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
+def finished_requests(port: int) -> int:
+    """Requests the simulator on ``port`` has finished (``vllm:request_success_total``)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return 0
+    return int(
+        sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("vllm:request_success_total")
+        )
+    )

@@ -1,0 +1,219 @@
+"""`ChildServer` (agentflow/_process.py): a child server never outlives its parent.
+
+The parent may stop it, exit with it still running, be interrupted while it starts, or be
+killed with SIGKILL; in each case the child (and anything it started) stops serving.
+Real processes and ports throughout.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+from types import FrameType
+
+import pytest
+
+from agentflow import ConfigError
+from agentflow._process import ChildServer, free_port, kill_children
+
+from .procutil import GUARD_S, alive, children, healthy, listening, wait_for
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc; PR_SET_PDEATHSIG")
+
+
+def sim_cmd(port: int) -> list[str]:
+    return [sys.executable, "-m", "agentflow.sim", "--port", str(port), "--quiet"]
+
+
+def run_parent(script: str) -> subprocess.Popen[str]:
+    """A Python parent process running ``script`` (which prints one line when ready)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def ready_line(parent: subprocess.Popen[str]) -> list[str]:
+    assert parent.stdout is not None
+    line = parent.stdout.readline()
+    assert line, parent.stderr.read() if parent.stderr else ""
+    return line.split()
+
+
+def gone(pid: int, port: int) -> None:
+    wait_for(lambda: not alive(pid), f"child {pid} to exit")
+    wait_for(lambda: not listening(port), f"port {port} to close")
+
+
+def test_a_child_dies_when_its_parent_is_killed() -> None:
+    parent = run_parent(
+        """
+        import sys, time
+        from agentflow._process import ChildServer, free_port, kill_children
+        port = free_port()
+        cmd = [sys.executable, "-m", "agentflow.sim", "--port", str(port), "--quiet"]
+        child = ChildServer(cmd, port=port, name="sim")
+        child.start()
+        print(child.pid, port, child.dies_with_parent, flush=True)
+        time.sleep(600)
+        """
+    )
+    try:
+        pid, port, armed = ready_line(parent)
+        assert armed == "True"  # started from the main thread on Linux
+        assert healthy(int(port))
+        parent.kill()
+        assert parent.wait(GUARD_S) == -signal.SIGKILL
+        gone(int(pid), int(port))
+    finally:
+        if parent.returncode is None:
+            parent.kill()
+        parent.communicate(timeout=GUARD_S)
+
+
+def test_a_parent_that_exits_without_stopping_its_child_stops_it_at_exit() -> None:
+    parent = run_parent(
+        """
+        import sys
+        from agentflow._process import ChildServer, free_port, kill_children
+        port = free_port()
+        cmd = [sys.executable, "-m", "agentflow.sim", "--port", str(port), "--quiet"]
+        child = ChildServer(cmd, port=port, name="sim")
+        child.start()
+        print(child.pid, port, flush=True)
+        sys.stdin.readline()  # until the test has seen it serve
+        """
+    )
+    try:
+        pid, port = ready_line(parent)
+        assert healthy(int(port))
+        parent.communicate("\n", timeout=GUARD_S)  # the parent returns; atexit stops the child
+        assert parent.returncode == 0
+        assert not alive(int(pid)) and not listening(int(port))  # reaped before the exit
+    finally:
+        if parent.returncode is None:
+            parent.kill()
+            parent.wait()
+
+
+def test_a_child_started_from_another_thread_outlives_that_thread() -> None:
+    """The kernel's parent-death signal follows the forking *thread*: from a worker thread
+    it is not armed (the child would die with the thread); stop() still stops the child."""
+    port = free_port()
+    child = ChildServer(sim_cmd(port), port=port, name="sim", startup_timeout_s=GUARD_S)
+    worker = threading.Thread(target=child.start)
+    worker.start()
+    worker.join(GUARD_S)
+    try:
+        assert not worker.is_alive()
+        assert child.dies_with_parent is False
+        pid = child.pid
+        assert pid is not None and healthy(port)  # the thread is gone; the child serves on
+    finally:
+        child.stop()
+    gone(pid, port)
+
+
+def test_stop_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
+    script = tmp_path / "stubborn.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import http.server, signal, sys
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+            class Health(http.server.BaseHTTPRequestHandler):
+                def do_GET(self):
+                    self.send_response(200)
+                    self.end_headers()
+
+                def log_message(self, *args):
+                    pass
+
+            http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+            """
+        )
+    )
+    port = free_port()
+    child = ChildServer(
+        [sys.executable, str(script), str(port)], port=port, name="stubborn", stop_timeout_s=0.5
+    )
+    child.start()
+    pid = child.pid
+    assert pid is not None and healthy(port)
+    child.stop()  # SIGTERM is ignored; SIGKILL follows
+    assert not alive(pid) and not listening(port)
+
+
+def test_stop_stops_the_whole_process_group() -> None:
+    """A child that started its own child (here a shell running the server): stopping the
+    group stops both; signalling the shell alone would orphan the server."""
+    port = free_port()
+    cmd = ["sh", "-c", " ".join(sim_cmd(port)) + " & wait"]
+    child = ChildServer(cmd, port=port, name="sh", startup_timeout_s=GUARD_S)
+    child.start()
+    try:
+        assert child.pid is not None
+        (server,) = children(child.pid)
+        assert healthy(port)
+    finally:
+        child.stop()
+    gone(server, port)
+
+
+def test_an_interrupt_while_starting_stops_the_child() -> None:
+    """Ctrl-C (or SIGTERM in the CLI) during the wait for health leaves no child behind."""
+    port = free_port()
+    never_healthy = [sys.executable, "-c", "import time; time.sleep(600)"]
+    child = ChildServer(never_healthy, port=port, name="sleeper", startup_timeout_s=GUARD_S)
+    started: list[int] = []
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if child.pid is None:  # not forked yet: try again a little later
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            return
+        started.append(child.pid)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.2)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            child.start()
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    (pid,) = started
+    assert not alive(pid)
+    assert child.pid is None
+
+
+def test_a_port_in_use_is_refused_before_anything_starts() -> None:
+    """Else the health check could be answered by whatever holds the port."""
+    port = free_port()
+    with ChildServer(sim_cmd(port), port=port, name="first", startup_timeout_s=GUARD_S):
+        busy = ChildServer(sim_cmd(port), port=port, name="second")
+        with pytest.raises(ConfigError, match=rf"second: port {port} on 127\.0\.0\.1 is in use"):
+            busy.start()
+        assert busy.pid is None
+    assert not listening(port)
+
+
+def test_kill_children_kills_every_running_child() -> None:
+    ports = [free_port(), free_port()]
+    servers = [ChildServer(sim_cmd(p), port=p, name=f"sim{p}") for p in ports]
+    pids = []
+    for s in servers:
+        s.start()
+        pids.append(s.pid)
+    kill_children()
+    for pid, port in zip(pids, ports, strict=True):
+        assert pid is not None
+        gone(pid, port)
+    assert all(s.pid is None for s in servers)

@@ -8,21 +8,12 @@ from __future__ import annotations
 
 import os
 import socket
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
-GUARD_S = 60.0
-
-
-def wait_for(condition: Callable[[], bool], what: str, guard_s: float = GUARD_S) -> None:
-    """Poll ``condition`` until it holds; fail naming ``what`` if the guard runs out."""
-    deadline = time.monotonic() + guard_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"still waiting after {guard_s} s: {what}")
-        time.sleep(0.05)
+# Re-exported: the process tests wait with the same guard as every other test.
+from tests.wait import GUARD_S as GUARD_S
+from tests.wait import wait_for as wait_for
 
 
 def alive(pid: int) -> bool:

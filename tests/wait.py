@@ -9,6 +9,7 @@ that turns "never happened" into a failure, not a timing assertion.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 
 #: How long a condition may take before the test fails (seconds). Generous on purpose.
@@ -25,3 +26,12 @@ async def eventually(
         if loop.time() > deadline:
             raise AssertionError(f"gave up after {guard_s:g} s waiting for {what}")
         await asyncio.sleep(poll_s)
+
+
+def wait_for(condition: Callable[[], bool], what: str, guard_s: float = GUARD_S) -> None:
+    """Blocking :func:`eventually`, for tests that watch other processes."""
+    deadline = time.monotonic() + guard_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up after {guard_s:g} s waiting for {what}")
+        time.sleep(0.05)

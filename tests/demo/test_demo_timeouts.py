@@ -34,7 +34,7 @@ def test_idle_timeout_flag_limits_a_stalled_stream(tmp_path: Path) -> None:
             "connect": 5.0,
             "first_token": None,
             "idle": 0.3,
-            "total": None,
+            "total": 1800.0,
         }
         (agent,) = data["agents"]
         assert agent["status"] == "error"

@@ -85,12 +85,12 @@ def test_endpoint_registers_and_hides_its_credentials() -> None:
     """repr, name and the transport's label show none of key, header key or userinfo;
     the request still carries them all."""
     header_key = "hdr-UNIT-1a2b3c4d5e"
+    keyed = Endpoint(base_url=display_url(URL), api_key=KEY)  # a key, or userinfo: not both
     ep = Endpoint(
         base_url=URL,
-        api_key=KEY,
         headers={"api-key": header_key, "X-Trace": f"Bearer {KEY}", "X-Team": "blue"},
     )
-    text = repr(ep) + ep.name
+    text = repr(ep) + ep.name + repr(keyed)
     for secret in (KEY, header_key, "alice", "p%40ss", PASSWORD):
         assert secret not in text
     assert "'api-key': '***'" in text and "'X-Team': 'blue'" in text
@@ -103,8 +103,11 @@ def test_endpoint_registers_and_hides_its_credentials() -> None:
         assert redact(f"<{secret}>") == "<***>", secret
     # What is sent is untouched.
     sent = ep.request_headers()
-    assert sent["Authorization"] == f"Bearer {KEY}" and sent["api-key"] == header_key
-    assert ep.base_url == URL
+    assert sent["Authorization"] == f"Basic {basic}" and sent["api-key"] == header_key
+    assert keyed.request_headers()["Authorization"] == f"Bearer {KEY}"
+    assert ep.base_url == URL and ep.chat_url == f"{display_url(URL)}/chat/completions"
+    with pytest.raises(ConfigError, match="either api_key or a user:password@"):
+        Endpoint(base_url=URL, api_key=KEY)
 
 
 def test_error_messages_attributes_and_bodies_are_masked() -> None:
@@ -180,7 +183,7 @@ class _OwnTransport:
 
 def test_replica_names_never_hold_userinfo() -> None:
     """A replica named after its transport is named without userinfo, whoever built it."""
-    ours = Replica(transport=HTTPTransport(Endpoint(base_url=URL, api_key=KEY)))
+    ours = Replica(transport=HTTPTransport(Endpoint(base_url=URL)))
     theirs = Replica(transport=_OwnTransport())  # type: ignore[arg-type]
     names = [ReplicaState(r, time.perf_counter_ns).name for r in (ours, theirs)]
     assert names == ["http://127.0.0.1:8000/v1", "http://10.0.0.7:8000/v1"]

@@ -42,7 +42,7 @@ from agentflow import (
     StreamProtocolError,
     Transport,
 )
-from agentflow._redact import _forget_all
+from agentflow._redact import _forget_all, display_url
 from agentflow.report import LiveView, write_report
 from agentflow.stats import FleetStats, PrometheusExporter, TurnCSVWriter
 from agentflow.testing import Reply
@@ -192,7 +192,7 @@ def _every_text(
     return out
 
 
-@pytest.mark.parametrize("kind", ["http", "aiohttp"])
+@pytest.mark.parametrize("kind", ["http-bearer", "http", "aiohttp"])
 async def test_no_secret_leaves_a_fleet_run(
     kind: str, server: EchoServer, caplog: pytest.LogCaptureFixture, tmp_path: Path
 ) -> None:
@@ -201,17 +201,19 @@ async def test_no_secret_leaves_a_fleet_run(
     url = f"http://{USER}:{SECRET}@127.0.0.1:{server.port}/v1"
     dead = f"http://{USER}:{SECRET}@127.0.0.1:{_closed_port()}/v1"
     transports: list[Transport]
-    if kind == "http":
-        # HTTPTransport: Bearer key, api-key header (userinfo is not sent by it).
+    if kind == "http-bearer":
+        # A Bearer key (userinfo and a key together are refused: which one would count?).
         transports = [
-            HTTPTransport(Endpoint(base_url=u, api_key=KEY, headers={"api-key": HEADER_KEY}))
+            HTTPTransport(
+                Endpoint(base_url=display_url(u), api_key=KEY, headers={"api-key": HEADER_KEY})
+            )
             for u in (url, dead)
         ]
     else:
-        # aiohttp sends the userinfo as Basic auth (it refuses it together with a key).
+        # Userinfo goes as Basic auth, from either transport.
+        cls = HTTPTransport if kind == "http" else AiohttpTransport
         transports = [
-            AiohttpTransport(Endpoint(base_url=u, headers={"api-key": HEADER_KEY}))
-            for u in (url, dead)
+            cls(Endpoint(base_url=u, headers={"api-key": HEADER_KEY})) for u in (url, dead)
         ]
     events: list[str] = []
     stats = FleetStats(per="session", keep_samples=True)
@@ -237,7 +239,7 @@ async def test_no_secret_leaves_a_fleet_run(
     # session ended the way its task asked.
     assert server.received
     first = server.received[0]
-    if kind == "http":
+    if kind == "http-bearer":
         assert first["Authorization"] == f"Bearer {KEY}"
     else:
         assert first["Authorization"] == f"Basic {BASIC}"
@@ -276,21 +278,22 @@ async def test_no_secret_leaves_a_fleet_run(
 
 
 async def test_demo_report_and_output_hold_no_secret(server: EchoServer, tmp_path: Path) -> None:
-    """``agentflow demo`` against a server that rejects and echoes the key: its printed
-    output and its JSON report name the server, never the key or the URL's password."""
+    """``agentflow demo`` against a server that rejects and echoes the credentials (the
+    URL's userinfo, sent as Basic auth): its printed output and its JSON report name the
+    server, never the URL's password in any form."""
     report_path = tmp_path / "demo.json"
     url = f"http://{USER}:{SECRET}@127.0.0.1:{server.port}/v1"
     server.deny_all = True
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "agentflow.cli", "demo", "--agents", "2", "--turns", "1:1",
-        "--no-live", "--base-url", url, "--api-key", KEY, "--report", str(report_path),
+        "--no-live", "--base-url", url, "--report", str(report_path),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
     stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
     output = stdout.decode() + stderr.decode()
     assert proc.returncode == 1, output[-3000:]  # 1: sessions failed (all were refused)
     assert "report written" in output
-    assert server.received and server.received[0]["Authorization"] == f"Bearer {KEY}"
+    assert server.received and server.received[0]["Authorization"] == f"Basic {BASIC}"
     report = report_path.read_text()
     data = json.loads(report)
     assert data["fleet"]["failed"] == 2  # every session was refused with the echo

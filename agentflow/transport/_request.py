@@ -3,12 +3,13 @@ and what it says (:class:`ChatRequest`)."""
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from agentflow._errors import ConfigError
 from agentflow._redact import (
@@ -46,6 +47,8 @@ class Endpoint:
     headers: Mapping[str, str] = field(default_factory=dict)
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     name: str = ""
+    _chat_url: str = field(default="", init=False, repr=False, compare=False)
+    _basic_auth: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.base_url)
@@ -62,6 +65,17 @@ class Endpoint:
         register_headers(self.headers)
         register_url(self.base_url)
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
+        # Userinfo is sent as HTTP Basic auth (as aiohttp and the OpenAI SDK do) by every
+        # transport alike, and never as part of the URL.
+        object.__setattr__(self, "_chat_url", f"{display_url(self.base_url)}/chat/completions")
+        if parts.username is not None or parts.password is not None:
+            if self.api_key:
+                raise ConfigError(
+                    "Endpoint: give either api_key or a user:password@ in base_url, not both"
+                )
+            user, password = unquote(parts.username or ""), unquote(parts.password or "")
+            token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+            object.__setattr__(self, "_basic_auth", f"Basic {token}")
         if not self.name:
             object.__setattr__(self, "name", parts.netloc.rpartition("@")[2])
 
@@ -74,8 +88,8 @@ class Endpoint:
 
     @property
     def chat_url(self) -> str:
-        """The chat-completions URL."""
-        return f"{self.base_url}/chat/completions"
+        """The chat-completions URL (without userinfo: that goes as Basic auth)."""
+        return self._chat_url
 
     def request_headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         """Headers for one request: content type, auth, the endpoint's and the request's own."""
@@ -85,6 +99,8 @@ class Endpoint:
             h.update(extra)
         if self.api_key:
             h["Authorization"] = f"Bearer {self.api_key}"
+        elif self._basic_auth is not None:
+            h["Authorization"] = self._basic_auth
         return h
 
 

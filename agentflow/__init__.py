@@ -23,6 +23,7 @@ from agentflow._errors import (
     StreamProtocolError,
     StreamTimeout,
     ToolError,
+    ToolTimeout,
     TransportError,
 )
 from agentflow._events import (
@@ -41,7 +42,7 @@ from agentflow._events import (
 from agentflow._fleet import Fleet, FleetResult, ReplicaStats
 from agentflow._metrics import OutputTokenSource, TurnMetrics, turn_metrics
 from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
-from agentflow._tools import Tool, tool
+from agentflow._tools import DEFAULT_TOOL_TIMEOUT_S, Tool, tool
 from agentflow._trace import CacheSource, PromptInfo, ToolCall, TurnTrace, Usage
 from agentflow.context import (
     BudgetEvent,
@@ -117,6 +118,7 @@ from agentflow.typing import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_TOOL_TIMEOUT_S",
     "FCFS",
     "PLAS",
     "SLO",
@@ -204,6 +206,7 @@ __all__ = [
     "ToolCallEvent",
     "ToolError",
     "ToolResultEvent",
+    "ToolTimeout",
     "Transport",
     "TransportError",
     "TruncateToolOutputs",

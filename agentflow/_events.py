@@ -71,7 +71,12 @@ class ToolCallEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResultEvent:
-    """A tool finished; ``output`` is what goes back to the model."""
+    """A tool finished; ``output`` is what goes back to the model.
+
+    ``truncated_chars`` counts the characters cut from the tool's output by its
+    ``max_output_chars`` cap (0 when nothing was cut); a cut ``output`` ends with a
+    marker line saying so.
+    """
 
     agent: str
     session_id: str
@@ -81,6 +86,7 @@ class ToolResultEvent:
     output: str
     is_error: bool
     duration_s: float
+    truncated_chars: int = 0
     type: Literal["tool_result"] = "tool_result"
 
 

@@ -33,6 +33,7 @@ from agentflow._events import (
 )
 from agentflow._logging import get_logger
 from agentflow._metrics import TurnMetrics, turn_metrics
+from agentflow._tools import cap_output
 from agentflow._trace import PromptInfo, ToolCall, TurnTrace
 from agentflow.sched import FailedAttempt, Replica, RetryPolicy, Scheduler, Ticket, TurnRunner
 from agentflow.transport._request import ChatRequest
@@ -355,7 +356,9 @@ class Session:
                 if tool is None:
                     raise ToolError(f"the model called unknown tool {call.name!r}", tool=call.name)
                 async with limit if limit is not None else nullcontext():
-                    output = await tool.invoke(call.arguments)
+                    output = await tool.invoke(
+                        call.arguments, default_timeout_s=self.agent.tool_timeout_s
+                    )
             except ToolError as exc:
                 if self.agent.tool_errors == "raise":
                     raise
@@ -369,6 +372,10 @@ class Session:
                         error=exc,
                     )
                 )
+            cap = self.agent.max_tool_output_chars
+            if tool is not None and tool.max_output_chars is not None:
+                cap = tool.max_output_chars
+            output, cut = cap_output(output, cap)
             bus.emit(
                 ToolResultEvent(
                     agent=self.agent.name,
@@ -379,6 +386,7 @@ class Session:
                     output=output,
                     is_error=is_error,
                     duration_s=(clock() - start) * 1e-9,
+                    truncated_chars=cut,
                 )
             )
             return output

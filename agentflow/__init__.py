@@ -27,6 +27,7 @@ from agentflow._errors import (
     TransportError,
 )
 from agentflow._events import (
+    AttemptDiscardedEvent,
     CallbackFailure,
     ErrorEvent,
     Event,
@@ -126,6 +127,7 @@ __all__ = [
     "Agent",
     "AgentflowError",
     "AiohttpTransport",
+    "AttemptDiscardedEvent",
     "BadRequestError",
     "BudgetEvent",
     "BudgetExceeded",

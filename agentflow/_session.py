@@ -22,6 +22,7 @@ import structlog
 
 from agentflow._errors import MaxTurnsExceeded, ToolError
 from agentflow._events import (
+    AttemptDiscardedEvent,
     ErrorEvent,
     EventBus,
     RetryEvent,
@@ -107,17 +108,26 @@ class SessionResult:
 
 
 class _TokenSink:
-    """Turns deltas into :class:`TokenEvent`s; built only when someone listens."""
+    """Turns deltas into :class:`TokenEvent`s; built only when someone listens.
 
-    __slots__ = ("_agent", "_emit", "_session_id", "_turn")
+    It counts what the current attempt emitted, so a failed attempt can be announced
+    with how much of it to discard (:meth:`discard`).
+    """
+
+    __slots__ = ("_agent", "_emit", "_session_id", "_turn", "chars", "content_chars", "deltas")
 
     def __init__(self, bus: EventBus, agent: str, session_id: str, turn: int) -> None:
         self._emit = bus.emit
         self._agent = agent
         self._session_id = session_id
         self._turn = turn
+        self.deltas = self.chars = self.content_chars = 0
 
     def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
+        self.deltas += 1
+        self.chars += len(text)
+        if kind == "content":
+            self.content_chars += len(text)
         self._emit(
             TokenEvent(
                 agent=self._agent,
@@ -128,6 +138,12 @@ class _TokenSink:
                 t_ns=t_ns,
             )
         )
+
+    def discard(self) -> tuple[int, int, int]:
+        """The counts of the attempt that just failed; the next attempt starts at zero."""
+        counts = (self.deltas, self.chars, self.content_chars)
+        self.deltas = self.chars = self.content_chars = 0
+        return counts
 
 
 class Session:
@@ -287,8 +303,30 @@ class Session:
             trace, _ = await runner.send(ticket(clock(), estimate), extra)
             return trace
 
+        sink: _TokenSink | None = None
+        attempts = 0  # failed attempts of this turn so far
+
+        def discarded(error: BaseException, *, retried: bool) -> None:
+            nonlocal attempts
+            deltas, chars, content = sink.discard() if sink is not None else (0, 0, 0)
+            bus.emit(
+                AttemptDiscardedEvent(
+                    agent=agent.name,
+                    session_id=self.session_id,
+                    turn=index,
+                    attempt=attempts,
+                    deltas=deltas,
+                    chars=chars,
+                    content_chars=content,
+                    retried=retried,
+                    error=error,
+                )
+            )
+            attempts += 1
+
         def on_retry(_: Ticket, attempt: FailedAttempt) -> None:
             _log.info("turn.retry", error=repr(attempt.error), wait_s=attempt.wait_s)
+            discarded(attempt.error, retried=True)
             bus.emit(
                 RetryEvent(
                     agent=agent.name, session_id=self.session_id, turn=index, attempt=attempt
@@ -310,7 +348,11 @@ class Session:
                 if prompt
                 else _rough_tokens(self.messages, agent.tool_chars)
             )
-            trace, failed = await runner.send(ticket(ready, estimate), request, sink, on_retry)
+            try:
+                trace, failed = await runner.send(ticket(ready, estimate), request, sink, on_retry)
+            except Exception as exc:
+                discarded(exc, retried=False)
+                raise
             if ctx is not None:
                 ctx.after_turn(index, trace)
             metrics = turn_metrics(trace, ready_ns=ready)

@@ -22,12 +22,9 @@ import structlog
 
 from agentflow._errors import MaxTurnsExceeded, ToolError
 from agentflow._events import (
-    AttemptDiscardedEvent,
     ErrorEvent,
     EventBus,
-    RetryEvent,
     SessionEndEvent,
-    TokenEvent,
     ToolCallEvent,
     ToolResultEvent,
     TurnEndEvent,
@@ -36,9 +33,10 @@ from agentflow._logging import get_logger
 from agentflow._metrics import TurnMetrics, turn_metrics
 from agentflow._tools import cap_output
 from agentflow._trace import PromptInfo, ToolCall, TurnTrace
+from agentflow._turn_events import TurnEvents
 from agentflow.sched import FailedAttempt, Replica, RetryPolicy, Scheduler, Ticket, TurnRunner
 from agentflow.transport._request import ChatRequest
-from agentflow.typing import Callback, Clock, DeltaKind, SessionContext, Transport
+from agentflow.typing import Callback, Clock, SessionContext, Transport
 
 if TYPE_CHECKING:
     from agentflow._agent import Agent
@@ -105,45 +103,6 @@ class SessionResult:
     def output_tokens(self) -> int:
         """Output tokens over all turns."""
         return sum(t.metrics.output_tokens for t in self.turns)
-
-
-class _TokenSink:
-    """Turns deltas into :class:`TokenEvent`s; built only when someone listens.
-
-    It counts what the current attempt emitted, so a failed attempt can be announced
-    with how much of it to discard (:meth:`discard`).
-    """
-
-    __slots__ = ("_agent", "_emit", "_session_id", "_turn", "chars", "content_chars", "deltas")
-
-    def __init__(self, bus: EventBus, agent: str, session_id: str, turn: int) -> None:
-        self._emit = bus.emit
-        self._agent = agent
-        self._session_id = session_id
-        self._turn = turn
-        self.deltas = self.chars = self.content_chars = 0
-
-    def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
-        self.deltas += 1
-        self.chars += len(text)
-        if kind == "content":
-            self.content_chars += len(text)
-        self._emit(
-            TokenEvent(
-                agent=self._agent,
-                session_id=self._session_id,
-                turn=self._turn,
-                kind=kind,
-                text=text,
-                t_ns=t_ns,
-            )
-        )
-
-    def discard(self) -> tuple[int, int, int]:
-        """The counts of the attempt that just failed; the next attempt starts at zero."""
-        counts = (self.deltas, self.chars, self.content_chars)
-        self.deltas = self.chars = self.content_chars = 0
-        return counts
 
 
 class Session:
@@ -303,36 +262,6 @@ class Session:
             trace, _ = await runner.send(ticket(clock(), estimate), extra)
             return trace
 
-        sink: _TokenSink | None = None
-        attempts = 0  # failed attempts of this turn so far
-
-        def discarded(error: BaseException, *, retried: bool) -> None:
-            nonlocal attempts
-            deltas, chars, content = sink.discard() if sink is not None else (0, 0, 0)
-            bus.emit(
-                AttemptDiscardedEvent(
-                    agent=agent.name,
-                    session_id=self.session_id,
-                    turn=index,
-                    attempt=attempts,
-                    deltas=deltas,
-                    chars=chars,
-                    content_chars=content,
-                    retried=retried,
-                    error=error,
-                )
-            )
-            attempts += 1
-
-        def on_retry(_: Ticket, attempt: FailedAttempt) -> None:
-            _log.info("turn.retry", error=repr(attempt.error), wait_s=attempt.wait_s)
-            discarded(attempt.error, retried=True)
-            bus.emit(
-                RetryEvent(
-                    agent=agent.name, session_id=self.session_id, turn=index, attempt=attempt
-                )
-            )
-
         ctx = self._context
         with structlog.contextvars.bound_contextvars(turn=index):
             prompt = (
@@ -341,7 +270,7 @@ class Session:
                 else None
             )
             request = self.request()
-            sink = _TokenSink(bus, agent.name, self.session_id, index) if bus.wants_tokens else None
+            events = TurnEvents(bus, agent.name, self.session_id, index)
             ready = clock()
             estimate = (
                 prompt.estimated_tokens
@@ -349,9 +278,11 @@ class Session:
                 else _rough_tokens(self.messages, agent.tool_chars)
             )
             try:
-                trace, failed = await runner.send(ticket(ready, estimate), request, sink, on_retry)
-            except Exception as exc:
-                discarded(exc, retried=False)
+                trace, failed = await runner.send(
+                    ticket(ready, estimate), request, events.sink, events.retry
+                )
+            except Exception as exc:  # the last attempt failed: its tokens are void too
+                events.discard(exc, retried=False)
                 raise
             if ctx is not None:
                 ctx.after_turn(index, trace)

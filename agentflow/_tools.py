@@ -182,7 +182,9 @@ class Tool:
         Raises:
             ToolTimeout: the call did not return in time (a :class:`ToolError`).
             ToolError: the arguments do not fit the schema, or the tool raised.
+            ConfigError: ``default_timeout_s`` is not a number of seconds > 0.
         """
+        check_timeout(default_timeout_s, "Tool.invoke: default_timeout_s")
         try:
             kwargs = self._parse(arguments)
         except (pydantic.ValidationError, ValueError) as exc:

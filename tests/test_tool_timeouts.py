@@ -239,6 +239,12 @@ def test_bad_limits_are_config_errors_naming_the_field(bad: object) -> None:
         Tool.from_function(hang, timeout_s=bad)  # type: ignore[arg-type]
 
 
+async def test_a_bad_default_limit_passed_to_invoke_is_refused() -> None:
+    """``Tool.invoke(default_timeout_s=0)`` is a ConfigError, not a call that times out at once."""
+    with pytest.raises(ConfigError, match="default_timeout_s"):
+        await Tool.from_function(hang).invoke("{}", default_timeout_s=0)
+
+
 _SCRIPT = """
 import asyncio, json, sys, threading
 

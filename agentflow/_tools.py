@@ -48,7 +48,7 @@ class Tool:
         description: what it does, for the model.
         parameters: the JSON schema of its arguments.
         fn: the callable (sync or async).
-        in_thread: run a sync ``fn`` in a daemon thread of its own, so a slow tool cannot
+        in_thread: run a sync ``fn`` in a daemon thread (agentflow's pool), so a slow tool cannot
             stall the event loop (and every other agent's token timing with it), and a
             stuck one cannot keep the process from exiting.
         timeout_s: how long one call may run, in seconds; ``None`` takes the agent's

@@ -36,6 +36,7 @@ from agentflow import (
     ToolTimeout,
     tool,
 )
+from agentflow._threads import DaemonThreadExecutor
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
@@ -197,6 +198,29 @@ async def test_sync_tools_run_in_daemon_threads_with_the_callers_context() -> No
     var.set("from the caller")
     out = json.loads(await Tool.from_function(where).invoke("{}"))
     assert out == {"daemon": True, "main": False, "var": "from the caller"}
+
+
+async def test_the_daemon_pool_reuses_idle_threads_and_grows_past_stuck_ones() -> None:
+    """Calls one after another share one thread; a stuck call does not hold the next
+    one up (the pool starts another thread); idle threads end after ``idle_s``."""
+    loop = asyncio.get_running_loop()
+    pool = DaemonThreadExecutor("test-pool", idle_s=0.05)
+    names = {await loop.run_in_executor(pool, lambda: threading.current_thread().name)}
+    for _ in range(20):
+        names.add(await loop.run_in_executor(pool, lambda: threading.current_thread().name))
+    assert names == {"test-pool-1"} and pool.threads == 1
+    release = threading.Event()
+    stuck = loop.run_in_executor(pool, release.wait)
+    assert await asyncio.wait_for(loop.run_in_executor(pool, lambda: 42), 60) == 42
+    assert pool.running == 1 and not stuck.done()
+    release.set()
+    assert await asyncio.wait_for(stuck, 60) is True
+    workers = [t for t in threading.enumerate() if t.name.startswith("test-pool-")]
+    assert len(workers) == 2 and all(t.daemon for t in workers)
+    for t in workers:  # both go idle and end after idle_s (60 s: a hang guard)
+        await asyncio.to_thread(t.join, 60)
+    assert not any(t.is_alive() for t in workers)
+    assert pool.threads == pool.running == 0
 
 
 async def test_a_tools_own_timeout_error_is_a_plain_tool_error() -> None:

@@ -23,10 +23,12 @@ from agentflow._errors import (
     StreamProtocolError,
     StreamTimeout,
     ToolError,
+    ToolTimeout,
     TransportError,
     UnexpectedContentType,
 )
 from agentflow._events import (
+    AttemptDiscardedEvent,
     CallbackFailure,
     ErrorEvent,
     Event,
@@ -43,7 +45,7 @@ from agentflow._fleet import Fleet, FleetResult, ReplicaStats
 from agentflow._metrics import OutputTokenSource, TurnMetrics, turn_metrics
 from agentflow._redact import redact, register_secret
 from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
-from agentflow._tools import Tool, tool
+from agentflow._tools import DEFAULT_TOOL_TIMEOUT_S, Tool, tool
 from agentflow._trace import CacheSource, PromptInfo, ToolCall, TurnTrace, Usage
 from agentflow.context import (
     BudgetEvent,
@@ -119,6 +121,7 @@ from agentflow.typing import (
 __version__ = "0.1.0"
 
 __all__ = [
+    "DEFAULT_TOOL_TIMEOUT_S",
     "FCFS",
     "PLAS",
     "SLO",
@@ -126,6 +129,7 @@ __all__ = [
     "Agent",
     "AgentflowError",
     "AiohttpTransport",
+    "AttemptDiscardedEvent",
     "BadRequestError",
     "BudgetEvent",
     "BudgetExceeded",
@@ -206,6 +210,7 @@ __all__ = [
     "ToolCallEvent",
     "ToolError",
     "ToolResultEvent",
+    "ToolTimeout",
     "Transport",
     "TransportError",
     "TruncateToolOutputs",

@@ -9,7 +9,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentflow._errors import ConfigError
-from agentflow._tools import Tool, as_tool
+from agentflow._tools import (
+    DEFAULT_TOOL_TIMEOUT_S,
+    Tool,
+    as_tool,
+    check_output_cap,
+    check_timeout,
+)
 
 if TYPE_CHECKING:
     from agentflow._session import Session, SessionResult
@@ -34,6 +40,14 @@ class Agent:
         max_turns: the most model turns one session may take.
         tool_errors: ``"return"`` sends a failed tool's error to the model as its result
             (the model can recover); ``"raise"`` ends the session with a :class:`ToolError`.
+            A call that runs past its time limit is a :class:`ToolTimeout`, handled the same way.
+        tool_timeout_s: how long one tool call may run, in seconds (default
+            :data:`DEFAULT_TOOL_TIMEOUT_S`, 300); a tool's own ``timeout_s`` overrides it;
+            ``math.inf`` means no limit.
+        max_tool_output_chars: the most characters of one tool result sent to the model;
+            longer results are cut to their first ``max_tool_output_chars`` characters
+            and a marker line is appended. A tool's own ``max_output_chars`` overrides
+            it; ``None`` (the default) sends results whole.
         context: keeps each session's prompt inside its window (a
             :class:`~agentflow.context.ContextBudget`); ``None`` sends history unchecked.
         priority: the scheduling class of this agent's turns (higher goes first under
@@ -47,6 +61,8 @@ class Agent:
     params: Mapping[str, Any] = field(default_factory=dict)
     max_turns: int = 10
     tool_errors: Literal["return", "raise"] = "return"
+    tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    max_tool_output_chars: int | None = None
     context: ContextPolicy | None = None
     priority: int = 0
     #: Identifies the prompt prefix every session of this agent shares (instructions and
@@ -68,6 +84,11 @@ class Agent:
             raise ConfigError(
                 f"Agent {self.name!r}: tool_errors must be 'return' or 'raise', "
                 f"got {self.tool_errors!r}"
+            )
+        check_timeout(self.tool_timeout_s, f"Agent {self.name!r}: tool_timeout_s")
+        if self.max_tool_output_chars is not None:
+            check_output_cap(
+                self.max_tool_output_chars, f"Agent {self.name!r}: max_tool_output_chars"
             )
         if not isinstance(self.priority, int):
             raise ConfigError(

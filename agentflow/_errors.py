@@ -16,6 +16,7 @@ to act on it as attributes, never only in its message::
     │   │   └── ServerError     5xx, or an error object sent inside the stream
     │   └── StreamTimeout       a time limit ran out; ``.phase``, ``.timeout_s``, ``.trace``
     ├── ToolError               a tool raised or got arguments it cannot take; ``.tool``
+    │   └── ToolTimeout         a tool call ran past its limit; ``.timeout_s``
     ├── MaxTurnsExceeded        a session used ``max_turns`` without a final answer
     ├── ContextOverflow         a prompt cannot fit its window; ``.tokens``, ``.limit``
     └── BudgetExceeded          a fleet-wide token or cost budget is spent; ``.budget``
@@ -48,6 +49,7 @@ __all__ = [
     "StreamProtocolError",
     "StreamTimeout",
     "ToolError",
+    "ToolTimeout",
     "TransportError",
     "UnexpectedContentType",
 ]
@@ -221,6 +223,27 @@ class ToolError(AgentflowError):
     def __init__(self, message: str, *, tool: str) -> None:
         super().__init__(message)
         self.tool = tool
+
+
+class ToolTimeout(ToolError):
+    """A tool call did not return within its time limit.
+
+    Attributes:
+        tool: the tool's name.
+        timeout_s: the limit it ran past, in seconds.
+        threaded: it was a sync tool in its own thread, which keeps running until the
+            function returns (Python cannot stop a thread); its result is dropped.
+    """
+
+    def __init__(self, *, tool: str, timeout_s: float, threaded: bool = False) -> None:
+        tail = "; its thread keeps running until the function returns" if threaded else ""
+        super().__init__(
+            f"tool {tool!r} did not return within its time limit of {timeout_s:g} s "
+            f"(timeout_s){tail}",
+            tool=tool,
+        )
+        self.timeout_s = timeout_s
+        self.threaded = threaded
 
 
 class MaxTurnsExceeded(AgentflowError):

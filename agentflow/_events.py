@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from agentflow.sched._runner import FailedAttempt
 
 __all__ = [
+    "AttemptDiscardedEvent",
     "CallbackFailure",
     "ErrorEvent",
     "Event",
@@ -71,7 +72,12 @@ class ToolCallEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResultEvent:
-    """A tool finished; ``output`` is what goes back to the model."""
+    """A tool finished; ``output`` is what goes back to the model.
+
+    ``truncated_chars`` counts the characters cut from the tool's output by its
+    ``max_output_chars`` cap (0 when nothing was cut); a cut ``output`` ends with a
+    marker line saying so.
+    """
 
     agent: str
     session_id: str
@@ -81,6 +87,7 @@ class ToolResultEvent:
     output: str
     is_error: bool
     duration_s: float
+    truncated_chars: int = 0
     type: Literal["tool_result"] = "tool_result"
 
 
@@ -121,11 +128,48 @@ class ErrorEvent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AttemptDiscardedEvent:
+    """An attempt at a model turn failed: drop every token it streamed.
+
+    Emitted once per failed attempt, immediately after its last :class:`TokenEvent`
+    and before anything else about it: before its :class:`RetryEvent` when the turn
+    is sent again (``retried``), or before the session's :class:`ErrorEvent` when it
+    was the last attempt. Attempts of one turn run one after another, so a callback
+    that keeps the text of ``(session_id, turn)`` just clears it here; what it
+    gathers afterwards is exactly the turn that succeeds (the text of the final
+    message). The counts describe the ``TokenEvent``s of this attempt that were
+    emitted (0 when no callback reads tokens, or when it failed before any output);
+    the partial output itself stays on the turn's ``failed_attempts`` (and on
+    ``error.trace`` where the error has one).
+
+    Attributes:
+        attempt: which attempt failed: 0 for the first try of the turn.
+        deltas: how many ``TokenEvent``s it emitted, of every kind.
+        chars: the characters in them, of every kind.
+        content_chars: the answer-text (``kind="content"``) characters among them.
+        retried: whether the turn is sent again (a :class:`RetryEvent` follows).
+        error: why the attempt failed.
+    """
+
+    agent: str
+    session_id: str
+    turn: int
+    attempt: int
+    deltas: int
+    chars: int
+    content_chars: int
+    retried: bool
+    error: BaseException
+    type: Literal["attempt_discarded"] = "attempt_discarded"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RetryEvent:
     """A turn's attempt failed and will be sent again after ``wait_s``.
 
     Tokens this attempt already streamed (``TokenEvent``s) are discarded: the turn is
     re-run from its start and the conversation keeps only the attempt that succeeds.
+    An :class:`AttemptDiscardedEvent` for the same attempt comes just before this event.
     """
 
     agent: str
@@ -159,6 +203,7 @@ Event: TypeAlias = (
     | ToolResultEvent
     | TurnEndEvent
     | SessionEndEvent
+    | AttemptDiscardedEvent
     | RetryEvent
     | FleetStartEvent
     | ContextTrimmedEvent

@@ -24,19 +24,19 @@ from agentflow._errors import MaxTurnsExceeded, ToolError
 from agentflow._events import (
     ErrorEvent,
     EventBus,
-    RetryEvent,
     SessionEndEvent,
-    TokenEvent,
     ToolCallEvent,
     ToolResultEvent,
     TurnEndEvent,
 )
 from agentflow._logging import get_logger
 from agentflow._metrics import TurnMetrics, turn_metrics
+from agentflow._tools import cap_output
 from agentflow._trace import PromptInfo, ToolCall, TurnTrace
+from agentflow._turn_events import TurnEvents
 from agentflow.sched import FailedAttempt, Replica, RetryPolicy, Scheduler, Ticket, TurnRunner
 from agentflow.transport._request import ChatRequest
-from agentflow.typing import Callback, Clock, DeltaKind, SessionContext, Transport
+from agentflow.typing import Callback, Clock, SessionContext, Transport
 
 if TYPE_CHECKING:
     from agentflow._agent import Agent
@@ -103,30 +103,6 @@ class SessionResult:
     def output_tokens(self) -> int:
         """Output tokens over all turns."""
         return sum(t.metrics.output_tokens for t in self.turns)
-
-
-class _TokenSink:
-    """Turns deltas into :class:`TokenEvent`s; built only when someone listens."""
-
-    __slots__ = ("_agent", "_emit", "_session_id", "_turn")
-
-    def __init__(self, bus: EventBus, agent: str, session_id: str, turn: int) -> None:
-        self._emit = bus.emit
-        self._agent = agent
-        self._session_id = session_id
-        self._turn = turn
-
-    def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
-        self._emit(
-            TokenEvent(
-                agent=self._agent,
-                session_id=self._session_id,
-                turn=self._turn,
-                kind=kind,
-                text=text,
-                t_ns=t_ns,
-            )
-        )
 
 
 class Session:
@@ -286,14 +262,6 @@ class Session:
             trace, _ = await runner.send(ticket(clock(), estimate), extra)
             return trace
 
-        def on_retry(_: Ticket, attempt: FailedAttempt) -> None:
-            _log.info("turn.retry", error=repr(attempt.error), wait_s=attempt.wait_s)
-            bus.emit(
-                RetryEvent(
-                    agent=agent.name, session_id=self.session_id, turn=index, attempt=attempt
-                )
-            )
-
         ctx = self._context
         with structlog.contextvars.bound_contextvars(turn=index):
             prompt = (
@@ -302,14 +270,20 @@ class Session:
                 else None
             )
             request = self.request()
-            sink = _TokenSink(bus, agent.name, self.session_id, index) if bus.wants_tokens else None
+            events = TurnEvents(bus, agent.name, self.session_id, index)
             ready = clock()
             estimate = (
                 prompt.estimated_tokens
                 if prompt
                 else _rough_tokens(self.messages, agent.tool_chars)
             )
-            trace, failed = await runner.send(ticket(ready, estimate), request, sink, on_retry)
+            try:
+                trace, failed = await runner.send(
+                    ticket(ready, estimate), request, events.sink, events.retry
+                )
+            except Exception as exc:  # the last attempt failed: its tokens are void too
+                events.discard(exc, retried=False)
+                raise
             if ctx is not None:
                 ctx.after_turn(index, trace)
             metrics = turn_metrics(trace, ready_ns=ready)
@@ -355,7 +329,9 @@ class Session:
                 if tool is None:
                     raise ToolError(f"the model called unknown tool {call.name!r}", tool=call.name)
                 async with limit if limit is not None else nullcontext():
-                    output = await tool.invoke(call.arguments)
+                    output = await tool.invoke(
+                        call.arguments, default_timeout_s=self.agent.tool_timeout_s
+                    )
             except ToolError as exc:
                 if self.agent.tool_errors == "raise":
                     raise
@@ -369,6 +345,10 @@ class Session:
                         error=exc,
                     )
                 )
+            cap = self.agent.max_tool_output_chars
+            if tool is not None and tool.max_output_chars is not None:
+                cap = tool.max_output_chars
+            output, cut = cap_output(output, cap)
             bus.emit(
                 ToolResultEvent(
                     agent=self.agent.name,
@@ -379,6 +359,7 @@ class Session:
                     output=output,
                     is_error=is_error,
                     duration_s=(clock() - start) * 1e-9,
+                    truncated_chars=cut,
                 )
             )
             return output

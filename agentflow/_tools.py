@@ -13,7 +13,10 @@ the schema was put together — the server's prefix cache keeps hitting them
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import inspect
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints, overload
@@ -22,9 +25,16 @@ import docstring_parser
 import msgspec
 import pydantic
 
-from agentflow._errors import ConfigError, ToolError
+from agentflow._errors import ConfigError, ToolError, ToolTimeout
+from agentflow._logging import get_logger
+from agentflow._threads import TOOL_THREADS
 
-__all__ = ["Tool", "tool"]
+__all__ = ["DEFAULT_TOOL_TIMEOUT_S", "Tool", "tool"]
+
+_log = get_logger("agentflow.tools")
+
+#: How long a tool call may run, in seconds, unless its tool or agent says otherwise.
+DEFAULT_TOOL_TIMEOUT_S = 300.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -38,8 +48,18 @@ class Tool:
         description: what it does, for the model.
         parameters: the JSON schema of its arguments.
         fn: the callable (sync or async).
-        in_thread: run a sync ``fn`` in a worker thread, so a slow tool cannot stall the
-            event loop (and every other agent's token timing with it).
+        in_thread: run a sync ``fn`` in a daemon thread (agentflow's pool), so a slow tool cannot
+            stall the event loop (and every other agent's token timing with it), and a
+            stuck one cannot keep the process from exiting.
+        timeout_s: how long one call may run, in seconds; ``None`` takes the agent's
+            ``tool_timeout_s`` (:data:`DEFAULT_TOOL_TIMEOUT_S` when called directly);
+            ``math.inf`` means no limit. A call that runs out is a :class:`ToolTimeout`.
+            A timed-out sync tool's thread keeps running until the function returns
+            (Python cannot stop a thread); a sync tool with ``in_thread=False`` blocks
+            the event loop, so its limit cannot fire until it returns.
+        max_output_chars: the most characters of one result sent to the model; ``None``
+            takes the agent's ``max_tool_output_chars``. Longer output is cut, with a
+            marker (:func:`cap_output`).
 
     The ``tools`` entry (:meth:`spec`) is computed once, when the tool is made, from a
     canonical deep copy of ``name``, ``description`` and ``parameters``: changing the
@@ -55,10 +75,16 @@ class Tool:
     parameters: dict[str, Any]
     fn: Callable[..., Any]
     in_thread: bool = True
+    timeout_s: float | None = None
+    max_output_chars: int | None = None
     _args_model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     _spec: dict[str, Any] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        if self.timeout_s is not None:
+            check_timeout(self.timeout_s, f"tool {self.name!r}: timeout_s")
+        if self.max_output_chars is not None:
+            check_output_cap(self.max_output_chars, f"tool {self.name!r}: max_output_chars")
         if not isinstance(self.parameters, dict):
             raise ConfigError(
                 f"tool {self.name!r}: parameters must be a JSON schema object (a dict), "
@@ -89,11 +115,14 @@ class Tool:
         name: str | None = None,
         description: str | None = None,
         in_thread: bool = True,
+        timeout_s: float | None = None,
+        max_output_chars: int | None = None,
     ) -> Tool:
         """Describe ``fn`` as a tool from its signature, type hints and docstring.
 
         Raises:
-            ConfigError: a parameter has no type hint, or is ``*args``/``**kwargs``.
+            ConfigError: a parameter has no type hint, or is ``*args``/``**kwargs``; or
+                ``timeout_s`` / ``max_output_chars`` is not a positive number.
         """
         tool_name = name or fn.__name__
         doc = docstring_parser.parse(inspect.getdoc(fn) or "")
@@ -127,6 +156,8 @@ class Tool:
             parameters=schema,
             fn=fn,
             in_thread=in_thread,
+            timeout_s=timeout_s,
+            max_output_chars=max_output_chars,
             _args_model=model,
         )
 
@@ -139,32 +170,54 @@ class Tool:
         """
         return self._spec
 
-    async def invoke(self, arguments: str) -> str:
+    async def invoke(
+        self, arguments: str, *, default_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+    ) -> str:
         """Validate the model's JSON ``arguments``, call the tool, return its result as text.
 
+        The call may run for the tool's ``timeout_s``, or ``default_timeout_s`` when the
+        tool sets none (a session passes its agent's ``tool_timeout_s``). The result is
+        returned whole: the session applies ``max_output_chars``.
+
         Raises:
+            ToolTimeout: the call did not return in time (a :class:`ToolError`).
             ToolError: the arguments do not fit the schema, or the tool raised.
+            ConfigError: ``default_timeout_s`` is not a number of seconds > 0.
         """
+        check_timeout(default_timeout_s, "Tool.invoke: default_timeout_s")
         try:
             kwargs = self._parse(arguments)
         except (pydantic.ValidationError, ValueError) as exc:
             raise ToolError(
                 f"tool {self.name!r} got arguments it cannot take: {exc}", tool=self.name
             ) from exc
+        limit = self.timeout_s if self.timeout_s is not None else default_timeout_s
+        deadline = asyncio.timeout(None if math.isinf(limit) else limit)
+        threaded = False
         try:
-            if inspect.iscoroutinefunction(self.fn):
-                result = await self.fn(**kwargs)
-            elif self.in_thread:
-                result = await asyncio.to_thread(self.fn, **kwargs)
-            else:
-                result = self.fn(**kwargs)
-                if inspect.isawaitable(result):
-                    result = await result
+            async with deadline:
+                if inspect.iscoroutinefunction(self.fn):
+                    result = await self.fn(**kwargs)
+                elif self.in_thread:
+                    threaded = True
+                    call = functools.partial(contextvars.copy_context().run, self.fn, **kwargs)
+                    result = await asyncio.get_running_loop().run_in_executor(TOOL_THREADS, call)
+                else:
+                    result = self.fn(**kwargs)
+                    if inspect.isawaitable(result):
+                        result = await result
+        except TimeoutError as exc:
+            if not deadline.expired():
+                raise self._raised(exc) from exc  # the tool's own TimeoutError
+            if threaded:
+                _log.warning("tool.thread_left_running", tool=self.name, timeout_s=limit)
+            raise ToolTimeout(tool=self.name, timeout_s=limit, threaded=threaded) from None
         except Exception as exc:
-            raise ToolError(
-                f"tool {self.name!r} raised {type(exc).__name__}: {exc}", tool=self.name
-            ) from exc
+            raise self._raised(exc) from exc
         return result if isinstance(result, str) else _to_text(result)
+
+    def _raised(self, exc: Exception) -> ToolError:
+        return ToolError(f"tool {self.name!r} raised {type(exc).__name__}: {exc}", tool=self.name)
 
     def _parse(self, arguments: str) -> dict[str, Any]:
         raw = arguments.strip() or "{}"
@@ -183,7 +236,12 @@ def tool(fn: Callable[..., Any], /) -> Tool: ...
 
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None, in_thread: bool = True
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    in_thread: bool = True,
+    timeout_s: float | None = None,
+    max_output_chars: int | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -194,14 +252,23 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     in_thread: bool = True,
+    timeout_s: float | None = None,
+    max_output_chars: int | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator: turn a typed function into a :class:`Tool`.
 
-    Use as ``@tool`` or ``@tool(name="search")``.
+    Use as ``@tool``, ``@tool(name="search")`` or ``@tool(timeout_s=30)``.
     """
 
     def wrap(f: Callable[..., Any]) -> Tool:
-        return Tool.from_function(f, name=name, description=description, in_thread=in_thread)
+        return Tool.from_function(
+            f,
+            name=name,
+            description=description,
+            in_thread=in_thread,
+            timeout_s=timeout_s,
+            max_output_chars=max_output_chars,
+        )
 
     return wrap if fn is None else wrap(fn)
 
@@ -209,6 +276,32 @@ def tool(
 def as_tool(obj: Tool | Callable[..., Any] | Callable[..., Awaitable[Any]]) -> Tool:
     """A :class:`Tool` as is; a plain callable described by :meth:`Tool.from_function`."""
     return obj if isinstance(obj, Tool) else Tool.from_function(obj)
+
+
+def cap_output(text: str, limit: int | None) -> tuple[str, int]:
+    """``text`` cut to its first ``limit`` characters, and how many were cut.
+
+    A cut text ends with a marker line the model can read, e.g.
+    ``[agentflow: tool output truncated: 1,000 of 25,000 characters shown]``, so the
+    text sent is at most ``limit`` characters plus that line. ``None`` is no limit.
+    """
+    if limit is None or len(text) <= limit:
+        return text, 0
+    cut = len(text) - limit
+    marker = f"\n[agentflow: tool output truncated: {limit:,} of {len(text):,} characters shown]"
+    return text[:limit] + marker, cut
+
+
+def check_timeout(value: object, where: str) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is a number of seconds > 0 (``inf`` ok)."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"{where} must be a number of seconds > 0, got {value!r}")
+
+
+def check_output_cap(value: object, where: str) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is an int ≥ 1."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{where} must be an int ≥ 1 (characters), got {value!r}")
 
 
 def canonical_json_value(value: Any, *, where: str = "value") -> Any:

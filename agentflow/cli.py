@@ -214,23 +214,51 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _chat(args: argparse.Namespace) -> int:
+    """Stream one answer to stdout, and its latency figures to stderr.
+
+    On a terminal the answer streams as it arrives. If an attempt fails mid-stream and
+    is retried (an ``AttemptDiscardedEvent``), the text it printed is marked as
+    discarded on a line of its own and the retry's answer starts on the next line.
+    When stdout is not a terminal nothing streams: only the final answer is written,
+    once, so a pipe or a file gets exactly the answer. Retries are noted on stderr.
+    """
+    from agentflow._events import AttemptDiscardedEvent, RetryEvent
+
     agent = Agent(
         name="chat",
         model=args.model,
         instructions=args.system,
         params={"max_tokens": args.max_tokens, "temperature": args.temperature},
     )
+    live = sys.stdout.isatty()
 
     def show(event: Event) -> None:
-        if isinstance(event, TokenEvent) and event.kind == "content":
-            sys.stdout.write(event.text)
-            sys.stdout.flush()
+        if isinstance(event, TokenEvent):
+            if live and event.kind == "content":
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+        elif isinstance(event, AttemptDiscardedEvent):
+            if live and event.content_chars:
+                then = "; the answer restarts below" if event.retried else ""
+                sys.stdout.write(f"\n[discarded: that attempt failed{then}]\n")
+                sys.stdout.flush()
+        elif isinstance(event, RetryEvent):
+            a = event.attempt
+            print(
+                f"agentflow: attempt {a.attempt + 1} failed ({type(a.error).__name__}: "
+                f"{a.error}); retrying in {a.wait_s:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
 
     async def run() -> int:
         endpoint = Endpoint(base_url=args.base_url, api_key=args.api_key)
         async with HTTPTransport(endpoint) as transport:
             result = await agent.session(args.prompt).run(transport, callbacks=[show])
-        print()
+        if live:
+            print()
+        elif result.final_output is not None:
+            print(result.final_output)
         if not result.turns:
             raise result.error or RuntimeError("no turn finished")
         m = result.turns[-1].metrics

@@ -7,10 +7,15 @@ timer. Everything written against asyncio — ``asyncio.sleep``, ``asyncio.timeo
 ``loop.call_later``, agentflow's own scheduler and timeouts — then runs unchanged,
 and minutes of simulated rack time take as long as the Python work they contain.
 
-Real I/O still works (the loop polls it), but takes no virtual time; a worker thread
-(``asyncio.to_thread``) takes zero virtual time too, and the loop blocks for real only
-when nothing at all is scheduled. For deterministic runs keep the simulated world
-on timers: tools that "take" time should ``await asyncio.sleep(...)``.
+Real I/O still works (the loop polls it), but takes no virtual time. Work in a thread
+(``asyncio.to_thread``, ``loop.run_in_executor``, agentflow's sync tools) takes zero
+virtual time too, but while any such call runs the clock never runs ahead of real
+time: the loop waits for the thread, for real, up to the next timer's delay, and
+jumps only if the thread is still busy then. So a timer — a tool's time limit, say —
+does not fire just because a thread had not finished yet, and a stuck thread still
+meets its limit. The loop blocks for real also when nothing at all is scheduled. For
+deterministic runs keep the simulated world on timers: tools that "take" time should
+``await asyncio.sleep(...)``.
 """
 
 from __future__ import annotations
@@ -18,19 +23,22 @@ from __future__ import annotations
 import asyncio
 import selectors
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, TypeVar
+from concurrent.futures import Executor
+from typing import Any, TypeVar, TypeVarTuple
 
 __all__ = ["VirtualTimeLoop", "run_virtual"]
 
 T = TypeVar("T")
+Ts = TypeVarTuple("Ts")
 
 
 class _JumpingSelector(selectors.DefaultSelector):
     """Never waits while a timer is pending: it tells the loop to jump instead."""
 
-    def __init__(self, jump: Callable[[float], None]) -> None:
+    def __init__(self, jump: Callable[[float], None], busy: Callable[[], bool]) -> None:
         super().__init__()
         self._jump = jump
+        self._busy = busy
 
     def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
         ready = super().select(0)
@@ -39,6 +47,10 @@ class _JumpingSelector(selectors.DefaultSelector):
         if timeout is None:
             return super().select(None)  # nothing scheduled: only I/O or a thread can wake us
         if timeout > 0:
+            if self._busy():  # a thread runs: give it up to `timeout` of real time first
+                ready = super().select(timeout)
+                if ready:
+                    return ready
             self._jump(timeout)
         return []
 
@@ -48,7 +60,8 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def __init__(self, start: float = 0.0) -> None:
         self._now = start
-        super().__init__(_JumpingSelector(self._advance))
+        self._threads = 0
+        super().__init__(_JumpingSelector(self._advance, lambda: self._threads > 0))
 
     def time(self) -> float:
         """The virtual time, in seconds."""
@@ -56,6 +69,18 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
     def _advance(self, dt: float) -> None:
         self._now += dt
+
+    def run_in_executor(
+        self, executor: Executor | None, func: Callable[[*Ts], T], *args: *Ts
+    ) -> asyncio.Future[T]:
+        """As the base loop's; while the call runs, the clock does not run ahead of real time."""
+        future = super().run_in_executor(executor, func, *args)
+        self._threads += 1
+        future.add_done_callback(self._thread_done)
+        return future
+
+    def _thread_done(self, _: asyncio.Future[Any]) -> None:
+        self._threads -= 1
 
     def clock_ns(self) -> int:
         """The virtual time in integer nanoseconds — pass it as agentflow's ``clock``."""

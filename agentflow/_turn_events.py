@@ -1,0 +1,107 @@
+"""A model turn's stream events: its tokens, and a discard for each failed attempt.
+
+A turn may take several attempts (:class:`~agentflow.sched.TurnRunner` retries); each
+streams the turn from its first token. :class:`TurnEvents` builds the turn's
+``TokenEvent``s (only when someone reads them), counts what the current attempt
+emitted, and when an attempt fails announces an :class:`AttemptDiscardedEvent` with
+those counts — before the attempt's :class:`RetryEvent`, or on its own when it was the
+last attempt — so a consumer of tokens knows to drop them.
+"""
+
+from __future__ import annotations
+
+from agentflow._events import AttemptDiscardedEvent, EventBus, RetryEvent, TokenEvent
+from agentflow._logging import get_logger
+from agentflow.sched import FailedAttempt, Ticket
+from agentflow.typing import DeltaKind
+
+__all__ = ["TurnEvents"]
+
+_log = get_logger("agentflow.session")
+
+
+class _TokenSink:
+    """Turns deltas into :class:`TokenEvent`s, counting the current attempt's."""
+
+    __slots__ = ("_agent", "_emit", "_session_id", "_turn", "chars", "content_chars", "deltas")
+
+    def __init__(self, bus: EventBus, agent: str, session_id: str, turn: int) -> None:
+        self._emit = bus.emit
+        self._agent = agent
+        self._session_id = session_id
+        self._turn = turn
+        self.deltas = self.chars = self.content_chars = 0
+
+    def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
+        self.deltas += 1
+        self.chars += len(text)
+        if kind == "content":
+            self.content_chars += len(text)
+        self._emit(
+            TokenEvent(
+                agent=self._agent,
+                session_id=self._session_id,
+                turn=self._turn,
+                kind=kind,
+                text=text,
+                t_ns=t_ns,
+            )
+        )
+
+    def take(self) -> tuple[int, int, int]:
+        """The current attempt's counts; the next attempt starts at zero."""
+        counts = (self.deltas, self.chars, self.content_chars)
+        self.deltas = self.chars = self.content_chars = 0
+        return counts
+
+
+class TurnEvents:
+    """The events of one model turn, across its attempts.
+
+    Args:
+        bus: where events go.
+        agent, session_id, turn: which turn.
+
+    Attributes:
+        sink: the turn's delta sink for the transport, or ``None`` when nobody reads
+            tokens (then none are built).
+        attempts: failed attempts so far.
+    """
+
+    __slots__ = ("_agent", "_bus", "_session_id", "_turn", "attempts", "sink")
+
+    def __init__(self, bus: EventBus, agent: str, session_id: str, turn: int) -> None:
+        self._bus = bus
+        self._agent = agent
+        self._session_id = session_id
+        self._turn = turn
+        self.sink = _TokenSink(bus, agent, session_id, turn) if bus.wants_tokens else None
+        self.attempts = 0
+
+    def discard(self, error: BaseException, *, retried: bool) -> None:
+        """The current attempt failed: announce it, with what it streamed."""
+        deltas, chars, content = self.sink.take() if self.sink is not None else (0, 0, 0)
+        self._bus.emit(
+            AttemptDiscardedEvent(
+                agent=self._agent,
+                session_id=self._session_id,
+                turn=self._turn,
+                attempt=self.attempts,
+                deltas=deltas,
+                chars=chars,
+                content_chars=content,
+                retried=retried,
+                error=error,
+            )
+        )
+        self.attempts += 1
+
+    def retry(self, _: Ticket, attempt: FailedAttempt) -> None:
+        """The runner's ``on_retry``: the discard, then the :class:`RetryEvent`."""
+        _log.info("turn.retry", error=repr(attempt.error), wait_s=attempt.wait_s)
+        self.discard(attempt.error, retried=True)
+        self._bus.emit(
+            RetryEvent(
+                agent=self._agent, session_id=self._session_id, turn=self._turn, attempt=attempt
+            )
+        )

@@ -131,6 +131,7 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--system", default="")
     chat.add_argument("--max-tokens", type=int, default=256)
     chat.add_argument("--temperature", type=float, default=0.0)
+    _add_timeout_arguments(chat)
     chat.set_defaults(func=_chat)
 
     ll = sub.add_parser("llamacpp", help="serve SmolLM2-135M with llama.cpp on 127.0.0.1")
@@ -253,7 +254,7 @@ def _chat(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         endpoint = Endpoint(base_url=args.base_url, api_key=args.api_key)
-        async with HTTPTransport(endpoint) as transport:
+        async with HTTPTransport(endpoint, timeouts=_timeouts(args)) as transport:
             result = await agent.session(args.prompt).run(transport, callbacks=[show])
         if live:
             print()

@@ -19,6 +19,8 @@ import pytest
 
 from agentflow.testing import Reply, ScriptedServer
 
+from .wait import GUARD_S
+
 ROOT = Path(__file__).resolve().parents[1]
 ANSWER = "The answer is forty two."
 
@@ -127,3 +129,23 @@ async def test_a_terminal_sees_the_discarded_text_marked_and_the_retry_on_its_ow
         + "\n"
     )
     assert "attempt 1 failed (StreamInterrupted" in err.decode()
+
+
+async def test_the_idle_timeout_flag_reaches_the_transport() -> None:
+    """``--idle-timeout`` limits each attempt: a server that goes quiet after the first
+    word fails every attempt on that limit (not the 300 s default), and chat says so."""
+    stalled = Reply(frames=Reply.text(ANSWER).frames, frame_delay_s=GUARD_S)
+    async with ScriptedServer([stalled] * 4) as srv:
+        proc = await asyncio.create_subprocess_exec(
+            *command(srv.base_url), "--idle-timeout", "0.2",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV,
+        )  # fmt: skip
+        assert proc.stdout is not None and proc.stderr is not None
+        _, err = await finish(
+            proc,
+            asyncio.ensure_future(proc.stdout.read()),
+            asyncio.ensure_future(proc.stderr.read()),
+        )
+    text = err.decode()
+    assert proc.returncode != 0
+    assert "StreamTimeout" in text and "0.2" in text, text[-2000:]

@@ -33,6 +33,7 @@ def run_parent(script: str) -> subprocess.Popen[str]:
     """A Python parent process running ``script`` (which prints one line when ready)."""
     return subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(script)],
+        stdin=subprocess.PIPE,  # never the test runner's own (which may be /dev/null)
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -67,7 +68,7 @@ def test_a_child_dies_when_its_parent_is_killed() -> None:
     try:
         pid, port, armed = ready_line(parent)
         assert armed == "True"  # started from the main thread on Linux
-        assert healthy(int(port))
+        wait_for(lambda: healthy(int(port)), "/health to answer")
         parent.kill()
         assert parent.wait(GUARD_S) == -signal.SIGKILL
         gone(int(pid), int(port))
@@ -92,14 +93,14 @@ def test_a_parent_that_exits_without_stopping_its_child_stops_it_at_exit() -> No
     )
     try:
         pid, port = ready_line(parent)
-        assert healthy(int(port))
+        wait_for(lambda: healthy(int(port)), "/health to answer")
         parent.communicate("\n", timeout=GUARD_S)  # the parent returns; atexit stops the child
         assert parent.returncode == 0
         assert not alive(int(pid)) and not listening(int(port))  # reaped before the exit
     finally:
         if parent.returncode is None:
             parent.kill()
-            parent.wait()
+        parent.communicate(timeout=GUARD_S)  # reaps it and closes its pipes
 
 
 def test_a_child_started_from_another_thread_outlives_that_thread() -> None:
@@ -161,7 +162,7 @@ def test_stop_stops_the_whole_process_group() -> None:
     try:
         assert child.pid is not None
         (server,) = children(child.pid)
-        assert healthy(port)
+        wait_for(lambda: healthy(port), "/health to answer")
     finally:
         child.stop()
     gone(server, port)

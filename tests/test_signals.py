@@ -152,7 +152,7 @@ def test_sigterm_stops_agentflow_sim_and_frees_its_port() -> None:
         assert proc.stdout is not None
         line = proc.stdout.readline().decode()
         port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
-        assert healthy(port)
+        wait_for(lambda: healthy(port), "/health to answer")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(GUARD_S) == 0  # a server's normal way to stop
         assert not listening(port)

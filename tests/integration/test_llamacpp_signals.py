@@ -45,7 +45,7 @@ def child_gone(pid: int, port: int) -> None:
 
 def test_sigterm_stops_the_llamacpp_child(serving: tuple[subprocess.Popen[str], int, int]) -> None:
     proc, child, port = serving
-    assert healthy(port)
+    wait_for(lambda: healthy(port), "/health to answer")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(GUARD_S * 2) == 0  # SIGTERM is how a server is told to stop
     child_gone(child, port)

@@ -12,6 +12,8 @@ to act on it as attributes, never only in its message::
     │   │   └── UnexpectedContentType  a 2xx that is not an event stream (HTML, JSON)
     │   ├── APIStatusError      non-2xx; ``.status``, ``.body``, ``.retry_after``
     │   │   ├── BadRequestError 4xx other than 429
+    │   │   │   └── ContextLengthExceeded  the server refused the prompt as too long;
+    │   │   │                              also a ContextOverflow (``.tokens``, ``.limit``)
     │   │   ├── RateLimitError  429
     │   │   └── ServerError     5xx, or an error object sent inside the stream
     │   └── StreamTimeout       a time limit ran out; ``.phase``, ``.timeout_s``, ``.trace``
@@ -41,6 +43,7 @@ __all__ = [
     "BudgetExceeded",
     "ConfigError",
     "ConnectError",
+    "ContextLengthExceeded",
     "ContextOverflow",
     "MaxTurnsExceeded",
     "RateLimitError",
@@ -287,3 +290,51 @@ class BudgetExceeded(AgentflowError):
         self.budget = budget
         self.spent = spent
         self.limit = limit
+
+
+class ContextLengthExceeded(BadRequestError, ContextOverflow):
+    """The server refused a request as longer than its context window (a 4xx).
+
+    Both a :class:`BadRequestError` (never retried: resending the same prompt gets the same
+    answer) and a :class:`ContextOverflow`, with the numbers the server gave: vLLM's "This
+    model's maximum context length is N tokens. However, you requested M tokens …", its
+    newer "… for a total of M tokens", llama.cpp's ``exceed_context_size_error`` with
+    ``n_ctx`` and ``n_prompt_tokens``, SGLang's and OpenAI's wordings. A budget that
+    knows the server's real window (``ContextBudget.from_server``) acts before this.
+
+    Attributes:
+        tokens: what the request needed as the server counted it: prompt plus requested
+            output when the server said both, else the prompt.
+        limit: the server's context window.
+        prompt_tokens: the prompt's tokens, when the server said.
+        output_tokens: the output tokens requested (``max_tokens``), when the server said.
+        session_id: the session whose request it was (``""`` until the session that sent
+            it fills it in; the wire does not know sessions).
+        status, body, retry_after, endpoint: as :class:`APIStatusError`.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        tokens: int,
+        limit: int,
+        prompt_tokens: int | None = None,
+        output_tokens: int | None = None,
+        body: Any = None,
+        endpoint: str | None = None,
+        session_id: str = "",
+    ) -> None:
+        # The two bases' initialisers cannot be chained cooperatively (each requires its
+        # own keywords), so the base of both is called once and every field set here.
+        AgentflowError.__init__(self, message)
+        self.endpoint = None if endpoint is None else display_url(endpoint)
+        self.status = status
+        self.body = redact_data(body)
+        self.retry_after = None
+        self.session_id = session_id
+        self.tokens = tokens
+        self.limit = limit
+        self.prompt_tokens = prompt_tokens
+        self.output_tokens = output_tokens

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 import structlog
 
-from agentflow._errors import MaxTurnsExceeded, ToolError
+from agentflow._errors import ContextOverflow, MaxTurnsExceeded, ToolError
 from agentflow._events import (
     ErrorEvent,
     EventBus,
@@ -210,6 +210,8 @@ class Session:
                 raise
             except Exception as exc:
                 status, error = "error", exc
+                if isinstance(exc, ContextOverflow) and not exc.session_id:
+                    exc.session_id = self.session_id  # a server's 400: the wire knows no session
                 _log.warning("session.failed", error=repr(exc), turns=len(self.turns))
                 bus.emit(
                     ErrorEvent(

@@ -14,6 +14,8 @@ and budgets (issue #4). See ``docs/context.md``.
   match differ by a timestamp, UUID, nonce, counter or reordered JSON keys;
   :func:`prefix_reuse` — reported cached tokens against the cacheable maximum
   (``docs/prefix-reuse.md``).
+- :func:`server_window` — the window a server really has (vLLM's ``max_model_len``,
+  llama.cpp's ``n_ctx``), which :meth:`ContextBudget.from_server` builds a budget on.
 - :class:`ContextBudget` — every session's prompt inside its window (calibrated estimates,
   a pinned prefix, overflow policies :class:`Fail`, :class:`DropOldest`,
   :class:`TruncateToolOutputs`, :class:`Compact`); :class:`FleetBudget` — fleet-wide token
@@ -60,11 +62,18 @@ from agentflow.context._overflow import (
 )
 from agentflow.context._prompt import ChangeCheck, PromptCounter
 from agentflow.context._reuse import PrefixReuse, PrefixReuseReport, prefix_reuse
+from agentflow.context._server_window import (
+    DEFAULT_WINDOW_TIMEOUT_S,
+    ModelsSource,
+    ServerWindow,
+    server_window,
+)
 from agentflow.context._windows import KNOWN_WINDOWS, window_for
 
 __all__ = [
     "DEFAULT_CAPACITY_TOKENS",
     "DEFAULT_SUMMARY_PROMPT",
+    "DEFAULT_WINDOW_TIMEOUT_S",
     "ENCODINGS_DIR",
     "ENCODING_NAMES",
     "KNOWN_WINDOWS",
@@ -85,6 +94,7 @@ __all__ = [
     "FleetBudget",
     "HFTokenizerCounter",
     "MessageCounter",
+    "ModelsSource",
     "OverflowPolicy",
     "OverflowView",
     "PrefixIndex",
@@ -96,6 +106,7 @@ __all__ = [
     "Prices",
     "PromptCounter",
     "ServerCounter",
+    "ServerWindow",
     "SessionBudget",
     "Spend",
     "TiktokenCounter",
@@ -111,6 +122,7 @@ __all__ = [
     "policy_name",
     "prefix_reuse",
     "render_transcript",
+    "server_window",
     "split_units",
     "window_for",
 ]

@@ -36,6 +36,7 @@ from agentflow.context._overflow import (
     overflow_error,
     policy_name,
 )
+from agentflow.context._server_window import DEFAULT_WINDOW_TIMEOUT_S, server_window
 from agentflow.context._windows import DEFAULT_RESERVE, KNOWN_WINDOWS, window_for
 
 if TYPE_CHECKING:
@@ -75,6 +76,9 @@ class ContextBudget:
     One instance may serve many agents and sessions: the calibrator (per model), the
     counter's per-message cache and the prefix index are shared; every session gets
     its own :class:`SessionBudget` from :meth:`bind`.
+
+    Build it with :meth:`from_server` to use the window the server reports — the
+    deployment's real limit — rather than the model table's.
 
     Args:
         window: the context window in tokens; by default :func:`window_for` the model.
@@ -144,6 +148,9 @@ class ContextBudget:
         if fleet is not None and not isinstance(fleet, FleetBudget):
             raise ConfigError(f"ContextBudget.fleet must be a FleetBudget, got {fleet!r}")
         self.window = window
+        #: Where the window comes from: ``"given"``, ``"table"`` (:data:`KNOWN_WINDOWS`),
+        #: or the server's report (``"server http://…/v1 max_model_len"``).
+        self.window_source = "given" if window is not None else "table"
         self.model = model
         self.reserve_output = reserve_output
         self.margin = margin
@@ -162,6 +169,55 @@ class ContextBudget:
             if isinstance(cache_buster, CacheBusterCheck)
             else (CacheBusterCheck() if cache_buster else None)
         )
+
+    @classmethod
+    async def from_server(
+        cls,
+        source: object,
+        *,
+        model: str | None = None,
+        api_key: str | None = None,
+        timeout_s: float = DEFAULT_WINDOW_TIMEOUT_S,
+        **kwargs: Any,
+    ) -> ContextBudget:
+        """A budget over the window the server reports, read once (at most two requests).
+
+        vLLM's ``/v1/models`` gives ``max_model_len`` (the deployment's ``--max-model-len``),
+        llama.cpp's the slot's ``n_ctx``; see :func:`~agentflow.context.server_window`.
+        When the server does not say (a hosted API, a 404), the window is the model
+        table's (:func:`window_for` of ``model``), and :attr:`window_source` says so.
+
+        Args:
+            source: a base URL ending in ``/v1``, an :class:`~agentflow.Endpoint`, an HTTP
+                transport, or :class:`~agentflow.embedded.SimTransport`.
+            model: the served model the budget is for (needed when the server serves
+                several with different windows; also the table fallback's key).
+            api_key: sent when ``source`` is a URL.
+            timeout_s: the limit for each request to the server.
+            **kwargs: every other :class:`ContextBudget` argument but ``window``.
+
+        Raises:
+            ConfigError: ``window`` given, or neither the server nor the table knows the
+                window.
+            ConnectError: the server could not be reached.
+            StreamTimeout: it did not answer within ``timeout_s``.
+        """
+        if "window" in kwargs:
+            raise ConfigError(
+                "ContextBudget.from_server reads the window from the server; do not pass window="
+            )
+        found = await server_window(source, model=model, api_key=api_key, timeout_s=timeout_s)
+        if found is not None:
+            budget = cls(window=found.tokens, model=model, **kwargs)
+            budget.window_source = f"server {found.endpoint} {found.field}"
+            return budget
+        if model is None or window_for(model) is None:
+            raise ConfigError(
+                f"ContextBudget.from_server: {source!r} does not report its context window "
+                f"and model {model!r} is not in the window table; pass model= (known: "
+                f"{', '.join(sorted(KNOWN_WINDOWS))}) or build ContextBudget(window=...)"
+            )
+        return cls(model=model, **kwargs)
 
     def window_of(self, model: str | None) -> int:
         """The window that applies to ``model`` (the given one first)."""

@@ -1,6 +1,15 @@
-"""Context windows of well-known models, for budgets that are given a model name only."""
+"""Context windows of well-known models, for budgets that are given a model name only.
+
+The table is the fallback: a budget built with ``ContextBudget.from_server`` uses the
+window the server reports (vLLM's ``max_model_len``, llama.cpp's ``n_ctx``), which is the
+deployment's real limit. The models of agentflow's planner catalog take their window from
+it (for DeepSeek V4.1 Flash the report's ``--max-model-len 1000000``), so the table, the
+planner and the simulator's profiles agree on one number per model.
+"""
 
 from __future__ import annotations
+
+from agentflow.planner._catalog import DEPLOYMENTS
 
 __all__ = ["DEFAULT_RESERVE", "KNOWN_WINDOWS", "window_for"]
 
@@ -16,14 +25,14 @@ KNOWN_WINDOWS: dict[str, int] = {
     "o4-mini": 200_000,
     "deepseek-chat": 128_000,
     "deepseek-reasoner": 128_000,
-    "deepseek-v4.1-flash": 1_048_576,
-    "deepseek-v4": 131_072,
-    "qwen2.5-coder-32b": 131_072,
     "qwen2.5-7b-instruct": 32_768,
     "llama-3.1-8b-instruct": 131_072,
     "llama-3.3-70b-instruct": 131_072,
     "smollm2": 8_192,
     "cpu-tiny": 2_048,
+    # deepseek-v4.1-flash (1,000,000), deepseek-v4 and qwen2.5-coder-32b (131,072): the
+    # max_model_len of the planner's shipped deployment of each model.
+    **{d.model.name: d.context_limit for d in DEPLOYMENTS.values()},
 }
 
 #: The output reserve when neither ``reserve_output`` nor the agent's ``max_tokens`` says.

@@ -19,7 +19,9 @@ from agentflow._errors import AgentflowError, BadRequestError, StreamInterrupted
 from agentflow._trace import TurnTrace
 from agentflow.sim.driver import EngineDriver, SimRequest
 from agentflow.sim.errors import RequestRejected
+from agentflow.sim.server import models_document
 from agentflow.transport._decode import TraceBuilder
+from agentflow.transport._overflow import context_length_error
 from agentflow.transport._request import ChatRequest
 from agentflow.transport._shared import finish_stream
 from agentflow.typing import Clock, DeltaSink
@@ -99,6 +101,9 @@ class SimTransport:
         try:
             consumer.request = handle = self.driver.submit(body, consumer)
         except RequestRejected as exc:
+            too_long = context_length_error(exc.status, exc.body(), exc.message, self.endpoint)
+            if too_long is not None:
+                raise too_long from None
             raise BadRequestError(
                 f"{self.endpoint} answered {exc.status}: {exc.message}",
                 status=exc.status,
@@ -113,6 +118,13 @@ class SimTransport:
             raise
         headers = {"x-agentflow-time-scale": f"{self.driver.time_scale:g}"}
         return finish_stream(builder, clock(), 0, headers)
+
+    async def models(self) -> dict[str, Any]:
+        """The simulator's ``GET /v1/models`` answer: its model and ``max_model_len``
+        (what :meth:`ContextBudget.from_server <agentflow.context.ContextBudget.from_server>`
+        reads)."""
+        profile = self.driver.engine.profile
+        return models_document(profile.model, profile.max_model_len, 0)
 
     async def aclose(self) -> None:
         """Stop the driver."""

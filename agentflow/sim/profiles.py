@@ -197,13 +197,20 @@ _FLASH_KV, _FLASH_KV_WORDS = _kv_from_planner("deepseek-v4.1-flash-gb300")
 _V4_KV, _V4_KV_WORDS = _kv_from_planner("deepseek-v4-gb300")
 _QWEN_KV, _QWEN_KV_WORDS = _kv_from_planner("qwen2.5-coder-32b-gb300-tp8")
 
+# One number per deployment: each profile's max_model_len is its planner deployment's
+# --max-model-len (the report's command says 1000000 for V4.1 Flash), the same figure
+# agentflow.context's window table gives for the model.
+_FLASH_LEN = get_deployment("deepseek-v4.1-flash-gb300").context_limit
+_V4_LEN = get_deployment("deepseek-v4-gb300").context_limit
+_QWEN_LEN = get_deployment("qwen2.5-coder-32b-gb300-tp8").context_limit
+
 _DEEPSEEK_V41_FLASH = Profile(
     name="deepseek-v4.1-flash-gb300",
     model="deepseek-v4.1-flash",
     description="DeepSeek V4.1 Flash (16B active / 552B MoE, 1M context) on a GB300 NVL72 rack",
     kv_capacity_tokens=_FLASH_KV,
     max_num_seqs=1024,
-    max_model_len=1_048_576,
+    max_model_len=_FLASH_LEN,
     max_num_batched_tokens=16_384,
     prefill_tps=1_000_000.0,
     prefill_per_ctx_token_s=5e-11,
@@ -213,8 +220,9 @@ _DEEPSEEK_V41_FLASH = Profile(
     decode_per_ctx_token_s=1e-10,
     sources=(
         "per_agent_tps=848 tok/s at low concurrency: a third-party report's claim, as issue 3 "
-        "states it; not verified here. 16B active / 552B total and the 1M window: the same "
-        "report. "
+        "states it; not verified here. 16B active / 552B total: the same report; "
+        "max_model_len 1,000,000: its vLLM command's --max-model-len 1000000 (the planner's "
+        "deployment of the same name). "
         + _GB300_RACK
         + " "
         + _FLASH_KV_WORDS
@@ -234,7 +242,7 @@ _DEEPSEEK_V4 = Profile(
     description="DeepSeek V4 (37B active / 671B MoE, 128k context) on a GB300 NVL72 rack",
     kv_capacity_tokens=_V4_KV,
     max_num_seqs=1024,
-    max_model_len=131_072,
+    max_model_len=_V4_LEN,
     max_num_batched_tokens=16_384,
     prefill_tps=450_000.0,
     prefill_per_ctx_token_s=1.4e-10,
@@ -262,7 +270,7 @@ _QWEN_CODER_32B = Profile(
     description="Qwen2.5-Coder-32B-Instruct (dense, 128k context with YaRN), TP=8 on one node",
     kv_capacity_tokens=_QWEN_KV,
     max_num_seqs=256,
-    max_model_len=131_072,
+    max_model_len=_QWEN_LEN,
     max_num_batched_tokens=8192,
     prefill_tps=120_000.0,
     prefill_per_ctx_token_s=1.6e-10,

@@ -58,7 +58,7 @@ from agentflow.sim.profiles import Profile
 from agentflow.sim.records import RequestRecord
 from agentflow.sim.textgen import TextGenConfig
 
-__all__ = ["TIME_SCALE_HEADER", "SimServer", "error_body", "record_json"]
+__all__ = ["TIME_SCALE_HEADER", "SimServer", "error_body", "models_document", "record_json"]
 
 #: The response header that carries the time scale.
 TIME_SCALE_HEADER = "x-agentflow-time-scale"
@@ -362,6 +362,21 @@ class _BodyCollector:
             self.future.set_exception(ConnectionAbortedError(reason))
 
 
+def models_document(model: str, max_model_len: int, created: int) -> dict[str, Any]:
+    """The ``GET /v1/models`` answer, vLLM's shape: one model with its ``max_model_len``."""
+    entry = {
+        "id": model,
+        "object": "model",
+        "created": created,
+        "owned_by": "agentflow-sim",
+        "root": model,
+        "parent": None,
+        "max_model_len": max_model_len,
+        "permission": [],
+    }
+    return {"object": "list", "data": [entry]}
+
+
 class SimServer:
     """The simulator behind an OpenAI-compatible HTTP server.
 
@@ -612,18 +627,8 @@ class SimServer:
         return web.Response(body=body, content_type="application/json", headers=headers)
 
     async def _models(self, request: web.Request) -> web.Response:
-        profile = self.engine.profile
-        model = {
-            "id": self.model,
-            "object": "model",
-            "created": self._created,
-            "owned_by": "agentflow-sim",
-            "root": self.model,
-            "parent": None,
-            "max_model_len": profile.max_model_len,
-            "permission": [],
-        }
-        return web.json_response({"object": "list", "data": [model]}, dumps=_dumps)
+        body = models_document(self.model, self.engine.profile.max_model_len, self._created)
+        return web.json_response(body, dumps=_dumps)
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         try:

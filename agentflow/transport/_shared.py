@@ -20,6 +20,7 @@ from agentflow._errors import (
 from agentflow._redact import display_url
 from agentflow._trace import TurnTrace
 from agentflow.transport._decode import TraceBuilder
+from agentflow.transport._overflow import context_length_error
 from agentflow.transport._request import Endpoint, Timeouts, parse_retry_after
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, check_max_event_bytes
 from agentflow.typing import Clock
@@ -173,7 +174,8 @@ def finish_stream(
 async def status_error(
     status: int, headers: Any, body_reader: Any, endpoint: str
 ) -> APIStatusError:
-    """Build the :class:`APIStatusError` subclass for a non-2xx answer."""
+    """Build the :class:`APIStatusError` subclass for a non-2xx answer (a 4xx saying the
+    prompt is too long: :class:`~agentflow.ContextLengthExceeded`, with its numbers)."""
     raw: bytes = await body_reader
     body: Any
     try:
@@ -181,6 +183,9 @@ async def status_error(
     except msgspec.DecodeError:
         body = raw.decode("utf-8", "replace")
     message = _error_message(body) or f"HTTP {status}"
+    too_long = context_length_error(status, body, message, endpoint)
+    if too_long is not None:
+        return too_long
     cls = (
         RateLimitError
         if status == 429

@@ -46,7 +46,7 @@ def bind(budget: ContextBudget, events: list[Any] | None = None, **kw: Any) -> A
 def test_windows_of_known_models() -> None:
     assert window_for("gpt-4o") == 128_000
     assert window_for("openai/gpt-4o-mini-2024-07-18") == 128_000
-    assert window_for("deepseek-v4.1-flash") == 1_048_576
+    assert window_for("deepseek-v4.1-flash") == 1_000_000  # the deployment's --max-model-len
     assert window_for("DeepSeek-V4") == 131_072
     assert window_for("unknown-model") is None
     assert max(KNOWN_WINDOWS.values()) <= 1_048_576

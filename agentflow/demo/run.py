@@ -28,6 +28,7 @@ from agentflow._cliargs import check_output_file
 from agentflow._errors import ConfigError, TransportError
 from agentflow._fleet import Fleet, FleetResult
 from agentflow._process import ChildServer, free_port
+from agentflow.context import server_window, window_for
 from agentflow.demo._stop import Stopper, run_stoppable
 from agentflow.demo.summary import LiveView, build_report, summary_table
 from agentflow.demo.workload import make_workload
@@ -217,6 +218,19 @@ def _model(config: DemoConfig) -> str:
     return config.model or ("agentflow-sim" if not config.base_url else "default")
 
 
+async def _window(config: DemoConfig, transport: Transport) -> int:
+    """The budget's window: on a real server its own (vLLM's ``max_model_len``, llama.cpp's
+    ``n_ctx``), else the model table's, else the profile's; on the simulator the profile's."""
+    profile = get_profile(config.profile).max_model_len
+    if not config.base_url:
+        return profile
+    with contextlib.suppress(TransportError, ConfigError):
+        found = await server_window(transport, model=config.model, timeout_s=10.0)
+        if found is not None:
+            return found.tokens
+    return window_for(_model(config)) or profile
+
+
 async def _run_fleet(
     config: DemoConfig,
     transport: Transport,
@@ -231,7 +245,7 @@ async def _run_fleet(
         turns=config.turns,
         max_tokens=config.max_tokens,
         sim_tool_rounds=not config.base_url,
-        window=None if config.base_url else get_profile(config.profile).max_model_len,
+        window=await _window(config, transport),
     )
     fleet = Fleet(
         transport,

@@ -23,6 +23,7 @@ from agentflow._tools import Tool
 from agentflow.context._budget import ContextBudget
 from agentflow.context._cachebuster import CacheBusterCheck
 from agentflow.context._fingerprint import PrefixIndex
+from agentflow.planner import DEFAULT_DEPLOYMENT, get_deployment
 from agentflow.typing import ContextPolicy
 
 __all__ = ["Repository", "Workload", "make_workload"]
@@ -229,11 +230,12 @@ def make_workload(
             ``window`` that fingerprints prefixes (for prefix-reuse efficiency) and runs
             a cache-buster check comparing every agent's prefix with every other's
             (they are meant to be equal).
-        window: the model's context window for the default budget (1,048,576 if unknown).
+        window: the model's context window for the default budget; by default the
+            planner's default deployment's ``max_model_len`` (the report's 1,000,000).
     """
     if context is None:
         context = ContextBudget(
-            window=window or 1_048_576,
+            window=window or get_deployment(DEFAULT_DEPLOYMENT).context_limit,
             prefix_index=PrefixIndex(),
             cache_buster=CacheBusterCheck(group=lambda name: "coder"),
         )

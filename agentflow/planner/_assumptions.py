@@ -45,6 +45,24 @@ def _attention(d: Deployment) -> str:
     )
 
 
+def _visible(d: Deployment) -> str:
+    hw = d.hardware
+    if hw.gpu_memory_visible_gib is None:
+        return (
+            f"Visible memory: not known for {hw.name}, so the nominal {hw.gpu_memory_gib:g} GiB "
+            "is planned with; the driver keeps part of it (0.8 GiB on an H100, 10.5 GiB on a "
+            "GB300), so capacity is overstated by that much — pass --gpu-visible-gib with the "
+            "total_gpu_memory vLLM logs."
+        )
+    kept = hw.gpu_memory_gib - hw.gpu_memory_visible_gib
+    note = f", more than the whole {d.reserve_gib:g} GiB reserve" if kept > d.reserve_gib else ""
+    return (
+        f"Visible memory: {hw.gpu_memory_visible_gib:.2f} GiB per GPU is what CUDA sees and "
+        f"vLLM plans with; the driver and firmware keep the other {kept:.2f} GiB of the "
+        f"nominal {hw.gpu_memory_gib:g}{note}. {hw.visible_memory_source}"
+    )
+
+
 def assumptions_for(d: Deployment, partition: tuple[int, ...]) -> tuple[str, ...]:
     """The assumptions behind planning ``d`` with ``partition`` layers per pipeline stage."""
     m, hw = d.model, d.hardware
@@ -55,8 +73,9 @@ def assumptions_for(d: Deployment, partition: tuple[int, ...]) -> tuple[str, ...
     split = "as given" if d.pp_partition else "split like vLLM's default get_pp_indices"
     lines = [
         f"Model: {m.description or m.name}. {m.sources}".strip(),
-        f"Hardware: {hw.description or hw.name}; {hw.gpu_memory_gib:g} GiB per GPU (vendor "
-        "HBM figures are binary). " + hw.sources,
+        f"Hardware: {hw.description or hw.name}; {hw.gpu_memory_gib:g} GiB per GPU nominal "
+        "(vendor HBM figures are binary). " + hw.sources,
+        _visible(d),
         f"Deployment: {d.description or d.name}. {d.sources}".strip(),
         _attention(d),
         f"KV dtype {d.kv_dtype}: {kv_bytes} byte(s) per value{scale_note}; no other per-token "
@@ -69,10 +88,11 @@ def assumptions_for(d: Deployment, partition: tuple[int, ...]) -> tuple[str, ...
         f"Pipeline: {m.layers} layers over pp={d.pp} stages, {split}: {list(partition)}. "
         "Every worker gets the same number of KV blocks (vLLM's unify_kv_cache_configs takes "
         "the smallest), so the stage with the most layers per GPU memory decides capacity.",
-        f"Memory per GPU for KV = ceil({hw.gpu_memory_gib:g} GiB × gpu_memory_utilization "
-        f"{d.gpu_memory_utilization:g}) − weights − a reserve of {d.reserve_gib:g} GiB "
-        "(activation peak, NCCL buffers, CUDA context and graphs — vLLM measures these at "
-        "startup; pass --reserve-gib with the figure from its log).",
+        f"Memory per GPU for KV = ceil({hw.planned_memory_gib:.2f} GiB "
+        f"{'visible' if hw.gpu_memory_visible_gib is not None else 'nominal'} × "
+        f"gpu_memory_utilization {d.gpu_memory_utilization:g}) − weights − a reserve of "
+        f"{d.reserve_gib:g} GiB (activation peak, NCCL buffers, CUDA context and graphs — vLLM "
+        "measures these at startup; pass --reserve-gib with the figure from its log).",
         f"Capacity is whole blocks of {d.block_size} tokens; a session of C tokens takes "
         f"ceil(C / {d.block_size}) blocks.",
         f"Data parallelism: dp={d.dp} independent replicas, each with all the weights and its "

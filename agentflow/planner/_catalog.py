@@ -82,9 +82,16 @@ _GB300_NVL72 = HardwareSpec(
     gpu="GB300",
     gpu_memory_gib=288.0,
     gpus=72,
+    gpu_memory_visible_gib=284_208 / 1024,  # 277.55 GiB
+    visible_memory_source="nvidia-smi reports 284,208 MiB (277.55 GiB) total on each GB300 "
+    "(drivers 580.82.07 and 580.105.08, in published nvidia-smi outputs of GB300 nodes, e.g. "
+    "a getting-started guide for OCI's BM.GPU.GB300.4 shape); NVIDIA's whole-GPU MIG "
+    "profile on the GB300 is named 7g.278gb. CUDA's own total (what vLLM logs "
+    "as total_gpu_memory) can be a few hundred MiB lower still (on an H100: 79.22 GiB against "
+    "nvidia-smi's 79.65 GiB); pass --gpu-visible-gib with the figure from vLLM's log.",
     description="NVIDIA GB300 NVL72 rack: 72 Blackwell Ultra GPUs × 288 GB HBM3e",
     sources="72 GPUs in one NVLink domain: the report in shared/SEED.md and NVIDIA's GB300 "
-    "NVL72 product page; 288 GB of HBM3e per GPU: NVIDIA (8 stacks × 36 GB).",
+    "NVL72 product page; 288 GB of HBM3e per GPU (nominal): NVIDIA (8 stacks × 36 GB).",
 )
 
 _HGX_H200 = HardwareSpec(
@@ -92,8 +99,12 @@ _HGX_H200 = HardwareSpec(
     gpu="H200",
     gpu_memory_gib=141.0,
     gpus=8,
+    gpu_memory_visible_gib=143_771 / 1024,  # 140.40 GiB
+    visible_memory_source="nvidia-smi reports 143,771 MiB (140.40 GiB) total on an H200 "
+    "SXM (as in published nvidia-smi outputs of H200 nodes); CUDA's own total may be a few "
+    "hundred MiB lower.",
     description="NVIDIA HGX H200: 8 × H200 141 GB HBM3e",
-    sources="141 GB of HBM3e per GPU, 8 GPUs per HGX board: NVIDIA's H200 datasheet.",
+    sources="141 GB of HBM3e per GPU (nominal), 8 GPUs per HGX board: NVIDIA's H200 datasheet.",
 )
 
 _HGX_H100 = HardwareSpec(
@@ -101,10 +112,12 @@ _HGX_H100 = HardwareSpec(
     gpu="H100",
     gpu_memory_gib=80.0,
     gpus=8,
+    gpu_memory_visible_gib=79.22,
+    visible_memory_source="vLLM logs total_gpu_memory 79.22GiB on an H100 (the CUDA total it "
+    "multiplies by gpu_memory_utilization; vllm-project/vllm PR #10511); nvidia-smi shows "
+    "81,559 MiB (79.65 GiB; modal-labs/modal-client PR #2797).",
     description="NVIDIA HGX H100: 8 × H100 SXM 80 GB HBM3",
-    sources="80 GB of HBM3 per GPU, 8 GPUs per HGX board: NVIDIA's H100 datasheet. vLLM "
-    "reports 79.22 GiB total on an H100 (vllm-project/vllm PR #10511); the difference is "
-    "the driver's, counted in the reserve.",
+    sources="80 GB of HBM3 per GPU (nominal), 8 GPUs per HGX board: NVIDIA's H100 datasheet.",
 )
 
 #: The shipped hardware by name.

@@ -13,9 +13,10 @@ On one GPU of a TP group (vLLM's ``get_num_kv_heads``)::
 
 A pipeline stage holds only its layers, so a GPU of stage ``s`` caches
 ``layers_s × per_layer_gpu`` bytes per token. Its memory for KV (vLLM's
-``requested_memory − non_kv_cache_memory``)::
+``requested_memory − non_kv_cache_memory``), from the memory visible to CUDA (the
+nominal figure less the driver's share; the nominal one when that is not known)::
 
-    free_s = ceil(memory × gpu_memory_utilization) − weights_s − reserve
+    free_s = ceil(visible memory × gpu_memory_utilization) − weights_s − reserve
     weights_s = weight_bytes × layers_s / layers / tp
     blocks_s = free_s // (block_size × layers_s × per_layer_gpu)
 
@@ -144,7 +145,9 @@ class KVPlan:
         kv_bytes_per_token_replica: bytes per token over all GPUs of a replica, copies included.
         stages: every pipeline stage.
         bottleneck_stage: the stage with the fewest blocks; it decides the replica's capacity.
-        memory_bytes_per_gpu: the GPU's memory.
+        nominal_memory_bytes_per_gpu: the GPU's nominal memory (the vendor's figure).
+        memory_bytes_per_gpu: the memory the plan starts from: what CUDA sees (the nominal
+            figure less the driver's share), or the nominal figure when that is unknown.
         usable_bytes_per_gpu: ``ceil(memory × gpu_memory_utilization)``.
         reserve_bytes_per_gpu: the stated reserve for activations and the rest.
         weight_bytes_total: bytes of all weights (one copy).
@@ -178,6 +181,7 @@ class KVPlan:
     kv_bytes_per_token_replica: int
     stages: tuple[StagePlan, ...]
     bottleneck_stage: int
+    nominal_memory_bytes_per_gpu: int
     memory_bytes_per_gpu: int
     usable_bytes_per_gpu: int
     reserve_bytes_per_gpu: int
@@ -230,7 +234,8 @@ def plan(deployment: Deployment, *, context_tokens: int | None = None) -> KVPlan
     per_layer_gpu = kv_bytes_per_token_layer_gpu(attn, d.tp, d.kv_dtype)
     partition = d.pp_partition or pp_layer_split(model.layers, d.pp)
 
-    memory = math.floor(_bytes(d.hardware.gpu_memory_gib))
+    nominal = math.floor(_bytes(d.hardware.gpu_memory_gib))
+    memory = math.floor(_bytes(d.hardware.planned_memory_gib))
     usable = math.ceil(memory * Fraction(str(d.gpu_memory_utilization)))
     reserve = math.ceil(_bytes(d.reserve_gib))
     weights_total = model.weight_bytes
@@ -244,7 +249,7 @@ def plan(deployment: Deployment, *, context_tokens: int | None = None) -> KVPlan
                 f"deployment {d.name!r}: the weights do not fit — a GPU of pipeline stage "
                 f"{index} ({layers} of {model.layers} layers, tp={d.tp}) holds "
                 f"{weights / GIB:.2f} GiB of weights + {reserve / GIB:.2f} GiB reserve, but "
-                f"only {usable / GIB:.2f} GiB is usable ({d.hardware.gpu_memory_gib:g} GiB × "
+                f"only {usable / GIB:.2f} GiB is usable ({memory / GIB:.2f} GiB × "
                 f"gpu_memory_utilization {d.gpu_memory_utilization:g}); KV memory would be "
                 f"{free / GIB:.2f} GiB. Raise tp or pp, or use more memory per GPU."
             )
@@ -301,6 +306,7 @@ def plan(deployment: Deployment, *, context_tokens: int | None = None) -> KVPlan
         kv_bytes_per_token_replica=per_layer_gpu * model.layers * d.tp,
         stages=tuple(stages),
         bottleneck_stage=bottleneck.stage,
+        nominal_memory_bytes_per_gpu=nominal,
         memory_bytes_per_gpu=memory,
         usable_bytes_per_gpu=usable,
         reserve_bytes_per_gpu=reserve,

@@ -57,6 +57,8 @@ def hardware_to_dict(hardware: HardwareSpec) -> dict[str, Any]:
         "name": hardware.name,
         "gpu": hardware.gpu,
         "gpu_memory_gib": hardware.gpu_memory_gib,
+        "gpu_memory_visible_gib": hardware.gpu_memory_visible_gib,
+        "visible_memory_source": hardware.visible_memory_source,
         "gpus": hardware.gpus,
         "description": hardware.description,
         "sources": hardware.sources,
@@ -98,6 +100,7 @@ def plan_to_dict(plan: KVPlan) -> dict[str, Any]:
         "kv_bytes_per_token_gpu": plan.kv_bytes_per_token_gpu,
         "kv_bytes_per_token_replica": plan.kv_bytes_per_token_replica,
         "bottleneck_stage": plan.bottleneck_stage,
+        "nominal_memory_bytes_per_gpu": plan.nominal_memory_bytes_per_gpu,
         "memory_bytes_per_gpu": plan.memory_bytes_per_gpu,
         "usable_bytes_per_gpu": plan.usable_bytes_per_gpu,
         "reserve_bytes_per_gpu": plan.reserve_bytes_per_gpu,
@@ -164,6 +167,13 @@ def _rows(rows: list[tuple[str, str]], indent: str = "  ") -> list[str]:
     return [f"{indent}{k.ljust(width)}  {v}" for k, v in rows]
 
 
+def _memory_words(hw: HardwareSpec) -> str:
+    """``288 GiB nominal, 277.55 GiB visible to CUDA`` (or only the nominal figure)."""
+    if hw.gpu_memory_visible_gib is None:
+        return f"{hw.gpu_memory_gib:g} GiB (nominal)"
+    return f"{hw.gpu_memory_gib:g} GiB nominal, {hw.gpu_memory_visible_gib:.2f} GiB visible to CUDA"
+
+
 def render_plan(plan: KVPlan) -> str:
     """The plan as a text report (ends with a newline)."""
     d, m, hw = plan.deployment, plan.deployment.model, plan.deployment.hardware
@@ -187,7 +197,7 @@ def render_plan(plan: KVPlan) -> str:
                 f"{_count(m.total_params)} parameters ({_count(m.active_params)} active), "
                 f"{m.weight_dtype} weights",
             ),
-            ("hardware", f"{hw.name}: {d.gpu_count} × {hw.gpu}, {hw.gpu_memory_gib:g} GiB each"),
+            ("hardware", f"{hw.name}: {d.gpu_count} × {hw.gpu}, {_memory_words(hw)} each"),
             (
                 "parallelism",
                 f"TP {d.tp} × PP {d.pp} × DP {d.dp} = {plan.gpus_used} of {d.gpu_count} "
@@ -211,9 +221,18 @@ def render_plan(plan: KVPlan) -> str:
         ]
     )
     out += ["", f"Memory of one GPU ({where})"]
+    nominal, memory = plan.nominal_memory_bytes_per_gpu, plan.memory_bytes_per_gpu
+    if hw.gpu_memory_visible_gib is not None:
+        head = [
+            ("nominal memory", _gib(nominal)),
+            ("− kept by the driver, not visible", _gib(nominal - memory)),
+            ("= visible to CUDA", _gib(memory)),
+        ]
+    else:
+        head = [("memory (nominal; visible unknown)", _gib(memory))]
     out += _rows(
         [
-            ("memory", _gib(plan.memory_bytes_per_gpu)),
+            *head,
             (
                 f"× gpu_memory_utilization {d.gpu_memory_utilization:g}",
                 _gib(plan.usable_bytes_per_gpu),

@@ -66,7 +66,8 @@ WEIGHT_DTYPES: dict[str, int] = {
 }
 
 #: Default memory reserved per GPU for what is neither weights nor KV cache (activation peak,
-#: NCCL buffers, the CUDA context, the driver's own share). vLLM measures this at startup; for
+#: NCCL buffers, the CUDA context; the driver's own share is not visible to CUDA and is taken
+#: off through :attr:`HardwareSpec.gpu_memory_visible_gib`). vLLM measures this at startup; for
 #: Llama-3-8B on an H100 it logged 1.26 GiB of activation peak plus 1.79 GiB (TP 1) or 3.58 GiB
 #: (TP 2) of non-torch memory (vllm-project/vllm PR #10511). 5 GiB covers those with room for
 #: larger hidden sizes and NCCL groups; read the real figure from vLLM's log and pass it.
@@ -242,12 +243,22 @@ class ModelSpec:
 class HardwareSpec:
     """A GPU system: memory per GPU and the number of GPUs.
 
+    Two memory figures: the vendor's nominal one, and what the driver leaves visible to
+    CUDA — the total vLLM reads (``torch.cuda.mem_get_info``) and multiplies by
+    ``gpu_memory_utilization``. The difference is the driver's and the firmware's (ECC,
+    page tables, reserved regions): 0.8 GiB on an H100, 10.5 GiB on a GB300 — more than
+    the planner's default 5 GiB reserve for everything else. Plans start from the visible
+    figure when it is known.
+
     Attributes:
         name: the catalog name (``agentflow plan --hardware NAME``).
         gpu: the GPU model, e.g. ``"GB300"``.
-        gpu_memory_gib: memory per GPU in GiB (2**30 bytes). Vendors' HBM figures ("80 GB",
-            "288 GB") are binary capacities: an H100's 80 GB is 80 GiB of HBM3.
+        gpu_memory_gib: nominal memory per GPU in GiB (2**30 bytes). Vendors' HBM figures
+            ("80 GB", "288 GB") are binary capacities: an H100's 80 GB is 80 GiB of HBM3.
         gpus: GPUs in the system.
+        gpu_memory_visible_gib: memory per GPU visible to CUDA, in GiB; ``None`` when not
+            known (the nominal figure is then used, and the plan says so).
+        visible_memory_source: where ``gpu_memory_visible_gib`` comes from.
         description: one line for humans.
         sources: where the figures come from.
     """
@@ -256,6 +267,8 @@ class HardwareSpec:
     gpu: str
     gpu_memory_gib: float
     gpus: int
+    gpu_memory_visible_gib: float | None = None
+    visible_memory_source: str = ""
     description: str = ""
     sources: str = ""
 
@@ -264,6 +277,22 @@ class HardwareSpec:
         _positive_int(owner, "gpus", self.gpus)
         if not math.isfinite(self.gpu_memory_gib) or self.gpu_memory_gib <= 0:
             raise ConfigError(f"{owner}: gpu_memory_gib must be > 0, got {self.gpu_memory_gib!r}")
+        visible = self.gpu_memory_visible_gib
+        if visible is not None and not (
+            isinstance(visible, int | float)
+            and math.isfinite(visible)
+            and 0 < visible <= self.gpu_memory_gib
+        ):
+            raise ConfigError(
+                f"{owner}: gpu_memory_visible_gib must be > 0 and at most gpu_memory_gib="
+                f"{self.gpu_memory_gib:g}, got {visible!r}"
+            )
+
+    @property
+    def planned_memory_gib(self) -> float:
+        """The memory per GPU a plan starts from: the visible figure, else the nominal one."""
+        visible = self.gpu_memory_visible_gib
+        return visible if visible is not None else self.gpu_memory_gib
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -286,7 +315,8 @@ class Deployment:
         block_size: tokens per KV block (``--block-size``).
         max_model_len: ``--max-model-len``; ``None`` means the model's ``max_context``.
         reserve_gib: GiB per GPU kept for activations, NCCL, the CUDA context and graphs —
-            everything inside the utilisation budget that is neither weights nor KV.
+            everything inside the utilisation budget that is neither weights nor KV (the
+            driver's own share is not in it: it is outside the visible memory).
         description: one line for humans.
         sources: where the configuration comes from.
     """

@@ -110,7 +110,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="GiB per GPU for activations, NCCL, CUDA context and graphs (default 5)",
     )
     hw = p.add_argument_group("hardware overrides")
-    hw.add_argument("--gpu-mem-gib", type=float, help="memory per GPU, GiB")
+    hw.add_argument(
+        "--gpu-mem-gib",
+        type=float,
+        help="nominal memory per GPU, GiB (alone: the visible figure becomes unknown)",
+    )
+    hw.add_argument(
+        "--gpu-visible-gib",
+        type=float,
+        help="memory per GPU visible to CUDA, GiB (vLLM's logged total_gpu_memory)",
+    )
     mod = p.add_argument_group("model overrides")
     mod.add_argument("--layers", type=int, help="layers with a KV cache")
     mod.add_argument("--kv-heads", type=int, help="GQA: KV heads per layer")
@@ -215,10 +224,19 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
         changes.update(hardware=get_hardware(args.hardware), gpus=None)
         notes.append(f"hardware={args.hardware}")
     hardware = changes.get("hardware", base.hardware)
+    memory: dict[str, Any] = {}
     if args.gpu_mem_gib is not None:
-        hardware = dataclasses.replace(hardware, gpu_memory_gib=args.gpu_mem_gib)
+        # Another nominal figure: the catalog's visible one belonged to the old one.
+        memory.update(gpu_memory_gib=args.gpu_mem_gib, visible_memory_source="")
+        memory["gpu_memory_visible_gib"] = None
+    if args.gpu_visible_gib is not None:
+        memory["gpu_memory_visible_gib"] = args.gpu_visible_gib
+        memory["visible_memory_source"] = "given on the command line (--gpu-visible-gib)."
+    if memory:
+        hardware = dataclasses.replace(hardware, **memory)
         changes["hardware"] = hardware
-        notes.append(f"hardware {hardware.name}: gpu_memory_gib={args.gpu_mem_gib:g}")
+        said = ", ".join(f"{k}={v:g}" for k, v in memory.items() if isinstance(v, float))
+        notes.append(f"hardware {hardware.name}: {said or 'gpu_memory_visible_gib=None'}")
     model = _model(changes.get("model", base.model), args, notes)
     if model is not base.model:
         changes["model"] = model

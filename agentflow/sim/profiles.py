@@ -186,9 +186,10 @@ def _kv_from_planner(deployment: str) -> tuple[int, str]:
         f"{d.pp} leaves {p.kv_bytes_per_token_gpu:,} B/token on a GPU of the busiest stage "
         f"({stage.layers} layers, {p.kv_head_copies} cop"
         f"{'y' if p.kv_head_copies == 1 else 'ies'} across TP), and "
-        f"{p.free_kv_bytes_per_gpu / 2**30:.1f} GiB for KV on it ({d.hardware.gpu_memory_gib:g}"
-        f" GiB × {d.gpu_memory_utilization:g} − {p.weight_bytes_per_gpu / 2**30:.2f} GiB of "
-        f"weights − a {d.reserve_gib:g} GiB reserve)."
+        f"{p.free_kv_bytes_per_gpu / 2**30:.1f} GiB for KV on it ("
+        f"{p.memory_bytes_per_gpu / 2**30:.2f} GiB visible to CUDA (nominal "
+        f"{d.hardware.gpu_memory_gib:g} GiB) × {d.gpu_memory_utilization:g} − "
+        f"{p.weight_bytes_per_gpu / 2**30:.2f} GiB of weights − a {d.reserve_gib:g} GiB reserve)."
     )
     return p.kv_tokens_total, words
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from agentflow._errors import ConfigError
-from agentflow.planner import DEFAULT_DEPLOYMENT, get_deployment, plan
+from agentflow.planner import DEFAULT_DEPLOYMENT, GIB, get_deployment, plan
 from agentflow.planner.cli import add_parser, deployment_from_args, main, parse_count, run
 
 
@@ -49,7 +49,8 @@ def test_default_is_the_seed_command(capsys: pytest.CaptureFixture[str]) -> None
         "35,136 B (34.31 KiB)",  # all layers, one copy
         "4,032 B (3.94 KiB)",  # per GPU of a 7-layer stage
         "← bottleneck",
-        "69,565,696",  # KV tokens
+        "66,921,088",  # KV tokens
+        "288 GiB nominal, 277.55 GiB visible to CUDA each",
         "Sessions of 1,000,000 tokens",
         "Assumptions",
     ):
@@ -62,8 +63,8 @@ def test_json_has_every_figure(capsys: pytest.CaptureFixture[str]) -> None:
     r = results(data)
     expected = plan(get_deployment(DEFAULT_DEPLOYMENT))
     assert r["kv_bytes_per_token_gpu"] == expected.kv_bytes_per_token_gpu == 4032
-    assert r["kv_tokens_total"] == expected.kv_tokens_total == 69_565_696
-    assert r["sessions_total"] == 69
+    assert r["kv_tokens_total"] == expected.kv_tokens_total == 66_921_088
+    assert r["sessions_total"] == 66
     deployment = data["deployment"]
     assert (deployment["tp"], deployment["pp"], deployment["kv_dtype"]) == (8, 9, "fp8_e4m3")
     assert deployment["model"]["attention"]["kind"] == "mla"
@@ -84,6 +85,25 @@ def test_overrides_by_flag(capsys: pytest.CaptureFixture[str]) -> None:
     assert r["blocks_per_session"] == 62_500 and r["reserve_bytes_per_gpu"] == 0
     r = results(run_json(capsys, "--pp-partition", "5,7,7,7,7,7,7,7,7"))
     assert r["bottleneck_stage"] == 1
+
+
+def test_nominal_and_visible_memory_by_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """--gpu-visible-gib sets what CUDA sees; --gpu-mem-gib alone replaces the nominal figure,
+    and the catalog's visible one (which belonged to the old figure) is dropped."""
+    given = run_json(capsys, "--gpu-visible-gib", "277")
+    assert results(given)["memory_bytes_per_gpu"] == 277 * GIB
+    assert results(given)["nominal_memory_bytes_per_gpu"] == 288 * GIB
+    assert given["deployment"]["hardware"]["visible_memory_source"].startswith("given")
+    nominal = run_json(capsys, "--gpu-mem-gib", "300")
+    assert results(nominal)["memory_bytes_per_gpu"] == 300 * GIB
+    assert nominal["deployment"]["hardware"]["gpu_memory_visible_gib"] is None
+    both = results(run_json(capsys, "--gpu-mem-gib", "300", "--gpu-visible-gib", "290"))
+    assert (both["nominal_memory_bytes_per_gpu"], both["memory_bytes_per_gpu"]) == (
+        300 * GIB,
+        290 * GIB,
+    )
+    out = run_text(capsys, "--gpu-mem-gib", "300")
+    assert "memory (nominal; visible unknown)  300.00 GiB" in out
 
 
 def test_model_and_hardware_by_name(capsys: pytest.CaptureFixture[str]) -> None:
@@ -181,4 +201,4 @@ def test_module_main_prints_config_errors(capsys: pytest.CaptureFixture[str]) ->
     err = capsys.readouterr().err
     assert err.startswith("python -m agentflow.planner: error: ") and err.count("\n") == 1
     assert main(["--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["results"]["sessions_total"] == 69
+    assert json.loads(capsys.readouterr().out)["results"]["sessions_total"] == 66

@@ -24,7 +24,9 @@ from agentflow.planner import (
     kv_bytes_per_token_layer_gpu,
     kv_heads_per_gpu,
     plan,
+    plan_to_dict,
     pp_layer_split,
+    render_plan,
 )
 
 KIB = 1024
@@ -161,43 +163,76 @@ def test_the_stage_with_most_layers_decides_capacity() -> None:
 
 
 def test_the_seed_deployment_by_hand() -> None:
-    """TP 8 × PP 9 on 72 GB300s, fp8 KV, utilisation 0.95, 5 GiB reserve, blocks of 128."""
-    memory = 288 * GIB
-    usable = math.ceil(memory * 95 / 100)  # 293,775,763,047
+    """TP 8 × PP 9 on 72 GB300s, fp8 KV, utilisation 0.95, 5 GiB reserve, blocks of 128,
+    from the 284,208 MiB nvidia-smi shows per GB300 (not the nominal 288 GiB)."""
+    memory = 284_208 * 2**20  # 277.55 GiB visible to CUDA
+    usable = math.ceil(memory * 95 / 100)
     weights = math.ceil(552 * 10**9 * 7 / (61 * 8))  # 7 of 61 layers' weights, over TP 8
     reserve = 5 * GIB
     free = usable - weights - reserve
-    assert (usable, weights, free) == (293_775_763_047, 7_918_032_787, 280_489_021_140)
+    assert (usable, weights, free) == (283_113_003_418, 7_918_032_787, 269_826_261_511)
     blocks = free // (128 * 7 * 576)
-    assert blocks == 543_482
+    assert blocks == 522_821
 
     p = plan(get_deployment("deepseek-v4.1-flash-gb300"))
+    assert (p.nominal_memory_bytes_per_gpu, p.memory_bytes_per_gpu) == (288 * GIB, memory)
     assert p.usable_bytes_per_gpu == usable
     assert p.weight_bytes_per_gpu == weights
     assert p.weight_bytes_total == 552 * 10**9
     assert p.free_kv_bytes_per_gpu == free
     assert p.num_blocks == blocks
-    assert p.kv_tokens_per_replica == p.kv_tokens_total == blocks * 128 == 69_565_696
+    assert p.kv_tokens_per_replica == p.kv_tokens_total == blocks * 128 == 66_921_088
     assert p.context_tokens == 1_000_000
     assert p.blocks_per_session == math.ceil(1_000_000 / 128) == 7_813
-    assert p.sessions_per_replica == p.sessions_total == blocks // 7_813 == 69
-    assert p.max_model_len_concurrency == pytest.approx(69.565696)
+    assert p.sessions_per_replica == p.sessions_total == blocks // 7_813 == 66
+    assert p.max_model_len_concurrency == pytest.approx(66.921088)
     assert (p.gpus_used, p.gpus_idle, p.replicas) == (72, 0, 1)
     assert p.warnings == ()
 
 
 def test_the_qwen_deployment_by_hand() -> None:
-    usable = math.ceil(288 * GIB * 9 / 10)
+    usable = math.ceil(284_208 * 2**20 * 9 / 10)
     weights = 32_500_000_000 * 2 // 8  # bf16 over TP 8
     free = usable - weights - 5 * GIB
-    assert free == 264_820_171_661
+    assert free == 254_718_609_908
     p = plan(get_deployment("qwen2.5-coder-32b-gb300-tp8"))
     assert p.free_kv_bytes_per_gpu == free
-    assert p.num_blocks == free // (16 * 32 * KIB) == 505_104
-    assert p.kv_tokens_total == 505_104 * 16 == 8_081_664
+    assert p.num_blocks == free // (16 * 32 * KIB) == 485_837
+    assert p.kv_tokens_total == 485_837 * 16 == 7_773_392
     # The default session length is capped at max_model_len (131,072 < 1M).
     assert p.context_tokens == 131_072
-    assert p.sessions_total == 505_104 // (131_072 // 16) == 61
+    assert p.sessions_total == 485_837 // (131_072 // 16) == 59
+
+
+def test_plans_start_from_the_visible_memory_and_show_both() -> None:
+    """The driver's share is not the reserve's: a GB300 keeps 10.45 GiB of its nominal 288,
+    more than the whole 5 GiB reserve, and the text and JSON give both figures."""
+    seed = get_deployment("deepseek-v4.1-flash-gb300")
+    hw = seed.hardware
+    assert (hw.gpu_memory_gib, hw.gpu_memory_visible_gib) == (288.0, 277.546875)
+    assert "284,208 MiB" in hw.visible_memory_source
+    visible, nominal = plan(seed), plan(dataclasses.replace(
+        seed, hardware=dataclasses.replace(hw, gpu_memory_visible_gib=None)))  # fmt: skip
+    kept = nominal.usable_bytes_per_gpu - visible.usable_bytes_per_gpu
+    assert kept == math.ceil(288 * GIB * 0.95) - visible.usable_bytes_per_gpu
+    assert kept > seed.reserve_gib * GIB  # 9.93 GiB of usable memory more than the reserve
+    assert (nominal.kv_tokens_total, visible.kv_tokens_total) == (69_565_696, 66_921_088)
+    text = render_plan(visible)
+    assert "288 GiB nominal, 277.55 GiB visible to CUDA" in text
+    assert "− kept by the driver, not visible  10.45 GiB" in text
+    assert "= visible to CUDA" in text and "more than the whole 5 GiB reserve" in text
+    assert "memory (nominal; visible unknown)" in render_plan(nominal)
+    assert any("Visible memory: not known" in a for a in nominal.assumptions)
+    as_json = plan_to_dict(visible)
+    assert as_json["deployment"]["hardware"]["gpu_memory_visible_gib"] == 277.546875
+    assert as_json["results"]["nominal_memory_bytes_per_gpu"] == 288 * GIB
+    assert as_json["results"]["memory_bytes_per_gpu"] == 284_208 * 2**20
+    for name in ("gb300-nvl72", "hgx-h200", "hgx-h100"):
+        h = get_hardware(name)
+        assert h.gpu_memory_visible_gib is not None and h.visible_memory_source, name
+        assert (
+            h.gpu_memory_visible_gib < h.gpu_memory_gib and h.planned_memory_gib < h.gpu_memory_gib
+        )
 
 
 def test_data_parallel_replicas_multiply_tokens_and_sessions() -> None:
@@ -214,7 +249,7 @@ def test_reserve_and_utilisation_come_off_the_kv_memory() -> None:
     more = plan(qwen_on(tp=8, reserve_gib=15.0))
     assert base.free_kv_bytes_per_gpu - more.free_kv_bytes_per_gpu == 10 * GIB
     lower = plan(qwen_on(tp=8, gpu_memory_utilization=0.5))
-    assert lower.usable_bytes_per_gpu == 144 * GIB
+    assert lower.usable_bytes_per_gpu == 284_208 * 2**20 // 2
 
 
 def test_block_rounding() -> None:
@@ -279,6 +314,14 @@ def test_kv_heads_and_tp_must_divide_one_another() -> None:
         (lambda: dataclasses.replace(QWEN, active_params=10**12), "exceeds total_params"),
         (lambda: dataclasses.replace(QWEN, weight_dtype="fp3"), "weight_dtype='fp3'"),
         (lambda: dataclasses.replace(GB300, gpu_memory_gib=0.0), "gpu_memory_gib must be > 0"),
+        (
+            lambda: dataclasses.replace(GB300, gpu_memory_visible_gib=300.0),
+            "gpu_memory_visible_gib must be > 0 and at most gpu_memory_gib=288",
+        ),
+        (
+            lambda: dataclasses.replace(GB300, gpu_memory_visible_gib=0.0),
+            "gpu_memory_visible_gib must be > 0",
+        ),
         (lambda: dataclasses.replace(GB300, gpus=0), "gpus must be an integer ≥ 1"),
     ],
 )
@@ -294,7 +337,7 @@ def test_bad_context_is_refused() -> None:
 
 def test_warnings_for_sessions_longer_than_max_model_len_and_a_cache_too_small() -> None:
     p = plan(qwen_on(tp=8), context_tokens=1_000_000)
-    assert p.context_tokens == 1_000_000 and p.sessions_total == 8
+    assert p.context_tokens == 1_000_000 and p.sessions_total == 7
     assert any("exceed max_model_len 131,072" in w for w in p.warnings)
     small = plan(qwen_on(hardware=H100, tp=1, gpus=1))
     assert small.kv_tokens_total < 131_072

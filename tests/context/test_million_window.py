@@ -50,7 +50,7 @@ DEPLOYMENT = "deepseek-v4.1-flash-gb300"
 #: Words per file read; the simulator and cl100k both spend about one token on each.
 FILE_WORDS = 100_000
 MAX_TOKENS = 256
-TOOL_ROUNDS = 24
+TOOL_ROUNDS = 16
 
 
 def file_text(n: int, words: int = FILE_WORDS) -> str:

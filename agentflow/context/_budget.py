@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agentflow._errors import AgentflowError, ConfigError
 from agentflow._trace import PromptInfo
+from agentflow.context._cacheable import CacheableTracker
 from agentflow.context._cachebuster import CacheBusterCheck
 from agentflow.context._calibration import Calibrator
 from agentflow.context._counting import TiktokenCounter
@@ -259,7 +260,15 @@ class SessionBudget:
         self._emit = emit
         self._key = model or ""
         self._est = SessionEstimates(budget.counter, budget.calibrator, self._key)
-        self._tracker = budget.prefix_index.session() if budget.prefix_index is not None else None
+        self._tracker = (
+            CacheableTracker(
+                budget.prefix_index.session(),
+                budget.counter,
+                getattr(budget.prefix_index, "block_size", 16),
+            )
+            if budget.prefix_index is not None
+            else None
+        )
         self._pinned: int | None = None
         self._served_model: str | None = None
 
@@ -308,8 +317,7 @@ class SessionBudget:
         if self._tracker is not None:
             # Fingerprints count local tokens; in the server's, like ``tokens``, so that
             # they compare with the cached_tokens it reports.
-            local = self._tracker.observe(messages, tools)
-            cacheable = round(local * tokens / raw) if raw > 0 else local
+            cacheable = self._tracker.observe(messages, tools, tokens=tokens, raw=raw)
         self.last = PromptInfo(
             estimated_tokens=tokens, raw_estimate=raw, max_cacheable_tokens=cacheable
         )
@@ -393,9 +401,12 @@ class SessionBudget:
         return charged
 
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
-        """Feed the reported prompt size to the calibrator; charge the fleet budget."""
+        """Feed the reported prompt size to the calibrator; charge the fleet budget;
+        fingerprint the reply, which the server cached with the prompt."""
         if trace.model:
             self._served_model = trace.model
+        if self._tracker is not None:
+            self._tracker.reply(trace)  # the server cached its reply with the prompt
         usage = trace.usage
         last = self.last
         if usage is not None and usage.prompt_tokens is not None and last is not None:

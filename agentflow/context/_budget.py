@@ -312,6 +312,7 @@ class SessionBudget:
                 self._emit,
                 turn=turn,
                 pinned=self._pinned_of(messages),
+                defer=True,  # reported after the turn, with the loss the server shows
             )
         cacheable = None
         if self._tracker is not None:
@@ -402,11 +403,14 @@ class SessionBudget:
 
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
         """Feed the reported prompt size to the calibrator; charge the fleet budget;
-        fingerprint the reply, which the server cached with the prompt."""
+        fingerprint the reply, which the server cached with the prompt; report the turn's
+        cache bust, if any, with the loss the server's usage shows."""
         if trace.model:
             self._served_model = trace.model
         if self._tracker is not None:
             self._tracker.reply(trace)  # the server cached its reply with the prompt
+        if self.budget.cache_buster is not None:
+            self.budget.cache_buster.observe_turn(self.session_id, trace)
         usage = trace.usage
         last = self.last
         if usage is not None and usage.prompt_tokens is not None and last is not None:

@@ -94,12 +94,13 @@ class ContextBudget:
             (``o200k_base`` for OpenAI's recent models), else ``cl100k_base``.
         calibrator: learns the local-to-server token ratio per model.
         prefix_index: fingerprints prompts, filling ``PromptInfo.max_cacheable_tokens``
-            (its local count, scaled by the calibrated ``estimated / raw`` ratio of the
-            prompt so that it compares with the server's ``cached_tokens``).
+            in the server's tokens, so that it compares with the ``cached_tokens`` the
+            server reports; each turn's reply counts as sent, as servers cache what they
+            generate (``docs/context.md``, "Prefix fingerprints").
         fleet: a fleet-wide token/cost budget charged with every turn.
         cache_buster: warns when prefixes that should match differ by something volatile
             (a :class:`~agentflow.context.CacheBusterCheck`; ``True`` = one with defaults,
-            ``False`` = no check).
+            ``False`` = no check), after each turn, with the loss the server's usage shows.
     """
 
     def __init__(

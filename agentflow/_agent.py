@@ -36,6 +36,10 @@ class Agent:
         model: the model name the server serves.
         instructions: the system prompt, sent first in every request, byte for byte.
         tools: :class:`Tool` objects or typed callables (described from their signature).
+            They are kept, and sent, in name order whatever order they are given in: the
+            tool list is part of every session's prompt prefix, and agents built with the
+            same tools in another order (from a set, a dict, a plugin registry) would
+            otherwise bust each other's prefix cache from the first moved tool on.
         params: sampling and other body fields: ``temperature``, ``max_tokens``, …
         max_turns: the most model turns one session may take.
         tool_errors: ``"return"`` sends a failed tool's error to the model as its result
@@ -99,7 +103,7 @@ class Agent:
             raise ConfigError(
                 f"Agent {self.name!r}: params may not set {sorted(bad)}; the session sets them"
             )
-        tools = tuple(as_tool(t) for t in self.tools)
+        tools = tuple(sorted((as_tool(t) for t in self.tools), key=lambda t: t.name))
         names = [t.name for t in tools]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -120,7 +124,7 @@ class Agent:
 
     @property
     def tool_specs(self) -> list[dict[str, Any]]:
-        """The OpenAI ``tools`` list for requests."""
+        """The OpenAI ``tools`` list for requests, in tool-name order."""
         return [t.spec() for t in self.tools]  # type: ignore[union-attr]
 
     def tool(self, name: str) -> Tool | None:

@@ -71,7 +71,9 @@ async def main() -> None:
         print(
             f"cache buster in agent {w.agent!r}, session {w.session_id} ({w.kind}, "
             f"{w.segment} chars {w.start}-{w.end}): {w.snippet!r} vs {w.reference_snippet!r} "
-            f"in {w.reference_session_id}; ~{w.lost_tokens:,} prefix tokens can no longer hit"
+            f"in {w.reference_session_id}; {w.lost_tokens:,} prompt tokens missed the cache "
+            f"({'measured' if w.lost_source == 'server' else 'estimated'}; bust {w.occurrence} "
+            "of this cause)"
         )
     report = prefix_reuse(result.sessions)
     for name, figures in report.per_agent.items():

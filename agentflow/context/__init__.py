@@ -11,7 +11,8 @@ and budgets (issue #4). See ``docs/context.md``.
 - :class:`PrefixIndex` — fleet-wide block hashes of every prompt sent; its
   :class:`PrefixSession` gives each turn's most cacheable prompt tokens.
 - :class:`CacheBusterCheck` — warns (:class:`CacheBusterWarning`) when prefixes that should
-  match differ by a timestamp, UUID, nonce, counter or reordered JSON keys;
+  match differ by a timestamp, UUID, nonce, counter, reordered JSON keys or reordered
+  tools — every bust, once per cause, with the loss the server's usage shows;
   :func:`prefix_reuse` — reported cached tokens against the cacheable maximum
   (``docs/prefix-reuse.md``).
 - :func:`server_window` — the window a server really has (vLLM's ``max_model_len``,

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from agentflow._errors import AgentflowError, ConfigError
 from agentflow._trace import PromptInfo
+from agentflow.context._cacheable import CacheableTracker
 from agentflow.context._cachebuster import CacheBusterCheck
 from agentflow.context._calibration import Calibrator
 from agentflow.context._counting import TiktokenCounter
@@ -97,12 +98,13 @@ class ContextBudget:
             (``o200k_base`` for OpenAI's recent models), else ``cl100k_base``.
         calibrator: learns the local-to-server token ratio per model.
         prefix_index: fingerprints prompts, filling ``PromptInfo.max_cacheable_tokens``
-            (its local count, scaled by the calibrated ``estimated / raw`` ratio of the
-            prompt so that it compares with the server's ``cached_tokens``).
+            in the server's tokens, so that it compares with the ``cached_tokens`` the
+            server reports; each turn's reply counts as sent, as servers cache what they
+            generate (``docs/context.md``, "Prefix fingerprints").
         fleet: a fleet-wide token/cost budget charged with every turn.
         cache_buster: warns when prefixes that should match differ by something volatile
             (a :class:`~agentflow.context.CacheBusterCheck`; ``True`` = one with defaults,
-            ``False`` = no check).
+            ``False`` = no check), after each turn, with the loss the server's usage shows.
     """
 
     def __init__(
@@ -315,7 +317,15 @@ class SessionBudget:
         self._emit = emit
         self._key = model or ""
         self._est = SessionEstimates(budget.counter, budget.calibrator, self._key)
-        self._tracker = budget.prefix_index.session() if budget.prefix_index is not None else None
+        self._tracker = (
+            CacheableTracker(
+                budget.prefix_index.session(),
+                budget.counter,
+                getattr(budget.prefix_index, "block_size", 16),
+            )
+            if budget.prefix_index is not None
+            else None
+        )
         self._pinned: int | None = None
         self._served_model: str | None = None
 
@@ -359,13 +369,13 @@ class SessionBudget:
                 self._emit,
                 turn=turn,
                 pinned=self._pinned_of(messages),
+                defer=True,  # reported after the turn, with the loss the server shows
             )
         cacheable = None
         if self._tracker is not None:
             # Fingerprints count local tokens; in the server's, like ``tokens``, so that
             # they compare with the cached_tokens it reports.
-            local = self._tracker.observe(messages, tools)
-            cacheable = round(local * tokens / raw) if raw > 0 else local
+            cacheable = self._tracker.observe(messages, tools, tokens=tokens, raw=raw)
         self.last = PromptInfo(
             estimated_tokens=tokens, raw_estimate=raw, max_cacheable_tokens=cacheable
         )
@@ -449,9 +459,15 @@ class SessionBudget:
         return charged
 
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
-        """Feed the reported prompt size to the calibrator; charge the fleet budget."""
+        """Feed the reported prompt size to the calibrator; charge the fleet budget;
+        fingerprint the reply, which the server cached with the prompt; report the turn's
+        cache bust, if any, with the loss the server's usage shows."""
         if trace.model:
             self._served_model = trace.model
+        if self._tracker is not None:
+            self._tracker.reply(trace)  # the server cached its reply with the prompt
+        if self.budget.cache_buster is not None:
+            self.budget.cache_buster.observe_turn(self.session_id, trace)
         usage = trace.usage
         last = self.last
         if usage is not None and usage.prompt_tokens is not None and last is not None:

@@ -4,16 +4,23 @@ For every turn two figures may be known: the prompt tokens the server *reported*
 served from its prefix cache (``TurnMetrics.cached_tokens``; ``None`` when the server
 did not say), and the *theoretical maximum* — the prompt's leading tokens that any
 prefix cache could have served because an earlier request (of any session) already
-sent them (``PromptInfo.max_cacheable_tokens``; ``None`` when prefixes were not
-fingerprinted, i.e. the agent has no context policy that fingerprints). Their ratio,
-summed over the turns where both are known, is the prefix-reuse efficiency::
+sent them, or the server generated them: a server caches the tokens of its replies
+too, and the next prompt repeats the reply (``PromptInfo.max_cacheable_tokens``;
+``None`` when prefixes were not fingerprinted, i.e. the agent has no context policy
+that fingerprints). Their ratio, summed over the turns where both are known, is the
+prefix-reuse efficiency::
 
-    efficiency = Σ cached_tokens / Σ max_cacheable_tokens   (turns reporting both)
+    efficiency = Σ cached_tokens / Σ max(max_cacheable_tokens, cached_tokens)
+                                                    (turns reporting both)
 
 1.0 means every reusable token hit; less means the cache evicted, the prefix was not
-byte-stable, or requests that share a prefix raced each other cold. It can exceed 1.0
-a little: the maximum is a client-side estimate in whole fingerprint blocks, the cached
-count is the server's, in its own tokens.
+byte-stable, or requests that share a prefix raced each other cold. It cannot exceed
+1.0: a cache serves nothing that was not cacheable, so a turn whose server reported
+more cached tokens than the client's maximum proves the maximum short — it is counted
+in the local tokenizer's tokens and scaled to the server's by the whole prompt's
+ratio, which a prefix of another kind of text (JSON schemas, code) need not share.
+Such a turn's maximum is raised to the server's figure, and the report says on how
+many turns and by how much (``turns_raised``, ``raised_tokens``).
 """
 
 from __future__ import annotations
@@ -44,11 +51,18 @@ class PrefixReuse:
         turns_with_max: turns whose prefix was fingerprinted.
         turns_compared: turns with both figures (the efficiency's turns).
         compared_cached_tokens: cached tokens over those turns.
-        compared_max_cacheable_tokens: the maximum over those turns.
-        efficiency: ``compared_cached_tokens / compared_max_cacheable_tokens``; ``None``
-            when no turn has both figures, or their maximum is zero.
+        compared_max_cacheable_tokens: the maximum over those turns, each turn's raised
+            to its cached tokens where the server reported more (never below
+            ``compared_cached_tokens``).
+        efficiency: ``compared_cached_tokens / compared_max_cacheable_tokens`` (at most
+            1.0); ``None`` when no turn has both figures, or their maximum is zero.
         hit_rate: cached / prompt tokens over the turns that reported both.
-        note: empty when every turn had both figures; else what was missing.
+        turns_raised: compared turns whose server reported more cached tokens than the
+            client's maximum (a local tokenizer unlike the server's); their maximum was
+            raised to the cached figure.
+        raised_tokens: by how many tokens, summed over those turns.
+        note: empty when every turn had both figures and no maximum was raised; else
+            what was missing or raised.
     """
 
     sessions: int
@@ -63,6 +77,8 @@ class PrefixReuse:
     compared_max_cacheable_tokens: int
     efficiency: float | None
     hit_rate: float | None
+    turns_raised: int
+    raised_tokens: int
     note: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -120,6 +136,8 @@ class _Sums:
         "n_max",
         "n_prompt",
         "prompt",
+        "raised",
+        "raised_tokens",
         "sessions",
         "turns",
     )
@@ -130,6 +148,7 @@ class _Sums:
         self.n_prompt = self.n_cached = self.n_max = 0
         self.both = self.both_cached = self.both_max = 0
         self.hit_prompt = self.hit_cached = 0
+        self.raised = self.raised_tokens = 0
 
     def add(self, turn: TurnRecord) -> None:
         self.turns += 1
@@ -151,6 +170,11 @@ class _Sums:
         if cached is not None and best is not None:
             self.both += 1
             self.both_cached += cached
+            if cached > best:
+                # The server served it, so it was cacheable: the estimate was short.
+                self.raised += 1
+                self.raised_tokens += cached - best
+                best = cached
             self.both_max += best
 
     def figures(self) -> PrefixReuse:
@@ -167,6 +191,8 @@ class _Sums:
             compared_max_cacheable_tokens=self.both_max,
             efficiency=self.both_cached / self.both_max if self.both_max else None,
             hit_rate=self.hit_cached / self.hit_prompt if self.hit_prompt else None,
+            turns_raised=self.raised,
+            raised_tokens=self.raised_tokens,
             note=self._note(),
         )
 
@@ -187,6 +213,12 @@ class _Sums:
             parts.append(f"prefixes fingerprinted for {self.n_max} of {self.turns} turns")
         if self.both and self.both_max == 0:
             parts.append("nothing was cacheable yet (every prefix was new)")
+        if self.raised:
+            parts.append(
+                f"the server cached more than the client's maximum on {self.raised} of "
+                f"{self.both} turns (+{self.raised_tokens:,} tokens; raised to it: the local "
+                "tokenizer differs from the server's)"
+            )
         return "; ".join(parts)
 
 

@@ -66,10 +66,13 @@ def summary_table(report: dict[str, Any]) -> Table:
     )
     reuse = report.get("prefix_reuse", {}).get("fleet")
     if reuse is not None:
-        eff = reuse.get("efficiency")
+        eff, raised = reuse.get("efficiency"), reuse.get("turns_raised") or 0
         t.caption += " · prefix-reuse efficiency " + (
             "not available" if eff is None else f"{eff:.1%}"
         )
+        if eff is not None and raised:
+            # Turns whose server cached more than the client's maximum (see prefix_reuse).
+            t.caption += f" (maximum raised to the server's count on {raised} turns)"
     return t
 
 

@@ -45,15 +45,18 @@ async def test_timestamp_in_the_system_prompt_fires_over_real_sessions(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """Two sessions whose system prompts differ only by datetime.now().isoformat(): one
-    warning, as an event through the session's callbacks and as a log line, naming the
-    session, the span and both snippets."""
+    warning, as an event through the session's callbacks (after the turn, with the loss
+    the server's usage shows) and as a log line, naming the session, the span and both
+    snippets."""
     caplog.set_level(logging.WARNING, logger="agentflow.context")
     now = datetime.now()
     stamps = [now.isoformat(), (now + timedelta(seconds=1)).isoformat()]
     check = CacheBusterCheck()
     seen: list[object] = []
     async with (
-        ScriptedServer([Reply.text("ok"), Reply.text("ok")]) as srv,
+        ScriptedServer(
+            [Reply.text("ok"), Reply.text("ok", prompt_tokens=400, cached_tokens=16)]
+        ) as srv,
         HTTPTransport(srv.base_url) as transport,
     ):
         for i, stamp in enumerate(stamps):
@@ -84,7 +87,10 @@ async def test_timestamp_in_the_system_prompt_fires_over_real_sessions(
     start = len("You are a helpful agent. The time is ")
     assert (w.start, w.end) == (start, start + len(stamps[1]))
     assert (w.reference_start, w.reference_end) == (start, start + len(stamps[0]))
-    assert w.lost_tokens > 0
+    # The shared prefix is nearly all of the 400-token prompt; the server served one block.
+    assert w.lost_source == "server" and w.occurrence == 1
+    assert 300 < w.lost_tokens <= 400 - 16 and w.lost_tokens % 16 == 0
+    assert check.lost_tokens == w.lost_tokens and check.busts == 1
     lines = [r.getMessage() for r in caplog.records if r.name == "agentflow.context"]
     assert len(lines) == 1
     assert "context.cache_buster" in lines[0] and "kind='timestamp'" in lines[0]
@@ -153,31 +159,51 @@ def test_legitimate_differences_do_not_fire() -> None:
     assert check.warnings == []
 
 
-def test_once_per_agent_and_kind() -> None:
-    """Further sessions with new timestamps add no warning; a new kind, or another agent, does."""
+def test_every_bust_is_reported_and_counted_per_cause(caplog: pytest.LogCaptureFixture) -> None:
+    """Every session whose timestamp differs is a bust, reported with its occurrence of the
+    cause; a new cause starts its own count; another agent counts apart. The log warns
+    once per agent and cause, then logs at debug level."""
+    caplog.set_level(logging.DEBUG, logger="agentflow.context")
     check = CacheBusterCheck()
     for i in range(5):
         run_check(check, f"s{i}", "a", f"T {datetime(2024, 1, 1, 0, 0, i).isoformat()}")
+    # A prefix that differs in words too is a real difference: not reported.
     run_check(check, "u1", "a", f"T 2024-01-01T00:00:09 id {uuid.UUID(int=1)}")
     run_check(check, "u2", "a", f"T 2024-01-01T00:00:10 id {uuid.UUID(int=2)}")
     for i in range(2):
         run_check(check, f"b{i}", "b", f"T {datetime(2024, 1, 1, 0, 0, i).isoformat()}")
-    assert [(w.agent, w.kind) for w in check.warnings] == [
-        ("a", "timestamp"),
-        ("a", "uuid"),
-        ("b", "timestamp"),
+    assert [(w.agent, w.session_id, w.kind, w.occurrence) for w in check.warnings] == [
+        ("a", "s1", "timestamp", 1),
+        ("a", "s2", "timestamp", 2),
+        ("a", "s3", "timestamp", 3),
+        ("a", "s4", "timestamp", 4),
+        ("a", "u2", "timestamp", 5),
+        ("a", "u2", "uuid", 1),
+        ("b", "b1", "timestamp", 1),
+    ]
+    assert check.busts == 6  # u2's two causes are one bust
+    levels = [(r.levelno, "kind='uuid'" in r.getMessage()) for r in caplog.records]
+    assert levels == [(logging.WARNING, False)] + [(logging.DEBUG, False)] * 4 + [
+        (logging.WARNING, True),
+        (logging.WARNING, False),
     ]
 
 
 def test_group_compares_agents_built_from_one_template() -> None:
-    """``group`` puts differently named agents together: compared, and warned once per group."""
+    """``group`` puts differently named agents together: compared, and counted per group."""
     plain, grouped = CacheBusterCheck(), CacheBusterCheck(group=lambda name: name.split("-")[0])
     for check in (plain, grouped):
         for i in range(3):
             run_check(check, f"s{i}", f"coder-{i}", f"Build {1000 + i}.")
     assert plain.warnings == []
-    [w] = grouped.warnings
-    assert (w.agent, w.reference_session_id, w.kind) == ("coder-1", "s0", "counter")
+    [w1, w2] = grouped.warnings
+    assert (w1.agent, w1.reference_session_id, w1.kind, w1.occurrence) == (
+        "coder-1",
+        "s0",
+        "counter",
+        1,
+    )
+    assert (w2.agent, w2.reference_session_id, w2.occurrence) == ("coder-2", "s1", 2)
 
 
 def test_turn_to_turn_change_of_a_pinned_message() -> None:
@@ -232,26 +258,26 @@ def test_lost_tokens_counts_from_the_first_difference() -> None:
 
 def test_unchanged_turns_take_the_fast_path(monkeypatch: pytest.MonkeyPatch) -> None:
     """Once a session is known, an unchanged pinned prefix is neither encoded nor hashed."""
-    import agentflow.context._cachebuster as mod
+    import agentflow.context._bustdiff as mod
 
     check = CacheBusterCheck()
     messages = convo("A long shared prompt. " * 200)
     check.check("s", "a", messages, TOOLS)
     calls = 0
-    real = mod._build_prefix
+    real = mod.build_prefix
 
     def counting(*args: Any) -> Any:
         nonlocal calls
         calls += 1
         return real(*args)
 
-    monkeypatch.setattr(mod, "_build_prefix", counting)
+    monkeypatch.setattr(mod, "build_prefix", counting)
     for turn in range(1, 20):
         messages.append({"role": "assistant", "content": f"turn {turn}"})
         assert check.check("s", "a", messages, list(TOOLS), turn=turn) == []
     assert calls == 0
     # A second session with the same shared prefix is hashed once, never diffed.
-    monkeypatch.setattr(mod, "_diff", lambda *a: pytest.fail("diffed a known prefix"))
+    monkeypatch.setattr(mod, "diff", lambda *a: pytest.fail("diffed a known prefix"))
     assert check.check("s2", "a", convo("A long shared prompt. " * 200), TOOLS) == []
     assert calls == 1
 
@@ -286,3 +312,7 @@ def test_bad_settings_are_config_errors() -> None:
         CacheBusterCheck(shared_messages=-1)
     with pytest.raises(ConfigError, match="max_sessions"):
         CacheBusterCheck(max_sessions=0)
+    with pytest.raises(ConfigError, match="block_size"):
+        CacheBusterCheck(block_size=0)
+    with pytest.raises(ConfigError, match="max_warnings"):
+        CacheBusterCheck(max_warnings=True)

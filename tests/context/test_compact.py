@@ -188,11 +188,15 @@ async def test_a_compacted_session_keeps_its_prefix_cached_and_finishes() -> Non
     assert max(prompt_tokens(session)) <= window - reserve
     # The client's fingerprints agree: the compacted turn could reuse the whole pinned prefix
     # (its full blocks, in local tokens), and nothing of the summary after it; reported in
-    # the server's tokens, by the calibrated ratio.
+    # the server's tokens, by the ratio of the previous prompt and reply (which the prefix
+    # is part of), as the server counted them.
     local = counter.count_tools(agent.tool_specs) + sum(
         counter.count_message(m) for m in session.messages[:2]
     )
-    p = session.turns[turn].prompt
+    p, prev = session.turns[turn].prompt, session.turns[turn - 1]
     assert p is not None and p.max_cacheable_tokens is not None
-    ratio = p.estimated_tokens / p.raw_estimate
-    assert p.max_cacheable_tokens == round((local - local % 16) * ratio)
+    assert prev.prompt is not None and prev.trace.usage is not None
+    local_seq = (prev.prompt.raw_estimate - counter.reply_priming
+                 + counter.count_message(prev.trace.assistant_message()))  # fmt: skip
+    server_seq = (prev.trace.usage.prompt_tokens or 0) + (prev.trace.usage.completion_tokens or 0)
+    assert p.max_cacheable_tokens == round((local - local % 16) * server_seq / local_seq)

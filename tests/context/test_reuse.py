@@ -144,3 +144,18 @@ def test_report_serialises_and_reads() -> None:
         "fleet: prefix reuse 90.0%: 900 cached of 1,000 cacheable prompt tokens over 1 turn",
         "a: prefix reuse 90.0%: 900 cached of 1,000 cacheable prompt tokens over 1 turn",
     ]
+
+
+def test_a_short_maximum_is_raised_to_the_servers_count() -> None:
+    """A turn whose server cached more than the client's maximum proves the maximum short:
+    it is raised to the cached figure, so the efficiency never exceeds 1, and the report
+    says on how many turns and by how much."""
+    report = prefix_reuse([session("a", "s", turn(0, 1000, 960, 800), turn(1, 1200, 1100, 1150))])
+    a = report.per_agent["a"]
+    assert a.max_cacheable_tokens == 800 + 1150  # the client's own figures
+    assert a.compared_max_cacheable_tokens == 960 + 1150
+    assert a.efficiency == pytest.approx((960 + 1100) / (960 + 1150))
+    assert (a.turns_raised, a.raised_tokens) == (1, 160)
+    assert "more than the client's maximum on 1 of 2 turns (+160 tokens" in a.note
+    exact = prefix_reuse([session("b", "s", turn(0, 1000, 960, 960))]).fleet
+    assert exact.efficiency == 1.0 and exact.turns_raised == 0 and exact.note == ""

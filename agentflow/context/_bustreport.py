@@ -1,0 +1,164 @@
+"""One cache bust: what it is reported as (:class:`CacheBusterWarning`) and what it cost.
+
+A *bust* (:class:`Bust`) is one turn, or one new session, whose prefix differs only
+volatilely from its reference. Its loss is everything from the first differing character
+to the end of what would otherwise have hit — the history after the prefix too:
+
+- :func:`measured_loss`, from the server's usage of the turn: what the server would have
+  served — what it held of the session (turn to turn), or the shared prefix's share of
+  the prompt (across sessions) — in whole blocks, less the ``cached_tokens`` it served;
+- :func:`estimated_loss`, from the text, when the server's figures are missing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from agentflow.context._bustdiff import CacheBusterKind, Finding, Prefix, message_texts
+
+if TYPE_CHECKING:
+    from agentflow._trace import Usage
+
+__all__ = [
+    "Bust",
+    "CacheBusterScope",
+    "CacheBusterWarning",
+    "default_count",
+    "estimated_loss",
+    "measured_loss",
+]
+
+#: What was compared: two ``sessions`` of one agent (their shared prefix), or two
+#: ``turns`` of one session (its pinned prefix).
+CacheBusterScope: TypeAlias = Literal["sessions", "turns"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CacheBusterWarning:
+    """A prefix that should match an earlier one differs only by something volatile.
+
+    Attributes:
+        agent: the agent's name.
+        session_id: the session whose prompt was checked.
+        turn: the turn about to be sent, when the caller said.
+        kind: what differs (see :data:`CacheBusterKind`).
+        scope: ``sessions`` — this session's shared prefix against an earlier session of
+            the same agent; ``turns`` — its pinned prefix against its own previous turn.
+        reference_session_id: the session compared against (``session_id`` for ``turns``).
+        segment: the part of the prefix that differs: ``messages[i]`` (its content),
+            ``messages[i].fields`` (its other keys) or ``tools`` (the tools' JSON).
+        start: where the differing span begins in this prompt's segment text
+            (a character offset: into the message's content string, or into the tools'
+            JSON as msgspec encodes it).
+        end: where it ends (exclusive).
+        snippet: this prompt's text in the span.
+        reference_start: where the span begins in the reference's segment text.
+        reference_end: where it ends there.
+        reference_snippet: the reference's text in its span.
+        lost_tokens: the prompt tokens this bust cost: from its first differing
+            character to the end of what would otherwise have hit. One bust with several
+            causes gives each of its warnings the same figure (:attr:`CacheBusterCheck.
+            lost_tokens` counts it once).
+        lost_source: ``server`` — measured from the server's usage (what it held of the
+            session, or of the shared prefix, against the ``cached_tokens`` it served);
+            ``estimate`` — counted from the text (no usage was reported back).
+        occurrence: how many busts of this cause (kind and segment) there have been,
+            this one included: in this session for ``turns``, in this agent (or group)
+            for ``sessions``.
+    """
+
+    agent: str
+    session_id: str
+    turn: int | None
+    kind: CacheBusterKind
+    scope: CacheBusterScope
+    reference_session_id: str
+    segment: str
+    start: int
+    end: int
+    snippet: str
+    reference_start: int
+    reference_end: int
+    reference_snippet: str
+    lost_tokens: int
+    lost_source: Literal["server", "estimate"] = "estimate"
+    occurrence: int = 1
+    type: Literal["cache_buster"] = "cache_buster"
+
+
+def default_count(text: str) -> int:
+    """About four characters per token."""
+    return math.ceil(len(text) / 4)
+
+
+@dataclass(slots=True)
+class Bust:
+    """One turn's volatile difference, until it is reported."""
+
+    agent: str
+    scope: CacheBusterScope
+    turn: int | None
+    ref: Prefix
+    cur: Prefix
+    causes: list[tuple[int, Finding]]
+    first: int
+    #: Messages after the pinned prefix that were sent before (lost with it), for the
+    #: estimate.
+    history: tuple[Mapping[str, Any], ...]
+    #: The whole prompt's texts (``sessions`` scope), for the shared prefix's share of it.
+    prompt_texts: tuple[str, ...]
+    emit: Callable[[CacheBusterWarning], None] | None
+
+
+def measured_loss(
+    bust: Bust,
+    usage: Usage | None,
+    *,
+    held: int | None,
+    count: Callable[[str], int],
+    block_size: int,
+) -> int | None:
+    """The bust's loss from the server's figures: the tokens it would have served — in
+    whole blocks, at most the prompt but its last token (a server always computes that
+    one) — less those it did serve; ``None`` without the figures.
+
+    Args:
+        bust: the bust.
+        usage: the turn's usage.
+        held: tokens of the session the server held before the turn (turn to turn).
+        count: the text's token estimate (across sessions: the shared prefix's share).
+        block_size: the server's prefix-cache block.
+    """
+    if usage is None or not usage.prompt_tokens or usage.cached_tokens is None:
+        return None
+    if bust.scope == "turns":
+        if held is None:
+            return None
+        would = held
+    else:
+        # The shared prefix's share of the prompt, as the server counted the prompt.
+        total = sum(count(t) for t in bust.prompt_texts)
+        shared = sum(count(t) for t in bust.cur.texts)
+        if total <= 0:
+            return None
+        would = round(usage.prompt_tokens * shared / total)
+    would = min(would, usage.prompt_tokens - 1)
+    would -= would % block_size
+    return max(0, would - usage.cached_tokens)
+
+
+def estimated_loss(bust: Bust, count: Callable[[str], int]) -> int:
+    """The bust's loss from the text: the prefix from its first differing character, and
+    (turn to turn) the history sent after it before, by ``count``."""
+    total, offset = 0, 0
+    for text in bust.cur.texts:
+        end = offset + len(text)
+        if end > bust.first:
+            total += count(text[max(0, bust.first - offset) :])
+        offset = end
+    for message in bust.history:
+        total += sum(count(t) for t in message_texts(message))
+    return total

@@ -8,6 +8,7 @@ from typing import Any
 from agentflow.context._calibration import Calibrator
 from agentflow.context._counting import TokenCounter
 from agentflow.context._messages import MessageCounter
+from agentflow.context._prompt import PromptCounter
 
 __all__ = ["SessionEstimates"]
 
@@ -33,6 +34,11 @@ class SessionEstimates:
         self._text: TokenCounter = counter.counter
         self._calibrator = calibrator
         self._model = model
+
+    @property
+    def counter(self) -> PromptCounter:
+        """The session's :class:`PromptCounter` (the one :meth:`raw_prompt` counts with)."""
+        return self._prompt
 
     def raw_prompt(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]

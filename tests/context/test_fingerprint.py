@@ -174,12 +174,16 @@ def test_random_histories_match_a_recount_and_the_index_stays_consistent(share: 
             linear += 1
         assert s.observe(msgs, tools) == linear * 8
         assert s.blocks == blocks_before
-        nodes = index._nodes
-        assert len(nodes) <= 300
-        for node in nodes.values():
-            assert node[0] is None or node[0] in nodes  # whole prefixes only
-        leaves = {h for h, node in nodes.items() if node[1] == 0}
-        assert leaves == set(index._leaves)
+        parents = index._parents
+        assert len(parents) <= 300
+        for parent in parents.values():
+            assert parent is None or parent in parents  # whole prefixes only
+        followers: dict[int, int] = {}
+        for parent in parents.values():
+            if parent is not None:
+                followers[parent] = followers.get(parent, 0) + 1
+        assert {h: n for h, n in followers.items() if n > 1} == index._followers
+        assert set(parents) - set(followers) == set(index._leaves)
     assert index.evicted_blocks > 0
 
 

@@ -139,15 +139,22 @@ class PrefixIndex:
         parents, leaves = self._parents, self._leaves
         parent = blocks[start - 1] if start > 0 else None
         new = list(blocks[start:])
-        if len(new) > 1 and parents.keys().isdisjoint(new) and len(set(new)) == len(new):
+        bulk = len(new) > 1 and parents.keys().isdisjoint(new)
+        if bulk:
             # The usual case, a chain none of whose blocks is held (held blocks form
             # prefixes; only a 64-bit collision breaks it): built in bulk, each block
             # followed by the next, the last one a leaf.
-            self._follow(parent)
+            held = len(parents)
             parents.update(zip(new, (parent, *new[:-1]), strict=True))
-            parent = new[-1]
-            leaves[parent] = None
-        else:
+            if len(parents) != held + len(new):  # a block twice in the chain: undo
+                for h in new:
+                    parents.pop(h, None)
+                bulk = False
+            else:
+                self._follow(parent)
+                parent = new[-1]
+                leaves[parent] = None
+        if not bulk:
             for h in new:
                 if h not in parents:
                     parents[h] = parent

@@ -13,7 +13,9 @@ maximum of cacheable prompt tokens* — the leading blocks seen before, by any s
 the chain position where the message starts (blocks before it, plus the tokens of the
 unfinished block). An appended message hashes only its own tokens; a rewrite
 (compaction, truncation) rehashes from the first changed message, found as
-:class:`PromptCounter` finds it. The hash is Python's own ``hash`` of the tuple
+:class:`PromptCounter` finds it. Following the session's own :class:`PromptCounter`, a
+tracker takes the token ids its count just made, so each message is tokenized once for
+both (see :class:`PrefixSession`). The hash is Python's own ``hash`` of the tuple
 ``(previous hash, *token ids)`` — 64 bits, deterministic for integers across processes,
 and the fastest of the candidates measured (``hashlib.blake2b`` and ``sha256`` over packed
 ids cost 2.2–2.5× as much per block; ``benchmarks/token_accounting.py``) — the same
@@ -22,8 +24,10 @@ construction as vLLM's ``builtin`` block-hash option.
 **Bounded.** The index holds at most ``capacity_tokens`` of distinct blocks (default
 4,000,000 — room for a few 1M-token sessions; set it to your server's KV capacity, see
 the planner) as a tree: each block knows its parent block and how many distinct blocks
-follow it. Only *leaves* — blocks nothing follows — can be evicted, least recently
-sent first, and a leaf's parent that becomes a leaf goes to the front of the queue:
+follow it (kept as plain ints — a parent per block, a count only where the tree branches —
+so the garbage collector has nothing to walk there: ~42 bytes a block). Only *leaves* —
+blocks nothing follows — can be evicted, least recently sent first, and a leaf's parent
+that becomes a leaf goes to the front of the queue:
 a cold conversation is given up from its tail, as vLLM frees a finished sequence's
 blocks tail first, while a prefix that any other conversation continues stays. So the
 blocks held always form whole prefixes, and "the leading blocks seen before" is found

@@ -93,11 +93,12 @@ class SessionEstimates:
             hi = min(size, 2 * hi)
         width = 2 * (hi - lo)
         while hi - lo > 1:
-            if 2 * (hi - lo) > width:
-                mid = (lo + hi) // 2  # the last guess did not halve the range: bisect
+            if 4 * (hi - lo) > 3 * width:
+                mid = (lo + hi) // 2  # the last guess hardly narrowed the range: bisect
             else:
-                # Interpolate by tokens (a few counts on ordinary text), strictly inside.
-                guess = lo + (hi - lo) * (max_tokens - lo_t) // max(1, hi_t - lo_t)
+                # Interpolate by tokens, aiming half a token past the limit so that the
+                # guesses straddle the boundary (~5 counts on ordinary text), strictly inside.
+                guess = lo + (hi - lo) * (2 * (max_tokens - lo_t) + 1) // max(2, 2 * (hi_t - lo_t))
                 mid = min(hi - 1, max(lo + 1, guess))
             width = hi - lo
             n = self.text(text[:mid])

@@ -27,6 +27,7 @@ from agentflow.context._counting import TiktokenCounter
 from agentflow.context._encodings import encoding_name_for_model
 from agentflow.context._estimates import SessionEstimates
 from agentflow.context._events import ContextTrimmedEvent
+from agentflow.context._fingerprint import PrefixIndex
 from agentflow.context._fleet_budget import FleetBudget
 from agentflow.context._history import check_pairing, pinned_length
 from agentflow.context._messages import MessageCounter
@@ -317,13 +318,19 @@ class SessionBudget:
         self._emit = emit
         self._key = model or ""
         self._est = SessionEstimates(budget.counter, budget.calibrator, self._key)
+        index = budget.prefix_index
         self._tracker = (
             CacheableTracker(
-                budget.prefix_index.session(),
+                # Following this session's own count: one change check per turn, and each
+                # new message tokenized once for both (when the index renders as the
+                # counter does).
+                index.session(self._est.counter)
+                if isinstance(index, PrefixIndex)
+                else index.session(),
                 budget.counter,
-                getattr(budget.prefix_index, "block_size", 16),
+                getattr(index, "block_size", 16),
             )
-            if budget.prefix_index is not None
+            if index is not None
             else None
         )
         self._pinned: int | None = None

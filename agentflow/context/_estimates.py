@@ -8,6 +8,7 @@ from typing import Any
 from agentflow.context._calibration import Calibrator
 from agentflow.context._counting import TokenCounter
 from agentflow.context._messages import MessageCounter
+from agentflow.context._prompt import PromptCounter
 
 __all__ = ["SessionEstimates"]
 
@@ -33,6 +34,11 @@ class SessionEstimates:
         self._text: TokenCounter = counter.counter
         self._calibrator = calibrator
         self._model = model
+
+    @property
+    def counter(self) -> PromptCounter:
+        """The session's :class:`PromptCounter` (the one :meth:`raw_prompt` counts with)."""
+        return self._prompt
 
     def raw_prompt(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
@@ -66,21 +72,33 @@ class SessionEstimates:
         return self._scale(self._text.count(text)) if text else 0
 
     def cut(self, text: str, max_tokens: int) -> str:
-        """The longest head of ``text`` within ``max_tokens`` (a guided bisection on chars)."""
-        total = self.text(text)
-        if total <= max_tokens:
-            return text
+        """The longest head of ``text`` within ``max_tokens``.
+
+        Only heads are tokenized, never the whole text: prefixes twice as long each time
+        until one is over, then a guided bisection between the last two — so cutting a
+        20k-token tool output to 512 tokens costs a few 1k-token counts, not its length.
+        """
         if max_tokens <= 0:
             return ""
-        lo, hi = 0, len(text)  # text[:lo] fits, text[:hi] does not
-        lo_t, hi_t = 0, total
-        width = 2 * hi
+        size = len(text)
+        lo, lo_t = 0, 0  # text[:lo] fits
+        hi = min(size, 5 * max_tokens + 16)  # ~4 characters a token in English
+        while True:
+            hi_t = self.text(text[:hi])
+            if hi_t > max_tokens:
+                break  # text[:hi] does not fit
+            if hi == size:
+                return text
+            lo, lo_t = hi, hi_t
+            hi = min(size, 2 * hi)
+        width = 2 * (hi - lo)
         while hi - lo > 1:
-            if 2 * (hi - lo) > width:
-                mid = (lo + hi) // 2  # the last guess did not halve the range: bisect
+            if 4 * (hi - lo) > 3 * width:
+                mid = (lo + hi) // 2  # the last guess hardly narrowed the range: bisect
             else:
-                # Interpolate by tokens (a few counts on ordinary text), strictly inside.
-                guess = lo + (hi - lo) * (max_tokens - lo_t) // max(1, hi_t - lo_t)
+                # Interpolate by tokens, aiming half a token past the limit so that the
+                # guesses straddle the boundary (~5 counts on ordinary text), strictly inside.
+                guess = lo + (hi - lo) * (2 * (max_tokens - lo_t) + 1) // max(2, 2 * (hi_t - lo_t))
                 mid = min(hi - 1, max(lo + 1, guess))
             width = hi - lo
             n = self.text(text[:mid])

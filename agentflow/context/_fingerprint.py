@@ -13,7 +13,9 @@ maximum of cacheable prompt tokens* — the leading blocks seen before, by any s
 the chain position where the message starts (blocks before it, plus the tokens of the
 unfinished block). An appended message hashes only its own tokens; a rewrite
 (compaction, truncation) rehashes from the first changed message, found as
-:class:`PromptCounter` finds it. The hash is Python's own ``hash`` of the tuple
+:class:`PromptCounter` finds it. Following the session's own :class:`PromptCounter`, a
+tracker takes the token ids its count just made, so each message is tokenized once for
+both (see :class:`PrefixSession`). The hash is Python's own ``hash`` of the tuple
 ``(previous hash, *token ids)`` — 64 bits, deterministic for integers across processes,
 and the fastest of the candidates measured (``hashlib.blake2b`` and ``sha256`` over packed
 ids cost 2.2–2.5× as much per block; ``benchmarks/token_accounting.py``) — the same
@@ -22,8 +24,10 @@ construction as vLLM's ``builtin`` block-hash option.
 **Bounded.** The index holds at most ``capacity_tokens`` of distinct blocks (default
 4,000,000 — room for a few 1M-token sessions; set it to your server's KV capacity, see
 the planner) as a tree: each block knows its parent block and how many distinct blocks
-follow it. Only *leaves* — blocks nothing follows — can be evicted, least recently
-sent first, and a leaf's parent that becomes a leaf goes to the front of the queue:
+follow it (kept as plain ints — a parent per block, a count only where the tree branches —
+so the garbage collector has nothing to walk there: ~42 bytes a block). Only *leaves* —
+blocks nothing follows — can be evicted, least recently sent first, and a leaf's parent
+that becomes a leaf goes to the front of the queue:
 a cold conversation is given up from its tail, as vLLM frees a finished sequence's
 blocks tail first, while a prefix that any other conversation continues stays. So the
 blocks held always form whole prefixes, and "the leading blocks seen before" is found
@@ -38,6 +42,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 from agentflow._errors import ConfigError
@@ -88,8 +93,12 @@ class PrefixIndex:
         self.block_size = block_size
         self.capacity_tokens = capacity_tokens
         self._capacity_blocks = capacity_tokens // block_size
-        #: block hash → [parent hash or None, number of distinct blocks that follow it]
-        self._nodes: dict[int, list[Any]] = {}
+        #: block hash → its parent's, or None: every block held (plain ints, so the
+        #: collector has nothing to walk however many blocks there are)
+        self._parents: dict[int, int | None] = {}
+        #: block hash → how many distinct blocks follow it, for blocks that two or more
+        #: follow (a branch); a block held and not a leaf has one otherwise
+        self._followers: dict[int, int] = {}
         #: blocks nothing follows, least recently sent first
         self._leaves: OrderedDict[int, None] = OrderedDict()
         #: Blocks given up to stay within capacity, since creation.
@@ -98,14 +107,14 @@ class PrefixIndex:
     @property
     def held_tokens(self) -> int:
         """Tokens of the distinct blocks held now."""
-        return len(self._nodes) * self.block_size
+        return len(self._parents) * self.block_size
 
     def __len__(self) -> int:
         """Distinct blocks held."""
-        return len(self._nodes)
+        return len(self._parents)
 
     def __contains__(self, block_hash: object) -> bool:
-        return block_hash in self._nodes
+        return block_hash in self._parents
 
     def session(self, prompt: PromptCounter | None = None) -> PrefixSession:
         """A tracker for one session's prompts; drop it when the session ends.
@@ -118,7 +127,7 @@ class PrefixIndex:
 
     def cached_prefix_blocks(self, blocks: Sequence[int]) -> int:
         """How many leading ``blocks`` are held (binary search: held blocks form prefixes)."""
-        nodes = self._nodes
+        nodes = self._parents
         lo, hi = 0, len(blocks)
         while lo < hi:
             mid = (lo + hi) // 2
@@ -131,35 +140,63 @@ class PrefixIndex:
     def record(self, blocks: Sequence[int], start: int = 0) -> None:
         """Record a prompt's block chain as sent; ``blocks[:start]`` must be held already
         (:meth:`cached_prefix_blocks` says how many are). Evicts over capacity."""
-        nodes, leaves = self._nodes, self._leaves
+        parents, leaves = self._parents, self._leaves
         parent = blocks[start - 1] if start > 0 else None
-        for i in range(start, len(blocks)):
-            h = blocks[i]
-            if h not in nodes:
-                nodes[h] = [parent, 0]
-                if parent is not None:
-                    pnode = nodes[parent]
-                    if pnode[1] == 0:
-                        leaves.pop(parent, None)
-                    pnode[1] += 1
-                leaves[h] = None
-            parent = h
+        new = list(blocks[start:])
+        bulk = len(new) > 1 and parents.keys().isdisjoint(new)
+        if bulk:
+            # The usual case, a chain none of whose blocks is held (held blocks form
+            # prefixes; only a 64-bit collision breaks it): built in bulk, each block
+            # followed by the next, the last one a leaf.
+            held = len(parents)
+            parents.update(zip(new, (parent, *new[:-1]), strict=True))
+            if len(parents) != held + len(new):  # a block twice in the chain: undo
+                for h in new:
+                    parents.pop(h, None)
+                bulk = False
+            else:
+                self._follow(parent)
+                parent = new[-1]
+                leaves[parent] = None
+        if not bulk:
+            for h in new:
+                if h not in parents:
+                    parents[h] = parent
+                    self._follow(parent)
+                    leaves[h] = None
+                parent = h
         if parent is not None and parent in leaves:
             leaves.move_to_end(parent)
-        while len(nodes) > self._capacity_blocks:
-            self._evict_one()
+        over = len(parents) - self._capacity_blocks
+        if over > 0:
+            self._evict(over)
 
-    def _evict_one(self) -> None:
-        nodes, leaves = self._nodes, self._leaves
-        h, _ = leaves.popitem(last=False)
-        parent = nodes.pop(h)[0]
-        self.evicted_blocks += 1
-        if parent is not None:
-            pnode = nodes[parent]
-            pnode[1] -= 1
-            if pnode[1] == 0:
+    def _follow(self, parent: int | None) -> None:
+        """``parent`` gains a follower (and is no leaf any more)."""
+        if parent is None:
+            return
+        if parent in self._leaves:
+            del self._leaves[parent]
+        else:
+            self._followers[parent] = self._followers.get(parent, 1) + 1
+
+    def _evict(self, count: int) -> None:
+        """Give up ``count`` leaves, least recently sent first; a parent left without
+        followers becomes a leaf at the front of the queue (so a cold chain goes tail first)."""
+        followers, leaves = self._followers, self._leaves
+        pop_leaf, pop_parent, to_front = leaves.popitem, self._parents.pop, leaves.move_to_end
+        for _ in range(count):
+            h, _ = pop_leaf(last=False)
+            parent = pop_parent(h)
+            if parent is None:
+                continue
+            n = followers.pop(parent, 1) - 1
+            if n > 1:
+                followers[parent] = n
+            elif n == 0:
                 leaves[parent] = None
-                leaves.move_to_end(parent, last=False)
+                to_front(parent, last=False)
+        self.evicted_blocks += count
 
 
 class PrefixSession:
@@ -172,6 +209,12 @@ class PrefixSession:
     :class:`~agentflow.context.ContextBudget` does: count, apply policies, count, then
     observe); when it has not counted since the previous :meth:`observe`, this calls
     its :meth:`~PromptCounter.count` itself.
+
+    **Each message is tokenized once.** Messages are rendered with the shared
+    :class:`PromptCounter`'s :class:`MessageCounter` when it renders as the index's does
+    (the same object, or tiktoken counters of the same encoding and overheads), so a
+    message just counted comes from that counter's cache of recent token ids instead of
+    being tokenized again; otherwise with the index's own counter.
 
     Args:
         index: the fleet-wide index.
@@ -188,6 +231,7 @@ class PrefixSession:
         "_generation",
         "_msg_blocks",
         "_msg_tails",
+        "_render",
         "_seed",
         "_shared",
         "_started",
@@ -201,6 +245,7 @@ class PrefixSession:
         self.index = index
         self._shared = prompt is not None
         self.prompt: PromptCounter = prompt if prompt is not None else index.counter.session()
+        self._render = _renderer(index.counter, self.prompt.counter)
         self._generation = -1
         self._started = False
         # An int seed: Python's hash of ints (and tuples of ints) is the same in every
@@ -242,7 +287,7 @@ class PrefixSession:
         if first < 0 or not self._started:
             # Tool schemas come first in the rendered prompt: everything changes.
             self._started = True
-            start, tail = 0, list(index.counter.render_tools(prompt.tools))
+            start, tail = 0, list(self._render.render_tools(prompt.tools))
             first = 0
             self._msg_blocks.clear()
             self._msg_tails.clear()
@@ -260,17 +305,53 @@ class PrefixSession:
 
     def _extend(self, messages: Sequence[Mapping[str, Any]], tail: list[int]) -> None:
         size = self.index.block_size
-        render = self.index.counter.render
+        render = self._render.render
         blocks = self._blocks
+        append = blocks.append
         h = blocks[-1] if blocks else self._seed
+        if len(tail) >= size:  # the tool schemas, which come first
+            full = len(tail) - len(tail) % size
+            for block in zip(*[islice(tail, 0, full)] * size, strict=False):
+                h = hash((h, *block))
+                append(h)
+            tail = tail[full:]
         msg_blocks, msg_tails = self._msg_blocks, self._msg_tails
         for message in messages:
             msg_blocks.append(len(blocks))
             msg_tails.append(tuple(tail))
-            buf = tail + render(message)
-            full = len(buf) - len(buf) % size
-            for i in range(0, full, size):
-                h = hash((h, *buf[i : i + size]))
-                blocks.append(h)
-            tail = buf[full:]
+            # The message's ids as the counter rendered them: hashed where they lie, never
+            # copied (a 20k-token tool output is 1,250 blocks).
+            ids = render(message)
+            n = len(ids)
+            start = 0
+            if tail:
+                start = size - len(tail)
+                if n < start:
+                    tail = tail + ids
+                    continue
+                h = hash((h, *tail, *ids[:start]))
+                append(h)
+            full = n - (n - start) % size
+            # zip over one iterator, ``size`` times: the blocks as tuples, built in C.
+            for block in zip(*[islice(ids, start, full)] * size, strict=False):
+                h = hash((h, *block))
+                append(h)
+            tail = ids[full:]
         self._tail = tail
+
+
+def _renderer(own: MessageCounter, theirs: MessageCounter) -> MessageCounter:
+    """The counter a tracker renders with: ``theirs`` (the shared :class:`PromptCounter`'s,
+    whose cache holds the ids of the message it just counted) when it renders every message
+    into the same ids as the index's ``own``, else ``own``."""
+    if theirs is own:
+        return own
+    a, b = own.counter, theirs.counter
+    same = (
+        type(a) is TiktokenCounter
+        and type(b) is TiktokenCounter
+        and a.name == b.name
+        and (own.per_message, own.per_name, own.per_image)
+        == (theirs.per_message, theirs.per_name, theirs.per_image)
+    )
+    return theirs if same else own

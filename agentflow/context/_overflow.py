@@ -210,23 +210,38 @@ class TruncateToolOutputs:
     """Cuts tool results longer than ``max_tokens`` to their first ``max_tokens`` tokens.
 
     A marker replaces what was cut and says how much (``[… 1,234 tokens of tool output
-    cut …]``). Results are cut oldest first, and only until the prompt fits, unless
-    ``all`` is set; an already-cut result is not cut again.
+    cut …]``). A result is cut once and never touched again, so once cut it stays
+    byte-identical on every later turn.
+
+    **Every long result at once, by default.** When it runs, it cuts every long result
+    but the newest ``keep_last``: one rewrite, after which the prompt is far inside the
+    window and grows append-only — the server's prefix cache hits all of it — until
+    the next overflow, whose first cut comes after everything cut before. Cutting only
+    until the prompt fits (``all=False``) loses less output, but near the window a
+    session then overflows again on nearly every turn, and each turn cuts an older
+    result than the ones sent since: the cache misses from there on (on the simulator,
+    5% of the prompt tokens cached after the first overflow, against 94% by default;
+    ``tests/context/test_truncation_cache.py``, ``benchmarks/token_accounting.py``).
+
+    **Cost.** A result's length comes from its message's cached count, and only heads of
+    it are tokenized to find the cut, so a cut costs O(``max_tokens``) whatever the
+    output's size.
 
     Args:
         max_tokens: the most tokens a tool result keeps (the marker not counted).
         keep_last: the most recent tool results left whole (0: none is spared).
-        all: cut every long result, not just until the prompt fits (each result is then
-            cut once, at the first overflow, and the history after it stays stable).
+        all: cut every long result whenever it runs (default); ``False`` cuts oldest
+            first, only until the prompt fits.
         marker: the text put where output was cut; ``{cut}`` becomes the token count.
     """
 
     max_tokens: int = 512
     keep_last: int = 0
-    all: bool = False
+    all: bool = True
     marker: str = "\n[… {cut:,} tokens of tool output cut …]"
     name: str = "truncate_tool_outputs"
     _cut_already: re.Pattern[str] = field(init=False, repr=False, compare=False)
+    _marker_room: int = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_count("TruncateToolOutputs", "max_tokens", self.max_tokens, 1)
@@ -238,21 +253,25 @@ class TruncateToolOutputs:
             )
         head, _, rest = self.marker.partition("{cut")
         tail = rest.partition("}")[2]
-        pattern = re.compile(re.escape(head) + r"[0-9,._ ]+" + re.escape(tail) + r"\Z")
+        pattern = re.compile(re.escape(head) + r"[0-9,._ ]{1,40}" + re.escape(tail) + r"\Z")
         object.__setattr__(self, "_cut_already", pattern)
+        # A marker is at most this long: only the end of an output is searched for one.
+        object.__setattr__(self, "_marker_room", len(head) + 40 + len(tail))
 
     def was_cut(self, content: str) -> bool:
         """Whether ``content`` already ends with this policy's marker."""
-        return self._cut_already.search(content) is not None
+        return (
+            self._cut_already.search(content, max(0, len(content) - self._marker_room)) is not None
+        )
 
     async def __call__(self, view: OverflowView) -> bool:
         """Cut long tool results; return whether any was cut."""
         est = view.estimator
+        messages = view.messages
         indices = [
             i
-            for i in range(view.pinned, len(view.messages))
-            if view.messages[i].get("role") == "tool"
-            and isinstance(view.messages[i].get("content"), str)
+            for i in range(view.pinned, len(messages))
+            if messages[i].get("role") == "tool" and isinstance(messages[i].get("content"), str)
         ]
         if self.keep_last:
             indices = indices[: -self.keep_last]
@@ -261,17 +280,19 @@ class TruncateToolOutputs:
         for i in indices:
             if not self.all and tokens <= view.limit:
                 break
-            msg = view.messages[i]
+            msg = messages[i]
             content: str = msg["content"]
-            if self.was_cut(content):
+            before = est.message(msg)  # counted when it was appended: a cache hit
+            if before <= self.max_tokens or self.was_cut(content):
                 continue
-            n = est.text(content)
+            # The output's own tokens, without tokenizing it again: the message less
+            # the same message with nothing in it.
+            n = before - est.message({**msg, "content": ""})
             if n <= self.max_tokens:
                 continue
             head = est.cut(content, self.max_tokens)
             cut = n - est.text(head)
-            before = est.message(msg)
-            view.messages[i] = {**msg, "content": head + self.marker.format(cut=cut)}
-            tokens -= before - est.message(view.messages[i])
+            messages[i] = {**msg, "content": head + self.marker.format(cut=cut)}
+            tokens -= before - est.message(messages[i])
             changed = True
         return changed

@@ -174,13 +174,42 @@ def test_random_histories_match_a_recount_and_the_index_stays_consistent(share: 
             linear += 1
         assert s.observe(msgs, tools) == linear * 8
         assert s.blocks == blocks_before
-        nodes = index._nodes
-        assert len(nodes) <= 300
-        for node in nodes.values():
-            assert node[0] is None or node[0] in nodes  # whole prefixes only
-        leaves = {h for h, node in nodes.items() if node[1] == 0}
-        assert leaves == set(index._leaves)
+        assert len(index) <= 300
+        _tree(index)  # whole prefixes only, follower counts and leaves exact
     assert index.evicted_blocks > 0
+
+
+def _tree(index: PrefixIndex) -> tuple[dict[int, int | None], set[int]]:
+    """The index's parents and leaves, after checking its follower counts and leaves."""
+    parents = dict(index._parents)
+    followers: dict[int, int] = {}
+    for parent in parents.values():
+        assert parent is None or parent in parents
+        if parent is not None:
+            followers[parent] = followers.get(parent, 0) + 1
+    assert {h: n for h, n in followers.items() if n > 1} == index._followers
+    leaves = set(parents) - set(followers)
+    assert leaves == set(index._leaves)
+    return parents, leaves
+
+
+def test_record_builds_chains_in_bulk_and_falls_back_on_odd_ones() -> None:
+    """A fresh chain is recorded in one go; a chain that repeats a block (or meets a held
+    one: a 64-bit collision) is recorded block by block, and the tree stays whole."""
+    index = PrefixIndex(_counter(), block_size=4)
+    index.record([10, 11, 12])
+    assert _tree(index) == ({10: None, 11: 10, 12: 11}, {12})
+    index.record([10, 11, 13, 14], start=2)  # a branch after 11
+    assert _tree(index) == ({10: None, 11: 10, 12: 11, 13: 11, 14: 13}, {12, 14})
+    index.record([20, 21, 20, 22])  # 20 twice: the second is taken as held
+    parents, leaves = _tree(index)
+    assert parents[21] == 20 and parents[22] == 20 and leaves == {12, 14, 21, 22}
+    index.record([30, 12, 31])  # 12 is held already (a collision): kept as it was
+    parents, leaves = _tree(index)
+    assert parents[12] == 11 and parents[31] == 12 and parents[30] is None
+    assert leaves == {14, 21, 22, 30, 31}
+    index._evict(len(index))  # everything goes, leaves first, without a dangling parent
+    assert len(index) == 0 and not index._followers and not index._leaves
 
 
 def test_eviction_gives_up_cold_tails_first() -> None:

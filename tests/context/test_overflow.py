@@ -121,11 +121,21 @@ def test_drop_oldest_config_errors() -> None:
 # --- truncate tool outputs ----------------------------------------------------------------
 
 
-async def test_truncate_cuts_long_outputs_with_a_marker_oldest_first() -> None:
+async def test_truncate_cuts_every_long_output_with_a_marker() -> None:
+    msgs = conversation(3, output_words=300)
+    v = view(msgs, limit=1000)
+    assert await TruncateToolOutputs(max_tokens=20)(v)
+    tools = [m["content"] for m in msgs if m["role"] == "tool"]
+    # By default every long result is cut at once (not only until the prompt fits).
+    assert tools == [words(20) + "\n[… 280 tokens of tool output cut …]"] * 4
+    assert check_pairing(msgs) is None and len(msgs) == 9
+
+
+async def test_truncate_not_all_cuts_oldest_first_until_it_fits() -> None:
     msgs = conversation(3, output_words=300)
     v = view(msgs, limit=1000)
     before = v.tokens()
-    assert await TruncateToolOutputs(max_tokens=20)(v)
+    assert await TruncateToolOutputs(max_tokens=20, all=False)(v)
     assert v.tokens() <= 1000 < before
     tools = [m for m in msgs if m["role"] == "tool"]
     assert tools[0]["content"].startswith(words(20) + "\n[… 280 tokens of tool output cut …]")

@@ -61,10 +61,11 @@ class RetryPolicy:
         retry_protocol_errors: also retry malformed or unfinished streams.
         failover: send the retry to another healthy replica when there is one.
         give_up_after_s: while every replica is down (each one's circuit breaker open or
-            judging it failing), the longest a turn keeps retrying: no attempt starts
-            later than this after its first attempt began, and a wait that would end
-            later is not taken — the turn fails at once with ``AllReplicasDown``.
-            ``None``: only ``max_attempts`` bounds it.
+            judging it failing), the longest a turn keeps retrying, counted from its
+            first attempt: a wait that would end later is not taken — the turn fails at
+            once with ``AllReplicasDown`` — and a wait chosen before the fleet went down
+            is cut short then, for one last attempt. ``None``: only ``max_attempts``
+            bounds it.
     """
 
     max_attempts: int = 4

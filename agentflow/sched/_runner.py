@@ -147,14 +147,28 @@ class TurnRunner:
                 on_retry(ticket, record)
 
         give_up: Callable[[RetryCallState], bool] | None = None
+        sleep = self._sleep
         if policy.give_up_after_s is not None:
             limit = started + int(policy.give_up_after_s * 1e9)
 
             def give_up(state: RetryCallState) -> bool:
+                """While every replica is down, no attempt starts at or after the limit."""
                 next_ns = clock() + int(state.upcoming_sleep * 1e9)
-                return next_ns > limit and scheduler.all_down()
+                return next_ns >= limit and scheduler.all_down()
 
-        retrying = policy.retrying(sleep=self._sleep, before_sleep=before_sleep, stop=give_up)
+            async def sleep(seconds: float) -> None:
+                """A wait chosen before the fleet went down is cut at the limit if it has:
+                one last attempt goes then (and ``give_up`` stops after it fails)."""
+                before_limit = (limit - clock()) * 1e-9
+                if seconds <= before_limit:
+                    await self._sleep(seconds)
+                    return
+                if before_limit > 0:
+                    await self._sleep(before_limit)
+                if not scheduler.all_down():
+                    await self._sleep(seconds - max(before_limit, 0.0))
+
+        retrying = policy.retrying(sleep=sleep, before_sleep=before_sleep, stop=give_up)
         try:
             trace: TurnTrace = await retrying(attempt)
         except TransportError as exc:

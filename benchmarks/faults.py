@@ -26,6 +26,8 @@ Usage::
     python benchmarks/faults.py --legacy   # also the old breaker (several minutes more)
     python benchmarks/faults.py --quick    # smoke run (< 1 min); writes nothing
     python benchmarks/faults.py --no-write
+    python benchmarks/faults.py --save F   # also keep the measurements in F (pickle)
+    python benchmarks/faults.py --render F # rewrite the section from F, measuring nothing
 
 Only the block between ``<!-- faults:start -->`` and ``<!-- faults:end -->`` in
 ``docs/reliability.md`` is replaced.
@@ -39,6 +41,7 @@ import contextlib
 import datetime as dt
 import json
 import os
+import pickle
 import signal
 import statistics
 import sys
@@ -69,7 +72,7 @@ from agentflow import (
     TurnTrace,
 )
 from agentflow._process import ChildServer, free_port
-from agentflow.sched import _replica
+from agentflow.sched import ReplicaState, _replica
 from agentflow.sim.faults import FAULT_KINDS
 from agentflow.transport import Endpoint, HTTPTransport
 from agentflow.typing import Clock
@@ -211,8 +214,8 @@ class Run:
     errors: Counter[str] = field(default_factory=Counter)
     #: Seconds from the start to the last session's end; ``None``: the cap ended the run.
     end_s: float | None = None
-    #: The median session's end (seconds from the start; the cap for those that did not).
-    median_end_s: float = 0.0
+    #: The median session's end, seconds from the start (``None``: it did not end).
+    median_end_s: float | None = None
     ended: int = 0
     kill_s: float | None = None
     #: Sessions completed before the kill.
@@ -327,6 +330,7 @@ async def drive(sc: Scenario, breaker: str, rep: int, children: list[ChildServer
     ends: dict[str, tuple[float, SessionResult]] = {}
     turns_ended = 0
     kill_task: list[asyncio.Task[None]] = []
+    states: list[ReplicaState] = []
     loop = asyncio.get_running_loop()
     t0 = time.perf_counter()
     http = aiohttp.ClientSession()
@@ -341,6 +345,8 @@ async def drive(sc: Scenario, breaker: str, rep: int, children: list[ChildServer
 
     def on_event(event: Event) -> None:
         nonlocal turns_ended
+        if not states and fleet._scheduler is not None:  # to read breakers after a cut
+            states.extend(fleet._scheduler.replicas)
         if isinstance(event, TurnEndEvent):
             turns_ended += 1
             if run.kill_s is None:
@@ -351,7 +357,8 @@ async def drive(sc: Scenario, breaker: str, rep: int, children: list[ChildServer
                 kill_task.append(loop.create_task(kill()))
         elif isinstance(event, RetryEvent):
             run.retries += 1
-        elif isinstance(event, SessionEndEvent):
+        elif isinstance(event, SessionEndEvent) and event.result.status != "cancelled":
+            # (cancelled: the run's cap cut it, so it did not end)
             ends[event.session_id] = (time.perf_counter() - t0, event.result)
 
     threshold = NO_BREAKER if breaker == "none" else 5
@@ -365,8 +372,9 @@ async def drive(sc: Scenario, breaker: str, rep: int, children: list[ChildServer
         result = await asyncio.wait_for(fleet.run(sessions), CAP_S)
         run.opened = sum(r.breaker_opened for r in result.replicas)
         run.held = sum(r.breaker_held for r in result.replicas)
-    except TimeoutError:
-        pass
+    except TimeoutError:  # cut at the cap: read the breakers directly
+        run.opened = sum(st.breaker.opened for st in states) if states else None
+        run.held = sum(st.breaker.held for st in states) if states else None
     finally:
         if kill_task:
             await kill_task[0]
@@ -379,7 +387,10 @@ async def drive(sc: Scenario, breaker: str, rep: int, children: list[ChildServer
     run.missing, run.doubled = verifier.missing, verifier.doubled
     run.ended = len(ends)
     run.end_s = max(t for t, _ in ends.values()) if len(ends) == n else None
-    run.median_end_s = statistics.median([t for t, _ in ends.values()] + [CAP_S] * (n - len(ends)))
+    if 2 * len(ends) > n:  # else the median session did not end before the cap
+        run.median_end_s = statistics.median(
+            [t for t, _ in ends.values()] + [CAP_S] * (n - len(ends))
+        )
     for _, r in ends.values():
         run.turns += len(r.turns)
         if r.status == "completed":
@@ -416,7 +427,8 @@ def run_one(sc: Scenario, breaker: str, rep: int, n: int) -> Run:
 
 def _progress(r: Run) -> None:
     end = f"{r.end_s:.1f} s" if r.end_s is not None else f"not all ended in {CAP_S:g} s ({r.ended})"
-    kill = f", killed at {r.kill_s:.1f} s, {r.after_kill_s or 0:.1f} s after" if r.kill_s else ""
+    after = f"{r.after_kill_s:.1f} s after" if r.after_kill_s is not None else "not all ended"
+    kill = f", killed at {r.kill_s:.1f} s, {after}" if r.kill_s else ""
     print(
         f"  {r.scenario:5} {r.breaker:6} rep {r.rep}: {r.completed}/{r.sessions} completed, "
         f"ended {end}{kill}; errors {dict(r.errors)}; retries {r.retries}; "
@@ -526,6 +538,27 @@ def _plain(runs: Sequence[Run], attr: str) -> str:
     return _time_cell(runs, attr).replace("**", "")
 
 
+def _legacy_text(legacy: Sequence[Run], none: Sequence[Run], kill: bool) -> str:
+    (r,) = legacy[:1]
+    opened = f"; its breaker opened {r.opened} times" if r.opened is not None else ""
+    if r.end_s is None:
+        when = f"{CAP_S - (r.kill_s or 0.0):.0f} s after the kill" if kill else f"after {CAP_S:g} s"
+        return (
+            f" The old breaker (one run): {when}, {r.ended:,} of {r.sessions:,} sessions had"
+            f" ended, and the run was cut{opened} — turns waited on its open breaker, whose"
+            " cooldown doubles up to 60 s, and only its probes used retry attempts."
+        )
+    base = {b.rep: b for b in none}.get(r.rep)
+    if kill:
+        return f" The old breaker (one run): {r.after_kill_s:.1f} s after the kill{opened}."
+    ratio = (
+        f", {r.end_s / base.end_s:.2f}× the no-breaker run of its repetition"
+        if (base is not None and base.end_s)
+        else ""
+    )
+    return f" The old breaker (one run): {r.end_s:.1f} s{ratio}{opened}."
+
+
 def findings(runs: list[Run], scenarios: Sequence[Scenario]) -> str:
     out = []
     for sc in scenarios:
@@ -536,13 +569,18 @@ def findings(runs: list[Run], scenarios: Sequence[Scenario]) -> str:
             continue
         if not sc.kill:
             held = sum(r.held or 0 for r in rate)
+            same = all(
+                a.attempts_client == b.attempts_client for a in rate for b in none if a.rep == b.rep
+            )
             text = (
                 f"*{sc.label}.* With the default breaker "
                 f"{_med([r.completed for r in rate]):,.0f} of {rate[0].sessions:,} sessions "
                 f"completed (median) and the fleet ended in {_plain(rate, 'end_s')} s; with "
                 f"none, {_med([r.completed for r in none]):,.0f} in {_plain(none, 'end_s')} s: "
-                f"{_ratio_cell(rate, none, 'end_s')} the no-breaker time, pair by pair. "
-                f"Over {len(rate)} runs the breaker opened {sum(r.opened or 0 for r in rate)} "
+                f"{_ratio_cell(rate, none, 'end_s')} the no-breaker time, pair by pair "
+                f"({_ratio_cell(rate, none, 'median_end_s')} for a session's median end). "
+                f"Over {len(rate)} run{'s' if len(rate) > 1 else ''} the breaker opened "
+                f"{sum(r.opened or 0 for r in rate)} "
                 f"times and was held closed {held:,} times"
             )
             text += (
@@ -551,48 +589,64 @@ def findings(runs: list[Run], scenarios: Sequence[Scenario]) -> str:
                 if held
                 else "."
             )
-            if legacy:
-                ratio = _ratio_cell(legacy, none, "end_s")
-                opened = [float(r.opened) for r in legacy if r.opened is not None]
-                text += f" The old breaker: {_plain(legacy, 'end_s')} s" + (
-                    f", {ratio} the no-breaker time" if ratio != "–" else ""
+            if same:
+                text += (
+                    " Both sent exactly the same number of requests: the same requests, so the"
+                    " time differences are the machine's noise and the retries' jitter."
                 )
-                if opened:
-                    text += f"; it opened {_med(opened):.0f} times a run (median)"
-                text += "."
+            if legacy:
+                text += _legacy_text(legacy, none, kill=False)
         else:
             failed = sum(sum(r.errors.values()) for r in rate)
             downs = sum(r.errors.get("AllReplicasDown", 0) for r in rate)
             bad = sum(r.bad_down for r in rate + none)
+            before = sum(r.completed_before_kill for r in rate)
             text = (
                 f"*{sc.label}.* After the kill every session ended, the last one "
                 f"{_plain(rate, 'after_kill_s')} s after it with the default breaker and "
                 f"{_plain(none, 'after_kill_s')} s with none. With the breaker, {downs:,} of "
                 f"the {failed:,} sessions that failed (all runs) failed with `AllReplicasDown`"
-                f" ({bad} without every replica's name). No turn waited on a breaker: each"
-                f" spent its {KILLED_POLICY.max_attempts} attempts (connection refused at once,"
-                " jittered backoff of at most 0.5 + 1 + 2 s) and failed. Without a breaker"
-                " nothing judges the fleet down, and each fails with its own last error."
+                f" ({bad} without every replica's name)"
+                + (
+                    "; the others failed before the kill, their attempts spent on injected"
+                    " faults while the fleet was up"
+                    if failed > downs
+                    else ""
+                )
+                + f". {before:,} sessions had completed before the kill. No turn waited on a"
+                f" breaker: each spent its {KILLED_POLICY.max_attempts} attempts (connection"
+                " refused at once, jittered backoff of at most 0.5 + 1 + 2 s) and failed."
+                " Without a breaker nothing judges the fleet down, and each session fails"
+                " with its own last error."
             )
             if legacy:
-                text += f" The old breaker: {_plain(legacy, 'after_kill_s')} s after the kill."
+                text += _legacy_text(legacy, none, kill=True)
         out.append(text)
     return "\n\n".join(out)
 
 
-def section(
-    runs: list[Run],
-    scenarios: Sequence[Scenario],
-    breakers: Sequence[str],
-    argv: list[str],
-    reps: int,
-    n: int,
-) -> str:
-    when = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+@dataclass(slots=True)
+class Measured:
+    """Everything a section is written from (``--save`` keeps it, ``--render`` reads it)."""
+
+    runs: list[Run]
+    breakers: list[str]
+    argv: list[str]
+    reps: int
+    sessions: int
+    machine: str
+    when: str = field(
+        default_factory=lambda: dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    )
+
+
+def section(m: Measured) -> str:
+    runs, breakers, argv, reps, n, when = m.runs, m.breakers, m.argv, m.reps, m.sessions, m.when
+    scenarios = SCENARIOS
     cmd = " ".join(["python benchmarks/faults.py", *argv])
     kinds = ", ".join(f"`{k}`" for k in FAULT_KINDS)
     return f"""{START}
-Measured {when} on {_common.machine(("agentflow", "aiohttp", "tenacity"))}.
+Measured {when} on {m.machine}.
 Command: `{cmd}`; {reps} repetitions of every row (the old breaker's, if any: one),
 rows alternating within each.
 
@@ -648,7 +702,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--legacy", action="store_true", help="also the breaker before issue 12 (first rep only)"
     )
     p.add_argument("--scenarios", default=",".join(s.key for s in SCENARIOS))
+    p.add_argument("--save", metavar="FILE", help="also pickle the measurements to FILE")
+    p.add_argument(
+        "--render", metavar="FILE", help="measure nothing: write the section from a --save FILE"
+    )
     args = p.parse_args(argv)
+    if args.render:
+        with open(args.render, "rb") as f:
+            saved: Measured = pickle.load(f)
+        _common.write_section(NAME, section(saved), DOC)
+        print(f"wrote the {NAME} section of {DOC.relative_to(_common.ROOT)}")
+        return
     q = args.quick
     reps = args.reps or (1 if q else 2)
     n = args.sessions or (100 if q else 1000)
@@ -673,7 +737,15 @@ def main(argv: Sequence[str] | None = None) -> None:
         print("not writing docs: a full run needs every scenario")
         return
     given = list(sys.argv[1:] if argv is None else argv)
-    _common.write_section(NAME, section(runs, scenarios, breakers, given, reps, n), DOC)
+    if args.save:  # not part of what was measured
+        i = given.index("--save")
+        given = given[:i] + given[i + 2 :]
+    machine = _common.machine(("agentflow", "aiohttp", "tenacity"))
+    measured = Measured(runs, breakers, given, reps, n, machine)
+    if args.save:
+        with open(args.save, "wb") as f:
+            pickle.dump(measured, f)
+    _common.write_section(NAME, section(measured), DOC)
     print(f"wrote the {NAME} section of {DOC.relative_to(_common.ROOT)}")
 
 

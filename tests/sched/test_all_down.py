@@ -19,7 +19,9 @@ from collections.abc import Iterator
 
 from agentflow import (
     Agent,
+    AiohttpTransport,
     AllReplicasDown,
+    ChatRequest,
     ConnectError,
     Event,
     Fleet,
@@ -30,6 +32,7 @@ from agentflow import (
     RetryPolicy,
     ServerError,
     SessionEndEvent,
+    Timeouts,
     TransportError,
     TurnEndEvent,
 )
@@ -270,3 +273,34 @@ async def test_a_killed_server_process_ends_every_session() -> None:
     assert turns >= 20
     for err in downs:
         assert isinstance(err.replicas["sim"], TransportError)
+
+
+def test_a_refused_connection_leaves_no_idle_watchdog_behind() -> None:
+    """Every attempt on a dead server arms the transport's idle watchdog before it
+    connects; a refused connection must disarm it, or each failed attempt leaves a timer
+    that fires ``idle`` seconds later on a finished timeout and raises in the loop
+    (thousands of them in a fleet whose server died). On the virtual clock, well past
+    the idle limit, the loop's exception handler saw nothing."""
+
+    async def main() -> tuple[list[TransportError], list[dict[str, object]]]:
+        loop = asyncio.get_running_loop()
+        seen: list[dict[str, object]] = []
+        loop.set_exception_handler(lambda _, ctx: seen.append(ctx))
+        sim = RecordingSim()
+        await sim.server.start()
+        base = sim.base_url
+        await sim.server.stop()
+        errors: list[TransportError] = []
+        for make in (HTTPTransport, AiohttpTransport):
+            async with make(base, timeouts=Timeouts(idle=1.0), clock=loop_clock) as transport:
+                for _ in range(3):
+                    try:
+                        await transport.stream(ChatRequest(model="m", messages=[]))
+                    except TransportError as exc:
+                        errors.append(exc)
+        await asyncio.sleep(5.0)  # past every idle limit
+        return errors, seen
+
+    errors, seen = run_virtual(main())
+    assert len(errors) == 6 and all(isinstance(e, ConnectError) for e in errors)
+    assert seen == []

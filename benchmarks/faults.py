@@ -114,7 +114,7 @@ POLICY = RetryPolicy(max_attempts=8, retry_protocol_errors=True)
 #: With every replica killed: the defaults (4 attempts, ``give_up_after_s`` 120 s), every
 #: injected kind retried.
 KILLED_POLICY = RetryPolicy(retry_protocol_errors=True)
-NO_BREAKER = 10**6  # a breaker threshold no run reaches
+NO_BREAKER = 10**6  # a breaker threshold no run reaches (the docs say 10**6)
 BREAKERS = {
     "rate": "default (rate over 20 outcomes, last closed held)",
     "none": "none",
@@ -329,19 +329,29 @@ async def drive(sc: Scenario, breaker: str, rep: int, children: list[ChildServer
     verifier = Verifier({t.endpoint: p for t, p in zip(transports, ports, strict=True)})
     ends: dict[str, tuple[float, SessionResult]] = {}
     turns_ended = 0
-    kill_task: list[asyncio.Task[None]] = []
+    kill_due = asyncio.Event()
     states: list[ReplicaState] = []
-    loop = asyncio.get_running_loop()
     t0 = time.perf_counter()
     http = aiohttp.ClientSession()
 
-    async def kill() -> None:
-        await verifier.drain(http)  # the records die with the servers: check first
-        for c in children:  # no await from the drain's end to here: no turn ends between
+    async def checker() -> None:
+        """In the killed runs: check finished turns as they come, so that few are left
+        when the kill is due; then kill once none is pending — the records die with the
+        servers — with no await between the last check and the kill, so no turn ends
+        unchecked in between."""
+        while True:
+            await verifier.drain(http)
+            if kill_due.is_set():
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(kill_due.wait(), 0.2)
+        for c in children:
             if c.pid is not None:
                 os.kill(c.pid, signal.SIGKILL)
         run.kill_s = time.perf_counter() - t0
         run.completed_before_kill = sum(1 for _, r in ends.values() if r.status == "completed")
+
+    checking = asyncio.get_running_loop().create_task(checker()) if sc.kill else None
 
     def on_event(event: Event) -> None:
         nonlocal turns_ended
@@ -353,8 +363,8 @@ async def drive(sc: Scenario, breaker: str, rep: int, children: list[ChildServer
                 verifier.add(event.trace)
             else:
                 run.unverified += 1
-            if sc.kill and not kill_task and turns_ended >= KILL_AT * 2 * n:
-                kill_task.append(loop.create_task(kill()))
+            if sc.kill and turns_ended >= KILL_AT * 2 * n:
+                kill_due.set()
         elif isinstance(event, RetryEvent):
             run.retries += 1
         elif isinstance(event, SessionEndEvent) and event.result.status != "cancelled":
@@ -376,8 +386,9 @@ async def drive(sc: Scenario, breaker: str, rep: int, children: list[ChildServer
         run.opened = sum(st.breaker.opened for st in states) if states else None
         run.held = sum(st.breaker.held for st in states) if states else None
     finally:
-        if kill_task:
-            await kill_task[0]
+        if checking is not None:
+            kill_due.set()  # a run that ended before the kill was due still ends with one
+            await checking
         for t in transports:
             await t.aclose()
     if not sc.kill:
@@ -486,6 +497,8 @@ def _checks_cell(runs: Sequence[Run]) -> str:
 
 
 def _attempts_cell(runs: Sequence[Run]) -> str:
+    if any(r.end_s is None for r in runs):  # cut at the cap: not every attempt is known
+        return "–"
     if any(r.attempts_server is None for r in runs):
         return f"{_med([r.attempts_client for r in runs]):,.0f} (client)"
     same = all(r.attempts_server == r.attempts_client for r in runs)
@@ -668,8 +681,8 @@ the defaults (full-jitter backoff from 0.5 s, `give_up_after_s={POLICY.give_up_a
 so that every injected kind is retried and the attempt budget rarely ends a session;
 in the killed runs the default `RetryPolicy(retry_protocol_errors=True)`
 ({KILLED_POLICY.max_attempts} attempts). *Breakers*: the default
-`Replica()` breaker; "none" is `Replica(breaker_threshold={NO_BREAKER:,})`, a threshold
-no run reaches; "before issue 12" (only with `--legacy`) is a subclass
+`Replica()` breaker; "none" is `Replica(breaker_threshold=10**6)`, a threshold no run
+reaches; "before issue 12" (only with `--legacy`) is a subclass
 configured as the old breaker was — it opens after 5 failures in a row, in the order
 requests end, even on the last replica. *Killed*: once {KILL_AT:.0%} of the turns have
 ended, every server process gets SIGKILL; "after the kill" runs from then to the last
@@ -683,9 +696,9 @@ truth*: every finished turn's response id is looked up on its server (`GET
 /agentflow/requests/{{id}}`); its prompt and completion tokens (the usage the client
 kept, and the tokens the client counted chunk by chunk) must equal the server's record,
 the record must be finished, and no (server, id) may appear twice. In the killed runs
-the turns that ended before the kill are checked just before it (the check runs, then
-the kill, with no await between); turns that complete after it are counted as
-unchecked. A session's error is the one on its `SessionResult`.
+finished turns are checked as they come, and the kill is sent as soon as none is
+waiting to be checked (no await between the last check and the kill); turns that
+complete after it are counted as unchecked. A session's error is the one on its `SessionResult`.
 {END}"""
 
 

@@ -517,7 +517,7 @@ def _breaker_cell(runs: Sequence[Run]) -> str:
 
 def table(runs: list[Run], scenarios: Sequence[Scenario], breakers: Sequence[str]) -> str:
     head = (
-        "| scenario | breaker | completed, of 1 run (median) | failed sessions: error (all runs) "
+        "| scenario | breaker | sessions completed (median) | failed sessions: error (all runs) "
         "| time to end, s: median (min–max) | × no breaker (paired, median (min–max)) "
         "| a session's median end, s | × no breaker "
         "| after the kill, s: median (min–max) | × no breaker | attempts: client (vs server) "
@@ -626,7 +626,8 @@ def findings(runs: list[Run], scenarios: Sequence[Scenario]) -> str:
                     if failed > downs
                     else ""
                 )
-                + f". {before:,} sessions had completed before the kill. No turn waited on a"
+                + f". {before:,} sessions (all runs) had completed before the kill. No turn"
+                " waited on a"
                 f" breaker: each spent its {KILLED_POLICY.max_attempts} attempts (connection"
                 " refused at once, jittered backoff of at most 0.5 + 1 + 2 s) and failed."
                 " Without a breaker nothing judges the fleet down, and each session fails"

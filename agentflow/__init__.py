@@ -10,6 +10,7 @@ a :class:`TurnTrace` → :class:`TurnMetrics` → :data:`Event` callbacks.
 from agentflow._agent import Agent
 from agentflow._errors import (
     AgentflowError,
+    AllReplicasDown,
     APIStatusError,
     BadRequestError,
     BudgetExceeded,
@@ -130,6 +131,7 @@ __all__ = [
     "Agent",
     "AgentflowError",
     "AiohttpTransport",
+    "AllReplicasDown",
     "AttemptDiscardedEvent",
     "BadRequestError",
     "BudgetEvent",

@@ -16,7 +16,8 @@ to act on it as attributes, never only in its message::
     │   │   │                              also a ContextOverflow (``.tokens``, ``.limit``)
     │   │   ├── RateLimitError  429
     │   │   └── ServerError     5xx, or an error object sent inside the stream
-    │   └── StreamTimeout       a time limit ran out; ``.phase``, ``.timeout_s``, ``.trace``
+    │   ├── StreamTimeout       a time limit ran out; ``.phase``, ``.timeout_s``, ``.trace``
+    │   └── AllReplicasDown     every replica is failing; ``.replicas`` (name → last error)
     ├── ToolError               a tool raised or got arguments it cannot take; ``.tool``
     │   └── ToolTimeout         a tool call ran past its limit; ``.timeout_s``
     ├── MaxTurnsExceeded        a session used ``max_turns`` without a final answer
@@ -29,6 +30,8 @@ A failed session never raises out of :meth:`Fleet.run`: its error is kept on its
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentflow._redact import display_url, redact, redact_bytes, redact_data
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APIStatusError",
     "AgentflowError",
+    "AllReplicasDown",
     "BadRequestError",
     "BudgetExceeded",
     "ConfigError",
@@ -214,6 +218,40 @@ class StreamTimeout(_WithTrace):
         super().__init__(message, endpoint=endpoint, trace=trace)
         self.phase = phase
         self.timeout_s = timeout_s
+
+
+_USERINFO = re.compile(r"(?<=//)[^/@\s]*@")
+
+
+def _no_userinfo(text: str) -> str:
+    """``text`` with the ``user:password@`` part of any URL in it removed."""
+    return _USERINFO.sub("", text)
+
+
+class AllReplicasDown(TransportError):
+    """A turn failed while every replica was down (its circuit breaker open, or judging
+    it failing), so no replica was left to retry on.
+
+    Raised from the turn's own last error (its ``__cause__``). Never retried.
+
+    Attributes:
+        replicas: each replica's name → the last error that blamed it (``None`` if it
+            has none on record). Names and messages carry no URL credentials.
+    """
+
+    def __init__(
+        self, replicas: Mapping[str, TransportError | None], *, endpoint: str | None = None
+    ) -> None:
+        self.replicas = {_no_userinfo(name): err for name, err in replicas.items()}
+        parts = [
+            f"{name!r} ({_no_userinfo(f'{type(err).__name__}: {err}') if err else 'no error'})"
+            for name, err in self.replicas.items()
+        ]
+        n = len(parts)
+        super().__init__(
+            f"all {n} replica{'s' if n != 1 else ''} down: " + "; ".join(parts),
+            endpoint=_no_userinfo(endpoint) if endpoint else endpoint,
+        )
 
 
 class ToolError(AgentflowError):

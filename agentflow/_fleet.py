@@ -40,6 +40,8 @@ class ReplicaStats:
         failures: requests that failed on it in a way that blames it.
         peak_in_flight: the most requests it streamed at once.
         breaker_opened: how many times its circuit breaker took it out of rotation.
+        breaker_held: how many times its breaker would have opened but was held closed,
+            being the last closed one (the router would have had nowhere to send).
     """
 
     name: str
@@ -47,6 +49,7 @@ class ReplicaStats:
     failures: int
     peak_in_flight: int
     breaker_opened: int
+    breaker_held: int = 0
 
     @classmethod
     def of(cls, state: ReplicaState) -> ReplicaStats:
@@ -57,6 +60,7 @@ class ReplicaStats:
             failures=state.failures,
             peak_in_flight=state.peak_in_flight,
             breaker_opened=state.breaker.opened,
+            breaker_held=state.breaker.held,
         )
 
 

@@ -26,6 +26,7 @@ between its own `<!-- NAME:start -->` and `<!-- NAME:end -->` markers; a full ru
 rewrites only its own section, with the machine, the date and the numbers it measured.
 Run them all with `scripts/bench` (arguments are passed to every benchmark), or one
 with `python benchmarks/NAME.py`; `--quick` is a short smoke run that writes nothing.
+`benchmarks/faults.py` writes its section into `docs/reliability.md` instead.
 """
 
 
@@ -53,14 +54,15 @@ def machine(libs: Sequence[str] = ("agentflow",)) -> str:
     return f"{ncpu} CPUs ({cpu}), {platform.system()} {platform.release()}, {py}; {versions}"
 
 
-def write_section(name: str, text: str) -> None:
-    """Put ``text`` (which starts and ends with ``name``'s markers) into the document."""
+def write_section(name: str, text: str, doc: Path = DOC) -> None:
+    """Put ``text`` (which starts and ends with ``name``'s markers) into ``doc``
+    (``docs/benchmarks.md`` unless a benchmark documents itself elsewhere)."""
     start, end = markers(name)
-    old = DOC.read_text() if DOC.exists() else DOC_INTRO
+    old = doc.read_text() if doc.exists() else DOC_INTRO
     i, j = old.find(start), old.find(end)
     if i >= 0 and j > i:
         new = old[:i] + text + old[j + len(end) :]
     else:
         new = old.rstrip("\n") + "\n\n" + text + "\n"
-    DOC.parent.mkdir(parents=True, exist_ok=True)
-    DOC.write_text(new)
+    doc.parent.mkdir(parents=True, exist_ok=True)
+    doc.write_text(new)

@@ -1,8 +1,21 @@
 """A per-endpoint circuit breaker: stop sending to a replica that keeps failing.
 
-closed → (``threshold`` failures in a row) → open for ``cooldown_s`` → half-open:
-one request goes through as a probe → success closes, failure re-opens with the
-cooldown doubled (up to ``max_cooldown_s``).
+closed → (of its last ``window`` outcomes, at least ``threshold`` failed, and the
+failures are at least ``failure_rate`` of them) → open for ``cooldown_s`` → half-open:
+one request goes through as a probe → success closes (and forgets the window), failure
+re-opens with the cooldown doubled (up to ``max_cooldown_s``).
+
+**A rate, not a run.** Outcomes arrive in the order requests *end*, not the order they
+were sent: a 500 or a 503 comes back in milliseconds while the successes sent with it
+are still streaming. Counting failures "in a row" mistakes a burst of fast errors among
+slow successes for a dead server. The breaker therefore judges the share of failures
+among recent outcomes, successes included (a success that ends after a run of failures
+still counts), and needs ``threshold`` failures before it judges at all.
+
+**Held closed.** :meth:`CircuitBreaker.on_failure` takes ``may_open``: the scheduler
+passes ``False`` when this is the last replica whose breaker is closed. Opening it then
+would leave the router nowhere to send — every turn would queue behind one probe — which
+is worse than no breaker. The breaker stays closed and only reports :attr:`failing`.
 
 Only the probe decides once the circuit has opened: :meth:`CircuitBreaker.on_send`
 says whether a request is the probe, and its verdict is passed back. A request sent
@@ -13,6 +26,7 @@ circuit nor re-opens it.
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Literal
 
 from agentflow._errors import ConfigError
@@ -28,7 +42,11 @@ class CircuitBreaker:
     """Tracks one endpoint's health.
 
     Args:
-        threshold: consecutive failures that open the circuit.
+        threshold: failures among the last ``window`` outcomes before the circuit may
+            open (also the fewest outcomes it judges).
+        failure_rate: the share of the last ``window`` outcomes that must be failures
+            for the circuit to open, in (0, 1].
+        window: how many of the most recent outcomes are judged (at least ``threshold``).
         cooldown_s: how long it stays open before a probe is let through.
         max_cooldown_s: the cap for the cooldown as repeated probes fail.
         clock: nanosecond monotonic clock.
@@ -40,8 +58,11 @@ class CircuitBreaker:
         "_cooldown",
         "_max",
         "_open_until",
+        "_outcomes",
         "_probing",
+        "failure_rate",
         "failures",
+        "held",
         "opened",
         "threshold",
     )
@@ -51,25 +72,35 @@ class CircuitBreaker:
         clock: Clock,
         *,
         threshold: int = 5,
+        failure_rate: float = 0.5,
+        window: int = 20,
         cooldown_s: float = 5.0,
         max_cooldown_s: float = 60.0,
     ) -> None:
         if not isinstance(threshold, int) or threshold < 1:
             raise ConfigError(f"breaker threshold must be an int ≥ 1, got {threshold!r}")
+        if isinstance(failure_rate, bool) or not 0 < failure_rate <= 1:
+            raise ConfigError(f"breaker failure_rate must be in (0, 1], got {failure_rate!r}")
+        if not isinstance(window, int) or window < 1:
+            raise ConfigError(f"breaker window must be an int ≥ 1, got {window!r}")
         if not 0 < cooldown_s <= max_cooldown_s:
             raise ConfigError(
                 f"breaker cooldown_s must be > 0 and ≤ max_cooldown_s, got {cooldown_s!r}"
             )
         self._clock = clock
         self.threshold = threshold
+        self.failure_rate = failure_rate
+        self._outcomes: deque[bool] = deque(maxlen=max(window, threshold))
         self._base = self._cooldown = int(cooldown_s * 1e9)
         self._max = int(max_cooldown_s * 1e9)
         self._open_until: int | None = None
         self._probing = False
-        #: Consecutive failures now.
+        #: Failures among the outcomes in the window now.
         self.failures = 0
         #: How many times the circuit opened.
         self.opened = 0
+        #: How many times it would have opened but was held closed (``may_open=False``).
+        self.held = 0
 
     @property
     def state(self) -> CircuitState:
@@ -77,6 +108,19 @@ class CircuitBreaker:
         if self._open_until is None:
             return "closed"
         return "open" if self._clock() < self._open_until else "half_open"
+
+    @property
+    def window(self) -> int:
+        """How many recent outcomes are judged."""
+        maxlen = self._outcomes.maxlen
+        assert maxlen is not None
+        return maxlen
+
+    @property
+    def failing(self) -> bool:
+        """Whether the endpoint is judged down: the circuit is not closed, or its recent
+        outcomes meet the opening rule (it is held closed)."""
+        return self._open_until is not None or self._judged_failing()
 
     def allows(self) -> bool:
         """Whether a request may be sent now (in half-open, only one probe at a time)."""
@@ -101,10 +145,11 @@ class CircuitBreaker:
         return False
 
     def on_success(self, probe: bool = False) -> None:
-        """A request succeeded: clears the failure count; the probe's closes the circuit."""
+        """A request succeeded: counted in the window; the probe's closes the circuit."""
         if self._open_until is None:
-            self.failures = 0
+            self._record(False)
         elif probe:
+            self._outcomes.clear()
             self.failures = 0
             self._open_until = None
             self._probing = False
@@ -115,21 +160,46 @@ class CircuitBreaker:
         if probe:
             self._probing = False
 
-    def on_failure(self, probe: bool = False) -> None:
-        """A request failed in a way that blames the endpoint."""
+    def on_failure(self, probe: bool = False, *, may_open: bool = True) -> None:
+        """A request failed in a way that blames the endpoint.
+
+        Args:
+            probe: what :meth:`on_send` returned for it.
+            may_open: ``False`` holds a closed circuit closed even if the failures call
+                for opening it (the last replica the router could use).
+        """
         if self._open_until is None:
-            self.failures += 1
-            if self.failures >= self.threshold:
-                self._trip()
+            self._record(True)
+            if self._judged_failing():
+                if may_open:
+                    self._trip()
+                else:
+                    self.held += 1
         elif probe:
-            self.failures += 1
             self._probing = False
             self._cooldown = min(self._cooldown * 2, self._max)
             self._trip()
+
+    def _record(self, failed: bool) -> None:
+        outcomes = self._outcomes
+        if len(outcomes) == outcomes.maxlen and outcomes[0]:
+            self.failures -= 1  # the oldest outcome, a failure, leaves the window
+        outcomes.append(failed)
+        if failed:
+            self.failures += 1
+
+    def _judged_failing(self) -> bool:
+        failures = self.failures
+        return (
+            failures >= self.threshold
+            and failures >= self.failure_rate * len(self._outcomes) - 1e-9  # 0.3 × 10 > 3.0
+        )
 
     def _trip(self) -> None:
         self._open_until = self._clock() + self._cooldown
         self.opened += 1
 
     def __repr__(self) -> str:
-        return f"CircuitBreaker(state={self.state!r}, failures={self.failures})"
+        return (
+            f"CircuitBreaker(state={self.state!r}, failures={self.failures}/{len(self._outcomes)})"
+        )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentflow._errors import ConfigError
+from agentflow._errors import ConfigError, TransportError
 from agentflow._redact import display_url, redact
 from agentflow.sched._breaker import CircuitBreaker
 from agentflow.sched._limits import Limits, RateGate
@@ -23,14 +23,23 @@ class Replica:
         limits: its own caps (requests in flight, RPM, TPM, KV tokens in flight).
         name: a label for routing decisions and reports; defaults to the transport's endpoint
             (a URL's userinfo and any registered secret are never part of it).
-        breaker_threshold: consecutive failures that take it out of rotation.
+        breaker_threshold: failures among its last ``breaker_window`` outcomes before its
+            circuit breaker may take it out of rotation.
+        breaker_failure_rate: the share of its last ``breaker_window`` outcomes that must
+            be failures for the breaker to open.
+        breaker_window: how many of its most recent outcomes the breaker judges.
         breaker_cooldown_s: how long it stays out before one probe request is let through.
+
+    The breaker of the last replica whose breaker is closed never opens (the router
+    would have nowhere to send); see :class:`~agentflow.sched.CircuitBreaker`.
     """
 
     transport: Transport
     limits: Limits = field(default_factory=Limits)
     name: str = ""
     breaker_threshold: int = 5
+    breaker_failure_rate: float = 0.5
+    breaker_window: int = 20
     breaker_cooldown_s: float = 5.0
 
 
@@ -41,6 +50,7 @@ class ReplicaState:
         "breaker",
         "failures",
         "in_flight",
+        "last_error",
         "limits",
         "name",
         "peak_in_flight",
@@ -57,7 +67,11 @@ class ReplicaState:
         self.limits = replica.limits
         self.rates: RateGate | None = replica.limits.gate()
         self.breaker = CircuitBreaker(
-            clock, threshold=replica.breaker_threshold, cooldown_s=replica.breaker_cooldown_s
+            clock,
+            threshold=replica.breaker_threshold,
+            failure_rate=replica.breaker_failure_rate,
+            window=replica.breaker_window,
+            cooldown_s=replica.breaker_cooldown_s,
         )
         #: Requests streaming on it now.
         self.in_flight = 0
@@ -70,6 +84,8 @@ class ReplicaState:
         #: Requests it finished, and requests that failed on it.
         self.served = 0
         self.failures = 0
+        #: The last error that blamed it (kept after later successes).
+        self.last_error: TransportError | None = None
 
     def has_room(self, ticket: Ticket) -> bool:
         """Whether ``ticket`` fits under this replica's in-flight and KV caps."""

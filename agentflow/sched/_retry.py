@@ -9,6 +9,10 @@ turn). Never retried: other 4xx (the request itself is wrong), malformed streams
 
 Waits: the server's ``Retry-After`` when given (capped), otherwise jittered
 exponential backoff (tenacity's ``wait_random_exponential``, "full jitter").
+
+Giving up: after ``max_attempts`` tries; and while every replica is down, once
+``give_up_after_s`` has passed since the turn's first attempt began (the runner checks
+the fleet's state; the turn then fails with :class:`~agentflow.AllReplicasDown`).
 """
 
 from __future__ import annotations
@@ -56,6 +60,12 @@ class RetryPolicy:
             or ended early without a finish reason or ``[DONE]``).
         retry_protocol_errors: also retry malformed or unfinished streams.
         failover: send the retry to another healthy replica when there is one.
+        give_up_after_s: while every replica is down (each one's circuit breaker open or
+            judging it failing), the longest a turn keeps retrying, counted from its
+            first attempt: a wait that would end later is not taken — the turn fails at
+            once with ``AllReplicasDown`` — and a wait chosen before the fleet went down
+            is cut short then, for one last attempt. ``None``: only ``max_attempts``
+            bounds it.
     """
 
     max_attempts: int = 4
@@ -66,6 +76,7 @@ class RetryPolicy:
     retry_mid_stream: bool = True
     retry_protocol_errors: bool = False
     failover: bool = True
+    give_up_after_s: float | None = 120.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
@@ -75,6 +86,10 @@ class RetryPolicy:
         for name in ("backoff_s", "max_backoff_s", "max_retry_after_s"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"RetryPolicy.{name} must be ≥ 0, got {getattr(self, name)!r}")
+        if self.give_up_after_s is not None and not self.give_up_after_s > 0:
+            raise ConfigError(
+                f"RetryPolicy.give_up_after_s must be > 0 or None, got {self.give_up_after_s!r}"
+            )
 
     def retryable(self, exc: BaseException) -> bool:
         """Whether a turn that failed with ``exc`` may be sent again."""
@@ -120,11 +135,20 @@ class RetryPolicy:
         *,
         sleep: Callable[[float], Awaitable[None]],
         before_sleep: Callable[[RetryCallState], None] | None = None,
+        stop: Callable[[RetryCallState], bool] | None = None,
     ) -> AsyncRetrying:
-        """A tenacity ``AsyncRetrying`` for one turn, sleeping with ``sleep``."""
+        """A tenacity ``AsyncRetrying`` for one turn, sleeping with ``sleep``.
+
+        ``stop`` is asked too (after the wait is chosen, before it is taken): ``True``
+        gives up with the last error.
+        """
+        attempts = stop_after_attempt(self.max_attempts)
+        stops: Callable[[RetryCallState], bool] = (
+            attempts if stop is None else lambda state: attempts(state) or stop(state)
+        )
         return AsyncRetrying(
             retry=retry_if_exception(self.retryable),
-            stop=stop_after_attempt(self.max_attempts),
+            stop=stops,
             wait=self.wait_s,
             sleep=sleep,
             before_sleep=before_sleep,

@@ -4,6 +4,11 @@ This is where the scheduler, the router, the retry policy and the wire meet. Eve
 attempt holds its slot until its stream ends; a failed attempt's partial output is
 discarded from the conversation but kept on the turn (:class:`FailedAttempt`) and
 announced as a :class:`~agentflow.RetryEvent`, so every turn is accounted for once.
+
+A turn that fails — retries spent, an error that is not retried, or the policy's
+``give_up_after_s`` passed while every replica is down — while every replica is judged
+down fails with :class:`~agentflow.AllReplicasDown` (from its own last error), which
+names each replica and the last error that blamed it.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from tenacity import RetryCallState
 
-from agentflow._errors import TransportError
+from agentflow._errors import AllReplicasDown, TransportError
 from agentflow._trace import TurnTrace
 from agentflow.sched._retry import RetryPolicy
 from agentflow.sched._scheduler import Scheduler
@@ -101,11 +106,17 @@ class TurnRunner:
         error when the policy gives up or the error is not retryable.
         """
         where: list[str] = []
+        scheduler = self.scheduler
+        clock = scheduler.clock
+        started = clock()
         try:  # the first attempt runs without tenacity: ~75 µs a turn saved
             return await self._once(ticket, request, sink, where), ()
         except TransportError as exc:
             policy = self.retry
             if policy is None or policy.max_attempts == 1 or not policy.retryable(exc):
+                down = self._down(exc)
+                if down is not None:
+                    raise down from exc
                 raise
             replay: list[TransportError] = [exc]
         failed: list[FailedAttempt] = []
@@ -135,9 +146,43 @@ class TurnRunner:
             if on_retry is not None:
                 on_retry(ticket, record)
 
-        retrying = policy.retrying(sleep=self._sleep, before_sleep=before_sleep)
-        trace: TurnTrace = await retrying(attempt)
+        give_up: Callable[[RetryCallState], bool] | None = None
+        sleep = self._sleep
+        if policy.give_up_after_s is not None:
+            limit = started + int(policy.give_up_after_s * 1e9)
+
+            def give_up(state: RetryCallState) -> bool:
+                """While every replica is down, no attempt starts at or after the limit."""
+                next_ns = clock() + int(state.upcoming_sleep * 1e9)
+                return next_ns >= limit and scheduler.all_down()
+
+            async def sleep(seconds: float) -> None:
+                """A wait chosen before the fleet went down is cut at the limit if it has:
+                one last attempt goes then (and ``give_up`` stops after it fails)."""
+                before_limit = (limit - clock()) * 1e-9
+                if seconds <= before_limit:
+                    await self._sleep(seconds)
+                    return
+                if before_limit > 0:
+                    await self._sleep(before_limit)
+                if not scheduler.all_down():
+                    await self._sleep(seconds - max(before_limit, 0.0))
+
+        retrying = policy.retrying(sleep=sleep, before_sleep=before_sleep, stop=give_up)
+        try:
+            trace: TurnTrace = await retrying(attempt)
+        except TransportError as exc:
+            down = self._down(exc)
+            if down is not None:
+                raise down from exc
+            raise
         return trace, tuple(failed)
+
+    def _down(self, exc: TransportError) -> AllReplicasDown | None:
+        """``AllReplicasDown`` if ``exc`` blames its replica and every replica is down."""
+        if RetryPolicy.blames_replica(exc) and self.scheduler.all_down():
+            return self.scheduler.down_error(exc.endpoint)
+        return None
 
     async def _once(
         self, ticket: Ticket, request: ChatRequest, sink: DeltaSink | None, where: list[str]
@@ -157,6 +202,7 @@ class TurnRunner:
             sink = _WarmupSink(sink, scheduler, ticket.prefix_key)
         ok: bool | None = None
         used: int | None = None
+        error: TransportError | None = None
         try:
             trace = await replica.transport.stream(request, sink)
             ok = True
@@ -170,6 +216,7 @@ class TurnRunner:
             return trace
         except TransportError as exc:
             ok = not RetryPolicy.blames_replica(exc)
+            error = exc
             raise
         finally:
-            scheduler.release(grant, used_tokens=used, ok=ok)
+            scheduler.release(grant, used_tokens=used, ok=ok, error=error)

@@ -26,7 +26,7 @@ import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentflow._errors import ConfigError
+from agentflow._errors import AllReplicasDown, ConfigError, TransportError
 from agentflow._logging import get_logger
 from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._policy import FCFS, Policy
@@ -142,7 +142,14 @@ class Scheduler:
                 self.release(fut.result(), used_tokens=None, ok=None)
             raise
 
-    def release(self, grant: Grant, *, used_tokens: int | None, ok: bool | None) -> None:
+    def release(
+        self,
+        grant: Grant,
+        *,
+        used_tokens: int | None,
+        ok: bool | None,
+        error: TransportError | None = None,
+    ) -> None:
         """The granted stream ended.
 
         Args:
@@ -150,6 +157,7 @@ class Scheduler:
             used_tokens: prompt + output tokens the server reported, to settle token limits.
             ok: ``True`` the replica answered; ``False`` it failed in a way that blames it
                 (opens its breaker after enough); ``None`` no verdict (cancelled).
+            error: what failed, when ``ok`` is ``False`` (kept as the replica's last error).
         """
         ticket, replica = grant.ticket, grant.replica
         replica.finish(ticket)
@@ -162,7 +170,12 @@ class Scheduler:
             replica.breaker.on_success(grant.probe)
         elif ok is False:
             replica.failures += 1
-            replica.breaker.on_failure(grant.probe)
+            if error is not None:
+                replica.last_error = error
+            # The last closed breaker never opens: the router would have nowhere to send,
+            # and every turn would queue behind one probe — worse than no breaker.
+            others = any(r is not replica and r.breaker.state == "closed" for r in self.replicas)
+            replica.breaker.on_failure(grant.probe, may_open=others)
         else:
             replica.breaker.on_abandon(grant.probe)
         if used_tokens is not None:
@@ -183,6 +196,19 @@ class Scheduler:
             for entry in parked:
                 heapq.heappush(self._heap, entry)
             self._kick()
+
+    @property
+    def clock(self) -> Clock:
+        """The nanosecond clock the scheduler and its breakers read."""
+        return self._clock
+
+    def all_down(self) -> bool:
+        """Whether every replica is judged down (its breaker open, or held closed failing)."""
+        return all(r.breaker.failing for r in self.replicas)
+
+    def down_error(self, endpoint: str | None = None) -> AllReplicasDown:
+        """An :class:`AllReplicasDown` naming every replica and its last error."""
+        return AllReplicasDown({r.name: r.last_error for r in self.replicas}, endpoint=endpoint)
 
     def forget(self, session_id: str) -> None:
         """The session ended: drop what was kept about it."""
@@ -315,13 +341,13 @@ class Scheduler:
                 fut.set_exception(RuntimeError(f"agentflow's dispatcher failed: {exc!r}"))
 
     def _probe_delay_s(self) -> float | None:
-        """When no replica is healthy, sleep until the first breaker lets a probe through.
+        """When nothing can be placed, sleep until the first open breaker lets a probe
+        through (its replica may have room while the closed ones are full), else until a
+        release wakes the dispatcher.
 
         A half-open breaker whose probe is out lets nothing through until that probe
         ends, and its release wakes the dispatcher: it sets no timer.
         """
-        if any(r.breaker.allows() for r in self.replicas):
-            return None  # a release will wake us
         waits = [r.breaker.opens_in_ns() for r in self.replicas if r.breaker.state == "open"]
         return min(waits) * 1e-9 + 1e-6 if waits else None
 

@@ -402,43 +402,65 @@ class CountingRouter(Router):
 
 
 def _breaker_scheduler(router: Router) -> Scheduler:
-    replica = Replica(transport=IdleTransport(), breaker_threshold=1, breaker_cooldown_s=1.0)
-    return Scheduler([replica], router=router, clock=loop_clock, prefix_warmup=False)
+    """Two replicas: ``flaky`` (its breaker opens at one failure, for 1 s) and ``busy``
+    (room for one request). The breaker of the last closed replica never opens, so a
+    lone replica cannot show an open breaker holding turns back; with ``busy`` full,
+    turns can only go to ``flaky``."""
+    flaky = Replica(
+        transport=IdleTransport("idle://flaky"),
+        name="flaky",
+        breaker_threshold=1,
+        breaker_cooldown_s=1.0,
+    )
+    busy = Replica(
+        transport=IdleTransport("idle://busy"), name="busy", limits=Limits(max_in_flight=1)
+    )
+    return Scheduler([flaky, busy], router=router, clock=loop_clock, prefix_warmup=False)
+
+
+async def _open_flaky(acq: Acquirer) -> None:
+    """Fill ``busy`` with a long stream (``hog``) and open ``flaky``'s breaker."""
+    acq.submit(ticket("a"))
+    await settle()
+    acq.submit(ticket("hog"))
+    await settle()
+    assert acq.grants["a"].replica.name == "flaky" and acq.grants["hog"].replica.name == "busy"
+    acq.release("a", ok=False)  # threshold 1: the breaker opens for 1 s
 
 
 def test_an_open_breaker_delays_dispatch_until_the_probe_then_sleeps() -> None:
-    """One replica, its breaker open: the next turn waits for the cooldown and goes as the
-    probe; while the probe is out the others wait without the dispatcher spinning; the
-    probe's success closes the breaker and they go."""
+    """The only replica with room has its breaker open (the other is full): the next turn
+    waits for the cooldown — the dispatcher wakes for it, though no release comes — and
+    goes as the probe; while the probe is out the others wait without the dispatcher
+    spinning; the probe's success closes the breaker and they go."""
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
         router = CountingRouter()
         sched = _breaker_scheduler(router)
         acq = Acquirer(sched)
-        acq.submit(ticket("a"))
-        await settle()
-        acq.release("a", ok=False)  # threshold 1: the breaker opens for 1 s
+        await _open_flaky(acq)
         breaker = sched.replicas[0].breaker
         assert state(breaker) == "open"
         acq.submit(ticket("probe"))
         await asyncio.sleep(0.5)
-        assert acq.order == ["a"]
+        assert acq.order == ["a", "hog"]
         await asyncio.sleep(0.6)
-        assert acq.order == ["a", "probe"] and state(breaker) == "half_open"
+        assert acq.order == ["a", "hog", "probe"] and state(breaker) == "half_open"
         assert 1.0 <= acq.grants["probe"].started_ns / _NS <= 1.0 + 1e-3
         for i in range(3):
             acq.submit(ticket(f"w{i}"))
         calls = router.calls
         await asyncio.sleep(0.05)  # the probe streams for 50 ms
-        assert acq.order == ["a", "probe"]
+        assert acq.order == ["a", "hog", "probe"]
         assert router.calls - calls < 10, "the dispatcher spins while the probe is out"
         acq.release("probe", ok=True)
         await settle()
-        assert state(breaker) == "closed" and acq.order[2:] == ["w0", "w1", "w2"]
+        assert state(breaker) == "closed" and acq.order[3:] == ["w0", "w1", "w2"]
         assert loop.time() < 1.2
         for i in range(3):
             acq.release(f"w{i}")
+        acq.release("hog")
         await sched.aclose()
 
     run_virtual(main())
@@ -446,24 +468,24 @@ def test_an_open_breaker_delays_dispatch_until_the_probe_then_sleeps() -> None:
 
 def test_a_cancelled_probe_lets_another_probe_go() -> None:
     """The probe's session is cancelled (no verdict on the replica): the breaker must let
-    another request probe, or a one-replica fleet would wait forever."""
+    another request probe, or turns that can only go to that replica would wait forever."""
 
     async def main() -> None:
         sched = _breaker_scheduler(Router())
         acq = Acquirer(sched)
-        acq.submit(ticket("a"))
-        await settle()
-        acq.release("a", ok=False)
+        await _open_flaky(acq)
         acq.submit(ticket("probe"))
         await asyncio.sleep(1.01)
-        assert acq.order == ["a", "probe"]
+        assert acq.order == ["a", "hog", "probe"]
         acq.submit(ticket("next"))
         await settle()
+        assert acq.order == ["a", "hog", "probe"]  # one probe at a time
         acq.release("probe", ok=None)  # cancelled mid-stream
         await settle()
-        assert acq.order == ["a", "probe", "next"]
+        assert acq.order == ["a", "hog", "probe", "next"]
         acq.release("next", ok=True)
         assert state(sched.replicas[0].breaker) == "closed"
+        acq.release("hog")
         await sched.aclose()
 
     run_virtual(main())

@@ -29,9 +29,9 @@ from agentflow.transport._shared import (
     content_type_error,
     finish_stream,
     keep_headers,
+    read_body,
     refused_content_type,
     status_error,
-    with_trace,
 )
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 from agentflow.typing import Clock, DeltaSink
@@ -124,27 +124,9 @@ class AiohttpTransport(EndpointTransport):
                             resp.status, refused, await _read_error_body(resp), self.endpoint
                         )
                     decoder = SSEDecoder(self.max_event_bytes, endpoint=self.endpoint)
-                    decode = decoder.feed
-                    feed = builder.feed
-                    waiting_first = limits.waiting_first
-                    now = clock()
-                    try:
-                        async for data in resp.content.iter_any():
-                            now = clock()
-                            payloads = decode(data)
-                            if payloads:  # only data events hold the idle limit off
-                                limits.last_ns = now
-                                for payload in payloads:
-                                    feed(payload, now)
-                            if waiting_first and builder.chunk_ns:
-                                waiting_first = False
-                                limits.first_output()
-                        now = clock()
-                        for payload in decoder.flush():  # a last event with no blank line
-                            feed(payload, now)
-                    except StreamProtocolError as exc:
-                        with_trace(exc, builder, now, reconnects)
-                        raise
+                    await read_body(
+                        resp.content.iter_any(), decoder, builder, limits, clock, reconnects
+                    )
                     clean = True
                 finally:
                     limits.cancel()

@@ -26,7 +26,6 @@ from agentflow._errors import (
     ConfigError,
     ConnectError,
     StreamInterrupted,
-    StreamProtocolError,
     StreamTimeout,
 )
 from agentflow._redact import display_url, register_headers, register_secret, register_url
@@ -38,9 +37,9 @@ from agentflow.transport._shared import (
     MAX_ERROR_BODY,
     content_type_error,
     finish_stream,
+    read_body,
     refused_content_type,
     status_error,
-    with_trace,
 )
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, check_max_event_bytes
 from agentflow.typing import Clock, DeltaSink
@@ -121,33 +120,14 @@ class OpenAITransport:
                     extra_headers=dict(request.headers),
                 ) as response,
             ):
-                builder.headers_ns = now = clock()
+                builder.headers_ns = clock()
                 raw = response.http_response
                 refused = refused_content_type(raw.status_code, raw.headers)
                 if refused is not None:
                     first = await _read_some(raw)
                     raise content_type_error(raw.status_code, refused, first, self.endpoint)
                 decoder = SSEDecoder(self.max_event_bytes, endpoint=self.endpoint)
-                decode = decoder.feed
-                feed = builder.feed
-                waiting_first = limits.waiting_first
-                try:
-                    async for data in raw.aiter_bytes():
-                        now = clock()
-                        payloads = decode(data)
-                        if payloads:  # only data events hold the idle limit off
-                            limits.last_ns = now
-                            for payload in payloads:
-                                feed(payload, now)
-                        if waiting_first and builder.chunk_ns:
-                            waiting_first = False
-                            limits.first_output()
-                    now = clock()
-                    for payload in decoder.flush():
-                        feed(payload, now)
-                except StreamProtocolError as exc:
-                    with_trace(exc, builder, now, 0)
-                    raise
+                await read_body(raw.aiter_bytes(), decoder, builder, limits, clock, 0)
                 headers = {
                     k.lower(): v for k, v in response.headers.items() if k[:2].lower() == "x-"
                 }

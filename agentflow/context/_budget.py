@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from agentflow._errors import AgentflowError, ConfigError
 from agentflow._trace import PromptInfo
 from agentflow.context._cachebuster import CacheBusterCheck
-from agentflow.context._calibration import Calibrator
+from agentflow.context._calibration import Calibrator, TokenEstimate
 from agentflow.context._counting import TiktokenCounter
 from agentflow.context._encodings import encoding_name_for_model
 from agentflow.context._estimates import SessionEstimates
@@ -233,6 +233,10 @@ class SessionBudget:
         margin: tokens kept for estimation error.
         limit: ``window − reserve − margin``: the most prompt tokens allowed.
         last: what :meth:`before_turn` returned last.
+        forecast: the calibrator's forecast of the prompt :meth:`before_turn` checked
+            last: ``forecast.bound`` (its estimate plus the calibrated error margin) is
+            what was compared with ``limit``; ``last.estimated_tokens`` is its
+            ``tokens``.
     """
 
     def __init__(
@@ -262,6 +266,7 @@ class SessionBudget:
         self._tracker = budget.prefix_index.session() if budget.prefix_index is not None else None
         self._pinned: int | None = None
         self._served_model: str | None = None
+        self.forecast: TokenEstimate | None = None
 
     def _pinned_of(self, messages: Sequence[Mapping[str, Any]]) -> int:
         # Append-only until a policy first runs, so recomputing is safe until then; after,
@@ -288,9 +293,9 @@ class SessionBudget:
             fleet.check()
         est = self._est
         raw = est.raw_prompt(messages, tools)
-        tokens = est.correct(raw)
-        if tokens > self.limit:
-            raw, tokens = await self._overflow(turn, messages, tools, complete, tokens)
+        forecast = est.forecast()  # calibrated per content kind, plus its error margin
+        if forecast.bound > self.limit:
+            raw, forecast = await self._overflow(turn, messages, tools, complete, forecast.bound)
             if fleet is not None:
                 fleet.check()  # spent by others while this session compacted
         check = self.budget.cache_buster
@@ -309,7 +314,9 @@ class SessionBudget:
             # Fingerprints count local tokens; in the server's, like ``tokens``, so that
             # they compare with the cached_tokens it reports.
             local = self._tracker.observe(messages, tools)
-            cacheable = round(local * tokens / raw) if raw > 0 else local
+            cacheable = round(local * forecast.tokens / raw) if raw > 0 else local
+        self.forecast = forecast
+        tokens = forecast.tokens
         self.last = PromptInfo(
             estimated_tokens=tokens, raw_estimate=raw, max_cacheable_tokens=cacheable
         )
@@ -322,7 +329,7 @@ class SessionBudget:
         tools: Sequence[Mapping[str, Any]],
         complete: Complete,
         tokens: int,
-    ) -> tuple[int, int]:
+    ) -> tuple[int, TokenEstimate]:
         pinned = self._pinned_of(messages)
         self._pinned = pinned
         view = OverflowView(
@@ -352,7 +359,8 @@ class SessionBudget:
             if problem is not None:
                 raise AgentflowError(f"overflow policy {name!r} broke tool-call pairing: {problem}")
             raw = self._est.raw_prompt(messages, tools)
-            after = self._est.correct(raw)
+            forecast = self._est.forecast()
+            after = forecast.bound
             self._emit(
                 ContextTrimmedEvent(
                     agent=self.agent,
@@ -368,7 +376,7 @@ class SessionBudget:
             )
             tokens = after
             if tokens <= self.limit:
-                return raw, tokens
+                return raw, forecast
         raise overflow_error(view, tokens)
 
     def _charged(self, turn: int, complete: Complete) -> Complete:
@@ -399,7 +407,9 @@ class SessionBudget:
         usage = trace.usage
         last = self.last
         if usage is not None and usage.prompt_tokens is not None and last is not None:
-            self.budget.calibrator.observe(self._key, last.raw_estimate, usage.prompt_tokens)
+            # Teaches the calibrator (per kind, and the margin's errors) and anchors the
+            # next turn's estimate on the server's count of this prompt.
+            self._est.observe(usage.prompt_tokens, self.forecast)
         fleet = self.budget.fleet
         if fleet is not None:
             fleet.charge(

@@ -207,15 +207,15 @@ class _Model:
         r = self.kind_ratios[k]
         return self.base_ratio if r is None else r
 
-    def offset_for(self, system: bool, raw: int) -> float:
+    def offset_for(self, system: bool) -> float:
         offset = self.kind_offsets[system]
         if offset is None:
             offset = self.kind_offsets[not system]
-        if offset is None:
-            return 0.0
-        if offset < 0 and raw < min(sum(kinds) for _, kinds, _ in self.shapes):
-            return 0.0  # never extrapolate a negative offset below the prompts it came from
-        return offset
+        # A template's fixed text is not negative (beyond the ~3 tokens of reply priming
+        # the local count assumes); a negative median is the per-kind ratios' spread
+        # (±10% within a kind) over large prompts, and applied to a small prompt it
+        # would predict a fraction of it.
+        return 0.0 if offset is None else max(0.0, offset)
 
     def fit(self) -> None:
         pts = list(self.points)
@@ -367,7 +367,7 @@ class Calibrator:
                 part = max(0, round(est))
                 tokens = shape.anchor[1] + part
             else:
-                part = tokens = max(0, round(est + m.offset_for(shape.system, shape.raw)))
+                part = tokens = max(0, round(est + m.offset_for(shape.system)))
             q = m.quantile(k, anchored, self.quantile)
             learnt = m.kind_ratios[k] is not None
         margin = self.floor + math.ceil(q * max(0.0, part - unknown) + self.prior * unknown)

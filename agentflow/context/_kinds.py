@@ -21,7 +21,7 @@ The classifier is a cheap look at the first 4,096 characters, not a parser:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -44,17 +44,17 @@ _CODE_END = frozenset("{};:),")
 
 def content_kind(text: str) -> ContentKind:
     """The kind of ``text`` (see the module's rules); ``"prose"`` for an empty text."""
-    s = text.strip()
-    if not s:
-        return "prose"
-    if s[0] in "{[" and s[-1] in "}]":
+    sample = text[: 2 * _SAMPLE].lstrip()[:_SAMPLE]  # never copies a long text whole
+    end = text[-64:].rstrip()
+    if not sample or not end:
+        return "prose" if not text.strip() else content_kind(text.strip())
+    if sample[0] in "{[" and end[-1] in "}]":
         return "json"
-    sample = s[:_SAMPLE]
     if "```" in sample:
         return "code"
     lines = [ln for ln in sample.splitlines() if ln.strip()]
     n = len(lines)
-    digits = sum(c.isdigit() for c in sample)
+    digits = sum(map(sample.count, "0123456789"))
     if digits > 0.15 * len(sample):
         return "log"
     if n >= 2:
@@ -114,53 +114,53 @@ class KindTally:
     """One session's prompt split by kind, kept in step with its :class:`PromptCounter`.
 
     After each :meth:`PromptCounter.count`, :meth:`update` classifies only the messages
-    from :attr:`PromptCounter.first_changed` on (each once); :meth:`shape` sums the
-    per-message figures (O(messages) of integer work, no text).
+    from :attr:`PromptCounter.first_changed` on (each once) and keeps per-kind totals, so
+    :meth:`shape` costs O(1) whatever the history's length.
     """
 
-    __slots__ = ("_anchor_len", "_rows", "_system")
+    __slots__ = ("_anchor_len", "_at_anchor", "_rows", "_system", "_totals")
 
     def __init__(self) -> None:
         self._rows: list[tuple[int, int]] = []  # (kind index, local tokens) per message
-        self._anchor_len = -1
+        self._totals = [0] * len(KINDS)
+        self._at_anchor: list[int] | None = None  # the totals when the prompt was anchored
+        self._anchor_len = 0
         self._system = False
 
     def update(
         self,
         prompt: PromptCounter,
         messages: Sequence[Mapping[str, Any]],
-        count: Any,
+        count: Callable[[Mapping[str, Any]], int],
     ) -> None:
         """Follow ``prompt``'s last count of ``messages``; ``count`` is the message
         counter's ``count_message`` (a cache hit for the messages just counted)."""
         first = prompt.first_changed
         self._system = bool(messages) and messages[0].get("role") in ("system", "developer")
-        rows = self._rows
+        rows, totals = self._rows, self._totals
+        for k, n in rows[first:]:
+            totals[k] -= n
         del rows[first:]
         for m in messages[first:]:
-            rows.append((_INDEX[message_kind(m)], count(m)))
-        if prompt.anchor_point is None:  # dropped by an edit inside the anchored prompt
-            self._anchor_len = -1
+            k, n = _INDEX[message_kind(m)], count(m)
+            rows.append((k, n))
+            totals[k] += n
+        if prompt.anchor_point is None or first < self._anchor_len:
+            self._at_anchor = None  # an edit inside the anchored prompt dropped the anchor
 
     def anchored(self) -> None:
         """The prompt last counted was anchored (:meth:`PromptCounter.anchor`)."""
+        self._at_anchor = list(self._totals)
         self._anchor_len = len(self._rows)
 
     def shape(self, prompt: PromptCounter, *, tools_kind: ContentKind = "json") -> PromptShape:
         """The last counted prompt's :class:`PromptShape`. Tokens not in any message
         (tool schemas, reply priming) count as ``tools_kind`` when the prompt has tools,
         else as prose."""
-        kinds = [0, 0, 0, 0]
-        growth = [0, 0, 0, 0]
-        cut = self._anchor_len if prompt.anchor_point is not None else -1
-        for i, (k, n) in enumerate(self._rows):
-            kinds[k] += n
-            if i >= cut:
-                growth[k] += n
-        frame = prompt.tokens - sum(kinds)
-        fk = _INDEX[tools_kind] if prompt.tools else 0
-        kinds[fk] += frame
-        if cut < 0:
-            growth = list(kinds)
-        anchor = prompt.anchor_point if cut >= 0 else None
-        return PromptShape(tuple(kinds), anchor, tuple(growth), self._system)
+        kinds = list(self._totals)
+        kinds[_INDEX[tools_kind] if prompt.tools else 0] += prompt.tokens - sum(kinds)
+        at = self._at_anchor if prompt.anchor_point is not None else None
+        if at is None:
+            return PromptShape(tuple(kinds), None, tuple(kinds), self._system)
+        growth = tuple(t - a for t, a in zip(self._totals, at, strict=True))
+        return PromptShape(tuple(kinds), prompt.anchor_point, growth, self._system)

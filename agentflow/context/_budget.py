@@ -4,13 +4,16 @@ Per session (:class:`SessionBudget`, made by :meth:`ContextBudget.bind`)::
 
     limit    = window − reserve − margin
     raw      = MessageCounter estimate of the prompt (messages + tool schemas)
-    estimate = Calibrator.correct(model, raw)         # learned from reported prompt_tokens
+    forecast = Calibrator.forecast(model, shape)    # per content kind, anchored on the
+                                                    # server's count of the last prompt
+    bound    = forecast.tokens + forecast.margin    # margin learnt from its own errors
 
-Before each turn, if ``estimate > limit``, the overflow policies run in order
+Before each turn, if ``bound > limit``, the overflow policies run in order
 (re-estimating after each) until the prompt fits; if none makes it fit, the session fails
 with :class:`~agentflow.ContextOverflow`. After each turn the server's reported
 ``usage.prompt_tokens`` is fed to the calibrator (shared per :class:`ContextBudget`, per
-model), and the turn's usage is charged to the fleet budget, if there is one.
+model) and anchors the session's next estimate, and the turn's usage is charged to the
+fleet budget, if there is one.
 """
 
 from __future__ import annotations
@@ -83,15 +86,16 @@ class ContextBudget:
         reserve_output: tokens kept free for the answer; by default the agent's
             ``max_tokens`` (or ``max_completion_tokens``) param, else
             ``min(1024, window // 4)``.
-        margin: tokens kept free for estimation error: an int is a token count, a float
-            in ``[0, 1)`` a fraction of the window.
+        margin: tokens kept free on top of the calibrator's own error margin: an int is
+            a token count, a float in ``[0, 1)`` a fraction of the window.
         overflow: a policy, or a chain of them run in order, for prompts that do not fit
             (:class:`~agentflow.context.Fail` by default).
         pin_first: messages after the system message(s) that no policy may touch (1 pins
             the first user message: the task).
         counter: the message counter; by default tiktoken's encoding for ``model``
             (``o200k_base`` for OpenAI's recent models), else ``cl100k_base``.
-        calibrator: learns the local-to-server token ratio per model.
+        calibrator: learns the local-to-server token ratio per model and content kind,
+            and the error margin added to every estimate.
         prefix_index: fingerprints prompts, filling ``PromptInfo.max_cacheable_tokens``
             (its local count, scaled by the calibrated ``estimated / raw`` ratio of the
             prompt so that it compares with the server's ``cached_tokens``).

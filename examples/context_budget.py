@@ -5,7 +5,9 @@ the ``cpu-tiny`` profile has a 2,048-token window, and each agent reads files fa
 than that over a few tool rounds. Its ContextBudget first cuts long tool outputs, then
 compacts older turns into a summary (the pinned system prompt and task stay byte-identical,
 so they keep hitting the prefix cache), and fails only if neither helps; a FleetBudget
-prices every request and stops the fleet once the money is spent.
+prices every request and stops the fleet once the money is spent. The simulator knows each
+session by the X-Session-ID header the fleet sends, so the tool rounds a summary replaced
+still count and every compacted session gets its final answer.
 
 python examples/context_budget.py
 """
@@ -106,6 +108,8 @@ async def main() -> None:
             f"largest prompt={max(prompts, default=0):,} "
             f"{type(s.error).__name__ if s.error else ''}"
         )
+    done = sum(1 for s in result.sessions if s.status == "completed")
+    print(f"{done} of {len(result.sessions)} sessions completed")
     print(*prefix_reuse(result.sessions).lines(), sep="\n")
     print(
         f"fleet spent {fleet_budget.tokens:,} tokens, {fleet_budget.cost:.4f} "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +10,16 @@ from pathlib import Path
 import pytest
 
 EXAMPLES = sorted((Path(__file__).parent.parent / "examples").glob("*.py"))
+
+#: What an example must print besides something: its point, shown to hold.
+EXPECTED: dict[str, tuple[re.Pattern[str], ...]] = {
+    # Sessions are compacted, and still finish: the simulator counts each session's tool
+    # rounds by its X-Session-ID, so the rounds a summary replaced are not played again.
+    "context_budget.py": (
+        re.compile(r"turn \d+: summarised \d+ messages"),
+        re.compile(r"^4 of 4 sessions completed$", re.M),
+    ),
+}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
@@ -19,3 +30,5 @@ def test_example_runs(path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.strip()
+    for expected in EXPECTED.get(path.name, ()):
+        assert expected.search(proc.stdout), (expected.pattern, proc.stdout[-3000:])

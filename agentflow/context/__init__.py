@@ -7,7 +7,9 @@ and budgets (issue #4). See ``docs/context.md``.
 - :class:`MessageCounter` — chat messages counted as templates render them, cached per
   message; :class:`PromptCounter` — one session's prompt, counted incrementally.
 - :class:`Calibrator` — learns per model how the server's ``prompt_tokens`` relate to
-  the local estimate, and corrects it.
+  the local estimate, and corrects it; per content kind (:func:`content_kind`,
+  :class:`PromptShape`, :class:`KindTally`), with an error margin learnt from its own
+  errors (:class:`TokenEstimate`).
 - :class:`PrefixIndex` — fleet-wide block hashes of every prompt sent; its
   :class:`PrefixSession` gives each turn's most cacheable prompt tokens.
 - :class:`CacheBusterCheck` — warns (:class:`CacheBusterWarning`) when prefixes that should
@@ -31,7 +33,7 @@ from agentflow.context._cachebuster import (
     CacheBusterScope,
     CacheBusterWarning,
 )
-from agentflow.context._calibration import CalibrationStats, Calibrator
+from agentflow.context._calibration import CalibrationStats, Calibrator, TokenEstimate
 from agentflow.context._compact import DEFAULT_SUMMARY_PROMPT, Compact, render_transcript
 from agentflow.context._counting import (
     HFTokenizerCounter,
@@ -50,6 +52,14 @@ from agentflow.context._events import BudgetEvent, CompactionEvent, ContextTrimm
 from agentflow.context._fingerprint import DEFAULT_CAPACITY_TOKENS, PrefixIndex, PrefixSession
 from agentflow.context._fleet_budget import FleetBudget, Prices, Spend
 from agentflow.context._history import check_pairing, pinned_length, split_units
+from agentflow.context._kinds import (
+    KINDS,
+    ContentKind,
+    KindTally,
+    PromptShape,
+    content_kind,
+    message_kind,
+)
 from agentflow.context._messages import MessageCounter
 from agentflow.context._overflow import (
     DropOldest,
@@ -77,6 +87,7 @@ __all__ = [
     "DEFAULT_WINDOW_TIMEOUT_S",
     "ENCODINGS_DIR",
     "ENCODING_NAMES",
+    "KINDS",
     "KNOWN_WINDOWS",
     "BudgetEvent",
     "CacheBusterCheck",
@@ -88,12 +99,14 @@ __all__ = [
     "ChangeCheck",
     "Compact",
     "CompactionEvent",
+    "ContentKind",
     "ContextBudget",
     "ContextTrimmedEvent",
     "DropOldest",
     "Fail",
     "FleetBudget",
     "HFTokenizerCounter",
+    "KindTally",
     "MessageCounter",
     "ModelsSource",
     "OverflowPolicy",
@@ -106,18 +119,22 @@ __all__ = [
     "PrefixTracker",
     "Prices",
     "PromptCounter",
+    "PromptShape",
     "ServerCounter",
     "ServerWindow",
     "SessionBudget",
     "Spend",
     "TiktokenCounter",
     "TokenCounter",
+    "TokenEstimate",
     "TokenEstimator",
     "TokenizeDialect",
     "TruncateToolOutputs",
     "check_pairing",
+    "content_kind",
     "encoding",
     "encoding_name_for_model",
+    "message_kind",
     "overflow_error",
     "pinned_length",
     "policy_name",

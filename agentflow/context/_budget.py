@@ -4,13 +4,16 @@ Per session (:class:`SessionBudget`, made by :meth:`ContextBudget.bind`)::
 
     limit    = window − reserve − margin
     raw      = MessageCounter estimate of the prompt (messages + tool schemas)
-    estimate = Calibrator.correct(model, raw)         # learned from reported prompt_tokens
+    forecast = Calibrator.forecast(model, shape)    # per content kind, anchored on the
+                                                    # server's count of the last prompt
+    bound    = forecast.tokens + forecast.margin    # margin learnt from its own errors
 
-Before each turn, if ``estimate > limit``, the overflow policies run in order
+Before each turn, if ``bound > limit``, the overflow policies run in order
 (re-estimating after each) until the prompt fits; if none makes it fit, the session fails
 with :class:`~agentflow.ContextOverflow`. After each turn the server's reported
 ``usage.prompt_tokens`` is fed to the calibrator (shared per :class:`ContextBudget`, per
-model), and the turn's usage is charged to the fleet budget, if there is one.
+model) and anchors the session's next estimate, and the turn's usage is charged to the
+fleet budget, if there is one.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from agentflow._errors import AgentflowError, ConfigError
 from agentflow._trace import PromptInfo
 from agentflow.context._cacheable import CacheableTracker
 from agentflow.context._cachebuster import CacheBusterCheck
-from agentflow.context._calibration import Calibrator
+from agentflow.context._calibration import Calibrator, TokenEstimate
 from agentflow.context._counting import TiktokenCounter
 from agentflow.context._encodings import encoding_name_for_model
 from agentflow.context._estimates import SessionEstimates
@@ -89,15 +92,16 @@ class ContextBudget:
         reserve_output: tokens kept free for the answer; by default the agent's
             ``max_tokens`` (or ``max_completion_tokens``) param, else
             ``min(1024, window // 4)``.
-        margin: tokens kept free for estimation error: an int is a token count, a float
-            in ``[0, 1)`` a fraction of the window.
+        margin: tokens kept free on top of the calibrator's own error margin: an int is
+            a token count, a float in ``[0, 1)`` a fraction of the window.
         overflow: a policy, or a chain of them run in order, for prompts that do not fit
             (:class:`~agentflow.context.Fail` by default).
         pin_first: messages after the system message(s) that no policy may touch (1 pins
             the first user message: the task).
         counter: the message counter; by default tiktoken's encoding for ``model``
             (``o200k_base`` for OpenAI's recent models), else ``cl100k_base``.
-        calibrator: learns the local-to-server token ratio per model.
+        calibrator: learns the local-to-server token ratio per model and content kind,
+            and the error margin added to every estimate.
         prefix_index: fingerprints prompts, filling ``PromptInfo.max_cacheable_tokens``
             in the server's tokens, so that it compares with the ``cached_tokens`` the
             server reports; each turn's reply counts as sent, as servers cache what they
@@ -292,6 +296,10 @@ class SessionBudget:
         margin: tokens kept for estimation error.
         limit: ``window − reserve − margin``: the most prompt tokens allowed.
         last: what :meth:`before_turn` returned last.
+        forecast: the calibrator's forecast of the prompt :meth:`before_turn` checked
+            last: ``forecast.bound`` (its estimate plus the calibrated error margin) is
+            what was compared with ``limit``; ``last.estimated_tokens`` is its
+            ``tokens``.
     """
 
     def __init__(
@@ -335,6 +343,7 @@ class SessionBudget:
         )
         self._pinned: int | None = None
         self._served_model: str | None = None
+        self.forecast: TokenEstimate | None = None
 
     def _pinned_of(self, messages: Sequence[Mapping[str, Any]]) -> int:
         # Append-only until a policy first runs, so recomputing is safe until then; after,
@@ -361,9 +370,9 @@ class SessionBudget:
             fleet.check()
         est = self._est
         raw = est.raw_prompt(messages, tools)
-        tokens = est.correct(raw)
-        if tokens > self.limit:
-            raw, tokens = await self._overflow(turn, messages, tools, complete, tokens)
+        forecast = est.forecast()  # calibrated per content kind, plus its error margin
+        if forecast.bound > self.limit:
+            raw, forecast = await self._overflow(turn, messages, tools, complete, forecast.bound)
             if fleet is not None:
                 fleet.check()  # spent by others while this session compacted
         check = self.budget.cache_buster
@@ -382,7 +391,9 @@ class SessionBudget:
         if self._tracker is not None:
             # Fingerprints count local tokens; in the server's, like ``tokens``, so that
             # they compare with the cached_tokens it reports.
-            cacheable = self._tracker.observe(messages, tools, tokens=tokens, raw=raw)
+            cacheable = self._tracker.observe(messages, tools, tokens=forecast.tokens, raw=raw)
+        self.forecast = forecast
+        tokens = forecast.tokens
         self.last = PromptInfo(
             estimated_tokens=tokens, raw_estimate=raw, max_cacheable_tokens=cacheable
         )
@@ -395,7 +406,7 @@ class SessionBudget:
         tools: Sequence[Mapping[str, Any]],
         complete: Complete,
         tokens: int,
-    ) -> tuple[int, int]:
+    ) -> tuple[int, TokenEstimate]:
         pinned = self._pinned_of(messages)
         self._pinned = pinned
         view = OverflowView(
@@ -425,7 +436,8 @@ class SessionBudget:
             if problem is not None:
                 raise AgentflowError(f"overflow policy {name!r} broke tool-call pairing: {problem}")
             raw = self._est.raw_prompt(messages, tools)
-            after = self._est.correct(raw)
+            forecast = self._est.forecast()
+            after = forecast.bound
             self._emit(
                 ContextTrimmedEvent(
                     agent=self.agent,
@@ -441,7 +453,7 @@ class SessionBudget:
             )
             tokens = after
             if tokens <= self.limit:
-                return raw, tokens
+                return raw, forecast
         raise overflow_error(view, tokens)
 
     def _charged(self, turn: int, complete: Complete) -> Complete:
@@ -478,7 +490,9 @@ class SessionBudget:
         usage = trace.usage
         last = self.last
         if usage is not None and usage.prompt_tokens is not None and last is not None:
-            self.budget.calibrator.observe(self._key, last.raw_estimate, usage.prompt_tokens)
+            # Teaches the calibrator (per kind, and the margin's errors) and anchors the
+            # next turn's estimate on the server's count of this prompt.
+            self._est.observe(usage.prompt_tokens, self.forecast)
         fleet = self.budget.fleet
         if fleet is not None:
             fleet.charge(

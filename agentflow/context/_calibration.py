@@ -25,21 +25,88 @@ observation, none per correction.
 before correction and after it — *out of sample*: each turn's corrected figure is the
 prediction made before that turn was observed, so the error is what a budget check
 actually suffered.
+
+**Per content kind, with an error margin** (:meth:`Calibrator.forecast`). One ratio is
+only right for the mix of text it was learnt on: on SmolLM2 prose costs ~1.0× the cl100k
+count, code ~1.25×, JSON ~1.32×, log lines ~1.51× (:mod:`agentflow.context._kinds`).
+Given a :class:`~agentflow.context.PromptShape` — the prompt's local count split by kind,
+and its anchor — the calibrator predicts
+
+    anchored:  reported_previous + Σ ratio[kind] × growth[kind]
+    otherwise: Σ ratio[kind] × tokens[kind] + offset
+
+where ``ratio[kind]`` is the median, over the last ``window`` anchored turns whose growth
+was mostly that kind, of what the server charged per local token of it (the fitted slope
+until a kind has been seen), and ``offset`` the median of what that leaves unexplained
+of the whole prompts (the template's fixed text; clipped at 0 for a prompt smaller than
+any seen, so that a fit is never extrapolated below the server's count by a negative
+offset). It adds a margin derived from the errors it has made, out of sample:
+
+    margin = floor + q[kind] × part
+
+``part`` is the estimated part of the prediction (the growth when anchored, else the whole
+prompt), ``kind`` its dominant kind, and ``q[kind]`` the ``quantile`` (nearest rank; 0.95
+is the largest of fewer than 20) of that kind's last ``window`` relative errors beyond the
+floor, ``(reported − predicted − floor) / part``, at least 0. A kind with fewer than three
+errors recorded takes the largest of ``prior`` and the quantile over all kinds; a model with
+no turn observed, ``prior``. :attr:`TokenEstimate.bound` — prediction plus margin — is what
+a budget compares with its limit.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from agentflow._errors import ConfigError
+from agentflow.context._kinds import KINDS, ContentKind, PromptShape
 
 if TYPE_CHECKING:
     from agentflow.context._prompt import PromptCounter
 
-__all__ = ["CalibrationStats", "Calibrator"]
+__all__ = ["CalibrationStats", "Calibrator", "TokenEstimate"]
+
+#: Errors a kind needs before its own quantile is trusted.
+_MIN_ERRORS = 3
+#: Local tokens an anchored growth needs to teach its kind's ratio (template noise below).
+_MIN_GROWTH = 16
+#: Share of a growth its dominant kind needs for the growth to teach that kind's ratio.
+_DOMINANT = 0.6
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenEstimate:
+    """A prompt's predicted server count and the margin kept for its error
+    (:meth:`Calibrator.forecast`).
+
+    Attributes:
+        tokens: the predicted ``prompt_tokens``.
+        margin: tokens added for estimation error:
+            ``floor + q[kind] × part + prior × (tokens of kinds with no learnt ratio)``.
+        part: the predicted tokens that were estimated rather than counted by the server
+            (the growth since the anchor, or the whole prompt).
+        kind: the dominant content kind of that part.
+        anchored: whether the prediction started from the server's count of this
+            session's previous prompt.
+        kind_learnt: whether that kind's ratio had been learnt (else it was estimated
+            with the overall slope, and ``prior`` covered it).
+    """
+
+    tokens: int
+    margin: int
+    part: int
+    kind: ContentKind
+    anchored: bool
+    kind_learnt: bool = False
+
+    @property
+    def bound(self) -> int:
+        """``tokens + margin``: what a budget must leave room for."""
+        return self.tokens + self.margin
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +123,13 @@ class CalibrationStats:
             its turn was observed (the first turn, with nothing learnt, is uncorrected).
         recent_error: the corrected estimates' mean relative error over the last
             ``window`` turns — what to expect now.
+        kind_ratios: the ratio learnt per content kind (kinds seen in anchored growths).
+        margins: ``q[kind]`` in force per kind for anchored forecasts (the growth's
+            error; see :meth:`Calibrator.forecast`).
+        whole_margins: the same for whole-prompt forecasts (no anchor).
+        forecasts: turns observed with the :class:`TokenEstimate` used for them.
+        under_bound: of those, turns whose ``bound`` was below the server's count.
+        max_under: the largest such shortfall relative to ``prompt_tokens`` (0 if none).
     """
 
     model: str
@@ -67,19 +141,34 @@ class CalibrationStats:
     mean_error: float
     max_error: float
     recent_error: float
+    kind_ratios: Mapping[str, float] = field(default_factory=dict)
+    margins: Mapping[str, float] = field(default_factory=dict)
+    whole_margins: Mapping[str, float] = field(default_factory=dict)
+    forecasts: int = 0
+    under_bound: int = 0
+    max_under: float = 0.0
 
 
 class _Model:
     __slots__ = (
+        "base_ratio",
+        "errors",
+        "forecasts",
+        "kind_offsets",
+        "kind_ratios",
         "max_corrected",
         "max_raw",
+        "max_under",
         "n",
         "offset",
         "points",
+        "ratios",
         "recent",
+        "shapes",
         "slope",
         "sum_corrected",
         "sum_raw",
+        "under_bound",
     )
 
     def __init__(self, window: int) -> None:
@@ -90,9 +179,43 @@ class _Model:
         self.n = 0
         self.sum_raw = self.max_raw = 0.0
         self.sum_corrected = self.max_corrected = 0.0
+        # Per kind: ratios learnt from anchored growths; relative errors beyond the floor,
+        # of whole-prompt forecasts (first row) and of anchored ones (second row).
+        self.ratios: list[deque[float]] = [deque(maxlen=window) for _ in KINDS]
+        self.errors: tuple[list[deque[float]], list[deque[float]]] = (
+            [deque(maxlen=window) for _ in KINDS],
+            [deque(maxlen=window) for _ in KINDS],
+        )
+        self.shapes: deque[tuple[int, tuple[int, ...], bool]] = deque(maxlen=window)
+        self.kind_ratios: list[float | None] = [None] * len(KINDS)
+        self.base_ratio = 1.0
+        # The template's fixed text, for prompts without a system message and with one.
+        self.kind_offsets: list[float | None] = [None, None]
+        self.forecasts = self.under_bound = 0
+        self.max_under = 0.0
 
     def predict(self, estimate: int) -> int:
-        return max(0, round(self.slope * estimate + self.offset))
+        fit = self.slope * estimate + self.offset
+        lo = min(e for e, _ in self.points)
+        if estimate < lo and self.offset < 0:
+            # Below every prompt seen, a negative offset would be extrapolated past the
+            # point where it was measured: scale the smallest prompt's fit instead.
+            fit = max(fit, (self.slope * lo + self.offset) * estimate / lo)
+        return max(0, round(fit))
+
+    def ratio(self, k: int) -> float:
+        r = self.kind_ratios[k]
+        return self.base_ratio if r is None else r
+
+    def offset_for(self, system: bool) -> float:
+        offset = self.kind_offsets[system]
+        if offset is None:
+            offset = self.kind_offsets[not system]
+        # A template's fixed text is not negative (beyond the ~3 tokens of reply priming
+        # the local count assumes); a negative median is the per-kind ratios' spread
+        # (±10% within a kind) over large prompts, and applied to a small prompt it
+        # would predict a fraction of it.
+        return 0.0 if offset is None else max(0.0, offset)
 
     def fit(self) -> None:
         pts = list(self.points)
@@ -108,6 +231,48 @@ class _Model:
         else:
             self.slope = statistics.median(r / e for e, r in pts)
             self.offset = 0.0
+        self.base_ratio = statistics.median(r / e for e, r in pts)
+        self.kind_ratios = [statistics.median(r) if r else None for r in self.ratios]
+        ratios = [self.ratio(k) for k in range(len(KINDS))]
+        for system in (False, True):
+            rests = [
+                rep - sum(r * n for r, n in zip(ratios, kinds, strict=True))
+                for rep, kinds, sys in self.shapes
+                if sys == system
+            ]
+            self.kind_offsets[system] = statistics.median(rests) if rests else None
+
+    def learn_kind(self, shape: PromptShape, reported: int) -> None:
+        """An anchored growth mostly of one kind teaches that kind's ratio."""
+        self.shapes.append((reported, shape.kinds, shape.system))
+        if shape.anchor is None:
+            return
+        growth = shape.growth
+        total = sum(growth)
+        if total < _MIN_GROWTH:
+            return
+        k = max(range(len(KINDS)), key=growth.__getitem__)
+        if growth[k] < _DOMINANT * total:
+            return
+        others = sum(self.ratio(j) * n for j, n in enumerate(growth) if j != k)
+        r = (reported - shape.anchor[1] - others) / growth[k]
+        if 0 < r < 10:  # a wild report (a truncated prompt, say) teaches nothing
+            self.ratios[k].append(r)
+
+    def quantile(self, k: int, anchored: bool, q: float) -> float:
+        row = self.errors[anchored]
+        if len(row[k]) >= _MIN_ERRORS:
+            return max(0.0, _quantile(row[k], q))
+        pooled = [e for errs in row for e in errs]
+        if not pooled:  # no forecast of this sort checked yet: the other sort's errors
+            pooled = [e for errs in self.errors[not anchored] for e in errs]
+        return max(0.0, _quantile(pooled, q)) if pooled else 0.0
+
+
+def _quantile(values: Sequence[float] | deque[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (the largest value for ``q`` = 1)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 class Calibrator:
@@ -117,16 +282,37 @@ class Calibrator:
     Share one across a fleet: every session of a model teaches the same correction.
 
     Args:
-        window: recent turns the fit uses, per model (≥ 2).
+        window: recent turns the fit uses, per model (≥ 2); also the errors kept per
+            content kind for the margin.
+        quantile: which of those errors the margin covers, in (0, 1] (nearest rank;
+            1 is the largest).
+        floor: tokens of margin every estimate gets, whatever its size (template text
+            that differs per message or per prompt; ≥ 0).
+        prior: the relative margin for a kind with fewer than three errors recorded
+            (at least: the quantile over all kinds applies if larger), and for a model
+            with no turn observed; ≥ 0.
 
     Raises:
-        ConfigError: ``window`` below 2.
+        ConfigError: a value out of its range (the message names it).
     """
 
-    def __init__(self, *, window: int = 32) -> None:
+    def __init__(
+        self, *, window: int = 32, quantile: float = 0.95, floor: int = 32, prior: float = 0.5
+    ) -> None:
         if isinstance(window, bool) or not isinstance(window, int) or window < 2:
             raise ConfigError(f"Calibrator.window must be an int >= 2, got {window!r}")
+        if isinstance(quantile, bool) or not isinstance(quantile, int | float):
+            raise ConfigError(f"Calibrator.quantile must be a number, got {quantile!r}")
+        if not 0 < quantile <= 1:
+            raise ConfigError(f"Calibrator.quantile must be in (0, 1], got {quantile!r}")
+        if isinstance(floor, bool) or not isinstance(floor, int) or floor < 0:
+            raise ConfigError(f"Calibrator.floor must be an int >= 0, got {floor!r}")
+        if isinstance(prior, bool) or not isinstance(prior, int | float) or not 0 <= prior < 10:
+            raise ConfigError(f"Calibrator.prior must be a number in [0, 10), got {prior!r}")
         self.window = window
+        self.quantile = float(quantile)
+        self.floor = floor
+        self.prior = float(prior)
         self._models: dict[str, _Model] = {}
 
     def correct(self, model: str, estimate: int) -> int:
@@ -150,8 +336,59 @@ class Calibrator:
         slope = 1.0 if m is None else m.slope
         return max(0, reported + round(slope * (prompt.tokens - raw)))
 
+    def forecast(self, model: str, shape: PromptShape) -> TokenEstimate:
+        """The predicted server count of a prompt of this ``shape``, per content kind,
+        with its error margin (see the module's docstring).
+
+        Args:
+            model: the model the calibration is kept under.
+            shape: the prompt's local count by kind, and its anchor (from
+                :class:`~agentflow.context.KindTally`, or built by hand).
+        """
+        m = self._models.get(model)
+        anchored = shape.anchor is not None
+        counts = shape.growth if anchored else shape.kinds
+        k = max(range(len(KINDS)), key=counts.__getitem__) if any(counts) else 0
+        unknown: float
+        if m is None:
+            part = sum(counts)
+            unknown = part
+            tokens = part + (shape.anchor[1] - shape.anchor[0] if shape.anchor else 0)
+            q, learnt = 0.0, False
+        else:
+            est = 0.0
+            unknown = 0.0
+            for j, n in enumerate(counts):
+                r = m.ratio(j)
+                est += r * n
+                if m.kind_ratios[j] is None:
+                    unknown += r * n
+            if shape.anchor is not None:
+                part = max(0, round(est))
+                tokens = shape.anchor[1] + part
+            else:
+                part = tokens = max(0, round(est + m.offset_for(shape.system)))
+            q = m.quantile(k, anchored, self.quantile)
+            learnt = m.kind_ratios[k] is not None
+        margin = self.floor + math.ceil(q * max(0.0, part - unknown) + self.prior * unknown)
+        return TokenEstimate(
+            tokens=max(0, tokens),
+            margin=margin,
+            part=part,
+            kind=KINDS[k],
+            anchored=anchored,
+            kind_learnt=learnt,
+        )
+
     def observe(
-        self, model: str, estimate: int, reported: int | None, *, predicted: int | None = None
+        self,
+        model: str,
+        estimate: int,
+        reported: int | None,
+        *,
+        predicted: int | None = None,
+        shape: PromptShape | None = None,
+        forecast: TokenEstimate | None = None,
     ) -> None:
         """Learn from one turn: the raw local ``estimate`` of its prompt and the
         server's reported ``prompt_tokens``. Turns without a report, or with a
@@ -163,14 +400,23 @@ class Calibrator:
             reported: the server's ``usage.prompt_tokens`` for it.
             predicted: the corrected estimate actually used for this turn (from
                 :meth:`estimate`), for the error statistics; by default the
-                :meth:`correct` of ``estimate`` as it stood before this turn.
+                ``forecast``'s tokens, else the :meth:`correct` of ``estimate`` as it
+                stood before this turn.
+            shape: the prompt's :class:`PromptShape`: teaches the per-kind ratios and,
+                with the ``forecast`` made for it, the per-kind error margins.
+            forecast: what :meth:`forecast` said of this prompt before it was sent; by
+                default (with a ``shape``) what it says now, before learning this turn.
         """
         if reported is None or reported <= 0 or estimate <= 0:
             return
+        if shape is not None and forecast is None:
+            forecast = self.forecast(model, shape)
         m = self._models.get(model)
         if m is None:
             m = self._models[model] = _Model(self.window)
         raw = abs(estimate - reported) / reported
+        if predicted is None and forecast is not None:
+            predicted = forecast.tokens
         if predicted is None:
             predicted = m.predict(estimate) if m.n else estimate
         corrected = abs(predicted - reported) / reported
@@ -181,6 +427,16 @@ class Calibrator:
         m.max_corrected = max(m.max_corrected, corrected)
         m.recent.append(corrected)
         m.points.append((estimate, reported))
+        if forecast is not None:
+            m.forecasts += 1
+            if forecast.bound < reported:
+                m.under_bound += 1
+                m.max_under = max(m.max_under, (reported - forecast.bound) / reported)
+            if forecast.kind_learnt:  # an unlearnt kind's error is the prior's business
+                error = (reported - forecast.tokens - self.floor) / max(1, forecast.part)
+                m.errors[forecast.anchored][KINDS.index(forecast.kind)].append(error)
+        if shape is not None:
+            m.learn_kind(shape, reported)
         m.fit()
 
     def stats(self, model: str) -> CalibrationStats | None:
@@ -198,6 +454,12 @@ class Calibrator:
             mean_error=m.sum_corrected / m.n,
             max_error=m.max_corrected,
             recent_error=statistics.fmean(m.recent),
+            kind_ratios={k: r for k, r in zip(KINDS, m.kind_ratios, strict=True) if r is not None},
+            margins={k: m.quantile(i, True, self.quantile) for i, k in enumerate(KINDS)},
+            whole_margins={k: m.quantile(i, False, self.quantile) for i, k in enumerate(KINDS)},
+            forecasts=m.forecasts,
+            under_bound=m.under_bound,
+            max_under=m.max_under,
         )
 
     @property
@@ -206,4 +468,7 @@ class Calibrator:
         return list(self._models)
 
     def __repr__(self) -> str:
-        return f"Calibrator(window={self.window}, models={self.models})"
+        return (
+            f"Calibrator(window={self.window}, quantile={self.quantile}, floor={self.floor}, "
+            f"prior={self.prior}, models={self.models})"
+        )

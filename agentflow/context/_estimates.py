@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from agentflow.context._calibration import Calibrator
+from agentflow.context._calibration import Calibrator, TokenEstimate
 from agentflow.context._counting import TokenCounter
+from agentflow.context._kinds import KindTally
 from agentflow.context._messages import MessageCounter
 from agentflow.context._prompt import PromptCounter
 
@@ -16,9 +17,11 @@ __all__ = ["SessionEstimates"]
 class SessionEstimates:
     """Calibrated token estimates for one session (an overflow view's ``estimator``).
 
-    The whole prompt is counted incrementally (a :class:`PromptCounter` per session) and
-    corrected by the calibrator's fit for the session's model; parts of a prompt (one
-    message, a text) are scaled by the fit's slope alone.
+    The whole prompt is counted incrementally (a :class:`PromptCounter` per session, and
+    a :class:`KindTally` that splits it by content kind), anchored on the server's count
+    of the previous prompt after each turn (:meth:`observe`), and forecast by the
+    calibrator per kind with its error margin; :meth:`prompt` is that bound. Parts of a
+    prompt (one message, a text) are scaled by the fit's slope alone.
 
     Args:
         counter: the (shared) message counter.
@@ -26,11 +29,12 @@ class SessionEstimates:
         model: the calibration key.
     """
 
-    __slots__ = ("_calibrator", "_counter", "_model", "_prompt", "_text")
+    __slots__ = ("_calibrator", "_counter", "_model", "_prompt", "_tally", "_text")
 
     def __init__(self, counter: MessageCounter, calibrator: Calibrator, model: str) -> None:
         self._counter = counter
         self._prompt = counter.session()
+        self._tally = KindTally()
         self._text: TokenCounter = counter.counter
         self._calibrator = calibrator
         self._model = model
@@ -44,17 +48,37 @@ class SessionEstimates:
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
     ) -> int:
         """The uncalibrated prompt count (incremental: only what changed is counted)."""
-        return self._prompt.count(messages, tools)
+        raw = self._prompt.count(messages, tools)
+        self._tally.update(self._prompt, messages, self._counter.count_message)
+        return raw
 
     def correct(self, raw: int) -> int:
-        """``raw`` corrected by the calibrator for this session's model."""
+        """``raw`` corrected by the calibrator's whole-prompt fit (no kinds, no anchor)."""
         return self._calibrator.correct(self._model, raw)
+
+    def forecast(self) -> TokenEstimate:
+        """The calibrated forecast of the prompt :meth:`raw_prompt` counted last: per
+        content kind, anchored when it can be, with its error margin."""
+        return self._calibrator.forecast(self._model, self._tally.shape(self._prompt))
 
     def prompt(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
     ) -> int:
-        """The calibrated prompt estimate."""
-        return self.correct(self._prompt.count(messages, tools))
+        """The calibrated prompt estimate plus its error margin: what must fit."""
+        self.raw_prompt(messages, tools)
+        return self.forecast().bound
+
+    def observe(self, reported: int | None, forecast: TokenEstimate | None = None) -> None:
+        """After the turn: teach the calibrator the server's count of the prompt counted
+        last (and what was forecast for it), and anchor the next estimate on it."""
+        prompt = self._prompt
+        if reported is not None and reported > 0:
+            shape = self._tally.shape(prompt)
+            self._calibrator.observe(
+                self._model, prompt.tokens, reported, shape=shape, forecast=forecast
+            )
+        prompt.anchor(reported)
+        self._tally.anchored()
 
     def _scale(self, raw: int) -> int:
         # Parts of a prompt scale by the fitted slope alone: the fit's offset is the

@@ -20,6 +20,7 @@ from agentflow._trace import TurnTrace
 from agentflow.sim.driver import EngineDriver, SimRequest
 from agentflow.sim.errors import RequestRejected
 from agentflow.sim.server import models_document
+from agentflow.sim.sessions import SESSION_HEADER
 from agentflow.transport._decode import TraceBuilder
 from agentflow.transport._overflow import context_length_error
 from agentflow.transport._request import ChatRequest
@@ -79,11 +80,22 @@ class SimTransport:
         driver: the simulator's engine driver (started on first use).
         clock: nanosecond clock for traces; the event loop's by default, which the
             driver's ground truth shares.
+        session_header: the request header (as the router sends it, any case) whose
+            value names the conversation, as the HTTP server reads it: the simulator
+            then counts the session's tool rounds across its requests, so a compacted
+            history does not reset them. ``None``: count the rounds a request shows.
     """
 
-    def __init__(self, driver: EngineDriver, *, clock: Clock = loop_clock) -> None:
+    def __init__(
+        self,
+        driver: EngineDriver,
+        *,
+        clock: Clock = loop_clock,
+        session_header: str | None = SESSION_HEADER,
+    ) -> None:
         self.driver = driver
         self._clock = clock
+        self._session_header = session_header.lower() if session_header else None
 
     @property
     def endpoint(self) -> str:
@@ -98,8 +110,9 @@ class SimTransport:
         done: asyncio.Future[None] = loop.create_future()
         consumer = _Consumer(builder, done, clock)
         body: dict[str, Any] = request.body()
+        session = self._session_of(request)
         try:
-            consumer.request = handle = self.driver.submit(body, consumer)
+            consumer.request = handle = self.driver.submit(body, consumer, session_id=session)
         except RequestRejected as exc:
             too_long = context_length_error(exc.status, exc.body(), exc.message, self.endpoint)
             if too_long is not None:
@@ -125,6 +138,12 @@ class SimTransport:
         reads)."""
         profile = self.driver.engine.profile
         return models_document(profile.model, profile.max_model_len, 0)
+
+    def _session_of(self, request: ChatRequest) -> str | None:
+        name = self._session_header
+        if name is None or not request.headers:
+            return None
+        return next((v for k, v in request.headers.items() if k.lower() == name), None)
 
     async def aclose(self) -> None:
         """Stop the driver."""

@@ -57,6 +57,7 @@ from agentflow.sim.profiles import (
 )
 from agentflow.sim.records import DecodeRun, EngineStats, RequestRecord, StepResult
 from agentflow.sim.server import SimServer
+from agentflow.sim.sessions import SESSION_HEADER, SessionRounds
 from agentflow.sim.textgen import (
     FinishReason,
     OutputDelta,
@@ -72,6 +73,7 @@ from agentflow.sim.tokenizer import Tokenizer
 __all__ = [
     "FAULT_KINDS",
     "PROFILES",
+    "SESSION_HEADER",
     "BlockManager",
     "ChatParams",
     "ChunkEncoder",
@@ -92,6 +94,7 @@ __all__ = [
     "RequestRecord",
     "RequestRejected",
     "SchemaError",
+    "SessionRounds",
     "SimRequest",
     "SimServer",
     "StepResult",

@@ -110,6 +110,19 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         "--tool-rounds", type=int, default=3, help="tool-calling turns before a final answer"
     )
     p.add_argument(
+        "--session-header",
+        default="X-Session-ID",
+        metavar="NAME",
+        help="header naming a conversation: its tool rounds are counted across its "
+        "requests, so compaction does not reset them ('' counts only visible rounds)",
+    )
+    p.add_argument(
+        "--sessions",
+        type=int,
+        default=10_000,
+        help="conversations whose tool rounds are remembered (least recently used go first)",
+    )
+    p.add_argument(
         "--answer-tokens",
         type=_range,
         default=None,
@@ -195,7 +208,7 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
     Raises:
         ConfigError: a value is wrong (the message names it).
     """
-    textgen_kw: dict[str, Any] = {"tool_rounds": args.tool_rounds}
+    textgen_kw: dict[str, Any] = {"tool_rounds": args.tool_rounds, "sessions": args.sessions}
     if args.answer_tokens is not None:
         textgen_kw["answer_tokens"] = args.answer_tokens
     try:
@@ -220,6 +233,7 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
             enable_prefix_caching=not args.no_prefix_caching,
             keep_records=args.keep_records,
             max_batch_s=args.max_batch_ms / 1000.0,
+            session_header=args.session_header or None,
         )
     except ConfigError:
         raise

@@ -476,6 +476,7 @@ class EngineDriver:
         consumer: StreamConsumer,
         *,
         arrival: float | None = None,
+        session_id: str | None = None,
     ) -> SimRequest:
         """Queue one chat-completions request; its payloads go to ``consumer``.
 
@@ -485,6 +486,8 @@ class EngineDriver:
             arrival: the loop time the request arrived at (default: now); the HTTP server
                 passes the time its handler started, so that time spent reading and
                 parsing the body counts, as it does in vLLM's TTFT.
+            session_id: the conversation's id (the ``X-Session-ID`` header): its tool
+                rounds are counted across its requests (:mod:`agentflow.sim.sessions`).
 
         Returns:
             the request's handle (``id``, live ``record``, ``cancel()``).
@@ -516,6 +519,7 @@ class EngineDriver:
             salt="" if params.seed is None else str(params.seed),
             arrival_s=arrival_s,
             tool_rounds=params.tool_rounds,
+            session_id=session_id,
         )
         record = engine.record(rid)
         assert record.plan is not None

@@ -233,6 +233,7 @@ class Engine:
         salt: str = "",
         arrival_s: float | None = None,
         tool_rounds: int | None = None,
+        session_id: str | None = None,
     ) -> int:
         """Render, plan and queue an OpenAI chat request; returns its id.
 
@@ -249,6 +250,8 @@ class Engine:
             salt: varies the output of otherwise identical requests (e.g. its ``seed``).
             arrival_s: as for :meth:`add`.
             tool_rounds: this conversation's tool rounds, overriding the configured number.
+            session_id: the conversation's id (``X-Session-ID``): tool rounds are counted
+                across its requests (see :mod:`agentflow.sim.sessions`).
 
         Raises:
             RequestRejected: it does not fit ``max_model_len`` (vLLM's 400 wording).
@@ -264,6 +267,7 @@ class Engine:
             stop=stop,
             salt=salt,
             tool_rounds=tool_rounds,
+            session_id=session_id,
         )
         return self.add(
             EngineRequest.from_plan(prompt_ids, plan, max_tokens=max_tokens), arrival_s=arrival_s

@@ -56,6 +56,7 @@ from agentflow.sim.frames import malformed_payload
 from agentflow.sim.metrics import CONTENT_TYPE, SimMetrics
 from agentflow.sim.profiles import Profile
 from agentflow.sim.records import RequestRecord
+from agentflow.sim.sessions import SESSION_HEADER
 from agentflow.sim.textgen import TextGenConfig
 
 __all__ = ["TIME_SCALE_HEADER", "SimServer", "error_body", "models_document", "record_json"]
@@ -397,6 +398,9 @@ class SimServer:
             see :class:`~agentflow.sim.driver.EngineDriver`).
         max_write_buffer: bytes a stream may have queued for a client that does not
             read before it is dropped.
+        session_header: the request header that names a conversation; its tool rounds
+            are then counted across its requests, so compaction does not reset them
+            (:mod:`agentflow.sim.sessions`). ``None``: count the rounds a request shows.
 
     Example::
 
@@ -420,6 +424,7 @@ class SimServer:
         keep_records: int = 1000,
         max_batch_s: float = 0.01,
         max_write_buffer: int = 64 * 1024 * 1024,
+        session_header: str | None = SESSION_HEADER,
     ) -> None:
         self.engine = Engine(
             profile, seed=seed, textgen=textgen, enable_prefix_caching=enable_prefix_caching
@@ -440,6 +445,7 @@ class SimServer:
         self.host = host
         self._port = port
         self._max_write_buffer = max_write_buffer
+        self.session_header = session_header
         self._scale_header = f"{time_scale:g}"
         self._runner: web.AppRunner | None = None
         self._closing = asyncio.Event()
@@ -564,16 +570,17 @@ class SimServer:
                     503: "The server is overloaded; retry later (injected fault).",
                 }[status]
                 return _error(status, msg, headers=headers)
+        session = request.headers.get(self.session_header) if self.session_header else None
         if params.stream:
             stream = _SSEStream(loop, fault, self._max_write_buffer, self._dirty)
             try:
-                req = self.driver.submit(params, stream, arrival=arrival)
+                req = self.driver.submit(params, stream, arrival=arrival, session_id=session)
             except RequestRejected as exc:
                 return _error(exc.status, exc.message, exc.param)
             return await self._stream(request, req, stream)
         collector = _BodyCollector(loop)
         try:
-            req = self.driver.submit(params, collector, arrival=arrival)
+            req = self.driver.submit(params, collector, arrival=arrival, session_id=session)
         except RequestRejected as exc:
             return _error(exc.status, exc.message, exc.param)
         return await self._complete(request, req, collector, fault)

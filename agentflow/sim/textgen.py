@@ -12,8 +12,14 @@ gives a final text answer made of words from a word list. ``tool_choice`` is obe
 (``"none"``, ``"required"``, a named function). ``stop`` strings cut a text answer
 before the first occurrence (finish reason ``"stop"``).
 
-Everything is a function of the generator's seed, an optional per-request salt and the
-request's prompt tokens, so the same request gives the same output on every run.
+The rounds so far are those the request shows, or — for a request that names its
+conversation (``session_id``, from the ``X-Session-ID`` header) — every round that
+conversation's requests have shown, so that a client that compacts its history still
+gets its final answer (:mod:`agentflow.sim.sessions`).
+
+Everything is a function of the generator's seed, an optional per-request salt, the
+request's prompt tokens and, for a named conversation, the rounds it showed before, so the
+same requests give the same output on every run.
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentflow.sim.arguments import generate_value
+from agentflow.sim.sessions import SessionRounds
 from agentflow.sim.tokenizer import IM_END, Tokenizer, assistant_body, render_tool_call
 
 __all__ = [
@@ -66,21 +73,27 @@ class TextGenConfig:
 
     Attributes:
         tool_rounds: tool-calling turns a conversation gets before the final answer
-            (counted as assistant messages with ``tool_calls`` in the request).
+            (counted as assistant messages with ``tool_calls`` in the request, and, for
+            a request with a session id, in that session's earlier requests).
         answer_tokens: ``(min, max)`` tokens of a final answer before its end token.
         tool_calls_per_turn: ``(min, max)`` calls in a tool-calling turn (1 when the
             request sets ``parallel_tool_calls: false``).
         words: the vocabulary of answers.
+        sessions: conversations whose tool rounds are remembered by session id (least
+            recently used forgotten first; 0: count only the rounds a request shows).
     """
 
     tool_rounds: int = 3
     answer_tokens: tuple[int, int] = (32, 256)
     tool_calls_per_turn: tuple[int, int] = (1, 1)
     words: tuple[str, ...] = DEFAULT_WORDS
+    sessions: int = 10_000
 
     def __post_init__(self) -> None:
         if self.tool_rounds < 0:
             raise ValueError("tool_rounds must be ≥ 0")
+        if self.sessions < 0:
+            raise ValueError("sessions must be ≥ 0")
         for fname in ("answer_tokens", "tool_calls_per_turn"):
             lo, hi = getattr(self, fname)
             if not 0 < lo <= hi:
@@ -202,6 +215,8 @@ class TextGenerator:
         self.tokenizer = tokenizer
         self.seed = seed
         self.config = config or TextGenConfig()
+        #: Each named conversation's tool rounds (bounded by ``config.sessions``).
+        self.sessions = SessionRounds(self.config.sessions)
 
     def rng_for(self, prompt_ids: Sequence[int], salt: str = "") -> random.Random:
         """The random source of one request: a function of seed, salt and prompt only."""
@@ -219,6 +234,7 @@ class TextGenerator:
         stop: str | Sequence[str] | None = None,
         salt: str = "",
         tool_rounds: int | None = None,
+        session_id: str | None = None,
     ) -> OutputPlan:
         """The output of one chat request.
 
@@ -234,6 +250,9 @@ class TextGenerator:
                 request's ``seed``).
             tool_rounds: this conversation's tool rounds, instead of the configured number
                 (lets one workload mix short and long agents).
+            session_id: the conversation's id (the ``X-Session-ID`` header): its rounds
+                are counted across its requests, so a compacted history does not reset
+                them; ``None`` counts the rounds ``messages`` show.
         """
         rng = self.rng_for(prompt_ids, salt)
         rounds = self.config.tool_rounds if tool_rounds is None else tool_rounds
@@ -244,7 +263,7 @@ class TextGenerator:
             forced = next((f for f in functions if f.get("name") == name), None)
         call = bool(functions) and tool_choice != "none"
         if call and forced is None and tool_choice != "required":
-            call = count_tool_rounds(messages) < rounds
+            call = self.sessions.rounds(session_id, messages) < rounds
         if call:
             if forced is not None:
                 chosen = [forced]

@@ -158,8 +158,9 @@ async def test_max_cacheable_tokens_come_from_the_prefix_index() -> None:
     assert info.max_cacheable_tokens == 16 * 6 and index.seen == [7]
     # After a policy ran, the index sees the prompt as it is sent.
     ctx = bind(
-        ContextBudget(window=400, reserve_output=10, overflow=DropOldest(), prefix_index=index)
-    )
+        ContextBudget(window=400, reserve_output=10, overflow=DropOldest(), prefix_index=index,
+                      calibrator=Calibrator(floor=0, prior=0))  # no error margin: exact sums
+    )  # fmt: skip
     info = await ctx.before_turn(0, conversation(4, 100), (), never)
     assert index.seen[-1] < 11 and info.max_cacheable_tokens == 16 * (index.seen[-1] - 1)
     # Calibrated like the estimate: in the server's tokens.
@@ -185,7 +186,9 @@ async def test_a_chain_runs_until_the_prompt_fits_and_reports_each_step() -> Non
     trimmed = [e for e in events if isinstance(e, ContextTrimmedEvent)]
     assert [e.policy for e in trimmed] == ["truncate_tool_outputs", "compact"]
     assert trimmed[0].tokens_before > trimmed[0].tokens_after == trimmed[1].tokens_before
-    assert trimmed[1].tokens_after == info.estimated_tokens and trimmed[1].limit == 2500
+    # Events compare the estimate plus its calibrated error margin with the limit.
+    assert ctx.forecast is not None and ctx.forecast.tokens == info.estimated_tokens
+    assert trimmed[1].tokens_after == ctx.forecast.bound and trimmed[1].limit == 2500
     assert trimmed[1].messages_after == 5 and trimmed[1].turn == 7
     (compaction,) = [e for e in events if isinstance(e, CompactionEvent)]
     assert compaction.messages_summarised == trimmed[1].messages_before - 4

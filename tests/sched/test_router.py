@@ -212,7 +212,11 @@ async def test_failover_when_a_replica_is_stopped_mid_run(sims: list[RecordingSi
             if turns == 10:
                 stopper.append(asyncio.get_running_loop().create_task(two[0].server.stop()))
 
-    replicas = [Replica(transport=t, breaker_threshold=2) for t in ts]
+    # Judged on its last two outcomes: after the stop nothing on replica 0 succeeds (its
+    # streams are aborted), so its last two are failures however many succeeded before —
+    # a window of 20 would open it only if failures were half of them, which depends on
+    # how fast the machine ran up to the stop.
+    replicas = [Replica(transport=t, breaker_threshold=2, breaker_window=2) for t in ts]
     fleet = Fleet(replicas, retry=RetryPolicy(backoff_s=0.01, jitter=False), callbacks=[on_event])
     try:
         result = await fleet.run(worker.session(f"task {i}", session_id=f"s{i}") for i in range(20))

@@ -88,7 +88,8 @@ def register_secret(value: str | None) -> None:
 
 def register_url(url: str) -> None:
     """Register the password in ``url``'s userinfo (raw, percent-decoded, and as the
-    base64 ``user:password`` HTTP Basic auth sends)."""
+    base64 ``user:password`` HTTP Basic auth sends); with no password, the user name, which
+    is then the credential (a token given as ``https://TOKEN@host``)."""
     if "@" not in url:
         return
     try:
@@ -100,6 +101,11 @@ def register_url(url: str) -> None:
         register_secret(password)
         register_secret(unquote(password))
         basic = f"{unquote(user)}:{unquote(password)}".encode()
+        register_secret(base64.b64encode(basic).decode("ascii"))
+    elif parts.username:  # a token given as the user name ("https://TOKEN@host/v1")
+        register_secret(parts.username)
+        register_secret(unquote(parts.username))
+        basic = f"{unquote(parts.username)}:".encode()
         register_secret(base64.b64encode(basic).decode("ascii"))
 
 

@@ -206,7 +206,9 @@ def test_a_port_in_use_is_refused_before_anything_starts() -> None:
     assert not listening(port)
 
 
-def test_kill_children_kills_every_running_child() -> None:
+def test_kill_children_kills_every_running_child(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Only this test's children: the session's shared llama.cpp server is a ChildServer too.
+    monkeypatch.setattr("agentflow._process._running", set())
     ports = [free_port(), free_port()]
     servers = [ChildServer(sim_cmd(p), port=p, name=f"sim{p}") for p in ports]
     pids = []

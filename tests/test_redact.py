@@ -213,3 +213,13 @@ async def test_server_counter_registers_its_key_and_hides_userinfo() -> None:
         assert redact("s3cret-UNIT") == "***"
     finally:
         await counter.aclose()
+
+
+def test_a_token_given_as_the_user_name_is_masked() -> None:
+    """``https://TOKEN@host/v1``: with no password the user name is the credential."""
+    token = "ghp_TOKENasUSER-9f8e7d6c5b"
+    ep = Endpoint(base_url=f"http://{token}@127.0.0.1:8000/v1")
+    basic = base64.b64encode(f"{token}:".encode()).decode()
+    assert ep.request_headers()["Authorization"] == f"Basic {basic}"
+    assert redact(f"echo {token} and {basic}") == "echo *** and ***"
+    assert token not in repr(ep) + ep.name + ep.chat_url

@@ -122,7 +122,16 @@ async def _get_json(
             if resp.status >= 300:
                 await resp.content.read(MAX_ERROR_BODY)
                 return None
-            raw = await resp.content.read(_MAX_ANSWER + 1)
+            # read(n) returns what has arrived so far: read on to the end (or the cap).
+            parts: list[bytes] = []
+            size = 0
+            while size <= _MAX_ANSWER:
+                part = await resp.content.read(_MAX_ANSWER + 1 - size)
+                if not part:
+                    break
+                parts.append(part)
+                size += len(part)
+            raw = b"".join(parts)
     except TimeoutError as exc:
         raise StreamTimeout(
             f"{display_url(url)} did not answer within {timeout_s:g} s (timeout_s)",

@@ -17,6 +17,7 @@ the fleet's state; the turn then fails with :class:`~agentflow.AllReplicasDown`)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -86,9 +87,10 @@ class RetryPolicy:
         for name in ("backoff_s", "max_backoff_s", "max_retry_after_s"):
             if not getattr(self, name) >= 0:
                 raise ConfigError(f"RetryPolicy.{name} must be ≥ 0, got {getattr(self, name)!r}")
-        if self.give_up_after_s is not None and not self.give_up_after_s > 0:
+        g = self.give_up_after_s
+        if g is not None and not (0 < g < math.inf):
             raise ConfigError(
-                f"RetryPolicy.give_up_after_s must be > 0 or None, got {self.give_up_after_s!r}"
+                f"RetryPolicy.give_up_after_s must be > 0 and finite, or None (no limit), got {g!r}"
             )
 
     def retryable(self, exc: BaseException) -> bool:

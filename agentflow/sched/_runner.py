@@ -105,12 +105,12 @@ class TurnRunner:
         Returns the trace and the attempts that failed before it. Raises the last
         error when the policy gives up or the error is not retryable.
         """
-        where: list[str] = []
+        where: list[str] = []  # the replica of each attempt, as it is granted one
+        began: list[int] = []  # when the first attempt was granted (not while queued)
         scheduler = self.scheduler
         clock = scheduler.clock
-        started = clock()
         try:  # the first attempt runs without tenacity: ~75 µs a turn saved
-            return await self._once(ticket, request, sink, where), ()
+            return await self._once(ticket, request, sink, where, began), ()
         except TransportError as exc:
             policy = self.retry
             if policy is None or policy.max_attempts == 1 or not policy.retryable(exc):
@@ -127,7 +127,7 @@ class TurnRunner:
             ticket.attempt += 1
             if policy.failover and where:
                 ticket.exclude = frozenset(where[-1:])
-            return await self._once(ticket, request, sink, where)
+            return await self._once(ticket, request, sink, where, began)
 
         def before_sleep(state: RetryCallState) -> None:
             outcome = state.outcome
@@ -149,7 +149,8 @@ class TurnRunner:
         give_up: Callable[[RetryCallState], bool] | None = None
         sleep = self._sleep
         if policy.give_up_after_s is not None:
-            limit = started + int(policy.give_up_after_s * 1e9)
+            # From the first attempt's start: time queued for a slot does not count.
+            limit = (began[0] if began else clock()) + int(policy.give_up_after_s * 1e9)
 
             def give_up(state: RetryCallState) -> bool:
                 """While every replica is down, no attempt starts at or after the limit."""
@@ -185,10 +186,17 @@ class TurnRunner:
         return None
 
     async def _once(
-        self, ticket: Ticket, request: ChatRequest, sink: DeltaSink | None, where: list[str]
+        self,
+        ticket: Ticket,
+        request: ChatRequest,
+        sink: DeltaSink | None,
+        where: list[str],
+        began: list[int],
     ) -> TurnTrace:
         scheduler = self.scheduler
         grant = await scheduler.acquire(ticket)
+        if not began:
+            began.append(scheduler.clock())
         replica = grant.replica
         where.append(replica.name)
         router = scheduler.router

@@ -178,3 +178,27 @@ async def test_bad_input_is_a_config_error(call: Callable[[], Any], match: str) 
 def test_the_budget_says_where_its_window_came_from() -> None:
     assert ContextBudget(window=5000).window_source == "given"
     assert ContextBudget(model="gpt-4o").window_source == "table"
+
+
+async def test_an_answer_in_pieces_is_read_whole() -> None:
+    """The models list written in two parts, with a pause between: still read whole (a
+    read returns what has arrived so far, not the body)."""
+    body = b'{"object": "list", "data": [{"id": "m", "max_model_len": 1000000}]}'
+    second_part = asyncio.Event()
+
+    async def pieces(request: web.Request) -> web.StreamResponse:
+        resp = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await resp.prepare(request)
+        await resp.write(body[:20])
+        await second_part.wait()
+        await resp.write(body[20:])
+        await resp.write_eof()
+        return resp
+
+    async with serve({"/v1/models": pieces}) as url:
+        reading = asyncio.create_task(server_window(url))
+        await asyncio.sleep(0)  # let the request go; the first part arrives alone
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.05, second_part.set)
+        found = await asyncio.wait_for(reading, 60)
+    assert found is not None and found.tokens == 1_000_000

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -23,11 +22,9 @@ def test_sleeps_take_virtual_time_only() -> None:
         woke = await asyncio.gather(*(worker(i) for i in range(5)))
         return list(woke), loop.time()
 
-    wall = time.perf_counter()
-    woke, end = run_virtual(main())
+    woke, end = run_virtual(main())  # an hour of sleeps, at once (a real loop would hang)
     assert woke == [0.0, 900.0, 1800.0, 2700.0, 3600.0]
     assert end == 3600.0
-    assert time.perf_counter() - wall < 5.0
 
 
 def test_timeouts_fire_at_their_virtual_deadline() -> None:

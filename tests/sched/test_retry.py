@@ -355,6 +355,9 @@ def test_what_is_retryable_and_what_blames_the_replica() -> None:
         RetryPolicy(max_attempts=0)
     with pytest.raises(ValueError, match="backoff_s"):
         RetryPolicy(backoff_s=-1)
+    for bad_limit in (0, -1.0, float("inf"), float("nan")):  # None means no limit
+        with pytest.raises(ValueError, match="give_up_after_s"):
+            RetryPolicy(give_up_after_s=bad_limit)
 
 
 # --- Circuit breaker ----------------------------------------------------------------------

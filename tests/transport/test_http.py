@@ -251,7 +251,7 @@ async def test_cancellation_closes_the_connection(transport_cls: MakeTransport) 
         transport_cls(srv.base_url) as t,
     ):
         task = asyncio.create_task(t.stream(REQ))
-        await asyncio.sleep(0.08)
+        await eventually(lambda: srv.requests, "the request to reach the server")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

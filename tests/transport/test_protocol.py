@@ -199,7 +199,7 @@ async def test_cancelled_stream_leaves_no_half_read_connection() -> None:
     ]
     async with RawServer(replies) as srv, HTTPTransport(srv.base_url) as t:
         task = asyncio.create_task(t.stream(REQ))
-        await asyncio.sleep(0.12)
+        await eventually(lambda: srv.heads, "the request to reach the server")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

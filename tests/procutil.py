@@ -57,8 +57,15 @@ def one_child(pid: int) -> int:
 
 
 def flag_value(pid: int, flag: str) -> str:
-    """The argument after ``flag`` on process ``pid``'s command line."""
-    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+    """The argument after ``flag`` on process ``pid``'s command line, once it has one: a
+    child found right after its fork still shows its parent's command line until it execs."""
+    argv: list[str] = []
+
+    def has_flag() -> bool:
+        argv[:] = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        return flag in argv[:-1]
+
+    wait_for(has_flag, f"process {pid} to show {flag} on its command line")
     return argv[argv.index(flag) + 1]
 
 

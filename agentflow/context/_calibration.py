@@ -439,6 +439,12 @@ class Calibrator:
             m.learn_kind(shape, reported)
         m.fit()
 
+    def slope(self, model: str) -> float:
+        """The fitted slope for ``model`` (1.0 before its first observed turn): what a
+        part of a prompt — a message, a text — scales by. O(1), unlike :meth:`stats`."""
+        m = self._models.get(model)
+        return m.slope if m is not None and m.slope > 0 else 1.0
+
     def stats(self, model: str) -> CalibrationStats | None:
         """What was learnt for ``model``, or ``None`` before its first observed turn."""
         m = self._models.get(model)

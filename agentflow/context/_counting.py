@@ -9,7 +9,7 @@ synchronous and local. The server's count is exact but costs a round trip, so
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
@@ -34,6 +34,12 @@ class TokenCounter(Protocol):
 
     Special-token text such as ``<|endoftext|>`` in the input is counted as ordinary
     text (it is what a user's message would contain), never rejected.
+
+    A counter may also offer ``head_length(text, max_tokens) -> int``: the length in
+    characters of ``text``'s first ``max_tokens`` tokens (``len(text)`` if it has no
+    more), from one tokenization of a head of it. Cutting a long text to a token budget
+    (:class:`~agentflow.context.TruncateToolOutputs`) then starts at that point instead
+    of searching for it; both shipped counters offer it.
     """
 
     @property
@@ -57,10 +63,12 @@ class TiktokenCounter:
         ConfigError: an encoding agentflow does not ship.
     """
 
-    __slots__ = ("_encode", "_name")
+    __slots__ = ("_decode", "_encode", "_name")
 
     def __init__(self, encoding_name: str = "cl100k_base") -> None:
-        self._encode = encoding(encoding_name).encode_ordinary
+        enc = encoding(encoding_name)
+        self._encode = enc.encode_ordinary
+        self._decode = enc.decode_bytes
         self._name = f"tiktoken:{encoding_name}"
 
     @property
@@ -76,8 +84,36 @@ class TiktokenCounter:
         """The token ids of ``text``."""
         return self._encode(text)
 
+    def head_length(self, text: str, max_tokens: int) -> int:
+        """The length in characters of ``text``'s first ``max_tokens`` tokens (all of
+        it if it has no more); only a head of ``text`` a little longer is tokenized."""
+        return _head_length(text, max_tokens, self._head_ids)
+
+    def _head_ids(self, head: str, max_tokens: int) -> int:
+        ids = self._encode(head)
+        if len(ids) <= max_tokens:
+            return -1
+        # A token may end inside a character: the head keeps only whole ones.
+        return len(self._decode(ids[:max_tokens]).decode("utf-8", errors="ignore"))
+
     def __repr__(self) -> str:
         return f"TiktokenCounter({self._name.removeprefix('tiktoken:')!r})"
+
+
+def _head_length(text: str, max_tokens: int, split: Callable[[str, int], int]) -> int:
+    """Grows a head of ``text`` (~5 characters a token to begin with, then twice as long)
+    until ``split`` finds more than ``max_tokens`` tokens in it and says where the first
+    ``max_tokens`` end (``split`` answers -1 while they do not)."""
+    if max_tokens <= 0:
+        return 0
+    size = 5 * max_tokens + 16
+    while True:
+        at = split(text[:size], max_tokens)
+        if at >= 0:
+            return at
+        if size >= len(text):
+            return len(text)
+        size *= 2
 
 
 class HFTokenizerCounter:
@@ -132,6 +168,18 @@ class HFTokenizerCounter:
         """The token ids of ``text``."""
         ids: list[int] = self._tokenizer.encode(text, add_special_tokens=False).ids
         return ids
+
+    def head_length(self, text: str, max_tokens: int) -> int:
+        """The length in characters of ``text``'s first ``max_tokens`` tokens (all of
+        it if it has no more); only a head of ``text`` a little longer is tokenized."""
+        return _head_length(text, max_tokens, self._head_offsets)
+
+    def _head_offsets(self, head: str, max_tokens: int) -> int:
+        offsets = self._tokenizer.encode(head, add_special_tokens=False).offsets
+        if len(offsets) <= max_tokens:
+            return -1
+        end: int = offsets[max_tokens - 1][1]
+        return end
 
     def __repr__(self) -> str:
         return f"HFTokenizerCounter(name={self._name!r})"

@@ -29,7 +29,7 @@ class SessionEstimates:
         model: the calibration key.
     """
 
-    __slots__ = ("_calibrator", "_counter", "_model", "_prompt", "_tally", "_text")
+    __slots__ = ("_calibrator", "_counter", "_last", "_model", "_prompt", "_tally", "_text")
 
     def __init__(self, counter: MessageCounter, calibrator: Calibrator, model: str) -> None:
         self._counter = counter
@@ -38,6 +38,7 @@ class SessionEstimates:
         self._text: TokenCounter = counter.counter
         self._calibrator = calibrator
         self._model = model
+        self._last: tuple[str, int] = ("", 0)  # the text counted last, and its count
 
     @property
     def counter(self) -> PromptCounter:
@@ -83,9 +84,7 @@ class SessionEstimates:
     def _scale(self, raw: int) -> int:
         # Parts of a prompt scale by the fitted slope alone: the fit's offset is the
         # template's fixed cost, paid once per prompt, not once per message.
-        stats = self._calibrator.stats(self._model)
-        slope = stats.slope if stats is not None and stats.slope > 0 else 1.0
-        return round(raw * slope)
+        return round(raw * self._calibrator.slope(self._model))
 
     def message(self, message: Mapping[str, Any]) -> int:
         """One message's estimate, scaled by the calibrated slope."""
@@ -93,28 +92,61 @@ class SessionEstimates:
 
     def text(self, text: str) -> int:
         """A bare text's estimate, scaled by the calibrated slope."""
-        return self._scale(self._text.count(text)) if text else 0
+        return self._scale(self._raw(text))
+
+    def _raw(self, text: str) -> int:
+        if not text:
+            return 0
+        last, raw = self._last
+        if text != last:  # else it is the head :meth:`cut` found, asked for again
+            raw = self._text.count(text)
+            self._last = (text, raw)
+        return raw
 
     def cut(self, text: str, max_tokens: int) -> str:
-        """The longest head of ``text`` within ``max_tokens``.
+        """The longest head of ``text`` within ``max_tokens`` (for counts that grow with
+        the text, as on any ordinary text; a long run of one character may tokenize into
+        fewer tokens when longer, and then the head found is one that fits and that one
+        character more would not).
 
-        Only heads are tokenized, never the whole text: prefixes twice as long each time
-        until one is over, then a guided bisection between the last two — so cutting a
-        20k-token tool output to 512 tokens costs a few 1k-token counts, not its length.
+        Only heads are tokenized, never the whole text. With a counter that offers
+        ``head_length`` (both shipped ones do), the first ``max_tokens`` tokens' end is
+        the guess, and two counts confirm it (it fits; one character more does not).
+        Otherwise, or when the guess misses, prefixes twice as long each time until one
+        is over, then a guided bisection between the last two — so cutting a 20k-token
+        tool output to 512 tokens costs a few 512-token counts, not its length. The
+        head's count is kept: :meth:`text` of it right after costs nothing.
         """
         if max_tokens <= 0:
             return ""
         size = len(text)
-        lo, lo_t = 0, 0  # text[:lo] fits
+        scale = self._scale
+        lo, lo_raw, head = 0, 0, ""  # head = text[:lo] fits, with lo_raw raw tokens
         hi = min(size, 5 * max_tokens + 16)  # ~4 characters a token in English
+        guess = getattr(self._text, "head_length", None)
+        if guess is not None:
+            raw = int(max_tokens / self._calibrator.slope(self._model))
+            while scale(raw + 1) <= max_tokens:  # the most raw tokens that scale within
+                raw += 1
+            at = guess(text, max(1, raw))
+            part = text[:at]
+            n = self._raw(part)
+            if scale(n) <= max_tokens:
+                if at >= size:
+                    return text
+                lo, lo_raw, head = at, n, part
+                hi = at + 1  # almost always over: done
+            elif at > 0:
+                hi = at
         while True:
-            hi_t = self.text(text[:hi])
-            if hi_t > max_tokens:
+            hi_raw = self._raw(text[:hi])
+            if scale(hi_raw) > max_tokens:
                 break  # text[:hi] does not fit
             if hi == size:
                 return text
-            lo, lo_t = hi, hi_t
+            lo, lo_raw, head = hi, hi_raw, text[:hi]
             hi = min(size, 2 * hi)
+        lo_t, hi_t = scale(lo_raw), scale(hi_raw)
         width = 2 * (hi - lo)
         while hi - lo > 1:
             if 4 * (hi - lo) > 3 * width:
@@ -122,12 +154,14 @@ class SessionEstimates:
             else:
                 # Interpolate by tokens, aiming half a token past the limit so that the
                 # guesses straddle the boundary (~5 counts on ordinary text), strictly inside.
-                guess = lo + (hi - lo) * (2 * (max_tokens - lo_t) + 1) // max(2, 2 * (hi_t - lo_t))
-                mid = min(hi - 1, max(lo + 1, guess))
+                at = lo + (hi - lo) * (2 * (max_tokens - lo_t) + 1) // max(2, 2 * (hi_t - lo_t))
+                mid = min(hi - 1, max(lo + 1, at))
             width = hi - lo
-            n = self.text(text[:mid])
-            if n <= max_tokens:
-                lo, lo_t = mid, n
+            part = text[:mid]
+            n = self._raw(part)
+            if scale(n) <= max_tokens:
+                lo, lo_raw, lo_t, head = mid, n, scale(n), part
             else:
-                hi, hi_t = mid, n
-        return text[:lo]
+                hi, hi_t = mid, scale(n)
+        self._last = (head, lo_raw)
+        return head

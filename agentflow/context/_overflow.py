@@ -286,8 +286,11 @@ class TruncateToolOutputs:
             if before <= self.max_tokens or self.was_cut(content):
                 continue
             # The output's own tokens, without tokenizing it again: the message less
-            # the same message with nothing in it.
-            n = before - est.message({**msg, "content": ""})
+            # the same message with nothing in it (its call id is not counted, so one
+            # such message stands for all and is counted once).
+            n = before - est.message(
+                {k: v for k, v in msg.items() if k != "tool_call_id"} | {"content": ""}
+            )
             if n <= self.max_tokens:
                 continue
             head = est.cut(content, self.max_tokens)

@@ -44,6 +44,7 @@ from agentflow.llamacpp import LlamaCppServer, free_port
 from agentflow.sim.server import SimServer
 
 from ..sim.simhttp import QUICK
+from .hf_tokenizer import CORPUS
 
 #: tiktoken's own encoding constructors (the package has no type information).
 openai_public = importlib.import_module("tiktoken_ext.openai_public")
@@ -186,27 +187,6 @@ def test_counts_offline_in_a_fresh_process(monkeypatch: pytest.MonkeyPatch, tmp_
 
 # --- Hugging Face tokenizer.json --------------------------------------------------------
 
-_CORPUS = [
-    "the quick brown fox jumps over the lazy dog",
-    "a tokenizer splits text into tokens and tokens into ids",
-    "agents send prompts; servers count prompt tokens",
-] * 20
-
-
-@pytest.fixture(scope="module")
-def tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A small real BPE tokenizer.json, trained here on fixed text (deterministic)."""
-    tokenizers = pytest.importorskip("tokenizers")
-    from tokenizers import models, pre_tokenizers, trainers
-
-    tok = tokenizers.Tokenizer(models.BPE(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    trainer = trainers.BpeTrainer(vocab_size=120, special_tokens=["[UNK]"], show_progress=False)
-    tok.train_from_iterator(_CORPUS, trainer=trainer)
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return path
-
 
 def test_hf_counter_counts_with_the_tokenizer(tokenizer_json: Path) -> None:
     import tokenizers
@@ -214,7 +194,7 @@ def test_hf_counter_counts_with_the_tokenizer(tokenizer_json: Path) -> None:
     counter = HFTokenizerCounter.from_file(tokenizer_json)
     assert isinstance(counter, TokenCounter)
     ref = tokenizers.Tokenizer.from_file(str(tokenizer_json))
-    for text in [*_CORPUS[:3], "the fox counts tokens", ""]:
+    for text in [*CORPUS[:3], "the fox counts tokens", ""]:
         ids = ref.encode(text, add_special_tokens=False).ids
         assert counter.encode(text) == ids
         assert counter.count(text) == len(ids)

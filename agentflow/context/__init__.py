@@ -26,7 +26,7 @@ and budgets (issue #4). See ``docs/context.md``.
   :class:`BudgetEvent` (``docs/context.md``, "Budgets and overflow policies").
 """
 
-from agentflow.context._budget import ContextBudget, PrefixSource, PrefixTracker, SessionBudget
+from agentflow.context._budget import ContextBudget, PrefixSource, PrefixTracker
 from agentflow.context._cachebuster import (
     CacheBusterCheck,
     CacheBusterKind,
@@ -79,6 +79,7 @@ from agentflow.context._server_window import (
     ServerWindow,
     server_window,
 )
+from agentflow.context._session_budget import SessionBudget
 from agentflow.context._windows import KNOWN_WINDOWS, window_for
 
 __all__ = [

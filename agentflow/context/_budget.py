@@ -21,36 +21,25 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentflow._errors import AgentflowError, ConfigError
-from agentflow._trace import PromptInfo
-from agentflow.context._cacheable import CacheableTracker
+from agentflow._errors import ConfigError
 from agentflow.context._cachebuster import CacheBusterCheck
-from agentflow.context._calibration import Calibrator, TokenEstimate
+from agentflow.context._calibration import Calibrator
 from agentflow.context._counting import TiktokenCounter
 from agentflow.context._encodings import encoding_name_for_model
-from agentflow.context._estimates import SessionEstimates
-from agentflow.context._events import ContextTrimmedEvent
-from agentflow.context._fingerprint import PrefixIndex
 from agentflow.context._fleet_budget import FleetBudget
-from agentflow.context._history import check_pairing, pinned_length
 from agentflow.context._messages import MessageCounter
 from agentflow.context._overflow import (
     Fail,
     OverflowPolicy,
-    OverflowView,
-    overflow_error,
-    policy_name,
 )
 from agentflow.context._server_window import DEFAULT_WINDOW_TIMEOUT_S, server_window
+from agentflow.context._session_budget import SessionBudget
 from agentflow.context._windows import DEFAULT_RESERVE, KNOWN_WINDOWS, window_for
 
 if TYPE_CHECKING:
     from agentflow._events import Event
-    from agentflow._trace import TurnTrace
-    from agentflow.transport._request import ChatRequest
-    from agentflow.typing import Complete
 
-__all__ = ["ContextBudget", "PrefixSource", "PrefixTracker", "SessionBudget"]
+__all__ = ["ContextBudget", "PrefixSource", "PrefixTracker"]
 
 
 class PrefixTracker(Protocol):
@@ -285,222 +274,3 @@ class ContextBudget:
             reserve=reserve,
             margin=margin,
         )
-
-
-class SessionBudget:
-    """One session's side of a :class:`ContextBudget` (its :class:`SessionContext`).
-
-    Attributes:
-        window: the window in tokens.
-        reserve: tokens kept for the output.
-        margin: tokens kept for estimation error.
-        limit: ``window − reserve − margin``: the most prompt tokens allowed.
-        last: what :meth:`before_turn` returned last.
-        forecast: the calibrator's forecast of the prompt :meth:`before_turn` checked
-            last: ``forecast.bound`` (its estimate plus the calibrated error margin) is
-            what was compared with ``limit``; ``last.estimated_tokens`` is its
-            ``tokens``.
-    """
-
-    def __init__(
-        self,
-        budget: ContextBudget,
-        *,
-        session_id: str,
-        agent: str,
-        emit: Callable[[Any], None],
-        model: str | None,
-        window: int,
-        reserve: int,
-        margin: int,
-    ) -> None:
-        self.budget = budget
-        self.session_id = session_id
-        self.agent = agent
-        self.model = model
-        self.window = window
-        self.reserve = reserve
-        self.margin = margin
-        self.limit = window - reserve - margin
-        self.last: PromptInfo | None = None
-        self._emit = emit
-        self._key = model or ""
-        self._est = SessionEstimates(budget.counter, budget.calibrator, self._key)
-        index = budget.prefix_index
-        self._tracker = (
-            CacheableTracker(
-                # Following this session's own count: one change check per turn, and each
-                # new message tokenized once for both (when the index renders as the
-                # counter does).
-                index.session(self._est.counter)
-                if isinstance(index, PrefixIndex)
-                else index.session(),
-                budget.counter,
-                getattr(index, "block_size", 16),
-            )
-            if index is not None
-            else None
-        )
-        self._pinned: int | None = None
-        self._served_model: str | None = None
-        self.forecast: TokenEstimate | None = None
-
-    def _pinned_of(self, messages: Sequence[Mapping[str, Any]]) -> int:
-        # Append-only until a policy first runs, so recomputing is safe until then; after,
-        # the boundary is frozen (a system-role summary must not join the prefix).
-        if self._pinned is None:
-            return pinned_length(messages, self.budget.pin_first)
-        return self._pinned
-
-    async def before_turn(
-        self,
-        turn: int,
-        messages: list[dict[str, Any]],
-        tools: Sequence[Mapping[str, Any]],
-        complete: Complete,
-    ) -> PromptInfo:
-        """Check budgets, bring the prompt inside the window, and say what will be sent.
-
-        Raises:
-            BudgetExceeded: the fleet budget is spent.
-            ContextOverflow: no policy could make the prompt fit.
-        """
-        fleet = self.budget.fleet
-        if fleet is not None:
-            fleet.check()
-        est = self._est
-        raw = est.raw_prompt(messages, tools)
-        forecast = est.forecast()  # calibrated per content kind, plus its error margin
-        if forecast.bound > self.limit:
-            raw, forecast = await self._overflow(turn, messages, tools, complete, forecast.bound)
-            if fleet is not None:
-                fleet.check()  # spent by others while this session compacted
-        check = self.budget.cache_buster
-        if check is not None:
-            check.check(
-                self.session_id,
-                self.agent,
-                messages,
-                tools,
-                self._emit,
-                turn=turn,
-                pinned=self._pinned_of(messages),
-                defer=True,  # reported after the turn, with the loss the server shows
-            )
-        cacheable = None
-        if self._tracker is not None:
-            # Fingerprints count local tokens; in the server's, like ``tokens``, so that
-            # they compare with the cached_tokens it reports.
-            cacheable = self._tracker.observe(messages, tools, tokens=forecast.tokens, raw=raw)
-        self.forecast = forecast
-        tokens = forecast.tokens
-        self.last = PromptInfo(
-            estimated_tokens=tokens, raw_estimate=raw, max_cacheable_tokens=cacheable
-        )
-        return self.last
-
-    async def _overflow(
-        self,
-        turn: int,
-        messages: list[dict[str, Any]],
-        tools: Sequence[Mapping[str, Any]],
-        complete: Complete,
-        tokens: int,
-    ) -> tuple[int, TokenEstimate]:
-        pinned = self._pinned_of(messages)
-        self._pinned = pinned
-        view = OverflowView(
-            session_id=self.session_id,
-            agent=self.agent,
-            model=self.model or self._served_model or "",
-            turn=turn,
-            messages=messages,
-            pinned=pinned,
-            tools=tools,
-            limit=self.limit,
-            window=self.window,
-            complete=self._charged(turn, complete),
-            estimator=self._est,
-            emit=self._emit,
-        )
-        for policy in self.budget.policies:
-            prefix = messages[:pinned]
-            count = len(messages)
-            changed = await policy(view)
-            if not changed:
-                continue
-            name = policy_name(policy)
-            if messages[:pinned] != prefix:
-                raise AgentflowError(f"overflow policy {name!r} changed the pinned prefix")
-            problem = check_pairing(messages[pinned:])
-            if problem is not None:
-                raise AgentflowError(f"overflow policy {name!r} broke tool-call pairing: {problem}")
-            raw = self._est.raw_prompt(messages, tools)
-            forecast = self._est.forecast()
-            after = forecast.bound
-            self._emit(
-                ContextTrimmedEvent(
-                    agent=self.agent,
-                    session_id=self.session_id,
-                    turn=turn,
-                    policy=name,
-                    tokens_before=tokens,
-                    tokens_after=after,
-                    limit=self.limit,
-                    messages_before=count,
-                    messages_after=len(messages),
-                )
-            )
-            tokens = after
-            if tokens <= self.limit:
-                return raw, forecast
-        raise overflow_error(view, tokens)
-
-    def _charged(self, turn: int, complete: Complete) -> Complete:
-        """``complete``, checking and charging the fleet budget around each request."""
-        fleet = self.budget.fleet
-        if fleet is None:
-            return complete
-
-        async def charged(request: ChatRequest) -> TurnTrace:
-            fleet.check()
-            trace = await complete(request)
-            fleet.charge(
-                trace,
-                model=request.model,
-                agent=self.agent,
-                session_id=self.session_id,
-                turn=turn,
-                emit=self._emit,
-            )
-            return trace
-
-        return charged
-
-    def after_turn(self, turn: int, trace: TurnTrace) -> None:
-        """Feed the reported prompt size to the calibrator; charge the fleet budget;
-        fingerprint the reply, which the server cached with the prompt; report the turn's
-        cache bust, if any, with the loss the server's usage shows."""
-        if trace.model:
-            self._served_model = trace.model
-        if self._tracker is not None:
-            self._tracker.reply(trace)  # the server cached its reply with the prompt
-        if self.budget.cache_buster is not None:
-            self.budget.cache_buster.observe_turn(self.session_id, trace)
-        usage = trace.usage
-        last = self.last
-        if usage is not None and usage.prompt_tokens is not None and last is not None:
-            # Teaches the calibrator (per kind, and the margin's errors) and anchors the
-            # next turn's estimate on the server's count of this prompt.
-            self._est.observe(usage.prompt_tokens, self.forecast)
-        fleet = self.budget.fleet
-        if fleet is not None:
-            fleet.charge(
-                trace,
-                model=self.model,
-                agent=self.agent,
-                session_id=self.session_id,
-                turn=turn,
-                emit=self._emit,
-                prompt_estimate=last.estimated_tokens if last is not None else 0,
-            )

@@ -69,6 +69,7 @@ from typing import Any
 
 import _common
 
+from agentflow import ContextTrimmedEvent, PromptInfo, ToolCall, TurnTrace, Usage
 from agentflow.context import (
     Calibrator,
     ContextBudget,
@@ -562,11 +563,15 @@ async def _never(request: Any) -> Any:
 
 class _TruncSession:
     """One session near ``window`` under ``ContextBudget(overflow=TruncateToolOutputs())``:
-    each turn appends an assistant tool call and a ``size``-token output, then the budget's
-    ``before_turn`` (count, policy, cache-buster check, fingerprint) is timed."""
+    each turn appends the model's reply (an assistant tool call) and a ``size``-token
+    output, then the budget's ``before_turn`` (count, policy, cache-buster check,
+    fingerprint) and ``after_turn`` (the server's usage: calibration, the reply's
+    fingerprint) are timed. The server's report is a tokenizer that agrees with cl100k
+    and a cache that serves what the fingerprint says it could."""
 
     def __init__(self, texts: Texts, row: TruncRow, size: int) -> None:
         counter = MessageCounter(TiktokenCounter())
+        self.counter = counter
         budget = ContextBudget(
             window=row.window,
             reserve_output=4096,
@@ -582,33 +587,68 @@ class _TruncSession:
             {"role": "system", "content": texts.text(1000)},
             {"role": "user", "content": texts.text(200)},
         ]
+        self.reply = message(texts, 0, 80)
 
     def append(self) -> None:
-        self.messages.append(message(self.texts, 2 * self.i, 80))
+        self.messages.append(self.reply)
         self.messages.append(message(self.texts, 2 * self.i + 1, self.size))
+        self.reply = message(self.texts, 2 * self.i + 2, 80)
+
+    def cuts(self) -> int:
+        return sum(isinstance(e, ContextTrimmedEvent) for e in self.events)
+
+    def trace(self, info: PromptInfo) -> TurnTrace:
+        """What the server reports for the turn: the next reply, and its usage."""
+        reply = self.reply
+        call = reply["tool_calls"][0]
+        return TurnTrace(
+            endpoint="bench", model=None, response_id=None, sent_ns=0, headers_ns=0, end_ns=0,
+            chunk_ns=(), chunk_chars=(), chunk_tokens=(), tokens_exact=False, n_events=1,
+            content=reply["content"], reasoning="", finish_reason="tool_calls", done=True,
+            tool_calls=(
+                ToolCall(index=0, id=call["id"], name=call["function"]["name"],
+                         arguments=call["function"]["arguments"]),
+            ),
+            usage=Usage(
+                prompt_tokens=info.raw_estimate,
+                completion_tokens=self.counter.count_message(reply),
+                cached_tokens=info.max_cacheable_tokens,
+            ),
+        )  # fmt: skip
+
+    async def turn(self) -> tuple[PromptInfo, int]:
+        """One turn; returns what ``before_turn`` said and the accounting's CPU ns."""
+        cpu = time.process_time_ns
+        c0 = cpu()
+        info = await self.ctx.before_turn(self.i, self.messages, TOOLS, _never)
+        c1 = cpu()
+        trace = self.trace(info)  # the server's work, not the client's: untimed
+        c2 = cpu()
+        self.ctx.after_turn(self.i, trace)
+        ns = c1 - c0 + cpu() - c2
+        self.i += 1
+        return info, ns
 
     async def prefill(self) -> None:
         """Untimed, turn by turn, up to four outputs short of the limit."""
         tokens = 0
         while tokens + 4 * self.size < self.ctx.limit:
             self.append()
-            info = await self.ctx.before_turn(self.i, self.messages, TOOLS, _never)
+            info, _ = await self.turn()
             tokens = info.estimated_tokens
-            self.i += 1
+        if self.cuts():
+            raise RuntimeError(f"the prefill at {self.row.window:,} already overflowed")
         self.row.start_tokens = tokens
 
     async def step(self) -> None:
         self.append()
-        seen = len(self.events)
-        cpu = time.process_time_ns
-        c0 = cpu()
-        info = await self.ctx.before_turn(self.i, self.messages, TOOLS, _never)
+        seen = self.cuts()
+        info, ns = await self.turn()
         row = self.row
-        row.cpu.append(cpu() - c0)
-        row.cut.append(len(self.events) > seen)
+        row.cpu.append(ns)
+        row.cut.append(self.cuts() > seen)
         row.tokens.append(info.estimated_tokens)
         row.cacheable.append(info.max_cacheable_tokens or 0)
-        self.i += 1
 
 
 def run_truncation(texts: Texts, rows: list[TruncRow], size: int) -> Truncation:
@@ -783,21 +823,18 @@ def truncation_findings(trunc: Truncation) -> str:
         return ""
     top = max(new, key=lambda r: r.window)
     m, mean = _median_ms(top.cpu), statistics.fmean(top.cpu) / 1e6
-    met = "met" if m <= LARGE_TARGET_MS else "**not met**"
+    # Per turn means every turn, the cutting ones included: judged on the mean.
+    met = "met" if mean <= LARGE_TARGET_MS else "**not met**"
     cuts = [c for c, cut in zip(top.cpu, top.cut, strict=True) if cut]
     base = _median_ms(trunc.tokenize_ns)
     out = (
         f"Target (issue 14, part 4): TruncateToolOutputs at ≤ {LARGE_TARGET_MS:g} ms per turn "
-        f"at 1M, with a cut that stays put — {met} at the {top.window:,}-token window for the "
-        f"median turn: {m:.3f} ms, of which tiktoken's tokenizing of the new output is most "
-        f"({base:.3f} ms alone, among the same turns). {len(cuts)} of {len(top.cpu)} turns "
-        "cut (every long output at once)"
-        + (
-            f"; those cost {_median_ms(cuts):.1f} ms median, which brings the mean to "
-            f"{mean:.2f} ms per turn"
-            if cuts
-            else ""
-        )
+        f"at 1M, with a cut that stays put — {met} at the {top.window:,}-token window: "
+        f"{mean:.2f} ms per turn on average over {len(top.cpu)} turns, the turns that cut "
+        f"included (median {m:.3f} ms, of which tiktoken's tokenizing of the new output is "
+        f"most: {base:.3f} ms alone, among the same turns). {len(cuts)} of {len(top.cpu)} "
+        "turns cut (every long output at once)"
+        + (f"; those cost {_median_ms(cuts):.1f} ms median" if cuts else "")
         + f". {top.hit_share:.1%} of the prompt tokens were cacheable."
     )
     same = [r for r in old if r.window == top.window]
@@ -938,14 +975,18 @@ tokenizer baseline there encodes a fresh output of the same size among the turns
 The `TruncateToolOutputs` rows: one session per window, through
 `ContextBudget(window=W, reserve_output=4096, margin=0.02, overflow=TruncateToolOutputs(all=…),
 prefix_index=PrefixIndex(counter))` with the default cache-buster check; each turn appends
-an assistant message with a tool call (~40 tokens of text) and a tool output like the
-ones above (max_tokens=512, keep_last=0), then `SessionBudget.before_turn` — count,
-overflow policy when over the limit, cache-buster check, fingerprint — is timed with
-`time.process_time_ns`. Each history is first built turn by turn, untimed, to four
-outputs short of the limit; then the sessions take their turns in a rotating order, with
-tiktoken alone on a fresh output of the same size among them, {turns} turns each (a fifth
-of that for `all=False`, whose turns cost more). No server reports counts, so estimates
-are the raw local counts. "cacheable / prompt tokens" is Σ `max_cacheable_tokens` ÷
+the model's reply (an assistant message with a tool call, ~40 tokens of text) and a tool
+output like the ones above (max_tokens=512, keep_last=0), then `SessionBudget.before_turn`
+— count, overflow policy when over the limit, cache-buster check, fingerprint — and
+`SessionBudget.after_turn` — the server's usage taught to the calibrator, the next reply
+fingerprinted — are timed with `time.process_time_ns` (building the server's report is not).
+The "server" reports every turn, as real ones do: `prompt_tokens` equal to the local count
+(a tokenizer that agrees with cl100k), `cached_tokens` what the fingerprint said could be
+cached; so the calibrated margin is learnt, not the 50% a model gets before any report.
+Each history is first built turn by turn, untimed, to four outputs short of the limit;
+then the sessions take their turns in a rotating order, with tiktoken alone on a fresh
+output of the same size among them, {turns} turns each (a fifth of that for `all=False`,
+whose turns cost more). "cacheable / prompt tokens" is Σ `max_cacheable_tokens` ÷
 Σ `estimated_tokens` over the timed turns: the share a prefix cache could serve (the
 simulator's cache, in `tests/context/test_truncation_cache.py`, served 93.8% on a 64k
 window).

@@ -145,8 +145,6 @@ class AiohttpTransport(EndpointTransport):
                 endpoint=self.endpoint,
                 trace=builder.finish(clock(), reconnects=reconnects),
             ) from exc
-        finally:
-            limits.cancel()  # also when connecting failed: no idle watchdog left behind
         return trace
 
     async def _post(self, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:

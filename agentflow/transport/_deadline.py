@@ -62,7 +62,8 @@ class Deadlines:
         """The context to run the whole stream in (``async with limits.scope():``).
 
         Leaving it, however, stops the idle watchdog: a request that failed early (no
-        connection, an error status) leaves no timer behind.
+        connection, an error status) leaves no timer behind, and the transports need no
+        ``cancel()`` of their own after it.
         """
         return self
 

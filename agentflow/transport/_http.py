@@ -230,8 +230,6 @@ class HTTPTransport(EndpointTransport):
         except TimeoutError:
             trace = builder.finish(clock(), reconnects=reconnects)
             raise limits.error(self.endpoint, trace) from None
-        finally:
-            limits.cancel()  # also when connecting failed: no idle watchdog left behind
         return trace
 
     async def aclose(self) -> None:

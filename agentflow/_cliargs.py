@@ -74,7 +74,9 @@ def check_listen(host: str, port: int, *, what: str = "--port", host_flag: str =
     ``host`` must be an IP address or a name that resolves; the port is then bound
     (and released) on every address ``host`` resolves to, with ``SO_REUSEADDR`` as
     asyncio and aiohttp bind, so a port another server listens on is reported as in
-    use while one left in ``TIME_WAIT`` is not. Port 0 checks only the host.
+    use while one left in ``TIME_WAIT`` is not. Port 0 checks only the host. Addresses
+    this machine cannot have (``::1`` without IPv6) are skipped when another binds, as
+    the servers themselves skip them.
 
     Args:
         host: the address to bind.
@@ -83,14 +85,29 @@ def check_listen(host: str, port: int, *, what: str = "--port", host_flag: str =
     """
     if not isinstance(port, int) or not 0 <= port <= 65535:
         raise ConfigError(f"{what} must be 0–65535, got {port!r}")
+    skipped: OSError | None = None
+    bound = 0
     for family, kind, proto, address in _resolve(host, port, host_flag):
-        with socket.socket(family, kind, proto) as s:
+        # As asyncio's create_server does: an address family this machine lacks (no
+        # IPv6 for ``localhost``'s ::1) is skipped, as long as some address binds.
+        try:
+            s = socket.socket(family, kind, proto)
+        except OSError as exc:
+            skipped = skipped or exc
+            continue
+        with s:
             if os.name == "posix":
                 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 s.bind(address)
             except OSError as exc:
-                raise ConfigError(_bind_message(exc, host, port, what, host_flag)) from None
+                if exc.errno != errno.EADDRNOTAVAIL:
+                    raise ConfigError(_bind_message(exc, host, port, what, host_flag)) from None
+                skipped = skipped or exc
+                continue
+        bound += 1
+    if not bound and skipped is not None:
+        raise ConfigError(_bind_message(skipped, host, port, what, host_flag))
 
 
 def check_output_file(path: Path, flag: str) -> None:

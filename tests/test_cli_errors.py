@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agentflow import ConfigError, Timeouts
+from agentflow import ConfigError, Timeouts, _cliargs
 from agentflow._cliargs import check_listen, check_output_dir, check_output_file
 from agentflow.cli import _parser, _timeouts, main
 from agentflow.sim.profiles import UnknownProfileError, get_profile
@@ -190,6 +190,24 @@ def test_check_listen_names_an_address_that_is_not_this_machines() -> None:
         ConfigError, match=re.escape("--host '192.0.2.1' is not an address of this")
     ):
         check_listen("192.0.2.1", 0)  # TEST-NET-1: never assigned to a machine
+
+
+def test_check_listen_skips_an_address_the_machine_cannot_have(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``localhost`` on a machine without IPv6: ::1 cannot be bound, 127.0.0.1 can. The
+    servers skip such an address (asyncio's create_server does), so the check must too;
+    it fails only when no address binds."""
+    nonlocal_bind = Path("/proc/sys/net/ipv6/ip_nonlocal_bind")
+    if nonlocal_bind.exists() and nonlocal_bind.read_text().strip() != "0":
+        pytest.skip("this machine lets any IPv6 address be bound (ip_nonlocal_bind)")
+    v6 = (socket.AF_INET6, socket.SOCK_STREAM, 6, ("2001:db8::1", 0, 0, 0))  # documentation
+    v4 = (socket.AF_INET, socket.SOCK_STREAM, 6, ("127.0.0.1", 0))
+    answers = {"both": [v6, v4], "v6": [v6]}
+    monkeypatch.setattr(_cliargs, "_resolve", lambda host, port, flag: answers[host])
+    check_listen("both", 0)
+    with pytest.raises(ConfigError, match="--host 'v6'"):
+        check_listen("v6", 0)
 
 
 def test_check_output_file_leaves_an_existing_file_as_it_was(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import pytest
 
 from agentflow import ConfigError
 from agentflow._process import ChildServer, free_port, kill_children
+from tests.wait import read_line
 
 from .procutil import GUARD_S, alive, children, healthy, listening, wait_for
 
@@ -42,7 +43,7 @@ def run_parent(script: str) -> subprocess.Popen[str]:
 
 def ready_line(parent: subprocess.Popen[str]) -> list[str]:
     assert parent.stdout is not None
-    line = parent.stdout.readline()
+    line = read_line(parent.stdout, "the parent's ready line")
     assert line, parent.stderr.read() if parent.stderr else ""
     return line.split()
 

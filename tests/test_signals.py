@@ -22,6 +22,7 @@ import jsonschema
 import pytest
 
 from agentflow.stats import report_schema
+from tests.wait import read_line
 
 from .procutil import (
     GUARD_S,
@@ -150,7 +151,7 @@ def test_sigterm_stops_agentflow_sim_and_frees_its_port() -> None:
     )
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline().decode()
+        line = read_line(proc.stdout, "the simulator's address line").decode()
         port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
         wait_for(lambda: healthy(port), "/health to answer")
         proc.send_signal(signal.SIGTERM)

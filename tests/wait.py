@@ -9,8 +9,11 @@ that turns "never happened" into a failure, not a timing assertion.
 from __future__ import annotations
 
 import asyncio
+import queue
+import threading
 import time
 from collections.abc import Callable
+from typing import IO, AnyStr
 
 #: How long a condition may take before the test fails (seconds). Generous on purpose.
 GUARD_S = 60.0
@@ -35,3 +38,17 @@ def wait_for(condition: Callable[[], bool], what: str, guard_s: float = GUARD_S)
         if time.monotonic() > deadline:
             raise AssertionError(f"gave up after {guard_s:g} s waiting for {what}")
         time.sleep(0.05)
+
+
+def read_line(stream: IO[AnyStr], what: str, guard_s: float = GUARD_S) -> AnyStr:
+    """``stream.readline()`` from another process's pipe, failing naming ``what`` after
+    ``guard_s`` instead of hanging when the process never writes its line.
+
+    The read runs in a daemon thread; the test's cleanup (killing the process) ends it.
+    """
+    box: queue.Queue[AnyStr] = queue.Queue(1)
+    threading.Thread(target=lambda: box.put(stream.readline()), daemon=True).start()
+    try:
+        return box.get(timeout=guard_s)
+    except queue.Empty:
+        raise AssertionError(f"gave up after {guard_s:g} s waiting for {what}") from None

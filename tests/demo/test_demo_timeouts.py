@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.procutil import GUARD_S
+from tests.wait import read_line
 
 
 def test_idle_timeout_flag_limits_a_stalled_stream(tmp_path: Path) -> None:
@@ -20,7 +21,7 @@ def test_idle_timeout_flag_limits_a_stalled_stream(tmp_path: Path) -> None:
     )  # fmt: skip
     try:
         assert sim.stdout is not None
-        base = sim.stdout.readline().split(" at ")[1].split()[0]
+        base = read_line(sim.stdout, "the simulator's address line").split(" at ")[1].split()[0]
         report = tmp_path / "run.json"
         demo = subprocess.run(
             [sys.executable, "-m", "agentflow.cli", "demo", "--base-url", base,

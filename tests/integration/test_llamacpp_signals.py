@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.procutil import GUARD_S, alive, healthy, listening, one_child, wait_for
+from tests.wait import read_line
 
 pytestmark = [
     pytest.mark.llamacpp,
@@ -28,7 +29,7 @@ def serving() -> Iterator[tuple[subprocess.Popen[str], int, int]]:
     )
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline()  # printed once /health answers
+        line = read_line(proc.stdout, "the serving line")  # printed once /health answers
         assert "serving" in line, line + proc.stdout.read()
         port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
         yield proc, one_child(proc.pid), port

@@ -39,6 +39,7 @@ from agentflow import (
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.sim.faults import FaultConfig
 from tests.sched.conftest import RecordingSim
+from tests.wait import read_line
 
 
 async def lookup(key: str) -> str:
@@ -231,7 +232,7 @@ def sim_process() -> Iterator[tuple[subprocess.Popen[str], str]]:
     )
     try:
         assert proc.stdout is not None
-        line = proc.stdout.readline()
+        line = read_line(proc.stdout, "the simulator's address line")
         assert " at http://" in line, line
         yield proc, line.split(" at ", 1)[1].split()[0]
     finally:

@@ -30,6 +30,7 @@ import aiohttp
 import pytest
 
 from agentflow import ChatRequest, HTTPTransport, TurnTrace, turn_metrics
+from tests.wait import read_line
 
 from .simhttp import STEPPY, user
 
@@ -65,7 +66,7 @@ def sim_url() -> Iterator[Callable[[float], str]]:
                 cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
             )
             assert proc.stdout is not None
-            line = proc.stdout.readline()
+            line = read_line(proc.stdout, "the simulator's address line")
             m = re.search(r"(http://\S+)/v1", line)
             if m is None:
                 proc.kill()

@@ -138,10 +138,13 @@ class PostgresServer:
         """Make the cluster, start the server, and wait until it accepts connections.
 
         Raises:
-            ConfigError: no PostgreSQL binaries, ``port`` is taken, or no usable ``user``.
+            ConfigError: no PostgreSQL binaries, ``port`` is taken, no usable ``user``, or
+                it is already running.
             RuntimeError: ``initdb`` failed, or the server exited or was not ready in time
                 (the tail of its output is in the message).
         """
+        if self._child is not None:
+            raise ConfigError("start: this PostgresServer is already running")
         bindir = self.bindir or find_postgres()
         if bindir is None:
             raise ConfigError(

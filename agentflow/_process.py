@@ -41,10 +41,12 @@ import time
 import urllib.request
 from collections.abc import Callable, Sequence
 from types import TracebackType
+from typing import Any
 
 from agentflow._cliargs import check_listen
+from agentflow._errors import ConfigError
 
-__all__ = ["ChildServer", "free_port", "kill_children"]
+__all__ = ["ChildServer", "as_user", "free_port", "kill_children"]
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _running: set[ChildServer] = set()
@@ -58,7 +60,8 @@ def free_port() -> int:
 
 
 class ChildServer:
-    """Runs ``cmd`` and waits until ``http://127.0.0.1:PORT/health`` answers 200.
+    """Runs ``cmd`` and waits until ``http://127.0.0.1:PORT/health`` answers 200 (or until
+    ``ready()`` is true).
 
     Args:
         cmd: the command line; it must bind ``port`` on 127.0.0.1.
@@ -69,6 +72,13 @@ class ChildServer:
         stop_timeout_s: how long :meth:`stop` waits after SIGTERM before SIGKILL.
         death_signal: what the kernel sends the child if this process dies first
             (Linux, when started from the main thread; see the module's docstring).
+        ready: when the child is ready, for servers without ``/health`` (polled every
+            0.1 s until ``startup_timeout_s``); the default asks ``/health``.
+        stop_signal: what :meth:`stop` sends the process group first.
+        user: run the child as this local user (its primary group, no other groups;
+            needs root): for servers that refuse to run as root, as PostgreSQL does.
+            The death signal still holds: it is armed after the switch.
+        cwd: the child's working directory.
     """
 
     def __init__(
@@ -80,6 +90,10 @@ class ChildServer:
         startup_timeout_s: float = 120.0,
         stop_timeout_s: float = 10.0,
         death_signal: signal.Signals = signal.SIGKILL,
+        ready: Callable[[], bool] | None = None,
+        stop_signal: signal.Signals = signal.SIGTERM,
+        user: str | None = None,
+        cwd: str | os.PathLike[str] | None = None,
     ) -> None:
         self.cmd = list(cmd)
         self.port = port
@@ -87,6 +101,10 @@ class ChildServer:
         self.startup_timeout_s = startup_timeout_s
         self.stop_timeout_s = stop_timeout_s
         self.death_signal = death_signal
+        self.ready = ready
+        self.stop_signal = stop_signal
+        self.user = user
+        self.cwd = cwd
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: list[str] = []
         self._drainer: threading.Thread | None = None
@@ -115,7 +133,9 @@ class ChildServer:
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
             start_new_session=True,
+            cwd=self.cwd,
             preexec_fn=arm,  # only prctl and getppid run between fork and exec
+            **as_user(self.user),
         )
         try:
             _running.add(self)
@@ -132,22 +152,24 @@ class ChildServer:
     def _wait_healthy(self, proc: subprocess.Popen[bytes]) -> str:
         """``""`` once healthy, else what went wrong."""
         deadline = time.monotonic() + self.startup_timeout_s
+        ready = self.ready or (lambda: _healthy(self.port))
         while time.monotonic() < deadline:
             if proc.poll() is not None:
                 return "exited at start"
-            if _healthy(self.port):
+            if ready():
                 return ""
             time.sleep(0.1)
         return f"not healthy after {self.startup_timeout_s} s"
 
     def stop(self) -> None:
-        """Stop the child: SIGTERM to its process group, SIGKILL after ``stop_timeout_s``."""
+        """Stop the child: ``stop_signal`` (SIGTERM) to its process group, SIGKILL after
+        ``stop_timeout_s``."""
         proc, self._proc = self._proc, None
         _running.discard(self)
         if proc is None:
             return
         if proc.poll() is None:  # not reaped yet, so its group id cannot have been reused
-            _signal_group(proc, signal.SIGTERM)
+            _signal_group(proc, self.stop_signal)
             try:
                 proc.wait(self.stop_timeout_s)
             except subprocess.TimeoutExpired:
@@ -192,6 +214,24 @@ class ChildServer:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def as_user(user: str | None) -> dict[str, Any]:
+    """:class:`subprocess.Popen` arguments that run the child as local ``user`` (its
+    primary group, no supplementary groups), or none for ``None``.
+
+    Raises:
+        ConfigError: no such user.
+    """
+    if user is None:
+        return {}
+    import pwd  # POSIX only
+
+    try:
+        pw = pwd.getpwnam(user)
+    except KeyError:
+        raise ConfigError(f"user: no local user {user!r}") from None
+    return {"user": pw.pw_uid, "group": pw.pw_gid, "extra_groups": []}
 
 
 def kill_children() -> None:

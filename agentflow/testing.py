@@ -8,6 +8,9 @@ transport — sockets, chunked encoding, SSE framing — not a mock of it::
     async with ScriptedServer([Reply.tool_call("add", {"a": 1, "b": 2}), Reply.text("3")]) as srv:
         result = await agent.run("add 1 and 2", HTTPTransport(srv.base_url))
     srv.assert_complete()
+
+:class:`PostgresServer` is a throwaway PostgreSQL server on loopback, for testing the
+store's PostgreSQL backend (``docs/store-postgres.md``).
 """
 
 from __future__ import annotations
@@ -22,7 +25,9 @@ from typing import Any
 from aiohttp import ClientConnectionResetError, web
 from multidict import CIMultiDict
 
-__all__ = ["RecordedRequest", "Reply", "ScriptedServer", "sse_frames"]
+from agentflow._pgserver import PostgresServer
+
+__all__ = ["PostgresServer", "RecordedRequest", "Reply", "ScriptedServer", "sse_frames"]
 
 
 def sse_frames(chunks: Iterable[Mapping[str, Any]], *, done: bool = True) -> list[bytes]:

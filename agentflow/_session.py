@@ -444,7 +444,8 @@ class Session:
             )
             return output
 
-        outputs = await asyncio.gather(*(one(c) for c in calls))
+        with structlog.contextvars.bound_contextvars(turn=index):  # tools log their turn
+            outputs = await asyncio.gather(*(one(c) for c in calls))
         for call, output in zip(calls, outputs, strict=True):
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
         if known:

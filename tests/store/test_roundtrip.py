@@ -65,7 +65,7 @@ def test_a_recorded_run_reads_back_whole(tmp_path: Path) -> None:
 def test_a_turn_row_holds_only_what_the_turn_appended(tmp_path: Path) -> None:
     """The turns table never repeats the context: each row is one assistant message."""
     path = tmp_path / "runs.db"
-    result, _ = _run(path, n=3)
+    _run(path, n=3)
     conn = sqlite3.connect(path)
     try:
         for (message,) in conn.execute("SELECT message FROM turns"):
@@ -109,7 +109,7 @@ def test_a_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:
         finally:
             await store.aclose()
 
-    with pytest.raises(StoreError, match="999.*version 1"):
+    with pytest.raises(StoreError, match=r"999.*version 1"):
         run_virtual(main())
 
 

@@ -126,6 +126,8 @@ class SQLiteStore:
     def _start(self) -> None:
         with self._lock:
             if self._closed:
+                if isinstance(self._error, StoreError):
+                    raise self._error  # it could not be opened: say why
                 raise StoreError(f"{self.path}: the store is closed")
             if self._thread is None:
                 self._thread = threading.Thread(
@@ -227,7 +229,10 @@ class SQLiteStore:
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         self._start()
         call = _Call(fn)
-        self._queue.put(call)
+        with self._lock:  # not after a failed open has drained the queue (see _fail_all)
+            if self._closed and isinstance(self._error, StoreError):
+                raise self._error
+            self._queue.put(call)
         self._urgent.set()
         result: T = await asyncio.wrap_future(call.future)
         return result
@@ -327,9 +332,10 @@ class SQLiteStore:
 
     def _fail_all(self, exc: BaseException) -> None:
         err = _as_store_error(exc, self.path)
-        self._error = err
-        self._closed = True
-        self._drain_closed(err)
+        with self._lock:
+            self._error = err
+            self._closed = True
+            self._drain_closed(err)
 
     def _drain_closed(self, err: BaseException | None = None) -> None:
         try:

@@ -20,7 +20,9 @@ from agentflow._errors import (
     ContextOverflow,
     MaxTurnsExceeded,
     RateLimitError,
+    RunNotFound,
     ServerError,
+    StoreError,
     StreamInterrupted,
     StreamProtocolError,
     StreamTimeout,
@@ -46,7 +48,7 @@ from agentflow._events import (
 from agentflow._fleet import Fleet, FleetResult, ReplicaStats
 from agentflow._metrics import OutputTokenSource, TurnMetrics, turn_metrics
 from agentflow._redact import redact, register_secret
-from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
+from agentflow._session import Session, SessionResult, SessionStatus, TurnLog, TurnRecord
 from agentflow._tools import DEFAULT_TOOL_TIMEOUT_S, Tool, tool
 from agentflow._trace import CacheSource, PromptInfo, ToolCall, TurnTrace, Usage
 from agentflow.context import (
@@ -101,6 +103,7 @@ from agentflow.stats import (
     TurnRow,
     read_turn_csv,
 )
+from agentflow.store import SQLiteStore, Store
 from agentflow.transport import (
     AiohttpTransport,
     ChatRequest,
@@ -197,12 +200,16 @@ __all__ = [
     "RetryEvent",
     "RetryPolicy",
     "Router",
+    "RunNotFound",
+    "SQLiteStore",
     "ServerError",
     "Session",
     "SessionContext",
     "SessionEndEvent",
     "SessionResult",
     "SessionStatus",
+    "Store",
+    "StoreError",
     "StreamInterrupted",
     "StreamProtocolError",
     "StreamTimeout",
@@ -220,6 +227,7 @@ __all__ = [
     "TruncateToolOutputs",
     "TurnCSVWriter",
     "TurnEndEvent",
+    "TurnLog",
     "TurnMetrics",
     "TurnRecord",
     "TurnRow",

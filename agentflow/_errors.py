@@ -22,7 +22,9 @@ to act on it as attributes, never only in its message::
     │   └── ToolTimeout         a tool call ran past its limit; ``.timeout_s``
     ├── MaxTurnsExceeded        a session used ``max_turns`` without a final answer
     ├── ContextOverflow         a prompt cannot fit its window; ``.tokens``, ``.limit``
-    └── BudgetExceeded          a fleet-wide token or cost budget is spent; ``.budget``
+    ├── BudgetExceeded          a fleet-wide token or cost budget is spent; ``.budget``
+    └── StoreError              a run store cannot be opened, read or written (``agentflow.store``)
+        └── RunNotFound         no run with that id in the store; ``.run_id``
 
 A failed session never raises out of :meth:`Fleet.run`: its error is kept on its
 :class:`SessionResult` together with every turn it finished.
@@ -51,7 +53,9 @@ __all__ = [
     "ContextOverflow",
     "MaxTurnsExceeded",
     "RateLimitError",
+    "RunNotFound",
     "ServerError",
+    "StoreError",
     "StreamInterrupted",
     "StreamProtocolError",
     "StreamTimeout",
@@ -376,3 +380,20 @@ class ContextLengthExceeded(BadRequestError, ContextOverflow):
         self.limit = limit
         self.prompt_tokens = prompt_tokens
         self.output_tokens = output_tokens
+
+
+class StoreError(AgentflowError):
+    """A run store (``agentflow.store``) cannot be opened, read or written; the message
+    names the store's path and what failed."""
+
+
+class RunNotFound(StoreError):
+    """The store holds no run with this id.
+
+    Attributes:
+        run_id: the id asked for.
+    """
+
+    def __init__(self, run_id: str, where: str = "the store") -> None:
+        super().__init__(f"no run {run_id!r} in {where}")
+        self.run_id = run_id

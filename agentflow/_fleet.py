@@ -6,8 +6,9 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import ConfigError
 from agentflow._events import CallbackFailure, Event, EventBus, FleetEndEvent, FleetStartEvent
@@ -26,6 +27,12 @@ from agentflow.sched import (
     policy_by_name,
 )
 from agentflow.typing import Callback, Clock, Transport
+
+if TYPE_CHECKING:
+    from agentflow._agent import Agent
+    from agentflow._session import TurnLog
+    from agentflow.store import Store
+    from agentflow.store._durable import DurableRun
 
 __all__ = ["Fleet", "FleetResult", "ReplicaStats"]
 
@@ -78,6 +85,7 @@ class FleetResult:
         callback_errors: every callback that raised, with the event it was handling.
         retries: attempts that failed and were sent again.
         replicas: per replica: served, failed, peak in flight, breaker trips.
+        run_id: the run's id in the fleet's store (``None`` without a store).
     """
 
     sessions: list[SessionResult]
@@ -86,6 +94,7 @@ class FleetResult:
     callback_errors: list[CallbackFailure] = field(default_factory=list)
     retries: int = 0
     replicas: list[ReplicaStats] = field(default_factory=list)
+    run_id: str | None = None
 
     @property
     def output_tokens(self) -> int:
@@ -126,6 +135,11 @@ class Fleet:
         freeze_gc: for the run, keep the objects that exist when it starts out of the
             garbage collector's full passes (``gc.freeze()``), so a full collection
             does not stall every stream at once; see ``docs/architecture.md``.
+        store: record every run in this run store (``agentflow.store``; e.g.
+            :class:`~agentflow.store.SQLiteStore`) so that a killed run can be resumed
+            with :meth:`resume`; see ``docs/store.md``.
+        lease_ttl_s: with a ``store``: how long a session's lease outlives a worker that
+            stops renewing it (renewed every third of it while the run goes).
     """
 
     def __init__(
@@ -143,6 +157,8 @@ class Fleet:
         clock: Clock = time.perf_counter_ns,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         freeze_gc: bool = True,
+        store: Store | None = None,
+        lease_ttl_s: float = 60.0,
     ) -> None:
         if not isinstance(max_concurrency, int) or max_concurrency < 1:
             raise ConfigError(f"max_concurrency must be an int ≥ 1, got {max_concurrency!r}")
@@ -165,6 +181,10 @@ class Fleet:
         self._clock = clock
         self._sleep = sleep
         self.freeze_gc = freeze_gc
+        if not lease_ttl_s > 0:
+            raise ConfigError(f"lease_ttl_s must be > 0 seconds, got {lease_ttl_s!r}")
+        self.store = store
+        self.lease_ttl_s = lease_ttl_s
         self._scheduler: Scheduler | None = None
 
     @property
@@ -181,12 +201,61 @@ class Fleet:
         """Add a callback for every later run."""
         self._callbacks.append(callback)
 
-    async def run(self, sessions: Iterable[Session]) -> FleetResult:
+    async def run(
+        self,
+        sessions: Iterable[Session],
+        *,
+        run_id: str | None = None,
+        run_config: Mapping[str, Any] | None = None,
+    ) -> FleetResult:
         """Run every session to its end and return their results.
 
         A failed session does not stop the others; its error is on its result.
+
+        Args:
+            sessions: the sessions, each not run before.
+            run_id: with a ``store``: the run's id (default: a new one, on the result's
+                ``run_id``); an id already in the store is a :class:`ConfigError`.
+            run_config: with a ``store``: JSON-able facts to keep with the run (what
+                rebuilds its workload on resume); never put credentials here.
         """
-        return await self._run(list(sessions), EventBus(self._callbacks))
+        return await self._run(list(sessions), EventBus(self._callbacks), run_id, run_config)
+
+    async def resume(
+        self,
+        run_id: str,
+        *,
+        agents: Iterable[Agent] | Mapping[str, Agent],
+        store: Store | None = None,
+    ) -> FleetResult:
+        """Continue a recorded run where it stopped (killed, cancelled, or failed).
+
+        Sessions that completed (or hit ``max_turns``) are not run again; the others
+        continue from their last recorded turn — a turn in flight when the run stopped
+        is run again, and a recorded tool result is used as it is, never run again.
+        The result holds every session of the run, earlier turns included. See
+        ``docs/store.md``.
+
+        Args:
+            run_id: the run (``FleetResult.run_id``, ``agentflow resume``).
+            agents: the agents the run's sessions talk to, by name (tools are code: the
+                store keeps their schemas, not them).
+            store: the store to read (default: the fleet's).
+
+        Raises:
+            RunNotFound: the store has no such run.
+            ConfigError: no store; an agent is missing, or configured differently from
+                the one the run recorded (the message names it).
+        """
+        from agentflow.store._durable import DurableRun
+
+        store = store if store is not None else self.store
+        if store is None:
+            raise ConfigError("Fleet.resume needs a store: Fleet(store=...) or store=")
+        durable = await DurableRun.resumed(
+            store, run_id, agents, clock=self._clock, lease_ttl_s=self.lease_ttl_s
+        )
+        return await self._run_durable(durable, EventBus(self._callbacks))
 
     async def stream(self, sessions: Iterable[Session]) -> AsyncIterator[Event]:
         """Run the sessions and yield every event; the last is a :class:`FleetEndEvent`.
@@ -196,7 +265,7 @@ class Fleet:
         bus = EventBus(self._callbacks)
         queue: asyncio.Queue[Event] = asyncio.Queue()
         bus.add_queue(queue)
-        task = asyncio.create_task(self._run(list(sessions), bus))
+        task = asyncio.create_task(self._run(list(sessions), bus, None, None))
         try:
             while True:
                 event = await queue.get()
@@ -210,12 +279,45 @@ class Fleet:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
 
-    async def _run(self, sessions: list[Session], bus: EventBus) -> FleetResult:
+    async def _run(
+        self,
+        sessions: list[Session],
+        bus: EventBus,
+        run_id: str | None,
+        run_config: Mapping[str, Any] | None,
+    ) -> FleetResult:
         _check_unique(sessions)
-        with frozen_gc(self.freeze_gc):
-            return await self._run_frozen(sessions, bus)
+        if self.store is None:
+            if run_id is not None or run_config is not None:
+                raise ConfigError("run_id and run_config need a store: Fleet(store=...)")
+            with frozen_gc(self.freeze_gc):
+                return await self._run_frozen(sessions, bus, None)
+        from agentflow.store._durable import DurableRun
 
-    async def _run_frozen(self, sessions: list[Session], bus: EventBus) -> FleetResult:
+        durable = await DurableRun.fresh(
+            self.store,
+            sessions,
+            run_id=run_id,
+            config=run_config,
+            clock=self._clock,
+            lease_ttl_s=self.lease_ttl_s,
+        )
+        return await self._run_durable(durable, bus)
+
+    async def _run_durable(self, durable: DurableRun, bus: EventBus) -> FleetResult:
+        """Run an attempt at a recorded run; whatever happens, its end is recorded and
+        committed before this returns (or re-raises)."""
+        result: FleetResult | None = None
+        try:
+            with frozen_gc(self.freeze_gc):
+                result = await self._run_frozen(durable.to_run, bus, durable.recorder)
+        finally:
+            await durable.finish(result)
+        return durable.merge(result)
+
+    async def _run_frozen(
+        self, sessions: list[Session], bus: EventBus, turn_log: TurnLog | None
+    ) -> FleetResult:
         scheduler = Scheduler(
             self.replicas,
             policy=self.policy,
@@ -240,7 +342,13 @@ class Fleet:
             async with asyncio.TaskGroup() as tg:
                 tasks = [
                     tg.create_task(
-                        s.run(runner=runner, bus=bus, tool_limit=tool_limit, clock=self._clock),
+                        s.run(
+                            runner=runner,
+                            bus=bus,
+                            tool_limit=tool_limit,
+                            clock=self._clock,
+                            turn_log=turn_log,
+                        ),
                         name=s.session_id,
                     )
                     for s in sessions

@@ -15,7 +15,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import msgspec
 import structlog
@@ -41,7 +41,7 @@ from agentflow.typing import Callback, Clock, SessionContext, Transport
 if TYPE_CHECKING:
     from agentflow._agent import Agent
 
-__all__ = ["Session", "SessionResult", "SessionStatus", "TurnRecord"]
+__all__ = ["Session", "SessionResult", "SessionStatus", "TurnLog", "TurnRecord"]
 
 _log = get_logger("agentflow.session")
 _ids = itertools.count(1)
@@ -71,6 +71,36 @@ class TurnRecord:
     trace: TurnTrace
     prompt: PromptInfo | None = None
     failed_attempts: tuple[FailedAttempt, ...] = ()
+
+
+class TurnLog(Protocol):
+    """Told what a session finished, as it finishes it (a run store's recorder,
+    ``agentflow.store``). Called on the event loop; must not block."""
+
+    def turn_finished(
+        self,
+        session: Session,
+        record: TurnRecord,
+        ready_ns: int,
+        rewrite: list[dict[str, Any]] | None,
+    ) -> None:
+        """A turn finished and its assistant message (``session.messages[-1]``) was
+        appended; ``rewrite`` is the history as sent when the context policy rewrote it."""
+
+    def tool_finished(
+        self,
+        session: Session,
+        turn: int,
+        call: ToolCall,
+        output: str,
+        is_error: bool,
+        duration_s: float,
+        truncated_chars: int,
+    ) -> None:
+        """A tool call produced ``output``; it is appended to the messages next."""
+
+    def session_ended(self, session: Session, result: SessionResult) -> None:
+        """The session ended (any status)."""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -130,6 +160,29 @@ class Session:
         #: Set when :meth:`run` ends.
         self.result: SessionResult | None = None
         self._context: SessionContext | None = None
+        self._log: TurnLog | None = None
+        # Where a resumed session picks up (``_restore``): its next turn, the calls of
+        # its last turn that still need running, and outputs recorded for that turn.
+        self._next_turn = 0
+        self._pending_calls: tuple[ToolCall, ...] = ()
+        self._known_outputs: dict[str, str] = {}
+
+    def _restore(
+        self,
+        messages: list[dict[str, Any]],
+        turns: list[TurnRecord],
+        pending_calls: tuple[ToolCall, ...] = (),
+        known_outputs: Mapping[str, str] | None = None,
+    ) -> None:
+        """Continue a recorded conversation (``agentflow.store`` resumes through this):
+        ``messages`` as rebuilt, the finished ``turns``; when the last turn asked for
+        tools, its ``pending_calls`` run first, except those with ``known_outputs``
+        (recorded results, used as they are: a recorded call never runs twice)."""
+        self.messages = messages
+        self.turns = list(turns)
+        self._next_turn = len(turns)
+        self._pending_calls = pending_calls
+        self._known_outputs = dict(known_outputs or {})
 
     def request(self) -> ChatRequest:
         """The request for the next turn."""
@@ -148,6 +201,7 @@ class Session:
         runner: TurnRunner | None = None,
         tool_limit: asyncio.Semaphore | None = None,
         clock: Clock = time.perf_counter_ns,
+        turn_log: TurnLog | None = None,
     ) -> SessionResult:
         """Run turns until a final answer, ``max_turns``, an error or cancellation.
 
@@ -161,7 +215,11 @@ class Session:
             bus, runner, tool_limit: a :class:`Fleet`'s event bus, turn runner (scheduler,
                 router, retries) and tool bound, instead of ``transport``/``callbacks``/``retry``.
             clock: nanosecond monotonic clock.
+            turn_log: told of every finished turn, tool result and the end (a run
+                store's recorder; a :class:`Fleet` with a ``store`` passes it).
         """
+        if turn_log is not None:
+            self._log = turn_log
         if runner is None:
             if transport is None:
                 raise TypeError("Session.run needs a transport (or a fleet's runner)")
@@ -196,7 +254,10 @@ class Session:
         final: str | None = None
         with structlog.contextvars.bound_contextvars(agent=agent.name, session=self.session_id):
             try:
-                for index in range(agent.max_turns):
+                if self._pending_calls:  # resumed after the model asked for tools
+                    calls, self._pending_calls = self._pending_calls, ()
+                    await self._run_tools(self._next_turn - 1, calls, bus, tool_limit, clock)
+                for index in range(self._next_turn, agent.max_turns):
                     trace = await self._model_turn(index, runner, bus, clock)
                     if not trace.tool_calls:
                         status, final = "completed", trace.content
@@ -235,6 +296,8 @@ class Session:
                     metadata=self.metadata,
                 )
                 self.result = result
+                if self._log is not None:
+                    self._log.session_ended(self, result)
                 bus.emit(
                     SessionEndEvent(agent=agent.name, session_id=self.session_id, result=result)
                 )
@@ -265,12 +328,17 @@ class Session:
             return trace
 
         ctx = self._context
+        log = self._log
         with structlog.contextvars.bound_contextvars(turn=index):
+            before = list(self.messages) if log is not None and ctx is not None else None
             prompt = (
                 await ctx.before_turn(index, self.messages, agent.tool_specs, complete)
                 if ctx is not None
                 else None
             )
+            rewrite = None
+            if before is not None and not _same_items(before, self.messages):
+                rewrite = list(self.messages)  # the policy rewrote history: record it whole
             request = self.request()
             events = TurnEvents(bus, agent.name, self.session_id, index)
             ready = clock()
@@ -297,7 +365,10 @@ class Session:
                 tool_calls=len(trace.tool_calls),
             )
         self.messages.append(trace.assistant_message())
-        self.turns.append(TurnRecord(index, metrics, trace, prompt, failed))
+        record = TurnRecord(index, metrics, trace, prompt, failed)
+        self.turns.append(record)
+        if log is not None:
+            log.turn_finished(self, record, ready, rewrite)
         bus.emit(
             TurnEndEvent(
                 agent=self.agent.name,
@@ -318,7 +389,11 @@ class Session:
         limit: asyncio.Semaphore | None,
         clock: Clock,
     ) -> None:
+        known = self._known_outputs
+
         async def one(call: ToolCall) -> str:
+            if call.id in known:  # recorded before the run was stopped: never run twice
+                return known[call.id]
             bus.emit(
                 ToolCallEvent(
                     agent=self.agent.name, session_id=self.session_id, turn=index, call=call
@@ -351,6 +426,9 @@ class Session:
             if tool is not None and tool.max_output_chars is not None:
                 cap = tool.max_output_chars
             output, cut = cap_output(output, cap)
+            duration = (clock() - start) * 1e-9
+            if self._log is not None:
+                self._log.tool_finished(self, index, call, output, is_error, duration, cut)
             bus.emit(
                 ToolResultEvent(
                     agent=self.agent.name,
@@ -360,15 +438,23 @@ class Session:
                     name=call.name,
                     output=output,
                     is_error=is_error,
-                    duration_s=(clock() - start) * 1e-9,
+                    duration_s=duration,
                     truncated_chars=cut,
                 )
             )
             return output
 
-        outputs = await asyncio.gather(*(one(c) for c in calls))
+        with structlog.contextvars.bound_contextvars(turn=index):  # tools log their turn
+            outputs = await asyncio.gather(*(one(c) for c in calls))
         for call, output in zip(calls, outputs, strict=True):
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+        if known:
+            self._known_outputs = {}
+
+
+def _same_items(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether two message lists hold the same objects in the same order."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
 
 
 def _rough_tokens(messages: Sequence[Mapping[str, Any]], tool_chars: int = 0) -> int:

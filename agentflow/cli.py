@@ -104,8 +104,23 @@ def _parser() -> argparse.ArgumentParser:
         help="run in-process on virtual time (no sockets, faster than real time)",
     )
     demo.add_argument("--no-live", action="store_true", help="no live view, summary only")
+    demo.add_argument(
+        "--store",
+        type=Path,
+        help="record the run in this SQLite store (resume it with `agentflow resume`)",
+    )
     _add_timeout_arguments(demo)
     demo.set_defaults(func=_demo)
+
+    resume = sub.add_parser(
+        "resume", help="resume a recorded `agentflow demo --store` run where it stopped"
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
+    resume.add_argument("--store", type=Path, required=True, help="the run's SQLite store")
+    resume.add_argument("--report", type=Path, default=None, help="write the JSON report here")
+    resume.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
+    resume.add_argument("--no-live", action="store_true", help="no live view, summary only")
+    resume.set_defaults(func=_resume)
 
     from agentflow.sim.cli import add_sim_parser
 
@@ -205,9 +220,32 @@ def _demo(args: argparse.Namespace) -> int:
         max_concurrency=args.max_concurrency, turns=turns, max_tokens=args.max_tokens,
         base_url=args.base_url, api_key=args.api_key, model=args.model,
         virtual=args.virtual, live=not args.no_live, report=args.report,
-        timeouts=_timeouts(args),
+        timeouts=_timeouts(args), store=args.store,
     )  # fmt: skip
-    report = run_demo(config)
+    return _demo_status(run_demo(config))
+
+
+def _resume(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from agentflow.demo.run import resume_config, run_demo
+    from agentflow.store import SQLiteStore
+
+    if not args.store.is_file():
+        raise ConfigError(f"resume: --store {str(args.store)!r} is not a file")
+
+    async def recorded() -> dict[str, Any] | None:
+        async with SQLiteStore(args.store) as store:
+            return (await store.load(args.run_id)).config
+
+    config = resume_config(
+        asyncio.run(recorded()), args.run_id, store=args.store, report=args.report,
+        live=not args.no_live, api_key=args.api_key,
+    )  # fmt: skip
+    return _demo_status(run_demo(config))
+
+
+def _demo_status(report: dict[str, Any]) -> int:
     stopped = report["run"].get("interrupted")
     if stopped:  # the report of what ran is written; the status says it was stopped
         return 128 + int(signal.Signals[stopped["signal"]])

@@ -16,7 +16,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from types import FrameType
 from typing import Any, ClassVar
 
@@ -116,13 +116,19 @@ class _RetryCount:
 
 
 async def run_stoppable(
-    fleet: Fleet, sessions: list[Session], stopper: Stopper, clock: Clock
+    fleet: Fleet,
+    sessions: list[Session],
+    stopper: Stopper,
+    clock: Clock,
+    begin: Callable[[], Awaitable[FleetResult]] | None = None,
 ) -> FleetResult:
     """``fleet.run(sessions)``; if ``stopper`` stops it, the result of what ran.
 
     In a stopped run's result every session is there: those that ended with their
     status, the others ``cancelled`` with the turns they finished (none, for a session
     that never started); ``callback_errors`` is empty (the fleet's bus is gone).
+    ``begin``, when given, is run instead of ``fleet.run(sessions)`` (a recorded run or
+    a resumption; the caller then reads a stopped run's result from its store).
     """
     retries = _RetryCount()
     fleet.subscribe(retries)
@@ -136,7 +142,7 @@ async def run_stoppable(
             live["replicas"] = [ReplicaStats.of(r) for r in scheduler.replicas]
 
     start = clock()
-    task = asyncio.ensure_future(fleet.run(sessions))
+    task = asyncio.ensure_future(begin() if begin is not None else fleet.run(sessions))
     with stopper.armed(task, snapshot):
         try:
             return await task

@@ -37,7 +37,7 @@ from agentflow.sim.profiles import get_profile
 from agentflow.transport import Endpoint, HTTPTransport, Timeouts
 from agentflow.typing import Clock, Transport
 
-__all__ = ["DemoConfig", "run_demo"]
+__all__ = ["DemoConfig", "recorded_config", "resume_config", "run_demo"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,6 +60,9 @@ class DemoConfig:
         report: where to write the JSON report.
         timeouts: time limits of each model request over HTTP (``None``: the
             transport's defaults); not for ``virtual``.
+        store: record the run in this SQLite store (``docs/store.md``); the demo's
+            configuration is recorded with it, so ``agentflow resume`` can rebuild it.
+        resume: the id of a run in ``store`` to resume instead of starting one.
 
     Raises:
         ConfigError: a value is wrong or the options conflict (the message names them).
@@ -79,6 +82,8 @@ class DemoConfig:
     live: bool = True
     report: Path | None = None
     timeouts: Timeouts | None = None
+    store: Path | None = None
+    resume: str | None = None
 
     def __post_init__(self) -> None:
         for name in ("agents", "max_concurrency", "max_tokens"):
@@ -94,6 +99,8 @@ class DemoConfig:
             raise ConfigError("demo: --virtual runs the embedded simulator; drop --base-url")
         if self.virtual and self.timeouts is not None:
             raise ConfigError("demo: the --*-timeout limits are for HTTP runs; drop --virtual")
+        if self.resume is not None and self.store is None:
+            raise ConfigError("demo: resuming a run needs its --store")
         get_profile(self.profile)  # an UnknownProfileError (a ConfigError) names it
         if self.base_url:
             Endpoint(base_url=self.base_url)  # a ConfigError names a malformed URL
@@ -155,6 +162,8 @@ def _report(
         for k, v in asdict(config).items()
         if k not in ("api_key", "live")
     }
+    if result.run_id is not None:
+        run["run_id"] = result.run_id
     run["time_scale"] = scale
     if stopper.signal is not None:
         statuses = [s.status for s in result.sessions]
@@ -254,7 +263,68 @@ async def _run_fleet(
         clock=clock,
     )
     sessions = [a.session(t) for a, t in zip(workload.agents, workload.tasks, strict=True)]
-    return await run_stoppable(fleet, sessions, stopper, clock)
+    if config.store is None:
+        return await run_stoppable(fleet, sessions, stopper, clock)
+    return await _run_recorded(
+        config, config.store, fleet, sessions, workload.agents, stopper, clock
+    )
+
+
+def recorded_config(config: DemoConfig) -> dict[str, Any]:
+    """What a recorded demo run keeps of its configuration (no key, no output paths):
+    enough for :func:`resume_config` to rebuild the same workload."""
+    keep = ("agents", "profile", "seed", "time_scale", "max_concurrency", "turns",
+            "max_tokens", "base_url", "model", "virtual")  # fmt: skip
+    return {"kind": "agentflow-demo", "demo": {k: getattr(config, k) for k in keep}}
+
+
+def resume_config(recorded: dict[str, Any] | None, run_id: str, **overrides: Any) -> DemoConfig:
+    """The :class:`DemoConfig` that resumes recorded demo run ``run_id``.
+
+    Raises:
+        ConfigError: the run was not recorded by ``agentflow demo``.
+    """
+    if not recorded or recorded.get("kind") != "agentflow-demo":
+        raise ConfigError(f"resume: run {run_id!r} was not recorded by `agentflow demo --store`")
+    values = dict(recorded["demo"])
+    values["turns"] = tuple(values["turns"])
+    return DemoConfig(**values, resume=run_id, **overrides)
+
+
+async def _run_recorded(
+    config: DemoConfig,
+    path: Path,
+    fleet: Fleet,
+    sessions: list[Any],
+    agents: list[Any],
+    stopper: Stopper,
+    clock: Clock,
+) -> FleetResult:
+    from agentflow.store import SQLiteStore, load_result, new_run_id
+
+    store = SQLiteStore(path)
+    fleet.store = store
+    run_id = config.resume or new_run_id()
+    try:
+        if config.resume is not None:
+            result = await run_stoppable(
+                fleet, [], stopper, clock, begin=lambda: fleet.resume(run_id, agents=agents)
+            )
+        else:
+            result = await run_stoppable(
+                fleet,
+                sessions,
+                stopper,
+                clock,
+                begin=lambda: fleet.run(
+                    sessions, run_id=run_id, run_config=recorded_config(config)
+                ),
+            )
+        if stopper.signal is not None:  # the store has every session, as far as it got
+            result = await load_result(store, run_id)
+        return result
+    finally:
+        await store.aclose()
 
 
 @dataclass

@@ -5,6 +5,7 @@
     agentflow report run.json --html report.html
     agentflow report c16.json c64.json c256.json --html sweep.html --png-dir figs/
     agentflow report run.json --server-metrics before.prom after.prom --html report.html
+    agentflow report --store runs.db RUN_ID --json run.json     # a recorded run, even partial
 
 ``agentflow.cli`` wires it in with :func:`add_parser`; :func:`run` does the work and
 returns the exit status. Bad input raises :class:`~agentflow.ConfigError` (the entry
@@ -39,7 +40,25 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
             "the client's, and several runs side by side."
         ),
     )
-    p.add_argument("runs", nargs="+", type=Path, metavar="RUN.json", help="report files")
+    p.add_argument(
+        "runs",
+        nargs="+",
+        type=Path,
+        metavar="RUN.json",
+        help="report files (with --store: run ids in the store)",
+    )
+    p.add_argument(
+        "--store",
+        type=Path,
+        help="read the runs from this SQLite run store (finished or partial runs)",
+    )
+    p.add_argument(
+        "--json",
+        type=Path,
+        metavar="OUT.json",
+        help="with --store: write the run's report JSON here (without --html/--png-dir/--json "
+        "it goes to standard output)",
+    )
     p.add_argument("--html", type=Path, help="write the HTML page here")
     p.add_argument("--png-dir", type=Path, help="also write each figure as DIR/KEY.png")
     p.add_argument(
@@ -78,6 +97,10 @@ def run(args: argparse.Namespace) -> int:
     from agentflow.report._build import write_report
     from agentflow.report._runs import Run, load_run
 
+    if args.store is not None:
+        return _from_store(args)
+    if args.json is not None:
+        raise ConfigError("report: --json writes a run read from a --store")
     if args.html is None and args.png_dir is None:
         raise ConfigError("report: give --html OUT.html and/or --png-dir DIR")
     labels: list[str] = list(args.label or [])
@@ -126,3 +149,39 @@ def _server_from_files(before: Path, after: Path, *, client: dict[str, Any]) -> 
     section = server_section(snaps[0], snaps[1], client=client, url=str(after))
     section["series"] = {k: [] for k in section["series"]}  # no times in a file
     return section
+
+
+def _from_store(args: argparse.Namespace) -> int:
+    """``agentflow report --store PATH RUN_ID...``: export recorded runs (finished or
+    partial) to report JSON, and draw them like report files."""
+    import asyncio
+
+    from agentflow.report._build import write_report
+    from agentflow.report._runs import Run
+    from agentflow.store import SQLiteStore, export_report
+
+    if not args.store.is_file():
+        raise ConfigError(f"report: --store {str(args.store)!r} is not a file")
+    ids = [str(r) for r in args.runs]
+    if args.json is not None and len(ids) != 1:
+        raise ConfigError(f"report: --json writes one run, got {len(ids)} run ids")
+    for out in (args.json, args.html):
+        if out is not None:
+            check_output_file(out, "--json" if out is args.json else "--html")
+    if args.png_dir is not None:
+        check_output_dir(args.png_dir, "--png-dir")
+
+    async def export() -> list[dict[str, Any]]:
+        async with SQLiteStore(args.store) as store:
+            return [await export_report(store, run_id) for run_id in ids]
+
+    reports = asyncio.run(export())
+    if args.json is not None:
+        args.json.write_text(json.dumps(reports[0], indent=2) + "\n", "utf-8")
+    elif args.html is None and args.png_dir is None:
+        print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
+    if args.html is not None or args.png_dir is not None:
+        labels = list(args.label or [])
+        runs = [Run(labels[i] if i < len(labels) else ids[i], r) for i, r in enumerate(reports)]
+        write_report(runs, args.html, png_dir=args.png_dir, title=args.title, gpus=args.gpus)
+    return 0

@@ -1,0 +1,123 @@
+"""How fleet objects become stored rows and back: agent fingerprints, a session's task,
+JSON for messages and traces, and moving a trace from one process's clock to another's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from agentflow._trace import PromptInfo, TurnTrace
+from agentflow.store._records import AgentInfo
+
+if TYPE_CHECKING:
+    from agentflow._agent import Agent
+    from agentflow._session import Session
+
+__all__ = [
+    "agent_info",
+    "decode_json",
+    "decode_prompt",
+    "decode_trace",
+    "encode",
+    "fingerprint",
+    "session_task",
+    "shift_trace",
+    "text_hash",
+]
+
+_encoder = msgspec.json.Encoder(enc_hook=repr)
+_trace_decoder = msgspec.json.Decoder(TurnTrace)
+_prompt_decoder = msgspec.json.Decoder(PromptInfo | None)
+_any_decoder = msgspec.json.Decoder()
+
+
+def encode(value: Any) -> str:
+    """Compact JSON text (dataclasses as objects; anything JSON cannot carry as its repr)."""
+    return _encoder.encode(value).decode()
+
+
+def decode_json(text: str | bytes | None) -> Any:
+    """The value of a JSON column (``None`` stays ``None``)."""
+    return None if text is None else _any_decoder.decode(text)
+
+
+def decode_trace(text: str | bytes) -> TurnTrace:
+    """A :class:`TurnTrace` from its JSON."""
+    return _trace_decoder.decode(text)
+
+
+def decode_prompt(text: str | bytes | None) -> PromptInfo | None:
+    """A :class:`PromptInfo` (or ``None``) from its JSON."""
+    return None if text is None else _prompt_decoder.decode(text)
+
+
+def text_hash(text: str) -> str:
+    """The key a long text (a system prompt) is stored under once."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _config(agent: Agent) -> dict[str, Any]:
+    timeout = agent.tool_timeout_s
+    return {
+        "model": agent.model,
+        "tools": agent.tool_specs,
+        "params": dict(agent.params),
+        "max_turns": agent.max_turns,
+        "tool_errors": agent.tool_errors,
+        "tool_timeout_s": None if math.isinf(timeout) else timeout,
+        "max_tool_output_chars": agent.max_tool_output_chars,
+        "priority": agent.priority,
+        "context": None if agent.context is None else type(agent.context).__qualname__,
+    }
+
+
+def fingerprint(agent: Agent) -> str:
+    """A digest of everything about ``agent`` that shapes its conversations: name, model,
+    instructions, tool schemas, params, limits, tool-error handling, priority and the
+    context policy's type. Tool *code* cannot be fingerprinted; its schema is."""
+    blob = json.dumps(
+        [agent.name, agent.instructions, _config(agent)],
+        sort_keys=True,
+        separators=(",", ":"),
+        default=repr,
+    )
+    return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def agent_info(agent: Agent) -> AgentInfo:
+    """The :class:`AgentInfo` of ``agent`` (fingerprint and a JSON-able summary)."""
+    return AgentInfo(
+        name=agent.name,
+        fingerprint=fingerprint(agent),
+        instructions=agent.instructions,
+        config=_config(agent),
+    )
+
+
+def session_task(session: Session) -> list[dict[str, Any]]:
+    """A session's initial messages without the system prompt its agent adds, so that
+    ``agent.session(task)`` rebuilds them exactly (no duplicated system message)."""
+    messages = session.messages
+    instructions = session.agent.instructions
+    if instructions and messages and messages[0] == {"role": "system", "content": instructions}:
+        return [dict(m) for m in messages[1:]]
+    return [dict(m) for m in messages]
+
+
+def shift_trace(trace: TurnTrace, delta_ns: int) -> TurnTrace:
+    """``trace`` with every time moved by ``delta_ns`` (onto another attempt's clock)."""
+    if not delta_ns:
+        return trace
+    return dataclasses.replace(
+        trace,
+        sent_ns=trace.sent_ns + delta_ns,
+        headers_ns=trace.headers_ns + delta_ns,
+        end_ns=trace.end_ns + delta_ns,
+        chunk_ns=tuple(t + delta_ns for t in trace.chunk_ns),
+    )

@@ -1,0 +1,198 @@
+"""One attempt at a recorded run, around :meth:`Fleet.run` / :meth:`Fleet.resume`: what
+is written before the sessions start, what happens when they end (or are cancelled),
+and how a resumed attempt's result joins the sessions that were already done."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from agentflow._errors import ConfigError, RunNotFound
+from agentflow._logging import get_logger
+from agentflow._session import Session, SessionResult
+from agentflow.store._protocol import Store
+from agentflow.store._recorder import LeaseKeeper, Recorder
+from agentflow.store._records import FINAL_STATUSES, RunAttempt, SessionEnded, StoredRun
+from agentflow.store._resume import plan_resume, stored_result
+from agentflow.typing import Clock
+
+if TYPE_CHECKING:
+    from agentflow._agent import Agent
+    from agentflow._fleet import FleetResult
+
+__all__ = ["DurableRun", "new_run_id"]
+
+_log = get_logger("agentflow.store")
+
+
+def new_run_id() -> str:
+    """A fresh run id: UTC date and time, then 8 random hex digits (sortable, unique)."""
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + uuid.uuid4().hex[:8]
+
+
+class DurableRun:
+    """The store's part of one attempt at a run (fresh, or resumed)."""
+
+    def __init__(
+        self, store: Store, run_id: str, attempt: int, lease_ttl_s: float, clock: Clock
+    ) -> None:
+        self.store = store
+        self.clock = clock
+        self.start_ns = clock()
+        self.run_id = run_id
+        self.attempt = attempt
+        self.recorder = Recorder(store, run_id, attempt)
+        self.leases = LeaseKeeper(store, run_id, lease_ttl_s)
+        #: Per session of the run, in order: a Session that runs now, or a done result.
+        self.entries: list[Session | SessionResult] = []
+        self.prior_retries = 0
+        self.prior_wall_s = 0.0
+
+    @property
+    def to_run(self) -> list[Session]:
+        """The sessions this attempt runs."""
+        return [e for e in self.entries if isinstance(e, Session)]
+
+    @classmethod
+    async def fresh(
+        cls,
+        store: Store,
+        sessions: Sequence[Session],
+        *,
+        run_id: str | None,
+        config: Mapping[str, Any] | None,
+        clock: Clock,
+        lease_ttl_s: float,
+    ) -> DurableRun:
+        """Record a new run and its sessions, and take their leases.
+
+        Raises:
+            ConfigError: ``run_id`` is already in the store, or is empty.
+        """
+        await store.open()
+        if run_id is not None:
+            if not isinstance(run_id, str) or not run_id.strip():
+                raise ConfigError(f"run_id must be a non-empty string, got {run_id!r}")
+            with contextlib.suppress(RunNotFound):
+                await store.load(run_id)
+                raise ConfigError(
+                    f"run_id {run_id!r} is already in {store!r}; resume it with Fleet.resume"
+                )
+        self = cls(store, run_id or new_run_id(), 0, lease_ttl_s, clock)
+        self.entries = list(sessions)
+        self.recorder.start_run(sessions, time.time_ns(), clock(), dict(config or {}) or None)
+        await self.leases.claim([s.session_id for s in sessions])
+        return self
+
+    @classmethod
+    async def resumed(
+        cls,
+        store: Store,
+        run_id: str,
+        agents: Iterable[Agent] | Mapping[str, Agent],
+        *,
+        clock: Clock,
+        lease_ttl_s: float,
+    ) -> DurableRun:
+        """Plan the resumption of ``run_id``: sessions rebuilt from the store, agents
+        checked; record the new attempt and take the leases of what is to run.
+
+        Raises:
+            RunNotFound: no such run.
+            ConfigError: an agent is missing or differs from the one recorded.
+        """
+        await store.open()
+        await store.flush()
+        run = await store.load(run_id)
+        attempt = max((a.attempt for a in run.attempts), default=-1) + 1
+        wall, now = time.time_ns(), clock()
+        run.attempts.append(RunAttempt(attempt=attempt, wall_ns=wall, clock_ns=now))
+        plan = plan_resume(run, agents, attempt)
+        self = cls(store, run_id, attempt, lease_ttl_s, clock)
+        self.prior_retries = sum(t.failed_attempts for s in run.sessions for t in s.turns)
+        self.prior_wall_s = _active_wall_s(run)
+        self.recorder.start_run((), wall, now, None)
+        for done in plan.newly_done:
+            store.write(_ended(run_id, done))
+        ids = [s.session_id for s in plan.to_run]
+        held = set(await self.leases.claim(ids)) if ids else set()
+        by_id = {s.session_id: s for s in run.sessions}
+        for entry in plan.entries:
+            if isinstance(entry, Session) and entry.session_id not in held:
+                _log.warning("store.session_leased_elsewhere", session=entry.session_id)
+                entry = stored_result(run, by_id[entry.session_id], attempt)
+            self.entries.append(entry)
+        return self
+
+    async def finish(self, result: FleetResult | None) -> None:
+        """After the sessions ended (or were cancelled): record the attempt's end, give
+        the leases back and commit everything (a cancelled run included)."""
+        finished = (
+            result is not None
+            and all(
+                not isinstance(e, Session)
+                or (e.result is not None and e.result.status in FINAL_STATUSES)
+                for e in self.entries
+            )
+            and all(
+                e.status in FINAL_STATUSES for e in self.entries if isinstance(e, SessionResult)
+            )
+        )
+        wall_s = result.wall_s if result is not None else (self.clock() - self.start_ns) * 1e-9
+        self.recorder.end_run(finished, wall_s)
+        try:
+            await asyncio.shield(self._close())
+        except asyncio.CancelledError:
+            _log.warning("store.flush_cancelled", run_id=self.run_id)
+            raise
+
+    async def _close(self) -> None:
+        try:
+            await self.leases.release()
+        finally:
+            await self.store.flush()
+
+    def merge(self, result: FleetResult) -> FleetResult:
+        """The result of the whole run: this attempt's sessions among the done ones, in
+        the run's order; retries and wall time of earlier attempts added."""
+        ran = iter(result.sessions)
+        sessions = [next(ran) if isinstance(e, Session) else e for e in self.entries]
+        return replace(
+            result,
+            sessions=sessions,
+            retries=result.retries + self.prior_retries,
+            wall_s=result.wall_s + self.prior_wall_s,
+            run_id=self.run_id,
+        )
+
+
+def _ended(run_id: str, r: SessionResult) -> SessionEnded:
+    return SessionEnded(
+        run_id=run_id,
+        session_id=r.session_id,
+        status=r.status,
+        final_output=r.final_output,
+        error=None,
+        turns=len(r.turns),
+    )
+
+
+def _active_wall_s(run: StoredRun) -> float:
+    """Time the earlier attempts ran, on their fleet's clock: to their recorded end, or
+    — for one that was killed — to the end of the last turn it recorded."""
+    last_end: dict[int, int] = {}
+    for s in run.sessions:
+        for t in s.turns:
+            last_end[t.attempt] = max(last_end.get(t.attempt, 0), t.trace.end_ns)
+    total = 0
+    for a in run.attempts:
+        if a.wall_s is not None:
+            total += int(a.wall_s * 1e9)
+        elif a.attempt in last_end:
+            total += max(0, last_end[a.attempt] - a.clock_ns)
+    return total * 1e-9

@@ -1,0 +1,208 @@
+"""The fleet's side of a store: a :class:`~agentflow._session.TurnLog` that turns what
+sessions finish into records, and the lease keeper of a run.
+
+Everything here runs on the event loop's hot path, so it only builds small records
+around objects that already exist (the assistant message, the trace) and hands them to
+:meth:`Store.write`; encoding and committing happen on the store's side.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agentflow._logging import get_logger
+from agentflow._trace import ToolCall
+from agentflow.store._codec import agent_info, session_task
+from agentflow.store._protocol import LeaseOwner, Store
+from agentflow.store._records import (
+    AgentInfo,
+    RunEnded,
+    RunStarted,
+    SessionEnded,
+    SessionStarted,
+    ToolFinished,
+    TurnFinished,
+)
+
+if TYPE_CHECKING:
+    from agentflow._agent import Agent
+    from agentflow._session import Session, SessionResult, TurnRecord
+
+__all__ = ["LeaseKeeper", "Recorder"]
+
+_log = get_logger("agentflow.store")
+
+
+class Recorder:
+    """Records one attempt at a run into ``store`` (see :class:`TurnLog`)."""
+
+    __slots__ = ("_agents", "attempt", "retries", "run_id", "store")
+
+    def __init__(self, store: Store, run_id: str, attempt: int) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.attempt = attempt
+        #: Retries in turns recorded by this attempt.
+        self.retries = 0
+        self._agents: dict[int, AgentInfo] = {}
+
+    def start_run(
+        self,
+        sessions: Sequence[Session],
+        wall_ns: int,
+        clock_ns: int,
+        config: dict[str, Any] | None,
+    ) -> None:
+        """Record the attempt's start (and, for attempt 0, every session's start):
+        ``wall_ns`` and ``clock_ns`` are one moment on the wall clock and the fleet's."""
+        self.store.write(
+            RunStarted(
+                run_id=self.run_id,
+                attempt=self.attempt,
+                wall_ns=wall_ns,
+                clock_ns=clock_ns,
+                sessions=len(sessions),
+                config=config,
+            )
+        )
+        if self.attempt == 0:
+            for position, s in enumerate(sessions):
+                self.store.write(
+                    SessionStarted(
+                        run_id=self.run_id,
+                        session_id=s.session_id,
+                        position=position,
+                        agent=self._info(s.agent),
+                        task=session_task(s),
+                        metadata=dict(s.metadata),
+                    )
+                )
+
+    def end_run(self, finished: bool, wall_s: float) -> None:
+        """Record that this attempt ended cleanly (``finished``: every session final)
+        after ``wall_s`` seconds on the fleet's clock."""
+        self.store.write(
+            RunEnded(
+                run_id=self.run_id,
+                attempt=self.attempt,
+                wall_ns=time.time_ns(),
+                status="finished" if finished else "partial",
+                retries=self.retries,
+                wall_s=wall_s,
+            )
+        )
+
+    def _info(self, agent: Agent) -> AgentInfo:
+        info = self._agents.get(id(agent))
+        if info is None:
+            info = self._agents[id(agent)] = agent_info(agent)
+        return info
+
+    # --- TurnLog ------------------------------------------------------------------------
+
+    def turn_finished(
+        self,
+        session: Session,
+        record: TurnRecord,
+        ready_ns: int,
+        rewrite: list[dict[str, Any]] | None,
+    ) -> None:
+        """Record a finished turn: only the assistant message it appended."""
+        failed = record.failed_attempts
+        self.retries += len(failed)
+        self.store.write(
+            TurnFinished(
+                run_id=self.run_id,
+                session_id=session.session_id,
+                turn=record.index,
+                attempt=self.attempt,
+                message=session.messages[-1],
+                rewrite=rewrite,
+                ready_ns=ready_ns,
+                trace=record.trace,
+                metrics=record.metrics,
+                prompt=record.prompt,
+                failed_attempts=len(failed),
+                failures=tuple(f"{f.replica}: {f.error!s}" for f in failed),
+            )
+        )
+
+    def tool_finished(
+        self,
+        session: Session,
+        turn: int,
+        call: ToolCall,
+        output: str,
+        is_error: bool,
+        duration_s: float,
+        truncated_chars: int,
+    ) -> None:
+        """Record a tool's result, before it is appended to the conversation."""
+        self.store.write(
+            ToolFinished(
+                run_id=self.run_id,
+                session_id=session.session_id,
+                turn=turn,
+                call=call,
+                output=output,
+                is_error=is_error,
+                duration_s=duration_s,
+                truncated_chars=truncated_chars,
+            )
+        )
+
+    def session_ended(self, session: Session, result: SessionResult) -> None:
+        """Record how the session ended."""
+        self.store.write(
+            SessionEnded(
+                run_id=self.run_id,
+                session_id=session.session_id,
+                status=result.status,
+                final_output=result.final_output,
+                error=None if result.error is None else repr(result.error),
+                turns=len(result.turns),
+            )
+        )
+
+
+class LeaseKeeper:
+    """Holds the leases of one attempt's sessions: renews them every third of their
+    time to live while the run goes, and gives them back when it ends."""
+
+    def __init__(self, store: Store, run_id: str, ttl_s: float) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.ttl_s = ttl_s
+        self.owner = LeaseOwner()
+        self._task: asyncio.Task[None] | None = None
+        #: Sessions whose lease was lost (taken by another worker after expiring).
+        self.lost: set[str] = set()
+
+    async def claim(self, session_ids: Sequence[str]) -> list[str]:
+        """Take the free leases among ``session_ids``; start renewing them."""
+        got = await self.store.claim(self.run_id, session_ids, self.owner, self.ttl_s)
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._renew(set(got)))
+        return got
+
+    async def _renew(self, held: set[str]) -> None:
+        while True:
+            await asyncio.sleep(self.ttl_s / 3)
+            still = set(await self.store.renew(self.run_id, self.owner, self.ttl_s))
+            lost = held - still - self.lost
+            if lost:
+                _log.warning("store.leases_lost", run_id=self.run_id, sessions=sorted(lost))
+                self.lost |= lost
+
+    async def release(self) -> None:
+        """Stop renewing and give every lease back."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.store.release(self.run_id, self.owner)

@@ -1,0 +1,262 @@
+"""What a store is told, and what it gives back.
+
+The write side is a handful of frozen records — a run started, a session started, a
+turn finished, a tool call produced its result, a session ended, the run ended — that
+the fleet hands to :meth:`Store.write` on the event loop's hot path. A backend keeps
+them in order and encodes them later, off the loop: the records only *reference* the
+fleet's objects (the assistant message, the trace), which agentflow never mutates once
+a turn has finished.
+
+The read side (:class:`StoredRun` and what it holds) is what :meth:`Store.load` returns
+and what resuming and exporting a run are built from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeAlias
+
+from agentflow._metrics import TurnMetrics
+from agentflow._trace import PromptInfo, ToolCall, TurnTrace
+
+__all__ = [
+    "AgentInfo",
+    "Record",
+    "RunAttempt",
+    "RunEnded",
+    "RunStarted",
+    "SessionEnded",
+    "SessionStarted",
+    "StoredRun",
+    "StoredSession",
+    "StoredToolResult",
+    "StoredTurn",
+    "ToolFinished",
+    "TurnFinished",
+]
+
+#: A session's state in the store: ``pending`` until it ends, then how it ended.
+StoredStatus = Literal["pending", "completed", "max_turns", "error", "cancelled"]
+
+#: Statuses after which a resumed run does not run the session again.
+FINAL_STATUSES: frozenset[str] = frozenset({"completed", "max_turns"})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AgentInfo:
+    """An agent as the store knows it: its name, its configuration's fingerprint, its
+    system prompt (stored once per distinct text) and a JSON summary of the rest."""
+
+    name: str
+    fingerprint: str
+    instructions: str
+    config: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunStarted:
+    """A run (``attempt`` 0) or a resumption of it (``attempt`` ≥ 1) started.
+
+    ``clock_ns`` is the fleet clock's reading at ``wall_ns`` (``time.time_ns()``): with
+    both, traces recorded by different processes are put on one time line.
+    """
+
+    run_id: str
+    attempt: int
+    wall_ns: int
+    clock_ns: int
+    sessions: int
+    config: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionStarted:
+    """A session of the run, recorded once when the run starts: its initial messages
+    (those after the agent's system prompt: the task) and its place in the run."""
+
+    run_id: str
+    session_id: str
+    position: int
+    agent: AgentInfo
+    task: Sequence[Mapping[str, Any]]
+    metadata: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnFinished:
+    """A model turn finished and its assistant message was appended.
+
+    Attributes:
+        message: the one message the turn appended (the assistant's).
+        rewrite: the whole conversation as sent, when the context policy rewrote the
+            history before this turn (trimmed, truncated, compacted); else ``None``.
+        ready_ns: when the turn became ready to send (its queue wait starts there).
+        failed_attempts: how many attempts failed and were retried first.
+        failures: one line per failed attempt (its error).
+    """
+
+    run_id: str
+    session_id: str
+    turn: int
+    attempt: int
+    message: Mapping[str, Any]
+    rewrite: Sequence[Mapping[str, Any]] | None
+    ready_ns: int
+    trace: TurnTrace
+    metrics: TurnMetrics
+    prompt: PromptInfo | None
+    failed_attempts: int = 0
+    failures: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolFinished:
+    """A tool call produced its result (recorded before the result is appended)."""
+
+    run_id: str
+    session_id: str
+    turn: int
+    call: ToolCall
+    output: str
+    is_error: bool
+    duration_s: float
+    truncated_chars: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionEnded:
+    """A session ended (any status; ``cancelled`` sessions are run again on resume)."""
+
+    run_id: str
+    session_id: str
+    status: str
+    final_output: str | None
+    error: str | None
+    turns: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunEnded:
+    """An attempt at the run ended cleanly (not killed): ``status`` is ``finished``
+    when every session reached a final status, else ``partial``."""
+
+    run_id: str
+    attempt: int
+    wall_ns: int
+    status: Literal["finished", "partial"]
+    retries: int = 0
+    wall_s: float = 0.0
+
+
+#: Everything :meth:`Store.write` accepts.
+Record: TypeAlias = (
+    RunStarted | SessionStarted | TurnFinished | ToolFinished | SessionEnded | RunEnded
+)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredToolResult:
+    """A recorded tool result, keyed by its call id."""
+
+    call_id: str
+    name: str
+    arguments: str
+    output: str
+    is_error: bool
+    duration_s: float
+    truncated_chars: int = 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StoredTurn:
+    """A recorded turn and the tool results recorded for it (by call id).
+
+    Times in ``trace`` and ``ready_ns`` are on the clock of the attempt that recorded
+    the turn (see :meth:`StoredRun.clock_offset`).
+    """
+
+    turn: int
+    attempt: int
+    message: dict[str, Any]
+    rewrite: list[dict[str, Any]] | None
+    ready_ns: int
+    trace: TurnTrace
+    prompt: PromptInfo | None
+    failed_attempts: int
+    tool_results: dict[str, StoredToolResult] = field(default_factory=dict)
+
+    @property
+    def calls(self) -> tuple[ToolCall, ...]:
+        """The tool calls this turn asked for."""
+        return self.trace.tool_calls
+
+    @property
+    def missing(self) -> tuple[ToolCall, ...]:
+        """The calls whose results were not recorded (they run again on resume)."""
+        return tuple(c for c in self.trace.tool_calls if c.id not in self.tool_results)
+
+
+@dataclass(slots=True, kw_only=True)
+class StoredSession:
+    """A recorded session: how it started, its turns in order, and how it ended."""
+
+    session_id: str
+    position: int
+    agent: str
+    fingerprint: str
+    task: list[dict[str, Any]]
+    metadata: dict[str, Any]
+    status: str = "pending"
+    final_output: str | None = None
+    error: str | None = None
+    turns: list[StoredTurn] = field(default_factory=list)
+    sticky_replica: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """Whether a resumed run leaves it alone (it completed or hit ``max_turns``)."""
+        return self.status in FINAL_STATUSES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RunAttempt:
+    """One process's go at a run: when it started, on which clock, and how it ended
+    (``ended_wall_ns`` is ``None`` for an attempt that was killed or is running)."""
+
+    attempt: int
+    wall_ns: int
+    clock_ns: int
+    ended_wall_ns: int | None = None
+    status: str | None = None
+    retries: int = 0
+    wall_s: float | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class StoredRun:
+    """A recorded run: its configuration, its attempts, its agents and sessions.
+
+    Attributes:
+        config: what the caller recorded with the run (``Fleet.run(run_config=...)``).
+        status: ``running`` until an attempt ends cleanly; then ``finished`` or ``partial``.
+        agents: each agent's :class:`AgentInfo`, by name.
+        sessions: every session, in the order the run was given them.
+    """
+
+    run_id: str
+    config: dict[str, Any] | None
+    status: str
+    attempts: list[RunAttempt]
+    agents: dict[str, AgentInfo]
+    sessions: list[StoredSession]
+
+    def clock_offset(self, attempt: int, to_attempt: int | None = None) -> int:
+        """Nanoseconds to add to a time recorded by ``attempt`` to put it on the clock of
+        ``to_attempt`` (default the first attempt), through the wall clock."""
+        by = {a.attempt: a for a in self.attempts}
+        src = by.get(attempt)
+        dst = by.get(0 if to_attempt is None else to_attempt)
+        if src is None or dst is None:
+            return 0
+        return (src.wall_ns - src.clock_ns) - (dst.wall_ns - dst.clock_ns)

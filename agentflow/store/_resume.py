@@ -1,0 +1,188 @@
+"""From a stored run back to sessions: rebuild each conversation from its recorded turns,
+check that the agents given are the ones that ran, and decide what still has to run.
+
+A session's messages are rebuilt as ``system prompt + task``, then per recorded turn
+(its history first replaced by the recorded ``rewrite`` if the context policy rewrote
+it) the assistant message and the tool results in call order. The last turn's tool
+results are not appended here: the session appends them itself when it resumes,
+running only the calls whose results were not recorded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from agentflow._errors import AgentflowError, ConfigError, MaxTurnsExceeded, StoreError
+from agentflow._metrics import turn_metrics
+from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
+from agentflow.store._codec import fingerprint, shift_trace
+from agentflow.store._records import StoredRun, StoredSession, StoredTurn
+
+if TYPE_CHECKING:
+    from agentflow._agent import Agent
+
+__all__ = ["ResumePlan", "plan_resume", "rebuild", "stored_result"]
+
+
+class _Recorded(AgentflowError):
+    """The error a stored session ended with (its text; the exception itself is gone)."""
+
+
+def rebuild(
+    run: StoredRun, s: StoredSession, to_attempt: int | None = None
+) -> tuple[list[dict[str, Any]], list[TurnRecord]]:
+    """A session's messages and turns as recorded, times moved onto ``to_attempt``'s
+    clock (default the first attempt's). The last turn's tool results are left out when
+    it asked for tools (see the module)."""
+    info = run.agents.get(s.agent)
+    system = info.instructions if info is not None else ""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    messages.extend(dict(m) for m in s.task)
+    turns: list[TurnRecord] = []
+    last = len(s.turns) - 1
+    for i, t in enumerate(s.turns):
+        if t.turn != i:
+            raise StoreError(f"run {run.run_id!r}, session {s.session_id!r}: turn {i} is missing")
+        if t.rewrite is not None:
+            messages = [dict(m) for m in t.rewrite]
+        messages.append(dict(t.message))
+        if i < last:
+            if t.missing:
+                raise StoreError(
+                    f"run {run.run_id!r}, session {s.session_id!r}: turn {i} has later turns "
+                    f"but no recorded result for tool calls {[c.id for c in t.missing]}"
+                )
+            messages.extend(_tool_messages(t))
+        turns.append(_turn_record(run, t, to_attempt))
+    return messages, turns
+
+
+def _tool_messages(t: StoredTurn) -> list[dict[str, Any]]:
+    return [
+        {"role": "tool", "tool_call_id": c.id, "content": t.tool_results[c.id].output}
+        for c in t.calls
+    ]
+
+
+def _turn_record(run: StoredRun, t: StoredTurn, to_attempt: int | None) -> TurnRecord:
+    delta = run.clock_offset(t.attempt, to_attempt)
+    trace = shift_trace(t.trace, delta)
+    metrics = turn_metrics(trace, ready_ns=t.ready_ns + delta)
+    return TurnRecord(t.turn, metrics, trace, t.prompt)
+
+
+def stored_result(run: StoredRun, s: StoredSession, to_attempt: int | None = None) -> SessionResult:
+    """The :class:`SessionResult` of a session as stored. A session that has not ended
+    (a partial run) shows as ``cancelled``; a recorded error keeps only its text."""
+    messages, turns = rebuild(run, s, to_attempt)
+    if s.turns and s.turns[-1].calls:
+        messages.extend(_tool_messages_known(s.turns[-1]))
+    status: SessionStatus
+    error: BaseException | None = None
+    if s.status in ("completed", "max_turns", "error", "cancelled"):
+        status = s.status  # type: ignore[assignment]
+    else:
+        status = "cancelled"
+    if s.status == "max_turns":
+        max_turns = run.agents[s.agent].config.get("max_turns") if s.agent in run.agents else None
+        error = MaxTurnsExceeded(session_id=s.session_id, max_turns=int(max_turns or len(turns)))
+    elif s.error:
+        error = _Recorded(s.error)
+    return SessionResult(
+        session_id=s.session_id,
+        agent=s.agent,
+        status=status,
+        final_output=s.final_output,
+        messages=messages,
+        turns=turns,
+        error=error,
+        metadata=s.metadata,
+    )
+
+
+def _tool_messages_known(t: StoredTurn) -> list[dict[str, Any]]:
+    return [
+        {"role": "tool", "tool_call_id": c.id, "content": t.tool_results[c.id].output}
+        for c in t.calls
+        if c.id in t.tool_results
+    ]
+
+
+@dataclass(slots=True)
+class ResumePlan:
+    """What a resumed run does, session by session, in the run's order.
+
+    Attributes:
+        entries: per stored session, a :class:`Session` to run or the
+            :class:`SessionResult` of one that is done.
+        newly_done: sessions whose final answer was recorded but not their end (the run
+            was killed in between): done now, and their end is to be recorded.
+    """
+
+    entries: list[Session | SessionResult]
+    newly_done: list[SessionResult]
+
+    @property
+    def to_run(self) -> list[Session]:
+        """The sessions that run."""
+        return [e for e in self.entries if isinstance(e, Session)]
+
+
+def _by_name(agents: Iterable[Agent] | Mapping[str, Agent]) -> dict[str, Agent]:
+    if isinstance(agents, Mapping):
+        return dict(agents)
+    out: dict[str, Agent] = {}
+    for a in agents:
+        if a.name in out and out[a.name] is not a:
+            raise ConfigError(f"resume: two different agents are named {a.name!r}")
+        out[a.name] = a
+    return out
+
+
+def plan_resume(
+    run: StoredRun, agents: Iterable[Agent] | Mapping[str, Agent], attempt: int
+) -> ResumePlan:
+    """Sessions to run and results of those that are done.
+
+    Raises:
+        ConfigError: an agent a session needs is missing, or its configuration is not
+            the one the run recorded (the message names the agent).
+    """
+    by_name = _by_name(agents)
+    entries: list[Session | SessionResult] = []
+    newly: list[SessionResult] = []
+    checked: set[str] = set()
+    for s in run.sessions:
+        if s.done:
+            entries.append(stored_result(run, s, attempt))
+            continue
+        last = s.turns[-1] if s.turns else None
+        if last is not None and not last.calls:  # its final answer was recorded
+            s.status, s.final_output = "completed", last.trace.content
+            result = stored_result(run, s, attempt)
+            entries.append(result)
+            newly.append(result)
+            continue
+        agent = by_name.get(s.agent)
+        if agent is None:
+            raise ConfigError(
+                f"resume: run {run.run_id!r} needs agent {s.agent!r} (session "
+                f"{s.session_id!r}); pass it in agents="
+            )
+        if s.agent not in checked:
+            if fingerprint(agent) != s.fingerprint:
+                raise ConfigError(
+                    f"resume: agent {s.agent!r} is not configured as it was when run "
+                    f"{run.run_id!r} recorded it (instructions, model, tools, params or "
+                    "limits differ); resume with the same agent definition"
+                )
+            checked.add(s.agent)
+        session = agent.session(s.task, session_id=s.session_id, metadata=s.metadata)
+        messages, turns = rebuild(run, s, attempt)
+        pending = last.calls if last is not None else ()
+        known = {cid: r.output for cid, r in last.tool_results.items()} if last else {}
+        session._restore(messages, turns, pending, known)
+        entries.append(session)
+    return ResumePlan(entries, newly)

@@ -1,0 +1,357 @@
+"""The default run store: one SQLite file in WAL mode, written by one thread.
+
+Why a thread and stdlib ``sqlite3`` rather than aiosqlite: aiosqlite also runs each
+connection in a thread, but every statement is a round trip — a future made on the
+loop, a ``call_soon_threadsafe`` back — so each recorded turn would cost the event loop
+a task wakeup. Here the loop's whole share of a record is one ``SimpleQueue.put``; the
+writer thread wakes at most once per ``batch_interval_s`` (10 ms), writes every record
+queued meanwhile in one transaction and commits once. SQLite releases the GIL while it
+works, so the loop keeps streaming meanwhile.
+
+Everything that touches the database — writes, reads (:meth:`load`), lease changes —
+runs on that one thread, in the order it was asked for: a read sees every record
+written before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import os
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from agentflow._errors import StoreError
+from agentflow._logging import get_logger
+from agentflow.store import _sqlite_io as io
+from agentflow.store._protocol import LeaseOwner, RunSummary
+from agentflow.store._records import Record, StoredRun
+from agentflow.store._schema import check_schema
+
+__all__ = ["SQLiteStore"]
+
+_log = get_logger("agentflow.store")
+T = TypeVar("T")
+
+
+class _Call:
+    """Work for the writer thread that answers (a read, a lease change, a flush)."""
+
+    __slots__ = ("fn", "future")
+
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+        self.fn = fn
+        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+
+_STOP = object()
+
+
+class SQLiteStore:
+    """A run store in one SQLite file (see ``docs/store.md`` for its schema).
+
+    The file is created readable and writable by its owner only (``0600``; SQLite gives
+    its ``-wal`` and ``-shm`` files the same mode). It is opened in WAL mode with
+    ``synchronous=NORMAL``: a commit survives the process being killed; an operating
+    system crash may lose the last ones.
+
+    Args:
+        path: the database file (created with its parent directory if missing).
+        batch_interval_s: how long the writer gathers records before one commit.
+        max_batch: records that make the writer commit at once, interval or not.
+        busy_timeout_s: how long a statement waits for another process's lock.
+        lease_ttl_s: how long a session's lease lasts without renewal (see
+            :meth:`claim`); the fleet renews its leases every third of it.
+
+    Raises:
+        ConfigError: a value is out of range.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        batch_interval_s: float = 0.010,
+        max_batch: int = 1024,
+        busy_timeout_s: float = 30.0,
+        lease_ttl_s: float = 60.0,
+    ) -> None:
+        from agentflow._errors import ConfigError
+
+        if not 0 <= batch_interval_s <= 10:
+            raise ConfigError(
+                f"SQLiteStore.batch_interval_s must be in [0, 10], got {batch_interval_s!r}"
+            )
+        if not isinstance(max_batch, int) or max_batch < 1:
+            raise ConfigError(f"SQLiteStore.max_batch must be an int ≥ 1, got {max_batch!r}")
+        if not busy_timeout_s > 0:
+            raise ConfigError(f"SQLiteStore.busy_timeout_s must be > 0, got {busy_timeout_s!r}")
+        if not lease_ttl_s > 0:
+            raise ConfigError(f"SQLiteStore.lease_ttl_s must be > 0, got {lease_ttl_s!r}")
+        self.path = Path(path)
+        self.batch_interval_s = batch_interval_s
+        self.max_batch = max_batch
+        self.busy_timeout_s = busy_timeout_s
+        self.lease_ttl_s = lease_ttl_s
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._urgent = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        #: Records committed so far (by this process).
+        self.committed = 0
+        #: Transactions committed so far (by this process).
+        self.commits = 0
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Create the file (``0600``) and its tables, or open them; start the writer.
+
+        Raises:
+            StoreError: the file cannot be created or opened, is not a store, or holds
+                another schema version.
+        """
+        self._start()
+        await self._call(lambda conn: None)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._closed:
+                if isinstance(self._error, StoreError):
+                    raise self._error  # it could not be opened: say why
+                raise StoreError(f"{self.path}: the store is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._main, name=f"agentflow-store:{self.path.name}", daemon=True
+                )
+                self._thread.start()
+
+    async def aclose(self) -> None:
+        """Commit what is queued and stop the writer (idempotent)."""
+        if self._thread is None or self._closed:
+            self._closed = True
+            return
+        stop = _Call(lambda conn: _STOP)
+        self._closed = True
+        self._queue.put(stop)
+        self._urgent.set()
+        await asyncio.wrap_future(stop.future)
+        self._thread.join(timeout=self.busy_timeout_s)
+        self._raise_error()
+
+    def close(self) -> None:
+        """:meth:`aclose` for code without an event loop (blocks until it is done)."""
+        if self._thread is None or self._closed:
+            self._closed = True
+            return
+        stop = _Call(lambda conn: _STOP)
+        self._closed = True
+        self._queue.put(stop)
+        self._urgent.set()
+        stop.future.result(timeout=self.busy_timeout_s + 60)
+        self._thread.join(timeout=self.busy_timeout_s)
+        self._raise_error()
+
+    async def __aenter__(self) -> SQLiteStore:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- the hot path -----------------------------------------------------------------
+
+    def write(self, record: Record) -> None:
+        """Queue ``record`` for the next batch (one ``SimpleQueue.put``)."""
+        if self._closed:
+            raise StoreError(f"{self.path}: write to a closed store ({type(record).__name__})")
+        if self._thread is None:
+            self._start()
+        q = self._queue
+        q.put(record)
+        if q.qsize() >= self.max_batch:
+            self._urgent.set()
+
+    async def flush(self) -> None:
+        """Return once every record written before the call is committed.
+
+        Raises:
+            StoreError: an earlier batch failed to commit.
+        """
+        await self._call(lambda conn: None)
+        self._raise_error()
+
+    # --- reads and leases (on the writer thread, after what was written before) ---------
+
+    async def load(self, run_id: str) -> StoredRun:
+        """Everything recorded about ``run_id``; :class:`RunNotFound` if nothing is."""
+        return await self._call(lambda conn: io.load_run(conn, run_id, str(self.path)))
+
+    async def runs(self) -> list[RunSummary]:
+        """Every stored run, newest first."""
+        return await self._call(io.list_runs)
+
+    async def claim(
+        self, run_id: str, session_ids: Sequence[str], owner: LeaseOwner, ttl_s: float
+    ) -> list[str]:
+        """Take the free leases among ``session_ids`` for ``ttl_s`` seconds.
+
+        A lease is free when nobody holds it, it expired, it is ``owner``'s, or its
+        holder was a process on this host that no longer exists (a killed run's leases
+        are taken over at once, without waiting for them to expire).
+        """
+        ids = list(session_ids)
+        return await self._call(lambda conn: io.claim(conn, run_id, ids, owner, ttl_s))
+
+    async def renew(self, run_id: str, owner: LeaseOwner, ttl_s: float) -> list[str]:
+        """Extend ``owner``'s leases in the run; returns the session ids it still holds."""
+        return await self._call(lambda conn: io.renew(conn, run_id, owner, ttl_s))
+
+    async def release(self, run_id: str, owner: LeaseOwner) -> None:
+        """Give back every lease ``owner`` holds in the run."""
+        await self._call(lambda conn: io.release(conn, run_id, owner))
+
+    async def conflicts(self, run_id: str) -> list[str]:
+        """Writes refused because their key was already recorded (``kind key`` lines)."""
+        return await self._call(lambda conn: io.conflicts(conn, run_id))
+
+    # --- the writer thread ------------------------------------------------------------
+
+    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        self._start()
+        call = _Call(fn)
+        with self._lock:  # not after a failed open has drained the queue (see _fail_all)
+            if self._closed and isinstance(self._error, StoreError):
+                raise self._error
+            self._queue.put(call)
+        self._urgent.set()
+        result: T = await asyncio.wrap_future(call.future)
+        return result
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise StoreError(f"{self.path}: a write failed: {self._error!r}") from self._error
+
+    def _connect(self) -> sqlite3.Connection:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)  # before SQLite creates it
+        os.close(fd)
+        conn = sqlite3.connect(
+            self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=True
+        )
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+            check_schema(conn, str(self.path))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _main(self) -> None:
+        conn: sqlite3.Connection | None = None
+        try:
+            conn = self._connect()
+        except (sqlite3.Error, OSError, StoreError) as exc:
+            self._fail_all(exc)
+            return
+        try:
+            self._loop(conn)
+        finally:
+            conn.close()
+
+    def _loop(self, conn: sqlite3.Connection) -> None:
+        q, urgent = self._queue, self._urgent
+        while True:
+            first = q.get()
+            if not urgent.is_set():
+                urgent.wait(self.batch_interval_s)
+            urgent.clear()
+            batch = [first]
+            try:
+                while True:
+                    batch.append(q.get_nowait())
+            except queue.Empty:
+                pass
+            if self._run_batch(conn, batch):
+                return
+
+    def _run_batch(self, conn: sqlite3.Connection, batch: list[Any]) -> bool:
+        """Write ``batch`` in order: records in one transaction, each call after the
+        records before it are committed. True once the stop call is reached."""
+        records: list[Record] = []
+        for item in batch:
+            if not isinstance(item, _Call):
+                records.append(item)
+                continue
+            self._commit(conn, records)
+            records = []
+            try:
+                value = item.fn(conn)
+            except BaseException as exc:
+                item.future.set_exception(_as_store_error(exc, self.path))
+                continue
+            if value is _STOP:
+                item.future.set_result(None)
+                self._drain_closed()
+                return True
+            item.future.set_result(value)
+        self._commit(conn, records)
+        return False
+
+    def _commit(self, conn: sqlite3.Connection, records: list[Record]) -> None:
+        if not records:
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for r in records:
+                    io.write_record(conn, r)
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            self._error = exc
+            _log.error(
+                "store.write_failed", path=str(self.path), records=len(records), error=repr(exc)
+            )
+            return
+        self.committed += len(records)
+        self.commits += 1
+
+    def _fail_all(self, exc: BaseException) -> None:
+        err = _as_store_error(exc, self.path)
+        with self._lock:
+            self._error = err
+            self._closed = True
+            self._drain_closed(err)
+
+    def _drain_closed(self, err: BaseException | None = None) -> None:
+        try:
+            while True:
+                item = self._queue.get_nowait()
+                if isinstance(item, _Call):
+                    item.future.set_exception(
+                        err or StoreError(f"{self.path}: the store is closed")
+                    )
+        except queue.Empty:
+            pass
+
+
+def _as_store_error(exc: BaseException, path: Path) -> BaseException:
+    if isinstance(exc, StoreError):
+        return exc
+    if isinstance(exc, sqlite3.Error | OSError):
+        return StoreError(f"{path}: {exc}")
+    return exc

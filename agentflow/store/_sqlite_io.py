@@ -1,0 +1,321 @@
+"""The SQL of :class:`~agentflow.store.SQLiteStore`: one function per record kind, the
+run loader and the leases. Every function runs on the store's writer thread."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sqlite3
+import time
+from typing import Any
+
+from agentflow._errors import RunNotFound
+from agentflow.store._codec import decode_json, decode_prompt, decode_trace, encode, text_hash
+from agentflow.store._protocol import LeaseOwner, RunSummary
+from agentflow.store._records import (
+    AgentInfo,
+    Record,
+    RunAttempt,
+    RunEnded,
+    RunStarted,
+    SessionEnded,
+    SessionStarted,
+    StoredRun,
+    StoredSession,
+    StoredToolResult,
+    StoredTurn,
+    ToolFinished,
+    TurnFinished,
+)
+
+__all__ = ["claim", "conflicts", "list_runs", "load_run", "release", "renew", "write_record"]
+
+
+def write_record(conn: sqlite3.Connection, r: Record) -> None:
+    """Write one record (inside the caller's transaction)."""
+    if isinstance(r, TurnFinished):
+        _turn(conn, r)
+    elif isinstance(r, ToolFinished):
+        c = r.call
+        _insert(
+            conn,
+            "tool_call",
+            f"{r.session_id}/{c.id}",
+            r.run_id,
+            "INSERT INTO tool_calls VALUES (?,?,?,?,?,?,?,?,?,?)",
+            (r.run_id, r.session_id, c.id, r.turn, c.name, c.arguments, r.output,
+             int(r.is_error), r.duration_s, r.truncated_chars),
+        )  # fmt: skip
+    elif isinstance(r, SessionStarted):
+        _session(conn, r)
+    elif isinstance(r, SessionEnded):
+        conn.execute(
+            "UPDATE sessions SET status=?, final_output=?, error=?, turns=? "
+            "WHERE run_id=? AND session_id=?",
+            (r.status, r.final_output, r.error, r.turns, r.run_id, r.session_id),
+        )
+    elif isinstance(r, RunStarted):
+        _run_started(conn, r)
+    elif isinstance(r, RunEnded):
+        conn.execute(
+            "UPDATE run_attempts SET ended_wall_ns=?, status=?, retries=?, wall_s=? "
+            "WHERE run_id=? AND attempt=?",
+            (r.wall_ns, r.status, r.retries, r.wall_s, r.run_id, r.attempt),
+        )
+        conn.execute("UPDATE runs SET status=? WHERE run_id=?", (r.status, r.run_id))
+
+
+def _insert(
+    conn: sqlite3.Connection, kind: str, key: str, run_id: str, sql: str, row: tuple[Any, ...]
+) -> bool:
+    try:
+        conn.execute(sql, row)
+    except sqlite3.IntegrityError:
+        conn.execute("INSERT INTO conflicts VALUES (?,?,?,?)", (run_id, kind, key, time.time_ns()))
+        return False
+    return True
+
+
+def _turn(conn: sqlite3.Connection, r: TurnFinished) -> None:
+    m, t = r.metrics, r.trace
+    row = (
+        r.run_id, r.session_id, r.turn, r.attempt, encode(r.message),
+        None if r.rewrite is None else encode(r.rewrite), r.ready_ns,
+        m.prompt_tokens, m.cached_tokens, m.output_tokens, m.ttft_s, m.e2e_s, m.queue_wait_s,
+        r.failed_attempts, encode(r.failures) if r.failures else None,
+        None if r.prompt is None else encode(r.prompt), t.endpoint, encode(t),
+    )  # fmt: skip
+    key = f"{r.session_id}/{r.turn}"
+    sql = "INSERT INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+    if _insert(conn, "turn", key, r.run_id, sql, row):
+        conn.execute(
+            "UPDATE sessions SET turns=?, sticky_replica=? WHERE run_id=? AND session_id=?",
+            (r.turn + 1, t.endpoint, r.run_id, r.session_id),
+        )
+
+
+def _session(conn: sqlite3.Connection, r: SessionStarted) -> None:
+    a = r.agent
+    h = text_hash(a.instructions)
+    conn.execute("INSERT OR IGNORE INTO texts VALUES (?,?)", (h, a.instructions))
+    known = conn.execute(
+        "SELECT fingerprint FROM agents WHERE run_id=? AND name=?", (r.run_id, a.name)
+    ).fetchone()
+    if known is None:
+        conn.execute(
+            "INSERT INTO agents VALUES (?,?,?,?,?)",
+            (r.run_id, a.name, a.fingerprint, h, encode(a.config)),
+        )
+    elif known[0] != a.fingerprint:
+        key = f"agent {a.name}: two configurations in one run"
+        conn.execute(
+            "INSERT INTO conflicts VALUES (?,?,?,?)", (r.run_id, "agent", key, time.time_ns())
+        )
+    _insert(
+        conn,
+        "session",
+        r.session_id,
+        r.run_id,
+        "INSERT INTO sessions (run_id, session_id, position, agent, fingerprint, task, metadata,"
+        " status) VALUES (?,?,?,?,?,?,?, 'pending')",
+        (r.run_id, r.session_id, r.position, a.name, a.fingerprint, encode(r.task),
+         encode(r.metadata)),
+    )  # fmt: skip
+
+
+def _run_started(conn: sqlite3.Connection, r: RunStarted) -> None:
+    if r.attempt == 0:
+        _insert(
+            conn,
+            "run",
+            r.run_id,
+            r.run_id,
+            "INSERT INTO runs VALUES (?,?, 'running', ?, ?)",
+            (r.run_id, r.wall_ns, r.sessions, None if r.config is None else encode(r.config)),
+        )
+    else:
+        conn.execute("UPDATE runs SET status='running' WHERE run_id=?", (r.run_id,))
+    _insert(
+        conn,
+        "attempt",
+        f"{r.run_id}#{r.attempt}",
+        r.run_id,
+        "INSERT INTO run_attempts (run_id, attempt, wall_ns, clock_ns) VALUES (?,?,?,?)",
+        (r.run_id, r.attempt, r.wall_ns, r.clock_ns),
+    )
+
+
+def load_run(conn: sqlite3.Connection, run_id: str, where: str) -> StoredRun:
+    """Read a whole run (one read transaction: a consistent snapshot)."""
+    conn.execute("BEGIN")
+    try:
+        return _load(conn, run_id, where)
+    finally:
+        conn.execute("COMMIT")
+
+
+def _load(conn: sqlite3.Connection, run_id: str, where: str) -> StoredRun:
+    row = conn.execute("SELECT status, config FROM runs WHERE run_id=?", (run_id,)).fetchone()
+    if row is None:
+        raise RunNotFound(run_id, where)
+    status, config = row
+    attempts = [
+        RunAttempt(
+            attempt=a, wall_ns=w, clock_ns=c, ended_wall_ns=e, status=s, retries=n, wall_s=ws
+        )
+        for a, w, c, e, s, n, ws in conn.execute(
+            "SELECT attempt, wall_ns, clock_ns, ended_wall_ns, status, retries, wall_s "
+            "FROM run_attempts WHERE run_id=? ORDER BY attempt",
+            (run_id,),
+        )
+    ]
+    agents = {
+        name: AgentInfo(name=name, fingerprint=fp, instructions=text, config=decode_json(cfg))
+        for name, fp, text, cfg in conn.execute(
+            "SELECT a.name, a.fingerprint, t.text, a.config FROM agents a "
+            "JOIN texts t ON t.hash = a.instructions_hash WHERE a.run_id=?",
+            (run_id,),
+        )
+    }
+    sessions: dict[str, StoredSession] = {}
+    for sid, pos, agent, fp, task, meta, st, final, err, sticky in conn.execute(
+        "SELECT session_id, position, agent, fingerprint, task, metadata, status, final_output,"
+        " error, sticky_replica FROM sessions WHERE run_id=? ORDER BY position",
+        (run_id,),
+    ):
+        sessions[sid] = StoredSession(
+            session_id=sid, position=pos, agent=agent, fingerprint=fp, task=decode_json(task),
+            metadata=decode_json(meta), status=st, final_output=final, error=err,
+            sticky_replica=sticky,
+        )  # fmt: skip
+    turns: dict[tuple[str, int], StoredTurn] = {}
+    for sid, n, att, msg, rewrite, ready, failed, prompt, trace in conn.execute(
+        "SELECT session_id, turn, attempt, message, rewrite, ready_ns, failed_attempts, prompt,"
+        " trace FROM turns WHERE run_id=? ORDER BY session_id, turn",
+        (run_id,),
+    ):
+        st_turn = StoredTurn(
+            turn=n, attempt=att, message=decode_json(msg), rewrite=decode_json(rewrite),
+            ready_ns=ready, trace=decode_trace(trace), prompt=decode_prompt(prompt),
+            failed_attempts=failed,
+        )  # fmt: skip
+        turns[sid, n] = st_turn
+        if sid in sessions:
+            sessions[sid].turns.append(st_turn)
+    for sid, call_id, n, name, args, out, is_err, dur, cut in conn.execute(
+        "SELECT session_id, call_id, turn, name, arguments, output, is_error, duration_s,"
+        " truncated_chars FROM tool_calls WHERE run_id=?",
+        (run_id,),
+    ):
+        owner = turns.get((sid, n))
+        if owner is not None:
+            owner.tool_results[call_id] = StoredToolResult(
+                call_id=call_id, name=name, arguments=args, output=out, is_error=bool(is_err),
+                duration_s=dur, truncated_chars=cut,
+            )  # fmt: skip
+    return StoredRun(
+        run_id=run_id,
+        config=decode_json(config),
+        status=status,
+        attempts=attempts,
+        agents=agents,
+        sessions=list(sessions.values()),
+    )
+
+
+def list_runs(conn: sqlite3.Connection) -> list[RunSummary]:
+    """Every run, newest first, with its session and turn counts."""
+    rows = conn.execute(
+        "SELECT r.run_id, r.status, r.created_wall_ns, r.sessions,"
+        " (SELECT COUNT(*) FROM sessions s WHERE s.run_id=r.run_id"
+        "   AND s.status IN ('completed','max_turns')),"
+        " (SELECT COUNT(*) FROM turns t WHERE t.run_id=r.run_id),"
+        " (SELECT COUNT(*) FROM run_attempts a WHERE a.run_id=r.run_id)"
+        " FROM runs r ORDER BY r.created_wall_ns DESC"
+    ).fetchall()
+    return [
+        RunSummary(run_id=a, status=b, created_wall_ns=c, sessions=d, sessions_done=e, turns=f,
+                   attempts=g)
+        for a, b, c, d, e, f, g in rows
+    ]  # fmt: skip
+
+
+def _free(holder: str | None, expires: int | None, me: str, now: int) -> bool:
+    if holder is None or holder == me or expires is None or expires < now:
+        return True
+    try:
+        other = LeaseOwner.parse(holder)
+    except ValueError:
+        return False
+    if other.host != socket.gethostname():
+        return False
+    if other.pid == os.getpid():
+        return True  # an earlier run in this very process, which has ended or been cancelled
+    try:
+        os.kill(other.pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def claim(
+    conn: sqlite3.Connection, run_id: str, ids: list[str], owner: LeaseOwner, ttl_s: float
+) -> list[str]:
+    """Take the free leases among ``ids`` (one write transaction)."""
+    me, now = str(owner), time.time_ns()
+    expires = now + int(ttl_s * 1e9)
+    got: list[str] = []
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for sid in ids:
+            row = conn.execute(
+                "SELECT lease_owner, lease_expires_ns FROM sessions "
+                "WHERE run_id=? AND session_id=?",
+                (run_id, sid),
+            ).fetchone()
+            if row is None or not _free(row[0], row[1], me, now):
+                continue
+            conn.execute(
+                "UPDATE sessions SET lease_owner=?, lease_expires_ns=? "
+                "WHERE run_id=? AND session_id=?",
+                (me, expires, run_id, sid),
+            )
+            got.append(sid)
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return got
+
+
+def renew(conn: sqlite3.Connection, run_id: str, owner: LeaseOwner, ttl_s: float) -> list[str]:
+    """Extend ``owner``'s leases; returns the ids it holds."""
+    me = str(owner)
+    expires = time.time_ns() + int(ttl_s * 1e9)
+    conn.execute(
+        "UPDATE sessions SET lease_expires_ns=? WHERE run_id=? AND lease_owner=?",
+        (expires, run_id, me),
+    )
+    rows = conn.execute(
+        "SELECT session_id FROM sessions WHERE run_id=? AND lease_owner=?", (run_id, me)
+    )
+    return [r[0] for r in rows]
+
+
+def release(conn: sqlite3.Connection, run_id: str, owner: LeaseOwner) -> None:
+    """Free ``owner``'s leases."""
+    conn.execute(
+        "UPDATE sessions SET lease_owner=NULL, lease_expires_ns=NULL "
+        "WHERE run_id=? AND lease_owner=?",
+        (run_id, str(owner)),
+    )
+
+
+def conflicts(conn: sqlite3.Connection, run_id: str) -> list[str]:
+    """The refused duplicate writes of a run, as ``kind key`` lines."""
+    rows = conn.execute(
+        "SELECT kind, key FROM conflicts WHERE run_id=? ORDER BY wall_ns", (run_id,)
+    )
+    return [f"{k} {key}" for k, key in rows]

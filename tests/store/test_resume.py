@@ -1,0 +1,203 @@
+"""Resuming a stopped run: it ends as an uninterrupted run would have, finished turns are
+not redone, recorded tool calls never run again, and the agents must be the same."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentflow import Agent, ConfigError, Event, Fleet, FleetResult, SQLiteStore, tool
+from agentflow.embedded import SimTransport, loop_clock, run_virtual
+
+from .fleets import agents, contents, driver
+
+N = 24
+
+
+def _sessions(team: list[Agent]) -> list[Any]:
+    return [team[i % len(team)].session(f"task {i}", session_id=f"s{i:02d}") for i in range(N)]
+
+
+async def _fleet_run(
+    path: Path, team: list[Agent], stop_after_turns: int | None
+) -> FleetResult | str:
+    """Run the fleet; with ``stop_after_turns``, cancel it after that many turn ends and
+    return its run id."""
+    transport = SimTransport(driver())
+    store = SQLiteStore(path)
+    ended = 0
+    task: asyncio.Task[FleetResult] | None = None
+
+    def count(event: Event) -> None:
+        nonlocal ended
+        if event.type == "turn_end":
+            ended += 1
+            if stop_after_turns is not None and ended == stop_after_turns and task is not None:
+                task.cancel()
+
+    fleet = Fleet(transport, max_concurrency=6, clock=loop_clock, store=store, callbacks=[count])
+    try:
+        task = asyncio.ensure_future(fleet.run(_sessions(team), run_id="run-1"))
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return "run-1"
+    finally:
+        await store.aclose()
+        await transport.aclose()
+
+
+async def _resume(path: Path, team: list[Agent]) -> FleetResult:
+    transport = SimTransport(driver())
+    store = SQLiteStore(path)
+    try:
+        return await Fleet(transport, max_concurrency=6, clock=loop_clock, store=store).resume(
+            "run-1", agents=team
+        )
+    finally:
+        await store.aclose()
+        await transport.aclose()
+
+
+@pytest.mark.parametrize("stop_after", [1, 17, 40])
+def test_a_cancelled_run_resumes_to_the_same_transcripts(tmp_path: Path, stop_after: int) -> None:
+    """Cancel after some turns, resume: every session's messages equal an uninterrupted
+    run's, the store holds the same rows, and the result has every session's turns."""
+    whole = run_virtual(_fleet_run(tmp_path / "whole.db", agents(), None))
+    assert isinstance(whole, FleetResult)
+    cut = tmp_path / "cut.db"
+    assert run_virtual(_fleet_run(cut, agents(), stop_after)) == "run-1"
+    partial = contents(cut, "run-1")
+    assert 0 < len(partial["turns"]) < sum(len(s.turns) for s in whole.sessions)
+    resumed = run_virtual(_resume(cut, agents()))
+    assert [s.session_id for s in resumed.sessions] == [s.session_id for s in whole.sessions]
+    for a, b in zip(whole.sessions, resumed.sessions, strict=True):
+        assert b.status == "completed", (b.session_id, b.error)
+        assert b.messages == a.messages
+        assert [t.index for t in b.turns] == list(range(len(a.turns)))
+    assert contents(cut, "run-1") == contents(tmp_path / "whole.db", "run-1")
+    # The turns recorded before the cut are still those rows (not re-recorded).
+    after = {(r[0], r[1]): r for r in contents(cut, "run-1")["turns"]}
+    assert all(after[r[0], r[1]] == r for r in partial["turns"])
+
+
+def test_resume_needs_the_same_agents(tmp_path: Path) -> None:
+    """A changed agent is a ConfigError naming it; a missing one too."""
+    path = tmp_path / "cut.db"
+    run_virtual(_fleet_run(path, agents(), 5))
+    changed = agents()
+    changed[1] = Agent(
+        name="agent-1", model="sim", instructions="Something else.", tools=changed[1].tools
+    )
+    with pytest.raises(ConfigError, match="'agent-1'"):
+        run_virtual(_resume(path, changed))
+    with pytest.raises(ConfigError, match="'agent-2'"):
+        run_virtual(_resume(path, agents()[:2]))
+
+
+def test_a_finished_run_resumes_to_itself_without_a_request(tmp_path: Path) -> None:
+    """Resuming a finished run runs nothing and returns every session as recorded."""
+    path = tmp_path / "runs.db"
+    whole = run_virtual(_fleet_run(path, agents(), None))
+    assert isinstance(whole, FleetResult)
+    before = contents(path, "run-1")
+
+    result = run_virtual(_resume(path, agents()))
+    assert [s.messages for s in result.sessions] == [s.messages for s in whole.sessions]
+    assert result.peak_in_flight == 0  # no model request was sent
+    assert contents(path, "run-1") == before
+
+
+def test_only_the_unrecorded_tool_calls_of_a_turn_run_again(tmp_path: Path) -> None:
+    """A turn asked for two calls; one result was recorded, the other call was still
+    running when the run stopped. On resume only the second runs; the first's recorded
+    output is what the model sees."""
+    runs: list[str] = []
+    gate = asyncio.Event()
+
+    @tool
+    async def fast(key: str) -> str:
+        """Answer at once."""
+        runs.append(f"fast {key}")
+        return f"fast {key}"
+
+    @tool
+    async def slow(key: str) -> str:
+        """Answer once the gate opens."""
+        runs.append(f"slow {key}")
+        await gate.wait()
+        return f"slow {key}"
+
+    agent = Agent(
+        name="a", model="sim", tools=[fast, slow], max_turns=4, params={"max_tokens": 800}
+    )
+    path = tmp_path / "runs.db"
+
+    async def first() -> None:
+        from agentflow.sim import Engine, TextGenConfig
+        from agentflow.sim.driver import EngineDriver
+
+        engine = Engine(
+            "deepseek-v4.1-flash-gb300",
+            seed=11,
+            textgen=TextGenConfig(tool_rounds=1, answer_tokens=(4, 8), tool_calls_per_turn=(6, 6)),
+        )
+        transport = SimTransport(EngineDriver(engine))
+        store = SQLiteStore(path)
+        fleet = Fleet(transport, clock=loop_clock, store=store)
+        task = asyncio.ensure_future(fleet.run([agent.session("go", session_id="s")], run_id="r"))
+
+        async def stop_when_slow_runs() -> None:
+            for _ in range(100_000):  # a hang guard, in virtual time
+                if any(r.startswith("slow") for r in runs) and any(
+                    r.startswith("fast") for r in runs
+                ):
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError(f"the turn never ran both tools: {runs}")
+            task.cancel()
+
+        await stop_when_slow_runs()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await store.aclose()
+        await transport.aclose()
+
+    run_virtual(first())
+    rows = contents(path, "r")
+    recorded = {r[4]: r[3] for r in rows["tools"]}
+    assert recorded and all(name == "fast" for name in recorded.values())
+    first_runs = list(runs)
+    runs.clear()
+    gate.set()
+
+    async def second() -> FleetResult:
+        from agentflow.sim import Engine, TextGenConfig
+        from agentflow.sim.driver import EngineDriver
+
+        engine = Engine(
+            "deepseek-v4.1-flash-gb300",
+            seed=11,
+            textgen=TextGenConfig(tool_rounds=1, answer_tokens=(4, 8), tool_calls_per_turn=(6, 6)),
+        )
+        transport = SimTransport(EngineDriver(engine))
+        store = SQLiteStore(path)
+        try:
+            return await Fleet(transport, clock=loop_clock, store=store).resume("r", agents=[agent])
+        finally:
+            await store.aclose()
+            await transport.aclose()
+
+    result = run_virtual(second())
+    (session,) = result.sessions
+    assert session.ok, session.error
+    assert all(r.startswith("slow") for r in runs)  # the recorded fast calls did not run again
+    assert len(runs) == sum(r.startswith("slow") for r in first_runs)
+    assert len(session.turns) == 2
+    tool_msgs = [m for m in session.messages if m["role"] == "tool"]
+    assert len(tool_msgs) == 6
+    assert [m["role"] for m in session.messages].count("assistant") == 2

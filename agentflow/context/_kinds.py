@@ -135,7 +135,10 @@ class KindTally:
     ) -> None:
         """Follow ``prompt``'s last count of ``messages``; ``count`` is the message
         counter's ``count_message`` (a cache hit for the messages just counted)."""
-        first = prompt.first_changed
+        # Others may count with the same PromptCounter in between (the prefix tracker
+        # counts the prompt followed by the reply): what changed for this tally is what
+        # changed since *its* last update, so never past the rows it holds.
+        first = min(prompt.first_changed, len(self._rows))
         self._system = bool(messages) and messages[0].get("role") in ("system", "developer")
         rows, totals = self._rows, self._totals
         for k, n in rows[first:]:

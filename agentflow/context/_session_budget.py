@@ -232,16 +232,18 @@ class SessionBudget:
         cache bust, if any, with the loss the server's usage shows."""
         if trace.model:
             self._served_model = trace.model
-        if self._tracker is not None:
-            self._tracker.reply(trace)  # the server cached its reply with the prompt
-        if self.budget.cache_buster is not None:
-            self.budget.cache_buster.observe_turn(self.session_id, trace)
         usage = trace.usage
         last = self.last
         if usage is not None and usage.prompt_tokens is not None and last is not None:
             # Teaches the calibrator (per kind, and the margin's errors) and anchors the
-            # next turn's estimate on the server's count of this prompt.
+            # next turn's estimate on the server's count of this prompt — before the
+            # reply is fingerprinted below, which counts the prompt *and the reply* with
+            # the same counter: the anchor is the prompt as sent.
             self._est.observe(usage.prompt_tokens, self.forecast)
+        if self._tracker is not None:
+            self._tracker.reply(trace)  # the server cached its reply with the prompt
+        if self.budget.cache_buster is not None:
+            self.budget.cache_buster.observe_turn(self.session_id, trace)
         fleet = self.budget.fleet
         if fleet is not None:
             fleet.charge(

@@ -63,13 +63,14 @@ class TiktokenCounter:
         ConfigError: an encoding agentflow does not ship.
     """
 
-    __slots__ = ("_decode", "_encode", "_name")
+    __slots__ = ("_decode", "_encode", "_heads", "_name")
 
     def __init__(self, encoding_name: str = "cl100k_base") -> None:
         enc = encoding(encoding_name)
         self._encode = enc.encode_ordinary
         self._decode = enc.decode_bytes
         self._name = f"tiktoken:{encoding_name}"
+        self._heads = _Heads(self._head_ids)
 
     @property
     def name(self) -> str:
@@ -87,7 +88,7 @@ class TiktokenCounter:
     def head_length(self, text: str, max_tokens: int) -> int:
         """The length in characters of ``text``'s first ``max_tokens`` tokens (all of
         it if it has no more); only a head of ``text`` a little longer is tokenized."""
-        return _head_length(text, max_tokens, self._head_ids)
+        return self._heads(text, max_tokens)
 
     def _head_ids(self, head: str, max_tokens: int) -> int:
         ids = self._encode(head)
@@ -100,20 +101,36 @@ class TiktokenCounter:
         return f"TiktokenCounter({self._name.removeprefix('tiktoken:')!r})"
 
 
-def _head_length(text: str, max_tokens: int, split: Callable[[str, int], int]) -> int:
-    """Grows a head of ``text`` (~5 characters a token to begin with, then twice as long)
-    until ``split`` finds more than ``max_tokens`` tokens in it and says where the first
-    ``max_tokens`` end (``split`` answers -1 while they do not)."""
-    if max_tokens <= 0:
-        return 0
-    size = 5 * max_tokens + 16
-    while True:
-        at = split(text[:size], max_tokens)
-        if at >= 0:
-            return at
-        if size >= len(text):
-            return len(text)
-        size *= 2
+class _Heads:
+    """Finds where a text's first N tokens end by tokenizing a head of it, grown until it
+    holds more than N tokens (``split`` answers -1 while it does not, else where the
+    first N end).
+
+    The first head is sized from the characters per token of the text cut last (5 on
+    the first call, ample for English), with 15% to spare: texts cut one after another
+    (the tool outputs of one session) are alike, so a head is rarely much longer than
+    the cut, nor too short (then it doubles).
+    """
+
+    __slots__ = ("_split", "chars_per_token")
+
+    def __init__(self, split: Callable[[str, int], int]) -> None:
+        self._split = split
+        self.chars_per_token = 5.0
+
+    def __call__(self, text: str, max_tokens: int) -> int:
+        if max_tokens <= 0:
+            return 0
+        size = int(max_tokens * self.chars_per_token) + 16
+        while True:
+            at = self._split(text[:size], max_tokens)
+            if at >= 0:
+                if at:
+                    self.chars_per_token = min(16.0, max(0.25, 1.15 * at / max_tokens))
+                return at
+            if size >= len(text):
+                return len(text)
+            size *= 2
 
 
 class HFTokenizerCounter:
@@ -128,11 +145,12 @@ class HFTokenizerCounter:
         name: a label; defaults to ``hf``.
     """
 
-    __slots__ = ("_name", "_tokenizer")
+    __slots__ = ("_heads", "_name", "_tokenizer")
 
     def __init__(self, tokenizer: tokenizers.Tokenizer, *, name: str = "hf") -> None:
         self._tokenizer = tokenizer
         self._name = name
+        self._heads = _Heads(self._head_offsets)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> HFTokenizerCounter:
@@ -172,7 +190,7 @@ class HFTokenizerCounter:
     def head_length(self, text: str, max_tokens: int) -> int:
         """The length in characters of ``text``'s first ``max_tokens`` tokens (all of
         it if it has no more); only a head of ``text`` a little longer is tokenized."""
-        return _head_length(text, max_tokens, self._head_offsets)
+        return self._heads(text, max_tokens)
 
     def _head_offsets(self, head: str, max_tokens: int) -> int:
         offsets = self._tokenizer.encode(head, add_special_tokens=False).offsets

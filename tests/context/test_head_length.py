@@ -94,6 +94,22 @@ def test_head_length_tokenizes_only_a_head() -> None:
     assert max(map(len, rec.texts)) < 20 * 516 and len(rec.texts) <= 6
 
 
+def test_the_next_head_is_sized_from_the_last_cut() -> None:
+    """Outputs of one session are alike: after one cut, the next head tokenized is about
+    as long as the cut (15% to spare), not 5 characters a token."""
+    rec = Recording(heads=True)
+    first = rec.inner.head_length(TEXTS[0], 512)
+    rec.texts.clear()
+    at = rec.inner.head_length(TEXTS[0][7:], 512)  # another output of the same kind
+    assert [len(t) for t in rec.texts] == [int(1.15 * first) + 16]
+    assert rec.inner.count(TEXTS[0][7:][:at]) == 512
+    rec.texts.clear()
+    # A text of longer tokens after it: the head is too short at first and doubles.
+    sparse = TEXTS[1]  # "word " × 3,000: 5 characters a token
+    at = rec.inner.head_length(sparse, 512)
+    assert len(rec.texts) == 2 and rec.inner.count(sparse[:at]) == 512
+
+
 @pytest.mark.parametrize("slope", [1.0, 0.8, 1.3])
 @pytest.mark.parametrize("text", TEXTS)
 @pytest.mark.parametrize("n", SIZES)

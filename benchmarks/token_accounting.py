@@ -832,7 +832,9 @@ def truncation_findings(trunc: Truncation) -> str:
         f"at 1M, with a cut that stays put — {met} at the {top.window:,}-token window: "
         f"{mean:.2f} ms per turn on average over {len(top.cpu)} turns, the turns that cut "
         f"included (median {m:.3f} ms, of which tiktoken's tokenizing of the new output is "
-        f"most: {base:.3f} ms alone, among the same turns). {len(cuts)} of {len(top.cpu)} "
+        f"most: {base:.3f} ms alone, among the same turns; the mean is "
+        f"{mean / base:.2f}× that, a figure that holds on a faster or slower machine). "
+        f"{len(cuts)} of {len(top.cpu)} "
         "turns cut (every long output at once)"
         + (f"; those cost {_median_ms(cuts):.1f} ms median" if cuts else "")
         + f". {top.hit_share:.1%} of the prompt tokens were cacheable."

@@ -192,9 +192,17 @@ class SQLiteStore:
 
     # --- reads and leases (on the writer thread, after what was written before) ---------
 
-    async def load(self, run_id: str) -> StoredRun:
-        """Everything recorded about ``run_id``; :class:`RunNotFound` if nothing is."""
-        return await self._call(lambda conn: io.load_run(conn, run_id, str(self.path)))
+    async def load(self, run_id: str, sessions: Sequence[str] | None = None) -> StoredRun:
+        """Everything recorded about ``run_id`` (or only its ``sessions``);
+        :class:`RunNotFound` if nothing is."""
+        only = None if sessions is None else list(sessions)
+        return await self._call(lambda conn: io.load_run(conn, run_id, str(self.path), only))
+
+    async def start_attempt(self, run_id: str, wall_ns: int, clock_ns: int) -> int:
+        """Record the next attempt at ``run_id`` and return its number."""
+        return await self._call(
+            lambda conn: io.start_attempt(conn, run_id, wall_ns, clock_ns, str(self.path))
+        )
 
     async def runs(self) -> list[RunSummary]:
         """Every stored run, newest first."""

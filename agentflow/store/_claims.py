@@ -49,6 +49,7 @@ class Ticker:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._ticked = threading.Condition()
 
     def start(self) -> None:
         """Start ticking (idempotent); call from the event loop."""
@@ -64,15 +65,24 @@ class Ticker:
         self._waiters.append(fut)
         await fut
 
+    def block(self) -> None:
+        """Block the calling thread until the next tick (at most ``period_s``)."""
+        with self._ticked:
+            self._ticked.wait(self.period_s)
+
     def stop(self) -> None:
         """Stop ticking and wake every waiter."""
         self._stop.set()
         self._fire()
+        with self._ticked:
+            self._ticked.notify_all()
 
     def _main(self) -> None:
         loop = self._loop
         assert loop is not None
         while not self._stop.wait(self.period_s):
+            with self._ticked:
+                self._ticked.notify_all()
             try:
                 loop.call_soon_threadsafe(self._fire)
             except RuntimeError:  # the loop is closed
@@ -115,6 +125,8 @@ class SessionGate:
         self._asked: dict[str, asyncio.Future[StoredRun | None]] = {}
         #: Sessions that waited for another worker at least once.
         self.waited: set[str] = set()
+        self._running = 0
+        self._holding = False
 
     async def run(
         self, session: Session, start: Callable[[Session], Awaitable[SessionResult]]
@@ -127,11 +139,35 @@ class SessionGate:
                 run = await self._take(sid)
                 if run is not None:
                     entry = self._entry(run, sid)
-                    if isinstance(entry, SessionResult):
+                    if not isinstance(entry, Session):
+                        await self.leases.release_some([sid])
                         return entry
-                    return await start(entry)
+                    self._running += 1
+                    try:
+                        result = await start(entry)
+                    finally:
+                        self._running -= 1
+                    # Its end is recorded: let a worker waiting for it see that now.
+                    await self.leases.release_some([sid])
+                    return result
             self.waited.add(sid)
+            self._hold_if_idle()
             await self.ticker.wait()
+
+    def _hold_if_idle(self) -> None:
+        """While nothing runs here but sessions wait for another worker, keep the loop
+        on real time until the next tick: a thread blocks (an executor job), which a
+        :class:`~agentflow.embedded.VirtualTimeLoop` waits for instead of jumping its
+        clock from idle timer to idle timer in a busy loop. On an ordinary loop this is
+        one idle thread."""
+        if self._running or self._holding:
+            return
+        self._holding = True
+        job = asyncio.get_running_loop().run_in_executor(None, self.ticker.block)
+        job.add_done_callback(self._held)
+
+    def _held(self, _: object) -> None:
+        self._holding = False
 
     def _entry(self, run: StoredRun, sid: str) -> Session | SessionResult:
         stored = next((s for s in run.sessions if s.session_id == sid), None)

@@ -126,8 +126,11 @@ class Store(Protocol):
         """Extend every lease ``owner`` holds in the run; returns the session ids it
         still holds (a lease that expired and was taken by another is lost)."""
 
-    async def release(self, run_id: str, owner: LeaseOwner) -> None:
-        """Give back every lease ``owner`` holds in the run."""
+    async def release(
+        self, run_id: str, owner: LeaseOwner, sessions: Sequence[str] | None = None
+    ) -> None:
+        """Give back every lease ``owner`` holds in the run (or those of ``sessions``),
+        after every record written before the call is committed."""
 
     async def conflicts(self, run_id: str) -> list[str]:
         """Writes refused because their key was already recorded (should be empty)."""

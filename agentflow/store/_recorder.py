@@ -210,6 +210,12 @@ class LeaseKeeper:
                 self.lost |= lost
                 self.held -= lost
 
+    async def release_some(self, session_ids: Sequence[str]) -> None:
+        """Give back the leases of ``session_ids`` (their sessions ended here), once
+        what was recorded about them is committed."""
+        self.held.difference_update(session_ids)
+        await self.store.release(self.run_id, self.owner, session_ids)
+
     async def release(self) -> None:
         """Stop renewing and give every lease back."""
         if self._task is not None:

@@ -224,9 +224,12 @@ class SQLiteStore:
         """Extend ``owner``'s leases in the run; returns the session ids it still holds."""
         return await self._call(lambda conn: io.renew(conn, run_id, owner, ttl_s))
 
-    async def release(self, run_id: str, owner: LeaseOwner) -> None:
-        """Give back every lease ``owner`` holds in the run."""
-        await self._call(lambda conn: io.release(conn, run_id, owner))
+    async def release(
+        self, run_id: str, owner: LeaseOwner, sessions: Sequence[str] | None = None
+    ) -> None:
+        """Give back every lease ``owner`` holds in the run (or those of ``sessions``)."""
+        ids = None if sessions is None else list(sessions)
+        await self._call(lambda conn: io.release(conn, run_id, owner, ids))
 
     async def conflicts(self, run_id: str) -> list[str]:
         """Writes refused because their key was already recorded (``kind key`` lines)."""

@@ -361,13 +361,19 @@ def renew(conn: sqlite3.Connection, run_id: str, owner: LeaseOwner, ttl_s: float
     return [r[0] for r in rows]
 
 
-def release(conn: sqlite3.Connection, run_id: str, owner: LeaseOwner) -> None:
-    """Free ``owner``'s leases."""
-    conn.execute(
+def release(
+    conn: sqlite3.Connection, run_id: str, owner: LeaseOwner, ids: list[str] | None = None
+) -> None:
+    """Free ``owner``'s leases (those of ``ids`` only, if given)."""
+    sql = (
         "UPDATE sessions SET lease_owner=NULL, lease_expires_ns=NULL "
-        "WHERE run_id=? AND lease_owner=?",
-        (run_id, str(owner)),
+        "WHERE run_id=? AND lease_owner=?"
     )
+    if ids is None:
+        conn.execute(sql, (run_id, str(owner)))
+        return
+    for sid in ids:
+        conn.execute(sql + " AND session_id=?", (run_id, str(owner), sid))
 
 
 def conflicts(conn: sqlite3.Connection, run_id: str) -> list[str]:

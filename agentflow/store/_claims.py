@@ -8,7 +8,9 @@ worker may have advanced it since this attempt started — and run. Without it (
 live worker holds it), it leaves the window and tries again at every tick, until it
 gets the lease: its holder released it (then it is usually done, and is returned as
 stored) or died (then its lease expires and this worker takes the session over where
-the store says it stopped). So two workers started on one run split it between them,
+the store says it stopped). A session this attempt runs again is marked ``pending`` in
+the store first, so that an end recorded later is known to be new. So two workers
+started on one run split it between them,
 each ends when the whole run has ended, and a session is run by one worker at a time.
 
 Claims and reads of sessions that pass the gate at the same moment go to the store
@@ -180,14 +182,22 @@ class SessionGate:
         if stored.done or ended_elsewhere:
             return stored_result(run, stored, self.attempt)
         plan = plan_resume(run, self.agents, self.attempt)
+        entry = plan.entries[0]
         for done in plan.newly_done:
-            self.leases.store.write(
-                SessionEnded(
-                    run_id=run.run_id, session_id=sid, status=done.status,
-                    final_output=done.final_output, error=None, turns=len(done.turns),
-                )
-            )  # fmt: skip
-        return plan.entries[0]
+            self._ended(run.run_id, sid, done.status, done.final_output, len(done.turns))
+        if isinstance(entry, Session) and stored.status != "pending":
+            # Running again: should this worker die, its successor must continue it
+            # rather than take the old end (error, cancelled) for one reached elsewhere.
+            self._ended(run.run_id, sid, "pending", None, len(stored.turns))
+        return entry
+
+    def _ended(self, run_id: str, sid: str, status: str, final: str | None, turns: int) -> None:
+        self.leases.store.write(
+            SessionEnded(
+                run_id=run_id, session_id=sid, status=status, final_output=final, error=None,
+                turns=turns,
+            )
+        )  # fmt: skip
 
     async def _take(self, sid: str) -> StoredRun | None:
         """Claim ``sid`` (with whatever else is asked now); the stored run holding only

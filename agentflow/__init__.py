@@ -103,7 +103,7 @@ from agentflow.stats import (
     TurnRow,
     read_turn_csv,
 )
-from agentflow.store import SQLiteStore, Store
+from agentflow.store import PostgresStore, SQLiteStore, Store
 from agentflow.transport import (
     AiohttpTransport,
     ChatRequest,
@@ -189,6 +189,7 @@ __all__ = [
     "OverflowPolicy",
     "OverflowView",
     "Policy",
+    "PostgresStore",
     "PrefixIndex",
     "Prices",
     "Priority",

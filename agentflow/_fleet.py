@@ -6,7 +6,15 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +40,7 @@ if TYPE_CHECKING:
     from agentflow._agent import Agent
     from agentflow._session import TurnLog
     from agentflow.store import Store
+    from agentflow.store._claims import SessionGate
     from agentflow.store._durable import DurableRun
 
 __all__ = ["Fleet", "FleetResult", "ReplicaStats"]
@@ -253,7 +262,12 @@ class Fleet:
         if store is None:
             raise ConfigError("Fleet.resume needs a store: Fleet(store=...) or store=")
         durable = await DurableRun.resumed(
-            store, run_id, agents, clock=self._clock, lease_ttl_s=self.lease_ttl_s
+            store,
+            run_id,
+            agents,
+            clock=self._clock,
+            lease_ttl_s=self.lease_ttl_s,
+            window=2 * self.max_concurrency,
         )
         return await self._run_durable(durable, EventBus(self._callbacks))
 
@@ -310,13 +324,17 @@ class Fleet:
         result: FleetResult | None = None
         try:
             with frozen_gc(self.freeze_gc):
-                result = await self._run_frozen(durable.to_run, bus, durable.recorder)
+                result = await self._run_frozen(durable.to_run, bus, durable.recorder, durable.gate)
         finally:
             await durable.finish(result)
         return durable.merge(result)
 
     async def _run_frozen(
-        self, sessions: list[Session], bus: EventBus, turn_log: TurnLog | None
+        self,
+        sessions: list[Session],
+        bus: EventBus,
+        turn_log: TurnLog | None,
+        gate: SessionGate | None = None,
     ) -> FleetResult:
         scheduler = Scheduler(
             self.replicas,
@@ -338,18 +356,17 @@ class Fleet:
             replicas=len(self.replicas),
         )
         refreezer = Refreezer()
+
+        def run_one(s: Session) -> Coroutine[Any, Any, SessionResult]:
+            return s.run(
+                runner=runner, bus=bus, tool_limit=tool_limit, clock=self._clock, turn_log=turn_log
+            )
+
         try:
             async with asyncio.TaskGroup() as tg:
                 tasks = [
                     tg.create_task(
-                        s.run(
-                            runner=runner,
-                            bus=bus,
-                            tool_limit=tool_limit,
-                            clock=self._clock,
-                            turn_log=turn_log,
-                        ),
-                        name=s.session_id,
+                        run_one(s) if gate is None else gate.run(s, run_one), name=s.session_id
                     )
                     for s in sessions
                 ]

@@ -8,11 +8,13 @@ finished turns are not redone, a recorded tool call never runs twice, completed
 sessions are left alone. See ``docs/store.md``.
 
 :class:`Store` is the interface a backend implements; :class:`SQLiteStore` is the
-default backend.
+default backend; :class:`PostgresStore` (the ``pg`` extra) lets workers on several
+machines share one run (``docs/store.md``).
 """
 
 from agentflow.store._durable import new_run_id
 from agentflow.store._export import export_report, load_result
+from agentflow.store._postgres import PostgresStore
 from agentflow.store._protocol import LeaseOwner, RunSummary, Store
 from agentflow.store._records import (
     AgentInfo,
@@ -36,6 +38,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AgentInfo",
     "LeaseOwner",
+    "PostgresStore",
     "Record",
     "RunAttempt",
     "RunEnded",

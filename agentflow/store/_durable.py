@@ -15,10 +15,11 @@ from typing import TYPE_CHECKING, Any
 from agentflow._errors import ConfigError, RunNotFound
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
+from agentflow.store._claims import SessionGate, Ticker
 from agentflow.store._protocol import Store
 from agentflow.store._recorder import LeaseKeeper, Recorder
 from agentflow.store._records import FINAL_STATUSES, RunAttempt, SessionEnded, StoredRun
-from agentflow.store._resume import plan_resume, stored_result
+from agentflow.store._resume import plan_resume
 from agentflow.typing import Clock
 
 if TYPE_CHECKING:
@@ -47,8 +48,12 @@ class DurableRun:
         self.run_id = run_id
         self.attempt = attempt
         self.recorder = Recorder(store, run_id, attempt)
-        self.leases = LeaseKeeper(store, run_id, lease_ttl_s)
-        #: Per session of the run, in order: a Session that runs now, or a done result.
+        self.ticker = Ticker(lease_ttl_s / 3)
+        self.leases = LeaseKeeper(store, run_id, lease_ttl_s, self.ticker)
+        #: A resumed attempt's gate (the sessions it runs are claimed as they start).
+        self.gate: SessionGate | None = None
+        #: Per session of the run, in order: a Session that runs now (or, resumed, may
+        #: run: see the gate), or a done result.
         self.entries: list[Session | SessionResult] = []
         self.prior_retries = 0
         self.prior_wall_s = 0.0
@@ -98,9 +103,12 @@ class DurableRun:
         *,
         clock: Clock,
         lease_ttl_s: float,
+        window: int,
     ) -> DurableRun:
         """Plan the resumption of ``run_id``: sessions rebuilt from the store, agents
-        checked; record the new attempt and take the leases of what is to run.
+        checked; record the new attempt. Its unfinished sessions are claimed as they
+        start, at most ``window`` held at once (:class:`SessionGate`), so that several
+        workers resuming one run share it.
 
         Raises:
             RunNotFound: no such run.
@@ -109,39 +117,27 @@ class DurableRun:
         await store.open()
         await store.flush()
         run = await store.load(run_id)
-        attempt = max((a.attempt for a in run.attempts), default=-1) + 1
+        provisional = max((a.attempt for a in run.attempts), default=-1) + 1
         wall, now = time.time_ns(), clock()
-        run.attempts.append(RunAttempt(attempt=attempt, wall_ns=wall, clock_ns=now))
-        plan = plan_resume(run, agents, attempt)
+        run.attempts.append(RunAttempt(attempt=provisional, wall_ns=wall, clock_ns=now))
+        started = {s.session_id: (s.status, len(s.turns)) for s in run.sessions}
+        plan = plan_resume(run, agents, provisional)  # checks the agents before recording
+        # Numbered by the store: another worker may be starting an attempt right now.
+        attempt = await store.start_attempt(run_id, wall, now)
         self = cls(store, run_id, attempt, lease_ttl_s, clock)
         self.prior_retries = sum(t.failed_attempts for s in run.sessions for t in s.turns)
         self.prior_wall_s = _active_wall_s(run)
-        self.recorder.start_run((), wall, now, None)
         for done in plan.newly_done:
             store.write(_ended(run_id, done))
-        ids = [s.session_id for s in plan.to_run]
-        held = set(await self.leases.claim(ids)) if ids else set()
-        by_id = {s.session_id: s for s in run.sessions}
-        for entry in plan.entries:
-            if isinstance(entry, Session) and entry.session_id not in held:
-                _log.warning("store.session_leased_elsewhere", session=entry.session_id)
-                entry = stored_result(run, by_id[entry.session_id], attempt)
-            self.entries.append(entry)
+        self.entries = plan.entries
+        self.gate = SessionGate(self.leases, agents, attempt, started, window, self.ticker)
         return self
 
     async def finish(self, result: FleetResult | None) -> None:
         """After the sessions ended (or were cancelled): record the attempt's end, give
         the leases back and commit everything (a cancelled run included)."""
-        finished = (
-            result is not None
-            and all(
-                not isinstance(e, Session)
-                or (e.result is not None and e.result.status in FINAL_STATUSES)
-                for e in self.entries
-            )
-            and all(
-                e.status in FINAL_STATUSES for e in self.entries if isinstance(e, SessionResult)
-            )
+        finished = result is not None and all(
+            r.status in FINAL_STATUSES for r in self.merge(result).sessions
         )
         wall_s = result.wall_s if result is not None else (self.clock() - self.start_ns) * 1e-9
         self.recorder.end_run(finished, wall_s)
@@ -152,6 +148,7 @@ class DurableRun:
             raise
 
     async def _close(self) -> None:
+        self.ticker.stop()
         try:
             await self.leases.release()
         finally:

@@ -21,7 +21,11 @@ and machines. What a backend must guarantee:
   :meth:`Store.claim` takes the leases of free sessions (no holder, an expired lease,
   or — where the backend can tell — a holder whose process is gone), :meth:`Store.renew`
   extends them and says which were lost, :meth:`Store.release` gives them back. Expiry
-  is on the wall clock (``time.time_ns()``) so that processes can compare it.
+  is on a clock every worker shares: the wall clock (``time.time_ns()``) for SQLite,
+  whose workers share one machine; the database server's clock for PostgreSQL, so
+  that machines with skewed clocks agree.
+* **One number per attempt.** :meth:`Store.start_attempt` numbers a resumption
+  atomically, so that two workers resuming one run at once get different numbers.
 * **Secrets are not stored.** Records carry no endpoint credentials; backends must not
   add any (headers, URLs with user info).
 """
@@ -91,8 +95,10 @@ class Store(Protocol):
             StoreError: a write failed (the message names the record).
         """
 
-    async def load(self, run_id: str) -> StoredRun:
-        """Everything recorded about ``run_id`` (committed records only).
+    async def load(self, run_id: str, sessions: Sequence[str] | None = None) -> StoredRun:
+        """Everything recorded about ``run_id`` (committed records only); with
+        ``sessions``, only those sessions (and their turns) — the run, its attempts and
+        agents are always whole.
 
         Raises:
             RunNotFound: there is no such run.
@@ -100,6 +106,15 @@ class Store(Protocol):
 
     async def runs(self) -> list[RunSummary]:
         """Every stored run, newest first."""
+
+    async def start_attempt(self, run_id: str, wall_ns: int, clock_ns: int) -> int:
+        """Record a resumption of ``run_id`` (status ``running``) under the next free
+        attempt number, atomically, and return that number; ``wall_ns`` and ``clock_ns``
+        are one moment on the wall clock and on the fleet's clock.
+
+        Raises:
+            RunNotFound: there is no such run.
+        """
 
     async def claim(
         self, run_id: str, session_ids: Sequence[str], owner: LeaseOwner, ttl_s: float
@@ -111,8 +126,11 @@ class Store(Protocol):
         """Extend every lease ``owner`` holds in the run; returns the session ids it
         still holds (a lease that expired and was taken by another is lost)."""
 
-    async def release(self, run_id: str, owner: LeaseOwner) -> None:
-        """Give back every lease ``owner`` holds in the run."""
+    async def release(
+        self, run_id: str, owner: LeaseOwner, sessions: Sequence[str] | None = None
+    ) -> None:
+        """Give back every lease ``owner`` holds in the run (or those of ``sessions``),
+        after every record written before the call is committed."""
 
     async def conflicts(self, run_id: str) -> list[str]:
         """Writes refused because their key was already recorded (should be empty)."""

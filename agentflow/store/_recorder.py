@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentflow._errors import StoreError
 from agentflow._logging import get_logger
 from agentflow._trace import ToolCall
 from agentflow.store._codec import agent_info, session_task
@@ -31,6 +32,7 @@ from agentflow.store._records import (
 if TYPE_CHECKING:
     from agentflow._agent import Agent
     from agentflow._session import Session, SessionResult, TurnRecord
+    from agentflow.store._claims import Ticker
 
 __all__ = ["LeaseKeeper", "Recorder"]
 
@@ -170,33 +172,49 @@ class Recorder:
 
 
 class LeaseKeeper:
-    """Holds the leases of one attempt's sessions: renews them every third of their
-    time to live while the run goes, and gives them back when it ends."""
+    """Holds the leases of one attempt's sessions: renews them at every tick of
+    ``ticker`` (a third of their time to live, in real time) while the run goes, and
+    gives them back when it ends."""
 
-    def __init__(self, store: Store, run_id: str, ttl_s: float) -> None:
+    def __init__(self, store: Store, run_id: str, ttl_s: float, ticker: Ticker) -> None:
         self.store = store
         self.run_id = run_id
         self.ttl_s = ttl_s
+        self.ticker = ticker
         self.owner = LeaseOwner()
         self._task: asyncio.Task[None] | None = None
+        #: Sessions whose lease this attempt holds (as of the last claim or renewal).
+        self.held: set[str] = set()
         #: Sessions whose lease was lost (taken by another worker after expiring).
         self.lost: set[str] = set()
 
     async def claim(self, session_ids: Sequence[str]) -> list[str]:
-        """Take the free leases among ``session_ids``; start renewing them."""
+        """Take the free leases among ``session_ids``; renew them from now on."""
         got = await self.store.claim(self.run_id, session_ids, self.owner, self.ttl_s)
+        self.held.update(got)
         if self._task is None:
-            self._task = asyncio.get_running_loop().create_task(self._renew(set(got)))
+            self._task = asyncio.get_running_loop().create_task(self._renew())
         return got
 
-    async def _renew(self, held: set[str]) -> None:
+    async def _renew(self) -> None:
         while True:
-            await asyncio.sleep(self.ttl_s / 3)
-            still = set(await self.store.renew(self.run_id, self.owner, self.ttl_s))
-            lost = held - still - self.lost
+            await self.ticker.wait()
+            try:
+                still = set(await self.store.renew(self.run_id, self.owner, self.ttl_s))
+            except StoreError as exc:
+                _log.warning("store.renew_failed", run_id=self.run_id, error=str(exc))
+                continue
+            lost = self.held - still
             if lost:
                 _log.warning("store.leases_lost", run_id=self.run_id, sessions=sorted(lost))
                 self.lost |= lost
+                self.held -= lost
+
+    async def release_some(self, session_ids: Sequence[str]) -> None:
+        """Give back the leases of ``session_ids`` (their sessions ended here), once
+        what was recorded about them is committed."""
+        self.held.difference_update(session_ids)
+        await self.store.release(self.run_id, self.owner, session_ids)
 
     async def release(self) -> None:
         """Stop renewing and give every lease back."""
@@ -205,4 +223,5 @@ class LeaseKeeper:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        self.held.clear()
         await self.store.release(self.run_id, self.owner)

@@ -192,9 +192,17 @@ class SQLiteStore:
 
     # --- reads and leases (on the writer thread, after what was written before) ---------
 
-    async def load(self, run_id: str) -> StoredRun:
-        """Everything recorded about ``run_id``; :class:`RunNotFound` if nothing is."""
-        return await self._call(lambda conn: io.load_run(conn, run_id, str(self.path)))
+    async def load(self, run_id: str, sessions: Sequence[str] | None = None) -> StoredRun:
+        """Everything recorded about ``run_id`` (or only its ``sessions``);
+        :class:`RunNotFound` if nothing is."""
+        only = None if sessions is None else list(sessions)
+        return await self._call(lambda conn: io.load_run(conn, run_id, str(self.path), only))
+
+    async def start_attempt(self, run_id: str, wall_ns: int, clock_ns: int) -> int:
+        """Record the next attempt at ``run_id`` and return its number."""
+        return await self._call(
+            lambda conn: io.start_attempt(conn, run_id, wall_ns, clock_ns, str(self.path))
+        )
 
     async def runs(self) -> list[RunSummary]:
         """Every stored run, newest first."""
@@ -216,9 +224,12 @@ class SQLiteStore:
         """Extend ``owner``'s leases in the run; returns the session ids it still holds."""
         return await self._call(lambda conn: io.renew(conn, run_id, owner, ttl_s))
 
-    async def release(self, run_id: str, owner: LeaseOwner) -> None:
-        """Give back every lease ``owner`` holds in the run."""
-        await self._call(lambda conn: io.release(conn, run_id, owner))
+    async def release(
+        self, run_id: str, owner: LeaseOwner, sessions: Sequence[str] | None = None
+    ) -> None:
+        """Give back every lease ``owner`` holds in the run (or those of ``sessions``)."""
+        ids = None if sessions is None else list(sessions)
+        await self._call(lambda conn: io.release(conn, run_id, owner, ids))
 
     async def conflicts(self, run_id: str) -> list[str]:
         """Writes refused because their key was already recorded (``kind key`` lines)."""

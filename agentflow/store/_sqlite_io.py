@@ -7,6 +7,7 @@ import os
 import socket
 import sqlite3
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from agentflow._errors import RunNotFound
@@ -28,7 +29,27 @@ from agentflow.store._records import (
     TurnFinished,
 )
 
-__all__ = ["claim", "conflicts", "list_runs", "load_run", "release", "renew", "write_record"]
+__all__ = [
+    "FINISHED_SQL",
+    "claim",
+    "conflicts",
+    "list_runs",
+    "load_run",
+    "read_run",
+    "release",
+    "renew",
+    "start_attempt",
+    "write_record",
+]
+
+#: A run's status when an attempt ends: ``finished`` when that attempt ran everything
+#: or — several workers sharing the run — when no session is left unfinished in the
+#: store, whoever finished it; else ``partial``. Parameters: the attempt's status, the
+#: run id.
+FINISHED_SQL = (
+    "CASE WHEN ? = 'finished' OR NOT EXISTS (SELECT 1 FROM sessions s WHERE s.run_id = ?"
+    " AND s.status NOT IN ('completed', 'max_turns')) THEN 'finished' ELSE 'partial' END"
+)
 
 
 def write_record(conn: sqlite3.Connection, r: Record) -> None:
@@ -62,7 +83,9 @@ def write_record(conn: sqlite3.Connection, r: Record) -> None:
             "WHERE run_id=? AND attempt=?",
             (r.wall_ns, r.status, r.retries, r.wall_s, r.run_id, r.attempt),
         )
-        conn.execute("UPDATE runs SET status=? WHERE run_id=?", (r.status, r.run_id))
+        conn.execute(
+            f"UPDATE runs SET status={FINISHED_SQL} WHERE run_id=?", (r.status, r.run_id, r.run_id)
+        )
 
 
 def _insert(
@@ -145,16 +168,26 @@ def _run_started(conn: sqlite3.Connection, r: RunStarted) -> None:
     )
 
 
-def load_run(conn: sqlite3.Connection, run_id: str, where: str) -> StoredRun:
-    """Read a whole run (one read transaction: a consistent snapshot)."""
+def load_run(
+    conn: sqlite3.Connection, run_id: str, where: str, only: Sequence[str] | None = None
+) -> StoredRun:
+    """Read a run, or only the sessions ``only`` of it (one read transaction: a
+    consistent snapshot)."""
     conn.execute("BEGIN")
     try:
-        return _load(conn, run_id, where)
+        return read_run(conn, run_id, where, only)
     finally:
         conn.execute("COMMIT")
 
 
-def _load(conn: sqlite3.Connection, run_id: str, where: str) -> StoredRun:
+def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = None) -> StoredRun:
+    """The queries of :func:`load_run`, on any DB-API-like connection whose ``execute``
+    takes ``?`` placeholders (the PostgreSQL store passes an adapter)."""
+    picked, sel = "", tuple[str, ...]()
+    if only is not None:
+        picked, sel = f" AND session_id IN ({','.join('?' * len(only))})", tuple(only)
+        if not only:
+            picked = " AND 0=1"
     row = conn.execute("SELECT status, config FROM runs WHERE run_id=?", (run_id,)).fetchone()
     if row is None:
         raise RunNotFound(run_id, where)
@@ -180,8 +213,8 @@ def _load(conn: sqlite3.Connection, run_id: str, where: str) -> StoredRun:
     sessions: dict[str, StoredSession] = {}
     for sid, pos, agent, fp, task, meta, st, final, err, sticky in conn.execute(
         "SELECT session_id, position, agent, fingerprint, task, metadata, status, final_output,"
-        " error, sticky_replica FROM sessions WHERE run_id=? ORDER BY position",
-        (run_id,),
+        f" error, sticky_replica FROM sessions WHERE run_id=?{picked} ORDER BY position",
+        (run_id, *sel),
     ):
         sessions[sid] = StoredSession(
             session_id=sid, position=pos, agent=agent, fingerprint=fp, task=decode_json(task),
@@ -191,8 +224,8 @@ def _load(conn: sqlite3.Connection, run_id: str, where: str) -> StoredRun:
     turns: dict[tuple[str, int], StoredTurn] = {}
     for sid, n, att, msg, rewrite, ready, failed, prompt, trace in conn.execute(
         "SELECT session_id, turn, attempt, message, rewrite, ready_ns, failed_attempts, prompt,"
-        " trace FROM turns WHERE run_id=? ORDER BY session_id, turn",
-        (run_id,),
+        f" trace FROM turns WHERE run_id=?{picked} ORDER BY session_id, turn",
+        (run_id, *sel),
     ):
         st_turn = StoredTurn(
             turn=n, attempt=att, message=decode_json(msg), rewrite=decode_json(rewrite),
@@ -204,8 +237,8 @@ def _load(conn: sqlite3.Connection, run_id: str, where: str) -> StoredRun:
             sessions[sid].turns.append(st_turn)
     for sid, call_id, n, name, args, out, is_err, dur, cut in conn.execute(
         "SELECT session_id, call_id, turn, name, arguments, output, is_error, duration_s,"
-        " truncated_chars FROM tool_calls WHERE run_id=?",
-        (run_id,),
+        f" truncated_chars FROM tool_calls WHERE run_id=?{picked}",
+        (run_id, *sel),
     ):
         owner = turns.get((sid, n))
         if owner is not None:
@@ -223,7 +256,31 @@ def _load(conn: sqlite3.Connection, run_id: str, where: str) -> StoredRun:
     )
 
 
-def list_runs(conn: sqlite3.Connection) -> list[RunSummary]:
+def start_attempt(
+    conn: sqlite3.Connection, run_id: str, wall_ns: int, clock_ns: int, where: str
+) -> int:
+    """Record the next attempt at ``run_id`` and return its number (one write
+    transaction, so two processes never get the same number)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if conn.execute("SELECT 1 FROM runs WHERE run_id=?", (run_id,)).fetchone() is None:
+            raise RunNotFound(run_id, where)
+        (attempt,) = conn.execute(
+            "SELECT COALESCE(MAX(attempt), -1) + 1 FROM run_attempts WHERE run_id=?", (run_id,)
+        ).fetchone()
+        conn.execute(
+            "INSERT INTO run_attempts (run_id, attempt, wall_ns, clock_ns) VALUES (?,?,?,?)",
+            (run_id, attempt, wall_ns, clock_ns),
+        )
+        conn.execute("UPDATE runs SET status='running' WHERE run_id=?", (run_id,))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return int(attempt)
+
+
+def list_runs(conn: Any) -> list[RunSummary]:
     """Every run, newest first, with its session and turn counts."""
     rows = conn.execute(
         "SELECT r.run_id, r.status, r.created_wall_ns, r.sessions,"
@@ -304,13 +361,19 @@ def renew(conn: sqlite3.Connection, run_id: str, owner: LeaseOwner, ttl_s: float
     return [r[0] for r in rows]
 
 
-def release(conn: sqlite3.Connection, run_id: str, owner: LeaseOwner) -> None:
-    """Free ``owner``'s leases."""
-    conn.execute(
+def release(
+    conn: sqlite3.Connection, run_id: str, owner: LeaseOwner, ids: list[str] | None = None
+) -> None:
+    """Free ``owner``'s leases (those of ``ids`` only, if given)."""
+    sql = (
         "UPDATE sessions SET lease_owner=NULL, lease_expires_ns=NULL "
-        "WHERE run_id=? AND lease_owner=?",
-        (run_id, str(owner)),
+        "WHERE run_id=? AND lease_owner=?"
     )
+    if ids is None:
+        conn.execute(sql, (run_id, str(owner)))
+        return
+    for sid in ids:
+        conn.execute(sql + " AND session_id=?", (run_id, str(owner), sid))
 
 
 def conflicts(conn: sqlite3.Connection, run_id: str) -> list[str]:

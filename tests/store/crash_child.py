@@ -1,7 +1,10 @@
 """The crash test's child: a fleet of tool-calling sessions on the in-process simulator
 (virtual time) recorded in a store; run fresh, or resumed when the run is already there.
 
-    python -m tests.store.crash_child DB SIDE_FILE GENERATION SESSIONS
+    python -m tests.store.crash_child DB SIDE_FILE GENERATION SESSIONS [LEASE_TTL_S]
+
+DB is a SQLite file, or a PostgreSQL DSN (``postgresql://…``): then several children
+may resume the run at once, sharing it (``LEASE_TTL_S``: ``Fleet(lease_ttl_s=)``).
 
 Prints ``turn`` after every finished turn (flushed, so the parent can count them and
 kill at a chosen moment) and ``done`` at the end. Every tool execution appends
@@ -18,7 +21,7 @@ import sys
 
 import structlog
 
-from agentflow import Agent, Event, Fleet, RunNotFound, SQLiteStore, Tool
+from agentflow import Agent, Event, Fleet, PostgresStore, RunNotFound, SQLiteStore, Tool
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
@@ -58,7 +61,7 @@ def make_agents(side_file: str, generation: int) -> list[Agent]:
     ]
 
 
-async def main(db: str, side_file: str, generation: int, n: int) -> None:
+async def main(db: str, side_file: str, generation: int, n: int, ttl_s: float = 60.0) -> None:
     """Run (or resume) the fleet."""
     engine = Engine(
         "deepseek-v4.1-flash-gb300",
@@ -66,7 +69,7 @@ async def main(db: str, side_file: str, generation: int, n: int) -> None:
         textgen=TextGenConfig(answer_tokens=(4, 12), tool_calls_per_turn=(1, 3)),
     )
     transport = SimTransport(EngineDriver(engine))
-    store = SQLiteStore(db)
+    store = PostgresStore(db) if db.startswith("postgresql://") else SQLiteStore(db)
     team = make_agents(side_file, generation)
 
     def show(event: Event) -> None:
@@ -74,10 +77,17 @@ async def main(db: str, side_file: str, generation: int, n: int) -> None:
             sys.stdout.write("turn\n")
             sys.stdout.flush()
 
-    fleet = Fleet(transport, max_concurrency=16, clock=loop_clock, store=store, callbacks=[show])
+    fleet = Fleet(
+        transport,
+        max_concurrency=16,
+        clock=loop_clock,
+        store=store,
+        callbacks=[show],
+        lease_ttl_s=ttl_s,
+    )
     try:
         try:
-            await store.load(RUN_ID)
+            await store.load(RUN_ID, sessions=())  # is it there? (no sessions read)
         except RunNotFound:
             sessions = [team[i % 4].session(f"task {i}", session_id=f"s{i:03d}") for i in range(n)]
             result = await fleet.run(sessions, run_id=RUN_ID)
@@ -92,5 +102,6 @@ async def main(db: str, side_file: str, generation: int, n: int) -> None:
 
 if __name__ == "__main__":
     db, side, gen, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    run_virtual(main(db, side, gen, n))
+    ttl = float(sys.argv[5]) if len(sys.argv) > 5 else 60.0
+    run_virtual(main(db, side, gen, n, ttl))
     asyncio.set_event_loop(None)

@@ -28,11 +28,14 @@ ROOT = Path(__file__).resolve().parents[2]
 GUARD_S = 120.0
 
 
-def _child(db: Path, side: Path, generation: int) -> subprocess.Popen[str]:
+def _child(
+    db: Path | str, side: Path, generation: int, ttl_s: float | None = None
+) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    ttl = [] if ttl_s is None else [str(ttl_s)]
     return subprocess.Popen(
         [sys.executable, "-m", "tests.store.crash_child", str(db), str(side), str(generation),
-         str(SESSIONS)],
+         str(SESSIONS), *ttl],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 

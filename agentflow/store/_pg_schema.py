@@ -1,0 +1,142 @@
+"""The PostgreSQL store's schema: the SQLite store's tables (``docs/store.md``, version
+:data:`~agentflow.store.SCHEMA_VERSION`) with PostgreSQL's column types, in a schema
+(namespace) of their own, ``agentflow`` by default.
+
+JSON columns stay ``TEXT``, as in SQLite: the stored bytes are exactly what was
+written (msgspec decodes them directly; ``jsonb`` would reorder keys and refuse
+``\\u0000``); query them with ``column::jsonb``. Times are ``BIGINT`` nanoseconds, flags
+``BOOLEAN``, durations ``DOUBLE PRECISION``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentflow._errors import StoreError
+from agentflow.store._schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PG_SCHEMA", "check_pg_schema"]
+
+PG_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (
+    key   TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id          TEXT PRIMARY KEY,
+    created_wall_ns BIGINT NOT NULL,
+    status          TEXT NOT NULL,
+    sessions        INTEGER NOT NULL,
+    config          TEXT
+);
+CREATE TABLE IF NOT EXISTS run_attempts (
+    run_id        TEXT NOT NULL REFERENCES runs(run_id),
+    attempt       INTEGER NOT NULL,
+    wall_ns       BIGINT NOT NULL,
+    clock_ns      BIGINT NOT NULL,
+    ended_wall_ns BIGINT,
+    status        TEXT,
+    retries       INTEGER NOT NULL DEFAULT 0,
+    wall_s        DOUBLE PRECISION,
+    PRIMARY KEY (run_id, attempt)
+);
+CREATE TABLE IF NOT EXISTS texts (
+    hash TEXT PRIMARY KEY,
+    text TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS agents (
+    run_id            TEXT NOT NULL REFERENCES runs(run_id),
+    name              TEXT NOT NULL,
+    fingerprint       TEXT NOT NULL,
+    instructions_hash TEXT NOT NULL REFERENCES texts(hash),
+    config            TEXT NOT NULL,
+    PRIMARY KEY (run_id, name)
+);
+CREATE TABLE IF NOT EXISTS sessions (
+    run_id           TEXT NOT NULL REFERENCES runs(run_id),
+    session_id       TEXT NOT NULL,
+    position         INTEGER NOT NULL,
+    agent            TEXT NOT NULL,
+    fingerprint      TEXT NOT NULL,
+    task             TEXT NOT NULL,
+    metadata         TEXT NOT NULL,
+    status           TEXT NOT NULL,
+    final_output     TEXT,
+    error            TEXT,
+    turns            INTEGER NOT NULL DEFAULT 0,
+    budget           TEXT,
+    sticky_replica   TEXT,
+    lease_owner      TEXT,
+    lease_expires_ns BIGINT,                -- the database server's clock
+    PRIMARY KEY (run_id, session_id)
+);
+CREATE TABLE IF NOT EXISTS turns (
+    run_id          TEXT NOT NULL,
+    session_id      TEXT NOT NULL,
+    turn            INTEGER NOT NULL,
+    attempt         INTEGER NOT NULL,
+    message         TEXT NOT NULL,
+    rewrite         TEXT,
+    ready_ns        BIGINT NOT NULL,
+    prompt_tokens   INTEGER,
+    cached_tokens   INTEGER,
+    output_tokens   INTEGER NOT NULL,
+    ttft_s          DOUBLE PRECISION,
+    e2e_s           DOUBLE PRECISION NOT NULL,
+    queue_wait_s    DOUBLE PRECISION NOT NULL,
+    failed_attempts INTEGER NOT NULL,
+    failures        TEXT,
+    prompt          TEXT,
+    replica         TEXT,
+    trace           TEXT NOT NULL,
+    PRIMARY KEY (run_id, session_id, turn)
+);
+CREATE TABLE IF NOT EXISTS tool_calls (
+    run_id          TEXT NOT NULL,
+    session_id      TEXT NOT NULL,
+    call_id         TEXT NOT NULL,
+    turn            INTEGER NOT NULL,
+    name            TEXT NOT NULL,
+    arguments       TEXT NOT NULL,
+    output          TEXT NOT NULL,
+    is_error        BOOLEAN NOT NULL,
+    duration_s      DOUBLE PRECISION NOT NULL,
+    truncated_chars INTEGER NOT NULL,
+    PRIMARY KEY (run_id, session_id, call_id)
+);
+CREATE TABLE IF NOT EXISTS conflicts (
+    run_id  TEXT NOT NULL,
+    kind    TEXT NOT NULL,                  -- turn | tool_call | session | run | attempt
+    key     TEXT NOT NULL,                  --   | agent | fenced <kind> (lease not held)
+    wall_ns BIGINT NOT NULL                 -- the database server's clock
+);
+CREATE INDEX IF NOT EXISTS conflicts_run ON conflicts (run_id);
+"""
+
+
+def check_pg_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str, where: str) -> None:
+    """Create the schema and its tables in a new database; refuse one of another
+    version. Workers opening one database at once take turns (an advisory lock), so
+    two never race to create the same table."""
+    from psycopg import sql
+
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentflow.store.schema'))")
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(schema)))
+        conn.execute(PG_SCHEMA)
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if row is None:
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', %s)",
+                (str(SCHEMA_VERSION),),
+            )
+        elif row[0] != str(SCHEMA_VERSION):
+            raise StoreError(
+                f"{where}: store schema version {row[0]}, this agentflow reads version "
+                f"{SCHEMA_VERSION}"
+            )
+    conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))

@@ -1,0 +1,417 @@
+"""The run store on PostgreSQL, for workers on several machines sharing one run.
+
+Why a thread with a synchronous psycopg connection rather than psycopg's async one: the
+event loop's whole share of a record is then one ``SimpleQueue.put``, as with SQLite.
+An async connection would cost the loop a task wakeup per statement, compete with the
+fleet's streams for it, and — on a :class:`~agentflow.embedded.VirtualTimeLoop` — let
+virtual time jump past lease renewals while a query is out. The writer thread wakes at
+most once per ``batch_interval_s``, sends every record queued meanwhile as one pipeline
+in one transaction (one round trip, not one per statement) and commits once; libpq
+releases the GIL while it waits for the server.
+
+Everything that touches the database — writes, reads, lease changes — runs on that
+thread in the order it was asked for: a read sees every record written before it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import queue
+import re
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from agentflow._errors import ConfigError, StoreError
+from agentflow._logging import get_logger
+from agentflow._redact import redact, register_secret, register_url
+from agentflow.store import _pg_io as io
+from agentflow.store._pg_schema import check_pg_schema
+from agentflow.store._protocol import LeaseOwner, RunSummary
+from agentflow.store._records import Record, StoredRun
+from agentflow.store._sqlite_io import list_runs, read_run
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["PostgresStore"]
+
+_log = get_logger("agentflow.store")
+T = TypeVar("T")
+Conn = Any  # psycopg.Connection, imported lazily (the ``pg`` extra)
+_STOP = object()
+_SESSION_RECORDS = ("TurnFinished", "ToolFinished", "SessionEnded")
+
+
+class _Secret:
+    """A value that never shows in a ``repr`` (the DSN's password, kept to connect)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: str) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "***"
+
+
+class _Call:
+    __slots__ = ("fn", "future")
+
+    def __init__(self, fn: Callable[[Conn], Any]) -> None:
+        self.fn = fn
+        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+
+
+class PostgresStore:
+    """A run store in a PostgreSQL database (schema: ``docs/store.md``).
+
+    The DSN is a libpq connection string (``postgresql://USER@HOST/DB`` or
+    ``host=… dbname=…``); libpq's environment variables and ``~/.pgpass`` apply. Its
+    password, if it has one, is never stored: not in the database, not on this object
+    (``dsn`` is the DSN without it), not in any message (it is registered with
+    agentflow's redaction). Lease expiry is compared on the database server's clock.
+
+    Args:
+        dsn: where the database is.
+        schema: the PostgreSQL schema (namespace) the tables live in; created if missing.
+        batch_interval_s: how long the writer gathers records before one commit.
+        max_batch: records that make the writer commit at once, interval or not.
+        connect_timeout_s: how long connecting may take.
+        statement_timeout_s: how long one statement may wait (locks included).
+
+    Raises:
+        ConfigError: psycopg is not installed (``pip install 'agentflow[pg]'``), the DSN
+            cannot be parsed, or a value is out of range.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "agentflow",
+        batch_interval_s: float = 0.010,
+        max_batch: int = 1024,
+        connect_timeout_s: float = 30.0,
+        statement_timeout_s: float = 60.0,
+    ) -> None:
+        try:
+            from psycopg.conninfo import conninfo_to_dict, make_conninfo
+        except ImportError:
+            raise ConfigError(
+                "PostgresStore needs psycopg 3: pip install 'agentflow[pg]'"
+            ) from None
+        if not isinstance(dsn, str):
+            raise ConfigError(f"PostgresStore.dsn must be a string, got {type(dsn).__name__}")
+        register_url(dsn)
+        try:
+            params = conninfo_to_dict(dsn)
+        except Exception:  # its message may quote the DSN, password included
+            raise ConfigError("PostgresStore.dsn is not a libpq connection string") from None
+        password = params.pop("password", None)
+        if password is not None:
+            register_secret(str(password))
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", schema):
+            raise ConfigError(f"PostgresStore.schema must be an SQL identifier, got {schema!r}")
+        if not 0 <= batch_interval_s <= 10:
+            raise ConfigError(
+                f"PostgresStore.batch_interval_s must be in [0, 10], got {batch_interval_s!r}"
+            )
+        if not isinstance(max_batch, int) or max_batch < 1:
+            raise ConfigError(f"PostgresStore.max_batch must be an int ≥ 1, got {max_batch!r}")
+        for name, value in (
+            ("connect_timeout_s", connect_timeout_s),
+            ("statement_timeout_s", statement_timeout_s),
+        ):
+            if not value > 0:
+                raise ConfigError(f"PostgresStore.{name} must be > 0, got {value!r}")
+        #: The DSN without its password (the password lives only in the connection).
+        self.dsn = make_conninfo("", **{k: v for k, v in params.items() if v is not None})
+        self.schema = schema
+        self.batch_interval_s = batch_interval_s
+        self.max_batch = max_batch
+        self.connect_timeout_s = connect_timeout_s
+        self.statement_timeout_s = statement_timeout_s
+        self._password = None if password is None else _Secret(str(password))
+        self._where = redact(f"PostgreSQL {self.dsn} (schema {schema})")
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._urgent = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+        # (run, session) -> the lease owner this store claimed it for (writer thread only)
+        self._holders: dict[tuple[str, str], str] = {}
+        #: Records committed so far (by this process).
+        self.committed = 0
+        #: Transactions committed so far (by this process).
+        self.commits = 0
+
+    def __repr__(self) -> str:
+        return redact(f"PostgresStore({self.dsn!r}, schema={self.schema!r})")
+
+    # --- lifecycle ------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Connect, create the schema and tables or check their version; start the writer.
+
+        Raises:
+            StoreError: the server cannot be reached or refuses the login, or the store
+                holds another schema version.
+        """
+        self._start()
+        await self._call(lambda conn: None)
+
+    def _start(self) -> None:
+        with self._lock:
+            if self._closed:
+                if isinstance(self._error, StoreError):
+                    raise self._error
+                raise StoreError(f"{self._where}: the store is closed")
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._main, name="agentflow-store:pg", daemon=True
+                )
+                self._thread.start()
+
+    async def aclose(self) -> None:
+        """Commit what is queued, close the connection (idempotent)."""
+        if self._thread is None or self._closed:
+            self._closed = True
+            return
+        stop = _Call(lambda conn: _STOP)
+        self._closed = True
+        self._queue.put(stop)
+        self._urgent.set()
+        await asyncio.wrap_future(stop.future)
+        self._thread.join(timeout=self.statement_timeout_s)
+        self._raise_error()
+
+    async def __aenter__(self) -> PostgresStore:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # --- the hot path -----------------------------------------------------------------
+
+    def write(self, record: Record) -> None:
+        """Queue ``record`` for the next batch (one ``SimpleQueue.put``)."""
+        if self._closed:
+            raise StoreError(f"{self._where}: write to a closed store ({type(record).__name__})")
+        if self._thread is None:
+            self._start()
+        self._queue.put(record)
+        if self._queue.qsize() >= self.max_batch:
+            self._urgent.set()
+
+    async def flush(self) -> None:
+        """Return once every record written before the call is committed.
+
+        Raises:
+            StoreError: an earlier batch failed to commit.
+        """
+        await self._call(lambda conn: None)
+        self._raise_error()
+
+    # --- reads and leases (on the writer thread, after what was written before) ---------
+
+    async def load(self, run_id: str, sessions: Sequence[str] | None = None) -> StoredRun:
+        """Everything recorded about ``run_id`` (or only its ``sessions``), from one
+        snapshot; :class:`RunNotFound` if nothing is."""
+        only = None if sessions is None else list(sessions)
+
+        def read(conn: Conn) -> StoredRun:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                return read_run(io.Qmark(conn), run_id, self._where, only)
+
+        return await self._call(read)
+
+    async def runs(self) -> list[RunSummary]:
+        """Every stored run, newest first."""
+        return await self._call(lambda conn: list_runs(io.Qmark(conn)))
+
+    async def start_attempt(self, run_id: str, wall_ns: int, clock_ns: int) -> int:
+        """Record the next attempt at ``run_id`` and return its number."""
+        return await self._call(
+            lambda conn: io.start_attempt(conn, run_id, wall_ns, clock_ns, self._where)
+        )
+
+    async def claim(
+        self, run_id: str, session_ids: Sequence[str], owner: LeaseOwner, ttl_s: float
+    ) -> list[str]:
+        """Take the free leases among ``session_ids`` for ``ttl_s`` seconds (on the
+        server's clock). Free: nobody holds it, it expired, or it is ``owner``'s."""
+        ids, me = list(session_ids), str(owner)
+
+        def take(conn: Conn) -> list[str]:
+            got = io.claim(conn, run_id, ids, me, ttl_s)
+            self._holders.update(((run_id, sid), me) for sid in got)
+            return got
+
+        return await self._call(take)
+
+    async def renew(self, run_id: str, owner: LeaseOwner, ttl_s: float) -> list[str]:
+        """Extend ``owner``'s leases in the run; returns the session ids it still holds."""
+        return await self._call(lambda conn: io.renew(conn, run_id, str(owner), ttl_s))
+
+    async def release(
+        self, run_id: str, owner: LeaseOwner, sessions: Sequence[str] | None = None
+    ) -> None:
+        """Give back every lease ``owner`` holds in the run (or those of ``sessions``)."""
+        me, ids = str(owner), None if sessions is None else list(sessions)
+
+        def give(conn: Conn) -> None:
+            io.release(conn, run_id, me, ids)
+            for key in [k for k, v in self._holders.items() if v == me and k[0] == run_id]:
+                if ids is None or key[1] in ids:
+                    del self._holders[key]
+
+        await self._call(give)
+
+    async def conflicts(self, run_id: str) -> list[str]:
+        """Writes refused because their key was already recorded, or because their
+        session's lease was no longer this store's (``fenced …``): ``kind key`` lines."""
+
+        def read(conn: Conn) -> list[str]:
+            rows = conn.execute(
+                "SELECT kind, key FROM conflicts WHERE run_id = %s ORDER BY wall_ns", (run_id,)
+            ).fetchall()
+            return [f"{k} {key}" for k, key in rows]
+
+        return await self._call(read)
+
+    # --- the writer thread ------------------------------------------------------------
+
+    async def _call(self, fn: Callable[[Conn], T]) -> T:
+        self._start()
+        call = _Call(fn)
+        with self._lock:
+            if self._closed and isinstance(self._error, StoreError):
+                raise self._error
+            self._queue.put(call)
+        self._urgent.set()
+        result: T = await asyncio.wrap_future(call.future)
+        return result
+
+    def _raise_error(self) -> None:
+        if self._error is not None:
+            raise StoreError(f"{self._where}: a write failed: {self._error}") from None
+
+    def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
+        import psycopg
+
+        extra: dict[str, Any] = {}
+        if self._password is not None:
+            extra["password"] = self._password.value
+        conn = psycopg.connect(
+            self.dsn,
+            autocommit=True,
+            connect_timeout=max(1, round(self.connect_timeout_s)),
+            application_name="agentflow",
+            options=f"-c statement_timeout={int(self.statement_timeout_s * 1000)}",
+            **extra,
+        )
+        try:
+            check_pg_schema(conn, self.schema, self._where)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _main(self) -> None:
+        try:
+            conn = self._connect()
+        except Exception as exc:
+            self._fail_all(exc)
+            return
+        try:
+            self._loop(conn)
+        finally:
+            conn.close()
+
+    def _loop(self, conn: Conn) -> None:
+        q, urgent = self._queue, self._urgent
+        while True:
+            first = q.get()
+            if not urgent.is_set():
+                urgent.wait(self.batch_interval_s)
+            urgent.clear()
+            batch = [first]
+            try:
+                while True:
+                    batch.append(q.get_nowait())
+            except queue.Empty:
+                pass
+            if self._run_batch(conn, batch):
+                return
+
+    def _run_batch(self, conn: Conn, batch: list[Any]) -> bool:
+        records: list[Record] = []
+        for item in batch:
+            if not isinstance(item, _Call):
+                records.append(item)
+                continue
+            self._commit(conn, records)
+            records = []
+            try:
+                value = item.fn(conn)
+            except BaseException as exc:
+                item.future.set_exception(self._as_store_error(exc))
+                continue
+            if value is _STOP:
+                item.future.set_result(None)
+                self._drain_closed()
+                return True
+            item.future.set_result(value)
+        self._commit(conn, records)
+        return False
+
+    def _commit(self, conn: Conn, records: list[Record]) -> None:
+        if not records:
+            return
+        holders = self._holders
+        try:
+            with conn.pipeline(), conn.transaction():
+                cur = conn.cursor()
+                for r in records:
+                    owner = None
+                    if type(r).__name__ in _SESSION_RECORDS:
+                        owner = holders.get((r.run_id, r.session_id))  # type: ignore[union-attr]
+                    io.write_record(cur, r, owner)
+        except Exception as exc:
+            self._error = self._as_store_error(exc)
+            _log.error(
+                "store.write_failed", store=self._where, records=len(records), error=str(exc)
+            )
+            return
+        self.committed += len(records)
+        self.commits += 1
+
+    def _as_store_error(self, exc: BaseException) -> BaseException:
+        if isinstance(exc, StoreError):
+            return exc
+        if isinstance(exc, Exception) and type(exc).__module__.startswith("psycopg"):
+            return StoreError(f"{self._where}: {type(exc).__name__}: {exc}")
+        return exc
+
+    def _fail_all(self, exc: BaseException) -> None:
+        err = self._as_store_error(exc)
+        with self._lock:
+            self._error = err
+            self._closed = True
+            self._drain_closed(err)
+
+    def _drain_closed(self, err: BaseException | None = None) -> None:
+        try:
+            while True:
+                item = self._queue.get_nowait()
+                if isinstance(item, _Call):
+                    item.future.set_exception(
+                        err or StoreError(f"{self._where}: the store is closed")
+                    )
+        except queue.Empty:
+            pass

@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 from agentflow._errors import ConfigError, RunNotFound
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
+from agentflow.store._budgets import recharge
 from agentflow.store._claims import SessionGate, Ticker
 from agentflow.store._protocol import Store
 from agentflow.store._recorder import LeaseKeeper, Recorder
 from agentflow.store._records import FINAL_STATUSES, RunAttempt, SessionEnded, StoredRun
-from agentflow.store._resume import plan_resume
+from agentflow.store._resume import agents_by_name, plan_resume
 from agentflow.typing import Clock
 
 if TYPE_CHECKING:
@@ -114,6 +115,7 @@ class DurableRun:
             RunNotFound: no such run.
             ConfigError: an agent is missing or differs from the one recorded.
         """
+        by_name = agents_by_name(agents)  # once: ``agents`` may be an iterator
         await store.open()
         await store.flush()
         run = await store.load(run_id)
@@ -121,7 +123,8 @@ class DurableRun:
         wall, now = time.time_ns(), clock()
         run.attempts.append(RunAttempt(attempt=provisional, wall_ns=wall, clock_ns=now))
         started = {s.session_id: (s.status, len(s.turns)) for s in run.sessions}
-        plan = plan_resume(run, agents, provisional)  # checks the agents before recording
+        plan = plan_resume(run, by_name, provisional)  # checks the agents before recording
+        recharge(run, by_name)  # budgets continue: what the run spent so far
         # Numbered by the store: another worker may be starting an attempt right now.
         attempt = await store.start_attempt(run_id, wall, now)
         self = cls(store, run_id, attempt, lease_ttl_s, clock)
@@ -130,7 +133,7 @@ class DurableRun:
         for done in plan.newly_done:
             store.write(_ended(run_id, done))
         self.entries = plan.entries
-        self.gate = SessionGate(self.leases, agents, attempt, started, window, self.ticker)
+        self.gate = SessionGate(self.leases, by_name, attempt, started, window, self.ticker)
         return self
 
     async def finish(self, result: FleetResult | None) -> None:

@@ -23,7 +23,7 @@ from agentflow.store._records import StoredRun, StoredSession, StoredTurn
 if TYPE_CHECKING:
     from agentflow._agent import Agent
 
-__all__ = ["ResumePlan", "plan_resume", "rebuild", "stored_result"]
+__all__ = ["ResumePlan", "agents_by_name", "plan_resume", "rebuild", "stored_result"]
 
 
 class _Recorded(AgentflowError):
@@ -130,7 +130,8 @@ class ResumePlan:
         return [e for e in self.entries if isinstance(e, Session)]
 
 
-def _by_name(agents: Iterable[Agent] | Mapping[str, Agent]) -> dict[str, Agent]:
+def agents_by_name(agents: Iterable[Agent] | Mapping[str, Agent]) -> dict[str, Agent]:
+    """``agents`` by name (a mapping as given; two different agents of one name refused)."""
     if isinstance(agents, Mapping):
         return dict(agents)
     out: dict[str, Agent] = {}
@@ -150,7 +151,7 @@ def plan_resume(
         ConfigError: an agent a session needs is missing, or its configuration is not
             the one the run recorded (the message names the agent).
     """
-    by_name = _by_name(agents)
+    by_name = agents_by_name(agents)
     entries: list[Session | SessionResult] = []
     newly: list[SessionResult] = []
     checked: set[str] = set()

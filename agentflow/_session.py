@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -166,6 +166,9 @@ class Session:
         self._next_turn = 0
         self._pending_calls: tuple[ToolCall, ...] = ()
         self._known_outputs: dict[str, str] = {}
+        # Run first, inside the session (its failure is the session's): a resumed
+        # session's replay of in-memory tool effects (``agentflow.store``).
+        self._prepare: Callable[[], Awaitable[object]] | None = None
 
     def _restore(
         self,
@@ -254,6 +257,9 @@ class Session:
         final: str | None = None
         with structlog.contextvars.bound_contextvars(agent=agent.name, session=self.session_id):
             try:
+                if self._prepare is not None:
+                    prepare, self._prepare = self._prepare, None
+                    await prepare()
                 if self._pending_calls:  # resumed after the model asked for tools
                     calls, self._pending_calls = self._pending_calls, ()
                     await self._run_tools(self._next_turn - 1, calls, bus, tool_limit, clock)

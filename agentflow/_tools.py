@@ -60,6 +60,12 @@ class Tool:
         max_output_chars: the most characters of one result sent to the model; ``None``
             takes the agent's ``max_tool_output_chars``. Longer output is cut, with a
             marker (:func:`cap_output`).
+        replay_on_resume: when a recorded run is resumed (``docs/store.md``), call this
+            tool again with every call of it the session recorded, in order, before the
+            session continues: for tools whose effect lives in the process's memory (an
+            in-memory file edit), so that the resumed process has it too. Their outputs
+            are discarded (the recorded ones stand). Leave it off for tools with outside
+            effects (a payment, a file on disk): those must not run twice.
 
     The ``tools`` entry (:meth:`spec`) is computed once, when the tool is made, from a
     canonical deep copy of ``name``, ``description`` and ``parameters``: changing the
@@ -77,6 +83,7 @@ class Tool:
     in_thread: bool = True
     timeout_s: float | None = None
     max_output_chars: int | None = None
+    replay_on_resume: bool = False
     _args_model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     _spec: dict[str, Any] = field(init=False, repr=False, compare=False)
 
@@ -117,6 +124,7 @@ class Tool:
         in_thread: bool = True,
         timeout_s: float | None = None,
         max_output_chars: int | None = None,
+        replay_on_resume: bool = False,
     ) -> Tool:
         """Describe ``fn`` as a tool from its signature, type hints and docstring.
 
@@ -158,6 +166,7 @@ class Tool:
             in_thread=in_thread,
             timeout_s=timeout_s,
             max_output_chars=max_output_chars,
+            replay_on_resume=replay_on_resume,
             _args_model=model,
         )
 
@@ -242,6 +251,7 @@ def tool(
     in_thread: bool = True,
     timeout_s: float | None = None,
     max_output_chars: int | None = None,
+    replay_on_resume: bool = False,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -254,6 +264,7 @@ def tool(
     in_thread: bool = True,
     timeout_s: float | None = None,
     max_output_chars: int | None = None,
+    replay_on_resume: bool = False,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Decorator: turn a typed function into a :class:`Tool`.
 
@@ -268,6 +279,7 @@ def tool(
             in_thread=in_thread,
             timeout_s=timeout_s,
             max_output_chars=max_output_chars,
+            replay_on_resume=replay_on_resume,
         )
 
     return wrap if fn is None else wrap(fn)

@@ -157,9 +157,14 @@ class Repository:
             self.files[path] = src.replace(old, new, 1)
             return f"edited {path}"
 
+        # An edit lives in this in-memory copy only: a resumed run (agentflow resume)
+        # replays the recorded edits so that later reads see them again.
         return [
-            Tool.from_function(f, in_thread=False)
-            for f in (list_files, read_file, search, run_tests, replace_in_file)
+            *(
+                Tool.from_function(f, in_thread=False)
+                for f in (list_files, read_file, search, run_tests)
+            ),
+            Tool.from_function(replace_in_file, in_thread=False, replay_on_resume=True),
         ]
 
 

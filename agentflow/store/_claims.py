@@ -25,13 +25,15 @@ loop timer would jump ahead with virtual time, or stall behind it).
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from agentflow._errors import StoreError
 from agentflow._session import Session, SessionResult
-from agentflow.store._records import SessionEnded, StoredRun
+from agentflow.store._records import SessionEnded, StoredRun, StoredSession
+from agentflow.store._replay import replay_tools
 from agentflow.store._resume import plan_resume, stored_result
 
 if TYPE_CHECKING:
@@ -146,6 +148,7 @@ class SessionGate:
                         return entry
                     self._running += 1
                     try:
+                        entry._prepare = functools.partial(replay_tools, _stored(run, sid), entry)
                         result = await start(entry)
                     finally:
                         self._running -= 1
@@ -226,6 +229,10 @@ class SessionGate:
         for sid, fut in asked.items():
             if not fut.done():
                 fut.set_result(_only(run, sid) if run is not None and sid in held else None)
+
+
+def _stored(run: StoredRun, sid: str) -> StoredSession:
+    return next(s for s in run.sessions if s.session_id == sid)
 
 
 def _only(run: StoredRun, sid: str) -> StoredRun:

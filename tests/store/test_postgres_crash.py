@@ -178,8 +178,15 @@ def test_two_workers_sigkilled_twenty_times_end_as_an_uninterrupted_run(
     # One attempt per worker that got as far as starting one (some are killed sooner).
     ((attempts,),) = _query(dsn, "SELECT count(*) FROM run_attempts WHERE run_id=%s")
     assert KILLS // 2 < attempts <= generation
-    held = "SELECT count(*) FROM sessions WHERE run_id=%s AND lease_owner IS NOT NULL"
-    assert _query(dsn, held) == [(0,)]  # every worker gave its leases back
+    # The workers that ended gave their leases back; a killed one may still name a session
+    # it finished before the kill reached it (between the end's commit and the release):
+    # an expired lease on a completed session, which nobody needs again.
+    leased = _query(
+        dsn, "SELECT status, lease_owner FROM sessions WHERE run_id=%s AND lease_owner IS NOT NULL"
+    )
+    finishers = {f":{w.proc.pid}:" for w in live}
+    assert all(status == "completed" for status, _ in leased), leased
+    assert not [o for _, o in leased if any(f in o for f in finishers)], leased
     # The workers shared the run: many attempts recorded turns, and sessions changed hands.
     by_attempt = _query(dsn, "SELECT attempt, count(*) FROM turns WHERE run_id=%s GROUP BY attempt")
     assert len(by_attempt) > KILLS // 2

@@ -24,9 +24,10 @@ class _TokenSink:
     """Turns deltas into :class:`TokenEvent`s, counting the current attempt's.
 
     The per-token path: one :class:`TokenEvent` per delta, handed straight to the sync
-    callbacks that read tokens (the bus's own list, so no routing per event); only when
-    an async callback or a :meth:`Fleet.stream` iterator reads tokens does the event go
-    through :meth:`EventBus.emit`, which keeps every consumer's order.
+    callbacks that read tokens (taken from the bus when the turn starts, so no routing
+    per event); only when an async callback or a :meth:`Fleet.stream` iterator reads
+    tokens does the event go through :meth:`EventBus.emit`, which keeps every
+    consumer's order.
     """
 
     __slots__ = (

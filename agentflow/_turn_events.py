@@ -21,12 +21,29 @@ _log = get_logger("agentflow.session")
 
 
 class _TokenSink:
-    """Turns deltas into :class:`TokenEvent`s, counting the current attempt's."""
+    """Turns deltas into :class:`TokenEvent`s, counting the current attempt's.
 
-    __slots__ = ("_agent", "_emit", "_session_id", "_turn", "chars", "content_chars", "deltas")
+    The per-token path: one :class:`TokenEvent` per delta, handed straight to the sync
+    callbacks that read tokens (taken from the bus when the turn starts, so no routing
+    per event); only when an async callback or a :meth:`Fleet.stream` iterator reads
+    tokens does the event go through :meth:`EventBus.emit`, which keeps every
+    consumer's order.
+    """
+
+    __slots__ = (
+        "_agent",
+        "_bus",
+        "_callbacks",
+        "_session_id",
+        "_turn",
+        "chars",
+        "content_chars",
+        "deltas",
+    )
 
     def __init__(self, bus: EventBus, agent: str, session_id: str, turn: int) -> None:
-        self._emit = bus.emit
+        self._bus = bus
+        self._callbacks = bus.token_callbacks()  # fixed for the turn
         self._agent = agent
         self._session_id = session_id
         self._turn = turn
@@ -34,19 +51,27 @@ class _TokenSink:
 
     def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
         self.deltas += 1
-        self.chars += len(text)
+        n = len(text)
+        self.chars += n
         if kind == "content":
-            self.content_chars += len(text)
-        self._emit(
-            TokenEvent(
-                agent=self._agent,
-                session_id=self._session_id,
-                turn=self._turn,
-                kind=kind,
-                text=text,
-                t_ns=t_ns,
-            )
+            self.content_chars += n
+        event = TokenEvent(
+            agent=self._agent,
+            session_id=self._session_id,
+            turn=self._turn,
+            kind=kind,
+            text=text,
+            t_ns=t_ns,
         )
+        callbacks = self._callbacks
+        if callbacks is None:
+            self._bus.emit(event)
+            return
+        for cb in callbacks:
+            try:
+                cb(event)
+            except Exception as exc:
+                self._bus.callback_failed(cb, event, exc)
 
     def take(self) -> tuple[int, int, int]:
         """The current attempt's counts; the next attempt starts at zero."""

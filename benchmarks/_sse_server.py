@@ -18,7 +18,9 @@ Request body fields it reads: ``max_tokens`` (or ``max_completion_tokens``) — 
 number of content chunks; ``pace_ms`` — 0 writes the whole stream as fast as the
 socket takes it (whole blocks of pre-encoded frames per write, with flow control),
 > 0 writes one content frame every ``pace_ms`` ms on a schedule anchored at the
-request's arrival.
+request's arrival; ``start_ms`` (paced only, default 0) moves that anchor later, so a
+client that sends many requests at once (a fleet) can still have their events fall due
+at staggered times.
 
 It stops by itself: on SIGTERM/SIGINT, after ``--max-seconds``, and with
 ``--watch-stdin`` when its stdin reaches EOF (the parent exited).
@@ -262,6 +264,7 @@ class _Connection(asyncio.Protocol):
             req = json.loads(body)
             n = int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
             pace_ms = float(req.get("pace_ms") or 0.0)
+            start_s = float(req.get("start_ms") or 0.0) / 1000.0
         except (ValueError, TypeError, AttributeError) as exc:
             msg = json.dumps({"error": {"message": f"bad request body: {exc}"}}).encode()
             self._reply(_simple("400 Bad Request", msg))
@@ -272,7 +275,7 @@ class _Connection(asyncio.Protocol):
         if pace_ms > 0:
             loop = asyncio.get_running_loop()
             pace_s = pace_ms / 1000.0
-            t0 = loop.time()
+            t0 = loop.time() + start_s
             self._timer = loop.call_at(t0 + pace_s, self._paced_step, loop, n, pace_s, t0, 0)
         else:
             self._task = asyncio.get_running_loop().create_task(self._bulk(n))

@@ -1,4 +1,5 @@
-"""Client CPU per streamed chunk: agentflow's transports vs a plain openai-SDK loop.
+"""Client CPU per streamed chunk: a Fleet with a callback, agentflow's transports, a plain
+openai-SDK loop, and the floor under every asyncio client.
 
 What is measured: the CPU time (``time.process_time_ns`` — user + system, of this
 process only) that the *client* spends per content chunk while it streams chat
@@ -10,6 +11,14 @@ keep-alive, ``Transfer-Encoding: chunked``, one chunked frame per SSE event, all
 frames encoded once at start; the request's ``max_tokens`` sets the number of
 content chunks and an extra body field ``pace_ms`` the pacing. The rows:
 
+* ``Fleet + counting callback`` (the headline, issue 15) — the public API as a user runs
+  it: ``Fleet(HTTPTransport(url), max_concurrency=…, callbacks=[on_event])`` running
+  sessions of an ``Agent`` with no tools, where ``on_event`` is a plain function that
+  counts the ``TokenEvent``s; on ``HTTPTransport``'s default (kernel stamps) and with
+  ``kernel_timestamps=False``. One ``Fleet.run`` holds every stream of a measurement; the
+  paced stagger is the server's (``start_ms``), as a fleet sends its requests at once.
+  The headline table compares each with the bare transport it runs on (the rows below,
+  per-repetition ratios and differences) and, paced, with the floor.
 * ``agentflow AiohttpTransport`` — the aiohttp transport (aiohttp + msgspec):
   ``AiohttpTransport(url).stream(ChatRequest(...), sink)`` with a sink whose
   ``on_delta`` does nothing; the transport timestamps every read itself.
@@ -95,9 +104,12 @@ import openai
 from openai.types.chat import ChatCompletionMessageParam
 
 from agentflow import (
+    Agent,
     AiohttpTransport,
     ChatRequest,
     DeltaKind,
+    Event,
+    Fleet,
     HTTPTransport,
     OpenAITransport,
     TurnTrace,
@@ -111,9 +123,8 @@ NAME = "client_overhead"
 START, END = _common.markers(NAME)
 
 MODEL = "bench-model"
-MESSAGES: list[ChatCompletionMessageParam] = [
-    {"role": "user", "content": "Write a very long story about a fox."}
-]
+PROMPT = "Write a very long story about a fox."
+MESSAGES: list[ChatCompletionMessageParam] = [{"role": "user", "content": PROMPT}]
 WARMUP_CHUNKS = 8
 
 
@@ -185,6 +196,77 @@ class AgentflowKernelStamps(AgentflowHTTP):
 
     def __init__(self, base_url: str) -> None:
         self._transport = HTTPTransport(base_url, kernel_timestamps=True)
+
+
+class FleetCounting:
+    """The public API as a user runs it: a :class:`Fleet` over ``HTTPTransport(url)``
+    (kernel stamps, its default on Linux), sessions of an :class:`Agent` with no tools,
+    and a plain-function callback that counts ``TokenEvent``s. Nothing is tuned but
+    ``max_concurrency`` (it must admit every stream at once).
+
+    A fleet sends all its sessions' requests at once, so the paced stagger is asked of
+    the server instead (``start_ms``: stream ``i``'s schedule starts ``i × pace /
+    streams`` later), which spreads the events over the pace period as the other rows'
+    delayed starts do. Every session's trace is checked like the other rows', and the
+    callback's count must equal the chunks received.
+    """
+
+    kernel_timestamps = True
+
+    def __init__(self, base_url: str) -> None:
+        self._transport = HTTPTransport(base_url, kernel_timestamps=self.kernel_timestamps)
+        tokens = 0
+
+        def on_event(event: Event) -> None:
+            nonlocal tokens
+            if event.type == "token":
+                tokens += 1
+
+        def counted() -> int:
+            return tokens
+
+        self.counted = counted
+        self._fleet = Fleet(self._transport, max_concurrency=4096, callbacks=[on_event])
+        self._agents: dict[tuple[int, float, float], Agent] = {}
+
+    def _agent(self, n: int, pace_ms: float, start_ms: float) -> Agent:
+        key = (n, pace_ms, start_ms)
+        agent = self._agents.get(key)
+        if agent is None:
+            params = {"max_tokens": n, "pace_ms": pace_ms, "start_ms": start_ms}
+            agent = self._agents[key] = Agent(name="bench", model=MODEL, params=params)
+        return agent
+
+    def prepare(self, n: int, pace_ms: float, streams: int, stagger_ms: float) -> None:
+        """Build (before timing) the agents of one run: sessions are made in the run."""
+        for i in range(streams):
+            self._agent(n, pace_ms, i * stagger_ms)
+
+    async def many(self, n: int, pace_ms: float, streams: int, stagger_ms: float) -> int:
+        """One ``Fleet.run`` of ``streams`` sessions of ``n`` chunks; the chunks received."""
+        sessions = [self._agent(n, pace_ms, i * stagger_ms).session(PROMPT) for i in range(streams)]
+        before = self.counted()
+        result = await self._fleet.run(sessions)
+        got = 0
+        for s in result.sessions:
+            if not s.ok or len(s.turns) != 1:
+                raise RuntimeError(f"fleet session {s.session_id} {s.status}: {s.error!r}")
+            got += _check_trace(s.turns[0].trace, n)
+        if self.counted() - before != got:
+            raise RuntimeError(f"the callback counted {self.counted() - before} of {got} tokens")
+        return got
+
+    async def one(self, n: int, pace_ms: float) -> int:
+        return await self.many(n, pace_ms, 1, 0.0)
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+
+
+class FleetCountingNoKStamps(FleetCounting):
+    """:class:`FleetCounting` over ``HTTPTransport(url, kernel_timestamps=False)``."""
+
+    kernel_timestamps = False
 
 
 def _openai_client(base_url: str) -> openai.AsyncOpenAI:
@@ -430,9 +512,25 @@ class Row:
     #: For agentflow's transports: the key of the floor row on the same event loop, which
     #: the "above the floor" table subtracts. None for every other row.
     floor: str | None = None
+    #: For the Fleet rows: the key of the bare transport row they run on.
+    bare: str | None = None
 
 
 ROWS = (
+    Row(
+        "fleet",
+        "**`Fleet` + counting callback** (`HTTPTransport`, kernel stamps)",
+        FleetCounting,
+        floor="floor",
+        bare="protocol_k",
+    ),
+    Row(
+        "fleet_nk",
+        "**`Fleet` + counting callback** (`HTTPTransport(kernel_timestamps=False)`)",
+        FleetCountingNoKStamps,
+        floor="floor",
+        bare="protocol",
+    ),
     Row("agentflow", "agentflow `AiohttpTransport`", AgentflowHTTP, floor="floor"),
     Row(
         "protocol",
@@ -460,6 +558,12 @@ ROWS = (
     Row("parse", "agentflow parsing only, no I/O", ParseOnly),
 )
 ROW_KEYS = tuple(r.key for r in ROWS)
+
+#: Issue 15's targets for the Fleet + counting callback rows: at most this many times
+#: the bare transport's CPU per chunk in bulk, and at most this many µs per chunk above
+#: the floor paced.
+FLEET_BULK_RATIO_TARGET = 1.5
+FLEET_PACED_ABOVE_TARGET_US = 8.0
 
 #: The issue's targets.
 BULK_TARGET_US = 4.0
@@ -595,11 +699,16 @@ async def _measure(make: Callable[[str], Client], url: str, mode: Mode, n: int, 
     client = make(url)
     try:
         # Warm-up on the same client: imports, lazily built models, pooled connections.
+        stagger = mode.pace_ms / 1000 / mode.streams if mode.stagger else 0.0
+        fleet = client if isinstance(client, FleetCounting) else None
         if isinstance(client, ParseOnly):
             client.prepare(n)
-        await asyncio.gather(*(client.one(WARMUP_CHUNKS, 0.0) for _ in range(mode.streams)))
+        if fleet is not None:  # one fleet run for all streams, as a user would
+            fleet.prepare(n, mode.pace_ms, mode.streams, stagger * 1000)
+            await fleet.many(WARMUP_CHUNKS, 0.0, mode.streams, 0.0)
+        else:
+            await asyncio.gather(*(client.one(WARMUP_CHUNKS, 0.0) for _ in range(mode.streams)))
         gc.collect()
-        stagger = mode.pace_ms / 1000 / mode.streams if mode.stagger else 0.0
 
         async def delayed(i: int) -> int:
             if stagger:
@@ -609,7 +718,10 @@ async def _measure(make: Callable[[str], Client], url: str, mode: Mode, n: int, 
         before = await _server_stats(url)
         s0, b0 = _proc_cpu_ns(pid), _system_busy_ns()
         c0, w0 = time.process_time_ns(), time.perf_counter_ns()
-        got = await asyncio.gather(*(delayed(i) for i in range(mode.streams)))
+        if fleet is not None:
+            got = [await fleet.many(n, mode.pace_ms, mode.streams, stagger * 1000)]
+        else:
+            got = await asyncio.gather(*(delayed(i) for i in range(mode.streams)))
         c1, w1 = time.process_time_ns(), time.perf_counter_ns()
         s1, b1 = _proc_cpu_ns(pid), _system_busy_ns()
         after = await _server_stats(url)
@@ -815,6 +927,52 @@ def above_floor(
     return "\n".join(out) if len(out) > 2 else ""
 
 
+def headline(modes: Sequence[Mode], cells: dict[tuple[str, str], Cell]) -> str:
+    """Issue 15's headline: each ``Fleet`` + counting callback row against the bare
+    transport it runs on (per-repetition ratios and differences) and, paced, the floor;
+    with the targets. Empty when no Fleet row ran."""
+    out = [
+        "| mode | `Fleet` + counting callback, on | CPU µs/chunk | bare transport µs/chunk "
+        "| × bare transport | the Fleet's own µs/chunk | above the floor, µs/chunk "
+        "| target (issue 15) | met |",
+        "|---|---|--:|--:|--:|--:|--:|---|:-:|",
+    ]
+    med = statistics.median
+    on = {
+        "protocol_k": "`HTTPTransport`, kernel stamps (default)",
+        "protocol": "`HTTPTransport(kernel_timestamps=False)`",
+    }
+    for mode in modes:
+        for row in ROWS:
+            if row.bare is None:
+                continue
+            a, b = cells.get((mode.key, row.key)), cells.get((mode.key, row.bare))
+            if a is None or b is None or not a.samples or not b.samples:
+                continue
+            ratios, own = _ratios(a, b), _diffs(a, b)
+            if not ratios:
+                continue
+            ratio = med(ratios)
+            above = _above(cells, mode.key, row.key, "floor") if mode.pace_ms else []
+            above_s = "–"
+            if above:
+                above_s = f"**{_fmt(med(above))}** ({_fmt(min(above))}–{_fmt(max(above))})"
+            if mode.pace_ms:
+                goal = f"≤ {FLEET_PACED_ABOVE_TARGET_US:g} µs above the floor"
+                ok = bool(above) and med(above) <= FLEET_PACED_ABOVE_TARGET_US
+            else:
+                goal = f"≤ {FLEET_BULK_RATIO_TARGET:g}× bare transport"
+                ok = ratio <= FLEET_BULK_RATIO_TARGET
+            out.append(
+                f"| {mode.label(row.key)} | {on[row.bare]} | **{_fmt(med(a.us()))}** "
+                f"| {_fmt(med(b.us()))} | **{_fmt_ratio(ratio)}** "
+                f"({_fmt_ratio(min(ratios))}–{_fmt_ratio(max(ratios))}) "
+                f"| {_fmt(med(own))} ({_fmt(min(own))}–{_fmt(max(own))}) | {above_s} "
+                f"| {goal} | {'yes' if ok else '**no**'} |"
+            )
+    return "\n".join(out) if len(out) > 2 else ""
+
+
 def targets(cells: dict[tuple[str, str], Cell], modes: Sequence[Mode]) -> str:
     keys = {m.key for m in modes}
     out = ["| target (issue 2) | measured | met |", "|---|--:|:-:|"]
@@ -869,9 +1027,56 @@ def machine() -> str:
     return _common.machine((*libs, "uvloop") if uvloop_available() else libs)
 
 
+def _fleet_findings(modes: Sequence[Mode], cells: dict[tuple[str, str], Cell]) -> list[str]:
+    """The headline in words: Fleet + counting callback on each transport, per mode."""
+    med = statistics.median
+    out: list[str] = []
+    for row in ROWS:
+        if row.bare is None:
+            continue
+        parts: list[str] = []
+        for mode in modes:
+            a, b = cells.get((mode.key, row.key)), cells.get((mode.key, row.bare))
+            if a is None or b is None or not a.samples:
+                continue
+            ratios, own = _ratios(a, b), _diffs(a, b)
+            if not ratios:
+                continue
+            where = f"*{mode.label(row.key)}*"
+            if not mode.pace_ms:
+                ok = med(ratios) <= FLEET_BULK_RATIO_TARGET
+                parts.append(
+                    f"in {where} {_fmt(med(a.us()))} µs per chunk, {_fmt_ratio(med(ratios))}× "
+                    f"the bare transport ({_fmt(med(own))} µs more; target ≤ "
+                    f"{FLEET_BULK_RATIO_TARGET:g}×: {'met' if ok else 'not met'})"
+                )
+                continue
+            above = _above(cells, mode.key, row.key, "floor")
+            bare_above = _above(cells, mode.key, row.bare, "floor")
+            if not above:
+                continue
+            ok = med(above) <= FLEET_PACED_ABOVE_TARGET_US
+            s = f"in {where} {_fmt(med(above))} µs above the floor"
+            if bare_above:
+                s += (
+                    f" (the bare transport {_fmt(med(bare_above))}, the Fleet's own "
+                    f"{_fmt(med(own))})"
+                )
+            s += f"; target ≤ {FLEET_PACED_ABOVE_TARGET_US:g} µs: {'met' if ok else 'not met'}"
+            parts.append(s)
+        if parts:
+            on = (
+                "`HTTPTransport`'s default (kernel stamps)"
+                if row.bare == "protocol_k"
+                else "`HTTPTransport(kernel_timestamps=False)`"
+            )
+            out.append(f"`Fleet` + a counting callback on {on} costs " + "; ".join(parts) + ".")
+    return out
+
+
 def _findings(modes: Sequence[Mode], cells: dict[tuple[str, str], Cell]) -> str:
     """Sentences read off this run's numbers (so they stay true when the numbers change)."""
-    out: list[str] = []
+    out: list[str] = _fleet_findings(modes, cells)
     med = statistics.median
     others = [s.other_cores for c in cells.values() for s in c.samples if s.other_cores is not None]
     if others and med(others) > 0.25:
@@ -1033,6 +1238,7 @@ nothing is pinned (unpinned, paced runs on a 2-CPU VM land on either figure)."""
 
 
 def section(
+    head_table: str,
     body_table: str,
     floor_table: str,
     target_table: str,
@@ -1043,7 +1249,7 @@ def section(
 ) -> str:
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     command = " ".join(["python benchmarks/client_overhead.py", *sys.argv[1:]])
-    tables = "\n\n".join(t for t in (body_table, floor_table, target_table) if t)
+    tables = "\n\n".join(t for t in (head_table, body_table, floor_table, target_table) if t)
     findings = " ".join(t for t in (_findings(modes, cells), skipped) if t)
     by_key = {m.key: m for m in modes}
     how = []
@@ -1120,6 +1326,17 @@ row in the paced modes, its CPU per chunk less the floor's on the same event loo
 (asyncio rows less `floor`, the uvloop row less `floor on uvloop`): the median of the
 per-repetition differences, min–max beside it, and its median share of the row's
 total — agentflow's own work per chunk, net of the event loop and the socket.
+The headline rows, `Fleet` + counting callback, are the public API as a user runs it:
+`Fleet(HTTPTransport(url), max_concurrency=4096, callbacks=[on_event])` (defaults
+otherwise: retries, scheduler, garbage-collector freeze) running one session per stream
+of an `Agent` with no tools and no instructions, `on_event` a plain function that counts
+the events whose `type` is `"token"`; every session's trace is checked as the other rows'
+are, and the count must equal the chunks received. They run on `HTTPTransport`'s default
+(kernel stamps) and on `HTTPTransport(kernel_timestamps=False)`, and the headline table
+sets each against that bare transport row of the same repetition ("× bare transport", and
+"the Fleet's own µs/chunk": the median of the per-repetition differences) and, paced,
+against the floor. A fleet sends all its requests at once, so for it the paced stagger is
+the server's: stream `i`'s schedule starts `i × pace / streams` later (`start_ms`).
 {"; ".join(how)}. {placement} Each run uses a fresh
 event loop and client, after a warm-up round of short streams on that client (so
 imports, lazily built models and kept-alive connections are in place, as in a running
@@ -1195,6 +1412,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(f"note: {skipped}", file=sys.stderr, flush=True)
     pin: Pin = "split" if len(CPUS) >= 2 and not args.no_pin else "none"
     bulk_chunks = {
+        "fleet": bulk_n,
+        "fleet_nk": bulk_n,
         "agentflow": bulk_n,
         "protocol": bulk_n,
         "protocol_uv": bulk_n,
@@ -1207,6 +1426,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     paced_chunks = dict.fromkeys(
         (
+            "fleet",
+            "fleet_nk",
             "agentflow",
             "protocol",
             "protocol_uv",
@@ -1227,7 +1448,16 @@ def main(argv: Sequence[str] | None = None) -> None:
             "paced_1cpu",
             streams,
             dict.fromkeys(
-                ("agentflow", "protocol", "protocol_uv", "protocol_k", "floor", "floor_uv"),
+                (
+                    "fleet",
+                    "fleet_nk",
+                    "agentflow",
+                    "protocol",
+                    "protocol_uv",
+                    "protocol_k",
+                    "floor",
+                    "floor_uv",
+                ),
                 paced_n,
             ),
             args.pace_ms,
@@ -1240,16 +1470,17 @@ def main(argv: Sequence[str] | None = None) -> None:
     modes = [all_modes[k] for k in args.modes.split(",")]
 
     cells = run(modes, rows, reps)
+    head = headline(modes, cells)
     body = table(modes, rows, cells)
     floor = above_floor(modes, rows, cells)
     goals = targets(cells, modes)
-    tables = "\n\n".join(t for t in (body, floor, goals) if t)
+    tables = "\n\n".join(t for t in (head, body, floor, goals) if t)
     print(f"\n{machine()}\n\n{tables}\n\n{_findings(modes, cells)}")
     if skipped:
         print(f"\nnote: {skipped}")
     if q or args.no_write:
         return
-    write_doc(section(body, floor, goals, modes, cells, reps, skipped))
+    write_doc(section(head, body, floor, goals, modes, cells, reps, skipped))
     print(f"\nwrote the {NAME} section of {DOC.relative_to(ROOT)}")
 
 

@@ -33,11 +33,19 @@ def _child(
 ) -> subprocess.Popen[str]:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     ttl = [] if ttl_s is None else [str(ttl_s)]
-    return subprocess.Popen(
-        [sys.executable, "-m", "tests.store.crash_child", str(db), str(side), str(generation),
-         str(SESSIONS), *ttl],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    # stderr to a file, not a pipe: a pipe nobody reads until the end blocks a child
+    # that writes more than its buffer (its warnings), which would look like a hang.
+    with err_path(side, generation).open("w") as err:
+        return subprocess.Popen(
+            [sys.executable, "-m", "tests.store.crash_child", str(db), str(side),
+             str(generation), str(SESSIONS), *ttl],
+            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err, text=True,
+        )  # fmt: skip
+
+
+def err_path(side: Path, generation: int) -> Path:
+    """Where child ``generation`` writes its stderr."""
+    return side.with_name(f"{side.stem}.{generation}.err")
 
 
 def _wait_turns(proc: subprocess.Popen[str], turns: int) -> str:
@@ -119,10 +127,9 @@ def test_sigkill_at_twenty_moments_and_resume_equals_an_uninterrupted_run(tmp_pa
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=GUARD_S)
-            assert proc.stdout is not None and proc.stderr is not None
+            assert proc.stdout is not None
             proc.stdout.close()
-            err = proc.stderr.read()
-            proc.stderr.close()
+            err = err_path(side, generation).read_text()
         assert outcome in ("killed", "done"), (outcome, err[-3000:])
         recorded_at_kill.append(_recorded_calls(db))
         generation += 1

@@ -29,7 +29,7 @@ import pytest
 
 from agentflow.testing import PostgresServer
 
-from .test_crash import GUARD_S, KILLS, SESSIONS, _child, _executions
+from .test_crash import GUARD_S, KILLS, SESSIONS, _child, _executions, err_path
 
 pytestmark = pytest.mark.slow
 
@@ -42,6 +42,7 @@ class Worker:
 
     def __init__(self, dsn: str, side: Path, generation: int, lines: queue.Queue[Any]) -> None:
         self.generation = generation
+        self.err = err_path(side, generation)
         self.proc = _child(dsn, side, generation, TTL_S)
         self.reader = threading.Thread(target=self._read, args=(lines,), daemon=True)
         self.reader.start()
@@ -58,11 +59,9 @@ class Worker:
             self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(timeout=GUARD_S)
         self.reader.join(timeout=GUARD_S)
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        err = self.proc.stderr.read()
+        assert self.proc.stdout is not None
         self.proc.stdout.close()
-        self.proc.stderr.close()
-        return err
+        return self.err.read_text()
 
 
 def _query(dsn: str, sql: str) -> list[tuple[Any, ...]]:
@@ -108,7 +107,15 @@ def _finish(workers: list[Worker], lines: queue.Queue[Any]) -> list[str]:
     """Wait for every worker's last line; their outcomes."""
     outcome: dict[Worker, str] = {}
     while len(outcome) < len(workers):
-        w, line = lines.get(timeout=GUARD_S * 2)
+        try:
+            w, line = lines.get(timeout=GUARD_S * 2)
+        except queue.Empty:
+            stuck = [w for w in workers if w not in outcome]
+            raise AssertionError(
+                f"gave up after {GUARD_S * 2:g} s waiting for workers "
+                f"{[w.generation for w in stuck]} to end; their stderr: "
+                + " | ".join(w.kill()[-2000:] for w in stuck)
+            ) from None
         if w in workers and (line in ("eof", "done") or line.startswith("failed")):
             outcome.setdefault(w, line)
     return [outcome[w] for w in workers]

@@ -1,0 +1,532 @@
+"""The run store's cost: client CPU of the demo workload with and without ``SQLiteStore``.
+
+What is measured: the CPU time of the *client* process — ``time.process_time_ns``, user +
+system of every thread of this process, so the store's writer thread is included —
+while it runs ``agentflow demo``'s workload (64 coding agents, 5–20 tool-calling turns
+each, real Python tools, the demo's ``LiveView`` as the fleet's callback, not drawing)
+over HTTP against the simulator in a child process, once as the demo runs it and once
+with ``Fleet(store=SQLiteStore(path))`` recording every session start, finished turn,
+tool result and session end. Per run: the client's CPU, the event-loop thread's CPU
+(``time.thread_time_ns`` on the main thread), the writer thread's CPU
+(``time.thread_time_ns`` read by the writer itself as it exits, in a benchmark-only
+subclass that also times every commit), the server's CPU (``/proc/PID/stat``), the
+turns, streamed chunks, records and commits.
+
+How: a repetition is one run without the store and one with it, in alternating order
+(even repetitions start without, odd ones with); each run gets a fresh simulator child
+(same seed, so the same replies), a fresh event loop and transport, and a fresh store
+file in a temporary directory. One untimed warm-up pair runs first (imports, SQLite's
+first open). With two or more CPUs the client is pinned to one and the server to
+another (``--no-pin`` leaves placement to the scheduler). The verdict is the median of
+the per-repetition ratios of client CPU, with store ÷ without (target < 1.05).
+
+Usage::
+
+    python benchmarks/store_overhead.py            # full run (~8 min); rewrites its
+                                                   # section of docs/benchmarks.md
+    python benchmarks/store_overhead.py --quick    # smoke run (< 1 min); writes nothing
+    python benchmarks/store_overhead.py --no-write # full run, print only
+
+Only the block between ``<!-- store_overhead:start -->`` and
+``<!-- store_overhead:end -->`` in ``docs/benchmarks.md`` is replaced. ``--quick`` never
+writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import gc
+import io
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import _common
+from rich.console import Console
+
+from agentflow import Fleet
+from agentflow._process import ChildServer, free_port
+from agentflow.demo.workload import make_workload
+from agentflow.report import LiveView
+from agentflow.sim.profiles import get_profile
+from agentflow.store import SQLiteStore
+from agentflow.store._records import Record
+from agentflow.transport import Endpoint, HTTPTransport
+
+NAME = "store_overhead"
+START, END = _common.markers(NAME)
+TARGET = 0.05
+#: The CPUs this process may use, read before any pinning.
+CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+# -- the store, timed (benchmark only) ------------------------------------------------------
+
+
+class TimedStore(SQLiteStore):
+    """``SQLiteStore`` whose writer thread reports its own CPU time as it exits, and the
+    CPU and wall time of every commit (two clock reads per commit on top of the store's
+    own work)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.writer_cpu_ns: int | None = None
+        #: (records, CPU ns, wall ns) per committed batch.
+        self.batches: list[tuple[int, int, int]] = []
+
+    def _main(self) -> None:
+        try:
+            super()._main()
+        finally:
+            self.writer_cpu_ns = time.thread_time_ns()
+
+    def _commit(self, conn: sqlite3.Connection, records: list[Record]) -> None:
+        if not records:
+            return
+        c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
+        super()._commit(conn, records)
+        self.batches.append((len(records), time.thread_time_ns() - c0, time.perf_counter_ns() - w0))
+
+
+# -- one run --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Config:
+    agents: int
+    turns: tuple[int, int]
+    profile: str
+    seed: int
+    time_scale: float
+    max_concurrency: int
+    max_tokens: int
+    pin: bool
+
+
+@dataclass
+class Sample:
+    cpu_ns: int
+    loop_ns: int
+    wall_ns: int
+    server_ns: int | None
+    other_ns: int | None
+    turns: int
+    chunks: int
+    completed: int
+    sessions: int
+    writer_ns: int | None = None
+    records: int = 0
+    commits: int = 0
+    batches: list[tuple[int, int, int]] = field(default_factory=list)
+
+    @property
+    def other_cores(self) -> float | None:
+        return None if self.other_ns is None else self.other_ns / self.wall_ns
+
+
+def _proc_cpu_ns(pid: int | None) -> int | None:
+    """User + system CPU of another process, from /proc (Linux); None elsewhere."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+def _system_busy_ns() -> int | None:
+    """CPU time all processes spent busy, machine-wide, from /proc/stat; None if unknown."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq = (int(x) for x in fields[1:8])
+    return (user + nice + system + irq + softirq) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
+
+
+def _simulator(cfg: Config) -> ChildServer:
+    """The demo's server: ``python -m agentflow.sim`` in a child, on a free port."""
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "agentflow.sim", "--host", "127.0.0.1", "--port", str(port),
+        "--profile", cfg.profile, "--seed", str(cfg.seed), "--time-scale", f"{cfg.time_scale:g}",
+    ]  # fmt: skip
+    return ChildServer(cmd, port=port, name="agentflow sim", startup_timeout_s=60)
+
+
+async def _fleet(cfg: Config, url: str, store: TimedStore | None) -> list[Any]:
+    """The demo's fleet (``agentflow/demo/run.py``), built and run through the public API."""
+    workload = make_workload(
+        cfg.agents,
+        model="agentflow-sim",
+        seed=cfg.seed,
+        turns=cfg.turns,
+        max_tokens=cfg.max_tokens,
+        window=get_profile(cfg.profile).max_model_len,
+    )
+    sessions = [a.session(t) for a, t in zip(workload.agents, workload.tasks, strict=True)]
+    view = LiveView(
+        total_sessions=cfg.agents, time_scale=cfg.time_scale, console=Console(file=io.StringIO())
+    )
+    async with HTTPTransport(Endpoint(base_url=url)) as transport:
+        fleet = Fleet(transport, max_concurrency=cfg.max_concurrency, callbacks=[view], store=store)
+        result = await fleet.run(sessions)
+        if store is not None:
+            await store.aclose()
+    return list(result.sessions)
+
+
+def one_run(cfg: Config, recorded: bool, tmp: Path, tag: str) -> Sample:
+    """One run of the workload on a fresh simulator, timed from the client's side."""
+    with _simulator(cfg) as server:
+        if cfg.pin and len(CPUS) >= 2 and server.pid is not None:
+            os.sched_setaffinity(server.pid, {CPUS[1]})
+        url = f"http://127.0.0.1:{server.port}/v1"
+        store = TimedStore(tmp / f"{tag}.db") if recorded else None
+        gc.collect()
+        s0, b0 = _proc_cpu_ns(server.pid), _system_busy_ns()
+        c0, l0, w0 = time.process_time_ns(), time.thread_time_ns(), time.perf_counter_ns()
+        sessions = asyncio.run(_fleet(cfg, url, store))
+        c1, l1, w1 = time.process_time_ns(), time.thread_time_ns(), time.perf_counter_ns()
+        s1, b1 = _proc_cpu_ns(server.pid), _system_busy_ns()
+    server_ns = None if s0 is None or s1 is None else s1 - s0
+    other = None
+    if server_ns is not None and b0 is not None and b1 is not None:
+        other = max(0, b1 - b0 - server_ns - (c1 - c0))
+    turns = [t for s in sessions for t in s.turns]
+    sample = Sample(
+        cpu_ns=c1 - c0,
+        loop_ns=l1 - l0,
+        wall_ns=w1 - w0,
+        server_ns=server_ns,
+        other_ns=other,
+        turns=len(turns),
+        chunks=sum(len(t.trace.chunk_ns) for t in turns),
+        completed=sum(s.status == "completed" for s in sessions),
+        sessions=len(sessions),
+    )
+    if store is not None:
+        sample.writer_ns = store.writer_cpu_ns
+        sample.records, sample.commits = store.committed, store.commits
+        sample.batches = store.batches
+    return sample
+
+
+def run(cfg: Config, reps: int, warmup: Config) -> dict[bool, dict[int, Sample]]:
+    """Every measurement: per repetition one run without and one with the store, in an
+    order that alternates from one repetition to the next."""
+    by: dict[bool, dict[int, Sample]] = {False: {}, True: {}}
+    if cfg.pin and len(CPUS) >= 2:
+        os.sched_setaffinity(0, {CPUS[0]})  # this thread; threads started later inherit it
+    try:
+        with tempfile.TemporaryDirectory(prefix="agentflow-store-bench-") as d:
+            tmp = Path(d)
+            for recorded in (False, True):  # imports, SQLite's first open: untimed
+                one_run(warmup, recorded, tmp, f"warmup-{recorded}")
+            for rep in range(reps):
+                order = (False, True) if rep % 2 == 0 else (True, False)
+                for recorded in order:
+                    s = one_run(cfg, recorded, tmp, f"rep{rep}")
+                    by[recorded][rep] = s
+                    _progress(rep, reps, recorded, s)
+    finally:
+        if cfg.pin and CPUS:
+            os.sched_setaffinity(0, CPUS)
+    return by
+
+
+def _progress(rep: int, reps: int, recorded: bool, s: Sample) -> None:
+    what = "with store   " if recorded else "without store"
+    extra = f"  {s.records} records in {s.commits} commits" if recorded else ""
+    other = "–" if s.other_cores is None else f"{s.other_cores:.2f}"
+    print(
+        f"rep {rep + 1}/{reps} {what} {s.cpu_ns / 1e9:6.3f} s CPU  {s.wall_ns / 1e9:6.2f} s wall"
+        f"  {s.turns} turns  {s.chunks} chunks{extra}  rest of machine {other} cores",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+# -- reporting ------------------------------------------------------------------------------
+
+
+def _med(xs: Sequence[float]) -> float:
+    return statistics.median(xs)
+
+
+def _p(xs: Sequence[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _span(xs: Sequence[float], fmt: str) -> str:
+    return f"{min(xs):{fmt}}–{max(xs):{fmt}}"
+
+
+def _pairs(by: dict[bool, dict[int, Sample]]) -> list[tuple[Sample, Sample]]:
+    reps = sorted(by[False].keys() & by[True].keys())
+    return [(by[False][k], by[True][k]) for k in reps]
+
+
+def table(by: dict[bool, dict[int, Sample]]) -> str:
+    out = [
+        "| run | client CPU s, median | min–max | µs per turn | µs per chunk "
+        "| event-loop thread s | writer thread s | server CPU µs/chunk | wall s "
+        "| turns | chunks | records | commits | rest of machine, cores |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for recorded in (False, True):
+        ss = list(by[recorded].values())
+        if not ss:
+            continue
+        cpu = [s.cpu_ns / 1e9 for s in ss]
+        per_turn = _med([s.cpu_ns / s.turns / 1e3 for s in ss])
+        per_chunk = _med([s.cpu_ns / s.chunks / 1e3 for s in ss])
+        srv = [s.server_ns / s.chunks / 1e3 for s in ss if s.server_ns is not None]
+        other = [s.other_cores for s in ss if s.other_cores is not None]
+        writer = [s.writer_ns / 1e9 for s in ss if s.writer_ns is not None]
+        label = "with `SQLiteStore`" if recorded else "without a store (the demo)"
+        out.append(
+            f"| {label} | **{_med(cpu):.3f}** | {_span(cpu, '.3f')} | {per_turn:,.0f} "
+            f"| {per_chunk:.1f} | {_med([s.loop_ns / 1e9 for s in ss]):.3f} "
+            f"| {f'{_med(writer):.3f}' if writer else '–'} "
+            f"| {f'{_med(srv):.1f}' if srv else '–'} | {_med([s.wall_ns / 1e9 for s in ss]):.2f} "
+            f"| {_med([s.turns for s in ss]):,.0f} | {_med([s.chunks for s in ss]):,.0f} "
+            f"| {f'{_med([s.records for s in ss]):,.0f}' if recorded else '–'} "
+            f"| {f'{_med([s.commits for s in ss]):,.0f}' if recorded else '–'} "
+            f"| {f'{_med(other):.2f}' if other else '–'} |"
+        )
+    return "\n".join(out)
+
+
+@dataclass
+class Overhead:
+    ratios: list[float]
+    per_turn_us: list[float]
+    per_chunk_us: list[float]
+    per_record_us: list[float]
+    loop_per_record_us: list[float]
+    writer_per_record_us: list[float]
+    same_work: bool
+
+
+def overhead(by: dict[bool, dict[int, Sample]]) -> Overhead:
+    pairs = _pairs(by)
+    return Overhead(
+        ratios=[b.cpu_ns / a.cpu_ns for a, b in pairs],
+        # the extra CPU of the run with the store, spread over what it recorded / streamed
+        per_turn_us=[(b.cpu_ns - a.cpu_ns) / b.turns / 1e3 for a, b in pairs],
+        per_chunk_us=[(b.cpu_ns - a.cpu_ns) / b.chunks / 1e3 for a, b in pairs],
+        per_record_us=[(b.cpu_ns - a.cpu_ns) / b.records / 1e3 for a, b in pairs],
+        loop_per_record_us=[(b.loop_ns - a.loop_ns) / b.records / 1e3 for a, b in pairs],
+        writer_per_record_us=[
+            b.writer_ns / b.records / 1e3 for _, b in pairs if b.writer_ns is not None
+        ],
+        same_work=all(a.turns == b.turns and a.chunks == b.chunks for a, b in pairs),
+    )
+
+
+def overhead_table(o: Overhead) -> str:
+    def row(label: str, xs: Sequence[float], fmt: str, bold: bool = False) -> str:
+        m = f"{_med(xs):{fmt}}"
+        return f"| {label} | {f'**{m}**' if bold else m} | {_span(xs, fmt)} |"
+
+    return "\n".join(
+        [
+            "| with store vs without, paired per repetition | median | min–max |",
+            "|---|--:|--:|",
+            row("client CPU, with ÷ without", o.ratios, ".3f", bold=True),
+            row("extra client CPU per recorded turn, µs", o.per_turn_us, ".1f"),
+            row("extra client CPU per streamed chunk, µs", o.per_chunk_us, ".2f"),
+            row("extra client CPU per record, µs", o.per_record_us, ".1f"),
+            row("… of which on the event-loop thread, µs per record", o.loop_per_record_us, ".1f"),
+            row(
+                "writer thread CPU per record, µs (all of its work)", o.writer_per_record_us, ".1f"
+            ),
+        ]
+    )
+
+
+def commit_table(by: dict[bool, dict[int, Sample]]) -> str:
+    ss = list(by[True].values())
+    batches = [b for s in ss for b in s.batches]
+    if not batches:
+        return ""
+    sizes = [b[0] for b in batches]
+    cpu = [b[1] / 1e3 for b in batches]
+    wall = [b[2] / 1e3 for b in batches]
+    per_rec = [b[1] / b[0] / 1e3 for b in batches]
+    share = _med([sum(b[1] for b in s.batches) / s.writer_ns for s in ss if s.writer_ns])
+    return "\n".join(
+        [
+            "| commit batches (all timed runs) | median | p90 | max |",
+            "|---|--:|--:|--:|",
+            f"| records per commit | {_med(sizes):g} | {_p(sizes, 0.9):g} | {max(sizes)} |",
+            f"| writer CPU per commit, µs | {_med(cpu):.0f} | {_p(cpu, 0.9):.0f} "
+            f"| {max(cpu):,.0f} |",
+            f"| wall time per commit, µs | {_med(wall):.0f} | {_p(wall, 0.9):.0f} "
+            f"| {max(wall):,.0f} |",
+            f"| writer CPU per record within a commit, µs | {_med(per_rec):.1f} "
+            f"| {_p(per_rec, 0.9):.1f} | {max(per_rec):.1f} |",
+            "",
+            f"{len(batches):,} commits over {len(ss)} runs; the commits are "
+            f"{share:.0%} of the writer thread's CPU (median per run; the rest is opening the "
+            "file and its schema, the leases, the flushes and the thread's wakeups).",
+        ]
+    )
+
+
+def findings(by: dict[bool, dict[int, Sample]], o: Overhead) -> str:
+    r = _med(o.ratios)
+    verdict = "met" if r - 1 < TARGET else "**not met**"
+    out = [
+        f"Target (issue 13): the store adds < {TARGET:.0%} client CPU on the demo "
+        f"workload — {verdict}: {r - 1:+.1%} (median of {len(o.ratios)} paired ratios, "
+        f"{min(o.ratios) - 1:+.1%} to {max(o.ratios) - 1:+.1%}), about "
+        f"{_med(o.per_turn_us):.0f} µs more client CPU per recorded turn "
+        f"({_med(o.per_record_us):.0f} µs per record, "
+        f"{_med(o.writer_per_record_us):.0f} µs of it the writer thread's)."
+    ]
+    if not o.same_work:
+        out.append(
+            "Paired runs did not always stream the same turns and chunks (see the table); "
+            "the per-turn and per-chunk figures divide by each run's own counts."
+        )
+    without = list(by[False].values())
+    incomplete = [s for s in (*without, *by[True].values()) if s.completed != s.sessions]
+    if incomplete:
+        out.append(f"**{len(incomplete)} run(s) had sessions that did not complete.**")
+    other = [s.other_cores for s in without if s.other_cores is not None]
+    if other and _med(other) > 0.25:
+        out.append(
+            f"Other work shared the machine (median {_med(other):.2f} cores busy besides "
+            "client and server): absolute figures carry that noise; the paired runs carry "
+            "it alike."
+        )
+    return " ".join(out)
+
+
+def report(by: dict[bool, dict[int, Sample]]) -> tuple[str, str]:
+    o = overhead(by)
+    tables = "\n\n".join(t for t in (table(by), overhead_table(o), commit_table(by)) if t)
+    return tables, findings(by, o)
+
+
+def section(cfg: Config, reps: int, by: dict[bool, dict[int, Sample]], command: str) -> str:
+    now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    tables, found = report(by)
+    placement = (
+        f"The client (with its writer thread) is pinned to CPU {CPUS[0]} and the simulator to "
+        f"CPU {CPUS[1]}."
+        if cfg.pin and len(CPUS) >= 2
+        else "Client and server are not pinned to CPUs."
+    )
+    return f"""{START}
+## The run store's overhead (`benchmarks/store_overhead.py`)
+
+Measured {now} on {_common.machine()}.
+Command: `{command}`; {reps} repetitions, each one run without and one with the store;
+medians.
+
+{tables}
+
+{found}
+
+**Method.** The workload is `agentflow demo`'s, built with the public API as
+`agentflow/demo/run.py` builds it: `make_workload` ({cfg.agents} coding agents, seed
+{cfg.seed}, {cfg.turns[0]}–{cfg.turns[1]} turns each, `max_tokens` {cfg.max_tokens}, real
+Python tools over in-memory repositories, the default `ContextBudget` with prefix
+fingerprints and the cache-buster check), `Fleet(HTTPTransport(...),
+max_concurrency={cfg.max_concurrency}, callbacks=[LiveView(...)])` (the demo's callback,
+not drawing), against `python -m agentflow.sim --profile {cfg.profile} --time-scale
+{cfg.time_scale:g}` in a child process over HTTP on loopback — the demo's default. The
+recorded runs add `store=SQLiteStore(path)` (default settings: WAL, `synchronous=NORMAL`,
+a commit every 10 ms at most) on a fresh file in the system's temporary directory (ext4
+here) and close it after the run. The client is this process alone, so its CPU is
+separated from the server's: "client CPU" is `time.process_time_ns` (user + system, every
+thread of the process — the event loop's and the store's writer thread, which is where
+SQLite's work goes) over the whole run: building the transport and the fleet, the run,
+and with the store opening the file and its schema, the leases, the final flush and
+`aclose`; building the workload's agents is outside it. "event-loop thread" is
+`time.thread_time_ns` on the main thread (the loop runs there; the record building and the
+queue put are its share of the store); "writer thread" is the writer's own
+`time.thread_time_ns`, read as it exits, through a subclass of `SQLiteStore` defined in
+the benchmark that also times each commit (`BEGIN IMMEDIATE`, the inserts with their JSON
+encoding, `COMMIT`) with `thread_time_ns` and `perf_counter_ns`. The runs of a repetition
+go back to back, the first alternating between the two from one repetition to the next,
+each on a fresh simulator child (same seed: the same replies, so both runs stream the same
+turns and chunks), a fresh event loop and transport; an untimed pair of small runs warms
+up imports and SQLite first. "with ÷ without" and the "extra" rows are medians of
+per-repetition figures (the run with the store less the run without, per turn, chunk or
+record of the run with the store). "chunks" counts output-bearing streamed chunks
+(`TurnTrace.chunk_ns`); "records" are what the store committed: {_records_line(by)}.
+{placement} "rest of machine" is the machine-wide busy CPU (`/proc/stat`) less the
+client's and the server's, in cores. The in-process virtual-time mode (`agentflow demo
+--virtual`) is not used: there the simulator's CPU is the client's, and virtual time
+runs ahead of the writer's real 10 ms batching, so neither the ratio nor the batches
+would be what a user's run sees.
+{END}"""
+
+
+def _records_line(by: dict[bool, dict[int, Sample]]) -> str:
+    ss = list(by[True].values())
+    if not ss:
+        return "none"
+    s = ss[0]
+    return (
+        f"per run the run's start, {s.sessions} session starts, one per finished turn "
+        f"({s.turns:,}), one per tool result, {s.sessions} session ends and the run's end "
+        f"({s.records:,} in the first timed run)"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="The run store's client CPU overhead on the demo.")
+    p.add_argument("--quick", action="store_true", help="short smoke run; never writes docs")
+    p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    p.add_argument("--reps", type=int, help="repetitions (default 8; quick 1)")
+    p.add_argument("--agents", type=int, help="agents (default 64, the demo's; quick 8)")
+    p.add_argument("--turns", help="MIN:MAX turns per agent (default 5:20; quick 3:6)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--time-scale", type=float, default=10.0, help="the demo's default: 10")
+    p.add_argument("--profile", default="deepseek-v4.1-flash-gb300")
+    p.add_argument("--no-pin", action="store_true", help="do not pin client and server")
+    args = p.parse_args(argv)
+    q = args.quick
+    lo, hi = (int(x) for x in (args.turns or ("3:6" if q else "5:20")).split(":"))
+    cfg = Config(
+        agents=args.agents or (8 if q else 64),
+        turns=(lo, hi),
+        profile=args.profile,
+        seed=args.seed,
+        time_scale=args.time_scale,
+        max_concurrency=64,
+        max_tokens=128,
+        pin=not args.no_pin,
+    )
+    warmup = Config(**{**cfg.__dict__, "agents": min(cfg.agents, 4), "turns": (2, 3)})
+    reps = args.reps or (1 if q else 8)
+    by = run(cfg, reps, warmup)
+    tables, found = report(by)
+    print(f"\n{_common.machine()}\n\n{tables}\n\n{found}")
+    if q or args.no_write:
+        return
+    given = list(argv if argv is not None else sys.argv[1:])
+    command = " ".join(["python benchmarks/store_overhead.py", *given])
+    _common.write_section(NAME, section(cfg, reps, by, command))
+    print(f"\nwrote the {NAME} section of {_common.DOC.relative_to(_common.ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

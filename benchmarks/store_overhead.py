@@ -65,6 +65,10 @@ from agentflow.transport import Endpoint, HTTPTransport
 NAME = "store_overhead"
 START, END = _common.markers(NAME)
 TARGET = 0.05
+#: ``SQLiteStore``'s default batch interval (the one the target is judged on).
+DEFAULT_INTERVAL = 0.010
+#: A run's store: its batch interval, or ``None`` for a run without a store.
+Interval = float | None
 #: The CPUs this process may use, read before any pinning.
 CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
@@ -77,8 +81,8 @@ class TimedStore(SQLiteStore):
     CPU and wall time of every commit (two clock reads per commit on top of the store's
     own work)."""
 
-    def __init__(self, path: Path) -> None:
-        super().__init__(path)
+    def __init__(self, path: Path, batch_interval_s: float) -> None:
+        super().__init__(path, batch_interval_s=batch_interval_s)
         self.writer_cpu_ns: int | None = None
         #: (records, CPU ns, wall ns) per committed batch.
         self.batches: list[tuple[int, int, int]] = []
@@ -187,13 +191,13 @@ async def _fleet(cfg: Config, url: str, store: TimedStore | None) -> list[Any]:
     return list(result.sessions)
 
 
-def one_run(cfg: Config, recorded: bool, tmp: Path, tag: str) -> Sample:
+def one_run(cfg: Config, interval: Interval, tmp: Path, tag: str) -> Sample:
     """One run of the workload on a fresh simulator, timed from the client's side."""
     with _simulator(cfg) as server:
         if cfg.pin and len(CPUS) >= 2 and server.pid is not None:
             os.sched_setaffinity(server.pid, {CPUS[1]})
         url = f"http://127.0.0.1:{server.port}/v1"
-        store = TimedStore(tmp / f"{tag}.db") if recorded else None
+        store = None if interval is None else TimedStore(tmp / f"{tag}.db", interval)
         gc.collect()
         s0, b0 = _proc_cpu_ns(server.pid), _system_busy_ns()
         c0, l0, w0 = time.process_time_ns(), time.thread_time_ns(), time.perf_counter_ns()
@@ -223,36 +227,48 @@ def one_run(cfg: Config, recorded: bool, tmp: Path, tag: str) -> Sample:
     return sample
 
 
-def run(cfg: Config, reps: int, warmup: Config) -> dict[bool, dict[int, Sample]]:
-    """Every measurement: per repetition one run without and one with the store, in an
-    order that alternates from one repetition to the next."""
-    by: dict[bool, dict[int, Sample]] = {False: {}, True: {}}
+By = dict[Interval, dict[int, Sample]]
+
+
+def run(cfg: Config, reps: int, warmup: Config, intervals: Sequence[float]) -> By:
+    """Every measurement: per repetition one run without the store and one per batch
+    interval with it, in an order that rotates from one repetition to the next."""
+    rows: list[Interval] = [None, *intervals]
+    by: By = {r: {} for r in rows}
     if cfg.pin and len(CPUS) >= 2:
         os.sched_setaffinity(0, {CPUS[0]})  # this thread; threads started later inherit it
     try:
         with tempfile.TemporaryDirectory(prefix="agentflow-store-bench-") as d:
             tmp = Path(d)
-            for recorded in (False, True):  # imports, SQLite's first open: untimed
-                one_run(warmup, recorded, tmp, f"warmup-{recorded}")
+            for r in rows[:2]:  # imports, SQLite's first open: untimed
+                one_run(warmup, r, tmp, f"warmup-{r}")
             for rep in range(reps):
-                order = (False, True) if rep % 2 == 0 else (True, False)
-                for recorded in order:
-                    s = one_run(cfg, recorded, tmp, f"rep{rep}")
-                    by[recorded][rep] = s
-                    _progress(rep, reps, recorded, s)
+                k = rep % len(rows)
+                for r in rows[k:] + rows[:k]:
+                    s = one_run(cfg, r, tmp, f"rep{rep}-{r}")
+                    by[r][rep] = s
+                    _progress(rep, reps, r, s)
     finally:
         if cfg.pin and CPUS:
             os.sched_setaffinity(0, CPUS)
     return by
 
 
-def _progress(rep: int, reps: int, recorded: bool, s: Sample) -> None:
-    what = "with store   " if recorded else "without store"
-    extra = f"  {s.records} records in {s.commits} commits" if recorded else ""
+def _label(r: Interval, md: bool = True) -> str:
+    if r is None:
+        return "without a store (the demo)" if md else "without store"
+    name = "`SQLiteStore`" if md else "SQLiteStore"
+    default = ", the default" if r == DEFAULT_INTERVAL else ""
+    return f"with {name}, commits every {r * 1e3:g} ms{default}"
+
+
+def _progress(rep: int, reps: int, r: Interval, s: Sample) -> None:
+    extra = f"  {s.records} records in {s.commits} commits" if r is not None else ""
     other = "–" if s.other_cores is None else f"{s.other_cores:.2f}"
     print(
-        f"rep {rep + 1}/{reps} {what} {s.cpu_ns / 1e9:6.3f} s CPU  {s.wall_ns / 1e9:6.2f} s wall"
-        f"  {s.turns} turns  {s.chunks} chunks{extra}  rest of machine {other} cores",
+        f"rep {rep + 1}/{reps} {_label(r, md=False):<44} {s.cpu_ns / 1e9:6.3f} s CPU"
+        f"  {s.wall_ns / 1e9:6.2f} s wall  {s.turns} turns  {s.chunks} chunks{extra}"
+        f"  rest of machine {other} cores",
         file=sys.stderr,
         flush=True,
     )
@@ -274,20 +290,20 @@ def _span(xs: Sequence[float], fmt: str) -> str:
     return f"{min(xs):{fmt}}–{max(xs):{fmt}}"
 
 
-def _pairs(by: dict[bool, dict[int, Sample]]) -> list[tuple[Sample, Sample]]:
-    reps = sorted(by[False].keys() & by[True].keys())
-    return [(by[False][k], by[True][k]) for k in reps]
+def _pairs(by: By, r: Interval) -> list[tuple[Sample, Sample]]:
+    reps = sorted(by[None].keys() & by[r].keys())
+    return [(by[None][k], by[r][k]) for k in reps]
 
 
-def table(by: dict[bool, dict[int, Sample]]) -> str:
+def table(by: By) -> str:
     out = [
         "| run | client CPU s, median | min–max | µs per turn | µs per chunk "
         "| event-loop thread s | writer thread s | server CPU µs/chunk | wall s "
         "| turns | chunks | records | commits | rest of machine, cores |",
         "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
-    for recorded in (False, True):
-        ss = list(by[recorded].values())
+    for r, samples in by.items():
+        ss = list(samples.values())
         if not ss:
             continue
         cpu = [s.cpu_ns / 1e9 for s in ss]
@@ -296,15 +312,15 @@ def table(by: dict[bool, dict[int, Sample]]) -> str:
         srv = [s.server_ns / s.chunks / 1e3 for s in ss if s.server_ns is not None]
         other = [s.other_cores for s in ss if s.other_cores is not None]
         writer = [s.writer_ns / 1e9 for s in ss if s.writer_ns is not None]
-        label = "with `SQLiteStore`" if recorded else "without a store (the demo)"
+        stored = r is not None
         out.append(
-            f"| {label} | **{_med(cpu):.3f}** | {_span(cpu, '.3f')} | {per_turn:,.0f} "
+            f"| {_label(r)} | **{_med(cpu):.3f}** | {_span(cpu, '.3f')} | {per_turn:,.0f} "
             f"| {per_chunk:.1f} | {_med([s.loop_ns / 1e9 for s in ss]):.3f} "
             f"| {f'{_med(writer):.3f}' if writer else '–'} "
             f"| {f'{_med(srv):.1f}' if srv else '–'} | {_med([s.wall_ns / 1e9 for s in ss]):.2f} "
             f"| {_med([s.turns for s in ss]):,.0f} | {_med([s.chunks for s in ss]):,.0f} "
-            f"| {f'{_med([s.records for s in ss]):,.0f}' if recorded else '–'} "
-            f"| {f'{_med([s.commits for s in ss]):,.0f}' if recorded else '–'} "
+            f"| {f'{_med([s.records for s in ss]):,.0f}' if stored else '–'} "
+            f"| {f'{_med([s.commits for s in ss]):,.0f}' if stored else '–'} "
             f"| {f'{_med(other):.2f}' if other else '–'} |"
         )
     return "\n".join(out)
@@ -321,8 +337,8 @@ class Overhead:
     same_work: bool
 
 
-def overhead(by: dict[bool, dict[int, Sample]]) -> Overhead:
-    pairs = _pairs(by)
+def overhead(by: By, r: Interval) -> Overhead:
+    pairs = _pairs(by, r)
     return Overhead(
         ratios=[b.cpu_ns / a.cpu_ns for a, b in pairs],
         # the extra CPU of the run with the store, spread over what it recorded / streamed
@@ -337,77 +353,95 @@ def overhead(by: dict[bool, dict[int, Sample]]) -> Overhead:
     )
 
 
-def overhead_table(o: Overhead) -> str:
-    def row(label: str, xs: Sequence[float], fmt: str, bold: bool = False) -> str:
-        m = f"{_med(xs):{fmt}}"
-        return f"| {label} | {f'**{m}**' if bold else m} | {_span(xs, fmt)} |"
-
-    return "\n".join(
-        [
-            "| with store vs without, paired per repetition | median | min–max |",
-            "|---|--:|--:|",
-            row("client CPU, with ÷ without", o.ratios, ".3f", bold=True),
-            row("extra client CPU per recorded turn, µs", o.per_turn_us, ".1f"),
-            row("extra client CPU per streamed chunk, µs", o.per_chunk_us, ".2f"),
-            row("extra client CPU per record, µs", o.per_record_us, ".1f"),
-            row("… of which on the event-loop thread, µs per record", o.loop_per_record_us, ".1f"),
-            row(
-                "writer thread CPU per record, µs (all of its work)", o.writer_per_record_us, ".1f"
-            ),
-        ]
-    )
-
-
-def commit_table(by: dict[bool, dict[int, Sample]]) -> str:
-    ss = list(by[True].values())
-    batches = [b for s in ss for b in s.batches]
-    if not batches:
-        return ""
-    sizes = [b[0] for b in batches]
-    cpu = [b[1] / 1e3 for b in batches]
-    wall = [b[2] / 1e3 for b in batches]
-    per_rec = [b[1] / b[0] / 1e3 for b in batches]
-    share = _med([sum(b[1] for b in s.batches) / s.writer_ns for s in ss if s.writer_ns])
-    return "\n".join(
-        [
-            "| commit batches (all timed runs) | median | p90 | max |",
-            "|---|--:|--:|--:|",
-            f"| records per commit | {_med(sizes):g} | {_p(sizes, 0.9):g} | {max(sizes)} |",
-            f"| writer CPU per commit, µs | {_med(cpu):.0f} | {_p(cpu, 0.9):.0f} "
-            f"| {max(cpu):,.0f} |",
-            f"| wall time per commit, µs | {_med(wall):.0f} | {_p(wall, 0.9):.0f} "
-            f"| {max(wall):,.0f} |",
-            f"| writer CPU per record within a commit, µs | {_med(per_rec):.1f} "
-            f"| {_p(per_rec, 0.9):.1f} | {max(per_rec):.1f} |",
-            "",
-            f"{len(batches):,} commits over {len(ss)} runs; the commits are "
-            f"{share:.0%} of the writer thread's CPU (median per run; the rest is opening the "
-            "file and its schema, the leases, the flushes and the thread's wakeups).",
-        ]
-    )
-
-
-def findings(by: dict[bool, dict[int, Sample]], o: Overhead) -> str:
-    r = _med(o.ratios)
-    verdict = "met" if r - 1 < TARGET else "**not met**"
+def overhead_table(by: By) -> str:
+    stores = [r for r in by if r is not None]
+    os_ = {r: overhead(by, r) for r in stores}
+    head = " | ".join(f"{r * 1e3:g} ms: median | min–max" for r in stores)
     out = [
-        f"Target (issue 13): the store adds < {TARGET:.0%} client CPU on the demo "
-        f"workload — {verdict}: {r - 1:+.1%} (median of {len(o.ratios)} paired ratios, "
-        f"{min(o.ratios) - 1:+.1%} to {max(o.ratios) - 1:+.1%}), about "
-        f"{_med(o.per_turn_us):.0f} µs more client CPU per recorded turn "
-        f"({_med(o.per_record_us):.0f} µs per record, "
-        f"{_med(o.writer_per_record_us):.0f} µs of it the writer thread's)."
+        f"| with the store vs without, paired per repetition (by batch interval) | {head} |",
+        "|---|" + "--:|--:|" * len(stores),
     ]
-    if not o.same_work:
+    rows: list[tuple[str, str, str]] = [
+        ("client CPU, with ÷ without", "ratios", ".3f"),
+        ("extra client CPU per recorded turn, µs", "per_turn_us", ".0f"),
+        ("extra client CPU per streamed chunk, µs", "per_chunk_us", ".2f"),
+        ("extra client CPU per record, µs", "per_record_us", ".1f"),
+        ("… of which on the event-loop thread, µs per record", "loop_per_record_us", ".1f"),
+        ("writer thread CPU per record, µs (all of its work)", "writer_per_record_us", ".1f"),
+    ]
+    for i, (label, attr, fmt) in enumerate(rows):
+        cells = []
+        for r in stores:
+            xs: list[float] = getattr(os_[r], attr)
+            m = f"{_med(xs):{fmt}}" if xs else "–"
+            cells.append(f"{f'**{m}**' if i == 0 else m} | {_span(xs, fmt) if xs else '–'}")
+        out.append(f"| {label} | {' | '.join(cells)} |")
+    return "\n".join(out)
+
+
+def commit_table(by: By) -> str:
+    out = [
+        "| commit batches (every timed run) | records per commit, median / p90 / max "
+        "| writer CPU per commit, µs: median / p90 / max | wall per commit, µs: median / p90 / max "
+        "| writer CPU per record in a commit, µs (median) | commits' share of the writer's CPU |",
+        "|---|--:|--:|--:|--:|--:|",
+    ]
+    for r, samples in by.items():
+        ss = list(samples.values())
+        batches = [b for s in ss for b in s.batches]
+        if r is None or not batches:
+            continue
+        sizes = [b[0] for b in batches]
+        cpu = [b[1] / 1e3 for b in batches]
+        wall = [b[2] / 1e3 for b in batches]
+        per_rec = _med([b[1] / b[0] / 1e3 for b in batches])
+        share = _med([sum(b[1] for b in s.batches) / s.writer_ns for s in ss if s.writer_ns])
         out.append(
-            "Paired runs did not always stream the same turns and chunks (see the table); "
-            "the per-turn and per-chunk figures divide by each run's own counts."
+            f"| every {r * 1e3:g} ms ({len(batches):,} commits) "
+            f"| {_med(sizes):g} / {_p(sizes, 0.9):g} / {max(sizes)} "
+            f"| {_med(cpu):.0f} / {_p(cpu, 0.9):.0f} / {max(cpu):,.0f} "
+            f"| {_med(wall):.0f} / {_p(wall, 0.9):.0f} / {max(wall):,.0f} "
+            f"| {per_rec:.1f} | {share:.0%} |"
         )
-    without = list(by[False].values())
-    incomplete = [s for s in (*without, *by[True].values()) if s.completed != s.sessions]
+    return "\n".join(out) if len(out) > 2 else ""
+
+
+def findings(by: By) -> str:
+    o = overhead(by, DEFAULT_INTERVAL) if DEFAULT_INTERVAL in by else None
+    out = []
+    if o is not None and o.ratios:
+        r = _med(o.ratios)
+        verdict = "met" if r - 1 < TARGET else "**not met**"
+        out.append(
+            f"Target (issue 13): the store adds < {TARGET:.0%} client CPU on the demo "
+            f"workload — {verdict} with the default settings: {r - 1:+.1%} (median of "
+            f"{len(o.ratios)} paired ratios, {min(o.ratios) - 1:+.1%} to "
+            f"{max(o.ratios) - 1:+.1%}), about {_med(o.per_turn_us):.0f} µs more client CPU "
+            f"per recorded turn ({_med(o.per_record_us):.0f} µs per record, "
+            f"{_med(o.writer_per_record_us):.0f} µs of which the writer thread's)."
+        )
+        if not o.same_work:
+            out.append(
+                "Paired runs did not always stream the same turns and chunks (see the table); "
+                "the per-turn and per-chunk figures divide by each run's own counts."
+            )
+    for other_interval in by:
+        if other_interval is None or other_interval == DEFAULT_INTERVAL:
+            continue
+        x = overhead(by, other_interval)
+        if x.ratios:
+            out.append(
+                f"Committing every {other_interval * 1e3:g} ms instead (`SQLiteStore(path, "
+                f"batch_interval_s={other_interval:g})`; a `kill -9` then loses up to "
+                f"{other_interval * 1e3:g} ms of "
+                f"records): {_med(x.ratios) - 1:+.1%} ({min(x.ratios) - 1:+.1%} to "
+                f"{max(x.ratios) - 1:+.1%})."
+            )
+    samples = [s for ss in by.values() for s in ss.values()]
+    incomplete = [s for s in samples if s.completed != s.sessions]
     if incomplete:
         out.append(f"**{len(incomplete)} run(s) had sessions that did not complete.**")
-    other = [s.other_cores for s in without if s.other_cores is not None]
+    other = [s.other_cores for s in samples if s.other_cores is not None]
     if other and _med(other) > 0.25:
         out.append(
             f"Other work shared the machine (median {_med(other):.2f} cores busy besides "
@@ -417,13 +451,12 @@ def findings(by: dict[bool, dict[int, Sample]], o: Overhead) -> str:
     return " ".join(out)
 
 
-def report(by: dict[bool, dict[int, Sample]]) -> tuple[str, str]:
-    o = overhead(by)
-    tables = "\n\n".join(t for t in (table(by), overhead_table(o), commit_table(by)) if t)
-    return tables, findings(by, o)
+def report(by: By) -> tuple[str, str]:
+    tables = "\n\n".join(t for t in (table(by), overhead_table(by), commit_table(by)) if t)
+    return tables, findings(by)
 
 
-def section(cfg: Config, reps: int, by: dict[bool, dict[int, Sample]], command: str) -> str:
+def section(cfg: Config, reps: int, by: By, command: str) -> str:
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     tables, found = report(by)
     placement = (
@@ -436,8 +469,8 @@ def section(cfg: Config, reps: int, by: dict[bool, dict[int, Sample]], command: 
 ## The run store's overhead (`benchmarks/store_overhead.py`)
 
 Measured {now} on {_common.machine()}.
-Command: `{command}`; {reps} repetitions, each one run without and one with the store;
-medians.
+Command: `{command}`; {reps} repetitions, each one run without the store and one with
+it per batch interval; medians.
 
 {tables}
 
@@ -448,39 +481,39 @@ medians.
 {cfg.seed}, {cfg.turns[0]}–{cfg.turns[1]} turns each, `max_tokens` {cfg.max_tokens}, real
 Python tools over in-memory repositories, the default `ContextBudget` with prefix
 fingerprints and the cache-buster check), `Fleet(HTTPTransport(...),
-max_concurrency={cfg.max_concurrency}, callbacks=[LiveView(...)])` (the demo's callback,
-not drawing), against `python -m agentflow.sim --profile {cfg.profile} --time-scale
+max_concurrency={cfg.max_concurrency}, callbacks=[LiveView(...)])` (the demo's callback, not
+drawing), against `python -m agentflow.sim --profile {cfg.profile} --time-scale
 {cfg.time_scale:g}` in a child process over HTTP on loopback — the demo's default. The
-recorded runs add `store=SQLiteStore(path)` (default settings: WAL, `synchronous=NORMAL`,
-a commit every 10 ms at most) on a fresh file in the system's temporary directory (ext4
-here) and close it after the run. The client is this process alone, so its CPU is
-separated from the server's: "client CPU" is `time.process_time_ns` (user + system, every
-thread of the process — the event loop's and the store's writer thread, which is where
-SQLite's work goes) over the whole run: building the transport and the fleet, the run,
-and with the store opening the file and its schema, the leases, the final flush and
-`aclose`; building the workload's agents is outside it. "event-loop thread" is
-`time.thread_time_ns` on the main thread (the loop runs there; the record building and the
-queue put are its share of the store); "writer thread" is the writer's own
-`time.thread_time_ns`, read as it exits, through a subclass of `SQLiteStore` defined in
-the benchmark that also times each commit (`BEGIN IMMEDIATE`, the inserts with their JSON
-encoding, `COMMIT`) with `thread_time_ns` and `perf_counter_ns`. The runs of a repetition
-go back to back, the first alternating between the two from one repetition to the next,
-each on a fresh simulator child (same seed: the same replies, so both runs stream the same
-turns and chunks), a fresh event loop and transport; an untimed pair of small runs warms
-up imports and SQLite first. "with ÷ without" and the "extra" rows are medians of
+recorded runs add `store=SQLiteStore(path)` (default settings: WAL, `synchronous=NORMAL`, a
+commit every 10 ms at most; other rows set only `batch_interval_s`) on a fresh file in the
+system's temporary directory (ext4 here) and close it after the run. The client is this
+process alone, so its CPU is separated from the server's: "client CPU" is
+`time.process_time_ns` (user + system, every thread of the process — the event loop's and
+the store's writer thread, which is where SQLite's work goes) over the whole run: building
+the transport and the fleet, the run, and with the store opening the file and its schema,
+the leases, the final flush and `aclose`; building the workload's agents is outside it.
+"event-loop thread" is `time.thread_time_ns` on the main thread (the loop runs there; the
+record building and the queue put are its share of the store); "writer thread" is the
+writer's own `time.thread_time_ns`, read as it exits, through a subclass of `SQLiteStore`
+defined in the benchmark that also times each commit (`BEGIN IMMEDIATE`, the inserts with
+their JSON encoding, `COMMIT`) with `thread_time_ns` and `perf_counter_ns`. The runs of a
+repetition go back to back, in an order that rotates from one repetition to the next, each
+on a fresh simulator child (same seed: the same replies, so both runs stream the same turns
+and chunks), a fresh event loop and transport; an untimed pair of small runs warms up
+imports and SQLite first. "with ÷ without" and the "extra" rows are medians of
 per-repetition figures (the run with the store less the run without, per turn, chunk or
 record of the run with the store). "chunks" counts output-bearing streamed chunks
 (`TurnTrace.chunk_ns`); "records" are what the store committed: {_records_line(by)}.
-{placement} "rest of machine" is the machine-wide busy CPU (`/proc/stat`) less the
-client's and the server's, in cores. The in-process virtual-time mode (`agentflow demo
---virtual`) is not used: there the simulator's CPU is the client's, and virtual time
-runs ahead of the writer's real 10 ms batching, so neither the ratio nor the batches
-would be what a user's run sees.
+{placement} "rest of machine" is the machine-wide busy CPU (`/proc/stat`) less the client's
+and the server's, in cores. The in-process virtual-time mode (`agentflow demo --virtual`) is
+not used: there the simulator's CPU is the client's, and virtual time runs ahead of the
+writer's real 10 ms batching, so neither the ratio nor the batches would be what a user's
+run sees.
 {END}"""
 
 
-def _records_line(by: dict[bool, dict[int, Sample]]) -> str:
-    ss = list(by[True].values())
+def _records_line(by: By) -> str:
+    ss = list(by.get(DEFAULT_INTERVAL, {}).values())
     if not ss:
         return "none"
     s = ss[0]
@@ -502,6 +535,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--time-scale", type=float, default=10.0, help="the demo's default: 10")
     p.add_argument("--profile", default="deepseek-v4.1-flash-gb300")
     p.add_argument("--no-pin", action="store_true", help="do not pin client and server")
+    p.add_argument(
+        "--intervals",
+        help="SQLiteStore batch intervals to run, seconds, comma-separated "
+        "(default 0.01,0.05; quick 0.01); 0.01 is the store's default",
+    )
     args = p.parse_args(argv)
     q = args.quick
     lo, hi = (int(x) for x in (args.turns or ("3:6" if q else "5:20")).split(":"))
@@ -517,7 +555,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     warmup = Config(**{**cfg.__dict__, "agents": min(cfg.agents, 4), "turns": (2, 3)})
     reps = args.reps or (1 if q else 8)
-    by = run(cfg, reps, warmup)
+    intervals = [float(x) for x in (args.intervals or ("0.01" if q else "0.01,0.05")).split(",")]
+    by = run(cfg, reps, warmup, intervals)
     tables, found = report(by)
     print(f"\n{_common.machine()}\n\n{tables}\n\n{found}")
     if q or args.no_write:

@@ -483,7 +483,9 @@ Python tools over in-memory repositories, the default `ContextBudget` with prefi
 fingerprints and the cache-buster check), `Fleet(HTTPTransport(...),
 max_concurrency={cfg.max_concurrency}, callbacks=[LiveView(...)])` (the demo's callback, not
 drawing), against `python -m agentflow.sim --profile {cfg.profile} --time-scale
-{cfg.time_scale:g}` in a child process over HTTP on loopback — the demo's default. The
+{cfg.time_scale:g}` in a child process over HTTP on loopback — the demo's default (its
+loop-lag probe and `/metrics` watcher are left out: they would add the same CPU to both runs
+and shrink the ratio). The
 recorded runs add `store=SQLiteStore(path)` (default settings: WAL, `synchronous=NORMAL`, a
 commit every 10 ms at most; other rows set only `batch_interval_s`) on a fresh file in the
 system's temporary directory (ext4 here) and close it after the run. The client is this

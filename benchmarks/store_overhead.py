@@ -59,6 +59,7 @@ from agentflow.demo.workload import make_workload
 from agentflow.report import LiveView
 from agentflow.sim.profiles import get_profile
 from agentflow.store import SQLiteStore
+from agentflow.store._recorder import Recorder
 from agentflow.store._records import Record
 from agentflow.transport import Endpoint, HTTPTransport
 
@@ -101,6 +102,30 @@ class TimedStore(SQLiteStore):
         self.batches.append((len(records), time.thread_time_ns() - c0, time.perf_counter_ns() - w0))
 
 
+#: CPU the event-loop thread spent inside the store's ``Recorder`` (building records and
+#: queueing them; the agents' fingerprints at the run's start), summed across runs.
+_RECORDER_NS = [0]
+
+
+def _time_recorder() -> None:
+    """Wrap each of ``Recorder``'s record-building methods (benchmark only) so that the
+    loop thread's CPU in them is summed into ``_RECORDER_NS``: two clock reads per call."""
+    clock = time.thread_time_ns
+
+    def timed(fn: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            t0 = clock()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                _RECORDER_NS[0] += clock() - t0
+
+        return wrapper
+
+    for name in ("start_run", "end_run", "turn_finished", "tool_finished", "session_ended"):
+        setattr(Recorder, name, timed(getattr(Recorder, name)))
+
+
 # -- one run --------------------------------------------------------------------------------
 
 
@@ -128,6 +153,7 @@ class Sample:
     completed: int
     sessions: int
     writer_ns: int | None = None
+    recorder_ns: int = 0
     records: int = 0
     commits: int = 0
     batches: list[tuple[int, int, int]] = field(default_factory=list)
@@ -199,6 +225,7 @@ def one_run(cfg: Config, interval: Interval, tmp: Path, tag: str) -> Sample:
         url = f"http://127.0.0.1:{server.port}/v1"
         store = None if interval is None else TimedStore(tmp / f"{tag}.db", interval)
         gc.collect()
+        r0 = _RECORDER_NS[0]
         s0, b0 = _proc_cpu_ns(server.pid), _system_busy_ns()
         c0, l0, w0 = time.process_time_ns(), time.thread_time_ns(), time.perf_counter_ns()
         sessions = asyncio.run(_fleet(cfg, url, store))
@@ -222,6 +249,7 @@ def one_run(cfg: Config, interval: Interval, tmp: Path, tag: str) -> Sample:
     )
     if store is not None:
         sample.writer_ns = store.writer_cpu_ns
+        sample.recorder_ns = _RECORDER_NS[0] - r0
         sample.records, sample.commits = store.committed, store.commits
         sample.batches = store.batches
     return sample
@@ -234,6 +262,7 @@ def run(cfg: Config, reps: int, warmup: Config, intervals: Sequence[float]) -> B
     """Every measurement: per repetition one run without the store and one per batch
     interval with it, in an order that rotates from one repetition to the next."""
     rows: list[Interval] = [None, *intervals]
+    _time_recorder()
     by: By = {r: {} for r in rows}
     if cfg.pin and len(CPUS) >= 2:
         os.sched_setaffinity(0, {CPUS[0]})  # this thread; threads started later inherit it
@@ -334,6 +363,12 @@ class Overhead:
     per_record_us: list[float]
     loop_per_record_us: list[float]
     writer_per_record_us: list[float]
+    #: The store's own CPU — the writer thread plus the loop's time in the Recorder —
+    #: over the client CPU of the paired run without the store.
+    own_share: list[float]
+    own_per_turn_us: list[float]
+    own_per_chunk_us: list[float]
+    recorder_per_record_us: list[float]
     same_work: bool
 
 
@@ -349,8 +384,17 @@ def overhead(by: By, r: Interval) -> Overhead:
         writer_per_record_us=[
             b.writer_ns / b.records / 1e3 for _, b in pairs if b.writer_ns is not None
         ],
+        own_share=[_own(b) / a.cpu_ns for a, b in pairs],
+        own_per_turn_us=[_own(b) / b.turns / 1e3 for _, b in pairs],
+        own_per_chunk_us=[_own(b) / b.chunks / 1e3 for _, b in pairs],
+        recorder_per_record_us=[b.recorder_ns / b.records / 1e3 for _, b in pairs],
         same_work=all(a.turns == b.turns and a.chunks == b.chunks for a, b in pairs),
     )
+
+
+def _own(s: Sample) -> int:
+    """The store's own CPU in run ``s``: its writer thread and the loop's Recorder calls."""
+    return (s.writer_ns or 0) + s.recorder_ns
 
 
 def overhead_table(by: By) -> str:
@@ -368,6 +412,10 @@ def overhead_table(by: By) -> str:
         ("extra client CPU per record, µs", "per_record_us", ".1f"),
         ("… of which on the event-loop thread, µs per record", "loop_per_record_us", ".1f"),
         ("writer thread CPU per record, µs (all of its work)", "writer_per_record_us", ".1f"),
+        ("loop CPU in the Recorder per record, µs", "recorder_per_record_us", ".1f"),
+        ("the store's own CPU (writer + Recorder) ÷ client CPU without", "own_share", ".1%"),
+        ("… per recorded turn, µs", "own_per_turn_us", ".0f"),
+        ("… per streamed chunk, µs", "own_per_chunk_us", ".2f"),
     ]
     for i, (label, attr, fmt) in enumerate(rows):
         cells = []
@@ -410,15 +458,22 @@ def findings(by: By) -> str:
     o = overhead(by, DEFAULT_INTERVAL) if DEFAULT_INTERVAL in by else None
     out = []
     if o is not None and o.ratios:
-        r = _med(o.ratios)
-        verdict = "met" if r - 1 < TARGET else "**not met**"
+        r, own = _med(o.ratios) - 1, _med(o.own_share)
+        verdict = "met" if r < TARGET and own < TARGET else "**not met**"
         out.append(
             f"Target (issue 13): the store adds < {TARGET:.0%} client CPU on the demo "
-            f"workload — {verdict} with the default settings: {r - 1:+.1%} (median of "
-            f"{len(o.ratios)} paired ratios, {min(o.ratios) - 1:+.1%} to "
-            f"{max(o.ratios) - 1:+.1%}), about {_med(o.per_turn_us):.0f} µs more client CPU "
-            f"per recorded turn ({_med(o.per_record_us):.0f} µs per record, "
-            f"{_med(o.writer_per_record_us):.0f} µs of which the writer thread's)."
+            f"workload — {verdict} with the default settings. Paired runs: {r:+.1%} (median "
+            f"of {len(o.ratios)} per-repetition ratios, {min(o.ratios) - 1:+.1%} to "
+            f"{max(o.ratios) - 1:+.1%}: a run's client CPU varies more than that from run to "
+            "run here, so this figure alone cannot settle a 5% target). Counted directly, "
+            f"the store's own CPU — its writer thread and the loop's calls into the Recorder — "
+            f"is {own:.1%} of a run without it ({min(o.own_share):.1%} to "
+            f"{max(o.own_share):.1%}): {_med(o.own_per_turn_us):.0f} µs per recorded turn, "
+            f"{_med(o.writer_per_record_us):.0f} µs of writer CPU and "
+            f"{_med(o.recorder_per_record_us):.1f} µs on the loop per record. That is a floor "
+            "(it leaves out what the writer's wakeups cost the loop indirectly); the writer's "
+            "share is nearly all of it, and it goes by commits, not records: see the commit "
+            "table."
         )
         if not o.same_work:
             out.append(
@@ -434,8 +489,9 @@ def findings(by: By) -> str:
                 f"Committing every {other_interval * 1e3:g} ms instead (`SQLiteStore(path, "
                 f"batch_interval_s={other_interval:g})`; a `kill -9` then loses up to "
                 f"{other_interval * 1e3:g} ms of "
-                f"records): {_med(x.ratios) - 1:+.1%} ({min(x.ratios) - 1:+.1%} to "
-                f"{max(x.ratios) - 1:+.1%})."
+                f"records): paired {_med(x.ratios) - 1:+.1%} ({min(x.ratios) - 1:+.1%} to "
+                f"{max(x.ratios) - 1:+.1%}); the store's own CPU {_med(x.own_share):.1%} "
+                f"({_med(x.writer_per_record_us):.0f} µs of writer CPU per record)."
             )
     samples = [s for ss in by.values() for s in ss.values()]
     incomplete = [s for s in samples if s.completed != s.sessions]

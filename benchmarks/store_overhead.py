@@ -12,13 +12,16 @@ tool result and session end. Per run: the client's CPU, the event-loop thread's 
 subclass that also times every commit), the server's CPU (``/proc/PID/stat``), the
 turns, streamed chunks, records and commits.
 
-How: a repetition is one run without the store and one with it, in alternating order
-(even repetitions start without, odd ones with); each run gets a fresh simulator child
+How: a repetition is one run without the store and one with it per batch interval
+(``--intervals``, default the store's 10 ms and 50 ms), in an order that rotates from one
+repetition to the next; each run gets a fresh simulator child
 (same seed, so the same replies), a fresh event loop and transport, and a fresh store
 file in a temporary directory. One untimed warm-up pair runs first (imports, SQLite's
 first open). With two or more CPUs the client is pinned to one and the server to
 another (``--no-pin`` leaves placement to the scheduler). The verdict is the median of
-the per-repetition ratios of client CPU, with store ÷ without (target < 1.05).
+the per-repetition ratios of client CPU, with store ÷ without (target < 1.05), together
+with the store's own CPU counted directly: the writer thread's, plus the loop thread's inside
+the ``Recorder`` (its methods wrapped with two clock reads each, in this process only).
 
 Usage::
 

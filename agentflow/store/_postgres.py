@@ -57,10 +57,12 @@ class _Secret:
 
 
 class _Call:
-    __slots__ = ("fn", "future")
+    __slots__ = ("fn", "future", "stop")
 
-    def __init__(self, fn: Callable[[Conn], Any]) -> None:
+    def __init__(self, fn: Callable[[Conn], Any], *, stop: bool = False) -> None:
         self.fn = fn
+        #: The closing call: it runs even when its caller stopped waiting.
+        self.stop = stop
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
 
@@ -180,7 +182,7 @@ class PostgresStore:
         if self._thread is None or self._closed:
             self._closed = True
             return
-        stop = _Call(lambda conn: _STOP)
+        stop = _Call(lambda conn: _STOP, stop=True)
         self._closed = True
         self._queue.put(stop)
         self._urgent.set()
@@ -357,13 +359,22 @@ class PostgresStore:
                 continue
             self._commit(conn, records)
             records = []
+            # A caller that stopped waiting (cancelled) cancelled its future: its call is
+            # skipped (no lease taken that nobody knows of), and never answered — setting
+            # a cancelled future's result would raise and end this thread, and with it
+            # every later flush.
+            answer = item.future.set_running_or_notify_cancel()
+            if not answer and not item.stop:
+                continue
             try:
                 value = item.fn(conn)
             except BaseException as exc:
-                item.future.set_exception(self._as_store_error(exc))
+                if answer:
+                    item.future.set_exception(self._as_store_error(exc))
                 continue
             if value is _STOP:
-                item.future.set_result(None)
+                if answer:
+                    item.future.set_result(None)
                 self._drain_closed()
                 return True
             item.future.set_result(value)
@@ -409,7 +420,7 @@ class PostgresStore:
         try:
             while True:
                 item = self._queue.get_nowait()
-                if isinstance(item, _Call):
+                if isinstance(item, _Call) and item.future.set_running_or_notify_cancel():
                     item.future.set_exception(
                         err or StoreError(f"{self._where}: the store is closed")
                     )

@@ -41,10 +41,12 @@ T = TypeVar("T")
 class _Call:
     """Work for the writer thread that answers (a read, a lease change, a flush)."""
 
-    __slots__ = ("fn", "future")
+    __slots__ = ("fn", "future", "stop")
 
-    def __init__(self, fn: Callable[[sqlite3.Connection], Any]) -> None:
+    def __init__(self, fn: Callable[[sqlite3.Connection], Any], *, stop: bool = False) -> None:
         self.fn = fn
+        #: The closing call: it runs even when its caller stopped waiting.
+        self.stop = stop
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
 
@@ -140,7 +142,7 @@ class SQLiteStore:
         if self._thread is None or self._closed:
             self._closed = True
             return
-        stop = _Call(lambda conn: _STOP)
+        stop = _Call(lambda conn: _STOP, stop=True)
         self._closed = True
         self._queue.put(stop)
         self._urgent.set()
@@ -153,7 +155,7 @@ class SQLiteStore:
         if self._thread is None or self._closed:
             self._closed = True
             return
-        stop = _Call(lambda conn: _STOP)
+        stop = _Call(lambda conn: _STOP, stop=True)
         self._closed = True
         self._queue.put(stop)
         self._urgent.set()
@@ -307,13 +309,22 @@ class SQLiteStore:
                 continue
             self._commit(conn, records)
             records = []
+            # A caller that stopped waiting (cancelled) cancelled its future: its call is
+            # skipped (no lease taken that nobody knows of), and never answered — setting
+            # a cancelled future's result would raise and end this thread, and with it
+            # every later flush.
+            answer = item.future.set_running_or_notify_cancel()
+            if not answer and not item.stop:
+                continue
             try:
                 value = item.fn(conn)
             except BaseException as exc:
-                item.future.set_exception(_as_store_error(exc, self.path))
+                if answer:
+                    item.future.set_exception(_as_store_error(exc, self.path))
                 continue
             if value is _STOP:
-                item.future.set_result(None)
+                if answer:
+                    item.future.set_result(None)
                 self._drain_closed()
                 return True
             item.future.set_result(value)
@@ -352,7 +363,7 @@ class SQLiteStore:
         try:
             while True:
                 item = self._queue.get_nowait()
-                if isinstance(item, _Call):
+                if isinstance(item, _Call) and item.future.set_running_or_notify_cancel():
                     item.future.set_exception(
                         err or StoreError(f"{self.path}: the store is closed")
                     )

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import (
     AsyncIterator,
     Awaitable,
@@ -357,7 +358,18 @@ class Fleet:
         )
         refreezer = Refreezer()
 
+        # A resumed session's recorded endpoint names its replica when only one has it.
+        endpoints = Counter(r.transport.endpoint for r in scheduler.replicas)
+        homes = {
+            r.transport.endpoint: r
+            for r in scheduler.replicas
+            if endpoints[r.transport.endpoint] == 1
+        }
+
         def run_one(s: Session) -> Coroutine[Any, Any, SessionResult]:
+            home = homes.get(s.home) if s.home is not None else None
+            if home is not None:  # resumed: back to the replica its turns went to
+                scheduler.router.restore(s.session_id, home)
             return s.run(
                 runner=runner, bus=bus, tool_limit=tool_limit, clock=self._clock, turn_log=turn_log
             )

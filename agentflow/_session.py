@@ -169,6 +169,8 @@ class Session:
         # Run first, inside the session (its failure is the session's): a resumed
         # session's replay of in-memory tool effects (``agentflow.store``).
         self._prepare: Callable[[], Awaitable[object]] | None = None
+        #: A resumed session's replica endpoint (its last recorded turn's), for stickiness.
+        self.home: str | None = None
 
     def _restore(
         self,
@@ -176,11 +178,14 @@ class Session:
         turns: list[TurnRecord],
         pending_calls: tuple[ToolCall, ...] = (),
         known_outputs: Mapping[str, str] | None = None,
+        home: str | None = None,
     ) -> None:
         """Continue a recorded conversation (``agentflow.store`` resumes through this):
         ``messages`` as rebuilt, the finished ``turns``; when the last turn asked for
         tools, its ``pending_calls`` run first, except those with ``known_outputs``
-        (recorded results, used as they are: a recorded call never runs twice)."""
+        (recorded results, used as they are: a recorded call never runs twice);
+        ``home``: the endpoint its last turn went to (a fleet routes it back there)."""
+        self.home = home
         self.messages = messages
         self.turns = list(turns)
         self._next_turn = len(turns)

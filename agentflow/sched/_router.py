@@ -107,6 +107,13 @@ class Router:
             replica.sessions += 1
             self._session[ticket.session_id] = replica
 
+    def restore(self, session_id: str, replica: ReplicaState) -> None:
+        """A resumed session's earlier turns went to ``replica``: its next turn goes back
+        there while the replica has room (its prefix may still be in that server's cache)."""
+        if self.sticky and session_id not in self._session:
+            replica.sessions += 1
+            self._session[session_id] = replica
+
     def forget(self, session_id: str) -> None:
         """The session ended; its replica no longer holds it."""
         home = self._session.pop(session_id, None)

@@ -184,6 +184,6 @@ def plan_resume(
         messages, turns = rebuild(run, s, attempt)
         pending = last.calls if last is not None else ()
         known = {cid: r.output for cid, r in last.tool_results.items()} if last else {}
-        session._restore(messages, turns, pending, known)
+        session._restore(messages, turns, pending, known, home=s.sticky_replica)
         entries.append(session)
     return ResumePlan(entries, newly)

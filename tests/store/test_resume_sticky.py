@@ -36,7 +36,7 @@ async def _run(path: Path, stop_after: int | None, turns: list[tuple[str, int, s
 
     def seen(event: Event) -> None:
         if event.type == "turn_end":
-            turns.append((event.session_id, event.turn, event.trace.endpoint))  # type: ignore[union-attr]
+            turns.append((event.session_id, event.turn, event.trace.endpoint))
             if len(turns) == stop_after and task is not None:
                 task.cancel()
 

@@ -14,8 +14,7 @@ import itertools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import structlog
@@ -30,11 +29,12 @@ from agentflow._events import (
     TurnEndEvent,
 )
 from agentflow._logging import get_logger
-from agentflow._metrics import TurnMetrics, turn_metrics
+from agentflow._metrics import turn_metrics
+from agentflow._session_types import SessionResult, SessionStatus, TurnLog, TurnRecord
 from agentflow._tools import cap_output
-from agentflow._trace import PromptInfo, ToolCall, TurnTrace
+from agentflow._trace import ToolCall, TurnTrace
 from agentflow._turn_events import TurnEvents
-from agentflow.sched import FailedAttempt, Replica, RetryPolicy, Scheduler, Ticket, TurnRunner
+from agentflow.sched import Replica, RetryPolicy, Scheduler, Ticket, TurnRunner
 from agentflow.transport._request import ChatRequest
 from agentflow.typing import Callback, Clock, SessionContext, Transport
 
@@ -48,91 +48,6 @@ _ids = itertools.count(1)
 
 #: Output tokens a turn is charged for by token limits when its agent sets no max_tokens.
 DEFAULT_MAX_OUTPUT_TOKENS = 1024
-
-#: How a session ended.
-SessionStatus = Literal["completed", "max_turns", "error", "cancelled"]
-
-
-@dataclass(frozen=True, slots=True)
-class TurnRecord:
-    """One finished model turn.
-
-    Attributes:
-        index: the turn's number in its session, from 0.
-        metrics: its latency figures.
-        trace: what arrived on the wire.
-        prompt: the client's estimate of its prompt (when the agent has a context policy).
-        failed_attempts: attempts that failed and were retried before this one succeeded
-            (their partial output is here, not in the conversation).
-    """
-
-    index: int
-    metrics: TurnMetrics
-    trace: TurnTrace
-    prompt: PromptInfo | None = None
-    failed_attempts: tuple[FailedAttempt, ...] = ()
-
-
-class TurnLog(Protocol):
-    """Told what a session finished, as it finishes it (a run store's recorder,
-    ``agentflow.store``). Called on the event loop; must not block."""
-
-    def turn_finished(
-        self,
-        session: Session,
-        record: TurnRecord,
-        ready_ns: int,
-        rewrite: list[dict[str, Any]] | None,
-    ) -> None:
-        """A turn finished and its assistant message (``session.messages[-1]``) was
-        appended; ``rewrite`` is the history as sent when the context policy rewrote it."""
-
-    def tool_finished(
-        self,
-        session: Session,
-        turn: int,
-        call: ToolCall,
-        output: str,
-        is_error: bool,
-        duration_s: float,
-        truncated_chars: int,
-    ) -> None:
-        """A tool call produced ``output``; it is appended to the messages next."""
-
-    def session_ended(self, session: Session, result: SessionResult) -> None:
-        """The session ended (any status)."""
-
-
-@dataclass(slots=True, kw_only=True)
-class SessionResult:
-    """How a session ended, and everything it produced on the way.
-
-    Attributes:
-        status: ``completed`` (a final answer), ``max_turns``, ``error`` or ``cancelled``.
-        final_output: the last assistant message's text, when the session completed.
-        messages: the whole conversation, system prompt first.
-        turns: every model turn that finished, with its metrics and trace.
-        error: what ended the session, unless it completed.
-    """
-
-    session_id: str
-    agent: str
-    status: SessionStatus
-    final_output: str | None
-    messages: list[dict[str, Any]]
-    turns: list[TurnRecord]
-    error: BaseException | None = None
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        """Whether the session reached a final answer."""
-        return self.status == "completed"
-
-    @property
-    def output_tokens(self) -> int:
-        """Output tokens over all turns."""
-        return sum(t.metrics.output_tokens for t in self.turns)
 
 
 class Session:

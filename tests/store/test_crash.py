@@ -20,6 +20,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
+from ..wait import wait_for
 from .fleets import contents
 
 SESSIONS = 200
@@ -66,6 +67,27 @@ def _wait_turns(proc: subprocess.Popen[str], turns: int) -> str:
         return "eof"
     finally:
         timer.cancel()
+
+
+def _committed_turns(db: Path) -> int:
+    """Turns committed to ``db`` so far (0 before the store exists), read-only."""
+    if not db.exists():
+        return 0
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return int(conn.execute("SELECT COUNT(*) FROM turns").fetchone()[0])
+    except sqlite3.OperationalError:  # no tables yet
+        return 0
+    finally:
+        conn.close()
+
+
+def _wait_committed(db: Path, before: int, proc: subprocess.Popen[str], generation: int) -> None:
+    """Until ``db`` holds more than ``before`` turns, or the child ended."""
+    wait_for(
+        lambda: _committed_turns(db) > before or proc.poll() is not None,
+        f"generation {generation} to commit a turn",
+    )
 
 
 def _complete(db: Path, side: Path, generation: int) -> None:
@@ -121,9 +143,15 @@ def test_sigkill_at_twenty_moments_and_resume_equals_an_uninterrupted_run(tmp_pa
     kills = 0
     generation = 0
     while kills < KILLS:
+        before = _committed_turns(db)
         proc = _child(db, side, generation)
         try:
             outcome = _wait_turns(proc, rng.randint(1, max(2, total_turns // KILLS)))
+            if outcome == "killed":
+                # Turns end faster than the writer's 10 ms batches: kill only once one of
+                # this generation's turns is committed, so that every attempt moves the
+                # run on and the at-most-once check below has recorded calls to check.
+                _wait_committed(db, before, proc, generation)
         finally:
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=GUARD_S)

@@ -29,6 +29,7 @@ import pytest
 
 from agentflow.testing import PostgresServer
 
+from ..wait import wait_for
 from .test_crash import GUARD_S, KILLS, SESSIONS, _child, _executions, err_path
 
 pytestmark = pytest.mark.slow
@@ -103,6 +104,19 @@ def _recorded_calls(dsn: str) -> set[tuple[str, int, str, int]]:
     return out
 
 
+def _turn_count(dsn: str) -> int:
+    """Turns committed so far (0 before the first worker created the tables)."""
+    try:
+        return int(_query(dsn, "SELECT count(*) FROM turns WHERE run_id=%s")[0][0])
+    except psycopg.Error:
+        return 0
+
+
+def _wait_turns_over(dsn: str, before: int, kills: int) -> None:
+    """Until more than ``before`` turns are committed."""
+    wait_for(lambda: _turn_count(dsn) > before, f"a turn committed before kill {kills}")
+
+
 def _finish(workers: list[Worker], lines: queue.Queue[Any]) -> list[str]:
     """Wait for every worker's last line; their outcomes."""
     outcome: dict[Worker, str] = {}
@@ -153,6 +167,7 @@ def test_two_workers_sigkilled_twenty_times_end_as_an_uninterrupted_run(
     try:
         while kills < KILLS:
             target = rng.randint(1, max(2, total_turns // (2 * KILLS)))
+            before = _turn_count(dsn)
             seen, finished = 0, False
             while seen < target:
                 w, line = lines.get(timeout=GUARD_S)
@@ -165,6 +180,10 @@ def test_two_workers_sigkilled_twenty_times_end_as_an_uninterrupted_run(
                     assert line == "done", (line, w.kill()[-3000:])
                     break
             assert not finished, f"the run finished after {kills} kills; kill earlier"
+            # Turns end faster than the writers' 10 ms batches: kill once one of them is
+            # committed, so every round moves the run on (and the checks below have
+            # recorded calls and attempts to check).
+            _wait_turns_over(dsn, before, kills)
             victims = live if len(live) == 1 else rng.choice([live[:1], live[1:], live])
             for w in victims:
                 err = w.kill()

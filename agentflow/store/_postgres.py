@@ -16,11 +16,9 @@ thread in the order it was asked for: a read sees every record written before it
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
-import queue
 import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentflow._errors import ConfigError, StoreError
@@ -31,6 +29,7 @@ from agentflow.store._pg_schema import check_pg_schema
 from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import Record, StoredRun
 from agentflow.store._sqlite_io import list_runs, read_run
+from agentflow.store._writer import STOP, BatchWriter, Call
 
 if TYPE_CHECKING:
     import psycopg
@@ -40,7 +39,6 @@ __all__ = ["PostgresStore"]
 _log = get_logger("agentflow.store")
 T = TypeVar("T")
 Conn = Any  # psycopg.Connection, imported lazily (the ``pg`` extra)
-_STOP = object()
 _SESSION_RECORDS = ("TurnFinished", "ToolFinished", "SessionEnded")
 
 
@@ -56,17 +54,7 @@ class _Secret:
         return "***"
 
 
-class _Call:
-    __slots__ = ("fn", "future", "stop")
-
-    def __init__(self, fn: Callable[[Conn], Any], *, stop: bool = False) -> None:
-        self.fn = fn
-        #: The closing call: it runs even when its caller stopped waiting.
-        self.stop = stop
-        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-
-class PostgresStore:
+class PostgresStore(BatchWriter[Conn]):
     """A run store in a PostgreSQL database (schema: ``docs/store.md``).
 
     The DSN is a libpq connection string (``postgresql://USER@HOST/DB`` or
@@ -137,12 +125,7 @@ class PostgresStore:
         self.statement_timeout_s = statement_timeout_s
         self._password = None if password is None else _Secret(str(password))
         self._where = redact(f"PostgreSQL {self.dsn} (schema {schema})")
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._urgent = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        self._closed = False
-        self._lock = threading.Lock()
+        self._init_writer()
         # (run, session) -> the lease owner this store claimed it for (writer thread only)
         self._holders: dict[tuple[str, str], str] = {}
         #: Records committed so far (by this process).
@@ -182,7 +165,7 @@ class PostgresStore:
         if self._thread is None or self._closed:
             self._closed = True
             return
-        stop = _Call(lambda conn: _STOP, stop=True)
+        stop: Call[Conn] = Call(lambda conn: STOP, stop=True)
         self._closed = True
         self._queue.put(stop)
         self._urgent.set()
@@ -288,17 +271,6 @@ class PostgresStore:
 
     # --- the writer thread ------------------------------------------------------------
 
-    async def _call(self, fn: Callable[[Conn], T]) -> T:
-        self._start()
-        call = _Call(fn)
-        with self._lock:
-            if self._closed and isinstance(self._error, StoreError):
-                raise self._error
-            self._queue.put(call)
-        self._urgent.set()
-        result: T = await asyncio.wrap_future(call.future)
-        return result
-
     def _raise_error(self) -> None:
         if self._error is not None:
             raise StoreError(f"{self._where}: a write failed: {self._error}") from None
@@ -335,52 +307,6 @@ class PostgresStore:
         finally:
             conn.close()
 
-    def _loop(self, conn: Conn) -> None:
-        q, urgent = self._queue, self._urgent
-        while True:
-            first = q.get()
-            if not urgent.is_set():
-                urgent.wait(self.batch_interval_s)
-            urgent.clear()
-            batch = [first]
-            try:
-                while True:
-                    batch.append(q.get_nowait())
-            except queue.Empty:
-                pass
-            if self._run_batch(conn, batch):
-                return
-
-    def _run_batch(self, conn: Conn, batch: list[Any]) -> bool:
-        records: list[Record] = []
-        for item in batch:
-            if not isinstance(item, _Call):
-                records.append(item)
-                continue
-            self._commit(conn, records)
-            records = []
-            # A caller that stopped waiting (cancelled) cancelled its future: its call is
-            # skipped (no lease taken that nobody knows of), and never answered — setting
-            # a cancelled future's result would raise and end this thread, and with it
-            # every later flush.
-            answer = item.future.set_running_or_notify_cancel()
-            if not answer and not item.stop:
-                continue
-            try:
-                value = item.fn(conn)
-            except BaseException as exc:
-                if answer:
-                    item.future.set_exception(self._as_store_error(exc))
-                continue
-            if value is _STOP:
-                if answer:
-                    item.future.set_result(None)
-                self._drain_closed()
-                return True
-            item.future.set_result(value)
-        self._commit(conn, records)
-        return False
-
     def _commit(self, conn: Conn, records: list[Record]) -> None:
         if not records:
             return
@@ -408,21 +334,3 @@ class PostgresStore:
         if isinstance(exc, Exception) and type(exc).__module__.startswith("psycopg"):
             return StoreError(f"{self._where}: {type(exc).__name__}: {exc}")
         return exc
-
-    def _fail_all(self, exc: BaseException) -> None:
-        err = self._as_store_error(exc)
-        with self._lock:
-            self._error = err
-            self._closed = True
-            self._drain_closed(err)
-
-    def _drain_closed(self, err: BaseException | None = None) -> None:
-        try:
-            while True:
-                item = self._queue.get_nowait()
-                if isinstance(item, _Call) and item.future.set_running_or_notify_cancel():
-                    item.future.set_exception(
-                        err or StoreError(f"{self._where}: the store is closed")
-                    )
-        except queue.Empty:
-            pass

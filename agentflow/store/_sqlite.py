@@ -16,14 +16,12 @@ written before it.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
-import queue
 import sqlite3
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from agentflow._errors import StoreError
 from agentflow._logging import get_logger
@@ -31,6 +29,7 @@ from agentflow.store import _sqlite_io as io
 from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import Record, StoredRun
 from agentflow.store._schema import check_schema
+from agentflow.store._writer import STOP, BatchWriter, Call
 
 __all__ = ["SQLiteStore"]
 
@@ -38,22 +37,7 @@ _log = get_logger("agentflow.store")
 T = TypeVar("T")
 
 
-class _Call:
-    """Work for the writer thread that answers (a read, a lease change, a flush)."""
-
-    __slots__ = ("fn", "future", "stop")
-
-    def __init__(self, fn: Callable[[sqlite3.Connection], Any], *, stop: bool = False) -> None:
-        self.fn = fn
-        #: The closing call: it runs even when its caller stopped waiting.
-        self.stop = stop
-        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-
-
-_STOP = object()
-
-
-class SQLiteStore:
+class SQLiteStore(BatchWriter[sqlite3.Connection]):
     """A run store in one SQLite file (see ``docs/store.md`` for its schema).
 
     The file is created readable and writable by its owner only (``0600``; SQLite gives
@@ -99,12 +83,8 @@ class SQLiteStore:
         self.max_batch = max_batch
         self.busy_timeout_s = busy_timeout_s
         self.lease_ttl_s = lease_ttl_s
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        self._urgent = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        self._closed = False
-        self._lock = threading.Lock()
+        self._where = str(self.path)
+        self._init_writer()
         #: Records committed so far (by this process).
         self.committed = 0
         #: Transactions committed so far (by this process).
@@ -142,7 +122,7 @@ class SQLiteStore:
         if self._thread is None or self._closed:
             self._closed = True
             return
-        stop = _Call(lambda conn: _STOP, stop=True)
+        stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
         self._closed = True
         self._queue.put(stop)
         self._urgent.set()
@@ -155,7 +135,7 @@ class SQLiteStore:
         if self._thread is None or self._closed:
             self._closed = True
             return
-        stop = _Call(lambda conn: _STOP, stop=True)
+        stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
         self._closed = True
         self._queue.put(stop)
         self._urgent.set()
@@ -239,20 +219,12 @@ class SQLiteStore:
 
     # --- the writer thread ------------------------------------------------------------
 
-    async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        self._start()
-        call = _Call(fn)
-        with self._lock:  # not after a failed open has drained the queue (see _fail_all)
-            if self._closed and isinstance(self._error, StoreError):
-                raise self._error
-            self._queue.put(call)
-        self._urgent.set()
-        result: T = await asyncio.wrap_future(call.future)
-        return result
-
     def _raise_error(self) -> None:
         if self._error is not None:
             raise StoreError(f"{self.path}: a write failed: {self._error!r}") from self._error
+
+    def _as_store_error(self, exc: BaseException) -> BaseException:
+        return _as_store_error(exc, self.path)
 
     def _connect(self) -> sqlite3.Connection:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -283,54 +255,6 @@ class SQLiteStore:
         finally:
             conn.close()
 
-    def _loop(self, conn: sqlite3.Connection) -> None:
-        q, urgent = self._queue, self._urgent
-        while True:
-            first = q.get()
-            if not urgent.is_set():
-                urgent.wait(self.batch_interval_s)
-            urgent.clear()
-            batch = [first]
-            try:
-                while True:
-                    batch.append(q.get_nowait())
-            except queue.Empty:
-                pass
-            if self._run_batch(conn, batch):
-                return
-
-    def _run_batch(self, conn: sqlite3.Connection, batch: list[Any]) -> bool:
-        """Write ``batch`` in order: records in one transaction, each call after the
-        records before it are committed. True once the stop call is reached."""
-        records: list[Record] = []
-        for item in batch:
-            if not isinstance(item, _Call):
-                records.append(item)
-                continue
-            self._commit(conn, records)
-            records = []
-            # A caller that stopped waiting (cancelled) cancelled its future: its call is
-            # skipped (no lease taken that nobody knows of), and never answered — setting
-            # a cancelled future's result would raise and end this thread, and with it
-            # every later flush.
-            answer = item.future.set_running_or_notify_cancel()
-            if not answer and not item.stop:
-                continue
-            try:
-                value = item.fn(conn)
-            except BaseException as exc:
-                if answer:
-                    item.future.set_exception(_as_store_error(exc, self.path))
-                continue
-            if value is _STOP:
-                if answer:
-                    item.future.set_result(None)
-                self._drain_closed()
-                return True
-            item.future.set_result(value)
-        self._commit(conn, records)
-        return False
-
     def _commit(self, conn: sqlite3.Connection, records: list[Record]) -> None:
         if not records:
             return
@@ -351,24 +275,6 @@ class SQLiteStore:
             return
         self.committed += len(records)
         self.commits += 1
-
-    def _fail_all(self, exc: BaseException) -> None:
-        err = _as_store_error(exc, self.path)
-        with self._lock:
-            self._error = err
-            self._closed = True
-            self._drain_closed(err)
-
-    def _drain_closed(self, err: BaseException | None = None) -> None:
-        try:
-            while True:
-                item = self._queue.get_nowait()
-                if isinstance(item, _Call) and item.future.set_running_or_notify_cancel():
-                    item.future.set_exception(
-                        err or StoreError(f"{self.path}: the store is closed")
-                    )
-        except queue.Empty:
-            pass
 
 
 def _as_store_error(exc: BaseException, path: Path) -> BaseException:

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agentflow import Agent
+from agentflow import Agent, Event, Fleet, FleetResult, SQLiteStore
+from agentflow.embedded import SimTransport, loop_clock
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
 
@@ -76,3 +78,52 @@ def contents(path: Path, run_id: str) -> dict[str, Any]:
     finally:
         conn.close()
     return {"sessions": sessions, "turns": turns, "tools": tools}
+
+
+async def run_cut(
+    path: Path, members: list[Agent], sessions: int, stop_after: int | None
+) -> FleetResult | None:
+    """Run ``sessions`` sessions of ``members`` (round robin) as run ``run-1`` in a
+    SQLite store on the simulator; with ``stop_after``, cancel the run after that many
+    turn ends and return ``None``."""
+    transport = SimTransport(driver())
+    store = SQLiteStore(path)
+    ended = 0
+    task: asyncio.Task[FleetResult] | None = None
+
+    def count(event: Event) -> None:
+        nonlocal ended
+        if event.type == "turn_end":
+            ended += 1
+            if ended == stop_after and task is not None:
+                task.cancel()
+
+    n = len(members)
+    todo = [members[i % n].session(f"task {i}", session_id=f"s{i:02d}") for i in range(sessions)]
+    fleet = Fleet(transport, max_concurrency=4, clock=loop_clock, store=store, callbacks=[count])
+    try:
+        task = asyncio.ensure_future(fleet.run(todo, run_id="run-1"))
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return None
+    finally:
+        await store.aclose()
+        await transport.aclose()
+
+
+async def resume(
+    path: Path, members: list[Agent], events: list[Event] | None = None
+) -> FleetResult:
+    """Resume run ``run-1`` of the SQLite store at ``path`` on a fresh simulator."""
+    transport = SimTransport(driver())
+    store = SQLiteStore(path)
+    callbacks = [] if events is None else [events.append]
+    try:
+        fleet = Fleet(
+            transport, max_concurrency=4, clock=loop_clock, store=store, callbacks=callbacks
+        )
+        return await fleet.resume("run-1", agents=members)
+    finally:
+        await store.aclose()
+        await transport.aclose()

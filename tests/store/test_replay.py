@@ -4,17 +4,16 @@ every other recorded call still never runs twice."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from agentflow import Agent, Event, Fleet, FleetResult, SQLiteStore, StoreError, Tool
-from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow import Agent, FleetResult, StoreError, Tool
+from agentflow.embedded import run_virtual
 
-from .fleets import agents, driver
+from .fleets import agents, resume, run_cut
 
 N = 18
 
@@ -43,63 +42,28 @@ def team(book: Notebook, *, replay: bool = True) -> list[Agent]:
     return [dataclasses.replace(a, tools=[book.tool(replay=replay)]) for a in agents()]
 
 
-async def _run(path: Path, members: list[Agent], stop_after: int | None) -> FleetResult | None:
-    transport = SimTransport(driver())
-    store = SQLiteStore(path)
-    ended = 0
-    task: asyncio.Task[FleetResult] | None = None
-
-    def count(event: Event) -> None:
-        nonlocal ended
-        if event.type == "turn_end":
-            ended += 1
-            if ended == stop_after and task is not None:
-                task.cancel()
-
-    sessions = [members[i % 3].session(f"task {i}", session_id=f"s{i:02d}") for i in range(N)]
-    fleet = Fleet(transport, max_concurrency=4, clock=loop_clock, store=store, callbacks=[count])
-    try:
-        task = asyncio.ensure_future(fleet.run(sessions, run_id="run-1"))
-        try:
-            return await task
-        except asyncio.CancelledError:
-            return None
-    finally:
-        await store.aclose()
-        await transport.aclose()
-
-
-async def _resume(path: Path, members: list[Agent]) -> FleetResult:
-    transport = SimTransport(driver())
-    store = SQLiteStore(path)
-    try:
-        fleet = Fleet(transport, max_concurrency=4, clock=loop_clock, store=store)
-        return await fleet.resume("run-1", agents=members)
-    finally:
-        await store.aclose()
-        await transport.aclose()
-
-
 def test_replayed_calls_rebuild_the_in_memory_state(tmp_path: Path) -> None:
     whole = Notebook()
-    assert isinstance(run_virtual(_run(tmp_path / "whole.db", team(whole), None)), FleetResult)
+    assert isinstance(
+        run_virtual(run_cut(tmp_path / "whole.db", team(whole), N, None)), FleetResult
+    )
     first = Notebook()
-    assert run_virtual(_run(tmp_path / "cut.db", team(first), 25)) is None
+    assert run_virtual(run_cut(tmp_path / "cut.db", team(first), N, 25)) is None
     assert 0 < first.notes.total() < whole.notes.total()
     # A new process: the notebook starts empty; the resumed run replays what was recorded.
     again = Notebook()
-    result = run_virtual(_resume(tmp_path / "cut.db", team(again)))
+    result = run_virtual(resume(tmp_path / "cut.db", team(again)))
     assert all(s.status == "completed" for s in result.sessions)
     assert again.notes == whole.notes
 
 
 def test_without_the_flag_recorded_calls_do_not_run_again(tmp_path: Path) -> None:
     first = Notebook()
-    assert run_virtual(_run(tmp_path / "cut.db", team(first, replay=False), 25)) is None
+    assert run_virtual(run_cut(tmp_path / "cut.db", team(first, replay=False), N, 25)) is None
     whole = Notebook()
-    run_virtual(_run(tmp_path / "whole.db", team(whole, replay=False), None))
+    run_virtual(run_cut(tmp_path / "whole.db", team(whole, replay=False), N, None))
     again = Notebook()
-    run_virtual(_resume(tmp_path / "cut.db", team(again, replay=False)))
+    run_virtual(resume(tmp_path / "cut.db", team(again, replay=False)))
     # The resumed process ran only the calls not recorded before the cut (at most once
     # each, the recorded results standing): together with the first process's, the
     # uninterrupted run's, and the resumed one alone lacks the earlier ones.
@@ -111,7 +75,7 @@ def test_a_replay_that_fails_where_the_recorded_call_succeeded_is_a_store_error(
     tmp_path: Path,
 ) -> None:
     first = Notebook()
-    assert run_virtual(_run(tmp_path / "cut.db", team(first), 25)) is None
+    assert run_virtual(run_cut(tmp_path / "cut.db", team(first), N, 25)) is None
 
     def lookup(key: str, count: int = 1) -> str:
         """Look a key up (and note it).
@@ -124,7 +88,7 @@ def test_a_replay_that_fails_where_the_recorded_call_succeeded_is_a_store_error(
 
     broken = Tool.from_function(lookup, in_thread=False, replay_on_resume=True)
     members = [dataclasses.replace(a, tools=[broken]) for a in agents()]
-    result = run_virtual(_resume(tmp_path / "cut.db", members))
+    result = run_virtual(resume(tmp_path / "cut.db", members))
     failed = [s for s in result.sessions if s.status == "error"]
     assert failed and all(isinstance(s.error, StoreError) for s in failed)
     assert all("replaying tool 'lookup'" in str(s.error) for s in failed)

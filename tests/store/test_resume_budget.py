@@ -4,19 +4,18 @@ and a budget that the earlier attempts spent stops the resumed run at once."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from pathlib import Path
 
 import pytest
 
-from agentflow import Agent, BudgetEvent, Event, Fleet, FleetResult, SQLiteStore
+from agentflow import Agent, BudgetEvent, Event, FleetResult, SQLiteStore
 from agentflow.context import FleetBudget, Prices
-from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow.embedded import run_virtual
 from agentflow.store._budgets import recharge
 from agentflow.store._records import StoredRun
 
-from .fleets import agents, driver
+from .fleets import agents, resume, run_cut
 
 N = 18
 PRICES = Prices(prompt=1.0, output=4.0, cached=0.1)
@@ -27,54 +26,16 @@ def team(budget: FleetBudget) -> list[Agent]:
     return [dataclasses.replace(a, context=budget) for a in agents()]
 
 
-async def _run(path: Path, budget: FleetBudget, stop_after: int | None) -> FleetResult | None:
-    transport = SimTransport(driver())
-    store = SQLiteStore(path)
-    ended = 0
-    task: asyncio.Task[FleetResult] | None = None
-
-    def count(event: Event) -> None:
-        nonlocal ended
-        if event.type == "turn_end":
-            ended += 1
-            if ended == stop_after and task is not None:
-                task.cancel()
-
-    members = team(budget)
-    sessions = [members[i % 3].session(f"task {i}", session_id=f"s{i:02d}") for i in range(N)]
-    fleet = Fleet(transport, max_concurrency=4, clock=loop_clock, store=store, callbacks=[count])
-    try:
-        task = asyncio.ensure_future(fleet.run(sessions, run_id="run-1"))
-        try:
-            return await task
-        except asyncio.CancelledError:
-            return None
-    finally:
-        await store.aclose()
-        await transport.aclose()
-
-
-async def _resume(path: Path, budget: FleetBudget, events: list[Event]) -> FleetResult:
-    transport = SimTransport(driver())
-    store = SQLiteStore(path)
-    fleet = Fleet(
-        transport, max_concurrency=4, clock=loop_clock, store=store, callbacks=[events.append]
-    )
-    try:
-        return await fleet.resume("run-1", agents=team(budget))
-    finally:
-        await store.aclose()
-        await transport.aclose()
-
-
 def test_a_fresh_budget_continues_from_what_the_run_spent(tmp_path: Path) -> None:
     whole = FleetBudget(prices=PRICES)
-    assert isinstance(run_virtual(_run(tmp_path / "whole.db", whole, None)), FleetResult)
+    assert isinstance(
+        run_virtual(run_cut(tmp_path / "whole.db", team(whole), N, None)), FleetResult
+    )
     first = FleetBudget(prices=PRICES)
-    assert run_virtual(_run(tmp_path / "cut.db", first, 20)) is None
+    assert run_virtual(run_cut(tmp_path / "cut.db", team(first), N, 20)) is None
     assert 0 < first.tokens < whole.tokens
     again = FleetBudget(prices=PRICES)  # the resuming process's own, starting at zero
-    result = run_virtual(_resume(tmp_path / "cut.db", again, []))
+    result = run_virtual(resume(tmp_path / "cut.db", team(again), []))
     assert all(s.status == "completed" for s in result.sessions)
     # The turns recorded before the cut were charged again, the new ones once. (The cost
     # differs: the restarted simulator's prefix cache is cold, so the re-run turns had
@@ -85,7 +46,7 @@ def test_a_fresh_budget_continues_from_what_the_run_spent(tmp_path: Path) -> Non
 
 def test_the_recharge_is_what_the_recorded_turns_cost(tmp_path: Path) -> None:
     first = FleetBudget(prices=PRICES)
-    assert run_virtual(_run(tmp_path / "cut.db", first, 20)) is None
+    assert run_virtual(run_cut(tmp_path / "cut.db", team(first), N, 20)) is None
 
     async def load() -> StoredRun:
         store = SQLiteStore(tmp_path / "cut.db")
@@ -104,11 +65,11 @@ def test_the_recharge_is_what_the_recorded_turns_cost(tmp_path: Path) -> None:
 
 def test_a_budget_spent_before_the_cut_stops_the_resumed_run(tmp_path: Path) -> None:
     first = FleetBudget(prices=PRICES)
-    assert run_virtual(_run(tmp_path / "cut.db", first, 20)) is None
+    assert run_virtual(run_cut(tmp_path / "cut.db", team(first), N, 20)) is None
     # Resumed with a budget the earlier attempt already used up: no session runs a turn.
     spent = FleetBudget(max_tokens=first.tokens, prices=PRICES)
     events: list[Event] = []
-    result = run_virtual(_resume(tmp_path / "cut.db", spent, events))
+    result = run_virtual(resume(tmp_path / "cut.db", team(spent), events))
     assert not [e for e in events if e.type == "turn_end"]
     unfinished = [s for s in result.sessions if s.status != "completed"]
     assert unfinished and all(s.status == "error" for s in unfinished)

@@ -1,4 +1,18 @@
-"""Test your agents against a scripted, real HTTP server on loopback.
+"""Test your agents: in-process with :class:`MockTransport`, or against a scripted, real
+HTTP server on loopback with :class:`ScriptedServer`.
+
+:class:`MockTransport` (like ``httpx.MockTransport``) calls your handler with each
+:class:`~agentflow.ChatRequest` and decodes the :class:`Reply` it returns through the
+same SSE decoder and trace builder as the HTTP transports — real traces, metrics and
+events, no sockets. :func:`capture_events` collects a fleet's events for asserting::
+
+    def handler(request: ChatRequest) -> Reply:
+        if request.messages[-1]["role"] == "tool":
+            return Reply.text("It costs 9.5.")
+        return Reply.tool_call("get_price", {"sku": "A-1"})
+
+    events = capture_events()
+    result = await Fleet(MockTransport(handler), callbacks=[events]).run([agent.session("…")])
 
 :class:`ScriptedServer` is an OpenAI-compatible ``/v1/chat/completions`` endpoint
 that answers each request with the next scripted :class:`Reply`, byte for byte, and
@@ -25,9 +39,20 @@ from typing import Any
 from aiohttp import ClientConnectionResetError, web
 from multidict import CIMultiDict
 
+from agentflow._mock import EventCapture, Handler, MockTransport, capture_events
 from agentflow._pgserver import PostgresServer
 
-__all__ = ["PostgresServer", "RecordedRequest", "Reply", "ScriptedServer", "sse_frames"]
+__all__ = [
+    "EventCapture",
+    "Handler",
+    "MockTransport",
+    "PostgresServer",
+    "RecordedRequest",
+    "Reply",
+    "ScriptedServer",
+    "capture_events",
+    "sse_frames",
+]
 
 
 def sse_frames(chunks: Iterable[Mapping[str, Any]], *, done: bool = True) -> list[bytes]:
@@ -147,6 +172,50 @@ class Reply:
                 }
             ),
         ]
+        return cls(frames=sse_frames(chunks), **kw)
+
+    @classmethod
+    def stream(
+        cls,
+        content: Sequence[str] = (),
+        *,
+        reasoning: Sequence[str] = (),
+        tool_calls: Sequence[tuple[str, Mapping[str, Any]]] = (),
+        prompt_tokens: int = 10,
+        completion_tokens: int | None = None,
+        cached_tokens: int | None = 0,
+        finish_reason: str | None = None,
+        **kw: Any,
+    ) -> Reply:
+        """A streamed answer given delta by delta: ``reasoning`` deltas, then ``content``
+        deltas, then ``tool_calls`` (``(name, arguments)`` pairs, ids ``call_1``,
+        ``call_2``…, each call's arguments in one delta), the finish reason
+        (``"tool_calls"`` if there are calls, else ``"stop"``), usage, ``[DONE]``.
+
+        ``completion_tokens`` defaults to one per delta; ``cached_tokens=None`` leaves
+        ``prompt_tokens_details`` out of the usage."""
+        chunks = [_chunk({"role": "assistant", "content": ""})]
+        chunks += [_chunk({"reasoning_content": r}) for r in reasoning]
+        chunks += [_chunk({"content": c}) for c in content]
+        for i, (name, arguments) in enumerate(tool_calls):
+            call = {
+                "index": i,
+                "id": f"call_{i + 1}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+            chunks.append(_chunk({"tool_calls": [call]}))
+        finish = finish_reason or ("tool_calls" if tool_calls else "stop")
+        n = len(reasoning) + len(content) + len(tool_calls)
+        completion = n if completion_tokens is None else completion_tokens
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        }
+        if cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+        chunks += [_chunk({}, finish), _chunk(usage=usage)]
         return cls(frames=sse_frames(chunks), **kw)
 
     @classmethod

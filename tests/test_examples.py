@@ -19,6 +19,16 @@ EXPECTED: dict[str, tuple[re.Pattern[str], ...]] = {
         re.compile(r"turn \d+: summarised \d+ messages"),
         re.compile(r"^4 of 4 sessions completed$", re.M),
     ),
+    # MockTransport: three sessions, two requests and one tool call each, usage decoded.
+    "test_your_agent.py": (
+        re.compile(
+            r"^in-process: 3 sessions, 6 requests, 3 tool calls, \d+ events; "
+            r"last turn: 30 prompt / 3 output tokens$",
+            re.M,
+        ),
+        re.compile(r"^streamed: It costs 9\.5\.$", re.M),
+        re.compile(r"^tool loop OK: \['user', 'assistant', 'tool', 'assistant'\]$", re.M),
+    ),
 }
 
 

@@ -1,0 +1,255 @@
+"""In-process test doubles: :class:`MockTransport` and :func:`capture_events`.
+
+Re-exported from :mod:`agentflow.testing`; import them from there.
+
+:class:`MockTransport` answers each request with the :class:`~agentflow.testing.Reply`
+its handler returns, without a socket. The reply's SSE frames go through the same
+:class:`~agentflow.transport._sse.SSEDecoder` and
+:class:`~agentflow.transport._decode.TraceBuilder` as the HTTP transports, and its error
+statuses through the same ``status_error``, so a test sees the traces, metrics,
+token events and exceptions a real server would produce — only the network is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from multidict import CIMultiDict
+
+from agentflow._errors import ConfigError, ConnectError, StreamInterrupted, StreamProtocolError
+from agentflow._events import AttemptDiscardedEvent, Event, TokenEvent
+from agentflow._trace import TurnTrace
+from agentflow.transport._decode import TraceBuilder
+from agentflow.transport._request import ChatRequest
+from agentflow.transport._shared import (
+    content_type_error,
+    finish_stream,
+    keep_headers,
+    refused_content_type,
+    status_error,
+    with_trace,
+)
+from agentflow.transport._sse import SSEDecoder
+from agentflow.typing import Clock, DeltaSink
+
+if TYPE_CHECKING:
+    from agentflow.testing import Reply
+
+__all__ = ["EventCapture", "Handler", "MockTransport", "capture_events"]
+
+#: What :class:`MockTransport` calls for each request: takes the request, returns the
+#: :class:`~agentflow.testing.Reply` to answer with (or an awaitable of one).
+Handler = Callable[[ChatRequest], "Reply | Awaitable[Reply]"]
+
+
+class MockTransport:
+    """A :class:`~agentflow.typing.Transport` that answers in-process, from a handler.
+
+    Like ``httpx.MockTransport``: ``handler(request)`` gets each
+    :class:`~agentflow.ChatRequest` and returns a :class:`~agentflow.testing.Reply`
+    (``Reply.text``, ``Reply.tool_call``, ``Reply.stream``, ``Reply.error``, or one
+    with raw ``frames``). The reply is decoded exactly as a server's bytes are: frame
+    by frame through the SSE decoder and the trace builder, a non-2xx status through
+    the HTTP transports' error mapping (a 429 is a :class:`~agentflow.RateLimitError`
+    with its ``Retry-After``, a 5xx a :class:`~agentflow.ServerError`, a "too long" 400 a
+    :class:`~agentflow.ContextLengthExceeded`); ``drop=True`` is a
+    :class:`~agentflow.ConnectError` and ``cut=True`` a
+    :class:`~agentflow.StreamInterrupted` with the partial trace. ``frame_delay_s``
+    sleeps on the event loop between frames (virtual time under ``VirtualTimeLoop``).
+
+    No time limits apply: the handler decides how long a reply takes.
+
+    Args:
+        handler: called once per request, in the order requests arrive.
+        clock: nanosecond clock for the traces' timestamps.
+        endpoint: the label traces and errors carry.
+
+    Attributes:
+        requests: every request received, in order, with its messages as they were
+            when it was sent (the handler gets the same copy).
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        clock: Clock = time.perf_counter_ns,
+        endpoint: str = "mock://agentflow",
+    ) -> None:
+        if not callable(handler):
+            raise ConfigError(f"MockTransport.handler must be callable, got {handler!r}")
+        self._handler = handler
+        self._clock = clock
+        self._endpoint = endpoint
+        self.requests: list[ChatRequest] = []
+
+    @classmethod
+    def scripted(cls, replies: Iterable[Reply], **kw: Any) -> MockTransport:
+        """A transport that answers with ``replies`` in order (as
+        :class:`~agentflow.testing.ScriptedServer` does); a request past the end is
+        answered with a 500. :meth:`assert_complete` checks every reply was used."""
+        return cls(_Script(replies), **kw)
+
+    def assert_complete(self) -> None:
+        """Fail unless every scripted reply was requested (for :meth:`scripted`)."""
+        left = self._handler.left if isinstance(self._handler, _Script) else 0
+        if left:
+            raise AssertionError(f"{left} scripted replies were never requested")
+
+    @property
+    def endpoint(self) -> str:
+        """The label given as ``endpoint`` (``mock://agentflow`` by default)."""
+        return self._endpoint
+
+    async def stream(self, request: ChatRequest, sink: DeltaSink | None = None) -> TurnTrace:
+        """Answer ``request`` with the handler's reply; see :class:`~agentflow.typing.Transport`."""
+        clock = self._clock
+        # What the wire would carry: the session goes on appending to its message list.
+        request = dataclasses.replace(request, messages=[dict(m) for m in request.messages])
+        self.requests.append(request)
+        sent = clock()
+        reply = self._handler(request)
+        if inspect.isawaitable(reply):
+            reply = await reply
+        endpoint = self._endpoint
+        if reply.drop:
+            raise ConnectError(
+                f"{endpoint} closed the connection before any response byte", endpoint=endpoint
+            )
+        headers = CIMultiDict(reply.headers)
+        if reply.status >= 300:
+            body = b"".join(reply.frames)
+            raise await status_error(reply.status, headers, _ready(body), endpoint)
+        refused = refused_content_type(reply.status, headers)
+        if refused is not None:
+            raise content_type_error(reply.status, refused, b"".join(reply.frames), endpoint)
+        builder = TraceBuilder(endpoint=endpoint, sent_ns=sent, sink=sink)
+        builder.headers_ns = clock()
+        decoder = SSEDecoder(endpoint=endpoint)
+        now = builder.headers_ns
+        try:
+            for i, frame in enumerate(reply.frames):
+                if i and reply.frame_delay_s:
+                    await asyncio.sleep(reply.frame_delay_s)
+                now = clock()
+                for payload in decoder.feed(frame):
+                    builder.feed(payload, now)
+            now = clock()
+            for payload in decoder.flush():
+                builder.feed(payload, now)
+        except StreamProtocolError as exc:
+            with_trace(exc, builder, now, 0)
+            raise
+        if reply.cut:
+            raise StreamInterrupted(
+                f"connection to {endpoint} dropped mid-stream after "
+                f"{len(builder.chunk_ns)} output chunks: the reply was cut",
+                endpoint=endpoint,
+                trace=builder.finish(clock()),
+            )
+        return finish_stream(builder, clock(), 0, keep_headers(headers))
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
+
+    async def __aenter__(self) -> MockTransport:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        return f"MockTransport({self._endpoint!r}, requests={len(self.requests)})"
+
+
+class _Script:
+    """A handler that answers with a list of replies in order."""
+
+    def __init__(self, replies: Iterable[Reply]) -> None:
+        self._replies = list(replies)
+        self._next = 0
+
+    @property
+    def left(self) -> int:
+        return len(self._replies) - self._next
+
+    def __call__(self, _: ChatRequest) -> Reply:
+        from agentflow.testing import Reply
+
+        if self._next >= len(self._replies):
+            return Reply.error(500, "script exhausted")
+        self._next += 1
+        return self._replies[self._next - 1]
+
+
+async def _ready(body: bytes) -> bytes:
+    return body
+
+
+class EventCapture:
+    """A fleet callback that keeps the events it is given, in order.
+
+    Pass it in ``callbacks=[...]`` (of :class:`~agentflow.Fleet`, or
+    :meth:`Session.run <agentflow.Session.run>`). Made by :func:`capture_events`.
+
+    Attributes:
+        events: every event received, in order.
+        event_types: the ``type`` strings it reads, or ``None`` for all (the bus then
+            builds token events for it).
+    """
+
+    def __init__(self, types: Iterable[str] | None = None) -> None:
+        self.event_types: frozenset[str] | None = None if types is None else frozenset(types)
+        self.events: list[Event] = []
+
+    def __call__(self, event: Event) -> None:
+        self.events.append(event)
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self.events)
+
+    def __len__(self) -> int:
+        return len(self.events)
+
+    def types(self) -> list[str]:
+        """Each event's ``type``, in order."""
+        return [e.type for e in self.events]
+
+    def of_type(self, *types: str) -> list[Event]:
+        """The events whose ``type`` is one of ``types``, in order."""
+        return [e for e in self.events if e.type in types]
+
+    def for_session(self, session_id: str) -> list[Event]:
+        """The events of one session, in order."""
+        return [e for e in self.events if getattr(e, "session_id", None) == session_id]
+
+    def text(self, session_id: str, kinds: Sequence[str] = ("content",)) -> str:
+        """The session's streamed text (``kind`` in ``kinds``), turn after turn, without
+        the tokens of attempts that were discarded (:class:`~agentflow.AttemptDiscardedEvent`)."""
+        turns: dict[int, list[str]] = {}
+        for e in self.events:
+            if isinstance(e, TokenEvent):
+                if e.session_id == session_id and e.kind in kinds:
+                    turns.setdefault(e.turn, []).append(e.text)
+            elif isinstance(e, AttemptDiscardedEvent) and e.session_id == session_id:
+                turns.pop(e.turn, None)
+        return "".join("".join(turns[t]) for t in sorted(turns))
+
+    def __repr__(self) -> str:
+        return f"EventCapture({len(self.events)} events)"
+
+
+def capture_events(*types: str) -> EventCapture:
+    """A callback that collects a fleet's events; only ``types`` (e.g. ``"tool_call"``,
+    ``"turn_end"``) if given, else every event, tokens included::
+
+        events = capture_events()
+        await Fleet(MockTransport(handler), callbacks=[events]).run(sessions)
+        assert events.types()[0] == "fleet_start"
+    """
+    return EventCapture(types or None)

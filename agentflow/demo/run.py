@@ -32,6 +32,7 @@ from agentflow.context import server_window, window_for
 from agentflow.demo._stop import Stopper, run_stoppable
 from agentflow.demo.summary import LiveView, build_report, summary_table
 from agentflow.demo.workload import make_workload
+from agentflow.llamacpp import oversubscription
 from agentflow.report import LoopLagProbe, ServerWatch
 from agentflow.sim.profiles import get_profile
 from agentflow.transport import Endpoint, HTTPTransport, Timeouts
@@ -349,6 +350,12 @@ async def _http_fleet(
     stopper: Stopper,
 ) -> FleetResult:
     view = LiveView(total_sessions=config.agents, time_scale=scale, console=console)
+    if config.base_url:  # a llama.cpp server with fewer slots than the fleet's concurrency
+        warning = await oversubscription(
+            endpoint.base_url, config.max_concurrency, api_key=endpoint.api_key
+        )
+        if warning is not None:
+            print(f"agentflow demo: warning: {warning}", file=sys.stderr, flush=True)
     watch = ServerWatch(endpoint.base_url, interval_s=0.5)
     try:
         await watch.start()

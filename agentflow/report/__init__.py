@@ -13,15 +13,19 @@
 See ``docs/report.md``.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from agentflow.report._build import FIGURE_KEYS, make_figures, write_report
 from agentflow.report._canvas import Figure
 from agentflow.report._dialects import DIALECTS, Dialect
 from agentflow.report._lag import LoopLagProbe
-from agentflow.report._live import LiveView
 from agentflow.report._prom import HistogramData, MetricsSnapshot, parse_metrics
 from agentflow.report._runs import Run, load_run
 from agentflow.report._server import GaugeSample, server_section, server_section_schema
 from agentflow.report._watch import ServerWatch, metrics_url, scrape
+
+if TYPE_CHECKING:
+    from agentflow.report._live import LiveView
 
 __all__ = [
     "DIALECTS",
@@ -44,3 +48,13 @@ __all__ = [
     "server_section_schema",
     "write_report",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """:class:`LiveView` is imported when first asked for: it needs rich (the ``demo``
+    extra), and ``agentflow report`` does not."""
+    if name == "LiveView":
+        from agentflow.report._live import LiveView
+
+        return LiveView
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,9 +18,8 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
-from aiohttp import web
 from prometheus_client import CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.metrics_core import (
@@ -29,6 +28,9 @@ from prometheus_client.metrics_core import (
     HistogramMetricFamily,
     Metric,
 )
+
+if TYPE_CHECKING:
+    from aiohttp import web  # imported when a server starts, not with agentflow
 
 from agentflow._events import (
     ErrorEvent,
@@ -271,6 +273,8 @@ class MetricsServer:
 
     async def start(self) -> None:
         """Bind and start serving."""
+        from aiohttp import web
+
         app = web.Application()
         app.router.add_get("/metrics", self._metrics)
         runner = web.AppRunner(app, access_log=None)
@@ -297,6 +301,8 @@ class MetricsServer:
         await self.close()
 
     async def _metrics(self, request: web.Request) -> web.Response:
+        from aiohttp import web
+
         encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
         return web.Response(body=encoder(self.registry), headers={"Content-Type": content_type})
 

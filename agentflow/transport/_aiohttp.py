@@ -9,8 +9,8 @@ how many requests run at once is the fleet's decision, not the pool's.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
-import aiohttp
 import msgspec
 
 from agentflow._errors import (
@@ -35,6 +35,9 @@ from agentflow.transport._shared import (
 )
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 from agentflow.typing import Clock, DeltaSink
+
+if TYPE_CHECKING:
+    import aiohttp  # imported when first used: `import agentflow` does not load it
 
 __all__ = ["AiohttpTransport", "finish_stream", "status_error"]
 
@@ -79,6 +82,8 @@ class AiohttpTransport(EndpointTransport):
         self._owns_session = session is None
 
     def _client(self) -> aiohttp.ClientSession:
+        import aiohttp
+
         if self._session is None or self._session.closed:
             t = self._timeouts
             self._session = aiohttp.ClientSession(
@@ -102,6 +107,8 @@ class AiohttpTransport(EndpointTransport):
     async def _stream_once(
         self, body: bytes, headers: dict[str, str], sink: DeltaSink | None, reconnects: int
     ) -> TurnTrace:
+        import aiohttp
+
         clock = self._clock
         sent = clock()
         builder = TraceBuilder(endpoint=self.endpoint, sent_ns=sent, sink=sink)
@@ -148,6 +155,8 @@ class AiohttpTransport(EndpointTransport):
         return trace
 
     async def _post(self, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+        import aiohttp
+
         t = self._timeouts
         try:
             return await self._client().post(self._endpoint.chat_url, data=body, headers=headers)

@@ -1,0 +1,99 @@
+"""`agentflow.llamacpp.server_slots` and `oversubscription`: a fleet with more requests in
+flight than llama.cpp's slots is warned, once, before it runs.
+
+Against a loopback server that answers `/props` as llama.cpp does (and one that has no
+`/props`), and — marked ``llamacpp`` — against the real server, whose slots are its
+``n_parallel``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from agentflow import ConfigError
+from agentflow.llamacpp import LlamaCppServer, oversubscription, server_slots
+
+
+async def _serve(props: Any | None) -> tuple[web.AppRunner, str]:
+    async def answer(_: web.Request) -> web.Response:
+        return web.json_response(props)
+
+    app = web.Application()
+    if props is not None:
+        app.router.add_get("/props", answer)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    return runner, f"http://127.0.0.1:{port}/v1"
+
+
+@pytest.fixture
+async def four_slots() -> AsyncIterator[str]:
+    runner, url = await _serve({"total_slots": 4, "default_generation_settings": {"n_ctx": 8192}})
+    yield url
+    await runner.cleanup()
+
+
+async def test_slots_read_from_props(four_slots: str) -> None:
+    """`total_slots` is read from the server's root, whatever the base URL's /v1."""
+    assert await server_slots(four_slots) == 4
+    assert await server_slots(four_slots.removesuffix("/v1")) == 4
+
+
+async def test_oversubscription_warns_once_with_the_numbers(
+    four_slots: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """64 in flight on 4 slots: one warning naming both numbers and the two remedies; 4
+    in flight: none."""
+    caplog.set_level(logging.WARNING, logger="agentflow")
+    warning = await oversubscription(four_slots, 64)
+    assert warning is not None
+    assert "decodes 4 requests at once" in warning and "up to 64" in warning
+    assert "60 wait in the server's queue" in warning
+    assert "max_concurrency to 4" in warning and "--n-parallel" in warning
+    logged = [r.getMessage() for r in caplog.records if r.name == "agentflow.llamacpp"]
+    assert len(logged) == 1 and "concurrency=64" in logged[0] and "slots=4" in logged[0]
+    assert await oversubscription(four_slots, 4) is None
+
+
+async def test_no_props_no_warning() -> None:
+    """A server without /props (not llama.cpp), or one that cannot be reached: no slots,
+    no warning."""
+    runner, url = await _serve(None)
+    try:
+        assert await server_slots(url) is None
+        assert await oversubscription(url, 1000) is None
+    finally:
+        await runner.cleanup()
+    assert await oversubscription(url, 1000, timeout_s=2.0) is None  # closed now
+
+
+async def test_implausible_slots_are_ignored() -> None:
+    """A `total_slots` that is not a positive int is not believed."""
+    for bad in (0, -1, "4", True, None):
+        runner, url = await _serve({"total_slots": bad})
+        try:
+            assert await server_slots(url) is None, bad
+        finally:
+            await runner.cleanup()
+
+
+async def test_bad_timeout_is_a_config_error() -> None:
+    """timeout_s must be > 0; the error names it."""
+    with pytest.raises(ConfigError, match="timeout_s"):
+        await server_slots("http://127.0.0.1:1/v1", timeout_s=0)
+
+
+@pytest.mark.llamacpp
+async def test_real_server_reports_its_n_parallel(llamacpp: LlamaCppServer) -> None:
+    """The real llama.cpp's /props says total_slots = n_parallel (4 in the fixture)."""
+    assert await server_slots(llamacpp.base_url) == llamacpp.n_parallel == 4
+    warning = await oversubscription(llamacpp.base_url, 64)
+    assert warning is not None and "decodes 4 requests at once" in warning

@@ -134,8 +134,10 @@ class Session:
             transport: where model turns go (when run alone).
             callbacks: called with every event of this session (when run alone).
             retry: how failed turns are retried (when run alone); ``None`` never retries.
-            bus, runner, tool_limit: a :class:`Fleet`'s event bus, turn runner (scheduler,
-                router, retries) and tool bound, instead of ``transport``/``callbacks``/``retry``.
+            bus: a :class:`Fleet`'s event bus, instead of ``callbacks``.
+            runner: a :class:`Fleet`'s turn runner (scheduler, router, retries), instead
+                of ``transport`` and ``retry``.
+            tool_limit: a :class:`Fleet`'s bound on tools running at once.
             clock: nanosecond monotonic clock.
             turn_log: told of every finished turn, tool result and the end (a run
                 store's recorder; a :class:`Fleet` with a ``store`` passes it).

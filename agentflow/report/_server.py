@@ -99,7 +99,8 @@ def server_section(
     """The report's ``server`` section (``docs/report-server-section.md``).
 
     Args:
-        before, after: scrapes taken just before and just after the run.
+        before: the scrape taken just before the run.
+        after: the scrape taken just after it.
         samples: gauge samples taken during the run (:class:`ServerWatch`).
         client: the client's ``agentflow.report/2`` report, for the comparison table.
         url: where the metrics were scraped.

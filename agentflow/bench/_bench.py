@@ -470,9 +470,9 @@ def _level_entry(load: Load, runs: list[LevelResult]) -> dict[str, Any]:
 
 
 def _slim(report: dict[str, Any]) -> dict[str, Any]:
-    """A level's ``agentflow.report/2`` without its one-row-per-session table (a level
-    can run thousands of sessions; ``per_agent`` keeps their distributions)."""
-    return {k: v for k, v in report.items() if k != "agents"}
+    """A level's ``agentflow.report/2`` with its one-row-per-session table emptied (a
+    level can run thousands of sessions; ``per_agent`` keeps their distributions)."""
+    return {**report, "agents": []}
 
 
 def _plateau(config: BenchConfig, entry: dict[str, Any], previous: dict[str, Any] | None) -> None:

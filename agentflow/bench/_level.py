@@ -183,7 +183,9 @@ async def run_level(
             task.cancel()
     elapsed = loop.time() - t0
     cut = sum(s.cut for s in sessions)
-    report = stats.report(run={**(run_info or {}), "level": load.label}, cdf_points=20)
+    report = stats.report(
+        run={**(run_info or {}), "level": load.label, "label": load.label}, cdf_points=20
+    )
     summary = _summary(
         load=load,
         report=report,

@@ -27,7 +27,7 @@ from agentflow._cliargs import check_output_file
 from agentflow._errors import ConfigError
 from agentflow.stats import SLO
 
-__all__ = ["add_parser", "bench_table", "parse_slo"]
+__all__ = ["add_parser", "bench_html", "bench_table", "parse_slo"]
 
 _UNITS = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6, "m": 60.0}
 _SLO_KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "queue": "queue_wait_s",
@@ -121,6 +121,13 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--slo", action="append", default=[], help="e.g. ttft=2s,tpot=10ms (repeatable)")
     p.add_argument("--report", type=Path, default=None, help="write the JSON report here")
     p.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        help="write agentflow report's HTML page of the levels here (interactivity vs "
+        "throughput: one point per level; needs agentflow[report])",
+    )
+    p.add_argument(
         "--profile", default="qwen2.5-coder-32b", help="the simulator's profile (no --base-url)"
     )
     p.add_argument("--max-in-flight", type=int, default=100_000, help="the client's request limit")
@@ -147,6 +154,8 @@ def _bench(args: argparse.Namespace) -> int:
         return 0
     if args.report is not None:
         check_output_file(args.report, "--report")
+    if args.html is not None:
+        check_output_file(args.html, "--html")
     if args.rate and args.concurrency:
         raise ConfigError("--rate and --concurrency: give one (the kind of load)")
     rates = _numbers("--rate", args.rate) if args.rate else None
@@ -211,11 +220,30 @@ def _bench(args: argparse.Namespace) -> int:
         args.report.parent.mkdir(parents=True, exist_ok=True)
         args.report.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
         console.print(f"report written to {args.report}")
+    if args.html is not None:
+        figures = bench_html(report, args.html)
+        console.print(f"{figures} figures written to {args.html}")
     failed = sum(
         lvl["statuses"].get("error", 0) + lvl["statuses"].get("max_turns", 0)
         for lvl in report["levels"]
     )
     return 1 if failed else 0
+
+
+def bench_html(report: dict[str, Any], path: Path) -> int:
+    """Draw a bench report's levels with ``agentflow report`` (each level's first run is
+    one run of the page: the interactivity-vs-throughput plot joins them into the curve);
+    returns the number of figures.
+
+    Raises:
+        ConfigError: matplotlib (the ``report`` extra) is missing.
+    """
+    from agentflow.report import write_report
+    from agentflow.report._runs import Run
+
+    runs = [Run(lvl["load"]["label"], lvl["repeats"][0]["report"]) for lvl in report["levels"]]
+    title = f"agentflow bench — {report['run']['target']}"
+    return len(write_report(runs, path, title=title))
 
 
 def bench_table(report: dict[str, Any]) -> Table:

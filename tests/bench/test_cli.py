@@ -134,3 +134,18 @@ def test_explicit_levels_run_in_order_and_fixed_levels_do_not_stop() -> None:
     )
     assert [lvl["load"]["value"] for lvl in report["levels"]] == [200.0, 2.0]
     assert report["stopped"] == "levels done"
+
+
+def test_html_page_draws_the_levels(tmp_path: Path) -> None:
+    """``--html``: agentflow report's page, one run per level — the interactivity plot
+    joins the levels into the interactivity-vs-throughput curve."""
+    pytest.importorskip("matplotlib")
+    page = tmp_path / "bench.html"
+    status = main([
+        "bench", "--profile", "cpu-tiny", "--workload", "short", "--rate", "10,30",
+        "--duration", "5", "--html", str(page),
+    ])  # fmt: skip
+    assert status == 0
+    html = page.read_text()
+    assert "Interactivity vs throughput" in html
+    assert "rate=10/s" in html and "rate=30/s" in html

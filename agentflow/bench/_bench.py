@@ -534,6 +534,7 @@ def _report(
         "slos": [{"name": s.label, "bounds": s.bounds()} for s in config.slos],
         "saturation_rule": {
             "ttft_growth": config.saturation.ttft_growth,
+            "min_rise_s": config.saturation.min_rise_s,
             "backlog_growth": config.saturation.backlog_growth,
         },
         "params": dict(params),

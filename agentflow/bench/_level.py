@@ -37,15 +37,18 @@ class Saturation:
     Attributes:
         ttft_growth: over-saturated when the median time from a turn being ready to its
             first token (queue wait + TTFT) in the window's last third is at least this
-            many times the first third's.
-        backlog_growth: over-saturated when the live sessions grew over the window by
-            at least this fraction of the sessions that started in it (arrivals the
-            server did not absorb).
+            many times the first third's …
+        min_rise_s: … and at least this many seconds more (a few milliseconds more
+            prefill, as contexts grow, is not a queue).
+        backlog_growth: over-saturated when the turns waiting for their first token
+            (ready, no output yet) grew over the window by at least this fraction of
+            the turns that became ready in it — requests the server did not absorb.
         min_samples: turns each third needs for the TTFT trend to count.
     """
 
     ttft_growth: float = 2.0
-    backlog_growth: float = 0.1
+    min_rise_s: float = 0.1
+    backlog_growth: float = 0.05
     min_samples: int = 10
 
 
@@ -59,11 +62,16 @@ class _Window:
         self.sessions: set[str] = set()
         #: (ready_ns, queue wait + TTFT in seconds) of each turn in the window.
         self.first_token: list[tuple[int, float]] = []
+        #: (ready_ns, first output or end ns) of every finished turn, in the window or not.
+        self.waits: list[tuple[int, int]] = []
         self.turns_outside = 0
 
     def observe(self, event: Event) -> None:
         if isinstance(event, TurnEndEvent):
             ready = ready_ns(event.metrics, event.trace)
+            trace = event.trace
+            first = trace.first_output_ns
+            self.waits.append((ready, first if first is not None else trace.end_ns))
             if not self.lo_ns <= ready < self.hi_ns:
                 self.turns_outside += 1
                 return
@@ -201,8 +209,9 @@ async def run_level(
     return LevelResult(load=load, summary=summary, stats=stats, run=run, report=report)
 
 
-def _live_at(run: BenchRun, t: float) -> int:
-    return sum(1 for s in run.starts if s <= t) - sum(1 for e in run.ends if e <= t)
+def _waiting_at(window: _Window, t_ns: int) -> int:
+    """Turns ready at ``t_ns`` that had no output yet."""
+    return sum(1 for ready, first in window.waits if ready <= t_ns < first)
 
 
 def _q(dist: Mapping[str, Any], *keys: str) -> dict[str, Any]:
@@ -228,18 +237,25 @@ def _summary(
     t0 = run.t0
     lo, hi = t0 + warmup_s, t0 + duration_s
     started_in_window = sum(1 for s in run.starts if lo <= s < hi)
-    backlog = _live_at(run, hi) - _live_at(run, lo)
-    backlog_growth = backlog / started_in_window if started_in_window else None
-    growth = _ttft_growth(window, saturation.min_samples)
+    ready_in_window = sum(1 for ready, _ in window.waits if window.lo_ns <= ready < window.hi_ns)
+    backlog = _waiting_at(window, window.hi_ns) - _waiting_at(window, window.lo_ns)
+    backlog_growth = backlog / ready_in_window if ready_in_window else None
+    growth, rise = _ttft_growth(window, saturation.min_samples)
     reasons = []
-    if growth is not None and growth >= saturation.ttft_growth:
-        reasons.append(f"time to first token grew {growth:.1f}× over the window")
     if (
-        load.rate is not None
-        and backlog_growth is not None
-        and backlog_growth >= saturation.backlog_growth
+        growth is not None
+        and growth >= saturation.ttft_growth
+        and rise is not None
+        and rise >= saturation.min_rise_s
     ):
-        reasons.append(f"live sessions grew by {backlog} ({backlog_growth:.0%} of arrivals)")
+        reasons.append(f"time to first token grew {growth:.1f}× (+{rise:.2f} s) over the window")
+    if backlog_growth is not None and backlog_growth >= saturation.backlog_growth:
+        reasons.append(
+            f"{backlog} more turns waited for a first token at the end than at the start "
+            f"({backlog_growth:.0%} of the turns ready in the window)"
+        )
+    if not drained:
+        reasons.append("turns were still in flight when the drain time ran out")
     starts_all = sum(1 for s in run.starts if s < hi)
     measured = max(duration_s - warmup_s, 0.0)
     return {
@@ -289,6 +305,7 @@ def _summary(
         "statuses": fleet["statuses"],
         "saturation": {
             "ttft_growth": growth,
+            "ttft_rise_s": rise,
             "backlog": backlog,
             "backlog_growth": backlog_growth,
             "saturated": bool(reasons),
@@ -297,16 +314,17 @@ def _summary(
     }
 
 
-def _ttft_growth(window: _Window, min_samples: int) -> float | None:
-    """Median (queue wait + TTFT) of the window's last third over its first third."""
+def _ttft_growth(window: _Window, min_samples: int) -> tuple[float | None, float | None]:
+    """Median (queue wait + TTFT) of the window's last third over its first third, and
+    the difference in seconds; ``None`` with too few turns."""
     pts = window.first_token
     if not pts:
-        return None
+        return None, None
     lo, hi = window.lo_ns, max(r for r, _ in pts)
     third = (hi - lo) / 3
     first = [v for r, v in pts if r < lo + third]
     last = [v for r, v in pts if r >= hi - third]
     if len(first) < min_samples or len(last) < min_samples:
-        return None
+        return None, None
     a, b = statistics.median(first), statistics.median(last)
-    return b / a if a > 0 else None
+    return (b / a if a > 0 else None), b - a

@@ -177,6 +177,7 @@ async def run_level(
     tap._window = window
     sessions = [BenchSession(s, run) for s in scripts]
     task = asyncio.create_task(fleet.run(sessions))
+    peak: int | None = None  # the fleet's, known when the run ended by itself
     try:
         timeout = None if duration_s is None else duration_s + drain_s
         done, _ = await asyncio.wait({task}, timeout=timeout)
@@ -184,7 +185,8 @@ async def run_level(
         if not done:
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
-            await task
+            result = await task
+            peak = result.peak_in_flight
     finally:
         tap._window = None
         if not task.done():
@@ -205,6 +207,7 @@ async def run_level(
         drained=drained,
         cut=cut,
         saturation=saturation,
+        peak_in_flight=peak,
     )
     return LevelResult(load=load, summary=summary, stats=stats, run=run, report=report)
 
@@ -230,6 +233,7 @@ def _summary(
     drained: bool,
     cut: int,
     saturation: Saturation,
+    peak_in_flight: int | None,
 ) -> dict[str, Any]:
     fleet = report["fleet"]
     dist = report["distributions"]
@@ -279,6 +283,7 @@ def _summary(
         "achieved_rate": starts_all / duration_s if load.rate is not None and duration_s else None,
         "window_arrival_rate": started_in_window / measured if measured else None,
         "turns": fleet["turns"],
+        "peak_in_flight": peak_in_flight,
         "req_per_s": fleet["turns_per_s"],
         "output_tps": fleet["output_tps"],
         "output_tokens": fleet["output_tokens"],

@@ -118,9 +118,11 @@ class BenchSession(Session):
         start_at: float | None = None,
         top_level: bool = True,
     ) -> None:
+        # The task's text is made when the session starts: a level plans every session
+        # up front, and synthetic text is most of what a waiting session would hold.
         super().__init__(
             run.agent_for(script),
-            script.turn_text(0),
+            "",
             session_id=script.session_id,
             metadata={"bench_agent": script.agent},
         )
@@ -187,9 +189,10 @@ class BenchSession(Session):
             else:
                 run.subagents += 1
             first = self.script.turns[0]
+            task = self.script.turn_text(0)
             if first.subagents:
-                answers = await self._fork(first.subagents)
-                self.messages[-1]["content"] += answers
+                task += await self._fork(first.subagents)
+            self.messages[-1]["content"] = task
             try:
                 return await super().run(
                     bus=bus, runner=runner, tool_limit=tool_limit, clock=clock, turn_log=turn_log

@@ -138,3 +138,69 @@ def test_level_end_stops_new_turns() -> None:
     assert s["sessions"]["drained"]
     # Session k arrived at k s and sent a turn a second (think time 1 s + ~7 ms of turn).
     assert 0 < s["turns"] <= sum(range(1, 11))
+
+
+def test_the_fleets_own_limits_apply() -> None:
+    """Bench sessions go through the fleet's scheduler: with max_concurrency=2 no more
+    than 2 requests are ever in flight and the rest wait in its queue (queue_wait_s)."""
+    longer = Workload(
+        name="longer",
+        templates=(SessionTemplate(name="req", turns=1, prompt_tokens=8, output_tokens=100),),
+    )
+    scripts = plan_sessions(longer, Load(rate=50.0, arrival="constant"), duration_s=4.0)
+    target = SimTarget(profile="cpu-tiny")
+
+    async def main() -> LevelResult:
+        tap = LevelTap()
+        async with target.open(scripts, 0) as transport:
+            fleet = Fleet(transport, max_concurrency=2, callbacks=[tap], clock=target.clock())
+            return await run_level(
+                fleet,
+                tap,
+                scripts,
+                load=Load(rate=50.0),
+                model="cpu-tiny",
+                params={},
+                duration_s=4.0,
+                clock=target.clock(),
+            )
+
+    s = run_virtual(main()).summary
+    assert s["peak_in_flight"] == 2
+    assert s["turns"] == 200 and s["sessions"]["drained"]
+    # ~10 requests/s fit through 2 slots of ~0.1 s each: the other arrivals queue.
+    assert s["queue_wait_s"]["p50"] > 1.0
+
+
+def test_an_undrained_level_is_cancelled_and_over_saturated() -> None:
+    """Turns still running ``drain_s`` after the end are cancelled; the level says so."""
+    heavy = Workload(
+        name="heavy",
+        templates=(SessionTemplate(name="req", turns=1, prompt_tokens=64, output_tokens=100),),
+    )
+    load = Load(rate=200.0, arrival="constant")
+    scripts = plan_sessions(heavy, load, duration_s=5.0)
+    target = SimTarget(profile="cpu-tiny")
+
+    async def main() -> LevelResult:
+        tap = LevelTap()
+        async with target.open(scripts, 0) as transport:
+            fleet = Fleet(transport, max_concurrency=10_000, callbacks=[tap], clock=target.clock())
+            return await run_level(
+                fleet,
+                tap,
+                scripts,
+                load=load,
+                model="cpu-tiny",
+                params={},
+                duration_s=5.0,
+                drain_s=1.0,
+                clock=target.clock(),
+            )
+
+    s = run_virtual(main()).summary
+    assert not s["sessions"]["drained"]
+    assert s["saturation"]["saturated"]
+    assert any("drain" in r for r in s["saturation"]["reasons"])
+    assert s["turns"] < s["sessions"]["started"]  # the cancelled turns count nowhere
+    assert s["peak_in_flight"] is None

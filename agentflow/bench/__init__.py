@@ -31,7 +31,7 @@ from agentflow.bench._bench import (
     run_bench,
 )
 from agentflow.bench._level import LevelResult, LevelTap, Saturation, run_level
-from agentflow.bench._load import Arrival, Load, arrival_times, plan_sessions
+from agentflow.bench._load import Arrival, Load, arrival_times, plan_sessions, replay_sessions
 from agentflow.bench._session import BenchRun, BenchSession
 from agentflow.bench._spec import (
     Constant,
@@ -81,6 +81,7 @@ __all__ = [
     "get_workload",
     "load_workload",
     "plan_sessions",
+    "replay_sessions",
     "run_bench",
     "run_level",
     "sample_value",

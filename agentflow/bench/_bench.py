@@ -27,7 +27,7 @@ import msgspec
 from agentflow._errors import ConfigError
 from agentflow._fleet import Fleet
 from agentflow.bench._level import LevelResult, LevelTap, Saturation, run_level
-from agentflow.bench._load import Arrival, Load, plan_sessions
+from agentflow.bench._load import Arrival, Load, plan_sessions, replay_sessions
 from agentflow.bench._spec import SessionScript, Workload
 from agentflow.stats import SLO
 from agentflow.typing import Clock, Transport
@@ -117,7 +117,8 @@ class BenchConfig:
         params: body fields every request carries (``ignore_eos`` is added when the
             workload asks for it).
         scripts: run these sessions at every level instead of sampling ``workload``
-            (a trace replay's); their ``arrival_s`` are used as they are.
+            (a trace replay's): levels are then replay speeds (``Load(scale=…)``, a sweep
+            grows the speed) or concurrencies.
     """
 
     workload: Workload | None = None
@@ -157,9 +158,18 @@ class BenchConfig:
             raise ConfigError(f"bench: max_in_flight must be ≥ 1, got {self.max_in_flight!r}")
         if self.arrival not in ("poisson", "constant"):
             raise ConfigError(f"bench: arrival must be poisson or constant, got {self.arrival!r}")
+        for load in self.levels:
+            if self.scripts is not None and load.rate is not None:
+                raise ConfigError(
+                    f"bench: {load.label}: scripts bring their own arrivals; give replay "
+                    "speeds (Load(scale=…)) or concurrencies"
+                )
+            if self.scripts is None and load.scale is not None:
+                raise ConfigError(f"bench: {load.label}: a replay speed needs scripts")
 
     def level_loads(self) -> Iterator[Load]:
-        """The levels to run, in order (a sweep's, endless until ``max_levels``)."""
+        """The levels to run, in order (a sweep's, endless until ``max_levels``): rates
+        for a workload, replay speeds for ``scripts``, or concurrencies."""
         if self.sweep is None:
             yield from self.levels
             return
@@ -167,6 +177,8 @@ class BenchConfig:
         for _ in range(self.sweep.max_levels):
             if self.concurrency_sweep:
                 yield Load(concurrency=max(1, round(value)))
+            elif self.scripts is not None:
+                yield Load(scale=value)
             else:
                 yield Load(rate=value, arrival=self.arrival)
             value *= self.sweep.factor
@@ -428,8 +440,9 @@ async def arun_bench(
 
 def _scripts(config: BenchConfig, load: Load, seed: int) -> list[SessionScript]:
     if config.scripts is not None:
-        scripts = list(config.scripts)
-        return scripts[: config.max_sessions] if config.max_sessions else scripts
+        return replay_sessions(
+            config.scripts, load, duration_s=config.duration_s, max_sessions=config.max_sessions
+        )
     assert config.workload is not None
     return plan_sessions(
         config.workload,

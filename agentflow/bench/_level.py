@@ -280,7 +280,7 @@ def _summary(
             "drained": drained,
         },
         "requested_rate": load.rate,
-        "achieved_rate": starts_all / duration_s if load.rate is not None and duration_s else None,
+        "achieved_rate": starts_all / duration_s if load.open_loop and duration_s else None,
         "window_arrival_rate": started_in_window / measured if measured else None,
         "turns": fleet["turns"],
         "peak_in_flight": peak_in_flight,

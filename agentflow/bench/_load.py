@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
+
+import msgspec
 
 from agentflow._errors import ConfigError
 from agentflow.bench._spec import SessionScript, Workload
 
-__all__ = ["Arrival", "Load", "arrival_times", "plan_sessions"]
+__all__ = ["Arrival", "Load", "arrival_times", "plan_sessions", "replay_sessions"]
 
 #: How open-loop sessions are spaced: exponential gaps, or equal ones.
 Arrival = Literal["poisson", "constant"]
@@ -37,23 +39,35 @@ SESSIONS_PER_SLOT = 64
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Load:
-    """One load level: a session arrival rate, or a number of live sessions.
+    """One load level: a session arrival rate, a number of live sessions, or — for
+    scripts that carry their own arrivals (a trace) — a replay speed.
 
     Attributes:
-        rate: sessions per second (open loop); ``None`` for a concurrency level.
-        concurrency: sessions alive at once; ``None`` for a rate level.
-        arrival: ``"poisson"`` (exponential gaps) or ``"constant"`` (equal gaps).
+        rate: sessions per second (open loop).
+        concurrency: sessions alive at once.
+        scale: replay the scripts' own ``arrival_s`` this many times faster (open loop:
+            2.0 compresses the arrivals into half the time; the gaps between a session's
+            turns stay as scripted).
+        arrival: for ``rate``: ``"poisson"`` (exponential gaps) or ``"constant"``.
+
+    Exactly one of ``rate``, ``concurrency`` and ``scale`` is set.
     """
 
     rate: float | None = None
     concurrency: int | None = None
+    scale: float | None = None
     arrival: Arrival = "poisson"
 
     def __post_init__(self) -> None:
-        if (self.rate is None) == (self.concurrency is None):
-            raise ConfigError("a load level needs exactly one of rate and concurrency")
+        given = [n for n in ("rate", "concurrency", "scale") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ConfigError(
+                f"a load level needs exactly one of rate, concurrency and scale, got {given}"
+            )
         if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
             raise ConfigError(f"rate must be a finite number > 0 sessions/s, got {self.rate!r}")
+        if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
+            raise ConfigError(f"scale must be a finite number > 0, got {self.scale!r}")
         if self.concurrency is not None and (
             not isinstance(self.concurrency, int) or self.concurrency < 1
         ):
@@ -62,21 +76,32 @@ class Load:
             raise ConfigError(f"arrival must be 'poisson' or 'constant', got {self.arrival!r}")
 
     @property
-    def mode(self) -> Literal["rate", "concurrency"]:
-        """``"rate"`` or ``"concurrency"``."""
-        return "rate" if self.rate is not None else "concurrency"
+    def mode(self) -> Literal["rate", "concurrency", "scale"]:
+        """``"rate"``, ``"concurrency"`` or ``"scale"``."""
+        if self.rate is not None:
+            return "rate"
+        return "concurrency" if self.concurrency is not None else "scale"
 
     @property
     def value(self) -> float:
-        """The rate (sessions/s) or the concurrency."""
-        return self.rate if self.rate is not None else float(self.concurrency or 0)
+        """The rate (sessions/s), the concurrency, or the replay speed."""
+        if self.rate is not None:
+            return self.rate
+        return float(self.concurrency) if self.concurrency is not None else float(self.scale or 0)
+
+    @property
+    def open_loop(self) -> bool:
+        """Whether sessions arrive on a schedule (rate, scale) rather than into free slots."""
+        return self.concurrency is None
 
     @property
     def label(self) -> str:
-        """``"rate=4/s"`` or ``"concurrency=16"``."""
+        """``"rate=4/s"``, ``"concurrency=16"`` or ``"scale=2x"``."""
         if self.rate is not None:
             return f"rate={self.rate:g}/s"
-        return f"concurrency={self.concurrency}"
+        if self.concurrency is not None:
+            return f"concurrency={self.concurrency}"
+        return f"scale={self.scale:g}x"
 
 
 def arrival_times(rate: float, arrival: Arrival, seed: int | str) -> Iterator[float]:
@@ -123,7 +148,8 @@ def plan_sessions(
     if load.concurrency is not None:
         n = max_sessions or SESSIONS_PER_SLOT * load.concurrency
         return [workload.sample(i, seed=seed) for i in range(n)]
-    assert load.rate is not None
+    if load.rate is None:
+        raise ConfigError(f"{load.label}: a replay speed needs scripts, not a workload")
     out: list[SessionScript] = []
     for i, t in enumerate(arrival_times(load.rate, load.arrival, seed)):
         if duration_s is not None and t >= duration_s:
@@ -131,4 +157,36 @@ def plan_sessions(
         if max_sessions is not None and i >= max_sessions:
             break
         out.append(workload.sample(i, seed=seed, arrival_s=t))
+    return out
+
+
+def replay_sessions(
+    scripts: Sequence[SessionScript],
+    load: Load,
+    *,
+    duration_s: float | None = None,
+    max_sessions: int | None = None,
+) -> list[SessionScript]:
+    """Scripts that carry their own arrivals (a trace's), for one level.
+
+    ``Load(scale=s)``: each ``arrival_s`` divided by ``s``; ``Load(concurrency=n)``:
+    in order, into ``n`` live-session slots (their ``arrival_s`` ignored). Sessions
+    arriving after ``duration_s`` are left out; at most ``max_sessions``.
+
+    Raises:
+        ConfigError: a ``rate`` level (scripts bring their own arrivals).
+    """
+    if load.rate is not None:
+        raise ConfigError(
+            f"{load.label}: scripts bring their own arrivals; use a replay speed "
+            "(Load(scale=…)) or a concurrency"
+        )
+    out: list[SessionScript] = []
+    for s in sorted(scripts, key=lambda s: s.arrival_s):
+        at = 0.0 if load.scale is None else s.arrival_s / load.scale
+        if duration_s is not None and load.scale is not None and at >= duration_s:
+            break
+        out.append(s if at == s.arrival_s else msgspec.structs.replace(s, arrival_s=at))
+        if max_sessions is not None and len(out) >= max_sessions:
+            break
     return out

@@ -36,16 +36,17 @@ WORKLOAD = Workload(
 
 
 def test_bench_level_on_llamacpp(llamacpp: LlamaCppServer) -> None:
-    """One open-loop level (1 session/s for 6 s): every session and sub-agent ran, each
-    turn produced exactly its max_tokens (ignore_eos), and the level's figures come from
-    the server's usage and the stream's timing."""
+    """One open-loop level (6 sessions, one a second, each run to its script's end — no
+    duration, so a slow machine changes timings, never counts): every session and
+    sub-agent ran, each turn produced exactly its max_tokens (ignore_eos), and the
+    level's figures come from the server's usage and the stream's timing."""
     report = run_bench(
         BenchConfig(
             workload=WORKLOAD,
             levels=(Load(rate=1.0, arrival="constant"),),
-            duration_s=6.0,
+            duration_s=None,
+            max_sessions=6,
             warmup_s=0.0,
-            drain_s=120.0,
         ),
         HTTPTarget(base_url=llamacpp.base_url, model="smollm2"),
     )

@@ -192,9 +192,8 @@ class Target(Protocol):
         """For reports: what the target is."""
         ...
 
-    @property
-    def model(self) -> str:
-        """The model name when the config gives none."""
+    async def model_name(self) -> str:
+        """The model name to request when the config gives none."""
         ...
 
     @property
@@ -231,8 +230,7 @@ class SimTarget:
         """``sim://PROFILE (virtual time)``."""
         return f"sim://{self._profile().name} (in-process, virtual time)"
 
-    @property
-    def model(self) -> str:
+    async def model_name(self) -> str:
         """The profile's model."""
         return str(self._profile().model)
 
@@ -277,12 +275,13 @@ class HTTPTarget:
     Attributes:
         base_url: e.g. ``http://127.0.0.1:8000/v1``.
         api_key: sent as a bearer token (never printed or reported).
-        model: the model name to request.
+        model: the model name to request; ``None``: the one the server's ``/v1/models``
+            lists (``"default"`` if it lists none or several).
         timeouts: time limits of each request (the transport's defaults if ``None``).
     """
 
     base_url: str
-    model: str = "default"
+    model: str | None = None
     api_key: str | None = None
     timeouts: Any = None
     virtual: bool = False
@@ -291,6 +290,19 @@ class HTTPTarget:
     def label(self) -> str:
         """The base URL (credentials masked in reports)."""
         return self.base_url
+
+    async def model_name(self) -> str:
+        """``model``, or the model the server serves (asked once, 10 s at most)."""
+        if self.model is None:
+            from agentflow._errors import AgentflowError
+            from agentflow.context import server_window
+
+            self.model = "default"
+            with contextlib.suppress(AgentflowError):
+                found = await server_window(self.base_url, api_key=self.api_key, timeout_s=10.0)
+                if found is not None and found.model:
+                    self.model = found.model
+        return self.model
 
     def clock(self) -> Clock:
         """``time.perf_counter_ns``, the transport's default."""
@@ -381,7 +393,7 @@ async def arun_bench(
     on_level: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """:func:`run_bench` on the running loop (a virtual target needs a VirtualTimeLoop)."""
-    model = config.model or target.model
+    model = config.model or await target.model_name()
     params = dict(config.params)
     if config.workload is not None and config.workload.ignore_eos:
         params.setdefault("ignore_eos", True)

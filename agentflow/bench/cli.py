@@ -80,7 +80,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--base-url", help="an OpenAI-compatible server (default: the embedded simulator)"
     )
-    p.add_argument("--model", help="model name (default: the simulator's, or 'default')")
+    p.add_argument(
+        "--model", help="model name (default: the simulator's, or the one the server lists)"
+    )
     p.add_argument(
         "--api-key-env",
         default="OPENAI_API_KEY",
@@ -193,7 +195,7 @@ def _bench(args: argparse.Namespace) -> int:
     target: Any
     if args.base_url:
         key = os.environ.get(args.api_key_env) if args.api_key_env else None
-        target = HTTPTarget(base_url=args.base_url, model=args.model or "default", api_key=key)
+        target = HTTPTarget(base_url=args.base_url, model=args.model, api_key=key)
         from agentflow.transport import Endpoint
 
         Endpoint(base_url=args.base_url)  # a ConfigError names a malformed URL

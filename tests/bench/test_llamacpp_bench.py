@@ -48,7 +48,7 @@ def test_bench_level_on_llamacpp(llamacpp: LlamaCppServer) -> None:
             max_sessions=6,
             warmup_s=0.0,
         ),
-        HTTPTarget(base_url=llamacpp.base_url, model="smollm2"),
+        HTTPTarget(base_url=llamacpp.base_url),  # the model: the one /v1/models lists
     )
     (level,) = report["levels"]
     sessions = level["sessions"]
@@ -61,3 +61,4 @@ def test_bench_level_on_llamacpp(llamacpp: LlamaCppServer) -> None:
     assert level["decode_tps_per_agent"]["p50"] > 0 and level["output_tps"] > 0
     assert level["cache_hit_rate"] is not None  # llama.cpp reports cached tokens
     assert report["run"]["target"] == llamacpp.base_url
+    assert report["run"]["model"] == "smollm2"

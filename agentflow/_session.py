@@ -187,6 +187,8 @@ class Session:
                 for index in range(self._next_turn, agent.max_turns):
                     trace = await self._model_turn(index, runner, bus, clock)
                     if not trace.tool_calls:
+                        if await self._continue(index, trace):
+                            continue
                         status, final = "completed", trace.content
                         break
                     await self._run_tools(index, trace.tool_calls, bus, tool_limit, clock)
@@ -229,6 +231,12 @@ class Session:
                     SessionEndEvent(agent=agent.name, session_id=self.session_id, result=result)
                 )
         return result
+
+    async def _continue(self, index: int, trace: TurnTrace) -> bool:
+        """After turn ``index`` answered without tool calls: whether the conversation
+        goes on. A plain session ends there (``False``); a scripted one
+        (``agentflow.bench``) appends its next message first and returns ``True``."""
+        return False
 
     async def _model_turn(
         self, index: int, runner: TurnRunner, bus: EventBus, clock: Clock

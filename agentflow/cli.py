@@ -6,6 +6,7 @@
 ``agentflow llamacpp``  serve SmolLM2-135M on 127.0.0.1 with llama.cpp (needs the extra)
 ``agentflow plan``      KV-cache capacity of a deployment: tokens, and 1M-token sessions held
 ``agentflow report``    plots of run reports (latency CDFs, interactivity vs throughput) in HTML
+``agentflow bench``     open-loop agentic load, level by level, sweeps to saturation
 
 Nothing in the library imports this module.
 
@@ -160,6 +161,10 @@ def _parser() -> argparse.ArgumentParser:
     from agentflow.report.cli import add_parser as add_report_parser
 
     add_report_parser(sub)
+
+    from agentflow.bench.cli import add_parser as add_bench_parser
+
+    add_bench_parser(sub)
 
     chat = sub.add_parser("chat", help="stream one prompt and print its latency figures")
     chat.add_argument("prompt", help="the user message to send")

@@ -1,0 +1,335 @@
+"""One load level: run its scripts on a Fleet and measure them with FleetStats.
+
+The fleet, its scheduler and the statistics are the library's own: the level's
+sessions are :class:`~agentflow.bench._session.BenchSession` s given to
+:meth:`Fleet.run <agentflow.Fleet.run>`, and a :class:`LevelTap` subscribed to the
+fleet hands each event to a :class:`~agentflow.stats.FleetStats` — only the turns that
+became ready inside the level's measurement window (after the warm-up, before the
+end). The level's figures are read from that FleetStats' ``agentflow.report/2``
+report, which the bench report keeps whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from agentflow._events import ErrorEvent, Event, SessionEndEvent, TurnEndEvent
+from agentflow._fleet import Fleet
+from agentflow.bench._load import Load
+from agentflow.bench._session import BenchRun, BenchSession
+from agentflow.bench._spec import SessionScript
+from agentflow.stats import SLO, FleetStats
+from agentflow.stats._rows import ready_ns
+from agentflow.typing import Clock
+
+__all__ = ["LevelResult", "LevelTap", "Saturation", "run_level"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Saturation:
+    """When a level counts as over-saturated: its latency or its backlog keeps growing.
+
+    Attributes:
+        ttft_growth: over-saturated when the median time from a turn being ready to its
+            first token (queue wait + TTFT) in the window's last third is at least this
+            many times the first third's …
+        min_rise_s: … and at least this many seconds more (a few milliseconds more
+            prefill, as contexts grow, is not a queue).
+        backlog_growth: over-saturated when the turns waiting for their first token
+            (ready, no output yet) grew over the window by at least this fraction of
+            the turns that became ready in it — requests the server did not absorb.
+        min_samples: turns each third needs for the TTFT trend to count.
+    """
+
+    ttft_growth: float = 2.0
+    min_rise_s: float = 0.1
+    backlog_growth: float = 0.05
+    min_samples: int = 10
+
+
+class _Window:
+    """Feeds a FleetStats the turns ready in ``[lo_ns, hi_ns)``."""
+
+    def __init__(self, stats: FleetStats, lo_ns: int, hi_ns: int) -> None:
+        self.stats = stats
+        self.lo_ns = lo_ns
+        self.hi_ns = hi_ns
+        self.sessions: set[str] = set()
+        #: (ready_ns, queue wait + TTFT in seconds) of each turn in the window.
+        self.first_token: list[tuple[int, float]] = []
+        #: (ready_ns, first output or end ns) of every finished turn, in the window or not.
+        self.waits: list[tuple[int, int]] = []
+        self.turns_outside = 0
+
+    def observe(self, event: Event) -> None:
+        if isinstance(event, TurnEndEvent):
+            ready = ready_ns(event.metrics, event.trace)
+            trace = event.trace
+            first = trace.first_output_ns
+            self.waits.append((ready, first if first is not None else trace.end_ns))
+            if not self.lo_ns <= ready < self.hi_ns:
+                self.turns_outside += 1
+                return
+            self.sessions.add(event.session_id)
+            m = event.metrics
+            if m.ttft_s is not None:
+                self.first_token.append((ready, m.queue_wait_s + m.ttft_s))
+            self.stats(event)
+        elif isinstance(event, SessionEndEvent):
+            if event.session_id in self.sessions:
+                self.stats(event)
+        elif isinstance(event, ErrorEvent) or event.type == "retry":
+            self.stats(event)
+
+
+class LevelTap:
+    """A fleet callback that routes events to the current level's window (if any).
+
+    Subscribe one to a :class:`~agentflow.Fleet` (``Fleet(callbacks=[tap])``) and reuse
+    the fleet for every level; :func:`run_level` points it at each level's window.
+    """
+
+    #: Only these events reach it: the bus builds no token events for it.
+    event_types: ClassVar[frozenset[str]] = frozenset({"turn_end", "session_end", "error", "retry"})
+
+    def __init__(self) -> None:
+        self._window: _Window | None = None
+
+    def __call__(self, event: Event) -> None:
+        """Pass ``event`` to the current window."""
+        if self._window is not None:
+            self._window.observe(event)
+
+
+@dataclass(slots=True, kw_only=True)
+class LevelResult:
+    """What one level measured.
+
+    Attributes:
+        load: the level.
+        summary: its figures (see ``docs/bench.md``): JSON-able, no NaN.
+        stats: the FleetStats of its measurement window.
+        run: the shared state of its sessions (start and end times, counts).
+    """
+
+    load: Load
+    summary: dict[str, Any]
+    stats: FleetStats
+    run: BenchRun
+    report: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def saturated(self) -> bool:
+        """Whether the level was over-saturated (see :class:`Saturation`)."""
+        return bool(self.summary["saturation"]["saturated"])
+
+
+async def run_level(
+    fleet: Fleet,
+    tap: LevelTap,
+    scripts: Sequence[SessionScript],
+    *,
+    load: Load,
+    model: str,
+    params: Mapping[str, Any],
+    duration_s: float | None,
+    warmup_s: float = 0.0,
+    drain_s: float = 60.0,
+    slos: Sequence[SLO] = (),
+    clock: Clock,
+    saturation: Saturation = Saturation(),
+    run_info: Mapping[str, Any] | None = None,
+) -> LevelResult:
+    """Run one level's ``scripts`` on ``fleet`` and measure it.
+
+    Args:
+        fleet: the fleet (its transport, scheduler, limits); ``tap`` subscribed to it.
+        tap: the fleet's :class:`LevelTap`.
+        scripts: the level's sessions (from :func:`~agentflow.bench.plan_sessions`, or a
+            trace).
+        load: the level; with ``concurrency``, that many sessions live at once.
+        model: the model to request.
+        params: body fields of every request.
+        duration_s: after this, no session starts and no turn is sent; ``None``: every
+            script runs to its end.
+        warmup_s: turns ready before this are left out of every figure.
+        drain_s: after the end, how long turns in flight may take before the level is
+            cancelled (their turns then count nowhere).
+        slos: goodput is counted against these.
+        clock: the fleet's clock (nanoseconds; the traces' clock).
+        saturation: when the level counts as over-saturated.
+        run_info: copied into the level report's ``run`` section.
+    """
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    c0 = clock()
+    end = None if duration_s is None else t0 + duration_s
+    run = BenchRun(model=model, params=params, t0=t0, end=end, live=load.concurrency)
+    hi_ns = c0 + round(duration_s * 1e9) if duration_s is not None else 2**62
+    lo_ns = c0 + round(warmup_s * 1e9)
+    stats = FleetStats(slos=slos, per="session", start_ns=lo_ns)
+    window = _Window(stats, lo_ns, hi_ns)
+    tap._window = window
+    sessions = [BenchSession(s, run) for s in scripts]
+    task = asyncio.create_task(fleet.run(sessions))
+    peak: int | None = None  # the fleet's, known when the run ended by itself
+    try:
+        timeout = None if duration_s is None else duration_s + drain_s
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        drained = bool(done)
+        if not done:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            result = await task
+            peak = result.peak_in_flight
+    finally:
+        tap._window = None
+        if not task.done():
+            task.cancel()
+    elapsed = loop.time() - t0
+    cut = sum(s.cut for s in sessions)
+    report = stats.report(
+        run={**(run_info or {}), "level": load.label, "label": load.label}, cdf_points=20
+    )
+    summary = _summary(
+        load=load,
+        report=report,
+        run=run,
+        window=window,
+        planned=len(scripts),
+        warmup_s=warmup_s,
+        duration_s=duration_s if duration_s is not None else elapsed,
+        drained=drained,
+        cut=cut,
+        saturation=saturation,
+        peak_in_flight=peak,
+    )
+    return LevelResult(load=load, summary=summary, stats=stats, run=run, report=report)
+
+
+def _waiting_at(window: _Window, t_ns: int) -> int:
+    """Turns ready at ``t_ns`` that had no output yet."""
+    return sum(1 for ready, first in window.waits if ready <= t_ns < first)
+
+
+def _q(dist: Mapping[str, Any], *keys: str) -> dict[str, Any]:
+    return {k: dist.get(k) for k in ("mean", *keys)}
+
+
+def _summary(
+    *,
+    load: Load,
+    report: Mapping[str, Any],
+    run: BenchRun,
+    window: _Window,
+    planned: int,
+    warmup_s: float,
+    duration_s: float,
+    drained: bool,
+    cut: int,
+    saturation: Saturation,
+    peak_in_flight: int | None,
+) -> dict[str, Any]:
+    fleet = report["fleet"]
+    dist = report["distributions"]
+    per_agent = report["per_agent"]
+    t0 = run.t0
+    lo, hi = t0 + warmup_s, t0 + duration_s
+    started_in_window = sum(1 for s in run.starts if lo <= s < hi)
+    ready_in_window = sum(1 for ready, _ in window.waits if window.lo_ns <= ready < window.hi_ns)
+    backlog = _waiting_at(window, window.hi_ns) - _waiting_at(window, window.lo_ns)
+    backlog_growth = backlog / ready_in_window if ready_in_window else None
+    growth, rise = _ttft_growth(window, saturation.min_samples)
+    reasons = []
+    if (
+        growth is not None
+        and growth >= saturation.ttft_growth
+        and rise is not None
+        and rise >= saturation.min_rise_s
+    ):
+        reasons.append(f"time to first token grew {growth:.1f}× (+{rise:.2f} s) over the window")
+    if backlog_growth is not None and backlog_growth >= saturation.backlog_growth:
+        reasons.append(
+            f"{backlog} more turns waited for a first token at the end than at the start "
+            f"({backlog_growth:.0%} of the turns ready in the window)"
+        )
+    if not drained:
+        reasons.append("turns were still in flight when the drain time ran out")
+    starts_all = sum(1 for s in run.starts if s < hi)
+    measured = max(duration_s - warmup_s, 0.0)
+    return {
+        "load": {
+            "mode": load.mode,
+            "value": load.value,
+            "arrival": load.arrival if load.rate is not None else None,
+            "label": load.label,
+        },
+        "window_s": [warmup_s, duration_s],
+        "sessions": {
+            "planned": planned,
+            "started": len(run.starts),
+            "not_started": run.not_started,
+            "cut_at_end": cut,
+            "subagents": run.subagents,
+            "in_window": len(window.sessions),
+            "drained": drained,
+        },
+        "requested_rate": load.rate,
+        "achieved_rate": starts_all / duration_s if load.open_loop and duration_s else None,
+        "window_arrival_rate": started_in_window / measured if measured else None,
+        "turns": fleet["turns"],
+        "peak_in_flight": peak_in_flight,
+        "req_per_s": fleet["turns_per_s"],
+        "output_tps": fleet["output_tps"],
+        "output_tokens": fleet["output_tokens"],
+        "ttft_s": _q(dist["ttft_s"], "p50", "p90", "p99"),
+        "tpot_s": _q(dist["tpot_s"], "p50", "p90", "p99"),
+        "itl_s": _q(dist["itl_s"], "p50", "p99"),
+        "e2e_s": _q(dist["e2e_s"], "p50", "p99"),
+        "queue_wait_s": _q(dist["queue_wait_s"], "p50", "p99"),
+        "decode_tps_per_agent": _q(per_agent["decode_tps"], "p50", "p99"),
+        "decode_tps_per_turn": _q(dist["decode_tps"], "p50", "p99"),
+        "goodput": [
+            {
+                "slo": g["name"],
+                "turn_fraction": g["turn_fraction"],
+                "turns_per_s": g["turns_per_s"],
+                "output_tps": g["output_tps"],
+            }
+            for g in report["goodput"]
+        ],
+        "cache_hit_rate": fleet["cache_hit_rate"],
+        "prompt_tokens": fleet["prompt_tokens"],
+        "cached_tokens": fleet["cached_tokens"],
+        "errors": fleet["errors"],
+        "statuses": fleet["statuses"],
+        "saturation": {
+            "ttft_growth": growth,
+            "ttft_rise_s": rise,
+            "backlog": backlog,
+            "backlog_growth": backlog_growth,
+            "saturated": bool(reasons),
+            "reasons": reasons,
+        },
+    }
+
+
+def _ttft_growth(window: _Window, min_samples: int) -> tuple[float | None, float | None]:
+    """Median (queue wait + TTFT) of the window's last third over its first third, and
+    the difference in seconds; ``None`` with too few turns."""
+    pts = window.first_token
+    if not pts:
+        return None, None
+    lo, hi = window.lo_ns, max(r for r, _ in pts)
+    third = (hi - lo) / 3
+    first = [v for r, v in pts if r < lo + third]
+    last = [v for r, v in pts if r >= hi - third]
+    if len(first) < min_samples or len(last) < min_samples:
+        return None, None
+    a, b = statistics.median(first), statistics.median(last)
+    return (b / a if a > 0 else None), b - a

@@ -1,0 +1,192 @@
+"""Load patterns: when sessions arrive, and how many live at once.
+
+Two kinds of load, as load generators name them:
+
+- **open loop** (``Load.rate``): sessions arrive at a rate — Poisson (exponential
+  gaps) or constant — whatever the server does; a slow server makes a backlog, not a
+  slower client. Arrival times are drawn up front from the seed, as vLLM's
+  ``bench serve`` does, so the offered load is exact and the same on every run.
+- **fixed live sessions** (``Load.concurrency``): N sessions alive at all times; when
+  one ends the next starts (closed loop at the session level — within a session,
+  turns follow its script's tool latencies and think times).
+
+:func:`plan_sessions` turns a workload and a load into the run's scripts, bounded by a
+duration and a session limit.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import msgspec
+
+from agentflow._errors import ConfigError
+from agentflow.bench._spec import SessionScript, Workload
+
+__all__ = ["Arrival", "Load", "arrival_times", "plan_sessions", "replay_sessions"]
+
+#: How open-loop sessions are spaced: exponential gaps, or equal ones.
+Arrival = Literal["poisson", "constant"]
+
+#: Sessions prepared for a fixed-concurrency run with a duration and no session
+#: limit, per live session (they run back to back; the run ends at its duration).
+SESSIONS_PER_SLOT = 64
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Load:
+    """One load level: a session arrival rate, a number of live sessions, or — for
+    scripts that carry their own arrivals (a trace) — a replay speed.
+
+    Attributes:
+        rate: sessions per second (open loop).
+        concurrency: sessions alive at once.
+        scale: replay the scripts' own ``arrival_s`` this many times faster (open loop:
+            2.0 compresses the arrivals into half the time; the gaps between a session's
+            turns stay as scripted).
+        arrival: for ``rate``: ``"poisson"`` (exponential gaps) or ``"constant"``.
+
+    Exactly one of ``rate``, ``concurrency`` and ``scale`` is set.
+    """
+
+    rate: float | None = None
+    concurrency: int | None = None
+    scale: float | None = None
+    arrival: Arrival = "poisson"
+
+    def __post_init__(self) -> None:
+        given = [n for n in ("rate", "concurrency", "scale") if getattr(self, n) is not None]
+        if len(given) != 1:
+            raise ConfigError(
+                f"a load level needs exactly one of rate, concurrency and scale, got {given}"
+            )
+        if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
+            raise ConfigError(f"rate must be a finite number > 0 sessions/s, got {self.rate!r}")
+        if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
+            raise ConfigError(f"scale must be a finite number > 0, got {self.scale!r}")
+        if self.concurrency is not None and (
+            not isinstance(self.concurrency, int) or self.concurrency < 1
+        ):
+            raise ConfigError(f"concurrency must be an int ≥ 1, got {self.concurrency!r}")
+        if self.arrival not in ("poisson", "constant"):
+            raise ConfigError(f"arrival must be 'poisson' or 'constant', got {self.arrival!r}")
+
+    @property
+    def mode(self) -> Literal["rate", "concurrency", "scale"]:
+        """``"rate"``, ``"concurrency"`` or ``"scale"``."""
+        if self.rate is not None:
+            return "rate"
+        return "concurrency" if self.concurrency is not None else "scale"
+
+    @property
+    def value(self) -> float:
+        """The rate (sessions/s), the concurrency, or the replay speed."""
+        if self.rate is not None:
+            return self.rate
+        return float(self.concurrency) if self.concurrency is not None else float(self.scale or 0)
+
+    @property
+    def open_loop(self) -> bool:
+        """Whether sessions arrive on a schedule (rate, scale) rather than into free slots."""
+        return self.concurrency is None
+
+    @property
+    def label(self) -> str:
+        """``"rate=4/s"``, ``"concurrency=16"`` or ``"scale=2x"``."""
+        if self.rate is not None:
+            return f"rate={self.rate:g}/s"
+        if self.concurrency is not None:
+            return f"concurrency={self.concurrency}"
+        return f"scale={self.scale:g}x"
+
+
+def arrival_times(rate: float, arrival: Arrival, seed: int | str) -> Iterator[float]:
+    """Offsets (seconds from the start) of open-loop arrivals at ``rate`` sessions/s.
+
+    Poisson: exponential gaps of mean ``1/rate`` from a generator seeded with ``seed``;
+    the first arrival is at 0. Constant: ``k / rate``. Endless: the caller stops.
+    """
+    if arrival == "constant":
+        k = 0
+        while True:
+            yield k / rate
+            k += 1
+    rng = random.Random(f"arrivals|{seed}")
+    t = 0.0
+    while True:
+        yield t
+        t += rng.expovariate(rate)
+
+
+def plan_sessions(
+    workload: Workload,
+    load: Load,
+    *,
+    duration_s: float | None,
+    max_sessions: int | None = None,
+    seed: int = 0,
+) -> list[SessionScript]:
+    """The scripts of one run: ``workload`` sampled at the arrivals ``load`` gives.
+
+    Open loop: every arrival before ``duration_s`` (at most ``max_sessions``).
+    Fixed concurrency: ``max_sessions`` scripts (default ``SESSIONS_PER_SLOT`` per live
+    session), all arriving at 0; the run's live-session slots start them in order.
+
+    Raises:
+        ConfigError: neither a duration nor a session limit bounds the run.
+    """
+    if duration_s is None and max_sessions is None:
+        raise ConfigError("a run needs a duration or a session limit (or both)")
+    if max_sessions is not None and max_sessions < 1:
+        raise ConfigError(f"max_sessions must be ≥ 1, got {max_sessions!r}")
+    if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
+        raise ConfigError(f"duration must be a finite number of seconds > 0, got {duration_s!r}")
+    if load.concurrency is not None:
+        n = max_sessions or SESSIONS_PER_SLOT * load.concurrency
+        return [workload.sample(i, seed=seed) for i in range(n)]
+    if load.rate is None:
+        raise ConfigError(f"{load.label}: a replay speed needs scripts, not a workload")
+    out: list[SessionScript] = []
+    for i, t in enumerate(arrival_times(load.rate, load.arrival, seed)):
+        if duration_s is not None and t >= duration_s:
+            break
+        if max_sessions is not None and i >= max_sessions:
+            break
+        out.append(workload.sample(i, seed=seed, arrival_s=t))
+    return out
+
+
+def replay_sessions(
+    scripts: Sequence[SessionScript],
+    load: Load,
+    *,
+    duration_s: float | None = None,
+    max_sessions: int | None = None,
+) -> list[SessionScript]:
+    """Scripts that carry their own arrivals (a trace's), for one level.
+
+    ``Load(scale=s)``: each ``arrival_s`` divided by ``s``; ``Load(concurrency=n)``:
+    in order, into ``n`` live-session slots (their ``arrival_s`` ignored). Sessions
+    arriving after ``duration_s`` are left out; at most ``max_sessions``.
+
+    Raises:
+        ConfigError: a ``rate`` level (scripts bring their own arrivals).
+    """
+    if load.rate is not None:
+        raise ConfigError(
+            f"{load.label}: scripts bring their own arrivals; use a replay speed "
+            "(Load(scale=…)) or a concurrency"
+        )
+    out: list[SessionScript] = []
+    for s in sorted(scripts, key=lambda s: s.arrival_s):
+        at = 0.0 if load.scale is None else s.arrival_s / load.scale
+        if duration_s is not None and load.scale is not None and at >= duration_s:
+            break
+        out.append(s if at == s.arrival_s else msgspec.structs.replace(s, arrival_s=at))
+        if max_sessions is not None and len(out) >= max_sessions:
+            break
+    return out

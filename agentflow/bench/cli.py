@@ -1,0 +1,299 @@
+"""``agentflow bench``: open-loop agentic load against a server, level by level.
+
+    agentflow bench                                   # the embedded simulator, a rate sweep
+    agentflow bench --rate 2 --duration 120 --workload agentic
+    agentflow bench --base-url http://127.0.0.1:8000/v1 --model M --sweep --rate 0.5
+    agentflow bench --concurrency 8,16,32,64 --slo ttft=2s,tpot=10ms --report bench.json
+
+Without ``--base-url`` it runs on the embedded simulator in virtual time
+(``--profile``). Exit status: 0; 1 when a level had failed sessions; 2 a bad argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from agentflow._cliargs import check_output_file
+from agentflow._errors import ConfigError
+from agentflow.stats import SLO
+
+__all__ = ["add_parser", "bench_html", "bench_table", "parse_slo"]
+
+_UNITS = {"ms": 1e-3, "s": 1.0, "us": 1e-6, "µs": 1e-6, "m": 60.0}
+_SLO_KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s", "queue": "queue_wait_s",
+             "queue_wait": "queue_wait_s", "itl": "itl_max_s", "itl_max": "itl_max_s"}  # fmt: skip
+
+
+def parse_slo(text: str) -> SLO:
+    """An SLO from ``ttft=2s,tpot=10ms`` (keys: ttft, tpot, e2e, queue, itl; units: s,
+    ms, us; a bare number is seconds).
+
+    Raises:
+        ConfigError: an unknown key or a value that is not a duration > 0.
+    """
+    bounds: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, sep, value = part.partition("=")
+        field = _SLO_KEYS.get(key.strip().lower())
+        if not sep or field is None:
+            raise ConfigError(
+                f"--slo: {part!r} is not KEY=DURATION with KEY one of ttft, tpot, e2e, queue, itl"
+            )
+        m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e-?[0-9]+)?)\s*(ms|s|us|µs|m)?\s*", value)
+        if m is None:
+            raise ConfigError(f"--slo: {key}={value!r} is not a duration (e.g. 2s, 10ms)")
+        bounds[field] = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if not bounds:
+        raise ConfigError(f"--slo: no bound in {text!r} (e.g. ttft=2s,tpot=10ms)")
+    return SLO(**bounds)  # type: ignore[arg-type]
+
+
+def _numbers(flag: str, text: str) -> list[float]:
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(
+            f"{flag} must be a number or a comma-separated list, got {text!r}"
+        ) from None
+    if not values or any(not v > 0 for v in values):
+        raise ConfigError(f"{flag} values must be > 0, got {text!r}")
+    return values
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``agentflow bench`` to the ``agentflow`` command's subparsers."""
+    p = sub.add_parser(
+        "bench",
+        help="open-loop agentic load, level by level, sweeps to saturation",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    p.add_argument(
+        "--base-url", help="an OpenAI-compatible server (default: the embedded simulator)"
+    )
+    p.add_argument(
+        "--model", help="model name (default: the simulator's, or the one the server lists)"
+    )
+    p.add_argument(
+        "--api-key-env",
+        default="OPENAI_API_KEY",
+        help="the environment variable holding the API key (default OPENAI_API_KEY)",
+    )
+    p.add_argument(
+        "--workload",
+        default="agentic",
+        help="a built-in workload (agentic, chat, fanout, short) or a JSON file",
+    )
+    p.add_argument(
+        "--show-workload", action="store_true", help="print the workload's JSON and exit"
+    )
+    p.add_argument(
+        "--rate", help="sessions/s (open loop); a comma-separated list for several levels"
+    )
+    p.add_argument("--concurrency", help="live sessions; a comma-separated list for several levels")
+    p.add_argument(
+        "--sweep",
+        action="store_true",
+        help="grow the load from --rate (or --concurrency) by --sweep-factor until over-saturated",
+    )
+    p.add_argument("--sweep-factor", type=float, default=1.5)
+    p.add_argument("--max-levels", type=int, default=12)
+    p.add_argument("--arrival", choices=("poisson", "constant"), default="poisson")
+    p.add_argument("--duration", type=float, default=60.0, help="seconds per level (default 60)")
+    p.add_argument(
+        "--warmup",
+        type=float,
+        default=None,
+        help="seconds left out at each level's start (default: a tenth of --duration)",
+    )
+    p.add_argument("--sessions", type=int, default=None, help="the most sessions per level")
+    p.add_argument(
+        "--repeats", type=int, default=1, help="runs per level (≥ 2: confidence intervals)"
+    )
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--slo", action="append", default=[], help="e.g. ttft=2s,tpot=10ms (repeatable)")
+    p.add_argument("--report", type=Path, default=None, help="write the JSON report here")
+    p.add_argument(
+        "--html",
+        type=Path,
+        default=None,
+        help="write agentflow report's HTML page of the levels here (interactivity vs "
+        "throughput: one point per level; needs agentflow[report])",
+    )
+    p.add_argument(
+        "--profile", default="qwen2.5-coder-32b", help="the simulator's profile (no --base-url)"
+    )
+    p.add_argument("--max-in-flight", type=int, default=100_000, help="the client's request limit")
+    p.add_argument(
+        "--no-ignore-eos",
+        action="store_true",
+        help="do not send ignore_eos (servers that reject it)",
+    )
+    p.set_defaults(func=_bench)
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from agentflow.bench._bench import BenchConfig, HTTPTarget, SimTarget, Sweep, run_bench
+    from agentflow.bench._load import Load
+    from agentflow.bench._spec import load_workload
+    from agentflow.bench._workloads import WORKLOADS
+
+    name = args.workload
+    workload = WORKLOADS[name] if name in WORKLOADS else load_workload(Path(name))
+    if args.no_ignore_eos:
+        workload = msgspec.structs.replace(workload, ignore_eos=False)
+    if args.show_workload:
+        print(json.dumps(msgspec.to_builtins(workload), indent=2))
+        return 0
+    if args.report is not None:
+        check_output_file(args.report, "--report")
+    if args.html is not None:
+        check_output_file(args.html, "--html")
+    if args.rate and args.concurrency:
+        raise ConfigError("--rate and --concurrency: give one (the kind of load)")
+    rates = _numbers("--rate", args.rate) if args.rate else None
+    concs = _numbers("--concurrency", args.concurrency) if args.concurrency else None
+    if concs is not None and any(c != int(c) for c in concs):
+        raise ConfigError(f"--concurrency values must be whole numbers, got {args.concurrency!r}")
+    if rates is None and concs is None:
+        rates = [1.0]
+        args.sweep = True
+    sweep = None
+    levels: tuple[Load, ...] = ()
+    if args.sweep:
+        start = (rates or concs or [1.0])[0]
+        sweep = Sweep(start=start, factor=args.sweep_factor, max_levels=args.max_levels)
+    elif rates is not None:
+        levels = tuple(Load(rate=r, arrival=args.arrival) for r in rates)
+    else:
+        levels = tuple(Load(concurrency=int(c)) for c in concs or ())
+    warmup = args.warmup if args.warmup is not None else args.duration / 10
+    config = BenchConfig(
+        workload=workload,
+        levels=levels,
+        sweep=sweep,
+        concurrency_sweep=concs is not None,
+        arrival=args.arrival,
+        duration_s=args.duration,
+        warmup_s=warmup,
+        max_sessions=args.sessions,
+        seed=args.seed,
+        repeats=args.repeats,
+        slos=tuple(parse_slo(s) for s in args.slo),
+        model=args.model,
+        max_in_flight=args.max_in_flight,
+    )
+    target: Any
+    if args.base_url:
+        key = os.environ.get(args.api_key_env) if args.api_key_env else None
+        target = HTTPTarget(base_url=args.base_url, model=args.model, api_key=key)
+        from agentflow.transport import Endpoint
+
+        Endpoint(base_url=args.base_url)  # a ConfigError names a malformed URL
+    else:
+        from agentflow.sim.profiles import get_profile
+
+        get_profile(args.profile)  # an UnknownProfileError names it
+        target = SimTarget(profile=args.profile)
+    # A table of a dozen figures per level: wide, also when printed to a pipe or a file.
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(f"agentflow bench: {workload.name} on {target.label}")
+
+    def show(entry: dict[str, Any]) -> None:
+        s = entry
+        console.print(
+            f"  {s['load']['label']}: {_n(s['output_tps'])} out tok/s, "
+            f"TTFT p50 {_t(s['ttft_s']['p50'])}"
+            + ("  [over-saturated]" if s["saturation"]["saturated"] else "")
+        )
+
+    report = run_bench(config, target, on_level=show)
+    console.print(bench_table(report))
+    if args.report is not None:
+        args.report.parent.mkdir(parents=True, exist_ok=True)
+        args.report.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        console.print(f"report written to {args.report}")
+    if args.html is not None:
+        figures = bench_html(report, args.html)
+        console.print(f"{figures} figures written to {args.html}")
+    failed = sum(
+        lvl["statuses"].get("error", 0) + lvl["statuses"].get("max_turns", 0)
+        for lvl in report["levels"]
+    )
+    return 1 if failed else 0
+
+
+def bench_html(report: dict[str, Any], path: Path) -> int:
+    """Draw a bench report's levels with ``agentflow report`` (each level's first run is
+    one run of the page: the interactivity-vs-throughput plot joins them into the curve);
+    returns the number of figures.
+
+    Raises:
+        ConfigError: matplotlib (the ``report`` extra) is missing.
+    """
+    from agentflow.report import write_report
+    from agentflow.report._runs import Run
+
+    runs = [Run(lvl["load"]["label"], lvl["repeats"][0]["report"]) for lvl in report["levels"]]
+    title = f"agentflow bench — {report['run']['target']}"
+    return len(write_report(runs, path, title=title))
+
+
+def bench_table(report: dict[str, Any]) -> Table:
+    """The levels of a bench report as a table (what ``agentflow bench`` prints)."""
+    slos = [s["name"] for s in report["run"]["slos"]]
+    t = Table(title=f"agentflow bench — {report['run']['target']}", title_justify="left")
+    for col in ("level", "sess/s", "req/s", "out tok/s", "decode tok/s/agent p50", "p99",
+                "TTFT p50", "p99", "TPOT p50", "p99", *(f"goodput {n}" for n in slos),
+                "cache hit", "saturated"):  # fmt: skip
+        t.add_column(col, justify="right" if col not in ("level", "saturated") else "left")
+    for lvl in report["levels"]:
+        ci = lvl.get("ci95", {}).get("output_tps", {})
+        tps = _n(lvl["output_tps"])
+        if ci.get("half_width") is not None:
+            tps += f" ±{ci['half_width']:,.0f}"
+        rate = (
+            lvl["achieved_rate"] if lvl["achieved_rate"] is not None else lvl["window_arrival_rate"]
+        )
+        t.add_row(
+            lvl["load"]["label"],
+            _n(rate, 2),
+            _n(lvl["req_per_s"], 1),
+            tps,
+            _n(lvl["decode_tps_per_agent"]["p50"]),
+            _n(lvl["decode_tps_per_agent"]["p99"]),
+            _t(lvl["ttft_s"]["p50"]),
+            _t(lvl["ttft_s"]["p99"]),
+            _t(lvl["tpot_s"]["p50"]),
+            _t(lvl["tpot_s"]["p99"]),
+            *(
+                "-" if g["turn_fraction"] is None else f"{g['turn_fraction']:.0%}"
+                for g in lvl["goodput"]
+            ),
+            "-" if lvl["cache_hit_rate"] is None else f"{lvl['cache_hit_rate']:.0%}",
+            "yes" if lvl["saturation"]["saturated"] else "",
+        )
+    knee = report.get("knee")
+    t.caption = (
+        f"knee (highest level not over-saturated): {knee['label']}" if knee else "knee: none found"
+    ) + f" · stopped: {report['stopped']}"
+    return t
+
+
+def _n(x: float | None, digits: int = 0) -> str:
+    return "-" if x is None else f"{x:,.{digits}f}"
+
+
+def _t(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s"

@@ -1,0 +1,206 @@
+"""Open-loop arrivals: the achieved session rate is the requested one (within 2 %) over a
+long virtual-time run, each session starts when its arrival says, whatever the server
+does; and fixed-concurrency levels keep exactly N sessions alive."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+
+import pytest
+
+from agentflow import Fleet
+from agentflow.bench import SessionTemplate, Workload
+from agentflow.bench._bench import SimTarget
+from agentflow.bench._level import LevelResult, LevelTap, run_level
+from agentflow.bench._load import Load, arrival_times, plan_sessions
+from agentflow.embedded import run_virtual
+
+TINY = Workload(
+    name="tiny",
+    templates=(SessionTemplate(name="req", turns=1, prompt_tokens=8, output_tokens=2),),
+)
+
+
+def _run(workload: Workload, load: Load, duration_s: float, seed: int = 0) -> LevelResult:
+    scripts = plan_sessions(workload, load, duration_s=duration_s, seed=seed)
+    target = SimTarget(profile="cpu-tiny")
+
+    async def main() -> LevelResult:
+        tap = LevelTap()
+        async with target.open(scripts, seed) as transport:
+            fleet = Fleet(
+                transport,
+                max_concurrency=100_000,
+                callbacks=[tap],
+                clock=target.clock(),
+                prefix_warmup=False,
+            )
+            return await run_level(
+                fleet,
+                tap,
+                scripts,
+                load=load,
+                model="cpu-tiny",
+                params={},
+                duration_s=duration_s,
+                clock=target.clock(),
+            )
+
+    return run_virtual(main())
+
+
+@pytest.mark.parametrize("arrival", ["poisson", "constant"])
+def test_achieved_rate_is_the_requested_rate(arrival: str) -> None:
+    """40 sessions/s for 400 s of virtual time (~16,000 sessions): achieved within 2 %
+    (Poisson: ±1 % is one standard deviation of the count; constant: exact)."""
+    rate, duration = 40.0, 400.0
+    level = _run(TINY, Load(rate=rate, arrival=arrival), duration)  # type: ignore[arg-type]
+    s = level.summary
+    assert s["sessions"]["not_started"] == 0
+    assert s["sessions"]["started"] == s["sessions"]["planned"] > 15_000
+    assert s["achieved_rate"] == pytest.approx(rate, rel=0.02)
+    if arrival == "constant":
+        assert s["sessions"]["started"] == rate * duration
+    # Every session started at its arrival: the client never fell behind the schedule.
+    starts = sorted(t - level.run.t0 for t in level.run.starts)
+    scheduled = [t for t, _ in zip(arrival_times(rate, arrival, 0), starts, strict=False)]  # type: ignore[arg-type]
+    assert max(abs(a - b) for a, b in zip(starts, scheduled, strict=True)) < 1e-6
+    # Every session was served (the server kept up: 2 output tokens each).
+    assert s["turns"] == s["sessions"]["started"]
+    assert s["output_tps"] == pytest.approx(2 * rate, rel=0.03)
+    if arrival == "poisson":  # exponential gaps: coefficient of variation ≈ 1
+        gaps = [b - a for a, b in itertools.pairwise(starts)]
+        cv = statistics.pstdev(gaps) / statistics.fmean(gaps)
+        assert cv == pytest.approx(1.0, abs=0.05)
+
+
+def test_arrivals_do_not_wait_for_an_overloaded_server() -> None:
+    """Open loop: at three times the server's capacity, sessions still arrive on schedule
+    (the backlog grows on the server instead), and the level says it is over-saturated."""
+    heavy = Workload(
+        name="heavy",
+        templates=(SessionTemplate(name="req", turns=1, prompt_tokens=64, output_tokens=100),),
+    )
+    level = _run(heavy, Load(rate=130.0, arrival="constant"), 10.0)
+    s = level.summary
+    assert s["achieved_rate"] == pytest.approx(130.0, rel=0.01)
+    assert s["req_per_s"] < 50  # cpu-tiny serves ~43 requests/s of this size
+    assert s["saturation"]["saturated"]
+    assert s["saturation"]["backlog"] > 500
+
+
+def test_fixed_concurrency_keeps_n_sessions_alive() -> None:
+    """``Load(concurrency=N)``: never more than N sessions alive, N alive while the run
+    lasts, the next one starting when one ends; none starts after the end."""
+    workload = Workload(
+        name="multi",
+        templates=(
+            SessionTemplate(
+                name="agent", turns=3, prompt_tokens=16, output_tokens=20, tool_latency_s=0.5
+            ),
+        ),
+    )
+    level = _run(workload, Load(concurrency=6), 30.0)
+    run = level.run
+    # Alive sessions after everything that happened at one instant of virtual time.
+    alive: dict[float, int] = {}
+    n = 0
+    for t, d in sorted([(t, 1) for t in run.starts] + [(t, -1) for t in run.ends]):
+        n += d
+        alive[t - run.t0] = n
+    assert max(alive.values()) == 6
+    # While the run lasts, each session that ends is replaced at once: always 6 alive.
+    during = [n for t, n in alive.items() if t < 30.0]
+    assert during and all(n == 6 for n in during)
+    assert len(run.starts) > 60
+    assert max(run.starts) - run.t0 < 30.0
+    assert level.summary["sessions"]["not_started"] == level.summary["sessions"]["planned"] - len(
+        run.starts
+    )
+
+
+def test_level_end_stops_new_turns() -> None:
+    """After the duration no new turn is sent; sessions in the middle of their script
+    stop there (counted as cut) and in-flight turns finish."""
+    workload = Workload(
+        name="long",
+        templates=(
+            SessionTemplate(
+                name="agent", turns=50, prompt_tokens=8, output_tokens=4, think_time_s=1.0
+            ),
+        ),
+    )
+    level = _run(workload, Load(rate=1.0, arrival="constant"), 10.0)
+    s = level.summary
+    assert s["sessions"]["started"] == 10
+    assert s["sessions"]["cut_at_end"] == 10
+    assert s["sessions"]["drained"]
+    # Session k arrived at k s and sent a turn a second (think time 1 s + ~7 ms of turn).
+    assert 0 < s["turns"] <= sum(range(1, 11))
+
+
+def test_the_fleets_own_limits_apply() -> None:
+    """Bench sessions go through the fleet's scheduler: with max_concurrency=2 no more
+    than 2 requests are ever in flight and the rest wait in its queue (queue_wait_s)."""
+    longer = Workload(
+        name="longer",
+        templates=(SessionTemplate(name="req", turns=1, prompt_tokens=8, output_tokens=100),),
+    )
+    scripts = plan_sessions(longer, Load(rate=50.0, arrival="constant"), duration_s=4.0)
+    target = SimTarget(profile="cpu-tiny")
+
+    async def main() -> LevelResult:
+        tap = LevelTap()
+        async with target.open(scripts, 0) as transport:
+            fleet = Fleet(transport, max_concurrency=2, callbacks=[tap], clock=target.clock())
+            return await run_level(
+                fleet,
+                tap,
+                scripts,
+                load=Load(rate=50.0),
+                model="cpu-tiny",
+                params={},
+                duration_s=4.0,
+                clock=target.clock(),
+            )
+
+    s = run_virtual(main()).summary
+    assert s["peak_in_flight"] == 2
+    assert s["turns"] == 200 and s["sessions"]["drained"]
+    # ~10 requests/s fit through 2 slots of ~0.1 s each: the other arrivals queue.
+    assert s["queue_wait_s"]["p50"] > 1.0
+
+
+def test_an_undrained_level_is_cancelled_and_over_saturated() -> None:
+    """Turns still running ``drain_s`` after the end are cancelled; the level says so."""
+    heavy = Workload(
+        name="heavy",
+        templates=(SessionTemplate(name="req", turns=1, prompt_tokens=64, output_tokens=100),),
+    )
+    load = Load(rate=200.0, arrival="constant")
+    scripts = plan_sessions(heavy, load, duration_s=5.0)
+    target = SimTarget(profile="cpu-tiny")
+
+    async def main() -> LevelResult:
+        tap = LevelTap()
+        async with target.open(scripts, 0) as transport:
+            fleet = Fleet(transport, max_concurrency=10_000, callbacks=[tap], clock=target.clock())
+            return await run_level(
+                fleet,
+                tap,
+                scripts,
+                load=load,
+                model="cpu-tiny",
+                params={},
+                duration_s=5.0,
+                drain_s=1.0,
+                clock=target.clock(),
+            )
+
+    s = run_virtual(main()).summary
+    assert not s["sessions"]["drained"]
+    assert s["saturation"]["saturated"]
+    assert any("drain" in r for r in s["saturation"]["reasons"])
+    assert s["turns"] < s["sessions"]["started"]  # the cancelled turns count nowhere
+    assert s["peak_in_flight"] is None

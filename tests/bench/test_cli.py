@@ -1,0 +1,151 @@
+"""``agentflow bench`` end to end on the embedded simulator (virtual time), its report,
+repeats with confidence intervals, and its one-line argument errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentflow import SLO
+from agentflow.bench._bench import BenchConfig, SimTarget, Sweep, confidence_interval, run_bench
+from agentflow.bench._load import Load
+from agentflow.bench._spec import SessionTemplate, Workload
+from agentflow.bench.cli import parse_slo
+from agentflow.cli import main
+
+SMALL = {
+    "name": "small",
+    "templates": [
+        {
+            "name": "agent",
+            "turns": 2,
+            "prompt_tokens": 32,
+            "output_tokens": 40,
+            "tool_latency_s": 0.2,
+        }
+    ],
+}
+
+
+def test_bench_command_writes_levels_and_a_table(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    wl = tmp_path / "w.json"
+    wl.write_text(json.dumps(SMALL))
+    out = tmp_path / "bench.json"
+    status = main([
+        "bench", "--profile", "cpu-tiny", "--workload", str(wl), "--rate", "4,8",
+        "--duration", "10", "--repeats", "2", "--slo", "ttft=50ms,tpot=5ms",
+        "--report", str(out), "--api-key-env", "NO_SUCH_VARIABLE",
+    ])  # fmt: skip
+    assert status == 0
+    report = json.loads(out.read_text())
+    assert report["schema_version"] == "agentflow.bench/1"
+    assert [lvl["load"]["label"] for lvl in report["levels"]] == ["rate=4/s", "rate=8/s"]
+    lvl = report["levels"][1]
+    assert lvl["window_s"] == [1.0, 10.0]  # warm-up: a tenth of the duration
+    assert len(lvl["repeats"]) == 2 and lvl["ci95"]["output_tps"]["n"] == 2
+    assert (
+        lvl["ci95"]["output_tps"]["low"] <= lvl["output_tps"] <= lvl["ci95"]["output_tps"]["high"]
+    )
+    (good,) = lvl["goodput"]
+    assert good["slo"] == "ttft<=50ms,tpot<=5ms" and 0 <= good["turn_fraction"] <= 1
+    assert lvl["turns"] > 0 and lvl["output_tps"] > 0 and lvl["req_per_s"] > 0
+    for key in ("ttft_s", "tpot_s", "decode_tps_per_agent"):
+        assert lvl[key]["p50"] is not None and lvl[key]["p99"] >= lvl[key]["p50"]
+    assert report["run"]["params"]["ignore_eos"] is True
+    assert report["knee"]["label"] == "rate=8/s"
+    text = capsys.readouterr().out
+    assert "rate=8/s" in text and "knee" in text and "decode tok/s/agent" in text
+
+
+def test_show_workload(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--workload", "fanout", "--show-workload"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["name"] == "fanout" and shown["templates"][0]["fanout"]["template"] == "subagent"
+
+
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--slo", "ttft=fast"], "--slo"),
+        (["--slo", "speed=2s"], "--slo"),
+        (["--rate", "2", "--concurrency", "4"], "--rate and --concurrency"),
+        (["--rate", "-1"], "--rate"),
+        (["--concurrency", "2.5"], "--concurrency"),
+        (["--workload", "nope"], "workload file 'nope'"),
+        (["--profile", "nope", "--rate", "1"], "unknown simulator profile"),
+        (["--duration", "5", "--warmup", "6", "--rate", "1"], "warm-up"),
+    ],
+)
+def test_bad_arguments_are_one_line(
+    args: list[str], names: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["bench", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("agentflow bench: error:") and names in err and "\n" not in err
+
+
+def test_parse_slo_units() -> None:
+    assert parse_slo("ttft=2s,tpot=10ms") == SLO(ttft_s=2.0, tpot_s=0.01)
+    assert parse_slo("e2e=1.5, itl=250us").bounds() == {"e2e_s": 1.5, "itl_max_s": 0.00025}
+
+
+def test_confidence_interval() -> None:
+    ci = confidence_interval([10.0, 12.0, 14.0])
+    assert ci["mean"] == 12.0 and ci["stdev"] == 2.0
+    assert ci["half_width"] == pytest.approx(4.303 * 2.0 / 3**0.5)
+    assert confidence_interval([5.0])["low"] is None
+
+
+def test_concurrency_sweep_stops_at_the_throughput_plateau() -> None:
+    """Fixed live sessions cannot build a backlog; past the server's batch (8 on
+    cpu-tiny) more sessions only wait longer: throughput stops growing while TTFT rises,
+    and the sweep stops there."""
+    w = Workload(
+        name="c",
+        templates=(SessionTemplate(name="r", turns=1, prompt_tokens=64, output_tokens=100),),
+    )
+    report = run_bench(
+        BenchConfig(
+            workload=w,
+            sweep=Sweep(start=2, factor=2, max_levels=6),
+            concurrency_sweep=True,
+            duration_s=10.0,
+            warmup_s=1.0,
+        ),
+        SimTarget(profile="cpu-tiny"),
+    )
+    values = [lvl["load"]["value"] for lvl in report["levels"]]
+    assert values == [2, 4, 8, 16]
+    assert report["knee"]["value"] == 8  # max_num_seqs
+    assert report["stopped"] == "over-saturated"
+    last = report["levels"][-1]
+    assert any("grew" in r for r in last["saturation"]["reasons"])
+
+
+def test_explicit_levels_run_in_order_and_fixed_levels_do_not_stop() -> None:
+    w = Workload(name="x", templates=(SessionTemplate(name="r", prompt_tokens=8, output_tokens=4),))
+    report = run_bench(
+        BenchConfig(workload=w, levels=(Load(rate=200.0), Load(rate=2.0)), duration_s=5.0),
+        SimTarget(profile="cpu-tiny"),
+    )
+    assert [lvl["load"]["value"] for lvl in report["levels"]] == [200.0, 2.0]
+    assert report["stopped"] == "levels done"
+
+
+def test_html_page_draws_the_levels(tmp_path: Path) -> None:
+    """``--html``: agentflow report's page, one run per level — the interactivity plot
+    joins the levels into the interactivity-vs-throughput curve."""
+    pytest.importorskip("matplotlib")
+    page = tmp_path / "bench.html"
+    status = main([
+        "bench", "--profile", "cpu-tiny", "--workload", "short", "--rate", "10,30",
+        "--duration", "5", "--html", str(page),
+    ])  # fmt: skip
+    assert status == 0
+    html = page.read_text()
+    assert "Interactivity vs throughput" in html
+    assert "rate=10/s" in html and "rate=30/s" in html

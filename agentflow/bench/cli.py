@@ -12,20 +12,22 @@ Without ``--base-url`` it runs on the embedded simulator in virtual time
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
-from rich.console import Console
-from rich.table import Table
 
 from agentflow._cliargs import check_output_file
 from agentflow._errors import ConfigError
 from agentflow.stats import SLO
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = ["add_parser", "bench_html", "bench_table", "parse_slo"]
 
@@ -105,9 +107,24 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="grow the load from --rate (or --concurrency) by --sweep-factor until over-saturated",
     )
-    p.add_argument("--sweep-factor", type=float, default=1.5)
-    p.add_argument("--max-levels", type=int, default=12)
-    p.add_argument("--arrival", choices=("poisson", "constant"), default="poisson")
+    p.add_argument(
+        "--sweep-factor",
+        type=float,
+        default=1.5,
+        help="each sweep level's load is the previous one's times this (default 1.5)",
+    )
+    p.add_argument(
+        "--max-levels",
+        type=int,
+        default=12,
+        help="a sweep stops after this many levels (default 12)",
+    )
+    p.add_argument(
+        "--arrival",
+        choices=("poisson", "constant"),
+        default="poisson",
+        help="how sessions arrive at a --rate: Poisson (random gaps) or evenly spaced",
+    )
     p.add_argument("--duration", type=float, default=60.0, help="seconds per level (default 60)")
     p.add_argument(
         "--warmup",
@@ -119,7 +136,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--repeats", type=int, default=1, help="runs per level (≥ 2: confidence intervals)"
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="seeds the workload's draws and the arrivals (default 0)",
+    )
     p.add_argument("--slo", action="append", default=[], help="e.g. ttft=2s,tpot=10ms (repeatable)")
     p.add_argument("--report", type=Path, default=None, help="write the JSON report here")
     p.add_argument(
@@ -142,6 +164,10 @@ def add_parser(sub: Any) -> None:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("rich") is None:  # the demo extra
+        raise ConfigError(
+            "bench needs rich (its tables), which is not installed: pip install 'agentflow[demo]'"
+        )
     from agentflow.bench._bench import BenchConfig, HTTPTarget, SimTarget, Sweep, run_bench
     from agentflow.bench._load import Load
     from agentflow.bench._spec import load_workload
@@ -205,6 +231,8 @@ def _bench(args: argparse.Namespace) -> int:
         get_profile(args.profile)  # an UnknownProfileError names it
         target = SimTarget(profile=args.profile)
     # A table of a dozen figures per level: wide, also when printed to a pipe or a file.
+    from rich.console import Console
+
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(f"agentflow bench: {workload.name} on {target.label}")
 
@@ -250,6 +278,8 @@ def bench_html(report: dict[str, Any], path: Path) -> int:
 
 def bench_table(report: dict[str, Any]) -> Table:
     """The levels of a bench report as a table (what ``agentflow bench`` prints)."""
+    from rich.table import Table
+
     slos = [s["name"] for s in report["run"]["slos"]]
     t = Table(title=f"agentflow bench — {report['run']['target']}", title_justify="left")
     for col in ("level", "sess/s", "req/s", "out tok/s", "decode tok/s/agent p50", "p99",

@@ -137,17 +137,17 @@ def mooncake_records(
             if row.timestamp is None:
                 raise ConfigError(f"{where}: timestamp is required on a session's first row")
             k = shared.depth(row.hash_ids)
-            if row.text_input is None:
-                k = min(k, (row.input_length - 1) // block_tokens)
-            else:
-                k = 0
+            # At least one token of the request's own; text_input is sent whole.
+            k = min(k, (row.input_length - 1) // block_tokens) if row.text_input is None else 0
             ids = row.hash_ids[:k]
             rec = TraceRecord(
                 session_id=sid,
                 timestamp=row.timestamp / 1e3,
                 turn=0,
                 text=row.text_input,
-                input_tokens=None if row.text_input is not None else row.input_length - k * block_tokens,
+                input_tokens=None
+                if row.text_input is not None
+                else row.input_length - k * block_tokens,
                 output_tokens=out_tokens,
                 system=_blocks_text(ids, block_tokens) if ids else None,
                 prefix_key="mooncake:" + "-".join(map(str, ids)) if ids else None,

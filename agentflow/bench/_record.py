@@ -75,7 +75,9 @@ def record_result(
         with_text: record the appended messages and system prompts; ``False``:
             lengths only.
     """
-    sessions = list(getattr(result, "sessions", result))
+    from agentflow._fleet import FleetResult
+
+    sessions = list(result.sessions if isinstance(result, FleetResult) else result)
     timed = [(s, [_times(t) for t in s.turns]) for s in sessions if s.turns]
     if not timed:
         return []
@@ -107,11 +109,13 @@ def _session_records(
         ready, end = times[k]
         m = turn.metrics
         msgs = appended[k] if appended is not None else None
-        gap: dict[str, float] = {}
+        tool_s = think_s = None
         if k:
             wait = max(0, ready - times[k - 1][1]) / 1e9
-            tool = msgs is not None and any(x.role == "tool" for x in msgs)
-            gap = {"tool_s": wait} if tool else {"think_s": wait}
+            if msgs is not None and any(x.role == "tool" for x in msgs):
+                tool_s = wait
+            else:
+                think_s = wait
         input_tokens = _input_tokens(s.turns, k)
         if not with_text and k == 0:
             input_tokens = m.prompt_tokens or input_tokens
@@ -129,7 +133,8 @@ def _session_records(
                 prompt_tokens=m.prompt_tokens,
                 system=system if with_text and k == 0 else None,
                 agent=label,
-                **gap,
+                tool_s=tool_s,
+                think_s=think_s,
             )
         )
     return out

@@ -36,12 +36,14 @@ from agentflow._errors import ConfigError
 from agentflow.bench._spec import SessionScript, TurnScript, synth_text
 
 __all__ = [
+    "SHIPPED_TRACES",
     "TRACE_FORMATS",
     "TraceMessage",
     "TraceRecord",
     "TraceSource",
     "load_trace",
     "read_trace",
+    "shipped_trace",
     "trace_scripts",
     "write_trace",
 ]
@@ -49,11 +51,18 @@ __all__ = [
 #: The trace formats ``load_trace`` (and ``agentflow bench --trace-format``) read.
 TRACE_FORMATS = ("agentflow", "mooncake")
 
+#: Traces shipped with agentflow (``agentflow/bench/traces/NAME.jsonl``): ``--trace NAME``.
+SHIPPED_TRACES = ("agentic-small",)
+
+_TRACES = Path(__file__).parent / "traces"
+
 #: ``max_tokens`` of a replayed request whose record gives no ``output_tokens``.
 DEFAULT_OUTPUT_TOKENS = 128
 
 
-class TraceMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class TraceMessage(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
+):
     """One chat message a request appended to its conversation (a tool result, a user
     message). A replay sends the contents of a request's messages, joined by a blank
     line, as one user message.
@@ -69,7 +78,9 @@ class TraceMessage(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     name: str | None = None
 
 
-class TraceRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class TraceRecord(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
+):
     """One request of a trace: one line of the JSONL file (``docs/traces.md``).
 
     Attributes:
@@ -224,17 +235,33 @@ def write_trace(records: Iterable[TraceRecord], dest: str | Path | IO[str]) -> i
     return n
 
 
+def shipped_trace(name: str) -> Path:
+    """The path of a trace shipped with agentflow (one of :data:`SHIPPED_TRACES`).
+
+    Raises:
+        ConfigError: no such trace.
+    """
+    if name not in SHIPPED_TRACES:
+        raise ConfigError(
+            f"no shipped trace {name!r}; the shipped ones: {', '.join(SHIPPED_TRACES)}"
+        )
+    return _TRACES / f"{name}.jsonl"
+
+
 def load_trace(
     path: str | Path,
     *,
-    format: Literal["agentflow", "mooncake"] = "agentflow",  # noqa: A002
+    format: Literal["agentflow", "mooncake"] = "agentflow",
 ) -> list[TraceRecord]:
     """A trace file's records: agentflow's format, or converted from ``mooncake``'s
-    (:func:`~agentflow.bench.mooncake_records`).
+    (:func:`~agentflow.bench.read_mooncake`). A shipped trace's name (not a file)
+    means that trace.
 
     Raises:
         ConfigError: an unknown format, or a bad file (the message names the line).
     """
+    if str(path) in SHIPPED_TRACES and not Path(path).exists():
+        path = shipped_trace(str(path))
     if format == "agentflow":
         return read_trace(path)
     if format == "mooncake":

@@ -78,10 +78,8 @@ def apply_trace_arguments(args: argparse.Namespace, config: Any) -> tuple[Any, A
         return config, recorder
     records = load_trace(args.trace, format=args.trace_format)
     scripts = trace_scripts(records, time_scale=args.time_scale)
-    if args.no_ignore_eos:
-        params = dict(config.params)
-    else:  # the trace's output lengths, exactly
-        params = {**config.params, "ignore_eos": True}
+    # ignore_eos: the trace's output lengths, exactly.
+    params = dict(config.params) if args.no_ignore_eos else {**config.params, "ignore_eos": True}
     span = max(s.arrival_s for s in scripts)
     rate = (len(scripts) - 1) / span if span > 0 else float(len(scripts))
     duration_given = not isinstance(getattr(args, "duration", None), _DefaultFloat)
@@ -123,7 +121,9 @@ def add_trace_parser(sub: Any) -> None:
         "trace", help="agentflow traces: convert Mooncake's, export a stored run, show one"
     )
     cmds = p.add_subparsers(dest="trace_cmd", required=True)
-    conv = cmds.add_parser("convert", help="a Mooncake (or AIPerf mooncake_trace) JSONL → agentflow")
+    conv = cmds.add_parser(
+        "convert", help="a Mooncake (or AIPerf mooncake_trace) JSONL → agentflow"
+    )
     conv.add_argument("input", type=Path)
     conv.add_argument("-o", "--output", type=Path, required=True)
     conv.add_argument("--format", choices=TRACE_FORMATS, default="mooncake")

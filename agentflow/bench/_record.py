@@ -67,7 +67,7 @@ def record_result(
     result: FleetResult | Iterable[SessionResult], *, with_text: bool = True
 ) -> list[TraceRecord]:
     """A finished run's trace: one record per finished turn, sessions in order of
-    arrival, times from the run's first arrival (see the module's docstring).
+    arrival (then by id), times from the run's first arrival (see the module's docstring).
 
     Args:
         result: a :class:`~agentflow.FleetResult`, or session results (e.g. a
@@ -82,7 +82,7 @@ def record_result(
     if not timed:
         return []
     origin = min(times[0][0] for _, times in timed)
-    timed.sort(key=lambda item: item[1][0][0])
+    timed.sort(key=lambda item: (item[1][0][0], item[0].session_id))
     out: list[TraceRecord] = []
     for s, times in timed:
         out.extend(_session_records(s, times, origin, with_text))
@@ -158,6 +158,7 @@ def _appended(messages: list[dict[str, Any]], n_turns: int) -> list[list[TraceMe
     line up with the turns (a context policy rewrote it)."""
     out: list[list[TraceMessage]] = []
     current: list[TraceMessage] = []
+    tool_names: dict[str, str] = {}  # call id → tool name, from the assistant's calls
     for i, msg in enumerate(messages):
         role = msg.get("role")
         if role == "system" and i == 0:
@@ -167,8 +168,12 @@ def _appended(messages: list[dict[str, Any]], n_turns: int) -> list[list[TraceMe
             current = []
             if len(out) == n_turns:
                 break
+            for call in msg.get("tool_calls") or ():
+                fn = call.get("function") if isinstance(call, dict) else None
+                if isinstance(fn, dict) and isinstance(call.get("id"), str):
+                    tool_names[call["id"]] = str(fn.get("name", ""))
             continue
-        name = msg.get("name")
+        name = msg.get("name") or tool_names.get(str(msg.get("tool_call_id")))
         current.append(
             TraceMessage(
                 role=str(role), content=_content(msg), name=name if isinstance(name, str) else None

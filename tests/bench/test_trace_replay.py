@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,7 @@ EXACT = 1e-6  # virtual time: equal up to the nanosecond rounding of the fleet's
 
 def _replay(
     scripts: Sequence[SessionScript], *, seed: int = 0, profile: str = "qwen2.5-coder-32b"
-) -> tuple[list[TraceRecord], dict[str, object]]:
+) -> tuple[list[TraceRecord], dict[str, Any]]:
     """Run ``scripts`` as one bench level on the simulator; the recorded trace and the report."""
     recorder = TraceRecorder()
     report = run_bench(
@@ -105,7 +106,7 @@ def test_shipped_trace_replays_on_schedule(scale: float) -> None:
     assert firsts == pytest.approx([0.0, 0.5 * scale, 1.0 * scale], abs=EXACT)
     # A lengths-only turn sends that many synthetic one-token words.
     assert [len(m.content.split()) for m in got["lengths"][1].messages or ()] == [32]
-    (level,) = report["levels"]  # type: ignore[index]
+    (level,) = report["levels"]
     assert level["turns"] == 7 and level["statuses"]["completed"] == 3
 
 

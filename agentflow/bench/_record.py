@@ -68,6 +68,8 @@ def record_result(
 ) -> list[TraceRecord]:
     """A finished run's trace: one record per finished turn, sessions in order of
     arrival (then by id), times from the run's first arrival (see the module's docstring).
+    A session id met again (a bench's later levels and repeats reuse ids) is recorded
+    as ``ID#2``, ``ID#3`` … so that every recorded session replays as its own.
 
     Args:
         result: a :class:`~agentflow.FleetResult`, or session results (e.g. a
@@ -84,8 +86,12 @@ def record_result(
     origin = min(times[0][0] for _, times in timed)
     timed.sort(key=lambda item: (item[1][0][0], item[0].session_id))
     out: list[TraceRecord] = []
+    seen: dict[str, int] = {}
     for s, times in timed:
-        out.extend(_session_records(s, times, origin, with_text))
+        # One id twice (a bench's levels or repeats reuse ids): later ones get "#2", "#3"…
+        n = seen[s.session_id] = seen.get(s.session_id, 0) + 1
+        sid = s.session_id if n == 1 else f"{s.session_id}#{n}"
+        out.extend(_session_records(s, sid, times, origin, with_text))
     return out
 
 
@@ -96,7 +102,7 @@ def _times(turn: TurnRecord) -> tuple[int, int]:
 
 
 def _session_records(
-    s: SessionResult, times: list[tuple[int, int]], origin: int, with_text: bool
+    s: SessionResult, sid: str, times: list[tuple[int, int]], origin: int, with_text: bool
 ) -> list[TraceRecord]:
     appended = _appended(s.messages, len(s.turns))
     system = None
@@ -123,7 +129,7 @@ def _session_records(
             input_tokens = 1  # nothing known: the smallest request
         out.append(
             TraceRecord(
-                session_id=s.session_id,
+                session_id=sid,
                 timestamp=(ready - origin) / 1e9,
                 turn=k,
                 messages=tuple(msgs) if with_text and msgs is not None else None,

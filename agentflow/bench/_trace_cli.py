@@ -76,6 +76,11 @@ def apply_trace_arguments(args: argparse.Namespace, config: Any) -> tuple[Any, A
         config = dataclasses.replace(config, callbacks=(*config.callbacks, recorder))
     if args.trace is None:
         return config, recorder
+    if args.rate or args.concurrency:
+        raise ConfigError(
+            "--trace replays the trace's own arrivals: drop --rate and --concurrency "
+            "(--time-scale speeds it up or slows it down)"
+        )
     records = load_trace(args.trace, format=args.trace_format)
     scripts = trace_scripts(records, time_scale=args.time_scale)
     # ignore_eos: the trace's output lengths, exactly.

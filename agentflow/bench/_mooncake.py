@@ -13,32 +13,30 @@ order; each later turn's ``input_length`` is what it appends to the history),
 ``text_input`` (the prompt's text).
 
 The conversion keeps the prefix sharing: each block id becomes a fixed 512-token
-synthetic text, and a request's system prompt is the text of the longest run of its
-leading blocks that some other request also starts with (its ``prefix_key`` names
-those ids) — so sessions whose blocks were shared send byte-identical prefixes and the
-server's prefix cache serves them; the rest of ``input_length`` is the request's own
-synthetic message (``input_tokens``). Lengths are the trace's; a server's chat template
-adds a few tokens of its own.
+synthetic text, and a request's system prompt is the longest run of its leading blocks
+that some other request also starts with (``prefix_blocks``: the ids, not the text, so
+a converted trace stays small) — so sessions whose blocks were shared send
+byte-identical prefixes and the server's prefix cache serves them; the rest of
+``input_length`` is the request's own synthetic message (``input_tokens``). Lengths are
+the trace's; a server's chat template adds a few tokens of its own.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
-from functools import cache
 from pathlib import Path
 from typing import IO
 
 import msgspec
 
 from agentflow._errors import ConfigError
-from agentflow.bench._spec import synth_text
-from agentflow.bench._trace import TraceRecord, TraceSource, _lines
+from agentflow.bench._trace import DEFAULT_BLOCK_TOKENS, TraceRecord, TraceSource, _lines
 
 __all__ = ["MOONCAKE_BLOCK_TOKENS", "MooncakeRecord", "mooncake_records", "read_mooncake"]
 
 #: Tokens per ``hash_ids`` block in Mooncake's traces.
-MOONCAKE_BLOCK_TOKENS = 512
+MOONCAKE_BLOCK_TOKENS = DEFAULT_BLOCK_TOKENS
 
 
 class MooncakeRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -140,17 +138,18 @@ def mooncake_records(
             # At least one token of the request's own; text_input is sent whole.
             k = min(k, (row.input_length - 1) // block_tokens) if row.text_input is None else 0
             ids = row.hash_ids[:k]
+            own = row.input_length - k * block_tokens
             rec = TraceRecord(
                 session_id=sid,
                 timestamp=row.timestamp / 1e3,
                 turn=0,
                 text=row.text_input,
-                input_tokens=None
-                if row.text_input is not None
-                else row.input_length - k * block_tokens,
+                input_tokens=None if row.text_input is not None else own,
                 output_tokens=out_tokens,
-                system=_blocks_text(ids, block_tokens) if ids else None,
-                prefix_key="mooncake:" + "-".join(map(str, ids)) if ids else None,
+                prefix_blocks=ids or None,
+                block_tokens=None
+                if block_tokens == DEFAULT_BLOCK_TOKENS or not ids
+                else block_tokens,
                 agent="mooncake",
             )
         else:
@@ -197,13 +196,3 @@ class _SharedPrefixes:
             depth += 1
             node = self._node[key]
         return depth
-
-
-def _blocks_text(ids: tuple[int, ...], block_tokens: int) -> str:
-    return "".join(_block_text(b, block_tokens) for b in ids).lstrip()
-
-
-@cache
-def _block_text(block: int, block_tokens: int) -> str:
-    """One block's fixed text: the same for every request that names the block."""
-    return synth_text(block_tokens, f"mooncake-block|{block}")

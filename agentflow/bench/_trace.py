@@ -16,9 +16,9 @@ later request the session waits, after the previous response, for the request's
 request; without ``duration_s``, the gap between the two timestamps). Each turn's
 message is its ``text`` (or its ``messages``' contents joined), or ``input_tokens``
 tokens of synthetic text; its ``output_tokens`` is the turn's ``max_tokens``. A
-session's ``system`` prompt (or ``prefix_tokens`` of synthetic text) is shared, byte
-for byte, by the sessions with the same ``prefix_key``. Every time is multiplied by
-``time_scale`` (0.5 replays twice as fast).
+session's ``system`` prompt (or its ``prefix_blocks``, or ``prefix_tokens`` of
+synthetic text) is shared, byte for byte, by the sessions with the same ``prefix_key``.
+Every time is multiplied by ``time_scale`` (0.5 replays twice as fast).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import IO, Literal
 
@@ -41,6 +42,7 @@ __all__ = [
     "TraceMessage",
     "TraceRecord",
     "TraceSource",
+    "blocks_text",
     "load_trace",
     "read_trace",
     "shipped_trace",
@@ -55,6 +57,10 @@ TRACE_FORMATS = ("agentflow", "mooncake")
 SHIPPED_TRACES = ("agentic-small",)
 
 _TRACES = Path(__file__).parent / "traces"
+
+#: Tokens per block of ``prefix_blocks`` when a record gives no ``block_tokens``
+#: (Mooncake's block size).
+DEFAULT_BLOCK_TOKENS = 512
 
 #: ``max_tokens`` of a replayed request whose record gives no ``output_tokens``.
 DEFAULT_OUTPUT_TOKENS = 128
@@ -104,8 +110,13 @@ class TraceRecord(
         system: the session's system prompt (on its first request).
         prefix_key: sessions with equal keys share one system prompt (the server's
             prefix cache sees one prefix).
-        prefix_tokens: length of a synthetic shared system prompt, when ``system`` is
+        prefix_tokens: length of a synthetic shared system prompt, when neither
+            ``system`` nor ``prefix_blocks`` is given.
+        prefix_blocks: the system prompt as blocks: each id stands for a fixed
+            ``block_tokens``-token synthetic text, so prompts whose block ids start alike
+            share that prefix byte for byte (Mooncake's ``hash_ids``); when ``system`` is
             not given.
+        block_tokens: tokens per block of ``prefix_blocks`` (default 512).
         agent: a label for per-agent figures (default ``"trace"``).
     """
 
@@ -123,6 +134,8 @@ class TraceRecord(
     system: str | None = None
     prefix_key: str | None = None
     prefix_tokens: int | None = None
+    prefix_blocks: tuple[int, ...] | None = None
+    block_tokens: int | None = None
     agent: str | None = None
 
     def message_text(self) -> str | None:
@@ -136,7 +149,7 @@ class TraceRecord(
 
 
 _NONNEG_FLOATS = ("tool_s", "think_s", "duration_s")
-_POS_INTS = ("input_tokens", "output_tokens")
+_POS_INTS = ("input_tokens", "output_tokens", "block_tokens")
 _NONNEG_INTS = ("turn", "prompt_tokens", "prefix_tokens")
 
 
@@ -359,9 +372,18 @@ def _ordered(sid: str, items: list[tuple[int, TraceRecord]]) -> list[TraceRecord
 
 
 def _system(first: TraceRecord, prefixes: dict[str, str]) -> tuple[str, str | None]:
-    """A session's system prompt and its sharing key."""
+    """A session's system prompt and its sharing key (one string per key, shared)."""
+    if first.system is None and first.prefix_blocks and first.prefix_key is None:
+        size = first.block_tokens or DEFAULT_BLOCK_TOKENS
+        key = f"blocks:{size}:" + "-".join(map(str, first.prefix_blocks))
+        system = prefixes.get(key)
+        if system is None:
+            system = prefixes[key] = blocks_text(first.prefix_blocks, size)
+        return system, key
     if first.system is not None:
         system = first.system
+    elif first.prefix_blocks:
+        system = blocks_text(first.prefix_blocks, first.block_tokens or DEFAULT_BLOCK_TOKENS)
     elif first.prefix_tokens:
         system = synth_text(first.prefix_tokens, f"trace-prefix|{first.prefix_key}").lstrip()
     else:
@@ -371,10 +393,22 @@ def _system(first: TraceRecord, prefixes: dict[str, str]) -> tuple[str, str | No
             return "", None
         # Equal prompts share one Agent (one prefix for the scheduler and router).
         return system, "sys:" + hashlib.blake2b(system.encode(), digest_size=8).hexdigest()
-    seen = prefixes.setdefault(first.prefix_key, system)
+    seen = prefixes.setdefault(f"key:{first.prefix_key}", system)
     if seen != system:
         raise ConfigError(
             f"trace: session {first.session_id!r}: prefix_key {first.prefix_key!r} comes with "
             f"a different system prompt than an earlier session's"
         )
-    return system, f"key:{first.prefix_key}"
+    return seen, f"key:{first.prefix_key}"
+
+
+def blocks_text(blocks: Sequence[int], block_tokens: int = 512) -> str:
+    """The text of a prompt made of blocks: block ``b`` is always the same
+    ``block_tokens`` synthetic tokens, so prompts whose ids start alike start with the
+    same bytes."""
+    return "".join(_block_text(b, block_tokens) for b in blocks).lstrip()
+
+
+@cache
+def _block_text(block: int, block_tokens: int) -> str:
+    return synth_text(block_tokens, f"block|{block}")

@@ -181,6 +181,30 @@ def test_shared_prefixes() -> None:
         trace_scripts(clash)
 
 
+def test_prefix_blocks_share_their_common_start() -> None:
+    """``prefix_blocks``: each block id is a fixed synthetic text of ``block_tokens``
+    words, so prompts whose ids start alike start with the same bytes; equal id lists
+    share one prompt string and one agent key."""
+    recs = read_trace(
+        _lines(
+            {"session_id": "a", "timestamp": 0, "text": "x", "prefix_blocks": [4, 5, 6],
+             "block_tokens": 16},
+            {"session_id": "b", "timestamp": 1, "text": "y", "prefix_blocks": [4, 5],
+             "block_tokens": 16},
+            {"session_id": "c", "timestamp": 2, "text": "z", "prefix_blocks": [4, 5, 6],
+             "block_tokens": 16},
+            {"session_id": "d", "timestamp": 3, "text": "w", "prefix_blocks": [5]},
+        )
+    )  # fmt: skip
+    a, b, c, d = trace_scripts(recs)
+    assert len(a.system.split()) == 48 and len(b.system.split()) == 32
+    assert a.system.startswith(b.system) and a.system is c.system  # one string per key
+    assert a.system_key == c.system_key != b.system_key
+    assert len(d.system.split()) == 512  # the default block size
+    with pytest.raises(ConfigError, match="block_tokens must be ≥ 1"):
+        read_trace(_lines({"session_id": "a", "timestamp": 0, "text": "x", "block_tokens": 0}))
+
+
 def test_the_shipped_trace() -> None:
     """The shipped trace is package data, reads cleanly, and has sessions with several
     turns, texts, messages, lengths, tool and think time and a shared prefix."""
@@ -216,6 +240,9 @@ def test_mooncake_keeps_prefix_sharing() -> None:
     milliseconds become seconds; total lengths are kept."""
     recs = read_mooncake(_lines(*MOONCAKE))
     assert [r.timestamp for r in recs] == [0.0, 0.25, 0.5, 0.75, 0.9]
+    # The converted trace names blocks, it does not spell them out.
+    assert [r.prefix_blocks for r in recs] == [(1, 2), (1, 2), (1,), None, (1, 2)]
+    assert all(r.system is None for r in recs)
     a, b, c, d, e = trace_scripts(recs)
     blocks = {len(s.system.split()) for s in (a, b, c, d, e)}
     assert blocks <= {0, 512, 1024}

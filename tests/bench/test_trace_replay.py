@@ -269,3 +269,44 @@ def test_store_run_exports_like_the_live_run(tmp_path: Path) -> None:
     assert sorted((r.session_id, r.turn, r.output_tokens) for r in replayed) == sorted(
         (r.session_id, r.turn, r.output_tokens) for r in live
     )
+
+
+# ---- Mooncake's prefix sharing, on the simulator's prefix cache -------------------------
+
+
+def test_mooncake_shared_blocks_hit_the_simulators_cache() -> None:
+    """A converted Mooncake trace keeps its prefix sharing: a request whose hash_ids
+    start with two blocks an earlier request also had gets (at least) those 1024 tokens
+    from the simulator's prefix cache, as its usage reports; one that shares no block
+    gets none of them."""
+    from agentflow import Event, TurnEndEvent
+    from agentflow.bench import read_mooncake
+    from agentflow.sim.profiles import get_profile
+
+    block = get_profile("qwen2.5-coder-32b").block_size
+    rows = [
+        '{"timestamp": 0, "input_length": 1600, "output_length": 8, "hash_ids": [1, 2, 3, 4]}',
+        '{"timestamp": 5000, "input_length": 1300, "output_length": 8, "hash_ids": [1, 2, 9]}',
+        '{"timestamp": 10000, "input_length": 600, "output_length": 8, "hash_ids": [7, 8]}',
+    ]
+    cached: dict[str, int | None] = {}
+
+    def capture(event: Event) -> None:
+        if isinstance(event, TurnEndEvent):
+            cached[event.session_id] = event.metrics.cached_tokens
+
+    run_bench(
+        BenchConfig(
+            scripts=tuple(trace_scripts(read_mooncake(rows))),
+            levels=(Load(rate=1.0),),
+            duration_s=None,
+            params={"temperature": 0, "ignore_eos": True},
+            callbacks=(capture,),
+        ),
+        SimTarget(),
+    )
+    first, second, third = (cached[f"mooncake-{i}"] for i in (1, 2, 3))
+    assert first is not None and second is not None and third is not None
+    assert first < block  # a cold cache
+    assert second >= 2 * 512 - block  # the two shared blocks (whole cache blocks of them)
+    assert third < block  # nothing shared

@@ -32,8 +32,9 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
         "--trace",
         type=Path,
         default=None,
-        help="replay this trace (docs/traces.md) instead of a workload: one level, its "
-        "recorded arrivals and gaps (--duration is then unbounded unless given)",
+        help="replay this trace (docs/traces.md; a file, or a shipped trace's name: "
+        "agentic-small) instead of a workload: one level, its recorded arrivals and gaps "
+        "(--duration is then unbounded unless given)",
     )
     p.add_argument(
         "--trace-format", choices=TRACE_FORMATS, default="agentflow", help="the trace's format"
@@ -140,7 +141,7 @@ def add_trace_parser(sub: Any) -> None:
     exp.add_argument("--lengths-only", action="store_true", help="record no text, only lengths")
     exp.set_defaults(func=_export)
     show = cmds.add_parser("show", help="check a trace and print its sessions and turns")
-    show.add_argument("input", type=Path)
+    show.add_argument("input", type=Path, help="a trace file, or a shipped trace's name")
     show.add_argument("--format", choices=TRACE_FORMATS, default="agentflow")
     show.add_argument("--time-scale", type=float, default=1.0)
     show.set_defaults(func=_show)
@@ -188,6 +189,7 @@ def _show(args: argparse.Namespace) -> int:
             + (f" after {t.tool_s + t.think_s:.3g}s" if k else "")
             for k, t in enumerate(s.turns)
         )
-        out.write(f"{s.session_id} @ {s.arrival_s:.3f}s [{s.agent}]: {turns}\n")
+        prefix = f", prefix ~{len(s.system.split())} tok" if s.system else ""
+        out.write(f"{s.session_id} @ {s.arrival_s:.3f}s [{s.agent}{prefix}]: {turns}\n")
     out.write(f"{len(scripts)} sessions, {sum(len(s.turns) for s in scripts)} requests\n")
     return 0

@@ -7,6 +7,7 @@
 ``agentflow plan``      KV-cache capacity of a deployment: tokens, and 1M-token sessions held
 ``agentflow report``    plots of run reports (latency CDFs, interactivity vs throughput) in HTML
 ``agentflow bench``     open-loop agentic load, level by level, sweeps to saturation
+``agentflow trace``     traces: convert Mooncake's, export a stored run, show one
 
 Nothing in the library imports this module.
 
@@ -165,6 +166,10 @@ def _parser() -> argparse.ArgumentParser:
     from agentflow.bench.cli import add_parser as add_bench_parser
 
     add_bench_parser(sub)
+
+    from agentflow.bench._trace_cli import add_trace_parser
+
+    add_trace_parser(sub)
 
     chat = sub.add_parser("chat", help="stream one prompt and print its latency figures")
     chat.add_argument("prompt", help="the user message to send")

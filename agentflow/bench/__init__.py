@@ -17,6 +17,12 @@ levels or :class:`Sweep` (with repeats and confidence intervals) against a targe
     from agentflow.bench import BenchConfig, Load, SimTarget, get_workload, run_bench
     report = run_bench(BenchConfig(workload=get_workload("agentic"),
                                    levels=(Load(rate=2.0),), duration_s=120))
+
+Trace replay (``docs/traces.md``): a JSONL trace of requests (:class:`TraceRecord`,
+:func:`read_trace`, :func:`write_trace`; Mooncake's format via :func:`read_mooncake`)
+becomes scripts (:func:`trace_scripts`) that ``BenchConfig(scripts=…)`` replays; any
+run records to that format (:class:`TraceRecorder`, :func:`record_result`,
+:func:`record_store`).
 """
 
 from agentflow.bench._bench import (
@@ -32,6 +38,8 @@ from agentflow.bench._bench import (
 )
 from agentflow.bench._level import LevelResult, LevelTap, Saturation, run_level
 from agentflow.bench._load import Arrival, Load, arrival_times, plan_sessions, replay_sessions
+from agentflow.bench._mooncake import MOONCAKE_BLOCK_TOKENS, MooncakeRecord, read_mooncake
+from agentflow.bench._record import TraceRecorder, record_result, record_store
 from agentflow.bench._session import BenchRun, BenchSession
 from agentflow.bench._spec import (
     Constant,
@@ -48,10 +56,24 @@ from agentflow.bench._spec import (
     sample_value,
     synth_text,
 )
+from agentflow.bench._trace import (
+    SHIPPED_TRACES,
+    TRACE_FORMATS,
+    TraceMessage,
+    TraceRecord,
+    load_trace,
+    read_trace,
+    shipped_trace,
+    trace_scripts,
+    write_trace,
+)
 from agentflow.bench._workloads import WORKLOADS, get_workload, workload_names
 
 __all__ = [
     "BENCH_SCHEMA_VERSION",
+    "MOONCAKE_BLOCK_TOKENS",
+    "SHIPPED_TRACES",
+    "TRACE_FORMATS",
     "WORKLOADS",
     "Arrival",
     "BenchConfig",
@@ -65,12 +87,16 @@ __all__ = [
     "LevelTap",
     "Load",
     "LogNormal",
+    "MooncakeRecord",
     "Saturation",
     "SessionScript",
     "SessionTemplate",
     "SimTarget",
     "Sweep",
     "Target",
+    "TraceMessage",
+    "TraceRecord",
+    "TraceRecorder",
     "TurnScript",
     "Uniform",
     "Workload",
@@ -79,12 +105,20 @@ __all__ = [
     "arun_bench",
     "confidence_interval",
     "get_workload",
+    "load_trace",
     "load_workload",
     "plan_sessions",
+    "read_mooncake",
+    "read_trace",
+    "record_result",
+    "record_store",
     "replay_sessions",
     "run_bench",
     "run_level",
     "sample_value",
+    "shipped_trace",
     "synth_text",
+    "trace_scripts",
     "workload_names",
+    "write_trace",
 ]

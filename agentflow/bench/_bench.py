@@ -30,7 +30,7 @@ from agentflow.bench._level import LevelResult, LevelTap, Saturation, run_level
 from agentflow.bench._load import Arrival, Load, plan_sessions, replay_sessions
 from agentflow.bench._spec import SessionScript, Workload
 from agentflow.stats import SLO
-from agentflow.typing import Clock, Transport
+from agentflow.typing import Callback, Clock, Transport
 
 __all__ = [
     "BENCH_SCHEMA_VERSION",
@@ -118,7 +118,13 @@ class BenchConfig:
             workload asks for it).
         scripts: run these sessions at every level instead of sampling ``workload``
             (a trace replay's): levels are then replay speeds (``Load(scale=…)``, a sweep
-            grows the speed) or concurrencies.
+            grows the speed: their arrivals, not their tool and think gaps; for both,
+            build them with :func:`~agentflow.bench.trace_scripts`'s ``time_scale``) or
+            concurrencies.
+        callbacks: more fleet callbacks for every level run (e.g. a
+            :class:`~agentflow.bench.TraceRecorder`, to record the run as a trace).
+        source: what the sessions came from, for the report's ``run`` section (a
+            trace replay: its file, format and time scale).
     """
 
     workload: Workload | None = None
@@ -138,6 +144,8 @@ class BenchConfig:
     max_in_flight: int = 100_000
     params: Mapping[str, Any] = field(default_factory=lambda: {"temperature": 0})
     scripts: tuple[SessionScript, ...] | None = None
+    callbacks: tuple[Callback, ...] = ()
+    source: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if self.workload is None and self.scripts is None:
@@ -413,7 +421,7 @@ async def arun_bench(
                     transport,
                     max_concurrency=config.max_in_flight,
                     max_tool_concurrency=config.max_in_flight,
-                    callbacks=[tap],
+                    callbacks=[tap, *config.callbacks],
                     clock=clock,
                     prefix_warmup=False,
                 )
@@ -565,6 +573,8 @@ def _report(
         "params": dict(params),
         "max_in_flight": config.max_in_flight,
     }
+    if config.source is not None:
+        run["source"] = dict(config.source)
     report = {
         "schema_version": BENCH_SCHEMA_VERSION,
         "generator": {"name": "agentflow", "version": __version__},

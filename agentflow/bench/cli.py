@@ -160,6 +160,9 @@ def add_parser(sub: Any) -> None:
         action="store_true",
         help="do not send ignore_eos (servers that reject it)",
     )
+    from agentflow.bench._trace_cli import add_trace_arguments
+
+    add_trace_arguments(p)
     p.set_defaults(func=_bench)
 
 
@@ -218,6 +221,9 @@ def _bench(args: argparse.Namespace) -> int:
         model=args.model,
         max_in_flight=args.max_in_flight,
     )
+    from agentflow.bench._trace_cli import apply_trace_arguments, write_recording
+
+    config, recorder = apply_trace_arguments(args, config)
     target: Any
     if args.base_url:
         key = os.environ.get(args.api_key_env) if args.api_key_env else None
@@ -234,7 +240,8 @@ def _bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console(width=None if sys.stdout.isatty() else 200)
-    console.print(f"agentflow bench: {workload.name} on {target.label}")
+    title = workload.name if config.workload is not None else f"trace {args.trace}"
+    console.print(f"agentflow bench: {title} on {target.label}")
 
     def show(entry: dict[str, Any]) -> None:
         s = entry
@@ -253,6 +260,9 @@ def _bench(args: argparse.Namespace) -> int:
     if args.html is not None:
         figures = bench_html(report, args.html)
         console.print(f"{figures} figures written to {args.html}")
+    if recorder is not None:
+        n = write_recording(recorder, args.record)
+        console.print(f"{n} requests recorded to {args.record}")
     failed = sum(
         lvl["statuses"].get("error", 0) + lvl["statuses"].get("max_turns", 0)
         for lvl in report["levels"]

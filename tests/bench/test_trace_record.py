@@ -1,0 +1,147 @@
+"""Recording edge cases on the simulator: sub-agents are recorded as sessions of their
+own, ids reused by a bench's repeats stay apart, and ``agentflow trace export`` writes a
+stored run's trace; ``--trace`` refuses a load level of its own."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from agentflow import Agent, Fleet, SQLiteStore
+from agentflow.bench import (
+    BenchConfig,
+    FanOut,
+    SessionTemplate,
+    TraceRecorder,
+    Workload,
+    read_trace,
+    record_store,
+    run_bench,
+    trace_scripts,
+)
+from agentflow.bench._bench import SimTarget
+from agentflow.bench._load import Load
+from agentflow.cli import main
+from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow.sim import Engine, TextGenConfig
+from agentflow.sim.driver import EngineDriver
+
+FAN = Workload(
+    name="fan",
+    shared_prefix_tokens=200,
+    templates=(
+        SessionTemplate(
+            name="parent",
+            turns=3,
+            prompt_tokens=32,
+            output_tokens=16,
+            tool_latency_s=0.5,
+            fanout=FanOut(template="sub", width=3),
+        ),
+        SessionTemplate(name="sub", weight=0, turns=2, prompt_tokens=16, output_tokens=8),
+    ),
+)
+
+
+def test_subagents_and_repeats_are_recorded_apart() -> None:
+    """A fan-out bench with two repeats: every sub-agent turn is in the recording (as
+    sessions of their own, with the parent's system prompt), the second repeat's
+    sessions get ``#2`` ids, and the whole recording replays as distinct sessions."""
+    recorder = TraceRecorder()
+    report = run_bench(
+        BenchConfig(
+            workload=FAN,
+            levels=(Load(rate=0.5, arrival="constant"),),
+            duration_s=4.0,
+            repeats=2,
+            callbacks=(recorder,),
+        ),
+        SimTarget(),
+    )
+    records = recorder.records()
+    (level,) = report["levels"]
+    turns = sum(r["turns"] for r in level["repeats"])
+    assert len(records) == turns
+    parents = {r.session_id for r in records if r.agent == "parent"}
+    subs = {r.session_id for r in records if r.agent == "sub"}
+    assert len(parents) == 4 and len(subs) == 4 * 3  # 2 sessions × 2 repeats, 3 subs each
+    assert {p for p in parents if p.endswith("#2")} == {p + "#2" for p in parents if "#" not in p}
+    first = {r.session_id: r for r in records if r.turn == 0}
+    assert {first[s].system for s in subs} == {first[p].system for p in parents}  # shared
+    scripts = trace_scripts(records)
+    assert len(scripts) == len(parents) + len(subs)
+    assert sum(len(s.turns) for s in scripts) == len(records)
+
+
+def lookup(key: str) -> str:
+    """Look a key up.
+
+    Args:
+        key: what to look up.
+    """
+    return f"value of {key!r}"
+
+
+def test_trace_export_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``agentflow trace export --store DB RUN_ID -o FILE`` writes the stored run's trace
+    (with ``--lengths-only``: no text); an unknown run or store is a one-line error."""
+    path = tmp_path / "runs.db"
+    agent = Agent(
+        name="looker",
+        model="sim",
+        instructions="You look things up.",
+        tools=[lookup],
+        params={"max_tokens": 16},
+        max_turns=6,
+    )
+
+    async def run() -> str:
+        engine = Engine(
+            "deepseek-v4.1-flash-gb300",
+            seed=1,
+            textgen=TextGenConfig(tool_rounds=1, answer_tokens=(4, 8)),
+        )
+        transport = SimTransport(EngineDriver(engine))
+        store = SQLiteStore(path)
+        try:
+            fleet = Fleet(transport, clock=loop_clock, store=store)
+            result = await fleet.run([agent.session(f"task {i}") for i in range(3)])
+            expected = await record_store(store, result.run_id or "")
+            assert len(expected) >= 6
+            return result.run_id or ""
+        finally:
+            await store.aclose()
+            await transport.aclose()
+
+    run_id = run_virtual(run())
+    out = tmp_path / "t.jsonl"
+    assert main(["trace", "export", "--store", str(path), run_id, "-o", str(out)]) == 0
+    records = read_trace(out)
+
+    async def again() -> list[object]:
+        store = SQLiteStore(path)
+        try:
+            return list(await record_store(store, run_id))
+        finally:
+            await store.aclose()
+
+    assert records == asyncio.run(again())
+    assert any(m.role == "tool" for r in records for m in r.messages or ())
+    bare = tmp_path / "bare.jsonl"
+    cmd = ["trace", "export", "--store", str(path), run_id, "-o", str(bare), "--lengths-only"]
+    assert main(cmd) == 0
+    assert "task 0" not in bare.read_text() and "look things up" not in bare.read_text()
+    assert len(read_trace(bare)) == len(records)
+    capsys.readouterr()
+    assert main(["trace", "export", "--store", str(path), "nope", "-o", str(bare)]) != 0
+    assert "nope" in capsys.readouterr().err
+    missing = tmp_path / "missing.db"
+    assert main(["trace", "export", "--store", str(missing), run_id, "-o", str(bare)]) == 2
+    assert "missing.db" in capsys.readouterr().err
+
+
+def test_trace_with_a_rate_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "--trace", "agentic-small", "--rate", "2"]) == 2
+    assert "--trace replays the trace's own arrivals" in capsys.readouterr().err

@@ -203,6 +203,11 @@ class Fleet:
         return self._scheduler.in_flight if self._scheduler is not None else 0
 
     @property
+    def queued(self) -> int:
+        """Model turns waiting for a slot now (0 when no run is going)."""
+        return self._scheduler.waiting if self._scheduler is not None else 0
+
+    @property
     def transport(self) -> Transport:
         """The first replica's transport (the only one, for a single-server fleet)."""
         return self.replicas[0].transport

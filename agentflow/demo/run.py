@@ -263,6 +263,10 @@ async def _run_fleet(
         callbacks=[view] if view is not None else [],
         clock=clock,
     )
+    if view is not None:
+        view.fleet = fleet  # in flight and queued, read at each redraw
+        if not config.base_url and config.resume is None:  # the simulator takes every turn planned
+            view.total_turns = sum(r + 1 for r in workload.tool_rounds)
     sessions = [a.session(t) for a, t in zip(workload.agents, workload.tasks, strict=True)]
     if config.store is None:
         return await run_stoppable(fleet, sessions, stopper, clock)

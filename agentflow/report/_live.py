@@ -16,16 +16,27 @@ import heapq
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
-from rich.progress_bar import ProgressBar
 from rich.text import Text
 
-from agentflow._events import ErrorEvent, Event, RetryEvent, SessionEndEvent, TurnEndEvent
+from agentflow._events import (
+    ErrorEvent,
+    Event,
+    RetryEvent,
+    SessionEndEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    TurnEndEvent,
+)
 from agentflow._redact import redact
 from agentflow.report._lag import LoopLagProbe
+from agentflow.stats._sketch import nearest_rank
+
+if TYPE_CHECKING:
+    from agentflow._fleet import Fleet
 
 __all__ = ["LiveView"]
 
@@ -33,6 +44,12 @@ _ROW = "{:<4} {:<24} {:>5} {:>9} {:>24} {:>9} {:>7}  {}"
 
 #: Seconds over which "fleet tok/s" is measured.
 RATE_WINDOW_S = 5.0
+#: Seconds over which the rolling TTFT and TPOT are taken (at most :data:`ROLLING_TURNS`).
+ROLLING_WINDOW_S = 10.0
+#: The most recent turns the rolling TTFT and TPOT keep.
+ROLLING_TURNS = 512
+#: Characters of a progress bar.
+BAR_WIDTH = 40
 
 
 class _Row:
@@ -57,13 +74,20 @@ class _Row:
 class LiveView:
     """A fleet callback that keeps running totals and draws them with rich.
 
-    Shows: a progress bar of sessions; the fleet's output tok/s over the last few
-    seconds; the cache hit rate; errors and retries (with the latest of each); the
-    event loop's lag (with a :class:`LoopLagProbe`); and the slowest and fastest agents
-    by decode speed (output tokens after the first / the time they took).
+    Shows: progress bars of sessions and of turns (done / planned, when the number of
+    turns is known); the fleet line — output tok/s over the last few seconds, requests
+    in flight and queued (read from ``fleet`` at each redraw), tool calls running, the
+    cache hit rate; the rolling TTFT and TPOT (p50, p90 of the turns that ended in the
+    last :data:`ROLLING_WINDOW_S` seconds); errors and retries (with the latest of
+    each); the event loop's lag (with a :class:`LoopLagProbe`); and the slowest and
+    fastest agents by decode speed (output tokens after the first / the time they took).
 
     Args:
         total_sessions: sessions the run will start.
+        total_turns: model turns the run is planned to take, when known (the demo knows
+            them on its simulator); else the turns bar shows the count only.
+        fleet: the fleet whose ``in_flight`` and ``queued`` to show (may be set later,
+            as the attribute ``fleet``, once the fleet is built).
         time_scale: the simulator's time scale (decode speeds are also shown scaled back).
         console: where to draw.
         top: agents shown at each end of the speed ranking.
@@ -76,6 +100,8 @@ class LiveView:
         self,
         total_sessions: int,
         *,
+        total_turns: int | None = None,
+        fleet: Fleet | None = None,
         time_scale: float = 1.0,
         console: Console | None = None,
         top: int = 4,
@@ -84,6 +110,8 @@ class LiveView:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.total_sessions = total_sessions
+        self.total_turns = total_turns
+        self.fleet = fleet
         self.time_scale = time_scale
         self.console = console or Console()
         self.top = top
@@ -99,7 +127,12 @@ class LiveView:
         self.errors: Counter[str] = Counter()
         self.last_error: str | None = None
         self.agents: dict[str, _Row] = {}
+        self.tools_running = 0
         self._rate: deque[tuple[float, int]] = deque()
+        #: (TTFT, TPOT) of the latest turns; stamped at redraw time (see :meth:`rolling`).
+        self._recent: deque[tuple[float | None, float | None]] = deque(maxlen=ROLLING_TURNS)
+        #: (clock, turns seen) at each :meth:`rolling` call of the last window.
+        self._marks: deque[tuple[float, int]] = deque()
 
     # ---- events (the hot path) -----------------------------------------------------
 
@@ -118,6 +151,7 @@ class LiveView:
             self.output_tokens += out
             ttft = m.ttft_s
             row.ttft_s = ttft
+            self._recent.append((ttft, m.tpot_s))
             if m.tpot_s is not None and ttft is not None:
                 row.decode_tokens += out - 1
                 row.decode_s += m.e2e_s - ttft
@@ -141,6 +175,10 @@ class LiveView:
             row = self.agents.get(event.agent)
             if row is not None:
                 row.retries += 1
+        elif isinstance(event, ToolCallEvent):
+            self.tools_running += 1
+        elif isinstance(event, ToolResultEvent):
+            self.tools_running = max(0, self.tools_running - 1)
         elif isinstance(event, ErrorEvent):
             self.errors[event.where] += 1
             err = event.error
@@ -176,6 +214,41 @@ class LiveView:
             fast.reverse()
         return [(a, agents[a]) for _, a in slow], [(a, agents[a]) for _, a in fast]
 
+    def load(self) -> tuple[int | None, int | None]:
+        """Requests in flight and turns queued for a slot now, from ``fleet`` (``None``
+        without one)."""
+        f = self.fleet
+        if f is None:
+            return None, None
+        return f.in_flight, f.queued
+
+    def rolling(self) -> dict[str, Any]:
+        """p50 and p90 of TTFT and TPOT over the turns that ended in the last
+        :data:`ROLLING_WINDOW_S` seconds (at most :data:`ROLLING_TURNS`), and how many.
+
+        A turn's time is not read when it ends (the hot path calls no clock): the turns
+        counted are those seen since the last call at least the window ago — so a turn
+        counts for up to one redraw interval longer than the window.
+        """
+        now = self.clock()
+        marks = self._marks
+        marks.append((now, self.turns))
+        since = now - ROLLING_WINDOW_S
+        while len(marks) > 1 and marks[1][0] <= since:
+            marks.popleft()
+        base = marks[0][1] if marks[0][0] <= since else 0
+        n = min(self.turns - base, len(self._recent))
+        recent = list(self._recent)[len(self._recent) - n :]
+        ttft = sorted(t for t, _ in recent if t is not None)
+        tpot = sorted(t for _, t in recent if t is not None)
+        return {
+            "turns": n,
+            "ttft_p50_s": _rank(ttft, 0.5),
+            "ttft_p90_s": _rank(ttft, 0.9),
+            "tpot_p50_s": _rank(tpot, 0.5),
+            "tpot_p90_s": _rank(tpot, 0.9),
+        }
+
     def render(self) -> RenderableType:
         """The current view."""
         elapsed = self.clock() - self.started
@@ -186,16 +259,35 @@ class LiveView:
             else "not reported"
         )
         errors = sum(self.errors.values())
-        head = Text.assemble(
-            (f"sessions {self.done}/{self.total_sessions}", "bold"),
-            f" (failed {self.failed}) · turns {self.turns} · {elapsed:,.1f} s",
+        sessions = f"sessions {self.done}/{self.total_sessions}"
+        if self.failed:
+            sessions += f" (failed {self.failed})"
+        total_turns = self.total_turns
+        turns = f"turns {self.turns}" + (f"/{total_turns}" if total_turns else "")
+        width = max(len(sessions), len(turns)) + 2
+        progress = [_bar_line(sessions, width, self.done, self.total_sessions)]
+        progress.append(
+            _bar_line(turns, width, self.turns, total_turns)
+            if total_turns
+            else Text(turns, style="bold")
         )
-        bar = ProgressBar(total=max(1, self.total_sessions), completed=self.done, width=60)
-        stats = Text(
-            f"fleet {_tps(tps, self.time_scale)} output tok/s · cache hit {hit} · "
-            f"errors {errors} · retries {self.retries}"
+        in_flight, queued = self.load()
+        fleet = f"fleet {_tps(tps, self.time_scale)} output tok/s"
+        if in_flight is not None:
+            fleet += f" · in flight {in_flight} · queued {queued}"
+        fleet += f" · tools running {self.tools_running} · cache hit {hit} · {elapsed:,.1f} s"
+        roll = self.rolling()
+        latency = (
+            f"last {ROLLING_WINDOW_S:g} s ({roll['turns']} turns): "
+            f"TTFT p50 {_ms_fine(roll['ttft_p50_s'])} p90 {_ms_fine(roll['ttft_p90_s'])} · "
+            f"TPOT p50 {_ms_fine(roll['tpot_p50_s'])} p90 {_ms_fine(roll['tpot_p90_s'])}"
         )
-        lines: list[RenderableType] = [head, bar, stats]
+        lines: list[RenderableType] = [
+            *progress,
+            Text(fleet),
+            Text(latency),
+            Text(f"errors {errors} · retries {self.retries}"),
+        ]
         if self.lag is not None:
             worst = self.lag.take_window_max()
             lines.append(Text(f"event-loop lag (worst since last redraw) {worst * 1e3:,.2f} ms"))
@@ -255,6 +347,30 @@ class LiveView:
 
 def _ms(s: float | None) -> str:
     return "—" if s is None else f"{s * 1e3:,.0f} ms"
+
+
+def _ms_fine(s: float | None) -> str:
+    return "—" if s is None else f"{s * 1e3:,.1f} ms"
+
+
+def _rank(ordered: list[float], q: float) -> float | None:
+    """The nearest-rank quantile ``q`` of sorted values (``None`` when empty)."""
+    if not ordered:
+        return None
+    return ordered[nearest_rank(q, len(ordered))]
+
+
+def _bar_line(label: str, width: int, done: int, total: int | None) -> Text:
+    """``label`` padded to ``width``, a bar of :data:`BAR_WIDTH` characters, the percentage."""
+    total = max(1, total or 1)
+    frac = min(1.0, done / total)
+    filled = round(frac * BAR_WIDTH)
+    return Text.assemble(
+        (label.ljust(width), "bold"),
+        ("━" * filled, "green"),
+        ("━" * (BAR_WIDTH - filled), "grey37"),
+        f" {frac:>4.0%}",
+    )
 
 
 def _tps(tps: float, scale: float) -> str:

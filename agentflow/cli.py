@@ -130,6 +130,21 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--no-live", action="store_true", help="no live view, summary only")
     demo.add_argument(
+        "--slo",
+        action="append",
+        default=[],
+        metavar="KEY=DURATION,…",
+        help="count goodput against this SLO (repeatable), e.g. ttft=2s,tpot=10ms "
+        "(keys: ttft, tpot, e2e, queue, itl)",
+    )
+    demo.add_argument(
+        "--fault-rate",
+        type=float,
+        default=0.0,
+        help="share of the simulator's requests that fail (half 500s, half resets after "
+        "some output), to see retries and errors; HTTP simulator only (default 0)",
+    )
+    demo.add_argument(
         "--store",
         type=Path,
         help="record the run in this SQLite store (resume it with `agentflow resume`)",
@@ -306,6 +321,7 @@ def _need_demo_extra(command: str) -> None:
 
 def _demo(args: argparse.Namespace) -> int:
     _need_demo_extra("demo")
+    from agentflow.bench.cli import parse_slo
     from agentflow.demo.run import DemoConfig, run_demo
 
     lo, _, hi = args.turns.partition(":")
@@ -319,6 +335,7 @@ def _demo(args: argparse.Namespace) -> int:
         base_url=args.base_url, api_key=args.api_key, model=args.model,
         virtual=args.virtual, live=not args.no_live, report=args.report,
         timeouts=_timeouts(args), store=args.store,
+        slos=tuple(parse_slo(text) for text in args.slo), fault_rate=args.fault_rate,
     )  # fmt: skip
     return _demo_status(run_demo(config))
 

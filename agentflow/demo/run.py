@@ -35,6 +35,7 @@ from agentflow.demo.workload import make_workload
 from agentflow.llamacpp import oversubscription
 from agentflow.report import LoopLagProbe, ServerWatch
 from agentflow.sim.profiles import get_profile
+from agentflow.stats import SLO
 from agentflow.transport import Endpoint, HTTPTransport, Timeouts
 from agentflow.typing import Clock, Transport
 
@@ -64,6 +65,11 @@ class DemoConfig:
         store: record the run in this SQLite store (``docs/store.md``); the demo's
             configuration is recorded with it, so ``agentflow resume`` can rebuild it.
         resume: the id of a run in ``store`` to resume instead of starting one.
+        slos: SLOs the report counts goodput against (``--slo ttft=2s,tpot=10ms``); the
+            summary says how much of the run met each.
+        fault_rate: the share of the simulator's requests that fail (half answered with
+            a 500, half reset after some output), so that retries and errors show; over
+            HTTP on the simulator only.
 
     Raises:
         ConfigError: a value is wrong or the options conflict (the message names them).
@@ -85,6 +91,8 @@ class DemoConfig:
     timeouts: Timeouts | None = None
     store: Path | None = None
     resume: str | None = None
+    slos: tuple[SLO, ...] = ()
+    fault_rate: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("agents", "max_concurrency", "max_tokens"):
@@ -100,6 +108,13 @@ class DemoConfig:
             raise ConfigError("demo: --virtual runs the embedded simulator; drop --base-url")
         if self.virtual and self.timeouts is not None:
             raise ConfigError("demo: the --*-timeout limits are for HTTP runs; drop --virtual")
+        if not 0 <= self.fault_rate <= 1:
+            raise ConfigError(f"demo: --fault-rate must be in [0, 1], got {self.fault_rate!r}")
+        if self.fault_rate and (self.virtual or self.base_url):
+            raise ConfigError(
+                "demo: --fault-rate injects faults in the HTTP simulator; drop --virtual "
+                "and --base-url"
+            )
         if self.resume is not None and self.store is None:
             raise ConfigError("demo: resuming a run needs its --store")
         get_profile(self.profile)  # an UnknownProfileError (a ConfigError) names it
@@ -161,8 +176,9 @@ def _report(
     run = {
         k: (str(v) if isinstance(v, Path) else v)
         for k, v in asdict(config).items()
-        if k not in ("api_key", "live")
+        if k not in ("api_key", "live", "slos")
     }
+    run["slos"] = [slo.label for slo in config.slos]
     if result.run_id is not None:
         run["run_id"] = result.run_id
     run["time_scale"] = scale
@@ -177,7 +193,7 @@ def _report(
     if watched.loop_lag is not None:
         run["loop_lag"] = watched.loop_lag
         run["reads_stamped_by"] = "kernel" if watched.kernel_stamps else "event loop"
-    report = build_report(result, run=run, start_ns=watched.start_ns)
+    report = build_report(result, run=run, start_ns=watched.start_ns, slos=config.slos)
     if watched.server is not None:
         report["server"] = watched.server.section(report, origin_ns=watched.start_ns)
     elif watched.server_error:
@@ -219,6 +235,9 @@ def _start_simulator(config: DemoConfig, stack: contextlib.ExitStack) -> str:
         "--profile", config.profile, "--seed", str(config.seed),
         "--time-scale", f"{config.time_scale:g}",
     ]  # fmt: skip
+    if config.fault_rate:
+        half = f"{config.fault_rate / 2:g}"
+        cmd += ["--fault-server-error", half, "--fault-reset", half]
     child = ChildServer(cmd, port=port, name="agentflow sim", startup_timeout_s=60)
     stack.enter_context(child)
     return f"http://127.0.0.1:{port}"

@@ -9,6 +9,7 @@ deployment's speed, and say so.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from rich.table import Table
@@ -16,22 +17,29 @@ from rich.table import Table
 from agentflow._fleet import FleetResult
 from agentflow.context._reuse import prefix_reuse
 from agentflow.report._live import LiveView
-from agentflow.stats import FleetStats
+from agentflow.stats import SLO, FleetStats
 
-__all__ = ["LiveView", "build_report", "summary_table"]
+__all__ = ["LiveView", "build_report", "goodput_line", "summary_table"]
 
 
 def build_report(
-    result: FleetResult, *, run: dict[str, Any], start_ns: int | None = None
+    result: FleetResult,
+    *,
+    run: dict[str, Any],
+    start_ns: int | None = None,
+    slos: Iterable[SLO] = (),
 ) -> dict[str, Any]:
     """The demo's JSON report: :mod:`agentflow.stats`' ``agentflow.report/2``, one row per
-    session and one sample per turn (``docs/report-schema.md``).
+    session and one sample per turn (``docs/report-schema.md``), with goodput against
+    ``slos``.
 
     Times are seconds as measured on this machine, from ``start_ns`` (the trace clock's
     reading when the run started; default the first turn); ``time_scale`` in ``run`` says
     how much slower than the modelled deployment the server ran (divide times by it).
     """
-    stats = FleetStats.from_result(result, per="session", keep_samples=True, start_ns=start_ns)
+    stats = FleetStats.from_result(
+        result, per="session", keep_samples=True, start_ns=start_ns, slos=slos
+    )
     report = stats.report(run=run, include_samples=True)
     report["prefix_reuse"] = prefix_reuse(result.sessions).to_dict()
     return report
@@ -41,7 +49,14 @@ def summary_table(report: dict[str, Any]) -> Table:
     """The end-of-run summary, from an ``agentflow.report/2`` report."""
     f, dists = report["fleet"], report["distributions"]
     scale = float(report["run"].get("time_scale") or 1.0)
-    t = Table("figure", "p50", "p90", "p99", title="agentflow demo — fleet summary")
+    t = Table(
+        "figure",
+        "p50",
+        "p90",
+        "p99",
+        title="agentflow demo — fleet summary",
+        caption_justify="left",
+    )
     for key, label in (
         ("ttft_s", "TTFT (s)"),
         ("tpot_s", "TPOT (s)"),
@@ -73,7 +88,30 @@ def summary_table(report: dict[str, Any]) -> Table:
         if eff is not None and raised:
             # Turns whose server cached more than the client's maximum (see prefix_reuse).
             t.caption += f" (maximum raised to the server's count on {raised} turns)"
+    for g in report.get("goodput") or []:
+        t.caption += "\n" + goodput_line(g, scale)
     return t
+
+
+def goodput_line(g: dict[str, Any], scale: float = 1.0) -> str:
+    """One SLO's goodput, from a report's ``goodput`` entry, as a sentence."""
+    frac, tps = g.get("turn_fraction"), g.get("output_tps")
+    agents = g.get("agent_fraction")
+    text = (
+        f"goodput {g['name']}: "
+        + ("no turns" if frac is None else f"{frac:.1%} of turns met it")
+        + f" ({g['turns_met']:,}/{g['turns']:,}"
+        + ("" if tps is None else f", {tps:,.0f} output tok/s")
+        + ")"
+    )
+    if agents is not None:
+        text += f"; {g['agents_met']}/{g['agents']} sessions met it on every turn"
+    missed = {k: v for k, v in (g.get("failed_bounds") or {}).items() if v}
+    if missed:
+        text += " · missed: " + ", ".join(f"{k} {v:,}" for k, v in missed.items())
+    if scale != 1:
+        text += f" (bounds on times as measured, ×{scale:g} slower than the deployment)"
+    return text
 
 
 def _fmt(x: float | None) -> str:

@@ -41,6 +41,7 @@ from agentflow.stats._timeseries import TimeSeries
 if TYPE_CHECKING:
     from agentflow._fleet import FleetResult
     from agentflow._session import SessionResult
+    from agentflow.typing import Clock
 
 __all__ = ["DEFAULT_QUANTILES", "DISTRIBUTIONS", "FleetStats"]
 
@@ -56,7 +57,7 @@ DISTRIBUTIONS = (
 #: Time series kept besides one ``slo:<label>`` per SLO.
 SERIES = (
     "output_tokens", "prompt_tokens", "cached_tokens", "cache_prompt_tokens", "in_flight_s",
-    "turns", "decode_tps_sum", "decode_turns",
+    "turns", "decode_tps_sum", "decode_turns", "errors", "retries",
 )  # fmt: skip
 
 _STATUSES = ("completed", "max_turns", "error", "cancelled")
@@ -83,6 +84,10 @@ class FleetStats:
             the time buckets. When not given, the first turn's ready time is the origin
             and buckets are aligned on multiples of ``bucket_s``.
         max_turn_index: rows of the by-turn-index table.
+        clock: the fleet's clock (``Fleet(clock=…)``), read to place error and retry
+            events in the time series (they carry no time). Without it a retry is placed
+            at its failed attempt's end when anything arrived, and an error at the
+            latest turn end seen.
     """
 
     #: The event types this callback reads; it returns at once on every other one (a bus
@@ -104,6 +109,7 @@ class FleetStats:
         itl: bool = True,
         start_ns: int | None = None,
         max_turn_index: int = 256,
+        clock: Clock | None = None,
     ) -> None:
         if per not in ("agent", "session"):
             raise ConfigError(f"per must be 'agent' or 'session', got {per!r}")
@@ -121,6 +127,7 @@ class FleetStats:
         self.keep_samples = keep_samples
         self.itl = itl
         self.start_ns = start_ns
+        self.clock = clock
         #: Per-turn distributions, by report key (see :data:`DISTRIBUTIONS`).
         self.sketches = {name: Sketch(relative_accuracy) for name in DISTRIBUTIONS}
         self._slo_series = [f"slo:{s.label}" for s in self.slos]
@@ -192,16 +199,28 @@ class FleetStats:
             self._session_ended(event.agent, event.session_id, event.result)
         elif isinstance(event, ErrorEvent):
             self.errors[event.where] += 1
+            self._at("errors", None)
         elif event.type == "retry":  # a failed attempt that will be sent again
             self.retries += 1
             self._row(
                 getattr(event, "agent", None), getattr(event, "session_id", None)
             ).retries += 1
+            trace = getattr(getattr(event, "attempt", None), "trace", None)
+            self._at("retries", None if trace is None else trace.end_ns)
         elif isinstance(event, FleetEndEvent):
             result = event.result
             self.wall_s = result.wall_s
             self.peak_in_flight = result.peak_in_flight
             self.callback_errors = len(result.callback_errors)
+
+    def _at(self, name: str, t_ns: int | None) -> None:
+        """Count one event of series ``name`` at the clock's time, else at ``t_ns``, else
+        at the latest turn end seen (not placed before any turn ended)."""
+        t = self.clock() if self.clock is not None else t_ns
+        if t is None:
+            t = self.last_ns
+        if t is not None:
+            self.series.add(name, t, 1.0)
 
     def _session_ended(self, agent: str, session_id: str, result: SessionResult) -> None:
         row = self._row(agent, session_id)
@@ -324,21 +343,33 @@ class FleetStats:
         """Build stats from a finished :class:`~agentflow.FleetResult`.
 
         The figures are those subscribing would give, except what a result does not
-        keep: error events, and tool outcomes and durations (tool calls are counted
-        from the traces). ``options`` are :class:`FleetStats`'s.
+        keep: tool and callback errors, and tool outcomes and durations (tool calls are
+        counted from the traces). Sessions that ended in an error count as ``session``
+        errors, placed in time at their last turn's end; retries are each turn's failed
+        attempts, placed at the attempt's end when anything arrived, else when the turn
+        was finally sent. ``options`` are :class:`FleetStats`'s.
         """
         stats = cls(**options)
+        series = stats.series
         for s in result.sessions:
+            row = stats._row(s.agent, s.session_id)
             for t in s.turns:
                 stats.observe_turn(s.agent, s.session_id, t.index, t.metrics, t.trace, t.prompt)
                 calls = len(t.trace.tool_calls)
                 stats.tool_calls += calls
-                stats._row(s.agent, s.session_id).tool_calls += calls
+                row.tool_calls += calls
+                for a in t.failed_attempts:
+                    row.retries += 1
+                    series.add("retries", t.trace.sent_ns if a.trace is None else a.trace.end_ns, 1)
             stats._session_ended(s.agent, s.session_id, s)
+            if s.status == "error":
+                stats.errors["session"] += 1
+                if s.turns:
+                    series.add("errors", s.turns[-1].trace.end_ns, 1)
         stats.wall_s = result.wall_s
         stats.peak_in_flight = result.peak_in_flight
         stats.callback_errors = len(result.callback_errors)
-        stats.retries = getattr(result, "retries", 0)  # per agent only from RetryEvents
+        stats.retries = getattr(result, "retries", 0)
         return stats
 
     # ---- combining ---------------------------------------------------------------

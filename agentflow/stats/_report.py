@@ -150,6 +150,14 @@ def _fleet(stats: FleetStats, duration: float) -> dict[str, Any]:
         "output_tps": stats.output_tokens / duration if duration > 0 else None,
         "turns_per_s": stats.turns / duration if duration > 0 else None,
         "prompt_tokens": stats.prompt_tokens if stats.prompt_turns else None,
+        "prompt_tps": (
+            stats.prompt_tokens / duration if stats.prompt_turns and duration > 0 else None
+        ),
+        "total_tps": (
+            (stats.prompt_tokens + stats.output_tokens) / duration
+            if stats.prompt_turns and duration > 0
+            else None
+        ),
         "cached_tokens": stats.cached_tokens if cached else None,
         "cache_hit_rate": stats.cached_tokens / stats.cache_prompt_tokens if cached else None,
         "max_cache_hit_rate": (
@@ -235,7 +243,7 @@ def _throughput(stats: FleetStats, origin: int, duration: float) -> dict[str, An
     start, width = ts.start_ns, ts.width_ns
     out: dict[str, Any] = {"bucket_s": width * _NS, "t_s": [], "dt_s": []}
     names = ("output_tps", "prompt_tps", "cached_tps", "turns_per_s", "in_flight")
-    for key in (*names, "cache_hit_rate", "decode_tps_mean"):
+    for key in (*names, "cache_hit_rate", "decode_tps_mean", "errors", "retries"):
         out[key] = []
     out["slo_turns_per_s"] = {s.label: [] for s in stats.slos}
     if start is None:
@@ -261,6 +269,8 @@ def _throughput(stats: FleetStats, origin: int, duration: float) -> dict[str, An
             out[key].append(vals[series][i] / dt)
         denom = vals["cache_prompt_tokens"][i]
         out["cache_hit_rate"].append(vals["cached_tokens"][i] / denom if denom > 0 else None)
+        out["errors"].append(round(vals["errors"][i]))
+        out["retries"].append(round(vals["retries"][i]))
         n = vals["decode_turns"][i]
         out["decode_tps_mean"].append(vals["decode_tps_sum"][i] / n if n > 0 else None)
         for s in stats.slos:

@@ -30,7 +30,7 @@ from agentflow._fleet import Fleet, FleetResult
 from agentflow._process import ChildServer, free_port
 from agentflow.context import server_window, window_for
 from agentflow.demo._stop import Stopper, run_stoppable
-from agentflow.demo.summary import LiveView, build_report, summary_table
+from agentflow.demo.summary import LiveView, build_report, goodput_line, summary_table
 from agentflow.demo.workload import make_workload
 from agentflow.llamacpp import oversubscription
 from agentflow.report import LoopLagProbe, ServerWatch
@@ -138,6 +138,9 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         result, scale = _run(config, console, watched, stopper)
         report = _report(config, result, scale, watched, stopper, console)
         console.print(summary_table(report))
+        scale = float(report["run"].get("time_scale") or 1.0)
+        for g in report["goodput"]:  # one line per --slo
+            console.print(goodput_line(g, scale), highlight=False)
         if stopper.signal is not None:
             console.print(
                 f"[bold]stopped by {stopper.signal.name}[/bold]: the report covers what ran"
@@ -266,6 +269,7 @@ async def _run_fleet(
     view: LiveView | None,
     stopper: Stopper,
     clock: Clock = time.perf_counter_ns,
+    watched: _Watched | None = None,
 ) -> FleetResult:
     workload = make_workload(
         config.agents,
@@ -287,6 +291,10 @@ async def _run_fleet(
         if not config.base_url and config.resume is None:  # the simulator takes every turn planned
             view.total_turns = sum(r + 1 for r in workload.tool_rounds)
     sessions = [a.session(t) for a, t in zip(workload.agents, workload.tasks, strict=True)]
+    if watched is not None:  # the run starts now, not before the workload was built
+        watched.start_ns = clock()
+    if view is not None:
+        view.started = view.clock()
     if config.store is None:
         return await run_stoppable(fleet, sessions, stopper, clock)
     return await _run_recorded(
@@ -391,10 +399,10 @@ async def _http_fleet(
             watched.kernel_stamps = transport.kernel_timestamps
             watched.start_ns = time.perf_counter_ns()
             if not config.live:
-                result = await _run_fleet(config, transport, view, stopper)
+                result = await _run_fleet(config, transport, view, stopper, watched=watched)
             else:
                 with view.live():
-                    result = await _run_fleet(config, transport, view, stopper)
+                    result = await _run_fleet(config, transport, view, stopper, watched=watched)
         watched.loop_lag = lag.summary()
     finally:
         if watched.server is not None:

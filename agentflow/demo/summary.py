@@ -88,8 +88,6 @@ def summary_table(report: dict[str, Any]) -> Table:
         if eff is not None and raised:
             # Turns whose server cached more than the client's maximum (see prefix_reuse).
             t.caption += f" (maximum raised to the server's count on {raised} turns)"
-    for g in report.get("goodput") or []:
-        t.caption += "\n" + goodput_line(g, scale)
     return t
 
 

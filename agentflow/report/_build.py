@@ -15,6 +15,7 @@ from agentflow.report._fig_load import (
     interactivity,
     throughput,
 )
+from agentflow.report._fig_run import errors_retries, lengths, session_timeline
 from agentflow.report._html import render_html
 from agentflow.report._runs import Run, check_report, default_label
 
@@ -27,7 +28,10 @@ FIGURE_KEYS = (
     "decode_tps",
     "interactivity",
     "throughput",
+    "errors_retries",
     "context_growth",
+    "lengths",
+    "session_timeline",
     "cache_kv",
     "client_vs_server",
     "compare",
@@ -66,7 +70,10 @@ def make_figures(
         decode_distribution(rs),
         interactivity(rs, gpus=gpus),
         throughput(rs),
+        errors_retries(rs),
         context_growth(rs),
+        lengths(rs),
+        session_timeline(rs),
         cache_kv_over_time(rs),
         client_vs_server(rs),
         compare_runs(rs),

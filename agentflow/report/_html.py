@@ -81,7 +81,9 @@ def _runs_table(runs: Sequence[Run]) -> str:
         "sessions ok/all",
         "turns",
         "duration s",
+        "req/s",
         "output tok/s",
+        "total tok/s",
         "TTFT p50 ms",
         "TTFT p99 ms",
         "TPOT p50 ms",
@@ -101,7 +103,9 @@ def _runs_table(runs: Sequence[Run]) -> str:
             f"{f.get('completed', '—')}/{f.get('sessions', '—')}",
             _num(f.get("turns"), 6),
             _num(f.get("duration_s"), 4),
+            _num(f.get("turns_per_s")),
             _num(f.get("output_tps")),
+            _num(_total_tps(f)),
             _num(d["ttft_s"].get("p50"), scale=1e3),
             _num(d["ttft_s"].get("p99"), scale=1e3),
             _num(d["tpot_s"].get("p50"), scale=1e3),
@@ -121,6 +125,52 @@ def _runs_table(runs: Sequence[Run]) -> str:
         for i, h in enumerate(head)
     )
     return f'<table id="runs"><tr>{ths}</tr>{"".join(rows)}</table>'
+
+
+def _total_tps(fleet: Mapping[str, Any]) -> float | None:
+    """``fleet.total_tps``; for a report written before it, (prompt + output) / duration."""
+    v = fleet.get("total_tps")
+    if isinstance(v, int | float):
+        return float(v)
+    p, o, d = fleet.get("prompt_tokens"), fleet.get("output_tokens"), fleet.get("duration_s")
+    if isinstance(p, int) and isinstance(o, int) and isinstance(d, int | float) and d > 0:
+        return (p + o) / d
+    return None
+
+
+def _goodput_table(runs: Sequence[Run]) -> str:
+    """One row per run and SLO (``goodput``): what met it, per second and as a share."""
+    rows = []
+    for r in runs:
+        for g in r.report.get("goodput") or []:
+            if not isinstance(g, Mapping):
+                continue
+            missed = {k: v for k, v in (g.get("failed_bounds") or {}).items() if v}
+            cells = [
+                f"{g.get('turns_met', '—')}/{g.get('turns', '—')}",
+                _pct(g.get("turn_fraction")),
+                _num(g.get("turns_per_s")),
+                _num(g.get("output_tps")),
+                f"{g.get('agents_met', '—')}/{g.get('agents', '—')}",
+            ]
+            rows.append(
+                f'<tr><td class="text">{_e(r.label)}</td><td class="text">{_e(g.get("name"))}</td>'
+                + "".join(f"<td>{_e(c)}</td>" for c in cells)
+                + '<td class="text note">'
+                + _e(", ".join(f"{k}: {v:,}" for k, v in missed.items()) or "—")
+                + "</td></tr>"
+            )
+    if not rows:
+        return ""
+    head = (
+        '<tr><th class="text">run</th><th class="text">SLO</th><th>turns met</th>'
+        "<th>share</th><th>goodput req/s</th><th>goodput output tok/s</th>"
+        '<th>rows met on every turn</th><th class="text">turns missing each bound</th></tr>'
+    )
+    return (
+        '<h2 id="goodput">Goodput (turns meeting each SLO)</h2>'
+        f'<table id="goodput-table">{head}{"".join(rows)}</table>'
+    )
 
 
 def _server_table(run: Run) -> str:
@@ -198,6 +248,9 @@ def render_html(runs: Sequence[Run], figures: Sequence[Figure], *, title: str) -
         "<h2>Runs</h2>",
         _runs_table(runs),
     ]
+    goodput = _goodput_table(runs)
+    if goodput:
+        parts.append(goodput)
     warnings = [w for r in runs if (w := lag_warning(r))]
     parts += [f'<p class="warn">{_e(w)}</p>' for w in warnings]
     servers = [t for r in runs if (t := _server_table(r))]

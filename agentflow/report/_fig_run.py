@@ -1,0 +1,295 @@
+"""Figures of what the turns were: prompt and output lengths, errors and retries over
+time, and a per-session timeline of queue wait, model time and tool time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentflow.report._canvas import (
+    Figure,
+    bucket_steps,
+    color,
+    empty_note,
+    log_axis,
+    new_figure,
+    style,
+    to_png,
+)
+from agentflow.report._runs import Run
+
+__all__ = ["errors_retries", "lengths", "session_timeline"]
+
+#: The length panels: report distribution key, sample fields (first present wins), title.
+_LENGTHS = (
+    ("context_tokens", ("prompt_tokens", "estimated_prompt_tokens"), "prompt tokens per turn"),
+    ("output_tokens", ("output_tokens",), "output tokens per turn"),
+)
+
+#: Timeline colours: queue wait, model (request sent → end of stream), tools.
+QUEUE_COLOR, MODEL_COLOR, TOOLS_COLOR = "#E69F00", "#0072B2", "#009E73"
+
+
+def _samples(run: Run) -> list[Mapping[str, Any]]:
+    s = run.report.get("samples")
+    return [x for x in s if isinstance(x, Mapping)] if isinstance(s, list) else []
+
+
+def _sample_values(run: Run, fields: Sequence[str]) -> list[float]:
+    out = []
+    for s in _samples(run):
+        for f in fields:
+            v = s.get(f)
+            if isinstance(v, int | float) and not isinstance(v, bool):
+                out.append(float(v))
+                break
+    return out
+
+
+def lengths(runs: Sequence[Run]) -> Figure:
+    """Prompt and output tokens per turn: histograms of the turns when every report keeps
+    them (``samples``), else the CDFs of the report's sketches."""
+    fig, axes = new_figure(1, 2, size=(11.0, 4.8))
+    histograms = all(_samples(r) for r in runs)
+    medians: list[str] = []
+    for ax, (key, fields, title) in zip(axes, _LENGTHS, strict=True):
+        drawn = False
+        if histograms:
+            values = [_sample_values(r, fields) for r in runs]
+            flat = [v for vs in values for v in vs]
+            if flat:
+                lo, hi = max(1.0, min(flat)), max(1.0, max(flat))
+                log = hi / lo > 20
+                if log:
+                    edges = [lo * (hi / lo) ** (k / 40) for k in range(41)]
+                    edges[-1] *= 1.0001
+                else:
+                    step = max(1.0, (hi - lo) / 40)
+                    edges = [lo + step * k for k in range(42)]
+                for i, (run, vs) in enumerate(zip(runs, values, strict=True)):
+                    if not vs:
+                        continue
+                    ax.hist(
+                        vs, bins=edges, histtype="step", lw=1.8, color=color(i), label=run.label
+                    )
+                    med = sorted(vs)[(len(vs) - 1) // 2]
+                    ax.axvline(med, color=color(i), ls="--", lw=1)
+                    drawn = True
+                if drawn and log:
+                    log_axis(ax, "x")
+            ylabel = "turns"
+        else:
+            for i, run in enumerate(runs):
+                d = run.distribution(key)
+                cdf = (d or {}).get("cdf") or []
+                pts = [(float(v), float(q)) for q, v in cdf if isinstance(v, int | float)]
+                if pts:
+                    ax.step([p[0] for p in pts], [p[1] for p in pts], where="post",
+                            color=color(i), lw=1.8, label=run.label)  # fmt: skip
+                    drawn = True
+            ylabel = "fraction of turns ≤ x"
+        for run in runs:
+            d = run.distribution(key) or {}
+            if isinstance(d.get("p50"), int | float):
+                medians.append(
+                    f"{run.label}: {title.split(' per')[0]} p50 {d['p50']:,.0f}, "
+                    f"p99 {d.get('p99') or 0:,.0f}"
+                )
+        if not drawn:
+            empty_note(ax, f"no {title} in the reports")
+            ax.set_title(title, fontsize=11)
+            continue
+        style(ax, title=title, xlabel="tokens", ylabel=ylabel)
+        ax.legend(fontsize=8, loc="best")
+    fig.suptitle("Prompt and output lengths per turn", fontsize=12)
+    how = (
+        "Histograms of every turn (40 bins, log-spaced when the range is wide); dashed "
+        "lines are medians."
+        if histograms
+        else "CDFs from the report's sketches (each quantile within ±1 %); histograms need "
+        "each turn kept (FleetStats(keep_samples=True), report(include_samples=True))."
+    )
+    return Figure(
+        "lengths",
+        "Prompt and output lengths per turn",
+        "Two panels: the distribution of prompt tokens and of output tokens over the "
+        "turns of each run.",
+        "Left: the prompt each turn sent (the server's count, else the client's "
+        "estimate) — in an agent's session it grows turn by turn, so a wide spread is "
+        "the sessions' growth. Right: output tokens per turn — tool calls are short, "
+        f"final answers long. {how}" + (f" {'; '.join(medians)}." if medians else ""),
+        to_png(fig),
+    )
+
+
+def errors_retries(runs: Sequence[Run]) -> Figure:
+    """Retries and errors per time bucket (``throughput.retries`` / ``.errors``)."""
+    fig, (ax,) = new_figure(size=(10.0, 4.5))
+    totals: list[str] = []
+    any_event = False
+    drawn = False
+    for i, run in enumerate(runs):
+        tp = run.report.get("throughput") or {}
+        t, dt = tp.get("t_s") or [], tp.get("dt_s") or []
+        retries, errors = tp.get("retries"), tp.get("errors")
+        f = run.fleet
+        by_where = f.get("errors") or {}
+        n_err = sum(v for v in by_where.values() if isinstance(v, int))
+        where = ", ".join(f"{k} {v}" for k, v in sorted(by_where.items()) if v)
+        totals.append(
+            f"{run.label}: {f.get('retries', 0):,} retries, {n_err:,} errors"
+            + (f" ({where})" if where else "")
+        )
+        if not t or not isinstance(retries, list) or not isinstance(errors, list):
+            continue
+        drawn = True
+        any_event = any_event or any(retries) or any(errors)
+        ax.step(*bucket_steps(t, dt, retries), where="post", color=color(i), lw=1.8,
+                label=f"{run.label}: retries")  # fmt: skip
+        ax.step(*bucket_steps(t, dt, errors), where="post", color=color(i), lw=1.2, ls="--",
+                label=f"{run.label}: errors")  # fmt: skip
+    if not drawn:
+        empty_note(ax, "no time series of errors and retries in the reports")
+    else:
+        style(ax, xlabel="seconds since the run started", ylabel="events per time bucket")
+        ax.set_ylim(bottom=0, top=max(1.0, ax.get_ylim()[1]))
+        ax.legend(fontsize=8, loc="upper right")
+        if not any_event:
+            ax.text(0.5, 0.6, "no errors or retries in the runs", ha="center",
+                    transform=ax.transAxes, color="#555555")  # fmt: skip
+    ax.set_title("Errors and retries over time", fontsize=12)
+    widths = sorted({float((r.report.get("throughput") or {}).get("bucket_s") or 0) for r in runs})
+    return Figure(
+        "errors_retries",
+        "Errors and retries over time",
+        "Step chart of failed attempts that were retried and of errors, counted per time "
+        "bucket, against time.",
+        "Solid: attempts that failed and were sent again (a 429/5xx answer, a reset or "
+        "stalled stream); dashed: errors (a session that failed, a tool that raised, a "
+        "callback that raised). Counts per bucket of "
+        + ", ".join(f"{w:g} s" for w in widths if w)
+        + ". Retries bunched in time point at the server (overload, a restart); spread "
+        "evenly, at a fault rate. From a finished result (the demo), a retry is placed at "
+        "its failed attempt's end and a failed session at its last turn's end. "
+        + "; ".join(totals)
+        + ".",
+        to_png(fig),
+    )
+
+
+def _spans(
+    rows: list[Mapping[str, Any]],
+) -> tuple[list[tuple[float, float]], list[tuple[float, float]], list[tuple[float, float]]]:
+    """One session's (start, length) spans, ns, of queue wait, model time and tool time."""
+    rows = sorted(rows, key=lambda r: int(r.get("turn") or 0))
+    queue: list[tuple[float, float]] = []
+    model: list[tuple[float, float]] = []
+    tools: list[tuple[float, float]] = []
+    for k, r in enumerate(rows):
+        ready, sent, end = r.get("ready_ns"), r.get("sent_ns"), r.get("end_ns")
+        if not (isinstance(ready, int) and isinstance(sent, int) and isinstance(end, int)):
+            continue
+        if sent > ready:
+            queue.append((ready, sent - ready))
+        model.append((sent, max(0, end - sent)))
+        nxt = rows[k + 1].get("ready_ns") if k + 1 < len(rows) else None
+        if r.get("tool_calls") and isinstance(nxt, int) and nxt > end:
+            tools.append((end, nxt - end))
+    return queue, model, tools
+
+
+def session_timeline(runs: Sequence[Run], *, max_sessions: int = 30) -> Figure:
+    """A sample of sessions (the first run that keeps its turns): each a row of queue
+    wait, model time and tool time, from its turns' ``ready``, ``sent`` and ``end``."""
+    run = next((r for r in runs if _samples(r)), None)
+    fig, (ax,) = new_figure(size=(11.0, 6.0))
+    caption = (
+        "Each row is one session; its bars, left to right, are its turns: orange, waiting "
+        "for a slot (turn ready → request sent: the fleet's own queue, which for a retried "
+        "turn includes its failed attempts and their backoff); blue, the model "
+        "(request sent → end of stream: the server's queue, prefill and decode); green, "
+        "tools (a turn that called tools ended → the next turn ready: the tools' run time "
+        "and the client's bookkeeping). Gaps are neither (the client preparing a turn). "
+    )
+    if run is None:
+        empty_note(ax, "no turns kept in the reports: the timeline needs samples")
+        caption += (
+            "Needs each turn kept: FleetStats(keep_samples=True), report(include_samples=True)."
+        )
+    else:
+        by_session: dict[str, list[Mapping[str, Any]]] = {}
+        for s in _samples(run):
+            by_session.setdefault(str(s.get("session_id")), []).append(s)
+        origin = min(
+            (s["ready_ns"] for rows in by_session.values() for s in rows
+             if isinstance(s.get("ready_ns"), int)),
+            default=0,
+        )  # fmt: skip
+        totals = [0.0, 0.0, 0.0]
+        spans = {}
+        for sid, rows in by_session.items():
+            q, m, t = _spans(rows)
+            spans[sid] = (q, m, t)
+            for j, part in enumerate((q, m, t)):
+                totals[j] += sum(length for _, length in part)
+        order = sorted(spans, key=lambda sid: min((a for a, _ in spans[sid][1]), default=0))
+        n = len(order)
+        picked = (
+            order
+            if n <= max_sessions
+            else [order[round(k * (n - 1) / (max_sessions - 1))] for k in range(max_sessions)]
+        )
+        for y, sid in enumerate(picked):
+            for part, c in zip(spans[sid], (QUEUE_COLOR, MODEL_COLOR, TOOLS_COLOR), strict=True):
+                if part:
+                    ax.broken_barh(
+                        [((a - origin) * 1e-9, length * 1e-9) for a, length in part],
+                        (y - 0.4, 0.8),
+                        facecolors=c,
+                        edgecolors="white",
+                        linewidth=0.6,  # each turn's bar outlined: turns stay apart
+                    )
+        ax.set_yticks(range(len(picked)))
+        ax.set_yticklabels([_short(s) for s in picked], fontsize=7)
+        ax.invert_yaxis()
+        style(ax, xlabel="seconds since the first turn became ready", ylabel="session")
+        from matplotlib.patches import Patch
+
+        ax.legend(
+            handles=[
+                Patch(color=QUEUE_COLOR, label="queue wait"),
+                Patch(color=MODEL_COLOR, label="model"),
+                Patch(color=TOOLS_COLOR, label="tools"),
+            ],
+            fontsize=8,
+            loc="lower right",
+        )
+        whole = sum(totals)
+        share = (
+            ", ".join(
+                f"{name} {x / whole:.1%}"
+                for name, x in zip(("queue wait", "model", "tools"), totals, strict=True)
+            )
+            if whole > 0
+            else "no time measured"
+        )
+        caption += (
+            f"{run.label}: {len(picked)} of {n} sessions"
+            + (" (evenly spaced by start)" if n > len(picked) else "")
+            + f". Over all {n} sessions, their measured time was {share}."
+        )
+        if run.time_scale != 1:
+            caption += f" Times as measured (×{run.time_scale:g} slower than the deployment)."
+    ax.set_title("Per-session timeline: queue wait, model, tools", fontsize=12)
+    return Figure(
+        "session_timeline",
+        "Per-session timeline: queue wait, model, tools",
+        "Gantt chart of a sample of sessions: for each, bars of the time spent waiting "
+        "for a slot, in the model, and running tools, against time.",
+        caption,
+        to_png(fig),
+    )
+
+
+def _short(session_id: str) -> str:
+    return session_id if len(session_id) <= 18 else session_id[:8] + "…" + session_id[-8:]

@@ -79,6 +79,7 @@ def lengths(runs: Sequence[Run]) -> Figure:
                     log_axis(ax, "x")
             ylabel = "turns"
         else:
+            xs: list[float] = []
             for i, run in enumerate(runs):
                 d = run.distribution(key)
                 cdf = (d or {}).get("cdf") or []
@@ -86,7 +87,10 @@ def lengths(runs: Sequence[Run]) -> Figure:
                 if pts:
                     ax.step([p[0] for p in pts], [p[1] for p in pts], where="post",
                             color=color(i), lw=1.8, label=run.label)  # fmt: skip
+                    xs += [p[0] for p in pts]
                     drawn = True
+            if xs and min(xs) > 0 and max(xs) / min(xs) > 20:
+                log_axis(ax, "x")
             ylabel = "fraction of turns ≤ x"
         for run in runs:
             d = run.distribution(key) or {}
@@ -142,6 +146,13 @@ def errors_retries(runs: Sequence[Run]) -> Figure:
         )
         if not t or not isinstance(retries, list) or not isinstance(errors, list):
             continue
+        unplaced = n_err - sum(errors) + int(f.get("retries") or 0) - sum(retries)
+        if unplaced > 0:
+            totals[-1] += (
+                f", {unplaced:,} of them not in time (a finished result keeps no time for "
+                "the attempts of a turn that never finished, nor for a session that failed "
+                "before finishing one)"
+            )
         drawn = True
         any_event = any_event or any(retries) or any(errors)
         ax.step(*bucket_steps(t, dt, retries), where="post", color=color(i), lw=1.8,
@@ -178,7 +189,7 @@ def errors_retries(runs: Sequence[Run]) -> Figure:
 
 
 def _spans(
-    rows: list[Mapping[str, Any]],
+    rows: Sequence[Mapping[str, Any]],
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]], list[tuple[float, float]]]:
     """One session's (start, length) spans, ns, of queue wait, model time and tool time."""
     rows = sorted(rows, key=lambda r: int(r.get("turn") or 0))

@@ -1,0 +1,59 @@
+"""The lengths, errors/retries and session-timeline figures, from the demo's workload on
+the simulator in virtual time: what they draw adds up to what the report measured."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+from agentflow.report import Run, make_figures
+from agentflow.report._fig_run import _spans
+from tests.report.runs import virtual_report
+
+
+def test_timeline_spans_add_up_to_the_measured_turns() -> None:
+    report = virtual_report(8, concurrency=3, server=False)
+    samples = report["samples"]
+    by_session: dict[str, list[dict[str, Any]]] = {}
+    for s in samples:
+        by_session.setdefault(s["session_id"], []).append(s)
+    assert len(by_session) == 8
+    queued_somewhere = False
+    for rows in by_session.values():
+        queue, model, tools = _spans(rows)
+        # queue = Σ queue wait, model = Σ (sent → end) = Σ E2E, to the nanosecond's rounding
+        assert math.isclose(sum(n for _, n in queue) * 1e-9,
+                            sum(r["queue_wait_s"] for r in rows), abs_tol=1e-6)  # fmt: skip
+        assert math.isclose(sum(n for _, n in model) * 1e-9,
+                            sum(r["e2e_s"] for r in rows), abs_tol=1e-6)  # fmt: skip
+        # tools: from the end of each turn that called tools to the next turn's ready
+        # (in virtual time in-memory tools take no time: then there is no span)
+        ordered = sorted(rows, key=lambda r: r["turn"])
+        gaps = [
+            b["ready_ns"] - a["end_ns"] for a, b in itertools.pairwise(ordered) if a["tool_calls"]
+        ]
+        assert [n for _, n in tools] == [g for g in gaps if g > 0]
+        queued_somewhere |= bool(queue)
+    assert queued_somewhere  # 8 agents through 3 slots waited
+
+
+def test_the_figures_with_and_without_samples() -> None:
+    full = {f.key: f for f in make_figures([virtual_report(6, concurrency=2, server=False)])}
+    timeline = full["session_timeline"].caption
+    assert "6 of 6 sessions" in timeline and "queue wait" in timeline
+    assert "Histograms of every turn" in full["lengths"].caption
+    assert "0 retries, 0 errors" in full["errors_retries"].caption
+
+    thin = {f.key: f for f in make_figures([virtual_report(4, samples=False, server=False)])}
+    assert "Needs each turn kept" in thin["session_timeline"].caption
+    assert "CDFs from the report's sketches" in thin["lengths"].caption
+
+
+def test_a_report_from_before_the_new_fields_still_draws() -> None:
+    """A report written without throughput.errors/retries and fleet.total_tps."""
+    report = virtual_report(3, samples=False, server=False)
+    del report["throughput"]["errors"], report["throughput"]["retries"]
+    del report["fleet"]["total_tps"]
+    figures = {f.key: f for f in make_figures([Run("old", report)])}
+    assert figures["errors_retries"].png.startswith(b"\x89PNG")

@@ -272,10 +272,14 @@ class LiveView:
             else Text(turns, style="bold")
         )
         in_flight, queued = self.load()
-        fleet = f"fleet {_tps(tps, self.time_scale)} output tok/s"
+        fleet = (
+            f"fleet {_tps(tps, self.time_scale)} output tok/s · cache hit {hit} · {elapsed:,.1f} s"
+        )
+        now = f"now: tools running {self.tools_running}"
         if in_flight is not None:
-            fleet += f" · in flight {in_flight} · queued {queued}"
-        fleet += f" · tools running {self.tools_running} · cache hit {hit} · {elapsed:,.1f} s"
+            now = (
+                f"now: in flight {in_flight} · queued {queued} · tools running {self.tools_running}"
+            )
         roll = self.rolling()
         latency = (
             f"last {ROLLING_WINDOW_S:g} s ({roll['turns']} turns): "
@@ -285,6 +289,7 @@ class LiveView:
         lines: list[RenderableType] = [
             *progress,
             Text(fleet),
+            Text(now),
             Text(latency),
             Text(f"errors {errors} · retries {self.retries}"),
         ]

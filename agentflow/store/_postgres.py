@@ -166,9 +166,7 @@ class PostgresStore(BatchWriter[Conn]):
             self._closed = True
             return
         stop: Call[Conn] = Call(lambda conn: STOP, stop=True)
-        self._closed = True
-        self._queue.put(stop)
-        self._urgent.set()
+        self._put_stop(stop)
         await asyncio.wrap_future(stop.future)
         self._thread.join(timeout=self.statement_timeout_s)
         self._raise_error()
@@ -183,14 +181,13 @@ class PostgresStore(BatchWriter[Conn]):
     # --- the hot path -----------------------------------------------------------------
 
     def write(self, record: Record) -> None:
-        """Queue ``record`` for the next batch (one ``SimpleQueue.put``)."""
+        """Add ``record`` to the next batch (on an event loop: one list append; see
+        ``store/_writer.py``)."""
         if self._closed:
             raise StoreError(f"{self._where}: write to a closed store ({type(record).__name__})")
         if self._thread is None:
             self._start()
-        self._queue.put(record)
-        if self._queue.qsize() >= self.max_batch:
-            self._urgent.set()
+        self._enqueue(record)
 
     async def flush(self) -> None:
         """Return once every record written before the call is committed.

@@ -123,9 +123,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             self._closed = True
             return
         stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
-        self._closed = True
-        self._queue.put(stop)
-        self._urgent.set()
+        self._put_stop(stop)
         await asyncio.wrap_future(stop.future)
         self._thread.join(timeout=self.busy_timeout_s)
         self._raise_error()
@@ -136,9 +134,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             self._closed = True
             return
         stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
-        self._closed = True
-        self._queue.put(stop)
-        self._urgent.set()
+        self._put_stop(stop)
         stop.future.result(timeout=self.busy_timeout_s + 60)
         self._thread.join(timeout=self.busy_timeout_s)
         self._raise_error()
@@ -153,15 +149,13 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
     # --- the hot path -----------------------------------------------------------------
 
     def write(self, record: Record) -> None:
-        """Queue ``record`` for the next batch (one ``SimpleQueue.put``)."""
+        """Add ``record`` to the next batch (on an event loop: one list append; see
+        ``store/_writer.py``)."""
         if self._closed:
             raise StoreError(f"{self.path}: write to a closed store ({type(record).__name__})")
         if self._thread is None:
             self._start()
-        q = self._queue
-        q.put(record)
-        if q.qsize() >= self.max_batch:
-            self._urgent.set()
+        self._enqueue(record)
 
     async def flush(self) -> None:
         """Return once every record written before the call is committed.

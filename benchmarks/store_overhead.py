@@ -565,7 +565,8 @@ the store's writer thread, which is where SQLite's work goes) over the whole run
 the transport and the fleet, the run, and with the store opening the file and its schema,
 the leases, the final flush and `aclose`; building the workload's agents is outside it.
 "event-loop thread" is `time.thread_time_ns` on the main thread (the loop runs there; the
-record building and the queue put are its share of the store); "writer thread" is the
+record building, the append to the batch and, once per batch, a loop timer and the queue
+put are its share of the store); "writer thread" is the
 writer's own `time.thread_time_ns`, read as it exits, through a subclass of `SQLiteStore`
 defined in the benchmark that also times each commit (`BEGIN IMMEDIATE`, the inserts with
 their JSON encoding, `COMMIT`) with `thread_time_ns` and `perf_counter_ns`. The runs of a

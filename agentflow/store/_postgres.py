@@ -1,11 +1,11 @@
 """The run store on PostgreSQL, for workers on several machines sharing one run.
 
 Why a thread with a synchronous psycopg connection rather than psycopg's async one: the
-event loop's whole share of a record is then one ``SimpleQueue.put``, as with SQLite.
+event loop's share of a record is then one list append, as with SQLite.
 An async connection would cost the loop a task wakeup per statement, compete with the
 fleet's streams for it, and — on a :class:`~agentflow.embedded.VirtualTimeLoop` — let
-virtual time jump past lease renewals while a query is out. The writer thread wakes at
-most once per ``batch_interval_s``, sends every record queued meanwhile as one pipeline
+virtual time jump past lease renewals while a query is out. The writer thread wakes
+once per batch (``batch_interval_s`` after its first record), sends it as one pipeline
 in one transaction (one round trip, not one per statement) and commits once; libpq
 releases the GIL while it waits for the server.
 

@@ -3,10 +3,11 @@
 Why a thread and stdlib ``sqlite3`` rather than aiosqlite: aiosqlite also runs each
 connection in a thread, but every statement is a round trip — a future made on the
 loop, a ``call_soon_threadsafe`` back — so each recorded turn would cost the event loop
-a task wakeup. Here the loop's whole share of a record is one ``SimpleQueue.put``; the
-writer thread wakes at most once per ``batch_interval_s`` (10 ms), writes every record
-queued meanwhile in one transaction and commits once. SQLite releases the GIL while it
-works, so the loop keeps streaming meanwhile.
+a task wakeup. Here the loop's share of a record is one list append, and of a batch one
+timer and one ``SimpleQueue.put`` (``store/_writer.py``); the writer thread wakes once
+per batch — ``batch_interval_s`` (10 ms) after its first record — writes it in one
+transaction and commits once. SQLite releases the GIL while it works, so the loop keeps
+streaming meanwhile.
 
 Everything that touches the database — writes, reads (:meth:`load`), lease changes —
 runs on that one thread, in the order it was asked for: a read sees every record

@@ -19,7 +19,9 @@ before it. :class:`BatchWriter` is that loop; :class:`~agentflow.store.SQLiteSto
 
 What a ``kill -9`` loses is unchanged: the records of the batch not yet committed —
 at most ``batch_interval_s`` of them, whether they wait in the loop's list or in the
-queue.
+queue. A loop that is blocked cannot run its timer, so the thread also takes the loop's
+batch itself when it has been handed nothing for :data:`STALL_S` (a blocked loop delays
+its records by at most that; an idle store wakes the thread once per ``STALL_S``).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ T = TypeVar("T")
 
 #: What the closing call returns: the thread drains the queue and ends.
 STOP = object()
+
+#: Seconds after which the writer takes a loop's batch itself (when the loop is blocked
+#: and its timer cannot hand it over); ``batch_interval_s`` if that is longer.
+STALL_S = 1.0
 
 
 class Call(Generic[C]):
@@ -149,8 +155,17 @@ class BatchWriter(Generic[C]):
 
     def _loop(self, conn: C) -> None:
         q, urgent = self._queue, self._urgent
+        stall_s = max(STALL_S, self.batch_interval_s)
         while True:
-            first = q.get()
+            try:
+                first = q.get(timeout=stall_s)
+            except queue.Empty:
+                with self._batch_lock:  # the loop has not handed its batch over: take it
+                    first = self._batch
+                    if not first:
+                        continue
+                    self._batch = []
+                    self._batch_loop = None
             if type(first) is not list:  # a record from a plain thread, or a call
                 if not urgent.is_set():
                     urgent.wait(self.batch_interval_s)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import queue
 import sqlite3
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +35,8 @@ class CountingQueue:
         self.puts.append(item)
         self.q.put(item)
 
-    def get(self) -> Any:
-        return self.q.get()
+    def get(self, timeout: float | None = None) -> Any:
+        return self.q.get(timeout=timeout)
 
     def get_nowait(self) -> Any:
         return self.q.get_nowait()
@@ -161,3 +163,30 @@ def test_a_sessions_row_gets_its_turns_and_replica_when_it_ends(tmp_path: Path) 
     stored = next(s for s in loaded.sessions if s.session_id == "s0")
     assert stored.sticky_replica == s0.turns[-1].trace.endpoint
     assert len(stored.turns) == len(s0.turns)
+
+
+def test_a_blocked_loop_does_not_hold_its_batch_back(tmp_path: Path) -> None:
+    """A record written on the loop, then the loop blocks (a sync call that waits): its
+    timer cannot run, so the writer thread takes the batch itself (after ``STALL_S``)
+    and commits it while the loop is still blocked."""
+
+    async def main() -> tuple[int, int]:
+        store, q = _counted(tmp_path / "k.db", batch_interval_s=10)
+        await store.open()
+        store.write(_started(0))
+        committed = threading.Event()
+
+        def watch() -> None:
+            while store.committed < 1 and not committed.is_set():
+                time.sleep(0.01)
+            committed.set()
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        committed.wait(GUARD_S)  # blocks the loop: only the writer can commit it
+        seen = store.committed
+        committed.set()
+        await store.aclose()
+        return seen, sum(type(item) is list for item in q.puts)
+
+    assert asyncio.run(main()) == (1, 0)  # committed without the loop handing it over

@@ -21,7 +21,8 @@ first open). With two or more CPUs the client is pinned to one and the server to
 another (``--no-pin`` leaves placement to the scheduler). The verdict is the median of
 the per-repetition ratios of client CPU, with store ÷ without (target < 1.05), together
 with the store's own CPU counted directly: the writer thread's, plus the loop thread's inside
-the ``Recorder`` (its methods wrapped with two clock reads each, in this process only).
+the ``Recorder`` (its methods wrapped with two clock reads each, less the cost of a
+third read right after, in this process only).
 
 Usage::
 
@@ -108,11 +109,17 @@ class TimedStore(SQLiteStore):
 #: CPU the event-loop thread spent inside the store's ``Recorder`` (building records and
 #: queueing them; the agents' fingerprints at the run's start), summed across runs.
 _RECORDER_NS = [0]
+#: The probe's own cost in ``_RECORDER_NS``: one more read of the clock right after each
+#: call, summed; it is subtracted from the Recorder's figure (the two reads around a call
+#: cost about one read's worth inside the interval, and a cold read of the thread's CPU
+#: clock is a system call of several µs here).
+_PROBE_NS = [0]
 
 
 def _time_recorder() -> None:
     """Wrap each of ``Recorder``'s record-building methods (benchmark only) so that the
-    loop thread's CPU in them is summed into ``_RECORDER_NS``: two clock reads per call."""
+    loop thread's CPU in them is summed into ``_RECORDER_NS``: two clock reads per call,
+    and a third right after, whose cost is summed into ``_PROBE_NS``."""
     clock = time.thread_time_ns
 
     def timed(fn: Any) -> Any:
@@ -121,7 +128,9 @@ def _time_recorder() -> None:
             try:
                 return fn(*args, **kwargs)
             finally:
-                _RECORDER_NS[0] += clock() - t0
+                t1 = clock()
+                _RECORDER_NS[0] += t1 - t0
+                _PROBE_NS[0] += clock() - t1
 
         return wrapper
 
@@ -157,6 +166,7 @@ class Sample:
     sessions: int
     writer_ns: int | None = None
     recorder_ns: int = 0
+    probe_ns: int = 0
     records: int = 0
     commits: int = 0
     batches: list[tuple[int, int, int]] = field(default_factory=list)
@@ -228,7 +238,7 @@ def one_run(cfg: Config, interval: Interval, tmp: Path, tag: str) -> Sample:
         url = f"http://127.0.0.1:{server.port}/v1"
         store = None if interval is None else TimedStore(tmp / f"{tag}.db", interval)
         gc.collect()
-        r0 = _RECORDER_NS[0]
+        r0, p0 = _RECORDER_NS[0], _PROBE_NS[0]
         s0, b0 = _proc_cpu_ns(server.pid), _system_busy_ns()
         c0, l0, w0 = time.process_time_ns(), time.thread_time_ns(), time.perf_counter_ns()
         sessions = asyncio.run(_fleet(cfg, url, store))
@@ -252,7 +262,8 @@ def one_run(cfg: Config, interval: Interval, tmp: Path, tag: str) -> Sample:
     )
     if store is not None:
         sample.writer_ns = store.writer_cpu_ns
-        sample.recorder_ns = _RECORDER_NS[0] - r0
+        sample.probe_ns = _PROBE_NS[0] - p0
+        sample.recorder_ns = max(0, _RECORDER_NS[0] - r0 - sample.probe_ns)
         sample.records, sample.commits = store.committed, store.commits
         sample.batches = store.batches
     return sample
@@ -372,6 +383,7 @@ class Overhead:
     own_per_turn_us: list[float]
     own_per_chunk_us: list[float]
     recorder_per_record_us: list[float]
+    probe_per_record_us: list[float]
     same_work: bool
 
 
@@ -391,6 +403,7 @@ def overhead(by: By, r: Interval) -> Overhead:
         own_per_turn_us=[_own(b) / b.turns / 1e3 for _, b in pairs],
         own_per_chunk_us=[_own(b) / b.chunks / 1e3 for _, b in pairs],
         recorder_per_record_us=[b.recorder_ns / b.records / 1e3 for _, b in pairs],
+        probe_per_record_us=[b.probe_ns / b.records / 1e3 for _, b in pairs],
         same_work=all(a.turns == b.turns and a.chunks == b.chunks for a, b in pairs),
     )
 
@@ -428,6 +441,11 @@ def overhead_table(by: By) -> str:
         ("… of which on the event-loop thread, µs per record", "loop_per_record_us", ".1f"),
         ("writer thread CPU per record, µs (all of its work)", "writer_per_record_us", ".1f"),
         ("loop CPU in the Recorder per record, µs", "recorder_per_record_us", ".1f"),
+        (
+            "… its probe's one clock read, per record, µs (left out above)",
+            "probe_per_record_us",
+            ".1f",
+        ),
         ("the store's own CPU (writer + Recorder) ÷ client CPU without", "own_share", ".1%"),
         ("… per recorded turn, µs", "own_per_turn_us", ".0f"),
         ("… per streamed chunk, µs", "own_per_chunk_us", ".2f"),
@@ -565,10 +583,14 @@ the store's writer thread, which is where SQLite's work goes) over the whole run
 the transport and the fleet, the run, and with the store opening the file and its schema,
 the leases, the final flush and `aclose`; building the workload's agents is outside it.
 "event-loop thread" is `time.thread_time_ns` on the main thread (the loop runs there; the
-record building and the queue put are its share of the store); "writer thread" is the
+record building, the append to the batch and, once per batch, a loop timer and the queue
+put are its share of the store); "writer thread" is the
 writer's own `time.thread_time_ns`, read as it exits, through a subclass of `SQLiteStore`
 defined in the benchmark that also times each commit (`BEGIN IMMEDIATE`, the inserts with
-their JSON encoding, `COMMIT`) with `thread_time_ns` and `perf_counter_ns`. The runs of a
+their JSON encoding, `COMMIT`) with `thread_time_ns` and `perf_counter_ns`. "Recorder" is
+the loop thread's CPU inside the `Recorder`'s methods: two reads of `thread_time_ns` around
+each call, less the cost of a third read taken right after it (a read of that clock is a
+system call; the probe's share is its own row). The runs of a
 repetition go back to back, in an order that rotates from one repetition to the next, each
 on a fresh simulator child (same seed: the same replies, so both runs stream the same turns
 and chunks), a fresh event loop and transport; an untimed pair of small runs warms up

@@ -1,11 +1,11 @@
 """The run store on PostgreSQL, for workers on several machines sharing one run.
 
 Why a thread with a synchronous psycopg connection rather than psycopg's async one: the
-event loop's whole share of a record is then one ``SimpleQueue.put``, as with SQLite.
+event loop's share of a record is then one list append, as with SQLite.
 An async connection would cost the loop a task wakeup per statement, compete with the
 fleet's streams for it, and — on a :class:`~agentflow.embedded.VirtualTimeLoop` — let
-virtual time jump past lease renewals while a query is out. The writer thread wakes at
-most once per ``batch_interval_s``, sends every record queued meanwhile as one pipeline
+virtual time jump past lease renewals while a query is out. The writer thread wakes
+once per batch (``batch_interval_s`` after its first record), sends it as one pipeline
 in one transaction (one round trip, not one per statement) and commits once; libpq
 releases the GIL while it waits for the server.
 
@@ -166,9 +166,7 @@ class PostgresStore(BatchWriter[Conn]):
             self._closed = True
             return
         stop: Call[Conn] = Call(lambda conn: STOP, stop=True)
-        self._closed = True
-        self._queue.put(stop)
-        self._urgent.set()
+        self._put_stop(stop)
         await asyncio.wrap_future(stop.future)
         self._thread.join(timeout=self.statement_timeout_s)
         self._raise_error()
@@ -183,14 +181,13 @@ class PostgresStore(BatchWriter[Conn]):
     # --- the hot path -----------------------------------------------------------------
 
     def write(self, record: Record) -> None:
-        """Queue ``record`` for the next batch (one ``SimpleQueue.put``)."""
+        """Add ``record`` to the next batch (on an event loop: one list append; see
+        ``store/_writer.py``)."""
         if self._closed:
             raise StoreError(f"{self._where}: write to a closed store ({type(record).__name__})")
         if self._thread is None:
             self._start()
-        self._queue.put(record)
-        if self._queue.qsize() >= self.max_batch:
-            self._urgent.set()
+        self._enqueue(record)
 
     async def flush(self) -> None:
         """Return once every record written before the call is committed.

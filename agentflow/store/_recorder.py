@@ -129,7 +129,7 @@ class Recorder:
                 metrics=record.metrics,
                 prompt=record.prompt,
                 failed_attempts=len(failed),
-                failures=tuple(f"{f.replica}: {f.error!s}" for f in failed),
+                failures=tuple(f"{f.replica}: {f.error!s}" for f in failed) if failed else (),
             )
         )
 

@@ -2,7 +2,10 @@
 
 The write side is a handful of frozen records — a run started, a session started, a
 turn finished, a tool call produced its result, a session ended, the run ended — that
-the fleet hands to :meth:`Store.write` on the event loop's hot path. A backend keeps
+the fleet hands to :meth:`Store.write` on the event loop's hot path. They are frozen
+``msgspec.Struct`` objects, not dataclasses: a frozen dataclass with a dozen fields cost
+~3.6 µs to build on this machine (one ``object.__setattr__`` per field), a Struct
+~0.3 µs, and one is built per turn and per tool result. A backend keeps
 them in order and encodes them later, off the loop: the records only *reference* the
 fleet's objects (the assistant message, the trace), which agentflow never mutates once
 a turn has finished.
@@ -16,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
+
+import msgspec
 
 from agentflow._metrics import TurnMetrics
 from agentflow._trace import PromptInfo, ToolCall, TurnTrace
@@ -54,8 +59,7 @@ class AgentInfo:
     config: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunStarted:
+class RunStarted(msgspec.Struct, frozen=True, kw_only=True):
     """A run (``attempt`` 0) or a resumption of it (``attempt`` ≥ 1) started.
 
     ``clock_ns`` is the fleet clock's reading at ``wall_ns`` (``time.time_ns()``): with
@@ -70,8 +74,7 @@ class RunStarted:
     config: Mapping[str, Any] | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionStarted:
+class SessionStarted(msgspec.Struct, frozen=True, kw_only=True):
     """A session of the run, recorded once when the run starts: its initial messages
     (those after the agent's system prompt: the task) and its place in the run."""
 
@@ -83,8 +86,7 @@ class SessionStarted:
     metadata: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TurnFinished:
+class TurnFinished(msgspec.Struct, frozen=True, kw_only=True):
     """A model turn finished and its assistant message was appended.
 
     Attributes:
@@ -110,8 +112,7 @@ class TurnFinished:
     failures: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ToolFinished:
+class ToolFinished(msgspec.Struct, frozen=True, kw_only=True):
     """A tool call produced its result (recorded before the result is appended)."""
 
     run_id: str
@@ -124,8 +125,7 @@ class ToolFinished:
     truncated_chars: int = 0
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SessionEnded:
+class SessionEnded(msgspec.Struct, frozen=True, kw_only=True):
     """A session ended (any status; ``cancelled`` sessions are run again on resume)."""
 
     run_id: str
@@ -136,8 +136,7 @@ class SessionEnded:
     turns: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunEnded:
+class RunEnded(msgspec.Struct, frozen=True, kw_only=True):
     """An attempt at the run ended cleanly (not killed): ``status`` is ``finished``
     when every session reached a final status, else ``partial``."""
 

@@ -3,10 +3,11 @@
 Why a thread and stdlib ``sqlite3`` rather than aiosqlite: aiosqlite also runs each
 connection in a thread, but every statement is a round trip — a future made on the
 loop, a ``call_soon_threadsafe`` back — so each recorded turn would cost the event loop
-a task wakeup. Here the loop's whole share of a record is one ``SimpleQueue.put``; the
-writer thread wakes at most once per ``batch_interval_s`` (10 ms), writes every record
-queued meanwhile in one transaction and commits once. SQLite releases the GIL while it
-works, so the loop keeps streaming meanwhile.
+a task wakeup. Here the loop's share of a record is one list append, and of a batch one
+timer and one ``SimpleQueue.put`` (``store/_writer.py``); the writer thread wakes once
+per batch — ``batch_interval_s`` (10 ms) after its first record — writes it in one
+transaction and commits once. SQLite releases the GIL while it works, so the loop keeps
+streaming meanwhile.
 
 Everything that touches the database — writes, reads (:meth:`load`), lease changes —
 runs on that one thread, in the order it was asked for: a read sees every record
@@ -123,9 +124,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             self._closed = True
             return
         stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
-        self._closed = True
-        self._queue.put(stop)
-        self._urgent.set()
+        self._put_stop(stop)
         await asyncio.wrap_future(stop.future)
         self._thread.join(timeout=self.busy_timeout_s)
         self._raise_error()
@@ -136,9 +135,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             self._closed = True
             return
         stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
-        self._closed = True
-        self._queue.put(stop)
-        self._urgent.set()
+        self._put_stop(stop)
         stop.future.result(timeout=self.busy_timeout_s + 60)
         self._thread.join(timeout=self.busy_timeout_s)
         self._raise_error()
@@ -153,15 +150,13 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
     # --- the hot path -----------------------------------------------------------------
 
     def write(self, record: Record) -> None:
-        """Queue ``record`` for the next batch (one ``SimpleQueue.put``)."""
+        """Add ``record`` to the next batch (on an event loop: one list append; see
+        ``store/_writer.py``)."""
         if self._closed:
             raise StoreError(f"{self.path}: write to a closed store ({type(record).__name__})")
         if self._thread is None:
             self._start()
-        q = self._queue
-        q.put(record)
-        if q.qsize() >= self.max_batch:
-            self._urgent.set()
+        self._enqueue(record)
 
     async def flush(self) -> None:
         """Return once every record written before the call is committed.

@@ -1,12 +1,27 @@
-"""The writer thread both stores run: records and calls in one queue, written in order.
+"""The writer thread both stores run: batches and calls in one queue, written in order.
 
-:meth:`Store.write` puts a record on the queue; reads, lease changes and flushes put a
-:class:`Call` there and await its answer. The thread wakes when ``batch_interval_s``
-has passed since the first thing queued (or at once when ``max_batch`` records wait or
-a call is queued), writes every record before a call in one transaction, then runs the
-call — so a call sees everything written before it. :class:`BatchWriter` is that loop;
-:class:`~agentflow.store.SQLiteStore` and :class:`~agentflow.store.PostgresStore` add
-their connection, their transaction (``_commit``) and their error wording.
+On an event loop, :meth:`Store.write` appends a record to a list (no lock wait, no
+wakeup); the first record of a batch arms one timer on the loop, and when
+``batch_interval_s`` has passed (or ``max_batch`` records wait) the loop hands the whole
+list to the writer thread with one queue put. So the thread wakes once per batch,
+on a batch that is complete, and commits it at once — not once per record and again
+when its own timer runs out (that cost ~200 µs of CPU per batch here, more than the
+commit's inserts; ``docs/store.md``, "Cost"). A record written outside a running loop (a
+plain thread) is queued alone, and the thread gathers what follows for
+``batch_interval_s`` as before.
+
+Reads, lease changes and flushes hand over the loop's batch first, then put a
+:class:`Call` on the queue and await its answer: the thread writes every record before
+a call in one transaction, then runs the call — so a call sees everything written
+before it. :class:`BatchWriter` is that loop; :class:`~agentflow.store.SQLiteStore` and
+:class:`~agentflow.store.PostgresStore` add their connection, their transaction
+(``_commit``) and their error wording.
+
+What a ``kill -9`` loses is unchanged: the records of the batch not yet committed —
+at most ``batch_interval_s`` of them, whether they wait in the loop's list or in the
+queue. A loop that is blocked cannot run its timer, so the thread also takes the loop's
+batch itself when it has been handed nothing for :data:`STALL_S` (a blocked loop delays
+its records by at most that; an idle store wakes the thread once per ``STALL_S``).
 """
 
 from __future__ import annotations
@@ -28,6 +43,10 @@ T = TypeVar("T")
 
 #: What the closing call returns: the thread drains the queue and ends.
 STOP = object()
+
+#: Seconds after which the writer takes a loop's batch itself (when the loop is blocked
+#: and its timer cannot hand it over); ``batch_interval_s`` if that is longer.
+STALL_S = 1.0
 
 
 class Call(Generic[C]):
@@ -52,6 +71,7 @@ class BatchWriter(Generic[C]):
 
     _where: str
     batch_interval_s: float
+    max_batch: int
 
     def _init_writer(self) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -60,6 +80,57 @@ class BatchWriter(Generic[C]):
         self._error: BaseException | None = None
         self._closed = False
         self._lock = threading.Lock()
+        # The batch being gathered on an event loop, and that loop (see _enqueue).
+        self._batch: list[Record] = []
+        self._batch_loop: asyncio.AbstractEventLoop | None = None
+        self._batch_lock = threading.Lock()
+
+    def _enqueue(self, record: Record) -> None:
+        """Add ``record`` to the batch of the running loop (or, outside one, queue it)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self._hand_over()  # what a loop gathered goes first: order is kept
+            q = self._queue
+            q.put(record)
+            if q.qsize() >= self.max_batch:
+                self._urgent.set()
+            return
+        with self._batch_lock:
+            batch = self._batch
+            arm = not batch or self._batch_loop is not loop
+            if arm:
+                if batch:  # gathered on another loop: it goes first
+                    self._queue.put(batch)
+                batch = self._batch = [record]
+                self._batch_loop = loop
+            else:
+                batch.append(record)
+            full = len(batch) >= self.max_batch
+        if full:
+            self._hand_over()  # a timer armed for it later finds nothing, or hands over early
+        elif arm:
+            if self.batch_interval_s > 0:
+                loop.call_later(self.batch_interval_s, self._hand_over)
+            else:
+                loop.call_soon(self._hand_over)
+
+    def _hand_over(self) -> None:
+        """Give the writer thread the batch gathered so far (one queue put), if any."""
+        with self._batch_lock:
+            batch = self._batch
+            if not batch:
+                return
+            self._batch = []
+            self._batch_loop = None
+            self._queue.put(batch)
+
+    def _put_stop(self, stop: Call[C]) -> None:
+        """Queue the closing call after everything written so far."""
+        self._closed = True
+        self._hand_over()
+        self._queue.put(stop)
+        self._urgent.set()
 
     def _commit(self, conn: C, records: list[Record]) -> None:
         raise NotImplementedError
@@ -73,6 +144,7 @@ class BatchWriter(Generic[C]):
     async def _call(self, fn: Callable[[C], T]) -> T:
         self._start()
         call: Call[C] = Call(fn)
+        self._hand_over()
         with self._lock:  # not after a failed open has drained the queue (see _fail_all)
             if self._closed and isinstance(self._error, StoreError):
                 raise self._error
@@ -83,11 +155,21 @@ class BatchWriter(Generic[C]):
 
     def _loop(self, conn: C) -> None:
         q, urgent = self._queue, self._urgent
+        stall_s = max(STALL_S, self.batch_interval_s)
         while True:
-            first = q.get()
-            if not urgent.is_set():
-                urgent.wait(self.batch_interval_s)
-            urgent.clear()
+            try:
+                first = q.get(timeout=stall_s)
+            except queue.Empty:
+                with self._batch_lock:  # the loop has not handed its batch over: take it
+                    first = self._batch
+                    if not first:
+                        continue
+                    self._batch = []
+                    self._batch_loop = None
+            if type(first) is not list:  # a record from a plain thread, or a call
+                if not urgent.is_set():
+                    urgent.wait(self.batch_interval_s)
+                urgent.clear()
             batch = [first]
             try:
                 while True:
@@ -98,10 +180,14 @@ class BatchWriter(Generic[C]):
                 return
 
     def _run_batch(self, conn: C, batch: list[Any]) -> bool:
-        """Write ``batch`` in order: records in one transaction, each call after the
-        records before it are committed. True once the stop call is reached."""
+        """Write ``batch`` (records, lists of records and calls) in order: records in one
+        transaction, each call after the records before it are committed. True once the
+        stop call is reached."""
         records: list[Record] = []
         for item in batch:
+            if type(item) is list:
+                records.extend(item)
+                continue
             if not isinstance(item, Call):
                 records.append(item)
                 continue

@@ -7,13 +7,13 @@ prints the DSN's password."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import sys
 import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import msgspec
 import psycopg
 import pytest
 
@@ -163,7 +163,7 @@ def test_a_cancelled_run_resumes_to_the_uninterrupted_one(postgres_server: Postg
 
 
 def _turn(run_id: str, sid: str, turn: int, text: str, template: TurnFinished) -> TurnFinished:
-    return dataclasses.replace(
+    return msgspec.structs.replace(
         template, run_id=run_id, session_id=sid, turn=turn,
         message={"role": "assistant", "content": text},
     )  # fmt: skip

@@ -17,9 +17,9 @@ from typing import Any
 
 from agentflow._errors import AgentflowError, BadRequestError, StreamInterrupted
 from agentflow._trace import TurnTrace
+from agentflow.sim.api import models_document
 from agentflow.sim.driver import EngineDriver, SimRequest
 from agentflow.sim.errors import RequestRejected
-from agentflow.sim.server import models_document
 from agentflow.sim.sessions import SESSION_HEADER
 from agentflow.transport._overflow import context_length_error
 from agentflow.transport._request import ChatRequest

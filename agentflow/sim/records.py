@@ -13,7 +13,7 @@ from typing import Any
 
 from agentflow.sim.textgen import FinishReason, OutputPlan
 
-__all__ = ["DecodeRun", "EngineStats", "RequestRecord", "StepResult"]
+__all__ = ["DecodeRun", "DriverStats", "EngineStats", "RequestRecord", "StepResult"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -236,3 +236,35 @@ class EngineStats:
     requests_finished: int
     requests_aborted: int
     kv_evictions: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriverStats:
+    """The driver's own counters (the engine's are in :meth:`Engine.stats`).
+
+    Attributes:
+        time_scale: loop seconds per engine second.
+        steps: engine steps taken (idle ones excluded).
+        late_steps: steps whose end time had already passed when the step was computed
+            (the loop could not keep up with the modelled speed).
+        resyncs: times the engine clock was moved forward to a loop that had fallen more
+            than ``resync_s`` behind.
+        lag_s: loop seconds skipped by those moves, in total (0 when the sim kept up).
+        max_late_s: the latest any step's delivery came, in loop seconds.
+        flushes: times the flush hooks ran (after every step on schedule, once per batch
+            of back-to-back steps when late): ``steps / flushes`` steps per write.
+        submitted: requests accepted.
+        active: requests not yet finished or cancelled.
+        cancelled: requests cancelled by their consumer (client gone) before finishing.
+    """
+
+    time_scale: float
+    steps: int
+    late_steps: int
+    resyncs: int
+    lag_s: float
+    max_late_s: float
+    flushes: int
+    submitted: int
+    active: int
+    cancelled: int

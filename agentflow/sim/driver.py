@@ -35,17 +35,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentflow.sim.api import ChatParams, parse_chat_body, parse_request_id
 from agentflow.sim.engine import Engine
-from agentflow.sim.frames import ChunkEncoder
-from agentflow.sim.records import DriverStats, RequestRecord, StepResult
+from agentflow.sim.records import DriverStats, RecordArchive, RequestRecord, StepResult
 from agentflow.sim.request import SimRequest, StreamConsumer
 
 # ChatParams, DriverStats, SimRequest, StreamConsumer, parse_chat_body and
@@ -117,7 +113,7 @@ class EngineDriver:
         self.resync_s = resync_s
         self.max_batch_s = max_batch_s
         self._requests: dict[int, SimRequest] = {}
-        self._retired: OrderedDict[int, RequestRecord] = OrderedDict()
+        self._retired = RecordArchive(keep_records)
         self._finish_hooks: list[Callable[[RequestRecord], None]] = []
         self._flush_hooks: list[Callable[[], None]] = []
         self._task: asyncio.Task[None] | None = None
@@ -241,22 +237,7 @@ class EngineDriver:
             tool_rounds=params.tool_rounds,
             session_id=session_id,
         )
-        record = engine.record(rid)
-        assert record.plan is not None
-        model = params.model or self.model
-        created = int(time.time())
-        encoder = ChunkEncoder(
-            request_id=f"chatcmpl-{rid}",
-            model=model,
-            created=created,
-            plan=record.plan,
-            stream=params.stream,
-            include_usage=params.include_usage,
-            tokens_per_chunk=self.tokens_per_chunk,
-        )
-        req = SimRequest(
-            self, rid, record, encoder, consumer, model=model, created=created, stream=params.stream
-        )
+        req = SimRequest.open(self, rid, engine.record(rid), params, consumer)
         self._requests[rid] = req
         self._submitted += 1
         wake = self._wake
@@ -333,15 +314,9 @@ class EngineDriver:
 
     def _retire(self, rid: int) -> None:
         try:
-            rec = self.engine.pop_record(rid)
+            self._retired.add(self.engine.pop_record(rid))
         except (KeyError, ValueError):
             return
-        if self.keep_records:
-            retired = self._retired
-            # Without its plan (the output text, ~50 bytes a token): the timings stay.
-            retired[rid] = dataclasses.replace(rec, plan=None)
-            if len(retired) > self.keep_records:
-                retired.popitem(last=False)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

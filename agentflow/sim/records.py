@@ -7,13 +7,22 @@ the step that produced it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentflow.sim.textgen import FinishReason, OutputPlan
 
-__all__ = ["DecodeRun", "DriverStats", "EngineStats", "RequestRecord", "StepResult"]
+__all__ = [
+    "DecodeRun",
+    "DriverStats",
+    "EngineStats",
+    "RecordArchive",
+    "RequestRecord",
+    "StepResult",
+]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -268,3 +277,28 @@ class DriverStats:
     submitted: int
     active: int
     cancelled: int
+
+
+class RecordArchive:
+    """The records of the last ``keep`` finished requests, without their output plans
+    (the output text, ~50 bytes a token): the timings stay retrievable, oldest forgotten
+    first."""
+
+    __slots__ = ("_records", "keep")
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._records: OrderedDict[int, RequestRecord] = OrderedDict()
+
+    def add(self, record: RequestRecord) -> None:
+        """Keep ``record`` (without its plan), forgetting the oldest beyond ``keep``."""
+        if not self.keep:
+            return
+        records = self._records
+        records[record.request_id] = dataclasses.replace(record, plan=None)
+        if len(records) > self.keep:
+            records.popitem(last=False)
+
+    def get(self, request_id: int) -> RequestRecord | None:
+        """The kept record of a request, or ``None``."""
+        return self._records.get(request_id)

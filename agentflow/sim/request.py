@@ -19,12 +19,14 @@ The consumer contract (what an in-process transport implements)::
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Protocol
 
 from agentflow.sim.frames import ChunkEncoder
 from agentflow.sim.records import RequestRecord
 
 if TYPE_CHECKING:
+    from agentflow.sim.api import ChatParams
     from agentflow.sim.driver import EngineDriver
 
 __all__ = ["SimRequest", "StreamConsumer"]
@@ -102,6 +104,40 @@ class SimRequest:
         self.model = model
         self.created = created
         self.stream = stream
+
+    @classmethod
+    def open(
+        cls,
+        driver: EngineDriver,
+        rid: int,
+        record: RequestRecord,
+        params: ChatParams,
+        consumer: StreamConsumer,
+    ) -> SimRequest:
+        """The handle of a request the engine has just accepted: its chunk encoder set up
+        from the checked body and the driver's ``model`` and ``tokens_per_chunk``."""
+        assert record.plan is not None
+        model = params.model or driver.model
+        created = int(time.time())
+        encoder = ChunkEncoder(
+            request_id=f"chatcmpl-{rid}",
+            model=model,
+            created=created,
+            plan=record.plan,
+            stream=params.stream,
+            include_usage=params.include_usage,
+            tokens_per_chunk=driver.tokens_per_chunk,
+        )
+        return cls(
+            driver,
+            rid,
+            record,
+            encoder,
+            consumer,
+            model=model,
+            created=created,
+            stream=params.stream,
+        )
 
     @property
     def done(self) -> bool:

@@ -3,10 +3,10 @@
 Re-exported from :mod:`agentflow.testing`; import them from there.
 
 :class:`MockTransport` answers each request with the :class:`~agentflow.testing.Reply`
-its handler returns, without a socket. The reply's SSE frames go through the same
-:class:`~agentflow.transport._sse.SSEDecoder` and
-:class:`~agentflow.transport._decode.TraceBuilder` as the HTTP transports, and its error
-statuses through the same ``status_error``, so a test sees the traces, metrics,
+its handler returns, without a socket. The reply's SSE frames go through the same read
+loop as the HTTP transports' (:class:`~agentflow.transport._stream.StreamState`: the
+SSE decoder and the trace builder), and its error statuses through the same
+``status_error``, so a test sees the traces, metrics,
 token events and exceptions a real server would produce — only the network is missing.
 """
 

@@ -3,7 +3,8 @@
 :class:`SimTransport` implements :class:`agentflow.typing.Transport` over an
 :class:`~agentflow.sim.driver.EngineDriver`. The driver hands each request the same
 payload bytes the HTTP server would write after ``data:``, and they go through the same
-:class:`~agentflow.transport.TraceBuilder` — so a trace is what the HTTP path would
+read loop (:class:`~agentflow.transport._stream.StreamState`, past its SSE split) into the
+same :class:`~agentflow.transport.TraceBuilder` — so a trace is what the HTTP path would
 produce, minus the network. Under :class:`VirtualTimeLoop` a whole fleet run, with the
 real scheduler code, runs faster than real time; the transport's default clock is the
 event loop's, which the driver's ground truth also uses, so client and server times are

@@ -3,10 +3,10 @@
 Re-exported from :mod:`agentflow.testing`; import them from there.
 
 :class:`MockTransport` answers each request with the :class:`~agentflow.testing.Reply`
-its handler returns, without a socket. The reply's SSE frames go through the same
-:class:`~agentflow.transport._sse.SSEDecoder` and
-:class:`~agentflow.transport._decode.TraceBuilder` as the HTTP transports, and its error
-statuses through the same ``status_error``, so a test sees the traces, metrics,
+its handler returns, without a socket. The reply's SSE frames go through the same read
+loop as the HTTP transports' (:class:`~agentflow.transport._stream.StreamState`: the
+SSE decoder and the trace builder), and its error statuses through the same
+``status_error``, so a test sees the traces, metrics,
 token events and exceptions a real server would produce — only the network is missing.
 """
 
@@ -21,20 +21,17 @@ from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDict
 
-from agentflow._errors import ConfigError, ConnectError, StreamInterrupted, StreamProtocolError
+from agentflow._errors import ConfigError, ConnectError, StreamInterrupted
 from agentflow._events import AttemptDiscardedEvent, Event, TokenEvent
 from agentflow._trace import TurnTrace
-from agentflow.transport._decode import TraceBuilder
 from agentflow.transport._request import ChatRequest
 from agentflow.transport._shared import (
     content_type_error,
-    finish_stream,
     keep_headers,
     refused_content_type,
     status_error,
-    with_trace,
 )
-from agentflow.transport._sse import SSEDecoder
+from agentflow.transport._stream import StreamState
 from agentflow.typing import Clock, DeltaSink
 
 if TYPE_CHECKING:
@@ -112,7 +109,7 @@ class MockTransport:
         # What the wire would carry: the session goes on appending to its message list.
         request = dataclasses.replace(request, messages=[dict(m) for m in request.messages])
         self.requests.append(request)
-        sent = clock()
+        st = StreamState(self._endpoint, clock, sink)  # sent now
         reply = self._handler(request)
         if inspect.isawaitable(reply):
             reply = await reply
@@ -128,31 +125,20 @@ class MockTransport:
         refused = refused_content_type(reply.status, headers)
         if refused is not None:
             raise content_type_error(reply.status, refused, b"".join(reply.frames), endpoint)
-        builder = TraceBuilder(endpoint=endpoint, sent_ns=sent, sink=sink)
-        builder.headers_ns = clock()
-        decoder = SSEDecoder(endpoint=endpoint)
-        now = builder.headers_ns
-        try:
-            for i, frame in enumerate(reply.frames):
-                if i and reply.frame_delay_s:
-                    await asyncio.sleep(reply.frame_delay_s)
-                now = clock()
-                for payload in decoder.feed(frame):
-                    builder.feed(payload, now)
-            now = clock()
-            for payload in decoder.flush():
-                builder.feed(payload, now)
-        except StreamProtocolError as exc:
-            with_trace(exc, builder, now, 0)
-            raise
+        st.headers_at(clock())
+        for i, frame in enumerate(reply.frames):
+            if i and reply.frame_delay_s:
+                await asyncio.sleep(reply.frame_delay_s)
+            st.read(frame, clock())
+        st.end(clock())
         if reply.cut:
             raise StreamInterrupted(
                 f"connection to {endpoint} dropped mid-stream after "
-                f"{len(builder.chunk_ns)} output chunks: the reply was cut",
+                f"{st.n_chunks} output chunks: the reply was cut",
                 endpoint=endpoint,
-                trace=builder.finish(clock()),
+                trace=st.partial(),
             )
-        return finish_stream(builder, clock(), 0, keep_headers(headers))
+        return st.finish(keep_headers(headers))
 
     async def aclose(self) -> None:
         """Nothing to release."""

@@ -94,6 +94,7 @@ def serve(port: int, time_scale: float, tokens: int) -> None:
     from aiohttp import web
 
     import agentflow.sim.server as sim_server
+    import agentflow.sim.stream as sim_stream
     from agentflow.sim.textgen import TextGenConfig
 
     async def main() -> None:
@@ -106,7 +107,7 @@ def serve(port: int, time_scale: float, tokens: int) -> None:
         )
         loop = asyncio.get_running_loop()
         writes: dict[str, list[float]] = {}
-        flush = sim_server._SSEStream.flush
+        flush = sim_stream.SSEStream.flush
 
         def logged_flush(self: Any) -> None:
             req = self.request
@@ -125,7 +126,7 @@ def serve(port: int, time_scale: float, tokens: int) -> None:
                 else:
                     w[1] = t
 
-        sim_server._SSEStream.flush = logged_flush  # type: ignore[method-assign]
+        sim_stream.SSEStream.flush = logged_flush  # type: ignore[method-assign]
 
         async def get_writes(request: web.Request) -> web.Response:
             return web.json_response(writes)

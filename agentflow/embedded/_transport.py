@@ -3,7 +3,8 @@
 :class:`SimTransport` implements :class:`agentflow.typing.Transport` over an
 :class:`~agentflow.sim.driver.EngineDriver`. The driver hands each request the same
 payload bytes the HTTP server would write after ``data:``, and they go through the same
-:class:`~agentflow.transport.TraceBuilder` — so a trace is what the HTTP path would
+read loop (:class:`~agentflow.transport._stream.StreamState`, past its SSE split) into the
+same :class:`~agentflow.transport.TraceBuilder` — so a trace is what the HTTP path would
 produce, minus the network. Under :class:`VirtualTimeLoop` a whole fleet run, with the
 real scheduler code, runs faster than real time; the transport's default clock is the
 event loop's, which the driver's ground truth also uses, so client and server times are
@@ -17,14 +18,13 @@ from typing import Any
 
 from agentflow._errors import AgentflowError, BadRequestError, StreamInterrupted
 from agentflow._trace import TurnTrace
+from agentflow.sim.api import models_document
 from agentflow.sim.driver import EngineDriver, SimRequest
 from agentflow.sim.errors import RequestRejected
-from agentflow.sim.server import models_document
 from agentflow.sim.sessions import SESSION_HEADER
-from agentflow.transport._decode import TraceBuilder
 from agentflow.transport._overflow import context_length_error
 from agentflow.transport._request import ChatRequest
-from agentflow.transport._shared import finish_stream
+from agentflow.transport._stream import StreamState
 from agentflow.typing import Clock, DeltaSink
 
 __all__ = ["SimTransport", "loop_clock"]
@@ -36,24 +36,21 @@ def loop_clock() -> int:
 
 
 class _Consumer:
-    """Feeds a request's payloads into a TraceBuilder as the driver delivers them."""
+    """Feeds a request's payloads into its stream state as the driver delivers them."""
 
-    __slots__ = ("builder", "clock", "done", "request")
+    __slots__ = ("done", "request", "stream")
 
-    def __init__(self, builder: TraceBuilder, done: asyncio.Future[None], clock: Clock) -> None:
-        self.builder = builder
+    def __init__(self, stream: StreamState, done: asyncio.Future[None]) -> None:
+        self.stream = stream
         self.done = done
-        self.clock = clock
         self.request: SimRequest | None = None
 
     def on_payloads(self, payloads: list[bytes], last: bool) -> None:
         if self.done.done():
             return
-        t = self.clock()
-        feed = self.builder.feed
+        st = self.stream
         try:
-            for p in payloads:
-                feed(p, t)
+            st.payloads(payloads, st.clock())
         except AgentflowError as exc:
             self.done.set_exception(exc)
             if self.request is not None:
@@ -67,8 +64,8 @@ class _Consumer:
             self.done.set_exception(
                 StreamInterrupted(
                     f"the simulator ended the stream: {reason}",
-                    endpoint=self.builder.endpoint,
-                    trace=self.builder.finish(self.clock()),
+                    endpoint=self.stream.endpoint,
+                    trace=self.stream.partial(),
                 )
             )
 
@@ -106,9 +103,9 @@ class SimTransport:
         """Stream one request to its end; see :class:`agentflow.typing.Transport`."""
         clock = self._clock
         loop = asyncio.get_running_loop()
-        builder = TraceBuilder(endpoint=self.endpoint, sent_ns=clock(), sink=sink)
+        st = StreamState(self.endpoint, clock, sink)
         done: asyncio.Future[None] = loop.create_future()
-        consumer = _Consumer(builder, done, clock)
+        consumer = _Consumer(st, done)
         body: dict[str, Any] = request.body()
         session = self._session_of(request)
         try:
@@ -123,14 +120,14 @@ class SimTransport:
                 body=exc.body(),
                 endpoint=self.endpoint,
             ) from None
-        builder.headers_ns = clock()
+        st.headers_at(clock())
         try:
             await done
         except asyncio.CancelledError:
             handle.cancel()
             raise
         headers = {"x-agentflow-time-scale": f"{self.driver.time_scale:g}"}
-        return finish_stream(builder, clock(), 0, headers)
+        return st.finish(headers)
 
     async def models(self) -> dict[str, Any]:
         """The simulator's ``GET /v1/models`` answer: its model and ``max_model_len``

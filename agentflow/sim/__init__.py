@@ -22,11 +22,18 @@ No HTTP and no asyncio: the engine is a discrete-event core whose caller owns th
 
 The serving layer on top of it:
 
+- :mod:`~agentflow.sim.api` — request bodies decoded into msgspec Structs and checked
+  (:func:`parse_chat_body` → :class:`ChatParams`; a bad field is a 400 naming it), and
+  the JSON answers' shapes.
 - :mod:`~agentflow.sim.frames` — :class:`ChunkEncoder`: a request's output as vLLM-shaped
   ``chat.completion.chunk`` payloads (or the non-streamed body).
+- :mod:`~agentflow.sim.request` — :class:`SimRequest` (a submitted request's handle) and
+  the :class:`StreamConsumer` its payloads go to.
 - :mod:`~agentflow.sim.driver` — :class:`EngineDriver`: the step loop as an asyncio task in
   loop time (real or virtual), :meth:`EngineDriver.submit` with a :class:`StreamConsumer`.
-- :mod:`~agentflow.sim.faults` — :class:`FaultConfig`, :class:`FaultInjector`: seeded faults.
+- :mod:`~agentflow.sim.faults` — :class:`FaultConfig`, :class:`FaultInjector`: seeded
+  faults, and what each one does to an answer or a stream.
+- :mod:`~agentflow.sim.stream` — the SSE stream writer: one chunked frame per step.
 - :mod:`~agentflow.sim.metrics` — ``/metrics`` in Prometheus text with vLLM's names.
 - :mod:`~agentflow.sim.server` — :class:`SimServer`: the OpenAI-compatible HTTP server.
 - :mod:`~agentflow.sim.cli` — ``agentflow sim`` and ``python -m agentflow.sim``.
@@ -34,15 +41,9 @@ The serving layer on top of it:
 
 from __future__ import annotations
 
+from agentflow.sim.api import ChatParams, parse_chat_body
 from agentflow.sim.arguments import SchemaError, generate_value
-from agentflow.sim.driver import (
-    ChatParams,
-    DriverStats,
-    EngineDriver,
-    SimRequest,
-    StreamConsumer,
-    parse_chat_body,
-)
+from agentflow.sim.driver import EngineDriver
 from agentflow.sim.engine import Engine, EngineRequest
 from agentflow.sim.errors import RequestRejected, check_context_length
 from agentflow.sim.faults import FAULT_KINDS, Fault, FaultConfig, FaultInjector
@@ -55,7 +56,8 @@ from agentflow.sim.profiles import (
     get_profile,
     profile_names,
 )
-from agentflow.sim.records import DecodeRun, EngineStats, RequestRecord, StepResult
+from agentflow.sim.records import DecodeRun, DriverStats, EngineStats, RequestRecord, StepResult
+from agentflow.sim.request import SimRequest, StreamConsumer
 from agentflow.sim.server import SimServer
 from agentflow.sim.sessions import SESSION_HEADER, SessionRounds
 from agentflow.sim.textgen import (

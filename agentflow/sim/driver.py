@@ -27,39 +27,25 @@ payloads are still delivered right after it, and flush hooks (see
 With no work the loop task waits on an event (no polling) and
 :meth:`~EngineDriver.submit` wakes it; idle time passes on the engine clock too.
 
-The consumer contract (what an in-process transport implements)::
-
-    class Sink:                                    # a StreamConsumer
-        def on_payloads(self, payloads: list[bytes], last: bool) -> None:
-            t_ns = clock_ns()                      # loop time = end of the step
-            for p in payloads:
-                builder.feed(p, t_ns)              # TraceBuilder.feed(payload, t_ns)
-            if last: done.set_result(None)         # [DONE] was the last payload
-        def on_abort(self, reason: str) -> None:
-            done.set_exception(...)                # the driver ended the request itself
-
-    request = driver.submit(body, Sink())          # raises RequestRejected (400)
-    ...
-    request.cancel()                               # client gone: aborts it in the engine
+The consumer contract and the request handle are in :mod:`agentflow.sim.request`;
+bodies are checked in :mod:`agentflow.sim.api`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
-import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
+from agentflow.sim.api import ChatParams, parse_chat_body, parse_request_id
 from agentflow.sim.engine import Engine
-from agentflow.sim.errors import RequestRejected
-from agentflow.sim.frames import ChunkEncoder
-from agentflow.sim.records import RequestRecord, StepResult
+from agentflow.sim.records import DriverStats, RecordArchive, RequestRecord, StepResult
+from agentflow.sim.request import SimRequest, StreamConsumer
 
+# ChatParams, DriverStats, SimRequest, StreamConsumer, parse_chat_body and
+# parse_request_id live in api, records and request; they stay importable from here.
 __all__ = [
     "ChatParams",
     "DriverStats",
@@ -71,276 +57,6 @@ __all__ = [
 ]
 
 _log = logging.getLogger("agentflow.sim")
-
-
-class StreamConsumer(Protocol):
-    """Receives one request's payloads from :class:`EngineDriver`.
-
-    Both methods are called from the driver's task, at the loop time the payloads
-    become visible (the end of the engine step that produced them), and must not block.
-    """
-
-    def on_payloads(self, payloads: list[bytes], last: bool) -> None:
-        """New payloads, in order; ``last`` is true on the call that ends the stream.
-
-        A streaming request's payloads are chat-completion chunks (the bytes after
-        ``data: ``), the last one ``[DONE]``; a non-streaming request gets one call with
-        ``last=True`` and the whole ``chat.completion`` body. No call follows the last.
-        """
-
-    def on_abort(self, reason: str) -> None:
-        """The driver ended the request without finishing it (it was stopped).
-
-        Not called after :meth:`SimRequest.cancel`; no call follows this one.
-        """
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ChatParams:
-    """A chat-completions body, checked: what the engine and the encoder need.
-
-    Attributes:
-        model: the requested model name (echoed in responses), or ``None``.
-        messages: the messages.
-        tools: the tools, or ``None``.
-        tool_choice: as given.
-        parallel_tool_calls: as given (default ``True``).
-        max_tokens: ``max_completion_tokens`` or ``max_tokens``, or ``None``.
-        stop: as given.
-        stream: whether to stream.
-        include_usage: ``stream_options.include_usage``.
-        seed: the request's ``seed`` (varies the output), or ``None``.
-        tool_rounds: agentflow's extension field ``agentflow_tool_rounds``: this
-            conversation's tool rounds, instead of the server's ``--tool-rounds``.
-    """
-
-    model: str | None
-    messages: list[Mapping[str, Any]]
-    tools: list[Mapping[str, Any]] | None = None
-    tool_choice: Any = None
-    parallel_tool_calls: bool = True
-    max_tokens: int | None = None
-    stop: str | list[str] | None = None
-    stream: bool = False
-    include_usage: bool = False
-    seed: int | None = None
-    tool_rounds: int | None = None
-
-
-def _bad(message: str, param: str | None = None) -> RequestRejected:
-    return RequestRejected(message, status=400, param=param)
-
-
-def _int_field(body: Mapping[str, Any], name: str) -> int | None:
-    v = body.get(name)
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise _bad(f"{name} must be an integer, got {v!r}.", name)
-    return v
-
-
-def parse_chat_body(body: Any) -> ChatParams:
-    """Check a ``POST /v1/chat/completions`` body the way vLLM's server does.
-
-    Raises:
-        RequestRejected: a 400 with vLLM's error shape, naming the field at fault.
-    """
-    if not isinstance(body, Mapping):
-        raise _bad("The request body must be a JSON object.")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise _bad("messages must be a non-empty list of message objects.", "messages")
-    for i, m in enumerate(messages):
-        if not isinstance(m, Mapping) or not isinstance(m.get("role"), str):
-            raise _bad(f"messages[{i}] must be an object with a string 'role'.", "messages")
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise _bad("model must be a string.", "model")
-    n = body.get("n", 1)
-    if n is not None and n != 1:
-        raise _bad(f"The simulator serves n=1 only, got n={n!r}.", "n")
-    stream = body.get("stream", False)
-    if stream is None:
-        stream = False
-    if not isinstance(stream, bool):
-        raise _bad("stream must be a boolean.", "stream")
-    options = body.get("stream_options")
-    include_usage = False
-    if options is not None:
-        if not stream:
-            raise _bad("Stream options can only be defined when `stream=True`.", "stream_options")
-        if not isinstance(options, Mapping):
-            raise _bad("stream_options must be an object.", "stream_options")
-        include_usage = bool(options.get("include_usage", False))
-    max_tokens = _int_field(body, "max_completion_tokens")
-    if max_tokens is None:
-        max_tokens = _int_field(body, "max_tokens")
-    tools = body.get("tools")
-    if tools is not None:
-        if not isinstance(tools, list) or not all(
-            isinstance(t, Mapping) and isinstance(t.get("function"), Mapping) for t in tools
-        ):
-            raise _bad("tools must be a list of {'type': 'function', 'function': {...}}.", "tools")
-        if not tools:
-            tools = None
-    tool_choice = body.get("tool_choice")
-    if tool_choice is not None:
-        if isinstance(tool_choice, str):
-            if tool_choice not in ("none", "auto", "required"):
-                raise _bad(
-                    f"tool_choice must be 'none', 'auto', 'required' or a named function, "
-                    f"got {tool_choice!r}.",
-                    "tool_choice",
-                )
-            if tool_choice == "required" and not tools:
-                raise _bad("When using `tool_choice`, `tools` must be set.", "tool_choice")
-        elif isinstance(tool_choice, Mapping):
-            name = (tool_choice.get("function") or {}).get("name")
-            if not tools:
-                raise _bad("When using `tool_choice`, `tools` must be set.", "tool_choice")
-            if not any(t["function"].get("name") == name for t in tools):
-                raise _bad(
-                    f"The tool specified in `tool_choice` ({name!r}) does not match any of "
-                    "the specified `tools`.",
-                    "tool_choice",
-                )
-        else:
-            raise _bad("tool_choice must be a string or an object.", "tool_choice")
-    stop = body.get("stop")
-    if stop is not None and not (
-        isinstance(stop, str) or (isinstance(stop, list) and all(isinstance(s, str) for s in stop))
-    ):
-        raise _bad("stop must be a string or a list of strings.", "stop")
-    ptc = body.get("parallel_tool_calls", True)
-    seed = _int_field(body, "seed")
-    tool_rounds = _int_field(body, "agentflow_tool_rounds")
-    if tool_rounds is not None and tool_rounds < 0:
-        raise _bad("agentflow_tool_rounds must be ≥ 0.", "agentflow_tool_rounds")
-    return ChatParams(
-        model=model,
-        messages=messages,
-        tools=tools,
-        tool_choice=tool_choice,
-        parallel_tool_calls=True if ptc is None else bool(ptc),
-        max_tokens=max_tokens,
-        stop=stop,
-        stream=stream,
-        include_usage=include_usage,
-        seed=seed,
-        tool_rounds=tool_rounds,
-    )
-
-
-def parse_request_id(request_id: str | int) -> int | None:
-    """The engine id in ``chatcmpl-<n>`` (or ``<n>``), or ``None`` if it is not one."""
-    if isinstance(request_id, int):
-        return request_id
-    s = request_id.removeprefix("chatcmpl-")
-    return int(s) if s.isdigit() else None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class DriverStats:
-    """The driver's own counters (the engine's are in :meth:`Engine.stats`).
-
-    Attributes:
-        time_scale: loop seconds per engine second.
-        steps: engine steps taken (idle ones excluded).
-        late_steps: steps whose end time had already passed when the step was computed
-            (the loop could not keep up with the modelled speed).
-        resyncs: times the engine clock was moved forward to a loop that had fallen more
-            than ``resync_s`` behind.
-        lag_s: loop seconds skipped by those moves, in total (0 when the sim kept up).
-        max_late_s: the latest any step's delivery came, in loop seconds.
-        flushes: times the flush hooks ran (after every step on schedule, once per batch
-            of back-to-back steps when late): ``steps / flushes`` steps per write.
-        submitted: requests accepted.
-        active: requests not yet finished or cancelled.
-        cancelled: requests cancelled by their consumer (client gone) before finishing.
-    """
-
-    time_scale: float
-    steps: int
-    late_steps: int
-    resyncs: int
-    lag_s: float
-    max_late_s: float
-    flushes: int
-    submitted: int
-    active: int
-    cancelled: int
-
-
-class SimRequest:
-    """One request submitted to an :class:`EngineDriver`; :meth:`cancel` when the client goes.
-
-    Attributes:
-        rid: the engine's request id.
-        id: the response id, ``chatcmpl-<rid>``.
-        model: the model name the response reports.
-        created: the response's ``created`` Unix time.
-        stream: whether it streams.
-        record: the live ground-truth record (updated in place as the request runs).
-    """
-
-    __slots__ = (
-        "_advance",
-        "_driver",
-        "_emit",
-        "consumer",
-        "created",
-        "encoder",
-        "id",
-        "model",
-        "record",
-        "rid",
-        "stream",
-    )
-
-    def __init__(
-        self,
-        driver: EngineDriver,
-        rid: int,
-        record: RequestRecord,
-        encoder: ChunkEncoder,
-        consumer: StreamConsumer,
-        *,
-        model: str,
-        created: int,
-        stream: bool,
-    ) -> None:
-        self._driver = driver
-        self.rid = rid
-        self.id = encoder.request_id
-        self.record = record
-        self.encoder = encoder
-        self.consumer = consumer
-        # Bound once: the step loop calls these for every request in every step.
-        self._advance = encoder.advance
-        self._emit = consumer.on_payloads
-        self.model = model
-        self.created = created
-        self.stream = stream
-
-    @property
-    def done(self) -> bool:
-        """Whether it finished or was cancelled or aborted."""
-        return self.record.finish_reason is not None
-
-    def cancel(self) -> bool:
-        """Abort it in the engine and stop its deliveries; ``False`` if it had already ended."""
-        return self._driver.cancel(self.rid)
-
-    @property
-    def expected_tokens(self) -> int:
-        """Output tokens it will produce if not cancelled (its plan, cut at ``max_tokens``)."""
-        plan = self.record.plan
-        n = len(plan) if plan is not None else self.record.max_tokens
-        return min(n, self.record.max_tokens)
-
-    def __repr__(self) -> str:
-        return f"SimRequest({self.id!r}, tokens={self.record.completion_tokens})"
 
 
 class EngineDriver:
@@ -397,7 +113,7 @@ class EngineDriver:
         self.resync_s = resync_s
         self.max_batch_s = max_batch_s
         self._requests: dict[int, SimRequest] = {}
-        self._retired: OrderedDict[int, RequestRecord] = OrderedDict()
+        self._retired = RecordArchive(keep_records)
         self._finish_hooks: list[Callable[[RequestRecord], None]] = []
         self._flush_hooks: list[Callable[[], None]] = []
         self._task: asyncio.Task[None] | None = None
@@ -521,22 +237,7 @@ class EngineDriver:
             tool_rounds=params.tool_rounds,
             session_id=session_id,
         )
-        record = engine.record(rid)
-        assert record.plan is not None
-        model = params.model or self.model
-        created = int(time.time())
-        encoder = ChunkEncoder(
-            request_id=f"chatcmpl-{rid}",
-            model=model,
-            created=created,
-            plan=record.plan,
-            stream=params.stream,
-            include_usage=params.include_usage,
-            tokens_per_chunk=self.tokens_per_chunk,
-        )
-        req = SimRequest(
-            self, rid, record, encoder, consumer, model=model, created=created, stream=params.stream
-        )
+        req = SimRequest.open(self, rid, engine.record(rid), params, consumer)
         self._requests[rid] = req
         self._submitted += 1
         wake = self._wake
@@ -613,15 +314,9 @@ class EngineDriver:
 
     def _retire(self, rid: int) -> None:
         try:
-            rec = self.engine.pop_record(rid)
+            self._retired.add(self.engine.pop_record(rid))
         except (KeyError, ValueError):
             return
-        if self.keep_records:
-            retired = self._retired
-            # Without its plan (the output text, ~50 bytes a token): the timings stay.
-            retired[rid] = dataclasses.replace(rec, plan=None)
-            if len(retired) > self.keep_records:
-                retired.popitem(last=False)
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()

@@ -31,15 +31,30 @@ A request can force a fault, so tests and retry logic can be exercised exactly::
 
 Parameters: ``after`` (output tokens before the fault, ≥ 0), ``seconds`` (stall
 length), ``retry_after`` (seconds, for 429/503). ``none`` forces no fault.
+
+What each fault *does* is here too: :func:`fault_answer` (the 429/500/503 answered
+instead of the stream), :class:`StreamFault` (a mid-stream fault striking a streamed
+response, through the :class:`StrikeTarget` methods of the stream writer,
+:mod:`agentflow.sim.stream`), :func:`complete_with_fault` (the nearest equivalent for a
+non-streaming request) and :func:`reset_connection` (a TCP RST).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 import random
+import socket
+import struct
 from collections import OrderedDict
 from dataclasses import dataclass, fields
-from typing import Literal, get_args
+from typing import TYPE_CHECKING, Literal, Protocol, get_args
+
+from agentflow.sim.frames import malformed_payload
+
+if TYPE_CHECKING:
+    from agentflow.sim.request import SimRequest
 
 __all__ = [
     "FAULT_HEADER",
@@ -48,7 +63,12 @@ __all__ = [
     "FaultConfig",
     "FaultInjector",
     "FaultKind",
+    "StreamFault",
+    "StrikeTarget",
+    "complete_with_fault",
+    "fault_answer",
     "parse_fault_header",
+    "reset_connection",
 ]
 
 #: The request header that forces a fault.
@@ -269,3 +289,103 @@ class FaultInjector:
                     retry_after_s=cfg.retry_after_s,
                 )
         return None
+
+
+# --- What the faults do -----------------------------------------------------------------
+
+_ANSWERS = {
+    429: "Rate limit exceeded; retry later (injected fault).",
+    500: "Internal server error (injected fault).",
+    503: "The server is overloaded; retry later (injected fault).",
+}
+
+
+def fault_answer(fault: Fault) -> tuple[int, str, dict[str, str]] | None:
+    """The status, message and headers answered instead of the stream (429/500/503),
+    or ``None`` for a fault that strikes later."""
+    status = fault.status
+    if status is None:
+        return None
+    headers = {}
+    if status in (429, 503):
+        headers["Retry-After"] = f"{fault.retry_after_s:g}"
+    return status, _ANSWERS[status], headers
+
+
+def reset_connection(transport: asyncio.BaseTransport | None) -> None:
+    """Close a connection with a TCP RST (SO_LINGER 0), not a FIN."""
+    if transport is None or transport.is_closing():
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()  # type: ignore[attr-defined]
+
+
+class StrikeTarget(Protocol):
+    """What a mid-stream fault needs of the stream writer it strikes."""
+
+    def strike(self, how: str) -> None:
+        """Write what was collected, then end the response: ``"reset"`` or ``"cut"``."""
+
+    def stall(self, seconds: float) -> None:
+        """Write what was collected, then hold every later frame for ``seconds``."""
+
+
+class StreamFault:
+    """One streamed response's mid-stream fault: fires once, after its output tokens.
+
+    Args:
+        fault: the fault (a mid-stream kind).
+        request: the simulator's request (its token count and its cancellation).
+    """
+
+    __slots__ = ("_fired", "_prev_tokens", "_request", "_trigger", "fault")
+
+    def __init__(self, fault: Fault, request: SimRequest) -> None:
+        self.fault = fault
+        self._request = request
+        self._trigger = fault.after_tokens(request.expected_tokens)
+        self._prev_tokens = 0
+        self._fired = False
+
+    def on_payloads(self, target: StrikeTarget, payloads: list[bytes], last: bool) -> bool:
+        """Strike if due (once the tokens sent *before* this delivery reach the trigger,
+        or on the last delivery); ``True`` when this delivery's payloads must not be written."""
+        if self._fired:
+            return False
+        req = self._request
+        before = self._prev_tokens
+        self._prev_tokens = req.encoder.tokens_sent
+        if before < self._trigger and not last:
+            return False
+        self._fired = True
+        kind = self.fault.kind
+        if kind in ("reset_mid_stream", "cut_stream"):
+            # What was collected goes out first, then the reset or the cut.
+            req.cancel()
+            target.strike("reset" if kind == "reset_mid_stream" else "cut")
+            return True
+        if kind == "malformed_chunk":
+            payloads.insert(0, malformed_payload(req.id))
+        elif kind == "stall_mid_stream":
+            target.stall(self.fault.stall_s)
+        return False
+
+
+async def complete_with_fault(
+    fault: Fault, body: bytes, transport: asyncio.BaseTransport | None, closing: asyncio.Event
+) -> bytes | None:
+    """A non-streaming answer under a mid-stream fault, the nearest equivalent: ``None``
+    when the connection was reset (answer nothing), else the body to send — held back
+    ``stall_s`` (less if ``closing`` is set), or cut in half (malformed)."""
+    if fault.kind in ("reset_mid_stream", "cut_stream"):
+        reset_connection(transport)
+        return None
+    if fault.kind == "stall_mid_stream":
+        with contextlib.suppress(TimeoutError):  # the stall ends early on stop()
+            await asyncio.wait_for(closing.wait(), fault.stall_s)
+    elif fault.kind == "malformed_chunk":
+        return body[: len(body) // 2]
+    return body

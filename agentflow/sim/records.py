@@ -7,13 +7,22 @@ the step that produced it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentflow.sim.textgen import FinishReason, OutputPlan
 
-__all__ = ["DecodeRun", "EngineStats", "RequestRecord", "StepResult"]
+__all__ = [
+    "DecodeRun",
+    "DriverStats",
+    "EngineStats",
+    "RecordArchive",
+    "RequestRecord",
+    "StepResult",
+]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -236,3 +245,60 @@ class EngineStats:
     requests_finished: int
     requests_aborted: int
     kv_evictions: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriverStats:
+    """The driver's own counters (the engine's are in :meth:`Engine.stats`).
+
+    Attributes:
+        time_scale: loop seconds per engine second.
+        steps: engine steps taken (idle ones excluded).
+        late_steps: steps whose end time had already passed when the step was computed
+            (the loop could not keep up with the modelled speed).
+        resyncs: times the engine clock was moved forward to a loop that had fallen more
+            than ``resync_s`` behind.
+        lag_s: loop seconds skipped by those moves, in total (0 when the sim kept up).
+        max_late_s: the latest any step's delivery came, in loop seconds.
+        flushes: times the flush hooks ran (after every step on schedule, once per batch
+            of back-to-back steps when late): ``steps / flushes`` steps per write.
+        submitted: requests accepted.
+        active: requests not yet finished or cancelled.
+        cancelled: requests cancelled by their consumer (client gone) before finishing.
+    """
+
+    time_scale: float
+    steps: int
+    late_steps: int
+    resyncs: int
+    lag_s: float
+    max_late_s: float
+    flushes: int
+    submitted: int
+    active: int
+    cancelled: int
+
+
+class RecordArchive:
+    """The records of the last ``keep`` finished requests, without their output plans
+    (the output text, ~50 bytes a token): the timings stay retrievable, oldest forgotten
+    first."""
+
+    __slots__ = ("_records", "keep")
+
+    def __init__(self, keep: int) -> None:
+        self.keep = keep
+        self._records: OrderedDict[int, RequestRecord] = OrderedDict()
+
+    def add(self, record: RequestRecord) -> None:
+        """Keep ``record`` (without its plan), forgetting the oldest beyond ``keep``."""
+        if not self.keep:
+            return
+        records = self._records
+        records[record.request_id] = dataclasses.replace(record, plan=None)
+        if len(records) > self.keep:
+            records.popitem(last=False)
+
+    def get(self, request_id: int) -> RequestRecord | None:
+        """The kept record of a request, or ``None``."""
+        return self._records.get(request_id)

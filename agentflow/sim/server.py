@@ -19,13 +19,13 @@ Routes:
 - ``GET /agentflow/stats`` — the engine's and the driver's counters as JSON.
 
 Every response carries ``x-agentflow-time-scale`` (wall seconds per engine second);
-chat responses carry ``x-agentflow-request-id``. Faults are injected per
-:mod:`agentflow.sim.faults`.
+chat responses carry ``x-agentflow-request-id``. Faults are decided and applied by
+:mod:`agentflow.sim.faults`; request bodies are decoded and checked, and the JSON
+answers shaped, by :mod:`agentflow.sim.api`.
 
 The streaming path writes HTTP/1.1 chunked-encoding frames straight onto the transport
-once the headers are out: all the SSE events one engine step produced for one request go
-out as ONE chunk in ONE ``transport.write`` (aiohttp's ``StreamResponse.write`` costs
-an await and its own framing per call). A client that goes away cancels its handler
+once the headers are out (:mod:`agentflow.sim.stream`: one chunk, one
+``transport.write`` per engine step). A client that goes away cancels its handler
 (aiohttp's ``handler_cancellation``), which aborts the request in the engine.
 """
 
@@ -34,8 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import socket
-import struct
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
@@ -43,22 +41,34 @@ from typing import Any
 import msgspec
 from aiohttp import web
 
-from agentflow.sim.driver import (
-    EngineDriver,
-    SimRequest,
-    parse_chat_body,
+from agentflow.sim.api import (
+    decode_chat_body,
+    decode_tokenize_body,
+    error_body,
+    models_document,
     parse_request_id,
+    record_json,
 )
+from agentflow.sim.driver import EngineDriver
 from agentflow.sim.engine import Engine
 from agentflow.sim.errors import RequestRejected
-from agentflow.sim.faults import FAULT_HEADER, Fault, FaultConfig, FaultInjector
-from agentflow.sim.frames import malformed_payload
+from agentflow.sim.faults import (
+    FAULT_HEADER,
+    Fault,
+    FaultConfig,
+    FaultInjector,
+    complete_with_fault,
+    fault_answer,
+    reset_connection,
+)
 from agentflow.sim.metrics import CONTENT_TYPE, SimMetrics
 from agentflow.sim.profiles import Profile
-from agentflow.sim.records import RequestRecord
+from agentflow.sim.request import SimRequest
 from agentflow.sim.sessions import SESSION_HEADER
+from agentflow.sim.stream import SSE_HEADERS, BodyCollector, SSEStream
 from agentflow.sim.textgen import TextGenConfig
 
+# error_body, models_document and record_json are api's; they stay importable from here.
 __all__ = ["TIME_SCALE_HEADER", "SimServer", "error_body", "models_document", "record_json"]
 
 #: The response header that carries the time scale.
@@ -67,32 +77,6 @@ TIME_SCALE_HEADER = "x-agentflow-time-scale"
 REQUEST_ID_HEADER = "x-agentflow-request-id"
 
 _encode = msgspec.json.encode
-_decode = msgspec.json.decode
-_ERROR_TYPES = {
-    400: "BadRequestError",
-    404: "NotFoundError",
-    405: "MethodNotAllowed",
-    429: "RateLimitError",
-    500: "InternalServerError",
-    503: "ServiceUnavailableError",
-}
-_SSE_HEADERS = {
-    "Content-Type": "text/event-stream; charset=utf-8",
-    "Cache-Control": "no-cache",
-}
-_CRLF = b"\r\n"
-
-
-def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
-    """vLLM's JSON error body."""
-    return {
-        "error": {
-            "message": message,
-            "type": _ERROR_TYPES.get(status, "BadRequestError" if status < 500 else "ServerError"),
-            "param": param,
-            "code": status,
-        }
-    }
 
 
 def _error(
@@ -121,261 +105,6 @@ async def _json_errors(
             exc.reason,
             headers={"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None,
         )
-
-
-def record_json(
-    record: RequestRecord, *, time_scale: float, loop_origin_s: float | None = None
-) -> dict[str, Any]:
-    """A request's ground truth as JSON (times in engine seconds).
-
-    ``loop_origin_s`` is the server loop's time at engine time 0: on a normal loop that
-    is ``time.monotonic()``, so a client on the same host can place every engine time
-    on its own monotonic clock as ``loop_origin_s + t × time_scale``.
-    """
-    return {
-        "id": f"chatcmpl-{record.request_id}",
-        "request_id": record.request_id,
-        "time_scale": time_scale,
-        "loop_origin_s": loop_origin_s,
-        "finished": record.finished,
-        "finish_reason": record.finish_reason,
-        "prompt_tokens": record.prompt_tokens,
-        "cached_tokens": record.cached_tokens,
-        "completion_tokens": record.completion_tokens,
-        "max_tokens": record.max_tokens,
-        "arrival_s": record.arrival_s,
-        "admitted_s": record.admitted_s,
-        "prefill_start_s": record.prefill_start_s,
-        "prefill_end_s": record.prefill_end_s,
-        "finished_s": record.finished_s,
-        "queue_s": record.queue_s,
-        "prefill_s": record.prefill_s,
-        "ttft_s": record.ttft_s,
-        "tpot_s": record.tpot_s,
-        "e2e_s": record.e2e_s,
-        "num_preemptions": record.num_preemptions,
-        "preempted_at_s": record.preempted_at_s,
-        "recomputed_tokens": record.recomputed_tokens,
-        "token_times_s": record.token_times_s,
-        "timings": record.timings(),
-    }
-
-
-def _reset(transport: asyncio.Transport | None) -> None:
-    """Close a connection with a TCP RST (SO_LINGER 0), not a FIN."""
-    if transport is None or transport.is_closing():
-        return
-    sock = transport.get_extra_info("socket")
-    if sock is not None:
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-    transport.abort()
-
-
-class _SSEStream:
-    """One streamed response: a :class:`StreamConsumer` that writes chunked frames.
-
-    Payloads are collected in :meth:`on_payloads` and written by :meth:`flush`, which
-    the driver's flush hook calls once per step (or once per batch of late steps): one
-    chunked-encoding frame, one ``transport.write``. Before the headers are out, and
-    while a stall fault holds the stream, frames wait in the same buffer.
-    """
-
-    __slots__ = (
-        "_dirty",
-        "_dirty_list",
-        "_fault",
-        "_fired",
-        "_held",
-        "_last",
-        "_max_buffer",
-        "_out",
-        "_prev_tokens",
-        "_strike",
-        "_timer",
-        "_transport",
-        "_trigger",
-        "ended",
-        "loop",
-        "request",
-    )
-
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        fault: Fault | None,
-        max_buffer: int,
-        dirty_list: list[_SSEStream],
-    ) -> None:
-        self.loop = loop
-        self.ended: asyncio.Future[str] = loop.create_future()
-        self.request: SimRequest | None = None
-        self._transport: asyncio.Transport | None = None
-        self._out: list[bytes] = []
-        self._last = False
-        self._dirty = False
-        self._dirty_list = dirty_list
-        self._held = True  # until attached, and while stalled
-        self._fault = fault
-        self._fired = False
-        self._trigger = 0
-        self._prev_tokens = 0
-        self._strike: str | None = None
-        self._timer: asyncio.TimerHandle | None = None
-        self._max_buffer = max_buffer
-
-    def set_request(self, request: SimRequest) -> None:
-        self.request = request
-        if self._fault is not None:
-            self._trigger = self._fault.after_tokens(request.expected_tokens)
-
-    def attach(self, transport: asyncio.Transport | None) -> None:
-        """The headers are out: write what waited, and from now on write directly."""
-        if self.ended.done():
-            return
-        if transport is None or transport.is_closing():
-            self._gone()
-            return
-        self._transport = transport
-        if self._timer is None:
-            self._held = False
-            self.flush()
-
-    def _end(self, how: str) -> None:
-        if not self.ended.done():
-            self.ended.set_result(how)
-
-    # --- StreamConsumer ----------------------------------------------------------------
-
-    def on_payloads(self, payloads: list[bytes], last: bool) -> None:
-        if (
-            self._fault is not None
-            and not self._fired
-            and self._fault_fires(last)
-            and self._apply_fault(payloads)
-        ):
-            return
-        if len(payloads) == 1:
-            self._out.append(b"data: " + payloads[0] + b"\n\n")
-        else:
-            self._out.append(b"data: " + b"\n\ndata: ".join(payloads) + b"\n\n")
-        if last:
-            self._last = True
-        if not self._dirty:
-            self._dirty = True
-            self._dirty_list.append(self)
-
-    def on_abort(self, reason: str) -> None:
-        tr = self._transport
-        if tr is not None and not tr.is_closing():
-            tr.abort()
-        self._end("aborted")
-
-    def flush(self) -> None:
-        """Write what was collected as one chunked frame (unless held)."""
-        self._dirty = False
-        if self._held or self.ended.done():
-            return
-        out = self._out
-        if out:
-            tr = self._transport
-            if tr is None or tr.is_closing():
-                self._gone()
-                return
-            data = out[0] if len(out) == 1 else b"".join(out)
-            out.clear()
-            tr.write(b"%x\r\n" % len(data) + data + _CRLF)
-            if tr.get_write_buffer_size() > self._max_buffer and not self._last:
-                self._gone()  # the client stopped reading; do not buffer without bound
-                tr.abort()
-                return
-        if self._strike is not None:
-            if self._strike == "reset":
-                _reset(self._transport)
-            self._end(self._strike)
-        elif self._last:
-            self._end("done")
-
-    def _gone(self) -> None:
-        if self.request is not None:
-            self.request.cancel()
-        self._end("gone")
-
-    # --- Faults --------------------------------------------------------------------------
-
-    def _fault_fires(self, last: bool) -> bool:
-        req = self.request
-        assert req is not None
-        before = self._prev_tokens
-        self._prev_tokens = req.encoder.tokens_sent
-        return before >= self._trigger or last
-
-    def _apply_fault(self, payloads: list[bytes]) -> bool:
-        """Strike; ``True`` when this delivery's payloads must not be written."""
-        fault = self._fault
-        assert fault is not None
-        assert self.request is not None
-        self._fired = True
-        kind = fault.kind
-        if kind in ("reset_mid_stream", "cut_stream"):
-            # What was collected goes out first, then the reset or the cut.
-            self.request.cancel()
-            self._strike = "reset" if kind == "reset_mid_stream" else "cut"
-            if not self._held:
-                self.flush()
-            return True
-        if kind == "malformed_chunk":
-            payloads.insert(0, malformed_payload(self.request.id))
-            return False
-        if kind == "stall_mid_stream":
-            self.flush()
-            self._held = True
-            self._timer = self.loop.call_later(fault.stall_s, self._unstall)
-            return False
-        return False  # pragma: no cover - pre-stream kinds never reach a stream
-
-    def _unstall(self) -> None:
-        self._timer = None
-        if self._transport is not None:
-            self._held = False
-            self.flush()
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-
-class _BodyCollector:
-    """A non-streamed response: waits for the one ``chat.completion`` body."""
-
-    __slots__ = ("future",)
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.future: asyncio.Future[bytes] = loop.create_future()
-
-    def on_payloads(self, payloads: list[bytes], last: bool) -> None:
-        if last and not self.future.done():
-            self.future.set_result(payloads[-1])
-
-    def on_abort(self, reason: str) -> None:
-        if not self.future.done():
-            self.future.set_exception(ConnectionAbortedError(reason))
-
-
-def models_document(model: str, max_model_len: int, created: int) -> dict[str, Any]:
-    """The ``GET /v1/models`` answer, vLLM's shape: one model with its ``max_model_len``."""
-    entry = {
-        "id": model,
-        "object": "model",
-        "created": created,
-        "owned_by": "agentflow-sim",
-        "root": model,
-        "parent": None,
-        "max_model_len": max_model_len,
-        "permission": [],
-    }
-    return {"object": "list", "data": [entry]}
 
 
 class SimServer:
@@ -440,7 +169,7 @@ class SimServer:
         self.faults = FaultInjector(faults)
         self.metrics = SimMetrics(self.driver.model)
         self.driver.add_finish_hook(self.metrics.observe)
-        self._dirty: list[_SSEStream] = []
+        self._dirty: list[SSEStream] = []
         self.driver.add_flush_hook(self._flush)
         self.host = host
         self._port = port
@@ -546,11 +275,7 @@ class SimServer:
         await asyncio.sleep(0)
         raw = await request.read()
         try:
-            body = _decode(raw)
-        except msgspec.DecodeError as exc:
-            return _error(400, f"Invalid JSON body: {exc}")
-        try:
-            params = parse_chat_body(body)
+            params = decode_chat_body(raw)
         except RequestRejected as exc:
             return _error(exc.status, exc.message, exc.param)
         try:
@@ -559,26 +284,19 @@ class SimServer:
             return _error(400, str(exc), FAULT_HEADER)
         if fault is not None:
             self.metrics.faults[fault.kind] = self.metrics.faults.get(fault.kind, 0) + 1
-            status = fault.status
-            if status is not None:
-                headers = {}
-                if status in (429, 503):
-                    headers["Retry-After"] = f"{fault.retry_after_s:g}"
-                msg = {
-                    429: "Rate limit exceeded; retry later (injected fault).",
-                    500: "Internal server error (injected fault).",
-                    503: "The server is overloaded; retry later (injected fault).",
-                }[status]
+            answer = fault_answer(fault)
+            if answer is not None:
+                status, msg, headers = answer
                 return _error(status, msg, headers=headers)
         session = request.headers.get(self.session_header) if self.session_header else None
         if params.stream:
-            stream = _SSEStream(loop, fault, self._max_write_buffer, self._dirty)
+            stream = SSEStream(loop, fault, self._max_write_buffer, self._dirty)
             try:
                 req = self.driver.submit(params, stream, arrival=arrival, session_id=session)
             except RequestRejected as exc:
                 return _error(exc.status, exc.message, exc.param)
             return await self._stream(request, req, stream)
-        collector = _BodyCollector(loop)
+        collector = BodyCollector(loop)
         try:
             req = self.driver.submit(params, collector, arrival=arrival, session_id=session)
         except RequestRejected as exc:
@@ -586,11 +304,11 @@ class SimServer:
         return await self._complete(request, req, collector, fault)
 
     async def _stream(
-        self, request: web.Request, req: SimRequest, stream: _SSEStream
+        self, request: web.Request, req: SimRequest, stream: SSEStream
     ) -> web.StreamResponse:
         stream.set_request(req)
         try:
-            resp = web.StreamResponse(headers={**_SSE_HEADERS, REQUEST_ID_HEADER: req.id})
+            resp = web.StreamResponse(headers={**SSE_HEADERS, REQUEST_ID_HEADER: req.id})
             resp.enable_chunked_encoding()
             try:
                 await resp.prepare(request)
@@ -602,7 +320,7 @@ class SimServer:
                 with contextlib.suppress(ConnectionError):  # the client left meanwhile
                     await resp.write_eof()
             elif how == "reset":
-                _reset(request.transport)
+                reset_connection(request.transport)
             return resp
         finally:
             stream.close()
@@ -612,7 +330,7 @@ class SimServer:
         self,
         request: web.Request,
         req: SimRequest,
-        collector: _BodyCollector,
+        collector: BodyCollector,
         fault: Fault | None,
     ) -> web.StreamResponse:
         try:
@@ -623,14 +341,10 @@ class SimServer:
             req.cancel()
         headers = {REQUEST_ID_HEADER: req.id}
         if fault is not None:
-            if fault.kind in ("reset_mid_stream", "cut_stream"):
-                _reset(request.transport)
+            faulty = await complete_with_fault(fault, body, request.transport, self._closing)
+            if faulty is None:  # the connection was reset
                 return web.Response(status=200, body=b"", headers=headers)
-            if fault.kind == "stall_mid_stream":
-                with contextlib.suppress(TimeoutError):  # the stall ends early on stop()
-                    await asyncio.wait_for(self._closing.wait(), fault.stall_s)
-            elif fault.kind == "malformed_chunk":
-                body = body[: len(body) // 2]
+            body = faulty
         return web.Response(body=body, content_type="application/json", headers=headers)
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -639,28 +353,20 @@ class SimServer:
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         try:
-            body = _decode(await request.read())
-        except msgspec.DecodeError as exc:
-            return _error(400, f"Invalid JSON body: {exc}")
-        if not isinstance(body, dict):
-            return _error(400, "The request body must be a JSON object.")
+            body = decode_tokenize_body(await request.read())
+        except RequestRejected as exc:
+            return _error(exc.status, exc.message, exc.param)
         tok = self.engine.tokenizer
-        if "messages" in body:
-            messages = body["messages"]
-            if not isinstance(messages, list) or not all(
-                isinstance(m, dict) and isinstance(m.get("role"), str) for m in messages
-            ):
-                return _error(400, "messages must be a list of message objects.", "messages")
-            tools = body.get("tools") or None
-            add_gen = bool(body.get("add_generation_prompt", True))
-            tokens = tok.render_chat(messages, tools, add_generation_prompt=add_gen)
-        elif isinstance(body.get("prompt"), str):
-            tokens = tok.encode(body["prompt"])
+        if body.messages is not None:
+            tokens = tok.render_chat(
+                body.messages, body.tools or None, add_generation_prompt=body.add_generation_prompt
+            )
         else:
-            return _error(400, "Either `prompt` (a string) or `messages` is required.", "prompt")
+            assert body.prompt is not None
+            tokens = tok.encode(body.prompt)
         token_strs = None
-        if body.get("return_token_strs"):
-            token_strs = tok.pieces(body["prompt"]) if "prompt" in body else None
+        if body.return_token_strs and body.prompt is not None:
+            token_strs = tok.pieces(body.prompt)
         return web.json_response(
             {
                 "count": len(tokens),

@@ -20,20 +20,17 @@ from agentflow._errors import (
     StreamTimeout,
 )
 from agentflow._trace import TurnTrace
-from agentflow.transport._deadline import Deadlines
-from agentflow.transport._decode import TraceBuilder
 from agentflow.transport._request import ChatRequest, Endpoint, Timeouts
 from agentflow.transport._shared import (
     MAX_ERROR_BODY,
     EndpointTransport,
     content_type_error,
-    finish_stream,
     keep_headers,
-    read_body,
     refused_content_type,
     status_error,
 )
-from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
+from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES
+from agentflow.transport._stream import StreamState, finish_stream
 from agentflow.typing import Clock, DeltaSink
 
 if TYPE_CHECKING:
@@ -110,9 +107,16 @@ class AiohttpTransport(EndpointTransport):
         import aiohttp
 
         clock = self._clock
-        sent = clock()
-        builder = TraceBuilder(endpoint=self.endpoint, sent_ns=sent, sink=sink)
-        limits = Deadlines(self._timeouts, clock, sent)
+        st = StreamState(
+            self.endpoint,
+            clock,
+            sink,
+            timeouts=self._timeouts,
+            max_event_bytes=self.max_event_bytes,
+            reconnects=reconnects,
+        )
+        limits = st.limits
+        assert limits is not None
         try:
             async with limits.scope():
                 resp = await self._post(body, headers)
@@ -120,7 +124,7 @@ class AiohttpTransport(EndpointTransport):
                 # end of body; an error or a cancellation closes it.
                 clean = False
                 try:
-                    builder.headers_ns = clock()
+                    st.headers_at(clock())
                     if resp.status >= 300:
                         raise await status_error(
                             resp.status, resp.headers, _read_error_body(resp), self.endpoint
@@ -130,10 +134,7 @@ class AiohttpTransport(EndpointTransport):
                         raise content_type_error(
                             resp.status, refused, await _read_error_body(resp), self.endpoint
                         )
-                    decoder = SSEDecoder(self.max_event_bytes, endpoint=self.endpoint)
-                    await read_body(
-                        resp.content.iter_any(), decoder, builder, limits, clock, reconnects
-                    )
+                    await st.read_all(resp.content.iter_any())
                     clean = True
                 finally:
                     limits.cancel()
@@ -141,16 +142,15 @@ class AiohttpTransport(EndpointTransport):
                         resp.release()
                     else:
                         resp.close()
-                trace = finish_stream(builder, clock(), reconnects, keep_headers(resp.headers))
+                trace = st.finish(keep_headers(resp.headers))
         except TimeoutError:
-            trace = builder.finish(clock(), reconnects=reconnects)
-            raise limits.error(self.endpoint, trace) from None
+            raise st.timeout() from None
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
             raise StreamInterrupted(
                 f"connection to {self.endpoint} dropped mid-stream after "
-                f"{len(builder.chunk_ns)} output chunks: {type(exc).__name__}: {exc}",
+                f"{st.n_chunks} output chunks: {type(exc).__name__}: {exc}",
                 endpoint=self.endpoint,
-                trace=builder.finish(clock(), reconnects=reconnects),
+                trace=st.partial(),
             ) from exc
         return trace
 

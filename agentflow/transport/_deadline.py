@@ -1,53 +1,55 @@
 """First-token, idle and total time limits for one stream, at almost no cost per read.
 
 One ``asyncio.Timeout`` covers the first-token and total limits (rescheduled once, when
-the first output arrives). The idle limit is a watchdog re-armed *lazily*: each read
-that completed at least one SSE data event stores its timestamp in :attr:`last_ns`
-(reads of headers, comments or partial events do not, so keep-alive comments alone
-cannot hold a stream open); the watchdog wakes once per idle period, and re-arms for
-the remainder if a data event came in meanwhile. aiohttp's own ``sock_read`` timeout would
-instead cancel and re-create a timer on every read (~3 µs each, measured).
+the first output arrives: :class:`~agentflow.transport._stream.StreamState` calls
+:meth:`Deadlines.first_output`). The idle limit is a watchdog re-armed *lazily*: the stream
+state stores the time of each read that completed at least one SSE data event in its own
+``last_ns`` (reads of headers, comments or partial events do not, so keep-alive comments
+alone cannot hold a stream open); the watchdog reads it once per idle period, and re-arms
+for the remainder if a data event came in meanwhile. aiohttp's own ``sock_read`` timeout
+would instead cancel and re-create a timer on every read (~3 µs each, measured).
 """
 
 from __future__ import annotations
 
 import asyncio
 from types import TracebackType
+from typing import TYPE_CHECKING
 
 from agentflow._errors import StreamPhase, StreamTimeout
 from agentflow._trace import TurnTrace
 from agentflow.transport._request import Timeouts
-from agentflow.typing import Clock
+
+if TYPE_CHECKING:
+    from agentflow.transport._stream import StreamState
 
 __all__ = ["Deadlines"]
 
 
 class Deadlines:
-    """The limits of one stream; enter :meth:`scope` around it, set :attr:`last_ns` per
-    read that completed a data event."""
+    """The limits of one stream (made by its :class:`StreamState`, whose ``last_ns`` the
+    idle watchdog reads); enter :meth:`scope` around the stream."""
 
     __slots__ = (
-        "_clock",
         "_first_at",
         "_handle",
         "_loop",
         "_scope",
+        "_stream",
         "_total_at",
         "expired",
-        "last_ns",
         "timeouts",
     )
 
-    def __init__(self, timeouts: Timeouts, clock: Clock, sent_ns: int) -> None:
+    def __init__(self, timeouts: Timeouts, stream: StreamState) -> None:
         self.timeouts = timeouts
-        self._clock = clock
+        # A reference cycle with the stream state while the stream runs, broken by
+        # cancel() (always called when the scope exits): no garbage for the collector.
+        self._stream: StreamState | None = stream
         self._loop = asyncio.get_running_loop()
         start = self._loop.time()
         self._total_at = None if timeouts.total is None else start + timeouts.total
         self._first_at = None if timeouts.first_token is None else start + timeouts.first_token
-        #: Clock time of the latest read that completed a data event (the request's send
-        #: time before any): the transports set it, the idle watchdog reads it.
-        self.last_ns = sent_ns
         #: Which limit ran out, once one has.
         self.expired: StreamPhase | None = None
         self._scope: asyncio.Timeout | None = None
@@ -97,7 +99,9 @@ class Deadlines:
         idle = self.timeouts.idle
         assert idle is not None
         assert self._scope is not None
-        quiet = (self._clock() - self.last_ns) * 1e-9
+        stream = self._stream
+        assert stream is not None  # cancel() stops this watchdog before dropping the stream
+        quiet = (stream.clock() - stream.last_ns) * 1e-9
         if quiet >= idle:
             self.expired = "idle"
             self._scope.reschedule(self._loop.time())
@@ -106,6 +110,7 @@ class Deadlines:
 
     def cancel(self) -> None:
         """Stop the watchdog (the stream ended)."""
+        self._stream = None
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None

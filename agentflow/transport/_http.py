@@ -7,9 +7,10 @@ framing (``httptools``, the C parser uvicorn uses), :class:`SSEDecoder` and
 :meth:`TraceBuilder.feed` — so no coroutine wakes up per read. The caller awaits one
 future, resolved (or failed) by the protocol when the response ends.
 
-Everything above the read loop is shared with :class:`AiohttpTransport` (time limits via
-:class:`Deadlines`, :func:`status_error`, :func:`finish_stream`, which headers are
-kept), so the two produce the same traces and raise the same errors. Connections come
+The read loop itself is :class:`StreamState`, shared with every transport (SSE, trace,
+first output, the time limits' bookkeeping, the end), and so is everything above it
+(:func:`status_error`, which headers are kept), so the transports produce the same traces
+and raise the same errors. Connections come
 from a :class:`ConnectionPool` of HTTP/1.1 kept-alive connections.
 """
 
@@ -29,21 +30,18 @@ from multidict import CIMultiDict
 from agentflow._errors import ConfigError, ConnectError, StreamInterrupted, StreamProtocolError
 from agentflow._trace import TurnTrace
 from agentflow.transport import _kstamp
-from agentflow.transport._deadline import Deadlines
-from agentflow.transport._decode import TraceBuilder
 from agentflow.transport._pool import ConnectionPool, PooledConnection
 from agentflow.transport._request import ChatRequest, Endpoint, Timeouts
 from agentflow.transport._shared import (
     MAX_ERROR_BODY,
     EndpointTransport,
     content_type_error,
-    finish_stream,
     keep_headers,
     refused_content_type,
     status_error,
-    with_trace,
 )
-from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
+from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES
+from agentflow.transport._stream import StreamState
 from agentflow.typing import Clock, DeltaSink
 
 __all__ = ["HTTPTransport"]
@@ -194,9 +192,16 @@ class HTTPTransport(EndpointTransport):
         self, payload: bytes, sink: DeltaSink | None, reconnects: int
     ) -> TurnTrace:
         clock = self._clock
-        sent = clock()
-        builder = TraceBuilder(endpoint=self.endpoint, sent_ns=sent, sink=sink)
-        limits = Deadlines(self._timeouts, clock, sent)
+        st = StreamState(
+            self.endpoint,
+            clock,
+            sink,
+            timeouts=self._timeouts,
+            max_event_bytes=self.max_event_bytes,
+            reconnects=reconnects,
+        )
+        limits = st.limits
+        assert limits is not None
         pool = self._get_pool()
         try:
             async with limits.scope():
@@ -205,9 +210,7 @@ class HTTPTransport(EndpointTransport):
                 # a kept-alive connection; an error or a cancellation closes it.
                 clean = False
                 try:
-                    ex = conn.start(
-                        payload, builder, limits, clock, reconnects, self.max_event_bytes
-                    )
+                    ex = conn.start(payload, st)
                     await ex.done
                     # Unlike AiohttpTransport, a connection that carried a whole error body
                     # is kept too: a burst of 429s need not cost a burst of reconnects.
@@ -226,10 +229,9 @@ class HTTPTransport(EndpointTransport):
                         pool.release(conn)
                     else:
                         conn.abort()
-                trace = finish_stream(builder, clock(), reconnects, keep_headers(ex.headers))
+                trace = st.finish(keep_headers(ex.headers))
         except TimeoutError:
-            trace = builder.finish(clock(), reconnects=reconnects)
-            raise limits.error(self.endpoint, trace) from None
+            raise st.timeout() from None
         return trace
 
     async def aclose(self) -> None:
@@ -248,48 +250,29 @@ class _Exchange:
     """One request on one connection: where its reads go and what its caller awaits."""
 
     __slots__ = (
-        "builder",
-        "clock",
         "complete",
-        "decode",
-        "decoder",
         "done",
         "error_parts",
         "error_size",
-        "feed",
         "framed",
         "headers",
         "informational",
         "keep",
-        "limits",
         "n_pieces",
         "raw_headers",
-        "reconnects",
+        "read",
         "refused",
         "sse",
         "status",
-        "waiting_first",
+        "stream",
     )
 
-    def __init__(
-        self,
-        done: asyncio.Future[None],
-        builder: TraceBuilder,
-        limits: Deadlines,
-        clock: Clock,
-        reconnects: int,
-        max_event_bytes: int,
-    ) -> None:
+    def __init__(self, done: asyncio.Future[None], stream: StreamState) -> None:
         #: Resolved when the response has ended (``status`` says how), failed otherwise.
         self.done = done
-        self.builder = builder
-        self.feed = builder.feed
-        self.decoder = SSEDecoder(max_event_bytes, endpoint=builder.endpoint)
-        self.decode = self.decoder.feed
-        self.limits = limits
-        self.clock = clock
-        self.reconnects = reconnects
-        self.waiting_first = limits.waiting_first
+        #: The body's read loop: SSE, trace, first output, idle bookkeeping.
+        self.stream = stream
+        self.read = stream.read
         self.status = 0  # of the final response, once its head is complete
         self.sse = False  # a 2xx whose body is parsed as an event stream
         self.refused: str | None = None  # the content type of a 2xx that is not a stream
@@ -320,19 +303,9 @@ class _Connection(PooledConnection):
         self.on_body = self._pieces.append
         self._parser = httptools.HttpResponseParser(self)
 
-    def start(
-        self,
-        request: bytes,
-        builder: TraceBuilder,
-        limits: Deadlines,
-        clock: Clock,
-        reconnects: int,
-        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
-    ) -> _Exchange:
-        """Send ``request``; the reads that follow feed ``builder`` until the response ends."""
-        ex = self._ex = _Exchange(
-            self.pool.loop.create_future(), builder, limits, clock, reconnects, max_event_bytes
-        )
+    def start(self, request: bytes, stream: StreamState) -> _Exchange:
+        """Send ``request``; the body that follows feeds ``stream`` until the response ends."""
+        ex = self._ex = _Exchange(self.pool.loop.create_future(), stream)
         self._pieces.clear()
         tr = self.transport
         if tr is None or tr.is_closing():
@@ -352,7 +325,7 @@ class _Connection(PooledConnection):
             self.abort()
             return
         # rx_ns: the kernel's arrival stamp, when the connection has one (kernel_timestamps).
-        self._now = now = self.rx_ns or ex.clock()
+        self._now = now = self.rx_ns or ex.stream.clock()
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
@@ -367,20 +340,11 @@ class _Connection(PooledConnection):
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
             if ex.sse:
-                feed = ex.feed
                 try:
-                    payloads = ex.decode(body)
-                    if payloads:  # only data events hold the idle limit off, not comments
-                        ex.limits.last_ns = now
-                        for payload in payloads:
-                            feed(payload, now)
-                except Exception as exc:  # the builder's protocol/server errors, a sink's own
-                    with_trace(exc, ex.builder, now, ex.reconnects)
+                    ex.read(body, now)
+                except Exception as exc:  # the stream's protocol/server errors, a sink's own
                     self._fail(ex, exc)
                     return
-                if ex.waiting_first and ex.builder.chunk_ns:
-                    ex.waiting_first = False
-                    ex.limits.first_output()
             elif self._add_error_body(ex, body, now):
                 return
         if ex.complete:
@@ -394,7 +358,7 @@ class _Connection(PooledConnection):
             return
         if ex.status and not ex.framed:
             ex.keep = False  # a body delimited by the close has just ended: this is success
-            self._finish(ex, ex.clock())
+            self._finish(ex, ex.stream.clock())
         else:
             self._settle(ex, self._dropped(ex, exc))
 
@@ -440,7 +404,7 @@ class _Connection(PooledConnection):
             or "Content-Length" in headers
             or status in (204, 304)
         )
-        ex.builder.headers_ns = self._now
+        ex.stream.headers_at(self._now)
 
     def on_message_complete(self) -> None:
         """httptools: the response body is complete (its pieces are still to be parsed)."""
@@ -477,10 +441,8 @@ class _Connection(PooledConnection):
         """The response ended cleanly: flush the last event, wake the caller."""
         if ex.sse:
             try:
-                for payload in ex.decoder.flush():  # a last event with no blank line after it
-                    ex.feed(payload, now)
+                ex.stream.end(now)  # a last event with no blank line after it
             except Exception as exc:
-                with_trace(exc, ex.builder, now, ex.reconnects)
                 self._fail(ex, exc)
                 return
         self._ex = None
@@ -501,7 +463,8 @@ class _Connection(PooledConnection):
 
     def _dropped(self, ex: _Exchange, exc: BaseException | None) -> Exception:
         """The error for a connection that closed during the request."""
-        endpoint = ex.builder.endpoint
+        st = ex.stream
+        endpoint = st.endpoint
         why = f"{type(exc).__name__}: {exc}" if exc is not None else "the server closed it"
         if not ex.status:
             # No response head yet: the server cannot have answered, resending is safe.
@@ -509,21 +472,22 @@ class _Connection(PooledConnection):
         else:
             err = StreamInterrupted(
                 f"connection to {endpoint} dropped mid-stream after "
-                f"{len(ex.builder.chunk_ns)} output chunks: {why}",
+                f"{st.n_chunks} output chunks: {why}",
                 endpoint=endpoint,
-                trace=ex.builder.finish(ex.clock(), reconnects=ex.reconnects),
+                trace=st.partial(),
             )
         err.__cause__ = exc
         return err
 
     def _invalid(self, ex: _Exchange, exc: Exception, now: int) -> StreamProtocolError:
         """The error for bytes that are not HTTP/1.1 (a bad status line, chunk size, …)."""
-        endpoint = ex.builder.endpoint
+        st = ex.stream
+        endpoint = st.endpoint
         err = StreamProtocolError(
             f"{endpoint} sent an invalid HTTP response after "
-            f"{len(ex.builder.chunk_ns)} output chunks: {type(exc).__name__}: {exc}",
+            f"{st.n_chunks} output chunks: {type(exc).__name__}: {exc}",
             endpoint=endpoint,
-            trace=ex.builder.finish(now, reconnects=ex.reconnects),
+            trace=st.partial(now),
         )
         err.__cause__ = exc
         return err

@@ -30,18 +30,15 @@ from agentflow._errors import (
 )
 from agentflow._redact import display_url, register_headers, register_secret, register_url
 from agentflow._trace import TurnTrace
-from agentflow.transport._deadline import Deadlines
-from agentflow.transport._decode import TraceBuilder
 from agentflow.transport._request import ChatRequest, Timeouts
 from agentflow.transport._shared import (
     MAX_ERROR_BODY,
     content_type_error,
-    finish_stream,
-    read_body,
     refused_content_type,
     status_error,
 )
-from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, check_max_event_bytes
+from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, check_max_event_bytes
+from agentflow.transport._stream import StreamState
 from agentflow.typing import Clock, DeltaSink
 
 if TYPE_CHECKING:
@@ -104,9 +101,15 @@ class OpenAITransport:
         for key in ("stream", "stream_options"):
             body.pop(key)
         clock = self._clock
-        sent = clock()
-        builder = TraceBuilder(endpoint=self.endpoint, sent_ns=sent, sink=sink)
-        limits = Deadlines(self._timeouts, clock, sent)
+        st = StreamState(
+            self.endpoint,
+            clock,
+            sink,
+            timeouts=self._timeouts,
+            max_event_bytes=self.max_event_bytes,
+        )
+        limits = st.limits
+        assert limits is not None
         create = self._client.chat.completions.with_streaming_response.create
         try:
             async with (
@@ -120,19 +123,18 @@ class OpenAITransport:
                     extra_headers=dict(request.headers),
                 ) as response,
             ):
-                builder.headers_ns = clock()
+                st.headers_at(clock())
                 raw = response.http_response
                 refused = refused_content_type(raw.status_code, raw.headers)
                 if refused is not None:
                     first = await _read_some(raw)
                     raise content_type_error(raw.status_code, refused, first, self.endpoint)
-                decoder = SSEDecoder(self.max_event_bytes, endpoint=self.endpoint)
-                await read_body(raw.aiter_bytes(), decoder, builder, limits, clock, 0)
+                await st.read_all(raw.aiter_bytes())
                 headers = {
                     k.lower(): v for k, v in response.headers.items() if k[:2].lower() == "x-"
                 }
         except TimeoutError:
-            raise limits.error(self.endpoint, builder.finish(clock())) from None
+            raise st.timeout() from None
         except openai.APIStatusError as exc:
             raise await status_error(
                 exc.status_code, exc.response.headers, _body(exc), self.endpoint
@@ -155,15 +157,15 @@ class OpenAITransport:
                 phase="idle",
                 timeout_s=_timeout_s(self._client),
                 endpoint=self.endpoint,
-                trace=builder.finish(clock()),
+                trace=st.partial(),
             ) from None
         except httpx2.HTTPError as exc:
             raise StreamInterrupted(
                 f"connection to {self.endpoint} dropped mid-stream: {type(exc).__name__}: {exc}",
                 endpoint=self.endpoint,
-                trace=builder.finish(clock()),
+                trace=st.partial(),
             ) from exc
-        return finish_stream(builder, clock(), 0, headers)
+        return st.finish(headers)
 
     async def aclose(self) -> None:
         """Close the client if this transport owns it."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Self
 
 import msgspec
@@ -14,16 +14,14 @@ from agentflow._errors import (
     ConnectError,
     RateLimitError,
     ServerError,
-    StreamProtocolError,
     UnexpectedContentType,
 )
 from agentflow._redact import display_url
 from agentflow._trace import TurnTrace
-from agentflow.transport._deadline import Deadlines
-from agentflow.transport._decode import TraceBuilder
 from agentflow.transport._overflow import context_length_error
 from agentflow.transport._request import Endpoint, Timeouts, parse_retry_after
-from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, check_max_event_bytes
+from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, check_max_event_bytes
+from agentflow.transport._stream import finish_stream
 from agentflow.typing import Clock
 
 __all__ = [
@@ -33,10 +31,8 @@ __all__ = [
     "content_type_error",
     "finish_stream",
     "keep_headers",
-    "read_body",
     "refused_content_type",
     "status_error",
-    "with_trace",
 ]
 
 #: The most of an error body any transport reads.
@@ -109,55 +105,10 @@ def check_connect_retries(value: object, owner: str) -> int:
     return value
 
 
-def with_trace(exc: BaseException, builder: TraceBuilder, now: int, reconnects: int) -> None:
-    """Give a :class:`StreamProtocolError` raised below the builder (the SSE decoder's
-    event-size limit) the partial trace, as the builder's own errors carry one."""
-    if isinstance(exc, StreamProtocolError) and exc.trace is None:
-        exc.trace = builder.finish(now, reconnects=reconnects)
-        if exc.endpoint is None:
-            exc.endpoint = builder.endpoint
-
-
 #: Media types a streamed chat answer is refused for at once: a page or a whole document,
 #: not an event stream. Others (``text/event-stream``, a missing header, ``text/plain``…)
 #: are parsed as SSE and fail later, as malformed, if they are not.
 _REFUSED_TYPES = frozenset({"text/html", "application/xhtml+xml", "text/xml", "application/xml"})
-
-
-async def read_body(
-    body: AsyncIterable[bytes],
-    decoder: SSEDecoder,
-    builder: TraceBuilder,
-    limits: Deadlines,
-    clock: Clock,
-    reconnects: int,
-) -> None:
-    """Read a streamed body whose reads another library delivers (aiohttp, httpx): each
-    read decoded into SSE events, each event fed to the trace at the read's time. Only data
-    events hold the idle limit off; the first output-bearing chunk ends ``first_token``'s.
-    A protocol error leaves with the partial trace. (``HTTPTransport`` does this inside its
-    protocol's ``data_received`` instead, with kernel timestamps.)"""
-    decode = decoder.feed
-    feed = builder.feed
-    waiting_first = limits.waiting_first
-    now = clock()
-    try:
-        async for data in body:
-            now = clock()
-            payloads = decode(data)
-            if payloads:
-                limits.last_ns = now
-                for payload in payloads:
-                    feed(payload, now)
-            if waiting_first and builder.chunk_ns:
-                waiting_first = False
-                limits.first_output()
-        now = clock()
-        for payload in decoder.flush():  # a last event with no blank line
-            feed(payload, now)
-    except StreamProtocolError as exc:
-        with_trace(exc, builder, now, reconnects)
-        raise
 
 
 def refused_content_type(status: int, headers: Any) -> str | None:
@@ -191,22 +142,6 @@ def content_type_error(
         endpoint=endpoint,
         payload=body[:500],
     )
-
-
-def finish_stream(
-    builder: TraceBuilder, end_ns: int, reconnects: int, headers: dict[str, str]
-) -> TurnTrace:
-    """Close a builder at end of body: a stream must end with ``[DONE]`` or a finish reason."""
-    trace = builder.finish(end_ns, reconnects=reconnects, headers=headers)
-    if not trace.done and trace.finish_reason is None:
-        raise StreamProtocolError(
-            f"stream from {builder.endpoint} ended after {trace.n_events} events "
-            "with neither a finish_reason nor [DONE]",
-            endpoint=builder.endpoint,
-            trace=trace,
-            unfinished=True,
-        )
-    return trace
 
 
 async def status_error(

@@ -1,0 +1,335 @@
+"""The simulator's OpenAI-compatible API shapes: the request body, checked, and the JSON answers.
+
+A ``POST /v1/chat/completions`` body is decoded by msgspec straight into
+:class:`ChatBody`, a Struct naming the fields the simulator reads with their types
+(unknown fields are skipped, as vLLM ignores them); a wrong type is a
+:class:`~agentflow.sim.errors.RequestRejected` 400 whose ``param`` names the field and
+whose message gives its path and the type expected. The checks no type can say (one
+choice only, a ``role`` in every message, a ``tool_choice`` that names a given tool…)
+follow in :func:`parse_chat_body`, worded as vLLM words them. The result is a
+:class:`ChatParams`: what the engine and the chunk encoder need.
+
+The answers' shapes are here too: vLLM's error body (:func:`error_body`), the
+``/v1/models`` document (:func:`models_document`) and one request's ground truth
+(:func:`record_json`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+
+from agentflow.sim.errors import RequestRejected
+from agentflow.sim.records import RequestRecord
+
+__all__ = [
+    "ChatBody",
+    "ChatParams",
+    "TokenizeBody",
+    "decode_chat_body",
+    "decode_tokenize_body",
+    "error_body",
+    "models_document",
+    "parse_chat_body",
+    "parse_request_id",
+    "record_json",
+]
+
+
+class ChatBody(msgspec.Struct, kw_only=True):
+    """A ``POST /v1/chat/completions`` body as sent: the fields the simulator reads.
+
+    ``messages`` and ``tools`` stay plain objects: the chat template renders them as given.
+    """
+
+    messages: list[dict[str, Any]]
+    model: str | None = None
+    n: int | None = 1
+    stream: bool | None = False
+    stream_options: dict[str, Any] | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = True
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    agentflow_tool_rounds: int | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatParams:
+    """A chat-completions body, checked: what the engine and the encoder need.
+
+    Attributes:
+        model: the requested model name (echoed in responses), or ``None``.
+        messages: the messages.
+        tools: the tools, or ``None``.
+        tool_choice: as given.
+        parallel_tool_calls: as given (default ``True``).
+        max_tokens: ``max_completion_tokens`` or ``max_tokens``, or ``None``.
+        stop: as given.
+        stream: whether to stream.
+        include_usage: ``stream_options.include_usage``.
+        seed: the request's ``seed`` (varies the output), or ``None``.
+        tool_rounds: agentflow's extension field ``agentflow_tool_rounds``: this
+            conversation's tool rounds, instead of the server's ``--tool-rounds``.
+    """
+
+    model: str | None
+    messages: list[Mapping[str, Any]]
+    tools: list[Mapping[str, Any]] | None = None
+    tool_choice: Any = None
+    parallel_tool_calls: bool = True
+    max_tokens: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool = False
+    include_usage: bool = False
+    seed: int | None = None
+    tool_rounds: int | None = None
+
+
+_decode_body = msgspec.json.Decoder(ChatBody).decode
+_convert = msgspec.convert
+#: ``… - at `$.max_tokens` `` / ``… - at `$.messages[0].role` ``: the field is the first name.
+_AT = re.compile(r"^(?P<why>.*?) - at `\$\.(?P<field>[A-Za-z_][A-Za-z0-9_]*)(?P<rest>[^`]*)`$")
+_MISSING = re.compile(r"missing required field `(?P<field>[^`]+)`")
+
+
+def _bad(message: str, param: str | None = None) -> RequestRejected:
+    return RequestRejected(message, status=400, param=param)
+
+
+def _rejected(exc: msgspec.ValidationError) -> RequestRejected:
+    """A msgspec validation error as a 400 naming the field it is about."""
+    text = str(exc)
+    m = _AT.match(text)
+    if m is not None:
+        field = m["field"]
+        return _bad(f"Invalid value for `{field}{m['rest']}`: {m['why']}.", field)
+    m = _MISSING.search(text)
+    if m is not None:
+        field = m["field"]
+        return _bad(f"{field} is required: a non-empty list of message objects.", field)
+    return _bad("The request body must be a JSON object.")
+
+
+def decode_chat_body(raw: bytes) -> ChatParams:
+    """Decode and check the raw bytes of a ``POST /v1/chat/completions`` body.
+
+    Raises:
+        RequestRejected: a 400 — invalid JSON, a field of the wrong type (``param`` names
+            it), or a check of :func:`parse_chat_body`.
+    """
+    try:
+        body = _decode_body(raw)
+    except msgspec.ValidationError as exc:
+        raise _rejected(exc) from None
+    except msgspec.DecodeError as exc:
+        raise _bad(f"Invalid JSON body: {exc}") from None
+    return _check(body)
+
+
+def parse_chat_body(body: Any) -> ChatParams:
+    """Check a ``POST /v1/chat/completions`` body (decoded JSON, or a :class:`ChatBody`)
+    the way vLLM's server does.
+
+    Raises:
+        RequestRejected: a 400 with vLLM's error shape, naming the field at fault.
+    """
+    if not isinstance(body, ChatBody):
+        if not isinstance(body, Mapping):
+            raise _bad("The request body must be a JSON object.")
+        try:
+            body = _convert(body, ChatBody)
+        except msgspec.ValidationError as exc:
+            raise _rejected(exc) from None
+    return _check(body)
+
+
+def _check(body: ChatBody) -> ChatParams:
+    """What the types cannot say, in vLLM's words."""
+    messages = body.messages
+    if not messages:
+        raise _bad("messages must be a non-empty list of message objects.", "messages")
+    for i, m in enumerate(messages):
+        if not isinstance(m.get("role"), str):
+            raise _bad(f"messages[{i}] must be an object with a string 'role'.", "messages")
+    n = body.n
+    if n is not None and n != 1:
+        raise _bad(f"The simulator serves n=1 only, got n={n!r}.", "n")
+    stream = bool(body.stream)
+    options = body.stream_options
+    include_usage = False
+    if options is not None:
+        if not stream:
+            raise _bad("Stream options can only be defined when `stream=True`.", "stream_options")
+        include_usage = bool(options.get("include_usage", False))
+    max_tokens = body.max_completion_tokens
+    if max_tokens is None:
+        max_tokens = body.max_tokens
+    tools: list[Mapping[str, Any]] | None = None
+    if body.tools is not None:
+        if not all(isinstance(t.get("function"), Mapping) for t in body.tools):
+            raise _bad("tools must be a list of {'type': 'function', 'function': {...}}.", "tools")
+        tools = list(body.tools) or None
+    tool_choice = body.tool_choice
+    if isinstance(tool_choice, str):
+        if tool_choice not in ("none", "auto", "required"):
+            raise _bad(
+                f"tool_choice must be 'none', 'auto', 'required' or a named function, "
+                f"got {tool_choice!r}.",
+                "tool_choice",
+            )
+        if tool_choice == "required" and not tools:
+            raise _bad("When using `tool_choice`, `tools` must be set.", "tool_choice")
+    elif tool_choice is not None:
+        function = tool_choice.get("function")
+        name = function.get("name") if isinstance(function, Mapping) else None
+        if not tools:
+            raise _bad("When using `tool_choice`, `tools` must be set.", "tool_choice")
+        if not any(t["function"].get("name") == name for t in tools):
+            raise _bad(
+                f"The tool specified in `tool_choice` ({name!r}) does not match any of "
+                "the specified `tools`.",
+                "tool_choice",
+            )
+    tool_rounds = body.agentflow_tool_rounds
+    if tool_rounds is not None and tool_rounds < 0:
+        raise _bad("agentflow_tool_rounds must be ≥ 0.", "agentflow_tool_rounds")
+    ptc = body.parallel_tool_calls
+    return ChatParams(
+        model=body.model,
+        messages=list(messages),
+        tools=tools,
+        tool_choice=tool_choice,
+        parallel_tool_calls=True if ptc is None else ptc,
+        max_tokens=max_tokens,
+        stop=body.stop,
+        stream=stream,
+        include_usage=include_usage,
+        seed=body.seed,
+        tool_rounds=tool_rounds,
+    )
+
+
+class TokenizeBody(msgspec.Struct, kw_only=True):
+    """A ``POST /tokenize`` body (vLLM's): ``messages`` (rendered with the chat template)
+    or a ``prompt`` string."""
+
+    messages: list[dict[str, Any]] | None = None
+    prompt: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    add_generation_prompt: bool = True
+    return_token_strs: bool = False
+
+
+_decode_tokenize = msgspec.json.Decoder(TokenizeBody).decode
+
+
+def decode_tokenize_body(raw: bytes) -> TokenizeBody:
+    """Decode and check a ``POST /tokenize`` body.
+
+    Raises:
+        RequestRejected: a 400 — invalid JSON, a field of the wrong type, a message with
+            no ``role``, or neither ``prompt`` nor ``messages``.
+    """
+    try:
+        body = _decode_tokenize(raw)
+    except msgspec.ValidationError as exc:
+        raise _rejected(exc) from None
+    except msgspec.DecodeError as exc:
+        raise _bad(f"Invalid JSON body: {exc}") from None
+    if body.messages is not None:
+        if not all(isinstance(m.get("role"), str) for m in body.messages):
+            raise _bad("messages must be a list of message objects.", "messages")
+    elif body.prompt is None:
+        raise _bad("Either `prompt` (a string) or `messages` is required.", "prompt")
+    return body
+
+
+def parse_request_id(request_id: str | int) -> int | None:
+    """The engine id in ``chatcmpl-<n>`` (or ``<n>``), or ``None`` if it is not one."""
+    if isinstance(request_id, int):
+        return request_id
+    s = request_id.removeprefix("chatcmpl-")
+    return int(s) if s.isdigit() else None
+
+
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    405: "MethodNotAllowed",
+    429: "RateLimitError",
+    500: "InternalServerError",
+    503: "ServiceUnavailableError",
+}
+
+
+def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
+    """vLLM's JSON error body."""
+    return {
+        "error": {
+            "message": message,
+            "type": _ERROR_TYPES.get(status, "BadRequestError" if status < 500 else "ServerError"),
+            "param": param,
+            "code": status,
+        }
+    }
+
+
+def models_document(model: str, max_model_len: int, created: int) -> dict[str, Any]:
+    """The ``GET /v1/models`` answer, vLLM's shape: one model with its ``max_model_len``."""
+    entry = {
+        "id": model,
+        "object": "model",
+        "created": created,
+        "owned_by": "agentflow-sim",
+        "root": model,
+        "parent": None,
+        "max_model_len": max_model_len,
+        "permission": [],
+    }
+    return {"object": "list", "data": [entry]}
+
+
+def record_json(
+    record: RequestRecord, *, time_scale: float, loop_origin_s: float | None = None
+) -> dict[str, Any]:
+    """A request's ground truth as JSON (times in engine seconds).
+
+    ``loop_origin_s`` is the server loop's time at engine time 0: on a normal loop that
+    is ``time.monotonic()``, so a client on the same host can place every engine time
+    on its own monotonic clock as ``loop_origin_s + t × time_scale``.
+    """
+    return {
+        "id": f"chatcmpl-{record.request_id}",
+        "request_id": record.request_id,
+        "time_scale": time_scale,
+        "loop_origin_s": loop_origin_s,
+        "finished": record.finished,
+        "finish_reason": record.finish_reason,
+        "prompt_tokens": record.prompt_tokens,
+        "cached_tokens": record.cached_tokens,
+        "completion_tokens": record.completion_tokens,
+        "max_tokens": record.max_tokens,
+        "arrival_s": record.arrival_s,
+        "admitted_s": record.admitted_s,
+        "prefill_start_s": record.prefill_start_s,
+        "prefill_end_s": record.prefill_end_s,
+        "finished_s": record.finished_s,
+        "queue_s": record.queue_s,
+        "prefill_s": record.prefill_s,
+        "ttft_s": record.ttft_s,
+        "tpot_s": record.tpot_s,
+        "e2e_s": record.e2e_s,
+        "num_preemptions": record.num_preemptions,
+        "preempted_at_s": record.preempted_at_s,
+        "recomputed_tokens": record.recomputed_tokens,
+        "token_times_s": record.token_times_s,
+        "timings": record.timings(),
+    }

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
@@ -34,7 +35,7 @@ from agentflow._session_types import SessionResult, SessionStatus, TurnLog, Turn
 from agentflow._tools import cap_output
 from agentflow._trace import ToolCall, TurnTrace
 from agentflow._turn_events import TurnEvents
-from agentflow.sched import Replica, RetryPolicy, Scheduler, Ticket, TurnRunner
+from agentflow.sched import Grant, Replica, RetryPolicy, Scheduler, Ticket, TurnRunner
 from agentflow.transport._request import ChatRequest
 from agentflow.typing import Callback, Clock, SessionContext, Transport
 
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["Session", "SessionResult", "SessionStatus", "TurnLog", "TurnRecord"]
 
 _log = get_logger("agentflow.session")
+_debug = logging.getLogger("agentflow.session")
 _ids = itertools.count(1)
 
 #: Output tokens a turn is charged for by token limits when its agent sets no max_tokens.
@@ -163,6 +165,51 @@ class Session:
                 return await self.run(runner=runner, bus=bus, tool_limit=tool_limit, clock=clock)
             finally:
                 await bus.aclose()
+        return await self._run(runner, bus, tool_limit, clock)
+
+    def _queues_lazily(self) -> bool:
+        """Whether nothing has to run before the first turn's ticket is queued, so a
+        fleet may queue the session as that ticket alone, with no task until the turn
+        is granted (:meth:`_first_ticket`, :meth:`_run`). Not with a context policy
+        (its ``before_turn`` runs first), a resumed session, or a subclass's ``run``."""
+        return (
+            type(self).run is Session.run
+            and self.agent.context is None
+            and self._prepare is None
+            and not self._pending_calls
+            and self.home is None
+            and self._next_turn < self.agent.max_turns
+        )
+
+    def _first_ticket(self, clock: Clock) -> Ticket:
+        """The first turn's ticket, as :meth:`_model_turn` would make it now."""
+        agent = self.agent
+        ready = clock()
+        return self._ticket(self._next_turn, ready, _rough_tokens(self.messages, agent.tool_chars))
+
+    def _ticket(self, index: int, ready: int, prompt_tokens: int) -> Ticket:
+        agent = self.agent
+        return Ticket(
+            session_id=self.session_id,
+            agent=agent.name,
+            turn=index,
+            ready_ns=ready,
+            prompt_tokens=prompt_tokens,
+            max_output_tokens=agent.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,
+            priority=agent.priority,
+            prefix_key=agent.prefix_key,
+        )
+
+    async def _run(
+        self,
+        runner: TurnRunner,
+        bus: EventBus,
+        tool_limit: asyncio.Semaphore | None,
+        clock: Clock,
+        first: Grant | BaseException | None = None,
+    ) -> SessionResult:
+        """The turn loop. ``first``: the grant of the first turn's ticket (from
+        :meth:`_first_ticket`), or what failed it, when a fleet queued it already."""
         agent = self.agent
         if agent.context is not None and self._context is None:
             self._context = agent.context.bind(
@@ -175,87 +222,92 @@ class Session:
         status: SessionStatus = "error"
         error: BaseException | None = None
         final: str | None = None
-        with structlog.contextvars.bound_contextvars(agent=agent.name, session=self.session_id):
-            try:
-                if self._prepare is not None:
-                    prepare, self._prepare = self._prepare, None
-                    await prepare()
-                if self._pending_calls:  # resumed after the model asked for tools
-                    calls, self._pending_calls = self._pending_calls, ()
-                    await self._run_tools(self._next_turn - 1, calls, bus, tool_limit, clock)
-                for index in range(self._next_turn, agent.max_turns):
-                    trace = await self._model_turn(index, runner, bus, clock)
-                    if not trace.tool_calls:
-                        status, final = "completed", trace.content
-                        break
-                    await self._run_tools(index, trace.tool_calls, bus, tool_limit, clock)
-                else:
-                    status = "max_turns"
-                    error = MaxTurnsExceeded(session_id=self.session_id, max_turns=agent.max_turns)
-            except asyncio.CancelledError as exc:
-                status, error = "cancelled", exc
-                raise
-            except Exception as exc:
-                status, error = "error", exc
-                if isinstance(exc, ContextOverflow) and not exc.session_id:
-                    exc.session_id = self.session_id  # a server's 400: the wire knows no session
-                _log.warning("session.failed", error=repr(exc), turns=len(self.turns))
-                bus.emit(
-                    ErrorEvent(
-                        agent=agent.name,
-                        session_id=self.session_id,
-                        turn=len(self.turns),
-                        where="session",
-                        error=exc,
-                    )
-                )
-            finally:
-                runner.scheduler.forget(self.session_id)
-                result = SessionResult(
-                    session_id=self.session_id,
+        bound = structlog.contextvars.bind_contextvars(agent=agent.name, session=self.session_id)
+        try:
+            if self._prepare is not None:
+                prepare, self._prepare = self._prepare, None
+                await prepare()
+            if self._pending_calls:  # resumed after the model asked for tools
+                calls, self._pending_calls = self._pending_calls, ()
+                await self._run_tools(self._next_turn - 1, calls, bus, tool_limit, clock)
+            for index in range(self._next_turn, agent.max_turns):
+                trace = await self._model_turn(index, runner, bus, clock, first)
+                first = None
+                if not trace.tool_calls:
+                    status, final = "completed", trace.content
+                    break
+                await self._run_tools(index, trace.tool_calls, bus, tool_limit, clock)
+            else:
+                status = "max_turns"
+                error = MaxTurnsExceeded(session_id=self.session_id, max_turns=agent.max_turns)
+        except asyncio.CancelledError as exc:
+            status, error = "cancelled", exc
+            raise
+        except Exception as exc:
+            status, error = "error", exc
+            if isinstance(exc, ContextOverflow) and not exc.session_id:
+                exc.session_id = self.session_id  # a server's 400: the wire knows no session
+            _log.warning("session.failed", error=repr(exc), turns=len(self.turns))
+            bus.emit(
+                ErrorEvent(
                     agent=agent.name,
-                    status=status,
-                    final_output=final,
-                    messages=self.messages,
-                    turns=list(self.turns),
-                    error=error,
-                    metadata=self.metadata,
+                    session_id=self.session_id,
+                    turn=len(self.turns),
+                    where="session",
+                    error=exc,
                 )
-                self.result = result
-                if self._log is not None:
-                    self._log.session_ended(self, result)
-                bus.emit(
-                    SessionEndEvent(agent=agent.name, session_id=self.session_id, result=result)
-                )
+            )
+        finally:
+            result = self._end(runner, bus, status, final, error)
+            structlog.contextvars.reset_contextvars(**bound)
+        return result
+
+    def _end(
+        self,
+        runner: TurnRunner,
+        bus: EventBus,
+        status: SessionStatus,
+        final: str | None,
+        error: BaseException | None,
+    ) -> SessionResult:
+        """Record how the session ended: its result, the run store, the event."""
+        runner.scheduler.forget(self.session_id)
+        result = SessionResult(
+            session_id=self.session_id,
+            agent=self.agent.name,
+            status=status,
+            final_output=final,
+            messages=self.messages,
+            turns=list(self.turns),
+            error=error,
+            metadata=self.metadata,
+        )
+        self.result = result
+        if self._log is not None:
+            self._log.session_ended(self, result)
+        bus.emit(SessionEndEvent(agent=self.agent.name, session_id=self.session_id, result=result))
         return result
 
     async def _model_turn(
-        self, index: int, runner: TurnRunner, bus: EventBus, clock: Clock
+        self,
+        index: int,
+        runner: TurnRunner,
+        bus: EventBus,
+        clock: Clock,
+        first: Grant | BaseException | None = None,
     ) -> TurnTrace:
         agent = self.agent
-        max_output = agent.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS
-
-        def ticket(ready: int, prompt_tokens: int) -> Ticket:
-            return Ticket(
-                session_id=self.session_id,
-                agent=agent.name,
-                turn=index,
-                ready_ns=ready,
-                prompt_tokens=prompt_tokens,
-                max_output_tokens=max_output,
-                priority=agent.priority,
-                prefix_key=agent.prefix_key,
-            )
 
         async def complete(extra: ChatRequest) -> TurnTrace:
             tool_chars = len(msgspec.json.encode(extra.tools)) if extra.tools else 0
             estimate = _rough_tokens(extra.messages, tool_chars)
-            trace, _ = await runner.send(ticket(clock(), estimate), extra)
+            trace, _ = await runner.send(self._ticket(index, clock(), estimate), extra)
             return trace
 
         ctx = self._context
         log = self._log
-        with structlog.contextvars.bound_contextvars(turn=index):
+        bound = structlog.contextvars.bind_contextvars(turn=index)
+        try:
             before = list(self.messages) if log is not None and ctx is not None else None
             prompt = (
                 await ctx.before_turn(index, self.messages, agent.tool_specs, complete)
@@ -267,15 +319,20 @@ class Session:
                 rewrite = list(self.messages)  # the policy rewrote history: record it whole
             request = self.request()
             events = TurnEvents(bus, agent.name, self.session_id, index)
-            ready = clock()
-            estimate = (
-                prompt.estimated_tokens
-                if prompt
-                else _rough_tokens(self.messages, agent.tool_chars)
-            )
+            if isinstance(first, Grant):  # queued by the fleet before the session started
+                ticket = first.ticket
+                ready = ticket.ready_ns
+            else:
+                ready = clock()
+                estimate = (
+                    prompt.estimated_tokens
+                    if prompt
+                    else _rough_tokens(self.messages, agent.tool_chars)
+                )
+                ticket = self._ticket(index, ready, estimate)
             try:
                 trace, failed = await runner.send(
-                    ticket(ready, estimate), request, events.sink, events.retry
+                    ticket, request, events.sink, events.retry, first=first
                 )
             except Exception as exc:  # the last attempt failed: its tokens are void too
                 events.discard(exc, retried=False)
@@ -283,13 +340,16 @@ class Session:
             if ctx is not None:
                 ctx.after_turn(index, trace)
             metrics = turn_metrics(trace, ready_ns=ready)
-            _log.debug(
-                "turn.end",
-                ttft_s=metrics.ttft_s,
-                e2e_s=metrics.e2e_s,
-                output_tokens=metrics.output_tokens,
-                tool_calls=len(trace.tool_calls),
-            )
+            if _debug.isEnabledFor(logging.DEBUG):  # skip building a line nobody keeps
+                _log.debug(
+                    "turn.end",
+                    ttft_s=metrics.ttft_s,
+                    e2e_s=metrics.e2e_s,
+                    output_tokens=metrics.output_tokens,
+                    tool_calls=len(trace.tool_calls),
+                )
+        finally:
+            structlog.contextvars.reset_contextvars(**bound)
         self.messages.append(trace.assistant_message())
         record = TurnRecord(index, metrics, trace, prompt, failed)
         self.turns.append(record)
@@ -370,8 +430,11 @@ class Session:
             )
             return output
 
-        with structlog.contextvars.bound_contextvars(turn=index):  # tools log their turn
+        bound = structlog.contextvars.bind_contextvars(turn=index)  # tools log their turn
+        try:
             outputs = await asyncio.gather(*(one(c) for c in calls))
+        finally:
+            structlog.contextvars.reset_contextvars(**bound)
         for call, output in zip(calls, outputs, strict=True):
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
         if known:

@@ -22,7 +22,7 @@ from tenacity import RetryCallState
 from agentflow._errors import AllReplicasDown, TransportError
 from agentflow._trace import TurnTrace
 from agentflow.sched._retry import RetryPolicy
-from agentflow.sched._scheduler import Scheduler
+from agentflow.sched._scheduler import Grant, Scheduler
 from agentflow.sched._ticket import Ticket
 from agentflow.transport._request import ChatRequest
 from agentflow.typing import DeltaKind, DeltaSink
@@ -99,18 +99,24 @@ class TurnRunner:
         request: ChatRequest,
         sink: DeltaSink | None = None,
         on_retry: OnRetry | None = None,
+        *,
+        first: Grant | BaseException | None = None,
     ) -> tuple[TurnTrace, tuple[FailedAttempt, ...]]:
         """Send ``request`` until it succeeds or the policy gives up.
 
         Returns the trace and the attempts that failed before it. Raises the last
         error when the policy gives up or the error is not retryable.
+
+        ``first``: the grant of ``ticket`` when it was queued with
+        :meth:`Scheduler.offer` (the first attempt uses it instead of acquiring one),
+        or the error that failed it there (raised as :meth:`Scheduler.acquire` would).
         """
         where: list[str] = []  # the replica of each attempt, as it is granted one
         began: list[int] = []  # when the first attempt was granted (not while queued)
         scheduler = self.scheduler
         clock = scheduler.clock
         try:  # the first attempt runs without tenacity: ~75 µs a turn saved
-            return await self._once(ticket, request, sink, where, began), ()
+            return await self._once(ticket, request, sink, where, began, first), ()
         except TransportError as exc:
             policy = self.retry
             if policy is None or policy.max_attempts == 1 or not policy.retryable(exc):
@@ -192,9 +198,15 @@ class TurnRunner:
         sink: DeltaSink | None,
         where: list[str],
         began: list[int],
+        first: Grant | BaseException | None = None,
     ) -> TurnTrace:
         scheduler = self.scheduler
-        grant = await scheduler.acquire(ticket)
+        if first is None:
+            grant = await scheduler.acquire(ticket)
+        elif isinstance(first, BaseException):
+            raise first
+        else:
+            grant = first
         if not began:
             began.append(scheduler.clock())
         replica = grant.replica

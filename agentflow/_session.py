@@ -10,6 +10,7 @@ the :class:`SessionResult`.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import logging
 import time
@@ -46,6 +47,18 @@ __all__ = ["Session", "SessionResult", "SessionStatus", "TurnLog", "TurnRecord"]
 
 _log = get_logger("agentflow.session")
 _debug = logging.getLogger("agentflow.session")
+
+
+def _structlog_var(key: str) -> contextvars.ContextVar[Any]:
+    """structlog's context variable for ``key`` (what ``bind_contextvars`` sets), so a
+    turn binds it with one ``set`` instead of building a dict of tokens."""
+    token = structlog.contextvars.bind_contextvars(**{key: None})[key]
+    token.var.reset(token)
+    return token.var
+
+
+# Every log line carries these, merged by structlog.contextvars.merge_contextvars.
+_AGENT, _SESSION, _TURN = (_structlog_var(k) for k in ("agent", "session", "turn"))
 _ids = itertools.count(1)
 
 #: Output tokens a turn is charged for by token limits when its agent sets no max_tokens.
@@ -222,7 +235,7 @@ class Session:
         status: SessionStatus = "error"
         error: BaseException | None = None
         final: str | None = None
-        bound = structlog.contextvars.bind_contextvars(agent=agent.name, session=self.session_id)
+        bound_agent, bound_session = _AGENT.set(agent.name), _SESSION.set(self.session_id)
         try:
             if self._prepare is not None:
                 prepare, self._prepare = self._prepare, None
@@ -259,7 +272,8 @@ class Session:
             )
         finally:
             result = self._end(runner, bus, status, final, error)
-            structlog.contextvars.reset_contextvars(**bound)
+            _SESSION.reset(bound_session)
+            _AGENT.reset(bound_agent)
         return result
 
     def _end(
@@ -297,26 +311,18 @@ class Session:
         first: Grant | BaseException | None = None,
     ) -> TurnTrace:
         agent = self.agent
-
-        async def complete(extra: ChatRequest) -> TurnTrace:
-            tool_chars = len(msgspec.json.encode(extra.tools)) if extra.tools else 0
-            estimate = _rough_tokens(extra.messages, tool_chars)
-            trace, _ = await runner.send(self._ticket(index, clock(), estimate), extra)
-            return trace
-
         ctx = self._context
         log = self._log
-        bound = structlog.contextvars.bind_contextvars(turn=index)
+        bound = _TURN.set(index)
         try:
-            before = list(self.messages) if log is not None and ctx is not None else None
-            prompt = (
-                await ctx.before_turn(index, self.messages, agent.tool_specs, complete)
-                if ctx is not None
-                else None
-            )
-            rewrite = None
-            if before is not None and not _same_items(before, self.messages):
-                rewrite = list(self.messages)  # the policy rewrote history: record it whole
+            prompt = rewrite = None
+            if ctx is not None:
+                before = list(self.messages) if log is not None else None
+                prompt = await ctx.before_turn(
+                    index, self.messages, agent.tool_specs, self._completer(index, runner, clock)
+                )
+                if before is not None and not _same_items(before, self.messages):
+                    rewrite = list(self.messages)  # the policy rewrote history: record it whole
             request = self.request()
             events = TurnEvents(bus, agent.name, self.session_id, index)
             if isinstance(first, Grant):  # queued by the fleet before the session started
@@ -349,7 +355,7 @@ class Session:
                     tool_calls=len(trace.tool_calls),
                 )
         finally:
-            structlog.contextvars.reset_contextvars(**bound)
+            _TURN.reset(bound)
         self.messages.append(trace.assistant_message())
         record = TurnRecord(index, metrics, trace, prompt, failed)
         self.turns.append(record)
@@ -367,6 +373,20 @@ class Session:
         )
         return trace
 
+    def _completer(
+        self, index: int, runner: TurnRunner, clock: Clock
+    ) -> Callable[[ChatRequest], Awaitable[TurnTrace]]:
+        """A context policy's ``complete`` for turn ``index``: one extra model request
+        through the same scheduler, limits and retries."""
+
+        async def complete(extra: ChatRequest) -> TurnTrace:
+            tool_chars = len(msgspec.json.encode(extra.tools)) if extra.tools else 0
+            estimate = _rough_tokens(extra.messages, tool_chars)
+            trace, _ = await runner.send(self._ticket(index, clock(), estimate), extra)
+            return trace
+
+        return complete
+
     async def _run_tools(
         self,
         index: int,
@@ -375,70 +395,76 @@ class Session:
         limit: asyncio.Semaphore | None,
         clock: Clock,
     ) -> None:
-        known = self._known_outputs
-
-        async def one(call: ToolCall) -> str:
-            if call.id in known:  # recorded before the run was stopped: never run twice
-                return known[call.id]
-            bus.emit(
-                ToolCallEvent(
-                    agent=self.agent.name, session_id=self.session_id, turn=index, call=call
-                )
+        bound = _TURN.set(index)  # tools log their turn
+        try:
+            outputs = await asyncio.gather(
+                *[self._run_tool(index, c, bus, limit, clock) for c in calls]
             )
-            start = clock()
-            is_error = False
-            tool = self.agent.tool(call.name)
-            try:
-                if tool is None:
-                    raise ToolError(f"the model called unknown tool {call.name!r}", tool=call.name)
-                async with limit if limit is not None else nullcontext():
-                    output = await tool.invoke(
-                        call.arguments, default_timeout_s=self.agent.tool_timeout_s
-                    )
-            except ToolError as exc:
-                if self.agent.tool_errors == "raise":
-                    raise
-                is_error, output = True, f"Error: {exc}"
-                bus.emit(
-                    ErrorEvent(
-                        agent=self.agent.name,
-                        session_id=self.session_id,
-                        turn=index,
-                        where="tool",
-                        error=exc,
-                    )
+        finally:
+            _TURN.reset(bound)
+        for call, output in zip(calls, outputs, strict=True):
+            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+        if self._known_outputs:
+            self._known_outputs = {}
+
+    async def _run_tool(
+        self,
+        index: int,
+        call: ToolCall,
+        bus: EventBus,
+        limit: asyncio.Semaphore | None,
+        clock: Clock,
+    ) -> str:
+        known = self._known_outputs
+        if call.id in known:  # recorded before the run was stopped: never run twice
+            return known[call.id]
+        bus.emit(
+            ToolCallEvent(agent=self.agent.name, session_id=self.session_id, turn=index, call=call)
+        )
+        start = clock()
+        is_error = False
+        tool = self.agent.tool(call.name)
+        try:
+            if tool is None:
+                raise ToolError(f"the model called unknown tool {call.name!r}", tool=call.name)
+            async with limit if limit is not None else nullcontext():
+                output = await tool.invoke(
+                    call.arguments, default_timeout_s=self.agent.tool_timeout_s
                 )
-            cap = self.agent.max_tool_output_chars
-            if tool is not None and tool.max_output_chars is not None:
-                cap = tool.max_output_chars
-            output, cut = cap_output(output, cap)
-            duration = (clock() - start) * 1e-9
-            if self._log is not None:
-                self._log.tool_finished(self, index, call, output, is_error, duration, cut)
+        except ToolError as exc:
+            if self.agent.tool_errors == "raise":
+                raise
+            is_error, output = True, f"Error: {exc}"
             bus.emit(
-                ToolResultEvent(
+                ErrorEvent(
                     agent=self.agent.name,
                     session_id=self.session_id,
                     turn=index,
-                    call_id=call.id,
-                    name=call.name,
-                    output=output,
-                    is_error=is_error,
-                    duration_s=duration,
-                    truncated_chars=cut,
+                    where="tool",
+                    error=exc,
                 )
             )
-            return output
-
-        bound = structlog.contextvars.bind_contextvars(turn=index)  # tools log their turn
-        try:
-            outputs = await asyncio.gather(*(one(c) for c in calls))
-        finally:
-            structlog.contextvars.reset_contextvars(**bound)
-        for call, output in zip(calls, outputs, strict=True):
-            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
-        if known:
-            self._known_outputs = {}
+        cap = self.agent.max_tool_output_chars
+        if tool is not None and tool.max_output_chars is not None:
+            cap = tool.max_output_chars
+        output, cut = cap_output(output, cap)
+        duration = (clock() - start) * 1e-9
+        if self._log is not None:
+            self._log.tool_finished(self, index, call, output, is_error, duration, cut)
+        bus.emit(
+            ToolResultEvent(
+                agent=self.agent.name,
+                session_id=self.session_id,
+                turn=index,
+                call_id=call.id,
+                name=call.name,
+                output=output,
+                is_error=is_error,
+                duration_s=duration,
+                truncated_chars=cut,
+            )
+        )
+        return output
 
 
 def _same_items(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> bool:

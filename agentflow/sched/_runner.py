@@ -111,12 +111,16 @@ class TurnRunner:
         :meth:`Scheduler.offer` (the first attempt uses it instead of acquiring one),
         or the error that failed it there (raised as :meth:`Scheduler.acquire` would).
         """
-        where: list[str] = []  # the replica of each attempt, as it is granted one
-        began: list[int] = []  # when the first attempt was granted (not while queued)
         scheduler = self.scheduler
-        clock = scheduler.clock
+        if first is None:
+            grant = await scheduler.acquire(ticket)
+        elif isinstance(first, BaseException):
+            raise first
+        else:
+            grant = first
+        began = scheduler.clock()  # when the first attempt was granted (not while queued)
         try:  # the first attempt runs without tenacity: ~75 µs a turn saved
-            return await self._once(ticket, request, sink, where, began, first), ()
+            return await self._stream(grant, request, sink), ()
         except TransportError as exc:
             policy = self.retry
             if policy is None or policy.max_attempts == 1 or not policy.retryable(exc):
@@ -124,7 +128,30 @@ class TurnRunner:
                 if down is not None:
                     raise down from exc
                 raise
-            replay: list[TransportError] = [exc]
+            return await self._retry(
+                ticket, request, sink, on_retry, policy, exc, grant.replica.name, began
+            )
+
+    async def _retry(
+        self,
+        ticket: Ticket,
+        request: ChatRequest,
+        sink: DeltaSink | None,
+        on_retry: OnRetry | None,
+        policy: RetryPolicy,
+        error: TransportError,
+        replica: str,
+        first_began: int,
+    ) -> tuple[TurnTrace, tuple[FailedAttempt, ...]]:
+        """The first attempt failed with ``error`` on ``replica``: retry with tenacity.
+
+        Kept out of :meth:`send`, whose frame then holds no closure cells while the
+        first attempt streams (most turns never come here)."""
+        scheduler = self.scheduler
+        clock = scheduler.clock
+        where = [replica]  # the replica of each attempt, as it is granted one
+        began = [first_began]
+        replay: list[TransportError] = [error]
         failed: list[FailedAttempt] = []
 
         async def attempt() -> TurnTrace:
@@ -198,19 +225,20 @@ class TurnRunner:
         sink: DeltaSink | None,
         where: list[str],
         began: list[int],
-        first: Grant | BaseException | None = None,
     ) -> TurnTrace:
         scheduler = self.scheduler
-        if first is None:
-            grant = await scheduler.acquire(ticket)
-        elif isinstance(first, BaseException):
-            raise first
-        else:
-            grant = first
+        grant = await scheduler.acquire(ticket)
         if not began:
             began.append(scheduler.clock())
-        replica = grant.replica
-        where.append(replica.name)
+        where.append(grant.replica.name)
+        return await self._stream(grant, request, sink)
+
+    async def _stream(
+        self, grant: Grant, request: ChatRequest, sink: DeltaSink | None
+    ) -> TurnTrace:
+        """Stream one granted attempt on its replica; the grant is released at its end."""
+        scheduler = self.scheduler
+        ticket, replica = grant.ticket, grant.replica
         router = scheduler.router
         headers = router.headers(ticket)
         if headers or router.prompt_cache_key:

@@ -68,6 +68,13 @@ DEFAULT_MAX_OUTPUT_TOKENS = 1024
 class Session:
     """One conversation with an :class:`Agent`; create it with :meth:`Agent.session`."""
 
+    # Turn state kept from turn to turn, set when the session first runs (class-level
+    # defaults: a session queued in a fleet holds none of it).
+    #: The last turn's request (the next reuses it while ``messages`` is the same list).
+    _request: ChatRequest | None = None
+    #: Messages counted by the prompt estimate so far: how many, the last, their chars.
+    _counted: tuple[int, object, int] = (0, None, 0)
+
     def __init__(
         self,
         agent: Agent,
@@ -196,9 +203,20 @@ class Session:
 
     def _first_ticket(self, clock: Clock) -> Ticket:
         """The first turn's ticket, as :meth:`_model_turn` would make it now."""
-        agent = self.agent
         ready = clock()
-        return self._ticket(self._next_turn, ready, _rough_tokens(self.messages, agent.tool_chars))
+        return self._ticket(self._next_turn, ready, self._estimate())
+
+    def _estimate(self) -> int:
+        """:func:`_rough_tokens` of the messages and tools, counting only the messages
+        added since the last turn (all of them again if the history was rewritten)."""
+        messages = self.messages
+        n, last, chars = self._counted
+        if n > len(messages) or (n and messages[n - 1] is not last):
+            n, chars = 0, 0
+        if n < len(messages):
+            chars += _message_chars(messages, n)
+            self._counted = (len(messages), messages[-1], chars)
+        return (chars + self.agent.tool_chars) // 4 + 4 * len(messages)
 
     def _ticket(self, index: int, ready: int, prompt_tokens: int) -> Ticket:
         agent = self.agent
@@ -323,19 +341,19 @@ class Session:
                 )
                 if before is not None and not _same_items(before, self.messages):
                     rewrite = list(self.messages)  # the policy rewrote history: record it whole
-            request = self.request()
             events = TurnEvents(bus, agent.name, self.session_id, index)
             if isinstance(first, Grant):  # queued by the fleet before the session started
                 ticket = first.ticket
                 ready = ticket.ready_ns
             else:
                 ready = clock()
-                estimate = (
-                    prompt.estimated_tokens
-                    if prompt
-                    else _rough_tokens(self.messages, agent.tool_chars)
-                )
+                estimate = prompt.estimated_tokens if prompt else self._estimate()
                 ticket = self._ticket(index, ready, estimate)
+            request = self._request
+            if request is None or request.messages is not self.messages:
+                # Built once: it holds the live list of messages, and the router's
+                # session header and cache key do not change from turn to turn.
+                request = self._request = runner.routed(ticket, self.request())
             try:
                 trace, failed = await runner.send(
                     ticket, request, events.sink, events.retry, first=first
@@ -361,16 +379,17 @@ class Session:
         self.turns.append(record)
         if log is not None:
             log.turn_finished(self, record, ready, rewrite)
-        bus.emit(
-            TurnEndEvent(
-                agent=self.agent.name,
-                session_id=self.session_id,
-                turn=index,
-                metrics=metrics,
-                trace=trace,
-                prompt=prompt,
+        if bus.wants("turn_end"):
+            bus.emit(
+                TurnEndEvent(
+                    agent=self.agent.name,
+                    session_id=self.session_id,
+                    turn=index,
+                    metrics=metrics,
+                    trace=trace,
+                    prompt=prompt,
+                )
             )
-        )
         return trace
 
     def _completer(
@@ -418,9 +437,12 @@ class Session:
         known = self._known_outputs
         if call.id in known:  # recorded before the run was stopped: never run twice
             return known[call.id]
-        bus.emit(
-            ToolCallEvent(agent=self.agent.name, session_id=self.session_id, turn=index, call=call)
-        )
+        if bus.wants("tool_call"):
+            bus.emit(
+                ToolCallEvent(
+                    agent=self.agent.name, session_id=self.session_id, turn=index, call=call
+                )
+            )
         start = clock()
         is_error = False
         tool = self.agent.tool(call.name)
@@ -451,19 +473,20 @@ class Session:
         duration = (clock() - start) * 1e-9
         if self._log is not None:
             self._log.tool_finished(self, index, call, output, is_error, duration, cut)
-        bus.emit(
-            ToolResultEvent(
-                agent=self.agent.name,
-                session_id=self.session_id,
-                turn=index,
-                call_id=call.id,
-                name=call.name,
-                output=output,
-                is_error=is_error,
-                duration_s=duration,
-                truncated_chars=cut,
+        if bus.wants("tool_result"):
+            bus.emit(
+                ToolResultEvent(
+                    agent=self.agent.name,
+                    session_id=self.session_id,
+                    turn=index,
+                    call_id=call.id,
+                    name=call.name,
+                    output=output,
+                    is_error=is_error,
+                    duration_s=duration,
+                    truncated_chars=cut,
+                )
             )
-        )
         return output
 
 
@@ -478,11 +501,17 @@ def _rough_tokens(messages: Sequence[Mapping[str, Any]], tool_chars: int = 0) ->
     Tool schemas are part of the prompt (servers count them in ``prompt_tokens``), so
     their ``tool_chars`` count too: leaving them out would under-charge token limits.
     """
-    chars = tool_chars
-    for m in messages:
+    return (_message_chars(messages) + tool_chars) // 4 + 4 * len(messages)
+
+
+def _message_chars(messages: Sequence[Mapping[str, Any]], start: int = 0) -> int:
+    """The characters of ``messages[start:]`` that :func:`_rough_tokens` counts."""
+    chars = 0
+    for i in range(start, len(messages)):
+        m = messages[i]
         content = m.get("content")
         if isinstance(content, str):
             chars += len(content)
         for call in m.get("tool_calls") or ():
             chars += len(str(call.get("function", {}).get("arguments", "")))
-    return chars // 4 + 4 * len(messages)
+    return chars

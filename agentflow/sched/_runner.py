@@ -212,6 +212,27 @@ class TurnRunner:
             raise
         return trace, tuple(failed)
 
+    def routed(self, ticket: Ticket, request: ChatRequest) -> ChatRequest:
+        """``request`` with what the router adds for ``ticket``'s session: its session
+        header, and ``prompt_cache_key`` when the router sets one. Returned as it is when
+        it has them already (a session reuses its routed request from turn to turn)."""
+        router = self.scheduler.router
+        headers = router.headers(ticket)
+        key = ticket.prefix_key if router.prompt_cache_key else None
+        if not headers and not router.prompt_cache_key:
+            return request
+        have = request.headers
+        for k, v in headers.items():
+            if have.get(k) != v:
+                break
+        else:
+            if key is None or request.extra_body.get("prompt_cache_key") == key:
+                return request
+        extra = dict(request.extra_body)
+        if key is not None:
+            extra["prompt_cache_key"] = key
+        return replace(request, headers={**have, **headers}, extra_body=extra)
+
     def _down(self, exc: TransportError) -> AllReplicasDown | None:
         """``AllReplicasDown`` if ``exc`` blames its replica and every replica is down."""
         if RetryPolicy.blames_replica(exc) and self.scheduler.all_down():
@@ -239,13 +260,7 @@ class TurnRunner:
         """Stream one granted attempt on its replica; the grant is released at its end."""
         scheduler = self.scheduler
         ticket, replica = grant.ticket, grant.replica
-        router = scheduler.router
-        headers = router.headers(ticket)
-        if headers or router.prompt_cache_key:
-            extra = dict(request.extra_body)
-            if router.prompt_cache_key and ticket.prefix_key is not None:
-                extra["prompt_cache_key"] = ticket.prefix_key
-            request = replace(request, headers={**request.headers, **headers}, extra_body=extra)
+        request = self.routed(ticket, request)
         if grant.leader and ticket.prefix_key is not None:
             sink = _WarmupSink(sink, scheduler, ticket.prefix_key)
         ok: bool | None = None

@@ -388,7 +388,10 @@ class Fleet:
                     for q in queued:
                         if turn_log is not None:
                             q.session._log = turn_log
-                        await scheduler.offer(q.session._first_ticket(self._clock), q)
+                        try:
+                            await scheduler.offer(q.session._first_ticket(self._clock), q)
+                        except Exception as exc:  # a policy that raised: the session fails
+                            q.set_exception(exc)  # with it, as its acquire would have
                 else:
                     tasks = [
                         tg.create_task(

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import nullcontext
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -68,8 +69,22 @@ DEFAULT_MAX_OUTPUT_TOKENS = 1024
 class Session:
     """One conversation with an :class:`Agent`; create it with :meth:`Agent.session`."""
 
-    # Turn state kept from turn to turn, set when the session first runs (class-level
-    # defaults: a session queued in a fleet holds none of it).
+    # Class-level defaults: an instance holds only what differs from them, so a session
+    # queued in a fleet (not run yet, not resumed) carries little more than its messages.
+    #: Set when :meth:`run` ends.
+    result: SessionResult | None = None
+    #: A resumed session's replica endpoint (its last recorded turn's), for stickiness.
+    home: str | None = None
+    _context: SessionContext | None = None
+    _log: TurnLog | None = None
+    # Where a resumed session picks up (``_restore``): its next turn, the calls of its
+    # last turn that still need running, and outputs recorded for that turn.
+    _next_turn = 0
+    _pending_calls: tuple[ToolCall, ...] = ()
+    _known_outputs: Mapping[str, str] = MappingProxyType({})
+    # Run first, inside the session (its failure is the session's): a resumed session's
+    # replay of in-memory tool effects (``agentflow.store``).
+    _prepare: Callable[[], Awaitable[object]] | None = None
     #: The last turn's request (the next reuses it while ``messages`` is the same list).
     _request: ChatRequest | None = None
     #: Messages counted by the prompt estimate so far: how many, the last, their chars.
@@ -94,20 +109,6 @@ class Session:
         else:
             self.messages.extend(dict(m) for m in task)
         self.turns: list[TurnRecord] = []
-        #: Set when :meth:`run` ends.
-        self.result: SessionResult | None = None
-        self._context: SessionContext | None = None
-        self._log: TurnLog | None = None
-        # Where a resumed session picks up (``_restore``): its next turn, the calls of
-        # its last turn that still need running, and outputs recorded for that turn.
-        self._next_turn = 0
-        self._pending_calls: tuple[ToolCall, ...] = ()
-        self._known_outputs: dict[str, str] = {}
-        # Run first, inside the session (its failure is the session's): a resumed
-        # session's replay of in-memory tool effects (``agentflow.store``).
-        self._prepare: Callable[[], Awaitable[object]] | None = None
-        #: A resumed session's replica endpoint (its last recorded turn's), for stickiness.
-        self.home: str | None = None
 
     def _restore(
         self,
@@ -424,7 +425,7 @@ class Session:
         for call, output in zip(calls, outputs, strict=True):
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
         if self._known_outputs:
-            self._known_outputs = {}
+            self._known_outputs = MappingProxyType({})
 
     async def _run_tool(
         self,

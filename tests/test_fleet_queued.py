@@ -159,10 +159,10 @@ async def test_a_queued_session_has_no_task_until_its_turn_is_granted() -> None:
 
 async def test_a_queued_session_holds_a_few_tracked_objects() -> None:
     """Objects the garbage collector tracks per queued session (frozen ones included):
-    the Session, its attribute dict, its message and turn lists, its Ticket, the
-    scheduler's heap entry and the fleet's record of it — 7 (it was ~50: a task, its
-    coroutines, closures and contexts). Message dicts holding only strings are not
-    tracked."""
+    the Session, its message and turn lists, its Ticket, its prompt estimate's running
+    count, the scheduler's heap entry and the fleet's record of it — 7 (it was 58: a
+    task, its coroutines, closures and contexts). Message dicts holding only strings are
+    not tracked."""
     gate = asyncio.Event()
     n = 2_000
     gc.collect()

@@ -261,14 +261,22 @@ class Session:
                 await prepare()
             if self._pending_calls:  # resumed after the model asked for tools
                 calls, self._pending_calls = self._pending_calls, ()
-                await self._run_tools(self._next_turn - 1, calls, bus, tool_limit, clock)
+                bound = _TURN.set(self._next_turn - 1)
+                try:
+                    await self._run_tools(self._next_turn - 1, calls, bus, tool_limit, clock)
+                finally:
+                    _TURN.reset(bound)
             for index in range(self._next_turn, agent.max_turns):
-                trace = await self._model_turn(index, runner, bus, clock, first)
-                first = None
-                if not trace.tool_calls:
-                    status, final = "completed", trace.content
-                    break
-                await self._run_tools(index, trace.tool_calls, bus, tool_limit, clock)
+                bound = _TURN.set(index)  # a turn's log lines, its tools' too, carry it
+                try:
+                    trace = await self._model_turn(index, runner, bus, clock, first)
+                    first = None
+                    if not trace.tool_calls:
+                        status, final = "completed", trace.content
+                        break
+                    await self._run_tools(index, trace.tool_calls, bus, tool_limit, clock)
+                finally:
+                    _TURN.reset(bound)
             else:
                 status = "max_turns"
                 error = MaxTurnsExceeded(session_id=self.session_id, max_turns=agent.max_turns)
@@ -332,49 +340,45 @@ class Session:
         agent = self.agent
         ctx = self._context
         log = self._log
-        bound = _TURN.set(index)
+        prompt = rewrite = None
+        if ctx is not None:
+            before = list(self.messages) if log is not None else None
+            prompt = await ctx.before_turn(
+                index, self.messages, agent.tool_specs, self._completer(index, runner, clock)
+            )
+            if before is not None and not _same_items(before, self.messages):
+                rewrite = list(self.messages)  # the policy rewrote history: record it whole
+        events = TurnEvents(bus, agent.name, self.session_id, index)
+        if isinstance(first, Grant):  # queued by the fleet before the session started
+            ticket = first.ticket
+            ready = ticket.ready_ns
+        else:
+            ready = clock()
+            estimate = prompt.estimated_tokens if prompt else self._estimate()
+            ticket = self._ticket(index, ready, estimate)
+        request = self._request
+        if request is None or request.messages is not self.messages:
+            # Built once: it holds the live list of messages, and the router's
+            # session header and cache key do not change from turn to turn.
+            request = self._request = runner.routed(ticket, self.request())
         try:
-            prompt = rewrite = None
-            if ctx is not None:
-                before = list(self.messages) if log is not None else None
-                prompt = await ctx.before_turn(
-                    index, self.messages, agent.tool_specs, self._completer(index, runner, clock)
-                )
-                if before is not None and not _same_items(before, self.messages):
-                    rewrite = list(self.messages)  # the policy rewrote history: record it whole
-            events = TurnEvents(bus, agent.name, self.session_id, index)
-            if isinstance(first, Grant):  # queued by the fleet before the session started
-                ticket = first.ticket
-                ready = ticket.ready_ns
-            else:
-                ready = clock()
-                estimate = prompt.estimated_tokens if prompt else self._estimate()
-                ticket = self._ticket(index, ready, estimate)
-            request = self._request
-            if request is None or request.messages is not self.messages:
-                # Built once: it holds the live list of messages, and the router's
-                # session header and cache key do not change from turn to turn.
-                request = self._request = runner.routed(ticket, self.request())
-            try:
-                trace, failed = await runner.send(
-                    ticket, request, events.sink, events.retry, first=first
-                )
-            except Exception as exc:  # the last attempt failed: its tokens are void too
-                events.discard(exc, retried=False)
-                raise
-            if ctx is not None:
-                ctx.after_turn(index, trace)
-            metrics = turn_metrics(trace, ready_ns=ready)
-            if _debug.isEnabledFor(logging.DEBUG):  # skip building a line nobody keeps
-                _log.debug(
-                    "turn.end",
-                    ttft_s=metrics.ttft_s,
-                    e2e_s=metrics.e2e_s,
-                    output_tokens=metrics.output_tokens,
-                    tool_calls=len(trace.tool_calls),
-                )
-        finally:
-            _TURN.reset(bound)
+            trace, failed = await runner.send(
+                ticket, request, events.sink, events.retry, first=first
+            )
+        except Exception as exc:  # the last attempt failed: its tokens are void too
+            events.discard(exc, retried=False)
+            raise
+        if ctx is not None:
+            ctx.after_turn(index, trace)
+        metrics = turn_metrics(trace, ready_ns=ready)
+        if _debug.isEnabledFor(logging.DEBUG):  # skip building a line nobody keeps
+            _log.debug(
+                "turn.end",
+                ttft_s=metrics.ttft_s,
+                e2e_s=metrics.e2e_s,
+                output_tokens=metrics.output_tokens,
+                tool_calls=len(trace.tool_calls),
+            )
         self.messages.append(trace.assistant_message())
         record = TurnRecord(index, metrics, trace, prompt, failed)
         self.turns.append(record)
@@ -415,13 +419,9 @@ class Session:
         limit: asyncio.Semaphore | None,
         clock: Clock,
     ) -> None:
-        bound = _TURN.set(index)  # tools log their turn
-        try:
-            outputs = await asyncio.gather(
-                *[self._run_tool(index, c, bus, limit, clock) for c in calls]
-            )
-        finally:
-            _TURN.reset(bound)
+        outputs = await asyncio.gather(  # the caller binds the turn: tools log it
+            *[self._run_tool(index, c, bus, limit, clock) for c in calls]
+        )
         for call, output in zip(calls, outputs, strict=True):
             self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
         if self._known_outputs:

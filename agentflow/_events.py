@@ -307,6 +307,14 @@ class EventBus:
         """
         return None if self._token_fanout else self._token_sync
 
+    def wants(self, event_type: str) -> bool:
+        """Whether anyone would receive an event of ``event_type`` (the hot path skips
+        building the ones nobody reads)."""
+        targets = self._routes.get(event_type)
+        if targets is None:
+            targets = self._routes[event_type] = [cb for cb in self._sync if _reads(cb, event_type)]
+        return bool(targets) or bool(self._async) or bool(self._queues)
+
     def emit(self, event: Event) -> None:
         """Deliver ``event``: sync callbacks now, async consumers soon and in order."""
         targets = self._routes.get(event.type)

@@ -25,6 +25,7 @@ from agentflow._gcfreeze import Refreezer, frozen_gc
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
 from agentflow.sched import (
+    Grant,
     Limits,
     Policy,
     Replica,
@@ -379,20 +380,37 @@ class Fleet:
                 runner=runner, bus=bus, tool_limit=tool_limit, clock=self._clock, turn_log=turn_log
             )
 
+        tasks: list[asyncio.Task[SessionResult]] | None = None
         try:
             async with asyncio.TaskGroup() as tg:
-                tasks = [
-                    tg.create_task(
-                        run_one(s) if gate is None else gate.run(s, run_one), name=s.session_id
-                    )
-                    for s in sessions
-                ]
+                if gate is None and all(s._queues_lazily() for s in sessions):
+                    # Each session waits as its first turn's ticket; its task starts
+                    # when the scheduler grants that turn (see _Queued).
+                    starter = _Starter(tg, runner, bus, tool_limit, self._clock, len(sessions))
+                    queued = [_Queued(s, starter) for s in sessions]
+                    if queued:
+                        tg.create_task(starter.keep(queued), name="agentflow-queued")
+                    for q in queued:
+                        if turn_log is not None:
+                            q.session._log = turn_log
+                        try:
+                            await scheduler.offer(q.session._first_ticket(self._clock), q)
+                        except Exception as exc:  # a policy that raised: the session fails
+                            q.set_exception(exc)  # with it, as its acquire would have
+                else:
+                    tasks = [
+                        tg.create_task(
+                            run_one(s) if gate is None else gate.run(s, run_one),
+                            name=s.session_id,
+                        )
+                        for s in sessions
+                    ]
                 if self.freeze_gc:
                     # After every session's first step: the queued ones' stacks are frozen
                     # too; then, now and then, whatever the run has kept since.
                     refreezer.start(asyncio.get_running_loop())
             result = FleetResult(
-                sessions=[t.result() for t in tasks],
+                sessions=[t.result() for t in tasks] if tasks is not None else _results(sessions),
                 wall_s=(self._clock() - start) * 1e-9,
                 peak_in_flight=scheduler.peak_in_flight,
                 callback_errors=bus.callback_errors,
@@ -407,6 +425,95 @@ class Fleet:
             await bus.aclose()
             self._scheduler = None
         return result
+
+
+class _Starter:
+    """Starts a queued session's task when its first turn is granted, and keeps the
+    run's task group open until every queued session has started."""
+
+    __slots__ = ("_bus", "_clock", "_left", "_runner", "_tg", "_tool_limit", "all_started")
+
+    def __init__(
+        self,
+        tg: asyncio.TaskGroup,
+        runner: TurnRunner,
+        bus: EventBus,
+        tool_limit: asyncio.Semaphore,
+        clock: Clock,
+        count: int,
+    ) -> None:
+        self._tg = tg
+        self._runner = runner
+        self._bus = bus
+        self._tool_limit = tool_limit
+        self._clock = clock
+        self._left = count
+        self.all_started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def start(self, session: Session, first: Grant | BaseException) -> None:
+        """Run ``session`` from its granted first turn (or the error that failed it)."""
+        coro = session._run(self._runner, self._bus, self._tool_limit, self._clock, first)
+        try:
+            self._tg.create_task(coro, name=session.session_id)
+        except RuntimeError:  # the group is shutting down: the run is being cancelled
+            coro.close()
+            if isinstance(first, Grant):
+                self._runner.scheduler.release(first, used_tokens=None, ok=None)
+            self._cancelled(session)
+        self._left -= 1
+        if self._left == 0 and not self.all_started.done():
+            self.all_started.set_result(None)
+
+    async def keep(self, queued: list[_Queued]) -> None:
+        """Wait until every queued session has started; if the run is cancelled first,
+        end those still queued as cancelled (as their tasks would have)."""
+        try:
+            await self.all_started
+        except asyncio.CancelledError:
+            for q in queued:
+                if q.cancel():
+                    self._cancelled(q.session)
+            raise
+
+    def _cancelled(self, session: Session) -> None:
+        session._end(self._runner, self._bus, "cancelled", None, asyncio.CancelledError())
+
+
+class _Queued:
+    """A session queued as its first turn's ticket (a scheduler :class:`Waiter`):
+    no task, coroutine or turn state until the scheduler grants the turn."""
+
+    __slots__ = ("_starter", "_state", "session")
+
+    def __init__(self, session: Session, starter: _Starter) -> None:
+        self.session = session
+        self._starter = starter
+        self._state = 0  # 1: started, 2: cancelled
+
+    def done(self) -> bool:
+        return self._state != 0
+
+    def cancel(self) -> bool:
+        if self._state:
+            return False
+        self._state = 2
+        return True
+
+    def set_result(self, grant: Grant, /) -> None:
+        self._state = 1
+        self._starter.start(self.session, grant)
+
+    def set_exception(self, exc: BaseException, /) -> None:
+        self._state = 1
+        self._starter.start(self.session, exc)
+
+
+def _results(sessions: list[Session]) -> list[SessionResult]:
+    out = []
+    for s in sessions:
+        assert s.result is not None  # every session ran to its end
+        out.append(s.result)
+    return out
 
 
 def _replicas(

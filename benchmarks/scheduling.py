@@ -21,7 +21,10 @@ smaller run of the same workload then goes over real HTTP, against simulator ser
 child processes on loopback at a time scale, to confirm that the ranking holds; the same
 small workload also runs in virtual time, for comparison. The overhead part drives
 :meth:`Scheduler.acquire` / :meth:`Scheduler.release` (and :meth:`TurnRunner.send`)
-directly, against a bare ``asyncio.Semaphore`` in the same run.
+directly, against a bare ``asyncio.Semaphore`` in the same run. The session-cost part
+(issue 15) runs whole :class:`~agentflow.Fleet` runs of 10,000 and 100,000 sessions on an
+in-process no-op transport against ``gather`` + ``Semaphore`` in the same run: bytes and
+tracked objects per queued session, and CPU per turn.
 
 Usage::
 
@@ -31,9 +34,12 @@ Usage::
     python benchmarks/scheduling.py --no-write
     python benchmarks/scheduling.py --save F   # also keep the measurements in F (pickle)
     python benchmarks/scheduling.py --render F # rewrite the section from F, measuring nothing
+    python benchmarks/scheduling.py --session-cost  # only the session-cost part (~8 min);
+                                               # rewrites only its own section
 
-Only the block between ``<!-- scheduling:start -->`` and ``<!-- scheduling:end -->`` in
-``docs/benchmarks.md`` is replaced (appended at the end if the markers are missing).
+Only the blocks between ``<!-- scheduling:start -->`` and ``<!-- scheduling:end -->``
+(and ``<!-- scheduling-sessions:start/end -->``, the session-cost part) in
+``docs/benchmarks.md`` are replaced (appended at the end if the markers are missing).
 """
 
 from __future__ import annotations
@@ -54,15 +60,25 @@ import random
 import statistics
 import sys
 import time
+import tracemalloc
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import _common
 
-from agentflow import Agent, ChatRequest, Fleet, Session, SessionResult, Tool, TurnTrace
+from agentflow import (
+    Agent,
+    ChatRequest,
+    Fleet,
+    Session,
+    SessionResult,
+    Tool,
+    ToolCall,
+    TurnTrace,
+)
 from agentflow._errors import ToolError
 from agentflow._process import ChildServer, free_port
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
@@ -1089,6 +1105,340 @@ def run_overhead(sessions: int, turns: int, reps: int) -> dict[str, list[float]]
     return out
 
 
+# -- per-session and per-turn cost: Fleet vs gather + Semaphore on a no-op transport -------
+
+#: The section this part writes (its own markers: it can run alone, ``--session-cost``).
+COST_NAME = "scheduling-sessions"
+#: Model turns per session: two tool rounds, then the answer.
+COST_TURNS = 3
+COST_CAP = 64
+COST_SIZES = (10_000, 100_000)
+
+
+def _cost_trace(tool: bool) -> TurnTrace:
+    """A finished one-chunk trace: a tool call, or the final answer."""
+    calls = (ToolCall(index=0, id="call-0", name="noop", arguments="{}"),) if tool else ()
+    return TurnTrace(
+        endpoint="noop://cost",
+        model=MODEL,
+        response_id=None,
+        sent_ns=0,
+        headers_ns=0,
+        end_ns=1_000,
+        chunk_ns=(500,),
+        chunk_chars=(2,),
+        chunk_tokens=(1,),
+        tokens_exact=True,
+        n_events=1,
+        content="" if tool else "ok",
+        reasoning="",
+        tool_calls=calls,
+        finish_reason="tool_calls" if tool else "stop",
+        usage=None,
+        done=True,
+    )
+
+
+class _TurnTransport:
+    """In-process, no I/O: each request is answered after one event-loop iteration (or,
+    with a ``gate``, once it opens) with a finished one-chunk trace — a tool call until
+    the session's last turn, then the answer."""
+
+    endpoint = "noop://cost"
+
+    def __init__(self, gate: asyncio.Event | None = None) -> None:
+        self.gate = gate
+        self._tool, self._final = _cost_trace(True), _cost_trace(False)
+
+    async def stream(self, request: ChatRequest, sink: DeltaSink | None = None) -> TurnTrace:
+        if self.gate is not None:
+            await self.gate.wait()
+        else:
+            await asyncio.sleep(0)
+        done = sum(1 for m in request.messages if m["role"] == "assistant")
+        return self._tool if done < COST_TURNS - 1 else self._final
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def _noop_tool() -> str:
+    """Do nothing."""
+    return "ok"
+
+
+def _cost_agent() -> Agent:
+    return Agent(
+        name="cost",
+        model=MODEL,
+        instructions="You answer in one word.",
+        tools=[Tool.from_function(_noop_tool, name="noop")],
+        max_turns=COST_TURNS + 1,
+    )
+
+
+async def _gather_run(n: int, transport: Transport, agent: Agent) -> int:
+    """The baseline: gather over one coroutine per session, a Semaphore around each
+    model call, the tool calls gathered — what ``run_baseline`` does, minus the figures."""
+    sem = asyncio.Semaphore(COST_CAP)
+
+    async def session(i: int) -> int:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": agent.instructions},
+            {"role": "user", "content": f"task {i}"},
+        ]
+        for turn in range(agent.max_turns):
+            request = ChatRequest(
+                model=agent.model, messages=messages, tools=agent.tool_specs, params=agent.params
+            )
+            async with sem:
+                trace = await transport.stream(request)
+            messages.append(trace.assistant_message())
+            if not trace.tool_calls:
+                return turn + 1
+            outputs = await asyncio.gather(
+                *(_call_tool(agent, c.name, c.arguments) for c in trace.tool_calls)
+            )
+            for call, out in zip(trace.tool_calls, outputs, strict=True):
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": out})
+        return agent.max_turns
+
+    return sum(await asyncio.gather(*(session(i) for i in range(n))))
+
+
+async def _call_tool(agent: Agent, name: str, arguments: str) -> str:
+    tool = agent.tool(name)
+    if tool is None:
+        return f"Error: the model called unknown tool {name!r}"
+    try:
+        return await tool.invoke(arguments)
+    except ToolError as exc:
+        return f"Error: {exc}"
+
+
+class _TurnCounter:
+    """A sync callback that reads only ``turn_end`` events and counts output tokens."""
+
+    event_types = frozenset({"turn_end"})
+
+    def __init__(self) -> None:
+        self.turns = self.tokens = 0
+
+    def __call__(self, event: Any) -> None:
+        self.turns += 1
+        self.tokens += event.metrics.output_tokens
+
+
+async def _fleet_run(n: int, transport: Transport, agent: Agent, callback: bool) -> int:
+    fleet = Fleet(
+        transport, max_concurrency=COST_CAP, callbacks=[_TurnCounter()] if callback else ()
+    )
+    result = await fleet.run([agent.session(f"task {i}") for i in range(n)])
+    assert all(s.ok for s in result.sessions)
+    return sum(len(s.turns) for s in result.sessions)
+
+
+#: Client rows: key, label, runner.
+COST_ROWS = (
+    ("gather", "`gather` + `Semaphore(64)`"),
+    ("fleet", "`Fleet(max_concurrency=64)`"),
+    ("fleet+cb", "`Fleet`, + a `turn_end` callback"),
+)
+
+
+def _cost_run(key: str, n: int, transport: Transport, agent: Agent) -> Coroutine[Any, Any, int]:
+    if key == "gather":
+        return _gather_run(n, transport, agent)
+    return _fleet_run(n, transport, agent, callback=key == "fleet+cb")
+
+
+def _queued_cost(key: str, n: int) -> tuple[float, float]:
+    """Bytes (tracemalloc) and garbage-collector-tracked objects per queued session:
+    from before the sessions are made until every one of them is queued behind the 64
+    whose first request hangs on a gate; then the gate opens and the run ends."""
+
+    async def main() -> tuple[float, float]:
+        gate = asyncio.Event()
+        agent = _cost_agent()
+        gc.collect()
+        objects = _tracked()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        task = asyncio.create_task(_cost_run(key, n, _TurnTransport(gate), agent))
+        for _ in range(10):  # every session's first step (its first turn queued)
+            await asyncio.sleep(0)
+        gc.collect()
+        size = tracemalloc.get_traced_memory()[0] - before
+        tracemalloc.stop()
+        tracked = _tracked() - objects
+        gate.set()
+        assert await task == n * COST_TURNS
+        return size / n, tracked / n
+
+    return asyncio.run(main())
+
+
+def _tracked() -> int:
+    """Objects the garbage collector tracks, frozen ones included (a Fleet freezes)."""
+    return len(gc.get_objects()) + gc.get_freeze_count()
+
+
+def _turn_cpu(key: str, n: int) -> float:
+    """CPU µs per dispatched turn: making the sessions and running them to the end."""
+
+    async def main() -> float:
+        agent = _cost_agent()
+        transport = _TurnTransport()
+        gc.collect()
+        cpu = time.process_time()
+        turns = await _cost_run(key, n, transport, agent)
+        cpu = time.process_time() - cpu
+        assert turns == n * COST_TURNS
+        return cpu / turns * 1e6
+
+    return asyncio.run(main())
+
+
+@dataclass(slots=True)
+class SessionCost:
+    """What the per-session part measured (``--save`` keeps it with the rest)."""
+
+    #: (key, sessions) → bytes per queued session, tracked objects per queued session.
+    memory: dict[tuple[str, int], tuple[float, float]]
+    #: (key, sessions) → CPU µs per turn, one per repetition.
+    cpu: dict[tuple[str, int], list[float]]
+    reps: int
+    load: float
+    when: str = field(
+        default_factory=lambda: dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    )
+
+
+def run_session_cost(sizes: Sequence[int], reps: int) -> SessionCost:
+    """Rows alternate within each repetition; every run gets a fresh event loop."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
+    memory: dict[tuple[str, int], tuple[float, float]] = {}
+    cpu: dict[tuple[str, int], list[float]] = {}
+    for n in sizes:
+        for key, _ in COST_ROWS:
+            memory[key, n] = _queued_cost(key, n)
+            print(
+                f"queued {n:,} {key:9} {memory[key, n][0]:7.0f} B/session "
+                f"{memory[key, n][1]:5.1f} objects",
+                file=sys.stderr,
+                flush=True,
+            )
+        for rep in range(reps):
+            for key, _ in COST_ROWS:
+                us = _turn_cpu(key, n)
+                cpu.setdefault((key, n), []).append(us)
+                print(
+                    f"turns {n:,} rep {rep + 1}/{reps} {key:9} {us:6.1f} µs/turn",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return SessionCost(memory, cpu, reps, load)
+
+
+def _added(sc: SessionCost, key: str, n: int) -> float:
+    """Median over repetitions of (row − gather + Semaphore), paired within a repetition."""
+    pairs = zip(sc.cpu[key, n], sc.cpu["gather", n], strict=True)
+    return statistics.median(a - b for a, b in pairs)
+
+
+def session_cost_table(sc: SessionCost) -> str:
+    med = statistics.median
+    out = [
+        "| sessions | client | bytes per queued session | × `gather` + `Semaphore` | "
+        "tracked objects per queued session | CPU µs per turn, median | min–max | "
+        "added over `gather` + `Semaphore`, µs (median of paired differences) |",
+        "|--:|---|--:|--:|--:|--:|--:|--:|",
+    ]
+    sizes = sorted({n for _, n in sc.memory})
+    for n in sizes:
+        base = sc.memory["gather", n][0]
+        for key, label in COST_ROWS:
+            size, tracked = sc.memory[key, n]
+            xs = sc.cpu[key, n]
+            added = "–" if key == "gather" else f"**{_added(sc, key, n):.1f}**"
+            out.append(
+                f"| {n:,} | {label} | **{size:,.0f}** | {size / base:.2f}× | {tracked:.1f} | "
+                f"{med(xs):.1f} | {min(xs):.1f}–{max(xs):.1f} | {added} |"
+            )
+    return "\n".join(out)
+
+
+def session_cost_targets(sc: SessionCost) -> str:
+    out = ["| target (issue 15) | measured | met |", "|---|---|:-:|"]
+    sizes = sorted({n for _, n in sc.memory})
+    worst = max(sc.memory["fleet", n][0] for n in sizes)
+    each = ", ".join(f"{sc.memory['fleet', n][0]:,.0f} B at {n:,}" for n in sizes)
+    out.append(f"| ≤ 3 KB per queued session | {each} | {'yes' if worst <= 3072 else '**no**'} |")
+    added = [_added(sc, "fleet", n) for n in sizes]
+    each = ", ".join(f"{a:.1f} µs at {n:,}" for a, n in zip(added, sizes, strict=True))
+    out.append(
+        f"| ≤ 25 µs per dispatched turn over `gather` + `Semaphore`, no-op transport | "
+        f"{each} | {'yes' if max(added) <= 25 else '**no**'} |"
+    )
+    return "\n".join(out)
+
+
+def session_cost_text(sc: SessionCost) -> str:
+    sizes = " and ".join(f"{n:,}" for n in sorted({n for _, n in sc.memory}))
+    return f"""**Method.** One agent with one tool; every session takes {COST_TURNS} model
+turns (two tool rounds, then the answer) against an in-process transport that answers
+each request after one event-loop iteration with a finished one-chunk trace — no
+sockets, no parsing, so what is left is the client's own work per session and per
+turn. *`gather` + `Semaphore`*: one coroutine per session, gathered; each turn builds a
+`ChatRequest` from the conversation, takes an `asyncio.Semaphore(64)`, streams, appends
+the answer and runs the tool calls with `asyncio.gather` (the loop `run_baseline`
+runs). *`Fleet`*: `Fleet(transport, max_concurrency=64)` with its defaults (`fcfs`,
+the default router, retries, the garbage-collector freeze) running `Session`s; the
+third row adds one sync callback that reads `turn_end` events (what a statistics
+callback does; without one, events nobody reads are not built). *Per queued
+session*: `tracemalloc`'s traced bytes, and the number of objects the garbage
+collector tracks, from before the sessions are made until all {sizes} are waiting —
+64 with a request in flight (the transport holds them on a gate), the rest queued
+for their first turn — divided by the number of sessions; the conversation (system
+and user messages) counts on both sides. *Per turn*: this process's CPU time
+(`time.process_time`) from making the sessions to the end of the run, over every
+turn; {sc.reps} repetitions, the rows alternating within each, a fresh event loop
+and `gc.collect()` before every run; "added" is the median over repetitions of the
+difference to the `gather` row of the same repetition. The 1-minute load average
+was {sc.load:.2f} when this part started (other work shares this 2-vCPU machine;
+absolute figures move with it, the paired differences less)."""
+
+
+#: What the same benchmark measured on the code before issue 15 part 2 (main at ee6acc3).
+COST_BEFORE = """\
+*Before* (the same part on main's code before these changes, measured the same hour at
+load 5–8): 7,737 / 7,723 bytes and 58 tracked objects per queued session at 10,000 /
+100,000 sessions (a task, its coroutine stack, closures and contexts for each), and
+48.9 / 47.8 µs per turn over `gather` + `Semaphore`."""
+
+
+def session_cost_section(sc: SessionCost) -> str:
+    start, end = _common.markers(COST_NAME)
+    return "\n".join(
+        [
+            start,
+            "### Per queued session and per turn: `Fleet` vs `gather` + `Semaphore` "
+            "(`benchmarks/scheduling.py --session-cost`)",
+            "",
+            f"Measured {sc.when} on {_common.machine(('agentflow', 'msgspec', 'structlog'))}.",
+            "",
+            session_cost_table(sc),
+            "",
+            session_cost_targets(sc),
+            "",
+            session_cost_text(sc),
+            "",
+            COST_BEFORE,
+            end,
+        ]
+    )
+
+
 # -- reporting ----------------------------------------------------------------------------
 
 
@@ -1548,6 +1898,8 @@ class Measured:
     )
     #: The concurrency-cap sweep of each scenario (empty in older saves).
     sweeps: list[Sweep] = field(default_factory=list)
+    #: Per queued session and per turn (``None`` in older saves).
+    sessions: SessionCost | None = None
 
 
 def section(m: Measured) -> str:
@@ -1675,14 +2027,31 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument(
         "--render", metavar="FILE", help="measure nothing: write the section from a --save FILE"
     )
+    p.add_argument(
+        "--session-cost",
+        action="store_true",
+        help="measure only the per-queued-session and per-turn cost (~6 min; its own section)",
+    )
+    p.add_argument("--reps", type=int, default=5, help="repetitions of the per-turn runs")
     args = p.parse_args(argv)
     if args.render:
         with open(args.render, "rb") as f:
             saved: Measured = pickle.load(f)
         _common.write_section(NAME, section(saved))
         print(f"wrote the {NAME} section of {_common.DOC.relative_to(_common.ROOT)}")
+        cost = getattr(saved, "sessions", None)
+        if cost is not None:
+            _common.write_section(COST_NAME, session_cost_section(cost))
+            print(f"wrote the {COST_NAME} section")
         return
     q = args.quick
+    if args.session_cost:
+        cost = run_session_cost((2_000,) if q else COST_SIZES, 1 if q else args.reps)
+        print(f"\n{session_cost_table(cost)}\n\n{session_cost_targets(cost)}")
+        if not (q or args.no_write):
+            _common.write_section(COST_NAME, session_cost_section(cost))
+            print(f"wrote the {COST_NAME} section of {_common.DOC.relative_to(_common.ROOT)}")
+        return
     kv = planned_kv_tokens()
     if q:
         big = Scenario("all", "all at once", 32, 8, 4, kv // 4, 0.0)
@@ -1731,6 +2100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
 
     ov_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else math.nan
     ov = run_overhead(*ov_shape)
+    cost = run_session_cost((2_000,) if q else COST_SIZES, 1 if q else args.reps)
 
     for sc, rs in by_sc:
         print(f"\n{sc.agents} agents, {sc.label}:\n{results_table(rs)}")
@@ -1739,6 +2109,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if http is not None:
         print(f"\nHTTP, {small.agents} agents:\n{http_table(http[1], http[2])}")
     print(f"\n{overhead_table(ov)}")
+    print(f"\n{session_cost_table(cost)}\n\n{session_cost_targets(cost)}")
     full = all(k in keys for k in VARIANTS)
     if full:
         print(f"\n{targets_table(by_sc, ov, sweeps)}\n\n{findings(by_sc)}")
@@ -1751,11 +2122,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.save:  # not part of what was measured
         i = given.index("--save") if "--save" in given else -1
         given = given[:i] + given[i + 2 :] if i >= 0 else [a for a in given if "--save" not in a]
-    measured = Measured(by_sc, http, http_scale, ov, ov_shape, given, ov_load, sweeps=sweeps)
+    measured = Measured(
+        by_sc, http, http_scale, ov, ov_shape, given, ov_load, sweeps=sweeps, sessions=cost
+    )
     if args.save:
         with open(args.save, "wb") as f:
             pickle.dump(measured, f)
     _common.write_section(NAME, section(measured))
+    _common.write_section(COST_NAME, session_cost_section(cost))
     print(f"wrote the {NAME} section of {_common.DOC.relative_to(_common.ROOT)}")
 
 

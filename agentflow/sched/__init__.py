@@ -25,7 +25,7 @@ from agentflow.sched._replica import Replica, ReplicaState
 from agentflow.sched._retry import RetryPolicy
 from agentflow.sched._router import Router
 from agentflow.sched._runner import FailedAttempt, TurnRunner
-from agentflow.sched._scheduler import Grant, Scheduler
+from agentflow.sched._scheduler import Grant, Scheduler, Waiter
 from agentflow.sched._ticket import SchedulerState, Ticket
 
 __all__ = [
@@ -49,5 +49,6 @@ __all__ = [
     "SchedulerState",
     "Ticket",
     "TurnRunner",
+    "Waiter",
     "policy_by_name",
 ]

@@ -22,7 +22,7 @@ from tenacity import RetryCallState
 from agentflow._errors import AllReplicasDown, TransportError
 from agentflow._trace import TurnTrace
 from agentflow.sched._retry import RetryPolicy
-from agentflow.sched._scheduler import Scheduler
+from agentflow.sched._scheduler import Grant, Scheduler
 from agentflow.sched._ticket import Ticket
 from agentflow.transport._request import ChatRequest
 from agentflow.typing import DeltaKind, DeltaSink
@@ -99,18 +99,27 @@ class TurnRunner:
         request: ChatRequest,
         sink: DeltaSink | None = None,
         on_retry: OnRetry | None = None,
+        *,
+        first: Grant | BaseException | None = None,
     ) -> tuple[TurnTrace, tuple[FailedAttempt, ...]]:
         """Send ``request`` until it succeeds or the policy gives up.
 
         Returns the trace and the attempts that failed before it. Raises the last
         error when the policy gives up or the error is not retryable.
+
+        ``first``: the grant of ``ticket`` when it was queued with
+        :meth:`Scheduler.offer` (the first attempt uses it instead of acquiring one),
+        or the error that failed it there (raised as :meth:`Scheduler.acquire` would).
         """
-        where: list[str] = []  # the replica of each attempt, as it is granted one
-        began: list[int] = []  # when the first attempt was granted (not while queued)
         scheduler = self.scheduler
-        clock = scheduler.clock
+        if first is None:
+            grant = await scheduler.acquire(ticket)
+        elif isinstance(first, BaseException):
+            raise first
+        else:
+            grant = first
         try:  # the first attempt runs without tenacity: ~75 µs a turn saved
-            return await self._once(ticket, request, sink, where, began), ()
+            return await self._stream(grant, request, sink), ()
         except TransportError as exc:
             policy = self.retry
             if policy is None or policy.max_attempts == 1 or not policy.retryable(exc):
@@ -118,7 +127,30 @@ class TurnRunner:
                 if down is not None:
                     raise down from exc
                 raise
-            replay: list[TransportError] = [exc]
+            return await self._retry(  # queued time does not count: from the grant on
+                ticket, request, sink, on_retry, policy, exc, grant.replica.name, grant.started_ns
+            )
+
+    async def _retry(
+        self,
+        ticket: Ticket,
+        request: ChatRequest,
+        sink: DeltaSink | None,
+        on_retry: OnRetry | None,
+        policy: RetryPolicy,
+        error: TransportError,
+        replica: str,
+        first_began: int,
+    ) -> tuple[TurnTrace, tuple[FailedAttempt, ...]]:
+        """The first attempt failed with ``error`` on ``replica``: retry with tenacity.
+
+        Kept out of :meth:`send`, whose frame then holds no closure cells while the
+        first attempt streams (most turns never come here)."""
+        scheduler = self.scheduler
+        clock = scheduler.clock
+        where = [replica]  # the replica of each attempt, as it is granted one
+        began = [first_began]
+        replay: list[TransportError] = [error]
         failed: list[FailedAttempt] = []
 
         async def attempt() -> TurnTrace:
@@ -179,6 +211,27 @@ class TurnRunner:
             raise
         return trace, tuple(failed)
 
+    def routed(self, ticket: Ticket, request: ChatRequest) -> ChatRequest:
+        """``request`` with what the router adds for ``ticket``'s session: its session
+        header, and ``prompt_cache_key`` when the router sets one. Returned as it is when
+        it has them already (a session reuses its routed request from turn to turn)."""
+        router = self.scheduler.router
+        headers = router.headers(ticket)
+        key = ticket.prefix_key if router.prompt_cache_key else None
+        if not headers and not router.prompt_cache_key:
+            return request
+        have = request.headers
+        for k, v in headers.items():
+            if have.get(k) != v:
+                break
+        else:
+            if key is None or request.extra_body.get("prompt_cache_key") == key:
+                return request
+        extra = dict(request.extra_body)
+        if key is not None:
+            extra["prompt_cache_key"] = key
+        return replace(request, headers={**have, **headers}, extra_body=extra)
+
     def _down(self, exc: TransportError) -> AllReplicasDown | None:
         """``AllReplicasDown`` if ``exc`` blames its replica and every replica is down."""
         if RetryPolicy.blames_replica(exc) and self.scheduler.all_down():
@@ -197,15 +250,16 @@ class TurnRunner:
         grant = await scheduler.acquire(ticket)
         if not began:
             began.append(scheduler.clock())
-        replica = grant.replica
-        where.append(replica.name)
-        router = scheduler.router
-        headers = router.headers(ticket)
-        if headers or router.prompt_cache_key:
-            extra = dict(request.extra_body)
-            if router.prompt_cache_key and ticket.prefix_key is not None:
-                extra["prompt_cache_key"] = ticket.prefix_key
-            request = replace(request, headers={**request.headers, **headers}, extra_body=extra)
+        where.append(grant.replica.name)
+        return await self._stream(grant, request, sink)
+
+    async def _stream(
+        self, grant: Grant, request: ChatRequest, sink: DeltaSink | None
+    ) -> TurnTrace:
+        """Stream one granted attempt on its replica; the grant is released at its end."""
+        scheduler = self.scheduler
+        ticket, replica = grant.ticket, grant.replica
+        request = self.routed(ticket, request)
         if grant.leader and ticket.prefix_key is not None:
             sink = _WarmupSink(sink, scheduler, ticket.prefix_key)
         ok: bool | None = None

@@ -25,6 +25,7 @@ import heapq
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from agentflow._errors import AllReplicasDown, ConfigError, TransportError
 from agentflow._logging import get_logger
@@ -35,12 +36,12 @@ from agentflow.sched._router import Router
 from agentflow.sched._ticket import SchedulerState, Ticket
 from agentflow.typing import Clock
 
-__all__ = ["Grant", "Scheduler"]
+__all__ = ["Grant", "Scheduler", "Waiter"]
 
 _log = get_logger("agentflow.sched")
 
 _WARMING, _WARM = 1, 2
-_Entry = tuple[float, int, Ticket, "asyncio.Future[Grant]"]
+_Entry = tuple[float, int, Ticket, "Waiter"]
 
 
 @dataclass(slots=True, eq=False)
@@ -62,6 +63,25 @@ class Grant:
     started_ns: int
     leader: bool = False
     probe: bool = False
+
+
+class Waiter(Protocol):
+    """What waits for a queued ticket's grant: the future :meth:`Scheduler.acquire`
+    awaits, or what :meth:`Scheduler.offer` was given (a fleet's queued session,
+    which starts its task only when granted). ``done`` once it has an outcome or no
+    longer wants one."""
+
+    def done(self) -> bool:
+        """Whether it was granted, failed or cancelled (a queued one is then skipped)."""
+
+    def cancel(self) -> bool:
+        """It will not be granted (the scheduler is closing)."""
+
+    def set_result(self, grant: Grant, /) -> None:
+        """Granted: the receiver must :meth:`Scheduler.release` it."""
+
+    def set_exception(self, exc: BaseException, /) -> None:
+        """The dispatcher failed: the ticket will never be granted."""
 
 
 class Scheduler:
@@ -123,11 +143,7 @@ class Scheduler:
 
     async def acquire(self, ticket: Ticket) -> Grant:
         """Wait until ``ticket`` may be sent; the caller must :meth:`release` the grant."""
-        state = self.state
-        state.now_ns = self._clock()
-        ticket.seq = next(self._seq)
-        ticket.attained_ns = state.attained_ns.get(ticket.session_id, 0)
-        rank = self.policy(ticket, state)
+        rank = self._rank(ticket)
         if not self._heap and not self._busy:
             grant = await self._try_now(ticket, rank)
             if grant is not None:
@@ -141,6 +157,30 @@ class Scheduler:
             if fut.done() and not fut.cancelled():  # granted as we were cancelled
                 self.release(fut.result(), used_tokens=None, ok=None)
             raise
+
+    async def offer(self, ticket: Ticket, waiter: Waiter) -> None:
+        """Queue ``ticket`` like :meth:`acquire`, without waiting: ``waiter`` gets the
+        grant (``set_result``, at once when there is room) when its turn comes.
+
+        Ranked, ordered and granted exactly as an :meth:`acquire` at this moment would
+        be; it never suspends. A fleet queues its sessions' first turns this way, so a
+        queued session needs no task until it may start.
+        """
+        rank = self._rank(ticket)
+        if not self._heap and not self._busy:
+            grant = await self._try_now(ticket, rank)
+            if grant is not None:
+                waiter.set_result(grant)
+                return
+        heapq.heappush(self._heap, (rank, ticket.seq, ticket, waiter))
+        self._kick()
+
+    def _rank(self, ticket: Ticket) -> float:
+        state = self.state
+        state.now_ns = self._clock()
+        ticket.seq = next(self._seq)
+        ticket.attained_ns = state.attained_ns.get(ticket.session_id, 0)
+        return self.policy(ticket, state)
 
     def release(
         self,

@@ -25,7 +25,7 @@ from agentflow._session import Session
 from agentflow._session_types import SessionResult, TurnLog
 from agentflow._trace import TurnTrace
 from agentflow.bench._spec import SessionScript
-from agentflow.sched import RetryPolicy, TurnRunner
+from agentflow.sched import RetryPolicy, Ticket, TurnRunner
 from agentflow.transport._request import ChatRequest
 from agentflow.typing import Callback, Clock, Transport
 
@@ -134,13 +134,24 @@ class BenchSession(Session):
         self.cut = False
         self._fleet: tuple[TurnRunner, EventBus, asyncio.Semaphore | None, Clock] | None = None
 
+    _request_per_turn = True  # each turn's own max_tokens
+
+    def _max_tokens(self, index: int) -> int:
+        turns = self.script.turns
+        return turns[min(index, len(turns) - 1)].max_tokens
+
     def request(self) -> ChatRequest:
         """The next turn's request: the agent's body fields with this turn's ``max_tokens``."""
-        turns = self.script.turns
-        turn = turns[min(len(self.turns), len(turns) - 1)]
         params = dict(self.agent.params)
-        params["max_tokens"] = turn.max_tokens
+        params["max_tokens"] = self._max_tokens(len(self.turns))
         return ChatRequest(model=self.agent.model, messages=self.messages, params=params)
+
+    def _ticket(self, index: int, ready: int, prompt_tokens: int) -> Ticket:
+        """The turn's ticket, charged for its own ``max_tokens`` by token-rate limits (not
+        the 1,024 tokens a turn of an agent without ``max_tokens`` is charged)."""
+        ticket = super()._ticket(index, ready, prompt_tokens)
+        ticket.max_output_tokens = self._max_tokens(index)
+        return ticket
 
     async def run(
         self,

@@ -63,14 +63,20 @@ class TiktokenCounter:
         ConfigError: an encoding agentflow does not ship.
     """
 
-    __slots__ = ("_decode", "_encode", "_heads", "_name")
+    __slots__ = ("_decode", "_encode", "_head", "_heads", "_known", "_name", "_token_bytes")
 
     def __init__(self, encoding_name: str = "cl100k_base") -> None:
         enc = encoding(encoding_name)
         self._encode = enc.encode_ordinary
         self._decode = enc.decode_bytes
+        self._token_bytes = enc.decode_single_token_bytes
         self._name = f"tiktoken:{encoding_name}"
         self._heads = _Heads(self._head_ids)
+        #: The ids of the first N tokens of the head :meth:`_head_ids` split last, and
+        #: their bytes (for :meth:`head_split`, right after).
+        self._head: tuple[list[int], bytes] | None = None
+        #: A text that ends where a piece ends, and its ids (see :meth:`encode`).
+        self._known: tuple[str, list[int]] | None = None
 
     @property
     def name(self) -> str:
@@ -79,10 +85,23 @@ class TiktokenCounter:
 
     def count(self, text: str) -> int:
         """The number of tokens in ``text``."""
-        return len(self._encode(text))
+        return len(self.encode(text))
 
     def encode(self, text: str) -> list[int]:
-        """The token ids of ``text``."""
+        """The token ids of ``text``.
+
+        A text that begins with the head :meth:`head_split` last split off, followed by
+        a space, is tokenized from that space on only: the head's ids are known, and
+        the space begins a piece (see there). That is the tool output
+        :class:`~agentflow.context.TruncateToolOutputs` just cut, with its marker: its
+        head is not tokenized a second time.
+        """
+        known = self._known
+        if known is not None:
+            head, ids = known
+            b = len(head)
+            if len(text) > b and text[b] == " " and text.startswith(head):
+                return ids + self._encode(text[b:])
         return self._encode(text)
 
     def head_length(self, text: str, max_tokens: int) -> int:
@@ -90,15 +109,73 @@ class TiktokenCounter:
         it if it has no more); only a head of ``text`` a little longer is tokenized."""
         return self._heads(text, max_tokens)
 
+    def head_split(self, text: str, max_tokens: int) -> tuple[int, int, int]:
+        """:meth:`head_length` ``at``, and a point ``b < at`` with the ``k`` tokens before
+        it such that ``text[:x]`` has ``k + count(text[b:x])`` tokens for every
+        ``x ≥ b`` — found in the same tokenization; ``(at, 0, 0)`` (trivially so) when
+        none is found.
+
+        Why it holds: tiktoken splits a text with its encoding's regex into pieces and
+        encodes each piece alone, and a space after a character that is not whitespace
+        always begins a piece — none of the regex's alternatives (``cl100k_base``'s,
+        ``o200k_base``'s) takes a space after a non-space character, nor looks back. So
+        up to such a space at ``b``, any longer text is tokenized as the head was: its
+        first ``k`` tokens, counted back from the head's first ``max_tokens`` to the
+        bytes before ``b``. Counting heads of the text around ``at`` then tokenizes a
+        few characters, not ``max_tokens`` tokens each time.
+        """
+        self._head = None
+        at = self._heads(text, max_tokens)
+        seen = self._take_head()
+        if seen is None or not 0 < at < len(text):
+            return at, 0, 0
+        ids, head = seen
+        # The last space before ``at`` that follows a non-whitespace character (Python's
+        # isspace() holds for every character the regex's \s matches). Before, not at:
+        # the head, with whatever follows it, still has that space after the split.
+        lo, end = max(1, at - _SPLIT_SEARCH), at
+        while True:
+            b = text.rfind(" ", lo, end)
+            if b < lo:
+                return at, 0, 0
+            if not text[b - 1].isspace():
+                break
+            end = b
+        try:
+            target = len(text[:b].encode("utf-8"))
+        except UnicodeEncodeError:  # lone surrogates, which tiktoken replaces
+            return at, 0, 0
+        k, size = len(ids), len(head)
+        token_bytes = self._token_bytes
+        while size > target and len(ids) - k < _SPLIT_SEARCH:
+            k -= 1
+            size -= len(token_bytes(ids[k]))
+        if size != target:
+            return at, 0, 0
+        self._known = (text[:b], ids[:k])
+        return at, b, k
+
+    def _take_head(self) -> tuple[list[int], bytes] | None:
+        seen, self._head = self._head, None
+        return seen
+
     def _head_ids(self, head: str, max_tokens: int) -> int:
         ids = self._encode(head)
         if len(ids) <= max_tokens:
             return -1
+        first = ids[:max_tokens]
+        text = self._decode(first)
+        self._head = (first, text)
         # A token may end inside a character: the head keeps only whole ones.
-        return len(self._decode(ids[:max_tokens]).decode("utf-8", errors="ignore"))
+        return len(text.decode("utf-8", errors="ignore"))
 
     def __repr__(self) -> str:
         return f"TiktokenCounter({self._name.removeprefix('tiktoken:')!r})"
+
+
+#: How far back (characters, and tokens) :meth:`TiktokenCounter.head_split` looks for
+#: the start of a piece before a cut.
+_SPLIT_SEARCH = 64
 
 
 class _Heads:

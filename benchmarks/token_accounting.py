@@ -1018,6 +1018,17 @@ def main(argv: Sequence[str] | None = None) -> None:
         type=int,
         help="TruncateToolOutputs turns timed per window (default 100; all=False: a fifth)",
     )
+    p.add_argument(
+        "--only-truncation",
+        action="store_true",
+        help="run only the TruncateToolOutputs rows (windows: --large-lengths; "
+        "--truncate-all-only for all=True alone); prints them, never writes docs",
+    )
+    p.add_argument(
+        "--truncate-all-only",
+        action="store_true",
+        help="with --only-truncation: the default all=True rows only",
+    )
     args = p.parse_args(argv)
     q = args.quick
     reps = args.reps or (5 if q else 100)
@@ -1031,8 +1042,19 @@ def main(argv: Sequence[str] | None = None) -> None:
         int(x)
         for x in (args.large_lengths or ("100000" if q else "100000,500000,1000000")).split(",")
     ]
-    res = run(lengths, reps, 1 if q else 3, history_tokens=max(large_lengths))
     size = args.large_tokens
+    if args.only_truncation:
+        turns = args.truncate_turns or (10 if q else 100)
+        kinds = (True,) if args.truncate_all_only else (True, False)
+        rows = [
+            TruncRow(window, all_, turns if all_ else max(2, turns // 5))
+            for all_ in kinds
+            for window in large_lengths
+        ]
+        trunc = run_truncation(Texts(1, TiktokenCounter()), rows, size)
+        print(f"\n{machine()}\n\n{truncation_table(trunc)}\n\n{truncation_findings(trunc)}")
+        return
+    res = run(lengths, reps, 1 if q else 3, history_tokens=max(large_lengths))
     res.large = run_large(res, large_lengths, args.large_reps or (3 if q else 30), size)
     turns = args.truncate_turns or (10 if q else 100)
     rows = [

@@ -157,8 +157,11 @@ class SessionEstimates:
                     return done(size, n)
                 lo, lo_raw = at, n
                 hi = at + 1  # almost always over: done
-            elif at > 0:
-                hi = at
+            else:
+                if base:  # its tokens are among the guess's first: it fits
+                    lo, lo_raw = base, skip
+                if at > 0:
+                    hi = at
         while True:
             hi_raw = count(hi)
             if scale(hi_raw) > max_tokens:
@@ -166,7 +169,7 @@ class SessionEstimates:
             if hi == size:
                 return done(size, hi_raw)
             lo, lo_raw = hi, hi_raw
-            hi = min(size, 2 * hi)
+            hi = min(size, base + 2 * (hi - base))  # twice as far past the split
         lo_t, hi_t = scale(lo_raw), scale(hi_raw)
         width = 2 * (hi - lo)
         while hi - lo > 1:

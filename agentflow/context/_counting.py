@@ -63,7 +63,7 @@ class TiktokenCounter:
         ConfigError: an encoding agentflow does not ship.
     """
 
-    __slots__ = ("_decode", "_encode", "_head", "_heads", "_known", "_name", "_token_bytes")
+    __slots__ = ("_decode", "_encode", "_heads", "_known", "_name", "_token_bytes")
 
     def __init__(self, encoding_name: str = "cl100k_base") -> None:
         enc = encoding(encoding_name)
@@ -72,9 +72,6 @@ class TiktokenCounter:
         self._token_bytes = enc.decode_single_token_bytes
         self._name = f"tiktoken:{encoding_name}"
         self._heads = _Heads(self._head_ids)
-        #: The ids of the first N tokens of the head :meth:`_head_ids` split last, and
-        #: their bytes (for :meth:`head_split`, right after).
-        self._head: tuple[list[int], bytes] | None = None
         #: A text that ends where a piece ends, and its ids (see :meth:`encode`).
         self._known: tuple[str, list[int]] | None = None
 
@@ -124,12 +121,22 @@ class TiktokenCounter:
         bytes before ``b``. Counting heads of the text around ``at`` then tokenizes a
         few characters, not ``max_tokens`` tokens each time.
         """
-        self._head = None
-        at = self._heads(text, max_tokens)
-        seen = self._take_head()
-        if seen is None or not 0 < at < len(text):
+        # The first max_tokens ids of the head that was split, and their bytes.
+        seen: list[tuple[list[int], bytes]] = []
+
+        def split(head: str, n: int) -> int:
+            ids = self._encode(head)
+            if len(ids) <= n:
+                return -1
+            first = ids[:n]
+            data = self._decode(first)
+            seen.append((first, data))
+            return len(data.decode("utf-8", errors="ignore"))
+
+        at = self._heads(text, max_tokens, split)
+        if not seen or not 0 < at < len(text):
             return at, 0, 0
-        ids, head = seen
+        ids, head = seen[-1]
         # The last space before ``at`` that follows a non-whitespace character (Python's
         # isspace() holds for every character the regex's \s matches). Before, not at:
         # the head, with whatever follows it, still has that space after the split.
@@ -155,19 +162,12 @@ class TiktokenCounter:
         self._known = (text[:b], ids[:k])
         return at, b, k
 
-    def _take_head(self) -> tuple[list[int], bytes] | None:
-        seen, self._head = self._head, None
-        return seen
-
     def _head_ids(self, head: str, max_tokens: int) -> int:
         ids = self._encode(head)
         if len(ids) <= max_tokens:
             return -1
-        first = ids[:max_tokens]
-        text = self._decode(first)
-        self._head = (first, text)
         # A token may end inside a character: the head keeps only whole ones.
-        return len(text.decode("utf-8", errors="ignore"))
+        return len(self._decode(ids[:max_tokens]).decode("utf-8", errors="ignore"))
 
     def __repr__(self) -> str:
         return f"TiktokenCounter({self._name.removeprefix('tiktoken:')!r})"
@@ -195,12 +195,17 @@ class _Heads:
         self._split = split
         self.chars_per_token = 5.0
 
-    def __call__(self, text: str, max_tokens: int) -> int:
+    def __call__(
+        self, text: str, max_tokens: int, split: Callable[[str, int], int] | None = None
+    ) -> int:
+        """Where ``text``'s first ``max_tokens`` tokens end; ``split`` (default: the
+        counter's) answers for each head tokenized."""
         if max_tokens <= 0:
             return 0
+        split = split or self._split
         size = int(max_tokens * self.chars_per_token) + 16
         while True:
-            at = self._split(text[:size], max_tokens)
+            at = split(text[:size], max_tokens)
             if at >= 0:
                 if at:
                     self.chars_per_token = min(16.0, max(0.25, 1.15 * at / max_tokens))

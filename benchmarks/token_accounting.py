@@ -823,7 +823,8 @@ def truncation_table(trunc: Truncation) -> str:
             f"| {len(r.cpu)} | {len(cuts)} | **{_median_ms(r.cpu):.3f}** "
             f"| {statistics.fmean(r.cpu) / 1e6:.3f} | {_p90_ms(r.cpu):.3f} "
             f"| {max(r.cpu) / 1e6:.3f} | {on_cut} "
-            f"| {per_sweep:.1f} | {per_output:,.0f} | {r.hit_share:.1%} |"
+            + (f"| {per_sweep:.1f} | {per_output:,.0f} " if cuts else "| — | — ")
+            + f"| {r.hit_share:.1%} |"
         )
     lines.append(
         f"\nBaseline among these turns: tiktoken alone on a fresh output of the same size: "

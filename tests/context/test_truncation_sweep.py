@@ -22,6 +22,7 @@ from agentflow.context import (
     TruncateToolOutputs,
 )
 from agentflow.context._encodings import encoding
+from agentflow.context._messages import _RECENT_IDS
 
 from .budget_util import trace
 
@@ -189,3 +190,27 @@ async def test_a_sweep_tokenizes_each_head_once_and_later_turns_nothing_cut(
     assert s.messages[: len(kept)] == kept
     since = [m["content"] for m in s.messages[len(kept) :] if m["role"] == "tool"]
     assert since and all(s.policy.was_cut(c) for c in since)
+
+
+def test_the_counter_keeps_a_few_turns_of_token_ids(handed: list[str]) -> None:
+    """The ids a fingerprint takes from the count are kept for a few turns' worth of
+    tokens, not for the last 64 messages whatever their size (32 outputs of 20k tokens
+    held 640k int objects, which the garbage collector walks); the newest is always
+    kept, however large."""
+    s = Session(window=10_000_000)
+    counter = MessageCounter(TiktokenCounter())
+    outputs = []
+    for _ in range(60):  # ~156k tokens: more than are kept
+        s.append()
+        outputs.append(s.messages[-1])
+        counter.count_message(s.messages[-1])
+    held = sum(map(len, counter._recent.values()))
+    assert 100_000 < held <= _RECENT_IDS
+    handed.clear()
+    counter.render(outputs[-1])  # the newest: taken, not tokenized again
+    assert handed == []
+    huge = {"role": "tool", "tool_call_id": "c", "content": " ".join([s.output()] * 60)}
+    counter.count_message(huge)
+    assert list(counter._recent) == [next(reversed(counter._recent))]  # only it is left
+    handed.clear()
+    assert len(counter.render(huge)) > _RECENT_IDS and handed == []

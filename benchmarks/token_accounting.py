@@ -44,6 +44,9 @@ Usage::
                                                      # section of docs/benchmarks.md
     python benchmarks/token_accounting.py --quick    # smoke run (< 30 s); writes nothing
     python benchmarks/token_accounting.py --no-write
+    python benchmarks/token_accounting.py --only-truncation --truncate-all-only \
+        --large-lengths 1000000                      # the 1M TruncateToolOutputs row alone
+                                                     # (for profiling); writes nothing
 
 Only the block between ``<!-- token_accounting:start -->`` and
 ``<!-- token_accounting:end -->`` in ``docs/benchmarks.md`` is replaced (appended at

@@ -35,13 +35,7 @@ from agentflow.context._cachebuster import (
 )
 from agentflow.context._calibration import CalibrationStats, Calibrator, TokenEstimate
 from agentflow.context._compact import DEFAULT_SUMMARY_PROMPT, Compact, render_transcript
-from agentflow.context._counting import (
-    HFTokenizerCounter,
-    ServerCounter,
-    TiktokenCounter,
-    TokenCounter,
-    TokenizeDialect,
-)
+from agentflow.context._counting import HFTokenizerCounter, TiktokenCounter, TokenCounter
 from agentflow.context._encodings import (
     ENCODING_NAMES,
     ENCODINGS_DIR,
@@ -73,6 +67,7 @@ from agentflow.context._overflow import (
 )
 from agentflow.context._prompt import ChangeCheck, PromptCounter
 from agentflow.context._reuse import PrefixReuse, PrefixReuseReport, prefix_reuse
+from agentflow.context._server_counter import ServerCounter, TokenizeDialect
 from agentflow.context._server_window import (
     DEFAULT_WINDOW_TIMEOUT_S,
     ModelsSource,

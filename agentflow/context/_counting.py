@@ -9,23 +9,23 @@ synchronous and local. The server's count is exact but costs a round trip, so
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
-from urllib.parse import urlsplit
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-import msgspec
-
-from agentflow._errors import ConfigError, ConnectError, StreamProtocolError, StreamTimeout
-from agentflow._redact import display_url, register_secret, register_url
+from agentflow._errors import ConfigError
 from agentflow.context._encodings import encoding
-from agentflow.transport._shared import MAX_ERROR_BODY, status_error
 
 if TYPE_CHECKING:
-    import aiohttp
     import tokenizers
 
-__all__ = ["HFTokenizerCounter", "ServerCounter", "TiktokenCounter", "TokenCounter"]
+__all__ = [
+    "HFTokenizerCounter",
+    "ServerCounter",
+    "TiktokenCounter",
+    "TokenCounter",
+    "TokenizeDialect",
+]
 
 
 @runtime_checkable
@@ -63,14 +63,17 @@ class TiktokenCounter:
         ConfigError: an encoding agentflow does not ship.
     """
 
-    __slots__ = ("_decode", "_encode", "_heads", "_name")
+    __slots__ = ("_decode", "_encode", "_heads", "_known", "_name", "_token_bytes")
 
     def __init__(self, encoding_name: str = "cl100k_base") -> None:
         enc = encoding(encoding_name)
         self._encode = enc.encode_ordinary
         self._decode = enc.decode_bytes
+        self._token_bytes = enc.decode_single_token_bytes
         self._name = f"tiktoken:{encoding_name}"
         self._heads = _Heads(self._head_ids)
+        #: A text that ends where a piece ends, and its ids (see :meth:`encode`).
+        self._known: tuple[str, list[int]] | None = None
 
     @property
     def name(self) -> str:
@@ -79,16 +82,85 @@ class TiktokenCounter:
 
     def count(self, text: str) -> int:
         """The number of tokens in ``text``."""
-        return len(self._encode(text))
+        return len(self.encode(text))
 
     def encode(self, text: str) -> list[int]:
-        """The token ids of ``text``."""
+        """The token ids of ``text``.
+
+        A text that begins with the head :meth:`head_split` last split off, followed by
+        a space, is tokenized from that space on only: the head's ids are known, and
+        the space begins a piece (see there). That is the tool output
+        :class:`~agentflow.context.TruncateToolOutputs` just cut, with its marker: its
+        head is not tokenized a second time.
+        """
+        known = self._known
+        if known is not None:
+            head, ids = known
+            b = len(head)
+            if len(text) > b and text[b] == " " and text.startswith(head):
+                return ids + self._encode(text[b:])
         return self._encode(text)
 
     def head_length(self, text: str, max_tokens: int) -> int:
         """The length in characters of ``text``'s first ``max_tokens`` tokens (all of
         it if it has no more); only a head of ``text`` a little longer is tokenized."""
         return self._heads(text, max_tokens)
+
+    def head_split(self, text: str, max_tokens: int) -> tuple[int, int, int]:
+        """:meth:`head_length` ``at``, and a point ``b < at`` with the ``k`` tokens before
+        it such that ``text[:x]`` has ``k + count(text[b:x])`` tokens for every
+        ``x ≥ b`` — found in the same tokenization; ``(at, 0, 0)`` (trivially so) when
+        none is found.
+
+        Why it holds: tiktoken splits a text with its encoding's regex into pieces and
+        encodes each piece alone, and a space after a character that is not whitespace
+        always begins a piece — none of the regex's alternatives (``cl100k_base``'s,
+        ``o200k_base``'s) takes a space after a non-space character, nor looks back. So
+        up to such a space at ``b``, any longer text is tokenized as the head was: its
+        first ``k`` tokens, counted back from the head's first ``max_tokens`` to the
+        bytes before ``b``. Counting heads of the text around ``at`` then tokenizes a
+        few characters, not ``max_tokens`` tokens each time.
+        """
+        # The first max_tokens ids of the head that was split, and their bytes.
+        seen: list[tuple[list[int], bytes]] = []
+
+        def split(head: str, n: int) -> int:
+            ids = self._encode(head)
+            if len(ids) <= n:
+                return -1
+            first = ids[:n]
+            data = self._decode(first)
+            seen.append((first, data))
+            return len(data.decode("utf-8", errors="ignore"))
+
+        at = self._heads(text, max_tokens, split)
+        if not seen or not 0 < at < len(text):
+            return at, 0, 0
+        ids, head = seen[-1]
+        # The last space before ``at`` that follows a non-whitespace character (Python's
+        # isspace() holds for every character the regex's \s matches). Before, not at:
+        # the head, with whatever follows it, still has that space after the split.
+        lo, end = max(1, at - _SPLIT_SEARCH), at
+        while True:
+            b = text.rfind(" ", lo, end)
+            if b < lo:
+                return at, 0, 0
+            if not text[b - 1].isspace():
+                break
+            end = b
+        try:
+            target = len(text[:b].encode("utf-8"))
+        except UnicodeEncodeError:  # lone surrogates, which tiktoken replaces
+            return at, 0, 0
+        k, size = len(ids), len(head)
+        token_bytes = self._token_bytes
+        while size > target and len(ids) - k < _SPLIT_SEARCH:
+            k -= 1
+            size -= len(token_bytes(ids[k]))
+        if size != target:
+            return at, 0, 0
+        self._known = (text[:b], ids[:k])
+        return at, b, k
 
     def _head_ids(self, head: str, max_tokens: int) -> int:
         ids = self._encode(head)
@@ -99,6 +171,11 @@ class TiktokenCounter:
 
     def __repr__(self) -> str:
         return f"TiktokenCounter({self._name.removeprefix('tiktoken:')!r})"
+
+
+#: How far back (characters, and tokens) :meth:`TiktokenCounter.head_split` looks for
+#: the start of a piece before a cut.
+_SPLIT_SEARCH = 64
 
 
 class _Heads:
@@ -118,12 +195,17 @@ class _Heads:
         self._split = split
         self.chars_per_token = 5.0
 
-    def __call__(self, text: str, max_tokens: int) -> int:
+    def __call__(
+        self, text: str, max_tokens: int, split: Callable[[str, int], int] | None = None
+    ) -> int:
+        """Where ``text``'s first ``max_tokens`` tokens end; ``split`` (default: the
+        counter's) answers for each head tokenized."""
         if max_tokens <= 0:
             return 0
+        split = split or self._split
         size = int(max_tokens * self.chars_per_token) + 16
         while True:
-            at = self._split(text[:size], max_tokens)
+            at = split(text[:size], max_tokens)
             if at >= 0:
                 if at:
                     self.chars_per_token = min(16.0, max(0.25, 1.15 * at / max_tokens))
@@ -203,153 +285,6 @@ class HFTokenizerCounter:
         return f"HFTokenizerCounter(name={self._name!r})"
 
 
-#: The request shape of a server's ``/tokenize``: vLLM's (also agentflow's simulator),
-#: or llama.cpp's.
-TokenizeDialect = Literal["auto", "vllm", "llamacpp"]
-
-_DIALECTS = ("auto", "vllm", "llamacpp")
-
-
-class _Tokenized(msgspec.Struct):
-    tokens: list[int]
-    count: int | None = None
-
-
-_decode_tokenized = msgspec.json.Decoder(_Tokenized)
-
-
-class ServerCounter:
-    """The server's own token count, from its ``POST /tokenize``; asynchronous.
-
-    vLLM (and agentflow's simulator) take ``{"model", "prompt"}`` and answer
-    ``{"tokens": [...], "count": n}``; llama.cpp takes ``{"content"}`` and answers
-    ``{"tokens": [...]}``. With ``dialect="auto"`` the first request is vLLM's, and an
-    answer without ``count`` switches this counter to llama.cpp's shape for good. No
-    special tokens (BOS) are added to the text.
-
-    Args:
-        base_url: the server, with or without a trailing ``/v1`` (``/tokenize`` is at
-            the root on all three servers).
-        model: sent as vLLM's ``model`` field (optional there).
-        dialect: ``"auto"``, ``"vllm"`` or ``"llamacpp"``.
-        api_key: sent as ``Authorization: Bearer …``.
-        timeout_s: the limit for one request, connection included.
-        session: an ``aiohttp.ClientSession`` to use (not closed by :meth:`aclose`);
-            by default one is created on first use.
-
-    Raises:
-        ConfigError: a malformed ``base_url``, unknown ``dialect`` or non-positive timeout.
-    """
-
-    def __init__(
-        self,
-        base_url: str,
-        *,
-        model: str | None = None,
-        dialect: TokenizeDialect = "auto",
-        api_key: str | None = None,
-        timeout_s: float = 30.0,
-        session: aiohttp.ClientSession | None = None,
-    ) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(
-                f"ServerCounter.base_url must be an http(s) URL such as "
-                f"http://127.0.0.1:8000, got {base_url!r}"
-            )
-        if dialect not in _DIALECTS:
-            raise ConfigError(f"ServerCounter.dialect must be one of {_DIALECTS}, got {dialect!r}")
-        if not timeout_s > 0:
-            raise ConfigError(f"ServerCounter.timeout_s must be > 0, got {timeout_s!r}")
-        root = base_url.rstrip("/").removesuffix("/v1")
-        self.url = f"{root}/tokenize"
-        register_url(root)
-        register_secret(api_key)
-        self.endpoint = display_url(root)
-        self.model = model
-        self.dialect: TokenizeDialect = dialect
-        self._headers = {"Content-Type": "application/json"}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        self._timeout = timeout_s
-        self._timeout_s = timeout_s
-        self._session = session
-        self._owns_session = session is None
-
-    @property
-    def name(self) -> str:
-        """``server:<base url>``."""
-        return f"server:{self.endpoint}"
-
-    async def encode(self, text: str) -> list[int]:
-        """The server's token ids for ``text``.
-
-        Raises:
-            ConnectError: the server could not be reached.
-            APIStatusError: it answered non-2xx (``BadRequestError``, ``ServerError``, …).
-            StreamProtocolError: the answer was not a ``/tokenize`` answer.
-            StreamTimeout: ``timeout_s`` ran out (``phase="total"``).
-        """
-        if self.dialect == "llamacpp":
-            return (await self._post({"content": text})).tokens
-        body: dict[str, Any] = {"prompt": text}
-        if self.model is not None:
-            body["model"] = self.model
-        answer = await self._post(body)
-        if self.dialect == "auto":
-            if answer.count is None:
-                self.dialect = "llamacpp"
-                return (await self._post({"content": text})).tokens
-            self.dialect = "vllm"
-        return answer.tokens
-
-    async def count(self, text: str) -> int:
-        """The server's token count for ``text`` (raises as :meth:`encode` does)."""
-        return len(await self.encode(text))
-
-    async def count_many(self, texts: Sequence[str]) -> list[int]:
-        """:meth:`count` of each text, one request after another."""
-        return [await self.count(t) for t in texts]
-
-    async def _post(self, body: dict[str, Any]) -> _Tokenized:
-        import aiohttp  # here, not at import: `import agentflow` does not load it
-
-        session = self._session
-        if session is None:
-            session = self._session = aiohttp.ClientSession()
-        try:
-            async with session.post(
-                self.url, data=msgspec.json.encode(body), headers=self._headers,
-                timeout=aiohttp.ClientTimeout(total=self._timeout),
-            ) as resp:  # fmt: skip
-                if resp.status >= 300:
-                    raise await status_error(
-                        resp.status, resp.headers, resp.content.read(MAX_ERROR_BODY), self.endpoint
-                    )
-                raw = await resp.read()
-        except TimeoutError as exc:
-            raise StreamTimeout(
-                f"{self.url} did not answer within {self._timeout_s} s",
-                phase="total",
-                timeout_s=self._timeout_s,
-                endpoint=self.endpoint,
-            ) from exc
-        except aiohttp.ClientError as exc:
-            raise ConnectError(f"{self.url}: {exc!r}", endpoint=self.endpoint) from exc
-        try:
-            return _decode_tokenized.decode(raw)
-        except msgspec.DecodeError as exc:
-            raise StreamProtocolError(
-                f"{self.url} answered something that is not a /tokenize answer: {exc}",
-                endpoint=self.endpoint,
-                payload=raw[:500],
-            ) from exc
-
-    async def aclose(self) -> None:
-        """Close the HTTP session this counter created. Safe to call twice."""
-        if self._owns_session and self._session is not None:
-            session, self._session = self._session, None
-            await session.close()
-
-    def __repr__(self) -> str:
-        return f"ServerCounter({self.endpoint!r}, dialect={self.dialect!r})"
+# The server's own count lives apart (asynchronous, over HTTP); re-exported here for
+# code that imported it from this module.
+from agentflow.context._server_counter import ServerCounter, TokenizeDialect  # noqa: E402

@@ -112,6 +112,9 @@ class SessionEstimates:
         Only heads are tokenized, never the whole text. With a counter that offers
         ``head_length`` (both shipped ones do), the first ``max_tokens`` tokens' end is
         the guess, and two counts confirm it (it fits; one character more does not).
+        A counter that also offers ``head_split`` (tiktoken) says where before the guess
+        the text splits into parts tokenized alone, and how many tokens come before
+        that point: every count then tokenizes only the few characters after it.
         Otherwise, or when the guess misses, prefixes twice as long each time until one
         is over, then a guided bisection between the last two — so cutting a 20k-token
         tool output to 512 tokens costs a few 512-token counts, not its length. The
@@ -121,31 +124,52 @@ class SessionEstimates:
             return ""
         size = len(text)
         scale = self._scale
-        lo, lo_raw, head = 0, 0, ""  # head = text[:lo] fits, with lo_raw raw tokens
+        lo, lo_raw = 0, 0  # text[:lo] fits, with lo_raw raw tokens
         hi = min(size, 5 * max_tokens + 16)  # ~4 characters a token in English
+        # text[:x] has skip + count(text[base:x]) tokens for x >= base: a counter that
+        # knows where the text splits into pieces tokenized alone (tiktoken) says so,
+        # and the counts below tokenize only what follows that point.
+        base, skip = 0, 0
+
+        def count(x: int) -> int:
+            if x >= base:
+                return skip + self._raw(text[base:x])
+            return self._raw(text[:x])
+
+        def done(x: int, raw: int) -> str:
+            head = text[:x]
+            self._last = (head, raw)  # :meth:`text` of it right after costs nothing
+            return head
+
         guess = getattr(self._text, "head_length", None)
         if guess is not None:
             raw = int(max_tokens / self._calibrator.slope(self._model))
             while scale(raw + 1) <= max_tokens:  # the most raw tokens that scale within
                 raw += 1
-            at = guess(text, max(1, raw))
-            part = text[:at]
-            n = self._raw(part)
+            split = getattr(self._text, "head_split", None)
+            if split is not None:
+                at, base, skip = split(text, max(1, raw))
+            else:
+                at = guess(text, max(1, raw))
+            n = count(at)
             if scale(n) <= max_tokens:
                 if at >= size:
-                    return text
-                lo, lo_raw, head = at, n, part
+                    return done(size, n)
+                lo, lo_raw = at, n
                 hi = at + 1  # almost always over: done
-            elif at > 0:
-                hi = at
+            else:
+                if base:  # its tokens are among the guess's first: it fits
+                    lo, lo_raw = base, skip
+                if at > 0:
+                    hi = at
         while True:
-            hi_raw = self._raw(text[:hi])
+            hi_raw = count(hi)
             if scale(hi_raw) > max_tokens:
                 break  # text[:hi] does not fit
             if hi == size:
-                return text
-            lo, lo_raw, head = hi, hi_raw, text[:hi]
-            hi = min(size, 2 * hi)
+                return done(size, hi_raw)
+            lo, lo_raw = hi, hi_raw
+            hi = min(size, base + 2 * (hi - base))  # twice as far past the split
         lo_t, hi_t = scale(lo_raw), scale(hi_raw)
         width = 2 * (hi - lo)
         while hi - lo > 1:
@@ -157,11 +181,9 @@ class SessionEstimates:
                 at = lo + (hi - lo) * (2 * (max_tokens - lo_t) + 1) // max(2, 2 * (hi_t - lo_t))
                 mid = min(hi - 1, max(lo + 1, at))
             width = hi - lo
-            part = text[:mid]
-            n = self._raw(part)
+            n = count(mid)
             if scale(n) <= max_tokens:
-                lo, lo_raw, lo_t, head = mid, n, scale(n), part
+                lo, lo_raw, lo_t = mid, n, scale(n)
             else:
                 hi, hi_t = mid, scale(n)
-        self._last = (head, lo_raw)
-        return head
+        return done(lo, lo_raw)

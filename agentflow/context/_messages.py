@@ -44,6 +44,13 @@ NAME_TOKEN: Final = -2
 #: Stand-in id for one token of an image part.
 IMAGE_TOKEN: Final = -3
 
+#: The most messages, and token ids, :class:`MessageCounter` keeps rendered for a
+#: fingerprint to take (the newest is always kept): a turn's new messages, a sweep's
+#: rewritten ones — about 49 tool outputs cut to 512 tokens and a 20k-token new one at
+#: a 1M window — with room to spare.
+_RECENT_MESSAGES: Final = 64
+_RECENT_IDS: Final = 131_072
+
 _IMAGE_PARTS = frozenset({"image_url", "image", "input_image"})
 _LIST: Final = object()
 
@@ -111,8 +118,13 @@ class MessageCounter:
         self._encode = counter.encode
         self._counts: OrderedDict[Hashable, int] = OrderedDict()
         # The token ids of the last few messages rendered, so that a fingerprint taken
-        # right after a count does not tokenize the same new message twice.
+        # right after a count does not tokenize the same new message twice: at most
+        # _RECENT_MESSAGES of them and _RECENT_IDS ids (the newest is always kept). A few
+        # turns' worth — longer would keep every 20k-token output's 20k int objects alive
+        # for dozens of turns: memory, and work for the garbage collector, which walks
+        # every list it tracks, not for reuse (a fingerprint takes them the same turn).
         self._recent: OrderedDict[Hashable, list[int]] = OrderedDict()
+        self._recent_ids = 0
         self._tools_key: str | None = None
         self._tools_tokens: list[int] = []
         #: Cache hits and misses of :meth:`count_message`, for tests and tuning.
@@ -136,9 +148,15 @@ class MessageCounter:
 
     def _remember(self, key: Hashable, ids: list[int]) -> None:
         recent = self._recent
+        old = recent.pop(key, None)
+        if old is not None:
+            self._recent_ids -= len(old)
         recent[key] = ids
-        if len(recent) > 64:
-            recent.popitem(last=False)
+        self._recent_ids += len(ids)
+        while len(recent) > 1 and (
+            len(recent) > _RECENT_MESSAGES or self._recent_ids > _RECENT_IDS
+        ):
+            self._recent_ids -= len(recent.popitem(last=False)[1])
         counts = self._counts
         counts[key] = len(ids)
         if len(counts) > self.cache_size:

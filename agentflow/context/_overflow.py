@@ -225,7 +225,9 @@ class TruncateToolOutputs:
 
     **Cost.** A result's length comes from its message's cached count, and only heads of
     it are tokenized to find the cut, so a cut costs O(``max_tokens``) whatever the
-    output's size.
+    output's size. With tiktoken one head is tokenized per result: the counts that
+    confirm the cut, and the cut message's own count, reuse its tokens up to a space
+    shortly before the cut (:meth:`~agentflow.context.TiktokenCounter.head_split`).
 
     Args:
         max_tokens: the most tokens a tool result keeps (the marker not counted).

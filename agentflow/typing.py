@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from agentflow._events import Event
+    from agentflow._request import ChatRequest
     from agentflow._trace import PromptInfo, TurnTrace
-    from agentflow.transport._request import ChatRequest
 
 __all__ = [
     "Callback",

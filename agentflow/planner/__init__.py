@@ -16,6 +16,8 @@ line is ``agentflow plan`` (:mod:`agentflow.planner.cli`).
 
 from __future__ import annotations
 
+from agentflow._public import publish
+
 from ._catalog import (
     DEFAULT_DEPLOYMENT,
     DEPLOYMENTS,
@@ -82,3 +84,6 @@ __all__ = [
     "render_plan",
     "weight_dtype_bits",
 ]
+
+# Exported classes report this namespace as their module (agentflow._public).
+publish(__name__, __all__, globals())

@@ -15,6 +15,7 @@ See ``docs/report.md``.
 
 from typing import TYPE_CHECKING, Any
 
+from agentflow._public import publish
 from agentflow.report._build import FIGURE_KEYS, make_figures, write_report
 from agentflow.report._canvas import Figure
 from agentflow.report._dialects import DIALECTS, Dialect
@@ -58,3 +59,7 @@ def __getattr__(name: str) -> Any:
 
         return LiveView
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# Exported classes report this namespace as their module (agentflow._public).
+publish(__name__, __all__, globals())

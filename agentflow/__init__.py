@@ -21,11 +21,9 @@ runtime (PEP 562 ``__getattr__``). Names that moved to a namespace still resolve
 one release, with a :class:`DeprecationWarning` naming their new import path.
 """
 
-from __future__ import annotations
-
-import importlib
-import warnings
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import typing as _typing
+import warnings as _warnings
 
 from agentflow._errors import (
     AgentflowError,
@@ -50,10 +48,10 @@ from agentflow._errors import (
     TransportError,
     UnexpectedContentType,
 )
-from agentflow._public import publish
+from agentflow._public import publish as _publish
 from agentflow._version import __version__
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from agentflow._agent import (
         Agent,
     )
@@ -304,25 +302,25 @@ def _load() -> None:
     """Import the runtime and bind every lazy name here, with ``__module__`` public."""
     namespace = globals()
     for name, module in _LAZY.items():
-        namespace[name] = getattr(importlib.import_module(module), name)
-    typing_names = vars(importlib.import_module("agentflow.typing"))
-    sched_names = vars(importlib.import_module("agentflow.sched"))
-    publish(__name__, _LAZY, {**typing_names, **sched_names, **namespace})
+        namespace[name] = getattr(_importlib.import_module(module), name)
+    typing_names = vars(_importlib.import_module("agentflow.typing"))
+    sched_names = vars(_importlib.import_module("agentflow.sched"))
+    _publish(__name__, _LAZY, {**typing_names, **sched_names, **namespace})
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     if name in _LAZY:
         _load()
         return globals()[name]
     if name in _MOVED:
         module, new = _MOVED[name]
         path = f"from {module} import {new}"
-        warnings.warn(
+        _warnings.warn(
             f"agentflow.{name} is deprecated and will be removed in the next release; use {path}",
             DeprecationWarning,
             stacklevel=2,
         )
-        return getattr(importlib.import_module(module), new)
+        return getattr(_importlib.import_module(module), new)
     raise AttributeError(f"module 'agentflow' has no attribute {name!r}")
 
 
@@ -330,4 +328,4 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-publish(__name__, __all__, globals())
+_publish(__name__, __all__, globals())

@@ -41,7 +41,7 @@ from multidict import CIMultiDict
 
 from agentflow._mock import EventCapture, Handler, MockTransport, capture_events
 from agentflow._pgserver import PostgresServer
-from agentflow._public import publish
+from agentflow._public import publish as _publish
 
 __all__ = [
     "EventCapture",
@@ -349,4 +349,4 @@ def _bound_port(site: web.TCPSite) -> int:
 
 
 # Exported classes report this namespace as their module (agentflow._public).
-publish(__name__, __all__, globals())
+_publish(__name__, __all__, globals())

@@ -25,7 +25,7 @@ run records to that format (:class:`TraceRecorder`, :func:`record_result`,
 :func:`record_store`).
 """
 
-from agentflow._public import publish
+from agentflow._public import publish as _publish
 from agentflow.bench._bench import (
     BENCH_SCHEMA_VERSION,
     BenchConfig,
@@ -125,4 +125,4 @@ __all__ = [
 ]
 
 # Exported classes report this namespace as their module (agentflow._public).
-publish(__name__, __all__, globals())
+_publish(__name__, __all__, globals())

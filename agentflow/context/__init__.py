@@ -26,7 +26,7 @@ and budgets (issue #4). See ``docs/context.md``.
   :class:`BudgetEvent` (``docs/context.md``, "Budgets and overflow policies").
 """
 
-from agentflow._public import publish
+from agentflow._public import publish as _publish
 from agentflow.context._budget import ContextBudget, PrefixSource, PrefixTracker
 from agentflow.context._cachebuster import (
     CacheBusterCheck,
@@ -143,4 +143,4 @@ __all__ = [
 ]
 
 # Exported classes report this namespace as their module (agentflow._public).
-publish(__name__, __all__, globals())
+_publish(__name__, __all__, globals())

@@ -16,7 +16,7 @@ line is ``agentflow plan`` (:mod:`agentflow.planner.cli`).
 
 from __future__ import annotations
 
-from agentflow._public import publish
+from agentflow._public import publish as _publish
 
 from ._catalog import (
     DEFAULT_DEPLOYMENT,
@@ -86,4 +86,4 @@ __all__ = [
 ]
 
 # Exported classes report this namespace as their module (agentflow._public).
-publish(__name__, __all__, globals())
+_publish(__name__, __all__, globals())

@@ -15,7 +15,7 @@ See ``docs/report.md``.
 
 from typing import TYPE_CHECKING, Any
 
-from agentflow._public import publish
+from agentflow._public import publish as _publish
 from agentflow.report._build import FIGURE_KEYS, make_figures, write_report
 from agentflow.report._canvas import Figure
 from agentflow.report._dialects import DIALECTS, Dialect
@@ -62,4 +62,4 @@ def __getattr__(name: str) -> Any:
 
 
 # Exported classes report this namespace as their module (agentflow._public).
-publish(__name__, __all__, globals())
+_publish(__name__, __all__, globals())

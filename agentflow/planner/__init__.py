@@ -16,8 +16,6 @@ line is ``agentflow plan`` (:mod:`agentflow.planner.cli`).
 
 from __future__ import annotations
 
-from agentflow._public import publish as _publish
-
 from ._catalog import (
     DEFAULT_DEPLOYMENT,
     DEPLOYMENTS,
@@ -84,6 +82,3 @@ __all__ = [
     "render_plan",
     "weight_dtype_bits",
 ]
-
-# Exported classes report this namespace as their module (agentflow._public).
-_publish(__name__, __all__, globals())

@@ -228,3 +228,38 @@ def test_version_is_in_its_own_module_and_nothing_imports_it_upward() -> None:
         if re.search(r"^\s*from agentflow import", p.read_text(), re.M)
     ]
     assert upward == []
+
+
+def test_objects_of_public_classes_pickle_across_processes() -> None:
+    """Pickles name classes by their public path; a fresh interpreter resolves them
+    (through the lazy top level) to equal objects."""
+    import pickle
+
+    from agentflow import ConfigError, Limits, RetryPolicy, Timeouts
+    from agentflow.sched import FCFS
+
+    objects = [Limits(rpm=5.0), RetryPolicy(), Timeouts(total=30.0), FCFS()]
+    data = pickle.dumps(objects)
+    assert b"agentflow._" not in data and b"agentflow.sched._" not in data
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import pickle, sys; o = pickle.loads(sys.stdin.buffer.read()); "
+            "print([type(x).__module__ + '.' + type(x).__qualname__ for x in o]); print(o[0])",
+        ],
+        input=data,
+        capture_output=True,
+        timeout=120,
+        check=True,
+        cwd=ROOT,
+    ).stdout.decode()
+    names, first = out.splitlines()
+    assert ast.literal_eval(names) == [
+        "agentflow.Limits",
+        "agentflow.RetryPolicy",
+        "agentflow.Timeouts",
+        "agentflow.sched.FCFS",
+    ]
+    assert first == repr(Limits(rpm=5.0))
+    assert str(pickle.loads(pickle.dumps(ConfigError("bad x")))) == "bad x"

@@ -57,6 +57,7 @@ def __getattr__(name: str) -> Any:
     if name == "LiveView":
         from agentflow.report._live import LiveView
 
+        _publish(__name__, ["LiveView"], {"LiveView": LiveView})
         return LiveView
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 

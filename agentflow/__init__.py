@@ -5,9 +5,26 @@ The flow of one turn, and where each piece lives:
 :class:`Agent` → :class:`Session` (turn loop) → :class:`Fleet` (admission, events)
 → a :class:`~agentflow.typing.Transport` (:class:`HTTPTransport` by default) →
 a :class:`TurnTrace` → :class:`TurnMetrics` → :data:`Event` callbacks.
+
+This top level holds what running agents needs: agents, tools, sessions, the fleet and
+its configuration (:class:`Limits`, :class:`Replica`, :class:`RetryPolicy`,
+:class:`ContextBudget`, :class:`HTTPTransport`), the events and traces a run produces,
+and every exception. The rest lives in its namespace: scheduling policies in
+:mod:`agentflow.sched`, context policies and budgets in :mod:`agentflow.context`, other
+transports in :mod:`agentflow.transport`, statistics and exporters in
+:mod:`agentflow.stats`, the run store in :mod:`agentflow.store`, load generation in
+:mod:`agentflow.bench`, the capacity planner in :mod:`agentflow.planner`, test doubles in
+:mod:`agentflow.testing`, and the signatures you implement in :mod:`agentflow.typing`.
+
+``import agentflow`` loads only the exceptions; the first use of any other name loads the
+runtime (PEP 562 ``__getattr__``). Names that moved to a namespace still resolve here for
+one release, with a :class:`DeprecationWarning` naming their new import path.
 """
 
-from agentflow._agent import Agent
+import importlib as _importlib
+import typing as _typing
+import warnings as _warnings
+
 from agentflow._errors import (
     AgentflowError,
     AllReplicasDown,
@@ -31,207 +48,117 @@ from agentflow._errors import (
     TransportError,
     UnexpectedContentType,
 )
-from agentflow._events import (
-    AttemptDiscardedEvent,
-    CallbackFailure,
-    ErrorEvent,
-    Event,
-    FleetEndEvent,
-    FleetStartEvent,
-    RetryEvent,
-    SessionEndEvent,
-    TokenEvent,
-    ToolCallEvent,
-    ToolResultEvent,
-    TurnEndEvent,
-)
-from agentflow._fleet import Fleet, FleetResult, ReplicaStats
-from agentflow._metrics import OutputTokenSource, TurnMetrics, turn_metrics
-from agentflow._redact import redact, register_secret
-from agentflow._session import Session, SessionResult, SessionStatus, TurnLog, TurnRecord
-from agentflow._tools import DEFAULT_TOOL_TIMEOUT_S, Tool, tool
-from agentflow._trace import CacheSource, PromptInfo, ToolCall, TurnTrace, Usage
-from agentflow.bench import (
-    BenchConfig,
-    Load,
-    SessionScript,
-    SessionTemplate,
-    Sweep,
-    TraceRecord,
-    TraceRecorder,
-    TurnScript,
-    Workload,
-    run_bench,
-)
-from agentflow.context import (
-    BudgetEvent,
-    CacheBusterCheck,
-    CacheBusterWarning,
-    Calibrator,
-    Compact,
-    CompactionEvent,
-    ContextBudget,
-    ContextTrimmedEvent,
-    DropOldest,
-    Fail,
-    FleetBudget,
-    MessageCounter,
-    OverflowPolicy,
-    OverflowView,
-    PrefixIndex,
-    Prices,
-    TiktokenCounter,
-    TruncateToolOutputs,
-    prefix_reuse,
-)
-from agentflow.planner import (
-    Deployment,
-    GQAAttention,
-    HardwareSpec,
-    KVPlan,
-    MLAAttention,
-    ModelSpec,
-)
-from agentflow.planner import plan as plan_kv_cache
-from agentflow.sched import (
-    FCFS,
-    PLAS,
-    CircuitBreaker,
-    Deadline,
-    FailedAttempt,
-    FairShare,
-    Limits,
-    Policy,
-    Priority,
-    Replica,
-    RetryPolicy,
-    Router,
-)
-from agentflow.stats import (
-    SLO,
-    FleetStats,
-    PrometheusExporter,
-    TurnCSVWriter,
-    TurnRow,
-    read_turn_csv,
-)
-from agentflow.store import PostgresStore, SQLiteStore, Store
-from agentflow.transport import (
-    AiohttpTransport,
-    ChatRequest,
-    Endpoint,
-    HTTPTransport,
-    OpenAITransport,
-    Timeouts,
-)
-from agentflow.typing import (
-    Callback,
-    Clock,
-    Complete,
-    ContextPolicy,
-    DeltaKind,
-    DeltaSink,
-    SessionContext,
-    Transport,
-)
+from agentflow._public import publish as _publish
+from agentflow._version import __version__
 
-__version__ = "0.1.0"
+if _typing.TYPE_CHECKING:
+    from agentflow._agent import (
+        Agent,
+    )
+    from agentflow._events import (
+        AttemptDiscardedEvent,
+        CallbackFailure,
+        ErrorEvent,
+        Event,
+        FleetEndEvent,
+        FleetStartEvent,
+        RetryEvent,
+        SessionEndEvent,
+        TokenEvent,
+        ToolCallEvent,
+        ToolResultEvent,
+        TurnEndEvent,
+    )
+    from agentflow._fleet import (
+        Fleet,
+        FleetResult,
+        ReplicaStats,
+    )
+    from agentflow._metrics import (
+        OutputTokenSource,
+        TurnMetrics,
+        turn_metrics,
+    )
+    from agentflow._redact import (
+        redact,
+        register_secret,
+    )
+    from agentflow._session import (
+        Session,
+        SessionResult,
+        SessionStatus,
+        TurnLog,
+        TurnRecord,
+    )
+    from agentflow._tools import (
+        DEFAULT_TOOL_TIMEOUT_S,
+        Tool,
+        tool,
+    )
+    from agentflow._trace import (
+        CacheSource,
+        PromptInfo,
+        ToolCall,
+        TurnTrace,
+        Usage,
+    )
+    from agentflow.context import (
+        ContextBudget,
+    )
+    from agentflow.sched import (
+        Limits,
+        Replica,
+        RetryPolicy,
+    )
+    from agentflow.transport import (
+        Endpoint,
+        HTTPTransport,
+        Timeouts,
+    )
 
 __all__ = [
     "DEFAULT_TOOL_TIMEOUT_S",
-    "FCFS",
-    "PLAS",
-    "SLO",
     "APIStatusError",
     "Agent",
     "AgentflowError",
-    "AiohttpTransport",
     "AllReplicasDown",
     "AttemptDiscardedEvent",
     "BadRequestError",
-    "BenchConfig",
-    "BudgetEvent",
     "BudgetExceeded",
-    "CacheBusterCheck",
-    "CacheBusterWarning",
     "CacheSource",
-    "Calibrator",
-    "Callback",
     "CallbackFailure",
-    "ChatRequest",
-    "CircuitBreaker",
-    "Clock",
-    "Compact",
-    "CompactionEvent",
-    "Complete",
     "ConfigError",
     "ConnectError",
     "ContextBudget",
     "ContextLengthExceeded",
     "ContextOverflow",
-    "ContextPolicy",
-    "ContextTrimmedEvent",
-    "Deadline",
-    "DeltaKind",
-    "DeltaSink",
-    "Deployment",
-    "DropOldest",
     "Endpoint",
     "ErrorEvent",
     "Event",
-    "Fail",
-    "FailedAttempt",
-    "FairShare",
     "Fleet",
-    "FleetBudget",
     "FleetEndEvent",
     "FleetResult",
     "FleetStartEvent",
-    "FleetStats",
-    "GQAAttention",
     "HTTPTransport",
-    "HardwareSpec",
-    "KVPlan",
     "Limits",
-    "Load",
-    "MLAAttention",
     "MaxTurnsExceeded",
-    "MessageCounter",
-    "ModelSpec",
-    "OpenAITransport",
     "OutputTokenSource",
-    "OverflowPolicy",
-    "OverflowView",
-    "Policy",
-    "PostgresStore",
-    "PrefixIndex",
-    "Prices",
-    "Priority",
-    "PrometheusExporter",
     "PromptInfo",
     "RateLimitError",
     "Replica",
     "ReplicaStats",
     "RetryEvent",
     "RetryPolicy",
-    "Router",
     "RunNotFound",
-    "SQLiteStore",
     "ServerError",
     "Session",
-    "SessionContext",
     "SessionEndEvent",
     "SessionResult",
-    "SessionScript",
     "SessionStatus",
-    "SessionTemplate",
-    "Store",
     "StoreError",
     "StreamInterrupted",
     "StreamProtocolError",
     "StreamTimeout",
-    "Sweep",
-    "TiktokenCounter",
     "Timeouts",
     "TokenEvent",
     "Tool",
@@ -240,29 +167,165 @@ __all__ = [
     "ToolError",
     "ToolResultEvent",
     "ToolTimeout",
-    "TraceRecord",
-    "TraceRecorder",
-    "Transport",
     "TransportError",
-    "TruncateToolOutputs",
-    "TurnCSVWriter",
     "TurnEndEvent",
     "TurnLog",
     "TurnMetrics",
     "TurnRecord",
-    "TurnRow",
-    "TurnScript",
     "TurnTrace",
     "UnexpectedContentType",
     "Usage",
-    "Workload",
     "__version__",
-    "plan_kv_cache",
-    "prefix_reuse",
-    "read_turn_csv",
     "redact",
     "register_secret",
-    "run_bench",
     "tool",
     "turn_metrics",
 ]
+
+# Every top-level name not defined above, and the module that defines it. The first use
+# of any of them imports all these modules at once (they import one another anyway).
+_LAZY: dict[str, str] = {
+    "Agent": "agentflow._agent",
+    "AttemptDiscardedEvent": "agentflow._events",
+    "CacheSource": "agentflow._trace",
+    "CallbackFailure": "agentflow._events",
+    "ContextBudget": "agentflow.context",
+    "DEFAULT_TOOL_TIMEOUT_S": "agentflow._tools",
+    "Endpoint": "agentflow.transport",
+    "ErrorEvent": "agentflow._events",
+    "Event": "agentflow._events",
+    "Fleet": "agentflow._fleet",
+    "FleetEndEvent": "agentflow._events",
+    "FleetResult": "agentflow._fleet",
+    "FleetStartEvent": "agentflow._events",
+    "HTTPTransport": "agentflow.transport",
+    "Limits": "agentflow.sched",
+    "OutputTokenSource": "agentflow._metrics",
+    "PromptInfo": "agentflow._trace",
+    "Replica": "agentflow.sched",
+    "ReplicaStats": "agentflow._fleet",
+    "RetryEvent": "agentflow._events",
+    "RetryPolicy": "agentflow.sched",
+    "Session": "agentflow._session",
+    "SessionEndEvent": "agentflow._events",
+    "SessionResult": "agentflow._session",
+    "SessionStatus": "agentflow._session",
+    "Timeouts": "agentflow.transport",
+    "TokenEvent": "agentflow._events",
+    "Tool": "agentflow._tools",
+    "ToolCall": "agentflow._trace",
+    "ToolCallEvent": "agentflow._events",
+    "ToolResultEvent": "agentflow._events",
+    "TurnEndEvent": "agentflow._events",
+    "TurnLog": "agentflow._session",
+    "TurnMetrics": "agentflow._metrics",
+    "TurnRecord": "agentflow._session",
+    "TurnTrace": "agentflow._trace",
+    "Usage": "agentflow._trace",
+    "redact": "agentflow._redact",
+    "register_secret": "agentflow._redact",
+    "tool": "agentflow._tools",
+    "turn_metrics": "agentflow._metrics",
+}
+
+# Names that were top-level until 0.1 and now live in a namespace: (module, name there).
+# They resolve for one more release, with a DeprecationWarning.
+_MOVED: dict[str, tuple[str, str]] = {
+    "AiohttpTransport": ("agentflow.transport", "AiohttpTransport"),
+    "BenchConfig": ("agentflow.bench", "BenchConfig"),
+    "BudgetEvent": ("agentflow.context", "BudgetEvent"),
+    "CacheBusterCheck": ("agentflow.context", "CacheBusterCheck"),
+    "CacheBusterWarning": ("agentflow.context", "CacheBusterWarning"),
+    "Calibrator": ("agentflow.context", "Calibrator"),
+    "Callback": ("agentflow.typing", "Callback"),
+    "ChatRequest": ("agentflow.transport", "ChatRequest"),
+    "CircuitBreaker": ("agentflow.sched", "CircuitBreaker"),
+    "Clock": ("agentflow.typing", "Clock"),
+    "Compact": ("agentflow.context", "Compact"),
+    "CompactionEvent": ("agentflow.context", "CompactionEvent"),
+    "Complete": ("agentflow.typing", "Complete"),
+    "ContextPolicy": ("agentflow.typing", "ContextPolicy"),
+    "ContextTrimmedEvent": ("agentflow.context", "ContextTrimmedEvent"),
+    "Deadline": ("agentflow.sched", "Deadline"),
+    "DeltaKind": ("agentflow.typing", "DeltaKind"),
+    "DeltaSink": ("agentflow.typing", "DeltaSink"),
+    "Deployment": ("agentflow.planner", "Deployment"),
+    "DropOldest": ("agentflow.context", "DropOldest"),
+    "FCFS": ("agentflow.sched", "FCFS"),
+    "Fail": ("agentflow.context", "Fail"),
+    "FailedAttempt": ("agentflow.sched", "FailedAttempt"),
+    "FairShare": ("agentflow.sched", "FairShare"),
+    "FleetBudget": ("agentflow.context", "FleetBudget"),
+    "FleetStats": ("agentflow.stats", "FleetStats"),
+    "GQAAttention": ("agentflow.planner", "GQAAttention"),
+    "HardwareSpec": ("agentflow.planner", "HardwareSpec"),
+    "KVPlan": ("agentflow.planner", "KVPlan"),
+    "Load": ("agentflow.bench", "Load"),
+    "MLAAttention": ("agentflow.planner", "MLAAttention"),
+    "MessageCounter": ("agentflow.context", "MessageCounter"),
+    "ModelSpec": ("agentflow.planner", "ModelSpec"),
+    "OpenAITransport": ("agentflow.transport", "OpenAITransport"),
+    "OverflowPolicy": ("agentflow.context", "OverflowPolicy"),
+    "OverflowView": ("agentflow.context", "OverflowView"),
+    "PLAS": ("agentflow.sched", "PLAS"),
+    "Policy": ("agentflow.sched", "Policy"),
+    "PostgresStore": ("agentflow.store", "PostgresStore"),
+    "PrefixIndex": ("agentflow.context", "PrefixIndex"),
+    "Prices": ("agentflow.context", "Prices"),
+    "Priority": ("agentflow.sched", "Priority"),
+    "PrometheusExporter": ("agentflow.stats", "PrometheusExporter"),
+    "Router": ("agentflow.sched", "Router"),
+    "SLO": ("agentflow.stats", "SLO"),
+    "SQLiteStore": ("agentflow.store", "SQLiteStore"),
+    "SessionContext": ("agentflow.typing", "SessionContext"),
+    "SessionScript": ("agentflow.bench", "SessionScript"),
+    "SessionTemplate": ("agentflow.bench", "SessionTemplate"),
+    "Store": ("agentflow.store", "Store"),
+    "Sweep": ("agentflow.bench", "Sweep"),
+    "TiktokenCounter": ("agentflow.context", "TiktokenCounter"),
+    "TraceRecord": ("agentflow.bench", "TraceRecord"),
+    "TraceRecorder": ("agentflow.bench", "TraceRecorder"),
+    "Transport": ("agentflow.typing", "Transport"),
+    "TruncateToolOutputs": ("agentflow.context", "TruncateToolOutputs"),
+    "TurnCSVWriter": ("agentflow.stats", "TurnCSVWriter"),
+    "TurnRow": ("agentflow.stats", "TurnRow"),
+    "TurnScript": ("agentflow.bench", "TurnScript"),
+    "Workload": ("agentflow.bench", "Workload"),
+    "plan_kv_cache": ("agentflow.planner", "plan"),
+    "prefix_reuse": ("agentflow.context", "prefix_reuse"),
+    "read_turn_csv": ("agentflow.stats", "read_turn_csv"),
+    "run_bench": ("agentflow.bench", "run_bench"),
+}
+
+
+def _load() -> None:
+    """Import the runtime and bind every lazy name here, with ``__module__`` public."""
+    namespace = globals()
+    for name, module in _LAZY.items():
+        namespace[name] = getattr(_importlib.import_module(module), name)
+    typing_names = vars(_importlib.import_module("agentflow.typing"))
+    sched_names = vars(_importlib.import_module("agentflow.sched"))
+    _publish(__name__, _LAZY, {**typing_names, **sched_names, **namespace})
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name in _LAZY:
+        _load()
+        return globals()[name]
+    if name in _MOVED:
+        module, new = _MOVED[name]
+        path = f"from {module} import {new}"
+        _warnings.warn(
+            f"agentflow.{name} is deprecated and will be removed in the next release; use {path}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(_importlib.import_module(module), new)
+    raise AttributeError(f"module 'agentflow' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+_publish(__name__, __all__, globals())

@@ -19,11 +19,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import msgspec
 
+from agentflow._context_events import (
+    BudgetEvent,
+    CacheBusterWarning,
+    CompactionEvent,
+    ContextTrimmedEvent,
+)
 from agentflow._logging import get_logger
 from agentflow._metrics import TurnMetrics
 from agentflow._trace import PromptInfo, ToolCall, TurnTrace
-from agentflow.context._cachebuster import CacheBusterWarning
-from agentflow.context._events import BudgetEvent, CompactionEvent, ContextTrimmedEvent
 from agentflow.typing import Callback, DeltaKind
 
 if TYPE_CHECKING:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import time
 from collections import Counter
 from collections.abc import (
@@ -19,6 +18,7 @@ from collections.abc import (
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from agentflow._config import fleet_concurrency
 from agentflow._errors import ConfigError
 from agentflow._events import CallbackFailure, Event, EventBus, FleetEndEvent, FleetStartEvent
 from agentflow._gcfreeze import Refreezer, frozen_gc
@@ -130,13 +130,14 @@ class Fleet:
         transport: where model turns go — a transport (:class:`HTTPTransport`, …), a
             :class:`Replica` (a transport with its own limits), or a list of them to
             route across.
-        max_concurrency: the most model requests in flight at once, fleet-wide.
-            Sessions between turns (running tools) hold no slot.
+        max_concurrency: the most model requests in flight at once, fleet-wide (64 when
+            not given). Sessions between turns (running tools) hold no slot.
         max_tool_concurrency: the most tool calls running at once, fleet-wide.
         policy: which ready turn goes next: a :class:`~agentflow.sched.Policy` or one of
             ``"fcfs"``, ``"fair"``, ``"plas"``, ``"priority"``, ``"deadline"``.
-        limits: fleet-wide request and token rates (``max_in_flight`` defaults to
-            ``max_concurrency``).
+        limits: fleet-wide request and token rates. Its ``max_in_flight`` is set from
+            ``max_concurrency``; setting it here is deprecated, and a ConfigError when it
+            differs from ``max_concurrency``.
         router: how turns are placed across replicas (sticky, prefix-affine, least-loaded).
         retry: how failed turns are retried; ``None`` never retries.
         prefix_warmup: send one request per cold shared prefix before the rest.
@@ -157,7 +158,7 @@ class Fleet:
         self,
         transport: Transport | Replica | Sequence[Transport | Replica],
         *,
-        max_concurrency: int = 64,
+        max_concurrency: int | None = None,
         max_tool_concurrency: int = 64,
         policy: Policy | str = "fcfs",
         limits: Limits | None = None,
@@ -171,8 +172,7 @@ class Fleet:
         store: Store | None = None,
         lease_ttl_s: float = 60.0,
     ) -> None:
-        if not isinstance(max_concurrency, int) or max_concurrency < 1:
-            raise ConfigError(f"max_concurrency must be an int ≥ 1, got {max_concurrency!r}")
+        max_concurrency, limits = fleet_concurrency(max_concurrency, limits or Limits())
         if not isinstance(max_tool_concurrency, int) or max_tool_concurrency < 1:
             raise ConfigError(
                 f"max_tool_concurrency must be an int ≥ 1, got {max_tool_concurrency!r}"
@@ -181,9 +181,6 @@ class Fleet:
         self.max_concurrency = max_concurrency
         self.max_tool_concurrency = max_tool_concurrency
         self.policy = policy_by_name(policy) if isinstance(policy, str) else policy
-        limits = limits or Limits()
-        if limits.max_in_flight is None:
-            limits = dataclasses.replace(limits, max_in_flight=max_concurrency)
         self.limits = limits
         self.router = router
         self.retry = retry
@@ -377,7 +374,11 @@ class Fleet:
             if home is not None:  # resumed: back to the replica its turns went to
                 scheduler.router.restore(s.session_id, home)
             return s.run(
-                runner=runner, bus=bus, tool_limit=tool_limit, clock=self._clock, turn_log=turn_log
+                _runner=runner,
+                _bus=bus,
+                _tool_limit=tool_limit,
+                clock=self._clock,
+                _turn_log=turn_log,
             )
 
         tasks: list[asyncio.Task[SessionResult]] | None = None

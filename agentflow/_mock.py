@@ -48,7 +48,7 @@ class MockTransport:
     """A :class:`~agentflow.typing.Transport` that answers in-process, from a handler.
 
     Like ``httpx.MockTransport``: ``handler(request)`` gets each
-    :class:`~agentflow.ChatRequest` and returns a :class:`~agentflow.testing.Reply`
+    :class:`~agentflow.transport.ChatRequest` and returns a :class:`~agentflow.testing.Reply`
     (``Reply.text``, ``Reply.tool_call``, ``Reply.stream``, ``Reply.error``, or one
     with raw ``frames``). The reply is decoded exactly as a server's bytes are: frame
     by frame through the SSE decoder and the trace builder, a non-2xx status through

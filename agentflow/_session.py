@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from agentflow._config import session_run_internals
 from agentflow._errors import ContextOverflow, MaxTurnsExceeded, ToolError
 from agentflow._events import (
     ErrorEvent,
@@ -153,52 +154,60 @@ class Session:
         *,
         callbacks: Iterable[Callback] = (),
         retry: RetryPolicy | None = RetryPolicy(),
-        bus: EventBus | None = None,
-        runner: TurnRunner | None = None,
-        tool_limit: asyncio.Semaphore | None = None,
         clock: Clock = time.perf_counter_ns,
-        turn_log: TurnLog | None = None,
+        _bus: EventBus | None = None,
+        _runner: TurnRunner | None = None,
+        _tool_limit: asyncio.Semaphore | None = None,
+        _turn_log: TurnLog | None = None,
+        **deprecated: Any,
     ) -> SessionResult:
         """Run turns until a final answer, ``max_turns``, an error or cancellation.
 
         Never raises for a failed session (the error is on the result); re-raises
-        cancellation after recording it.
+        cancellation after recording it. Run alone, the session streams through
+        ``transport`` with no fleet; inside a :class:`Fleet` the fleet runs it (passing
+        its event bus, turn runner, tool bound and run store's log as the private
+        ``_bus``, ``_runner``, ``_tool_limit`` and ``_turn_log``; their old public names
+        ``bus=``, ``runner=``, ``tool_limit=``, ``turn_log=`` still work, deprecated).
 
         Args:
-            transport: where model turns go (when run alone).
-            callbacks: called with every event of this session (when run alone).
-            retry: how failed turns are retried (when run alone); ``None`` never retries.
-            bus: a :class:`Fleet`'s event bus, instead of ``callbacks``.
-            runner: a :class:`Fleet`'s turn runner (scheduler, router, retries), instead
-                of ``transport`` and ``retry``.
-            tool_limit: a :class:`Fleet`'s bound on tools running at once.
+            transport: where model turns go.
+            callbacks: called with every event of this session.
+            retry: how failed turns are retried; ``None`` never retries.
             clock: nanosecond monotonic clock.
-            turn_log: told of every finished turn, tool result and the end (a run
-                store's recorder; a :class:`Fleet` with a ``store`` passes it).
         """
-        if turn_log is not None:
-            self._log = turn_log
-        if runner is None:
+        if deprecated:
+            wiring = session_run_internals(
+                deprecated,
+                {"bus": _bus, "runner": _runner, "tool_limit": _tool_limit, "turn_log": _turn_log},
+            )
+            _bus, _runner = wiring["bus"], wiring["runner"]
+            _tool_limit, _turn_log = wiring["tool_limit"], wiring["turn_log"]
+        if _turn_log is not None:
+            self._log = _turn_log
+        if _runner is None:
             if transport is None:
                 raise TypeError("Session.run needs a transport (or a fleet's runner)")
             scheduler = Scheduler([Replica(transport=transport)], clock=clock)
             try:
                 return await self.run(
                     callbacks=callbacks,
-                    bus=bus,
-                    runner=TurnRunner(scheduler, retry),
-                    tool_limit=tool_limit,
+                    _bus=_bus,
+                    _runner=TurnRunner(scheduler, retry),
+                    _tool_limit=_tool_limit,
                     clock=clock,
                 )
             finally:
                 await scheduler.aclose()
-        if bus is None:
+        if _bus is None:
             bus = EventBus(list(callbacks))
             try:
-                return await self.run(runner=runner, bus=bus, tool_limit=tool_limit, clock=clock)
+                return await self.run(
+                    _runner=_runner, _bus=bus, _tool_limit=_tool_limit, clock=clock
+                )
             finally:
                 await bus.aclose()
-        return await self._run(runner, bus, tool_limit, clock)
+        return await self._run(_runner, _bus, _tool_limit, clock)
 
     def _queues_lazily(self) -> bool:
         """Whether nothing has to run before the first turn's ticket is queued, so a

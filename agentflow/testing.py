@@ -2,7 +2,7 @@
 HTTP server on loopback with :class:`ScriptedServer`.
 
 :class:`MockTransport` (like ``httpx.MockTransport``) calls your handler with each
-:class:`~agentflow.ChatRequest` and decodes the :class:`Reply` it returns through the
+:class:`~agentflow.transport.ChatRequest` and decodes the :class:`Reply` it returns through the
 same SSE decoder and trace builder as the HTTP transports — real traces, metrics and
 events, no sockets. :func:`capture_events` collects a fleet's events for asserting::
 
@@ -41,6 +41,7 @@ from multidict import CIMultiDict
 
 from agentflow._mock import EventCapture, Handler, MockTransport, capture_events
 from agentflow._pgserver import PostgresServer
+from agentflow._public import publish as _publish
 
 __all__ = [
     "EventCapture",
@@ -345,3 +346,7 @@ class ScriptedServer:
 def _bound_port(site: web.TCPSite) -> int:
     server: Any = site._server  # aiohttp keeps the asyncio.Server private
     return int(server.sockets[0].getsockname()[1])
+
+
+# Exported classes report this namespace as their module (agentflow._public).
+_publish(__name__, __all__, globals())

@@ -1,6 +1,7 @@
 """The signatures users implement or pass in: documented type aliases and Protocols.
 
-Everything here is re-exported from :mod:`agentflow`; import from there.
+Import them from here (``from agentflow.typing import Transport``). This module imports nothing
+of the package at run time: the types it names are imported for type checking only.
 """
 
 from __future__ import annotations
@@ -10,8 +11,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias
 
 if TYPE_CHECKING:
     from agentflow._events import Event
+    from agentflow._request import ChatRequest
     from agentflow._trace import PromptInfo, TurnTrace
-    from agentflow.transport._request import ChatRequest
 
 __all__ = [
     "Callback",

@@ -48,10 +48,11 @@ from typing import Any
 
 import _common
 
-from agentflow import ChatRequest, HTTPTransport
+from agentflow import HTTPTransport
 from agentflow.context import Calibrator, MessageCounter, TiktokenCounter
 from agentflow.context._estimates import SessionEstimates
 from agentflow.llamacpp import LlamaCppServer
+from agentflow.transport import ChatRequest
 
 sys.path.insert(0, str(_common.ROOT))
 from tests.context.mixed_workload import KINDS, first_messages, next_messages

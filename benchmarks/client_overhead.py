@@ -103,18 +103,15 @@ import _sse_server
 import openai
 from openai.types.chat import ChatCompletionMessageParam
 
-from agentflow import (
-    Agent,
+from agentflow import Agent, Event, Fleet, HTTPTransport, TurnTrace
+from agentflow.transport import (
     AiohttpTransport,
     ChatRequest,
-    DeltaKind,
-    Event,
-    Fleet,
-    HTTPTransport,
     OpenAITransport,
-    TurnTrace,
+    SSEDecoder,
+    TraceBuilder,
 )
-from agentflow.transport import SSEDecoder, TraceBuilder
+from agentflow.typing import DeltaKind
 
 ROOT = _common.ROOT
 SERVER = Path(_sse_server.__file__).resolve()

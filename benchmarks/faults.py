@@ -58,7 +58,6 @@ import aiohttp
 from agentflow import (
     Agent,
     AllReplicasDown,
-    CircuitBreaker,
     Event,
     Fleet,
     Replica,
@@ -72,7 +71,7 @@ from agentflow import (
     TurnTrace,
 )
 from agentflow._process import ChildServer, free_port
-from agentflow.sched import ReplicaState, _replica
+from agentflow.sched import CircuitBreaker, ReplicaState, _replica
 from agentflow.sim.faults import FAULT_KINDS
 from agentflow.transport import Endpoint, HTTPTransport
 from agentflow.typing import Clock

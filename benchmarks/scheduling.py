@@ -69,16 +69,7 @@ from typing import Any
 
 import _common
 
-from agentflow import (
-    Agent,
-    ChatRequest,
-    Fleet,
-    Session,
-    SessionResult,
-    Tool,
-    ToolCall,
-    TurnTrace,
-)
+from agentflow import Agent, Fleet, Session, SessionResult, Tool, ToolCall, TurnTrace
 from agentflow._errors import ToolError
 from agentflow._process import ChildServer, free_port
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
@@ -100,7 +91,7 @@ from agentflow.sched import (
 )
 from agentflow.sim import Engine, Profile, TextGenConfig, Tokenizer
 from agentflow.sim.driver import EngineDriver
-from agentflow.transport import Endpoint, HTTPTransport
+from agentflow.transport import ChatRequest, Endpoint, HTTPTransport
 from agentflow.typing import DeltaSink, Transport
 
 NAME = "scheduling"

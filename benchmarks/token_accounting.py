@@ -72,10 +72,11 @@ from typing import Any
 
 import _common
 
-from agentflow import ContextTrimmedEvent, PromptInfo, ToolCall, TurnTrace, Usage
+from agentflow import PromptInfo, ToolCall, TurnTrace, Usage
 from agentflow.context import (
     Calibrator,
     ContextBudget,
+    ContextTrimmedEvent,
     MessageCounter,
     PrefixIndex,
     PrefixSession,

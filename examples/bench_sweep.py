@@ -14,9 +14,17 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from agentflow import SLO, BenchConfig, SessionTemplate, Sweep, Workload, run_bench
-from agentflow.bench import FanOut, SimTarget
+from agentflow.bench import (
+    BenchConfig,
+    FanOut,
+    SessionTemplate,
+    SimTarget,
+    Sweep,
+    Workload,
+    run_bench,
+)
 from agentflow.bench.cli import bench_table
+from agentflow.stats import SLO
 
 WORKLOAD = Workload(
     name="orchestrators",

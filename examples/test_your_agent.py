@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import asyncio
 
-from agentflow import Agent, ChatRequest, Fleet, HTTPTransport, ToolCallEvent
+from agentflow import Agent, Fleet, HTTPTransport, ToolCallEvent
 from agentflow.testing import MockTransport, Reply, ScriptedServer, capture_events
+from agentflow.transport import ChatRequest
 
 
 def get_price(sku: str) -> float:

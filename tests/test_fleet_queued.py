@@ -19,8 +19,6 @@ import pytest
 
 from agentflow import (
     Agent,
-    ChatRequest,
-    DeltaSink,
     ErrorEvent,
     Event,
     Fleet,
@@ -33,6 +31,8 @@ from agentflow import (
     TurnTrace,
 )
 from agentflow.sched import Ticket
+from agentflow.transport import ChatRequest
+from agentflow.typing import DeltaSink
 
 TURNS = 3  # per session: two tool rounds, then the answer
 

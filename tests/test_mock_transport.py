@@ -17,7 +17,6 @@ import pytest
 from agentflow import (
     Agent,
     AttemptDiscardedEvent,
-    ChatRequest,
     ConfigError,
     ConnectError,
     ContextLengthExceeded,
@@ -35,6 +34,7 @@ from agentflow import (
     UnexpectedContentType,
 )
 from agentflow.testing import MockTransport, Reply, ScriptedServer, capture_events
+from agentflow.transport import ChatRequest
 
 
 def get_price(sku: str) -> float:

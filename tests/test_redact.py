@@ -19,12 +19,10 @@ from agentflow import (
     AgentflowError,
     APIStatusError,
     BadRequestError,
-    ChatRequest,
     ConfigError,
     Endpoint,
     Fleet,
     HTTPTransport,
-    OpenAITransport,
     Replica,
     StreamProtocolError,
     TransportError,
@@ -36,6 +34,7 @@ from agentflow._redact import _forget_all, display_url, redact_data
 from agentflow.context import ServerCounter
 from agentflow.sched._replica import ReplicaState
 from agentflow.testing import Reply, ScriptedServer
+from agentflow.transport import ChatRequest, OpenAITransport
 
 KEY = "sk-proj-UNIT-9d8c7b6a5f4e"
 PASSWORD = "p@ss/w0rd-UNIT"  # percent-encoded in the URL below

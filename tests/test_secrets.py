@@ -31,7 +31,6 @@ from rich.console import Console
 
 from agentflow import (
     Agent,
-    AiohttpTransport,
     APIStatusError,
     Endpoint,
     Fleet,
@@ -40,12 +39,13 @@ from agentflow import (
     Replica,
     RetryPolicy,
     StreamProtocolError,
-    Transport,
 )
 from agentflow._redact import _forget_all, display_url
 from agentflow.report import LiveView, write_report
 from agentflow.stats import FleetStats, PrometheusExporter, TurnCSVWriter
 from agentflow.testing import Reply
+from agentflow.transport import AiohttpTransport
+from agentflow.typing import Transport
 
 KEY = "sk-live-KEY-7f3a9c2e5b1d"  # the api_key: Authorization: Bearer KEY
 HEADER_KEY = "azure-HDR-4e8b2a6c9d0f"  # the api-key header

@@ -25,6 +25,7 @@ run records to that format (:class:`TraceRecorder`, :func:`record_result`,
 :func:`record_store`).
 """
 
+from agentflow._public import publish as _publish
 from agentflow.bench._bench import (
     BENCH_SCHEMA_VERSION,
     BenchConfig,
@@ -122,3 +123,6 @@ __all__ = [
     "workload_names",
     "write_trace",
 ]
+
+# Exported classes report this namespace as their module (agentflow._public).
+_publish(__name__, __all__, globals())

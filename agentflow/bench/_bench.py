@@ -535,8 +535,8 @@ def _report(
     levels: list[dict[str, Any]],
     stopped: str,
 ) -> dict[str, Any]:
-    from agentflow import __version__
     from agentflow._redact import redact_data
+    from agentflow._version import __version__
 
     knee = None
     for entry in levels:

@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from agentflow._agent import Agent
+from agentflow._config import session_run_internals
 from agentflow._events import EventBus
 from agentflow._session import Session
 from agentflow._session_types import SessionResult, TurnLog
@@ -159,29 +160,37 @@ class BenchSession(Session):
         *,
         callbacks: Iterable[Callback] = (),
         retry: RetryPolicy | None = RetryPolicy(),
-        bus: EventBus | None = None,
-        runner: TurnRunner | None = None,
-        tool_limit: asyncio.Semaphore | None = None,
         clock: Clock = time.perf_counter_ns,
-        turn_log: TurnLog | None = None,
+        _bus: EventBus | None = None,
+        _runner: TurnRunner | None = None,
+        _tool_limit: asyncio.Semaphore | None = None,
+        _turn_log: TurnLog | None = None,
+        **deprecated: Any,
     ) -> SessionResult:
         """Wait for its arrival (and a live-session slot), then run as a Session does.
 
         A session whose start comes after the run's end does not run: it returns a
         ``cancelled`` result with no turns and emits no event.
         """
-        if runner is None or bus is None:  # run alone: Session.run builds them, then calls back
+        if deprecated:
+            wiring = session_run_internals(
+                deprecated,
+                {"bus": _bus, "runner": _runner, "tool_limit": _tool_limit, "turn_log": _turn_log},
+            )
+            _bus, _runner = wiring["bus"], wiring["runner"]
+            _tool_limit, _turn_log = wiring["tool_limit"], wiring["turn_log"]
+        if _runner is None or _bus is None:  # run alone: Session.run builds them, then calls back
             return await super().run(
                 transport,
                 callbacks=callbacks,
                 retry=retry,
-                bus=bus,
-                runner=runner,
-                tool_limit=tool_limit,
                 clock=clock,
-                turn_log=turn_log,
+                _bus=_bus,
+                _runner=_runner,
+                _tool_limit=_tool_limit,
+                _turn_log=_turn_log,
             )
-        self._fleet = (runner, bus, tool_limit, clock)
+        self._fleet = (_runner, _bus, _tool_limit, clock)
         run = self.bench
         loop = asyncio.get_running_loop()
         delay = self.start_at - loop.time()
@@ -206,7 +215,11 @@ class BenchSession(Session):
             self.messages[-1]["content"] = task
             try:
                 return await super().run(
-                    bus=bus, runner=runner, tool_limit=tool_limit, clock=clock, turn_log=turn_log
+                    _bus=_bus,
+                    _runner=_runner,
+                    _tool_limit=_tool_limit,
+                    clock=clock,
+                    _turn_log=_turn_log,
                 )
             finally:
                 if self.top_level:
@@ -267,7 +280,7 @@ class BenchSession(Session):
             for s in scripts
         ]
         results = await asyncio.gather(
-            *(s.run(runner=runner, bus=bus, tool_limit=tool_limit, clock=clock) for s in subs)
+            *(s.run(_runner=runner, _bus=bus, _tool_limit=tool_limit, clock=clock) for s in subs)
         )
         parts = []
         for r in results:

@@ -26,6 +26,7 @@ and budgets (issue #4). See ``docs/context.md``.
   :class:`BudgetEvent` (``docs/context.md``, "Budgets and overflow policies").
 """
 
+from agentflow._public import publish as _publish
 from agentflow.context._budget import ContextBudget, PrefixSource, PrefixTracker
 from agentflow.context._cachebuster import (
     CacheBusterCheck,
@@ -140,3 +141,6 @@ __all__ = [
     "split_units",
     "window_for",
 ]
+
+# Exported classes report this namespace as their module (agentflow._public).
+_publish(__name__, __all__, globals())

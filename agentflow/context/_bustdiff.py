@@ -25,6 +25,8 @@ from typing import Any, Literal, TypeAlias
 
 import msgspec
 
+from agentflow._context_events import CacheBusterKind
+
 __all__ = [
     "CacheBusterKind",
     "Finding",
@@ -35,14 +37,6 @@ __all__ = [
     "snapshot",
 ]
 
-#: What made two prefixes differ: a ``timestamp`` (a date, a time of day, an ISO-8601 or
-#: HTTP date-time, a Unix epoch), a ``uuid``, a ``nonce`` (16+ hex digits, or a random
-#: base64 token), a ``counter`` (any other number), ``reordered_keys`` (the same JSON
-#: object with its keys in another order) or ``reordered_tools`` (the same tool schemas
-#: in another order).
-CacheBusterKind: TypeAlias = Literal[
-    "timestamp", "uuid", "nonce", "counter", "reordered_keys", "reordered_tools"
-]
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 # How far outside the differing region volatile spans are looked for (a span that

@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any
 
-from agentflow.context._bustdiff import CacheBusterKind, Finding, Prefix, message_texts
+from agentflow._context_events import CacheBusterScope, CacheBusterWarning
+from agentflow.context._bustdiff import Finding, Prefix, message_texts
 
 if TYPE_CHECKING:
     from agentflow._trace import Usage
@@ -30,63 +31,6 @@ __all__ = [
     "estimated_loss",
     "measured_loss",
 ]
-
-#: What was compared: two ``sessions`` of one agent (their shared prefix), or two
-#: ``turns`` of one session (its pinned prefix).
-CacheBusterScope: TypeAlias = Literal["sessions", "turns"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class CacheBusterWarning:
-    """A prefix that should match an earlier one differs only by something volatile.
-
-    Attributes:
-        agent: the agent's name.
-        session_id: the session whose prompt was checked.
-        turn: the turn about to be sent, when the caller said.
-        kind: what differs (see :data:`CacheBusterKind`).
-        scope: ``sessions`` — this session's shared prefix against an earlier session of
-            the same agent; ``turns`` — its pinned prefix against its own previous turn.
-        reference_session_id: the session compared against (``session_id`` for ``turns``).
-        segment: the part of the prefix that differs: ``messages[i]`` (its content),
-            ``messages[i].fields`` (its other keys) or ``tools`` (the tools' JSON).
-        start: where the differing span begins in this prompt's segment text
-            (a character offset: into the message's content string, or into the tools'
-            JSON as msgspec encodes it).
-        end: where it ends (exclusive).
-        snippet: this prompt's text in the span.
-        reference_start: where the span begins in the reference's segment text.
-        reference_end: where it ends there.
-        reference_snippet: the reference's text in its span.
-        lost_tokens: the prompt tokens this bust cost: from its first differing
-            character to the end of what would otherwise have hit. One bust with several
-            causes gives each of its warnings the same figure (:attr:`CacheBusterCheck.
-            lost_tokens` counts it once).
-        lost_source: ``server`` — measured from the server's usage (what it held of the
-            session, or of the shared prefix, against the ``cached_tokens`` it served);
-            ``estimate`` — counted from the text (no usage was reported back).
-        occurrence: how many busts of this cause (kind and segment) there have been,
-            this one included: in this session for ``turns``, in this agent (or group)
-            for ``sessions``.
-    """
-
-    agent: str
-    session_id: str
-    turn: int | None
-    kind: CacheBusterKind
-    scope: CacheBusterScope
-    reference_session_id: str
-    segment: str
-    start: int
-    end: int
-    snippet: str
-    reference_start: int
-    reference_end: int
-    reference_snippet: str
-    lost_tokens: int
-    lost_source: Literal["server", "estimate"] = "estimate"
-    occurrence: int = 1
-    type: Literal["cache_buster"] = "cache_buster"
 
 
 def default_count(text: str) -> int:

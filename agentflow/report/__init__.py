@@ -15,6 +15,7 @@ See ``docs/report.md``.
 
 from typing import TYPE_CHECKING, Any
 
+from agentflow._public import publish as _publish
 from agentflow.report._build import FIGURE_KEYS, make_figures, write_report
 from agentflow.report._canvas import Figure
 from agentflow.report._dialects import DIALECTS, Dialect
@@ -56,5 +57,10 @@ def __getattr__(name: str) -> Any:
     if name == "LiveView":
         from agentflow.report._live import LiveView
 
+        _publish(__name__, ["LiveView"], {"LiveView": LiveView})
         return LiveView
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# Exported classes report this namespace as their module (agentflow._public).
+_publish(__name__, __all__, globals())

@@ -233,7 +233,7 @@ def _figure(f: Figure) -> str:
 
 def render_html(runs: Sequence[Run], figures: Sequence[Figure], *, title: str) -> str:
     """The whole report page."""
-    from agentflow import __version__
+    from agentflow._version import __version__
 
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
     parts = [

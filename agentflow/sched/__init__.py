@@ -10,6 +10,7 @@ The pieces, in the order a turn meets them::
       → TurnRunner (_runner.py)     stream on the replica; RetryPolicy (_retry.py) on failure
 """
 
+from agentflow._public import publish as _publish
 from agentflow.sched._breaker import CircuitBreaker, CircuitState
 from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._policy import (
@@ -52,3 +53,6 @@ __all__ = [
     "Waiter",
     "policy_by_name",
 ]
+
+# Exported classes report this namespace as their module (agentflow._public).
+_publish(__name__, __all__, globals())

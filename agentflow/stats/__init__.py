@@ -13,6 +13,7 @@ See ``docs/stats.md`` (what is computed, sketches and their error) and
 ``docs/report-schema.md`` (the report, field by field).
 """
 
+from agentflow._public import publish as _publish
 from agentflow.stats._agents import AgentStats
 from agentflow.stats._fleet_stats import DEFAULT_QUANTILES, DISTRIBUTIONS, FleetStats
 from agentflow.stats._prometheus import DEFAULT_BUCKETS, MetricsServer, PrometheusExporter
@@ -57,3 +58,6 @@ __all__ = [
     "turn_row",
     "write_turn_csv",
 ]
+
+# Exported classes report this namespace as their module (agentflow._public).
+_publish(__name__, __all__, globals())

@@ -61,7 +61,7 @@ def build_report(
             spaced quantiles plus p99.5, p99.9, p99.95 and p99.99 (0: no CDF).
         include_samples: add every turn's row (needs ``FleetStats(keep_samples=True)``).
     """
-    from agentflow import __version__
+    from agentflow._version import __version__
 
     duration = stats.duration_s
     labels = [s.label for s in stats.slos]

@@ -12,6 +12,7 @@ default backend; :class:`PostgresStore` (the ``pg`` extra) lets workers on sever
 machines share one run (``docs/store.md``).
 """
 
+from agentflow._public import publish as _publish
 from agentflow.store._durable import new_run_id
 from agentflow.store._export import export_report, load_result
 from agentflow.store._postgres import PostgresStore
@@ -58,3 +59,6 @@ __all__ = [
     "load_result",
     "new_run_id",
 ]
+
+# Exported classes report this namespace as their module (agentflow._public).
+_publish(__name__, __all__, globals())

@@ -9,6 +9,7 @@ Knows nothing of agents, sessions or fleets.
 - :class:`OpenAITransport` — through a user's ``openai.AsyncOpenAI`` client.
 """
 
+from agentflow._public import publish as _publish
 from agentflow.transport._aiohttp import AiohttpTransport
 from agentflow.transport._decode import TraceBuilder, apportion
 from agentflow.transport._http import HTTPTransport
@@ -29,3 +30,6 @@ __all__ = [
     "apportion",
     "parse_retry_after",
 ]
+
+# Exported classes report this namespace as their module (agentflow._public).
+_publish(__name__, __all__, globals())

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 import email.utils
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -22,6 +22,7 @@ from agentflow._redact import (
     register_secret,
     register_url,
 )
+from agentflow._request import ChatRequest
 
 __all__ = ["ChatRequest", "Endpoint", "Timeouts", "parse_retry_after"]
 
@@ -141,42 +142,6 @@ class Timeouts:
                 raise ConfigError(f"Timeouts.{name} must be > 0 or None, got {value!r}")
             if value == float("inf"):
                 raise ConfigError(f"Timeouts.{name} must be finite (None means no limit)")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ChatRequest:
-    """One chat-completions request, as the transport sends it.
-
-    Args:
-        model: the model name the server serves.
-        messages: OpenAI-format messages.
-        tools: OpenAI-format tool definitions, or empty.
-        params: sampling and other body fields (``temperature``, ``max_tokens``, …).
-        headers: extra headers for this request only.
-        extra_body: extra body fields for this request only (merged last).
-    """
-
-    model: str
-    messages: Sequence[Mapping[str, Any]]
-    tools: Sequence[Mapping[str, Any]] = ()
-    params: Mapping[str, Any] = field(default_factory=dict)
-    headers: Mapping[str, str] = field(default_factory=dict)
-    extra_body: Mapping[str, Any] = field(default_factory=dict)
-
-    def body(self, endpoint_extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """The JSON body: always streaming, always asking for usage in the last chunk."""
-        body: dict[str, Any] = {"model": self.model, "messages": list(self.messages)}
-        if self.tools:
-            body["tools"] = list(self.tools)
-        body.update(self.params)
-        if endpoint_extra:
-            body.update(endpoint_extra)
-        body.update(self.extra_body)
-        body["stream"] = True
-        options = dict(body.get("stream_options") or {})
-        options["include_usage"] = True
-        body["stream_options"] = options
-        return body
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from agentflow import SLO
 from agentflow.bench._bench import BenchConfig, SimTarget, Sweep, confidence_interval, run_bench
 from agentflow.bench._load import Load
 from agentflow.bench._spec import SessionTemplate, Workload
 from agentflow.bench.cli import parse_slo
 from agentflow.cli import main
+from agentflow.stats import SLO
 
 SMALL = {
     "name": "small",

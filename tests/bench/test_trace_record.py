@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from agentflow import Agent, Fleet, SQLiteStore
+from agentflow import Agent, Fleet
 from agentflow.bench import (
     BenchConfig,
     FanOut,
@@ -27,6 +27,7 @@ from agentflow.cli import main
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
+from agentflow.store import SQLiteStore
 
 FAN = Workload(
     name="fan",

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agentflow import Agent, Fleet, FleetResult, SQLiteStore
+from agentflow import Agent, Fleet, FleetResult
 from agentflow.bench import (
     BenchConfig,
     LogNormal,
@@ -41,6 +41,7 @@ from agentflow.bench._load import Load, plan_sessions
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
+from agentflow.store import SQLiteStore
 
 EXACT = 1e-6  # virtual time: equal up to the nanosecond rounding of the fleet's clock
 

@@ -9,19 +9,12 @@ from typing import Any
 
 import aiohttp
 
-from agentflow import (
-    Agent,
-    ChatRequest,
-    HTTPTransport,
-    SessionResult,
-    Tool,
-    TurnTrace,
-    Usage,
-)
+from agentflow import Agent, HTTPTransport, SessionResult, Tool, TurnTrace, Usage
 from agentflow.context._overflow import OverflowView
 from agentflow.sim import get_profile
 from agentflow.sim.server import SimServer
 from agentflow.sim.textgen import DEFAULT_WORDS, TextGenConfig
+from agentflow.transport import ChatRequest
 
 
 class WordEstimator:

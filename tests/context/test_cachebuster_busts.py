@@ -14,12 +14,13 @@ from typing import Any
 
 import pytest
 
-from agentflow import Agent, ChatRequest, Fleet, SessionResult
+from agentflow import Agent, Fleet, SessionResult
 from agentflow._trace import PromptInfo, TurnTrace, Usage
 from agentflow.context import CacheBusterCheck, CacheBusterWarning, ContextBudget
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
+from agentflow.transport import ChatRequest
 from agentflow.typing import Complete, ContextPolicy, SessionContext
 
 PROFILE = "deepseek-v4.1-flash-gb300"

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
-from agentflow import ChatRequest, ConfigError, HTTPTransport
+from agentflow import ConfigError, HTTPTransport
 from agentflow.context import Calibrator, MessageCounter, PromptCounter, TiktokenCounter
 from agentflow.llamacpp import LlamaCppServer
+from agentflow.transport import ChatRequest
 
 
 def test_nothing_learnt_means_no_correction() -> None:

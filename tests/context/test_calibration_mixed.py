@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentflow import ChatRequest, ConfigError, HTTPTransport, TurnTrace
+from agentflow import ConfigError, HTTPTransport, TurnTrace
 from agentflow.context import (
     Calibrator,
     ContextBudget,
@@ -23,6 +23,7 @@ from agentflow.context import (
     message_kind,
 )
 from agentflow.llamacpp import LlamaCppServer
+from agentflow.transport import ChatRequest
 
 from .mixed_workload import KINDS, first_messages, next_messages
 

@@ -6,10 +6,11 @@ from typing import Any
 
 import pytest
 
-from agentflow import BudgetExceeded, ConfigError, ContextPolicy, Fleet, FleetResult
+from agentflow import BudgetExceeded, ConfigError, Fleet, FleetResult
 from agentflow.context._budget import ContextBudget
 from agentflow.context._events import BudgetEvent
 from agentflow.context._fleet_budget import FleetBudget, Prices, spend_of
+from agentflow.typing import ContextPolicy
 
 from .budget_util import ReadFile, sim_agent, simulator, trace
 

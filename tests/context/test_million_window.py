@@ -21,10 +21,8 @@ import pytest
 from agentflow import (
     Agent,
     APIStatusError,
-    ChatRequest,
     ContextLengthExceeded,
     ContextOverflow,
-    DeltaSink,
     Fleet,
     MaxTurnsExceeded,
     SessionResult,
@@ -45,6 +43,8 @@ from agentflow.planner import get_deployment
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
 from agentflow.sim.textgen import DEFAULT_WORDS
+from agentflow.transport import ChatRequest
+from agentflow.typing import DeltaSink
 
 DEPLOYMENT = "deepseek-v4.1-flash-gb300"
 #: Words per file read; the simulator and cl100k both spend about one token on each.

@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 
-from agentflow import ContextOverflow, ContextTrimmedEvent, ToolCall, TurnTrace, Usage
+from agentflow import ContextOverflow, ToolCall, TurnTrace, Usage
 from agentflow.context import (
     ContextBudget,
+    ContextTrimmedEvent,
     MessageCounter,
     PrefixIndex,
     TiktokenCounter,

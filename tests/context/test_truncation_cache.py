@@ -8,11 +8,12 @@ import dataclasses
 import json
 from typing import Any
 
-from agentflow import Agent, ChatRequest, Fleet, SessionResult, Tool, TurnTrace
+from agentflow import Agent, Fleet, SessionResult, Tool, TurnTrace
 from agentflow.context import ContextBudget, PrefixIndex, TruncateToolOutputs
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
+from agentflow.transport import ChatRequest
 from agentflow.typing import DeltaSink
 
 from .budget_util import INSTRUCTIONS, SIM_PROFILE, prose

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from agentflow import ContextTrimmedEvent
 from agentflow.context import (
     ContextBudget,
+    ContextTrimmedEvent,
     MessageCounter,
     PrefixIndex,
     TiktokenCounter,

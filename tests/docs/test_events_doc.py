@@ -18,7 +18,8 @@ from pathlib import Path
 
 import msgspec
 
-from agentflow import Event, FailedAttempt, FleetResult, SessionResult
+from agentflow import Event, FleetResult, SessionResult
+from agentflow.sched import FailedAttempt
 
 DOC = (Path(__file__).parents[2] / "docs" / "events.md").read_text()
 EVENT_MODULES = (

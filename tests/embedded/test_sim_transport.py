@@ -6,10 +6,11 @@ import asyncio
 
 import pytest
 
-from agentflow import Agent, BadRequestError, ChatRequest, Fleet, turn_metrics
+from agentflow import Agent, BadRequestError, Fleet, turn_metrics
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
+from agentflow.transport import ChatRequest
 
 
 def lookup(key: str) -> str:

@@ -5,18 +5,11 @@ from __future__ import annotations
 import openai
 import pytest
 
-from agentflow import (
-    Agent,
-    ChatRequest,
-    DeltaSink,
-    Fleet,
-    HTTPTransport,
-    OpenAITransport,
-    TurnTrace,
-    turn_metrics,
-)
+from agentflow import Agent, Fleet, HTTPTransport, TurnTrace, turn_metrics
 from agentflow.llamacpp import LlamaCppServer
 from agentflow.testing import Reply, ScriptedServer
+from agentflow.transport import ChatRequest, OpenAITransport
+from agentflow.typing import DeltaSink
 
 pytestmark = pytest.mark.llamacpp
 

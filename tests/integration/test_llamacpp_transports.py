@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from agentflow import Agent, AiohttpTransport, ChatRequest, Fleet, HTTPTransport, turn_metrics
+from agentflow import Agent, Fleet, HTTPTransport, turn_metrics
 from agentflow.llamacpp import LlamaCppServer
+from agentflow.transport import AiohttpTransport, ChatRequest
 
 pytestmark = pytest.mark.llamacpp
 

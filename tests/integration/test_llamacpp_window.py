@@ -10,16 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from agentflow import (
-    Agent,
-    ChatRequest,
-    ContextLengthExceeded,
-    ContextOverflow,
-    Fleet,
-    HTTPTransport,
-)
+from agentflow import Agent, ContextLengthExceeded, ContextOverflow, Fleet, HTTPTransport
 from agentflow.context import ContextBudget, server_window
 from agentflow.llamacpp import LlamaCppServer
+from agentflow.transport import ChatRequest
 
 pytestmark = pytest.mark.llamacpp
 

@@ -17,12 +17,13 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from agentflow import ChatRequest, DeltaSink, TurnTrace
+from agentflow import TurnTrace
 from agentflow.sched import CircuitBreaker, CircuitState, Grant, Scheduler, Ticket
 from agentflow.sim import Profile, SimServer, TextGenConfig
 from agentflow.sim.faults import FAULT_HEADER
 from agentflow.sim.records import RequestRecord
-from agentflow.typing import Transport
+from agentflow.transport import ChatRequest
+from agentflow.typing import DeltaSink, Transport
 from tests.sim.simhttp import QUICK
 
 __all__ = [

@@ -19,9 +19,7 @@ from collections.abc import Iterator
 
 from agentflow import (
     Agent,
-    AiohttpTransport,
     AllReplicasDown,
-    ChatRequest,
     ConnectError,
     Event,
     Fleet,
@@ -38,6 +36,7 @@ from agentflow import (
 )
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.sim.faults import FaultConfig
+from agentflow.transport import AiohttpTransport, ChatRequest
 from tests.sched.conftest import RecordingSim
 from tests.wait import read_line
 

@@ -17,7 +17,6 @@ import pytest
 from agentflow import (
     Agent,
     AllReplicasDown,
-    CircuitBreaker,
     ConfigError,
     ConnectError,
     Fleet,
@@ -30,7 +29,7 @@ from agentflow import (
     TransportError,
 )
 from agentflow.embedded import loop_clock, run_virtual
-from agentflow.sched import Scheduler
+from agentflow.sched import CircuitBreaker, Scheduler
 from agentflow.sim.faults import FAULT_KINDS, FaultConfig
 from tests.sched.conftest import (
     Acquirer,

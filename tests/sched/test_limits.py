@@ -240,7 +240,7 @@ async def test_a_streaming_response_keeps_its_slot_over_http() -> None:
     max_concurrency=4 the server never answers more than 4 at once."""
     slow = Reply(frames=Reply.text(" ".join(["w"] * 18)).frames, frame_delay_s=0.005)
     async with ScriptedServer([slow] * 40) as srv, HTTPTransport(srv.base_url) as http:
-        fleet = Fleet(http, max_concurrency=4, limits=Limits(rpm=1e6, max_in_flight=4))
+        fleet = Fleet(http, max_concurrency=4, limits=Limits(rpm=1e6))
         result = await fleet.run(PLAIN.session(f"q{i}") for i in range(40))
     assert not result.failed and len(srv.requests) == 40
     assert srv.peak_in_flight == 4

@@ -19,7 +19,6 @@ import pytest
 from agentflow import (
     Agent,
     BadRequestError,
-    CircuitBreaker,
     ContextOverflow,
     Event,
     Fleet,
@@ -41,6 +40,7 @@ from agentflow import (
     TurnTrace,
 )
 from agentflow.embedded import loop_clock, run_virtual
+from agentflow.sched import CircuitBreaker
 from agentflow.sim.faults import FAULT_HEADER
 from agentflow.testing import Reply, ScriptedServer
 from agentflow.typing import Complete, Transport

@@ -11,18 +11,8 @@ import asyncio
 
 import pytest
 
-from agentflow import (
-    Agent,
-    Event,
-    Fleet,
-    HTTPTransport,
-    Limits,
-    Replica,
-    RetryPolicy,
-    Router,
-    TurnEndEvent,
-)
-from agentflow.sched import ReplicaState
+from agentflow import Agent, Event, Fleet, HTTPTransport, Limits, Replica, RetryPolicy, TurnEndEvent
+from agentflow.sched import ReplicaState, Router
 from agentflow.typing import Transport
 from tests.sched.conftest import (
     FakeClock,

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import asyncio
 
-from agentflow import Agent, ChatRequest, DeltaKind, DeltaSink, Fleet, HTTPTransport, TurnTrace
+from agentflow import Agent, Fleet, HTTPTransport, TurnTrace
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sched import Limits, Replica, ReplicaState, Router, Scheduler, Ticket
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
 from agentflow.sim.records import RequestRecord
 from agentflow.testing import Reply, ScriptedServer
-from agentflow.typing import Transport
+from agentflow.transport import ChatRequest
+from agentflow.typing import DeltaKind, DeltaSink, Transport
 from tests.sched.conftest import (
     QUICK,
     Acquirer,

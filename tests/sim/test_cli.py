@@ -11,8 +11,9 @@ import sys
 import aiohttp
 import pytest
 
-from agentflow import ChatRequest, ConfigError, HTTPTransport, ServerError
+from agentflow import ConfigError, HTTPTransport, ServerError
 from agentflow.sim.cli import add_sim_parser, server_from_args
+from agentflow.transport import ChatRequest
 
 from .simhttp import user
 

@@ -12,7 +12,6 @@ import pytest
 
 from agentflow import (
     BadRequestError,
-    ChatRequest,
     HTTPTransport,
     RateLimitError,
     ServerError,
@@ -30,6 +29,7 @@ from agentflow.sim.faults import (
     parse_fault_header,
 )
 from agentflow.sim.server import SimServer
+from agentflow.transport import ChatRequest
 
 from ..wait import eventually
 from .simhttp import QUICK, user

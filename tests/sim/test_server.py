@@ -12,9 +12,10 @@ import aiohttp
 import openai
 import pytest
 
-from agentflow import ChatRequest, HTTPTransport
+from agentflow import HTTPTransport
 from agentflow.sim import TextGenConfig
 from agentflow.sim.server import SimServer
+from agentflow.transport import ChatRequest
 
 from ..wait import GUARD_S, eventually
 from .simhttp import QUICK, STEPPY, TOOLS, chat_body, metric, parse_prometheus, sse_events, user

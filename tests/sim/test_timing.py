@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterator
 import aiohttp
 import pytest
 
-from agentflow import ChatRequest, HTTPTransport, TurnTrace, turn_metrics
+from agentflow import HTTPTransport, TurnTrace, turn_metrics
+from agentflow.transport import ChatRequest
 from tests.wait import read_line
 
 from .simhttp import STEPPY, user

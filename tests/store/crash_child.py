@@ -21,10 +21,11 @@ import sys
 
 import structlog
 
-from agentflow import Agent, Event, Fleet, PostgresStore, RunNotFound, SQLiteStore, Tool
+from agentflow import Agent, Event, Fleet, RunNotFound, Tool
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
+from agentflow.store import PostgresStore, SQLiteStore
 
 RUN_ID = "crash"
 

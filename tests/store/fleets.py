@@ -8,10 +8,11 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from agentflow import Agent, Event, Fleet, FleetResult, SQLiteStore
+from agentflow import Agent, Event, Fleet, FleetResult
 from agentflow.embedded import SimTransport, loop_clock
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
+from agentflow.store import SQLiteStore
 
 
 def lookup(key: str, count: int = 1) -> str:

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentflow import Fleet, SQLiteStore
+from agentflow import Fleet
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
-from agentflow.store import RunEnded, RunStarted
+from agentflow.store import RunEnded, RunStarted, SQLiteStore
 
 from ..wait import GUARD_S, eventually
 from .fleets import agents, driver

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentflow import PostgresStore, SQLiteStore
+from agentflow.store import PostgresStore, SQLiteStore
 
 from ..wait import GUARD_S
 

@@ -7,10 +7,11 @@ import json
 import sqlite3
 from pathlib import Path
 
-from agentflow import Fleet, SQLiteStore
+from agentflow import Fleet
 from agentflow.cli import main
 from agentflow.sim import TextGenConfig
 from agentflow.sim.server import SimServer
+from agentflow.store import SQLiteStore
 from agentflow.transport import Endpoint, HTTPTransport
 
 from .fleets import agents

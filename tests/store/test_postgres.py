@@ -17,18 +17,9 @@ import msgspec
 import psycopg
 import pytest
 
-from agentflow import (
-    ConfigError,
-    Event,
-    Fleet,
-    FleetResult,
-    PostgresStore,
-    RunNotFound,
-    SQLiteStore,
-    StoreError,
-)
+from agentflow import ConfigError, Event, Fleet, FleetResult, RunNotFound, StoreError
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
-from agentflow.store import LeaseOwner, Store, StoredRun, TurnFinished
+from agentflow.store import LeaseOwner, PostgresStore, SQLiteStore, Store, StoredRun, TurnFinished
 from agentflow.testing import PostgresServer
 
 from .fleets import agents, driver

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from agentflow import Agent, ConfigError, Event, Fleet, FleetResult, SQLiteStore, tool
+from agentflow import Agent, ConfigError, Event, Fleet, FleetResult, tool
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow.store import SQLiteStore
 
 from .fleets import agents, contents, driver
 

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from agentflow import Agent, BudgetEvent, Event, FleetResult, SQLiteStore
-from agentflow.context import FleetBudget, Prices
+from agentflow import Agent, Event, FleetResult
+from agentflow.context import BudgetEvent, FleetBudget, Prices
 from agentflow.embedded import run_virtual
+from agentflow.store import SQLiteStore
 from agentflow.store._budgets import recharge
 from agentflow.store._records import StoredRun
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from agentflow import Event, Fleet, FleetResult, SQLiteStore
+from agentflow import Event, Fleet, FleetResult
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sched import Router
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
+from agentflow.store import SQLiteStore
 
 from .fleets import agents
 

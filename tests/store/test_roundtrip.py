@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agentflow import ConfigError, Fleet, RunNotFound, SQLiteStore, StoreError
+from agentflow import ConfigError, Fleet, RunNotFound, StoreError
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
-from agentflow.store import load_result
+from agentflow.store import SQLiteStore, load_result
 from agentflow.store._schema import SCHEMA_VERSION
 
 from .fleets import agents, contents, driver

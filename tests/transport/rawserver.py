@@ -17,8 +17,9 @@ from typing import Any
 import openai
 from openai._base_client import get_platform
 
-from agentflow import AiohttpTransport, HTTPTransport, OpenAITransport
+from agentflow import HTTPTransport
 from agentflow.embedded import loop_clock
+from agentflow.transport import AiohttpTransport, OpenAITransport
 
 __all__ = ["KINDS", "RawServer", "chunk", "head", "make_transport", "raw_server"]
 

@@ -17,7 +17,6 @@ import pytest
 from agentflow import (
     Agent,
     BadRequestError,
-    ChatRequest,
     ContextLengthExceeded,
     ContextOverflow,
     Fleet,
@@ -25,6 +24,7 @@ from agentflow import (
 )
 from agentflow.sim import get_profile
 from agentflow.sim.server import SimServer
+from agentflow.transport import ChatRequest
 from agentflow.transport._overflow import context_length_error, parse_context_length
 from tests.transport.rawserver import KINDS, chunk, head, make_transport, raw_server
 

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from agentflow import DeltaKind, ServerError, StreamProtocolError
+from agentflow import ServerError, StreamProtocolError
 from agentflow.transport import TraceBuilder, apportion
+from agentflow.typing import DeltaKind
 
 
 def payload(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> bytes:

@@ -14,9 +14,7 @@ from typing import Any, TypeAlias
 import pytest
 
 from agentflow import (
-    AiohttpTransport,
     BadRequestError,
-    ChatRequest,
     ConnectError,
     Endpoint,
     HTTPTransport,
@@ -29,6 +27,7 @@ from agentflow import (
 )
 from agentflow.llamacpp import free_port
 from agentflow.testing import Reply, ScriptedServer, sse_frames
+from agentflow.transport import AiohttpTransport, ChatRequest
 
 from ..wait import eventually
 

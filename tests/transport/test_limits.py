@@ -19,12 +19,9 @@ from hypothesis import strategies as st
 
 from agentflow import (
     Agent,
-    AiohttpTransport,
-    ChatRequest,
     ConfigError,
     Fleet,
     HTTPTransport,
-    OpenAITransport,
     Replica,
     RetryPolicy,
     StreamProtocolError,
@@ -32,7 +29,14 @@ from agentflow import (
     UnexpectedContentType,
 )
 from agentflow.testing import Reply, ScriptedServer, sse_frames
-from agentflow.transport import DEFAULT_MAX_EVENT_BYTES, SSEDecoder, TraceBuilder
+from agentflow.transport import (
+    DEFAULT_MAX_EVENT_BYTES,
+    AiohttpTransport,
+    ChatRequest,
+    OpenAITransport,
+    SSEDecoder,
+    TraceBuilder,
+)
 from tests.transport.rawserver import KINDS, chunk, head, make_transport, raw_server
 
 REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])

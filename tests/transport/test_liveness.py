@@ -13,19 +13,11 @@ import asyncio
 
 import pytest
 
-from agentflow import (
-    Agent,
-    ChatRequest,
-    ConnectError,
-    Fleet,
-    Replica,
-    StreamTimeout,
-    Timeouts,
-    TurnTrace,
-)
+from agentflow import Agent, ConnectError, Fleet, Replica, StreamTimeout, Timeouts, TurnTrace
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.llamacpp import free_port
 from agentflow.testing import sse_frames
+from agentflow.transport import ChatRequest
 from tests.transport.rawserver import KINDS, chunk, head, make_transport, raw_server
 
 REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])

@@ -7,16 +7,15 @@ import openai
 import pytest
 
 from agentflow import (
-    ChatRequest,
     ConnectError,
     HTTPTransport,
-    OpenAITransport,
     RateLimitError,
     StreamInterrupted,
     StreamProtocolError,
 )
 from agentflow.llamacpp import free_port
 from agentflow.testing import Reply, ScriptedServer, sse_frames
+from agentflow.transport import ChatRequest, OpenAITransport
 
 REQ = ChatRequest(
     model="m",

@@ -25,10 +25,7 @@ from typing import Literal
 import pytest
 
 from agentflow import (
-    AiohttpTransport,
-    ChatRequest,
     ConfigError,
-    DeltaKind,
     Endpoint,
     HTTPTransport,
     RateLimitError,
@@ -38,7 +35,8 @@ from agentflow import (
 )
 from agentflow.llamacpp import free_port
 from agentflow.testing import Reply, ScriptedServer
-from agentflow.transport import _kstamp
+from agentflow.transport import AiohttpTransport, ChatRequest, _kstamp
+from agentflow.typing import DeltaKind
 
 from ..wait import GUARD_S, eventually
 

@@ -16,7 +16,10 @@ from agentflow.report import FIGURE_KEYS, write_report
 from agentflow.stats import report_schema
 from tests.demo.test_demo import run_demo
 
-SLOS = ("ttft=100ms,tpot=5ms", "e2e=30s")
+# The tight SLO's 1 µs per token no server meets (the simulator paces every token in real
+# time); the loose one's 10 minutes every turn meets: neither depends on how busy the
+# machine is.
+SLOS = ("ttft=100ms,tpot=1us", "e2e=600s")
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +46,7 @@ def test_goodput_in_the_summary_and_the_report(faulty: tuple[dict[str, Any], str
     report, stdout = faulty
     jsonschema.validate(report, report_schema())
     names = [g["name"] for g in report["goodput"]]
-    assert names == ["ttft<=100ms,tpot<=5ms", "e2e<=30s"] == report["run"]["slos"]
+    assert names == ["ttft<=100ms,tpot<=0.001ms", "e2e<=600s"] == report["run"]["slos"]
     assert [s["name"] for s in report["settings"]["slos"]] == names
     f = report["fleet"]
     for g in report["goodput"]:
@@ -52,7 +55,7 @@ def test_goodput_in_the_summary_and_the_report(faulty: tuple[dict[str, Any], str
         # the summary's line says the same
         assert f"goodput {g['name']}: {g['turn_fraction']:.1%} of turns met it" in stdout
         assert f"({g['turns_met']:,}/{g['turns']:,}" in stdout
-    # Time-scaled 4× slower, TPOT ≈ 6 ms: the tight SLO is missed on TPOT, the loose one met.
+    # The tight SLO is missed on TPOT (no turn streams a token a microsecond), the loose one met.
     tight, loose = report["goodput"]
     assert tight["failed_bounds"]["tpot_s"] > 0 and tight["turn_fraction"] < 1
     assert loose["turn_fraction"] == 1.0
@@ -84,7 +87,7 @@ def test_the_new_figures_and_tables_from_the_demo_run(
     # The runs table: req/s and total tok/s; the goodput table, one row per SLO.
     assert "<th>req/s</th>" in page and "<th>total tok/s</th>" in page
     assert f"{report['fleet']['turns_per_s']:,.3g}" in page
-    assert 'id="goodput-table"' in page and page.count("tpot&lt;=5ms") >= 1
+    assert 'id="goodput-table"' in page and page.count("tpot&lt;=0.001ms") >= 1
     retries = figures["errors_retries"].caption
     assert f"{report['fleet']['retries']:,} retries, 0 errors" in retries
     timeline = figures["session_timeline"].caption

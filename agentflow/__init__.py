@@ -30,6 +30,7 @@ from agentflow._errors import (
     ToolTimeout,
     TransportError,
     UnexpectedContentType,
+    WorkerError,
 )
 from agentflow._events import (
     AttemptDiscardedEvent,
@@ -255,6 +256,7 @@ __all__ = [
     "TurnTrace",
     "UnexpectedContentType",
     "Usage",
+    "WorkerError",
     "Workload",
     "__version__",
     "plan_kv_cache",

@@ -212,6 +212,7 @@ class Fleet:
             raise ConfigError(f"stop_timeout_s must be > 0 seconds, got {stop_timeout_s!r}")
         self.workers = workers if workers is not None and workers > 1 else None
         self.stop_timeout_s = stop_timeout_s
+        self._lease_messages = 0  # with workers: the last run's lease messages
         self._scheduler: Scheduler | None = None
 
     @property

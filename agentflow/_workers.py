@@ -383,7 +383,9 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
             retries=sum(s.get("retries", 0) for s in stats),
             replicas=replicas,
         )
-        result.lease_messages = broker.messages  # type: ignore[attr-defined]
+        # The limits' cost: messages between broker and workers (benchmarks read it).
+        fleet._lease_messages = broker.messages
+        _log.info("workers.end", workers=n, lease_messages=broker.messages)
         bus.emit(FleetEndEvent(result=result))
         return result
     finally:

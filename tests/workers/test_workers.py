@@ -1,0 +1,182 @@
+"""``Fleet(workers=2)`` against the HTTP simulator on loopback: the same transcripts as one
+process, the fleet's concurrency limit counted at the server, a killed worker's sessions
+failed (and the run ended), and no worker process left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import signal
+from collections.abc import Sequence
+
+import pytest
+
+from agentflow import Agent, ConfigError, Event, Fleet, HTTPTransport, WorkerError
+from agentflow.sim.records import RequestRecord
+from tests.sched.conftest import RecordingSim, peak_overlap
+from tests.workers.tools import workload
+
+
+def intervals(records: Sequence[RequestRecord]) -> list[tuple[float, float]]:
+    out = []
+    for r in records:
+        assert r.finished_s is not None
+        out.append((r.arrival_s, r.finished_s))
+    return out
+
+
+def workers_now() -> set[int]:
+    """Pids of this process's live worker children."""
+    return {p.pid for p in multiprocessing.active_children() if p.pid is not None}
+
+
+def gone(pid: int) -> bool:
+    """Whether no process has ``pid`` (a zombie counts as present)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+class Seen:
+    """A parent-side callback: what arrived, and the worker pids seen while it did.
+    It reads every event but tokens."""
+
+    event_types = frozenset(
+        {"tool_call", "tool_result", "turn_end", "session_end", "fleet_start", "fleet_end"}
+    )
+
+    def __init__(self) -> None:
+        self.types: dict[str, int] = {}
+        self.pids: set[int] = set()
+
+    def __call__(self, event: Event) -> None:
+        self.types[event.type] = self.types.get(event.type, 0) + 1
+        self.pids |= workers_now()
+
+
+async def test_same_transcripts_as_one_process() -> None:
+    """Same seed, same session ids: every session's messages and ending are the same
+    whether one process or two workers ran them; the parent's callback saw every turn."""
+    async with RecordingSim(seed=3) as sim, HTTPTransport(sim.base_url) as http:
+        one = await Fleet(http, max_concurrency=4).run(workload(12))
+    seen = Seen()
+    async with RecordingSim(seed=3) as sim, HTTPTransport(sim.base_url) as http:
+        two = await Fleet(http, max_concurrency=4, workers=2, callbacks=[seen]).run(workload(12))
+    assert not one.failed
+    assert not two.failed, [s.error for s in two.failed]
+    assert [s.session_id for s in two.sessions] == [f"s{i}" for i in range(12)]
+    for a, b in zip(one.sessions, two.sessions, strict=True):
+        assert (a.status, a.final_output, a.messages) == (b.status, b.final_output, b.messages)
+    turns = sum(len(s.turns) for s in two.sessions)
+    assert seen.types["turn_end"] == turns == 18
+    assert seen.types["session_end"] == 12
+    assert seen.types["fleet_start"] == seen.types["fleet_end"] == 1
+    assert "token" not in seen.types  # nobody asked: workers did not send them
+    assert len(seen.pids) == 2
+    assert all(gone(p) for p in seen.pids)
+
+
+async def test_tokens_forwarded_when_a_callback_reads_them() -> None:
+    """A token callback in the parent gets every output delta the workers streamed."""
+    chars: dict[str, int] = {}
+
+    def count(event: Event) -> None:
+        if event.type == "token" and event.kind == "content":
+            chars[event.session_id] = chars.get(event.session_id, 0) + len(event.text)
+
+    async with RecordingSim(seed=1) as sim, HTTPTransport(sim.base_url) as http:
+        result = await Fleet(http, workers=2, callbacks=[count]).run(workload(4))
+    for s in result.sessions:
+        assert s.final_output is not None
+        text = "".join(m.get("content") or "" for m in s.messages if m["role"] == "assistant")
+        assert chars[s.session_id] == len(text) > 0
+
+
+async def test_max_concurrency_holds_at_the_server_across_workers() -> None:
+    """60 sessions on two workers with max_concurrency=3: the server never had more
+    than 3 requests at once (each worker alone would have been allowed all 3)."""
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        result = await Fleet(http, max_concurrency=3, workers=2).run(workload(60))
+    assert not result.failed
+    assert len(sim.records) == sum(len(s.turns) for s in result.sessions) == 90
+    assert peak_overlap(intervals(sim.records)) <= 3
+    assert 0 < result.peak_in_flight <= 3
+    assert result.replicas[0].served == 90
+
+
+async def test_a_killed_worker_fails_its_sessions_and_the_run_ends() -> None:
+    """SIGKILL one worker on the first finished turn: its unfinished sessions end with a
+    WorkerError naming it, the other worker's all complete, nothing is left running."""
+    victims: list[int] = []
+
+    def kill_one(event: Event) -> None:
+        if event.type == "turn_end" and not victims:
+            pid = min(workers_now())
+            victims.append(pid)
+            os.kill(pid, signal.SIGKILL)
+
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        fleet = Fleet(http, max_concurrency=2, workers=2, callbacks=[kill_one])
+        result = await fleet.run(workload(40))
+    failed = result.failed
+    assert failed, "the killed worker had sessions left"
+    assert len(failed) < 40
+    for s in failed:
+        assert isinstance(s.error, WorkerError)
+        assert s.error.exitcode == -signal.SIGKILL
+        assert f"ended (exit code {-signal.SIGKILL})" in str(s.error)
+    assert {s.error.worker for s in failed if isinstance(s.error, WorkerError)} == {
+        failed[0].error.worker  # type: ignore[union-attr]
+    }
+    assert sum(s.ok for s in result.sessions) + len(failed) == 40
+    assert not workers_now()
+    assert gone(victims[0])
+
+
+async def test_cancel_stops_the_workers_and_keeps_partial_results() -> None:
+    """Cancelling the run after its first turn: the workers stop, every session has a
+    result on it (completed or cancelled), and no worker is left."""
+    sessions = workload(40)
+    first = asyncio.Event()
+    pids: set[int] = set()
+
+    def on_turn(event: Event) -> None:
+        if event.type == "turn_end":
+            pids.update(workers_now())
+            first.set()
+
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        fleet = Fleet(http, max_concurrency=2, workers=2, callbacks=[on_turn])
+        task = asyncio.create_task(fleet.run(sessions))
+        await asyncio.wait_for(first.wait(), 60)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    statuses = [s.result.status for s in sessions if s.result is not None]
+    assert len(statuses) == 40
+    assert "cancelled" in statuses
+    assert set(statuses) <= {"completed", "cancelled"}
+    assert not workers_now()
+    assert pids and all(gone(p) for p in pids)
+
+
+def local_tool() -> Agent:
+    def secret(key: str) -> str:
+        """Not importable from a worker."""
+        return key
+
+    return Agent(name="closure", model="m", tools=[secret])
+
+
+async def test_what_does_not_pickle_is_named() -> None:
+    """A closure tool is refused before any worker starts, naming the agent and tool;
+    bad worker counts are refused at construction."""
+    fleet = Fleet(HTTPTransport("http://127.0.0.1:9"), workers=2)
+    with pytest.raises(ConfigError, match=r"agent 'closure': tool 'secret' does not pickle"):
+        await fleet.run([local_tool().session("hi")])
+    assert not workers_now()
+    with pytest.raises(ConfigError, match="workers must be an int"):
+        Fleet(HTTPTransport("http://127.0.0.1:9"), workers=0)

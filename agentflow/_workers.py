@@ -350,6 +350,8 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
             "slots": fleet.limits.max_in_flight is not None,
             "slot_batch": broker.slot_batch,
             "rates": fleet.limits.rpm is not None or fleet.limits.tpm is not None,
+            "rpm": fleet.limits.rpm is not None,
+            "tpm": fleet.limits.tpm is not None,
             "req_batch": broker.req_batch,
             "tok_batch": broker.tok_batch,
         }
@@ -595,8 +597,9 @@ class _LeaseClient:
         self.slots = 0
         self.owed = 0
         self._asked = False
-        self.requests = 0
-        self.tokens = 0.0
+        # Budget left; a limit the fleet does not have is never short.
+        self.requests = 0 if config["rpm"] else 1 << 62
+        self.tokens = 0.0 if config["tpm"] else float(1 << 62)
         self._rates_wait: asyncio.Future[None] | None = None
         self.scheduler: Scheduler | None = None
 

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from agentflow import Agent, ConfigError, Event, Fleet, HTTPTransport, WorkerError
+from agentflow import Agent, ConfigError, Event, Fleet, HTTPTransport, Limits, WorkerError
 from agentflow.sim.records import RequestRecord
-from tests.sched.conftest import RecordingSim, peak_overlap
+from tests.sched.conftest import RecordingSim, max_in_window, peak_overlap
 from tests.workers.tools import workload
 
 
@@ -105,6 +105,20 @@ async def test_max_concurrency_holds_at_the_server_across_workers() -> None:
     assert peak_overlap(intervals(sim.records)) <= 3
     assert 0 < result.peak_in_flight <= 3
     assert result.replicas[0].served == 90
+
+
+async def test_requests_per_minute_hold_at_the_server_across_workers() -> None:
+    """rpm=1,200 (20 a second, a 1 s burst) over two workers: in every window the server
+    received at most rate × window + burst requests, counted from its own arrivals."""
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        fleet = Fleet(http, workers=2, limits=Limits(rpm=1200))
+        result = await fleet.run(workload(40))
+    assert not result.failed
+    arrivals = [r.arrival_s for r in sim.records]
+    assert len(arrivals) == 60
+    for window_s in (0.0, 0.25, 0.5, 1.0, 2.0):
+        assert max_in_window(arrivals, window_s) <= 20 * window_s + 20
+    assert fleet._lease_messages < len(arrivals)  # leased in batches, not per request
 
 
 async def test_a_killed_worker_fails_its_sessions_and_the_run_ends() -> None:

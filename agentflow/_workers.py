@@ -314,8 +314,13 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
         elif kind == "want_rates":
             assert broker is not None
             broker.want_rates(w.index, msg[1], msg[2])
-        elif kind == "done" and w.done is not None and not w.done.done():
-            w.done.set_result(msg[1])
+        elif kind == "done":
+            # Its run is over: the slots it still holds go back (it sends nothing more).
+            if broker is not None:
+                broker.worker_gone(w.index)
+            w.alive = False
+            if w.done is not None and not w.done.done():
+                w.done.set_result(msg[1])
 
     def on_exit(w: _Worker) -> None:
         w.alive = False

@@ -8,6 +8,7 @@ import asyncio
 import multiprocessing
 import os
 import signal
+import sys
 from collections.abc import Sequence
 
 import pytest
@@ -175,6 +176,37 @@ async def test_cancel_stops_the_workers_and_keeps_partial_results() -> None:
     assert set(statuses) <= {"completed", "cancelled"}
     assert not workers_now()
     assert pids and all(gone(p) for p in pids)
+
+
+async def test_workers_die_with_a_killed_parent() -> None:
+    """SIGKILL the parent process mid-run: the kernel's death signal (and the closed
+    pipe) ends both of its workers; the test waits for that with a bound."""
+    async with RecordingSim() as sim:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.workers.parent",
+            sim.base_url,
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        assert proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), 60)
+            pids = [int(p) for p in line.split()]
+            assert len(pids) == 2
+            assert not any(gone(p) for p in pids)
+            proc.kill()
+            await asyncio.wait_for(proc.wait(), 30)
+            for _ in range(300):  # at most 30 s
+                if all(gone(p) for p in pids):
+                    break
+                await asyncio.sleep(0.1)
+            assert all(gone(p) for p in pids)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
 
 
 def local_tool() -> Agent:

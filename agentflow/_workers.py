@@ -5,8 +5,9 @@ connections; it runs the sessions it was given from start to end (a session neve
 moves). The parent keeps what must be one for the whole run:
 
 - **the user's callbacks** — workers forward the events the parent's bus wants, in
-  batches (one pickled list per ~5 ms or 256 events over the worker's pipe); token
-  events only when some callback reads them;
+  batches (one message per ~5 ms or 256 events over the worker's pipe: token events
+  msgpack-encoded with msgspec, the others pickled); token events only when some
+  callback reads them;
 - **the fleet's limits** — a :class:`_Broker` leases ``max_in_flight`` slots and
   RPM/TPM budget to the workers in batches. A worker spends its lease locally (no
   round trip per request), asks for more when it runs out, and gives slots back when
@@ -38,6 +39,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from agentflow._errors import ConfigError, TransportError, WorkerError
 from agentflow._events import (
     AttemptDiscardedEvent,
@@ -48,6 +51,7 @@ from agentflow._events import (
     FleetStartEvent,
     RetryEvent,
     SessionEndEvent,
+    TokenEvent,
 )
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
@@ -162,11 +166,14 @@ class _Broker:
     def __init__(self, limits: Limits, workers: list[_Worker]) -> None:
         self.workers = workers
         self.cap = limits.max_in_flight
-        self.free = self.cap if self.cap is not None else 0
-        self.held = [0] * len(workers)
-        self.pending: dict[int, int] = {}
-        self.reclaiming = [0] * len(workers)
         n = len(workers)
+        # Each worker starts with its fair share, so an even load moves no slot at all.
+        self.held = [
+            0 if self.cap is None else self.cap // n + (i < self.cap % n) for i in range(n)
+        ]
+        self.free = 0
+        self.pending: dict[int, int] = {}
+        self.reclaiming = [0] * n
         self.slot_batch = max(1, (self.cap or 1) // (2 * n))
         self._req = _bucket(limits.rpm, limits.burst_s, 1.0) if limits.rpm is not None else None
         self._tok = _bucket(limits.tpm, limits.burst_s, 1.0) if limits.tpm is not None else None
@@ -228,6 +235,8 @@ class _Broker:
             if not self.workers[j].alive:
                 continue
             give = min(n, self.free)
+            if give < n:  # the rest stays asked for: the worker does not ask again
+                self.pending[j] = n - give
             self.free -= give
             self.held[j] += give
             self._send(j, ("slots", give))
@@ -298,7 +307,7 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
     def on_message(w: _Worker, msg: Any) -> None:
         kind = msg[0]
         if kind == "events":
-            for event in msg[1]:
+            for event in _decode(msg[1]):
                 if isinstance(event, SessionEndEvent):
                     k = index.get(event.session_id)
                     if k is not None:
@@ -354,6 +363,7 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
             "wanted": wanted,
             "slots": fleet.limits.max_in_flight is not None,
             "slot_batch": broker.slot_batch,
+            "initial_slots": 0,
             "rates": fleet.limits.rpm is not None or fleet.limits.tpm is not None,
             "rpm": fleet.limits.rpm is not None,
             "tpm": fleet.limits.tpm is not None,
@@ -361,6 +371,7 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
             "tok_batch": broker.tok_batch,
         }
         for w in workers:
+            config["initial_slots"] = broker.held[w.index]
             w.conn.send(("start", config, [blobs[k] for k in w.sessions]))
             w.reader = threading.Thread(
                 target=_read_parent_side,
@@ -599,9 +610,10 @@ class _LeaseClient:
         self.slotted: bool = config["slots"]
         self.rated: bool = config["rates"]
         self.slot_batch: int = config["slot_batch"]
-        self.slots = 0
+        self.slots: int = config["initial_slots"]
         self.owed = 0
-        self._asked = False
+        self._asked = 0  # slots asked for and not granted yet
+        self._returning = False
         # Budget left; a limit the fleet does not have is never short.
         self.requests = 0 if config["rpm"] else 1 << 62
         self.tokens = 0.0 if config["tpm"] else float(1 << 62)
@@ -610,11 +622,11 @@ class _LeaseClient:
 
     def need_slots(self, n: int) -> None:
         if not self._asked:
-            self._asked = True
-            self._run.send(("want_slots", max(1, min(n, self.slot_batch))))
+            self._asked = max(1, min(n, self.slot_batch))
+            self._run.send(("want_slots", self._asked))
 
     def granted_slots(self, n: int) -> None:
-        self._asked = False
+        self._asked = max(0, self._asked - n)
         self.slots += n
         if self.owed:
             self.released()
@@ -626,6 +638,14 @@ class _LeaseClient:
         self.released()
 
     def released(self) -> None:
+        """A stream ended (or slots were reclaimed): give owed slots back, once per loop
+        iteration however many streams ended in it."""
+        if self.owed and not self._returning:
+            self._returning = True
+            asyncio.get_running_loop().call_soon(self._give_back)
+
+    def _give_back(self) -> None:
+        self._returning = False
         if not self.owed or self.scheduler is None:
             return
         give = min(self.owed, self.slots - self.scheduler.in_flight)
@@ -670,7 +690,7 @@ class _Forwarder:
             self._timer = None
         if self._batch:
             batch, self._batch = self._batch, []
-            self._run.send(("events", [_picklable(e) for e in batch]))
+            self._run.send(("events", _encode(batch)))
 
 
 class _WorkerRun:
@@ -791,6 +811,45 @@ def _read_worker_side(
         return
     except (EOFError, OSError, ValueError):  # the parent is gone
         gone()
+
+
+_tokens_encoder = msgspec.msgpack.Encoder()
+_tokens_decoder = msgspec.msgpack.Decoder(list[TokenEvent])
+
+
+def _encode(batch: list[Event]) -> list[bytes | list[Event]]:
+    """A batch as segments, in order: runs of token events as one msgpack blob each
+    (a twentieth of pickle's cost per token), other events as they are (pickled with
+    the message, an error that does not pickle replaced by its text)."""
+    out: list[bytes | list[Event]] = []
+    tokens: list[TokenEvent] = []
+    others: list[Event] = []
+    for event in batch:
+        if isinstance(event, TokenEvent):
+            if others:
+                out.append(others)
+                others = []
+            tokens.append(event)
+        else:
+            if tokens:
+                out.append(_tokens_encoder.encode(tokens))
+                tokens = []
+            others.append(_picklable(event))
+    if tokens:
+        out.append(_tokens_encoder.encode(tokens))
+    if others:
+        out.append(others)
+    return out
+
+
+def _decode(segments: list[bytes | list[Event]]) -> list[Event]:
+    events: list[Event] = []
+    for seg in segments:
+        if isinstance(seg, bytes):
+            events.extend(_tokens_decoder.decode(seg))
+        else:
+            events.extend(seg)
+    return events
 
 
 def _picklable(event: Event) -> Event:

@@ -127,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "without start + stop | wall (s) | lease messages |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, workers, _, n in rows:
+    for name, workers, _, _n in rows:
         runs = by[name]
         cpu = statistics.median(r.cpu_s for r in runs)
         parent = statistics.median(r.parent_cpu_s for r in runs)

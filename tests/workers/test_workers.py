@@ -96,6 +96,24 @@ async def test_tokens_forwarded_when_a_callback_reads_them() -> None:
         assert chars[s.session_id] == len(text) > 0
 
 
+async def test_stream_yields_every_event_and_ends_with_the_fleet_end() -> None:
+    """``Fleet.stream`` with workers: tokens and turns from both workers, one
+    ``fleet_start`` first and one ``fleet_end`` last, holding every result."""
+    types: list[str] = []
+    async with RecordingSim(seed=2) as sim, HTTPTransport(sim.base_url) as http:
+        async for event in Fleet(http, workers=2).stream(workload(6)):
+            types.append(event.type)
+            last = event
+    assert types[0] == "fleet_start"
+    assert types[-1] == "fleet_end"
+    assert types.count("fleet_end") == types.count("fleet_start") == 1
+    assert types.count("session_end") == 6
+    assert types.count("turn_end") == 9
+    assert "token" in types
+    assert last.type == "fleet_end"
+    assert [s.session_id for s in last.result.sessions] == [f"s{i}" for i in range(6)]
+
+
 async def test_max_concurrency_holds_at_the_server_across_workers() -> None:
     """60 sessions on two workers with max_concurrency=3: the server never had more
     than 3 requests at once (each worker alone would have been allowed all 3)."""

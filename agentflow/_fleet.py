@@ -213,16 +213,23 @@ class Fleet:
         self.workers = workers if workers is not None and workers > 1 else None
         self.stop_timeout_s = stop_timeout_s
         self._lease_messages = 0  # with workers: the last run's lease messages
+        self._live: list[tuple[int, int]] | None = None  # with workers, while a run goes
         self._scheduler: Scheduler | None = None
 
     @property
     def in_flight(self) -> int:
-        """Model requests streaming now (0 when no run is going)."""
+        """Model requests streaming now (0 when no run is going; with ``workers``, as
+        the workers last told, every 0.25 s)."""
+        if self._live is not None:
+            return sum(x[0] for x in self._live)
         return self._scheduler.in_flight if self._scheduler is not None else 0
 
     @property
     def queued(self) -> int:
-        """Model turns waiting for a slot now (0 when no run is going)."""
+        """Model turns waiting for a slot now (0 when no run is going; with ``workers``,
+        as the workers last told, every 0.25 s)."""
+        if self._live is not None:
+            return sum(x[1] for x in self._live)
         return self._scheduler.waiting if self._scheduler is not None else 0
 
     @property

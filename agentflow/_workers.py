@@ -82,6 +82,8 @@ _FORWARDABLE = (
 )
 _BATCH_EVENTS = 256
 _BATCH_S = 0.005
+#: How often a worker tells the parent its requests in flight and queued.
+_STATUS_S = 0.25
 _PR_SET_PDEATHSIG = 1
 
 
@@ -303,6 +305,9 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
     index = {s.session_id: k for k, s in enumerate(sessions)}
     results: list[SessionResult | None] = [None] * len(sessions)
     broker: _Broker | None = None
+    # Per worker, its last (in flight, queued): Fleet.in_flight and .queued sum them.
+    live = [(0, 0)] * n
+    fleet._live = live
 
     def on_message(w: _Worker, msg: Any) -> None:
         kind = msg[0]
@@ -320,6 +325,8 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
         elif kind == "return_slots":
             assert broker is not None
             broker.returned(w.index, msg[1])
+        elif kind == "status":
+            live[w.index] = (msg[1], msg[2])
         elif kind == "want_rates":
             assert broker is not None
             broker.want_rates(w.index, msg[1], msg[2])
@@ -328,11 +335,13 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
             if broker is not None:
                 broker.worker_gone(w.index)
             w.alive = False
+            live[w.index] = (0, 0)
             if w.done is not None and not w.done.done():
                 w.done.set_result(msg[1])
 
     def on_exit(w: _Worker) -> None:
         w.alive = False
+        live[w.index] = (0, 0)
         if broker is not None:
             broker.worker_gone(w.index)
         if w.done is not None and not w.done.done():
@@ -407,6 +416,7 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
         bus.emit(FleetEndEvent(result=result))
         return result
     finally:
+        fleet._live = None
         if broker is not None:
             await broker.aclose()
         await _reap(workers, fleet.stop_timeout_s)
@@ -706,6 +716,7 @@ class _WorkerRun:
         self.config = config
         self.sessions: list[Session] = [pickle.loads(b) for b in blobs]
         self._lock = threading.Lock()
+        self._status: asyncio.TimerHandle | None = None
 
     def send(self, msg: tuple[Any, ...]) -> None:
         with self._lock:
@@ -747,6 +758,12 @@ class _WorkerRun:
         )
         task = loop.create_task(fleet.run(self.sessions))
 
+        def status() -> None:  # what Fleet.in_flight / queued read in the parent
+            self.send(("status", fleet.in_flight, fleet.queued))
+            self._status = loop.call_later(_STATUS_S, status)
+
+        self._status = loop.call_later(_STATUS_S, status)
+
         def on_message(msg: Any) -> None:
             kind = msg[0]
             if kind == "slots":
@@ -779,6 +796,7 @@ class _WorkerRun:
                 if s.result is None:
                     continue
         finally:
+            self._status.cancel()
             forwarder.flush()
             for t in fleet.replicas:
                 with contextlib.suppress(Exception):

@@ -116,10 +116,16 @@ async def test_stream_yields_every_event_and_ends_with_the_fleet_end() -> None:
 
 async def test_max_concurrency_holds_at_the_server_across_workers() -> None:
     """60 sessions on two workers with max_concurrency=3: the server never had more
-    than 3 requests at once (each worker alone would have been allowed all 3)."""
+    than 3 requests at once (each worker alone would have been allowed all 3), nor did
+    ``Fleet.in_flight`` in the parent ever read more."""
+    samples: list[int] = []
     async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
-        result = await Fleet(http, max_concurrency=3, workers=2).run(workload(60))
+        fleet = Fleet(http, max_concurrency=3, workers=2)
+        fleet.subscribe(lambda e: samples.append(fleet.in_flight))
+        result = await fleet.run(workload(60))
     assert not result.failed
+    assert samples and max(samples) <= 3  # as the workers told the parent
+    assert fleet.in_flight == fleet.queued == 0
     assert len(sim.records) == sum(len(s.turns) for s in result.sessions) == 90
     assert peak_overlap(intervals(sim.records)) <= 3
     assert 0 < result.peak_in_flight <= 3

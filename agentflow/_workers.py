@@ -109,6 +109,14 @@ def check_picklable(fleet: Fleet, sessions: list[Session]) -> list[bytes]:
                 f"{replica.transport.endpoint!r} does not ({exc}); the in-process "
                 "SimTransport cannot be shared — run `agentflow sim` and use HTTPTransport"
             ) from exc
+    for what in ("policy", "router", "retry"):
+        try:
+            pickle.dumps(getattr(fleet, what))
+        except Exception as exc:
+            raise ConfigError(
+                f"Fleet(workers={fleet.workers}): the fleet's {what} "
+                f"({type(getattr(fleet, what)).__name__}) does not pickle: {exc}"
+            ) from exc
     checked: set[int] = set()
     out = []
     for s in sessions:
@@ -160,6 +168,7 @@ class _Worker:
     reader: threading.Thread | None = None
     done: asyncio.Future[dict[str, Any]] | None = None
     alive: bool = True
+    crash: str = ""  # the last line of the traceback that ended it, if it sent one
 
 
 class _Broker:
@@ -325,6 +334,8 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
         elif kind == "return_slots":
             assert broker is not None
             broker.returned(w.index, msg[1])
+        elif kind == "crash":
+            w.crash = msg[1]
         elif kind == "status":
             live[w.index] = (msg[1], msg[2])
         elif kind == "want_rates":
@@ -379,9 +390,14 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
             "req_batch": broker.req_batch,
             "tok_batch": broker.tok_batch,
         }
+        starts = []
         for w in workers:
-            config["initial_slots"] = broker.held[w.index]
-            w.conn.send(("start", config, [blobs[k] for k in w.sessions]))
+            # Sent from a thread: a large start blocks until the worker has imported.
+            config = {**config, "initial_slots": broker.held[w.index]}
+            msg = ("start", config, [blobs[k] for k in w.sessions])
+            starts.append(loop.run_in_executor(None, _send_quietly, w.conn, msg))
+        await asyncio.gather(*starts)
+        for w in workers:
             w.reader = threading.Thread(
                 target=_read_parent_side,
                 args=(w, loop, on_message, on_exit),
@@ -422,6 +438,12 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
         await _reap(workers, fleet.stop_timeout_s)
 
 
+def _send_quietly(conn: multiprocessing.connection.Connection, msg: tuple[Any, ...]) -> None:
+    """Send; a worker that is gone already is found by its reader (its sessions fail)."""
+    with contextlib.suppress(OSError, ValueError):
+        conn.send(msg)
+
+
 def _merge_replicas(per_worker: list[list[Any]], cls: Any) -> list[Any]:
     merged: dict[str, Any] = {}
     for stats in per_worker:
@@ -459,9 +481,10 @@ def _fail_missing(
                 error: BaseException = asyncio.CancelledError()
             else:
                 code = w.process.exitcode
+                why = f": {w.crash}" if w.crash else ""
                 error = WorkerError(
                     f"worker {w.index} (pid {w.process.pid}) ended (exit code {code}) "
-                    f"before session {s.session_id!r} did",
+                    f"before session {s.session_id!r} did{why}",
                     worker=w.index,
                     exitcode=code,
                 )
@@ -556,7 +579,12 @@ def _worker_entry(conn: multiprocessing.connection.Connection, parent_pid: int) 
         os._exit(0)
     if msg[0] != "start":
         os._exit(1)
-    asyncio.run(_WorkerRun(conn, msg[1], msg[2]).main())
+    try:
+        asyncio.run(_WorkerRun(conn, msg[1], msg[2]).main())
+    except BaseException as exc:  # tell the parent why, then die as a crash does
+        with contextlib.suppress(Exception):
+            conn.send(("crash", f"{type(exc).__name__}: {exc}"))
+        raise
     conn.close()
 
 

@@ -9,6 +9,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import types
 from collections.abc import Sequence
 
 import pytest
@@ -231,6 +232,28 @@ async def test_workers_die_with_a_killed_parent() -> None:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
+
+
+async def test_a_worker_that_cannot_load_its_sessions_fails_them_with_the_reason() -> None:
+    """A tool from a module only the parent has (made at run time, as in a notebook)
+    pickles here but not in a worker: that worker's sessions fail with a WorkerError that
+    says why, and the run still ends."""
+    module = types.ModuleType("agentflow_test_parent_only")
+    source = 'def probe(key: str) -> str:\n    """Parent-only."""\n    return key\n'
+    exec(source, module.__dict__)
+    sys.modules[module.__name__] = module
+    try:
+        agent = Agent(name="notebook", model="m", tools=[module.probe])
+        sessions = [agent.session(f"q{i}", session_id=f"n{i}") for i in range(4)]
+        async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+            result = await Fleet(http, workers=2).run(sessions)
+    finally:
+        del sys.modules[module.__name__]
+    assert len(result.failed) == 4
+    for s in result.failed:
+        assert isinstance(s.error, WorkerError)
+        assert "No module named 'agentflow_test_parent_only'" in str(s.error)
+    assert not workers_now()
 
 
 def local_tool() -> Agent:

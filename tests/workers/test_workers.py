@@ -17,7 +17,7 @@ import pytest
 from agentflow import Agent, ConfigError, Event, Fleet, HTTPTransport, Limits, WorkerError
 from agentflow.sim.records import RequestRecord
 from tests.sched.conftest import RecordingSim, max_in_window, peak_overlap
-from tests.workers.tools import workload
+from tests.workers.tools import counted_workload, workload
 
 
 def intervals(records: Sequence[RequestRecord]) -> list[tuple[float, float]]:
@@ -145,6 +145,21 @@ async def test_requests_per_minute_hold_at_the_server_across_workers() -> None:
     for window_s in (0.0, 0.25, 0.5, 1.0, 2.0):
         assert max_in_window(arrivals, window_s) <= 20 * window_s + 20
     assert fleet._lease_messages < len(arrivals)  # leased in batches, not per request
+
+
+async def test_tokens_per_minute_hold_at_the_server_across_workers() -> None:
+    """tpm=60,000 (1,000 a second, a 1 s burst) over two workers, with exact prompt
+    counts: in every window the server received at most rate × window + burst tokens
+    (prompt + max_tokens of each request, from its own records)."""
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        fleet = Fleet(http, max_concurrency=16, workers=2, limits=Limits(tpm=60_000))
+        result = await fleet.run(counted_workload(40))
+    assert not result.failed
+    arrivals = [r.arrival_s for r in sim.records]
+    weights = [r.prompt_tokens + r.max_tokens for r in sim.records]
+    assert len(arrivals) == 60
+    for window_s in (0.0, 0.5, 1.0, 2.0, 4.0):
+        assert max_in_window(arrivals, window_s, weights) <= 1000 * window_s + 1000
 
 
 async def test_a_killed_worker_fails_its_sessions_and_the_run_ends() -> None:

@@ -785,6 +785,10 @@ class _WorkerRun:
             freeze_gc=config["freeze_gc"],
         )
         task = loop.create_task(fleet.run(self.sessions))
+        # SIGTERM (to the worker, or to the whole process group) ends its run in order:
+        # its sessions end as cancelled and their results still reach the parent.
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
 
         def status() -> None:  # what Fleet.in_flight / queued read in the parent
             self.send(("status", fleet.in_flight, fleet.queued))

@@ -191,6 +191,29 @@ async def test_a_killed_worker_fails_its_sessions_and_the_run_ends() -> None:
     assert gone(victims[0])
 
 
+async def test_sigterm_to_a_worker_cancels_its_sessions_in_order() -> None:
+    """SIGTERM one worker mid-run: it ends its run as a cancel does — its unfinished
+    sessions end ``cancelled`` with the turns they finished, not as a crash — and the
+    other worker's sessions all complete."""
+    victims: list[int] = []
+
+    def term_one(event: Event) -> None:
+        if event.type == "turn_end" and not victims:
+            pid = min(workers_now())
+            victims.append(pid)
+            os.kill(pid, signal.SIGTERM)
+
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        fleet = Fleet(http, max_concurrency=2, workers=2, callbacks=[term_one])
+        result = await fleet.run(workload(40))
+    statuses = [s.status for s in result.sessions]
+    assert "cancelled" in statuses
+    assert set(statuses) == {"completed", "cancelled"}
+    assert not any(isinstance(s.error, WorkerError) for s in result.sessions)
+    assert not workers_now()
+    assert gone(victims[0])
+
+
 async def test_cancel_stops_the_workers_and_keeps_partial_results() -> None:
     """Cancelling the run after its first turn: the workers stop, every session has a
     result on it (completed or cancelled), and no worker is left."""

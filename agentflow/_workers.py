@@ -324,9 +324,10 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
             for event in _decode(msg[1]):
                 if isinstance(event, SessionEndEvent):
                     k = index.get(event.session_id)
-                    if k is not None:
-                        results[k] = event.result
-                        sessions[k].result = event.result
+                    if k is not None:  # the caller's Session ends as if it ran here
+                        results[k] = s = event.result
+                        session = sessions[k]
+                        session.result, session.messages, session.turns = s, s.messages, s.turns
                 bus.emit(event)
         elif kind == "want_slots":
             assert broker is not None
@@ -435,6 +436,7 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
         fleet._live = None
         if broker is not None:
             await broker.aclose()
+        await bus.aclose()  # async callbacks and stream() queues have had every event
         await _reap(workers, fleet.stop_timeout_s)
 
 
@@ -823,10 +825,7 @@ class _WorkerRun:
                 "replicas": result.replicas,
             }
         except asyncio.CancelledError:
-            # Sessions ended as cancelled have emitted their session_end already.
-            for s in self.sessions:
-                if s.result is None:
-                    continue
+            pass  # its sessions ended as cancelled: their session_end events carry them
         finally:
             self._status.cancel()
             forwarder.flush()

@@ -61,17 +61,23 @@ class Seen:
 
 async def test_same_transcripts_as_one_process() -> None:
     """Same seed, same session ids: every session's messages and ending are the same
-    whether one process or two workers ran them; the parent's callback saw every turn."""
+    whether one process or two workers ran them; the caller's sessions hold them; the
+    parent's callback saw every turn."""
     async with RecordingSim(seed=3) as sim, HTTPTransport(sim.base_url) as http:
         one = await Fleet(http, max_concurrency=4).run(workload(12))
     seen = Seen()
+    mine = workload(12)
     async with RecordingSim(seed=3) as sim, HTTPTransport(sim.base_url) as http:
-        two = await Fleet(http, max_concurrency=4, workers=2, callbacks=[seen]).run(workload(12))
+        two = await Fleet(http, max_concurrency=4, workers=2, callbacks=[seen]).run(mine)
     assert not one.failed
     assert not two.failed, [s.error for s in two.failed]
     assert [s.session_id for s in two.sessions] == [f"s{i}" for i in range(12)]
-    for a, b in zip(one.sessions, two.sessions, strict=True):
+    for a, b, session in zip(one.sessions, two.sessions, mine, strict=True):
         assert (a.status, a.final_output, a.messages) == (b.status, b.final_output, b.messages)
+        # the caller's Session objects end as if they had run here
+        assert session.result is b
+        assert session.messages == b.messages
+        assert len(session.turns) == len(a.turns)
     turns = sum(len(s.turns) for s in two.sessions)
     assert seen.types["turn_end"] == turns == 18
     assert seen.types["session_end"] == 12

@@ -35,6 +35,7 @@ import pickle
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
@@ -109,6 +110,11 @@ def check_picklable(fleet: Fleet, sessions: list[Session]) -> list[bytes]:
                 f"{replica.transport.endpoint!r} does not ({exc}); the in-process "
                 "SimTransport cannot be shared — run `agentflow sim` and use HTTPTransport"
             ) from exc
+    if fleet._clock is not time.perf_counter_ns or fleet._sleep is not asyncio.sleep:
+        raise ConfigError(
+            f"Fleet(workers={fleet.workers}) runs on each worker's own clock: a custom "
+            "clock= or sleep= (virtual time, a test's fake) cannot cross processes"
+        )
     for what in ("policy", "router", "retry"):
         try:
             pickle.dumps(getattr(fleet, what))

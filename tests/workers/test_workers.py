@@ -317,3 +317,7 @@ async def test_what_does_not_pickle_is_named() -> None:
     assert not workers_now()
     with pytest.raises(ConfigError, match="workers must be an int"):
         Fleet(HTTPTransport("http://127.0.0.1:9"), workers=0)
+    with pytest.raises(ConfigError, match="custom clock= or sleep="):
+        await Fleet(HTTPTransport("http://127.0.0.1:9"), workers=2, clock=lambda: 0).run(
+            workload(1)
+        )

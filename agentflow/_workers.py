@@ -95,6 +95,13 @@ def check_picklable(fleet: Fleet, sessions: list[Session]) -> list[bytes]:
     """Each session pickled; a :class:`ConfigError` naming the agent or tool (or the
     transport) that does not pickle."""
     for replica in fleet.replicas:
+        if type(replica.transport).__module__.startswith("agentflow.embedded"):
+            raise ConfigError(
+                f"Fleet(workers={fleet.workers}) cannot share the in-process "
+                f"{type(replica.transport).__name__}: each worker would get its own copy of "
+                "the simulator (no shared server, no shared limits); run `agentflow sim` "
+                "(or SimServer) and use HTTPTransport"
+            )
         if replica.limits is not None and replica.limits != Limits():
             raise ConfigError(
                 f"Fleet(workers={fleet.workers}): per-replica limits (replica "

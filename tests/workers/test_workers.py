@@ -15,8 +15,12 @@ from collections.abc import Sequence
 import pytest
 
 from agentflow import Agent, ConfigError, Event, Fleet, HTTPTransport, Limits, WorkerError
+from agentflow.embedded import SimTransport
+from agentflow.sim import Engine
+from agentflow.sim.driver import EngineDriver
 from agentflow.sim.records import RequestRecord
-from tests.sched.conftest import RecordingSim, max_in_window, peak_overlap
+from agentflow.store import SQLiteStore
+from tests.sched.conftest import QUICK, RecordingSim, max_in_window, peak_overlap
 from tests.workers.tools import counted_workload, workload
 
 
@@ -310,7 +314,7 @@ def local_tool() -> Agent:
 
 async def test_what_does_not_pickle_is_named() -> None:
     """A closure tool is refused before any worker starts, naming the agent and tool;
-    bad worker counts are refused at construction."""
+    so are the in-process simulator, a custom clock, a store and bad worker counts."""
     fleet = Fleet(HTTPTransport("http://127.0.0.1:9"), workers=2)
     with pytest.raises(ConfigError, match=r"agent 'closure': tool 'secret' does not pickle"):
         await fleet.run([local_tool().session("hi")])
@@ -321,3 +325,9 @@ async def test_what_does_not_pickle_is_named() -> None:
         await Fleet(HTTPTransport("http://127.0.0.1:9"), workers=2, clock=lambda: 0).run(
             workload(1)
         )
+    sim = SimTransport(EngineDriver(Engine(QUICK, seed=0)))
+    with pytest.raises(ConfigError, match="cannot share the in-process SimTransport"):
+        await Fleet(sim, workers=2).run(workload(1))
+    with pytest.raises(ConfigError, match="does not take a store"):
+        Fleet(HTTPTransport("http://127.0.0.1:9"), workers=2, store=SQLiteStore(":memory:"))
+    assert not workers_now()

@@ -187,8 +187,9 @@ class _Worker:
 class _Broker:
     """The fleet's limits, leased to workers in batches (parent side)."""
 
-    def __init__(self, limits: Limits, workers: list[_Worker]) -> None:
+    def __init__(self, limits: Limits, workers: list[_Worker], live: list[tuple[int, int]]) -> None:
         self.workers = workers
+        self.live = live  # per worker, its last told (in flight, queued)
         self.cap = limits.max_in_flight
         n = len(workers)
         # Each worker starts with its fair share, so an even load moves no slot at all.
@@ -236,6 +237,13 @@ class _Broker:
             1 for j, w in enumerate(self.workers) if w.alive and (self.held[j] or j in self.pending)
         )
         fair = self.cap // max(1, active)
+        for j in range(len(self.workers)):
+            if j != i:
+                self.idle_check(j)
+        if self.held[i] >= fair and fair > 0:
+            # At its share already: it waits for slots that come free, and none moves
+            # back and forth between two saturated workers.
+            return
         for j, w in enumerate(self.workers):
             if j == i or not w.alive:
                 continue
@@ -244,10 +252,22 @@ class _Broker:
                 self.reclaiming[j] += excess
                 self._send(j, ("reclaim", excess))
 
-    def returned(self, i: int, n: int) -> None:
+    def idle_check(self, j: int) -> None:
+        """While a worker waits for slots: ask one that had nothing queued when it last
+        told (every 0.25 s) for the slots it is not using. Only what is free when the
+        ask arrives comes back; nothing is owed, so a busy worker keeps its slots."""
+        if not self.pending or j in self.pending or not self.workers[j].alive:
+            return
+        in_flight, queued = self.live[j]
+        spare = self.held[j] - in_flight - self.reclaiming[j]
+        if queued == 0 and spare > 0:
+            self._send(j, ("spare", spare))
+
+    def returned(self, i: int, n: int, *, owed: bool = True) -> None:
         self.messages += 1
         self.held[i] -= n
-        self.reclaiming[i] = max(0, self.reclaiming[i] - n)
+        if owed:
+            self.reclaiming[i] = max(0, self.reclaiming[i] - n)
         self.free += n
         self._serve_pending()
 
@@ -348,10 +368,15 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
         elif kind == "return_slots":
             assert broker is not None
             broker.returned(w.index, msg[1])
+        elif kind == "return_spare":
+            assert broker is not None
+            broker.returned(w.index, msg[1], owed=False)
         elif kind == "crash":
             w.crash = msg[1]
         elif kind == "status":
             live[w.index] = (msg[1], msg[2])
+            if broker is not None:
+                broker.idle_check(w.index)
         elif kind == "want_rates":
             assert broker is not None
             broker.want_rates(w.index, msg[1], msg[2])
@@ -385,7 +410,7 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
             child_conn.close()
             w = _Worker(i, proc, parent_conn, shards[i], done=loop.create_future())
             workers.append(w)
-        broker = _Broker(fleet.limits, workers)
+        broker = _Broker(fleet.limits, workers, live)
         config = {
             "replicas": fleet.replicas,
             "policy": fleet.policy,
@@ -690,6 +715,17 @@ class _LeaseClient:
         self.owed += n
         self.released()
 
+    def spare(self, n: int) -> None:
+        """The broker asks for slots this worker is not using: give back what is free
+        now, if nothing waits here (nothing is owed)."""
+        sched = self.scheduler
+        if sched is None or sched.waiting:
+            return
+        give = min(n, self.slots - self.owed - sched.in_flight)
+        if give > 0:
+            self.slots -= give
+            self._run.send(("return_spare", give))
+
     def released(self) -> None:
         """A stream ended (or slots were reclaimed): give owed slots back, once per loop
         iteration however many streams ended in it."""
@@ -817,6 +853,8 @@ class _WorkerRun:
                 client.granted_slots(msg[1])
             elif kind == "reclaim":
                 client.reclaim(msg[1])
+            elif kind == "spare":
+                client.spare(msg[1])
             elif kind == "rates":
                 client.granted_rates(msg[1], msg[2])
             elif kind in ("cancel", "exit"):

@@ -125,6 +125,21 @@ async def test_stream_yields_every_event_and_ends_with_the_fleet_end() -> None:
     assert [s.session_id for s in last.result.sessions] == [f"s{i}" for i in range(6)]
 
 
+async def test_an_async_callback_has_every_event_when_run_returns() -> None:
+    """An async callback in the parent has handled every forwarded turn by the time
+    ``Fleet.run`` returns (the run waits for the bus, as in one process)."""
+    ended: list[str] = []
+
+    async def on_event(event: Event) -> None:
+        await asyncio.sleep(0)
+        if event.type == "turn_end":
+            ended.append(event.session_id)
+
+    async with RecordingSim(seed=4) as sim, HTTPTransport(sim.base_url) as http:
+        result = await Fleet(http, workers=2, callbacks=[on_event]).run(workload(8))
+    assert len(ended) == sum(len(s.turns) for s in result.sessions) == 12
+
+
 async def test_max_concurrency_holds_at_the_server_across_workers() -> None:
     """60 sessions on two workers with max_concurrency=3: the server never had more
     than 3 requests at once (each worker alone would have been allowed all 3), nor did

@@ -47,6 +47,7 @@ from agentflow._errors import (
     ToolTimeout,
     TransportError,
     UnexpectedContentType,
+    WorkerError,
 )
 from agentflow._public import publish as _publish
 from agentflow._version import __version__
@@ -175,6 +176,7 @@ __all__ = [
     "TurnTrace",
     "UnexpectedContentType",
     "Usage",
+    "WorkerError",
     "__version__",
     "redact",
     "register_secret",

@@ -23,8 +23,11 @@ to act on it as attributes, never only in its message::
     ├── MaxTurnsExceeded        a session used ``max_turns`` without a final answer
     ├── ContextOverflow         a prompt cannot fit its window; ``.tokens``, ``.limit``
     ├── BudgetExceeded          a fleet-wide token or cost budget is spent; ``.budget``
-    └── StoreError              a run store cannot be opened, read or written (``agentflow.store``)
-        └── RunNotFound         no run with that id in the store; ``.run_id``
+    ├── StoreError              a run store cannot be opened, read or written (``agentflow.store``)
+    │   └── RunNotFound         no run with that id in the store; ``.run_id``
+    └── WorkerError             a ``Fleet(workers=N)`` worker process ended before its
+                                sessions did (``.worker``, ``.exitcode``), or an error
+                                from a worker that could not be sent as itself
 
 A failed session never raises out of :meth:`Fleet.run`: its error is kept on its
 :class:`SessionResult` together with every turn it finished.
@@ -63,6 +66,7 @@ __all__ = [
     "ToolTimeout",
     "TransportError",
     "UnexpectedContentType",
+    "WorkerError",
 ]
 
 
@@ -397,3 +401,26 @@ class RunNotFound(StoreError):
     def __init__(self, run_id: str, where: str = "the store") -> None:
         super().__init__(f"no run {run_id!r} in {where}")
         self.run_id = run_id
+
+
+class WorkerError(AgentflowError):
+    """A ``Fleet(workers=N)`` worker process ended before its sessions did (their
+    results carry this error), or an error raised in a worker that does not pickle
+    (this carries its type and text instead).
+
+    Attributes:
+        worker: the worker's index (``None`` for a carried error).
+        exitcode: the worker's exit code (negative: the signal that ended it), if known.
+    """
+
+    def __init__(self, message: str, *, worker: int | None, exitcode: int | None) -> None:
+        super().__init__(message)
+        self.worker = worker
+        self.exitcode = exitcode
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_worker_error, (str(self), self.worker, self.exitcode))
+
+
+def _worker_error(message: str, worker: int | None, exitcode: int | None) -> WorkerError:
+    return WorkerError(message, worker=worker, exitcode=exitcode)

@@ -152,6 +152,12 @@ class Fleet:
             with :meth:`resume`; see ``docs/store.md``.
         lease_ttl_s: with a ``store``: how long a session's lease outlives a worker that
             stops renewing it (renewed every third of it while the run goes).
+        workers: with N ≥ 2, :meth:`run` and :meth:`stream` shard the sessions over N
+            worker processes (each with its own loop and connections; callbacks run
+            here; the limits hold across them). Transports, agents and tools must
+            pickle; see ``docs/scale-out.md``. ``None`` or 1: this process only.
+        stop_timeout_s: with ``workers``: how long a cancelled run waits for the
+            workers' partial results (and each worker to exit) before killing it.
     """
 
     def __init__(
@@ -171,6 +177,8 @@ class Fleet:
         freeze_gc: bool = True,
         store: Store | None = None,
         lease_ttl_s: float = 60.0,
+        workers: int | None = None,
+        stop_timeout_s: float = 10.0,
     ) -> None:
         max_concurrency, limits = fleet_concurrency(max_concurrency, limits or Limits())
         if not isinstance(max_tool_concurrency, int) or max_tool_concurrency < 1:
@@ -193,16 +201,32 @@ class Fleet:
             raise ConfigError(f"lease_ttl_s must be > 0 seconds, got {lease_ttl_s!r}")
         self.store = store
         self.lease_ttl_s = lease_ttl_s
+        if workers is not None and (not isinstance(workers, int) or workers < 1):
+            raise ConfigError(f"workers must be an int ≥ 1 or None, got {workers!r}")
+        if workers is not None and workers > 1 and store is not None:
+            raise ConfigError(f"Fleet(workers={workers}) does not take a store yet")
+        if not stop_timeout_s > 0:
+            raise ConfigError(f"stop_timeout_s must be > 0 seconds, got {stop_timeout_s!r}")
+        self.workers = workers if workers is not None and workers > 1 else None
+        self.stop_timeout_s = stop_timeout_s
+        self._lease_messages = 0  # with workers: the last run's lease messages
+        self._live: list[tuple[int, int]] | None = None  # with workers, while a run goes
         self._scheduler: Scheduler | None = None
 
     @property
     def in_flight(self) -> int:
-        """Model requests streaming now (0 when no run is going)."""
+        """Model requests streaming now (0 when no run is going; with ``workers``, as
+        the workers last told, every 0.25 s)."""
+        if self._live is not None:
+            return sum(x[0] for x in self._live)
         return self._scheduler.in_flight if self._scheduler is not None else 0
 
     @property
     def queued(self) -> int:
-        """Model turns waiting for a slot now (0 when no run is going)."""
+        """Model turns waiting for a slot now (0 when no run is going; with ``workers``,
+        as the workers last told, every 0.25 s)."""
+        if self._live is not None:
+            return sum(x[1] for x in self._live)
         return self._scheduler.waiting if self._scheduler is not None else 0
 
     @property
@@ -262,6 +286,8 @@ class Fleet:
         """
         from agentflow.store._durable import DurableRun
 
+        if self.workers is not None:
+            raise ConfigError(f"Fleet(workers={self.workers}) cannot resume runs yet")
         store = store if store is not None else self.store
         if store is None:
             raise ConfigError("Fleet.resume needs a store: Fleet(store=...) or store=")
@@ -305,6 +331,12 @@ class Fleet:
         run_config: Mapping[str, Any] | None,
     ) -> FleetResult:
         _check_unique(sessions)
+        if self.workers is not None:
+            if run_id is not None or run_config is not None:
+                raise ConfigError("run_id and run_config need a store: Fleet(store=...)")
+            from agentflow._workers import run_in_workers
+
+            return await run_in_workers(self, sessions, bus)
         if self.store is None:
             if run_id is not None or run_config is not None:
                 raise ConfigError("run_id and run_config need a store: Fleet(store=...)")
@@ -333,14 +365,9 @@ class Fleet:
             await durable.finish(result)
         return durable.merge(result)
 
-    async def _run_frozen(
-        self,
-        sessions: list[Session],
-        bus: EventBus,
-        turn_log: TurnLog | None,
-        gate: SessionGate | None = None,
-    ) -> FleetResult:
-        scheduler = Scheduler(
+    def _new_scheduler(self) -> Scheduler:
+        """The run's scheduler (a worker of ``Fleet(workers=N)`` leases its limits)."""
+        return Scheduler(
             self.replicas,
             policy=self.policy,
             limits=self.limits,
@@ -348,6 +375,15 @@ class Fleet:
             clock=self._clock,
             prefix_warmup=self.prefix_warmup,
         )
+
+    async def _run_frozen(
+        self,
+        sessions: list[Session],
+        bus: EventBus,
+        turn_log: TurnLog | None,
+        gate: SessionGate | None = None,
+    ) -> FleetResult:
+        scheduler = self._new_scheduler()
         runner = TurnRunner(scheduler, self.retry, sleep=self._sleep)
         tool_limit = asyncio.Semaphore(self.max_tool_concurrency)
         self._scheduler = scheduler

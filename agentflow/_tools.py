@@ -175,6 +175,25 @@ class Tool:
             _args_model=model,
         )
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A tool built from a function holds a generated pydantic model (not picklable):
+        # it is pickled as its function and options and described again when unpickled
+        # (``Fleet(workers=N)`` sends agents to worker processes this way).
+        return (
+            _unpickle_tool,
+            (
+                self.name,
+                self.description,
+                self.parameters,
+                self.fn,
+                self.in_thread,
+                self.timeout_s,
+                self.max_output_chars,
+                self.replay_on_resume,
+                self._args_model is not None,
+            ),
+        )
+
     def spec(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry for this tool, in canonical form.
 
@@ -290,6 +309,28 @@ def tool(
         )
 
     return wrap if fn is None else wrap(fn)
+
+
+def _unpickle_tool(
+    name: str,
+    description: str,
+    parameters: dict[str, Any],
+    fn: Callable[..., Any],
+    in_thread: bool,
+    timeout_s: float | None,
+    max_output_chars: int | None,
+    replay_on_resume: bool,
+    described: bool,
+) -> Tool:
+    options: dict[str, Any] = {
+        "in_thread": in_thread,
+        "timeout_s": timeout_s,
+        "max_output_chars": max_output_chars,
+        "replay_on_resume": replay_on_resume,
+    }
+    if described:
+        return Tool.from_function(fn, name=name, description=description, **options)
+    return Tool(name=name, description=description, parameters=parameters, fn=fn, **options)
 
 
 def as_tool(obj: Tool | Callable[..., Any] | Callable[..., Awaitable[Any]]) -> Tool:

@@ -1,0 +1,172 @@
+"""The parent's broker: the fleet's limits, leased to the workers in batches."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from agentflow.sched import Limits
+from agentflow.sched._limits import _bucket
+
+__all__ = ["Broker", "WorkerHandle"]
+
+
+@dataclass(slots=True)
+class WorkerHandle:
+    """The parent's view of one worker: its process, pipe, sessions and state."""
+
+    index: int
+    process: Any  # multiprocessing.process.BaseProcess
+    conn: multiprocessing.connection.Connection
+    sessions: list[int]  # indexes into the run's sessions
+    reader: threading.Thread | None = None
+    done: asyncio.Future[dict[str, Any]] | None = None
+    alive: bool = True
+    crash: str = ""  # the last line of the traceback that ended it, if it sent one
+
+
+class Broker:
+    """The fleet's limits, leased to workers in batches (parent side)."""
+
+    def __init__(
+        self, limits: Limits, workers: list[WorkerHandle], live: list[tuple[int, int]]
+    ) -> None:
+        self.workers = workers
+        self.live = live  # per worker, its last told (in flight, queued)
+        self.cap = limits.max_in_flight
+        n = len(workers)
+        # Each worker starts with its fair share, so an even load moves no slot at all.
+        self.held = [
+            0 if self.cap is None else self.cap // n + (i < self.cap % n) for i in range(n)
+        ]
+        self.free = 0
+        self.pending: dict[int, int] = {}
+        self.reclaiming = [0] * n
+        self.slot_batch = max(1, (self.cap or 1) // (2 * n))
+        self._req = _bucket(limits.rpm, limits.burst_s, 1.0) if limits.rpm is not None else None
+        self._tok = _bucket(limits.tpm, limits.burst_s, 1.0) if limits.tpm is not None else None
+        self.req_batch = max(1, int(self._req.max_rate // (2 * n))) if self._req is not None else 0
+        self.tok_batch = max(1.0, self._tok.max_rate / (2 * n)) if self._tok is not None else 0.0
+        self._rate_lock = asyncio.Lock()
+        self._rate_tasks: set[asyncio.Task[None]] = set()
+        #: Messages the broker exchanged (grants, returns, reclaims): the lease overhead.
+        self.messages = 0
+        #: Requests and tokens granted to workers.
+        self.granted_requests = 0
+        self.granted_tokens = 0.0
+
+    def _send(self, i: int, msg: tuple[Any, ...]) -> None:
+        w = self.workers[i]
+        if w.alive:
+            self.messages += 1
+            with contextlib.suppress(OSError, ValueError):
+                w.conn.send(msg)
+
+    # slots
+    def want_slots(self, i: int, n: int) -> None:
+        self.messages += 1
+        give = min(n, self.free)
+        if give > 0:
+            self.free -= give
+            self.held[i] += give
+            self._send(i, ("slots", give))
+            return
+        self.pending[i] = max(n, self.pending.get(i, 0))
+        self._reclaim_for(i)
+
+    def _reclaim_for(self, i: int) -> None:
+        assert self.cap is not None
+        active = sum(
+            1 for j, w in enumerate(self.workers) if w.alive and (self.held[j] or j in self.pending)
+        )
+        fair = self.cap // max(1, active)
+        for j in range(len(self.workers)):
+            if j != i:
+                self.idle_check(j)
+        if self.held[i] >= fair and fair > 0:
+            # At its share already: it waits for slots that come free, and none moves
+            # back and forth between two saturated workers.
+            return
+        for j, w in enumerate(self.workers):
+            if j == i or not w.alive:
+                continue
+            excess = self.held[j] - max(fair, 0) - self.reclaiming[j]
+            if excess > 0 and (fair > 0 or self.held[j] > 0):
+                self.reclaiming[j] += excess
+                self._send(j, ("reclaim", excess))
+
+    def idle_check(self, j: int) -> None:
+        """While a worker waits for slots: ask one that had nothing queued when it last
+        told (every 0.25 s) for the slots it is not using. Only what is free when the
+        ask arrives comes back; nothing is owed, so a busy worker keeps its slots."""
+        if not self.pending or j in self.pending or not self.workers[j].alive:
+            return
+        in_flight, queued = self.live[j]
+        spare = self.held[j] - in_flight - self.reclaiming[j]
+        if queued == 0 and spare > 0:
+            self._send(j, ("spare", spare))
+
+    def returned(self, i: int, n: int, *, owed: bool = True) -> None:
+        self.messages += 1
+        self.held[i] -= n
+        if owed:
+            self.reclaiming[i] = max(0, self.reclaiming[i] - n)
+        self.free += n
+        self._serve_pending()
+
+    def _serve_pending(self) -> None:
+        for j in list(self.pending):
+            if self.free <= 0:
+                break
+            n = self.pending.pop(j)
+            if not self.workers[j].alive:
+                continue
+            give = min(n, self.free)
+            if give < n:  # the rest stays asked for: the worker does not ask again
+                self.pending[j] = n - give
+            self.free -= give
+            self.held[j] += give
+            self._send(j, ("slots", give))
+
+    def worker_gone(self, i: int) -> None:
+        self.free += self.held[i]
+        self.held[i] = 0
+        self.reclaiming[i] = 0
+        self.pending.pop(i, None)
+        self._serve_pending()
+
+    # rates
+    def want_rates(self, i: int, requests: int, tokens: float) -> None:
+        self.messages += 1
+        task = asyncio.get_running_loop().create_task(self._grant_rates(i, requests, tokens))
+        self._rate_tasks.add(task)
+        task.add_done_callback(self._rate_tasks.discard)
+
+    async def _grant_rates(self, i: int, requests: int, tokens: float) -> None:
+        async with self._rate_lock:
+            req = max(requests, self.req_batch) if self._req is not None else 0
+            tok = max(tokens, self.tok_batch) if self._tok is not None else 0.0
+            if self._req is not None:
+                req = min(req, max(1, int(self._req.max_rate)))
+                await self._req.charge(req)
+            if self._tok is not None:
+                left = tok
+                while left > 0:
+                    part = min(left, self._tok.max_rate)
+                    await self._tok.charge(part)
+                    left -= part
+            self.granted_requests += req
+            self.granted_tokens += tok
+        self._send(i, ("rates", req, tok))
+
+    async def aclose(self) -> None:
+        for t in list(self._rate_tasks):
+            t.cancel()
+        for t in list(self._rate_tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await t

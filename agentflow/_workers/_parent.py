@@ -1,0 +1,407 @@
+"""The parent's side of ``Fleet(workers=N)``: checks, start, results, stop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import threading
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from agentflow._errors import ConfigError, WorkerError
+from agentflow._events import (
+    ErrorEvent,
+    EventBus,
+    FleetEndEvent,
+    FleetStartEvent,
+    SessionEndEvent,
+)
+from agentflow._logging import get_logger
+from agentflow._session import Session, SessionResult
+from agentflow._workers._broker import Broker, WorkerHandle
+from agentflow._workers._wire import decode
+from agentflow._workers._worker import worker_entry
+from agentflow.sched import Limits
+
+if TYPE_CHECKING:
+    from agentflow._fleet import Fleet, FleetResult
+
+__all__ = ["check_picklable", "run_in_workers"]
+
+_log = get_logger("agentflow.workers")
+
+
+#: Every event type a worker may forward (the fleet's own start/end come from the parent).
+_FORWARDABLE = (
+    "token",
+    "tool_call",
+    "tool_result",
+    "turn_end",
+    "session_end",
+    "attempt_discarded",
+    "retry",
+    "context_trimmed",
+    "compaction",
+    "budget",
+    "cache_buster",
+    "error",
+)
+
+
+def check_picklable(fleet: Fleet, sessions: list[Session]) -> list[bytes]:
+    """Each session pickled; a :class:`ConfigError` naming the agent or tool (or the
+    transport) that does not pickle."""
+    for replica in fleet.replicas:
+        if type(replica.transport).__module__.startswith("agentflow.embedded"):
+            raise ConfigError(
+                f"Fleet(workers={fleet.workers}) cannot share the in-process "
+                f"{type(replica.transport).__name__}: each worker would get its own copy of "
+                "the simulator (no shared server, no shared limits); run `agentflow sim` "
+                "(or SimServer) and use HTTPTransport"
+            )
+        if replica.limits is not None and replica.limits != Limits():
+            raise ConfigError(
+                f"Fleet(workers={fleet.workers}): per-replica limits (replica "
+                f"{replica.transport.endpoint!r}) are not shared across workers yet; "
+                "use the fleet's limits"
+            )
+        try:
+            pickle.dumps(replica)
+        except Exception as exc:
+            raise ConfigError(
+                f"Fleet(workers={fleet.workers}) needs transports that pickle (each worker "
+                f"builds its own): {type(replica.transport).__name__} for "
+                f"{replica.transport.endpoint!r} does not ({exc}); the in-process "
+                "SimTransport cannot be shared — run `agentflow sim` and use HTTPTransport"
+            ) from exc
+    if fleet._clock is not time.perf_counter_ns or fleet._sleep is not asyncio.sleep:
+        raise ConfigError(
+            f"Fleet(workers={fleet.workers}) runs on each worker's own clock: a custom "
+            "clock= or sleep= (virtual time, a test's fake) cannot cross processes"
+        )
+    for what in ("policy", "router", "retry"):
+        try:
+            pickle.dumps(getattr(fleet, what))
+        except Exception as exc:
+            raise ConfigError(
+                f"Fleet(workers={fleet.workers}): the fleet's {what} "
+                f"({type(getattr(fleet, what)).__name__}) does not pickle: {exc}"
+            ) from exc
+    checked: set[int] = set()
+    out = []
+    for s in sessions:
+        agent = s.agent
+        if id(agent) not in checked:
+            checked.add(id(agent))
+            _check_agent(agent)
+        try:
+            out.append(pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception as exc:
+            raise ConfigError(
+                f"session {s.session_id!r} (agent {agent.name!r}) does not pickle for "
+                f"Fleet(workers=...): {exc}"
+            ) from exc
+    return out
+
+
+def _check_agent(agent: Any) -> None:
+    try:
+        pickle.dumps(agent)
+        return
+    except Exception as exc:
+        first = exc
+    for tool in getattr(agent, "tools", ()):
+        try:
+            pickle.dumps(tool)
+        except Exception as exc:
+            name = getattr(tool, "name", None) or getattr(tool, "__qualname__", repr(tool))
+            raise ConfigError(
+                f"agent {agent.name!r}: tool {name!r} does not pickle, so Fleet(workers=...) "
+                "cannot send it to a worker; tools must be module-level functions "
+                f"(no lambdas, closures or bound state that does not pickle): {exc}"
+            ) from exc
+    raise ConfigError(
+        f"agent {agent.name!r} does not pickle, so Fleet(workers=...) cannot send it "
+        f"to a worker: {first}"
+    ) from first
+
+
+async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -> FleetResult:
+    """Run ``sessions`` on ``fleet.workers`` worker processes; see the module docstring."""
+    from agentflow._fleet import FleetResult, ReplicaStats
+
+    n = fleet.workers
+    assert n is not None
+    blobs = check_picklable(fleet, sessions)
+    wanted = {t for t in _FORWARDABLE if t != "token" and bus.wants(t)}
+    if bus.wants_tokens:
+        wanted.add("token")
+    wanted.add("session_end")  # the results travel in it
+    loop = asyncio.get_running_loop()
+    clock = fleet._clock
+    start = clock()
+    bus.emit(FleetStartEvent(sessions=len(sessions), start_ns=start))
+    ctx = multiprocessing.get_context("spawn")
+    workers: list[WorkerHandle] = []
+    shards: list[list[int]] = [[] for _ in range(n)]
+    for k in range(len(sessions)):
+        shards[k % n].append(k)
+    index = {s.session_id: k for k, s in enumerate(sessions)}
+    results: list[SessionResult | None] = [None] * len(sessions)
+    broker: Broker | None = None
+    # Per worker, its last (in flight, queued): Fleet.in_flight and .queued sum them.
+    live = [(0, 0)] * n
+    fleet._live = live
+
+    def on_message(w: WorkerHandle, msg: Any) -> None:
+        kind = msg[0]
+        if kind == "events":
+            for event in decode(msg[1]):
+                if isinstance(event, SessionEndEvent):
+                    k = index.get(event.session_id)
+                    if k is not None:  # the caller's Session ends as if it ran here
+                        results[k] = s = event.result
+                        session = sessions[k]
+                        session.result, session.messages, session.turns = s, s.messages, s.turns
+                bus.emit(event)
+        elif kind == "want_slots":
+            assert broker is not None
+            broker.want_slots(w.index, msg[1])
+        elif kind == "return_slots":
+            assert broker is not None
+            broker.returned(w.index, msg[1])
+        elif kind == "return_spare":
+            assert broker is not None
+            broker.returned(w.index, msg[1], owed=False)
+        elif kind == "crash":
+            w.crash = msg[1]
+        elif kind == "status":
+            live[w.index] = (msg[1], msg[2])
+            if broker is not None:
+                broker.idle_check(w.index)
+        elif kind == "want_rates":
+            assert broker is not None
+            broker.want_rates(w.index, msg[1], msg[2])
+        elif kind == "done":
+            # Its run is over: the slots it still holds go back (it sends nothing more).
+            if broker is not None:
+                broker.worker_gone(w.index)
+            w.alive = False
+            live[w.index] = (0, 0)
+            if w.done is not None and not w.done.done():
+                w.done.set_result(msg[1])
+
+    def on_exit(w: WorkerHandle) -> None:
+        w.alive = False
+        live[w.index] = (0, 0)
+        if broker is not None:
+            broker.worker_gone(w.index)
+        if w.done is not None and not w.done.done():
+            w.done.set_result({})
+
+    try:
+        for i in range(n):
+            parent_conn, child_conn = ctx.Pipe(duplex=True)
+            proc = ctx.Process(
+                target=worker_entry,
+                args=(child_conn, os.getpid()),
+                name=f"agentflow-worker-{i}",
+                daemon=True,
+            )
+            proc.start()
+            child_conn.close()
+            w = WorkerHandle(i, proc, parent_conn, shards[i], done=loop.create_future())
+            workers.append(w)
+        broker = Broker(fleet.limits, workers, live)
+        config = {
+            "replicas": fleet.replicas,
+            "policy": fleet.policy,
+            "retry": fleet.retry,
+            "router": fleet.router,
+            "prefix_warmup": fleet.prefix_warmup,
+            "max_tool_concurrency": fleet.max_tool_concurrency,
+            "freeze_gc": fleet.freeze_gc,
+            "wanted": wanted,
+            "slots": fleet.limits.max_in_flight is not None,
+            "slot_batch": broker.slot_batch,
+            "initial_slots": 0,
+            "rates": fleet.limits.rpm is not None or fleet.limits.tpm is not None,
+            "rpm": fleet.limits.rpm is not None,
+            "tpm": fleet.limits.tpm is not None,
+            "req_batch": broker.req_batch,
+            "tok_batch": broker.tok_batch,
+        }
+        starts = []
+        for w in workers:
+            # Sent from a thread: a large start blocks until the worker has imported.
+            config = {**config, "initial_slots": broker.held[w.index]}
+            msg = ("start", config, [blobs[k] for k in w.sessions])
+            starts.append(loop.run_in_executor(None, _send_quietly, w.conn, msg))
+        await asyncio.gather(*starts)
+        for w in workers:
+            w.reader = threading.Thread(
+                target=_read_parent_side,
+                args=(w, loop, on_message, on_exit),
+                name=f"agentflow-worker-{w.index}-reader",
+                daemon=True,
+            )
+            w.reader.start()
+        try:
+            stats = await asyncio.gather(*(w.done for w in workers if w.done is not None))
+        except asyncio.CancelledError:
+            await _stop(workers, fleet.stop_timeout_s)
+            _fail_missing(sessions, results, workers, bus, "cancelled")
+            raise
+        _fail_missing(sessions, results, workers, bus, "error")
+        final = [r for r in results if r is not None]
+        assert len(final) == len(sessions)
+        replicas = _merge_replicas([s.get("replicas", []) for s in stats], ReplicaStats)
+        peak = sum(s.get("peak_in_flight", 0) for s in stats)
+        if fleet.limits.max_in_flight is not None:
+            peak = min(peak, fleet.limits.max_in_flight)
+        result = FleetResult(
+            sessions=final,
+            wall_s=(clock() - start) * 1e-9,
+            peak_in_flight=peak,
+            callback_errors=bus.callback_errors,
+            retries=sum(s.get("retries", 0) for s in stats),
+            replicas=replicas,
+        )
+        # The limits' cost: messages between broker and workers (benchmarks read it).
+        fleet._lease_messages = broker.messages
+        _log.info("workers.end", workers=n, lease_messages=broker.messages)
+        bus.emit(FleetEndEvent(result=result))
+        return result
+    finally:
+        fleet._live = None
+        if broker is not None:
+            await broker.aclose()
+        await bus.aclose()  # async callbacks and stream() queues have had every event
+        await _reap(workers, fleet.stop_timeout_s)
+
+
+def _send_quietly(conn: multiprocessing.connection.Connection, msg: tuple[Any, ...]) -> None:
+    """Send; a worker that is gone already is found by its reader (its sessions fail)."""
+    with contextlib.suppress(OSError, ValueError):
+        conn.send(msg)
+
+
+def _merge_replicas(per_worker: list[list[Any]], cls: Any) -> list[Any]:
+    merged: dict[str, Any] = {}
+    for stats in per_worker:
+        for r in stats:
+            m = merged.get(r.name)
+            merged[r.name] = (
+                r
+                if m is None
+                else cls(
+                    name=r.name,
+                    served=m.served + r.served,
+                    failures=m.failures + r.failures,
+                    peak_in_flight=m.peak_in_flight + r.peak_in_flight,
+                    breaker_opened=m.breaker_opened + r.breaker_opened,
+                    breaker_held=m.breaker_held + r.breaker_held,
+                )
+            )
+    return list(merged.values())
+
+
+def _fail_missing(
+    sessions: list[Session],
+    results: list[SessionResult | None],
+    workers: list[WorkerHandle],
+    bus: EventBus,
+    status: str,
+) -> None:
+    """Sessions with no result (their worker died, or the run was cancelled first)."""
+    for w in workers:
+        for k in w.sessions:
+            if results[k] is not None:
+                continue
+            s = sessions[k]
+            if status == "cancelled":
+                error: BaseException = asyncio.CancelledError()
+            else:
+                code = w.process.exitcode
+                why = f": {w.crash}" if w.crash else ""
+                error = WorkerError(
+                    f"worker {w.index} (pid {w.process.pid}) ended (exit code {code}) "
+                    f"before session {s.session_id!r} did{why}",
+                    worker=w.index,
+                    exitcode=code,
+                )
+            result = SessionResult(
+                session_id=s.session_id,
+                agent=s.agent.name,
+                status="cancelled" if status == "cancelled" else "error",
+                final_output=None,
+                messages=list(s.messages),
+                turns=list(s.turns),
+                error=error,
+                metadata=s.metadata,
+            )
+            results[k] = s.result = result
+            if status != "cancelled":
+                bus.emit(
+                    ErrorEvent(
+                        agent=s.agent.name,
+                        session_id=s.session_id,
+                        turn=None,
+                        where="session",
+                        error=error,
+                    )
+                )
+            bus.emit(SessionEndEvent(agent=s.agent.name, session_id=s.session_id, result=result))
+
+
+async def _stop(workers: list[WorkerHandle], timeout_s: float) -> None:
+    """Cancel every worker's run and wait (at most ``timeout_s``) for its partial results."""
+    for w in workers:
+        if w.alive:
+            with contextlib.suppress(OSError, ValueError):
+                w.conn.send(("cancel",))
+    waits = [w.done for w in workers if w.done is not None and not w.done.done()]
+    if waits:
+        await asyncio.wait(waits, timeout=timeout_s)
+
+
+async def _reap(workers: list[WorkerHandle], timeout_s: float) -> None:
+    """Every worker process ends: joined, else terminated, else killed."""
+    loop = asyncio.get_running_loop()
+    for w in workers:
+        with contextlib.suppress(OSError, ValueError):
+            w.conn.send(("exit",))
+    for w in workers:
+        await loop.run_in_executor(None, w.process.join, timeout_s)
+        if w.process.exitcode is None:
+            w.process.terminate()
+            await loop.run_in_executor(None, w.process.join, 2.0)
+        if w.process.exitcode is None:
+            w.process.kill()
+            await loop.run_in_executor(None, w.process.join, 2.0)
+        w.conn.close()
+        if w.reader is not None:
+            await loop.run_in_executor(None, w.reader.join, 2.0)
+
+
+def _read_parent_side(
+    w: WorkerHandle,
+    loop: asyncio.AbstractEventLoop,
+    on_message: Callable[[WorkerHandle, Any], None],
+    on_exit: Callable[[WorkerHandle], None],
+) -> None:
+    try:
+        while True:
+            msg = w.conn.recv()
+            loop.call_soon_threadsafe(on_message, w, msg)
+    except (EOFError, OSError, ValueError):
+        pass
+    except Exception as exc:  # a message that does not unpickle: the worker is lost
+        _log.error("worker.bad_message", worker=w.index, error=repr(exc))
+    with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
+        loop.call_soon_threadsafe(on_exit, w)

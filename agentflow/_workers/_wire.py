@@ -1,0 +1,90 @@
+"""What crosses a worker's pipe: event batches, token events msgpack-encoded."""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import replace
+
+import msgspec
+
+from agentflow._errors import TransportError, WorkerError
+from agentflow._events import (
+    AttemptDiscardedEvent,
+    ErrorEvent,
+    Event,
+    RetryEvent,
+    SessionEndEvent,
+    TokenEvent,
+)
+
+__all__ = ["decode", "encode"]
+
+_tokens_encoder = msgspec.msgpack.Encoder()
+_tokens_decoder = msgspec.msgpack.Decoder(list[TokenEvent])
+
+
+def encode(batch: list[Event]) -> list[bytes | list[Event]]:
+    """A batch as segments, in order: runs of token events as one msgpack blob each
+    (a twentieth of pickle's cost per token), other events as they are (pickled with
+    the message, an error that does not pickle replaced by its text)."""
+    out: list[bytes | list[Event]] = []
+    tokens: list[TokenEvent] = []
+    others: list[Event] = []
+    for event in batch:
+        if isinstance(event, TokenEvent):
+            if others:
+                out.append(others)
+                others = []
+            tokens.append(event)
+        else:
+            if tokens:
+                out.append(_tokens_encoder.encode(tokens))
+                tokens = []
+            others.append(_picklable(event))
+    if tokens:
+        out.append(_tokens_encoder.encode(tokens))
+    if others:
+        out.append(others)
+    return out
+
+
+def decode(segments: list[bytes | list[Event]]) -> list[Event]:
+    events: list[Event] = []
+    for seg in segments:
+        if isinstance(seg, bytes):
+            events.extend(_tokens_decoder.decode(seg))
+        else:
+            events.extend(seg)
+    return events
+
+
+def _picklable(event: Event) -> Event:
+    """The event, with an error that would not survive pickling replaced by a
+    :class:`WorkerError` carrying its text."""
+    if isinstance(event, ErrorEvent | AttemptDiscardedEvent):
+        err = _safe_error(event.error)
+        return event if err is event.error else replace(event, error=err)
+    if isinstance(event, SessionEndEvent) and event.result.error is not None:
+        err = _safe_error(event.result.error)
+        if err is not event.result.error:
+            return replace(event, result=replace(event.result, error=err))
+    if isinstance(event, RetryEvent):
+        try:
+            pickle.loads(pickle.dumps(event))
+        except Exception:  # its error is a TransportError: carried as its text
+            return replace(
+                event, attempt=replace(event.attempt, error=_carried(event.attempt.error))
+            )
+    return event
+
+
+def _safe_error(error: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(error))
+    except Exception:
+        return WorkerError(f"{type(error).__name__}: {error}", worker=None, exitcode=None)
+    return error
+
+
+def _carried(error: TransportError) -> TransportError:
+    return TransportError(f"{type(error).__name__}: {error}", endpoint=error.endpoint)

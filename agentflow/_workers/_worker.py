@@ -1,0 +1,343 @@
+"""A worker process: its fleet on leased limits, its events batched to the parent."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import multiprocessing
+import multiprocessing.connection
+import os
+import pickle
+import signal
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from agentflow._events import Event
+from agentflow._logging import get_logger
+from agentflow._session import Session
+from agentflow._workers._wire import encode
+from agentflow.sched import Limits, Scheduler
+from agentflow.sched._limits import RateGate
+
+__all__ = ["worker_entry"]
+
+_log = get_logger("agentflow.workers")
+
+_BATCH_EVENTS = 256
+_BATCH_S = 0.005
+#: How often a worker tells the parent its requests in flight and queued.
+_STATUS_S = 0.25
+_PR_SET_PDEATHSIG = 1
+
+
+def worker_entry(conn: multiprocessing.connection.Connection, parent_pid: int) -> None:
+    """A worker process: die with the parent, ignore the terminal's Ctrl-C (the parent
+    stops the run in order), run the sessions it is sent."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
+        os._exit(1)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        msg = conn.recv()
+    except (EOFError, OSError):
+        os._exit(0)
+    if msg[0] != "start":
+        os._exit(1)
+    try:
+        asyncio.run(_WorkerRun(conn, msg[1], msg[2]).main())
+    except BaseException as exc:  # tell the parent why, then die as a crash does
+        with contextlib.suppress(Exception):
+            conn.send(("crash", f"{type(exc).__name__}: {exc}"))
+        raise
+    conn.close()
+
+
+class _LeasedRates(RateGate):
+    """A worker's RPM/TPM: spends budget leased from the parent's buckets."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, client: _LeaseClient) -> None:
+        super().__init__(None, None, 1.0)
+        self._client = client
+
+    def ready(self, tokens: int) -> bool:
+        c = self._client
+        return c.requests >= 1 and c.tokens >= tokens + self._debt
+
+    async def take(self, tokens: int) -> None:
+        c = self._client
+        amount = tokens + self._debt
+        self._debt = 0.0
+        while c.requests < 1 or c.tokens < amount:
+            await c.more_rates(1 if c.requests < 1 else 0, max(0.0, amount - c.tokens))
+        c.requests -= 1
+        c.tokens -= amount
+        self.charged_tokens += tokens
+        self.started += 1
+
+    def settle(self, reserved: int, used: int) -> None:
+        if used > reserved:
+            self._debt += used - reserved
+            self.charged_tokens += used - reserved
+
+
+class _LeasedScheduler(Scheduler):
+    """A worker's scheduler: dispatches only within the slots leased to it."""
+
+    def __init__(self, *args: Any, client: _LeaseClient, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self._client = client
+        client.scheduler = self
+        if client.rated:
+            self._rates = _LeasedRates(client)
+
+    def _place(self, ticket: Any) -> Any:
+        c = self._client
+        if c.slotted and self.in_flight >= c.slots:
+            c.need_slots(self.waiting + 1)
+            return None
+        return self.router.choose(ticket, self.replicas)
+
+    def release(self, grant: Any, **kw: Any) -> None:
+        super().release(grant, **kw)
+        self._client.released()
+
+
+class _LeaseClient:
+    """A worker's leases: slots and rate budget, and the messages that move them."""
+
+    def __init__(self, run: _WorkerRun, config: dict[str, Any]) -> None:
+        self._run = run
+        self.slotted: bool = config["slots"]
+        self.rated: bool = config["rates"]
+        self.slot_batch: int = config["slot_batch"]
+        self.slots: int = config["initial_slots"]
+        self.owed = 0
+        self._asked = 0  # slots asked for and not granted yet
+        self._returning = False
+        # Budget left; a limit the fleet does not have is never short.
+        self.requests = 0 if config["rpm"] else 1 << 62
+        self.tokens = 0.0 if config["tpm"] else float(1 << 62)
+        self._rates_wait: asyncio.Future[None] | None = None
+        self.scheduler: Scheduler | None = None
+
+    def need_slots(self, n: int) -> None:
+        if not self._asked:
+            self._asked = max(1, min(n, self.slot_batch))
+            self._run.send(("want_slots", self._asked))
+
+    def granted_slots(self, n: int) -> None:
+        self._asked = max(0, self._asked - n)
+        self.slots += n
+        if self.owed:
+            self.released()
+        if self.scheduler is not None:
+            self.scheduler._kick()
+
+    def reclaim(self, n: int) -> None:
+        self.owed += n
+        self.released()
+
+    def spare(self, n: int) -> None:
+        """The broker asks for slots this worker is not using: give back what is free
+        now, if nothing waits here (nothing is owed)."""
+        sched = self.scheduler
+        if sched is None or sched.waiting:
+            return
+        give = min(n, self.slots - self.owed - sched.in_flight)
+        if give > 0:
+            self.slots -= give
+            self._run.send(("return_spare", give))
+
+    def released(self) -> None:
+        """A stream ended (or slots were reclaimed): give owed slots back, once per loop
+        iteration however many streams ended in it."""
+        if self.owed and not self._returning:
+            self._returning = True
+            asyncio.get_running_loop().call_soon(self._give_back)
+
+    def _give_back(self) -> None:
+        self._returning = False
+        if not self.owed or self.scheduler is None:
+            return
+        give = min(self.owed, self.slots - self.scheduler.in_flight)
+        if give > 0:
+            self.slots -= give
+            self.owed -= give
+            self._run.send(("return_slots", give))
+
+    async def more_rates(self, requests: int, tokens: float) -> None:
+        if self._rates_wait is None:
+            self._rates_wait = asyncio.get_running_loop().create_future()
+            self._run.send(("want_rates", requests, tokens))
+        await asyncio.shield(self._rates_wait)
+
+    def granted_rates(self, requests: int, tokens: float) -> None:
+        self.requests += requests
+        self.tokens += tokens
+        fut, self._rates_wait = self._rates_wait, None
+        if fut is not None and not fut.done():
+            fut.set_result(None)
+
+
+class _Forwarder:
+    """The worker fleet's one callback: batches the events the parent wants."""
+
+    def __init__(self, run: _WorkerRun, wanted: set[str]) -> None:
+        self.event_types = frozenset(wanted)
+        self._run = run
+        self._batch: list[Event] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __call__(self, event: Event) -> None:
+        self._batch.append(event)
+        if len(self._batch) >= _BATCH_EVENTS:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(_BATCH_S, self.flush)
+
+    def flush(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self._batch:
+            batch, self._batch = self._batch, []
+            self._run.send(("events", encode(batch)))
+
+
+class _WorkerRun:
+    """One worker's run: the sessions, its fleet, its pipe to the parent."""
+
+    def __init__(
+        self,
+        conn: multiprocessing.connection.Connection,
+        config: dict[str, Any],
+        blobs: list[bytes],
+    ) -> None:
+        self.conn = conn
+        self.config = config
+        self.sessions: list[Session] = [pickle.loads(b) for b in blobs]
+        self._lock = threading.Lock()
+        self._status: asyncio.TimerHandle | None = None
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        with self._lock:
+            try:
+                self.conn.send(msg)
+            except (OSError, ValueError):  # the parent is gone
+                os._exit(0)
+
+    async def main(self) -> None:
+        from agentflow._fleet import Fleet, ReplicaStats
+
+        config = self.config
+        loop = asyncio.get_running_loop()
+        client = _LeaseClient(self, config)
+        forwarder = _Forwarder(self, config["wanted"])
+
+        class _WorkerFleet(Fleet):
+            def _new_scheduler(self) -> Scheduler:
+                return _LeasedScheduler(
+                    self.replicas,
+                    policy=self.policy,
+                    limits=Limits(),
+                    router=self.router if self.router is not None else None,
+                    clock=self._clock,
+                    prefix_warmup=self.prefix_warmup,
+                    client=client,
+                )
+
+        fleet = _WorkerFleet(
+            config["replicas"],
+            max_concurrency=1 << 30,
+            max_tool_concurrency=config["max_tool_concurrency"],
+            policy=config["policy"],
+            retry=config["retry"],
+            router=config["router"],
+            prefix_warmup=config["prefix_warmup"],
+            callbacks=[forwarder],
+            freeze_gc=config["freeze_gc"],
+        )
+        task = loop.create_task(fleet.run(self.sessions))
+        # SIGTERM (to the worker, or to the whole process group) ends its run in order:
+        # its sessions end as cancelled and their results still reach the parent.
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+
+        def status() -> None:  # what Fleet.in_flight / queued read in the parent
+            self.send(("status", fleet.in_flight, fleet.queued))
+            self._status = loop.call_later(_STATUS_S, status)
+
+        self._status = loop.call_later(_STATUS_S, status)
+
+        def on_message(msg: Any) -> None:
+            kind = msg[0]
+            if kind == "slots":
+                client.granted_slots(msg[1])
+            elif kind == "reclaim":
+                client.reclaim(msg[1])
+            elif kind == "spare":
+                client.spare(msg[1])
+            elif kind == "rates":
+                client.granted_rates(msg[1], msg[2])
+            elif kind in ("cancel", "exit"):
+                task.cancel()
+
+        def gone() -> None:
+            os._exit(0)  # the parent is gone: nothing to report to
+
+        reader = threading.Thread(
+            target=_read_worker_side, args=(self.conn, loop, on_message, gone), daemon=True
+        )
+        reader.start()
+        stats: dict[str, Any] = {}
+        try:
+            result = await task
+            stats = {
+                "peak_in_flight": result.peak_in_flight,
+                "retries": result.retries,
+                "replicas": result.replicas,
+            }
+        except asyncio.CancelledError:
+            pass  # its sessions ended as cancelled: their session_end events carry them
+        finally:
+            self._status.cancel()
+            forwarder.flush()
+            for t in fleet.replicas:
+                with contextlib.suppress(Exception):
+                    await t.transport.aclose()
+        stats["replicas"] = [
+            ReplicaStats(
+                name=r.name,
+                served=r.served,
+                failures=r.failures,
+                peak_in_flight=r.peak_in_flight,
+                breaker_opened=r.breaker_opened,
+                breaker_held=r.breaker_held,
+            )
+            for r in stats.get("replicas", [])
+        ]
+        self.send(("done", stats))
+
+
+def _read_worker_side(
+    conn: multiprocessing.connection.Connection,
+    loop: asyncio.AbstractEventLoop,
+    on_message: Callable[[Any], None],
+    gone: Callable[[], None],
+) -> None:
+    try:
+        while True:
+            msg = conn.recv()
+            loop.call_soon_threadsafe(on_message, msg)
+    except RuntimeError:  # the worker's loop is closed: its run is over
+        return
+    except (EOFError, OSError, ValueError):  # the parent is gone
+        gone()

@@ -1,0 +1,169 @@
+"""``Fleet(workers=2)`` against one process: the client's CPU per streamed chunk.
+
+What is measured: the CPU time of the whole *client* — this process (``RUSAGE_SELF``: the
+parent's loop, its pipe readers and the user's callbacks) plus its worker processes
+(``RUSAGE_CHILDREN``, read after the run has joined them) — while a fleet streams
+``--sessions`` one-turn sessions of ``--tokens`` output tokens each (one token per chunk)
+from the simulator (``python -m agentflow.sim``) in a child process, which is not reaped
+until every run is over, so its CPU is never counted. Per run: client CPU, the parent's
+share, chunks (output tokens), wall time and, with workers, the limits' lease messages.
+
+Rows: one process, and two workers; each with no callback and with a callback that counts
+content tokens (which makes the workers forward every token event to the parent). A third
+row per worker count runs zero sessions: what starting (spawn, ``import agentflow``) and
+stopping the workers costs, which a short run pays whole.
+
+How: repetitions interleave the rows; the table shows each row's median. CPU per chunk is
+total client CPU ÷ chunks, with the empty run's CPU subtracted in the "steady" column.
+Only ratios within one run mean anything; the machine's load is printed with them.
+
+Usage::
+
+    python benchmarks/workers.py            # full run; rewrites its docs/benchmarks.md section
+    python benchmarks/workers.py --quick    # smoke run; writes nothing
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import _common
+
+from agentflow import Agent, Event, Fleet, HTTPTransport
+from agentflow._process import ChildServer, free_port
+
+NAME = "workers"
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run's measurements."""
+
+    cpu_s: float
+    parent_cpu_s: float
+    chunks: int
+    wall_s: float
+    lease_messages: int
+
+
+class CountTokens:
+    """Counts content deltas (the callback that makes workers forward tokens)."""
+
+    event_types = frozenset({"token"})
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __call__(self, event: Event) -> None:
+        if event.type == "token":
+            self.n += 1
+
+
+def _cpu(who: int) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+async def one_run(url: str, sessions: int, tokens: int, workers: int | None, count: bool) -> Run:
+    agent = Agent(name="bench", model="m", params={"max_tokens": tokens})
+    todo = [agent.session(f"q{i}", session_id=f"s{i}") for i in range(sessions)]
+    callbacks = [CountTokens()] if count else []
+    self0, kids0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    async with HTTPTransport(url) as http:
+        fleet = Fleet(http, max_concurrency=64, workers=workers, callbacks=callbacks)
+        result = await fleet.run(todo)
+    wall = time.perf_counter() - t0
+    parent = _cpu(resource.RUSAGE_SELF) - self0
+    kids = _cpu(resource.RUSAGE_CHILDREN) - kids0
+    assert not result.failed, [s.error for s in result.failed][:2]
+    return Run(parent + kids, parent, result.output_tokens, wall, fleet._lease_messages)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="Client CPU per chunk: 1 process vs 2 workers.")
+    p.add_argument("--quick", action="store_true", help="short smoke run; never writes docs")
+    p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
+    p.add_argument("--reps", type=int, help="repetitions (default 3; quick 1)")
+    p.add_argument("--sessions", type=int, help="sessions per run (default 256; quick 32)")
+    p.add_argument("--tokens", type=int, default=256, help="output tokens per session")
+    args = p.parse_args(argv)
+    q = args.quick
+    reps = args.reps or (1 if q else 3)
+    sessions = args.sessions or (32 if q else 256)
+    port = free_port()
+    cmd = [
+        sys.executable, "-m", "agentflow.sim", "--host", "127.0.0.1", "--port", str(port),
+        "--tool-rounds", "0", "--answer-tokens", f"{args.tokens}:{args.tokens}",
+        "--profile-set", "max_num_seqs=256", "--profile-set", "per_agent_tps=2000", "--quiet",
+    ]  # fmt: skip
+    rows = [
+        ("1 process", None, False, sessions),
+        ("1 process + token callback", None, True, sessions),
+        ("2 workers", 2, False, sessions),
+        ("2 workers + token callback", 2, True, sessions),
+        ("2 workers, 0 sessions (start + stop)", 2, False, 0),
+    ]
+    by: dict[str, list[Run]] = {name: [] for name, *_ in rows}
+    with ChildServer(cmd, port=port, name="agentflow sim", startup_timeout_s=60) as _sim:
+        url = f"http://127.0.0.1:{port}/v1"
+        asyncio.run(one_run(url, 8, args.tokens, None, False))  # warm-up
+        for rep in range(reps):
+            for name, workers, count, n in rows[rep % len(rows) :] + rows[: rep % len(rows)]:
+                by[name].append(asyncio.run(one_run(url, n, args.tokens, workers, count)))
+    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
+    empty = statistics.median(r.cpu_s for r in by[rows[-1][0]])
+    lines = [
+        "| run | chunks | client CPU (s) | parent CPU (s) | µs / chunk | µs / chunk "
+        "without start + stop | wall (s) | lease messages |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, workers, _, _n in rows:
+        runs = by[name]
+        cpu = statistics.median(r.cpu_s for r in runs)
+        parent = statistics.median(r.parent_cpu_s for r in runs)
+        chunks = runs[0].chunks
+        per = f"{cpu / chunks * 1e6:.1f}" if chunks else "–"
+        steady = cpu - empty if workers else cpu
+        per_steady = f"{steady / chunks * 1e6:.1f}" if chunks else "–"
+        wall = statistics.median(r.wall_s for r in runs)
+        msgs = statistics.median(r.lease_messages for r in runs) if workers else 0
+        lines.append(
+            f"| {name} | {chunks:,} | {cpu:.2f} | {parent:.2f} | {per} | {per_steady} | "
+            f"{wall:.2f} | {msgs:g} |"
+        )
+    table = "\n".join(lines)
+    facts = (
+        f"{_common.machine()}; load average {' '.join(load)} after the run; "
+        f"{dt.date.today().isoformat()}; {reps} repetitions, medians; {sessions} sessions × "
+        f"{args.tokens} tokens, max_concurrency 64"
+    )
+    print(f"\n{facts}\n\n{table}")
+    if q or args.no_write:
+        return
+    given = list(argv if argv is not None else sys.argv[1:])
+    command = " ".join(["python benchmarks/workers.py", *given])
+    start, end = _common.markers(NAME)
+    text = (
+        f"{start}\n## Worker processes: client CPU per chunk (`benchmarks/workers.py`)\n\n"
+        f"`{command}` — {facts}. Client CPU is this process plus its workers (never the "
+        "simulator's). What 2 workers add: their start (spawn, imports) and each token "
+        "event crossing a pipe when a callback reads tokens; what they buy is a second "
+        "core for the streams (wall time), which this 2-core machine shares with the "
+        f"simulator.\n\n{table}\n{end}"
+    )
+    _common.write_section(NAME, text)
+    print(f"\nwrote the {NAME} section of {_common.DOC.relative_to(_common.ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""What the worker tests' agents use: module-level, so a worker process can import them."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentflow import Agent, PromptInfo, Session, TurnTrace
+from agentflow.sim import Tokenizer
+from agentflow.typing import Complete
+
+
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
+
+
+TOOL = Agent(
+    name="tool", model="m", instructions="Use the tool.", tools=[lookup], params={"max_tokens": 32}
+)
+PLAIN = Agent(name="plain", model="m", instructions="Answer briefly.", params={"max_tokens": 16})
+
+
+def workload(n: int) -> list[Session]:
+    """``n`` tiny sessions with fixed ids: half answer at once, half call a tool first."""
+    agents = (PLAIN, TOOL)
+    return [agents[i % 2].session(f"question {i}", session_id=f"s{i}") for i in range(n)]
+
+
+class ExactCount:
+    """A context policy that only counts the prompt, with the simulator's own tokenizer,
+    so each turn's estimate is what the server will count (as in tests/sched/test_limits)."""
+
+    def __init__(self) -> None:
+        self._tok = Tokenizer()
+
+    def bind(self, **_: Any) -> ExactCount:
+        return self
+
+    async def before_turn(
+        self,
+        turn: int,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        complete: Complete,
+    ) -> PromptInfo:
+        n = len(self._tok.render_chat(messages, list(tools) or None))
+        return PromptInfo(estimated_tokens=n, raw_estimate=n)
+
+    def after_turn(self, turn: int, trace: TurnTrace) -> None:
+        return None
+
+
+def counted_workload(n: int) -> list[Session]:
+    """:func:`workload` with exact prompt counts (for token limits at the server)."""
+    agents = [dataclasses.replace(a, context=ExactCount()) for a in (PLAIN, TOOL)]
+    return [agents[i % 2].session(f"question {i}", session_id=f"s{i}") for i in range(n)]

@@ -38,7 +38,7 @@ _log = get_logger("agentflow.store")
 T = TypeVar("T")
 
 
-class SQLiteStore(BatchWriter[sqlite3.Connection]):
+class SQLiteStore(BatchWriter[sqlite3.Connection, Record | io.PreparedTurn]):
     """A run store in one SQLite file (see ``docs/store.md`` for its schema).
 
     The file is created readable and writable by its owner only (``0600``; SQLite gives
@@ -151,12 +151,14 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
 
     def write(self, record: Record) -> None:
         """Add ``record`` to the next batch (on an event loop: one list append; see
-        ``store/_writer.py``)."""
+        ``store/_writer.py``). A finished turn is made into its row here, on the
+        caller's thread (``_sqlite_io.prepare``: its JSON is encoded while the objects
+        are still in cache; docs/store.md, "Cost")."""
         if self._closed:
             raise StoreError(f"{self.path}: write to a closed store ({type(record).__name__})")
         if self._thread is None:
             self._start()
-        self._enqueue(record)
+        self._enqueue(io.prepare(record))
 
     async def flush(self) -> None:
         """Return once every record written before the call is committed.
@@ -250,7 +252,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         finally:
             conn.close()
 
-    def _commit(self, conn: sqlite3.Connection, records: list[Record]) -> None:
+    def _commit(self, conn: sqlite3.Connection, records: list[Record | io.PreparedTurn]) -> None:
         if not records:
             return
         try:
@@ -262,7 +264,8 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        except sqlite3.Error as exc:
+        except Exception as exc:  # SQLite's, or a record that cannot be encoded
+            # (caught here, the thread lives on: a later flush reports it, not hangs)
             self._error = exc
             _log.error(
                 "store.write_failed", path=str(self.path), records=len(records), error=repr(exc)

@@ -64,6 +64,7 @@ from agentflow.report import LiveView
 from agentflow.sim.profiles import get_profile
 from agentflow.store import SQLiteStore
 from agentflow.store._recorder import Recorder
+from agentflow.store._records import Record
 from agentflow.transport import Endpoint, HTTPTransport
 
 NAME = "store_overhead"
@@ -97,7 +98,7 @@ class TimedStore(SQLiteStore):
         finally:
             self.writer_cpu_ns = time.thread_time_ns()
 
-    def _commit(self, conn: sqlite3.Connection, records: list[Any]) -> None:
+    def _commit(self, conn: sqlite3.Connection, records: list[Record]) -> None:
         if not records:
             return
         c0, w0 = time.thread_time_ns(), time.perf_counter_ns()

@@ -54,7 +54,7 @@ class _Secret:
         return "***"
 
 
-class PostgresStore(BatchWriter[Conn, Record]):
+class PostgresStore(BatchWriter[Conn]):
     """A run store in a PostgreSQL database (schema: ``docs/store.md``).
 
     The DSN is a libpq connection string (``postgresql://USER@HOST/DB`` or

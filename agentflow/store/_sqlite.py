@@ -38,7 +38,7 @@ _log = get_logger("agentflow.store")
 T = TypeVar("T")
 
 
-class SQLiteStore(BatchWriter[sqlite3.Connection, Record | io.PreparedTurn]):
+class SQLiteStore(BatchWriter[sqlite3.Connection]):
     """A run store in one SQLite file (see ``docs/store.md`` for its schema).
 
     The file is created readable and writable by its owner only (``0600``; SQLite gives
@@ -151,14 +151,12 @@ class SQLiteStore(BatchWriter[sqlite3.Connection, Record | io.PreparedTurn]):
 
     def write(self, record: Record) -> None:
         """Add ``record`` to the next batch (on an event loop: one list append; see
-        ``store/_writer.py``). A finished turn is made into its row here, on the
-        caller's thread (``_sqlite_io.prepare``: its JSON is encoded while the objects
-        are still in cache; docs/store.md, "Cost")."""
+        ``store/_writer.py``)."""
         if self._closed:
             raise StoreError(f"{self.path}: write to a closed store ({type(record).__name__})")
         if self._thread is None:
             self._start()
-        self._enqueue(io.prepare(record))
+        self._enqueue(record)
 
     async def flush(self) -> None:
         """Return once every record written before the call is committed.
@@ -252,7 +250,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection, Record | io.PreparedTurn]):
         finally:
             conn.close()
 
-    def _commit(self, conn: sqlite3.Connection, records: list[Record | io.PreparedTurn]) -> None:
+    def _commit(self, conn: sqlite3.Connection, records: list[Record]) -> None:
         if not records:
             return
         try:

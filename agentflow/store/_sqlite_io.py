@@ -31,12 +31,10 @@ from agentflow.store._records import (
 
 __all__ = [
     "FINISHED_SQL",
-    "PreparedTurn",
     "claim",
     "conflicts",
     "list_runs",
     "load_run",
-    "prepare",
     "read_run",
     "release",
     "renew",
@@ -57,11 +55,9 @@ FINISHED_SQL = (
 _TURN_SQL = "INSERT INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 
 
-def write_record(conn: sqlite3.Connection, r: Record | PreparedTurn) -> None:
-    """Write one record, or a turn's prepared row (inside the caller's transaction)."""
-    if type(r) is PreparedTurn:
-        _insert(conn, "turn", r.key, r.run_id, _TURN_SQL, r.row)
-    elif isinstance(r, TurnFinished):
+def write_record(conn: sqlite3.Connection, r: Record) -> None:
+    """Write one record (inside the caller's transaction)."""
+    if isinstance(r, TurnFinished):
         _turn(conn, r)
     elif isinstance(r, ToolFinished):
         c = r.call
@@ -108,50 +104,20 @@ def _insert(
     return True
 
 
-class PreparedTurn:
-    """A :class:`TurnFinished` as the row it becomes, built by :func:`prepare` on the
-    thread that wrote it (the event loop) while its message and trace are still in that
-    CPU's cache: encoding them there costs the loop a few µs, encoding them on the
-    writer thread after its 10 ms sleep cost it tens of µs more, every object a cache
-    miss (``docs/store.md``, "Cost")."""
-
-    __slots__ = ("key", "row", "run_id")
-
-    def __init__(self, run_id: str, key: str, row: tuple[Any, ...]) -> None:
-        self.run_id = run_id
-        self.key = key
-        self.row = row
-
-
-def prepare(r: Record) -> Record | PreparedTurn:
-    """What :meth:`SQLiteStore.write` queues for ``r``: a turn's finished row, or the
-    record itself (every other kind, and a turn whose policy rewrote the history: the
-    whole conversation is encoded on the writer thread, not on the loop)."""
-    if type(r) is not TurnFinished or r.rewrite is not None:
-        return r
-    try:
-        row = _turn_row(r)
-    except Exception:  # the writer encodes it again, and reports the error
-        return r
-    return PreparedTurn(r.run_id, f"{r.session_id}/{r.turn}", row)
-
-
-def _turn_row(r: TurnFinished) -> tuple[Any, ...]:
+def _turn(conn: sqlite3.Connection, r: TurnFinished) -> None:
     m, t = r.metrics, r.trace
-    return (
+    row = (
         r.run_id, r.session_id, r.turn, r.attempt, encode(r.message),
         None if r.rewrite is None else encode(r.rewrite), r.ready_ns,
         m.prompt_tokens, m.cached_tokens, m.output_tokens, m.ttft_s, m.e2e_s, m.queue_wait_s,
         r.failed_attempts, encode(r.failures) if r.failures else None,
         None if r.prompt is None else encode(r.prompt), t.endpoint, encode(t),
     )  # fmt: skip
-
-
-def _turn(conn: sqlite3.Connection, r: TurnFinished) -> None:
     # One insert, no update of the session's row: its ``turns`` and ``sticky_replica``
     # are set when it ends, and read from its last turn before that (``read_run``) — an
     # update per turn was a sixth of a commit's work.
-    _insert(conn, "turn", f"{r.session_id}/{r.turn}", r.run_id, _TURN_SQL, _turn_row(r))
+    key = f"{r.session_id}/{r.turn}"
+    _insert(conn, "turn", key, r.run_id, _TURN_SQL, row)
 
 
 def _session(conn: sqlite3.Connection, r: SessionStarted) -> None:

@@ -34,14 +34,12 @@ from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from agentflow._errors import StoreError
+from agentflow.store._records import Record
 
 __all__ = ["STOP", "BatchWriter", "Call"]
 
 C = TypeVar("C")
 T = TypeVar("T")
-#: What a batch holds: the store's records, or what its ``write`` made of them on the
-#: caller's thread (``SQLiteStore`` builds a turn's row there; see ``_sqlite_io.prepare``).
-R = TypeVar("R")
 
 #: What the closing call returns: the thread drains the queue and ends.
 STOP = object()
@@ -63,7 +61,7 @@ class Call(Generic[C]):
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
 
-class BatchWriter(Generic[C, R]):
+class BatchWriter(Generic[C]):
     """The queue and the loop of a store's writer thread (see the module).
 
     A subclass sets ``_where`` (how messages name the store), ``batch_interval_s`` and
@@ -83,11 +81,11 @@ class BatchWriter(Generic[C, R]):
         self._closed = False
         self._lock = threading.Lock()
         # The batch being gathered on an event loop, and that loop (see _enqueue).
-        self._batch: list[R] = []
+        self._batch: list[Record] = []
         self._batch_loop: asyncio.AbstractEventLoop | None = None
         self._batch_lock = threading.Lock()
 
-    def _enqueue(self, record: R) -> None:
+    def _enqueue(self, record: Record) -> None:
         """Add ``record`` to the batch of the running loop (or, outside one, queue it)."""
         try:
             loop = asyncio.get_running_loop()
@@ -134,7 +132,7 @@ class BatchWriter(Generic[C, R]):
         self._queue.put(stop)
         self._urgent.set()
 
-    def _commit(self, conn: C, records: list[R]) -> None:
+    def _commit(self, conn: C, records: list[Record]) -> None:
         raise NotImplementedError
 
     def _as_store_error(self, exc: BaseException) -> BaseException:
@@ -185,7 +183,7 @@ class BatchWriter(Generic[C, R]):
         """Write ``batch`` (records, lists of records and calls) in order: records in one
         transaction, each call after the records before it are committed. True once the
         stop call is reached."""
-        records: list[R] = []
+        records: list[Record] = []
         for item in batch:
             if type(item) is list:
                 records.extend(item)

@@ -262,7 +262,8 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
-        except sqlite3.Error as exc:
+        except Exception as exc:  # SQLite's, or a record that cannot be encoded
+            # (caught here, the thread lives on: a later flush reports it, not hangs)
             self._error = exc
             _log.error(
                 "store.write_failed", path=str(self.path), records=len(records), error=repr(exc)

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentflow import SQLiteStore, StoreError
-from agentflow.store import RunStarted
+from agentflow import StoreError
+from agentflow.store import RunStarted, SQLiteStore
 
 from ..wait import GUARD_S
 

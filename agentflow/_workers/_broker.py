@@ -50,8 +50,6 @@ class Broker:
         self.slot_batch = max(1, (self.cap or 1) // (2 * n))
         self._req = _bucket(limits.rpm, limits.burst_s, 1.0) if limits.rpm is not None else None
         self._tok = _bucket(limits.tpm, limits.burst_s, 1.0) if limits.tpm is not None else None
-        self.req_batch = max(1, int(self._req.max_rate // (2 * n))) if self._req is not None else 0
-        self.tok_batch = max(1.0, self._tok.max_rate / (2 * n)) if self._tok is not None else 0.0
         self._rate_lock = asyncio.Lock()
         self._rate_tasks: set[asyncio.Task[None]] = set()
         #: Messages the broker exchanged (grants, returns, reclaims): the lease overhead.
@@ -149,8 +147,11 @@ class Broker:
 
     async def _grant_rates(self, i: int, requests: int, tokens: float) -> None:
         async with self._rate_lock:
-            req = max(requests, self.req_batch) if self._req is not None else 0
-            tok = max(tokens, self.tok_batch) if self._tok is not None else 0.0
+            # Exactly what the request about to go out needs, no spare: budget a worker
+            # held on to would be sent later, on top of what the bucket refilled in the
+            # meantime (an idle spell, then a burst over the limit's window bound).
+            req = requests if self._req is not None else 0
+            tok = tokens if self._tok is not None else 0.0
             if self._req is not None:
                 req = min(req, max(1, int(self._req.max_rate)))
                 await self._req.charge(req)

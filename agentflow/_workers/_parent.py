@@ -233,8 +233,6 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
             "rates": fleet.limits.rpm is not None or fleet.limits.tpm is not None,
             "rpm": fleet.limits.rpm is not None,
             "tpm": fleet.limits.tpm is not None,
-            "req_batch": broker.req_batch,
-            "tok_batch": broker.tok_batch,
         }
         starts = []
         for w in workers:

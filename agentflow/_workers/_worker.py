@@ -31,6 +31,14 @@ _BATCH_S = 0.005
 #: How often a worker tells the parent its requests in flight and queued.
 _STATUS_S = 0.25
 _PR_SET_PDEATHSIG = 1
+#: Set by a SIGTERM that came before the worker's loop could take it (while it imported
+#: and unpickled its sessions): the run, once built, is cancelled at once.
+_terminated = False
+
+
+def _early_sigterm(signum: int, frame: object) -> None:
+    global _terminated
+    _terminated = True
 
 
 def worker_entry(conn: multiprocessing.connection.Connection, parent_pid: int) -> None:
@@ -43,6 +51,7 @@ def worker_entry(conn: multiprocessing.connection.Connection, parent_pid: int) -
     if os.getppid() != parent_pid:  # the parent died before the death signal was armed
         os._exit(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, _early_sigterm)
     try:
         msg = conn.recv()
     except (EOFError, OSError):
@@ -270,6 +279,8 @@ class _WorkerRun:
         # its sessions end as cancelled and their results still reach the parent.
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        if _terminated:  # a SIGTERM while the worker was starting
+            task.cancel()
 
         def status() -> None:  # what Fleet.in_flight / queued read in the parent
             self.send(("status", fleet.in_flight, fleet.queued))

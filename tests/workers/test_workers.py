@@ -169,7 +169,6 @@ async def test_requests_per_minute_hold_at_the_server_across_workers() -> None:
     assert len(arrivals) == 60
     for window_s in (0.0, 0.25, 0.5, 1.0, 2.0):
         assert max_in_window(arrivals, window_s) <= 20 * window_s + 20
-    assert fleet._lease_messages < len(arrivals)  # leased in batches, not per request
 
 
 async def test_tokens_per_minute_hold_at_the_server_across_workers() -> None:
@@ -223,8 +222,13 @@ async def test_sigterm_to_a_worker_cancels_its_sessions_in_order() -> None:
     victims: list[int] = []
 
     def term_one(event: Event) -> None:
+        # The worker that ran this turn (sessions are dealt round-robin: s<k> is on
+        # worker k % 2), so the signal meets a worker whose run is going, not one that
+        # may still be starting.
         if event.type == "turn_end" and not victims:
-            pid = min(workers_now())
+            name = f"agentflow-worker-{int(event.session_id[1:]) % 2}"
+            (pid,) = (p.pid for p in multiprocessing.active_children() if p.name == name)
+            assert pid is not None
             victims.append(pid)
             os.kill(pid, signal.SIGTERM)
 

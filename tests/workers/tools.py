@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -56,3 +57,36 @@ def counted_workload(n: int) -> list[Session]:
     """:func:`workload` with exact prompt counts (for token limits at the server)."""
     agents = [dataclasses.replace(a, context=ExactCount()) for a in (PLAIN, TOOL)]
     return [agents[i % 2].session(f"question {i}", session_id=f"s{i}") for i in range(n)]
+
+
+class LateStart:
+    """A context policy whose first turn waits ``delay_s`` before it is sent (a session
+    that spends a while in its tools before its first request)."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    def bind(self, **_: Any) -> LateStart:
+        return self
+
+    async def before_turn(
+        self,
+        turn: int,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        complete: Complete,
+    ) -> PromptInfo:
+        if turn == 0 and self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        return PromptInfo(estimated_tokens=10, raw_estimate=10)
+
+    def after_turn(self, turn: int, trace: TurnTrace) -> None:
+        return None
+
+
+def idle_then_burst(n: int, delay_s: float) -> list[Session]:
+    """One session at once, then ``n`` that all wait ``delay_s`` first: a worker is busy,
+    idle while the limit's bucket refills, then bursts."""
+    early = dataclasses.replace(PLAIN, name="early", context=LateStart(0.0))
+    late = dataclasses.replace(PLAIN, name="late", context=LateStart(delay_s))
+    return [(early if k == 0 else late).session(f"q{k}", session_id=f"s{k}") for k in range(n + 1)]

@@ -9,6 +9,7 @@ import itertools
 import pytest
 
 from agentflow._errors import StreamProtocolError, StreamTimeout
+from agentflow.embedded import run_virtual
 from agentflow.transport import Timeouts
 from agentflow.transport._stream import StreamState
 
@@ -79,45 +80,58 @@ def test_payloads_from_the_simulator_skip_the_decoder() -> None:
     assert trace.done and trace.chunk_ns == (40,) and trace.end_ns == 40
 
 
-async def test_first_output_ends_the_first_token_limit() -> None:
-    st = StreamState(
-        "http://x", _clock().__next__, timeouts=Timeouts(first_token=0.05, idle=None, total=5)
-    )
-    assert st.waiting_first and st.limits is not None
-    limits = st.limits
-    async with limits.scope():
-        st.read(b": ping\n\n", 1)
-        seen = [limits.waiting_first]  # a comment is no output
-        st.read(CHUNK, 2)
-        seen.append(limits.waiting_first)
-        assert seen == [True, False]
-        await asyncio.sleep(0.1)  # past the first-token limit: it no longer applies
-        st.read(FINISH, 3)
-    assert st.finish({}).finish_reason == "stop"
+def test_first_output_ends_the_first_token_limit() -> None:
+    """On virtual time: the first output lifts the first-token limit, so waiting past it
+    afterwards is no timeout."""
 
-
-async def test_the_idle_watchdog_reads_the_states_mark() -> None:
-    loop = asyncio.get_running_loop()
-    st = StreamState(
-        "http://x",
-        lambda: int(loop.time() * 1e9),
-        timeouts=Timeouts(first_token=None, idle=0.2, total=30),
-    )
-    assert st.limits is not None
-    limits = st.limits
-
-    async def run() -> None:
+    async def main() -> str | None:
+        st = StreamState(
+            "http://x", _clock().__next__, timeouts=Timeouts(first_token=0.05, idle=None, total=5)
+        )
+        assert st.waiting_first and st.limits is not None
+        limits = st.limits
         async with limits.scope():
-            for _ in range(4):  # data every 50 ms holds a 200 ms idle limit off…
-                await asyncio.sleep(0.05)
-                st.read(CHUNK, int(loop.time() * 1e9))
-            await asyncio.sleep(5)  # …silence does not
+            st.read(b": ping\n\n", 1)
+            seen = [limits.waiting_first]  # a comment is no output
+            st.read(CHUNK, 2)
+            seen.append(limits.waiting_first)
+            assert seen == [True, False]
+            await asyncio.sleep(0.1)  # past the first-token limit: it no longer applies
+            st.read(FINISH, 3)
+        return st.finish({}).finish_reason
 
-    with pytest.raises(TimeoutError):
-        await run()
-    err = st.timeout()
+    assert run_virtual(main()) == "stop"
+
+
+def test_the_idle_watchdog_reads_the_states_mark() -> None:
+    """On virtual time (a busy machine cannot stretch the 50 ms gaps past the 200 ms
+    limit): data every 50 ms holds the idle limit off, silence does not."""
+
+    async def main() -> tuple[StreamTimeout, float]:
+        loop = asyncio.get_running_loop()
+        st = StreamState(
+            "http://x",
+            lambda: int(loop.time() * 1e9),
+            timeouts=Timeouts(first_token=None, idle=0.2, total=30),
+        )
+        assert st.limits is not None
+        limits = st.limits
+
+        async def run() -> None:
+            async with limits.scope():
+                for _ in range(4):  # data every 50 ms holds a 200 ms idle limit off…
+                    await asyncio.sleep(0.05)
+                    st.read(CHUNK, int(loop.time() * 1e9))
+                await asyncio.sleep(5)  # …silence does not
+
+        with pytest.raises(TimeoutError):
+            await run()
+        return st.timeout(), loop.time()
+
+    err, ended = run_virtual(main())
     assert isinstance(err, StreamTimeout) and err.phase == "idle"
     assert err.trace is not None and len(err.trace.chunk_ns) == 4
+    assert ended == pytest.approx(0.4)  # the last data at 0.2 s, then 0.2 s of silence
 
 
 async def test_limits_drop_the_stream_when_the_scope_ends() -> None:

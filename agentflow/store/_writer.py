@@ -30,6 +30,7 @@ import asyncio
 import concurrent.futures
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
@@ -83,6 +84,7 @@ class BatchWriter(Generic[C]):
         # The batch being gathered on an event loop, and that loop (see _enqueue).
         self._batch: list[Record] = []
         self._batch_loop: asyncio.AbstractEventLoop | None = None
+        self._batch_started = 0.0  # time.monotonic() of the batch's first record
         self._batch_lock = threading.Lock()
 
     def _enqueue(self, record: Record) -> None:
@@ -104,6 +106,7 @@ class BatchWriter(Generic[C]):
                     self._queue.put(batch)
                 batch = self._batch = [record]
                 self._batch_loop = loop
+                self._batch_started = time.monotonic()
             else:
                 batch.append(record)
             full = len(batch) >= self.max_batch
@@ -162,7 +165,8 @@ class BatchWriter(Generic[C]):
             except queue.Empty:
                 with self._batch_lock:  # the loop has not handed its batch over: take it
                     first = self._batch
-                    if not first:
+                    # …once it is that old: the loop's own timer hands a younger one over.
+                    if not first or time.monotonic() - self._batch_started < stall_s:
                         continue
                     self._batch = []
                     self._batch_loop = None

@@ -171,7 +171,7 @@ def test_a_blocked_loop_does_not_hold_its_batch_back(tmp_path: Path) -> None:
     and commits it while the loop is still blocked."""
 
     async def main() -> tuple[int, int]:
-        store, q = _counted(tmp_path / "k.db", batch_interval_s=10)
+        store, q = _counted(tmp_path / "k.db", batch_interval_s=0.05)
         await store.open()
         store.write(_started(0))
         committed = threading.Event()

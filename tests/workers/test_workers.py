@@ -38,12 +38,19 @@ def workers_now() -> set[int]:
 
 
 def gone(pid: int) -> bool:
-    """Whether no process has ``pid`` (a zombie counts as present)."""
+    """Whether no process runs as ``pid``: none has it, or it is a zombie (dead, waiting
+    for a parent to reap it — in a container whose PID 1 reaps no orphans, a killed
+    parent's workers stay zombies)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return True
-    return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state == "Z"
 
 
 class Seen:

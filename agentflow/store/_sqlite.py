@@ -140,33 +140,6 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         self._thread.join(timeout=self.busy_timeout_s)
         self._raise_error()
 
-    async def __aenter__(self) -> SQLiteStore:
-        await self.open()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    # --- the hot path -----------------------------------------------------------------
-
-    def write(self, record: Record) -> None:
-        """Add ``record`` to the next batch (on an event loop: one list append; see
-        ``store/_writer.py``)."""
-        if self._closed:
-            raise StoreError(f"{self.path}: write to a closed store ({type(record).__name__})")
-        if self._thread is None:
-            self._start()
-        self._enqueue(record)
-
-    async def flush(self) -> None:
-        """Return once every record written before the call is committed.
-
-        Raises:
-            StoreError: an earlier batch failed to commit.
-        """
-        await self._call(lambda conn: None)
-        self._raise_error()
-
     # --- reads and leases (on the writer thread, after what was written before) ---------
 
     async def load(self, run_id: str, sessions: Sequence[str] | None = None) -> StoredRun:

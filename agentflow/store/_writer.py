@@ -32,7 +32,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Self, TypeVar
 
 from agentflow._errors import StoreError
 from agentflow.store._records import Record
@@ -134,6 +134,40 @@ class BatchWriter(Generic[C]):
         self._hand_over()
         self._queue.put(stop)
         self._urgent.set()
+
+    async def open(self) -> None:
+        raise NotImplementedError
+
+    async def aclose(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def write(self, record: Record) -> None:
+        """Add ``record`` to the next batch (on an event loop: one list append; see the
+        module)."""
+        if self._closed:
+            raise StoreError(f"{self._where}: write to a closed store ({type(record).__name__})")
+        if self._thread is None:
+            self._start()
+        self._enqueue(record)
+
+    async def flush(self) -> None:
+        """Return once every record written before the call is committed.
+
+        Raises:
+            StoreError: an earlier batch failed to commit.
+        """
+        await self._call(lambda conn: None)
+        self._raise_error()
+
+    def _raise_error(self) -> None:
+        raise NotImplementedError
 
     def _commit(self, conn: C, records: list[Record]) -> None:
         raise NotImplementedError

@@ -17,30 +17,26 @@ import asyncio
 import dataclasses
 import json
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
 from agentflow import (
-    Agent,
     ConfigError,
-    Event,
     Fleet,
     FleetResult,
     HTTPTransport,
     Limits,
-    PromptInfo,
     Session,
-    TurnTrace,
 )
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sched import RateGate, Replica, Scheduler, SchedulerState, Ticket
-from agentflow.sim import Engine, Profile, TextGenConfig, Tokenizer
+from agentflow.sim import Engine, Profile, TextGenConfig
 from agentflow.sim.driver import EngineDriver
 from agentflow.sim.records import RequestRecord
 from agentflow.testing import Reply, ScriptedServer
-from agentflow.typing import Complete, SessionContext
+from agentflow.typing import SessionContext
 from tests.sched.conftest import (
     QUICK,
     FakeClock,
@@ -49,49 +45,13 @@ from tests.sched.conftest import (
     max_in_window,
     peak_overlap,
 )
+from tests.workers.tools import PLAIN, TOOL, ExactCount
 
 N = 1000
 WINDOWS_S = (0.0, 0.01, 0.1, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
 
 
-def lookup(key: str) -> str:
-    """Look a key up."""
-    return f"value of {key}"
-
-
-class ExactCount:
-    """A context policy that only counts the prompt — with the simulator's own tokenizer,
-    so each turn's estimate is exactly what the server will count."""
-
-    def __init__(self, *, lie: Callable[[int], int] = lambda n: n) -> None:
-        self._tok = Tokenizer()
-        self._lie = lie
-
-    def bind(
-        self, *, session_id: str, agent: str, emit: Callable[[Event], None], **_: Any
-    ) -> ExactCount:
-        return self
-
-    async def before_turn(
-        self,
-        turn: int,
-        messages: list[dict[str, Any]],
-        tools: Sequence[Mapping[str, Any]],
-        complete: Complete,
-    ) -> PromptInfo:
-        n = len(self._tok.render_chat(messages, list(tools) or None))
-        return PromptInfo(estimated_tokens=self._lie(n), raw_estimate=n)
-
-    def after_turn(self, turn: int, trace: TurnTrace) -> None:
-        return None
-
-
 _: type[SessionContext] = ExactCount  # it is its own per-session context
-
-TOOL = Agent(
-    name="tool", model="m", instructions="Use the tool.", tools=[lookup], params={"max_tokens": 32}
-)
-PLAIN = Agent(name="plain", model="m", instructions="Answer briefly.", params={"max_tokens": 16})
 
 
 def workload(n: int = N, *, context: ExactCount | None = None) -> list[Session]:

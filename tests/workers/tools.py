@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from agentflow import Agent, PromptInfo, Session, TurnTrace
@@ -31,10 +31,13 @@ def workload(n: int) -> list[Session]:
 
 class ExactCount:
     """A context policy that only counts the prompt, with the simulator's own tokenizer,
-    so each turn's estimate is what the server will count (as in tests/sched/test_limits)."""
+    so each turn's estimate is what the server will count — or, with ``lie``, what
+    ``lie`` makes of it (``raw_estimate`` stays the true count). Also used by
+    tests/sched/test_limits.py."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, lie: Callable[[int], int] | None = None) -> None:
         self._tok = Tokenizer()
+        self._lie = lie
 
     def bind(self, **_: Any) -> ExactCount:
         return self
@@ -47,7 +50,8 @@ class ExactCount:
         complete: Complete,
     ) -> PromptInfo:
         n = len(self._tok.render_chat(messages, list(tools) or None))
-        return PromptInfo(estimated_tokens=n, raw_estimate=n)
+        estimate = n if self._lie is None else self._lie(n)
+        return PromptInfo(estimated_tokens=estimate, raw_estimate=n)
 
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
         return None

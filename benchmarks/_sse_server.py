@@ -237,17 +237,18 @@ class _StepGroup:
             tr = conn._transport
             if tr is None:
                 continue  # the client went away
-            f = conn._frames
-            if st.i < st.n:
+            i = st.i
+            if i < st.n:
+                content = conn._frames.content
                 st.writes.append(now())
-                tr.write(f.content[st.i % len(f.content)])
+                tr.write(content[i % len(content)])
                 if tr.get_write_buffer_size():
                     st.buffered += 1
-                st.i += 1
+                st.i = i + 1
                 alive.append(st)
             else:
                 st.tail_ns = now()
-                tr.write(f.tail(st.n))
+                tr.write(conn._frames.tail(st.n))
                 conn._end_response()
         self.active = alive
         if alive:

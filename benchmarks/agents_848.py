@@ -73,7 +73,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -352,6 +352,9 @@ class Run:
     slip_p99: float
     buffered: int
     wall_s: float
+    step_ms: float
+    streams_logged: int  # streams in the server's write log
+    writes_logged: int  # content writes in the server's write log
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -422,7 +425,9 @@ async def measure(
     # -- every token accounted for
     bad = [s for s in result.sessions if not s.ok or len(s.turns) != 1]
     if bad:
-        raise RuntimeError(f"{len(bad)} sessions failed, e.g. {bad[0].session_id}: {bad[0].error!r}")
+        raise RuntimeError(
+            f"{len(bad)} sessions failed, e.g. {bad[0].session_id}: {bad[0].error!r}"
+        )
     if count.n != expected:
         raise RuntimeError(f"the callback read {count.n} tokens, expected {expected}")
     streams: dict[str, Any] = log["streams"]
@@ -433,8 +438,9 @@ async def measure(
     server_tpots: list[float] = []
     slips: list[int] = []
     t0_ns, step_ns = int(log["t0_ns"]), int(log["step_ns"])
-    lo, hi = min(s["writes"][0] for s in streams.values()), max(
-        s["tail_ns"] for s in streams.values()
+    lo, hi = (
+        min(s["writes"][0] for s in streams.values()),
+        max(s["tail_ns"] for s in streams.values()),
     )
     for s in result.sessions:
         turn = s.turns[0]
@@ -460,8 +466,12 @@ async def measure(
     first, last = count.first, count.last or end
     assert first is not None
     me = os.getpid()
-    parent_lag = [] if parent_probe is None else _in_window(parent_probe.t_ns, parent_probe.lag_ns, lo, hi)
-    worker_lag = [x for pid, (t, lg) in files.items() if pid != me for x in _in_window(t, lg, lo, hi)]
+    parent_lag = (
+        [] if parent_probe is None else _in_window(parent_probe.t_ns, parent_probe.lag_ns, lo, hi)
+    )
+    worker_lag = [
+        x for pid, (t, lg) in files.items() if pid != me for x in _in_window(t, lg, lo, hi)
+    ]
     return Run(
         agents=agents,
         tokens=tokens,
@@ -482,6 +492,9 @@ async def measure(
         slip_p99=pct(slips, 0.99) / 1e6,
         buffered=sum(int(s["buffered"]) for s in streams.values()),
         wall_s=wall,
+        step_ms=step_ns / 1e6,
+        streams_logged=len(streams),
+        writes_logged=sum(len(s["writes"]) for s in streams.values()),
         extra={"worker_loops": len(files) - (me in files)},
     )
 
@@ -497,9 +510,9 @@ def place(workers: int | None, server_pid: int, pin: bool) -> str:
     os.sched_setaffinity(server_pid, {CPUS[-1]})
     if workers:
         os.sched_setaffinity(0, set(CPUS))
-        return f"server on CPU {CPUS[-1]}, client on CPUs {CPUS[0]}–{CPUS[-1]}"
+        return f"with workers the server on CPU {CPUS[-1]}, the client on CPUs {CPUS[0]}–{CPUS[-1]}"
     os.sched_setaffinity(0, {CPUS[0]})
-    return f"server on CPU {CPUS[-1]}, client on CPU {CPUS[0]}"
+    return f"one process: the server on CPU {CPUS[-1]}, the client on CPU {CPUS[0]}"
 
 
 Key = tuple[int, int | None, bool]  # agents, workers, kernel stamps
@@ -524,9 +537,13 @@ def run_all(
                     for key in group[r:] + group[:r]:
                         _, w, ks = key
                         where[key] = place(w, pid, pin)
-                        label = f"rep {rep + 1}/{reps} {n:>4} agents {_client(w):<10} {_stamps(ks):<6}"
+                        label = (
+                            f"rep {rep + 1}/{reps} {n:>4} agents {_client(w):<10} {_stamps(ks):<6}"
+                        )
                         try:
-                            run = asyncio.run(measure(url, pid, n, tokens, workers=w, kernel_stamps=ks))
+                            run = asyncio.run(
+                                measure(url, pid, n, tokens, workers=w, kernel_stamps=ks)
+                            )
                         except Exception as exc:  # one failed run must not lose the others
                             failures[key].append(f"{type(exc).__name__}: {exc}")
                             print(f"{label} FAILED: {exc!r}", file=sys.stderr, flush=True)
@@ -561,34 +578,51 @@ def table(runs: dict[Key, list[Run]], failures: dict[Key, list[str]]) -> str:
     lines = [
         "| agents | client | stamps | client cores | µs / token (parent + workers) | "
         "loop lag p50 / p99 / max (ms) | parent loop lag p99 (ms) | delay p50 / p99 (ms) | "
-        "TPOT error median / p99 | server cores | server slip p99 (ms) | runs |",
-        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "TPOT error median / p99 | server tok/s per agent | server cores | "
+        "server slip p99 (ms) | runs |",
+        "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for key, rs in runs.items():
         n, w, ks = key
         fails = f" ({len(failures[key])} failed)" if failures[key] else ""
         if not rs:
-            lines.append(f"| {n} | {_client(w)} | {_stamps(ks)} |" + " – |" * 8 + f" 0{fails} |")
+            lines.append(f"| {n} | {_client(w)} | {_stamps(ks)} |" + " – |" * 9 + f" 0{fails} |")
             continue
-        share = (
-            f"{_med([r.us_per_token for r in rs]):.1f} "
-            f"({_med([r.parent_us_per_token for r in rs]):.1f} + "
-            f"{_med([r.workers_us_per_token for r in rs]):.1f})"
-            if w
-            else f"{_med([r.us_per_token for r in rs]):.1f}"
+
+        def m(f: Callable[[Run], float], rs: list[Run] = rs) -> float:
+            return _med([f(r) for r in rs])
+
+        share = f"{m(lambda r: r.us_per_token):.1f}"
+        if w:
+            share += (
+                f" ({m(lambda r: r.parent_us_per_token):.1f} + "
+                f"{m(lambda r: r.workers_us_per_token):.1f})"
+            )
+        parent_lag = f"{m(lambda r: pct(r.parent_lag, 0.99)):.2f}" if w else "(same)"
+        lag = (
+            f"{m(lambda r: pct(r.lag, 0.5)):.2f} / {m(lambda r: pct(r.lag, 0.99)):.2f} / "
+            f"{m(lambda r: max(r.lag, default=float('nan'))):.1f}"
         )
-        parent_lag = f"{_med([pct(r.parent_lag, 0.99) for r in rs]):.2f}" if w else "(same)"
+        tpot = f"{m(lambda r: pct(r.tpot_err, 0.5)):.2%} / {m(lambda r: pct(r.tpot_err, 0.99)):.2%}"
         lines.append(
-            f"| {n} | {_client(w)} | {_stamps(ks)} | {_med([r.cores for r in rs]):.2f} | {share} | "
-            f"{_med([pct(r.lag, 0.5) for r in rs]):.2f} / {_med([pct(r.lag, 0.99) for r in rs]):.2f}"
-            f" / {_med([max(r.lag, default=float('nan')) for r in rs]):.1f} | {parent_lag} | "
-            f"{_med([r.delay_p50 for r in rs]):.2f} / {_med([r.delay_p99 for r in rs]):.2f} | "
-            f"{_med([pct(r.tpot_err, 0.5) for r in rs]):.2%} / "
-            f"{_med([pct(r.tpot_err, 0.99) for r in rs]):.2%} | "
-            f"{_med([r.server_cpu_s / r.window_s for r in rs]):.2f} | "
-            f"{_med([r.slip_p99 for r in rs]):.2f} | {len(rs)}{fails} |"
+            f"| {n} | {_client(w)} | {_stamps(ks)} | {m(lambda r: r.cores):.2f} | {share} | "
+            f"{lag} | {parent_lag} | "
+            f"{m(lambda r: r.delay_p50):.2f} / {m(lambda r: r.delay_p99):.2f} | {tpot} | "
+            f"{m(lambda r: 1000 / r.server_tpot_ms):.0f}{slow(rs)} | "
+            f"{m(lambda r: r.server_cpu_s / r.window_s):.2f} | "
+            f"{m(lambda r: r.slip_p99):.2f} | {len(rs)}{fails} |"
         )
     return "\n".join(lines)
+
+
+#: A row whose server wrote below this share of its pace is marked: it measured a slower stream.
+KEEP_PACE = 0.95
+
+
+def slow(rs: Sequence[Run]) -> str:
+    """A mark (†) when the server's median rate fell below ``KEEP_PACE`` of its step rate."""
+    rate = _med([1000 / r.server_tpot_ms for r in rs])
+    return " †" if rate < KEEP_PACE * 1000 / rs[0].step_ms else ""
 
 
 def target(runs: dict[Key, list[Run]]) -> str:
@@ -701,7 +735,22 @@ def main(argv: Sequence[str] | None = None) -> None:
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
     tab = table(runs, failures)
     proj = projection(runs)
-    places = sorted(set(where.values()))
+    places = sorted(set(where.values()), reverse=True)
+    busy = ""
+    if load0 and float(load0[0]) > 0.5:
+        busy = (
+            f"\n\n**The machine was busy** (load average {load0[0]} when the run started, "
+            f"on {len(CPUS) or '?'} CPUs): other processes took CPU time from the client and "
+            "the server, which inflates loop lag, delay and TPOT error and can keep the "
+            "server from its pace; rerun on an idle machine for the figures that count."
+        )
+    marks = ""
+    if "†" in tab:
+        marks = (
+            f"\n\n† The server wrote below {KEEP_PACE:.0%} of its step rate (it could not "
+            "keep its pace: too little CPU for its writes): that row measured slower streams "
+            "than 848 tok/s, in bursts."
+        )
     facts = (
         f"{_common.machine()}; load average {' '.join(load0)} before and {' '.join(load)} "
         f"after the run; {dt.date.today().isoformat()}; {reps} repetitions, medians; "
@@ -709,7 +758,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"({1000 / args.step_ms:.0f} tok/s per agent); {'; '.join(places)}; "
         f"the run took {took / 60:.1f} min"
     )
-    print(f"\n{facts}\n\n{tab}\n\n{target(runs)}\n\n{projection_text(proj)}")
+    print(f"\n{facts}{busy}\n\n{tab}{marks}\n\n{target(runs)}\n\n{projection_text(proj)}")
     if q or args.no_write:
         return
     given = list(argv if argv is not None else sys.argv[1:])
@@ -718,7 +767,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     text = (
         f"{start}\n## N agents × 848 tok/s against a step-paced server "
         f"(`benchmarks/agents_848.py`)\n\n"
-        f"`{command}` — {facts}.\n\n"
+        f"`{command}` — {facts}.{busy}\n\n"
         "The server (`_sse_server.py --step-ms`) writes the next token to every stream in "
         "one step and logs each write's time; the client is `Fleet(HTTPTransport(url, "
         "kernel_timestamps=…), max_concurrency=N, workers=…, callbacks=[count])` with a "
@@ -730,7 +779,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "error*: per stream, `|agentflow's TPOT ÷ the write log's TPOT − 1|`, median and p99 "
         "over the streams. *Server slip*: how late the server's writes were against their "
         "step deadlines (its own timer also waits in whole milliseconds).\n\n"
-        f"{tab}\n\n{target(runs)}\n\n{projection_text(proj)}\n{end}"
+        f"{tab}{marks}\n\n{target(runs)}\n\n{projection_text(proj)}\n{end}"
     )
     _common.write_section(NAME, text)
     print(f"\nwrote the {NAME} section of {_common.DOC.relative_to(_common.ROOT)}")

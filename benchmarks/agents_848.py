@@ -648,38 +648,50 @@ PROJECT_CORES = 16
 
 @dataclass(frozen=True)
 class Projection:
-    agents: int  # the N whose 2-worker rows were used
-    parent_us: float
-    workers_us: float
-    one_process_us: float
-    by_parent: float
-    by_workers: float
-    one_process: float
+    """Agents at 848 tok/s per agent a many-core client carries (see :func:`projection`)."""
+
+    parent_us: float  # µs per token in the parent, 2 workers
+    parent_at: int  # the N it was measured at
+    workers_us: float  # µs per token in the workers (both together), 2 workers
+    workers_at: int
+    one_process_us: float  # µs per token, one process (NaN if not measured)
+    one_process_at: int
+    by_parent: float  # agents the parent's core allows
+    by_workers: float  # agents the worker cores allow
+    one_process: float  # agents one process on one core allows
 
     @property
     def agents_16(self) -> float:
         return min(self.by_parent, self.by_workers)
 
 
-def projection(runs: dict[Key, list[Run]]) -> Projection | None:
-    """Agents at 848 tok/s a 16-core client carries at ≤ ``PROJECT_UTIL`` per core, from the
-    2-worker rows with loop stamps of the largest N measured (the parent's and the workers'
-    µs per token separately): one core for the parent, 15 for workers."""
-    ns = sorted({k[0] for k, rs in runs.items() if k[1] and not k[2] and rs})
-    if not ns:
+def projection(runs: dict[Key, list[Run]], step_ms: float = STEP_MS) -> Projection | None:
+    """Agents a ``PROJECT_CORES``-core client carries at ≤ ``PROJECT_UTIL`` of each core
+    busy: one core for the parent, the others for workers. Per-token costs are the largest
+    medians of any ``N`` (either stamps): a client that lags reads several tokens per read
+    and pays less per token, so the largest is the one that holds at the pace."""
+
+    def worst(pick: Callable[[Run], float], workers: bool) -> tuple[float, int]:
+        rows = [
+            (_med([pick(r) for r in rs]), key[0])
+            for key, rs in runs.items()
+            if rs and bool(key[1]) == workers
+        ]
+        return max(rows) if rows else (float("nan"), 0)
+
+    parent_us, parent_at = worst(lambda r: r.parent_us_per_token, True)
+    workers_us, workers_at = worst(lambda r: r.workers_us_per_token, True)
+    if not parent_at:
         return None
-    n = 100 if 100 in ns else ns[-1]
-    rs = runs[(n, 2, False)]
-    one = runs.get((n, None, False), [])
-    parent_us = _med([r.parent_us_per_token for r in rs])
-    workers_us = _med([r.workers_us_per_token for r in rs])
-    one_us = _med([r.us_per_token for r in one])
-    rate = 1000.0 / STEP_MS  # tokens/s per agent
+    one_us, one_at = worst(lambda r: r.us_per_token, False)
+    rate = 1000.0 / step_ms  # tokens/s per agent
     return Projection(
-        agents=n,
         parent_us=parent_us,
+        parent_at=parent_at,
         workers_us=workers_us,
+        workers_at=workers_at,
         one_process_us=one_us,
+        one_process_at=one_at,
         by_parent=PROJECT_UTIL / (rate * parent_us * 1e-6),
         by_workers=(PROJECT_CORES - 1) * PROJECT_UTIL / (rate * workers_us * 1e-6),
         one_process=PROJECT_UTIL / (rate * one_us * 1e-6),
@@ -687,29 +699,59 @@ def projection(runs: dict[Key, list[Run]]) -> Projection | None:
 
 
 def projection_text(p: Projection | None) -> str:
+    """The projection and its assumptions, as a paragraph."""
     if p is None:
         return "No 2-worker row was measured: no projection."
     limit = "the parent" if p.by_parent < p.by_workers else "the workers"
     return (
-        f"**16-core projection.** From the {p.agents}-agent rows with loop stamps: 2 workers "
-        f"cost {p.parent_us:.1f} µs per token in the parent (decoding the forwarded token "
-        f"batches, running the callback) and {p.workers_us:.1f} µs per token in the workers "
-        f"(sockets, parsing, events, encoding the batches); one process costs "
-        f"{p.one_process_us:.1f}. At 848 tok/s per agent and at most "
-        f"{PROJECT_UTIL:.0%} of each core busy, a {PROJECT_CORES}-core client with one core "
-        f"for the parent and {PROJECT_CORES - 1} workers carries about "
-        f"**{p.agents_16:.0f} agents** (the parent alone would allow {p.by_parent:.0f}, "
-        f"the {PROJECT_CORES - 1} workers {p.by_workers:.0f}: {limit} bound it); one "
-        f"process on one core: {p.one_process:.0f}. Assumptions: CPU per token stays at "
-        f"what was measured here (it does not grow with the number of workers, and the "
-        f"parent's grows linearly with the tokens forwarded); the server runs on another "
-        f"machine; 16 real cores (no SMT siblings) and the same per-core speed; "
-        f"{PROJECT_UTIL:.0%} per core keeps loop lag in bounds — an assumption this "
-        f"machine cannot test. Every token crosses to the parent only because a callback "
-        f"reads tokens: without one (statistics callbacks read `turn_end` events only) the "
-        f"parent's share per token mostly vanishes and the workers bound it (not measured "
-        f"here)."
+        f"**{PROJECT_CORES}-core projection.** Per token, 2 workers cost {p.parent_us:.1f} µs "
+        f"in the parent (at {p.parent_at} agents: decoding the forwarded token batches, "
+        f"running the callback) and {p.workers_us:.1f} µs in the workers (at "
+        f"{p.workers_at} agents: sockets, parsing, events, encoding the batches); one process "
+        f"costs {p.one_process_us:.1f} µs (at {p.one_process_at} agents) — the largest "
+        f"median of any N, since a client that lags reads several tokens per read and pays "
+        f"less per token. At 848 tok/s per agent and at most {PROJECT_UTIL:.0%} of each core "
+        f"busy, a {PROJECT_CORES}-core client with one core for the parent and "
+        f"{PROJECT_CORES - 1} workers carries about **{p.agents_16:.0f} agents** (the parent's "
+        f"core alone allows {p.by_parent:.0f}, the {PROJECT_CORES - 1} workers' cores "
+        f"{p.by_workers:.0f}: {limit} bound it); one process on one core: "
+        f"{p.one_process:.0f}. Assumptions: the per-token costs stay what they were here (a "
+        f"worker's does not grow with the number of workers; the parent's total grows "
+        f"linearly with the tokens forwarded to it); the server runs on another machine; "
+        f"{PROJECT_CORES} real cores (no SMT siblings) as fast as these; {PROJECT_UTIL:.0%} "
+        f"busy per core keeps loop lag within the target — which this 2-core machine cannot "
+        f"test. Every token crosses to the parent only because a callback reads tokens: "
+        f"without one (statistics callbacks read `turn_end` events) the parent's per-token "
+        f"share mostly goes and the workers bound the count (not measured here)."
     )
+
+
+def comparisons(runs: dict[Key, list[Run]]) -> str:
+    """Per N, the rows against their baselines in the same run (medians over repetitions)."""
+    out = []
+    for n in sorted({k[0] for k in runs}):
+
+        def m(w: int | None, ks: bool, f: Callable[[Run], float], n: int = n) -> float:
+            return _med([f(r) for r in runs.get((n, w, ks), [])])
+
+        def lag(r: Run) -> float:
+            return pct(r.lag, 0.99)
+
+        def err(r: Run) -> float:
+            return pct(r.tpot_err, 0.99)
+
+        def us(r: Run) -> float:
+            return r.us_per_token
+
+        out.append(
+            f"- **{n} agents**: loop lag p99 {m(None, False, lag):.1f} ms in one process → "
+            f"{m(2, False, lag):.1f} ms in the 2 workers' loops (loop stamps; kernel stamps "
+            f"{m(None, True, lag):.1f} → {m(2, True, lag):.1f}); TPOT error p99 with loop "
+            f"stamps {m(None, False, err):.2%} → {m(2, False, err):.2%}, with kernel stamps "
+            f"{m(None, True, err):.2%} → {m(2, True, err):.2%}; client CPU per token "
+            f"{m(None, False, us):.1f} → {m(2, False, us):.1f} µs (loop stamps)."
+        )
+    return "\n".join(out)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -734,7 +776,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     took = time.perf_counter() - t0
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
     tab = table(runs, failures)
-    proj = projection(runs)
+    proj = projection(runs, args.step_ms)
+    comp = comparisons(runs)
     places = sorted(set(where.values()), reverse=True)
     busy = ""
     if load0 and float(load0[0]) > 0.5:
@@ -758,7 +801,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"({1000 / args.step_ms:.0f} tok/s per agent); {'; '.join(places)}; "
         f"the run took {took / 60:.1f} min"
     )
-    print(f"\n{facts}{busy}\n\n{tab}{marks}\n\n{target(runs)}\n\n{projection_text(proj)}")
+    print(f"\n{facts}{busy}\n\n{tab}{marks}\n\n{comp}\n\n{target(runs)}\n\n{projection_text(proj)}")
     if q or args.no_write:
         return
     given = list(argv if argv is not None else sys.argv[1:])
@@ -779,7 +822,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "error*: per stream, `|agentflow's TPOT ÷ the write log's TPOT − 1|`, median and p99 "
         "over the streams. *Server slip*: how late the server's writes were against their "
         "step deadlines (its own timer also waits in whole milliseconds).\n\n"
-        f"{tab}{marks}\n\n{target(runs)}\n\n{projection_text(proj)}\n{end}"
+        f"{tab}{marks}\n\n{comp}\n\n{target(runs)}\n\n{projection_text(proj)}\n{end}"
     )
     _common.write_section(NAME, text)
     print(f"\nwrote the {NAME} section of {_common.DOC.relative_to(_common.ROOT)}")

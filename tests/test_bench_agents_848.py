@@ -69,7 +69,7 @@ def test_two_workers(server: tuple[str, int]) -> None:
     table = agents_848.table(runs, {(AGENTS, 2, False): []})
     assert table.count("\n") == 2 and "| 4 | 2 workers | loop |" in table
     proj = agents_848.projection(runs)
-    assert proj is not None and proj.agents == AGENTS
+    assert proj is not None and proj.parent_at == proj.workers_at == AGENTS
     assert proj.by_parent > 0 and proj.by_workers > 0
     assert proj.agents_16 == min(proj.by_parent, proj.by_workers)
     assert "16-core" in agents_848.projection_text(proj)

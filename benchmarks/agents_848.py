@@ -243,9 +243,10 @@ class CountTokens:
 
     event_types = frozenset({"token"})
 
-    def __init__(self, expected: int, server_pid: int) -> None:
+    def __init__(self, expected: int, server_pid: int, workers: bool) -> None:
         self.expected = expected
         self.server_pid = server_pid
+        self.with_workers = workers
         self.n = 0
         self.per_session: dict[str, int] = {}
         self.first: Snapshot | None = None
@@ -259,7 +260,8 @@ class CountTokens:
         sid = event.session_id
         self.per_session[sid] = self.per_session.get(sid, 0) + 1
         if self.first is None:
-            self.workers = [p.pid for p in multiprocessing.active_children() if p.pid]
+            if self.with_workers:  # the fleet's worker processes (the server is no such child)
+                self.workers = [p.pid for p in multiprocessing.active_children() if p.pid]
             self.first = snapshot(self.server_pid, self.n, self.workers)
         elif self.n == self.expected:
             self.last = snapshot(self.server_pid, self.n, self.workers)
@@ -395,7 +397,7 @@ async def measure(
     checked token by token; see the module docstring for the figures."""
     run_id = uuid.uuid4().hex[:12]
     expected = agents * tokens
-    count = CountTokens(expected, server_pid)
+    count = CountTokens(expected, server_pid, bool(workers))
     sessions = [
         Agent(
             name=f"agent{i}",
@@ -415,7 +417,6 @@ async def measure(
             parent_probe = LagProbe.take()
             await transport.aclose()
         wall = time.perf_counter() - t0
-        end = snapshot(server_pid, count.n, count.workers)
         files = {
             int(Path(p).stem.split("-")[1]): read_samples(p)
             for p in glob.glob(os.path.join(lag_dir, "lag-*.bin"))
@@ -463,8 +464,9 @@ async def measure(
         server_tpots.append(server_tpot)
         errs.append(abs(client_tpot / server_tpot - 1))
 
-    first, last = count.first, count.last or end
-    assert first is not None
+    first, last = count.first, count.last
+    assert first is not None  # the callback read every token: both snapshots were taken
+    assert last is not None
     me = os.getpid()
     parent_lag = (
         [] if parent_probe is None else _in_window(parent_probe.t_ns, parent_probe.lag_ns, lo, hi)

@@ -760,14 +760,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="N agents × 848 tok/s: CPU, loop lag, TPOT error.")
     p.add_argument("--quick", action="store_true", help="short smoke run; never writes docs")
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
-    p.add_argument("--reps", type=int, help="repetitions (default 3; quick 1)")
+    p.add_argument("--reps", type=int, help="repetitions (default 5; quick 1)")
     p.add_argument("--agents", type=int, nargs="+", help="N values (default 50 100 200)")
     p.add_argument("--tokens", type=int, help="tokens per stream (default 1000; quick 200)")
     p.add_argument("--step-ms", type=float, default=STEP_MS, help="server step (ms)")
     p.add_argument("--no-pin", action="store_true", help="leave CPU placement to the OS")
     args = p.parse_args(argv)
     q = args.quick
-    reps = args.reps or (1 if q else 3)
+    reps = args.reps or (1 if q else 5)
     agents = args.agents or ([10, 20] if q else [50, 100, 200])
     tokens = args.tokens or (200 if q else 1000)
     if tokens < 2 or reps < 1 or min(agents) < 1 or args.step_ms <= 0:

@@ -52,7 +52,7 @@ and worker share separately) and states its assumptions next to it.
 
 Usage::
 
-    python benchmarks/agents_848.py            # full run (~8 min); rewrites its section
+    python benchmarks/agents_848.py            # full run (~3 min); rewrites its section
     python benchmarks/agents_848.py --quick    # smoke run (< 1 min); writes nothing
 """
 
@@ -787,7 +787,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             f"\n\n**The machine was busy** (load average {load0[0]} when the run started, "
             f"on {len(CPUS) or '?'} CPUs): other processes took CPU time from the client and "
             "the server, which inflates loop lag, delay and TPOT error and can keep the "
-            "server from its pace; rerun on an idle machine for the figures that count."
+            "server from its pace. It also tilts the comparison: a one-process client pinned "
+            "to one CPU leaves the other processes to crowd the server's CPU and its own, "
+            "while workers may run on either. Rerun on an idle machine for the figures that "
+            "count."
         )
     marks = ""
     if "†" in tab:
@@ -823,7 +826,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         "near 1 ms. *Delay*: a token's client stamp minus the server's write time. *TPOT "
         "error*: per stream, `|agentflow's TPOT ÷ the write log's TPOT − 1|`, median and p99 "
         "over the streams. *Server slip*: how late the server's writes were against their "
-        "step deadlines (its own timer also waits in whole milliseconds).\n\n"
+        "step deadlines (its own timer also waits in whole milliseconds). All N streams get "
+        "their token in the same step, so a client loop finds many sockets ready per wakeup: "
+        "a token costs less here than in `client_overhead.py`'s paced rows, where every read "
+        "is a wakeup of its own.\n\n"
         f"{tab}{marks}\n\n{comp}\n\n{target(runs)}\n\n{projection_text(proj)}\n{end}"
     )
     _common.write_section(NAME, text)

@@ -105,3 +105,59 @@ def test_step_server_keeps_the_other_modes(server: tuple[str, int]) -> None:
     assert chunks == [7, 5]
     assert status.startswith(b"HTTP/1.1 404")
     assert "nope" in json.loads(body)["error"]["message"]
+
+
+async def _stream(url: str, body: dict[str, object]) -> bytes:
+    """One raw chat-completions request; the whole chunked response."""
+    host, port = url.split("//", 1)[1].split("/", 1)[0].split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    data = json.dumps(body).encode()
+    writer.write(
+        b"POST /v1/chat/completions HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n"
+        b"content-length: %d\r\n\r\n%s" % (len(data), data)
+    )
+    raw = b""
+    while not raw.endswith(b"\r\n0\r\n\r\n"):
+        chunk = await asyncio.wait_for(reader.read(65536), 30)
+        assert chunk, f"the server closed the stream early: {raw[-200:]!r}"
+        raw += chunk
+    writer.close()
+    return raw
+
+
+def test_step_group_writes_in_lockstep(server: tuple[str, int]) -> None:
+    """A run's streams start together once all ``expect`` joined, and step k writes token k
+    to every stream before any stream gets token k + 1; the log has one write per token."""
+    url, _ = server
+    n, streams = 6, ["a", "b", "c"]
+
+    async def main() -> tuple[list[bytes], dict[str, object]]:
+        bodies = [
+            {"max_tokens": n, "run": "lockstep", "stream_id": s, "expect": len(streams)}
+            for s in streams
+        ]
+        raws = await asyncio.gather(*(_stream(url, b) for b in bodies))
+        status, body = await _get(url, "/writelog?run=lockstep")
+        assert status.startswith(b"HTTP/1.1 200")
+        return raws, json.loads(body)
+
+    raws, log = asyncio.run(main())
+    for raw in raws:
+        assert raw.count(b'"delta":{"content":" ') == n  # n content frames
+        assert b'"completion_tokens":6' in raw and b"data: [DONE]" in raw
+    assert log["done"] is True and log["joined"] == log["expect"] == 3
+    assert log["step_ns"] == round(STEP_MS * 1e6)
+    got = log["streams"]
+    assert isinstance(got, dict) and sorted(got) == streams
+    writes = [got[s]["writes"] for s in streams]
+    assert all(len(w) == n for w in writes)
+    assert all(got[s]["tail_ns"] > got[s]["writes"][-1] for s in streams)
+    t0 = log["t0_ns"]
+    assert isinstance(t0, int)
+    for k in range(n):  # the k-th writes of all streams come before any (k+1)-th
+        assert min(w[k] for w in writes) >= t0
+        if k + 1 < n:
+            assert max(w[k] for w in writes) < min(w[k + 1] for w in writes)
+    # a finished run's log is handed out once
+    status, _ = asyncio.run(_get(url, "/writelog?run=lockstep"))
+    assert status.startswith(b"HTTP/1.1 404")

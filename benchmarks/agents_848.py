@@ -64,6 +64,7 @@ import asyncio
 import datetime as dt
 import glob
 import json
+import math
 import multiprocessing
 import os
 import select
@@ -365,19 +366,27 @@ class Run:
 
     @property
     def cores(self) -> float:
-        return self.client_cpu_s / self.window_s
+        return self.client_cpu_s / self.window_s if self.window_s else float("nan")
+
+    @property
+    def server_cores(self) -> float:
+        return self.server_cpu_s / self.window_s if self.window_s else float("nan")
+
+    def _per_token(self, cpu_s: float) -> float:
+        # NaN when the window held no token (all arrived in the first forwarded batch)
+        return cpu_s / self.tokens_in_window * 1e6 if self.tokens_in_window else float("nan")
 
     @property
     def us_per_token(self) -> float:
-        return self.client_cpu_s / self.tokens_in_window * 1e6
+        return self._per_token(self.client_cpu_s)
 
     @property
     def parent_us_per_token(self) -> float:
-        return self.parent_cpu_s / self.tokens_in_window * 1e6
+        return self._per_token(self.parent_cpu_s)
 
     @property
     def workers_us_per_token(self) -> float:
-        return self.workers_cpu_s / self.tokens_in_window * 1e6
+        return self._per_token(self.workers_cpu_s)
 
 
 def _in_window(t: array.array[int], lag: array.array[int], lo: int, hi: int) -> list[float]:
@@ -611,7 +620,7 @@ def table(runs: dict[Key, list[Run]], failures: dict[Key, list[str]]) -> str:
             f"{lag} | {parent_lag} | "
             f"{m(lambda r: r.delay_p50):.2f} / {m(lambda r: r.delay_p99):.2f} | {tpot} | "
             f"{m(lambda r: 1000 / r.server_tpot_ms):.0f}{slow(rs)} | "
-            f"{m(lambda r: r.server_cpu_s / r.window_s):.2f} | "
+            f"{m(lambda r: r.server_cores):.2f} | "
             f"{m(lambda r: r.slip_p99):.2f} | {len(rs)}{fails} |"
         )
     return "\n".join(lines)
@@ -679,6 +688,7 @@ def projection(runs: dict[Key, list[Run]], step_ms: float = STEP_MS) -> Projecti
             for key, rs in runs.items()
             if rs and bool(key[1]) == workers
         ]
+        rows = [row for row in rows if math.isfinite(row[0])]
         return max(rows) if rows else (float("nan"), 0)
 
     parent_us, parent_at = worst(lambda r: r.parent_us_per_token, True)

@@ -22,6 +22,23 @@ request's arrival; ``start_ms`` (paced only, default 0) moves that anchor later,
 client that sends many requests at once (a fleet) can still have their events fall due
 at staggered times.
 
+**Step-paced mode** (``--step-ms S``, for ``benchmarks/agents_848.py``): a request whose
+body carries ``run`` (a run id), ``stream_id`` (the stream's id in that run) and ``expect``
+(how many streams the run has) joins that run's step group instead. The group waits
+until all ``expect`` streams have arrived (or ``_GROUP_WAIT_S`` passed since the first),
+then ``settle_ms`` (default 50) later one timer per group steps every ``S`` ms on
+absolute deadlines: each step writes the next content frame to *every* active stream of
+the group — so the k-th token of all streams leaves in the same server instant, as in
+one batched decode step of an engine — and, after a stream's last content frame, its
+tail (finish, usage, ``[DONE]``) at the next step. The server logs, per stream, the time
+of each write (``time.perf_counter_ns()`` taken right before ``transport.write``:
+``CLOCK_MONOTONIC`` on Linux, the clock agentflow stamps tokens with, so the two compare
+on one machine) and how many writes asyncio had to buffer because the socket was full
+(the client was not reading). ``GET /writelog?run=ID`` returns the group's log as JSON
+(``t0_ns``, ``step_ns``, ``joined``, ``done`` and per stream ``writes``, ``tail_ns`` and
+``buffered``) and forgets a finished group. Requests without ``run`` (or a server
+started without ``--step-ms``) are served by the modes above, unchanged.
+
 It stops by itself: on SIGTERM/SIGINT, after ``--max-seconds``, and with
 ``--watch-stdin`` when its stdin reaches EOF (the parent exited).
 """
@@ -35,9 +52,11 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Any
+from urllib.parse import parse_qs
 
-__all__ = ["CACHED_TOKENS", "PROMPT_TOKENS", "Frames", "serve"]
+__all__ = ["CACHED_TOKENS", "PROMPT_TOKENS", "Frames", "StepGroups", "serve"]
 
 #: What the usage chunk reports, so clients can check they parsed it.
 PROMPT_TOKENS = 42
@@ -51,6 +70,8 @@ _WORDS = (
 _BLOCK_BYTES = 64 * 1024  # bulk streams write whole blocks of this size (rounded to frames)
 _MAX_HEAD = 64 * 1024
 _MAX_BODY = 16 * 1024 * 1024
+#: A step group starts this long after its first stream joined even if not all came.
+_GROUP_WAIT_S = 60.0
 
 
 def _frame(payload: bytes) -> bytes:
@@ -164,12 +185,126 @@ class Stats:
         return json.dumps({"connections": self.connections, "streams": self.streams}).encode()
 
 
+class _Stepped:
+    """One stream of a step group, and its write log."""
+
+    __slots__ = ("buffered", "conn", "i", "n", "tail_ns", "writes")
+
+    def __init__(self, conn: _Connection, n: int) -> None:
+        self.conn = conn
+        self.n = n
+        self.i = 0  # the next content frame
+        self.writes: list[int] = []
+        self.tail_ns = 0
+        self.buffered = 0  # writes asyncio buffered because the socket was full
+
+
+class _StepGroup:
+    """The streams of one run, stepped by one timer."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, step_s: float, expect: int) -> None:
+        self.loop = loop
+        self.step_s = step_s
+        self.expect = expect
+        self.streams: dict[str, _Stepped] = {}
+        self.active: list[_Stepped] = []
+        self.t0 = 0.0  # loop time of step 0 (the first content frame), once started
+        self.done = False
+        self._timer: asyncio.TimerHandle | None = loop.call_later(_GROUP_WAIT_S, self.start, 0.0)
+
+    def join(self, stream_id: str, conn: _Connection, n: int, settle_s: float) -> None:
+        st = _Stepped(conn, n)
+        self.streams[stream_id] = st
+        self.active.append(st)
+        if len(self.streams) >= self.expect and not self.t0:
+            self.start(settle_s)
+
+    def start(self, settle_s: float) -> None:
+        if self.t0:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self.t0 = self.loop.time() + settle_s
+        self._timer = self.loop.call_at(self.t0, self._step, 0)
+
+    def _step(self, k: int) -> None:
+        """Write the next frame of every active stream; deadlines are absolute, so a late
+        step does not push the later ones back."""
+        now = time.perf_counter_ns
+        alive: list[_Stepped] = []
+        for st in self.active:
+            conn = st.conn
+            tr = conn._transport
+            if tr is None:
+                continue  # the client went away
+            i = st.i
+            if i < st.n:
+                content = conn._frames.content
+                st.writes.append(now())
+                tr.write(content[i % len(content)])
+                if tr.get_write_buffer_size():
+                    st.buffered += 1
+                st.i = i + 1
+                alive.append(st)
+            else:
+                st.tail_ns = now()
+                tr.write(conn._frames.tail(st.n))
+                conn._end_response()
+        self.active = alive
+        if alive:
+            self._timer = self.loop.call_at(self.t0 + (k + 1) * self.step_s, self._step, k + 1)
+        else:
+            self._timer = None
+            self.done = True
+
+    def log(self) -> dict[str, Any]:
+        return {
+            "t0_ns": round(self.t0 * 1e9),
+            "step_ns": round(self.step_s * 1e9),
+            "joined": len(self.streams),
+            "expect": self.expect,
+            "done": self.done,
+            "streams": {
+                sid: {"writes": st.writes, "tail_ns": st.tail_ns, "buffered": st.buffered}
+                for sid, st in self.streams.items()
+            },
+        }
+
+
+class StepGroups:
+    """The server's step groups by run id (``--step-ms``); ``step_ms`` 0 turns them off."""
+
+    def __init__(self, step_ms: float = 0.0) -> None:
+        self.step_s = step_ms / 1000.0
+        self.groups: dict[str, _StepGroup] = {}
+
+    def join(
+        self, run: str, stream_id: str, expect: int, conn: _Connection, n: int, settle_s: float
+    ) -> None:
+        group = self.groups.get(run)
+        if group is None:
+            loop = asyncio.get_running_loop()
+            group = self.groups[run] = _StepGroup(loop, self.step_s, expect)
+        group.join(stream_id, conn, n, settle_s)
+
+    def writelog(self, query: str) -> tuple[str, bytes]:
+        """``GET /writelog?run=ID``: the group's log (a finished group is forgotten)."""
+        run = (parse_qs(query).get("run") or [""])[0]
+        group = self.groups.get(run)
+        if group is None:
+            return "404 Not Found", json.dumps({"error": {"message": f"no run {run!r}"}}).encode()
+        if group.done:
+            del self.groups[run]
+        return "200 OK", json.dumps(group.log(), separators=(",", ":")).encode()
+
+
 class _Connection(asyncio.Protocol):
     """One client connection: parse a request, stream the answer, repeat (keep-alive)."""
 
-    def __init__(self, frames: Frames, stats: Stats) -> None:
+    def __init__(self, frames: Frames, stats: Stats, steps: StepGroups | None = None) -> None:
         self._frames = frames
         self._stats = stats
+        self._steps = steps if steps is not None else StepGroups()
         self._buf = bytearray()
         self._transport: asyncio.Transport | None = None
         self._busy = False  # a response is being streamed; later requests wait in _buf
@@ -247,7 +382,11 @@ class _Connection(asyncio.Protocol):
     def _dispatch(self, method: str, target: str, body: bytes) -> None:
         tr = self._transport
         assert tr is not None
-        path = target.split("?", 1)[0]
+        path, _, query = target.partition("?")
+        if method == "GET" and path == "/writelog":
+            status, data = self._steps.writelog(query)
+            self._reply(_simple(status, data))
+            return
         if method == "GET" and path == "/health":
             self._reply(_simple("200 OK", b'{"status":"ok"}'))
             return
@@ -265,14 +404,21 @@ class _Connection(asyncio.Protocol):
             n = int(req.get("max_tokens") or req.get("max_completion_tokens") or 16)
             pace_ms = float(req.get("pace_ms") or 0.0)
             start_s = float(req.get("start_ms") or 0.0) / 1000.0
-        except (ValueError, TypeError, AttributeError) as exc:
+            run = str(req["run"]) if self._steps.step_s and "run" in req else None
+            if run is not None:
+                stream_id = str(req["stream_id"])
+                expect = int(req["expect"])
+                settle_s = float(req.get("settle_ms", 50.0)) / 1000.0
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:
             msg = json.dumps({"error": {"message": f"bad request body: {exc}"}}).encode()
             self._reply(_simple("400 Bad Request", msg))
             return
         self._busy = True
         self._stats.streams += 1
         tr.write(self._frames.head + self._frames.role)
-        if pace_ms > 0:
+        if run is not None:
+            self._steps.join(run, stream_id, expect, self, n, settle_s)
+        elif pace_ms > 0:
             loop = asyncio.get_running_loop()
             pace_s = pace_ms / 1000.0
             t0 = loop.time() + start_s
@@ -346,13 +492,17 @@ class _Connection(asyncio.Protocol):
             self._end_response()
 
 
-async def serve(port: int, max_seconds: float, *, watch_stdin: bool = False) -> None:
-    """Serve until a signal arrives, ``max_seconds`` pass or (``watch_stdin``) stdin closes."""
+async def serve(
+    port: int, max_seconds: float, *, watch_stdin: bool = False, step_ms: float = 0.0
+) -> None:
+    """Serve until a signal arrives, ``max_seconds`` pass or (``watch_stdin``) stdin closes;
+    ``step_ms`` > 0 turns the step-paced mode on."""
     loop = asyncio.get_running_loop()
     frames = Frames()
     stats = Stats()
+    steps = StepGroups(step_ms)
     server = await loop.create_server(
-        lambda: _Connection(frames, stats), host="127.0.0.1", port=port, backlog=1024
+        lambda: _Connection(frames, stats, steps), host="127.0.0.1", port=port, backlog=1024
     )
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -391,8 +541,18 @@ def main() -> None:
         action="store_true",
         help="exit when stdin reaches EOF (the benchmark passes a pipe it never writes to)",
     )
+    parser.add_argument(
+        "--step-ms",
+        type=float,
+        default=0.0,
+        help="step period of the step-paced mode (requests with a 'run' field); 0: off",
+    )
     args = parser.parse_args()
-    asyncio.run(serve(args.port, args.max_seconds, watch_stdin=args.watch_stdin))
+    if args.step_ms < 0:
+        parser.error(f"--step-ms must be >= 0, got {args.step_ms}")
+    asyncio.run(
+        serve(args.port, args.max_seconds, watch_stdin=args.watch_stdin, step_ms=args.step_ms)
+    )
 
 
 if __name__ == "__main__":

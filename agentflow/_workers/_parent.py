@@ -323,8 +323,8 @@ async def run_sharded(
         broker = Broker(fleet.limits, workers, live)
         # Each starts with its fair share of the slots (a large start blocks until the
         # worker has imported: the workers start side by side).
-        await asyncio.gather(*(begin(w, broker.held[w.index]) for w in list(workers)))
         try:
+            await asyncio.gather(*(begin(w, broker.held[w.index]) for w in list(workers)))
             while True:
                 waits = [w.done for w in workers if w.done is not None and not w.done.done()]
                 if not waits:
@@ -500,7 +500,15 @@ async def _stop(workers: list[WorkerHandle], timeout_s: float) -> None:
         if w.alive:
             with contextlib.suppress(OSError, ValueError):
                 w.send(("cancel",))
-    waits = [w.done for w in workers if w.done is not None and not w.done.done()]
+    # Only a worker that is heard can say it stopped (one cancelled while it started
+    # is not: its sessions end cancelled here).
+    waits = [
+        w.done
+        for w in workers
+        if w.done is not None
+        and not w.done.done()
+        and (w.reader is not None or w.listener is not None)
+    ]
     if waits:
         await asyncio.wait(waits, timeout=timeout_s)
 

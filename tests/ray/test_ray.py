@@ -7,6 +7,8 @@ behind."""
 
 from __future__ import annotations
 
+import asyncio
+import io
 import os
 import sys
 import time
@@ -14,8 +16,10 @@ from collections import Counter
 from collections.abc import Iterator, Sequence
 
 import pytest
+from rich.console import Console
 
 from agentflow import ConfigError, Event, Fleet, HTTPTransport, Limits
+from agentflow.report import LiveView
 from agentflow.sched import Router
 from agentflow.sim.records import RequestRecord
 from agentflow.stats import FleetStats
@@ -143,13 +147,21 @@ async def test_limits_are_counted_at_the_server_across_actors() -> None:
     never had more than 3 requests at once, nor did ``Fleet.in_flight`` (the live view's
     count) read more; then rpm=1,200 (20 a second, a 1 s burst): in every window the
     server received at most rate × window + burst requests."""
-    samples: list[int] = []
+    samples: list[int | None] = []
+    out = io.StringIO()
     async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
         fleet = Fleet(http, max_concurrency=3, workers=2, backend="ray")
-        fleet.subscribe(lambda e: samples.append(fleet.in_flight))
-        result = await fleet.run(workload(60))
+        view = LiveView(60, fleet=fleet, console=Console(file=out, width=100), lag=None)
+        fleet.subscribe(view)
+        fleet.subscribe(lambda e: samples.append(view.load()[0]))
+        with view.live():  # redrawn by rich's thread while the actors run
+            result = await fleet.run(workload(60))
     assert not result.failed
-    assert samples and 0 < max(samples) <= 3
+    counts = [n for n in samples if n is not None]
+    assert counts and 0 < max(counts) <= 3
+    assert view.snapshot()["sessions_done"] == 60
+    assert view.snapshot()["turns"] == 90
+    assert "60/60" in out.getvalue() or "100%" in out.getvalue()
     assert fleet.in_flight == fleet.queued == 0
     assert len(sim.records) == sum(len(s.turns) for s in result.sessions) == 90
     assert peak_overlap(intervals(sim.records)) == 3
@@ -225,6 +237,26 @@ async def test_a_killed_actor_has_its_sessions_run_again_elsewhere() -> None:
     (victim,) = victims
     assert sent[victim] == 3  # its first turn twice (before and after the kill), then the last
     assert len(sim.seen) > sum(len(s.turns) for s in result.sessions)
+    assert not agentflow_actors()
+
+
+async def test_cancel_stops_the_actors_and_keeps_partial_results() -> None:
+    """Cancelling the run after its first turn: every actor's run stops in order, every
+    session has a result (completed or cancelled), and no actor is left."""
+    sessions = workload(40)
+    first = asyncio.Event()
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        fleet = Fleet(http, max_concurrency=2, workers=2, backend="ray")
+        fleet.subscribe(lambda e: first.set() if e.type == "turn_end" else None)
+        task = asyncio.create_task(fleet.run(sessions))
+        await asyncio.wait_for(first.wait(), 60)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    statuses = [s.result.status for s in sessions if s.result is not None]
+    assert len(statuses) == 40
+    assert "cancelled" in statuses
+    assert set(statuses) <= {"completed", "cancelled"}
     assert not agentflow_actors()
 
 

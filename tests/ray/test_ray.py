@@ -260,6 +260,39 @@ async def test_cancel_stops_the_actors_and_keeps_partial_results() -> None:
     assert not agentflow_actors()
 
 
+async def test_actors_die_with_a_killed_driver() -> None:
+    """SIGKILL a driver process (connected to this Ray) mid-run: Ray ends the actors it
+    owned; the test waits for that with a bound."""
+    address = ray.get_runtime_context().gcs_address
+    async with RecordingSim() as sim:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.ray.driver",
+            sim.base_url,
+            address,
+            stdout=asyncio.subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        )
+        assert proc.stdout is not None
+        try:
+            line = await asyncio.wait_for(proc.stdout.readline(), 120)
+            names = set(line.decode().split())
+            assert len(names) == 2
+            assert names <= set(agentflow_actors())
+            proc.kill()
+            await asyncio.wait_for(proc.wait(), 30)
+            for _ in range(300):  # at most 30 s
+                if not names & set(agentflow_actors()):
+                    break
+                await asyncio.sleep(0.1)
+            assert not names & set(agentflow_actors())
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
 def test_ray_backend_is_checked_when_the_fleet_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
     """Without Ray installed, the hint names the extra; a bad backend, a missing worker
     count and a store are refused by name."""

@@ -39,6 +39,12 @@ _log = get_logger("agentflow.workers")
 
 #: How long an actor's ``poll`` waits for a message before it returns none.
 _POLL_S = 1.0
+#: How long ``poll`` holds events and status back, once it has some, for more to come:
+#: each poll is an actor call with a fixed cost on both sides, so a poll per 5 ms event
+#: batch would cost more than the events. Lease messages are sent at once.
+_COALESCE_S = 0.02
+#: Messages a poll returns at once (the broker is waiting on them).
+_URGENT = frozenset({"want_slots", "want_rates", "return_slots", "return_spare", "crash", "done"})
 #: How long a start waits for an actor to be placed and to take its sessions.
 _START_TIMEOUT_S = 300.0
 
@@ -50,6 +56,7 @@ class RayWorker:
     def __init__(self) -> None:
         self._outbox: list[tuple[Any, ...]] = []
         self._wake: asyncio.Event | None = None
+        self._urgent: asyncio.Event | None = None
         self._inbox: list[Any] = []  # what came before the run could take it
         self._on_message: Callable[[Any], None] | None = None
         self._task: asyncio.Task[None] | None = None
@@ -58,6 +65,8 @@ class RayWorker:
         self._outbox.append(msg)
         if self._wake is not None:
             self._wake.set()
+        if msg[0] in _URGENT and self._urgent is not None:
+            self._urgent.set()
 
     def _attach(self, loop: asyncio.AbstractEventLoop, on_message: Callable[[Any], None]) -> None:
         self._on_message = on_message
@@ -70,6 +79,7 @@ class RayWorker:
         import os
 
         self._wake = asyncio.Event()
+        self._urgent = asyncio.Event()
         try:
             run = WorkerRun(config, blobs, self._send)
         except Exception as exc:  # its sessions do not load here: it says why, and ends
@@ -96,11 +106,19 @@ class RayWorker:
             self._inbox.append(msg)
 
     async def poll(self) -> list[tuple[Any, ...]]:
-        """Every message since the last poll; waits at most ``_POLL_S`` for one."""
-        if not self._outbox and self._wake is not None:
-            self._wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), _POLL_S)
+        """Every message since the last poll; waits at most ``_POLL_S`` for one, then, if
+        none is a lease message, at most ``_COALESCE_S`` more for one (events and status
+        gather meanwhile)."""
+        wake, urgent = self._wake, self._urgent
+        if wake is not None and urgent is not None:
+            if not self._outbox:
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), _POLL_S)
+            if self._outbox and not urgent.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(urgent.wait(), _COALESCE_S)
+            urgent.clear()
         out, self._outbox = self._outbox, []
         return out
 

@@ -12,13 +12,14 @@ import io
 import os
 import sys
 import time
+import types
 from collections import Counter
 from collections.abc import Iterator, Sequence
 
 import pytest
 from rich.console import Console
 
-from agentflow import ConfigError, Event, Fleet, HTTPTransport, Limits
+from agentflow import Agent, ConfigError, Event, Fleet, HTTPTransport, Limits, WorkerError
 from agentflow.report import LiveView
 from agentflow.sched import Router
 from agentflow.sim.records import RequestRecord
@@ -57,6 +58,7 @@ def local_ray() -> Iterator[None]:
     before = ray_daemons()
     ray.init(
         num_cpus=2,
+        object_store_memory=100 * 1024 * 1024,  # the least it takes: the tests move KBs
         include_dashboard=False,
         log_to_driver=False,
         configure_logging=False,
@@ -257,6 +259,31 @@ async def test_cancel_stops_the_actors_and_keeps_partial_results() -> None:
     assert len(statuses) == 40
     assert "cancelled" in statuses
     assert set(statuses) <= {"completed", "cancelled"}
+    assert not agentflow_actors()
+
+
+async def test_an_actor_that_cannot_load_its_sessions_fails_them_with_the_reason() -> None:
+    """A tool from a module only the driver has (made at run time, as in a notebook)
+    pickles here but not in an actor: its sessions fail with a WorkerError that says why
+    (they are not run again: another actor could not load them either), and the run ends
+    with no actor left."""
+    module = types.ModuleType("agentflow_test_driver_only")
+    source = 'def probe(key: str) -> str:\n    """Driver-only."""\n    return key\n'
+    exec(source, module.__dict__)
+    sys.modules[module.__name__] = module
+    try:
+        agent = Agent(name="notebook", model="m", tools=[module.probe])
+        sessions = [agent.session(f"q{i}", session_id=f"n{i}") for i in range(4)]
+        async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+            result = await Fleet(http, workers=2, backend="ray").run(sessions)
+    finally:
+        del sys.modules[module.__name__]
+    assert len(result.failed) == 4
+    for s in result.failed:
+        assert isinstance(s.error, WorkerError)
+        assert "No module named 'agentflow_test_driver_only'" in str(s.error)
+        assert str(s.error).startswith("Ray actor ")
+    assert not sim.seen
     assert not agentflow_actors()
 
 

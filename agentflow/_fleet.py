@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.util
 import time
 from collections import Counter
 from collections.abc import (
@@ -16,7 +17,7 @@ from collections.abc import (
     Sequence,
 )
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentflow._config import fleet_concurrency
 from agentflow._errors import ConfigError
@@ -158,6 +159,12 @@ class Fleet:
             pickle; see ``docs/scale-out.md``. ``None`` or 1: this process only.
         stop_timeout_s: with ``workers``: how long a cancelled run waits for the
             workers' partial results (and each worker to exit) before killing it.
+        backend: where the ``workers`` run: ``"processes"`` (the default: worker
+            processes on this machine) or ``"ray"`` (Ray actors, on this machine or a
+            Ray cluster: ``pip install 'agentflow[ray]'``; a worker whose actor is lost
+            has its unfinished sessions run again on a new one). With ``"ray"``,
+            ``workers=N`` is the number of actors, one is allowed; see
+            ``docs/scale-out.md``.
     """
 
     def __init__(
@@ -179,6 +186,7 @@ class Fleet:
         lease_ttl_s: float = 60.0,
         workers: int | None = None,
         stop_timeout_s: float = 10.0,
+        backend: Literal["processes", "ray"] = "processes",
     ) -> None:
         max_concurrency, limits = fleet_concurrency(max_concurrency, limits or Limits())
         if not isinstance(max_tool_concurrency, int) or max_tool_concurrency < 1:
@@ -207,7 +215,22 @@ class Fleet:
             raise ConfigError(f"Fleet(workers={workers}) does not take a store yet")
         if not stop_timeout_s > 0:
             raise ConfigError(f"stop_timeout_s must be > 0 seconds, got {stop_timeout_s!r}")
-        self.workers = workers if workers is not None and workers > 1 else None
+        if backend not in ("processes", "ray"):
+            raise ConfigError(f"backend must be 'processes' or 'ray', got {backend!r}")
+        if backend == "ray":
+            if workers is None:
+                raise ConfigError("Fleet(backend='ray') needs workers=N: how many Ray actors")
+            if store is not None:
+                raise ConfigError("Fleet(backend='ray') does not take a store yet")
+            if importlib.util.find_spec("ray") is None:
+                raise ConfigError(
+                    "Fleet(backend='ray') needs Ray, which is not installed: "
+                    "pip install 'agentflow[ray]'"
+                )
+        self.backend = backend
+        self.workers = (
+            workers if workers is not None and (workers > 1 or backend == "ray") else None
+        )
         self.stop_timeout_s = stop_timeout_s
         self._lease_messages = 0  # with workers: the last run's lease messages
         self._live: list[tuple[int, int]] | None = None  # with workers, while a run goes

@@ -22,10 +22,15 @@ unfinished sessions with :class:`WorkerError` and the run goes on; cancelling th
 run cancels the workers' runs, waits ``stop_timeout_s`` for their partial results,
 then kills them. See ``docs/scale-out.md``.
 
-Modules: ``_parent`` (checks, start, results, stop), ``_broker`` (the leases),
-``_worker`` (a worker process: its fleet on leased limits), ``_wire`` (event batches).
+With ``Fleet(workers=N, backend="ray")`` the workers are Ray actors: the same run
+(:func:`run_sharded`) and the same worker core (``WorkerRun``) over another channel
+(a ``Launcher``); an actor lost mid-run has its unfinished sessions run again on a new one.
+
+Modules: ``_parent`` (checks, the sharded run, results, stop; the process launcher),
+``_broker`` (the leases), ``_worker`` (a worker: its fleet on leased limits; the process
+entry point), ``_ray`` (the Ray actor and launcher), ``_wire`` (event batches).
 """
 
-from agentflow._workers._parent import check_picklable, run_in_workers
+from agentflow._workers._parent import check_picklable, run_in_workers, run_sharded
 
-__all__ = ["check_picklable", "run_in_workers"]
+__all__ = ["check_picklable", "run_in_workers", "run_sharded"]

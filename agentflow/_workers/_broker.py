@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
-import multiprocessing.connection
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,13 +17,17 @@ __all__ = ["Broker", "WorkerHandle"]
 
 @dataclass(slots=True)
 class WorkerHandle:
-    """The parent's view of one worker: its process, pipe, sessions and state."""
+    """The parent's view of one worker: how to reach it, its sessions and state."""
 
     index: int
-    process: Any  # multiprocessing.process.BaseProcess
-    conn: multiprocessing.connection.Connection
     sessions: list[int]  # indexes into the run's sessions
+    #: Sends one message to the worker (over its pipe, or as a Ray actor call).
+    send: Callable[[tuple[Any, ...]], None]
+    process: Any = None  # multiprocessing.process.BaseProcess, for a worker process
+    conn: Any = None  # multiprocessing.connection.Connection, for a worker process
+    actor: Any = None  # ray.actor.ActorHandle, for a Ray actor
     reader: threading.Thread | None = None
+    listener: asyncio.Task[None] | None = None
     done: asyncio.Future[dict[str, Any]] | None = None
     alive: bool = True
     crash: str = ""  # the last line of the traceback that ended it, if it sent one
@@ -63,7 +66,13 @@ class Broker:
         if w.alive:
             self.messages += 1
             with contextlib.suppress(OSError, ValueError):
-                w.conn.send(msg)
+                w.send(msg)
+
+    def add_worker(self) -> None:
+        """A worker started during the run (one that re-runs a lost one's sessions): it
+        holds nothing and asks for what it needs."""
+        self.held.append(0)
+        self.reclaiming.append(0)
 
     # slots
     def want_slots(self, i: int, n: int) -> None:

@@ -11,7 +11,7 @@ import pickle
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agentflow._errors import ConfigError, WorkerError
 from agentflow._events import (
@@ -31,7 +31,7 @@ from agentflow.sched import Limits
 if TYPE_CHECKING:
     from agentflow._fleet import Fleet, FleetResult
 
-__all__ = ["check_picklable", "run_in_workers"]
+__all__ = ["Launcher", "ProcessLauncher", "check_picklable", "run_in_workers", "run_sharded"]
 
 _log = get_logger("agentflow.workers")
 
@@ -131,8 +131,61 @@ def _check_agent(agent: Any) -> None:
     ) from first
 
 
+class Launcher(Protocol):
+    """How a sharded run reaches its workers: the one part that differs between worker
+    processes (pipes) and Ray actors (method calls). The rest of the run — the checks,
+    the broker, the event merge, the results — is :func:`run_sharded`'s, for both."""
+
+    #: Whether a worker lost mid-run (not one that failed on its own) has its
+    #: unfinished sessions run again, from the start, on a new worker.
+    rerun_lost: bool
+
+    def launch(self, index: int, sessions: list[int]) -> WorkerHandle:
+        """Create worker ``index`` for these sessions (it may still be starting)."""
+        ...
+
+    async def start(self, w: WorkerHandle, config: dict[str, Any], blobs: list[bytes]) -> None:
+        """Hand the worker its configuration and sessions."""
+        ...
+
+    def listen(
+        self,
+        w: WorkerHandle,
+        on_message: Callable[[WorkerHandle, Any], None],
+        on_exit: Callable[[WorkerHandle, bool], None],
+    ) -> None:
+        """Deliver the worker's messages to ``on_message`` on the run's loop, then call
+        ``on_exit(w, lost)`` once when it is gone (``lost``: it died, not ended)."""
+        ...
+
+    def ended(self, w: WorkerHandle) -> tuple[str, int | None]:
+        """How the worker ended, for a :class:`WorkerError`: its description ("worker
+        0 (pid 12) ended (exit code -9)") and its exit code, if it has one."""
+        ...
+
+    async def reap(self, workers: list[WorkerHandle], timeout_s: float) -> None:
+        """Every worker ends (asked, then forced after ``timeout_s``)."""
+        ...
+
+
+#: How many times a session whose worker was lost is run again before it fails.
+MAX_RERUNS = 2
+
+
 async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -> FleetResult:
-    """Run ``sessions`` on ``fleet.workers`` worker processes; see the module docstring."""
+    """Run ``sessions`` on ``fleet.workers`` worker processes (or Ray actors, with
+    ``backend="ray"``); see the module docstring."""
+    if fleet.backend == "ray":
+        from agentflow._workers._ray import RayLauncher
+
+        return await run_sharded(fleet, sessions, bus, RayLauncher())
+    return await run_sharded(fleet, sessions, bus, ProcessLauncher())
+
+
+async def run_sharded(
+    fleet: Fleet, sessions: list[Session], bus: EventBus, launcher: Launcher
+) -> FleetResult:
+    """Run ``sessions`` on ``fleet.workers`` workers that ``launcher`` starts and reaches."""
     from agentflow._fleet import FleetResult, ReplicaStats
 
     n = fleet.workers
@@ -146,17 +199,35 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
     clock = fleet._clock
     start = clock()
     bus.emit(FleetStartEvent(sessions=len(sessions), start_ns=start))
-    ctx = multiprocessing.get_context("spawn")
     workers: list[WorkerHandle] = []
     shards: list[list[int]] = [[] for _ in range(n)]
     for k in range(len(sessions)):
         shards[k % n].append(k)
     index = {s.session_id: k for k, s in enumerate(sessions)}
     results: list[SessionResult | None] = [None] * len(sessions)
+    reruns = [0] * len(sessions)
     broker: Broker | None = None
+    cancelling = False
+    starting: set[asyncio.Task[None]] = set()
     # Per worker, its last (in flight, queued): Fleet.in_flight and .queued sum them.
     live = [(0, 0)] * n
     fleet._live = live
+    config: dict[str, Any] = {
+        "replicas": fleet.replicas,
+        "policy": fleet.policy,
+        "retry": fleet.retry,
+        "router": fleet.router,
+        "prefix_warmup": fleet.prefix_warmup,
+        "max_tool_concurrency": fleet.max_tool_concurrency,
+        "freeze_gc": fleet.freeze_gc,
+        "wanted": wanted,
+        "slots": fleet.limits.max_in_flight is not None,
+        "slot_batch": 1,
+        "initial_slots": 0,
+        "rates": fleet.limits.rpm is not None or fleet.limits.tpm is not None,
+        "rpm": fleet.limits.rpm is not None,
+        "tpm": fleet.limits.tpm is not None,
+    }
 
     def on_message(w: WorkerHandle, msg: Any) -> None:
         kind = msg[0]
@@ -196,66 +267,76 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
             if w.done is not None and not w.done.done():
                 w.done.set_result(msg[1])
 
-    def on_exit(w: WorkerHandle) -> None:
+    def on_exit(w: WorkerHandle, lost: bool) -> None:
+        if w.done is not None and w.done.done():
+            return  # it ended its run and said so
         w.alive = False
         live[w.index] = (0, 0)
         if broker is not None:
             broker.worker_gone(w.index)
+        if lost and launcher.rerun_lost and not cancelling:
+            again = [k for k in w.sessions if results[k] is None and reruns[k] < MAX_RERUNS]
+            if again:
+                # Registered before this one's done resolves, so the run waits for it too.
+                what, _ = launcher.ended(w)
+                _log.warning(
+                    "workers.rerun",
+                    lost=what,
+                    sessions=[sessions[k].session_id for k in again],
+                )
+                moved = set(again)
+                w.sessions = [k for k in w.sessions if k not in moved]
+                for k in again:
+                    reruns[k] += 1
+                spawn(again)
         if w.done is not None and not w.done.done():
             w.done.set_result({})
 
+    def spawn(shard: list[int]) -> WorkerHandle:
+        w = launcher.launch(len(workers), shard)
+        w.done = loop.create_future()
+        workers.append(w)
+        if len(live) < len(workers):
+            live.append((0, 0))
+        if broker is not None and len(broker.held) < len(workers):
+            broker.add_worker()
+        if broker is not None:  # a replacement: started here; the first ones below
+            task = loop.create_task(begin(w, 0))
+            starting.add(task)
+            task.add_done_callback(starting.discard)
+        return w
+
+    async def begin(w: WorkerHandle, initial_slots: int) -> None:
+        assert broker is not None
+        msg_config = {**config, "slot_batch": broker.slot_batch, "initial_slots": initial_slots}
+        try:
+            await launcher.start(w, msg_config, [blobs[k] for k in w.sessions])
+        except Exception as exc:  # it could not start: its sessions fail with the reason
+            w.crash = w.crash or f"{type(exc).__name__}: {exc}"
+            on_exit(w, False)
+            return
+        launcher.listen(w, on_message, on_exit)
+
     try:
         for i in range(n):
-            parent_conn, child_conn = ctx.Pipe(duplex=True)
-            proc = ctx.Process(
-                target=worker_entry,
-                args=(child_conn, os.getpid()),
-                name=f"agentflow-worker-{i}",
-                daemon=True,
-            )
-            proc.start()
-            child_conn.close()
-            w = WorkerHandle(i, proc, parent_conn, shards[i], done=loop.create_future())
-            workers.append(w)
+            spawn(shards[i])
         broker = Broker(fleet.limits, workers, live)
-        config = {
-            "replicas": fleet.replicas,
-            "policy": fleet.policy,
-            "retry": fleet.retry,
-            "router": fleet.router,
-            "prefix_warmup": fleet.prefix_warmup,
-            "max_tool_concurrency": fleet.max_tool_concurrency,
-            "freeze_gc": fleet.freeze_gc,
-            "wanted": wanted,
-            "slots": fleet.limits.max_in_flight is not None,
-            "slot_batch": broker.slot_batch,
-            "initial_slots": 0,
-            "rates": fleet.limits.rpm is not None or fleet.limits.tpm is not None,
-            "rpm": fleet.limits.rpm is not None,
-            "tpm": fleet.limits.tpm is not None,
-        }
-        starts = []
-        for w in workers:
-            # Sent from a thread: a large start blocks until the worker has imported.
-            config = {**config, "initial_slots": broker.held[w.index]}
-            msg = ("start", config, [blobs[k] for k in w.sessions])
-            starts.append(loop.run_in_executor(None, _send_quietly, w.conn, msg))
-        await asyncio.gather(*starts)
-        for w in workers:
-            w.reader = threading.Thread(
-                target=_read_parent_side,
-                args=(w, loop, on_message, on_exit),
-                name=f"agentflow-worker-{w.index}-reader",
-                daemon=True,
-            )
-            w.reader.start()
+        # Each starts with its fair share of the slots (a large start blocks until the
+        # worker has imported: the workers start side by side).
         try:
-            stats = await asyncio.gather(*(w.done for w in workers if w.done is not None))
+            await asyncio.gather(*(begin(w, broker.held[w.index]) for w in list(workers)))
+            while True:
+                waits = [w.done for w in workers if w.done is not None and not w.done.done()]
+                if not waits:
+                    break
+                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            stats = [w.done.result() for w in workers if w.done is not None]
         except asyncio.CancelledError:
+            cancelling = True
             await _stop(workers, fleet.stop_timeout_s)
-            _fail_missing(sessions, results, workers, bus, "cancelled")
+            _fail_missing(sessions, results, workers, bus, "cancelled", launcher)
             raise
-        _fail_missing(sessions, results, workers, bus, "error")
+        _fail_missing(sessions, results, workers, bus, "error", launcher)
         final = [r for r in results if r is not None]
         assert len(final) == len(sessions)
         replicas = _merge_replicas([s.get("replicas", []) for s in stats], ReplicaStats)
@@ -272,15 +353,71 @@ async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -
         )
         # The limits' cost: messages between broker and workers (benchmarks read it).
         fleet._lease_messages = broker.messages
-        _log.info("workers.end", workers=n, lease_messages=broker.messages)
+        _log.info("workers.end", workers=len(workers), lease_messages=broker.messages)
         bus.emit(FleetEndEvent(result=result))
         return result
     finally:
+        cancelling = True
         fleet._live = None
+        for t in list(starting):
+            t.cancel()
         if broker is not None:
             await broker.aclose()
         await bus.aclose()  # async callbacks and stream() queues have had every event
-        await _reap(workers, fleet.stop_timeout_s)
+        await launcher.reap(workers, fleet.stop_timeout_s)
+
+
+class ProcessLauncher:
+    """Worker processes started with ``spawn``, one duplex pipe each."""
+
+    rerun_lost = False  # a dead worker's sessions fail with a WorkerError
+
+    def __init__(self) -> None:
+        self._ctx = multiprocessing.get_context("spawn")
+
+    def launch(self, index: int, sessions: list[int]) -> WorkerHandle:
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        proc = self._ctx.Process(
+            target=worker_entry,
+            args=(child_conn, os.getpid()),
+            name=f"agentflow-worker-{index}",
+            daemon=True,
+        )
+        proc.start()
+        child_conn.close()
+        return WorkerHandle(
+            index,
+            sessions,
+            send=parent_conn.send,
+            process=proc,
+            conn=parent_conn,
+        )
+
+    async def start(self, w: WorkerHandle, config: dict[str, Any], blobs: list[bytes]) -> None:
+        # Sent from a thread: a large start blocks until the worker has imported.
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, _send_quietly, w.conn, ("start", config, blobs))
+
+    def listen(
+        self,
+        w: WorkerHandle,
+        on_message: Callable[[WorkerHandle, Any], None],
+        on_exit: Callable[[WorkerHandle, bool], None],
+    ) -> None:
+        w.reader = threading.Thread(
+            target=_read_parent_side,
+            args=(w, asyncio.get_running_loop(), on_message, on_exit),
+            name=f"agentflow-worker-{w.index}-reader",
+            daemon=True,
+        )
+        w.reader.start()
+
+    def ended(self, w: WorkerHandle) -> tuple[str, int | None]:
+        code = w.process.exitcode
+        return f"worker {w.index} (pid {w.process.pid}) ended (exit code {code})", code
+
+    async def reap(self, workers: list[WorkerHandle], timeout_s: float) -> None:
+        await _reap(workers, timeout_s)
 
 
 def _send_quietly(conn: multiprocessing.connection.Connection, msg: tuple[Any, ...]) -> None:
@@ -315,6 +452,7 @@ def _fail_missing(
     workers: list[WorkerHandle],
     bus: EventBus,
     status: str,
+    launcher: Launcher,
 ) -> None:
     """Sessions with no result (their worker died, or the run was cancelled first)."""
     for w in workers:
@@ -325,11 +463,10 @@ def _fail_missing(
             if status == "cancelled":
                 error: BaseException = asyncio.CancelledError()
             else:
-                code = w.process.exitcode
+                what, code = launcher.ended(w)
                 why = f": {w.crash}" if w.crash else ""
                 error = WorkerError(
-                    f"worker {w.index} (pid {w.process.pid}) ended (exit code {code}) "
-                    f"before session {s.session_id!r} did{why}",
+                    f"{what} before session {s.session_id!r} did{why}",
                     worker=w.index,
                     exitcode=code,
                 )
@@ -362,8 +499,16 @@ async def _stop(workers: list[WorkerHandle], timeout_s: float) -> None:
     for w in workers:
         if w.alive:
             with contextlib.suppress(OSError, ValueError):
-                w.conn.send(("cancel",))
-    waits = [w.done for w in workers if w.done is not None and not w.done.done()]
+                w.send(("cancel",))
+    # Only a worker that is heard can say it stopped (one cancelled while it started
+    # is not: its sessions end cancelled here).
+    waits = [
+        w.done
+        for w in workers
+        if w.done is not None
+        and not w.done.done()
+        and (w.reader is not None or w.listener is not None)
+    ]
     if waits:
         await asyncio.wait(waits, timeout=timeout_s)
 
@@ -391,7 +536,7 @@ def _read_parent_side(
     w: WorkerHandle,
     loop: asyncio.AbstractEventLoop,
     on_message: Callable[[WorkerHandle, Any], None],
-    on_exit: Callable[[WorkerHandle], None],
+    on_exit: Callable[[WorkerHandle, bool], None],
 ) -> None:
     try:
         while True:
@@ -402,4 +547,4 @@ def _read_parent_side(
     except Exception as exc:  # a message that does not unpickle: the worker is lost
         _log.error("worker.bad_message", worker=w.index, error=repr(exc))
     with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
-        loop.call_soon_threadsafe(on_exit, w)
+        loop.call_soon_threadsafe(on_exit, w, True)

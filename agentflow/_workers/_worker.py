@@ -22,7 +22,7 @@ from agentflow._workers._wire import encode
 from agentflow.sched import Limits, Scheduler
 from agentflow.sched._limits import RateGate
 
-__all__ = ["worker_entry"]
+__all__ = ["WorkerRun", "worker_entry"]
 
 _log = get_logger("agentflow.workers")
 
@@ -58,8 +58,26 @@ def worker_entry(conn: multiprocessing.connection.Connection, parent_pid: int) -
         os._exit(0)
     if msg[0] != "start":
         os._exit(1)
+    lock = threading.Lock()
+
+    def send(msg: tuple[Any, ...]) -> None:
+        with lock:
+            try:
+                conn.send(msg)
+            except (OSError, ValueError):  # the parent is gone
+                os._exit(0)
+
+    def attach(loop: asyncio.AbstractEventLoop, on_message: Callable[[Any], None]) -> None:
+        def gone() -> None:
+            os._exit(0)  # the parent is gone: nothing to report to
+
+        reader = threading.Thread(
+            target=_read_worker_side, args=(conn, loop, on_message, gone), daemon=True
+        )
+        reader.start()
+
     try:
-        asyncio.run(_WorkerRun(conn, msg[1], msg[2]).main())
+        asyncio.run(WorkerRun(msg[1], msg[2], send).main(attach, sigterm=True))
     except BaseException as exc:  # tell the parent why, then die as a crash does
         with contextlib.suppress(Exception):
             conn.send(("crash", f"{type(exc).__name__}: {exc}"))
@@ -122,7 +140,7 @@ class _LeasedScheduler(Scheduler):
 class _LeaseClient:
     """A worker's leases: slots and rate budget, and the messages that move them."""
 
-    def __init__(self, run: _WorkerRun, config: dict[str, Any]) -> None:
+    def __init__(self, run: WorkerRun, config: dict[str, Any]) -> None:
         self._run = run
         self.slotted: bool = config["slots"]
         self.rated: bool = config["rates"]
@@ -199,7 +217,7 @@ class _LeaseClient:
 class _Forwarder:
     """The worker fleet's one callback: batches the events the parent wants."""
 
-    def __init__(self, run: _WorkerRun, wanted: set[str]) -> None:
+    def __init__(self, run: WorkerRun, wanted: set[str]) -> None:
         self.event_types = frozenset(wanted)
         self._run = run
         self._batch: list[Event] = []
@@ -221,29 +239,31 @@ class _Forwarder:
             self._run.send(("events", encode(batch)))
 
 
-class _WorkerRun:
-    """One worker's run: the sessions, its fleet, its pipe to the parent."""
+class WorkerRun:
+    """One worker's run: its sessions and its fleet on leased limits. The channel to the
+    parent is the caller's: ``send`` takes each outgoing message, and :meth:`main` hands
+    the handler of incoming ones to ``attach`` (a pipe's reader thread, or a Ray actor's
+    method calls)."""
 
     def __init__(
         self,
-        conn: multiprocessing.connection.Connection,
         config: dict[str, Any],
         blobs: list[bytes],
+        send: Callable[[tuple[Any, ...]], None],
     ) -> None:
-        self.conn = conn
         self.config = config
         self.sessions: list[Session] = [pickle.loads(b) for b in blobs]
-        self._lock = threading.Lock()
+        self.send = send
         self._status: asyncio.TimerHandle | None = None
 
-    def send(self, msg: tuple[Any, ...]) -> None:
-        with self._lock:
-            try:
-                self.conn.send(msg)
-            except (OSError, ValueError):  # the parent is gone
-                os._exit(0)
-
-    async def main(self) -> None:
+    async def main(
+        self,
+        attach: Callable[[asyncio.AbstractEventLoop, Callable[[Any], None]], None],
+        *,
+        sigterm: bool,
+    ) -> None:
+        """Run the sessions; tell the parent ``("done", stats)`` at the end. With
+        ``sigterm``, a SIGTERM to this process cancels the run in order."""
         from agentflow._fleet import Fleet, ReplicaStats
 
         config = self.config
@@ -275,12 +295,13 @@ class _WorkerRun:
             freeze_gc=config["freeze_gc"],
         )
         task = loop.create_task(fleet.run(self.sessions))
-        # SIGTERM (to the worker, or to the whole process group) ends its run in order:
-        # its sessions end as cancelled and their results still reach the parent.
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGTERM, task.cancel)
-        if _terminated:  # a SIGTERM while the worker was starting
-            task.cancel()
+        if sigterm:
+            # SIGTERM (to the worker, or to the whole process group) ends its run in
+            # order: its sessions end as cancelled and their results still reach the parent.
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signal.SIGTERM, task.cancel)
+            if _terminated:  # a SIGTERM while the worker was starting
+                task.cancel()
 
         def status() -> None:  # what Fleet.in_flight / queued read in the parent
             self.send(("status", fleet.in_flight, fleet.queued))
@@ -301,13 +322,7 @@ class _WorkerRun:
             elif kind in ("cancel", "exit"):
                 task.cancel()
 
-        def gone() -> None:
-            os._exit(0)  # the parent is gone: nothing to report to
-
-        reader = threading.Thread(
-            target=_read_worker_side, args=(self.conn, loop, on_message, gone), daemon=True
-        )
-        reader.start()
+        attach(loop, on_message)
         stats: dict[str, Any] = {}
         try:
             result = await task

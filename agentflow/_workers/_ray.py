@@ -1,0 +1,218 @@
+"""``Fleet(workers=N, backend="ray")``: the workers are Ray actors.
+
+The same run as worker processes (:func:`~agentflow._workers._parent.run_sharded`: the
+checks, the broker that leases the fleet's limits, the event merge, the results) and the
+same worker (:class:`~agentflow._workers._worker.WorkerRun`: a fleet on leased limits
+that batches its events); only the channel differs:
+
+- driver → actor: one fire-and-forget ``deliver`` call per message (Ray runs an actor's
+  calls from one caller in the order they were sent);
+- actor → driver: the driver long-polls each actor (``poll`` returns every message
+  queued since the last poll, waiting at most ``_POLL_S`` for one), so the actor never
+  needs a handle on the driver. One poll is in flight per actor, so messages arrive in
+  the order the actor sent them.
+
+An actor that dies mid-run (``ray.kill``, its node lost, out of memory) fails its poll
+with ``RayActorError``: its unfinished sessions are run again, from the start, on a new
+actor (at most :data:`~agentflow._workers._parent.MAX_RERUNS` times each). An actor whose
+run failed on its own (its sessions do not unpickle there) is not replaced: its sessions
+fail with a :class:`~agentflow.WorkerError` that says why.
+
+``ray`` is imported here only, when such a run starts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from agentflow._logging import get_logger
+from agentflow._workers._broker import WorkerHandle
+from agentflow._workers._worker import WorkerRun
+
+__all__ = ["RayLauncher", "RayWorker"]
+
+_log = get_logger("agentflow.workers")
+
+#: How long an actor's ``poll`` waits for a message before it returns none.
+_POLL_S = 1.0
+#: How long ``poll`` holds events and status back, once it has some, for more to come:
+#: each poll is an actor call with a fixed cost on both sides, so a poll per 5 ms event
+#: batch would cost more than the events. Lease messages are sent at once.
+_COALESCE_S = 0.02
+#: Messages a poll returns at once (the broker is waiting on them).
+_URGENT = frozenset({"want_slots", "want_rates", "return_slots", "return_spare", "crash", "done"})
+#: How long a start waits for an actor to be placed and to take its sessions.
+_START_TIMEOUT_S = 300.0
+
+
+class RayWorker:
+    """A worker as a Ray (async) actor: its run on the actor's event loop, its messages
+    to the driver queued for the driver's next ``poll``."""
+
+    def __init__(self) -> None:
+        self._outbox: list[tuple[Any, ...]] = []
+        self._wake: asyncio.Event | None = None
+        self._urgent: asyncio.Event | None = None
+        self._inbox: list[Any] = []  # what came before the run could take it
+        self._on_message: Callable[[Any], None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def _send(self, msg: tuple[Any, ...]) -> None:
+        self._outbox.append(msg)
+        if self._wake is not None:
+            self._wake.set()
+        if msg[0] in _URGENT and self._urgent is not None:
+            self._urgent.set()
+
+    def _attach(self, loop: asyncio.AbstractEventLoop, on_message: Callable[[Any], None]) -> None:
+        self._on_message = on_message
+        inbox, self._inbox = self._inbox, []
+        for msg in inbox:
+            on_message(msg)
+
+    async def start(self, config: dict[str, Any], blobs: list[bytes]) -> int:
+        """Start the run in the background; the actor's process id."""
+        import os
+
+        self._wake = asyncio.Event()
+        self._urgent = asyncio.Event()
+        try:
+            run = WorkerRun(config, blobs, self._send)
+        except Exception as exc:  # its sessions do not load here: it says why, and ends
+            self._send(("crash", f"{type(exc).__name__}: {exc}"))
+            self._send(("done", {}))
+            return os.getpid()
+        self._task = asyncio.get_running_loop().create_task(self._main(run))
+        return os.getpid()
+
+    async def _main(self, run: WorkerRun) -> None:
+        try:
+            await run.main(self._attach, sigterm=False)
+        except BaseException as exc:
+            self._send(("crash", f"{type(exc).__name__}: {exc}"))
+            self._send(("done", {}))
+            if not isinstance(exc, Exception):
+                raise
+
+    async def deliver(self, msg: tuple[Any, ...]) -> None:
+        """A message from the driver (a lease grant or reclaim, a cancel)."""
+        if self._on_message is not None:
+            self._on_message(msg)
+        else:
+            self._inbox.append(msg)
+
+    async def poll(self) -> list[tuple[Any, ...]]:
+        """Every message since the last poll; waits at most ``_POLL_S`` for one, then, if
+        none is a lease message, at most ``_COALESCE_S`` more for one (events and status
+        gather meanwhile)."""
+        wake, urgent = self._wake, self._urgent
+        if wake is not None and urgent is not None:
+            if not self._outbox:
+                wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(wake.wait(), _POLL_S)
+            if self._outbox and not urgent.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(urgent.wait(), _COALESCE_S)
+            urgent.clear()
+        out, self._outbox = self._outbox, []
+        return out
+
+
+class RayLauncher:
+    """Starts and reaches the run's workers as Ray actors (one CPU each, spread over the
+    cluster's nodes). Connects to Ray with ``ray.init()`` unless the caller already
+    has (``ray.init(address=...)``): a ``RAY_ADDRESS`` or a Ray job's cluster, else a
+    local Ray. It leaves Ray running after the run, as Ray's own libraries do."""
+
+    rerun_lost = True
+
+    def __init__(self) -> None:
+        import ray
+
+        if not ray.is_initialized():
+            ray.init()
+        self._ray = ray
+        self._actor_cls: Any = ray.remote(RayWorker)
+        self._run = uuid.uuid4().hex[:8]
+        self._names: dict[int, str] = {}
+
+    def name(self, index: int) -> str:
+        """The actor's name (``agentflow-<run>-<index>``, in the job's namespace):
+        what ``ray list actors`` shows, and what ``ray.get_actor`` finds."""
+        return f"agentflow-{self._run}-{index}"
+
+    def launch(self, index: int, sessions: list[int]) -> WorkerHandle:
+        name = self.name(index)
+        actor: Any = self._actor_cls.options(
+            name=name,
+            num_cpus=1,
+            scheduling_strategy="SPREAD",
+            max_restarts=0,
+        ).remote()
+
+        def send(msg: tuple[Any, ...]) -> None:
+            actor.deliver.remote(msg)
+
+        return WorkerHandle(index, sessions, send=send, actor=actor)
+
+    async def start(self, w: WorkerHandle, config: dict[str, Any], blobs: list[bytes]) -> None:
+        try:
+            w.process = await asyncio.wait_for(
+                w.actor.start.remote(config, blobs), _START_TIMEOUT_S
+            )  # its pid
+        except TimeoutError:
+            raise TimeoutError(
+                f"Ray actor {self.name(w.index)} did not start within {_START_TIMEOUT_S:.0f} s: "
+                "does the cluster have a free CPU for each of the workers?"
+            ) from None
+
+    def listen(
+        self,
+        w: WorkerHandle,
+        on_message: Callable[[WorkerHandle, Any], None],
+        on_exit: Callable[[WorkerHandle, bool], None],
+    ) -> None:
+        w.listener = asyncio.get_running_loop().create_task(self._listen(w, on_message, on_exit))
+
+    async def _listen(
+        self,
+        w: WorkerHandle,
+        on_message: Callable[[WorkerHandle, Any], None],
+        on_exit: Callable[[WorkerHandle, bool], None],
+    ) -> None:
+        from ray.exceptions import RayActorError
+
+        try:
+            while True:
+                for msg in await w.actor.poll.remote():
+                    on_message(w, msg)
+                    if msg[0] == "done":
+                        return
+        except RayActorError as exc:
+            _log.warning("workers.actor_lost", actor=self.name(w.index), error=str(exc)[:200])
+            on_exit(w, True)
+        except Exception as exc:  # a message that does not unpickle: that worker is lost
+            w.crash = f"{type(exc).__name__}: {exc}"
+            on_exit(w, False)
+
+    def ended(self, w: WorkerHandle) -> tuple[str, int | None]:
+        pid = f", pid {w.process}" if w.process is not None else ""
+        return f"Ray actor {w.index} ({self.name(w.index)}{pid}) ended", None
+
+    async def reap(self, workers: list[WorkerHandle], timeout_s: float) -> None:
+        """Each actor is killed (its run is over, or was given ``timeout_s`` to stop)
+        and its poll ended."""
+        for w in workers:
+            t = w.listener
+            if t is not None and not t.done():
+                t.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(t, timeout_s)
+        for w in workers:
+            with contextlib.suppress(Exception):
+                self._ray.kill(w.actor, no_restart=True)

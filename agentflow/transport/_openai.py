@@ -38,7 +38,7 @@ from agentflow.transport._shared import (
     status_error,
 )
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, check_max_event_bytes
-from agentflow.transport._stream import StreamState
+from agentflow.transport._stream import open_stream
 from agentflow.typing import Clock, DeltaSink
 
 if TYPE_CHECKING:
@@ -101,15 +101,7 @@ class OpenAITransport:
         for key in ("stream", "stream_options"):
             body.pop(key)
         clock = self._clock
-        st = StreamState(
-            self.endpoint,
-            clock,
-            sink,
-            timeouts=self._timeouts,
-            max_event_bytes=self.max_event_bytes,
-        )
-        limits = st.limits
-        assert limits is not None
+        st, limits = open_stream(self, sink)
         create = self._client.chat.completions.with_streaming_response.create
         try:
             async with (

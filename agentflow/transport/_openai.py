@@ -34,6 +34,7 @@ from agentflow.transport._request import ChatRequest, Timeouts
 from agentflow.transport._shared import (
     MAX_ERROR_BODY,
     content_type_error,
+    keep_headers,
     refused_content_type,
     status_error,
 )
@@ -77,9 +78,9 @@ class OpenAITransport:
         self._clock = clock
         self._owns = owns_client
         # The client's credentials are masked wherever agentflow prints (its errors echo them).
-        register_secret(getattr(client, "api_key", None))
-        register_headers(client.default_headers)
-        register_url(str(client.base_url))
+        register_secret(getattr(client, "api_key", None), owner=self)
+        register_headers(client.default_headers, owner=self)
+        register_url(str(client.base_url), owner=self)
         self._timeouts = timeouts or Timeouts()
         #: The longest SSE event accepted, in bytes.
         self.max_event_bytes = check_max_event_bytes(max_event_bytes, "OpenAITransport")
@@ -122,9 +123,7 @@ class OpenAITransport:
                     first = await _read_some(raw)
                     raise content_type_error(raw.status_code, refused, first, self.endpoint)
                 await st.read_all(raw.aiter_bytes())
-                headers = {
-                    k.lower(): v for k, v in response.headers.items() if k[:2].lower() == "x-"
-                }
+                headers = keep_headers(response.headers)
         except TimeoutError:
             raise st.timeout() from None
         except openai.APIStatusError as exc:

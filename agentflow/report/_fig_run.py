@@ -144,7 +144,13 @@ def errors_retries(runs: Sequence[Run]) -> Figure:
             f"{run.label}: {f.get('retries', 0):,} retries, {n_err:,} errors"
             + (f" ({where})" if where else "")
         )
-        if not t or not isinstance(retries, list) or not isinstance(errors, list):
+        if not isinstance(retries, list) or not isinstance(errors, list):
+            totals[-1] += (
+                " (no time series of errors and retries: the report was written before "
+                "agentflow recorded them)"
+            )
+            continue
+        if not t:
             continue
         unplaced = n_err - sum(errors) + int(f.get("retries") or 0) - sum(retries)
         if unplaced > 0:

@@ -304,14 +304,20 @@ async def _run_fleet(
 
 def recorded_config(config: DemoConfig) -> dict[str, Any]:
     """What a recorded demo run keeps of its configuration (no key, no output paths):
-    enough for :func:`resume_config` to rebuild the same workload."""
+    enough for :func:`resume_config` to rebuild the same workload, and to run the rest of
+    it as the run began — its SLOs, fault rate and time limits."""
     keep = ("agents", "profile", "seed", "time_scale", "max_concurrency", "turns",
-            "max_tokens", "base_url", "model", "virtual")  # fmt: skip
-    return {"kind": "agentflow-demo", "demo": {k: getattr(config, k) for k in keep}}
+            "max_tokens", "base_url", "model", "virtual", "fault_rate")  # fmt: skip
+    demo: dict[str, Any] = {k: getattr(config, k) for k in keep}
+    demo["slos"] = [asdict(slo) for slo in config.slos]
+    demo["timeouts"] = None if config.timeouts is None else asdict(config.timeouts)
+    return {"kind": "agentflow-demo", "demo": demo}
 
 
 def resume_config(recorded: dict[str, Any] | None, run_id: str, **overrides: Any) -> DemoConfig:
-    """The :class:`DemoConfig` that resumes recorded demo run ``run_id``.
+    """The :class:`DemoConfig` that resumes recorded demo run ``run_id``: the recorded
+    settings (a run recorded before SLOs, fault rate and time limits were kept resumes
+    with none), then ``overrides``.
 
     Raises:
         ConfigError: the run was not recorded by ``agentflow demo``.
@@ -320,7 +326,10 @@ def resume_config(recorded: dict[str, Any] | None, run_id: str, **overrides: Any
         raise ConfigError(f"resume: run {run_id!r} was not recorded by `agentflow demo --store`")
     values = dict(recorded["demo"])
     values["turns"] = tuple(values["turns"])
-    return DemoConfig(**values, resume=run_id, **overrides)
+    values["slos"] = tuple(SLO(**slo) for slo in values.get("slos") or ())
+    timeouts = values.get("timeouts")
+    values["timeouts"] = None if timeouts is None else Timeouts(**timeouts)
+    return DemoConfig(**{**values, "resume": run_id, **overrides})
 
 
 async def _run_recorded(

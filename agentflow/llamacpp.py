@@ -121,9 +121,12 @@ async def _get(url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[
     target = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
     authority = parts.netloc.rpartition("@")[2]
     lines = [f"GET {target} HTTP/1.1", f"Host: {authority}", "Accept: application/json"]
-    lines += [f"{k}: {v}" for k, v in headers.items() if "\r" not in v and "\n" not in v]
+    lines += [
+        f"{k}: {v}" for k, v in headers.items() if not any(c in k + v for c in "\r\n")
+    ]  # a line break would smuggle in headers of its own
     lines += ["User-Agent: agentflow", "Connection: close", "", ""]
-    chunks: list[bytes] = []
+    answer = _Answer()
+    parser = httptools.HttpResponseParser(answer)
     try:
         async with asyncio.timeout(timeout_s):
             reader, writer = await asyncio.open_connection(
@@ -131,13 +134,16 @@ async def _get(url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[
             )
             try:
                 writer.write("\r\n".join(lines).encode("latin-1"))
-                size = 0
-                while size <= _MAX_PROPS:
+                # To the end of the answer (a server may keep the connection open), or of
+                # the connection, or 1 MiB.
+                while not answer.complete and answer.size <= _MAX_PROPS:
                     data = await reader.read(65536)
                     if not data:
                         break
-                    chunks.append(data)
-                    size += len(data)
+                    try:
+                        parser.feed_data(data)
+                    except httptools.HttpParserError:
+                        break
             finally:
                 writer.close()
                 with contextlib.suppress(OSError, ssl.SSLError):
@@ -151,22 +157,28 @@ async def _get(url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[
         ) from None
     except (OSError, UnicodeError) as exc:
         raise ConnectError(f"{display}: {exc!r}", endpoint=endpoint) from exc
+    status = parser.get_status_code() if answer.headers_done else 0
+    return status, b"".join(answer.parts)[:_MAX_PROPS]
 
-    class _Body:
-        def __init__(self) -> None:
-            self.parts: list[bytes] = []
 
-        def on_body(self, body: bytes) -> None:
-            self.parts.append(body)
+class _Answer:
+    """What :func:`_get`'s parser calls back with: the body and how far the answer got."""
 
-    body = _Body()
-    parser = httptools.HttpResponseParser(body)
-    try:
-        parser.feed_data(b"".join(chunks))
-    except httptools.HttpParserError:
-        if not body.parts and not parser.get_status_code():
-            return 0, b""
-    return parser.get_status_code(), b"".join(body.parts)[:_MAX_PROPS]
+    def __init__(self) -> None:
+        self.parts: list[bytes] = []
+        self.size = 0
+        self.headers_done = False
+        self.complete = False
+
+    def on_headers_complete(self) -> None:
+        self.headers_done = True
+
+    def on_body(self, body: bytes) -> None:
+        self.parts.append(body)
+        self.size += len(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
 
 
 async def oversubscription(

@@ -10,8 +10,9 @@ and — marked ``llamacpp`` — the real llama.cpp server with its 4 slots.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -178,3 +179,54 @@ async def test_the_real_llamacpp_server_warns_a_fleet_over_its_slots(
         assert not result.failed
     (warning,) = warnings_of(caplog)
     assert "slots=4" in warning and "concurrency=5" in warning
+
+
+@contextlib.asynccontextmanager
+async def _props_server(answer: bytes) -> AsyncIterator[tuple[str, list[bytes]]]:
+    """A raw server that writes ``answer`` to every request and keeps the connection open
+    (until the test ends)."""
+    heads: list[bytes] = []
+    handlers: set[asyncio.Task[None]] = set()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
+        try:
+            heads.append(await reader.readuntil(b"\r\n\r\n"))
+            writer.write(answer)
+            await writer.drain()
+            await asyncio.sleep(3600)  # never closes on its own
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}/v1", heads
+    finally:
+        server.close()
+        for t in handlers:
+            t.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
+        await server.wait_closed()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n"
+        b'{"total_slots":3}',
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+        b'9\r\n{"total_s\r\n8\r\nlots":3}\r\n0\r\n\r\n',
+    ],
+    ids=["content-length", "chunked"],
+)
+async def test_the_answer_is_read_to_its_end_not_to_the_connections(answer: bytes) -> None:
+    """A server that keeps the connection open after answering: the slots are read when the
+    answer ends (not at the time limit), and the endpoint's headers were sent."""
+    async with _props_server(answer) as (url, heads):
+        slots = await lc.server_slots(url, headers={"api-key": "k-123456"}, timeout_s=60.0)
+    assert slots == 3
+    (head,) = heads
+    assert head.startswith(b"GET /props HTTP/1.1\r\n") and b"\r\napi-key: k-123456\r\n" in head

@@ -99,10 +99,10 @@ def register_secret(value: str | None, *, owner: object | None = None) -> None:
 
     Args:
         value: the credential.
-        owner: the object that holds it (it must support weak references). The value
-            stays registered while this or another owner of it is alive, and is
-            forgotten when the last one is garbage-collected. Without an owner it stays
-            for the life of the process.
+        owner: the object that holds it. The value stays registered while this or
+            another owner of it is alive, and is forgotten when the last one is
+            garbage-collected. Without an owner (or with one that takes no weak
+            references) it stays for the life of the process.
     """
     token = _token(value)
     if token is not None:
@@ -131,10 +131,13 @@ def _hold(tokens: tuple[str, ...], owner: object | None) -> None:
             n = _secrets.get(t, 0)
             new |= n == 0
             _secrets[t] = n + 1
-        if owner is None:
+        try:
+            fin = None if owner is None else weakref.finalize(owner, _release, tokens, _generation)
+        except TypeError:  # an owner without weak references: kept for the process
+            fin = None
+        if fin is None:
             _permanent.update(tokens)
         else:
-            fin = weakref.finalize(owner, _release, tokens, _generation)
             fin.atexit = False  # nothing to forget at exit
         if new:
             _ordered = tuple(sorted(_secrets, key=len, reverse=True))

@@ -149,3 +149,15 @@ async def test_traces_keep_no_secret_response_header(kind: str) -> None:
     assert kept["x-api-key"] == kept["x-amz-security-token"] == MASK
     assert kept["x-debug-echo"] == f"Bearer {MASK}"
     assert kept["x-request-id"] == "req-42" and kept["x-ratelimit-remaining-tokens"] == "9000"
+
+
+def test_an_owner_without_weak_references_keeps_its_secret() -> None:
+    """An owner that takes no weak references (a slotted object, a number) cannot say
+    when it is gone: its secret stays registered, as one given without an owner."""
+
+    class Slotted:
+        __slots__ = ("key",)
+
+    register_secret(KEY, owner=Slotted())
+    gc.collect()
+    assert redact(KEY) == MASK and live_secrets() == 1

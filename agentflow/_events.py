@@ -162,6 +162,8 @@ class AttemptDiscardedEvent:
     gathers afterwards is exactly the turn that succeeds (the text of the final
     message). The counts describe the ``TokenEvent``s of this attempt that were
     emitted (0 when no callback reads tokens, or when it failed before any output);
+    a turn that fails before an attempt is sent (a policy's or the scheduler's error
+    while it waits for a slot) has no discard for it, only the :class:`ErrorEvent`;
     the partial output itself stays on the turn's ``failed_attempts`` (and on
     ``error.trace`` where the error has one).
 

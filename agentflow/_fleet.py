@@ -359,7 +359,11 @@ class Fleet:
                 raise ConfigError("run_id and run_config need a store: Fleet(store=...)")
             from agentflow._workers import run_in_workers
 
-            return await run_in_workers(self, sessions, bus)
+            probe = self._probe_slots(len(sessions))
+            try:
+                return await run_in_workers(self, sessions, bus)
+            finally:
+                _stop_probe(probe)
         if self.store is None:
             if run_id is not None or run_config is not None:
                 raise ConfigError("run_id and run_config need a store: Fleet(store=...)")
@@ -388,6 +392,25 @@ class Fleet:
             await durable.finish(result)
         return durable.merge(result)
 
+    #: Whether a run asks its HTTP endpoints for their llama.cpp slots (a worker of
+    #: ``Fleet(workers=N)`` does not: its parent does, once).
+    _probes_slots = True
+
+    def _probe_slots(self, sessions: int) -> asyncio.Task[list[str]] | None:
+        """In the background, ask each HTTP endpoint not asked before (in this process) for
+        its llama.cpp slots, and log a warning when the run can have more requests in
+        flight there (``agentflow.llamacpp``); ``None`` when there is nothing to ask."""
+        if not self._probes_slots or not any(hasattr(r.transport, "config") for r in self.replicas):
+            return None
+        from agentflow.llamacpp import fleet_endpoints, watch_fleet_slots
+
+        endpoints = fleet_endpoints(self.replicas, self.max_concurrency, sessions)
+        if not endpoints:
+            return None
+        return asyncio.get_running_loop().create_task(
+            watch_fleet_slots(endpoints), name="agentflow-slots"
+        )
+
     def _new_scheduler(self) -> Scheduler:
         """The run's scheduler (a worker of ``Fleet(workers=N)`` leases its limits)."""
         return Scheduler(
@@ -408,6 +431,7 @@ class Fleet:
     ) -> FleetResult:
         scheduler = self._new_scheduler()
         runner = TurnRunner(scheduler, self.retry, sleep=self._sleep)
+        probe = self._probe_slots(len(sessions))
         tool_limit = asyncio.Semaphore(self.max_tool_concurrency)
         self._scheduler = scheduler
         start = self._clock()
@@ -480,11 +504,18 @@ class Fleet:
             _log.info("fleet.end", wall_s=result.wall_s, failed=len(result.failed))
             bus.emit(FleetEndEvent(result=result))
         finally:
+            _stop_probe(probe)
             refreezer.stop()
             await scheduler.aclose()
             await bus.aclose()
             self._scheduler = None
         return result
+
+
+def _stop_probe(probe: asyncio.Task[list[str]] | None) -> None:
+    """The run ended: a slot probe still waiting is dropped (it never delays the run)."""
+    if probe is not None and not probe.done():
+        probe.cancel()
 
 
 class _Starter:

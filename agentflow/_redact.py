@@ -11,6 +11,16 @@ the password of a URL's userinfo, an ``AsyncOpenAI`` client's key, a
 holds it is built. :func:`redact` then replaces each registered value, any
 ``Bearer``/``Basic`` credential and any URL userinfo with ``***``.
 
+The registry does not only grow: a secret registered for an *owner* (the
+``Endpoint``, transport, counter or store that holds it) is counted once per live
+owner and forgotten when the last of them is garbage-collected, so a process that
+builds endpoints with ever new keys keeps only the live ones (and masking costs a
+substring test per live secret). Secrets registered without an owner — what users
+register themselves — stay for the life of the process.
+
+Response headers a trace keeps (``x-*``) pass through :func:`redact_headers`:
+credential-named ones (:func:`is_secret_header`) are masked whole, the others by value.
+
 Redaction runs where text leaves agentflow — error messages (when an
 :class:`~agentflow.AgentflowError` is built), log lines, reports, ``repr``s and
 names — never per token or per chunk. Its cost is a substring test per registered
@@ -21,7 +31,10 @@ from __future__ import annotations
 
 import base64
 import re
+import threading
+import weakref
 from collections.abc import Iterable, Mapping
+from functools import lru_cache
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -30,9 +43,12 @@ __all__ = [
     "MIN_SECRET_LEN",
     "display_url",
     "is_credential_name",
+    "is_secret_header",
+    "live_secrets",
     "redact",
     "redact_bytes",
     "redact_data",
+    "redact_headers",
     "register_headers",
     "register_secret",
     "register_url",
@@ -46,8 +62,14 @@ MASK = "***"
 #: as URL userinfo, and never printed by agentflow's own ``repr``s.
 MIN_SECRET_LEN = 6
 
-_secrets: set[str] = set()
+# Each secret and how many holders keep it registered: live owners, plus one for a
+# registration without an owner (never released). Changed under _lock: a released
+# owner's finalizer may run in any thread, whenever the collector runs.
+_secrets: dict[str, int] = {}
+_permanent: set[str] = set()
 _ordered: tuple[str, ...] = ()  # longest first, so a secret inside another is masked whole
+_lock = threading.RLock()  # reentrant: a collection inside a registration may release
+_generation = 0  # bumped by _forget_all: finalizers of an older registry release nothing
 
 # An auth scheme and its token: "Bearer sk-…", "Basic dXNlcjpwYXNz" (see _mask_token for
 # which Basic tokens count: "Basic authentication" is no credential).
@@ -67,29 +89,89 @@ _CREDENTIAL_NAME = re.compile(
 )
 
 
-def register_secret(value: str | None) -> None:
+def register_secret(value: str | None, *, owner: object | None = None) -> None:
     """Mask ``value`` wherever agentflow prints it from now on (process-wide).
 
     agentflow registers the keys it is given itself; call this for a credential it
     cannot see (one your own transport or ``http_client`` adds). ``None``, empty and
     very short values (< 6 characters) are ignored. A ``Bearer``/``Basic`` prefix is
     dropped, so registering a header value registers its token.
+
+    Args:
+        value: the credential.
+        owner: the object that holds it. The value stays registered while this or
+            another owner of it is alive, and is forgotten when the last one is
+            garbage-collected. Without an owner (or with one that takes no weak
+            references) it stays for the life of the process.
     """
-    global _ordered
+    token = _token(value)
+    if token is not None:
+        _hold((token,), owner)
+
+
+def _token(value: str | None) -> str | None:
+    """What of ``value`` is registered, or ``None`` for nothing."""
     if not value:
-        return
+        return None
     m = re.fullmatch(r"\s*(?:Bearer|Basic)\s+(\S+)\s*", value, re.IGNORECASE)
     token = m.group(1) if m else value.strip()
-    if len(token) < MIN_SECRET_LEN or token in _secrets:
+    return token if len(token) >= MIN_SECRET_LEN else None
+
+
+def _hold(tokens: tuple[str, ...], owner: object | None) -> None:
+    """Count ``tokens`` held by ``owner`` (forever when ``None``)."""
+    global _ordered
+    if owner is None:
+        tokens = tuple(t for t in tokens if t not in _permanent)
+    if not tokens:
         return
-    _secrets.add(token)
-    _ordered = tuple(sorted(_secrets, key=len, reverse=True))
+    with _lock:
+        new = False
+        for t in tokens:
+            n = _secrets.get(t, 0)
+            new |= n == 0
+            _secrets[t] = n + 1
+        try:
+            fin = None if owner is None else weakref.finalize(owner, _release, tokens, _generation)
+        except TypeError:  # an owner without weak references: kept for the process
+            fin = None
+        if fin is None:
+            _permanent.update(tokens)
+        else:
+            fin.atexit = False  # nothing to forget at exit
+        if new:
+            _ordered = tuple(sorted(_secrets, key=len, reverse=True))
 
 
-def register_url(url: str) -> None:
+def _release(tokens: tuple[str, ...], generation: int) -> None:
+    """An owner of ``tokens`` was collected: forget those it was the last holder of."""
+    global _ordered
+    with _lock:
+        if generation != _generation:
+            return
+        gone = False
+        for t in tokens:
+            n = _secrets.get(t, 0) - 1
+            if n > 0:
+                _secrets[t] = n
+            elif t in _secrets:
+                del _secrets[t]
+                gone = True
+        if gone:
+            _ordered = tuple(sorted(_secrets, key=len, reverse=True))
+
+
+def live_secrets() -> int:
+    """How many distinct values are registered now (each costs a substring test per
+    :func:`redact`): those of live owners and those registered without one."""
+    return len(_secrets)
+
+
+def register_url(url: str, *, owner: object | None = None) -> None:
     """Register the password in ``url``'s userinfo (raw, percent-decoded, and as the
     base64 ``user:password`` HTTP Basic auth sends); with no password, the user name, which
-    is then the credential (a token given as ``https://TOKEN@host``)."""
+    is then the credential (a token given as ``https://TOKEN@host``). ``owner``: as for
+    :func:`register_secret`."""
     if "@" not in url:
         return
     try:
@@ -98,28 +180,60 @@ def register_url(url: str) -> None:
         return
     if parts.password:
         user, password = parts.username or "", parts.password
-        register_secret(password)
-        register_secret(unquote(password))
-        basic = f"{unquote(user)}:{unquote(password)}".encode()
-        register_secret(base64.b64encode(basic).decode("ascii"))
     elif parts.username:  # a token given as the user name ("https://TOKEN@host/v1")
-        register_secret(parts.username)
-        register_secret(unquote(parts.username))
-        basic = f"{unquote(parts.username)}:".encode()
-        register_secret(base64.b64encode(basic).decode("ascii"))
+        user, password = parts.username, ""
+    else:
+        return
+    secret = password or user
+    basic = f"{unquote(user)}:{unquote(password)}".encode()
+    values = (secret, unquote(secret), base64.b64encode(basic).decode("ascii"))
+    _hold(tuple(dict.fromkeys(t for t in map(_token, values) if t is not None)), owner)
 
 
-def register_headers(headers: Mapping[str, object]) -> None:
-    """Register the values of the headers whose names say they hold credentials."""
-    for name, value in headers.items():
-        if is_credential_name(name) and isinstance(value, str):
-            register_secret(value)
+def register_headers(headers: Mapping[str, object], *, owner: object | None = None) -> None:
+    """Register the values of the headers whose names say they hold credentials.
+    ``owner``: as for :func:`register_secret`."""
+    tokens = (
+        _token(value)
+        for name, value in headers.items()
+        if is_credential_name(name) and isinstance(value, str)
+    )
+    _hold(tuple(dict.fromkeys(t for t in tokens if t is not None)), owner)
 
 
 def is_credential_name(name: str) -> bool:
     """Whether a header called ``name`` holds a credential: its name ends in a credential
     word (``api-key``, ``Authorization``, ``x-auth-token``, ``…-Subscription-Key``)."""
     return _CREDENTIAL_NAME.search(name.strip()) is not None
+
+
+# A response header whose name has a part ending in "key" or "token" ("x-api-key",
+# "x-amz-security-token"; not "x-ratelimit-remaining-tokens", a count), or starting with
+# "auth", or naming a secret, signature, password, credential or cookie.
+_SECRET_PART = re.compile(
+    r"(key|token)$|^auth|secret|signature|passw|credential|cookie", re.IGNORECASE
+)
+
+
+@lru_cache(maxsize=512)
+def is_secret_header(name: str) -> bool:
+    """Whether a response header called ``name`` holds a secret, so that a trace keeps
+    ``***`` for its value: a part of its name (split at ``-`` and ``_``) ends in ``key``
+    or ``token``, starts with ``auth``, or names a secret, signature, password,
+    credential or cookie (``x-api-key``, ``x-amz-security-token``, ``x-goog-signature``,
+    ``x-auth-request-user``; not ``x-request-id`` or ``x-ratelimit-remaining-tokens``)."""
+    return any(_SECRET_PART.search(part) for part in re.split(r"[-_]", name))
+
+
+def redact_headers(headers: Iterable[tuple[str, str]]) -> dict[str, str]:
+    """The ``x-*`` headers of ``headers`` (name, value pairs), names lower-cased, each value
+    masked whole when :func:`is_secret_header`, else :func:`redact`-ed."""
+    kept: dict[str, str] = {}
+    for k, v in headers:
+        if k[:2].lower() == "x-":
+            name = k.lower()
+            kept[name] = MASK if is_secret_header(name) else redact(v)
+    return kept
 
 
 def display_url(url: str) -> str:
@@ -203,7 +317,10 @@ def _is_credential_key(key: str) -> bool:
 
 
 def _forget_all() -> None:
-    """Tests only: empty the registry."""
-    global _ordered
-    _secrets.clear()
-    _ordered = ()
+    """Tests only: empty the registry (owners still alive release nothing more)."""
+    global _ordered, _generation
+    with _lock:
+        _generation += 1
+        _secrets.clear()
+        _permanent.clear()
+        _ordered = ()

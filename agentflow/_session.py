@@ -395,8 +395,11 @@ class Session:
             trace, failed = await runner.send(
                 ticket, request, events.sink, events.retry, first=first
             )
-        except Exception as exc:  # the last attempt failed: its tokens are void too
-            events.discard(exc, retried=False)
+        except Exception as exc:
+            # The last attempt failed: its tokens are void too. A turn that failed while
+            # waiting for a slot (before any attempt, or before a retry) sent nothing new.
+            if ticket.sent > events.attempts:
+                events.discard(exc, retried=False)
             raise
         if ctx is not None:
             ctx.after_turn(index, trace)

@@ -153,7 +153,11 @@ def _parser() -> argparse.ArgumentParser:
     demo.set_defaults(func=_demo)
 
     resume = sub.add_parser(
-        "resume", help="resume a recorded `agentflow demo --store` run where it stopped"
+        "resume",
+        help="resume a recorded `agentflow demo --store` run where it stopped",
+        description="Resume a recorded `agentflow demo --store` run where it stopped, with "
+        "the settings it was recorded with: its workload, --slo, --fault-rate and "
+        "--*-timeout limits.",
     )
     resume.add_argument("run_id", metavar="RUN_ID", help="the run's id, as the demo printed it")
     resume.add_argument("--store", type=Path, required=True, help="the run's SQLite store")

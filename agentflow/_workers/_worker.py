@@ -272,6 +272,8 @@ class WorkerRun:
         forwarder = _Forwarder(self, config["wanted"])
 
         class _WorkerFleet(Fleet):
+            _probes_slots = False  # the parent asked the endpoints already
+
             def _new_scheduler(self) -> Scheduler:
                 return _LeasedScheduler(
                     self.replicas,

@@ -82,8 +82,8 @@ class ServerCounter:
             raise ConfigError(f"ServerCounter.timeout_s must be > 0, got {timeout_s!r}")
         root = base_url.rstrip("/").removesuffix("/v1")
         self.url = f"{root}/tokenize"
-        register_url(root)
-        register_secret(api_key)
+        register_url(root, owner=self)
+        register_secret(api_key, owner=self)
         self.endpoint = display_url(root)
         self.model = model
         self.dialect: TokenizeDialect = dialect

@@ -204,7 +204,7 @@ async def server_window(
         label = str(getattr(source, "endpoint", type(source).__name__))
         return _pick_window(await source.models(), model, label)
     ep = _endpoint_of(source, api_key)
-    register_url(ep.base_url)
+    register_url(ep.base_url, owner=ep)
     endpoint = base = display_url(ep.base_url)  # userinfo goes as Basic auth, not in the URL
     headers = ep.request_headers({"Accept": "application/json"})
     headers.pop("Content-Type", None)

@@ -35,7 +35,7 @@ from agentflow.demo.workload import make_workload
 from agentflow.llamacpp import oversubscription
 from agentflow.report import LoopLagProbe, ServerWatch
 from agentflow.sim.profiles import get_profile
-from agentflow.stats import SLO
+from agentflow.stats import SLO, RunJournal
 from agentflow.transport import Endpoint, HTTPTransport, Timeouts
 from agentflow.typing import Clock, Transport
 
@@ -159,7 +159,7 @@ def _run(
         if config.virtual:
             from agentflow.embedded import run_virtual
 
-            return run_virtual(_virtual_fleet(config, stopper))
+            return run_virtual(_virtual_fleet(config, stopper, watched))
         url = config.base_url or _start_simulator(config, stack).rstrip("/") + "/v1"
         scale = 1.0 if config.base_url else config.time_scale
         endpoint = Endpoint(base_url=url, api_key=config.api_key)
@@ -196,7 +196,9 @@ def _report(
     if watched.loop_lag is not None:
         run["loop_lag"] = watched.loop_lag
         run["reads_stamped_by"] = "kernel" if watched.kernel_stamps else "event loop"
-    report = build_report(result, run=run, start_ns=watched.start_ns, slos=config.slos)
+    report = build_report(
+        result, run=run, start_ns=watched.start_ns, slos=config.slos, journal=watched.journal
+    )
     if watched.server is not None:
         report["server"] = watched.server.section(report, origin_ns=watched.start_ns)
     elif watched.server_error:
@@ -270,7 +272,10 @@ async def _run_fleet(
     stopper: Stopper,
     clock: Clock = time.perf_counter_ns,
     watched: _Watched | None = None,
+    journal: RunJournal | None = None,
 ) -> FleetResult:
+    if watched is not None and journal is None:
+        journal = watched.journal = RunJournal(clock)
     workload = make_workload(
         config.agents,
         model=_model(config),
@@ -283,7 +288,7 @@ async def _run_fleet(
     fleet = Fleet(
         transport,
         max_concurrency=config.max_concurrency,
-        callbacks=[view] if view is not None else [],
+        callbacks=[c for c in (view, journal) if c is not None],
         clock=clock,
     )
     if view is not None:
@@ -304,14 +309,20 @@ async def _run_fleet(
 
 def recorded_config(config: DemoConfig) -> dict[str, Any]:
     """What a recorded demo run keeps of its configuration (no key, no output paths):
-    enough for :func:`resume_config` to rebuild the same workload."""
+    enough for :func:`resume_config` to rebuild the same workload, and to run the rest of
+    it as the run began — its SLOs, fault rate and time limits."""
     keep = ("agents", "profile", "seed", "time_scale", "max_concurrency", "turns",
-            "max_tokens", "base_url", "model", "virtual")  # fmt: skip
-    return {"kind": "agentflow-demo", "demo": {k: getattr(config, k) for k in keep}}
+            "max_tokens", "base_url", "model", "virtual", "fault_rate")  # fmt: skip
+    demo: dict[str, Any] = {k: getattr(config, k) for k in keep}
+    demo["slos"] = [asdict(slo) for slo in config.slos]
+    demo["timeouts"] = None if config.timeouts is None else asdict(config.timeouts)
+    return {"kind": "agentflow-demo", "demo": demo}
 
 
 def resume_config(recorded: dict[str, Any] | None, run_id: str, **overrides: Any) -> DemoConfig:
-    """The :class:`DemoConfig` that resumes recorded demo run ``run_id``.
+    """The :class:`DemoConfig` that resumes recorded demo run ``run_id``: the recorded
+    settings (a run recorded before SLOs, fault rate and time limits were kept resumes
+    with none), then ``overrides``.
 
     Raises:
         ConfigError: the run was not recorded by ``agentflow demo``.
@@ -320,7 +331,10 @@ def resume_config(recorded: dict[str, Any] | None, run_id: str, **overrides: Any
         raise ConfigError(f"resume: run {run_id!r} was not recorded by `agentflow demo --store`")
     values = dict(recorded["demo"])
     values["turns"] = tuple(values["turns"])
-    return DemoConfig(**values, resume=run_id, **overrides)
+    values["slos"] = tuple(SLO(**slo) for slo in values.get("slos") or ())
+    timeouts = values.get("timeouts")
+    values["timeouts"] = None if timeouts is None else Timeouts(**timeouts)
+    return DemoConfig(**{**values, "resume": run_id, **overrides})
 
 
 async def _run_recorded(
@@ -370,6 +384,8 @@ class _Watched:
     server: ServerWatch | None = None
     server_error: str = ""
     loop_lag: dict[str, Any] | None = None
+    #: When retries and errors happened and what tools took (a result does not keep them).
+    journal: RunJournal | None = None
 
 
 async def _http_fleet(
@@ -413,7 +429,9 @@ async def _http_fleet(
     return result
 
 
-async def _virtual_fleet(config: DemoConfig, stopper: Stopper) -> tuple[FleetResult, float]:
+async def _virtual_fleet(
+    config: DemoConfig, stopper: Stopper, watched: _Watched
+) -> tuple[FleetResult, float]:
     from agentflow.embedded import SimTransport, loop_clock
     from agentflow.sim import Engine
     from agentflow.sim.driver import EngineDriver
@@ -421,6 +439,8 @@ async def _virtual_fleet(config: DemoConfig, stopper: Stopper) -> tuple[FleetRes
     driver = EngineDriver(Engine(config.profile, seed=config.seed))
     transport = SimTransport(driver)
     try:
-        return await _run_fleet(config, transport, None, stopper, clock=loop_clock), 1.0
+        journal = watched.journal = RunJournal(loop_clock)
+        result = await _run_fleet(config, transport, None, stopper, loop_clock, journal=journal)
+        return result, 1.0
     finally:
         await transport.aclose()

@@ -17,7 +17,7 @@ from rich.table import Table
 from agentflow._fleet import FleetResult
 from agentflow.context._reuse import prefix_reuse
 from agentflow.report._live import LiveView
-from agentflow.stats import SLO, FleetStats
+from agentflow.stats import SLO, FleetStats, RunJournal
 
 __all__ = ["LiveView", "build_report", "goodput_line", "summary_table"]
 
@@ -28,17 +28,19 @@ def build_report(
     run: dict[str, Any],
     start_ns: int | None = None,
     slos: Iterable[SLO] = (),
+    journal: RunJournal | None = None,
 ) -> dict[str, Any]:
     """The demo's JSON report: :mod:`agentflow.stats`' ``agentflow.report/2``, one row per
     session and one sample per turn (``docs/report-schema.md``), with goodput against
-    ``slos``.
+    ``slos``; with the run's ``journal``, every retry and error placed in time and the
+    tools' durations (``tools``, ``fleet.tool_s``).
 
     Times are seconds as measured on this machine, from ``start_ns`` (the trace clock's
     reading when the run started; default the first turn); ``time_scale`` in ``run`` says
     how much slower than the modelled deployment the server ran (divide times by it).
     """
     stats = FleetStats.from_result(
-        result, per="session", keep_samples=True, start_ns=start_ns, slos=slos
+        result, journal=journal, per="session", keep_samples=True, start_ns=start_ns, slos=slos
     )
     report = stats.report(run=run, include_samples=True)
     report["prefix_reuse"] = prefix_reuse(result.sessions).to_dict()

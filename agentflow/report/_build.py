@@ -15,7 +15,7 @@ from agentflow.report._fig_load import (
     interactivity,
     throughput,
 )
-from agentflow.report._fig_run import errors_retries, lengths, session_timeline
+from agentflow.report._fig_run import errors_retries, lengths, session_timeline, tool_durations
 from agentflow.report._html import render_html
 from agentflow.report._runs import Run, check_report, default_label
 
@@ -32,6 +32,7 @@ FIGURE_KEYS = (
     "context_growth",
     "lengths",
     "session_timeline",
+    "tool_durations",
     "cache_kv",
     "client_vs_server",
     "compare",
@@ -74,6 +75,7 @@ def make_figures(
         context_growth(rs),
         lengths(rs),
         session_timeline(rs),
+        tool_durations(rs),
         cache_kv_over_time(rs),
         client_vs_server(rs),
         compare_runs(rs),

@@ -1,5 +1,6 @@
 """Figures of what the turns were: prompt and output lengths, errors and retries over
-time, and a per-session timeline of queue wait, model time and tool time."""
+time, a per-session timeline of queue wait, model time and tool time, and how long each
+tool's calls took."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from agentflow.report._canvas import (
 )
 from agentflow.report._runs import Run
 
-__all__ = ["errors_retries", "lengths", "session_timeline"]
+__all__ = ["errors_retries", "lengths", "session_timeline", "tool_durations"]
 
 #: The length panels: report distribution key, sample fields (first present wins), title.
 _LENGTHS = (
@@ -144,15 +145,21 @@ def errors_retries(runs: Sequence[Run]) -> Figure:
             f"{run.label}: {f.get('retries', 0):,} retries, {n_err:,} errors"
             + (f" ({where})" if where else "")
         )
-        if not t or not isinstance(retries, list) or not isinstance(errors, list):
+        if not isinstance(retries, list) or not isinstance(errors, list):
+            totals[-1] += (
+                " (no time series of errors and retries: the report was written before "
+                "agentflow recorded them)"
+            )
             continue
         unplaced = n_err - sum(errors) + int(f.get("retries") or 0) - sum(retries)
         if unplaced > 0:
             totals[-1] += (
-                f", {unplaced:,} of them not in time (a finished result keeps no time for "
-                "the attempts of a turn that never finished, nor for a session that failed "
-                "before finishing one)"
+                f", {unplaced:,} of them not in time (a report built from a finished result "
+                "without its RunJournal keeps no time for the attempts of a turn that never "
+                "finished, nor for a session that failed before finishing one)"
             )
+        if not t:
+            continue
         drawn = True
         any_event = any_event or any(retries) or any(errors)
         ax.step(*bucket_steps(t, dt, retries), where="post", color=color(i), lw=1.8,
@@ -180,10 +187,9 @@ def errors_retries(runs: Sequence[Run]) -> Figure:
         "callback that raised). Counts per bucket of "
         + ", ".join(f"{w:g} s" for w in widths if w)
         + ". Retries bunched in time point at the server (overload, a restart); spread "
-        "evenly, at a fault rate. From a finished result (the demo), a retry is placed at "
-        "its failed attempt's end and a failed session at its last turn's end. "
-        + "; ".join(totals)
-        + ".",
+        "evenly, at a fault rate. Each is placed when it happened (the demo notes them "
+        "with a RunJournal); from a finished result alone, a retry is placed at its failed "
+        "attempt's end and a failed session at its last turn's end. " + "; ".join(totals) + ".",
         to_png(fig),
     )
 
@@ -304,3 +310,78 @@ def session_timeline(runs: Sequence[Run], *, max_sessions: int = 30) -> Figure:
 
 def _short(session_id: str) -> str:
     return session_id if len(session_id) <= 18 else session_id[:8] + "…" + session_id[-8:]
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
+
+
+def _tools(run: Run) -> dict[str, Mapping[str, Any]]:
+    t = run.report.get("tools")
+    if not isinstance(t, Mapping):
+        return {}
+    return {str(k): v for k, v in t.items() if isinstance(v, Mapping) and v.get("calls")}
+
+
+def tool_durations(runs: Sequence[Run]) -> Figure:
+    """Each tool's call durations (the report's ``tools``): p50 to p99 as a bar, p50 and
+    the longest call marked, one row per tool and run."""
+    fig, (ax,) = new_figure(size=(10.0, 4.8))
+    names = sorted({n for r in runs for n in _tools(r)})
+    totals: list[str] = []
+    rows: list[str] = []
+    y = 0
+    for i, run in enumerate(runs):
+        tools = _tools(run)
+        if not tools:
+            totals.append(f"{run.label}: no tool durations in the report")
+            continue
+        calls = sum(int(t.get("calls") or 0) for t in tools.values())
+        errors = sum(int(t.get("errors") or 0) for t in tools.values())
+        spent = sum(float(t.get("total_s") or 0.0) for t in tools.values())
+        totals.append(f"{run.label}: {calls:,} calls ({errors:,} failed), {spent:,.2f} s in all")
+        for name in names:
+            t = tools.get(name)
+            d = t.get("duration_s") if t is not None else None
+            if t is None or not isinstance(d, Mapping):
+                continue
+            p50, p99, top = (_num(d.get(k)) for k in ("p50", "p99", "max"))
+            if p50 is None or p99 is None or top is None:
+                continue
+            lo = max(p50, 1e-6)
+            ax.barh(y, max(p99, lo) - lo, left=lo, height=0.6, color=color(i), alpha=0.45)
+            ax.plot([lo], [y], marker="o", color=color(i), ms=5)
+            ax.plot([max(top, 1e-6)], [y], marker="|", color=color(i), ms=12, mew=2)
+            n, bad = int(t.get("calls") or 0), int(t.get("errors") or 0)
+            rows.append(
+                f"{name} ({n:,} calls"
+                + (f", {bad:,} failed" if bad else "")
+                + ")"
+                + (f" — {run.label}" if len(runs) > 1 else "")
+            )
+            y += 1
+    if not rows:
+        empty_note(
+            ax,
+            "no tool durations in the reports (tools report their durations in events: "
+            "subscribe FleetStats, or build it from the result with a RunJournal)",
+        )
+    else:
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels(rows, fontsize=8)
+        ax.invert_yaxis()
+        style(ax, xlabel="seconds per call (dot: p50, bar: to p99, tick: longest)")
+        log_axis(ax, "x")
+    ax.set_title("Tool call durations", fontsize=12)
+    return Figure(
+        "tool_durations",
+        "Tool call durations",
+        "For each tool, a bar from the median to the 99th percentile of its calls' "
+        "durations, with the longest call marked.",
+        "Each tool call's own run time, as the agent timed it (ToolResultEvent.duration_s; "
+        "the timeline's green spans are the wall time from a turn's end to the next turn, "
+        "its calls together). A long tail here holds sessions back between turns. "
+        + "; ".join(totals)
+        + ".",
+        to_png(fig),
+    )

@@ -259,6 +259,7 @@ class TurnRunner:
         """Stream one granted attempt on its replica; the grant is released at its end."""
         scheduler = self.scheduler
         ticket, replica = grant.ticket, grant.replica
+        ticket.sent += 1
         request = self.routed(ticket, request)
         if grant.leader and ticket.prefix_key is not None:
             sink = _WarmupSink(sink, scheduler, ticket.prefix_key)

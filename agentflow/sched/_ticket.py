@@ -25,6 +25,8 @@ class Ticket:
         attempt: 0 for the first try; retries count up.
         exclude: endpoint names this attempt must avoid (failover).
         seq: arrival order, fleet-wide (set by the scheduler).
+        sent: attempts handed to a transport so far (set by the runner); an error
+            raised while the turn waits for a slot leaves it as it was.
     """
 
     session_id: str
@@ -40,6 +42,7 @@ class Ticket:
     attempt: int = 0
     exclude: frozenset[str] = frozenset()
     seq: int = 0
+    sent: int = 0
 
     @property
     def tokens(self) -> int:

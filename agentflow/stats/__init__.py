@@ -15,7 +15,13 @@ See ``docs/stats.md`` (what is computed, sketches and their error) and
 
 from agentflow._public import publish as _publish
 from agentflow.stats._agents import AgentStats
-from agentflow.stats._fleet_stats import DEFAULT_QUANTILES, DISTRIBUTIONS, FleetStats
+from agentflow.stats._fleet_stats import (
+    DEFAULT_QUANTILES,
+    DISTRIBUTIONS,
+    FleetStats,
+    ToolFigures,
+)
+from agentflow.stats._journal import JournalEntry, RunJournal
 from agentflow.stats._prometheus import DEFAULT_BUCKETS, MetricsServer, PrometheusExporter
 from agentflow.stats._report import (
     REPORT_SCHEMA_VERSION,
@@ -43,10 +49,13 @@ __all__ = [
     "SLO",
     "AgentStats",
     "FleetStats",
+    "JournalEntry",
     "MetricsServer",
     "PrometheusExporter",
+    "RunJournal",
     "Sketch",
     "TimeSeries",
+    "ToolFigures",
     "TurnCSVWriter",
     "TurnRow",
     "build_report",

@@ -41,9 +41,10 @@ from agentflow.stats._timeseries import TimeSeries
 if TYPE_CHECKING:
     from agentflow._fleet import FleetResult
     from agentflow._session import SessionResult
+    from agentflow.stats._journal import RunJournal
     from agentflow.typing import Clock
 
-__all__ = ["DEFAULT_QUANTILES", "DISTRIBUTIONS", "FleetStats"]
+__all__ = ["DEFAULT_QUANTILES", "DISTRIBUTIONS", "FleetStats", "ToolFigures"]
 
 #: Quantiles every report carries; ``FleetStats(quantiles=…)`` adds more.
 DEFAULT_QUANTILES = (0.5, 0.9, 0.99, 0.999)
@@ -61,6 +62,35 @@ SERIES = (
 )  # fmt: skip
 
 _STATUSES = ("completed", "max_turns", "error", "cancelled")
+
+
+class ToolFigures:
+    """One tool's calls: how many, how many failed, and their durations (a sketch).
+
+    Attributes:
+        calls: calls that ended.
+        errors: calls that failed (raised, or timed out).
+        durations: each call's duration, seconds.
+    """
+
+    __slots__ = ("calls", "durations", "errors")
+
+    def __init__(self, relative_accuracy: float) -> None:
+        self.calls = 0
+        self.errors = 0
+        self.durations = Sketch(relative_accuracy)
+
+    def add(self, duration_s: float, is_error: bool) -> None:
+        """One call that took ``duration_s``."""
+        self.calls += 1
+        self.errors += is_error
+        self.durations.add(duration_s)
+
+    def merge(self, other: ToolFigures) -> None:
+        """Fold another worker's figures of the same tool in."""
+        self.calls += other.calls
+        self.errors += other.errors
+        self.durations.merge(other.durations)
 
 
 class FleetStats:
@@ -165,6 +195,8 @@ class FleetStats:
         self.errors: Counter[str] = Counter({"session": 0, "tool": 0, "callback": 0})
         self.tool_calls = self.tool_errors = 0
         self.tool_s = 0.0
+        #: Per tool name: calls, failures and the durations of its calls.
+        self.tools: dict[str, ToolFigures] = {}
         self.retries = 0
         self.first_ns: int | None = None
         self.last_ns: int | None = None
@@ -195,6 +227,7 @@ class FleetStats:
             if event.is_error:
                 row.tool_errors += 1
                 self.tool_errors += 1
+            self._tool(event.name).add(event.duration_s, event.is_error)
         elif isinstance(event, SessionEndEvent):
             self._session_ended(event.agent, event.session_id, event.result)
         elif isinstance(event, ErrorEvent):
@@ -212,6 +245,12 @@ class FleetStats:
             self.wall_s = result.wall_s
             self.peak_in_flight = result.peak_in_flight
             self.callback_errors = len(result.callback_errors)
+
+    def _tool(self, name: str) -> ToolFigures:
+        figures = self.tools.get(name)
+        if figures is None:
+            figures = self.tools[name] = ToolFigures(self.relative_accuracy)
+        return figures
 
     def _at(self, name: str, t_ns: int | None) -> None:
         """Count one event of series ``name`` at the clock's time, else at ``t_ns``, else
@@ -339,7 +378,9 @@ class FleetStats:
         return row
 
     @classmethod
-    def from_result(cls, result: FleetResult, **options: Any) -> FleetStats:
+    def from_result(
+        cls, result: FleetResult, *, journal: RunJournal | None = None, **options: Any
+    ) -> FleetStats:
         """Build stats from a finished :class:`~agentflow.FleetResult`.
 
         The figures are those subscribing would give, except what a result does not
@@ -347,10 +388,41 @@ class FleetStats:
         counted from the traces). Sessions that ended in an error count as ``session``
         errors, placed in time at their last turn's end; retries are each turn's failed
         attempts, placed at the attempt's end when anything arrived, else when the turn
-        was finally sent. ``options`` are :class:`FleetStats`'s.
+        was finally sent. A session that failed before finishing a turn, and the retries
+        of a turn that never finished, have no time in a result: they are counted but
+        not placed.
+
+        Args:
+            result: the run's result.
+            journal: a :class:`~agentflow.stats.RunJournal` subscribed to the run: then
+                every error and retry is placed when it happened (a failed session at its
+                failure, the retries of unfinished turns too), and tool durations, tool
+                and callback errors and the per-tool figures are those of the run.
+            options: :class:`FleetStats`'s.
         """
         stats = cls(**options)
         series = stats.series
+        failed_at: dict[str | None, int] = {}
+        finished = {(s.session_id, t.index) for s in result.sessions for t in s.turns}
+        for e in journal.entries if journal is not None else ():
+            if e.kind == "tool":
+                row = stats._row(e.agent, e.session_id)
+                row.tool_s += e.duration_s
+                stats.tool_s += e.duration_s
+                if e.is_error:
+                    row.tool_errors += 1
+                    stats.tool_errors += 1
+                stats._tool(e.where).add(e.duration_s, e.is_error)
+            elif e.kind == "retry":
+                # A finished turn's failed attempts are placed from its record, below.
+                if (e.session_id, e.turn) not in finished:
+                    stats._row(e.agent, e.session_id).retries += 1
+                    series.add("retries", e.t_ns, 1)
+            elif e.where == "session":
+                failed_at[e.session_id] = e.t_ns
+            else:  # a tool or a callback that raised
+                stats.errors[e.where] += 1
+                series.add("errors", e.t_ns, 1)
         for s in result.sessions:
             row = stats._row(s.agent, s.session_id)
             for t in s.turns:
@@ -364,8 +436,11 @@ class FleetStats:
             stats._session_ended(s.agent, s.session_id, s)
             if s.status == "error":
                 stats.errors["session"] += 1
-                if s.turns:
-                    series.add("errors", s.turns[-1].trace.end_ns, 1)
+                at = failed_at.get(s.session_id)
+                if at is None and s.turns:
+                    at = s.turns[-1].trace.end_ns
+                if at is not None:
+                    series.add("errors", at, 1)
         stats.wall_s = result.wall_s
         stats.peak_in_flight = result.peak_in_flight
         stats.callback_errors = len(result.callback_errors)

@@ -46,6 +46,8 @@ def merge_stats(into: FleetStats, other: FleetStats) -> None:
             mine = into.agents[key] = AgentStats(row.agent, row.session_id, len(into.slos))
         mine.merge(row)
     into.samples.extend(other.samples)
+    for name, figures in other.tools.items():
+        into._tool(name).merge(figures)
     for name in (
         "turns", "output_tokens", "no_output_turns", "exact_chunk_turns", "prompt_tokens",
         "prompt_turns", "estimated_prompt_tokens", "estimated_prompt_turns",

@@ -91,6 +91,15 @@ def build_report(
         "context": {"by_turn": stats.by_turn.to_report()},
         "provenance": _provenance(stats),
         "agents": [row.to_report(labels, origin) for _, row in sorted(stats.agents.items())],
+        "tools": {
+            name: {
+                "calls": t.calls,
+                "errors": t.errors,
+                "total_s": t.durations.sum,
+                "duration_s": _distribution(t.durations, stats.quantiles, "s", 0),
+            }
+            for name, t in sorted(stats.tools.items())
+        },
     }
     # No credential leaves in a report: the run settings may hold a URL with userinfo,
     # error texts a key a server echoed. (Samples are per-turn numbers and names: skipped,

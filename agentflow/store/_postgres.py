@@ -94,14 +94,14 @@ class PostgresStore(BatchWriter[Conn]):
             ) from None
         if not isinstance(dsn, str):
             raise ConfigError(f"PostgresStore.dsn must be a string, got {type(dsn).__name__}")
-        register_url(dsn)
+        register_url(dsn, owner=self)
         try:
             params = conninfo_to_dict(dsn)
         except Exception:  # its message may quote the DSN, password included
             raise ConfigError("PostgresStore.dsn is not a libpq connection string") from None
         password = params.pop("password", None)
         if password is not None:
-            register_secret(str(password))
+            register_secret(str(password), owner=self)
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", schema):
             raise ConfigError(f"PostgresStore.schema must be an SQL identifier, got {schema!r}")
         if not 0 <= batch_interval_s <= 10:

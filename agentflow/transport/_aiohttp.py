@@ -30,7 +30,7 @@ from agentflow.transport._shared import (
     status_error,
 )
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES
-from agentflow.transport._stream import StreamState, finish_stream
+from agentflow.transport._stream import finish_stream, open_stream
 from agentflow.typing import Clock, DeltaSink
 
 if TYPE_CHECKING:
@@ -107,16 +107,7 @@ class AiohttpTransport(EndpointTransport):
         import aiohttp
 
         clock = self._clock
-        st = StreamState(
-            self.endpoint,
-            clock,
-            sink,
-            timeouts=self._timeouts,
-            max_event_bytes=self.max_event_bytes,
-            reconnects=reconnects,
-        )
-        limits = st.limits
-        assert limits is not None
+        st, limits = open_stream(self, sink, reconnects)
         try:
             async with limits.scope():
                 resp = await self._post(body, headers)

@@ -41,7 +41,7 @@ from agentflow.transport._shared import (
     status_error,
 )
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES
-from agentflow.transport._stream import StreamState
+from agentflow.transport._stream import StreamState, open_stream
 from agentflow.typing import Clock, DeltaSink
 
 __all__ = ["HTTPTransport"]
@@ -191,17 +191,7 @@ class HTTPTransport(EndpointTransport):
     async def _stream_once(
         self, payload: bytes, sink: DeltaSink | None, reconnects: int
     ) -> TurnTrace:
-        clock = self._clock
-        st = StreamState(
-            self.endpoint,
-            clock,
-            sink,
-            timeouts=self._timeouts,
-            max_event_bytes=self.max_event_bytes,
-            reconnects=reconnects,
-        )
-        limits = st.limits
-        assert limits is not None
+        st, limits = open_stream(self, sink, reconnects)
         pool = self._get_pool()
         try:
             async with limits.scope():

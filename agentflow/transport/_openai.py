@@ -34,11 +34,12 @@ from agentflow.transport._request import ChatRequest, Timeouts
 from agentflow.transport._shared import (
     MAX_ERROR_BODY,
     content_type_error,
+    keep_headers,
     refused_content_type,
     status_error,
 )
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, check_max_event_bytes
-from agentflow.transport._stream import StreamState
+from agentflow.transport._stream import open_stream
 from agentflow.typing import Clock, DeltaSink
 
 if TYPE_CHECKING:
@@ -77,9 +78,9 @@ class OpenAITransport:
         self._clock = clock
         self._owns = owns_client
         # The client's credentials are masked wherever agentflow prints (its errors echo them).
-        register_secret(getattr(client, "api_key", None))
-        register_headers(client.default_headers)
-        register_url(str(client.base_url))
+        register_secret(getattr(client, "api_key", None), owner=self)
+        register_headers(client.default_headers, owner=self)
+        register_url(str(client.base_url), owner=self)
         self._timeouts = timeouts or Timeouts()
         #: The longest SSE event accepted, in bytes.
         self.max_event_bytes = check_max_event_bytes(max_event_bytes, "OpenAITransport")
@@ -101,15 +102,7 @@ class OpenAITransport:
         for key in ("stream", "stream_options"):
             body.pop(key)
         clock = self._clock
-        st = StreamState(
-            self.endpoint,
-            clock,
-            sink,
-            timeouts=self._timeouts,
-            max_event_bytes=self.max_event_bytes,
-        )
-        limits = st.limits
-        assert limits is not None
+        st, limits = open_stream(self, sink)
         create = self._client.chat.completions.with_streaming_response.create
         try:
             async with (
@@ -130,9 +123,7 @@ class OpenAITransport:
                     first = await _read_some(raw)
                     raise content_type_error(raw.status_code, refused, first, self.endpoint)
                 await st.read_all(raw.aiter_bytes())
-                headers = {
-                    k.lower(): v for k, v in response.headers.items() if k[:2].lower() == "x-"
-                }
+                headers = keep_headers(response.headers)
         except TimeoutError:
             raise st.timeout() from None
         except openai.APIStatusError as exc:

@@ -27,7 +27,7 @@ from agentflow._request import ChatRequest
 __all__ = ["ChatRequest", "Endpoint", "Timeouts", "parse_retry_after"]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, weakref_slot=True)
 class Endpoint:
     """An OpenAI-compatible server.
 
@@ -62,9 +62,10 @@ class Endpoint:
             if key.lower() == "authorization":
                 raise ConfigError("Endpoint.headers must not carry Authorization; use api_key")
         # Known before anything can print them: masked by value from here on.
-        register_secret(self.api_key)
-        register_headers(self.headers)
-        register_url(self.base_url)
+        # Forgotten when the last endpoint holding them is collected.
+        register_secret(self.api_key, owner=self)
+        register_headers(self.headers, owner=self)
+        register_url(self.base_url, owner=self)
         object.__setattr__(self, "base_url", self.base_url.rstrip("/"))
         # Userinfo is sent as HTTP Basic auth (as aiohttp and the OpenAI SDK do) by every
         # transport alike, and never as part of the URL.

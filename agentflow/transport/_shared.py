@@ -16,7 +16,7 @@ from agentflow._errors import (
     ServerError,
     UnexpectedContentType,
 )
-from agentflow._redact import display_url
+from agentflow._redact import display_url, redact_headers
 from agentflow._trace import TurnTrace
 from agentflow.transport._overflow import context_length_error
 from agentflow.transport._request import Endpoint, Timeouts, parse_retry_after
@@ -193,5 +193,6 @@ def _error_message(body: Any) -> str | None:
 
 
 def keep_headers(headers: Any) -> dict[str, str]:
-    """The response headers traces keep: every ``x-*`` one, names lower-cased."""
-    return {k.lower(): v for k, v in headers.items() if k[:2].lower() == "x-"}
+    """The response headers traces keep: every ``x-*`` one, names lower-cased, the values
+    of credential-named ones masked (``redact_headers``)."""
+    return redact_headers(headers.items())

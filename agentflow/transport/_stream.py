@@ -26,6 +26,7 @@ reads :attr:`last_ns` from this object.
 from __future__ import annotations
 
 from collections.abc import AsyncIterable
+from typing import Protocol
 
 from agentflow._errors import StreamProtocolError, StreamTimeout
 from agentflow._trace import TurnTrace
@@ -35,7 +36,43 @@ from agentflow.transport._request import Timeouts
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 from agentflow.typing import Clock, DeltaSink
 
-__all__ = ["StreamState", "finish_stream"]
+__all__ = ["LimitedTransport", "StreamState", "finish_stream", "open_stream"]
+
+
+class LimitedTransport(Protocol):
+    """What :func:`open_stream` reads of a transport: its label, clock and limits (the
+    HTTP-style transports: ``HTTPTransport``, ``AiohttpTransport``, ``OpenAITransport``)."""
+
+    @property
+    def endpoint(self) -> str:
+        """The label traces and errors carry."""
+        ...
+
+    max_event_bytes: int
+    _timeouts: Timeouts
+    _clock: Clock
+
+
+def open_stream(
+    transport: LimitedTransport, sink: DeltaSink | None, reconnects: int = 0
+) -> tuple[StreamState, Deadlines]:
+    """A request of ``transport``'s is sent now: its stream state, and the state's time
+    limits (run the stream inside ``async with limits.scope():``).
+
+    One construction for the transports that have limits, so each builds its state the same
+    way (once per request, not per read).
+    """
+    st = StreamState(
+        transport.endpoint,
+        transport._clock,
+        sink,
+        timeouts=transport._timeouts,
+        max_event_bytes=transport.max_event_bytes,
+        reconnects=reconnects,
+    )
+    limits = st.limits
+    assert limits is not None  # timeouts were given
+    return st, limits
 
 
 class StreamState:

@@ -44,12 +44,16 @@ class RawServer:
         return f"http://127.0.0.1:{self.port}/v1"
 
 
-async def _read_request(reader: asyncio.StreamReader) -> bool:
-    """Read one request (head and Content-Length body); False at end of connection."""
+async def _read_request(reader: asyncio.StreamReader) -> bool | None:
+    """Read one request (head and Content-Length body); False at end of connection,
+    ``None`` for a fleet's ``GET /props`` (its llama.cpp slot probe), which is no chat
+    request: answered 404 as by a server that is not llama.cpp, and not counted."""
     try:
         head_bytes = await reader.readuntil(b"\r\n\r\n")
     except (asyncio.IncompleteReadError, ConnectionError):
         return False
+    if head_bytes.startswith(b"GET ") and head_bytes.split(b" ", 2)[1].endswith(b"/props"):
+        return None
     length = 0
     for line in head_bytes.split(b"\r\n"):
         name, _, value = line.partition(b":")
@@ -71,7 +75,10 @@ async def raw_server(answer: Answer) -> AsyncIterator[RawServer]:
         assert task is not None
         tasks.add(task)
         try:
-            if await _read_request(reader):
+            read = await _read_request(reader)
+            if read is None:
+                writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+            elif read:
                 srv.requests += 1
                 await answer(reader, writer)
         except (ConnectionError, asyncio.CancelledError):

@@ -1,0 +1,83 @@
+"""FleetStats.from_result(result, journal=RunJournal(clock)) gives what subscribing gives:
+tool durations and per-tool figures, and every retry and error placed in time — also a
+session that failed before finishing a turn and the retries of a turn that never
+finished, which a result alone keeps no time for."""
+
+from __future__ import annotations
+
+from agentflow import Agent, Fleet, HTTPTransport, Replica, RetryPolicy
+from agentflow.embedded import loop_clock
+from agentflow.report import Run, make_figures
+from agentflow.stats import FleetStats, RunJournal
+from tests.sched.conftest import Faulty, RecordingSim
+from tests.stats.test_end_to_end import run_fleet
+from tests.stats.test_merge import assert_same
+from tests.stats.test_report_schema import validate
+
+
+def test_with_its_journal_a_result_reports_what_subscribing_does() -> None:
+    """24 sessions with a tool that takes (virtual) time: the whole report is the same,
+    tools and their durations included."""
+    live = FleetStats(per="session", clock=loop_clock)
+    journal = RunJournal(loop_clock)
+    result = run_fleet(live, journal)
+    after = FleetStats.from_result(result, journal=journal, per="session")
+    want, got = live.report(), after.report()
+    validate(got)
+    assert_same(got, want)
+    naps = got["tools"]["nap"]
+    assert naps["calls"] > 0 and naps["duration_s"]["max"] > 0
+    assert got["fleet"]["tool_s"] > 0
+    assert sum(t["calls"] for t in got["tools"].values()) == got["fleet"]["tool_calls"]
+    assert len(journal.entries) == got["fleet"]["tool_calls"]  # no errors, no retries
+    # Without it, the tool figures are what the result keeps: none.
+    bare = FleetStats.from_result(result, per="session").report()
+    assert bare["tools"] == {} and bare["fleet"]["tool_s"] == 0.0
+
+
+AGENT = Agent(name="a", model="m", params={"max_tokens": 16})
+SESSIONS = 5
+
+
+class Waits:
+    async def __call__(self, seconds: float) -> None:
+        return None
+
+
+async def test_sessions_failing_before_any_turn_are_placed_in_time() -> None:
+    """Every attempt is reset mid-stream on the simulator (loopback): each session fails
+    at its first turn after 3 attempts. A result keeps no time for any of it; with the
+    journal every retry and every failed session is in the time series."""
+    fault = "reset_mid_stream; after=2"
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        journal = RunJournal()
+        fleet = Fleet(
+            Replica(transport=Faulty(http, fault, fault, fault), breaker_threshold=1000),
+            retry=RetryPolicy(max_attempts=3, backoff_s=0.1, jitter=False),
+            sleep=Waits(),
+            callbacks=[journal],
+        )
+        result = await fleet.run(AGENT.session(f"task {i}") for i in range(SESSIONS))
+    assert len(result.failed) == SESSIONS and not any(s.turns for s in result.sessions)
+    assert result.retries == 2 * SESSIONS
+
+    bare = FleetStats.from_result(result, per="session").report()
+    placed = FleetStats.from_result(result, journal=journal, per="session").report()
+    for r in (bare, placed):
+        validate(r)
+        assert r["fleet"]["retries"] == 2 * SESSIONS
+        assert r["fleet"]["errors"]["session"] == SESSIONS
+    assert sum(bare["throughput"]["retries"]) == 0 == sum(bare["throughput"]["errors"])
+    tp = placed["throughput"]
+    assert sum(tp["retries"]) == 2 * SESSIONS and sum(tp["errors"]) == SESSIONS
+    assert len(tp["t_s"]) == len(tp["retries"]) > 0
+    assert [row["retries"] for row in placed["agents"]] == [2] * SESSIONS
+
+    # agentflow report draws them, and no longer says some are not in time.
+    captions = {
+        label: {f.key: f for f in make_figures([Run(label, r)])}["errors_retries"].caption
+        for label, r in (("bare", bare), ("placed", placed))
+    }
+    assert f"{3 * SESSIONS:,} of them not in time" in captions["bare"]
+    assert "not in time" not in captions["placed"]
+    assert f"{2 * SESSIONS} retries, {SESSIONS} errors" in captions["placed"]

@@ -1,0 +1,98 @@
+"""`agentflow resume` runs the rest of a demo run with the settings it began with: its
+`--slo`s, `--fault-rate` and `--*-timeout` limits are recorded with the run's config and
+applied on resume (they used to be dropped: a resumed run had no goodput and no faults)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentflow.cli import main
+from agentflow.demo.run import DemoConfig, recorded_config, resume_config
+from agentflow.stats import SLO
+from agentflow.transport import Timeouts
+
+pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+
+
+def _count(db: Path, sql: str) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        ((n,),) = conn.execute(sql)
+    except sqlite3.OperationalError:  # not created yet
+        return 0
+    finally:
+        conn.close()
+    return int(n or 0)
+
+
+def test_the_recorded_config_round_trips_and_old_records_resume() -> None:
+    config = DemoConfig(
+        agents=3, slos=(SLO(ttft_s=2.0, tpot_s=0.01), SLO(e2e_s=60, name="slow")),
+        fault_rate=0.25, timeouts=Timeouts(idle=30.0, total=None), store=Path("x.db"),
+    )  # fmt: skip
+    # Through JSON, as the store keeps it.
+    recorded = json.loads(json.dumps(recorded_config(config)))
+    back = resume_config(recorded, "run-1", store=Path("x.db"), live=False)
+    assert back.slos == config.slos and back.fault_rate == 0.25
+    assert back.timeouts == config.timeouts and back.resume == "run-1"
+    # A record from before these were kept resumes with none of them.
+    for key in ("slos", "fault_rate", "timeouts"):
+        del recorded["demo"][key]
+    old = resume_config(recorded, "run-1", store=Path("x.db"))
+    assert (old.slos, old.fault_rate, old.timeouts) == ((), 0.0, None)
+
+
+def test_a_resumed_http_demo_keeps_its_slo_fault_rate_and_limits(tmp_path: Path) -> None:
+    """A demo over HTTP on the simulator with --slo, --fault-rate and --idle-timeout,
+    stopped by SIGINT after a few turns, is resumed by `agentflow resume`: the resumed
+    part meets faults (its retries, as the store counts them) and its report has the
+    recorded SLO, fault rate and limits."""
+    db, first = tmp_path / "runs.db", tmp_path / "first.json"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentflow.cli", "demo", "--agents", "10", "--turns", "3:4",
+         "--max-concurrency", "2", "--time-scale", "2", "--max-tokens", "32",
+         "--fault-rate", "0.3", "--slo", "e2e=600s", "--idle-timeout", "30",
+         "--no-live", "--store", str(db), "--report", str(first)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while _count(db, "SELECT COUNT(*) FROM turns") < 3:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no turns recorded in 120 s"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 128 + signal.SIGINT, err[-3000:] + out[-3000:]
+    stopped: dict[str, Any] = json.loads(first.read_text())
+    run_id = stopped["run"]["run_id"]
+    assert stopped["run"]["interrupted"]["sessions_cancelled"] > 0
+
+    again = tmp_path / "again.json"
+    status = main(["resume", run_id, "--store", str(db), "--no-live", "--report", str(again)])
+    resumed: dict[str, Any] = json.loads(again.read_text())
+    assert status == (0 if resumed["fleet"]["failed"] == 0 else 1)
+    run = resumed["run"]
+    assert run["fault_rate"] == 0.3 and run["slos"] == ["e2e<=600s"]
+    assert run["timeouts"]["idle"] == 30.0 and run["resume"] == run_id
+    assert [g["name"] for g in resumed["goodput"]] == ["e2e<=600s"]
+    assert resumed["fleet"]["sessions"] == 10
+    # The resumption (run attempt 1) ran turns, and the simulator it started failed some.
+    ran = _count(db, f"SELECT COUNT(*) FROM turns WHERE run_id = '{run_id}' AND attempt = 1")
+    retries = _count(
+        db, f"SELECT retries FROM run_attempts WHERE run_id = '{run_id}' AND attempt = 1"
+    )
+    assert ran >= 10 and retries > 0, (ran, retries)

@@ -17,6 +17,7 @@ from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
 from agentflow.store._budgets import recharge
 from agentflow.store._claims import SessionGate, Ticker
+from agentflow.store._policies import restore
 from agentflow.store._protocol import Store
 from agentflow.store._recorder import LeaseKeeper, Recorder
 from agentflow.store._records import FINAL_STATUSES, RunAttempt, SessionEnded, StoredRun
@@ -91,6 +92,7 @@ class DurableRun:
                 )
         self = cls(store, run_id or new_run_id(), 0, lease_ttl_s, clock)
         self.entries = list(sessions)
+        self.recorder.track_policies({id(s.agent): s.agent for s in sessions}.values())
         self.recorder.start_run(sessions, time.time_ns(), clock(), dict(config or {}) or None)
         await self.leases.claim([s.session_id for s in sessions])
         return self
@@ -125,11 +127,13 @@ class DurableRun:
         started = {s.session_id: (s.status, len(s.turns)) for s in run.sessions}
         plan = plan_resume(run, by_name, provisional)  # checks the agents before recording
         recharge(run, by_name)  # budgets continue: what the run spent so far
+        restore(run.policy_state, by_name.values())  # and the calibrators' fits
         # Numbered by the store: another worker may be starting an attempt right now.
         attempt = await store.start_attempt(run_id, wall, now)
         self = cls(store, run_id, attempt, lease_ttl_s, clock)
         self.prior_retries = sum(t.failed_attempts for s in run.sessions for t in s.turns)
         self.prior_wall_s = _active_wall_s(run)
+        self.recorder.track_policies(by_name.values())
         for done in plan.newly_done:
             store.write(_ended(run_id, done))
         self.entries = plan.entries

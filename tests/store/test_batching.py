@@ -46,7 +46,9 @@ class CountingQueue:
 
 
 def _counted(path: Path, **kw: Any) -> tuple[SQLiteStore, CountingQueue]:
-    store = SQLiteStore(path, **kw)
+    # Without the journal: every batch goes to the writer thread (the journal's path is
+    # tests/store/test_journal.py).
+    store = SQLiteStore(path, **{"ingest_interval_s": None, **kw})
     counting = CountingQueue()
     store._queue = counting  # type: ignore[assignment]
     return store, counting

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import StoreError
@@ -44,7 +44,15 @@ _log = get_logger("agentflow.store")
 class Recorder:
     """Records one attempt at a run into ``store`` (see :class:`TurnLog`)."""
 
-    __slots__ = ("_agents", "_calibrators", "attempt", "retries", "run_id", "store")
+    __slots__ = (
+        "_agents",
+        "_calibrators",
+        "attempt",
+        "on_session_end",
+        "retries",
+        "run_id",
+        "store",
+    )
 
     def __init__(self, store: Store, run_id: str, attempt: int) -> None:
         self.store = store
@@ -55,6 +63,9 @@ class Recorder:
         self._agents: dict[int, AgentInfo] = {}
         # id(calibrator) -> (key, calibrator): the learnt state kept with the run.
         self._calibrators: dict[int, tuple[str, Any]] = {}
+        #: Called with a session's id once its end is written (a fresh run gives its
+        #: lease back then: ``DurableRun``).
+        self.on_session_end: Callable[[str], None] | None = None
 
     def track_policies(self, agents: Iterable[Agent]) -> None:
         """Keep the learnt state of the calibrators ``agents`` use (``store/_policies.py``):
@@ -188,6 +199,8 @@ class Recorder:
             tracked = self._calibrators.get(id(cal))
             if tracked is not None:
                 self._policy_state(*tracked)
+        if self.on_session_end is not None:
+            self.on_session_end(session.session_id)
 
 
 class LeaseKeeper:

@@ -119,6 +119,12 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         self._journal_closed = False
         self._ingest_asked = False
 
+    #: ``Fleet.run`` keeps a session's lease until the attempt ends rather than giving
+    #: it back as the session ends: a second live writer of a run is refused (one
+    #: machine, one file), so nobody could take it meanwhile, and each release would
+    #: be one more commit.
+    release_each_session = False
+
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
 

@@ -12,10 +12,8 @@ tool result and session end. Per run: the client's CPU, the event-loop thread's 
 subclass that also times every commit), the server's CPU (``/proc/PID/stat``), the
 turns, streamed chunks, records and commits.
 
-How: a repetition is one run without the store and one with it per store mode
-(``--intervals``: a batch interval, with or without the journal; default the store's
-defaults — a journal write every 10 ms, committed to SQLite every 0.5 s — and every
-10 ms batch committed straight to SQLite), in an order that rotates from one
+How: a repetition is one run without the store and one with it per batch interval
+(``--intervals``, default the store's 10 ms and 50 ms), in an order that rotates from one
 repetition to the next; each run gets a fresh simulator child
 (same seed, so the same replies), a fresh event loop and transport, and a fresh store
 file in a temporary directory. One untimed warm-up pair runs first (imports, SQLite's
@@ -67,17 +65,15 @@ from agentflow.sim.profiles import get_profile
 from agentflow.store import SQLiteStore
 from agentflow.store._recorder import Recorder
 from agentflow.store._records import Record
-from agentflow.store._sqlite import INGEST_RECORDS
 from agentflow.transport import Endpoint, HTTPTransport
 
 NAME = "store_overhead"
 START, END = _common.markers(NAME)
 TARGET = 0.05
-#: A run's store: its batch interval and its journal's ingest interval (``None``: every
-#: batch committed to SQLite), or ``None`` for a run without a store.
-Interval = tuple[float, float | None] | None
-#: ``SQLiteStore``'s defaults (the mode the target is judged on).
-DEFAULT_INTERVAL: Interval = (0.010, 0.5)
+#: ``SQLiteStore``'s default batch interval (the one the target is judged on).
+DEFAULT_INTERVAL = 0.010
+#: A run's store: its batch interval, or ``None`` for a run without a store.
+Interval = float | None
 #: The CPUs this process may use, read before any pinning.
 CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
@@ -90,21 +86,11 @@ class TimedStore(SQLiteStore):
     CPU and wall time of every commit (two clock reads per commit on top of the store's
     own work)."""
 
-    def __init__(self, path: Path, mode: tuple[float, float | None]) -> None:
-        super().__init__(path, batch_interval_s=mode[0], ingest_interval_s=mode[1])
+    def __init__(self, path: Path, batch_interval_s: float) -> None:
+        super().__init__(path, batch_interval_s=batch_interval_s)
         self.writer_cpu_ns: int | None = None
-        #: CPU the loop spent handing batches over (with a journal: encoding and writing
-        #: them), summed; two clock reads per batch.
-        self.handover_ns = 0
         #: (records, CPU ns, wall ns) per committed batch.
         self.batches: list[tuple[int, int, int]] = []
-
-    def _hand_over(self) -> None:
-        t0 = time.thread_time_ns()
-        try:
-            super()._hand_over()
-        finally:
-            self.handover_ns += time.thread_time_ns() - t0
 
     def _main(self) -> None:
         try:
@@ -112,16 +98,11 @@ class TimedStore(SQLiteStore):
         finally:
             self.writer_cpu_ns = time.thread_time_ns()
 
-    def _transaction(
-        self,
-        conn: sqlite3.Connection,
-        records: list[Record],
-        marker: tuple[str, str] | None = None,
-    ) -> None:
+    def _commit(self, conn: sqlite3.Connection, records: list[Record]) -> None:
         if not records:
             return
         c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
-        super()._transaction(conn, records, marker)
+        super()._commit(conn, records)
         self.batches.append((len(records), time.thread_time_ns() - c0, time.perf_counter_ns() - w0))
 
 
@@ -185,8 +166,6 @@ class Sample:
     sessions: int
     writer_ns: int | None = None
     recorder_ns: int = 0
-    handover_ns: int = 0
-    journaled: int = 0
     probe_ns: int = 0
     records: int = 0
     commits: int = 0
@@ -286,7 +265,6 @@ def one_run(cfg: Config, interval: Interval, tmp: Path, tag: str) -> Sample:
         sample.probe_ns = _PROBE_NS[0] - p0
         sample.recorder_ns = max(0, _RECORDER_NS[0] - r0 - sample.probe_ns)
         sample.records, sample.commits = store.committed, store.commits
-        sample.handover_ns, sample.journaled = store.handover_ns, store.journaled
         sample.batches = store.batches
     return sample
 
@@ -294,9 +272,7 @@ def one_run(cfg: Config, interval: Interval, tmp: Path, tag: str) -> Sample:
 By = dict[Interval, dict[int, Sample]]
 
 
-def run(
-    cfg: Config, reps: int, warmup: Config, intervals: Sequence[tuple[float, float | None]]
-) -> By:
+def run(cfg: Config, reps: int, warmup: Config, intervals: Sequence[float]) -> By:
     """Every measurement: per repetition one run without the store and one per batch
     interval with it, in an order that rotates from one repetition to the next."""
     rows: list[Interval] = [None, *intervals]
@@ -321,30 +297,16 @@ def run(
     return by
 
 
-def _short(r: Interval) -> str:
-    """A store mode in a few words (its batch interval, and its journal's ingest one)."""
-    assert r is not None
-    batch, ingest = r
-    if ingest is None:
-        return f"commits every {batch * 1e3:g} ms"
-    return f"journal every {batch * 1e3:g} ms, ingest every {ingest * 1e3:g} ms"
-
-
 def _label(r: Interval, md: bool = True) -> str:
     if r is None:
         return "without a store (the demo)" if md else "without store"
     name = "`SQLiteStore`" if md else "SQLiteStore"
     default = ", the default" if r == DEFAULT_INTERVAL else ""
-    return f"with {name}, {_short(r)}{default}"
+    return f"with {name}, commits every {r * 1e3:g} ms{default}"
 
 
 def _progress(rep: int, reps: int, r: Interval, s: Sample) -> None:
-    extra = (
-        f"  {s.records} records in {s.commits} commits, {s.journaled} journal writes,"
-        f" hand-overs {s.handover_ns / 1e6:.0f} ms, writer {(s.writer_ns or 0) / 1e6:.0f} ms"
-        if r is not None
-        else ""
-    )
+    extra = f"  {s.records} records in {s.commits} commits" if r is not None else ""
     other = "–" if s.other_cores is None else f"{s.other_cores:.2f}"
     print(
         f"rep {rep + 1}/{reps} {_label(r, md=False):<44} {s.cpu_ns / 1e9:6.3f} s CPU"
@@ -421,7 +383,6 @@ class Overhead:
     own_per_turn_us: list[float]
     own_per_chunk_us: list[float]
     recorder_per_record_us: list[float]
-    handover_per_record_us: list[float]
     probe_per_record_us: list[float]
     same_work: bool
 
@@ -442,7 +403,6 @@ def overhead(by: By, r: Interval) -> Overhead:
         own_per_turn_us=[_own(b) / b.turns / 1e3 for _, b in pairs],
         own_per_chunk_us=[_own(b) / b.chunks / 1e3 for _, b in pairs],
         recorder_per_record_us=[b.recorder_ns / b.records / 1e3 for _, b in pairs],
-        handover_per_record_us=[b.handover_ns / b.records / 1e3 for _, b in pairs],
         probe_per_record_us=[b.probe_ns / b.records / 1e3 for _, b in pairs],
         same_work=all(a.turns == b.turns and a.chunks == b.chunks for a, b in pairs),
     )
@@ -461,17 +421,16 @@ def _spread_note(ratios: Sequence[float]) -> str:
 
 
 def _own(s: Sample) -> int:
-    """The store's own CPU in run ``s``: its writer thread, the loop's Recorder calls and
-    the loop's hand-overs of batches (with a journal: encoding and writing them)."""
-    return (s.writer_ns or 0) + s.recorder_ns + s.handover_ns
+    """The store's own CPU in run ``s``: its writer thread and the loop's Recorder calls."""
+    return (s.writer_ns or 0) + s.recorder_ns
 
 
 def overhead_table(by: By) -> str:
     stores = [r for r in by if r is not None]
     os_ = {r: overhead(by, r) for r in stores}
-    head = " | ".join(f"{_short(r)}: median | min–max" for r in stores)
+    head = " | ".join(f"{r * 1e3:g} ms: median | min–max" for r in stores)
     out = [
-        f"| with the store vs without, paired per repetition (by store mode) | {head} |",
+        f"| with the store vs without, paired per repetition (by batch interval) | {head} |",
         "|---|" + "--:|--:|" * len(stores),
     ]
     rows: list[tuple[str, str, str]] = [
@@ -483,21 +442,11 @@ def overhead_table(by: By) -> str:
         ("writer thread CPU per record, µs (all of its work)", "writer_per_record_us", ".1f"),
         ("loop CPU in the Recorder per record, µs", "recorder_per_record_us", ".1f"),
         (
-            "loop CPU handing batches over per record, µs (with the journal: encoding and "
-            "writing them)",
-            "handover_per_record_us",
-            ".1f",
-        ),
-        (
             "… its probe's one clock read, per record, µs (left out above)",
             "probe_per_record_us",
             ".1f",
         ),
-        (
-            "the store's own CPU (writer + Recorder + hand-overs) ÷ client CPU without",
-            "own_share",
-            ".1%",
-        ),
+        ("the store's own CPU (writer + Recorder) ÷ client CPU without", "own_share", ".1%"),
         ("… per recorded turn, µs", "own_per_turn_us", ".0f"),
         ("… per streamed chunk, µs", "own_per_chunk_us", ".2f"),
     ]
@@ -529,7 +478,7 @@ def commit_table(by: By) -> str:
         per_rec = _med([b[1] / b[0] / 1e3 for b in batches])
         share = _med([sum(b[1] for b in s.batches) / s.writer_ns for s in ss if s.writer_ns])
         out.append(
-            f"| {_short(r)} ({len(batches):,} commits) "
+            f"| every {r * 1e3:g} ms ({len(batches):,} commits) "
             f"| {_med(sizes):g} / {_p(sizes, 0.9):g} / {max(sizes)} "
             f"| {_med(cpu):.0f} / {_p(cpu, 0.9):.0f} / {max(cpu):,.0f} "
             f"| {_med(wall):.0f} / {_p(wall, 0.9):.0f} / {max(wall):,.0f} "
@@ -549,32 +498,30 @@ def findings(by: By) -> str:
             f"workload — {verdict} with the default settings. Paired runs: {r:+.1%} (median "
             f"of {len(o.ratios)} per-repetition ratios, {min(o.ratios) - 1:+.1%} to "
             f"{max(o.ratios) - 1:+.1%}{_spread_note(o.ratios)}). Counted directly, "
-            f"the store's own CPU — its writer thread, the loop's calls into the Recorder and "
-            "its hand-overs of batches — "
+            f"the store's own CPU — its writer thread and the loop's calls into the Recorder — "
             f"is {own:.1%} of a run without it ({min(o.own_share):.1%} to "
             f"{max(o.own_share):.1%}): {_med(o.own_per_turn_us):.0f} µs per recorded turn, "
             f"{_med(o.writer_per_record_us):.0f} µs of writer CPU and "
-            f"{_med(o.recorder_per_record_us):.1f} µs in the Recorder and "
-            f"{_med(o.handover_per_record_us):.1f} µs handing batches over, on the loop, per "
-            "record. That is a floor (it leaves out what the writer's wakeups cost the loop "
-            "indirectly)."
+            f"{_med(o.recorder_per_record_us):.1f} µs on the loop per record. That is a floor "
+            "(it leaves out what the writer's wakeups cost the loop indirectly); the writer's "
+            "share is nearly all of it, and it goes by commits, not records: see the commit "
+            "table."
         )
         if not o.same_work:
             out.append(
                 "Paired runs did not always stream the same turns and chunks (see the table); "
                 "the per-turn and per-chunk figures divide by each run's own counts."
             )
-    for mode in by:
-        if mode is None or mode == DEFAULT_INTERVAL:
+    for other_interval in by:
+        if other_interval is None or other_interval == DEFAULT_INTERVAL:
             continue
-        x = overhead(by, mode)
+        x = overhead(by, other_interval)
         if x.ratios:
-            batch, ingest = mode
             out.append(
-                f"With {_short(mode)} instead (`SQLiteStore(path, "
-                f"batch_interval_s={batch:g}, ingest_interval_s={ingest})`; a `kill -9` then "
-                f"loses up to {batch * 1e3:g} ms of records): paired "
-                f"{_med(x.ratios) - 1:+.1%} ({min(x.ratios) - 1:+.1%} to "
+                f"Committing every {other_interval * 1e3:g} ms instead (`SQLiteStore(path, "
+                f"batch_interval_s={other_interval:g})`; a `kill -9` then loses up to "
+                f"{other_interval * 1e3:g} ms of "
+                f"records): paired {_med(x.ratios) - 1:+.1%} ({min(x.ratios) - 1:+.1%} to "
                 f"{max(x.ratios) - 1:+.1%}); the store's own CPU {_med(x.own_share):.1%} "
                 f"({_med(x.writer_per_record_us):.0f} µs of writer CPU per record)."
             )
@@ -627,10 +574,8 @@ drawing), against `python -m agentflow.sim --profile {cfg.profile} --time-scale
 {cfg.time_scale:g}` in a child process over HTTP on loopback — the demo's default (its
 loop-lag probe and `/metrics` watcher are left out: they would add the same CPU to both runs
 and shrink the ratio). The
-recorded runs add `store=SQLiteStore(path)` (default settings: WAL, `synchronous=NORMAL`,
-each 10 ms batch appended to the journal, the journal committed to SQLite every 0.5 s or
-{INGEST_RECORDS} records; other rows set `batch_interval_s` and `ingest_interval_s`, `None`:
-every batch committed to SQLite) on a fresh file in the
+recorded runs add `store=SQLiteStore(path)` (default settings: WAL, `synchronous=NORMAL`, a
+commit every 10 ms at most; other rows set only `batch_interval_s`) on a fresh file in the
 system's temporary directory (ext4 here) and close it after the run. The client is this
 process alone, so its CPU is separated from the server's: "client CPU" is
 `time.process_time_ns` (user + system, every thread of the process — the event loop's and
@@ -639,9 +584,7 @@ the transport and the fleet, the run, and with the store opening the file and it
 the leases, the final flush and `aclose`; building the workload's agents is outside it.
 "event-loop thread" is `time.thread_time_ns` on the main thread (the loop runs there; the
 record building, the append to the batch and, once per batch, a loop timer and the queue
-put are its share of the store — with the journal, the hand-over also encodes the batch
-and writes it to the journal: "hand-over" below, counted in the store's own CPU with two
-clock reads per batch); "writer thread" is the
+put are its share of the store); "writer thread" is the
 writer's own `time.thread_time_ns`, read as it exits, through a subclass of `SQLiteStore`
 defined in the benchmark that also times each commit (`BEGIN IMMEDIATE`, the inserts with
 their JSON encoding, `COMMIT`) with `thread_time_ns` and `perf_counter_ns`. "Recorder" is
@@ -675,15 +618,6 @@ def _records_line(by: By) -> str:
     )
 
 
-#: The store modes a run measures unless told.
-DEFAULT_MODES = "0.01/0.5,0.01"
-
-
-def _mode(text: str) -> tuple[float, float | None]:
-    batch, _, ingest = text.partition("/")
-    return float(batch), float(ingest) if ingest else None
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description="The run store's client CPU overhead on the demo.")
     p.add_argument("--quick", action="store_true", help="short smoke run; never writes docs")
@@ -697,9 +631,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--no-pin", action="store_true", help="do not pin client and server")
     p.add_argument(
         "--intervals",
-        help="SQLiteStore modes to run, comma-separated: BATCH (seconds: every batch "
-        "committed) or BATCH/INGEST (journal every BATCH, ingest every INGEST seconds); "
-        f"default {DEFAULT_MODES}, where 0.01/0.5 is the store's default",
+        help="SQLiteStore batch intervals to run, seconds, comma-separated "
+        "(default 0.01,0.05; quick 0.01); 0.01 is the store's default",
     )
     args = p.parse_args(argv)
     q = args.quick
@@ -716,7 +649,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     warmup = Config(**{**cfg.__dict__, "agents": min(cfg.agents, 4), "turns": (2, 3)})
     reps = args.reps or (1 if q else 8)
-    intervals = [_mode(x) for x in (args.intervals or DEFAULT_MODES).split(",")]
+    intervals = [float(x) for x in (args.intervals or ("0.01" if q else "0.01,0.05")).split(",")]
     by = run(cfg, reps, warmup, intervals)
     tables, found = report(by)
     print(f"\n{_common.machine()}\n\n{tables}\n\n{found}")

@@ -17,7 +17,6 @@ written before it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sqlite3
 import threading
@@ -28,7 +27,6 @@ from typing import TypeVar
 from agentflow._errors import StoreError
 from agentflow._logging import get_logger
 from agentflow.store import _sqlite_io as io
-from agentflow.store._journal import Journal, encode_batch, ingest_orphans, marker_key
 from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import Record, StoredRun
 from agentflow.store._runlock import RunLocks
@@ -38,11 +36,6 @@ from agentflow.store._writer import STOP, BatchWriter, Call
 __all__ = ["SQLiteStore"]
 
 _log = get_logger("agentflow.store")
-
-#: Records in the journal that make the writer commit it to SQLite at once, whatever
-#: ``ingest_interval_s``: a busy run's records reach readers of the file sooner, and a
-#: commit's cost is spread over at least this many.
-INGEST_RECORDS = 32
 T = TypeVar("T")
 
 
@@ -61,12 +54,6 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         busy_timeout_s: how long a statement waits for another process's lock.
         lease_ttl_s: how long a session's lease lasts without renewal (see
             :meth:`claim`); the fleet renews its leases every third of it.
-        ingest_interval_s: with a number, each batch is appended to a journal file
-            beside the database (one ``os.write``) and the journal is committed to
-            SQLite at most this often — and before every read, lease change and flush,
-            and at close (``docs/store.md``, "Two tiers"); ``None`` commits every batch
-            to SQLite. Another process reading a live store sees records up to this
-            much later.
 
     Raises:
         ConfigError: a value is out of range.
@@ -80,7 +67,6 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         max_batch: int = 1024,
         busy_timeout_s: float = 30.0,
         lease_ttl_s: float = 60.0,
-        ingest_interval_s: float | None = 0.5,
     ) -> None:
         from agentflow._errors import ConfigError
 
@@ -94,13 +80,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             raise ConfigError(f"SQLiteStore.busy_timeout_s must be > 0, got {busy_timeout_s!r}")
         if not lease_ttl_s > 0:
             raise ConfigError(f"SQLiteStore.lease_ttl_s must be > 0, got {lease_ttl_s!r}")
-        if ingest_interval_s is not None and not 0 < ingest_interval_s <= 60:
-            raise ConfigError(
-                "SQLiteStore.ingest_interval_s must be None or in (0, 60], "
-                f"got {ingest_interval_s!r}"
-            )
         self.path = Path(path)
-        self.ingest_interval_s = ingest_interval_s
         self.batch_interval_s = batch_interval_s
         self.max_batch = max_batch
         self.busy_timeout_s = busy_timeout_s
@@ -112,14 +92,6 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         self.committed = 0
         #: Transactions committed so far (by this process).
         self.commits = 0
-        #: Batches appended to the journal so far (by this process).
-        self.journaled = 0
-        # The journal's records not yet in SQLite (writer thread only).
-        self._journal: Journal | None = None
-        self._pending: list[Record] = []
-        self._journal_lock = threading.Lock()
-        self._journal_closed = False
-        self._ingest_asked = False
 
     #: ``Fleet.run`` keeps a session's lease until the attempt ends rather than giving
     #: it back as the session ends: a second live writer of a run is refused (one
@@ -260,7 +232,6 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             check_schema(conn, str(self.path))
-            ingest_orphans(conn, self.path, io.write_record)
         except BaseException:
             conn.close()
             raise
@@ -275,139 +246,10 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             return
         try:
             self._loop(conn)
-            self._ingest(conn)  # (the stop call committed everything already)
-            self._close_journal(conn)
         finally:
             conn.close()
 
-    # --- the two tiers: journal, then SQLite --------------------------------------------
-    #
-    # With ``ingest_interval_s``, the loop's timer that hands a batch over appends it to
-    # the journal itself (one encode, one ``os.write`` to the page cache: no thread
-    # wakeup), and the writer thread wakes every ``ingest_interval_s`` — or for a read,
-    # lease change or flush — to commit what the journal holds in one transaction.
-
-    def _hand_over(self) -> None:
-        if self.ingest_interval_s is None:
-            super()._hand_over()
-            return
-        with self._batch_lock:
-            batch = self._batch
-            if not batch:
-                return
-            self._batch = []
-            self._batch_loop = None
-            if not self._journal_batch(batch):
-                self._queue.put(batch)  # the writer commits it to SQLite (and says why not)
-
-    def _enqueue(self, record: Record) -> None:
-        if self.ingest_interval_s is None or self._on_loop():
-            super()._enqueue(record)
-            return
-        with self._batch_lock:  # a plain thread's record: journaled at once, in order
-            batch, self._batch, self._batch_loop = self._batch, [], None
-            if batch and not self._journal_batch(batch):
-                self._queue.put(batch)
-            if not self._journal_batch([record]):
-                self._queue.put(record)
-
-    @staticmethod
-    def _on_loop() -> bool:
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-        return True
-
-    def _journal_batch(self, records: list[Record]) -> bool:
-        """Append ``records`` to the journal as one frame; False if they cannot be encoded
-        or written (they then go to SQLite directly, which says what is wrong)."""
-        with self._journal_lock:
-            if self._journal_closed:
-                return False
-            try:
-                frame = encode_batch(records)
-                if self._journal is None:
-                    self._journal = Journal(self.path)
-                self._journal.append(frame)
-            except Exception:  # msgspec's, or the file's
-                return False
-            self._pending.extend(records)
-            self.journaled += 1
-            if len(self._pending) >= INGEST_RECORDS and not self._ingest_asked:
-                self._ingest_asked = True  # wake the writer: a call commits the journal
-                self._queue.put(Call(lambda conn: None))
-                self._urgent.set()
-            return True
-
     def _commit(self, conn: sqlite3.Connection, records: list[Record]) -> None:
-        """Commit ``records`` (a call follows them): with a journal, what it holds first."""
-        if self.ingest_interval_s is None:
-            self._transaction(conn, records)
-            return
-        self._ingest(conn)
-        self._transaction(conn, records)
-
-    def _settle(self, conn: sqlite3.Connection, records: list[Record]) -> None:
-        if self.ingest_interval_s is None or not records:
-            self._transaction(conn, records)
-            return
-        # Records the loop could not journal (or a blocked loop's batch, taken by the
-        # thread): journal them if possible, else commit them after what the journal holds.
-        with self._batch_lock:
-            journaled = self._journal_batch(records)
-        if not journaled:
-            self._ingest(conn)
-            self._transaction(conn, records)
-
-    def _idle_s(self, stall_s: float) -> float:
-        if self.ingest_interval_s is not None:
-            return min(stall_s, self.ingest_interval_s)
-        return stall_s
-
-    def _on_idle(self, conn: sqlite3.Connection) -> None:
-        self._ingest(conn)
-
-    def _ingest(self, conn: sqlite3.Connection) -> None:
-        """Commit the journal's records to SQLite (writer thread), then empty it unless
-        the loop appended more meanwhile (those are ingested next time)."""
-        with self._journal_lock:
-            journal, records = self._journal, self._pending
-            if journal is None or not records:
-                return
-            self._pending = []
-            self._ingest_asked = False
-            generation, offset, marker = journal.generation, journal.offset, journal.marker()
-        self._transaction(conn, records, (marker_key(journal.name), marker))
-        with self._journal_lock:
-            if journal.generation != generation or journal.offset != offset:
-                return
-            try:
-                journal.reset()  # committed (or failed and rolled back, as a batch would)
-            except OSError as exc:
-                self._error = exc
-                _log.error("store.journal_failed", path=str(journal.path), error=repr(exc))
-
-    def _close_journal(self, conn: sqlite3.Connection) -> None:
-        with self._journal_lock:
-            journal, self._journal = self._journal, None
-            self._journal_closed = True
-            pending = bool(self._pending)
-        if journal is None:
-            return
-        if pending:  # not committed: the next open ingests it
-            journal.close()
-            return
-        journal.remove()
-        with contextlib.suppress(sqlite3.Error):  # else the next open deletes it
-            conn.execute("DELETE FROM meta WHERE key=?", (marker_key(journal.name),))
-
-    def _transaction(
-        self,
-        conn: sqlite3.Connection,
-        records: list[Record],
-        marker: tuple[str, str] | None = None,
-    ) -> None:
         if not records:
             return
         try:
@@ -415,8 +257,6 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             try:
                 for r in records:
                     io.write_record(conn, r)
-                if marker is not None:
-                    conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", marker)
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")

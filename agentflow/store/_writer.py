@@ -195,9 +195,8 @@ class BatchWriter(Generic[C]):
         stall_s = max(STALL_S, self.batch_interval_s)
         while True:
             try:
-                first = q.get(timeout=self._idle_s(stall_s))
+                first = q.get(timeout=stall_s)
             except queue.Empty:
-                self._on_idle(conn)
                 with self._batch_lock:  # the loop has not handed its batch over: take it
                     first = self._batch
                     # …once it is that old: the loop's own timer hands a younger one over.
@@ -251,19 +250,8 @@ class BatchWriter(Generic[C]):
                 self._drain_closed()
                 return True
             item.future.set_result(value)
-        self._settle(conn, records)
-        return False
-
-    def _settle(self, conn: C, records: list[Record]) -> None:
-        """Write the records of a batch no call follows (by default: commit them)."""
         self._commit(conn, records)
-
-    def _idle_s(self, stall_s: float) -> float:
-        """How long the thread waits for work before :meth:`_on_idle`."""
-        return stall_s
-
-    def _on_idle(self, conn: C) -> None:
-        """The thread waited :meth:`_idle_s` for work and got none."""
+        return False
 
     def _fail_all(self, exc: BaseException) -> None:
         err = self._as_store_error(exc)

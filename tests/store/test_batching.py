@@ -46,9 +46,7 @@ class CountingQueue:
 
 
 def _counted(path: Path, **kw: Any) -> tuple[SQLiteStore, CountingQueue]:
-    # Without the journal: every batch goes to the writer thread (the journal's path is
-    # tests/store/test_journal.py).
-    store = SQLiteStore(path, **{"ingest_interval_s": None, **kw})
+    store = SQLiteStore(path, **kw)
     counting = CountingQueue()
     store._queue = counting  # type: ignore[assignment]
     return store, counting

@@ -45,7 +45,8 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
     The file is created readable and writable by its owner only (``0600``; SQLite gives
     its ``-wal`` and ``-shm`` files the same mode). It is opened in WAL mode with
     ``synchronous=NORMAL``: a commit survives the process being killed; an operating
-    system crash may lose the last ones.
+    system crash may lose the last ones. One live writer per run
+    (``store/_runlock.py``).
 
     Args:
         path: the database file (created with its parent directory if missing).

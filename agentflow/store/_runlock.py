@@ -48,6 +48,22 @@ class RunLocks:
         if run_id in self._held:
             return
         path = self.path(run_id)
+        while True:
+            fd = self._try(run_id, path)
+            # The holder removes the file as it lets go: a lock taken on a file that was
+            # removed meanwhile is no lock (another store may have made a new one).
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._held[run_id] = (fd, path)
+
+    def _try(self, run_id: str, path: Path) -> int:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
         except OSError as exc:
@@ -65,9 +81,7 @@ class RunLocks:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._held[run_id] = (fd, path)
+        return fd
 
     def release(self, run_id: str) -> None:
         """Let go of ``run_id``'s lock, if held (the file is removed)."""

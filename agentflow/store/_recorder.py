@@ -36,7 +36,11 @@ if TYPE_CHECKING:
     from agentflow._session import Session, SessionResult, TurnRecord
     from agentflow.store._claims import Ticker
 
-__all__ = ["LeaseKeeper", "Recorder"]
+__all__ = ["POLICY_EVERY_S", "LeaseKeeper", "Recorder"]
+
+#: Seconds between two recordings of one calibrator's state at session ends (the
+#: attempt's end always records it).
+POLICY_EVERY_S = 1.0
 
 _log = get_logger("agentflow.store")
 
@@ -47,6 +51,7 @@ class Recorder:
     __slots__ = (
         "_agents",
         "_calibrators",
+        "_policy_saved",
         "attempt",
         "on_session_end",
         "retries",
@@ -63,6 +68,8 @@ class Recorder:
         self._agents: dict[int, AgentInfo] = {}
         # id(calibrator) -> (key, calibrator): the learnt state kept with the run.
         self._calibrators: dict[int, tuple[str, Any]] = {}
+        # id(calibrator) -> time.monotonic() of its last PolicyState.
+        self._policy_saved: dict[int, float] = {}
         #: Called with a session's id once its end is written (a fresh run gives its
         #: lease back then: ``DurableRun``).
         self.on_session_end: Callable[[str], None] | None = None
@@ -197,7 +204,13 @@ class Recorder:
         if self._calibrators:
             cal = getattr(session.agent.context, "calibrator", None)
             tracked = self._calibrators.get(id(cal))
-            if tracked is not None:
+            now = time.monotonic()
+            # At most once per POLICY_EVERY_S per calibrator: its state is a few KB and
+            # ~0.1 ms to build, and many sessions may end within a second.
+            if tracked is not None and now - self._policy_saved.get(id(cal), -1e9) >= (
+                POLICY_EVERY_S
+            ):
+                self._policy_saved[id(cal)] = now
                 self._policy_state(*tracked)
         if self.on_session_end is not None:
             self.on_session_end(session.session_id)

@@ -132,12 +132,12 @@ class DurableRun:
         started = {s.session_id: (s.status, len(s.turns)) for s in run.sessions}
         plan = plan_resume(run, by_name, provisional)  # checks the agents before recording
         recharge(run, by_name)  # budgets continue: what the run spent so far
-        restore(run.policy_state, by_name.values())  # and the calibrators' fits
         # Numbered by the store: another worker may be starting an attempt right now.
         attempt = await store.start_attempt(run_id, wall, now)
         self = cls(store, run_id, attempt, lease_ttl_s, clock)
         self.prior_retries = sum(t.failed_attempts for s in run.sessions for t in s.turns)
         self.prior_wall_s = _active_wall_s(run)
+        restore(run.policy_state, by_name.values())  # the calibrators' fits continue
         self.recorder.track_policies(by_name.values())
         for done in plan.newly_done:
             store.write(_ended(run_id, done))

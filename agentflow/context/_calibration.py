@@ -61,7 +61,7 @@ import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import ConfigError
 from agentflow.context._calibration_fit import _Model
@@ -336,6 +336,37 @@ class Calibrator:
             under_bound=m.under_bound,
             max_under=m.max_under,
         )
+
+    def to_state(self) -> dict[str, Any]:
+        """What was learnt, per model, as JSON-able values: the fit's window of points,
+        the per-kind ratios, shapes and errors, and the error statistics.
+        :meth:`load_state` restores it (a run store saves it, and ``Fleet.resume``
+        restores it, so a resumed run's estimates continue where they were)."""
+        return {
+            "version": 1,
+            "models": {name: m.state() for name, m in self._models.items()},
+        }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Replace what this calibrator learnt with ``state`` (from :meth:`to_state`).
+
+        Its own settings (``window``, ``quantile``, ``floor``, ``prior``) stay; with the
+        same ``window`` every estimate afterwards is the one the saved calibrator would
+        have made (a smaller window keeps the newest points).
+
+        Raises:
+            ConfigError: ``state`` is not a state :meth:`to_state` returned.
+        """
+        try:
+            if state.get("version") != 1:
+                raise ValueError(f"version {state.get('version')!r}, expected 1")
+            models = {
+                str(name): _Model.restored(self.window, dict(m))
+                for name, m in dict(state["models"]).items()
+            }
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigError(f"Calibrator.load_state: not a calibrator state ({exc})") from exc
+        self._models = models
 
     @property
     def models(self) -> list[str]:

@@ -12,6 +12,7 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 from operator import mul
+from typing import Any
 
 from agentflow.context._kinds import KINDS, PromptShape
 
@@ -76,6 +77,53 @@ class _Model:
         self.kind_offsets: list[float | None] = [None, None]
         self.forecasts = self.under_bound = 0
         self.max_under = 0.0
+
+    def state(self) -> dict[str, Any]:
+        """What was learnt, as plain JSON-able values (:meth:`restored` rebuilds it)."""
+        return {
+            "points": [list(p) for p in self.points],
+            "recent": list(self.recent),
+            "n": self.n,
+            "sum_raw": self.sum_raw,
+            "max_raw": self.max_raw,
+            "sum_corrected": self.sum_corrected,
+            "max_corrected": self.max_corrected,
+            "ratios": [list(r) for r in self.ratios],
+            "errors": [[list(e) for e in row] for row in self.errors],
+            "shapes": [[rep, list(kinds), system] for rep, kinds, system in self.shapes],
+            "forecasts": self.forecasts,
+            "under_bound": self.under_bound,
+            "max_under": self.max_under,
+        }
+
+    @classmethod
+    def restored(cls, window: int, state: dict[str, Any]) -> _Model:
+        """A model in the ``state`` :meth:`state` returned: its points are added again in
+        order (rebuilding the pair slopes) and the fit is redone, so every derived figure
+        is what it was. Raises ``KeyError``/``TypeError``/``ValueError`` on a bad state."""
+        m = cls(window)
+        for e, r in state["points"]:
+            m.add_point(int(e), int(r))
+        m.recent.extend(float(x) for x in state["recent"])
+        m.n = int(state["n"])
+        m.sum_raw, m.max_raw = float(state["sum_raw"]), float(state["max_raw"])
+        m.sum_corrected = float(state["sum_corrected"])
+        m.max_corrected = float(state["max_corrected"])
+        if len(state["ratios"]) != len(KINDS) or len(state["errors"]) != 2:
+            raise ValueError("the state's content kinds differ from this agentflow's")
+        for dq, xs in zip(m.ratios, state["ratios"], strict=True):
+            dq.extend(float(x) for x in xs)
+        for row, saved in zip(m.errors, state["errors"], strict=True):
+            for dq, xs in zip(row, saved, strict=True):
+                dq.extend(float(x) for x in xs)
+        for rep, kinds, system in state["shapes"]:
+            m.shapes.append((int(rep), tuple(int(k) for k in kinds), bool(system)))
+        m.forecasts, m.under_bound = int(state["forecasts"]), int(state["under_bound"])
+        m.max_under = float(state["max_under"])
+        if not m.points:
+            raise ValueError("a model's state has no points")
+        m.fit()
+        return m
 
     def predict(self, estimate: int) -> int:
         fit = self.slope * estimate + self.offset

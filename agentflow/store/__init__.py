@@ -19,6 +19,7 @@ from agentflow.store._postgres import PostgresStore
 from agentflow.store._protocol import LeaseOwner, RunSummary, Store
 from agentflow.store._records import (
     AgentInfo,
+    PolicyState,
     Record,
     RunAttempt,
     RunEnded,
@@ -39,6 +40,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "AgentInfo",
     "LeaseOwner",
+    "PolicyState",
     "PostgresStore",
     "Record",
     "RunAttempt",

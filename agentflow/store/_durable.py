@@ -12,11 +12,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from agentflow._errors import ConfigError, RunNotFound
+from agentflow._errors import ConfigError, RunNotFound, StoreError
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
 from agentflow.store._budgets import recharge
 from agentflow.store._claims import SessionGate, Ticker
+from agentflow.store._policies import restore
 from agentflow.store._protocol import Store
 from agentflow.store._recorder import LeaseKeeper, Recorder
 from agentflow.store._records import FINAL_STATUSES, RunAttempt, SessionEnded, StoredRun
@@ -58,6 +59,9 @@ class DurableRun:
         self.entries: list[Session | SessionResult] = []
         self.prior_retries = 0
         self.prior_wall_s = 0.0
+        # A fresh run's sessions that ended, whose leases go back (see _session_ended).
+        self._ended: list[str] = []
+        self._releasing: asyncio.Task[None] | None = None
 
     @property
     def to_run(self) -> list[Session]:
@@ -91,6 +95,9 @@ class DurableRun:
                 )
         self = cls(store, run_id or new_run_id(), 0, lease_ttl_s, clock)
         self.entries = list(sessions)
+        self.recorder.track_policies({id(s.agent): s.agent for s in sessions}.values())
+        if getattr(store, "release_each_session", True):
+            self.recorder.on_session_end = self._session_ended
         self.recorder.start_run(sessions, time.time_ns(), clock(), dict(config or {}) or None)
         await self.leases.claim([s.session_id for s in sessions])
         return self
@@ -130,11 +137,30 @@ class DurableRun:
         self = cls(store, run_id, attempt, lease_ttl_s, clock)
         self.prior_retries = sum(t.failed_attempts for s in run.sessions for t in s.turns)
         self.prior_wall_s = _active_wall_s(run)
+        restore(run.policy_state, by_name.values())  # the calibrators' fits continue
+        self.recorder.track_policies(by_name.values())
         for done in plan.newly_done:
             store.write(_ended(run_id, done))
         self.entries = plan.entries
         self.gate = SessionGate(self.leases, by_name, attempt, started, window, self.ticker)
         return self
+
+    def _session_ended(self, session_id: str) -> None:
+        """A fresh run's session ended (its end is written): give its lease back, so
+        another worker resuming the run takes it at once instead of waiting for this
+        whole attempt to end. Releases are batched: one at a time, each of every
+        session that ended meanwhile (a resumed run's gate releases its own)."""
+        self._ended.append(session_id)
+        if self._releasing is None or self._releasing.done():
+            self._releasing = asyncio.get_running_loop().create_task(self._release_ended())
+
+    async def _release_ended(self) -> None:
+        while self._ended:
+            ids, self._ended = self._ended, []
+            try:
+                await self.leases.release_some(ids)
+            except StoreError as exc:  # the attempt's end releases them all anyway
+                _log.warning("store.release_failed", run_id=self.run_id, error=str(exc))
 
     async def finish(self, result: FleetResult | None) -> None:
         """After the sessions ended (or were cancelled): record the attempt's end, give
@@ -152,6 +178,9 @@ class DurableRun:
 
     async def _close(self) -> None:
         self.ticker.stop()
+        if self._releasing is not None:
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._releasing
         try:
             await self.leases.release()
         finally:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from agentflow._errors import RunNotFound
 from agentflow.store._codec import encode, text_hash
 from agentflow.store._records import (
+    PolicyState,
     Record,
     RunEnded,
     RunStarted,
@@ -121,6 +122,13 @@ def write_record(cur: psycopg.Cursor[Any], r: Record, owner: str | None) -> None
                 n=r.turns,
             ),
         )  # fmt: skip
+    elif isinstance(r, PolicyState):
+        cur.execute(
+            "INSERT INTO policy_state VALUES (%s, %s, %s, " + NOW_NS + ")"
+            " ON CONFLICT (run_id, key) DO UPDATE SET state = EXCLUDED.state,"
+            " wall_ns = EXCLUDED.wall_ns",
+            (r.run_id, r.key, encode(r.state)),
+        )
     elif isinstance(r, RunStarted):
         _run_started(cur, r)
     elif isinstance(r, RunEnded):

@@ -11,16 +11,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import StoreError
 from agentflow._logging import get_logger
 from agentflow._trace import ToolCall
 from agentflow.store._codec import agent_info, session_task
+from agentflow.store._policies import calibrators
 from agentflow.store._protocol import LeaseOwner, Store
 from agentflow.store._records import (
     AgentInfo,
+    PolicyState,
     RunEnded,
     RunStarted,
     SessionEnded,
@@ -34,7 +36,11 @@ if TYPE_CHECKING:
     from agentflow._session import Session, SessionResult, TurnRecord
     from agentflow.store._claims import Ticker
 
-__all__ = ["LeaseKeeper", "Recorder"]
+__all__ = ["POLICY_EVERY_S", "LeaseKeeper", "Recorder"]
+
+#: Seconds between two recordings of one calibrator's state at session ends (the
+#: attempt's end always records it).
+POLICY_EVERY_S = 1.0
 
 _log = get_logger("agentflow.store")
 
@@ -42,7 +48,16 @@ _log = get_logger("agentflow.store")
 class Recorder:
     """Records one attempt at a run into ``store`` (see :class:`TurnLog`)."""
 
-    __slots__ = ("_agents", "attempt", "retries", "run_id", "store")
+    __slots__ = (
+        "_agents",
+        "_calibrators",
+        "_policy_saved",
+        "attempt",
+        "on_session_end",
+        "retries",
+        "run_id",
+        "store",
+    )
 
     def __init__(self, store: Store, run_id: str, attempt: int) -> None:
         self.store = store
@@ -51,6 +66,21 @@ class Recorder:
         #: Retries in turns recorded by this attempt.
         self.retries = 0
         self._agents: dict[int, AgentInfo] = {}
+        # id(calibrator) -> (key, calibrator): the learnt state kept with the run.
+        self._calibrators: dict[int, tuple[str, Any]] = {}
+        # id(calibrator) -> time.monotonic() of its last PolicyState.
+        self._policy_saved: dict[int, float] = {}
+        #: Called with a session's id once its end is written (a fresh run gives its
+        #: lease back then: ``DurableRun``).
+        self.on_session_end: Callable[[str], None] | None = None
+
+    def track_policies(self, agents: Iterable[Agent]) -> None:
+        """Keep the learnt state of the calibrators ``agents`` use (``store/_policies.py``):
+        recorded when a session of theirs ends and when the attempt ends."""
+        self._calibrators = calibrators(agents)
+
+    def _policy_state(self, key: str, calibrator: Any) -> None:
+        self.store.write(PolicyState(run_id=self.run_id, key=key, state=calibrator.to_state()))
 
     def start_run(
         self,
@@ -87,6 +117,8 @@ class Recorder:
     def end_run(self, finished: bool, wall_s: float) -> None:
         """Record that this attempt ended cleanly (``finished``: every session final)
         after ``wall_s`` seconds on the fleet's clock."""
+        for key, cal in self._calibrators.values():
+            self._policy_state(key, cal)
         self.store.write(
             RunEnded(
                 run_id=self.run_id,
@@ -169,6 +201,19 @@ class Recorder:
                 turns=len(result.turns),
             )
         )
+        if self._calibrators:
+            cal = getattr(session.agent.context, "calibrator", None)
+            tracked = self._calibrators.get(id(cal))
+            now = time.monotonic()
+            # At most once per POLICY_EVERY_S per calibrator: its state is a few KB and
+            # ~0.1 ms to build, and many sessions may end within a second.
+            if tracked is not None and now - self._policy_saved.get(id(cal), -1e9) >= (
+                POLICY_EVERY_S
+            ):
+                self._policy_saved[id(cal)] = now
+                self._policy_state(*tracked)
+        if self.on_session_end is not None:
+            self.on_session_end(session.session_id)
 
 
 class LeaseKeeper:

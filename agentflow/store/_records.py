@@ -27,6 +27,7 @@ from agentflow._trace import PromptInfo, ToolCall, TurnTrace
 
 __all__ = [
     "AgentInfo",
+    "PolicyState",
     "Record",
     "RunAttempt",
     "RunEnded",
@@ -148,9 +149,26 @@ class RunEnded(msgspec.Struct, frozen=True, kw_only=True):
     wall_s: float = 0.0
 
 
+class PolicyState(msgspec.Struct, frozen=True, kw_only=True):
+    """What a context policy learnt so far, under a key stable across processes (e.g.
+    ``calibrator:<agent>``): a calibrator's fit (:meth:`Calibrator.to_state`). Written
+    when a session ends and when the attempt ends; a later one replaces an earlier one
+    of the same key, and :meth:`Fleet.resume` restores the last."""
+
+    run_id: str
+    key: str
+    state: Mapping[str, Any]
+
+
 #: Everything :meth:`Store.write` accepts.
 Record: TypeAlias = (
-    RunStarted | SessionStarted | TurnFinished | ToolFinished | SessionEnded | RunEnded
+    RunStarted
+    | SessionStarted
+    | TurnFinished
+    | ToolFinished
+    | SessionEnded
+    | RunEnded
+    | PolicyState
 )
 
 
@@ -249,6 +267,9 @@ class StoredRun:
     attempts: list[RunAttempt]
     agents: dict[str, AgentInfo]
     sessions: list[StoredSession]
+    #: The context policies' learnt state, by key (:class:`PolicyState`; the last
+    #: written of each).
+    policy_state: dict[str, Any] = field(default_factory=dict)
 
     def clock_offset(self, attempt: int, to_attempt: int | None = None) -> int:
         """Nanoseconds to add to a time recorded by ``attempt`` to put it on the clock of

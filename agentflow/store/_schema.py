@@ -101,6 +101,13 @@ CREATE TABLE IF NOT EXISTS tool_calls (
     truncated_chars INTEGER NOT NULL,
     PRIMARY KEY (run_id, session_id, call_id)
 );
+CREATE TABLE IF NOT EXISTS policy_state (
+    run_id  TEXT NOT NULL,
+    key     TEXT NOT NULL,                  -- e.g. calibrator:<agent>
+    state   TEXT NOT NULL,                  -- JSON: the last state written
+    wall_ns INTEGER NOT NULL,
+    PRIMARY KEY (run_id, key)
+);
 CREATE TABLE IF NOT EXISTS conflicts (
     run_id  TEXT NOT NULL,
     kind    TEXT NOT NULL,                  -- turn | tool_call | session | run

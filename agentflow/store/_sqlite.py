@@ -29,6 +29,7 @@ from agentflow._logging import get_logger
 from agentflow.store import _sqlite_io as io
 from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import Record, StoredRun
+from agentflow.store._runlock import RunLocks
 from agentflow.store._schema import check_schema
 from agentflow.store._writer import STOP, BatchWriter, Call
 
@@ -44,7 +45,8 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
     The file is created readable and writable by its owner only (``0600``; SQLite gives
     its ``-wal`` and ``-shm`` files the same mode). It is opened in WAL mode with
     ``synchronous=NORMAL``: a commit survives the process being killed; an operating
-    system crash may lose the last ones.
+    system crash may lose the last ones. One live writer per run
+    (``store/_runlock.py``).
 
     Args:
         path: the database file (created with its parent directory if missing).
@@ -85,11 +87,18 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         self.busy_timeout_s = busy_timeout_s
         self.lease_ttl_s = lease_ttl_s
         self._where = str(self.path)
+        self._run_locks = RunLocks(self.path)
         self._init_writer()
         #: Records committed so far (by this process).
         self.committed = 0
         #: Transactions committed so far (by this process).
         self.commits = 0
+
+    #: ``Fleet.run`` keeps a session's lease until the attempt ends rather than giving
+    #: it back as the session ends: a second live writer of a run is refused (one
+    #: machine, one file), so nobody could take it meanwhile, and each release would
+    #: be one more commit.
+    release_each_session = False
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -125,8 +134,11 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             return
         stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
         self._put_stop(stop)
-        await asyncio.wrap_future(stop.future)
-        self._thread.join(timeout=self.busy_timeout_s)
+        try:
+            await asyncio.wrap_future(stop.future)
+            self._thread.join(timeout=self.busy_timeout_s)
+        finally:
+            self._run_locks.release_all()
         self._raise_error()
 
     def close(self) -> None:
@@ -136,8 +148,11 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             return
         stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
         self._put_stop(stop)
-        stop.future.result(timeout=self.busy_timeout_s + 60)
-        self._thread.join(timeout=self.busy_timeout_s)
+        try:
+            stop.future.result(timeout=self.busy_timeout_s + 60)
+            self._thread.join(timeout=self.busy_timeout_s)
+        finally:
+            self._run_locks.release_all()
         self._raise_error()
 
     # --- reads and leases (on the writer thread, after what was written before) ---------
@@ -149,7 +164,13 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         return await self._call(lambda conn: io.load_run(conn, run_id, str(self.path), only))
 
     async def start_attempt(self, run_id: str, wall_ns: int, clock_ns: int) -> int:
-        """Record the next attempt at ``run_id`` and return its number."""
+        """Record the next attempt at ``run_id`` and return its number.
+
+        Raises:
+            StoreError: another live process (or open store) writes the run: a SQLite
+                store has one writer per run (``store/_runlock.py``).
+        """
+        self._run_locks.acquire(run_id)
         return await self._call(
             lambda conn: io.start_attempt(conn, run_id, wall_ns, clock_ns, str(self.path))
         )
@@ -166,7 +187,11 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         A lease is free when nobody holds it, it expired, it is ``owner``'s, or its
         holder was a process on this host that no longer exists (a killed run's leases
         are taken over at once, without waiting for them to expire).
+
+        Raises:
+            StoreError: another live process (or open store) writes the run.
         """
+        self._run_locks.acquire(run_id)
         ids = list(session_ids)
         return await self._call(lambda conn: io.claim(conn, run_id, ids, owner, ttl_s))
 
@@ -180,6 +205,8 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         """Give back every lease ``owner`` holds in the run (or those of ``sessions``)."""
         ids = None if sessions is None else list(sessions)
         await self._call(lambda conn: io.release(conn, run_id, owner, ids))
+        if ids is None:  # the attempt ended: another process may write the run now
+            self._run_locks.release(run_id)
 
     async def conflicts(self, run_id: str) -> list[str]:
         """Writes refused because their key was already recorded (``kind key`` lines)."""

@@ -15,6 +15,7 @@ from agentflow.store._codec import decode_json, decode_prompt, decode_trace, enc
 from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import (
     AgentInfo,
+    PolicyState,
     Record,
     RunAttempt,
     RunEnded,
@@ -79,6 +80,11 @@ def write_record(conn: sqlite3.Connection, r: Record) -> None:
             " AND t.session_id=sessions.session_id ORDER BY turn DESC LIMIT 1), sticky_replica)"
             " WHERE run_id=? AND session_id=?",
             (r.status, r.final_output, r.error, r.turns, r.run_id, r.session_id),
+        )
+    elif isinstance(r, PolicyState):
+        conn.execute(
+            "INSERT OR REPLACE INTO policy_state VALUES (?,?,?,?)",
+            (r.run_id, r.key, encode(r.state), time.time_ns()),
         )
     elif isinstance(r, RunStarted):
         _run_started(conn, r)
@@ -252,6 +258,12 @@ def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = No
                 call_id=call_id, name=name, arguments=args, output=out, is_error=bool(is_err),
                 duration_s=dur, truncated_chars=cut,
             )  # fmt: skip
+    policy = {
+        key: decode_json(state)
+        for key, state in conn.execute(
+            "SELECT key, state FROM policy_state WHERE run_id=?", (run_id,)
+        )
+    }
     return StoredRun(
         run_id=run_id,
         config=decode_json(config),
@@ -259,6 +271,7 @@ def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = No
         attempts=attempts,
         agents=agents,
         sessions=list(sessions.values()),
+        policy_state=policy,
     )
 
 

@@ -1,0 +1,99 @@
+"""One live writer per run in a SQLite store: an exclusive lock file per run.
+
+SQLite is one machine's file; several processes can open it, and before this two of
+them could resume the same run at once. They would share it through the session leases
+(each session run by one of them at a time), but without fencing: a process that
+stalled past its leases' time to live could still write into a session another had
+taken over (its duplicates were refused, as conflicts, but a turn past the other's was
+not). So :class:`~agentflow.store.SQLiteStore` refuses a second live writer of a run
+instead: the store that records an attempt at a run (``Fleet.run``'s first claim, or
+``Fleet.resume``'s :meth:`start_attempt`) takes an exclusive ``flock`` on
+``<db>.af-run-<digest of run id>.lock`` (holding its pid, for the error message) and
+keeps it until the attempt gives its leases back or the store closes. The kernel drops
+the lock when the process dies, ``kill -9`` included, so a killed run is resumed at
+once. Workers that share a run need :class:`~agentflow.store.PostgresStore`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+from pathlib import Path
+
+from agentflow._errors import StoreError
+
+__all__ = ["RunLocks"]
+
+
+class RunLocks:
+    """The run locks one store holds (by run id)."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self._held: dict[str, tuple[int, Path]] = {}
+
+    def path(self, run_id: str) -> Path:
+        """The lock file of ``run_id``."""
+        digest = hashlib.blake2b(run_id.encode("utf-8", "surrogatepass"), digest_size=8)
+        return self.db.with_name(f"{self.db.name}.af-run-{digest.hexdigest()}.lock")
+
+    def acquire(self, run_id: str) -> None:
+        """Hold ``run_id``'s lock (no-op if this store holds it already).
+
+        Raises:
+            StoreError: another live process (or another open store) writes the run.
+        """
+        if run_id in self._held:
+            return
+        path = self.path(run_id)
+        while True:
+            fd = self._try(run_id, path)
+            # The holder removes the file as it lets go: a lock taken on a file that was
+            # removed meanwhile is no lock (another store may have made a new one).
+            try:
+                same = os.fstat(fd).st_ino == os.stat(path).st_ino
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
+            os.close(fd)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._held[run_id] = (fd, path)
+
+    def _try(self, run_id: str, path: Path) -> int:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise StoreError(f"{self.db}: cannot create the run lock {path}: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreError(
+                f"{self.db}: run {run_id!r} is being written by another live process "
+                f"(pid {holder}); a SQLite store has one writer per run — wait for it to "
+                "end (or stop it), or share the run between workers with PostgresStore"
+            ) from None
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def release(self, run_id: str) -> None:
+        """Let go of ``run_id``'s lock, if held (the file is removed)."""
+        held = self._held.pop(run_id, None)
+        if held is None:
+            return
+        fd, path = held
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        os.close(fd)
+
+    def release_all(self) -> None:
+        """Let go of every lock this store holds."""
+        for run_id in list(self._held):
+            self.release(run_id)

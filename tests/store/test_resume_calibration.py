@@ -1,0 +1,146 @@
+"""A context policy's learnt state continues on resume: the calibrator's fit is recorded
+with the run and restored by ``Fleet.resume``, so a resumed run's estimates continue
+from where the killed (here: cancelled) one's were, not from an untrained calibrator."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+
+import pytest
+
+from agentflow import Agent, ConfigError, FleetResult
+from agentflow.context import Calibrator, ContextBudget, PromptShape
+from agentflow.context._kinds import KINDS
+from agentflow.embedded import run_virtual
+from agentflow.store import SQLiteStore
+from agentflow.store._policies import restore
+from agentflow.store._records import StoredRun
+
+from .fleets import agents, resume, run_cut
+
+N = 18
+
+
+def team(budget: ContextBudget) -> list[Agent]:
+    """The store tests' agents, sharing one context budget (so one calibrator)."""
+    return [dataclasses.replace(a, context=budget) for a in agents()]
+
+
+def budget() -> ContextBudget:
+    return ContextBudget(window=32_768, calibrator=Calibrator(window=8))
+
+
+def _probe(cal: Calibrator) -> list[tuple[int, int, int]]:
+    """Forecasts and corrections the calibrator gives for a few fixed prompts."""
+    out = []
+    for model in cal.models:
+        for n in (50, 400, 3000):
+            kinds = tuple(n if i == 0 else n // (i + 2) for i in range(len(KINDS)))
+            est = cal.forecast(model, PromptShape(kinds=kinds, system=True))
+            anchored = cal.forecast(
+                model, PromptShape(kinds=kinds, system=True, anchor=(n, n + 7), growth=kinds)
+            )
+            out.append((est.bound, anchored.bound, cal.correct(model, n)))
+    return out
+
+
+def _observe(cal: Calibrator, rng: random.Random, steps: int) -> None:
+    for _ in range(steps):
+        kinds = tuple(rng.randint(0, 400) for _ in KINDS)
+        anchor = (sum(kinds), sum(kinds) + rng.randint(0, 40)) if rng.random() < 0.5 else None
+        growth = tuple(rng.randint(0, 60) for _ in KINDS) if anchor else (0,) * len(KINDS)
+        shape = PromptShape(kinds=kinds, system=rng.random() < 0.5, anchor=anchor, growth=growth)
+        est = sum(kinds) + 1
+        cal.observe("m", est, round(est * rng.uniform(1.0, 1.4)) + 30, shape=shape)
+
+
+def test_a_restored_calibrator_continues_exactly_like_the_original() -> None:
+    """State taken at step 40, loaded into a fresh calibrator: from then on both learn the
+    same turns and agree on every figure (the pair slopes are rebuilt, the fit redone)."""
+    rng = random.Random(7)
+    original = Calibrator(window=16)
+    _observe(original, rng, 40)
+    state = original.to_state()
+    copy = Calibrator(window=16)
+    copy.load_state(state)
+    assert copy.to_state() == state
+    assert _probe(copy) == _probe(original)
+    assert copy.stats("m") == original.stats("m")
+    later = random.Random(8)
+    _observe(original, later, 30)
+    _observe(copy, random.Random(8), 30)
+    assert copy.to_state() == original.to_state()
+    assert _probe(copy) == _probe(original)
+    assert copy.stats("m") == original.stats("m")
+
+
+def test_a_bad_state_is_a_config_error_naming_it() -> None:
+    with pytest.raises(ConfigError, match="load_state"):
+        Calibrator().load_state({"version": 2, "models": {}})
+    with pytest.raises(ConfigError, match="load_state"):
+        Calibrator().load_state({"version": 1, "models": {"m": {"points": []}}})
+
+
+def _load(path: Path) -> StoredRun:
+    async def main() -> StoredRun:
+        store = SQLiteStore(path)
+        try:
+            await store.open()
+            return await store.load("run-1")
+        finally:
+            await store.aclose()
+
+    return run_virtual(main())
+
+
+def test_the_resumed_run_starts_from_the_calibration_the_cut_run_had(tmp_path: Path) -> None:
+    first = budget()
+    assert run_virtual(run_cut(tmp_path / "cut.db", team(first), N, 20)) is None
+    learnt = first.calibrator.to_state()
+    assert learnt["models"]  # the cut run learnt something
+    # What the store kept is the calibrator as it was when the attempt ended.
+    run = _load(tmp_path / "cut.db")
+    assert run.policy_state == {"calibrator:agent-0": learnt}
+    # A fresh process's calibrator, restored: the same state, the same estimates.
+    fresh = budget()
+    assert restore(run.policy_state, team(fresh)) == 1
+    assert fresh.calibrator.to_state() == learnt
+    assert _probe(fresh.calibrator) == _probe(first.calibrator)
+
+    # Resumed end to end, the calibrator goes on from there: it has learnt from every
+    # turn of the run — those before the cut (restored) and those after (observed).
+    again = budget()
+    result = run_virtual(resume(tmp_path / "cut.db", team(again)))
+    assert isinstance(result, FleetResult)
+    assert all(s.status == "completed" for s in result.sessions)
+    whole = budget()
+    assert isinstance(
+        run_virtual(run_cut(tmp_path / "whole.db", team(whole), N, None)), FleetResult
+    )
+    (model,) = whole.calibrator.models
+    done = again.calibrator.stats(model)
+    assert done is not None
+    samples_before = learnt["models"][model]["n"]
+    resumed_turns = sum(1 for s in result.sessions for t in s.turns) - sum(
+        len(s.turns) for s in run.sessions
+    )
+    assert done.samples == samples_before + resumed_turns
+    # …and the store holds its final state for a later resume.
+    assert _load(tmp_path / "cut.db").policy_state["calibrator:agent-0"] == (
+        again.calibrator.to_state()
+    )
+
+
+def test_without_the_recorded_state_a_resumed_calibrator_starts_untrained(
+    tmp_path: Path,
+) -> None:
+    """The contrast the feature removes: restoring nothing leaves the fresh calibrator
+    empty, so its first estimates differ from the cut run's."""
+    first = budget()
+    assert run_virtual(run_cut(tmp_path / "cut.db", team(first), N, 20)) is None
+    fresh = budget()
+    assert restore({}, team(fresh)) == 0
+    assert fresh.calibrator.models == []
+    assert first.calibrator.models

@@ -1,0 +1,119 @@
+"""A SQLite store has one live writer per run: a second process resuming (or claiming)
+a run that another live process writes gets a StoreError naming the run and the
+holder's pid; once that process is gone (``kill -9`` included) the run is taken over at
+once, and a clean end of an attempt lets the next one in."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agentflow import Fleet, StoreError
+from agentflow.embedded import SimTransport
+from agentflow.store import LeaseOwner, RunStarted, SQLiteStore
+
+from ..wait import GUARD_S
+from .fleets import driver
+
+#: Records run "r" (no sessions) in the store at argv[1], claims it as a fleet's first
+#: claim does, says "ready" and waits to be killed.
+CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    from agentflow.store import LeaseOwner, RunStarted, SQLiteStore
+
+    async def main():
+        store = SQLiteStore(sys.argv[1])
+        await store.open()
+        store.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
+        await store.flush()
+        await store.claim("r", [], LeaseOwner(), 60)
+        print("ready", flush=True)
+        await asyncio.sleep(600)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def _resume(db: Path) -> int:
+    """``Fleet.resume`` of run "r" in this process; the attempt number it got."""
+    store = SQLiteStore(db)
+    transport = SimTransport(driver())
+    try:
+        result = await Fleet(transport, store=store).resume("r", agents=[])
+        await store.flush()
+        return len((await store.load("r")).attempts) - 1 if result.sessions == [] else -1
+    finally:
+        await store.aclose()
+        await transport.aclose()
+
+
+def test_a_second_live_writer_of_a_run_is_refused_until_the_first_is_gone(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "one.db"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(db)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = proc.stdout.readline()
+        assert line == "ready\n", proc.stderr.read()
+        with pytest.raises(
+            StoreError,
+            match=rf"run 'r' is being written by another live process \(pid {proc.pid}\)",
+        ):
+            asyncio.run(asyncio.wait_for(_resume(db), GUARD_S))
+
+        async def claim() -> list[str]:
+            store = SQLiteStore(db)
+            try:
+                return await store.claim("r", [], LeaseOwner(), 60)
+            finally:
+                await store.aclose()
+
+        with pytest.raises(StoreError, match="PostgresStore"):
+            asyncio.run(claim())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=GUARD_S)
+        for f in (proc.stdout, proc.stderr):
+            if f is not None:
+                f.close()
+    # The killed writer's lock went with it: the run resumes at once, and again after
+    # that attempt ended cleanly.
+    assert asyncio.run(asyncio.wait_for(_resume(db), GUARD_S)) == 1
+    assert asyncio.run(asyncio.wait_for(_resume(db), GUARD_S)) == 2
+
+
+def test_two_stores_in_one_process_are_two_writers_too(tmp_path: Path) -> None:
+    db = tmp_path / "two.db"
+
+    async def main() -> None:
+        first, second = SQLiteStore(db), SQLiteStore(db)
+        try:
+            await first.open()
+            first.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
+            await first.claim("r", [], LeaseOwner(), 60)
+            with pytest.raises(StoreError, match=f"pid {os.getpid()}"):
+                await second.start_attempt("r", 2, 0)
+            await first.release("r", LeaseOwner())  # the attempt ended: the run is free
+            assert await second.start_attempt("r", 2, 0) == 1
+        finally:
+            await first.aclose()
+            await second.aclose()
+
+    asyncio.run(main())

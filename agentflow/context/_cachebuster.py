@@ -41,6 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
+from agentflow._context_chain import LinkSession
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
 from agentflow.context import _bustdiff
@@ -97,8 +98,10 @@ class CacheBusterCheck:
     and tools it will carry — a context policy's ``before_turn`` is the place (after any
     rewriting of the history) — and, to have each bust's loss measured by the server,
     :meth:`observe_turn` with the turn's trace after it. A check can also be the agent's
-    context policy on its own: ``Agent(context=CacheBusterCheck())`` (it then only
-    checks; it keeps no budget); ``ContextBudget`` runs one by default. Both do both calls.
+    context link on its own, ``Agent(context=CacheBusterCheck())`` (it then only
+    checks; it keeps no budget), or after a budget, ``Agent(context=[ContextBudget(...),
+    CacheBusterCheck(...)])``; a ``ContextBudget`` without a check link runs one with
+    defaults. Both calls are made for you.
 
     One check serves any number of agents and sessions: share one instance across the
     sessions whose prefixes are to be compared. Sessions of different agents are not
@@ -283,7 +286,9 @@ class CacheBusterCheck:
         model: str | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> SessionContext:
-        """A per-session context that only runs this check (see :class:`ContextPolicy`)."""
+        """A per-session context that runs this check (a link of the agent's context);
+        after a :class:`~agentflow.context.ContextBudget` in a chain it compares the
+        budget's pinned prefix turn to turn."""
         return _CheckContext(
             self, session_id, agent, cast("Callable[[CacheBusterWarning], None]", emit)
         )
@@ -402,10 +407,10 @@ def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:limit]}…"
 
 
-class _CheckContext:
-    """The per-session context of a :class:`CacheBusterCheck` used as a context policy."""
+class _CheckContext(LinkSession):
+    """The per-session context of a :class:`CacheBusterCheck` (a link of the chain)."""
 
-    __slots__ = ("_agent", "_check", "_emit", "_session_id")
+    __slots__ = ("_agent", "_check", "_emit", "_pinned", "_session_id")
 
     def __init__(
         self,
@@ -418,6 +423,17 @@ class _CheckContext:
         self._session_id = session_id
         self._agent = agent
         self._emit = emit
+        self._pinned: Callable[[Sequence[Mapping[str, Any]]], int] | None = None
+
+    def join(self, sessions: Sequence[object]) -> None:
+        """Compare the pinned prefix of the nearest budget before this check, turn to turn."""
+        from agentflow.context._session_budget import SessionBudget
+
+        earlier = sessions[: next(i for i, s in enumerate(sessions) if s is self)]
+        for session in reversed(earlier):
+            if isinstance(session, SessionBudget):
+                self._pinned = session.pinned_of
+                return
 
     async def before_turn(
         self,
@@ -427,8 +443,16 @@ class _CheckContext:
         complete: Complete,
     ) -> PromptInfo | None:
         """Run the check on the prompt about to be sent; nothing is rewritten."""
+        pinned = self._pinned
         self._check.check(
-            self._session_id, self._agent, messages, tools, self._emit, turn=turn, defer=True
+            self._session_id,
+            self._agent,
+            messages,
+            tools,
+            self._emit,
+            turn=turn,
+            pinned=pinned(messages) if pinned is not None else None,
+            defer=True,  # reported after the turn, with the loss the server shows
         )
         return None
 

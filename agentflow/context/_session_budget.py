@@ -1,14 +1,14 @@
 """One session's side of a :class:`~agentflow.context.ContextBudget`: before each turn,
-count the prompt, run the overflow policies if its bound is over the limit, check for
-cache busters and fingerprint it; after each turn, teach the calibrator the server's
-count, fingerprint the reply and charge the fleet budget.
+count the prompt, run the overflow policies if its bound is over the limit and
+fingerprint it; after each turn, teach the calibrator the server's count and fingerprint
+the reply. (A fleet budget and a cache-buster check are links of their own in the
+agent's chain; a check after the budget asks it for the pinned prefix.)
 
 The flow of one turn, in the order :meth:`SessionBudget.before_turn` runs it::
 
     raw      = PromptCounter.count(messages, tools)   # only what changed is counted
     forecast = Calibrator.forecast(model, shape)      # per content kind, anchored
     if forecast.bound > limit: policies, in order, until it fits (else ContextOverflow)
-    CacheBusterCheck.check(...)                       # reported after the turn
     CacheableTracker.observe(...)                     # PromptInfo.max_cacheable_tokens
 """
 
@@ -29,8 +29,7 @@ from agentflow.context._overflow import OverflowView, overflow_error, policy_nam
 
 if TYPE_CHECKING:
     from agentflow._trace import TurnTrace
-    from agentflow.context._budget import ContextBudget
-    from agentflow.transport._request import ChatRequest
+    from agentflow.context._budget import ContextBudget, PrefixSource
     from agentflow.typing import Complete
 
 __all__ = ["SessionBudget"]
@@ -75,26 +74,29 @@ class SessionBudget:
         self._emit = emit
         self._key = model or ""
         self._est = SessionEstimates(budget.counter, budget.calibrator, self._key)
-        index = budget.prefix_index
-        self._tracker = (
-            CacheableTracker(
-                # Following this session's own count: one change check per turn, and each
-                # new message tokenized once for both (when the index renders as the
-                # counter does).
-                index.session(self._est.counter)
-                if isinstance(index, PrefixIndex)
-                else index.session(),
-                budget.counter,
-                getattr(index, "block_size", 16),
-            )
-            if index is not None
-            else None
-        )
+        self._tracker: CacheableTracker | None = None
+        if budget.prefix_index is not None:
+            self.track_prefixes(budget.prefix_index)
         self._pinned: int | None = None
         self._served_model: str | None = None
         self.forecast: TokenEstimate | None = None
 
-    def _pinned_of(self, messages: Sequence[Mapping[str, Any]]) -> int:
+    def track_prefixes(self, index: PrefixSource) -> None:
+        """Fingerprint this session's prompts in ``index`` (a prefix index link after the
+        budget in a chain joins it through this), filling ``max_cacheable_tokens``."""
+        self._tracker = CacheableTracker(
+            # Following this session's own count: one change check per turn, and each
+            # new message tokenized once for both (when the index renders as the
+            # counter does).
+            index.session(self._est.counter) if isinstance(index, PrefixIndex) else index.session(),
+            self.budget.counter,
+            getattr(index, "block_size", 16),
+        )
+
+    def pinned_of(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """How many leading messages no policy may touch: the system message(s) and
+        ``pin_first`` more (a cache-buster check after the budget compares them turn to
+        turn)."""
         # Append-only until a policy first runs, so recomputing is safe until then; after,
         # the boundary is frozen (a system-role summary must not join the prefix).
         if self._pinned is None:
@@ -108,34 +110,16 @@ class SessionBudget:
         tools: Sequence[Mapping[str, Any]],
         complete: Complete,
     ) -> PromptInfo:
-        """Check budgets, bring the prompt inside the window, and say what will be sent.
+        """Bring the prompt inside the window, and say what will be sent.
 
         Raises:
-            BudgetExceeded: the fleet budget is spent.
             ContextOverflow: no policy could make the prompt fit.
         """
-        fleet = self.budget.fleet
-        if fleet is not None:
-            fleet.check()
         est = self._est
         raw = est.raw_prompt(messages, tools)
         forecast = est.forecast()  # calibrated per content kind, plus its error margin
         if forecast.bound > self.limit:
             raw, forecast = await self._overflow(turn, messages, tools, complete, forecast.bound)
-            if fleet is not None:
-                fleet.check()  # spent by others while this session compacted
-        check = self.budget.cache_buster
-        if check is not None:
-            check.check(
-                self.session_id,
-                self.agent,
-                messages,
-                tools,
-                self._emit,
-                turn=turn,
-                pinned=self._pinned_of(messages),
-                defer=True,  # reported after the turn, with the loss the server shows
-            )
         cacheable = None
         if self._tracker is not None:
             # Fingerprints count local tokens; in the server's, like ``tokens``, so that
@@ -156,7 +140,7 @@ class SessionBudget:
         complete: Complete,
         tokens: int,
     ) -> tuple[int, TokenEstimate]:
-        pinned = self._pinned_of(messages)
+        pinned = self.pinned_of(messages)
         self._pinned = pinned
         view = OverflowView(
             session_id=self.session_id,
@@ -168,7 +152,7 @@ class SessionBudget:
             tools=tools,
             limit=self.limit,
             window=self.window,
-            complete=self._charged(turn, complete),
+            complete=complete,
             estimator=self._est,
             emit=self._emit,
         )
@@ -205,31 +189,9 @@ class SessionBudget:
                 return raw, forecast
         raise overflow_error(view, tokens)
 
-    def _charged(self, turn: int, complete: Complete) -> Complete:
-        """``complete``, checking and charging the fleet budget around each request."""
-        fleet = self.budget.fleet
-        if fleet is None:
-            return complete
-
-        async def charged(request: ChatRequest) -> TurnTrace:
-            fleet.check()
-            trace = await complete(request)
-            fleet.charge(
-                trace,
-                model=request.model,
-                agent=self.agent,
-                session_id=self.session_id,
-                turn=turn,
-                emit=self._emit,
-            )
-            return trace
-
-        return charged
-
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
-        """Feed the reported prompt size to the calibrator; charge the fleet budget;
-        fingerprint the reply, which the server cached with the prompt; report the turn's
-        cache bust, if any, with the loss the server's usage shows."""
+        """Feed the reported prompt size to the calibrator; fingerprint the reply, which
+        the server cached with the prompt."""
         if trace.model:
             self._served_model = trace.model
         usage = trace.usage
@@ -242,16 +204,3 @@ class SessionBudget:
             self._est.observe(usage.prompt_tokens, self.forecast)
         if self._tracker is not None:
             self._tracker.reply(trace)  # the server cached its reply with the prompt
-        if self.budget.cache_buster is not None:
-            self.budget.cache_buster.observe_turn(self.session_id, trace)
-        fleet = self.budget.fleet
-        if fleet is not None:
-            fleet.charge(
-                trace,
-                model=self.model,
-                agent=self.agent,
-                session_id=self.session_id,
-                turn=turn,
-                emit=self._emit,
-                prompt_estimate=last.estimated_tokens if last is not None else 0,
-            )

@@ -70,7 +70,7 @@ class Agent:
     tool_errors: Literal["return", "raise"] = "return"
     tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
     max_tool_output_chars: int | None = None
-    context: ContextLink | Sequence[ContextLink] | None = None
+    context: ContextLink | Sequence[Any] | None = None
     priority: int = 0
     #: Identifies the prompt prefix every session of this agent shares (instructions and
     #: tool schemas); sessions with equal keys are scheduled and routed together.

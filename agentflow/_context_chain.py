@@ -88,7 +88,7 @@ class ContextChain:
 
     __slots__ = ("given", "links")
 
-    def __init__(self, links: Iterable[ContextLink]) -> None:
+    def __init__(self, links: Iterable[Any]) -> None:
         given = tuple(links)
         for i, link in enumerate(given):
             if isinstance(link, ContextChain):

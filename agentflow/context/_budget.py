@@ -195,7 +195,7 @@ class ContextBudget:
             if isinstance(cache_buster, CacheBusterCheck)
             else (CacheBusterCheck() if cache_buster is not False else None)
         )
-        self._cache_buster_given = cache_buster is not None
+        self._cache_buster_arg = cache_buster
 
     def chain_links(self, chain: Sequence[object]) -> tuple[ContextLink, ...]:
         """What this budget stands for in ``chain`` (the links an agent's context lists):
@@ -213,10 +213,10 @@ class ContextBudget:
                 f"ContextBudget(fleet={self.fleet!r}): give the fleet budget once, as the link"
             )
         checks = [x for x in chain if isinstance(x, CacheBusterCheck)]
-        if self._cache_buster_given and checks:
+        if self._cache_buster_arg is not None and checks:
             raise ConfigError(
                 f"the context chain has a CacheBusterCheck link ({checks[0]!r}) and "
-                f"ContextBudget(cache_buster={self.cache_buster or False!r}): give the check "
+                f"ContextBudget(cache_buster={self._cache_buster_arg!r}): give the check "
                 f"once, as the link"
             )
         indexes = [x for x in chain if not hasattr(x, "bind") and hasattr(x, "session")]

@@ -16,12 +16,11 @@ from agentflow import (
     Fleet,
     PromptInfo,
 )
-from agentflow.context import MessageCounter, TiktokenCounter
+from agentflow.context import ContextChain, MessageCounter, TiktokenCounter
 from agentflow.context._budget import ContextBudget
 from agentflow.context._calibration import Calibrator
 from agentflow.context._compact import Compact
 from agentflow.context._events import CompactionEvent, ContextTrimmedEvent
-from agentflow.context import ContextChain
 from agentflow.context._fleet_budget import FleetBudget
 from agentflow.context._history import check_pairing
 from agentflow.context._overflow import DropOldest, Fail, OverflowView, TruncateToolOutputs

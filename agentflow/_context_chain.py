@@ -32,7 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from agentflow._errors import ConfigError
 
@@ -42,13 +43,70 @@ if TYPE_CHECKING:
     from agentflow.context import FleetBudget
     from agentflow.typing import Complete, ContextLink, SessionContext
 
-__all__ = ["ContextChain", "LinkSession", "bind_context"]
+__all__ = ["Binding", "ContextChain", "Link", "LinkSession", "bind_context"]
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """What :meth:`~agentflow.typing.ContextLink.bind` was given for one session.
+
+    Attributes:
+        session_id: the session.
+        agent: its agent's name.
+        emit: sends events to the fleet's callbacks.
+        model: the agent's model (``None`` when bound without one).
+        params: the agent's body params (``max_tokens`` sizes an output reserve).
+    """
+
+    session_id: str
+    agent: str
+    emit: Callable[[Any], None] = field(repr=False)
+    model: str | None = None
+    params: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+
+_S = TypeVar("_S", covariant=True)
+
+
+class Link(Generic[_S]):
+    """The shipped links' one ``bind``: it packs its arguments into a :class:`Binding`
+    and hands it to the link's :meth:`session`."""
+
+    __slots__ = ()
+
+    def bind(
+        self,
+        *,
+        session_id: str,
+        agent: str,
+        emit: Callable[[Event], None],
+        model: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> _S:
+        """A fresh per-session context (see :meth:`agentflow.typing.ContextLink.bind`)."""
+        return self.session_for(Binding(session_id, agent, emit, model, params or {}))
+
+    def session_for(self, at: Binding) -> _S:
+        """The per-session context for the session ``at`` describes."""
+        raise NotImplementedError
 
 
 class LinkSession:
-    """A link's per-session context that does nothing: subclasses override what they do."""
+    """A link's per-session context that does nothing: subclasses override what they do.
 
-    __slots__ = ()
+    Attributes:
+        at: the session it was bound for.
+    """
+
+    __slots__ = ("at",)
+
+    def __init__(self, at: Binding) -> None:
+        self.at = at
+
+    def earlier(self, sessions: Sequence[object]) -> Sequence[object]:
+        """The sessions of the links before this one's in ``sessions``, nearest first."""
+        i = next(i for i, s in enumerate(sessions) if s is self)
+        return sessions[:i][::-1]
 
     async def before_turn(
         self,
@@ -236,7 +294,7 @@ def _no_repeats(links: Sequence[object]) -> None:
         seen[id(link)] = link
 
 
-class _PrefixLink:
+class _PrefixLink(Link["_PrefixJoin"]):
     """A prefix index as a link: its session joins the budget before it, which
     fingerprints each prompt with its own counts (one count per message for both)."""
 
@@ -245,17 +303,9 @@ class _PrefixLink:
     def __init__(self, index: object) -> None:
         self.index = index
 
-    def bind(
-        self,
-        *,
-        session_id: str,
-        agent: str,
-        emit: Callable[[Event], None],
-        model: str | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> _PrefixJoin:
+    def session_for(self, at: Binding) -> _PrefixJoin:
         """A session that hands the index to the budget session before it."""
-        return _PrefixJoin(self.index)
+        return _PrefixJoin(at, self.index)
 
     def __repr__(self) -> str:
         return repr(self.index)
@@ -266,13 +316,13 @@ class _PrefixJoin(LinkSession):
 
     __slots__ = ("_index",)
 
-    def __init__(self, index: object) -> None:
+    def __init__(self, at: Binding, index: object) -> None:
+        super().__init__(at)
         self._index = index
 
     def join(self, sessions: Sequence[object]) -> None:
         """Hand the index to the nearest budget session before this one."""
-        earlier = sessions[: next(i for i, s in enumerate(sessions) if s is self)]
-        for session in reversed(earlier):
+        for session in self.earlier(sessions):
             track = getattr(session, "track_prefixes", None)
             if callable(track):
                 track(self._index)

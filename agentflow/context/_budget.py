@@ -23,9 +23,10 @@ has one (or ``cache_buster=False``).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agentflow._context_chain import Binding, Link
 from agentflow._errors import ConfigError
 from agentflow.context._cachebuster import CacheBusterCheck
 from agentflow.context._calibration import Calibrator
@@ -42,7 +43,6 @@ from agentflow.context._session_budget import SessionBudget
 from agentflow.context._windows import DEFAULT_RESERVE, KNOWN_WINDOWS, window_for
 
 if TYPE_CHECKING:
-    from agentflow._events import Event
     from agentflow.typing import ContextLink
 
 __all__ = ["ContextBudget", "PrefixSource", "PrefixTracker"]
@@ -70,7 +70,7 @@ def _positive_int(owner: str, value: object, *, minimum: int = 1) -> int:
     return value
 
 
-class ContextBudget:
+class ContextBudget(Link[SessionBudget]):
     """Keeps every session's prompt inside its window; set it as ``Agent(context=...)``.
 
     One instance may serve many agents and sessions: the calibrator (per model), the
@@ -294,34 +294,22 @@ class ContextBudget:
             f"ContextBudget: no window for model {model or self.model!r}; pass window="
         )
 
-    def bind(
-        self,
-        *,
-        session_id: str,
-        agent: str,
-        emit: Callable[[Event], None],
-        model: str | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> SessionBudget:
-        """A fresh :class:`SessionBudget` for one session: the budget alone (an agent's
-        chain adds its cache-buster check, see :meth:`chain_links`).
-
-        Args:
-            session_id: the session.
-            agent: its agent's name.
-            emit: sends events to the fleet's callbacks.
-            model: the agent's model (calibration key, window lookup, summary model);
-                ``ContextBudget.model`` when not given.
-            params: the agent's body params; ``max_tokens`` sets the default reserve.
+    def session_for(self, at: Binding) -> SessionBudget:
+        """A fresh :class:`SessionBudget` for one session (:meth:`bind` makes ``at``): the
+        budget alone (an agent's chain adds its cache-buster check, see
+        :meth:`chain_links`). ``at.model`` is the calibration key, window lookup and
+        summary model (``ContextBudget.model`` when ``None``); ``max_tokens`` in
+        ``at.params`` sets the default reserve.
 
         Raises:
             ConfigError: no window is known, or reserve and margin leave no room.
         """
+        model, params, session_id = at.model, at.params, at.session_id
         name = model or self.model
         window = self.window_of(name)
         reserve = self.reserve_output
         if reserve is None:
-            asked = (params or {}).get("max_completion_tokens") or (params or {}).get("max_tokens")
+            asked = params.get("max_completion_tokens") or params.get("max_tokens")
             reserve = asked if isinstance(asked, int) and not isinstance(asked, bool) else None
         if reserve is None:
             reserve = min(DEFAULT_RESERVE, window // 4)
@@ -332,13 +320,4 @@ class ContextBudget:
                 f"ContextBudget for session {session_id!r}: window {window:,} leaves no room "
                 f"for a prompt after reserve_output={reserve:,} and margin={margin:,}"
             )
-        return SessionBudget(
-            self,
-            session_id=session_id,
-            agent=agent,
-            emit=emit,
-            model=name,
-            window=window,
-            reserve=reserve,
-            margin=margin,
-        )
+        return SessionBudget(self, at, model=name, window=window, reserve=reserve, margin=margin)

@@ -39,9 +39,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
-from agentflow._context_chain import LinkSession
+from agentflow._context_chain import Binding, Link, LinkSession
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
 from agentflow.context import _bustdiff
@@ -56,9 +56,8 @@ from agentflow.context._bustreport import (
 )
 
 if TYPE_CHECKING:
-    from agentflow._events import Event
     from agentflow._trace import PromptInfo, TurnTrace
-    from agentflow.typing import Complete, SessionContext
+    from agentflow.typing import Complete
 
 __all__ = ["CacheBusterCheck", "CacheBusterKind", "CacheBusterScope", "CacheBusterWarning"]
 
@@ -91,7 +90,7 @@ class _AgentState:
     logged: set[tuple[str, str, str]] = field(default_factory=set)
 
 
-class CacheBusterCheck:
+class CacheBusterCheck(Link["_CheckContext"]):
     """Warns when prefixes that should match differ only by something volatile.
 
     Call :meth:`check` once per turn, just before the request is sent, with the messages
@@ -277,21 +276,11 @@ class CacheBusterCheck:
         if state is not None and state.pending is not None:
             self._report(state, None)
 
-    def bind(
-        self,
-        *,
-        session_id: str,
-        agent: str,
-        emit: Callable[[Event], None],
-        model: str | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> SessionContext:
+    def session_for(self, at: Binding) -> _CheckContext:
         """A per-session context that runs this check (a link of the agent's context);
         after a :class:`~agentflow.context.ContextBudget` in a chain it compares the
         budget's pinned prefix turn to turn."""
-        return _CheckContext(
-            self, session_id, agent, cast("Callable[[CacheBusterWarning], None]", emit)
-        )
+        return _CheckContext(at, self)
 
     def _key(self, agent: str) -> str:
         return agent if self._group is None else self._group(agent)
@@ -410,27 +399,18 @@ def _clip(text: str, limit: int = 200) -> str:
 class _CheckContext(LinkSession):
     """The per-session context of a :class:`CacheBusterCheck` (a link of the chain)."""
 
-    __slots__ = ("_agent", "_check", "_emit", "_pinned", "_session_id")
+    __slots__ = ("_check", "_pinned")
 
-    def __init__(
-        self,
-        check: CacheBusterCheck,
-        session_id: str,
-        agent: str,
-        emit: Callable[[CacheBusterWarning], None],
-    ) -> None:
+    def __init__(self, at: Binding, check: CacheBusterCheck) -> None:
+        super().__init__(at)
         self._check = check
-        self._session_id = session_id
-        self._agent = agent
-        self._emit = emit
         self._pinned: Callable[[Sequence[Mapping[str, Any]]], int] | None = None
 
     def join(self, sessions: Sequence[object]) -> None:
         """Compare the pinned prefix of the nearest budget before this check, turn to turn."""
         from agentflow.context._session_budget import SessionBudget
 
-        earlier = sessions[: next(i for i, s in enumerate(sessions) if s is self)]
-        for session in reversed(earlier):
+        for session in self.earlier(sessions):
             if isinstance(session, SessionBudget):
                 self._pinned = session.pinned_of
                 return
@@ -443,13 +423,13 @@ class _CheckContext(LinkSession):
         complete: Complete,
     ) -> PromptInfo | None:
         """Run the check on the prompt about to be sent; nothing is rewritten."""
-        pinned = self._pinned
+        pinned, at = self._pinned, self.at
         self._check.check(
-            self._session_id,
-            self._agent,
+            at.session_id,
+            at.agent,
             messages,
             tools,
-            self._emit,
+            at.emit,
             turn=turn,
             pinned=pinned(messages) if pinned is not None else None,
             defer=True,  # reported after the turn, with the loss the server shows
@@ -458,4 +438,4 @@ class _CheckContext(LinkSession):
 
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
         """Report the turn's bust, if any, with the loss the server's usage shows."""
-        self._check.observe_turn(self._session_id, trace)
+        self._check.observe_turn(self.at.session_id, trace)

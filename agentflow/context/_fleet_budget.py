@@ -27,12 +27,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentflow._context_chain import LinkSession
+from agentflow._context_chain import Binding, Link, LinkSession
 from agentflow._errors import BudgetExceeded, ConfigError
 from agentflow.context._events import BudgetEvent
 
 if TYPE_CHECKING:
-    from agentflow._events import Event
     from agentflow._request import ChatRequest
     from agentflow._trace import PromptInfo, TurnTrace
     from agentflow.context._session_budget import SessionBudget
@@ -104,7 +103,7 @@ def spend_of(trace: TurnTrace, prices: Prices | None, *, prompt_estimate: int = 
     return Spend(prompt_tokens=prompt, cached_tokens=cached, output_tokens=output, cost=cost)
 
 
-class FleetBudget:
+class FleetBudget(Link["_FleetSession"]):
     """Total token and cost budgets shared by every session that uses it.
 
     Args:
@@ -240,40 +239,20 @@ class FleetBudget:
             )
         return spend
 
-    def bind(
-        self,
-        *,
-        session_id: str,
-        agent: str,
-        emit: Callable[[Event], None],
-        model: str | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> _FleetSession:
-        """A per-session context that checks and charges this budget (the arguments
-        are :meth:`~agentflow.typing.ContextLink.bind`'s; ``model`` picks the prices from
-        a per-model mapping, the server's model when not given)."""
-        return _FleetSession(self, session_id=session_id, agent=agent, emit=emit, model=model)
+    def session_for(self, at: Binding) -> _FleetSession:
+        """A per-session context that checks and charges this budget (``at.model`` picks
+        the prices from a per-model mapping; the server's model when it is ``None``)."""
+        return _FleetSession(at, self)
 
 
 class _FleetSession(LinkSession):
     """One session's side of a :class:`FleetBudget` (a link of its context chain)."""
 
-    __slots__ = ("_agent", "_budget", "_emit", "_model", "_prompts", "_session_id")
+    __slots__ = ("_budget", "_prompts")
 
-    def __init__(
-        self,
-        budget: FleetBudget,
-        *,
-        session_id: str,
-        agent: str,
-        emit: Callable[[Any], None],
-        model: str | None,
-    ) -> None:
+    def __init__(self, at: Binding, budget: FleetBudget) -> None:
+        super().__init__(at)
         self._budget = budget
-        self._session_id = session_id
-        self._agent = agent
-        self._emit = emit
-        self._model = model
         #: The budget session whose estimate charges a turn the server sent no usage for.
         self._prompts: SessionBudget | None = None
 
@@ -293,13 +272,14 @@ class _FleetSession(LinkSession):
         async def charged(request: ChatRequest) -> TurnTrace:
             budget.check()
             trace = await complete(request)
+            at = self.at
             budget.charge(
                 trace,
                 model=request.model,
-                agent=self._agent,
-                session_id=self._session_id,
+                agent=at.agent,
+                session_id=at.session_id,
                 turn=turn,
-                emit=self._emit,
+                emit=at.emit,
             )
             return trace
 
@@ -319,12 +299,13 @@ class _FleetSession(LinkSession):
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
         """Count the turn's usage."""
         last = self._prompts.last if self._prompts is not None else None
+        at = self.at
         self._budget.charge(
             trace,
-            model=self._model,
-            agent=self._agent,
-            session_id=self._session_id,
+            model=at.model,
+            agent=at.agent,
+            session_id=at.session_id,
             turn=turn,
-            emit=self._emit,
+            emit=at.emit,
             prompt_estimate=last.estimated_tokens if last is not None else 0,
         )

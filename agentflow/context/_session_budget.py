@@ -14,9 +14,10 @@ The flow of one turn, in the order :meth:`SessionBudget.before_turn` runs it::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentflow._context_chain import Binding, LinkSession
 from agentflow._errors import AgentflowError
 from agentflow._trace import PromptInfo
 from agentflow.context._cacheable import CacheableTracker
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
 __all__ = ["SessionBudget"]
 
 
-class SessionBudget:
+class SessionBudget(LinkSession):
     """One session's side of a :class:`ContextBudget` (its :class:`SessionContext`).
 
     Attributes:
@@ -53,25 +54,24 @@ class SessionBudget:
     def __init__(
         self,
         budget: ContextBudget,
+        at: Binding,
         *,
-        session_id: str,
-        agent: str,
-        emit: Callable[[Any], None],
         model: str | None,
         window: int,
         reserve: int,
         margin: int,
     ) -> None:
+        super().__init__(at)
         self.budget = budget
-        self.session_id = session_id
-        self.agent = agent
+        self.session_id = at.session_id
+        self.agent = at.agent
         self.model = model
         self.window = window
         self.reserve = reserve
         self.margin = margin
         self.limit = window - reserve - margin
         self.last: PromptInfo | None = None
-        self._emit = emit
+        self._emit = at.emit
         self._key = model or ""
         self._est = SessionEstimates(budget.counter, budget.calibrator, self._key)
         self._tracker: CacheableTracker | None = None

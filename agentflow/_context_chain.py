@@ -14,6 +14,9 @@ signature for users to implement:
 - ``wrap_complete(turn, complete) -> complete`` on a session context: every link's extra
   model requests (a compaction's summary) go through it — a fleet budget checks and
   charges them, wherever it stands in the chain.
+- ``before_send(turn)`` on a session context: called once every link's ``before_turn``
+  has run, in the links' order — the last word before the request goes out (a fleet
+  budget checks again: a compaction's summary may have spent it).
 - ``join(sessions)`` on a session context: called once, after binding, with the sessions
   of every link of the chain, in order — a cache-buster check learns the budget's pinned
   prefix, a prefix index fingerprints with the budget's counts, a fleet budget charges a
@@ -238,7 +241,7 @@ def bind_context(
 class _ChainContext:
     """One session's chain: its links' sessions, in order."""
 
-    __slots__ = ("_reversed", "_sessions", "_wrappers")
+    __slots__ = ("_reversed", "_senders", "_sessions", "_wrappers")
 
     def __init__(self, sessions: Sequence[SessionContext]) -> None:
         self._sessions = tuple(sessions)
@@ -246,6 +249,10 @@ class _ChainContext:
         wrappers = (getattr(s, "wrap_complete", None) for s in self._sessions)
         self._wrappers: tuple[Callable[[int, Complete], Complete], ...] = tuple(
             w for w in wrappers if callable(w)
+        )
+        senders = (getattr(s, "before_send", None) for s in self._sessions)
+        self._senders: tuple[Callable[[int], None], ...] = tuple(
+            f for f in senders if callable(f)
         )
 
     async def before_turn(
@@ -255,8 +262,9 @@ class _ChainContext:
         tools: Sequence[Mapping[str, Any]],
         complete: Complete,
     ) -> PromptInfo | None:
-        """Run every link's ``before_turn`` in order; the last prompt info given wins, and
-        fills in a ``max_cacheable_tokens`` it leaves out from an earlier one."""
+        """Run every link's ``before_turn`` in order, then their ``before_send``; the last
+        prompt info given wins, and fills in a ``max_cacheable_tokens`` it leaves out
+        from an earlier one."""
         for wrap in reversed(self._wrappers):  # the first link's wrapper is the outermost
             complete = wrap(turn, complete)
         info: PromptInfo | None = None
@@ -264,6 +272,8 @@ class _ChainContext:
             got = await session.before_turn(turn, messages, tools, complete)
             if got is not None:
                 info = got if info is None else _merged(info, got)
+        for send in self._senders:
+            send(turn)
         return info
 
     def after_turn(self, turn: int, trace: TurnTrace) -> None:

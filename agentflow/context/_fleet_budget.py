@@ -296,6 +296,11 @@ class _FleetSession(LinkSession):
         self._budget.check()
         return None
 
+    def before_send(self, turn: int) -> None:
+        """Check again once the links after this one are done: others' turns, or this
+        session's compaction, may have spent the budget meanwhile."""
+        self._budget.check()
+
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
         """Count the turn's usage."""
         last = self._prompts.last if self._prompts is not None else None

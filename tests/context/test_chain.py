@@ -35,7 +35,7 @@ from agentflow.context import (
 )
 from agentflow.typing import Complete, ContextLink, ContextPolicy
 
-from .budget_util import ReadFile, conversation, sim_agent, simulator, trace
+from .budget_util import Completer, ReadFile, conversation, sim_agent, simulator, trace
 
 PRICES = Prices(prompt=1.0, cached=0.1, output=4.0)
 CONTEXT_EVENTS = {"budget", "context_trimmed", "compaction", "cache_buster"}
@@ -285,3 +285,21 @@ def test_agents_with_a_chain_pickle() -> None:
         "CacheBusterCheck",
     ]
     assert copy.context.fleet is not None and copy.context.fleet.max_tokens == 100
+
+
+async def test_a_compaction_that_spends_the_fleet_budget_stops_the_turn() -> None:
+    """The fleet budget checks a compaction's summary request before it is sent, charges
+    it, and checks again once every link is done: the summary spent it, so the turn is
+    refused (as the old ``ContextBudget(fleet=)`` did)."""
+    fleet = FleetBudget(max_tokens=100)
+    events: list[Any] = []
+    budget = ContextBudget(window=600, reserve_output=50, margin=0, overflow=Compact(keep_last=1))
+    ctx = bind([fleet, budget], events)
+    completer = Completer("s")
+    with pytest.raises(BudgetExceeded):
+        await ctx.before_turn(0, conversation(6, output_words=120), (), completer)
+    assert len(completer.requests) == 1 and fleet.requests == 1 and fleet.tokens == 101
+    assert [e.type for e in events] == ["budget", "budget", "budget", "budget", "compaction",
+                                        "context_trimmed"]  # fmt: skip
+    with pytest.raises(BudgetExceeded):  # and a spent budget sends no summary at all
+        await ctx.before_turn(1, conversation(6, output_words=120), (), never)

@@ -8,7 +8,7 @@ messages and say what it knows of the prompt — and ``after_turn`` in reverse, 
 first link is the outermost: a :class:`~agentflow.context.FleetBudget` placed first
 refuses a turn before any other link works on it, and is charged last.
 
-Two optional hooks let links that belong together find each other, without another
+Three optional hooks let links that belong together find each other, without another
 signature for users to implement:
 
 - ``wrap_complete(turn, complete) -> complete`` on a session context: every link's extra
@@ -73,7 +73,7 @@ _S = TypeVar("_S", covariant=True)
 
 class Link(Generic[_S]):
     """The shipped links' one ``bind``: it packs its arguments into a :class:`Binding`
-    and hands it to the link's :meth:`session`."""
+    and hands it to the link's :meth:`session_for`."""
 
     __slots__ = ()
 
@@ -251,9 +251,7 @@ class _ChainContext:
             w for w in wrappers if callable(w)
         )
         senders = (getattr(s, "before_send", None) for s in self._sessions)
-        self._senders: tuple[Callable[[int], None], ...] = tuple(
-            f for f in senders if callable(f)
-        )
+        self._senders: tuple[Callable[[int], None], ...] = tuple(f for f in senders if callable(f))
 
     async def before_turn(
         self,

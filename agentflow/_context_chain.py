@@ -23,9 +23,9 @@ signature for users to implement:
   turn the server sent no usage for with the budget's estimate.
 
 And one on a link, ``chain_links(chain) -> links``: what it stands for in the chain it is
-given in (a :class:`~agentflow.context.ContextBudget` adds its default cache-buster check,
-and the links its deprecated ``fleet=``/``cache_buster=`` arguments name; it raises
-:class:`~agentflow.ConfigError` where the chain sets the same thing another way).
+given in (a :class:`~agentflow.context.ContextBudget` puts the fleet budget its deprecated
+``fleet=`` names before itself; it raises :class:`~agentflow.ConfigError` where the chain
+sets the same thing another way).
 
 This module is below :mod:`agentflow.context`: the agent and the session use it without
 importing the context package (a user's own policy costs no tokenizer import).
@@ -144,7 +144,7 @@ class ContextChain:
     Attributes:
         given: the links as given.
         links: the links the chain runs: ``given``, with what each stands for expanded
-            (a ``ContextBudget``'s default cache-buster check, for one).
+            (the fleet budget of a deprecated ``ContextBudget(fleet=)``, for one).
     """
 
     __slots__ = ("given", "links")

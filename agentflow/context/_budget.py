@@ -15,9 +15,9 @@ with :class:`~agentflow.ContextOverflow`. After each turn the server's reported
 model) and anchors the session's next estimate.
 
 It is one link of an agent's context chain (``agentflow._context_chain``): a fleet budget,
-a cache-buster check and a prefix index are links of their own beside it. Used as an
-agent's context it also runs a :class:`CacheBusterCheck` after itself, unless the chain
-has one (or ``cache_buster=False``).
+a cache-buster check and a prefix index are links of their own beside it. It runs a
+:class:`CacheBusterCheck` of its own unless the chain has a check link (or
+``cache_buster=False``).
 """
 
 from __future__ import annotations
@@ -105,8 +105,8 @@ class ContextBudget(Link[SessionBudget]):
         fleet: deprecated: put the :class:`~agentflow.context.FleetBudget` in the chain,
             ``Agent(context=[FleetBudget(...), ContextBudget(...)])``.
         cache_buster: ``False`` runs no :class:`~agentflow.context.CacheBusterCheck`;
-            by default the budget runs one with defaults after itself, unless the chain
-            has a check link (a configured check: ``[ContextBudget(...),
+            by default the budget runs one with defaults, unless the chain has a check
+            link (a configured check: ``[ContextBudget(...),
             CacheBusterCheck(...)]``; passing the check here is deprecated).
     """
 
@@ -189,7 +189,8 @@ class ContextBudget(Link[SessionBudget]):
         self.calibrator = calibrator if calibrator is not None else Calibrator()
         self.prefix_index = prefix_index
         self.fleet = fleet
-        #: The check this budget runs after itself in a chain (``None``: none).
+        #: The check this budget runs itself (``None``: none), unless a chain's check link
+        #: replaces it.
         self.cache_buster: CacheBusterCheck | None = (
             cache_buster
             if isinstance(cache_buster, CacheBusterCheck)
@@ -199,8 +200,8 @@ class ContextBudget(Link[SessionBudget]):
 
     def chain_links(self, chain: Sequence[object]) -> tuple[ContextLink, ...]:
         """What this budget stands for in ``chain`` (the links an agent's context lists):
-        the deprecated ``fleet=`` budget before it, itself, then its cache-buster check —
-        the default one only if the chain has no check of its own.
+        the deprecated ``fleet=`` budget before it, then itself (it runs its own
+        cache-buster check unless the chain has a check link).
 
         Raises:
             ConfigError: the chain sets the fleet budget, the check or the prefix index
@@ -229,8 +230,6 @@ class ContextBudget(Link[SessionBudget]):
         if self.fleet is not None:
             links.append(self.fleet)
         links.append(self)
-        if self.cache_buster is not None and not checks:
-            links.append(self.cache_buster)
         return tuple(links)
 
     @classmethod
@@ -295,11 +294,12 @@ class ContextBudget(Link[SessionBudget]):
         )
 
     def session_for(self, at: Binding) -> SessionBudget:
-        """A fresh :class:`SessionBudget` for one session (:meth:`bind` makes ``at``): the
-        budget alone (an agent's chain adds its cache-buster check, see
-        :meth:`chain_links`). ``at.model`` is the calibration key, window lookup and
-        summary model (``ContextBudget.model`` when ``None``); ``max_tokens`` in
-        ``at.params`` sets the default reserve.
+        """A fresh :class:`SessionBudget` for one session (:meth:`bind` makes ``at``), with
+        the budget's cache-buster check (a check link in the agent's chain replaces it; a
+        deprecated ``fleet=`` runs as a link before it, see :meth:`chain_links`).
+        ``at.model`` is the calibration key, window lookup and summary model
+        (``ContextBudget.model`` when ``None``); ``max_tokens`` in ``at.params`` sets the
+        default reserve.
 
         Raises:
             ConfigError: no window is known, or reserve and margin leave no room.

@@ -407,13 +407,19 @@ class _CheckContext(LinkSession):
         self._pinned: Callable[[Sequence[Mapping[str, Any]]], int] | None = None
 
     def join(self, sessions: Sequence[object]) -> None:
-        """Compare the pinned prefix of the nearest budget before this check, turn to turn."""
+        """Compare the pinned prefix of the nearest budget before this check, turn to turn;
+        the chain's budgets run no default check of their own beside this one."""
         from agentflow.context._session_budget import SessionBudget
 
-        for session in self.earlier(sessions):
-            if isinstance(session, SessionBudget):
-                self._pinned = session.pinned_of
-                return
+        budgets = [s for s in self.earlier(sessions) if isinstance(s, SessionBudget)]
+        if budgets:
+            self._pinned = budgets[0].pinned_of
+        for session in sessions:
+            if (
+                isinstance(session, SessionBudget)
+                and session.budget.cache_buster is not self._check
+            ):
+                session.without_check()
 
     async def before_turn(
         self,

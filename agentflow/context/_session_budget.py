@@ -1,14 +1,16 @@
 """One session's side of a :class:`~agentflow.context.ContextBudget`: before each turn,
-count the prompt, run the overflow policies if its bound is over the limit and
-fingerprint it; after each turn, teach the calibrator the server's count and fingerprint
-the reply. (A fleet budget and a cache-buster check are links of their own in the
-agent's chain; a check after the budget asks it for the pinned prefix.)
+count the prompt, run the overflow policies if its bound is over the limit, check for
+cache busters (the budget's own check, unless the agent's chain has a check link) and
+fingerprint it; after each turn, teach the calibrator the server's count, fingerprint
+the reply and report a bust. (A fleet budget is a link of its own in the agent's chain;
+a check link after the budget asks it for the pinned prefix.)
 
 The flow of one turn, in the order :meth:`SessionBudget.before_turn` runs it::
 
     raw      = PromptCounter.count(messages, tools)   # only what changed is counted
     forecast = Calibrator.forecast(model, shape)      # per content kind, anchored
     if forecast.bound > limit: policies, in order, until it fits (else ContextOverflow)
+    CacheBusterCheck.check(...)                       # reported after the turn
     CacheableTracker.observe(...)                     # PromptInfo.max_cacheable_tokens
 """
 
@@ -77,6 +79,12 @@ class SessionBudget(LinkSession):
         self._tracker: CacheableTracker | None = None
         if budget.prefix_index is not None:
             self.track_prefixes(budget.prefix_index)
+        # The budget's own cache-buster check (its default one), run after the policies;
+        # a check link in the agent's chain replaces it (see without_check).
+        check = budget.cache_buster
+        self._check = check.session_for(at) if check is not None else None
+        if self._check is not None:
+            self._check.join((self, self._check))  # it compares this budget's pinned prefix
         self._pinned: int | None = None
         self._served_model: str | None = None
         self.forecast: TokenEstimate | None = None
@@ -92,6 +100,10 @@ class SessionBudget(LinkSession):
             self.budget.counter,
             getattr(index, "block_size", 16),
         )
+
+    def without_check(self) -> None:
+        """Run no cache-buster check of the budget's own: a check link of the chain does."""
+        self._check = None
 
     def pinned_of(self, messages: Sequence[Mapping[str, Any]]) -> int:
         """How many leading messages no policy may touch: the system message(s) and
@@ -120,6 +132,8 @@ class SessionBudget(LinkSession):
         forecast = est.forecast()  # calibrated per content kind, plus its error margin
         if forecast.bound > self.limit:
             raw, forecast = await self._overflow(turn, messages, tools, complete, forecast.bound)
+        if self._check is not None:  # reported after the turn, with the loss the server shows
+            await self._check.before_turn(turn, messages, tools, complete)
         cacheable = None
         if self._tracker is not None:
             # Fingerprints count local tokens; in the server's, like ``tokens``, so that
@@ -191,7 +205,8 @@ class SessionBudget(LinkSession):
 
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
         """Feed the reported prompt size to the calibrator; fingerprint the reply, which
-        the server cached with the prompt."""
+        the server cached with the prompt; report the turn's cache bust, if any, with the
+        loss the server's usage shows."""
         if trace.model:
             self._served_model = trace.model
         usage = trace.usage
@@ -204,3 +219,5 @@ class SessionBudget(LinkSession):
             self._est.observe(usage.prompt_tokens, self.forecast)
         if self._tracker is not None:
             self._tracker.reply(trace)  # the server cached its reply with the prompt
+        if self._check is not None:
+            self._check.after_turn(turn, trace)

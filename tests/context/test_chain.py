@@ -129,8 +129,13 @@ async def test_the_default_check_runs_unless_the_chain_has_one() -> None:
     assert [e["kind"] for e in events if e["type"] == "cache_buster"] == ["timestamp"]
     assert alone.cache_buster is not None and alone.cache_buster.busts == 1
     mine = CacheBusterCheck()
-    chain = ContextChain([alone, mine])
-    assert chain.links == (alone, mine)  # the budget's own check gave way to the link
+    replaced = ContextBudget(window=100_000, reserve_output=48)
+    chain = ContextChain([replaced, mine])
+    assert chain.links == (replaced, mine)
+    events, _, _ = await run(chain, sessions=2)
+    assert [e["kind"] for e in events if e["type"] == "cache_buster"] == ["timestamp"]
+    assert mine.busts == 1  # the link reported the bust: the budget's own check ran not
+    assert replaced.cache_buster is not None and replaced.cache_buster.busts == 0
     off = ContextBudget(window=100_000, reserve_output=48, cache_buster=False)
     events, _, _ = await run(off, sessions=2)
     assert not [e for e in events if e["type"] == "cache_buster"]
@@ -230,8 +235,7 @@ def test_a_chain_expands_a_budget_into_the_links_it_stands_for() -> None:
     index = PrefixIndex()
     chain = ContextChain([ContextBudget(window=100_000), index])
     assert [type(x).__name__ for x in chain.links] == [
-        "ContextBudget",
-        "CacheBusterCheck",
+        "ContextBudget",  # it runs its own default check: no link of its own
         "_PrefixLink",
     ]
 

@@ -125,7 +125,7 @@ class LinkSession:
         """Nothing is learnt from the turn."""
 
 
-class ContextChain:
+class ContextChain(Link["SessionContext"]):
     """Context links run in order before each turn, in reverse after it.
 
     ``Agent(context=[a, b, c])`` builds one; build it yourself to share one chain between
@@ -194,18 +194,16 @@ class ContextChain:
 
         return next((x for x in self.links if isinstance(x, FleetBudget)), None)
 
-    def bind(
-        self,
-        *,
-        session_id: str,
-        agent: str,
-        emit: Callable[[Event], None],
-        model: str,
-        params: Mapping[str, Any],
-    ) -> SessionContext:
+    def session_for(self, at: Binding) -> SessionContext:
         """Bind every link for one session; one link's session is returned as it is."""
         sessions = [
-            link.bind(session_id=session_id, agent=agent, emit=emit, model=model, params=params)
+            link.bind(
+                session_id=at.session_id,
+                agent=at.agent,
+                emit=at.emit,
+                model=at.model or "",
+                params=at.params,
+            )
             for link in self.links
         ]
         joined = tuple(sessions)

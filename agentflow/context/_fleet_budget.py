@@ -272,15 +272,7 @@ class _FleetSession(LinkSession):
         async def charged(request: ChatRequest) -> TurnTrace:
             budget.check()
             trace = await complete(request)
-            at = self.at
-            budget.charge(
-                trace,
-                model=request.model,
-                agent=at.agent,
-                session_id=at.session_id,
-                turn=turn,
-                emit=at.emit,
-            )
+            self._charge(trace, turn, request.model)
             return trace
 
         return charged
@@ -304,13 +296,16 @@ class _FleetSession(LinkSession):
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
         """Count the turn's usage."""
         last = self._prompts.last if self._prompts is not None else None
+        self._charge(trace, turn, self.at.model, last.estimated_tokens if last else 0)
+
+    def _charge(self, trace: TurnTrace, turn: int, model: str | None, estimate: int = 0) -> None:
         at = self.at
         self._budget.charge(
             trace,
-            model=at.model,
+            model=model,
             agent=at.agent,
             session_id=at.session_id,
             turn=turn,
             emit=at.emit,
-            prompt_estimate=last.estimated_tokens if last is not None else 0,
+            prompt_estimate=estimate,
         )

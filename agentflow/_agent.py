@@ -19,7 +19,7 @@ from agentflow._tools import (
 
 if TYPE_CHECKING:
     from agentflow._session import Session, SessionResult
-    from agentflow.typing import ContextPolicy, Transport
+    from agentflow.typing import ContextLink, Transport
 
 __all__ = ["Agent"]
 
@@ -52,8 +52,11 @@ class Agent:
             longer results are cut to their first ``max_tool_output_chars`` characters
             and a marker line is appended. A tool's own ``max_output_chars`` overrides
             it; ``None`` (the default) sends results whole.
-        context: keeps each session's prompt inside its window (a
-            :class:`~agentflow.context.ContextBudget`); ``None`` sends history unchecked.
+        context: what runs before and after each model turn of a session: one context
+            link, or a list of them run in order (a
+            :class:`~agentflow.context.ContextChain`), e.g. ``[FleetBudget(...),
+            ContextBudget(window=...), CacheBusterCheck()]``; ``None`` sends history
+            unchecked. A list is kept as the chain it makes.
         priority: the scheduling class of this agent's turns (higher goes first under
             priority-aware policies).
     """
@@ -67,7 +70,7 @@ class Agent:
     tool_errors: Literal["return", "raise"] = "return"
     tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
     max_tool_output_chars: int | None = None
-    context: ContextPolicy | None = None
+    context: ContextLink | Sequence[Any] | None = None
     priority: int = 0
     #: Identifies the prompt prefix every session of this agent shares (instructions and
     #: tool schemas); sessions with equal keys are scheduled and routed together.
@@ -98,6 +101,14 @@ class Agent:
             raise ConfigError(
                 f"Agent {self.name!r}: priority must be an int, got {self.priority!r}"
             )
+        if isinstance(self.context, list | tuple):
+            from agentflow._context_chain import ContextChain
+
+            try:
+                chain = ContextChain(self.context)
+            except ConfigError as exc:
+                raise ConfigError(f"Agent {self.name!r}: {exc}") from None
+            object.__setattr__(self, "context", chain)
         bad = _RESERVED.intersection(self.params)
         if bad:
             raise ConfigError(

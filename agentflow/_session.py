@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from agentflow._config import session_run_internals
+from agentflow._context_chain import bind_context
 from agentflow._errors import ContextOverflow, MaxTurnsExceeded, ToolError
 from agentflow._events import (
     ErrorEvent,
@@ -265,7 +266,8 @@ class Session:
         :meth:`_first_ticket`), or what failed it, when a fleet queued it already."""
         agent = self.agent
         if agent.context is not None and self._context is None:
-            self._context = agent.context.bind(
+            self._context = bind_context(
+                agent.context,
                 session_id=self.session_id,
                 agent=agent.name,
                 emit=bus.emit,

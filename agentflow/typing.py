@@ -18,6 +18,7 @@ __all__ = [
     "Callback",
     "Clock",
     "Complete",
+    "ContextLink",
     "ContextPolicy",
     "DeltaKind",
     "DeltaSink",
@@ -73,7 +74,7 @@ Complete: TypeAlias = Callable[["ChatRequest"], Awaitable["TurnTrace"]]
 
 
 class SessionContext(Protocol):
-    """One session's view of its context policy; made by :meth:`ContextPolicy.bind`."""
+    """One session's view of a context link; made by :meth:`ContextLink.bind`."""
 
     async def before_turn(
         self,
@@ -95,10 +96,14 @@ class SessionContext(Protocol):
         """Called after each model turn (the server's usage corrects local estimates)."""
 
 
-class ContextPolicy(Protocol):
-    """Keeps every session's prompt inside its budget; set it as ``Agent(context=...)``.
+class ContextLink(Protocol):
+    """One link of an agent's context: ``Agent(context=link)`` or ``Agent(context=[…])``.
 
-    :class:`agentflow.context.ContextBudget` is the shipped implementation.
+    A link is bound once per session; the chain runs its links' ``before_turn`` in order
+    (each may rewrite the messages and say what it knows of the prompt) and their
+    ``after_turn`` in reverse (see :class:`agentflow.context.ContextChain`).
+    :class:`~agentflow.context.ContextBudget`, :class:`~agentflow.context.FleetBudget`
+    and :class:`~agentflow.context.CacheBusterCheck` are the shipped links.
     """
 
     def bind(
@@ -114,3 +119,8 @@ class ContextPolicy(Protocol):
 
         ``model`` and ``params`` are the agent's (``params["max_tokens"]`` sizes the
         output reserve)."""
+
+
+#: The earlier name of :class:`ContextLink` (a context policy is a chain of one link);
+#: code that implements it keeps working.
+ContextPolicy = ContextLink

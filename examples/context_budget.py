@@ -73,12 +73,10 @@ async def main() -> None:
     budget = ContextBudget(
         model="cpu-tiny",  # the window comes from the model table: 2,048 tokens
         counter=counter,
-        prefix_index=PrefixIndex(counter),  # fills PromptInfo.max_cacheable_tokens
         reserve_output=64,
         margin=0.05,
         pin_first=1,  # the task stays, verbatim, after the system prompt
         overflow=[TruncateToolOutputs(max_tokens=400), Compact(max_summary_tokens=64), Fail()],
-        fleet=fleet_budget,
     )
     agent = Agent(
         name="coder",
@@ -87,7 +85,9 @@ async def main() -> None:
         tools=[read_file],
         params={"max_tokens": 64, "agentflow_tool_rounds": 6},
         max_turns=20,
-        context=budget,
+        # The context chain, in order before each turn: refuse once the fleet's money is
+        # spent, fit the window, fingerprint the prompt (PromptInfo.max_cacheable_tokens).
+        context=[fleet_budget, budget, PrefixIndex(counter)],
     )
     # cpu-tiny's 2,048-token window, with KV room for every session's prefix (its own 4,096
     # tokens would evict them between turns: prefix reuse would then say so, at ~50%).

@@ -24,8 +24,13 @@ and budgets (issue #4). See ``docs/context.md``.
   :class:`TruncateToolOutputs`, :class:`Compact`); :class:`FleetBudget` — fleet-wide token
   and cost budgets; their events :class:`ContextTrimmedEvent`, :class:`CompactionEvent`,
   :class:`BudgetEvent` (``docs/context.md``, "Budgets and overflow policies").
+- :class:`ContextChain` — an agent's context as links run in order,
+  ``Agent(context=[FleetBudget(...), ContextBudget(...), CacheBusterCheck(...)])``; each has
+  the one signature :class:`agentflow.typing.ContextLink` (``docs/context.md``, "The
+  context chain").
 """
 
+from agentflow._context_chain import ContextChain
 from agentflow._public import publish as _publish
 from agentflow.context._budget import ContextBudget, PrefixSource, PrefixTracker
 from agentflow.context._cachebuster import (
@@ -98,6 +103,7 @@ __all__ = [
     "CompactionEvent",
     "ContentKind",
     "ContextBudget",
+    "ContextChain",
     "ContextTrimmedEvent",
     "DropOldest",
     "Fail",

@@ -12,15 +12,21 @@ Before each turn, if ``bound > limit``, the overflow policies run in order
 (re-estimating after each) until the prompt fits; if none makes it fit, the session fails
 with :class:`~agentflow.ContextOverflow`. After each turn the server's reported
 ``usage.prompt_tokens`` is fed to the calibrator (shared per :class:`ContextBudget`, per
-model) and anchors the session's next estimate, and the turn's usage is charged to the
-fleet budget, if there is one.
+model) and anchors the session's next estimate.
+
+It is one link of an agent's context chain (``agentflow._context_chain``): a fleet budget,
+a cache-buster check and a prefix index are links of their own beside it. It runs a
+:class:`CacheBusterCheck` of its own unless the chain has a check link (or
+``cache_buster=False``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agentflow._context_chain import Binding, Link
 from agentflow._errors import ConfigError
 from agentflow.context._cachebuster import CacheBusterCheck
 from agentflow.context._calibration import Calibrator
@@ -37,7 +43,7 @@ from agentflow.context._session_budget import SessionBudget
 from agentflow.context._windows import DEFAULT_RESERVE, KNOWN_WINDOWS, window_for
 
 if TYPE_CHECKING:
-    from agentflow._events import Event
+    from agentflow.typing import ContextLink
 
 __all__ = ["ContextBudget", "PrefixSource", "PrefixTracker"]
 
@@ -64,7 +70,7 @@ def _positive_int(owner: str, value: object, *, minimum: int = 1) -> int:
     return value
 
 
-class ContextBudget:
+class ContextBudget(Link[SessionBudget]):
     """Keeps every session's prompt inside its window; set it as ``Agent(context=...)``.
 
     One instance may serve many agents and sessions: the calibrator (per model), the
@@ -94,11 +100,14 @@ class ContextBudget:
         prefix_index: fingerprints prompts, filling ``PromptInfo.max_cacheable_tokens``
             in the server's tokens, so that it compares with the ``cached_tokens`` the
             server reports; each turn's reply counts as sent, as servers cache what they
-            generate (``docs/context.md``, "Prefix fingerprints").
-        fleet: a fleet-wide token/cost budget charged with every turn.
-        cache_buster: warns when prefixes that should match differ by something volatile
-            (a :class:`~agentflow.context.CacheBusterCheck`; ``True`` = one with defaults,
-            ``False`` = no check), after each turn, with the loss the server's usage shows.
+            generate (``docs/context.md``, "Prefix fingerprints"). The same as a
+            :class:`~agentflow.context.PrefixIndex` link after the budget.
+        fleet: deprecated: put the :class:`~agentflow.context.FleetBudget` in the chain,
+            ``Agent(context=[FleetBudget(...), ContextBudget(...)])``.
+        cache_buster: ``False`` runs no :class:`~agentflow.context.CacheBusterCheck`;
+            by default the budget runs one with defaults, unless the chain has a check
+            link (a configured check: ``[ContextBudget(...),
+            CacheBusterCheck(...)]``; passing the check here is deprecated).
     """
 
     def __init__(
@@ -114,7 +123,7 @@ class ContextBudget:
         calibrator: Calibrator | None = None,
         prefix_index: PrefixSource | None = None,
         fleet: FleetBudget | None = None,
-        cache_buster: CacheBusterCheck | bool = True,
+        cache_buster: CacheBusterCheck | bool | None = None,
     ) -> None:
         if window is not None:
             _positive_int("ContextBudget.window", window)
@@ -141,8 +150,28 @@ class ContextBudget:
         for p in policies:
             if not callable(p):
                 raise ConfigError(f"ContextBudget.overflow: {p!r} is not a policy (not callable)")
-        if fleet is not None and not isinstance(fleet, FleetBudget):
-            raise ConfigError(f"ContextBudget.fleet must be a FleetBudget, got {fleet!r}")
+        if fleet is not None:
+            if not isinstance(fleet, FleetBudget):
+                raise ConfigError(f"ContextBudget.fleet must be a FleetBudget, got {fleet!r}")
+            warnings.warn(
+                "ContextBudget(fleet=...) is deprecated; put the FleetBudget in the agent's "
+                "context chain: Agent(context=[FleetBudget(...), ContextBudget(...)])",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        if isinstance(cache_buster, CacheBusterCheck):
+            warnings.warn(
+                "ContextBudget(cache_buster=CacheBusterCheck(...)) is deprecated; put the "
+                "check in the agent's context chain: "
+                "Agent(context=[ContextBudget(...), CacheBusterCheck(...)])",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        elif cache_buster is not None and not isinstance(cache_buster, bool):
+            raise ConfigError(
+                f"ContextBudget.cache_buster must be a bool or a CacheBusterCheck, "
+                f"got {cache_buster!r}"
+            )
         self.window = window
         #: Where the window comes from: ``"given"``, ``"table"`` (:data:`KNOWN_WINDOWS`),
         #: or the server's report (``"server http://…/v1 max_model_len"``).
@@ -160,11 +189,48 @@ class ContextBudget:
         self.calibrator = calibrator if calibrator is not None else Calibrator()
         self.prefix_index = prefix_index
         self.fleet = fleet
+        #: The check this budget runs itself (``None``: none), unless a chain's check link
+        #: replaces it.
         self.cache_buster: CacheBusterCheck | None = (
             cache_buster
             if isinstance(cache_buster, CacheBusterCheck)
-            else (CacheBusterCheck() if cache_buster else None)
+            else (CacheBusterCheck() if cache_buster is not False else None)
         )
+        self._cache_buster_arg = cache_buster
+
+    def chain_links(self, chain: Sequence[object]) -> tuple[ContextLink, ...]:
+        """What this budget stands for in ``chain`` (the links an agent's context lists):
+        the deprecated ``fleet=`` budget before it, then itself (it runs its own
+        cache-buster check unless the chain has a check link).
+
+        Raises:
+            ConfigError: the chain sets the fleet budget, the check or the prefix index
+                both as a link and through this budget's arguments.
+        """
+        fleets = [x for x in chain if isinstance(x, FleetBudget)]
+        if self.fleet is not None and fleets:
+            raise ConfigError(
+                f"the context chain has a FleetBudget link ({fleets[0]!r}) and "
+                f"ContextBudget(fleet={self.fleet!r}): give the fleet budget once, as the link"
+            )
+        checks = [x for x in chain if isinstance(x, CacheBusterCheck)]
+        if self._cache_buster_arg is not None and checks:
+            raise ConfigError(
+                f"the context chain has a CacheBusterCheck link ({checks[0]!r}) and "
+                f"ContextBudget(cache_buster={self._cache_buster_arg!r}): give the check "
+                f"once, as the link"
+            )
+        indexes = [x for x in chain if not hasattr(x, "bind") and hasattr(x, "session")]
+        if self.prefix_index is not None and indexes:
+            raise ConfigError(
+                f"the context chain has a prefix index link ({indexes[0]!r}) and "
+                f"ContextBudget(prefix_index={self.prefix_index!r}): give the index once"
+            )
+        links: list[ContextLink] = []
+        if self.fleet is not None:
+            links.append(self.fleet)
+        links.append(self)
+        return tuple(links)
 
     @classmethod
     async def from_server(
@@ -227,33 +293,23 @@ class ContextBudget:
             f"ContextBudget: no window for model {model or self.model!r}; pass window="
         )
 
-    def bind(
-        self,
-        *,
-        session_id: str,
-        agent: str,
-        emit: Callable[[Event], None],
-        model: str | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> SessionBudget:
-        """A fresh :class:`SessionBudget` for one session.
-
-        Args:
-            session_id: the session.
-            agent: its agent's name.
-            emit: sends events to the fleet's callbacks.
-            model: the agent's model (calibration key, window lookup, summary model);
-                ``ContextBudget.model`` when not given.
-            params: the agent's body params; ``max_tokens`` sets the default reserve.
+    def session_for(self, at: Binding) -> SessionBudget:
+        """A fresh :class:`SessionBudget` for one session (:meth:`bind` makes ``at``), with
+        the budget's cache-buster check (a check link in the agent's chain replaces it; a
+        deprecated ``fleet=`` runs as a link before it, see :meth:`chain_links`).
+        ``at.model`` is the calibration key, window lookup and summary model
+        (``ContextBudget.model`` when ``None``); ``max_tokens`` in ``at.params`` sets the
+        default reserve.
 
         Raises:
             ConfigError: no window is known, or reserve and margin leave no room.
         """
+        model, params, session_id = at.model, at.params, at.session_id
         name = model or self.model
         window = self.window_of(name)
         reserve = self.reserve_output
         if reserve is None:
-            asked = (params or {}).get("max_completion_tokens") or (params or {}).get("max_tokens")
+            asked = params.get("max_completion_tokens") or params.get("max_tokens")
             reserve = asked if isinstance(asked, int) and not isinstance(asked, bool) else None
         if reserve is None:
             reserve = min(DEFAULT_RESERVE, window // 4)
@@ -264,13 +320,4 @@ class ContextBudget:
                 f"ContextBudget for session {session_id!r}: window {window:,} leaves no room "
                 f"for a prompt after reserve_output={reserve:,} and margin={margin:,}"
             )
-        return SessionBudget(
-            self,
-            session_id=session_id,
-            agent=agent,
-            emit=emit,
-            model=name,
-            window=window,
-            reserve=reserve,
-            margin=margin,
-        )
+        return SessionBudget(self, at, model=name, window=window, reserve=reserve, margin=margin)

@@ -39,8 +39,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
+from agentflow._context_chain import Binding, Link, LinkSession
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
 from agentflow.context import _bustdiff
@@ -55,9 +56,8 @@ from agentflow.context._bustreport import (
 )
 
 if TYPE_CHECKING:
-    from agentflow._events import Event
     from agentflow._trace import PromptInfo, TurnTrace
-    from agentflow.typing import Complete, SessionContext
+    from agentflow.typing import Complete
 
 __all__ = ["CacheBusterCheck", "CacheBusterKind", "CacheBusterScope", "CacheBusterWarning"]
 
@@ -90,15 +90,17 @@ class _AgentState:
     logged: set[tuple[str, str, str]] = field(default_factory=set)
 
 
-class CacheBusterCheck:
+class CacheBusterCheck(Link["_CheckContext"]):
     """Warns when prefixes that should match differ only by something volatile.
 
     Call :meth:`check` once per turn, just before the request is sent, with the messages
     and tools it will carry — a context policy's ``before_turn`` is the place (after any
     rewriting of the history) — and, to have each bust's loss measured by the server,
     :meth:`observe_turn` with the turn's trace after it. A check can also be the agent's
-    context policy on its own: ``Agent(context=CacheBusterCheck())`` (it then only
-    checks; it keeps no budget); ``ContextBudget`` runs one by default. Both do both calls.
+    context link on its own, ``Agent(context=CacheBusterCheck())`` (it then only
+    checks; it keeps no budget), or after a budget, ``Agent(context=[ContextBudget(...),
+    CacheBusterCheck(...)])``; a ``ContextBudget`` without a check link runs one with
+    defaults. Both calls are made for you.
 
     One check serves any number of agents and sessions: share one instance across the
     sessions whose prefixes are to be compared. Sessions of different agents are not
@@ -274,19 +276,11 @@ class CacheBusterCheck:
         if state is not None and state.pending is not None:
             self._report(state, None)
 
-    def bind(
-        self,
-        *,
-        session_id: str,
-        agent: str,
-        emit: Callable[[Event], None],
-        model: str | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> SessionContext:
-        """A per-session context that only runs this check (see :class:`ContextPolicy`)."""
-        return _CheckContext(
-            self, session_id, agent, cast("Callable[[CacheBusterWarning], None]", emit)
-        )
+    def session_for(self, at: Binding) -> _CheckContext:
+        """A per-session context that runs this check (a link of the agent's context);
+        after a :class:`~agentflow.context.ContextBudget` in a chain it compares the
+        budget's pinned prefix turn to turn."""
+        return _CheckContext(at, self)
 
     def _key(self, agent: str) -> str:
         return agent if self._group is None else self._group(agent)
@@ -402,22 +396,30 @@ def _clip(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else f"{text[:limit]}…"
 
 
-class _CheckContext:
-    """The per-session context of a :class:`CacheBusterCheck` used as a context policy."""
+class _CheckContext(LinkSession):
+    """The per-session context of a :class:`CacheBusterCheck` (a link of the chain)."""
 
-    __slots__ = ("_agent", "_check", "_emit", "_session_id")
+    __slots__ = ("_check", "_pinned")
 
-    def __init__(
-        self,
-        check: CacheBusterCheck,
-        session_id: str,
-        agent: str,
-        emit: Callable[[CacheBusterWarning], None],
-    ) -> None:
+    def __init__(self, at: Binding, check: CacheBusterCheck) -> None:
+        super().__init__(at)
         self._check = check
-        self._session_id = session_id
-        self._agent = agent
-        self._emit = emit
+        self._pinned: Callable[[Sequence[Mapping[str, Any]]], int] | None = None
+
+    def join(self, sessions: Sequence[object]) -> None:
+        """Compare the pinned prefix of the nearest budget before this check, turn to turn;
+        the chain's budgets run no default check of their own beside this one."""
+        from agentflow.context._session_budget import SessionBudget
+
+        budgets = [s for s in self.earlier(sessions) if isinstance(s, SessionBudget)]
+        if budgets:
+            self._pinned = budgets[0].pinned_of
+        for session in sessions:
+            if (
+                isinstance(session, SessionBudget)
+                and session.budget.cache_buster is not self._check
+            ):
+                session.without_check()
 
     async def before_turn(
         self,
@@ -427,11 +429,19 @@ class _CheckContext:
         complete: Complete,
     ) -> PromptInfo | None:
         """Run the check on the prompt about to be sent; nothing is rewritten."""
+        pinned, at = self._pinned, self.at
         self._check.check(
-            self._session_id, self._agent, messages, tools, self._emit, turn=turn, defer=True
+            at.session_id,
+            at.agent,
+            messages,
+            tools,
+            at.emit,
+            turn=turn,
+            pinned=pinned(messages) if pinned is not None else None,
+            defer=True,  # reported after the turn, with the loss the server shows
         )
         return None
 
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
         """Report the turn's bust, if any, with the loss the server's usage shows."""
-        self._check.observe_turn(self._session_id, trace)
+        self._check.observe_turn(self.at.session_id, trace)

@@ -12,8 +12,12 @@ Cost of one request, with prices per million tokens::
     cost = ((prompt − cached) × prompt_price + cached × cached_price
             + output × output_price) / 1e6
 
-Use it through :class:`~agentflow.context.ContextBudget` (``fleet=``), or on its own as
-an agent's context policy when sessions need a budget but no window.
+It is a link of an agent's context: on its own (``Agent(context=FleetBudget(...))``) when
+sessions need a budget but no window, or in a chain,
+``Agent(context=[FleetBudget(...), ContextBudget(...)])``. It checks the budget before
+each turn and before each extra request of the links after it (a compaction's summary),
+and charges both; in a chain with a :class:`~agentflow.context.ContextBudget` a turn the
+server sent no usage for is charged with the budget's estimate of its prompt.
 """
 
 from __future__ import annotations
@@ -23,12 +27,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentflow._context_chain import Binding, Link, LinkSession
 from agentflow._errors import BudgetExceeded, ConfigError
 from agentflow.context._events import BudgetEvent
 
 if TYPE_CHECKING:
-    from agentflow._events import Event
+    from agentflow._request import ChatRequest
     from agentflow._trace import PromptInfo, TurnTrace
+    from agentflow.context._session_budget import SessionBudget
     from agentflow.typing import Complete
 
 __all__ = ["FleetBudget", "Prices", "Spend"]
@@ -97,7 +103,7 @@ def spend_of(trace: TurnTrace, prices: Prices | None, *, prompt_estimate: int = 
     return Spend(prompt_tokens=prompt, cached_tokens=cached, output_tokens=output, cost=cost)
 
 
-class FleetBudget:
+class FleetBudget(Link["_FleetSession"]):
     """Total token and cost budgets shared by every session that uses it.
 
     Args:
@@ -233,45 +239,43 @@ class FleetBudget:
             )
         return spend
 
-    def bind(
-        self,
-        *,
-        session_id: str,
-        agent: str,
-        emit: Callable[[Event], None],
-        model: str | None = None,
-        params: Mapping[str, Any] | None = None,
-    ) -> _FleetSession:
-        """A per-session context that enforces only this budget (no window).
-
-        Args:
-            session_id: the session.
-            agent: its agent's name.
-            emit: sends :class:`BudgetEvent` s to the fleet's callbacks.
-            model: the agent's model (picks its prices from a per-model mapping);
-                the model the server reports when not given.
-            params: the agent's body params (unused; accepted for the common signature).
-        """
-        return _FleetSession(self, session_id=session_id, agent=agent, emit=emit, model=model)
+    def session_for(self, at: Binding) -> _FleetSession:
+        """A per-session context that checks and charges this budget (``at.model`` picks
+        the prices from a per-model mapping; the server's model when it is ``None``)."""
+        return _FleetSession(at, self)
 
 
-class _FleetSession:
-    """The session side of a :class:`FleetBudget` used on its own as a context policy."""
+class _FleetSession(LinkSession):
+    """One session's side of a :class:`FleetBudget` (a link of its context chain)."""
 
-    def __init__(
-        self,
-        budget: FleetBudget,
-        *,
-        session_id: str,
-        agent: str,
-        emit: Callable[[Any], None],
-        model: str | None,
-    ) -> None:
+    __slots__ = ("_budget", "_prompts")
+
+    def __init__(self, at: Binding, budget: FleetBudget) -> None:
+        super().__init__(at)
         self._budget = budget
-        self._session_id = session_id
-        self._agent = agent
-        self._emit = emit
-        self._model = model
+        #: The budget session whose estimate charges a turn the server sent no usage for.
+        self._prompts: SessionBudget | None = None
+
+    def join(self, sessions: Sequence[object]) -> None:
+        """Charge a turn without usage with the estimate of a budget in the chain."""
+        from agentflow.context._session_budget import SessionBudget
+
+        for session in sessions:
+            if isinstance(session, SessionBudget):
+                self._prompts = session
+                return
+
+    def wrap_complete(self, turn: int, complete: Complete) -> Complete:
+        """``complete``, checking the budget before each extra request and charging it."""
+        budget = self._budget
+
+        async def charged(request: ChatRequest) -> TurnTrace:
+            budget.check()
+            trace = await complete(request)
+            self._charge(trace, turn, request.model)
+            return trace
+
+        return charged
 
     async def before_turn(
         self,
@@ -284,13 +288,24 @@ class _FleetSession:
         self._budget.check()
         return None
 
+    def before_send(self, turn: int) -> None:
+        """Check again once the links after this one are done: others' turns, or this
+        session's compaction, may have spent the budget meanwhile."""
+        self._budget.check()
+
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
         """Count the turn's usage."""
+        last = self._prompts.last if self._prompts is not None else None
+        self._charge(trace, turn, self.at.model, last.estimated_tokens if last else 0)
+
+    def _charge(self, trace: TurnTrace, turn: int, model: str | None, estimate: int = 0) -> None:
+        at = self.at
         self._budget.charge(
             trace,
-            model=self._model,
-            agent=self._agent,
-            session_id=self._session_id,
+            model=model,
+            agent=at.agent,
+            session_id=at.session_id,
             turn=turn,
-            emit=self._emit,
+            emit=at.emit,
+            prompt_estimate=estimate,
         )

@@ -1,7 +1,9 @@
 """One session's side of a :class:`~agentflow.context.ContextBudget`: before each turn,
 count the prompt, run the overflow policies if its bound is over the limit, check for
-cache busters and fingerprint it; after each turn, teach the calibrator the server's
-count, fingerprint the reply and charge the fleet budget.
+cache busters (the budget's own check, unless the agent's chain has a check link) and
+fingerprint it; after each turn, teach the calibrator the server's count, fingerprint
+the reply and report a bust. (A fleet budget is a link of its own in the agent's chain;
+a check link after the budget asks it for the pinned prefix.)
 
 The flow of one turn, in the order :meth:`SessionBudget.before_turn` runs it::
 
@@ -14,9 +16,10 @@ The flow of one turn, in the order :meth:`SessionBudget.before_turn` runs it::
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from agentflow._context_chain import Binding, LinkSession
 from agentflow._errors import AgentflowError
 from agentflow._trace import PromptInfo
 from agentflow.context._cacheable import CacheableTracker
@@ -29,14 +32,13 @@ from agentflow.context._overflow import OverflowView, overflow_error, policy_nam
 
 if TYPE_CHECKING:
     from agentflow._trace import TurnTrace
-    from agentflow.context._budget import ContextBudget
-    from agentflow.transport._request import ChatRequest
+    from agentflow.context._budget import ContextBudget, PrefixSource
     from agentflow.typing import Complete
 
 __all__ = ["SessionBudget"]
 
 
-class SessionBudget:
+class SessionBudget(LinkSession):
     """One session's side of a :class:`ContextBudget` (its :class:`SessionContext`).
 
     Attributes:
@@ -54,47 +56,59 @@ class SessionBudget:
     def __init__(
         self,
         budget: ContextBudget,
+        at: Binding,
         *,
-        session_id: str,
-        agent: str,
-        emit: Callable[[Any], None],
         model: str | None,
         window: int,
         reserve: int,
         margin: int,
     ) -> None:
+        super().__init__(at)
         self.budget = budget
-        self.session_id = session_id
-        self.agent = agent
+        self.session_id = at.session_id
+        self.agent = at.agent
         self.model = model
         self.window = window
         self.reserve = reserve
         self.margin = margin
         self.limit = window - reserve - margin
         self.last: PromptInfo | None = None
-        self._emit = emit
+        self._emit = at.emit
         self._key = model or ""
         self._est = SessionEstimates(budget.counter, budget.calibrator, self._key)
-        index = budget.prefix_index
-        self._tracker = (
-            CacheableTracker(
-                # Following this session's own count: one change check per turn, and each
-                # new message tokenized once for both (when the index renders as the
-                # counter does).
-                index.session(self._est.counter)
-                if isinstance(index, PrefixIndex)
-                else index.session(),
-                budget.counter,
-                getattr(index, "block_size", 16),
-            )
-            if index is not None
-            else None
-        )
+        self._tracker: CacheableTracker | None = None
+        if budget.prefix_index is not None:
+            self.track_prefixes(budget.prefix_index)
+        # The budget's own cache-buster check (its default one), run after the policies;
+        # a check link in the agent's chain replaces it (see without_check).
+        check = budget.cache_buster
+        self._check = check.session_for(at) if check is not None else None
+        if self._check is not None:
+            self._check.join((self, self._check))  # it compares this budget's pinned prefix
         self._pinned: int | None = None
         self._served_model: str | None = None
         self.forecast: TokenEstimate | None = None
 
-    def _pinned_of(self, messages: Sequence[Mapping[str, Any]]) -> int:
+    def track_prefixes(self, index: PrefixSource) -> None:
+        """Fingerprint this session's prompts in ``index`` (a prefix index link after the
+        budget in a chain joins it through this), filling ``max_cacheable_tokens``."""
+        self._tracker = CacheableTracker(
+            # Following this session's own count: one change check per turn, and each
+            # new message tokenized once for both (when the index renders as the
+            # counter does).
+            index.session(self._est.counter) if isinstance(index, PrefixIndex) else index.session(),
+            self.budget.counter,
+            getattr(index, "block_size", 16),
+        )
+
+    def without_check(self) -> None:
+        """Run no cache-buster check of the budget's own: a check link of the chain does."""
+        self._check = None
+
+    def pinned_of(self, messages: Sequence[Mapping[str, Any]]) -> int:
+        """How many leading messages no policy may touch: the system message(s) and
+        ``pin_first`` more (a cache-buster check after the budget compares them turn to
+        turn)."""
         # Append-only until a policy first runs, so recomputing is safe until then; after,
         # the boundary is frozen (a system-role summary must not join the prefix).
         if self._pinned is None:
@@ -108,34 +122,18 @@ class SessionBudget:
         tools: Sequence[Mapping[str, Any]],
         complete: Complete,
     ) -> PromptInfo:
-        """Check budgets, bring the prompt inside the window, and say what will be sent.
+        """Bring the prompt inside the window, and say what will be sent.
 
         Raises:
-            BudgetExceeded: the fleet budget is spent.
             ContextOverflow: no policy could make the prompt fit.
         """
-        fleet = self.budget.fleet
-        if fleet is not None:
-            fleet.check()
         est = self._est
         raw = est.raw_prompt(messages, tools)
         forecast = est.forecast()  # calibrated per content kind, plus its error margin
         if forecast.bound > self.limit:
             raw, forecast = await self._overflow(turn, messages, tools, complete, forecast.bound)
-            if fleet is not None:
-                fleet.check()  # spent by others while this session compacted
-        check = self.budget.cache_buster
-        if check is not None:
-            check.check(
-                self.session_id,
-                self.agent,
-                messages,
-                tools,
-                self._emit,
-                turn=turn,
-                pinned=self._pinned_of(messages),
-                defer=True,  # reported after the turn, with the loss the server shows
-            )
+        if self._check is not None:  # reported after the turn, with the loss the server shows
+            await self._check.before_turn(turn, messages, tools, complete)
         cacheable = None
         if self._tracker is not None:
             # Fingerprints count local tokens; in the server's, like ``tokens``, so that
@@ -156,7 +154,7 @@ class SessionBudget:
         complete: Complete,
         tokens: int,
     ) -> tuple[int, TokenEstimate]:
-        pinned = self._pinned_of(messages)
+        pinned = self.pinned_of(messages)
         self._pinned = pinned
         view = OverflowView(
             session_id=self.session_id,
@@ -168,7 +166,7 @@ class SessionBudget:
             tools=tools,
             limit=self.limit,
             window=self.window,
-            complete=self._charged(turn, complete),
+            complete=complete,
             estimator=self._est,
             emit=self._emit,
         )
@@ -205,31 +203,10 @@ class SessionBudget:
                 return raw, forecast
         raise overflow_error(view, tokens)
 
-    def _charged(self, turn: int, complete: Complete) -> Complete:
-        """``complete``, checking and charging the fleet budget around each request."""
-        fleet = self.budget.fleet
-        if fleet is None:
-            return complete
-
-        async def charged(request: ChatRequest) -> TurnTrace:
-            fleet.check()
-            trace = await complete(request)
-            fleet.charge(
-                trace,
-                model=request.model,
-                agent=self.agent,
-                session_id=self.session_id,
-                turn=turn,
-                emit=self._emit,
-            )
-            return trace
-
-        return charged
-
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
-        """Feed the reported prompt size to the calibrator; charge the fleet budget;
-        fingerprint the reply, which the server cached with the prompt; report the turn's
-        cache bust, if any, with the loss the server's usage shows."""
+        """Feed the reported prompt size to the calibrator; fingerprint the reply, which
+        the server cached with the prompt; report the turn's cache bust, if any, with the
+        loss the server's usage shows."""
         if trace.model:
             self._served_model = trace.model
         usage = trace.usage
@@ -242,16 +219,5 @@ class SessionBudget:
             self._est.observe(usage.prompt_tokens, self.forecast)
         if self._tracker is not None:
             self._tracker.reply(trace)  # the server cached its reply with the prompt
-        if self.budget.cache_buster is not None:
-            self.budget.cache_buster.observe_turn(self.session_id, trace)
-        fleet = self.budget.fleet
-        if fleet is not None:
-            fleet.charge(
-                trace,
-                model=self.model,
-                agent=self.agent,
-                session_id=self.session_id,
-                turn=turn,
-                emit=self._emit,
-                prompt_estimate=last.estimated_tokens if last is not None else 0,
-            )
+        if self._check is not None:
+            self._check.after_turn(turn, trace)

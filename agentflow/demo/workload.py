@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentflow._agent import Agent
+from agentflow._context_chain import ContextChain
 from agentflow._tools import Tool
 from agentflow.context._budget import ContextBudget
 from agentflow.context._cachebuster import CacheBusterCheck
@@ -239,10 +240,14 @@ def make_workload(
             planner's default deployment's ``max_model_len`` (the report's 1,000,000).
     """
     if context is None:
-        context = ContextBudget(
-            window=window or get_deployment(DEFAULT_DEPLOYMENT).context_limit,
-            prefix_index=PrefixIndex(),
-            cache_buster=CacheBusterCheck(group=lambda name: "coder"),
+        context = ContextChain(
+            [
+                ContextBudget(
+                    window=window or get_deployment(DEFAULT_DEPLOYMENT).context_limit,
+                    prefix_index=PrefixIndex(),
+                ),
+                CacheBusterCheck(group=lambda name: "coder"),
+            ]
         )
     rng = random.Random(seed)
     repo = Repository.sample()

@@ -16,7 +16,7 @@ from agentflow import (
     Fleet,
     PromptInfo,
 )
-from agentflow.context import MessageCounter, TiktokenCounter
+from agentflow.context import ContextChain, MessageCounter, TiktokenCounter
 from agentflow.context._budget import ContextBudget
 from agentflow.context._calibration import Calibrator
 from agentflow.context._compact import Compact
@@ -252,9 +252,9 @@ async def test_fleet_budget_stops_turns_and_counts_compactions() -> None:
     fleet = FleetBudget(max_tokens=1000)
     events: list[Any] = []
     completer = Completer("s")
-    budget = ContextBudget(window=600, reserve_output=50, margin=0, fleet=fleet,
-                           overflow=Compact(keep_last=1))  # fmt: skip
-    ctx = bind(budget, events, model="m")
+    budget = ContextBudget(window=600, reserve_output=50, margin=0, overflow=Compact(keep_last=1))
+    chain = ContextChain([fleet, budget])
+    ctx = chain.bind(session_id="s-1", agent="a", emit=events.append, model="m", params={})
     await ctx.before_turn(0, conversation(6, output_words=120), (), completer)
     assert fleet.requests == 1 and fleet.tokens == 101  # the summary call: 100 + 1
     ctx.after_turn(0, trace(prompt=850, output=60))

@@ -16,7 +16,7 @@ import pytest
 
 from agentflow import Agent, Fleet, SessionResult
 from agentflow._trace import PromptInfo, TurnTrace, Usage
-from agentflow.context import CacheBusterCheck, CacheBusterWarning, ContextBudget
+from agentflow.context import CacheBusterCheck, CacheBusterWarning, ContextBudget, ContextChain
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
@@ -186,7 +186,7 @@ def system_prompt(turn: int) -> str:
 @pytest.mark.parametrize(
     "make_policy",
     [
-        lambda check: ContextBudget(window=1_000_000, cache_buster=check),
+        lambda check: ContextChain([ContextBudget(window=1_000_000), check]),
         lambda check: check,
     ],
     ids=["context-budget", "check-alone"],

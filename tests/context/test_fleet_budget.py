@@ -120,11 +120,11 @@ PRICES = Prices(prompt=1.0, cached=0.1, output=4.0)
 
 
 async def run_fleet(fleet_budget: FleetBudget, sessions: int) -> tuple[FleetResult, list[Any]]:
-    budget = ContextBudget(window=4096, reserve_output=48, fleet=fleet_budget)
+    budget = ContextBudget(window=4096, reserve_output=48)
     tool = ReadFile([], 80)
     events: list[Any] = []
     async with simulator() as (_, transport):
-        agent = sim_agent(budget, tool, rounds=4)
+        agent = sim_agent([fleet_budget, budget], tool, rounds=4)
         fleet = Fleet(transport, max_concurrency=2, callbacks=[events.append])
         result = await fleet.run(agent.session(f"Fix bug {i}") for i in range(sessions))
     return result, events

@@ -297,11 +297,17 @@ def extras(row: Row, mc: MessageCounter) -> None:
 
 
 def hash_costs(tokens: list[int], size: int, reps: int) -> dict[str, float]:
-    """µs per block of three chained block hashes over ``tokens``."""
+    """µs per block of four chained block hashes over ``tokens``."""
     full = len(tokens) - len(tokens) % size
     packed = array.array("q", tokens)
 
     def py_hash() -> None:
+        # As PrefixSession does: each block a tuple built by zip, hashed nested in a pair.
+        h = 0
+        for block in zip(*[iter(tokens[:full])] * size, strict=False):
+            h = hash((h, block))
+
+    def py_hash_flat() -> None:
         h = 0
         for i in range(0, full, size):
             h = hash((h, *tokens[i : i + size]))
@@ -320,7 +326,8 @@ def hash_costs(tokens: list[int], size: int, reps: int) -> dict[str, float]:
 
     out: dict[str, float] = {}
     fns: dict[str, Callable[[], None]] = {
-        "Python `hash((prev, *ids))`": py_hash,
+        "Python `hash((prev, block))`": py_hash,
+        "Python `hash((prev, *ids))`": py_hash_flat,
         "`hashlib.blake2b(prev + ids, digest_size=8)`": blake2b,
         "`hashlib.sha256(prev + ids)`": sha256,
     }
@@ -994,8 +1001,9 @@ same `PromptCounter` and reuses the count's tokens), hashing its ~31 blocks and 
 binary search of the index — not the history's tokens.
 The tokenizer baseline encodes one fresh ~500-token text per repetition, among the
 turns; the others recount and re-fingerprint the largest history with a fresh counter
-and index. The hash rows time the three chained block
-hashes over the largest history's rendered tokens; agentflow uses the first.
+and index. The hash rows time four chained block
+hashes over the largest history's rendered tokens; agentflow uses the first (the second,
+each block's ids unpacked into the tuple, is what it used before).
 "tokenized ÷ appended" is the characters the tokenizer was handed during the step (a
 `TokenCounter` that counts them, around tiktoken) over the characters of text in the
 appended message: 1.00 means it was tokenized once, for count and fingerprint together.

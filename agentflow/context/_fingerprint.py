@@ -184,18 +184,27 @@ class PrefixIndex:
         """Give up ``count`` leaves, least recently sent first; a parent left without
         followers becomes a leaf at the front of the queue (so a cold chain goes tail first)."""
         followers, leaves = self._followers, self._leaves
-        pop_leaf, pop_parent, to_front = leaves.popitem, self._parents.pop, leaves.move_to_end
-        for _ in range(count):
+        pop_leaf, pop_parent = leaves.popitem, self._parents.pop
+        left = count
+        while left > 0:
             h, _ = pop_leaf(last=False)
+            left -= 1
             parent = pop_parent(h)
-            if parent is None:
-                continue
-            n = followers.pop(parent, 1) - 1
-            if n > 1:
-                followers[parent] = n
-            elif n == 0:
-                leaves[parent] = None
-                to_front(parent, last=False)
+            # Up the chain: a parent left without followers would go to the front of the
+            # queue and be the next leaf popped, so it is popped here at once (a cold
+            # chain goes in one walk, never queued block by block).
+            while parent is not None:
+                n = followers.pop(parent, 1) - 1
+                if n:
+                    if n > 1:
+                        followers[parent] = n
+                    break
+                if not left:
+                    leaves[parent] = None
+                    leaves.move_to_end(parent, last=False)
+                    break
+                left -= 1
+                parent = pop_parent(parent)
         self.evicted_blocks += count
 
 
@@ -312,7 +321,7 @@ class PrefixSession:
         if len(tail) >= size:  # the tool schemas, which come first
             full = len(tail) - len(tail) % size
             for block in zip(*[islice(tail, 0, full)] * size, strict=False):
-                h = hash((h, *block))
+                h = hash((h, block))
                 append(h)
             tail = tail[full:]
         msg_blocks, msg_tails = self._msg_blocks, self._msg_tails
@@ -329,12 +338,12 @@ class PrefixSession:
                 if n < start:
                     tail = tail + ids
                     continue
-                h = hash((h, *tail, *ids[:start]))
+                h = hash((h, (*tail, *ids[:start])))
                 append(h)
             full = n - (n - start) % size
             # zip over one iterator, ``size`` times: the blocks as tuples, built in C.
             for block in zip(*[islice(ids, start, full)] * size, strict=False):
-                h = hash((h, *block))
+                h = hash((h, block))
                 append(h)
             tail = ids[full:]
         self._tail = tail

@@ -54,12 +54,12 @@ def _tokens(
 
 
 def _reference_blocks(session: PrefixSession, tokens: list[int]) -> list[int]:
-    """The chain computed from scratch: block i = hash(block i-1, its tokens)."""
+    """The chain computed from scratch: block i = hash((block i-1, its tokens as a tuple))."""
     size = session.index.block_size
     h = session._seed
     out = []
     for i in range(0, len(tokens) - len(tokens) % size, size):
-        h = hash((h, *tokens[i : i + size]))
+        h = hash((h, tuple(tokens[i : i + size])))
         out.append(h)
     return out
 

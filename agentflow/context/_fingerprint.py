@@ -40,14 +40,16 @@ ratio of the two is what :class:`~agentflow.context.Calibrator` learns.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from contextlib import suppress
 from itertools import islice
 from typing import Any
 
 from agentflow._errors import ConfigError
 from agentflow.context._counting import TiktokenCounter
-from agentflow.context._messages import MessageCounter
+from agentflow.context._messages import MessageCounter, _freeze
 from agentflow.context._prompt import PromptCounter
 
 __all__ = ["DEFAULT_CAPACITY_TOKENS", "PrefixIndex", "PrefixSession"]
@@ -238,7 +240,9 @@ class PrefixSession:
     __slots__ = (
         "_blocks",
         "_generation",
+        "_kept",
         "_msg_blocks",
+        "_msg_keys",
         "_msg_tails",
         "_render",
         "_seed",
@@ -265,6 +269,10 @@ class PrefixSession:
         self._msg_blocks: list[int] = []
         self._msg_tails: list[tuple[int, ...]] = []
         self._tail: list[int] = []
+        #: Per message, its content as a key (see :func:`_freeze`); and by that key, the
+        #: packed ids (4 bytes a token) of messages a rewrite hashed again unchanged.
+        self._msg_keys: list[Hashable] = []
+        self._kept: dict[Hashable, array[int]] = {}
         self.cacheable_tokens = 0
 
     @property
@@ -293,28 +301,56 @@ class PrefixSession:
         self._generation = prompt.generation
         first = prompt.take_changes()
         blocks = self._blocks
+        rewrite = self._started
         if first < 0 or not self._started:
             # Tool schemas come first in the rendered prompt: everything changes.
             self._started = True
             start, tail = 0, list(self._render.render_tools(prompt.tools))
             first = 0
-            self._msg_blocks.clear()
-            self._msg_tails.clear()
         elif first < len(self._msg_blocks):
             start, tail = self._msg_blocks[first], list(self._msg_tails[first])
-            del self._msg_blocks[first:], self._msg_tails[first:]
         else:
-            start, tail = len(blocks), self._tail
+            start, tail, rewrite = len(blocks), self._tail, False
         del blocks[start:]
-        self._extend(messages[first:], tail)
+        if rewrite:
+            stale = set(self._msg_keys[first:])
+            del self._msg_blocks[first:], self._msg_tails[first:], self._msg_keys[first:]
+            self._extend(messages[first:], tail, stale)
+            kept = self._kept
+            if kept:
+                live = set(self._msg_keys)
+                for key in [k for k in kept if k not in live]:
+                    del kept[key]
+        else:
+            if first == 0:
+                self._msg_blocks.clear()
+                self._msg_tails.clear()
+                self._msg_keys.clear()
+            self._extend(messages[first:], tail, None)
         cached = index.cached_prefix_blocks(blocks)
         index.record(blocks, cached)
         self.cacheable_tokens = cached * index.block_size
         return self.cacheable_tokens
 
-    def _extend(self, messages: Sequence[Mapping[str, Any]], tail: list[int]) -> None:
+    def _extend(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tail: list[int],
+        stale: set[Hashable] | None,
+    ) -> None:
+        """Hash ``messages`` on from the chain's end, ``tail`` its unfinished block.
+
+        On a rewrite (everything after the first changed message is hashed again),
+        ``stale`` holds the keys of the messages that followed it before: a message among
+        them, hashed again unchanged, keeps its ids packed and is taken from there the next
+        time — a policy that rewrites an early message on every turn
+        (``TruncateToolOutputs(all=False)``) rehashes what follows without tokenizing it
+        again. Messages a rewrite changed are not kept: the next one starts after them.
+        """
         size = self.index.block_size
         render = self._render.render
+        kept = self._kept
+        msg_keys = self._msg_keys
         blocks = self._blocks
         append = blocks.append
         h = blocks[-1] if blocks else self._seed
@@ -330,13 +366,23 @@ class PrefixSession:
             msg_tails.append(tuple(tail))
             # The message's ids as the counter rendered them: hashed where they lie, never
             # copied (a 20k-token tool output is 1,250 blocks).
-            ids = render(message)
+            key = _freeze(message)
+            msg_keys.append(key)
+            ids: Sequence[int] | None = None
+            if stale is not None:
+                ids = kept.get(key)
+                if ids is None and key in stale:
+                    ids = render(message)
+                    with suppress(OverflowError):  # ids beyond 32 bits: not kept
+                        kept[key] = array("i", ids)
+            if ids is None:
+                ids = render(message)
             n = len(ids)
             start = 0
             if tail:
                 start = size - len(tail)
                 if n < start:
-                    tail = tail + ids
+                    tail = [*tail, *ids]
                     continue
                 h = hash((h, (*tail, *ids[:start])))
                 append(h)
@@ -345,7 +391,7 @@ class PrefixSession:
             for block in zip(*[islice(ids, start, full)] * size, strict=False):
                 h = hash((h, block))
                 append(h)
-            tail = ids[full:]
+            tail = list(ids[full:])
         self._tail = tail
 
 

@@ -15,23 +15,30 @@ unfinished block). An appended message hashes only its own tokens; a rewrite
 (compaction, truncation) rehashes from the first changed message, found as
 :class:`PromptCounter` finds it. Following the session's own :class:`PromptCounter`, a
 tracker takes the token ids its count just made, so each message is tokenized once for
-both (see :class:`PrefixSession`). The hash is Python's own ``hash`` of the tuple
-``(previous hash, *token ids)`` — 64 bits, deterministic for integers across processes,
-and the fastest of the candidates measured (``hashlib.blake2b`` and ``sha256`` over packed
-ids cost 2.2–2.5× as much per block; ``benchmarks/token_accounting.py``) — the same
-construction as vLLM's ``builtin`` block-hash option.
+both (see :class:`PrefixSession`). The hash is Python's own ``hash`` of the pair
+``(previous hash, block)``, the block a tuple of its token ids — 64 bits, deterministic
+for integers across processes, and the fastest of the candidates measured (unpacking the
+ids into the tuple, as vLLM's ``builtin`` block-hash option does, costs ~20% more; and
+``hashlib.blake2b`` and ``sha256`` over packed ids 2–2.5× as much per block;
+``benchmarks/token_accounting.py``). A rewrite keeps the packed ids of the messages it
+hashed again unchanged, so that an early rewrite on every turn does not tokenize what
+follows it every turn.
 
 **Bounded.** The index holds at most ``capacity_tokens`` of distinct blocks (default
 4,000,000 — room for a few 1M-token sessions; set it to your server's KV capacity, see
-the planner) as a tree: each block knows its parent block and how many distinct blocks
-follow it (kept as plain ints — a parent per block, a count only where the tree branches —
-so the garbage collector has nothing to walk there: ~42 bytes a block). Only *leaves* —
-blocks nothing follows — can be evicted, least recently sent first, and a leaf's parent
-that becomes a leaf goes to the front of the queue:
-a cold conversation is given up from its tail, as vLLM frees a finished sequence's
-blocks tail first, while a prefix that any other conversation continues stays. So the
-blocks held always form whole prefixes, and "the leading blocks seen before" is found
-by binary search: O(log n) lookups per turn, plus O(new blocks) to record them.
+the planner) as a tree of *runs*: a run is a stretch of blocks nothing branches from but
+its last, packed in an ``array`` (8 bytes a block, nothing for the garbage collector to
+walk), with the runs that follow it keyed by their first block. A chain that continues a
+leaf grows its run; one that branches inside a run splits it in two. Only *leaves* —
+blocks nothing follows, the last blocks of runs nothing follows — can be evicted, least
+recently sent first, and a leaf's parent that becomes a leaf goes to the front of the
+queue: a cold conversation is given up from its tail, as vLLM frees a finished
+sequence's blocks tail first, while a prefix that any other conversation continues
+stays. So the blocks held always form whole prefixes. "The leading blocks seen before"
+is found by walking the tree along the chain, comparing packed runs; a session's tracker
+starts the walk where its previous chain's unchanged part ends (found from the run that
+holds that chain's last block, checked by one hash), so a turn costs O(new blocks) —
+compared in C, and appended to a run — not a dictionary entry per block.
 Sessions that end leave their blocks to age out, as the server's cache does.
 
 Counts are in the local tokenizer's tokens; with another tokenizer on the server the
@@ -56,6 +63,26 @@ __all__ = ["DEFAULT_CAPACITY_TOKENS", "PrefixIndex", "PrefixSession"]
 
 #: The default bound of a :class:`PrefixIndex`, in tokens.
 DEFAULT_CAPACITY_TOKENS = 4_000_000
+
+
+class _Run:
+    """A run of held blocks that nothing branches from but its last: a node of the index's
+    tree with its blocks packed (8 bytes a block, nothing for the collector to walk).
+
+    ``depth`` is the chain position of its first block; its children (runs that follow its
+    last block) are keyed by their first block; ``key`` is its own first block, under
+    which its parent (or the index's roots) holds it.
+    """
+
+    __slots__ = ("alive", "blocks", "children", "depth", "key", "parent")
+
+    def __init__(self, blocks: array[int], parent: _Run | None, depth: int) -> None:
+        self.blocks = blocks
+        self.parent = parent
+        self.depth = depth
+        self.key = blocks[0]
+        self.children: dict[int, _Run] = {}
+        self.alive = True
 
 
 class PrefixIndex:
@@ -95,28 +122,26 @@ class PrefixIndex:
         self.block_size = block_size
         self.capacity_tokens = capacity_tokens
         self._capacity_blocks = capacity_tokens // block_size
-        #: block hash → its parent's, or None: every block held (plain ints, so the
-        #: collector has nothing to walk however many blocks there are)
-        self._parents: dict[int, int | None] = {}
-        #: block hash → how many distinct blocks follow it, for blocks that two or more
-        #: follow (a branch); a block held and not a leaf has one otherwise
-        self._followers: dict[int, int] = {}
-        #: blocks nothing follows, least recently sent first
-        self._leaves: OrderedDict[int, None] = OrderedDict()
+        #: runs that begin a chain, by first block
+        self._roots: dict[int, _Run] = {}
+        #: runs nothing follows (their last block is a leaf), least recently sent first
+        self._queue: OrderedDict[_Run, None] = OrderedDict()
+        self._held = 0
         #: Blocks given up to stay within capacity, since creation.
         self.evicted_blocks = 0
 
     @property
     def held_tokens(self) -> int:
         """Tokens of the distinct blocks held now."""
-        return len(self._parents) * self.block_size
+        return self._held * self.block_size
 
     def __len__(self) -> int:
         """Distinct blocks held."""
-        return len(self._parents)
+        return self._held
 
     def __contains__(self, block_hash: object) -> bool:
-        return block_hash in self._parents
+        """Whether ``block_hash`` is held (a walk over every run: for tests and debugging)."""
+        return any(block_hash in run.blocks for run in self._runs())
 
     def session(self, prompt: PromptCounter | None = None) -> PrefixSession:
         """A tracker for one session's prompts; drop it when the session ends.
@@ -128,86 +153,143 @@ class PrefixIndex:
         return PrefixSession(self, prompt)
 
     def cached_prefix_blocks(self, blocks: Sequence[int]) -> int:
-        """How many leading ``blocks`` are held (binary search: held blocks form prefixes)."""
-        nodes = self._parents
-        lo, hi = 0, len(blocks)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if blocks[mid] in nodes:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        """How many leading ``blocks`` are held (a walk down the tree from its roots,
+        comparing packed runs: O(len(blocks)) in C)."""
+        return self._walk(blocks, 0, None, 0)[0]
 
     def record(self, blocks: Sequence[int], start: int = 0) -> None:
         """Record a prompt's block chain as sent; ``blocks[:start]`` must be held already
         (:meth:`cached_prefix_blocks` says how many are). Evicts over capacity."""
-        parents, leaves = self._parents, self._leaves
-        parent = blocks[start - 1] if start > 0 else None
-        new = list(blocks[start:])
-        bulk = len(new) > 1 and parents.keys().isdisjoint(new)
-        if bulk:
-            # The usual case, a chain none of whose blocks is held (held blocks form
-            # prefixes; only a 64-bit collision breaks it): built in bulk, each block
-            # followed by the next, the last one a leaf.
-            held = len(parents)
-            parents.update(zip(new, (parent, *new[:-1]), strict=True))
-            if len(parents) != held + len(new):  # a block twice in the chain: undo
-                for h in new:
-                    parents.pop(h, None)
-                bulk = False
-            else:
-                self._follow(parent)
-                parent = new[-1]
-                leaves[parent] = None
-        if not bulk:
-            for h in new:
-                if h not in parents:
-                    parents[h] = parent
-                    self._follow(parent)
-                    leaves[h] = None
-                parent = h
-        if parent is not None and parent in leaves:
-            leaves.move_to_end(parent)
-        over = len(parents) - self._capacity_blocks
+        i, run, k = self._walk(blocks, 0, None, 0)
+        self._attach(blocks, i, run, k)
+
+    # -- the tree -------------------------------------------------------------------------
+
+    def _walk(
+        self, blocks: Sequence[int], i: int, run: _Run | None, k: int
+    ) -> tuple[int, _Run | None, int]:
+        """Follow ``blocks`` down from ``blocks[:i]``, held and ending at ``run.blocks[:k]``
+        (``None``, 0: at the roots): how many leading blocks are held, and where the last
+        of them lies."""
+        n = len(blocks)
+        while i < n:
+            if run is None or k == len(run.blocks):
+                nxt = (self._roots if run is None else run.children).get(blocks[i])
+                if nxt is None:
+                    break
+                run, k = nxt, 0
+            have = run.blocks
+            m = min(len(have) - k, n - i)
+            if have[k : k + m] == array("q", blocks[i : i + m]):
+                i += m
+                k += m
+                continue
+            while have[k] == blocks[i]:  # stops before k + m: they differ there
+                i += 1
+                k += 1
+            break
+        return i, run, k
+
+    def _attach(self, blocks: Sequence[int], i: int, run: _Run | None, k: int) -> _Run | None:
+        """Record ``blocks[i:]`` after ``blocks[:i]``, which end at ``run.blocks[:k]``;
+        return the run that holds the chain's last block."""
+        queue = self._queue
+        n = len(blocks)
+        if i == n:  # nothing new: the chain's last block, if a leaf, was sent last
+            if run is not None and k == len(run.blocks) and run in queue:
+                queue.move_to_end(run)
+            return run
+        new = array("q", blocks[i:])
+        if run is None:
+            last = _Run(new, None, 0)
+            self._roots[last.key] = last
+            queue[last] = None
+        elif k < len(run.blocks):
+            # A branch inside a run: it splits. The run keeps its tail (and its place in
+            # the queue); a new run takes its head, and the branch follows that.
+            head = _Run(run.blocks[:k], run.parent, run.depth)
+            siblings = self._roots if run.parent is None else run.parent.children
+            siblings[head.key] = head
+            del run.blocks[:k]
+            run.depth += k
+            run.key = run.blocks[0]
+            run.parent = head
+            head.children[run.key] = run
+            last = _Run(new, head, run.depth)
+            head.children[last.key] = last
+            queue[last] = None
+        elif run.children:  # after a run others already follow: one more follows it
+            last = _Run(new, run, run.depth + k)
+            run.children[last.key] = last
+            queue[last] = None
+        else:  # after a leaf: the run grows, and is the most recently sent
+            run.blocks.extend(new)
+            queue.move_to_end(run)
+            last = run
+        self._held += n - i
+        over = self._held - self._capacity_blocks
         if over > 0:
             self._evict(over)
-
-    def _follow(self, parent: int | None) -> None:
-        """``parent`` gains a follower (and is no leaf any more)."""
-        if parent is None:
-            return
-        if parent in self._leaves:
-            del self._leaves[parent]
-        else:
-            self._followers[parent] = self._followers.get(parent, 1) + 1
+        return last
 
     def _evict(self, count: int) -> None:
-        """Give up ``count`` leaves, least recently sent first; a parent left without
-        followers becomes a leaf at the front of the queue (so a cold chain goes tail first)."""
-        followers, leaves = self._followers, self._leaves
-        pop_leaf, pop_parent = leaves.popitem, self._parents.pop
-        left = count
-        while left > 0:
-            h, _ = pop_leaf(last=False)
-            left -= 1
-            parent = pop_parent(h)
-            # Up the chain: a parent left without followers would go to the front of the
-            # queue and be the next leaf popped, so it is popped here at once (a cold
-            # chain goes in one walk, never queued block by block).
-            while parent is not None:
-                n = followers.pop(parent, 1) - 1
-                if n:
-                    if n > 1:
-                        followers[parent] = n
-                    break
-                if not left:
-                    leaves[parent] = None
-                    leaves.move_to_end(parent, last=False)
-                    break
-                left -= 1
-                parent = pop_parent(parent)
+        """Give up ``count`` leaves, least recently sent first: the front run's tail; a run
+        left empty goes, and its parent, if nothing else follows it, becomes a leaf at the
+        front of the queue (so a cold chain goes tail first)."""
+        queue, roots = self._queue, self._roots
         self.evicted_blocks += count
+        self._held -= count
+        while count > 0:
+            run = next(iter(queue))
+            blocks = run.blocks
+            if count < len(blocks):
+                del blocks[len(blocks) - count :]
+                return
+            count -= len(blocks)
+            del blocks[:]
+            del queue[run]
+            run.alive = False
+            parent = run.parent
+            if parent is None:
+                del roots[run.key]
+                continue
+            del parent.children[run.key]
+            if not parent.children:
+                queue[parent] = None
+                queue.move_to_end(parent, last=False)
+
+    def _runs(self) -> list[_Run]:
+        """Every run, parents before children."""
+        out: list[_Run] = []
+        todo = list(self._roots.values())
+        while todo:
+            run = todo.pop()
+            out.append(run)
+            todo.extend(run.children.values())
+        return out
+
+    # Block-level views, for tests and debugging (built on each access).
+
+    @property
+    def _parents(self) -> dict[int, int | None]:
+        """Block → the block before it in its chain (``None`` for a chain's first)."""
+        out: dict[int, int | None] = {}
+        for run in self._runs():
+            prev = run.parent.blocks[-1] if run.parent is not None else None
+            for h in run.blocks:
+                out[h] = prev
+                prev = h
+        return out
+
+    @property
+    def _followers(self) -> dict[int, int]:
+        """Block → how many blocks follow it, where two or more do."""
+        return {run.blocks[-1]: len(run.children) for run in self._runs() if len(run.children) > 1}
+
+    @property
+    def _leaves(self) -> list[int]:
+        """The blocks nothing follows, least recently sent first."""
+        return [run.blocks[-1] for run in self._queue]
 
 
 class PrefixSession:
@@ -241,6 +323,7 @@ class PrefixSession:
         "_blocks",
         "_generation",
         "_kept",
+        "_last",
         "_msg_blocks",
         "_msg_keys",
         "_msg_tails",
@@ -273,6 +356,8 @@ class PrefixSession:
         #: packed ids (4 bytes a token) of messages a rewrite hashed again unchanged.
         self._msg_keys: list[Hashable] = []
         self._kept: dict[Hashable, array[int]] = {}
+        #: The run that holds the last chain's last block, as recorded.
+        self._last: _Run | None = None
         self.cacheable_tokens = 0
 
     @property
@@ -327,8 +412,22 @@ class PrefixSession:
                 self._msg_tails.clear()
                 self._msg_keys.clear()
             self._extend(messages[first:], tail, None)
-        cached = index.cached_prefix_blocks(blocks)
-        index.record(blocks, cached)
+        # Where blocks[:start], unchanged since the last chain recorded, lie in the index:
+        # found from that chain's last run, up its parents, and checked by one block
+        # (equal hashes, equal prefixes); else (given up since) a walk from the roots.
+        i, run, k = 0, None, 0
+        last = self._last
+        if start > 0 and last is not None:
+            while last is not None and last.depth >= start:
+                last = last.parent
+            if last is not None:
+                k = start - last.depth
+                if last.alive and k <= len(last.blocks) and last.blocks[k - 1] == blocks[start - 1]:
+                    i, run = start, last
+                else:
+                    k = 0
+        cached, run, k = index._walk(blocks, i, run, k)
+        self._last = index._attach(blocks, cached, run, k)
         self.cacheable_tokens = cached * index.block_size
         return self.cacheable_tokens
 

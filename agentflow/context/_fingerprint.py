@@ -184,7 +184,16 @@ class PrefixIndex:
                 i += m
                 k += m
                 continue
-            while have[k] == blocks[i]:  # stops before k + m: they differ there
+            # They differ within m blocks: halve the range by slices, then step.
+            lo, hi = 0, m
+            while hi - lo > 32:
+                mid = (lo + hi) // 2
+                if have[k + lo : k + mid] == array("q", blocks[i + lo : i + mid]):
+                    lo = mid
+                else:
+                    hi = mid
+            i, k = i + lo, k + lo
+            while have[k] == blocks[i]:  # stops before hi: they differ there
                 i += 1
                 k += 1
             break

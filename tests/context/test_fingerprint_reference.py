@@ -172,3 +172,20 @@ def test_a_cold_chain_is_evicted_in_one_walk_with_the_reference_order() -> None:
     assert index.evicted_blocks == ref.evicted == 7
     assert [h for h in (1, 2, 3, 14) if h in index] == [1, 2, 3, 14]
     assert next(iter(index._leaves)) == 14  # left a leaf by the eviction: at the front
+
+
+def test_long_chains_diverging_anywhere_match_the_reference() -> None:
+    """Chains of a few hundred blocks that share a prefix of any length: the walk finds
+    where they part however far in (halving long runs by slices)."""
+    mc = MessageCounter(CharCounter(), per_message=1, reply_priming=0)
+    index = PrefixIndex(mc, block_size=1, capacity_tokens=100_000)
+    ref = ReferenceIndex(100_000)
+    base = list(range(1, 600))
+    index.record(base)
+    ref.record(base, 0)
+    for cut in (0, 1, 31, 32, 33, 64, 250, 598, 599):
+        chain = [*base[:cut], *(10_000 * (cut + 1) + j for j in range(50))]
+        assert index.cached_prefix_blocks(chain) == ref.cached(chain) == cut
+        index.record(chain)
+        ref.record(chain, cut)
+        assert index._parents == ref.parents and index._leaves == list(ref.leaves)

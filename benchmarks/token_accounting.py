@@ -68,6 +68,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import _common
@@ -301,16 +302,16 @@ def hash_costs(tokens: list[int], size: int, reps: int) -> dict[str, float]:
     full = len(tokens) - len(tokens) % size
     packed = array.array("q", tokens)
 
+    # Both as PrefixSession iterates: each block a tuple, built by zip over one iterator.
     def py_hash() -> None:
-        # As PrefixSession does: each block a tuple built by zip, hashed nested in a pair.
         h = 0
-        for block in zip(*[iter(tokens[:full])] * size, strict=False):
+        for block in zip(*[islice(tokens, 0, full)] * size, strict=False):
             h = hash((h, block))
 
     def py_hash_flat() -> None:
         h = 0
-        for i in range(0, full, size):
-            h = hash((h, *tokens[i : i + size]))
+        for block in zip(*[islice(tokens, 0, full)] * size, strict=False):
+            h = hash((h, *block))
 
     def blake2b() -> None:
         d = b""
@@ -581,7 +582,8 @@ async def _never(request: Any) -> Any:
 
 class _TruncSession:
     """One session near ``window`` under ``ContextBudget(overflow=TruncateToolOutputs())``:
-    each turn appends the model's reply (an assistant tool call) and a ``size``-token
+    each turn appends the model's reply (an assistant tool call, from the trace as a Session
+    appends it) and a ``size``-token
     output, then the budget's ``before_turn`` (count, policy, cache-buster check,
     fingerprint) and ``after_turn`` (the server's usage: calibration, the reply's
     fingerprint) are timed. The server's report is a tokenizer that agrees with cl100k
@@ -656,6 +658,8 @@ class _TruncSession:
         info = await self.ctx.before_turn(self.i, self.messages, TOOLS, _never)
         c1 = cpu()
         trace = self.trace(info)  # the server's work, not the client's: untimed
+        # The reply goes into the history as a Session puts it there: from the trace.
+        self.reply = trace.assistant_message()
         c2 = cpu()
         self.ctx.after_turn(self.i, trace)
         ns = c1 - c0 + cpu() - c2

@@ -331,9 +331,9 @@ class PrefixSession:
     __slots__ = (
         "_blocks",
         "_generation",
-        "_kept",
         "_last",
         "_msg_blocks",
+        "_msg_ids",
         "_msg_keys",
         "_msg_tails",
         "_render",
@@ -361,10 +361,10 @@ class PrefixSession:
         self._msg_blocks: list[int] = []
         self._msg_tails: list[tuple[int, ...]] = []
         self._tail: list[int] = []
-        #: Per message, its content as a key (see :func:`_freeze`); and by that key, the
-        #: packed ids (4 bytes a token) of messages a rewrite hashed again unchanged.
+        #: Per message, its content as a key (see :func:`_freeze`), and its ids packed (4
+        #: bytes a token) if a rewrite hashed it again unchanged, else None.
         self._msg_keys: list[Hashable] = []
-        self._kept: dict[Hashable, array[int]] = {}
+        self._msg_ids: list[array[int] | None] = []
         #: The run that holds the last chain's last block, as recorded.
         self._last: _Run | None = None
         self.cacheable_tokens = 0
@@ -407,19 +407,18 @@ class PrefixSession:
             start, tail, rewrite = len(blocks), self._tail, False
         del blocks[start:]
         if rewrite:
-            stale = set(self._msg_keys[first:])
-            del self._msg_blocks[first:], self._msg_tails[first:], self._msg_keys[first:]
+            # What followed the first change before: by content, and its packed ids.
+            keys, packed = self._msg_keys[first:], self._msg_ids[first:]
+            stale: dict[Hashable, array[int] | None] = dict(zip(keys, packed, strict=True))
+            del self._msg_blocks[first:], self._msg_tails[first:]
+            del self._msg_keys[first:], self._msg_ids[first:]
             self._extend(messages[first:], tail, stale)
-            kept = self._kept
-            if kept:
-                live = set(self._msg_keys)
-                for key in [k for k in kept if k not in live]:
-                    del kept[key]
         else:
             if first == 0:
                 self._msg_blocks.clear()
                 self._msg_tails.clear()
                 self._msg_keys.clear()
+                self._msg_ids.clear()
             self._extend(messages[first:], tail, None)
         # Where blocks[:start], unchanged since the last chain recorded, lie in the index:
         # found from that chain's last run, up its parents, and checked by one block
@@ -444,21 +443,21 @@ class PrefixSession:
         self,
         messages: Sequence[Mapping[str, Any]],
         tail: list[int],
-        stale: set[Hashable] | None,
+        stale: dict[Hashable, array[int] | None] | None,
     ) -> None:
         """Hash ``messages`` on from the chain's end, ``tail`` its unfinished block.
 
         On a rewrite (everything after the first changed message is hashed again),
-        ``stale`` holds the keys of the messages that followed it before: a message among
-        them, hashed again unchanged, keeps its ids packed and is taken from there the next
-        time — a policy that rewrites an early message on every turn
-        (``TruncateToolOutputs(all=False)``) rehashes what follows without tokenizing it
-        again. Messages a rewrite changed are not kept: the next one starts after them.
+        ``stale`` holds the messages that followed it before (by content, with their
+        packed ids if kept): a message among them, hashed again unchanged, keeps its ids
+        packed and is taken from there the next time — a policy that rewrites an early
+        message on every turn (``TruncateToolOutputs(all=False)``) rehashes what follows
+        without tokenizing it again. Messages a rewrite changed are not kept: the next one
+        starts after them. A message's packed ids go with its place in the prompt.
         """
         size = self.index.block_size
         render = self._render.render
-        kept = self._kept
-        msg_keys = self._msg_keys
+        msg_keys, msg_ids = self._msg_keys, self._msg_ids
         blocks = self._blocks
         append = blocks.append
         h = blocks[-1] if blocks else self._seed
@@ -476,15 +475,19 @@ class PrefixSession:
             # copied (a 20k-token tool output is 1,250 blocks).
             key = _freeze(message)
             msg_keys.append(key)
-            ids: Sequence[int] | None = None
-            if stale is not None:
-                ids = kept.get(key)
-                if ids is None and key in stale:
+            ids: Sequence[int]
+            pack: array[int] | None = None
+            if stale is not None and key in stale:  # unchanged: kept packed
+                pack = stale[key]
+                if pack is None:
                     ids = render(message)
                     with suppress(OverflowError):  # ids beyond 32 bits: not kept
-                        kept[key] = array("i", ids)
-            if ids is None:
+                        pack = array("i", ids)
+                else:
+                    ids = pack
+            else:
                 ids = render(message)
+            msg_ids.append(pack)
             n = len(ids)
             start = 0
             if tail:

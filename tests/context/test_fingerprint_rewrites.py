@@ -96,11 +96,12 @@ def test_repeated_early_rewrites_tokenize_only_what_changed(encoded: list[str]) 
         assert s.blocks == fresh.blocks
         # (the block across its start may match too: the template's tokens and the role)
         assert s._msg_blocks[i] * 16 <= cacheable <= (s._msg_blocks[i] + 1) * 16
-    # Only messages still in the prompt are kept: a truncated history drops the rest.
-    assert len(s._kept) <= len(msgs)
+    # Kept ids go with their message's place: a truncated history drops the rest.
+    packed = sum(a is not None for a in s._msg_ids)
+    assert len(s._msg_ids) == len(msgs) and packed >= 40
     del msgs[5:]
     s.observe(msgs)
-    assert set(s._kept) <= set(s._msg_keys) and len(s._kept) <= 5
+    assert len(s._msg_ids) == 5
 
 
 def test_an_appending_session_keeps_no_packed_ids() -> None:
@@ -112,7 +113,7 @@ def test_an_appending_session_keeps_no_packed_ids() -> None:
     for n in range(20):
         msgs += [call(n), result(n, output(50, n))]
         s.observe(msgs)
-    assert s._kept == {}
+    assert s._msg_ids == [None] * len(msgs)
 
 
 async def test_truncating_until_it_fits_tokenizes_each_output_once_after_the_first_cut(

@@ -81,8 +81,8 @@ class SessionEstimates:
         return raw
 
     def _keep_heads(self, messages: Sequence[Mapping[str, Any]]) -> None:
-        """Keep the first ids of the long tool outputs among ``messages``, just counted:
-        the counter still holds their ids (a lookup, no tokenizing)."""
+        """Keep the first ids of the long tool outputs among ``messages``, just counted,
+        whose ids the counter still holds (a lookup: nothing is tokenized for it)."""
         heads = self._heads
         assert heads is not None
         counter = self._counter
@@ -90,12 +90,14 @@ class SessionEstimates:
             content = m.get("content")
             if m.get("role") != "tool" or type(content) is not str:
                 continue
-            if counter.count_message(m) <= 2 * _HEAD_IDS:
+            if counter.count_message(m) <= 2 * _HEAD_IDS or hash(content) in heads:
+                continue
+            ids = counter.recent(m)
+            if ids is None:
                 continue
             if not self._role_ids:
                 self._role_ids = counter.per_message + len(self._text.encode("tool"))
             at = self._role_ids  # the content's ids follow the overhead and the role's
-            ids = counter.render(m)
             with suppress(OverflowError):
                 heads[hash(content)] = array("i", ids[at : at + _HEAD_IDS])
             while len(heads) > _HEADS_KEPT:

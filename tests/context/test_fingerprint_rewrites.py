@@ -121,10 +121,11 @@ async def test_truncating_until_it_fits_tokenizes_each_output_once_after_the_fir
 ) -> None:
     """``all=False`` near the window: each turn cuts the oldest long output and the
     prompt after it is fingerprinted again; from the second cut on, no earlier output is
-    tokenized whole again — only the new one, for its count, and the head of the cut."""
+    tokenized whole again — only the new one, for its count. The outputs (~10k tokens,
+    ~28 of them in the window) are more than the counter keeps rendered."""
     policy = TruncateToolOutputs(max_tokens=64, all=False)
     ctx = ContextBudget(
-        window=30_000,
+        window=300_000,
         reserve_output=1_000,
         margin=0,
         overflow=policy,
@@ -140,8 +141,8 @@ async def test_truncating_until_it_fits_tokenizes_each_output_once_after_the_fir
     ]
     outputs: list[str] = []
     cuts = 0
-    for turn in range(14):
-        new = output(200, turn)  # ~2k tokens
+    for turn in range(36):
+        new = output(1_000, turn)
         outputs.append(new)
         msgs += [call(turn), result(turn, new)]
         encoded.clear()

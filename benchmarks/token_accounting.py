@@ -900,9 +900,17 @@ def truncation_findings(trunc: Truncation) -> str:
         + (
             f" (every long output at once, {per_sweep:.0f} per sweep); those cost "
             f"{_median_ms(cuts):.1f} ms median and tokenized {per_output:,.0f} tokens per "
-            "output cut beyond the turn's own — the head that finds its first 512 tokens and "
-            "a few characters after a space before the cut (the cut message's render reuses "
-            "the head's tokens)"
+            "output cut beyond the turn's own — "
+            + (
+                "no head of it: its first ids were kept from its count and say where its "
+                "first 512 tokens end; what was tokenized is a few characters after a space "
+                "before each cut (the counts that confirm it, and the cut message with its "
+                "marker) and the assistant replies after the first cut, rendered again for "
+                "the fingerprint"
+                if per_output < 256
+                else "the head that finds its first 512 tokens and a few characters after a "
+                "space before the cut (the cut message's render reuses the head's tokens)"
+            )
             if cuts
             else ""
         )
@@ -914,8 +922,8 @@ def truncation_findings(trunc: Truncation) -> str:
         out += (
             f" Cutting only until the prompt fits (`all=False`, the previous default) cut on "
             f"{sum(o.cut)} of {len(o.cpu)} turns there, {_median_ms(o.cpu):.1f} ms median per "
-            f"turn (everything after each cut fingerprinted again), with {o.hit_share:.1%} "
-            "cacheable."
+            f"turn (everything after each cut fingerprinted again: tokenized by the first "
+            f"cut, then taken from the ids it kept), with {o.hit_share:.1%} cacheable."
         )
     if trunc.other_cores is not None and trunc.other_cores > 0.25:
         out += (
@@ -1047,7 +1055,8 @@ tokenizer baseline there encodes a fresh output of the same size among the turns
 The `TruncateToolOutputs` rows: one session per window, through
 `ContextBudget(window=W, reserve_output=4096, margin=0.02, overflow=TruncateToolOutputs(all=…),
 prefix_index=PrefixIndex(counter))` with the default cache-buster check; each turn appends
-the model's reply (an assistant message with a tool call, ~40 tokens of text) and a tool
+the model's reply (an assistant message with a tool call, ~40 tokens of text — from the
+trace, `TurnTrace.assistant_message()`, as a `Session` appends it) and a tool
 output like the ones above (max_tokens=512, keep_last=0), then `SessionBudget.before_turn`
 — count, overflow policy when over the limit, cache-buster check, fingerprint — and
 `SessionBudget.after_turn` — the server's usage taught to the calibrator, the next reply

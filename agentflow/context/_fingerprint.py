@@ -64,6 +64,10 @@ __all__ = ["DEFAULT_CAPACITY_TOKENS", "PrefixIndex", "PrefixSession"]
 #: The default bound of a :class:`PrefixIndex`, in tokens.
 DEFAULT_CAPACITY_TOKENS = 4_000_000
 
+#: A message of at most this many tokens has its ids kept packed from the start (4 bytes a
+#: token): a rewrite before it hashes it again without rendering (tokenizing) it again.
+_SMALL = 256
+
 
 class _Run:
     """A run of held blocks that nothing branches from but its last: a node of the index's
@@ -487,6 +491,9 @@ class PrefixSession:
                     ids = pack
             else:
                 ids = render(message)
+                if len(ids) <= _SMALL:  # a reply, a call: kept, so a rewrite never renders it
+                    with suppress(OverflowError):
+                        pack = array("i", ids)
             msg_ids.append(pack)
             n = len(ids)
             start = 0

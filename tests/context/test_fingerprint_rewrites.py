@@ -104,16 +104,21 @@ def test_repeated_early_rewrites_tokenize_only_what_changed(encoded: list[str]) 
     assert len(s._msg_ids) == 5
 
 
-def test_an_appending_session_keeps_no_packed_ids() -> None:
-    """Only rewrites keep ids: a session that only appends holds none (its messages are
-    never hashed again)."""
-    index = PrefixIndex()
+def test_an_appending_session_keeps_only_small_messages_packed() -> None:
+    """Appending keeps no large message's ids (they are never hashed again unless a
+    rewrite comes before them); small ones — calls, replies — are kept from the start, so
+    a rewrite before them never renders them again."""
+    mc = MessageCounter(TiktokenCounter())
+    index = PrefixIndex(mc)
     s = index.session()
     msgs: list[dict[str, Any]] = [{"role": "system", "content": "You are careful."}]
     for n in range(20):
-        msgs += [call(n), result(n, output(50, n))]
+        msgs += [call(n), result(n, output(50, n))]  # ~500-token outputs
         s.observe(msgs)
-    assert s._msg_ids == [None] * len(msgs)
+    kept = [a is not None for a in s._msg_ids]
+    assert kept == [mc.count_message(m) <= 256 for m in msgs]
+    assert kept[1] and not kept[2]  # the call kept, the output not
+    assert all(list(a) == mc.render(m) for a, m in zip(s._msg_ids, msgs, strict=True) if a)
 
 
 async def test_truncating_until_it_fits_tokenizes_each_output_once_after_the_first_cut(

@@ -904,9 +904,8 @@ def truncation_findings(trunc: Truncation) -> str:
             + (
                 "no head of it: its first ids were kept from its count and say where its "
                 "first 512 tokens end; what was tokenized is a few characters after a space "
-                "before each cut (the counts that confirm it, and the cut message with its "
-                "marker) and the assistant replies after the first cut, rendered again for "
-                "the fingerprint"
+                "before each cut: the counts that confirm it, and the cut message with its "
+                "marker"
                 if per_output < 256
                 else "the head that finds its first 512 tokens and a few characters after a "
                 "space before the cut (the cut message's render reuses the head's tokens)"

@@ -20,9 +20,10 @@ both (see :class:`PrefixSession`). The hash is Python's own ``hash`` of the pair
 for integers across processes, and the fastest of the candidates measured (unpacking the
 ids into the tuple, as vLLM's ``builtin`` block-hash option does, costs ~20% more; and
 ``hashlib.blake2b`` and ``sha256`` over packed ids 2–2.5× as much per block;
-``benchmarks/token_accounting.py``). A rewrite keeps the packed ids of the messages it
-hashed again unchanged, so that an early rewrite on every turn does not tokenize what
-follows it every turn.
+``benchmarks/token_accounting.py``). A rewrite keeps the packed ids (4 bytes a token) of the
+messages it hashed again unchanged, and small messages (calls, replies) keep theirs from the
+start, so that an early rewrite on every turn does not tokenize what follows it every turn,
+nor a sweep of cuts the replies between them.
 
 **Bounded.** The index holds at most ``capacity_tokens`` of distinct blocks (default
 4,000,000 — room for a few 1M-token sessions; set it to your server's KV capacity, see
@@ -162,8 +163,12 @@ class PrefixIndex:
         return self._walk(blocks, 0, None, 0)[0]
 
     def record(self, blocks: Sequence[int], start: int = 0) -> None:
-        """Record a prompt's block chain as sent; ``blocks[:start]`` must be held already
-        (:meth:`cached_prefix_blocks` says how many are). Evicts over capacity."""
+        """Record a prompt's block chain as sent. Evicts over capacity.
+
+        ``start`` (how many leading blocks are held already, as
+        :meth:`cached_prefix_blocks` says) is accepted as before but not needed: the chain
+        is followed down the tree from its roots, and what is not held yet is recorded.
+        """
         i, run, k = self._walk(blocks, 0, None, 0)
         self._attach(blocks, i, run, k)
 

@@ -68,6 +68,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import islice
 from typing import Any
 
 import _common
@@ -297,14 +298,20 @@ def extras(row: Row, mc: MessageCounter) -> None:
 
 
 def hash_costs(tokens: list[int], size: int, reps: int) -> dict[str, float]:
-    """µs per block of three chained block hashes over ``tokens``."""
+    """µs per block of four chained block hashes over ``tokens``."""
     full = len(tokens) - len(tokens) % size
     packed = array.array("q", tokens)
 
+    # Both as PrefixSession iterates: each block a tuple, built by zip over one iterator.
     def py_hash() -> None:
         h = 0
-        for i in range(0, full, size):
-            h = hash((h, *tokens[i : i + size]))
+        for block in zip(*[islice(tokens, 0, full)] * size, strict=False):
+            h = hash((h, block))
+
+    def py_hash_flat() -> None:
+        h = 0
+        for block in zip(*[islice(tokens, 0, full)] * size, strict=False):
+            h = hash((h, *block))
 
     def blake2b() -> None:
         d = b""
@@ -320,7 +327,8 @@ def hash_costs(tokens: list[int], size: int, reps: int) -> dict[str, float]:
 
     out: dict[str, float] = {}
     fns: dict[str, Callable[[], None]] = {
-        "Python `hash((prev, *ids))`": py_hash,
+        "Python `hash((prev, block))`": py_hash,
+        "Python `hash((prev, *ids))`": py_hash_flat,
         "`hashlib.blake2b(prev + ids, digest_size=8)`": blake2b,
         "`hashlib.sha256(prev + ids)`": sha256,
     }
@@ -574,7 +582,8 @@ async def _never(request: Any) -> Any:
 
 class _TruncSession:
     """One session near ``window`` under ``ContextBudget(overflow=TruncateToolOutputs())``:
-    each turn appends the model's reply (an assistant tool call) and a ``size``-token
+    each turn appends the model's reply (an assistant tool call, from the trace as a Session
+    appends it) and a ``size``-token
     output, then the budget's ``before_turn`` (count, policy, cache-buster check,
     fingerprint) and ``after_turn`` (the server's usage: calibration, the reply's
     fingerprint) are timed. The server's report is a tokenizer that agrees with cl100k
@@ -649,6 +658,8 @@ class _TruncSession:
         info = await self.ctx.before_turn(self.i, self.messages, TOOLS, _never)
         c1 = cpu()
         trace = self.trace(info)  # the server's work, not the client's: untimed
+        # The reply goes into the history as a Session puts it there: from the trace.
+        self.reply = trace.assistant_message()
         c2 = cpu()
         self.ctx.after_turn(self.i, trace)
         ns = c1 - c0 + cpu() - c2
@@ -889,9 +900,16 @@ def truncation_findings(trunc: Truncation) -> str:
         + (
             f" (every long output at once, {per_sweep:.0f} per sweep); those cost "
             f"{_median_ms(cuts):.1f} ms median and tokenized {per_output:,.0f} tokens per "
-            "output cut beyond the turn's own — the head that finds its first 512 tokens and "
-            "a few characters after a space before the cut (the cut message's render reuses "
-            "the head's tokens)"
+            "output cut beyond the turn's own — "
+            + (
+                "no head of it: its first ids were kept from its count and say where its "
+                "first 512 tokens end; what was tokenized is a few characters after a space "
+                "before each cut: the counts that confirm it, and the cut message with its "
+                "marker"
+                if per_output < 256
+                else "the head that finds its first 512 tokens and a few characters after a "
+                "space before the cut (the cut message's render reuses the head's tokens)"
+            )
             if cuts
             else ""
         )
@@ -903,8 +921,8 @@ def truncation_findings(trunc: Truncation) -> str:
         out += (
             f" Cutting only until the prompt fits (`all=False`, the previous default) cut on "
             f"{sum(o.cut)} of {len(o.cpu)} turns there, {_median_ms(o.cpu):.1f} ms median per "
-            f"turn (everything after each cut fingerprinted again), with {o.hit_share:.1%} "
-            "cacheable."
+            f"turn (everything after each cut fingerprinted again: tokenized by the first "
+            f"cut, then taken from the ids it kept), with {o.hit_share:.1%} cacheable."
         )
     if trunc.other_cores is not None and trunc.other_cores > 0.25:
         out += (
@@ -994,8 +1012,9 @@ same `PromptCounter` and reuses the count's tokens), hashing its ~31 blocks and 
 binary search of the index — not the history's tokens.
 The tokenizer baseline encodes one fresh ~500-token text per repetition, among the
 turns; the others recount and re-fingerprint the largest history with a fresh counter
-and index. The hash rows time the three chained block
-hashes over the largest history's rendered tokens; agentflow uses the first.
+and index. The hash rows time four chained block
+hashes over the largest history's rendered tokens; agentflow uses the first (the second,
+each block's ids unpacked into the tuple, is what it used before).
 "tokenized ÷ appended" is the characters the tokenizer was handed during the step (a
 `TokenCounter` that counts them, around tiktoken) over the characters of text in the
 appended message: 1.00 means it was tokenized once, for count and fingerprint together.
@@ -1035,7 +1054,8 @@ tokenizer baseline there encodes a fresh output of the same size among the turns
 The `TruncateToolOutputs` rows: one session per window, through
 `ContextBudget(window=W, reserve_output=4096, margin=0.02, overflow=TruncateToolOutputs(all=…),
 prefix_index=PrefixIndex(counter))` with the default cache-buster check; each turn appends
-the model's reply (an assistant message with a tool call, ~40 tokens of text) and a tool
+the model's reply (an assistant message with a tool call, ~40 tokens of text — from the
+trace, `TurnTrace.assistant_message()`, as a `Session` appends it) and a tool
 output like the ones above (max_tokens=512, keep_last=0), then `SessionBudget.before_turn`
 — count, overflow policy when over the limit, cache-buster check, fingerprint — and
 `SessionBudget.after_turn` — the server's usage taught to the calibrator, the next reply

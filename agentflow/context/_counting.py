@@ -9,7 +9,7 @@ synchronous and local. The server's count is exact but costs a round trip, so
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -134,9 +134,38 @@ class TiktokenCounter:
             return len(data.decode("utf-8", errors="ignore"))
 
         at = self._heads(text, max_tokens, split)
-        if not seen or not 0 < at < len(text):
+        if not seen:
             return at, 0, 0
-        ids, head = seen[-1]
+        return self._split_before(text, at, *seen[-1])
+
+    def head_split_ids(
+        self, text: str, ids: Sequence[int], max_tokens: int
+    ) -> tuple[int, int, int] | None:
+        """:meth:`head_split` from ``text``'s first token ids, known already (the ids its
+        count made, kept): nothing is tokenized. ``None`` when ``ids`` holds no more than
+        ``max_tokens`` of them (a longer head is needed, or the text is that short), or
+        when they are not the beginning of ``text``'s.
+
+        Where a head's tokenization ends inside a piece the text's own goes on, the two
+        may differ in the head's last tokens; the text's own are the exact ones.
+        """
+        if max_tokens <= 0 or len(ids) <= max_tokens:
+            return None
+        first = list(ids[:max_tokens])
+        data = self._decode(first)
+        decoded = data.decode("utf-8", errors="ignore")
+        if not text.startswith(decoded):  # not this text's ids
+            return None
+        return self._split_before(text, len(decoded), first, data)
+
+    def _split_before(
+        self, text: str, at: int, ids: list[int], head: bytes
+    ) -> tuple[int, int, int]:
+        """``(at, b, k)`` for :meth:`head_split`: ``ids`` are the text's first tokens, up
+        to ``at``, and ``head`` their bytes; remembers ``text[:b]`` and its ids for
+        :meth:`encode`."""
+        if not 0 < at < len(text):
+            return at, 0, 0
         # The last space before ``at`` that follows a non-whitespace character (Python's
         # isspace() holds for every character the regex's \s matches). Before, not at:
         # the head, with whatever follows it, still has that space after the split.

@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+from array import array
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from contextlib import suppress
+from typing import Any, Final
 
 from agentflow.context._calibration import Calibrator, TokenEstimate
-from agentflow.context._counting import TokenCounter
+from agentflow.context._counting import TiktokenCounter, TokenCounter
 from agentflow.context._kinds import KindTally
 from agentflow.context._messages import MessageCounter
 from agentflow.context._prompt import PromptCounter
 
 __all__ = ["SessionEstimates"]
+
+#: A tool output longer than this many tokens has its first ids kept, packed (4 bytes
+#: each), for a cut to start from without tokenizing a head of it; the most kept per
+#: session (the oldest go first; a cut takes its output's).
+_HEAD_IDS: Final = 1024
+_HEADS_KEPT: Final = 64
 
 
 class SessionEstimates:
@@ -29,7 +38,17 @@ class SessionEstimates:
         model: the calibration key.
     """
 
-    __slots__ = ("_calibrator", "_counter", "_last", "_model", "_prompt", "_tally", "_text")
+    __slots__ = (
+        "_calibrator",
+        "_counter",
+        "_heads",
+        "_last",
+        "_model",
+        "_prompt",
+        "_role_ids",
+        "_tally",
+        "_text",
+    )
 
     def __init__(self, counter: MessageCounter, calibrator: Calibrator, model: str) -> None:
         self._counter = counter
@@ -39,6 +58,12 @@ class SessionEstimates:
         self._calibrator = calibrator
         self._model = model
         self._last: tuple[str, int] = ("", 0)  # the text counted last, and its count
+        #: By the hash of a long tool output (never the text: it is not kept alive), its
+        #: first ids as its count made them — tiktoken only (see :meth:`cut`).
+        self._heads: OrderedDict[int, array[int]] | None = (
+            OrderedDict() if type(self._text) is TiktokenCounter else None
+        )
+        self._role_ids = 0
 
     @property
     def counter(self) -> PromptCounter:
@@ -51,7 +76,32 @@ class SessionEstimates:
         """The uncalibrated prompt count (incremental: only what changed is counted)."""
         raw = self._prompt.count(messages, tools)
         self._tally.update(self._prompt, messages, self._counter.count_message)
+        if self._heads is not None:
+            self._keep_heads(messages[self._prompt.first_changed :])
         return raw
+
+    def _keep_heads(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        """Keep the first ids of the long tool outputs among ``messages``, just counted,
+        whose ids the counter still holds (a lookup: nothing is tokenized for it)."""
+        heads = self._heads
+        assert heads is not None
+        counter = self._counter
+        for m in messages:
+            content = m.get("content")
+            if m.get("role") != "tool" or type(content) is not str:
+                continue
+            if counter.count_message(m) <= 2 * _HEAD_IDS or hash(content) in heads:
+                continue
+            ids = counter.recent(m)
+            if ids is None:
+                continue
+            if not self._role_ids:
+                self._role_ids = counter.per_message + len(self._text.encode("tool"))
+            at = self._role_ids  # the content's ids follow the overhead and the role's
+            with suppress(OverflowError):
+                heads[hash(content)] = array("i", ids[at : at + _HEAD_IDS])
+            while len(heads) > _HEADS_KEPT:
+                heads.popitem(last=False)
 
     def correct(self, raw: int) -> int:
         """``raw`` corrected by the calibrator's whole-prompt fit (no kinds, no anchor)."""
@@ -147,7 +197,14 @@ class SessionEstimates:
             while scale(raw + 1) <= max_tokens:  # the most raw tokens that scale within
                 raw += 1
             split = getattr(self._text, "head_split", None)
-            if split is not None:
+            kept = self._heads.pop(hash(text), None) if self._heads is not None else None
+            found = None
+            if kept is not None:  # its first ids, kept from its count: nothing to tokenize
+                assert isinstance(self._text, TiktokenCounter)
+                found = self._text.head_split_ids(text, kept, max(1, raw))
+            if found is not None:
+                at, base, skip = found
+            elif split is not None:
                 at, base, skip = split(text, max(1, raw))
             else:
                 at = guess(text, max(1, raw))

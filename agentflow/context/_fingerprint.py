@@ -15,23 +15,31 @@ unfinished block). An appended message hashes only its own tokens; a rewrite
 (compaction, truncation) rehashes from the first changed message, found as
 :class:`PromptCounter` finds it. Following the session's own :class:`PromptCounter`, a
 tracker takes the token ids its count just made, so each message is tokenized once for
-both (see :class:`PrefixSession`). The hash is Python's own ``hash`` of the tuple
-``(previous hash, *token ids)`` — 64 bits, deterministic for integers across processes,
-and the fastest of the candidates measured (``hashlib.blake2b`` and ``sha256`` over packed
-ids cost 2.2–2.5× as much per block; ``benchmarks/token_accounting.py``) — the same
-construction as vLLM's ``builtin`` block-hash option.
+both (see :class:`PrefixSession`). The hash is Python's own ``hash`` of the pair
+``(previous hash, block)``, the block a tuple of its token ids — 64 bits, deterministic
+for integers across processes, and the fastest of the candidates measured (unpacking the
+ids into the tuple, as vLLM's ``builtin`` block-hash option does, costs ~20% more; and
+``hashlib.blake2b`` and ``sha256`` over packed ids 2–2.5× as much per block;
+``benchmarks/token_accounting.py``). A rewrite keeps the packed ids (4 bytes a token) of the
+messages it hashed again unchanged, and small messages (calls, replies) keep theirs from the
+start, so that an early rewrite on every turn does not tokenize what follows it every turn,
+nor a sweep of cuts the replies between them.
 
 **Bounded.** The index holds at most ``capacity_tokens`` of distinct blocks (default
 4,000,000 — room for a few 1M-token sessions; set it to your server's KV capacity, see
-the planner) as a tree: each block knows its parent block and how many distinct blocks
-follow it (kept as plain ints — a parent per block, a count only where the tree branches —
-so the garbage collector has nothing to walk there: ~42 bytes a block). Only *leaves* —
-blocks nothing follows — can be evicted, least recently sent first, and a leaf's parent
-that becomes a leaf goes to the front of the queue:
-a cold conversation is given up from its tail, as vLLM frees a finished sequence's
-blocks tail first, while a prefix that any other conversation continues stays. So the
-blocks held always form whole prefixes, and "the leading blocks seen before" is found
-by binary search: O(log n) lookups per turn, plus O(new blocks) to record them.
+the planner) as a tree of *runs*: a run is a stretch of blocks nothing branches from but
+its last, packed in an ``array`` (8 bytes a block, nothing for the garbage collector to
+walk), with the runs that follow it keyed by their first block. A chain that continues a
+leaf grows its run; one that branches inside a run splits it in two. Only *leaves* —
+blocks nothing follows, the last blocks of runs nothing follows — can be evicted, least
+recently sent first, and a leaf's parent that becomes a leaf goes to the front of the
+queue: a cold conversation is given up from its tail, as vLLM frees a finished
+sequence's blocks tail first, while a prefix that any other conversation continues
+stays. So the blocks held always form whole prefixes. "The leading blocks seen before"
+is found by walking the tree along the chain, comparing packed runs; a session's tracker
+starts the walk where its previous chain's unchanged part ends (found from the run that
+holds that chain's last block, checked by one hash), so a turn costs O(new blocks) —
+compared in C, and appended to a run — not a dictionary entry per block.
 Sessions that end leave their blocks to age out, as the server's cache does.
 
 Counts are in the local tokenizer's tokens; with another tokenizer on the server the
@@ -40,20 +48,46 @@ ratio of the two is what :class:`~agentflow.context.Calibrator` learns.
 
 from __future__ import annotations
 
+from array import array
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from contextlib import suppress
 from itertools import islice
 from typing import Any
 
 from agentflow._errors import ConfigError
 from agentflow.context._counting import TiktokenCounter
-from agentflow.context._messages import MessageCounter
+from agentflow.context._messages import MessageCounter, _freeze
 from agentflow.context._prompt import PromptCounter
 
 __all__ = ["DEFAULT_CAPACITY_TOKENS", "PrefixIndex", "PrefixSession"]
 
 #: The default bound of a :class:`PrefixIndex`, in tokens.
 DEFAULT_CAPACITY_TOKENS = 4_000_000
+
+#: A message of at most this many tokens has its ids kept packed from the start (4 bytes a
+#: token): a rewrite before it hashes it again without rendering (tokenizing) it again.
+_SMALL = 256
+
+
+class _Run:
+    """A run of held blocks that nothing branches from but its last: a node of the index's
+    tree with its blocks packed (8 bytes a block, nothing for the collector to walk).
+
+    ``depth`` is the chain position of its first block; its children (runs that follow its
+    last block) are keyed by their first block; ``key`` is its own first block, under
+    which its parent (or the index's roots) holds it.
+    """
+
+    __slots__ = ("alive", "blocks", "children", "depth", "key", "parent")
+
+    def __init__(self, blocks: array[int], parent: _Run | None, depth: int) -> None:
+        self.blocks = blocks
+        self.parent = parent
+        self.depth = depth
+        self.key = blocks[0]
+        self.children: dict[int, _Run] = {}
+        self.alive = True
 
 
 class PrefixIndex:
@@ -93,28 +127,26 @@ class PrefixIndex:
         self.block_size = block_size
         self.capacity_tokens = capacity_tokens
         self._capacity_blocks = capacity_tokens // block_size
-        #: block hash → its parent's, or None: every block held (plain ints, so the
-        #: collector has nothing to walk however many blocks there are)
-        self._parents: dict[int, int | None] = {}
-        #: block hash → how many distinct blocks follow it, for blocks that two or more
-        #: follow (a branch); a block held and not a leaf has one otherwise
-        self._followers: dict[int, int] = {}
-        #: blocks nothing follows, least recently sent first
-        self._leaves: OrderedDict[int, None] = OrderedDict()
+        #: runs that begin a chain, by first block
+        self._roots: dict[int, _Run] = {}
+        #: runs nothing follows (their last block is a leaf), least recently sent first
+        self._queue: OrderedDict[_Run, None] = OrderedDict()
+        self._held = 0
         #: Blocks given up to stay within capacity, since creation.
         self.evicted_blocks = 0
 
     @property
     def held_tokens(self) -> int:
         """Tokens of the distinct blocks held now."""
-        return len(self._parents) * self.block_size
+        return self._held * self.block_size
 
     def __len__(self) -> int:
         """Distinct blocks held."""
-        return len(self._parents)
+        return self._held
 
     def __contains__(self, block_hash: object) -> bool:
-        return block_hash in self._parents
+        """Whether ``block_hash`` is held (a walk over every run: for tests and debugging)."""
+        return any(block_hash in run.blocks for run in self._runs())
 
     def session(self, prompt: PromptCounter | None = None) -> PrefixSession:
         """A tracker for one session's prompts; drop it when the session ends.
@@ -126,77 +158,156 @@ class PrefixIndex:
         return PrefixSession(self, prompt)
 
     def cached_prefix_blocks(self, blocks: Sequence[int]) -> int:
-        """How many leading ``blocks`` are held (binary search: held blocks form prefixes)."""
-        nodes = self._parents
-        lo, hi = 0, len(blocks)
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if blocks[mid] in nodes:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        """How many leading ``blocks`` are held (a walk down the tree from its roots,
+        comparing packed runs: O(len(blocks)) in C)."""
+        return self._walk(blocks, 0, None, 0)[0]
 
     def record(self, blocks: Sequence[int], start: int = 0) -> None:
-        """Record a prompt's block chain as sent; ``blocks[:start]`` must be held already
-        (:meth:`cached_prefix_blocks` says how many are). Evicts over capacity."""
-        parents, leaves = self._parents, self._leaves
-        parent = blocks[start - 1] if start > 0 else None
-        new = list(blocks[start:])
-        bulk = len(new) > 1 and parents.keys().isdisjoint(new)
-        if bulk:
-            # The usual case, a chain none of whose blocks is held (held blocks form
-            # prefixes; only a 64-bit collision breaks it): built in bulk, each block
-            # followed by the next, the last one a leaf.
-            held = len(parents)
-            parents.update(zip(new, (parent, *new[:-1]), strict=True))
-            if len(parents) != held + len(new):  # a block twice in the chain: undo
-                for h in new:
-                    parents.pop(h, None)
-                bulk = False
-            else:
-                self._follow(parent)
-                parent = new[-1]
-                leaves[parent] = None
-        if not bulk:
-            for h in new:
-                if h not in parents:
-                    parents[h] = parent
-                    self._follow(parent)
-                    leaves[h] = None
-                parent = h
-        if parent is not None and parent in leaves:
-            leaves.move_to_end(parent)
-        over = len(parents) - self._capacity_blocks
+        """Record a prompt's block chain as sent. Evicts over capacity.
+
+        ``start`` (how many leading blocks are held already, as
+        :meth:`cached_prefix_blocks` says) is accepted as before but not needed: the chain
+        is followed down the tree from its roots, and what is not held yet is recorded.
+        """
+        i, run, k = self._walk(blocks, 0, None, 0)
+        self._attach(blocks, i, run, k)
+
+    # -- the tree -------------------------------------------------------------------------
+
+    def _walk(
+        self, blocks: Sequence[int], i: int, run: _Run | None, k: int
+    ) -> tuple[int, _Run | None, int]:
+        """Follow ``blocks`` down from ``blocks[:i]``, held and ending at ``run.blocks[:k]``
+        (``None``, 0: at the roots): how many leading blocks are held, and where the last
+        of them lies."""
+        n = len(blocks)
+        while i < n:
+            if run is None or k == len(run.blocks):
+                nxt = (self._roots if run is None else run.children).get(blocks[i])
+                if nxt is None:
+                    break
+                run, k = nxt, 0
+            have = run.blocks
+            m = min(len(have) - k, n - i)
+            if have[k : k + m] == array("q", blocks[i : i + m]):
+                i += m
+                k += m
+                continue
+            # They differ within m blocks: halve the range by slices, then step.
+            lo, hi = 0, m
+            while hi - lo > 32:
+                mid = (lo + hi) // 2
+                if have[k + lo : k + mid] == array("q", blocks[i + lo : i + mid]):
+                    lo = mid
+                else:
+                    hi = mid
+            i, k = i + lo, k + lo
+            while have[k] == blocks[i]:  # stops before hi: they differ there
+                i += 1
+                k += 1
+            break
+        return i, run, k
+
+    def _attach(self, blocks: Sequence[int], i: int, run: _Run | None, k: int) -> _Run | None:
+        """Record ``blocks[i:]`` after ``blocks[:i]``, which end at ``run.blocks[:k]``;
+        return the run that holds the chain's last block."""
+        queue = self._queue
+        n = len(blocks)
+        if i == n:  # nothing new: the chain's last block, if a leaf, was sent last
+            if run is not None and k == len(run.blocks) and run in queue:
+                queue.move_to_end(run)
+            return run
+        new = array("q", blocks[i:])
+        if run is None:
+            last = _Run(new, None, 0)
+            self._roots[last.key] = last
+            queue[last] = None
+        elif k < len(run.blocks):
+            # A branch inside a run: it splits. The run keeps its tail (and its place in
+            # the queue); a new run takes its head, and the branch follows that.
+            head = _Run(run.blocks[:k], run.parent, run.depth)
+            siblings = self._roots if run.parent is None else run.parent.children
+            siblings[head.key] = head
+            del run.blocks[:k]
+            run.depth += k
+            run.key = run.blocks[0]
+            run.parent = head
+            head.children[run.key] = run
+            last = _Run(new, head, run.depth)
+            head.children[last.key] = last
+            queue[last] = None
+        elif run.children:  # after a run others already follow: one more follows it
+            last = _Run(new, run, run.depth + k)
+            run.children[last.key] = last
+            queue[last] = None
+        else:  # after a leaf: the run grows, and is the most recently sent
+            run.blocks.extend(new)
+            queue.move_to_end(run)
+            last = run
+        self._held += n - i
+        over = self._held - self._capacity_blocks
         if over > 0:
             self._evict(over)
-
-    def _follow(self, parent: int | None) -> None:
-        """``parent`` gains a follower (and is no leaf any more)."""
-        if parent is None:
-            return
-        if parent in self._leaves:
-            del self._leaves[parent]
-        else:
-            self._followers[parent] = self._followers.get(parent, 1) + 1
+        return last
 
     def _evict(self, count: int) -> None:
-        """Give up ``count`` leaves, least recently sent first; a parent left without
-        followers becomes a leaf at the front of the queue (so a cold chain goes tail first)."""
-        followers, leaves = self._followers, self._leaves
-        pop_leaf, pop_parent, to_front = leaves.popitem, self._parents.pop, leaves.move_to_end
-        for _ in range(count):
-            h, _ = pop_leaf(last=False)
-            parent = pop_parent(h)
-            if parent is None:
-                continue
-            n = followers.pop(parent, 1) - 1
-            if n > 1:
-                followers[parent] = n
-            elif n == 0:
-                leaves[parent] = None
-                to_front(parent, last=False)
+        """Give up ``count`` leaves, least recently sent first: the front run's tail; a run
+        left empty goes, and its parent, if nothing else follows it, becomes a leaf at the
+        front of the queue (so a cold chain goes tail first)."""
+        queue, roots = self._queue, self._roots
         self.evicted_blocks += count
+        self._held -= count
+        while count > 0:
+            run = next(iter(queue))
+            blocks = run.blocks
+            if count < len(blocks):
+                del blocks[len(blocks) - count :]
+                return
+            count -= len(blocks)
+            del blocks[:]
+            del queue[run]
+            run.alive = False
+            parent = run.parent
+            if parent is None:
+                del roots[run.key]
+                continue
+            del parent.children[run.key]
+            if not parent.children:
+                queue[parent] = None
+                queue.move_to_end(parent, last=False)
+
+    def _runs(self) -> list[_Run]:
+        """Every run, parents before children."""
+        out: list[_Run] = []
+        todo = list(self._roots.values())
+        while todo:
+            run = todo.pop()
+            out.append(run)
+            todo.extend(run.children.values())
+        return out
+
+    # Block-level views, for tests and debugging (built on each access).
+
+    @property
+    def _parents(self) -> dict[int, int | None]:
+        """Block → the block before it in its chain (``None`` for a chain's first)."""
+        out: dict[int, int | None] = {}
+        for run in self._runs():
+            prev = run.parent.blocks[-1] if run.parent is not None else None
+            for h in run.blocks:
+                out[h] = prev
+                prev = h
+        return out
+
+    @property
+    def _followers(self) -> dict[int, int]:
+        """Block → how many blocks follow it, where two or more do."""
+        return {run.blocks[-1]: len(run.children) for run in self._runs() if len(run.children) > 1}
+
+    @property
+    def _leaves(self) -> list[int]:
+        """The blocks nothing follows, least recently sent first."""
+        return [run.blocks[-1] for run in self._queue]
 
 
 class PrefixSession:
@@ -229,7 +340,10 @@ class PrefixSession:
     __slots__ = (
         "_blocks",
         "_generation",
+        "_last",
         "_msg_blocks",
+        "_msg_ids",
+        "_msg_keys",
         "_msg_tails",
         "_render",
         "_seed",
@@ -256,6 +370,12 @@ class PrefixSession:
         self._msg_blocks: list[int] = []
         self._msg_tails: list[tuple[int, ...]] = []
         self._tail: list[int] = []
+        #: Per message, its content as a key (see :func:`_freeze`), and its ids packed (4
+        #: bytes a token) if a rewrite hashed it again unchanged, else None.
+        self._msg_keys: list[Hashable] = []
+        self._msg_ids: list[array[int] | None] = []
+        #: The run that holds the last chain's last block, as recorded.
+        self._last: _Run | None = None
         self.cacheable_tokens = 0
 
     @property
@@ -284,35 +404,76 @@ class PrefixSession:
         self._generation = prompt.generation
         first = prompt.take_changes()
         blocks = self._blocks
+        rewrite = self._started
         if first < 0 or not self._started:
             # Tool schemas come first in the rendered prompt: everything changes.
             self._started = True
             start, tail = 0, list(self._render.render_tools(prompt.tools))
             first = 0
-            self._msg_blocks.clear()
-            self._msg_tails.clear()
         elif first < len(self._msg_blocks):
             start, tail = self._msg_blocks[first], list(self._msg_tails[first])
-            del self._msg_blocks[first:], self._msg_tails[first:]
         else:
-            start, tail = len(blocks), self._tail
+            start, tail, rewrite = len(blocks), self._tail, False
         del blocks[start:]
-        self._extend(messages[first:], tail)
-        cached = index.cached_prefix_blocks(blocks)
-        index.record(blocks, cached)
+        if rewrite:
+            # What followed the first change before: by content, and its packed ids.
+            keys, packed = self._msg_keys[first:], self._msg_ids[first:]
+            stale: dict[Hashable, array[int] | None] = dict(zip(keys, packed, strict=True))
+            del self._msg_blocks[first:], self._msg_tails[first:]
+            del self._msg_keys[first:], self._msg_ids[first:]
+            self._extend(messages[first:], tail, stale)
+        else:
+            if first == 0:
+                self._msg_blocks.clear()
+                self._msg_tails.clear()
+                self._msg_keys.clear()
+                self._msg_ids.clear()
+            self._extend(messages[first:], tail, None)
+        # Where blocks[:start], unchanged since the last chain recorded, lie in the index:
+        # found from that chain's last run, up its parents, and checked by one block
+        # (equal hashes, equal prefixes); else (given up since) a walk from the roots.
+        i, run, k = 0, None, 0
+        last = self._last
+        if start > 0 and last is not None:
+            while last is not None and last.depth >= start:
+                last = last.parent
+            if last is not None:
+                k = start - last.depth
+                if last.alive and k <= len(last.blocks) and last.blocks[k - 1] == blocks[start - 1]:
+                    i, run = start, last
+                else:
+                    k = 0
+        cached, run, k = index._walk(blocks, i, run, k)
+        self._last = index._attach(blocks, cached, run, k)
         self.cacheable_tokens = cached * index.block_size
         return self.cacheable_tokens
 
-    def _extend(self, messages: Sequence[Mapping[str, Any]], tail: list[int]) -> None:
+    def _extend(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tail: list[int],
+        stale: dict[Hashable, array[int] | None] | None,
+    ) -> None:
+        """Hash ``messages`` on from the chain's end, ``tail`` its unfinished block.
+
+        On a rewrite (everything after the first changed message is hashed again),
+        ``stale`` holds the messages that followed it before (by content, with their
+        packed ids if kept): a message among them, hashed again unchanged, keeps its ids
+        packed and is taken from there the next time — a policy that rewrites an early
+        message on every turn (``TruncateToolOutputs(all=False)``) rehashes what follows
+        without tokenizing it again. Messages a rewrite changed are not kept: the next one
+        starts after them. A message's packed ids go with its place in the prompt.
+        """
         size = self.index.block_size
         render = self._render.render
+        msg_keys, msg_ids = self._msg_keys, self._msg_ids
         blocks = self._blocks
         append = blocks.append
         h = blocks[-1] if blocks else self._seed
         if len(tail) >= size:  # the tool schemas, which come first
             full = len(tail) - len(tail) % size
             for block in zip(*[islice(tail, 0, full)] * size, strict=False):
-                h = hash((h, *block))
+                h = hash((h, block))
                 append(h)
             tail = tail[full:]
         msg_blocks, msg_tails = self._msg_blocks, self._msg_tails
@@ -321,22 +482,39 @@ class PrefixSession:
             msg_tails.append(tuple(tail))
             # The message's ids as the counter rendered them: hashed where they lie, never
             # copied (a 20k-token tool output is 1,250 blocks).
-            ids = render(message)
+            key = _freeze(message)
+            msg_keys.append(key)
+            ids: Sequence[int]
+            pack: array[int] | None = None
+            if stale is not None and key in stale:  # unchanged: kept packed
+                pack = stale[key]
+                if pack is None:
+                    ids = render(message)
+                    with suppress(OverflowError):  # ids beyond 32 bits: not kept
+                        pack = array("i", ids)
+                else:
+                    ids = pack
+            else:
+                ids = render(message)
+                if len(ids) <= _SMALL:  # a reply, a call: kept, so a rewrite never renders it
+                    with suppress(OverflowError):
+                        pack = array("i", ids)
+            msg_ids.append(pack)
             n = len(ids)
             start = 0
             if tail:
                 start = size - len(tail)
                 if n < start:
-                    tail = tail + ids
+                    tail = [*tail, *ids]
                     continue
-                h = hash((h, *tail, *ids[:start]))
+                h = hash((h, (*tail, *ids[:start])))
                 append(h)
             full = n - (n - start) % size
             # zip over one iterator, ``size`` times: the blocks as tuples, built in C.
             for block in zip(*[islice(ids, start, full)] * size, strict=False):
-                h = hash((h, *block))
+                h = hash((h, block))
                 append(h)
-            tail = ids[full:]
+            tail = list(ids[full:])
         self._tail = tail
 
 

@@ -146,6 +146,11 @@ class MessageCounter:
             self._remember(key, ids)
         return ids
 
+    def recent(self, message: Mapping[str, Any]) -> list[int] | None:
+        """:meth:`render`'s ids of ``message`` if it was rendered lately (they are still
+        kept), else ``None``: never tokenizes."""
+        return self._recent.get(_freeze(message))
+
     def _remember(self, key: Hashable, ids: list[int]) -> None:
         recent = self._recent
         old = recent.pop(key, None)

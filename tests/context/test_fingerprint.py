@@ -54,12 +54,12 @@ def _tokens(
 
 
 def _reference_blocks(session: PrefixSession, tokens: list[int]) -> list[int]:
-    """The chain computed from scratch: block i = hash(block i-1, its tokens)."""
+    """The chain computed from scratch: block i = hash((block i-1, its tokens as a tuple))."""
     size = session.index.block_size
     h = session._seed
     out = []
     for i in range(0, len(tokens) - len(tokens) % size, size):
-        h = hash((h, *tokens[i : i + size]))
+        h = hash((h, tuple(tokens[i : i + size])))
         out.append(h)
     return out
 
@@ -193,23 +193,31 @@ def _tree(index: PrefixIndex) -> tuple[dict[int, int | None], set[int]]:
     return parents, leaves
 
 
-def test_record_builds_chains_in_bulk_and_falls_back_on_odd_ones() -> None:
-    """A fresh chain is recorded in one go; a chain that repeats a block (or meets a held
-    one: a 64-bit collision) is recorded block by block, and the tree stays whole."""
+def test_record_builds_runs_that_split_where_chains_branch() -> None:
+    """A fresh chain is one run; a chain that continues a leaf grows its run; a branch
+    inside a run splits it; a chain whose hashes repeat (a 64-bit collision) is held as it
+    comes — lookups follow chains, not single hashes — and the tree stays whole."""
     index = PrefixIndex(_counter(), block_size=4)
     index.record([10, 11, 12])
     assert _tree(index) == ({10: None, 11: 10, 12: 11}, {12})
-    index.record([10, 11, 13, 14], start=2)  # a branch after 11
+    assert len(index._runs()) == 1
+    index.record([10, 11, 13, 14], start=2)  # a branch after 11: the run splits
     assert _tree(index) == ({10: None, 11: 10, 12: 11, 13: 11, 14: 13}, {12, 14})
-    index.record([20, 21, 20, 22])  # 20 twice: the second is taken as held
-    parents, leaves = _tree(index)
-    assert parents[21] == 20 and parents[22] == 20 and leaves == {12, 14, 21, 22}
-    index.record([30, 12, 31])  # 12 is held already (a collision): kept as it was
-    parents, leaves = _tree(index)
-    assert parents[12] == 11 and parents[31] == 12 and parents[30] is None
-    assert leaves == {14, 21, 22, 30, 31}
-    index._evict(len(index))  # everything goes, leaves first, without a dangling parent
-    assert len(index) == 0 and not index._followers and not index._leaves
+    assert len(index._runs()) == 3
+    index.record([10, 11, 13, 14, 15, 16], start=4)  # continues a leaf: its run grows
+    assert _tree(index) == ({10: None, 11: 10, 12: 11, 13: 11, 14: 13, 15: 14, 16: 15}, {12, 16})
+    assert len(index._runs()) == 3 and index._leaves == [12, 16]
+    index.record([10, 11, 12])  # sent again: its leaf is the most recent
+    assert index._leaves == [16, 12]
+    index.record([20, 21, 20, 22])  # 20 twice
+    index.record([30, 12, 31])  # 12 is held already, after 11
+    assert index.cached_prefix_blocks([20, 21, 20, 22]) == 4
+    assert index.cached_prefix_blocks([20, 22]) == 1
+    assert index.cached_prefix_blocks([30, 12, 31, 32]) == 3
+    assert index.cached_prefix_blocks([10, 11, 12]) == 3
+    assert len(index) == 7 + 4 + 3 and 31 in index and 32 not in index
+    index._evict(len(index))  # everything goes, leaves first, without a dangling run
+    assert len(index) == 0 and not index._roots and not index._queue and not index._runs()
 
 
 def test_eviction_gives_up_cold_tails_first() -> None:

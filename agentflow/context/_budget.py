@@ -97,11 +97,11 @@ class ContextBudget(Link[SessionBudget]):
             (``o200k_base`` for OpenAI's recent models), else ``cl100k_base``.
         calibrator: learns the local-to-server token ratio per model and content kind,
             and the error margin added to every estimate.
-        prefix_index: fingerprints prompts, filling ``PromptInfo.max_cacheable_tokens``
-            in the server's tokens, so that it compares with the ``cached_tokens`` the
-            server reports; each turn's reply counts as sent, as servers cache what they
-            generate (``docs/context.md``, "Prefix fingerprints"). The same as a
-            :class:`~agentflow.context.PrefixIndex` link after the budget.
+        prefix_index: deprecated: put the :class:`~agentflow.context.PrefixIndex` in the
+            chain after the budget, ``Agent(context=[ContextBudget(...), PrefixIndex(...)])``
+            (it fingerprints prompts with the budget's counts, filling
+            ``PromptInfo.max_cacheable_tokens``; ``docs/context.md``, "Prefix
+            fingerprints").
         fleet: deprecated: put the :class:`~agentflow.context.FleetBudget` in the chain,
             ``Agent(context=[FleetBudget(...), ContextBudget(...)])``.
         cache_buster: ``False`` runs no :class:`~agentflow.context.CacheBusterCheck`;
@@ -156,6 +156,20 @@ class ContextBudget(Link[SessionBudget]):
             warnings.warn(
                 "ContextBudget(fleet=...) is deprecated; put the FleetBudget in the agent's "
                 "context chain: Agent(context=[FleetBudget(...), ContextBudget(...)])",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+        if prefix_index is not None:
+            if not callable(getattr(prefix_index, "session", None)):
+                raise ConfigError(
+                    f"ContextBudget.prefix_index must be a prefix index (a PrefixIndex, or "
+                    f"anything with session()), got {prefix_index!r}"
+                )
+            warnings.warn(
+                "ContextBudget(prefix_index=...) is deprecated; put the PrefixIndex in the "
+                "agent's context chain, after the budget: "
+                "Agent(context=[ContextBudget(...), PrefixIndex(...)]) "
+                "(or ContextChain([ContextBudget(...), PrefixIndex(...)]))",
                 DeprecationWarning,
                 stacklevel=2,
             )
@@ -224,7 +238,8 @@ class ContextBudget(Link[SessionBudget]):
         if self.prefix_index is not None and indexes:
             raise ConfigError(
                 f"the context chain has a prefix index link ({indexes[0]!r}) and "
-                f"ContextBudget(prefix_index={self.prefix_index!r}): give the index once"
+                f"ContextBudget(prefix_index={self.prefix_index!r}): give the index once, "
+                f"as the link"
             )
         links: list[ContextLink] = []
         if self.fleet is not None:

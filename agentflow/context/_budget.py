@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentflow._context_chain import Binding, Link
@@ -62,6 +63,12 @@ class PrefixSource(Protocol):
 
     def session(self) -> PrefixTracker:
         """A tracker for one session's prompts."""
+
+
+#: Frames between a user's call and ``ContextBudget.__init__`` beyond the usual one (1
+#: inside :meth:`ContextBudget.from_server`), so that a deprecated argument's warning
+#: names the user's line, not agentflow's.
+_CALLER_DEPTH: ContextVar[int] = ContextVar("_CALLER_DEPTH", default=0)
 
 
 def _positive_int(owner: str, value: object, *, minimum: int = 1) -> int:
@@ -157,7 +164,7 @@ class ContextBudget(Link[SessionBudget]):
                 "ContextBudget(fleet=...) is deprecated; put the FleetBudget in the agent's "
                 "context chain: Agent(context=[FleetBudget(...), ContextBudget(...)])",
                 DeprecationWarning,
-                stacklevel=2,
+                stacklevel=2 + _CALLER_DEPTH.get(),
             )
         if prefix_index is not None:
             if not callable(getattr(prefix_index, "session", None)):
@@ -171,7 +178,7 @@ class ContextBudget(Link[SessionBudget]):
                 "Agent(context=[ContextBudget(...), PrefixIndex(...)]) "
                 "(or ContextChain([ContextBudget(...), PrefixIndex(...)]))",
                 DeprecationWarning,
-                stacklevel=2,
+                stacklevel=2 + _CALLER_DEPTH.get(),
             )
         if isinstance(cache_buster, CacheBusterCheck):
             warnings.warn(
@@ -179,7 +186,7 @@ class ContextBudget(Link[SessionBudget]):
                 "check in the agent's context chain: "
                 "Agent(context=[ContextBudget(...), CacheBusterCheck(...)])",
                 DeprecationWarning,
-                stacklevel=2,
+                stacklevel=2 + _CALLER_DEPTH.get(),
             )
         elif cache_buster is not None and not isinstance(cache_buster, bool):
             raise ConfigError(
@@ -284,17 +291,20 @@ class ContextBudget(Link[SessionBudget]):
                 "ContextBudget.from_server reads the window from the server; do not pass window="
             )
         found = await server_window(source, model=model, api_key=api_key, timeout_s=timeout_s)
-        if found is not None:
-            budget = cls(window=found.tokens, model=model, **kwargs)
-            budget.window_source = f"server {found.endpoint} {found.field}"
-            return budget
-        if model is None or window_for(model) is None:
+        if found is None and (model is None or window_for(model) is None):
             raise ConfigError(
                 f"ContextBudget.from_server: {source!r} does not report its context window "
                 f"and model {model!r} is not in the window table; pass model= (known: "
                 f"{', '.join(sorted(KNOWN_WINDOWS))}) or build ContextBudget(window=...)"
             )
-        return cls(model=model, **kwargs)
+        depth = _CALLER_DEPTH.set(1)  # a deprecated argument's warning names the caller's line
+        try:
+            budget = cls(window=found.tokens if found is not None else None, model=model, **kwargs)
+        finally:
+            _CALLER_DEPTH.reset(depth)
+        if found is not None:
+            budget.window_source = f"server {found.endpoint} {found.field}"
+        return budget
 
     def window_of(self, model: str | None) -> int:
         """The window that applies to ``model`` (the given one first)."""

@@ -152,7 +152,7 @@ async def never(request: Any) -> Any:
 async def test_bound_directly_the_old_spelling_says_what_the_chain_says() -> None:
     """``ContextBudget(prefix_index=...).bind()`` (no chain) still fingerprints, turn for
     turn as the chain ``[budget, index]`` bound for the session."""
-    args = {"window": 100_000, "cache_buster": False}
+    args: dict[str, Any] = {"window": 100_000, "cache_buster": False}
     with pytest.warns(DeprecationWarning, match="is deprecated"):
         old_budget = ContextBudget(**args, prefix_index=PrefixIndex())
     old = old_budget.bind(session_id="s", agent="a", emit=lambda e: None)

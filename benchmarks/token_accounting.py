@@ -77,11 +77,13 @@ from agentflow import PromptInfo, ToolCall, TurnTrace, Usage
 from agentflow.context import (
     Calibrator,
     ContextBudget,
+    ContextChain,
     ContextTrimmedEvent,
     MessageCounter,
     PrefixIndex,
     PrefixSession,
     PromptCounter,
+    SessionBudget,
     TiktokenCounter,
     TruncateToolOutputs,
 )
@@ -604,14 +606,15 @@ class _TruncSession:
         self.counter = counter
         self.policy = TruncateToolOutputs(all=row.all)
         budget = ContextBudget(
-            window=row.window,
-            reserve_output=4096,
-            counter=counter,
-            prefix_index=PrefixIndex(counter),
-            overflow=self.policy,
+            window=row.window, reserve_output=4096, counter=counter, overflow=self.policy
         )
         self.events: list[Any] = []
-        self.ctx = budget.bind(session_id="bench", agent="bench", emit=self.events.append)
+        # Bound as an agent binds its chain; the budget's session (joined with the index
+        # link after it, which does nothing of its own) is what is timed.
+        chain = ContextChain([budget, PrefixIndex(counter)])
+        bound: Any = chain.bind(session_id="bench", agent="bench", emit=self.events.append)
+        self.ctx: SessionBudget = bound._sessions[0]
+        assert isinstance(self.ctx, SessionBudget)
         row.limit = self.ctx.limit
         self.row, self.texts, self.size, self.i = row, texts, size, 0
         self.messages: list[dict[str, Any]] = [
@@ -1051,9 +1054,9 @@ tokenizer baseline there encodes a fresh output of the same size among the turns
     if res.truncation is not None:
         turns = max(len(r.cpu) for r in res.truncation.rows)
         out += f"""
-The `TruncateToolOutputs` rows: one session per window, through
-`ContextBudget(window=W, reserve_output=4096, margin=0.02, overflow=TruncateToolOutputs(all=…),
-prefix_index=PrefixIndex(counter))` with the default cache-buster check; each turn appends
+The `TruncateToolOutputs` rows: one session per window, through the chain
+`[ContextBudget(window=W, reserve_output=4096, margin=0.02, overflow=TruncateToolOutputs(all=…)),
+PrefixIndex(counter)]` with the default cache-buster check; each turn appends
 the model's reply (an assistant message with a tool call, ~40 tokens of text — from the
 trace, `TurnTrace.assistant_message()`, as a `Session` appends it) and a tool
 output like the ones above (max_tokens=512, keep_last=0), then `SessionBudget.before_turn`

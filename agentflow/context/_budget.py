@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agentflow._context_chain import Binding, Link
@@ -64,6 +65,12 @@ class PrefixSource(Protocol):
         """A tracker for one session's prompts."""
 
 
+#: Frames between a user's call and ``ContextBudget.__init__`` beyond the usual one (1
+#: inside :meth:`ContextBudget.from_server`), so that a deprecated argument's warning
+#: names the user's line, not agentflow's.
+_CALLER_DEPTH: ContextVar[int] = ContextVar("_CALLER_DEPTH", default=0)
+
+
 def _positive_int(owner: str, value: object, *, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{owner} must be an int ≥ {minimum}, got {value!r}")
@@ -97,11 +104,11 @@ class ContextBudget(Link[SessionBudget]):
             (``o200k_base`` for OpenAI's recent models), else ``cl100k_base``.
         calibrator: learns the local-to-server token ratio per model and content kind,
             and the error margin added to every estimate.
-        prefix_index: fingerprints prompts, filling ``PromptInfo.max_cacheable_tokens``
-            in the server's tokens, so that it compares with the ``cached_tokens`` the
-            server reports; each turn's reply counts as sent, as servers cache what they
-            generate (``docs/context.md``, "Prefix fingerprints"). The same as a
-            :class:`~agentflow.context.PrefixIndex` link after the budget.
+        prefix_index: deprecated: put the :class:`~agentflow.context.PrefixIndex` in the
+            chain after the budget, ``Agent(context=[ContextBudget(...), PrefixIndex(...)])``
+            (it fingerprints prompts with the budget's counts, filling
+            ``PromptInfo.max_cacheable_tokens``; ``docs/context.md``, "Prefix
+            fingerprints").
         fleet: deprecated: put the :class:`~agentflow.context.FleetBudget` in the chain,
             ``Agent(context=[FleetBudget(...), ContextBudget(...)])``.
         cache_buster: ``False`` runs no :class:`~agentflow.context.CacheBusterCheck`;
@@ -157,7 +164,21 @@ class ContextBudget(Link[SessionBudget]):
                 "ContextBudget(fleet=...) is deprecated; put the FleetBudget in the agent's "
                 "context chain: Agent(context=[FleetBudget(...), ContextBudget(...)])",
                 DeprecationWarning,
-                stacklevel=2,
+                stacklevel=2 + _CALLER_DEPTH.get(),
+            )
+        if prefix_index is not None:
+            if not callable(getattr(prefix_index, "session", None)):
+                raise ConfigError(
+                    f"ContextBudget.prefix_index must be a prefix index (a PrefixIndex, or "
+                    f"anything with session()), got {prefix_index!r}"
+                )
+            warnings.warn(
+                "ContextBudget(prefix_index=...) is deprecated; put the PrefixIndex in the "
+                "agent's context chain, after the budget: "
+                "Agent(context=[ContextBudget(...), PrefixIndex(...)]) "
+                "(or ContextChain([ContextBudget(...), PrefixIndex(...)]))",
+                DeprecationWarning,
+                stacklevel=2 + _CALLER_DEPTH.get(),
             )
         if isinstance(cache_buster, CacheBusterCheck):
             warnings.warn(
@@ -165,7 +186,7 @@ class ContextBudget(Link[SessionBudget]):
                 "check in the agent's context chain: "
                 "Agent(context=[ContextBudget(...), CacheBusterCheck(...)])",
                 DeprecationWarning,
-                stacklevel=2,
+                stacklevel=2 + _CALLER_DEPTH.get(),
             )
         elif cache_buster is not None and not isinstance(cache_buster, bool):
             raise ConfigError(
@@ -224,7 +245,8 @@ class ContextBudget(Link[SessionBudget]):
         if self.prefix_index is not None and indexes:
             raise ConfigError(
                 f"the context chain has a prefix index link ({indexes[0]!r}) and "
-                f"ContextBudget(prefix_index={self.prefix_index!r}): give the index once"
+                f"ContextBudget(prefix_index={self.prefix_index!r}): give the index once, "
+                f"as the link"
             )
         links: list[ContextLink] = []
         if self.fleet is not None:
@@ -269,17 +291,20 @@ class ContextBudget(Link[SessionBudget]):
                 "ContextBudget.from_server reads the window from the server; do not pass window="
             )
         found = await server_window(source, model=model, api_key=api_key, timeout_s=timeout_s)
-        if found is not None:
-            budget = cls(window=found.tokens, model=model, **kwargs)
-            budget.window_source = f"server {found.endpoint} {found.field}"
-            return budget
-        if model is None or window_for(model) is None:
+        if found is None and (model is None or window_for(model) is None):
             raise ConfigError(
                 f"ContextBudget.from_server: {source!r} does not report its context window "
                 f"and model {model!r} is not in the window table; pass model= (known: "
                 f"{', '.join(sorted(KNOWN_WINDOWS))}) or build ContextBudget(window=...)"
             )
-        return cls(model=model, **kwargs)
+        depth = _CALLER_DEPTH.set(1)  # a deprecated argument's warning names the caller's line
+        try:
+            budget = cls(window=found.tokens if found is not None else None, model=model, **kwargs)
+        finally:
+            _CALLER_DEPTH.reset(depth)
+        if found is not None:
+            budget.window_source = f"server {found.endpoint} {found.field}"
+        return budget
 
     def window_of(self, model: str | None) -> int:
         """The window that applies to ``model`` (the given one first)."""

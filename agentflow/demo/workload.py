@@ -242,11 +242,9 @@ def make_workload(
     if context is None:
         context = ContextChain(
             [
-                ContextBudget(
-                    window=window or get_deployment(DEFAULT_DEPLOYMENT).context_limit,
-                    prefix_index=PrefixIndex(),
-                ),
+                ContextBudget(window=window or get_deployment(DEFAULT_DEPLOYMENT).context_limit),
                 CacheBusterCheck(group=lambda name: "coder"),
+                PrefixIndex(),
             ]
         )
     rng = random.Random(seed)

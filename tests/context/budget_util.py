@@ -10,6 +10,7 @@ from typing import Any
 import aiohttp
 
 from agentflow import Agent, HTTPTransport, SessionResult, Tool, TurnTrace, Usage
+from agentflow.context import ContextBudget, ContextChain, SessionBudget
 from agentflow.context._overflow import OverflowView
 from agentflow.sim import get_profile
 from agentflow.sim.server import SimServer
@@ -231,3 +232,21 @@ def prompt_tokens(result: SessionResult) -> list[int]:
         assert t.trace.usage is not None and t.trace.usage.prompt_tokens is not None
         out.append(t.trace.usage.prompt_tokens)
     return out
+
+
+def bind_indexed(
+    budget: ContextBudget, index: Any, *, emit: Any = None, session_id: str = "s-1", **kw: Any
+) -> tuple[Any, SessionBudget]:
+    """Bind ``[budget, index]`` (a prefix index link after the budget) for one session, as
+    an agent binds its context: the chain's session (run it) and the budget's (read its
+    counts). Checks that the chain bound what the deprecated ``ContextBudget(prefix_index=
+    index).bind()`` did: the budget's session, fingerprinting in ``index`` (the index
+    link's own session does nothing but hand the index over)."""
+    ctx: Any = ContextChain([budget, index]).bind(
+        session_id=session_id, agent="a", emit=emit if emit is not None else (lambda e: None), **kw
+    )
+    budget_ctx, index_ctx = ctx._sessions
+    assert isinstance(budget_ctx, SessionBudget) and budget_ctx.budget is budget
+    assert budget_ctx._tracker is not None  # fingerprinting, in the index given
+    assert type(index_ctx).__name__ == "_PrefixJoin" and index_ctx._index is index
+    return ctx, budget_ctx

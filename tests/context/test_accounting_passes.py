@@ -19,6 +19,8 @@ from agentflow.context._calibration import Calibrator
 from agentflow.context._encodings import encoding
 from agentflow.context._estimates import SessionEstimates
 
+from .budget_util import bind_indexed
+
 TOOLS: list[dict[str, Any]] = [
     {
         "type": "function",
@@ -84,17 +86,13 @@ async def never(request: Any) -> Any:
     raise AssertionError("no model call expected")
 
 
-def bind(budget: ContextBudget) -> Any:
-    return budget.bind(session_id="s-1", agent="a", emit=lambda e: None)
-
-
 async def test_a_large_append_is_tokenized_once_for_count_and_fingerprint(
     encoded: list[str],
 ) -> None:
     # The index keeps its own default counter, as PrefixIndex() does: it renders as the
     # budget's does (cl100k, the same overheads), so it reuses the budget's tokens.
     index = PrefixIndex()
-    ctx = bind(ContextBudget(window=1_000_000, prefix_index=index))
+    ctx, budget_ctx = bind_indexed(ContextBudget(window=1_000_000), index)
     msgs = history(3, 20)
     first = await ctx.before_turn(0, msgs, TOOLS, never)
     assert first.max_cacheable_tokens == 0
@@ -110,7 +108,7 @@ async def test_a_large_append_is_tokenized_once_for_count_and_fingerprint(
     # The reused tokens make the same fingerprint as a fresh index's from scratch.
     fresh = PrefixIndex().session()
     fresh.observe(msgs, TOOLS)
-    assert ctx._tracker._tracker.blocks == fresh.blocks
+    assert budget_ctx._tracker._tracker.blocks == fresh.blocks  # type: ignore[union-attr]
     # Everything sent before, in whole blocks, is cacheable.
     assert info.max_cacheable_tokens == (first.raw_estimate - 3) // 16 * 16  # 3: reply priming
 
@@ -121,7 +119,7 @@ async def test_an_index_that_renders_otherwise_tokenizes_with_its_own_counter(
     # o200k renders other ids: the index cannot reuse the budget's cl100k tokens, so it
     # tokenizes with its own counter — still each message once per tokenizer.
     o200k = MessageCounter(TiktokenCounter("o200k_base"))
-    ctx = bind(ContextBudget(window=1_000_000, prefix_index=PrefixIndex(o200k)))
+    ctx, budget_ctx = bind_indexed(ContextBudget(window=1_000_000), PrefixIndex(o200k))
     msgs = history(2, 200)
     await ctx.before_turn(0, msgs, TOOLS, never)
     big = output(500, salt=5)
@@ -131,20 +129,20 @@ async def test_an_index_that_renders_otherwise_tokenizes_with_its_own_counter(
     assert encoded.count(big) == 1  # cl100k, for the count
     fresh = PrefixIndex(MessageCounter(TiktokenCounter("o200k_base"))).session()
     fresh.observe(msgs, TOOLS)
-    assert ctx._tracker._tracker.blocks == fresh.blocks
+    assert budget_ctx._tracker._tracker.blocks == fresh.blocks  # type: ignore[union-attr]
 
 
 async def test_cutting_long_outputs_tokenizes_only_their_heads(encoded: list[str]) -> None:
     max_tokens = 256
     policy = TruncateToolOutputs(max_tokens=max_tokens)
-    ctx = bind(
+    ctx, _ = bind_indexed(
         ContextBudget(
             window=100_000,  # turn 0 fits, with the uncalibrated 50% margin; turn 1 not
             reserve_output=1_000,
             margin=0,
             overflow=policy,
-            prefix_index=PrefixIndex(),
-        )
+        ),
+        PrefixIndex(),
     )
     msgs = history(3, 2_000)  # three ~20k-token outputs: ~60k tokens
     await ctx.before_turn(0, msgs, TOOLS, never)

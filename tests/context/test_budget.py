@@ -30,6 +30,7 @@ from .budget_util import (
     LONG_WORDS,
     Completer,
     ReadFile,
+    bind_indexed,
     conversation,
     prompt_tokens,
     sim_agent,
@@ -153,13 +154,14 @@ class FakeIndex:
 
 async def test_max_cacheable_tokens_come_from_the_prefix_index() -> None:
     index = FakeIndex()
-    ctx = bind(ContextBudget(window=100_000, prefix_index=index))
+    ctx, _ = bind_indexed(ContextBudget(window=100_000), index)
     info = await ctx.before_turn(0, conversation(2), (), never)
     assert info.max_cacheable_tokens == 16 * 6 and index.seen == [7]
     # After a policy ran, the index sees the prompt as it is sent.
-    ctx = bind(
-        ContextBudget(window=400, reserve_output=10, overflow=DropOldest(), prefix_index=index,
-                      calibrator=Calibrator(floor=0, prior=0))  # no error margin: exact sums
+    ctx, _ = bind_indexed(
+        ContextBudget(window=400, reserve_output=10, overflow=DropOldest(),
+                      calibrator=Calibrator(floor=0, prior=0)),  # no error margin: exact sums
+        index,
     )  # fmt: skip
     info = await ctx.before_turn(0, conversation(4, 100), (), never)
     assert index.seen[-1] < 11 and info.max_cacheable_tokens == 16 * (index.seen[-1] - 1)

@@ -262,8 +262,12 @@ def test_old_spellings_and_links_for_the_same_thing_conflict() -> None:
         ContextChain([ContextBudget(window=1000, cache_buster=True), CacheBusterCheck()])
     with pytest.raises(ConfigError, match=r"CacheBusterCheck link .*cache_buster=False"):
         ContextChain([ContextBudget(window=1000, cache_buster=False), CacheBusterCheck()])
+    with pytest.warns(
+        DeprecationWarning, match=r"Agent\(context=\[ContextBudget\(\.\.\.\), Prefix"
+    ):
+        with_index = ContextBudget(window=1000, prefix_index=PrefixIndex())
     with pytest.raises(ConfigError, match=r"prefix index link .*prefix_index="):
-        ContextChain([ContextBudget(window=1000, prefix_index=PrefixIndex()), PrefixIndex()])
+        ContextChain([with_index, PrefixIndex()])
     with pytest.raises(ConfigError, match=r"needs a ContextBudget before it"):
         ContextChain([PrefixIndex(), ContextBudget(window=1000)])
     with pytest.raises(ConfigError, match=r"in the chain twice"):

@@ -156,13 +156,12 @@ async def test_a_compacted_session_keeps_its_prefix_cached_and_finishes() -> Non
     window, reserve = 1500, 48
     counter = MessageCounter(TiktokenCounter())
     budget = ContextBudget(window=window, reserve_output=reserve, pin_first=1, counter=counter,
-                           overflow=[Compact(max_summary_tokens=48), Fail()],
-                           prefix_index=PrefixIndex(counter))  # fmt: skip
+                           overflow=[Compact(max_summary_tokens=48), Fail()])  # fmt: skip
     # Two 500-word files overflow the window at turn 2; then small files, six rounds in all.
     tool = ReadFile([500, 500], 40)
     events: list[Any] = []
     async with simulator() as (sim, transport):
-        agent = sim_agent(budget, tool, rounds=6)
+        agent = sim_agent([budget, PrefixIndex(counter)], tool, rounds=6)
         fleet = Fleet(transport, callbacks=[events.append])
         result = await fleet.run([agent.session("Fix the bug in cache.py")])
         session = result.sessions[0]

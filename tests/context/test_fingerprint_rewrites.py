@@ -22,6 +22,8 @@ from agentflow.context import (
 from agentflow.context._budget import ContextBudget
 from agentflow.context._encodings import encoding
 
+from .budget_util import bind_indexed
+
 
 @pytest.fixture
 def encoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -129,13 +131,10 @@ async def test_truncating_until_it_fits_tokenizes_each_output_once_after_the_fir
     tokenized whole again — only the new one, for its count. The outputs (~10k tokens,
     ~28 of them in the window) are more than the counter keeps rendered."""
     policy = TruncateToolOutputs(max_tokens=64, all=False)
-    ctx = ContextBudget(
-        window=300_000,
-        reserve_output=1_000,
-        margin=0,
-        overflow=policy,
-        prefix_index=PrefixIndex(),
-    ).bind(session_id="s-1", agent="a", emit=lambda e: None)
+    ctx, _ = bind_indexed(
+        ContextBudget(window=300_000, reserve_output=1_000, margin=0, overflow=policy),
+        PrefixIndex(),
+    )
 
     async def never(request: Any) -> Any:
         raise AssertionError("no model call expected")

@@ -28,6 +28,8 @@ from agentflow.context import (
     TruncateToolOutputs,
 )
 
+from .budget_util import bind_indexed
+
 TOOLS = [
     {
         "type": "function",
@@ -76,11 +78,16 @@ class Session:
     """A tool-calling session under a budget, with a server that counts ``scale`` × the
     local count of every prompt (1.0: a tokenizer that agrees with cl100k)."""
 
-    def __init__(self, budget: ContextBudget, *, output_words: int, scale: float = 1.0) -> None:
+    def __init__(
+        self, budget: ContextBudget, index: PrefixIndex, *, output_words: int, scale: float = 1.0
+    ) -> None:
         self.rng = random.Random(7)
         self.counter = budget.counter
         self.events: list[Any] = []
-        self.ctx = budget.bind(session_id="s", agent="a", emit=self.events.append, model="m")
+        # The chain [budget, index], as an agent binds it; budget_ctx is the budget's session.
+        self.ctx, self.budget_ctx = bind_indexed(
+            budget, index, emit=self.events.append, session_id="s", model="m"
+        )
         self.messages: list[dict[str, Any]] = [
             {"role": "system", "content": "You fix bugs."},
             {"role": "user", "content": text(self.rng, 100)},
@@ -119,8 +126,8 @@ async def test_the_anchored_forecast_is_exact_for_a_server_that_scales_the_count
     later prompt equals the server's count (to rounding), and the learnt ratio is the
     server's scale — the replies are in the growth."""
     counter = MessageCounter(TiktokenCounter())
-    budget = ContextBudget(window=1_000_000, counter=counter, prefix_index=PrefixIndex(counter))
-    session = Session(budget, output_words=800, scale=scale)
+    budget = ContextBudget(window=1_000_000, counter=counter)
+    session = Session(budget, PrefixIndex(counter), output_words=800, scale=scale)
     for _ in range(12):
         await session.step()
     # The first forecast has nothing learnt; from the second on each is anchored.
@@ -140,17 +147,16 @@ async def test_truncation_until_it_fits_cuts_until_the_budgets_check_passes() ->
         window=30_000,
         reserve_output=1_024,
         counter=counter,
-        prefix_index=PrefixIndex(counter),
         overflow=TruncateToolOutputs(max_tokens=256, all=False),
     )
-    session = Session(budget, output_words=700)
+    session = Session(budget, PrefixIndex(counter), output_words=700)
     policy = TruncateToolOutputs(max_tokens=256)
 
     async def until_overflow() -> None:
         for _ in range(200):
             await session.step()
-            assert session.ctx.forecast is not None
-            assert session.ctx.forecast.bound <= session.ctx.limit
+            assert session.budget_ctx.forecast is not None
+            assert session.budget_ctx.forecast.bound <= session.budget_ctx.limit
 
     with pytest.raises(ContextOverflow):
         await until_overflow()

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from agentflow import Agent, Fleet, SessionResult, Tool
-from agentflow.context import ContextBudget, PrefixIndex, prefix_reuse
+from agentflow.context import ContextBudget, ContextChain, PrefixIndex, prefix_reuse
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
@@ -85,7 +85,7 @@ def run_sessions(
             ),
         )
         transport = SimTransport(EngineDriver(engine))
-        budget = ContextBudget(window=1_000_000, prefix_index=PrefixIndex())
+        context = ContextChain([ContextBudget(window=1_000_000), PrefixIndex()])
         tools = [writer(reply_lines)]
         if output_words is not None:
             tools.append(reader(output_words))
@@ -99,7 +99,7 @@ def run_sessions(
                 tools=tools,
                 params=params,
                 max_turns=n + 2,
-                context=budget,
+                context=context,
             )
             sessions.append(agent.session(f"Task {i}: fix module {i}."))
         try:

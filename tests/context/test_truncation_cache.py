@@ -85,7 +85,6 @@ def run(policy: TruncateToolOutputs) -> Run:
             margin=0.02,
             pin_first=1,
             overflow=policy,
-            prefix_index=PrefixIndex(),
         )
         agent = Agent(
             name="coder",
@@ -94,7 +93,7 @@ def run(policy: TruncateToolOutputs) -> Run:
             tools=[Tool.from_function(read_file, in_thread=False)],
             params={"max_tokens": 48, "agentflow_tool_rounds": ROUNDS},
             max_turns=ROUNDS + 5,
-            context=budget,
+            context=[budget, PrefixIndex()],
         )
         events: list[Any] = []
         fleet = Fleet(transport, callbacks=[events.append], clock=loop_clock)

@@ -24,7 +24,7 @@ from agentflow.context import (
 from agentflow.context._encodings import encoding
 from agentflow.context._messages import _RECENT_IDS
 
-from .budget_util import trace
+from .budget_util import bind_indexed, trace
 
 TOOLS: list[dict[str, Any]] = [
     {
@@ -74,9 +74,11 @@ class Session:
             window=window,
             reserve_output=1_000,
             overflow=self.policy,
-            prefix_index=PrefixIndex(),
         )
-        self.ctx = budget.bind(session_id="s", agent="a", emit=self.events.append)
+        # The chain [budget, index], as an agent binds it; budget_ctx is the budget's session.
+        self.ctx, self.budget_ctx = bind_indexed(
+            budget, PrefixIndex(), emit=self.events.append, session_id="s"
+        )
         self.messages: list[dict[str, Any]] = [
             {"role": "system", "content": "You read files."},
             {"role": "user", "content": "Summarise the repository."},
@@ -109,7 +111,7 @@ class Session:
     async def step(self) -> Any:
         info = await self.ctx.before_turn(self.turn, self.messages, TOOLS, _never)
         #: The prompt's fingerprint as sent (before the reply joins it).
-        tracker: Any = self.ctx._tracker
+        tracker: Any = self.budget_ctx._tracker
         self.blocks = tracker._tracker.blocks
         self.ctx.after_turn(self.turn, trace(prompt=info.raw_estimate, output=5))
         self.turn += 1

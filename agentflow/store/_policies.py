@@ -8,8 +8,9 @@ from them) would be those of an untrained calibrator. The store keeps its state
 of an agent using it ends and when the attempt ends; :meth:`Fleet.resume` restores the
 last one written (:meth:`Calibrator.load_state`) before its sessions start.
 
-A calibrator is found through an agent's context policy (its ``calibrator``
-attribute: :class:`~agentflow.context.ContextBudget`'s); one shared by several agents
+A calibrator is found through an agent's context: the ``calibrator`` attribute of the
+context, or of the first link of its chain that has one (a
+:class:`~agentflow.context.ContextBudget`'s); one shared by several agents
 is keyed ``calibrator:<name>`` by the first of their names in sorted order, so the
 key is the same in the process that recorded it and the one resuming.
 """
@@ -35,16 +36,24 @@ def calibrators(agents: Iterable[Agent]) -> dict[int, tuple[str, Calibrator]]:
     """The calibrators ``agents`` use, by ``id``: their key and the calibrator."""
     found: dict[int, tuple[str, Calibrator]] = {}
     for agent in sorted(agents, key=lambda a: a.name):
-        cal: Any = getattr(agent.context, "calibrator", None)
-        if isinstance(cal, Calibrator) and id(cal) not in found:
+        cal = calibrator_of(agent)
+        if cal is not None and id(cal) not in found:
             found[id(cal)] = (f"calibrator:{agent.name}", cal)
     return found
 
 
 def calibrator_of(agent: Agent) -> Calibrator | None:
-    """The calibrator ``agent``'s context policy uses, if any."""
-    cal: Any = getattr(agent.context, "calibrator", None)
-    return cal if isinstance(cal, Calibrator) else None
+    """The calibrator ``agent``'s context uses, if any: the context's own, or the first
+    link's of its chain (``Agent(context=[...])`` is a chain)."""
+    context: Any = agent.context
+    links: Any = getattr(context, "links", None)
+    if links is None:
+        links = context if isinstance(context, list | tuple) else (context,)
+    for link in links:
+        cal: Any = getattr(link, "calibrator", None)
+        if isinstance(cal, Calibrator):
+            return cal
+    return None
 
 
 def restore(states: Mapping[str, Any], agents: Iterable[Agent]) -> int:

@@ -18,7 +18,7 @@ from agentflow._errors import StoreError
 from agentflow._logging import get_logger
 from agentflow._trace import ToolCall
 from agentflow.store._codec import agent_info, session_task
-from agentflow.store._policies import calibrators
+from agentflow.store._policies import calibrator_of, calibrators
 from agentflow.store._protocol import LeaseOwner, Store
 from agentflow.store._records import (
     AgentInfo,
@@ -202,7 +202,7 @@ class Recorder:
             )
         )
         if self._calibrators:
-            cal = getattr(session.agent.context, "calibrator", None)
+            cal = calibrator_of(session.agent)
             tracked = self._calibrators.get(id(cal))
             now = time.monotonic()
             # At most once per POLICY_EVERY_S per calibrator: its state is a few KB and

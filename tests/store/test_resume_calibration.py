@@ -23,9 +23,10 @@ from .fleets import agents, resume, run_cut
 N = 18
 
 
-def team(budget: ContextBudget) -> list[Agent]:
-    """The store tests' agents, sharing one context budget (so one calibrator)."""
-    return [dataclasses.replace(a, context=budget) for a in agents()]
+def team(budget: ContextBudget, chain: bool = False) -> list[Agent]:
+    """The store tests' agents, sharing one context budget (so one calibrator): the
+    budget itself, or (``chain``) the budget as a link of a context chain."""
+    return [dataclasses.replace(a, context=[budget] if chain else budget) for a in agents()]
 
 
 def budget() -> ContextBudget:
@@ -95,9 +96,12 @@ def _load(path: Path) -> StoredRun:
     return run_virtual(main())
 
 
-def test_the_resumed_run_starts_from_the_calibration_the_cut_run_had(tmp_path: Path) -> None:
+@pytest.mark.parametrize("chain", [False, True], ids=["budget", "chain"])
+def test_the_resumed_run_starts_from_the_calibration_the_cut_run_had(
+    tmp_path: Path, chain: bool
+) -> None:
     first = budget()
-    assert run_virtual(run_cut(tmp_path / "cut.db", team(first), N, 20)) is None
+    assert run_virtual(run_cut(tmp_path / "cut.db", team(first, chain), N, 20)) is None
     learnt = first.calibrator.to_state()
     assert learnt["models"]  # the cut run learnt something
     # What the store kept is the calibrator as it was when the attempt ended.
@@ -105,19 +109,19 @@ def test_the_resumed_run_starts_from_the_calibration_the_cut_run_had(tmp_path: P
     assert run.policy_state == {"calibrator:agent-0": learnt}
     # A fresh process's calibrator, restored: the same state, the same estimates.
     fresh = budget()
-    assert restore(run.policy_state, team(fresh)) == 1
+    assert restore(run.policy_state, team(fresh, chain)) == 1
     assert fresh.calibrator.to_state() == learnt
     assert _probe(fresh.calibrator) == _probe(first.calibrator)
 
     # Resumed end to end, the calibrator goes on from there: it has learnt from every
     # turn of the run — those before the cut (restored) and those after (observed).
     again = budget()
-    result = run_virtual(resume(tmp_path / "cut.db", team(again)))
+    result = run_virtual(resume(tmp_path / "cut.db", team(again, chain)))
     assert isinstance(result, FleetResult)
     assert all(s.status == "completed" for s in result.sessions)
     whole = budget()
     assert isinstance(
-        run_virtual(run_cut(tmp_path / "whole.db", team(whole), N, None)), FleetResult
+        run_virtual(run_cut(tmp_path / "whole.db", team(whole, chain), N, None)), FleetResult
     )
     (model,) = whole.calibrator.models
     done = again.calibrator.stats(model)

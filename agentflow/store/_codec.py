@@ -62,7 +62,19 @@ def text_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-def _config(agent: Agent) -> dict[str, Any]:
+def _context_name(context: object) -> str | None:
+    """The context's type; a chain's names its links in order (dropping or adding a link
+    changes the fingerprint)."""
+    if context is None:
+        return None
+    links = getattr(context, "given", None)
+    if isinstance(links, tuple):
+        names = ",".join(type(link).__qualname__ for link in links)
+        return f"{type(context).__qualname__}({names})"
+    return type(context).__qualname__
+
+
+def _config(agent: Agent, context: str | None = None) -> dict[str, Any]:
     timeout = agent.tool_timeout_s
     return {
         "model": agent.model,
@@ -73,21 +85,36 @@ def _config(agent: Agent) -> dict[str, Any]:
         "tool_timeout_s": None if math.isinf(timeout) else timeout,
         "max_tool_output_chars": agent.max_tool_output_chars,
         "priority": agent.priority,
-        "context": None if agent.context is None else type(agent.context).__qualname__,
+        "context": context if context is not None else _context_name(agent.context),
     }
 
 
-def fingerprint(agent: Agent) -> str:
+def fingerprint(agent: Agent, *, context: str | None = None) -> str:
     """A digest of everything about ``agent`` that shapes its conversations: name, model,
     instructions, tool schemas, params, limits, tool-error handling, priority and the
-    context policy's type. Tool *code* cannot be fingerprinted; its schema is."""
+    context's type (a chain's: its links' types, in order); ``context`` stands in for
+    that type's name. Tool *code* cannot be fingerprinted; its schema is."""
     blob = json.dumps(
-        [agent.name, agent.instructions, _config(agent)],
+        [agent.name, agent.instructions, _config(agent, context)],
         sort_keys=True,
         separators=(",", ":"),
         default=repr,
     )
     return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def fingerprints(agent: Agent) -> set[str]:
+    """The fingerprints a recorded run may hold for ``agent``: its own, and — when its
+    context is a chain holding a ``ContextBudget`` — the one a run recorded before the
+    context chain existed (when ``ContextBudget(fleet=, prefix_index=, cache_buster=)``
+    was the way to write such a chain, and its type alone was fingerprinted)."""
+    found = {fingerprint(agent)}
+    links = getattr(agent.context, "given", None)
+    if isinstance(links, tuple) and any(
+        type(link).__qualname__ == "ContextBudget" for link in links
+    ):
+        found.add(fingerprint(agent, context="ContextBudget"))
+    return found
 
 
 def agent_info(agent: Agent) -> AgentInfo:

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from agentflow._errors import AgentflowError, ConfigError, MaxTurnsExceeded, StoreError
 from agentflow._metrics import turn_metrics
 from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
-from agentflow.store._codec import fingerprint, shift_trace
+from agentflow.store._codec import fingerprints, shift_trace
 from agentflow.store._records import StoredRun, StoredSession, StoredTurn
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ def plan_resume(
                 f"{s.session_id!r}); pass it in agents="
             )
         if s.agent not in checked:
-            if fingerprint(agent) != s.fingerprint:
+            if s.fingerprint not in fingerprints(agent):
                 raise ConfigError(
                     f"resume: agent {s.agent!r} is not configured as it was when run "
                     f"{run.run_id!r} recorded it (instructions, model, tools, params or "

@@ -9,20 +9,26 @@ not). So :class:`~agentflow.store.SQLiteStore` refuses a second live writer of a
 instead: the store that records an attempt at a run (``Fleet.run``'s first claim, or
 ``Fleet.resume``'s :meth:`start_attempt`) takes an exclusive ``flock`` on
 ``<db>.af-run-<digest of run id>.lock`` (holding its pid, for the error message) and
-keeps it until the attempt gives its leases back or the store closes. The kernel drops
+keeps it until every lease owner that claimed through this store has given its leases
+back (the attempt ended), or the store closes. The kernel drops
 the lock when the process dies, ``kill -9`` included, so a killed run is resumed at
-once. Workers that share a run need :class:`~agentflow.store.PostgresStore`.
+once. Where there is no ``flock`` (Windows), no run lock is taken: one writer per run is
+then the user's to keep. Workers that share a run need :class:`~agentflow.store.PostgresStore`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 from pathlib import Path
 
 from agentflow._errors import StoreError
+
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): no run lock there, as documented
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["RunLocks"]
 
@@ -33,19 +39,23 @@ class RunLocks:
     def __init__(self, db: Path) -> None:
         self.db = db
         self._held: dict[str, tuple[int, Path]] = {}
+        self._owners: dict[str, set[object]] = {}
 
     def path(self, run_id: str) -> Path:
         """The lock file of ``run_id``."""
         digest = hashlib.blake2b(run_id.encode("utf-8", "surrogatepass"), digest_size=8)
         return self.db.with_name(f"{self.db.name}.af-run-{digest.hexdigest()}.lock")
 
-    def acquire(self, run_id: str) -> None:
-        """Hold ``run_id``'s lock (no-op if this store holds it already).
+    def acquire(self, run_id: str, owner: object = None) -> None:
+        """Hold ``run_id``'s lock (no-op if this store holds it already), for ``owner``
+        (a lease owner) if given: the lock is kept until each owner has let go.
 
         Raises:
             StoreError: another live process (or another open store) writes the run.
         """
-        if run_id in self._held:
+        if owner is not None:
+            self._owners.setdefault(run_id, set()).add(owner)
+        if run_id in self._held or fcntl is None:
             return
         path = self.path(run_id)
         while True:
@@ -83,8 +93,15 @@ class RunLocks:
             raise
         return fd
 
-    def release(self, run_id: str) -> None:
-        """Let go of ``run_id``'s lock, if held (the file is removed)."""
+    def release(self, run_id: str, owner: object = None) -> None:
+        """``owner`` let go of the run; once no owner is left (or with ``owner=None``),
+        let go of ``run_id``'s lock, if held (the file is removed)."""
+        owners = self._owners.get(run_id)
+        if owner is not None and owners:
+            owners.discard(owner)
+            if owners:
+                return  # another attempt through this store still writes the run
+        self._owners.pop(run_id, None)
         held = self._held.pop(run_id, None)
         if held is None:
             return

@@ -191,7 +191,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         Raises:
             StoreError: another live process (or open store) writes the run.
         """
-        self._run_locks.acquire(run_id)
+        self._run_locks.acquire(run_id, owner)
         ids = list(session_ids)
         return await self._call(lambda conn: io.claim(conn, run_id, ids, owner, ttl_s))
 
@@ -206,7 +206,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         ids = None if sessions is None else list(sessions)
         await self._call(lambda conn: io.release(conn, run_id, owner, ids))
         if ids is None:  # the attempt ended: another process may write the run now
-            self._run_locks.release(run_id)
+            self._run_locks.release(run_id, owner)
 
     async def conflicts(self, run_id: str) -> list[str]:
         """Writes refused because their key was already recorded (``kind key`` lines)."""

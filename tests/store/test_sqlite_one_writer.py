@@ -107,13 +107,72 @@ def test_two_stores_in_one_process_are_two_writers_too(tmp_path: Path) -> None:
         try:
             await first.open()
             first.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
-            await first.claim("r", [], LeaseOwner(), 60)
+            owner = LeaseOwner()
+            await first.claim("r", [], owner, 60)
             with pytest.raises(StoreError, match=f"pid {os.getpid()}"):
                 await second.start_attempt("r", 2, 0)
-            await first.release("r", LeaseOwner())  # the attempt ended: the run is free
+            await first.release("r", owner)  # the attempt ended: the run is free
             assert await second.start_attempt("r", 2, 0) == 1
         finally:
             await first.aclose()
             await second.aclose()
 
     asyncio.run(main())
+
+
+def test_the_lock_stays_while_any_attempt_through_the_store_holds_leases(
+    tmp_path: Path,
+) -> None:
+    """Two lease owners write one run through one store: the first one's end must not free
+    the run for another store while the second still writes it."""
+    db = tmp_path / "owners.db"
+
+    async def main() -> None:
+        first, second = SQLiteStore(db), SQLiteStore(db)
+        try:
+            await first.open()
+            first.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
+            a, b = LeaseOwner(), LeaseOwner()
+            await first.claim("r", [], a, 60)
+            await first.claim("r", [], b, 60)
+            await first.release("r", a)
+            with pytest.raises(StoreError, match=f"pid {os.getpid()}"):
+                await second.start_attempt("r", 2, 0)
+            await first.release("r", LeaseOwner())  # an owner that never claimed: no effect
+            with pytest.raises(StoreError, match=f"pid {os.getpid()}"):
+                await second.start_attempt("r", 2, 0)
+            await first.release("r", b)
+            assert await second.start_attempt("r", 2, 0) == 1
+        finally:
+            await first.aclose()
+            await second.aclose()
+
+    asyncio.run(main())
+
+
+def test_without_flock_the_store_imports_and_takes_no_run_lock(tmp_path: Path) -> None:
+    """Where ``fcntl`` does not exist (Windows), ``agentflow.store`` still imports and a
+    run is written without a run lock (checked in a fresh interpreter that hides it)."""
+    code = f"""
+import asyncio, sys
+sys.modules["fcntl"] = None
+from agentflow.store import SQLiteStore
+from agentflow.store._protocol import LeaseOwner
+
+async def main():
+    first, second = SQLiteStore({str(tmp_path / "w.db")!r}), SQLiteStore({str(tmp_path / "w.db")!r})
+    await first.open()
+    await first.claim("r", [], LeaseOwner(), 60)
+    await second.open()
+    await second.claim("r", [], LeaseOwner(), 60)
+    await first.aclose(); await second.aclose()
+    print("ok")
+
+asyncio.run(main())
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+    assert not list(tmp_path.glob("*.lock"))

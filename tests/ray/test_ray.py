@@ -356,3 +356,36 @@ def test_ray_backend_is_checked_when_the_fleet_is_built(monkeypatch: pytest.Monk
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     with pytest.raises(ConfigError, match=r"pip install 'agentflow\[ray\]'"):
         Fleet(HTTPTransport(url), workers=2, backend="ray")
+
+
+async def test_an_actor_reported_unavailable_is_stopped_before_its_sessions_move() -> None:
+    """Ray reports an actor that is only unreachable for now (``ActorUnavailableError``)
+    as a ``RayActorError``; the run then moves its sessions to a new actor, so the old one
+    must be stopped first, or it would go on running them on slots handed to others. A
+    real actor, alive, whose poll reports it unavailable: it is killed."""
+    from ray.exceptions import ActorUnavailableError, RayActorError
+
+    from agentflow._workers._ray import RayLauncher
+
+    launcher = RayLauncher()
+    w = launcher.launch(0, [])
+    await w.actor.__ray_ready__.remote()  # alive
+
+    async def unavailable() -> list[object]:
+        raise ActorUnavailableError("unreachable for now", None)
+
+    w.actor.poll = types.SimpleNamespace(remote=unavailable)
+    lost: list[bool] = []
+    await launcher._listen(w, lambda handle, msg: None, lambda handle, gone: lost.append(gone))
+    assert lost == [True]
+    # ray.kill takes effect asynchronously: the actor answers at most a few more calls.
+    # Without the kill it would answer every one of them (it is alive and idle).
+    for _ in range(20):
+        try:
+            await asyncio.wait_for(w.actor.__ray_ready__.remote(), 30)
+        except RayActorError:
+            break
+        await asyncio.sleep(0.25)
+    else:
+        pytest.fail("the actor reported unavailable is still running its sessions")
+    assert not agentflow_actors()

@@ -62,6 +62,40 @@ def test_a_secret_stays_while_any_owner_of_it_lives() -> None:
     assert redact(KEY) == KEY and live_secrets() == 0
 
 
+@pytest.mark.parametrize("how", ["pickle", "copy", "deepcopy"])
+def test_a_copied_or_unpickled_endpoint_owns_its_secrets_too(how: str) -> None:
+    """A worker's endpoint is an unpickled copy: once the original is collected, the
+    copy's key, header and URL password must still be masked while the copy lives."""
+    import copy
+    import pickle
+
+    original = Endpoint(
+        base_url="http://u:pass-copied-1@127.0.0.1:1/v1",
+        headers={"x-api-key": "hdr-copied-secret"},
+        extra_body={"top_k": 5},
+        name="replica-a",
+    )
+    keyed = Endpoint(base_url="http://127.0.0.1:2/v1", api_key=KEY)
+    dup = {
+        "pickle": lambda e: pickle.loads(pickle.dumps(e)),
+        "copy": copy.copy,
+        "deepcopy": copy.deepcopy,
+    }[how]
+    twin, keyed_twin = dup(original), dup(keyed)
+    assert twin == original and keyed_twin == keyed
+    assert (twin.chat_url, twin.request_headers()) == (
+        original.chat_url,
+        original.request_headers(),
+    )
+    del original, keyed
+    gc.collect()
+    text = f"{KEY} pass-copied-1 hdr-copied-secret"
+    assert redact(text) == f"{MASK} {MASK} {MASK}"  # the copies hold them
+    del twin, keyed_twin
+    gc.collect()
+    assert redact(text) == text and live_secrets() == 0
+
+
 def test_what_users_register_stays_for_the_process() -> None:
     register_secret(KEY)
     ep = Endpoint(base_url="http://127.0.0.1:1/v1", api_key=KEY)

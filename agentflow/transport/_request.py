@@ -81,6 +81,15 @@ class Endpoint:
         if not self.name:
             object.__setattr__(self, "name", parts.netloc.rpartition("@")[2])
 
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # A copy or an unpickled endpoint (a worker's) is built again, so that it holds
+        # its secrets too: they stay masked while it lives, whatever became of this one.
+        return (
+            _rebuilt,
+            (type(self), self.base_url, self.api_key, dict(self.headers),
+             dict(self.extra_body), self.name),
+        )  # fmt: skip
+
     def __repr__(self) -> str:
         headers = {k: MASK if is_credential_name(k) else redact(v) for k, v in self.headers.items()}
         return (
@@ -104,6 +113,20 @@ class Endpoint:
         elif self._basic_auth is not None:
             h["Authorization"] = self._basic_auth
         return h
+
+
+def _rebuilt(
+    cls: type[Endpoint],
+    base_url: str,
+    api_key: str | None,
+    headers: dict[str, str],
+    extra_body: dict[str, Any],
+    name: str,
+) -> Endpoint:
+    """An :class:`Endpoint` unpickled or copied: constructed, so it registers its secrets."""
+    return cls(
+        base_url=base_url, api_key=api_key, headers=headers, extra_body=extra_body, name=name
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -166,7 +166,7 @@ async def test_limits_are_counted_at_the_server_across_actors() -> None:
     assert "60/60" in out.getvalue() or "100%" in out.getvalue()
     assert fleet.in_flight == fleet.queued == 0
     assert len(sim.records) == sum(len(s.turns) for s in result.sessions) == 90
-    assert peak_overlap(intervals(sim.records)) == 3
+    assert 2 <= peak_overlap(intervals(sim.records)) <= 3  # never over; both actors sent
     assert 0 < result.peak_in_flight <= 3
     assert result.replicas[0].served == 90
 

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
+import signal
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from agentflow import Event, Fleet, FleetResult, HTTPTransport
 from agentflow.store import SQLiteStore
 from tests.sched.conftest import RecordingSim
 from tests.store.fleets import contents
+from tests.workers.test_workers import gone as _gone
 from tests.workers.tools import PLAIN, TOOL, workload
 
 RUN = "run-w"
@@ -117,7 +121,7 @@ async def test_a_cancelled_run_resumes_on_workers_as_if_uninterrupted(tmp_path: 
     # Turn i of a session is sent with a known number of messages: the resumed run sent
     # none of the turns recorded before it (a finished turn is not redone).
     by_len = {
-        (s.session_id, len(s.messages[: _request_len(s.messages, i)])): i
+        (s.session_id, _request_len(s.messages, i)): i
         for s in whole.sessions
         for i in range(len(s.turns))
     }
@@ -140,3 +144,89 @@ def _request_len(messages: list[dict[str, object]], turn: int) -> int:
             if seen == turn:
                 return n
     raise AssertionError(f"no turn {turn}")
+
+
+async def test_a_killed_parent_resumes_on_workers_as_if_uninterrupted(tmp_path: Path) -> None:
+    """SIGKILL the parent of a two-worker run (a child process) after 6 turns: its
+    workers die with it; resumed here with ``workers=2``, every session ends as in an
+    uninterrupted run, the resumed run sent the server none of the turns the store held
+    and each of the others once, and no turn is recorded twice."""
+    async with RecordingSim(seed=9) as sim, HTTPTransport(sim.base_url) as http:
+        whole = await Fleet(http, max_concurrency=2).run(workload(16))
+    path = tmp_path / "killed.db"
+    async with RecordingSim(seed=9) as sim:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "tests.workers.store_child",
+            sim.base_url,
+            str(path),
+            RUN,
+            stdout=asyncio.subprocess.PIPE,
+        )
+        assert proc.stdout is not None
+        try:
+            int(await asyncio.wait_for(proc.stdout.readline(), 60))
+            turns = 0
+            while turns < 6:
+                line = await asyncio.wait_for(proc.stdout.readline(), 60)
+                assert line.strip() == b"turn", line
+                turns += 1
+            workers = _children(proc.pid)
+            assert len(workers) == 2
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            if proc.returncode is None:
+                proc.kill()
+            await proc.wait()
+        assert proc.returncode == -signal.SIGKILL
+    for _ in range(100):  # they die with their parent (PR_SET_PDEATHSIG)
+        if all(_gone(p) for p in workers):
+            break
+        await asyncio.sleep(0.05)
+    assert all(_gone(p) for p in workers)
+    store = SQLiteStore(path)
+    try:
+        before = await store.load(RUN)
+        done_before = {(s.session_id, i) for s in before.sessions for i in range(len(s.turns))}
+        assert 0 < len(done_before) < 24
+        async with RecordingSim(seed=9) as sim, HTTPTransport(sim.base_url) as http:
+            fleet = Fleet(http, max_concurrency=2, workers=2, store=store)
+            resumed = await fleet.resume(RUN, agents=[PLAIN, TOOL])
+        after = await store.load(RUN)
+        assert await store.conflicts(RUN) == []
+    finally:
+        await store.aclose()
+    assert not resumed.failed, [s.error for s in resumed.failed]
+    for a, b in zip(whole.sessions, resumed.sessions, strict=True):
+        assert (a.status, a.final_output, a.messages) == (b.status, b.final_output, b.messages)
+    assert sum(len(s.turns) for s in after.sessions) == 24
+    assert [a.attempt for a in after.attempts] == [0, 1]
+    by_len = {
+        (s.session_id, _request_len(s.messages, i)): i
+        for s in whole.sessions
+        for i in range(len(s.turns))
+    }
+    sent = sent_turns(sim)
+    assert not [k for k in sent if (k[0], by_len[k]) in done_before]
+    assert all(c == 1 for c in sent.values())
+    assert sum(sent.values()) == 24 - len(done_before)
+
+
+def _children(pid: int) -> list[int]:
+    """Pids of ``pid``'s live worker processes (``spawn``-started children; not
+    multiprocessing's resource tracker), from /proc."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] != "Z" and b"spawn_main" in cmdline:
+            out.append(int(entry))
+    return out

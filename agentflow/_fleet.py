@@ -150,7 +150,8 @@ class Fleet:
             does not stall every stream at once; see ``docs/architecture.md``.
         store: record every run in this run store (``agentflow.store``; e.g.
             :class:`~agentflow.store.SQLiteStore`) so that a killed run can be resumed
-            with :meth:`resume`; see ``docs/store.md``.
+            with :meth:`resume`; see ``docs/store.md``. With ``workers``, this process
+            writes the store: the workers send it what their sessions record.
         lease_ttl_s: with a ``store``: how long a session's lease outlives a worker that
             stops renewing it (renewed every third of it while the run goes).
         workers: with N ≥ 2, :meth:`run` and :meth:`stream` shard the sessions over N
@@ -162,7 +163,8 @@ class Fleet:
         backend: where the ``workers`` run: ``"processes"`` (the default: worker
             processes on this machine) or ``"ray"`` (Ray actors, on this machine or a
             Ray cluster: ``pip install 'agentflow[ray]'``; a worker whose actor is lost
-            has its unfinished sessions run again on a new one). With ``"ray"``,
+            has its unfinished sessions run again on a new one — with a ``store``, from
+            their last recorded turn). With ``"ray"``,
             ``workers=N`` is the number of actors, one is allowed; see
             ``docs/scale-out.md``.
     """
@@ -289,8 +291,9 @@ class Fleet:
         Sessions that completed (or hit ``max_turns``) are not run again; the others
         continue from their last recorded turn — a turn in flight when the run stopped
         is run again, and a recorded tool result is used as it is, never run again.
-        The result holds every session of the run, earlier turns included. See
-        ``docs/store.md``.
+        The result holds every session of the run, earlier turns included. With
+        ``workers``, the sessions to run are claimed at once and handed to the workers
+        restored. See ``docs/store.md``.
 
         Args:
             run_id: the run (``FleetResult.run_id``, ``agentflow resume``).

@@ -26,6 +26,12 @@ With ``Fleet(workers=N, backend="ray")`` the workers are Ray actors: the same ru
 (:func:`run_sharded`) and the same worker core (``WorkerRun``) over another channel
 (a ``Launcher``); an actor lost mid-run has its unfinished sessions run again on a new one.
 
+With a store (``Fleet(store=...)``) the parent is the run's one writer: each worker's
+sessions record through a ``Recorder`` whose writes are sent to the parent (in order with
+the worker's events), and the parent writes them; a resumed run's sessions are claimed at
+once and sent to the workers restored; a lost Ray actor's sessions continue from the
+store's finished turns (a dead worker process's still fail with :class:`WorkerError`).
+
 Modules: ``_parent`` (checks, the sharded run, results, stop; the process launcher),
 ``_broker`` (the leases), ``_worker`` (a worker: its fleet on leased limits; the process
 entry point), ``_ray`` (the Ray actor and launcher), ``_wire`` (event batches).

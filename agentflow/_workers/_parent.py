@@ -138,7 +138,8 @@ class Launcher(Protocol):
     the broker, the event merge, the results — is :func:`run_sharded`'s, for both."""
 
     #: Whether a worker lost mid-run (not one that failed on its own) has its
-    #: unfinished sessions run again, from the start, on a new worker.
+    #: unfinished sessions run again on a new worker (from the start, or with a store
+    #: from their last recorded turn).
     rerun_lost: bool
 
     def launch(self, index: int, sessions: list[int]) -> WorkerHandle:

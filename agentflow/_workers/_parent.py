@@ -223,6 +223,7 @@ async def run_sharded(
     reruns = [0] * len(sessions)
     broker: Broker | None = None
     cancelling = False
+    over = False  # the run has returned: what still arrives is not recorded
     starting: set[asyncio.Task[None]] = set()
     # Per worker, its last (in flight, queued): Fleet.in_flight and .queued sum them.
     live = [(0, 0)] * n
@@ -262,7 +263,9 @@ async def run_sharded(
                         session.result, session.messages, session.turns = s, s.messages, s.turns
                 bus.emit(event)
         elif kind == "records":
-            assert recorder is not None
+            if recorder is None or over:  # too late: the attempt's end is recorded
+                _log.warning("workers.late_records", worker=w.index, records=len(msg[1]))
+                return
             write = recorder.store.write
             for record in msg[1]:
                 write(record)
@@ -431,7 +434,10 @@ async def run_sharded(
         if broker is not None:
             await broker.aclose()
         await bus.aclose()  # async callbacks and stream() queues have had every event
-        await launcher.reap(workers, fleet.stop_timeout_s)
+        try:
+            await launcher.reap(workers, fleet.stop_timeout_s)
+        finally:
+            over = True
 
 
 class ProcessLauncher:

@@ -151,7 +151,8 @@ class Fleet:
         store: record every run in this run store (``agentflow.store``; e.g.
             :class:`~agentflow.store.SQLiteStore`) so that a killed run can be resumed
             with :meth:`resume`; see ``docs/store.md``. With ``workers``, this process
-            writes the store: the workers send it what their sessions record.
+            writes the store: the workers send it what their sessions record, and a
+            killed worker's sessions continue on a new one from their recorded turns.
         lease_ttl_s: with a ``store``: how long a session's lease outlives a worker that
             stops renewing it (renewed every third of it while the run goes).
         workers: with N ≥ 2, :meth:`run` and :meth:`stream` shard the sessions over N

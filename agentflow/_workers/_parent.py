@@ -198,8 +198,9 @@ async def run_sharded(
 
     With ``durable`` (the fleet has a store), this process owns the store: each worker
     sends what its sessions record (the same records as one process builds) over its
-    channel, and they are written here; a worker lost and replaced (Ray) has its
-    sessions continue on the new one from their last recorded turn."""
+    channel, and they are written here; a worker lost mid-run (a killed process or
+    actor, not one that crashed on its own) is replaced, and its sessions continue on
+    the new one from their last recorded turn."""
     from agentflow._fleet import FleetResult, ReplicaStats
     from agentflow.store._records import SessionEnded, TurnFinished
 
@@ -307,7 +308,10 @@ async def run_sharded(
         live[w.index] = (0, 0)
         if broker is not None:
             broker.worker_gone(w.index)
-        if lost and launcher.rerun_lost and not cancelling:
+        # Lost (not ended on its own): re-run on Ray; with a store, on any launcher
+        # (the sessions continue from their recorded turns, not from their start).
+        rerun = launcher.rerun_lost or (durable is not None and not w.crash)
+        if lost and rerun and not cancelling:
             again = [k for k in w.sessions if results[k] is None and reruns[k] < MAX_RERUNS]
             if again:
                 # Registered before this one's done resolves, so the run waits for it too.
@@ -443,7 +447,9 @@ async def run_sharded(
 class ProcessLauncher:
     """Worker processes started with ``spawn``, one duplex pipe each."""
 
-    rerun_lost = False  # a dead worker's sessions fail with a WorkerError
+    #: A dead worker's sessions fail with a WorkerError — without a store; with one,
+    #: they continue from their recorded turns on a new worker (see run_sharded).
+    rerun_lost = False
 
     def __init__(self) -> None:
         self._ctx = multiprocessing.get_context("spawn")

@@ -230,3 +230,55 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid and fields[0] != "Z" and b"spawn_main" in cmdline:
             out.append(int(entry))
     return out
+
+
+async def test_a_killed_worker_s_sessions_continue_from_the_store(tmp_path: Path) -> None:
+    """With a store, SIGKILL the worker of a tool session right after that session's
+    first turn ended (its record reached the parent before the event): the run
+    completes every session, with the transcripts of one process; a new worker continued
+    the killed session after its recorded first turn (the server saw that turn once);
+    the store holds the rows a one-process run records, each turn once."""
+    one_path = tmp_path / "one.db"
+    one_store = SQLiteStore(one_path)
+    try:
+        async with RecordingSim(seed=7) as sim, HTTPTransport(sim.base_url) as http:
+            one = await Fleet(http, max_concurrency=2, store=one_store).run(
+                workload(20), run_id=RUN
+            )
+    finally:
+        await one_store.aclose()
+    victims: list[tuple[str, int]] = []
+
+    def kill_one(event: Event) -> None:
+        # s<k> runs on worker k % 2 (dealt round-robin); s<odd> call a tool first.
+        if event.type == "turn_end" and event.turn == 0 and not victims:
+            k = int(event.session_id[1:])
+            if k % 2 == 1:
+                name = "agentflow-worker-1"
+                (pid,) = (p.pid for p in multiprocessing.active_children() if p.name == name)
+                assert pid is not None
+                victims.append((event.session_id, pid))
+                os.kill(pid, signal.SIGKILL)
+
+    path = tmp_path / "killed.db"
+    store = SQLiteStore(path)
+    try:
+        async with RecordingSim(seed=7) as sim, HTTPTransport(sim.base_url) as http:
+            fleet = Fleet(http, max_concurrency=2, workers=2, store=store, callbacks=[kill_one])
+            result = await fleet.run(workload(20), run_id=RUN)
+        assert await store.conflicts(RUN) == []
+    finally:
+        await store.aclose()
+    assert victims, "no tool session ended a first turn on worker 1"
+    assert not result.failed, [s.error for s in result.failed]
+    for a, b in zip(one.sessions, result.sessions, strict=True):
+        assert (a.status, a.final_output, a.messages) == (b.status, b.final_output, b.messages)
+    ((victim, pid),) = victims
+    per_turn = Counter(
+        len(x.body["messages"]) for x in sim.seen if x.headers.get("X-Session-ID") == victim
+    )
+    assert per_turn[2] == 1  # its recorded first turn: not sent again
+    assert sum(c for n, c in per_turn.items() if n > 2) >= 1
+    assert contents(path, RUN) == contents(tmp_path / "one.db", RUN)
+    assert _gone(pid)
+    assert not multiprocessing.active_children()

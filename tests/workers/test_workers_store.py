@@ -1,7 +1,9 @@
 """``Fleet(workers=2, store=SQLiteStore(...))`` against the HTTP simulator on loopback: the
 parent owns the store and writes what the workers' sessions record — the same rows as one
-process records; a run cancelled partway resumes on two workers to the transcripts of an
-uninterrupted run, with no finished turn sent again and none recorded twice."""
+process records; a run cancelled partway, or whose parent was SIGKILLed, resumes on two
+workers to the transcripts of an uninterrupted run, with no finished turn sent again and
+none recorded twice; a SIGKILLed worker's sessions continue on a new worker from the
+store."""
 
 from __future__ import annotations
 

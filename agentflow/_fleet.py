@@ -150,7 +150,9 @@ class Fleet:
             does not stall every stream at once; see ``docs/architecture.md``.
         store: record every run in this run store (``agentflow.store``; e.g.
             :class:`~agentflow.store.SQLiteStore`) so that a killed run can be resumed
-            with :meth:`resume`; see ``docs/store.md``.
+            with :meth:`resume`; see ``docs/store.md``. With ``workers``, this process
+            writes the store: the workers send it what their sessions record, and a
+            killed worker's sessions continue on a new one from their recorded turns.
         lease_ttl_s: with a ``store``: how long a session's lease outlives a worker that
             stops renewing it (renewed every third of it while the run goes).
         workers: with N ≥ 2, :meth:`run` and :meth:`stream` shard the sessions over N
@@ -162,7 +164,8 @@ class Fleet:
         backend: where the ``workers`` run: ``"processes"`` (the default: worker
             processes on this machine) or ``"ray"`` (Ray actors, on this machine or a
             Ray cluster: ``pip install 'agentflow[ray]'``; a worker whose actor is lost
-            has its unfinished sessions run again on a new one). With ``"ray"``,
+            has its unfinished sessions run again on a new one — with a ``store``, from
+            their last recorded turn). With ``"ray"``,
             ``workers=N`` is the number of actors, one is allowed; see
             ``docs/scale-out.md``.
     """
@@ -211,8 +214,6 @@ class Fleet:
         self.lease_ttl_s = lease_ttl_s
         if workers is not None and (not isinstance(workers, int) or workers < 1):
             raise ConfigError(f"workers must be an int ≥ 1 or None, got {workers!r}")
-        if workers is not None and workers > 1 and store is not None:
-            raise ConfigError(f"Fleet(workers={workers}) does not take a store yet")
         if not stop_timeout_s > 0:
             raise ConfigError(f"stop_timeout_s must be > 0 seconds, got {stop_timeout_s!r}")
         if backend not in ("processes", "ray"):
@@ -220,8 +221,6 @@ class Fleet:
         if backend == "ray":
             if workers is None:
                 raise ConfigError("Fleet(backend='ray') needs workers=N: how many Ray actors")
-            if store is not None:
-                raise ConfigError("Fleet(backend='ray') does not take a store yet")
             if importlib.util.find_spec("ray") is None:
                 raise ConfigError(
                     "Fleet(backend='ray') needs Ray, which is not installed: "
@@ -293,8 +292,9 @@ class Fleet:
         Sessions that completed (or hit ``max_turns``) are not run again; the others
         continue from their last recorded turn — a turn in flight when the run stopped
         is run again, and a recorded tool result is used as it is, never run again.
-        The result holds every session of the run, earlier turns included. See
-        ``docs/store.md``.
+        The result holds every session of the run, earlier turns included. With
+        ``workers``, the sessions to run are claimed at once and handed to the workers
+        restored. See ``docs/store.md``.
 
         Args:
             run_id: the run (``FleetResult.run_id``, ``agentflow resume``).
@@ -309,8 +309,6 @@ class Fleet:
         """
         from agentflow.store._durable import DurableRun
 
-        if self.workers is not None:
-            raise ConfigError(f"Fleet(workers={self.workers}) cannot resume runs yet")
         store = store if store is not None else self.store
         if store is None:
             raise ConfigError("Fleet.resume needs a store: Fleet(store=...) or store=")
@@ -322,6 +320,13 @@ class Fleet:
             lease_ttl_s=self.lease_ttl_s,
             window=2 * self.max_concurrency,
         )
+        if self.workers is not None:
+            # The parent hands each worker its sessions at once: all are claimed now.
+            try:
+                await durable.admit_all()
+            except BaseException:
+                await durable.finish(None)
+                raise
         return await self._run_durable(durable, EventBus(self._callbacks))
 
     async def stream(self, sessions: Iterable[Session]) -> AsyncIterator[Event]:
@@ -354,16 +359,10 @@ class Fleet:
         run_config: Mapping[str, Any] | None,
     ) -> FleetResult:
         _check_unique(sessions)
-        if self.workers is not None:
+        if self.workers is not None and self.store is None:
             if run_id is not None or run_config is not None:
                 raise ConfigError("run_id and run_config need a store: Fleet(store=...)")
-            from agentflow._workers import run_in_workers
-
-            probe = self._probe_slots(len(sessions))
-            try:
-                return await run_in_workers(self, sessions, bus)
-            finally:
-                _stop_probe(probe)
+            return await self._run_in_workers(sessions, bus, None)
         if self.store is None:
             if run_id is not None or run_config is not None:
                 raise ConfigError("run_id and run_config need a store: Fleet(store=...)")
@@ -386,11 +385,28 @@ class Fleet:
         committed before this returns (or re-raises)."""
         result: FleetResult | None = None
         try:
-            with frozen_gc(self.freeze_gc):
-                result = await self._run_frozen(durable.to_run, bus, durable.recorder, durable.gate)
+            if self.workers is not None and durable.to_run:
+                # The workers forward what they record; this process writes it.
+                result = await self._run_in_workers(durable.to_run, bus, durable)
+            else:
+                with frozen_gc(self.freeze_gc):
+                    result = await self._run_frozen(
+                        durable.to_run, bus, durable.recorder, durable.gate
+                    )
         finally:
             await durable.finish(result)
         return durable.merge(result)
+
+    async def _run_in_workers(
+        self, sessions: list[Session], bus: EventBus, durable: DurableRun | None
+    ) -> FleetResult:
+        from agentflow._workers import run_in_workers
+
+        probe = self._probe_slots(len(sessions))
+        try:
+            return await run_in_workers(self, sessions, bus, durable)
+        finally:
+            _stop_probe(probe)
 
     #: Whether a run asks its HTTP endpoints for their llama.cpp slots (a worker of
     #: ``Fleet(workers=N)`` does not: its parent does, once).

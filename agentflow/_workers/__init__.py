@@ -18,13 +18,21 @@ moves). The parent keeps what must be one for the whole run:
 
 Liveness: a worker dies with its parent (``PR_SET_PDEATHSIG`` on Linux, and it exits
 when its pipe to the parent closes, everywhere); a worker that dies fails its
-unfinished sessions with :class:`WorkerError` and the run goes on; cancelling the
+unfinished sessions with :class:`WorkerError` (with a store, one killed is replaced
+instead: below) and the run goes on; cancelling the
 run cancels the workers' runs, waits ``stop_timeout_s`` for their partial results,
 then kills them. See ``docs/scale-out.md``.
 
 With ``Fleet(workers=N, backend="ray")`` the workers are Ray actors: the same run
 (:func:`run_sharded`) and the same worker core (``WorkerRun``) over another channel
 (a ``Launcher``); an actor lost mid-run has its unfinished sessions run again on a new one.
+
+With a store (``Fleet(store=...)``) the parent is the run's one writer: each worker's
+sessions record through a ``Recorder`` whose writes are sent to the parent (in order with
+the worker's events), and the parent writes them; a resumed run's sessions are claimed at
+once and sent to the workers restored; a worker lost mid-run (a killed process, a lost
+Ray actor; not one that crashed on its own) is replaced, and its sessions continue from
+the store's finished turns.
 
 Modules: ``_parent`` (checks, the sharded run, results, stop; the process launcher),
 ``_broker`` (the leases), ``_worker`` (a worker: its fleet on leased limits; the process

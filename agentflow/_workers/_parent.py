@@ -30,6 +30,7 @@ from agentflow.sched import Limits
 
 if TYPE_CHECKING:
     from agentflow._fleet import Fleet, FleetResult
+    from agentflow.store._durable import DurableRun
 
 __all__ = ["Launcher", "ProcessLauncher", "check_picklable", "run_in_workers", "run_sharded"]
 
@@ -137,7 +138,8 @@ class Launcher(Protocol):
     the broker, the event merge, the results — is :func:`run_sharded`'s, for both."""
 
     #: Whether a worker lost mid-run (not one that failed on its own) has its
-    #: unfinished sessions run again, from the start, on a new worker.
+    #: unfinished sessions run again on a new worker (from the start, or with a store
+    #: from their last recorded turn).
     rerun_lost: bool
 
     def launch(self, index: int, sessions: list[int]) -> WorkerHandle:
@@ -172,21 +174,35 @@ class Launcher(Protocol):
 MAX_RERUNS = 2
 
 
-async def run_in_workers(fleet: Fleet, sessions: list[Session], bus: EventBus) -> FleetResult:
+async def run_in_workers(
+    fleet: Fleet, sessions: list[Session], bus: EventBus, durable: DurableRun | None = None
+) -> FleetResult:
     """Run ``sessions`` on ``fleet.workers`` worker processes (or Ray actors, with
-    ``backend="ray"``); see the module docstring."""
+    ``backend="ray"``), recording them in ``durable``'s store if given; see the module
+    docstring."""
     if fleet.backend == "ray":
         from agentflow._workers._ray import RayLauncher
 
-        return await run_sharded(fleet, sessions, bus, RayLauncher())
-    return await run_sharded(fleet, sessions, bus, ProcessLauncher())
+        return await run_sharded(fleet, sessions, bus, RayLauncher(), durable)
+    return await run_sharded(fleet, sessions, bus, ProcessLauncher(), durable)
 
 
 async def run_sharded(
-    fleet: Fleet, sessions: list[Session], bus: EventBus, launcher: Launcher
+    fleet: Fleet,
+    sessions: list[Session],
+    bus: EventBus,
+    launcher: Launcher,
+    durable: DurableRun | None = None,
 ) -> FleetResult:
-    """Run ``sessions`` on ``fleet.workers`` workers that ``launcher`` starts and reaches."""
+    """Run ``sessions`` on ``fleet.workers`` workers that ``launcher`` starts and reaches.
+
+    With ``durable`` (the fleet has a store), this process owns the store: each worker
+    sends what its sessions record (the same records as one process builds) over its
+    channel, and they are written here; a worker lost mid-run (a killed process or
+    actor, not one that crashed on its own) is replaced, and its sessions continue on
+    the new one from their last recorded turn."""
     from agentflow._fleet import FleetResult, ReplicaStats
+    from agentflow.store._records import SessionEnded, TurnFinished
 
     n = fleet.workers
     assert n is not None
@@ -208,6 +224,7 @@ async def run_sharded(
     reruns = [0] * len(sessions)
     broker: Broker | None = None
     cancelling = False
+    over = False  # the run has returned: what still arrives is not recorded
     starting: set[asyncio.Task[None]] = set()
     # Per worker, its last (in flight, queued): Fleet.in_flight and .queued sum them.
     live = [(0, 0)] * n
@@ -227,7 +244,13 @@ async def run_sharded(
         "rates": fleet.limits.rpm is not None or fleet.limits.tpm is not None,
         "rpm": fleet.limits.rpm is not None,
         "tpm": fleet.limits.tpm is not None,
+        "record": None if durable is None else (durable.run_id, durable.attempt),
     }
+    recorder = durable.recorder if durable is not None else None
+    if recorder is not None:
+        # The workers' calibrators learn and record their state; this process's copies
+        # do not, and must not overwrite theirs at the attempt's end.
+        recorder.track_policies(())
 
     def on_message(w: WorkerHandle, msg: Any) -> None:
         kind = msg[0]
@@ -240,6 +263,17 @@ async def run_sharded(
                         session = sessions[k]
                         session.result, session.messages, session.turns = s, s.messages, s.turns
                 bus.emit(event)
+        elif kind == "records":
+            if recorder is None or over:  # too late: the attempt's end is recorded
+                _log.warning("workers.late_records", worker=w.index, records=len(msg[1]))
+                return
+            write = recorder.store.write
+            for record in msg[1]:
+                write(record)
+                if isinstance(record, TurnFinished):
+                    recorder.retries += record.failed_attempts
+                elif isinstance(record, SessionEnded) and recorder.on_session_end is not None:
+                    recorder.on_session_end(record.session_id)
         elif kind == "want_slots":
             assert broker is not None
             broker.want_slots(w.index, msg[1])
@@ -274,7 +308,10 @@ async def run_sharded(
         live[w.index] = (0, 0)
         if broker is not None:
             broker.worker_gone(w.index)
-        if lost and launcher.rerun_lost and not cancelling:
+        # Lost (not ended on its own): re-run on Ray; with a store, on any launcher
+        # (the sessions continue from their recorded turns, not from their start).
+        rerun = launcher.rerun_lost or (durable is not None and not w.crash)
+        if lost and rerun and not cancelling:
             again = [k for k in w.sessions if results[k] is None and reruns[k] < MAX_RERUNS]
             if again:
                 # Registered before this one's done resolves, so the run waits for it too.
@@ -288,9 +325,46 @@ async def run_sharded(
                 w.sessions = [k for k in w.sessions if k not in moved]
                 for k in again:
                     reruns[k] += 1
+                if durable is not None:  # from where the store says they stopped
+                    task = loop.create_task(from_store(w, again))
+                    starting.add(task)
+                    task.add_done_callback(starting.discard)
+                    return  # its done resolves once their new worker is registered
                 spawn(again)
         if w.done is not None and not w.done.done():
             w.done.set_result({})
+
+    async def from_store(w: WorkerHandle, again: list[int]) -> None:
+        """Rebuild ``again`` (lost with ``w``) from the store, then run them on a new
+        worker; one whose end was recorded ends here. Should the store fail, they
+        fail with ``w``'s WorkerError."""
+        assert durable is not None
+        try:
+            try:
+                entries = await durable.reload([sessions[k] for k in again])
+                rerun: list[int] = []
+                for k, entry in zip(again, entries, strict=True):
+                    if isinstance(entry, Session):
+                        blobs[k] = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+                        rerun.append(k)
+                    else:
+                        finish_here(k, entry)
+            except Exception as exc:
+                _log.error("workers.rerun_from_store_failed", error=repr(exc))
+                w.crash = w.crash or f"its sessions could not be read back from the store: {exc!r}"
+                w.sessions.extend(again)
+                return
+            if rerun:
+                spawn(rerun)
+        finally:
+            if w.done is not None and not w.done.done():
+                w.done.set_result({})
+
+    def finish_here(k: int, result: SessionResult) -> None:
+        results[k] = result
+        s = sessions[k]
+        s.result, s.messages, s.turns = result, result.messages, result.turns
+        bus.emit(SessionEndEvent(agent=s.agent.name, session_id=s.session_id, result=result))
 
     def spawn(shard: list[int]) -> WorkerHandle:
         w = launcher.launch(len(workers), shard)
@@ -364,13 +438,18 @@ async def run_sharded(
         if broker is not None:
             await broker.aclose()
         await bus.aclose()  # async callbacks and stream() queues have had every event
-        await launcher.reap(workers, fleet.stop_timeout_s)
+        try:
+            await launcher.reap(workers, fleet.stop_timeout_s)
+        finally:
+            over = True
 
 
 class ProcessLauncher:
     """Worker processes started with ``spawn``, one duplex pipe each."""
 
-    rerun_lost = False  # a dead worker's sessions fail with a WorkerError
+    #: A dead worker's sessions fail with a WorkerError — without a store; with one,
+    #: they continue from their recorded turns on a new worker (see run_sharded).
+    rerun_lost = False
 
     def __init__(self) -> None:
         self._ctx = multiprocessing.get_context("spawn")

@@ -13,10 +13,11 @@ that batches its events); only the channel differs:
   the order the actor sent them.
 
 An actor that dies mid-run (``ray.kill``, its node lost, out of memory) fails its poll
-with ``RayActorError``: its unfinished sessions are run again, from the start, on a new
-actor (at most :data:`~agentflow._workers._parent.MAX_RERUNS` times each). An actor whose
-run failed on its own (its sessions do not unpickle there) is not replaced: its sessions
-fail with a :class:`~agentflow.WorkerError` that says why.
+with ``RayActorError``: its unfinished sessions are run again on a new actor — from the
+start, or with a store from their last recorded turn (at most
+:data:`~agentflow._workers._parent.MAX_RERUNS` times each). An actor whose run failed
+on its own (its sessions do not unpickle there) is not replaced: its sessions fail with a
+:class:`~agentflow.WorkerError` that says why.
 
 ``ray`` is imported here only, when such a run starts.
 """

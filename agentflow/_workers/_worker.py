@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agentflow._events import Event
 from agentflow._logging import get_logger
@@ -21,6 +21,9 @@ from agentflow._session import Session
 from agentflow._workers._wire import encode
 from agentflow.sched import Limits, Scheduler
 from agentflow.sched._limits import RateGate
+
+if TYPE_CHECKING:
+    from agentflow.store import Store
 
 __all__ = ["WorkerRun", "worker_entry"]
 
@@ -230,6 +233,12 @@ class _Forwarder:
         elif self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(_BATCH_S, self.flush)
 
+    def write(self, record: Any) -> None:
+        """A store record (the sessions' turn log, see :class:`_Records`): sent at once,
+        after the events before it, for the parent to write into its store."""
+        self.flush()
+        self._run.send(("records", [record]))
+
     def flush(self) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -237,6 +246,15 @@ class _Forwarder:
         if self._batch:
             batch, self._batch = self._batch, []
             self._run.send(("events", encode(batch)))
+
+
+class _Records:
+    """What a worker's sessions record, as a store would take it (``write``): a
+    :class:`~agentflow.store._recorder.Recorder` builds the same records as in one
+    process and this sends each to the parent, which owns the store."""
+
+    def __init__(self, forwarder: _Forwarder) -> None:
+        self.write = forwarder.write
 
 
 class WorkerRun:
@@ -296,6 +314,16 @@ class WorkerRun:
             callbacks=[forwarder],
             freeze_gc=config["freeze_gc"],
         )
+        record = config.get("record")
+        if record is not None:  # the parent has a store: the sessions' turn log goes to it
+            from agentflow.store._recorder import Recorder
+
+            run_id, attempt = record
+            recorder = Recorder(cast("Store", _Records(forwarder)), run_id, attempt)
+            # Learnt calibrator state goes with session ends (at most once a second).
+            recorder.track_policies({id(s.agent): s.agent for s in self.sessions}.values())
+            for s in self.sessions:
+                s._log = recorder
         task = loop.create_task(fleet.run(self.sessions))
         if sigterm:
             # SIGTERM (to the worker, or to the whole process group) ends its run in

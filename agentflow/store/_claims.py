@@ -159,6 +159,25 @@ class SessionGate:
             self._hold_if_idle()
             await self.ticker.wait()
 
+    async def admit(self, session: Session) -> Session | SessionResult:
+        """Decide ``session`` now rather than as it starts (``Fleet(workers=N).resume``:
+        the parent hands every session it holds to a worker at once): once its lease is
+        held, the session rebuilt from the store as it is now, to run; or its stored
+        result, when another process ended it meanwhile (its lease then given back).
+        Waits, tick by tick, while another live process holds it."""
+        sid = session.session_id
+        while True:
+            run = await self._take(sid)
+            if run is not None:
+                entry = self._entry(run, sid)
+                if isinstance(entry, Session):
+                    entry._prepare = functools.partial(replay_tools, _stored(run, sid), entry)
+                else:
+                    await self.leases.release_some([sid])
+                return entry
+            self.waited.add(sid)
+            await self.ticker.wait()
+
     def _hold_if_idle(self) -> None:
         """While nothing runs here but sessions wait for another worker, keep the loop
         on real time until the next tick: a thread blocks (an executor job), which a

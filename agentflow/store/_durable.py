@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,7 +22,8 @@ from agentflow.store._policies import restore
 from agentflow.store._protocol import Store
 from agentflow.store._recorder import LeaseKeeper, Recorder
 from agentflow.store._records import FINAL_STATUSES, RunAttempt, SessionEnded, StoredRun
-from agentflow.store._resume import agents_by_name, plan_resume
+from agentflow.store._replay import replay_tools
+from agentflow.store._resume import agents_by_name, plan_resume, stored_result
 from agentflow.typing import Clock
 
 if TYPE_CHECKING:
@@ -144,6 +146,51 @@ class DurableRun:
         self.entries = plan.entries
         self.gate = SessionGate(self.leases, by_name, attempt, started, window, self.ticker)
         return self
+
+    async def admit_all(self) -> None:
+        """For ``Fleet(workers=N).resume``: every session to run is claimed and read
+        again now (the parent hands them all to its workers at once), not as each
+        starts; a session another process ended meanwhile joins the done ones. Each
+        lease is given back as its session's end is recorded."""
+        gate = self.gate
+        assert gate is not None
+        self.gate = None
+
+        async def one(e: Session | SessionResult) -> Session | SessionResult:
+            return await gate.admit(e) if isinstance(e, Session) else e
+
+        self.entries = list(await asyncio.gather(*(one(e) for e in self.entries)))
+        if getattr(self.store, "release_each_session", True):
+            self.recorder.on_session_end = self._session_ended
+
+    async def reload(self, sessions: Sequence[Session]) -> list[Session | SessionResult]:
+        """Sessions of this attempt whose worker was lost mid-run (a Ray actor), rebuilt
+        from what the store has recorded of them: each continues after its last
+        recorded turn (its recorded tool results used, not run again), or — when its
+        final answer or its end was recorded — is done (its result). A resumed
+        attempt's sessions were marked ``pending`` as it admitted them, so any other
+        status is an end recorded by this attempt."""
+        await self.store.flush()
+        ids = [s.session_id for s in sessions]
+        run = await self.store.load(self.run_id, ids)
+        agents = {s.agent.name: s.agent for s in sessions}
+        out: list[Session | SessionResult] = []
+        for sid in ids:
+            stored = next((x for x in run.sessions if x.session_id == sid), None)
+            if stored is None:
+                raise StoreError(f"run {self.run_id!r}: session {sid!r} is not in the store")
+            if stored.status != "pending":  # its end was recorded (this attempt's)
+                out.append(stored_result(run, stored, self.attempt))
+                continue
+            one = replace(run, sessions=[stored])
+            plan = plan_resume(one, agents, self.attempt)
+            for done in plan.newly_done:
+                self.store.write(_ended(self.run_id, done))
+            entry = plan.entries[0]
+            if isinstance(entry, Session):
+                entry._prepare = functools.partial(replay_tools, stored, entry)
+            out.append(entry)
+        return out
 
     def _session_ended(self, session_id: str) -> None:
         """A fresh run's session ended (its end is written): give its lease back, so

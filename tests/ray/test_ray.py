@@ -344,15 +344,15 @@ async def test_actors_die_with_a_killed_driver() -> None:
 
 
 def test_ray_backend_is_checked_when_the_fleet_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without Ray installed, the hint names the extra; a bad backend, a missing worker
-    count and a store are refused by name."""
+    """Without Ray installed, the hint names the extra; a bad backend and a missing worker
+    count are refused by name (a store is taken)."""
     url = "http://127.0.0.1:9"
     with pytest.raises(ConfigError, match="backend must be 'processes' or 'ray', got 'dask'"):
         Fleet(HTTPTransport(url), workers=2, backend="dask")  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="needs workers=N"):
         Fleet(HTTPTransport(url), backend="ray")
-    with pytest.raises(ConfigError, match="does not take a store"):
-        Fleet(HTTPTransport(url), workers=2, backend="ray", store=SQLiteStore(":memory:"))
+    store = SQLiteStore(":memory:")  # taken since issue 15 part 4 (tests/ray/test_ray_store.py)
+    assert Fleet(HTTPTransport(url), workers=2, backend="ray", store=store).store is store
     monkeypatch.setitem(sys.modules, "ray", None)  # as if Ray were not installed
     with pytest.raises(ConfigError, match=r"pip install 'agentflow\[ray\]'"):
         Fleet(HTTPTransport(url), workers=2, backend="ray")

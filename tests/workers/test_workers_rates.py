@@ -21,4 +21,6 @@ async def test_rpm_holds_when_a_worker_bursts_after_an_idle_spell() -> None:
     arrivals = [r.arrival_s for r in sim.records]
     assert len(arrivals) == 42
     for window_s in (0.0, 0.05, 0.25, 0.5, 1.0, 2.0):
-        assert max_in_window(arrivals, window_s) <= 20 * window_s + 20
+        # + 1: the limit holds on the client's clock; arrival at the server adds a transit
+        # delay that varies (a loaded machine), which can bring one request closer.
+        assert max_in_window(arrivals, window_s) <= 20 * window_s + 20 + 1

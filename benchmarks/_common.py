@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Sequence
+import select
+import subprocess
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
-__all__ = ["DOC", "DOC_INTRO", "ROOT", "machine", "markers", "write_section"]
+__all__ = ["DOC", "DOC_INTRO", "ROOT", "machine", "markers", "sse_child", "write_section"]
 
 ROOT = Path(__file__).resolve().parent.parent
 DOC = ROOT / "docs" / "benchmarks.md"
@@ -66,3 +69,27 @@ def write_section(name: str, text: str, doc: Path = DOC) -> None:
         new = old.rstrip("\n") + "\n\n" + text + "\n"
     doc.parent.mkdir(parents=True, exist_ok=True)
     doc.write_text(new)
+
+
+@contextmanager
+def sse_child(cmd: Sequence[str]) -> Iterator[tuple[str, int]]:
+    """Run ``cmd`` (``_sse_server.py`` and its options, with ``--watch-stdin``) as a child;
+    yield its base URL and pid once it printed ``PORT <n>``; stop it on the way out."""
+    proc = subprocess.Popen(list(cmd), stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], 30.0)
+        line = proc.stdout.readline() if ready else b""
+        if not line.startswith(b"PORT "):
+            raise RuntimeError(f"SSE server did not start (exit code {proc.poll()}): {line!r}")
+        yield f"http://127.0.0.1:{int(line.split()[1])}/v1", proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        for pipe in (proc.stdin, proc.stdout):
+            if pipe is not None:
+                pipe.close()

@@ -67,9 +67,7 @@ import json
 import math
 import multiprocessing
 import os
-import select
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -278,24 +276,8 @@ def step_server(step_ms: float, max_seconds: float = 3600.0) -> Iterator[tuple[s
         sys.executable, str(SERVER), "--watch-stdin", "--max-seconds", str(max_seconds),
         "--step-ms", str(step_ms),
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], 30.0)
-        line = proc.stdout.readline() if ready else b""
-        if not line.startswith(b"PORT "):
-            raise RuntimeError(f"SSE server did not start (exit code {proc.poll()}): {line!r}")
-        yield f"http://127.0.0.1:{int(line.split()[1])}/v1", proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                pipe.close()
+    with _common.sse_child(cmd) as served:
+        yield served
 
 
 async def fetch_writelog(url: str, run: str, timeout_s: float = 30.0) -> dict[str, Any]:

@@ -86,9 +86,7 @@ import datetime as dt
 import gc
 import json
 import os
-import select
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
@@ -743,24 +741,8 @@ async def _measure(make: Callable[[str], Client], url: str, mode: Mode, n: int, 
 def sse_server(max_seconds: float) -> Iterator[tuple[str, int]]:
     """Start ``_sse_server.py`` in a child process; yield its base URL and pid."""
     cmd = [sys.executable, str(SERVER), "--watch-stdin", "--max-seconds", str(max_seconds)]
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
-    try:
-        assert proc.stdout is not None
-        ready, _, _ = select.select([proc.stdout], [], [], 30.0)
-        line = proc.stdout.readline() if ready else b""
-        if not line.startswith(b"PORT "):
-            raise RuntimeError(f"SSE server did not start (exit code {proc.poll()}): {line!r}")
-        yield f"http://127.0.0.1:{int(line.split()[1])}/v1", proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        for pipe in (proc.stdin, proc.stdout):
-            if pipe is not None:
-                pipe.close()
+    with _common.sse_child(cmd) as served:
+        yield served
 
 
 def _progress(where: str, s: Sample) -> None:

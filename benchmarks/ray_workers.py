@@ -27,7 +27,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import datetime as dt
 import os
@@ -40,9 +39,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common
+from workers import setup
 
 from agentflow import Agent, Event, Fleet, HTTPTransport
-from agentflow._process import ChildServer, free_port
+from agentflow._process import ChildServer
 
 NAME = "ray-workers"
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -143,22 +143,7 @@ async def one_run(url: str, sessions: int, tokens: int, workers: int | None, bac
 def main(argv: Sequence[str] | None = None) -> None:
     import ray
 
-    p = argparse.ArgumentParser(description="Client CPU per chunk: Ray actors vs processes.")
-    p.add_argument("--quick", action="store_true", help="short smoke run; never writes docs")
-    p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
-    p.add_argument("--reps", type=int, help="repetitions (default 3; quick 1)")
-    p.add_argument("--sessions", type=int, help="sessions per run (default 256; quick 32)")
-    p.add_argument("--tokens", type=int, default=256, help="output tokens per session")
-    args = p.parse_args(argv)
-    q = args.quick
-    reps = args.reps or (1 if q else 3)
-    sessions = args.sessions or (32 if q else 256)
-    port = free_port()
-    cmd = [
-        sys.executable, "-m", "agentflow.sim", "--host", "127.0.0.1", "--port", str(port),
-        "--tool-rounds", "0", "--answer-tokens", f"{args.tokens}:{args.tokens}",
-        "--profile-set", "max_num_seqs=256", "--profile-set", "per_agent_tps=2000", "--quiet",
-    ]  # fmt: skip
+    args, reps, sessions, port, cmd = setup("Client CPU per chunk: Ray actors vs processes.", argv)
     rows = [
         ("1 process", None, "processes", sessions),
         ("2 worker processes", 2, "processes", sessions),
@@ -208,7 +193,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{args.tokens} tokens, max_concurrency 64, a token-counting callback in the driver"
     )
     print(f"\n{facts}\n\n{table}")
-    if q or args.no_write:
+    if args.quick or args.no_write:
         return
     given = list(argv if argv is not None else sys.argv[1:])
     command = " ".join(["python benchmarks/ray_workers.py", *given])

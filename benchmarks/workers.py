@@ -89,8 +89,12 @@ async def one_run(url: str, sessions: int, tokens: int, workers: int | None, cou
     return Run(parent + kids, parent, result.output_tokens, wall, fleet._lease_messages)
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description="Client CPU per chunk: 1 process vs 2 workers.")
+def setup(
+    description: str, argv: Sequence[str] | None
+) -> tuple[argparse.Namespace, int, int, int, list[str]]:
+    """The options of the client-CPU-per-chunk benchmarks (this one and ``ray_workers.py``)
+    and the simulator they run: ``(args, repetitions, sessions, port, command)``."""
+    p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="short smoke run; never writes docs")
     p.add_argument("--no-write", action="store_true", help="do not update docs/benchmarks.md")
     p.add_argument("--reps", type=int, help="repetitions (default 3; quick 1)")
@@ -106,6 +110,11 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--tool-rounds", "0", "--answer-tokens", f"{args.tokens}:{args.tokens}",
         "--profile-set", "max_num_seqs=256", "--profile-set", "per_agent_tps=2000", "--quiet",
     ]  # fmt: skip
+    return args, reps, sessions, port, cmd
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args, reps, sessions, port, cmd = setup("Client CPU per chunk: 1 process vs 2 workers.", argv)
     rows = [
         ("1 process", None, False, sessions),
         ("1 process + token callback", None, True, sessions),
@@ -148,7 +157,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         f"{args.tokens} tokens, max_concurrency 64"
     )
     print(f"\n{facts}\n\n{table}")
-    if q or args.no_write:
+    if args.quick or args.no_write:
         return
     given = list(argv if argv is not None else sys.argv[1:])
     command = " ".join(["python benchmarks/workers.py", *given])

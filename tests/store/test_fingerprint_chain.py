@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ from .fleets import agents, resume, run_cut
 N = 9
 
 
-def team(context: object) -> list[Agent]:
+def team(context: Any) -> list[Agent]:
     return [dataclasses.replace(a, context=context) for a in agents()]
 
 

@@ -48,6 +48,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import sys
@@ -218,6 +219,10 @@ class _StepGroup:
         self.active.append(st)
         if len(self.streams) >= self.expect and not self.t0:
             self.start(settle_s)
+        elif self.t0 and self._timer is None:  # stepping had ended: resume it on the grid
+            k = max(0, math.ceil((self.loop.time() - self.t0) / self.step_s))
+            self.done = False
+            self._timer = self.loop.call_at(self.t0 + k * self.step_s, self._step, k)
 
     def start(self, settle_s: float) -> None:
         if self.t0:

@@ -161,3 +161,28 @@ def test_step_group_writes_in_lockstep(server: tuple[str, int]) -> None:
     # a finished run's log is handed out once
     status, _ = asyncio.run(_get(url, "/writelog?run=lockstep"))
     assert status.startswith(b"HTTP/1.1 404")
+
+
+def test_a_stream_joining_a_finished_run_is_still_served(server: tuple[str, int]) -> None:
+    """A late stream (a retry) that joins a run whose steps had ended gets its tokens on
+    the run's step grid instead of waiting for its client's idle timeout."""
+    url, _ = server
+    n = 4
+
+    async def main() -> tuple[bytes, bytes, dict[str, object]]:
+        body = {"max_tokens": n, "run": "late", "expect": 1}
+        first = await _stream(url, {**body, "stream_id": "a"})
+        late = await _stream(url, {**body, "stream_id": "b"})  # the run had finished
+        status, log = await _get(url, "/writelog?run=late")
+        assert status.startswith(b"HTTP/1.1 200")
+        return first, late, json.loads(log)
+
+    first, late, log = asyncio.run(main())
+    for raw in (first, late):
+        assert raw.count(b'"delta":{"content":" ') == n and b"data: [DONE]" in raw
+    got = log["streams"]
+    assert isinstance(got, dict) and sorted(got) == ["a", "b"]
+    step, t0 = log["step_ns"], log["t0_ns"]
+    assert isinstance(step, int) and isinstance(t0, int)
+    writes = got["b"]["writes"]
+    assert len(writes) == n and writes[0] > got["a"]["writes"][-1]

@@ -169,6 +169,11 @@ class Launcher(Protocol):
         """Every worker ends (asked, then forced after ``timeout_s``)."""
         ...
 
+    def kill(self, w: WorkerHandle) -> None:
+        """Stop ``w`` for good, at once (it is hung); its listener then finds it gone
+        and calls ``on_exit(w, True)``. Never raises."""
+        ...
+
 
 #: How many times a session whose worker was lost is run again before it fails.
 MAX_RERUNS = 2
@@ -253,6 +258,7 @@ async def run_sharded(
         recorder.track_policies(())
 
     def on_message(w: WorkerHandle, msg: Any) -> None:
+        w.heard = loop.time()
         kind = msg[0]
         if kind == "events":
             for event in decode(msg[1]):
@@ -391,6 +397,47 @@ async def run_sharded(
             return
         launcher.listen(w, on_message, on_exit)
 
+    async def watchdog(timeout_s: float) -> None:
+        """Kill a worker that has sent nothing for ``timeout_s`` (its loop is blocked:
+        a running worker reports every 0.25 s); its listener then finds it gone, and
+        it is handled as a worker that died. Not while it starts (nothing heard yet),
+        nor once it ended (``done``)."""
+        every = min(1.0, timeout_s / 4)
+        last = loop.time()
+        while True:
+            await asyncio.sleep(every)
+            await asyncio.sleep(0)  # messages already handed to the loop count first
+            now = loop.time()
+            if now - last > every + timeout_s / 2:
+                # This loop itself was held up (a slow callback here): what the workers
+                # sent meanwhile may not be read yet, so none is judged on it.
+                for w in workers:
+                    if w.heard is not None:
+                        w.heard = now
+            last = now
+            for w in list(workers):
+                if (
+                    w.heard is None
+                    or w.hung
+                    or not w.alive
+                    or w.done is None
+                    or w.done.done()
+                    or now - w.heard <= timeout_s
+                ):
+                    continue
+                w.hung = (
+                    f"no heartbeat for {timeout_s:g} s (its event loop was blocked: a "
+                    "call that does not return, or a deadlock), so it was killed"
+                )
+                _log.error("workers.hung", worker=w.index, silent_s=round(now - w.heard, 1))
+                launcher.kill(w)
+
+    watch = (
+        None
+        if fleet.heartbeat_timeout_s is None
+        else loop.create_task(watchdog(fleet.heartbeat_timeout_s))
+    )
+
     try:
         for i in range(n):
             spawn(shards[i])
@@ -433,6 +480,8 @@ async def run_sharded(
     finally:
         cancelling = True
         fleet._live = None
+        if watch is not None:
+            watch.cancel()
         for t in list(starting):
             t.cancel()
         if broker is not None:
@@ -498,6 +547,10 @@ class ProcessLauncher:
     async def reap(self, workers: list[WorkerHandle], timeout_s: float) -> None:
         await _reap(workers, timeout_s)
 
+    def kill(self, w: WorkerHandle) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            w.process.kill()  # SIGKILL; its reader then reads the pipe's end
+
 
 def _send_quietly(conn: multiprocessing.connection.Connection, msg: tuple[Any, ...]) -> None:
     """Send; a worker that is gone already is found by its reader (its sessions fail)."""
@@ -543,7 +596,8 @@ def _fail_missing(
                 error: BaseException = asyncio.CancelledError()
             else:
                 what, code = launcher.ended(w)
-                why = f": {w.crash}" if w.crash else ""
+                reason = w.crash or w.hung
+                why = f": {reason}" if reason else ""
                 error = WorkerError(
                     f"{what} before session {s.session_id!r} did{why}",
                     worker=w.index,
@@ -625,5 +679,8 @@ def _read_parent_side(
         pass
     except Exception as exc:  # a message that does not unpickle: the worker is lost
         _log.error("worker.bad_message", worker=w.index, error=repr(exc))
+    if w.hung:  # killed by the watchdog: wait (here, not on the loop) for its exit code
+        with contextlib.suppress(Exception):
+            w.process.join(2.0)
     with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
         loop.call_soon_threadsafe(on_exit, w, True)

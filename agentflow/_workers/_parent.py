@@ -175,6 +175,10 @@ class Launcher(Protocol):
         ...
 
 
+#: With the heartbeat on: how long a started worker may take to send its first message
+#: (it imports its sessions' tools meanwhile) before it is declared hung.
+START_TIMEOUT_S = 300.0
+
 #: How many times a session whose worker was lost is run again before it fails.
 MAX_RERUNS = 2
 
@@ -395,13 +399,15 @@ async def run_sharded(
             w.crash = w.crash or f"{type(exc).__name__}: {exc}"
             on_exit(w, False)
             return
+        w.opened = loop.time()
         launcher.listen(w, on_message, on_exit)
 
     async def watchdog(timeout_s: float) -> None:
         """Kill a worker that has sent nothing for ``timeout_s`` (its loop is blocked:
         a running worker reports every 0.25 s); its listener then finds it gone, and
-        it is handled as a worker that died. Not while it starts (nothing heard yet),
-        nor once it ended (``done``)."""
+        it is handled as a worker that died. While it starts (nothing heard yet) the
+        bound is :data:`START_TIMEOUT_S` from when it was sent its sessions instead;
+        none once it ended (``done``)."""
         every = min(1.0, timeout_s / 4)
         last = loop.time()
         while True:
@@ -414,22 +420,28 @@ async def run_sharded(
                 for w in workers:
                     if w.heard is not None:
                         w.heard = now
+                    elif w.opened is not None:
+                        w.opened = now
             last = now
             for w in list(workers):
-                if (
-                    w.heard is None
-                    or w.hung
-                    or not w.alive
-                    or w.done is None
-                    or w.done.done()
-                    or now - w.heard <= timeout_s
-                ):
+                if w.hung or not w.alive or w.done is None or w.done.done():
                     continue
-                w.hung = (
-                    f"no heartbeat for {timeout_s:g} s (its event loop was blocked: a "
-                    "call that does not return, or a deadlock), so it was killed"
-                )
-                _log.error("workers.hung", worker=w.index, silent_s=round(now - w.heard, 1))
+                if w.heard is not None:
+                    if now - w.heard <= timeout_s:
+                        continue
+                    w.hung = (
+                        f"no heartbeat for {timeout_s:g} s (its event loop was blocked: a "
+                        "call that does not return, or a deadlock), so it was killed"
+                    )
+                else:  # starting: bounded by the start-up's own, longer, timeout
+                    bound = max(START_TIMEOUT_S, timeout_s)
+                    if w.opened is None or now - w.opened <= bound:
+                        continue
+                    w.hung = (
+                        f"nothing heard from it within {bound:g} s of its start (hung while "
+                        "it loaded its sessions or tools), so it was killed"
+                    )
+                _log.error("workers.hung", worker=w.index, why=w.hung)
                 launcher.kill(w)
 
     watch = (

@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 
 from agentflow import ConfigError, Event, Fleet, HTTPTransport, WorkerError
+from agentflow._workers import _parent
 from agentflow.store import SQLiteStore
 from tests.sched.conftest import RecordingSim
 from tests.workers.hang_tools import ONCE, hang_workload
+from tests.workers.slow_import import SLOW
 from tests.workers.test_workers import gone, workers_now
+from tests.workers.tools import PLAIN
 
 #: Small, so the test ends soon after the worker blocks; the block is 600 s, so only the
 #: watchdog can end it.
@@ -115,3 +118,29 @@ def test_the_heartbeat_defaults_to_a_minute_and_none_disables_it() -> None:
     http = HTTPTransport("http://127.0.0.1:1")
     assert Fleet(http, workers=2).heartbeat_timeout_s == 60.0
     assert Fleet(http, workers=2, heartbeat_timeout_s=None).heartbeat_timeout_s is None
+
+
+async def test_a_worker_hung_in_its_start_up_is_killed_after_the_start_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Worker 1's sessions import a module that hangs in a worker: it never sends a
+    message; the heartbeat leaves it alone while it starts, and the start-up bound
+    (shortened here) kills it: its sessions fail saying so, worker 0's complete."""
+    monkeypatch.setattr(_parent, "START_TIMEOUT_S", 8.0)
+    sessions = [
+        (PLAIN if k % 2 == 0 else SLOW).session(f"question {k}", session_id=f"s{k}")
+        for k in range(6)
+    ]
+    pids = Pids()
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        fleet = Fleet(http, max_concurrency=4, workers=2, heartbeat_timeout_s=1.0, callbacks=[pids])
+        result = await fleet.run(sessions)
+    by_id = {s.session_id: s for s in result.sessions}
+    assert all(by_id[f"s{k}"].ok for k in (0, 2, 4))
+    for k in (1, 3, 5):
+        error = by_id[f"s{k}"].error
+        assert isinstance(error, WorkerError)
+        assert error.worker == 1
+        assert "nothing heard from it within 8 s of its start" in str(error)
+    assert not workers_now()
+    assert all(gone(pid) for pid in pids.seen)

@@ -166,8 +166,8 @@ class Fleet:
             0.25 s) is declared hung: it is killed and handled as a worker that died
             (its unfinished sessions fail with a :class:`~agentflow.WorkerError` naming
             the missed heartbeat, or continue on a new worker as a lost worker's do).
-            Counted from a worker's first message, so not during its start-up, and
-            not after it ended. ``None``: never.
+            Counted from a worker's first message and not after it ended; while it
+            starts, the bound is 300 s (or this, if longer). ``None``: never.
         backend: where the ``workers`` run: ``"processes"`` (the default: worker
             processes on this machine) or ``"ray"`` (Ray actors, on this machine or a
             Ray cluster: ``pip install 'agentflow[ray]'``; a worker whose actor is lost

@@ -167,7 +167,8 @@ class Fleet:
             (its unfinished sessions fail with a :class:`~agentflow.WorkerError` naming
             the missed heartbeat, or continue on a new worker as a lost worker's do).
             Counted from a worker's first message and not after it ended; while it
-            starts, the bound is 300 s (or this, if longer). ``None``: never.
+            starts, the bound is 300 s (or this, if longer). At least 1 s (a running
+            worker reports every 0.25 s); ``None``: never.
         backend: where the ``workers`` run: ``"processes"`` (the default: worker
             processes on this machine) or ``"ray"`` (Ray actors, on this machine or a
             Ray cluster: ``pip install 'agentflow[ray]'``; a worker whose actor is lost
@@ -227,12 +228,11 @@ class Fleet:
         if heartbeat_timeout_s is not None and (
             isinstance(heartbeat_timeout_s, bool)
             or not isinstance(heartbeat_timeout_s, int | float)
-            or not heartbeat_timeout_s > 0
-            or heartbeat_timeout_s == float("inf")
+            or not 1 <= heartbeat_timeout_s < float("inf")
         ):
             raise ConfigError(
-                "heartbeat_timeout_s must be > 0 seconds (finite) or None, "
-                f"got {heartbeat_timeout_s!r}"
+                "heartbeat_timeout_s must be a finite number of seconds ≥ 1 (a worker "
+                f"reports every 0.25 s) or None, got {heartbeat_timeout_s!r}"
             )
         if backend not in ("processes", "ray"):
             raise ConfigError(f"backend must be 'processes' or 'ray', got {backend!r}")

@@ -17,7 +17,7 @@ from agentflow._workers import _parent
 from agentflow.store import SQLiteStore
 from tests.sched.conftest import RecordingSim
 from tests.workers.hang_tools import ONCE, hang_workload
-from tests.workers.slow_import import SLOW
+from tests.workers.slow_import import HANG_IMPORT, SLOW
 from tests.workers.test_workers import gone, workers_now
 from tests.workers.tools import PLAIN
 
@@ -108,7 +108,7 @@ async def test_with_a_store_a_hung_worker_s_sessions_continue_on_a_new_worker(
     assert all(gone(pid) for pid in pids.seen)
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), True, "60"])
+@pytest.mark.parametrize("bad", [0, -1.0, 0.5, float("nan"), float("inf"), True, "60"])
 def test_a_bad_heartbeat_timeout_is_a_config_error_naming_it(bad: object) -> None:
     with pytest.raises(ConfigError, match=r"heartbeat_timeout_s .* got " + re.escape(repr(bad))):
         Fleet(HTTPTransport("http://127.0.0.1:1"), workers=2, heartbeat_timeout_s=bad)  # type: ignore[arg-type]
@@ -127,13 +127,16 @@ async def test_a_worker_hung_in_its_start_up_is_killed_after_the_start_timeout(
     message; the heartbeat leaves it alone while it starts, and the start-up bound
     (shortened here) kills it: its sessions fail saying so, worker 0's complete."""
     monkeypatch.setattr(_parent, "START_TIMEOUT_S", 8.0)
+    monkeypatch.setenv(HANG_IMPORT, "1")  # the spawned workers inherit it
     sessions = [
         (PLAIN if k % 2 == 0 else SLOW).session(f"question {k}", session_id=f"s{k}")
         for k in range(6)
     ]
     pids = Pids()
     async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
-        fleet = Fleet(http, max_concurrency=4, workers=2, heartbeat_timeout_s=1.0, callbacks=[pids])
+        fleet = Fleet(
+            http, max_concurrency=4, workers=2, heartbeat_timeout_s=HEARTBEAT_S, callbacks=[pids]
+        )
         result = await fleet.run(sessions)
     by_id = {s.session_id: s for s in result.sessions}
     assert all(by_id[f"s{k}"].ok for k in (0, 2, 4))

@@ -161,6 +161,14 @@ class Fleet:
             pickle; see ``docs/scale-out.md``. ``None`` or 1: this process only.
         stop_timeout_s: with ``workers``: how long a cancelled run waits for the
             workers' partial results (and each worker to exit) before killing it.
+        heartbeat_timeout_s: with ``workers``: a worker whose loop is blocked longer
+            than this (nothing heard from it, though a running worker reports every
+            0.25 s) is declared hung: it is killed and handled as a worker that died
+            (its unfinished sessions fail with a :class:`~agentflow.WorkerError` naming
+            the missed heartbeat, or continue on a new worker as a lost worker's do).
+            Counted from a worker's first message and not after it ended; while it
+            starts, the bound is 300 s (or this, if longer). At least 1 s (a running
+            worker reports every 0.25 s); ``None``: never.
         backend: where the ``workers`` run: ``"processes"`` (the default: worker
             processes on this machine) or ``"ray"`` (Ray actors, on this machine or a
             Ray cluster: ``pip install 'agentflow[ray]'``; a worker whose actor is lost
@@ -189,6 +197,7 @@ class Fleet:
         lease_ttl_s: float = 60.0,
         workers: int | None = None,
         stop_timeout_s: float = 10.0,
+        heartbeat_timeout_s: float | None = 60.0,
         backend: Literal["processes", "ray"] = "processes",
     ) -> None:
         max_concurrency, limits = fleet_concurrency(max_concurrency, limits or Limits())
@@ -216,6 +225,15 @@ class Fleet:
             raise ConfigError(f"workers must be an int ≥ 1 or None, got {workers!r}")
         if not stop_timeout_s > 0:
             raise ConfigError(f"stop_timeout_s must be > 0 seconds, got {stop_timeout_s!r}")
+        if heartbeat_timeout_s is not None and (
+            isinstance(heartbeat_timeout_s, bool)
+            or not isinstance(heartbeat_timeout_s, int | float)
+            or not 1 <= heartbeat_timeout_s < float("inf")
+        ):
+            raise ConfigError(
+                "heartbeat_timeout_s must be a finite number of seconds ≥ 1 (a worker "
+                f"reports every 0.25 s) or None, got {heartbeat_timeout_s!r}"
+            )
         if backend not in ("processes", "ray"):
             raise ConfigError(f"backend must be 'processes' or 'ray', got {backend!r}")
         if backend == "ray":
@@ -231,6 +249,7 @@ class Fleet:
             workers if workers is not None and (workers > 1 or backend == "ray") else None
         )
         self.stop_timeout_s = stop_timeout_s
+        self.heartbeat_timeout_s = heartbeat_timeout_s
         self._lease_messages = 0  # with workers: the last run's lease messages
         self._live: list[tuple[int, int]] | None = None  # with workers, while a run goes
         self._scheduler: Scheduler | None = None

@@ -31,6 +31,12 @@ class WorkerHandle:
     done: asyncio.Future[dict[str, Any]] | None = None
     alive: bool = True
     crash: str = ""  # the last line of the traceback that ended it, if it sent one
+    #: The run loop's time when its last message arrived; ``None`` until its first one
+    #: (while it starts, the heartbeat watchdog leaves it alone).
+    heard: float | None = None
+    #: The run loop's time when its channel opened (it was sent its sessions).
+    opened: float | None = None
+    hung: str = ""  # why the watchdog killed it (no heartbeat), if it did
 
 
 class Broker:

@@ -169,6 +169,15 @@ class Launcher(Protocol):
         """Every worker ends (asked, then forced after ``timeout_s``)."""
         ...
 
+    def kill(self, w: WorkerHandle) -> None:
+        """Stop ``w`` for good, at once (it is hung); its listener then finds it gone
+        and calls ``on_exit(w, True)``. Never raises."""
+        ...
+
+
+#: With the heartbeat on: how long a started worker may take to send its first message
+#: (it imports its sessions' tools meanwhile) before it is declared hung.
+START_TIMEOUT_S = 300.0
 
 #: How many times a session whose worker was lost is run again before it fails.
 MAX_RERUNS = 2
@@ -253,6 +262,7 @@ async def run_sharded(
         recorder.track_policies(())
 
     def on_message(w: WorkerHandle, msg: Any) -> None:
+        w.heard = loop.time()
         kind = msg[0]
         if kind == "events":
             for event in decode(msg[1]):
@@ -389,7 +399,56 @@ async def run_sharded(
             w.crash = w.crash or f"{type(exc).__name__}: {exc}"
             on_exit(w, False)
             return
+        w.opened = loop.time()
         launcher.listen(w, on_message, on_exit)
+
+    async def watchdog(timeout_s: float) -> None:
+        """Kill a worker that has sent nothing for ``timeout_s`` (its loop is blocked:
+        a running worker reports every 0.25 s); its listener then finds it gone, and
+        it is handled as a worker that died. While it starts (nothing heard yet) the
+        bound is :data:`START_TIMEOUT_S` from when it was sent its sessions instead;
+        none once it ended (``done``)."""
+        every = min(1.0, timeout_s / 4)
+        last = loop.time()
+        while True:
+            await asyncio.sleep(every)
+            await asyncio.sleep(0)  # messages already handed to the loop count first
+            now = loop.time()
+            if now - last > every + timeout_s / 2:
+                # This loop itself was held up (a slow callback here): what the workers
+                # sent meanwhile may not be read yet, so none is judged on it.
+                for w in workers:
+                    if w.heard is not None:
+                        w.heard = now
+                    elif w.opened is not None:
+                        w.opened = now
+            last = now
+            for w in list(workers):
+                if w.hung or not w.alive or w.done is None or w.done.done():
+                    continue
+                if w.heard is not None:
+                    if now - w.heard <= timeout_s:
+                        continue
+                    w.hung = (
+                        f"no heartbeat for {timeout_s:g} s (its event loop was blocked: a "
+                        "call that does not return, or a deadlock), so it was killed"
+                    )
+                else:  # starting: bounded by the start-up's own, longer, timeout
+                    bound = max(START_TIMEOUT_S, timeout_s)
+                    if w.opened is None or now - w.opened <= bound:
+                        continue
+                    w.hung = (
+                        f"nothing heard from it within {bound:g} s of its start (hung while "
+                        "it loaded its sessions or tools), so it was killed"
+                    )
+                _log.error("workers.hung", worker=w.index, why=w.hung)
+                launcher.kill(w)
+
+    watch = (
+        None
+        if fleet.heartbeat_timeout_s is None
+        else loop.create_task(watchdog(fleet.heartbeat_timeout_s))
+    )
 
     try:
         for i in range(n):
@@ -433,6 +492,8 @@ async def run_sharded(
     finally:
         cancelling = True
         fleet._live = None
+        if watch is not None:
+            watch.cancel()
         for t in list(starting):
             t.cancel()
         if broker is not None:
@@ -498,6 +559,10 @@ class ProcessLauncher:
     async def reap(self, workers: list[WorkerHandle], timeout_s: float) -> None:
         await _reap(workers, timeout_s)
 
+    def kill(self, w: WorkerHandle) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            w.process.kill()  # SIGKILL; its reader then reads the pipe's end
+
 
 def _send_quietly(conn: multiprocessing.connection.Connection, msg: tuple[Any, ...]) -> None:
     """Send; a worker that is gone already is found by its reader (its sessions fail)."""
@@ -543,7 +608,8 @@ def _fail_missing(
                 error: BaseException = asyncio.CancelledError()
             else:
                 what, code = launcher.ended(w)
-                why = f": {w.crash}" if w.crash else ""
+                reason = w.crash or w.hung
+                why = f": {reason}" if reason else ""
                 error = WorkerError(
                     f"{what} before session {s.session_id!r} did{why}",
                     worker=w.index,
@@ -625,5 +691,8 @@ def _read_parent_side(
         pass
     except Exception as exc:  # a message that does not unpickle: the worker is lost
         _log.error("worker.bad_message", worker=w.index, error=repr(exc))
+    if w.hung:  # killed by the watchdog: wait (here, not on the loop) for its exit code
+        with contextlib.suppress(Exception):
+            w.process.join(2.0)
     with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
         loop.call_soon_threadsafe(on_exit, w, True)

@@ -199,14 +199,14 @@ class RayLauncher:
             # Ray reports an actor that is only unreachable for now the same way
             # (ActorUnavailableError): stop it for good before its sessions run elsewhere,
             # or it would go on running them — twice, on slots handed to others.
-            self._kill(w)
+            self.kill(w)
             on_exit(w, True)
         except Exception as exc:  # a message that does not unpickle: that worker is lost
             w.crash = f"{type(exc).__name__}: {exc}"
-            self._kill(w)
+            self.kill(w)
             on_exit(w, False)
 
-    def _kill(self, w: WorkerHandle) -> None:
+    def kill(self, w: WorkerHandle) -> None:
         """Stop ``w``'s actor for good (Ray does not restart it); never raises."""
         with contextlib.suppress(Exception):
             self._ray.kill(w.actor, no_restart=True)
@@ -225,4 +225,4 @@ class RayLauncher:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await asyncio.wait_for(t, timeout_s)
         for w in workers:
-            self._kill(w)
+            self.kill(w)

@@ -393,3 +393,28 @@ async def test_an_actor_reported_unavailable_is_stopped_before_its_sessions_move
     else:
         pytest.fail("the actor reported unavailable is still running its sessions")
     assert not agentflow_actors()
+
+
+async def test_a_hung_actor_is_killed_and_its_sessions_fail_naming_the_heartbeat() -> None:
+    """Actor 1's tool blocks its loop for 600 s: the heartbeat watchdog kills it; its
+    sessions run again on a new actor (a lost actor's are), hang it too, and after the
+    last re-run fail with a WorkerError naming the missed heartbeat. Actor 0's complete;
+    no actor is left."""
+    from agentflow._workers._parent import MAX_RERUNS
+    from tests.workers.hang_tools import ONCE, hang_workload
+
+    assert ONCE not in os.environ  # every call of the tool blocks
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        fleet = Fleet(http, max_concurrency=4, workers=2, backend="ray", heartbeat_timeout_s=2.0)
+        result = await fleet.run(hang_workload(6))
+    by_id = {s.session_id: s for s in result.sessions}
+    assert all(by_id[f"s{k}"].ok for k in (0, 2, 4))
+    workers = set()
+    for k in (1, 3, 5):
+        error = by_id[f"s{k}"].error
+        assert isinstance(error, WorkerError)
+        assert "no heartbeat for 2 s" in str(error)
+        workers.add(error.worker)
+    # The actor of their last re-run (indexes 2, 3, … go to the replacements).
+    assert workers == {1 + MAX_RERUNS}
+    assert not agentflow_actors()

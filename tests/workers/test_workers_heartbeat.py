@@ -1,0 +1,149 @@
+"""A worker that is alive but hung (its event loop blocked by a tool that does not
+return) against the HTTP simulator on loopback: the parent's heartbeat watchdog kills it;
+without a store its sessions fail with a WorkerError naming the missed heartbeat while the
+other worker's complete; with a store they continue on a new worker. No worker process is
+left behind."""
+
+from __future__ import annotations
+
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from agentflow import ConfigError, Event, Fleet, HTTPTransport, WorkerError
+from agentflow._workers import _parent
+from agentflow.store import SQLiteStore
+from tests.sched.conftest import RecordingSim
+from tests.workers.hang_tools import ONCE, hang_workload
+from tests.workers.slow_import import HANG_IMPORT, SLOW
+from tests.workers.test_workers import gone, workers_now
+from tests.workers.tools import PLAIN
+
+#: Small, so the test ends soon after the worker blocks; the block is 600 s, so only the
+#: watchdog can end it.
+HEARTBEAT_S = 2.0
+
+
+class Pids:
+    """The worker pids seen while events arrive."""
+
+    def __init__(self) -> None:
+        self.seen: set[int] = set()
+
+    def __call__(self, event: Event) -> None:
+        self.seen |= workers_now()
+
+
+async def test_a_hung_worker_is_killed_and_its_sessions_fail_naming_the_heartbeat(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Worker 1's tool blocks its loop for 600 s: the watchdog kills it; its sessions fail
+    with a WorkerError naming the missed heartbeat, worker 0's all complete, the run
+    returns and neither worker is left."""
+    monkeypatch.delenv(ONCE, raising=False)
+    pids = Pids()
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        fleet = Fleet(
+            http,
+            max_concurrency=4,
+            workers=2,
+            heartbeat_timeout_s=HEARTBEAT_S,
+            callbacks=[pids],
+        )
+        result = await fleet.run(hang_workload(12))
+    by_id = {s.session_id: s for s in result.sessions}
+    for k in range(0, 12, 2):  # worker 0's: all completed
+        assert by_id[f"s{k}"].ok, by_id[f"s{k}"].error
+    failed = [by_id[f"s{k}"] for k in range(1, 12, 2)]  # worker 1's: it hung on the first
+    for s in failed:
+        assert s.status == "error"
+        assert isinstance(s.error, WorkerError)
+        assert s.error.worker == 1
+        assert s.error.exitcode == -signal.SIGKILL
+        assert f"no heartbeat for {HEARTBEAT_S:g} s" in str(s.error)
+    assert len(pids.seen) == 2
+    assert not workers_now()
+    assert all(gone(pid) for pid in pids.seen)
+
+
+async def test_with_a_store_a_hung_worker_s_sessions_continue_on_a_new_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tool blocks only the first time: the killed worker's sessions continue on a
+    new worker and the run ends as one process's does (the same transcripts)."""
+    marker = tmp_path / "stalled"
+    monkeypatch.setenv(ONCE, str(marker))  # the spawned workers inherit it
+    marker.write_text("")  # first, one process (nothing blocks): the transcripts to match
+    async with RecordingSim(seed=7) as sim, HTTPTransport(sim.base_url) as http:
+        one = await Fleet(http, max_concurrency=4).run(hang_workload(12))
+    assert not one.failed
+    marker.unlink()
+    pids = Pids()
+    store = SQLiteStore(tmp_path / "run.db")
+    try:
+        async with RecordingSim(seed=7) as sim, HTTPTransport(sim.base_url) as http:
+            fleet = Fleet(
+                http,
+                max_concurrency=4,
+                workers=2,
+                store=store,
+                heartbeat_timeout_s=HEARTBEAT_S,
+                callbacks=[pids],
+            )
+            result = await fleet.run(hang_workload(12), run_id="hb")
+        assert await store.conflicts("hb") == []
+    finally:
+        await store.aclose()
+    assert marker.exists(), "no session's tool blocked"
+    hung = int(marker.read_text())
+    assert not result.failed, [s.error for s in result.failed]
+    for a, b in zip(one.sessions, result.sessions, strict=True):
+        assert (a.status, a.final_output, a.messages) == (b.status, b.final_output, b.messages)
+    # The hung worker, and the new worker that continued its sessions.
+    assert hung in pids.seen
+    assert len(pids.seen) == 3
+    assert not workers_now()
+    assert all(gone(pid) for pid in pids.seen)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, 0.5, float("nan"), float("inf"), True, "60"])
+def test_a_bad_heartbeat_timeout_is_a_config_error_naming_it(bad: object) -> None:
+    with pytest.raises(ConfigError, match=r"heartbeat_timeout_s .* got " + re.escape(repr(bad))):
+        Fleet(HTTPTransport("http://127.0.0.1:1"), workers=2, heartbeat_timeout_s=bad)  # type: ignore[arg-type]
+
+
+def test_the_heartbeat_defaults_to_a_minute_and_none_disables_it() -> None:
+    http = HTTPTransport("http://127.0.0.1:1")
+    assert Fleet(http, workers=2).heartbeat_timeout_s == 60.0
+    assert Fleet(http, workers=2, heartbeat_timeout_s=None).heartbeat_timeout_s is None
+
+
+async def test_a_worker_hung_in_its_start_up_is_killed_after_the_start_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Worker 1's sessions import a module that hangs in a worker: it never sends a
+    message; the heartbeat leaves it alone while it starts, and the start-up bound
+    (shortened here) kills it: its sessions fail saying so, worker 0's complete."""
+    monkeypatch.setattr(_parent, "START_TIMEOUT_S", 8.0)
+    monkeypatch.setenv(HANG_IMPORT, "1")  # the spawned workers inherit it
+    sessions = [
+        (PLAIN if k % 2 == 0 else SLOW).session(f"question {k}", session_id=f"s{k}")
+        for k in range(6)
+    ]
+    pids = Pids()
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        fleet = Fleet(
+            http, max_concurrency=4, workers=2, heartbeat_timeout_s=HEARTBEAT_S, callbacks=[pids]
+        )
+        result = await fleet.run(sessions)
+    by_id = {s.session_id: s for s in result.sessions}
+    assert all(by_id[f"s{k}"].ok for k in (0, 2, 4))
+    for k in (1, 3, 5):
+        error = by_id[f"s{k}"].error
+        assert isinstance(error, WorkerError)
+        assert error.worker == 1
+        assert "nothing heard from it within 8 s of its start" in str(error)
+    assert not workers_now()
+    assert all(gone(pid) for pid in pids.seen)

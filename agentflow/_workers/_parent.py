@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import multiprocessing
-import multiprocessing.connection
-import os
 import pickle
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
@@ -24,15 +20,15 @@ from agentflow._events import (
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
 from agentflow._workers._broker import Broker, WorkerHandle
+from agentflow._workers._processes import ProcessLauncher
 from agentflow._workers._wire import decode
-from agentflow._workers._worker import worker_entry
 from agentflow.sched import Limits
 
 if TYPE_CHECKING:
     from agentflow._fleet import Fleet, FleetResult
     from agentflow.store._durable import DurableRun
 
-__all__ = ["Launcher", "ProcessLauncher", "check_picklable", "run_in_workers", "run_sharded"]
+__all__ = ["Launcher", "check_picklable", "run_in_workers", "run_sharded"]
 
 _log = get_logger("agentflow.workers")
 
@@ -505,71 +501,6 @@ async def run_sharded(
             over = True
 
 
-class ProcessLauncher:
-    """Worker processes started with ``spawn``, one duplex pipe each."""
-
-    #: A dead worker's sessions fail with a WorkerError — without a store; with one,
-    #: they continue from their recorded turns on a new worker (see run_sharded).
-    rerun_lost = False
-
-    def __init__(self) -> None:
-        self._ctx = multiprocessing.get_context("spawn")
-
-    def launch(self, index: int, sessions: list[int]) -> WorkerHandle:
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        proc = self._ctx.Process(
-            target=worker_entry,
-            args=(child_conn, os.getpid()),
-            name=f"agentflow-worker-{index}",
-            daemon=True,
-        )
-        proc.start()
-        child_conn.close()
-        return WorkerHandle(
-            index,
-            sessions,
-            send=parent_conn.send,
-            process=proc,
-            conn=parent_conn,
-        )
-
-    async def start(self, w: WorkerHandle, config: dict[str, Any], blobs: list[bytes]) -> None:
-        # Sent from a thread: a large start blocks until the worker has imported.
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, _send_quietly, w.conn, ("start", config, blobs))
-
-    def listen(
-        self,
-        w: WorkerHandle,
-        on_message: Callable[[WorkerHandle, Any], None],
-        on_exit: Callable[[WorkerHandle, bool], None],
-    ) -> None:
-        w.reader = threading.Thread(
-            target=_read_parent_side,
-            args=(w, asyncio.get_running_loop(), on_message, on_exit),
-            name=f"agentflow-worker-{w.index}-reader",
-            daemon=True,
-        )
-        w.reader.start()
-
-    def ended(self, w: WorkerHandle) -> tuple[str, int | None]:
-        code = w.process.exitcode
-        return f"worker {w.index} (pid {w.process.pid}) ended (exit code {code})", code
-
-    async def reap(self, workers: list[WorkerHandle], timeout_s: float) -> None:
-        await _reap(workers, timeout_s)
-
-    def kill(self, w: WorkerHandle) -> None:
-        with contextlib.suppress(OSError, ValueError):
-            w.process.kill()  # SIGKILL; its reader then reads the pipe's end
-
-
-def _send_quietly(conn: multiprocessing.connection.Connection, msg: tuple[Any, ...]) -> None:
-    """Send; a worker that is gone already is found by its reader (its sessions fail)."""
-    with contextlib.suppress(OSError, ValueError):
-        conn.send(msg)
-
-
 def _merge_replicas(per_worker: list[list[Any]], cls: Any) -> list[Any]:
     merged: dict[str, Any] = {}
     for stats in per_worker:
@@ -656,43 +587,3 @@ async def _stop(workers: list[WorkerHandle], timeout_s: float) -> None:
     ]
     if waits:
         await asyncio.wait(waits, timeout=timeout_s)
-
-
-async def _reap(workers: list[WorkerHandle], timeout_s: float) -> None:
-    """Every worker process ends: joined, else terminated, else killed."""
-    loop = asyncio.get_running_loop()
-    for w in workers:
-        with contextlib.suppress(OSError, ValueError):
-            w.conn.send(("exit",))
-    for w in workers:
-        await loop.run_in_executor(None, w.process.join, timeout_s)
-        if w.process.exitcode is None:
-            w.process.terminate()
-            await loop.run_in_executor(None, w.process.join, 2.0)
-        if w.process.exitcode is None:
-            w.process.kill()
-            await loop.run_in_executor(None, w.process.join, 2.0)
-        w.conn.close()
-        if w.reader is not None:
-            await loop.run_in_executor(None, w.reader.join, 2.0)
-
-
-def _read_parent_side(
-    w: WorkerHandle,
-    loop: asyncio.AbstractEventLoop,
-    on_message: Callable[[WorkerHandle, Any], None],
-    on_exit: Callable[[WorkerHandle, bool], None],
-) -> None:
-    try:
-        while True:
-            msg = w.conn.recv()
-            loop.call_soon_threadsafe(on_message, w, msg)
-    except (EOFError, OSError, ValueError):
-        pass
-    except Exception as exc:  # a message that does not unpickle: the worker is lost
-        _log.error("worker.bad_message", worker=w.index, error=repr(exc))
-    if w.hung:  # killed by the watchdog: wait (here, not on the loop) for its exit code
-        with contextlib.suppress(Exception):
-            w.process.join(2.0)
-    with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
-        loop.call_soon_threadsafe(on_exit, w, True)

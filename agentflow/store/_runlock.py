@@ -53,10 +53,13 @@ class RunLocks:
         Raises:
             StoreError: another live process (or another open store) writes the run.
         """
-        if owner is not None:
+        if run_id not in self._held and fcntl is not None:
+            self._lock(run_id)
+        if owner is not None:  # only once the lock is held: a refused owner holds nothing
             self._owners.setdefault(run_id, set()).add(owner)
-        if run_id in self._held or fcntl is None:
-            return
+
+    def _lock(self, run_id: str) -> None:
+        """Take the run's lock file (see :meth:`acquire`)."""
         path = self.path(run_id)
         while True:
             fd = self._try(run_id, path)

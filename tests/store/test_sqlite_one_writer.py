@@ -176,3 +176,28 @@ asyncio.run(main())
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "ok"
     assert not list(tmp_path.glob("*.lock"))
+
+
+def test_an_owner_that_was_refused_does_not_keep_the_lock_later(tmp_path: Path) -> None:
+    """A claim refused (another store writes the run) leaves its owner holding nothing, so
+    once that store has the run and its real owner lets go, the run is free again."""
+    db = tmp_path / "refused.db"
+
+    async def main() -> None:
+        first, second, third = SQLiteStore(db), SQLiteStore(db), SQLiteStore(db)
+        try:
+            await first.open()
+            first.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
+            a, refused, b = LeaseOwner(), LeaseOwner(), LeaseOwner()
+            await first.claim("r", [], a, 60)
+            with pytest.raises(StoreError, match=f"pid {os.getpid()}"):
+                await second.claim("r", [], refused, 60)
+            await first.release("r", a)
+            await second.claim("r", [], b, 60)
+            await second.release("r", b)  # its only owner that holds anything let go
+            assert await third.start_attempt("r", 2, 0) == 1
+        finally:
+            for store in (first, second, third):
+                await store.aclose()
+
+    asyncio.run(main())

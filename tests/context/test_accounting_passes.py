@@ -16,60 +16,10 @@ from agentflow.context import (
 )
 from agentflow.context._budget import ContextBudget
 from agentflow.context._calibration import Calibrator
-from agentflow.context._encodings import encoding
 from agentflow.context._estimates import SessionEstimates
 
 from .budget_util import bind_indexed
-
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file.",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-        },
-    }
-]
-
-
-@pytest.fixture
-def encoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every text the shared ``cl100k_base`` encoding tokenizes from now on (counters
-    built after this fixture see the wrapper: they look the method up when built)."""
-    enc = encoding("cl100k_base")
-    original = enc.encode_ordinary
-    texts: list[str] = []
-
-    def counting(text: str) -> list[int]:
-        texts.append(text)
-        return original(text)
-
-    monkeypatch.setattr(enc, "encode_ordinary", counting)
-    return texts
-
-
-def output(lines: int, salt: int = 0) -> str:
-    """A tool output of about 10 cl100k tokens a line."""
-    return "\n".join(f"line {i}: value={(i * 7919 + salt) % 10007} ok" for i in range(lines))
-
-
-def call(n: int) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": f"c{n}",
-                "type": "function",
-                "function": {"name": "read_file", "arguments": f'{{"path": "f{n}.py"}}'},
-            }
-        ],
-    }
-
-
-def result(n: int, text: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": f"c{n}", "content": text}
+from .tool_history import TOOLS, call, output, result
 
 
 def history(rounds: int, lines: int) -> list[dict[str, Any]]:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from agentflow.context import (
     MessageCounter,
     PrefixIndex,
@@ -20,47 +18,9 @@ from agentflow.context import (
     TruncateToolOutputs,
 )
 from agentflow.context._budget import ContextBudget
-from agentflow.context._encodings import encoding
 
 from .budget_util import bind_indexed
-
-
-@pytest.fixture
-def encoded(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every text the shared ``cl100k_base`` encoding tokenizes from now on."""
-    enc = encoding("cl100k_base")
-    original = enc.encode_ordinary
-    texts: list[str] = []
-
-    def counting(text: str) -> list[int]:
-        texts.append(text)
-        return original(text)
-
-    monkeypatch.setattr(enc, "encode_ordinary", counting)
-    return texts
-
-
-def output(lines: int, salt: int) -> str:
-    """A tool output of about 10 cl100k tokens a line."""
-    return "\n".join(f"line {i}: value={(i * 7919 + salt) % 10007} ok" for i in range(lines))
-
-
-def call(n: int) -> dict[str, Any]:
-    return {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": f"c{n}",
-                "type": "function",
-                "function": {"name": "read_file", "arguments": f'{{"path": "f{n}.py"}}'},
-            }
-        ],
-    }
-
-
-def result(n: int, text: str) -> dict[str, Any]:
-    return {"role": "tool", "tool_call_id": f"c{n}", "content": text}
+from .tool_history import call, output, result
 
 
 def test_repeated_early_rewrites_tokenize_only_what_changed(encoded: list[str]) -> None:

@@ -16,25 +16,9 @@ import pytest
 
 from agentflow.context import TiktokenCounter, TruncateToolOutputs
 from agentflow.context._budget import ContextBudget
-from agentflow.context._encodings import encoding
 from agentflow.context._estimates import _HEAD_IDS
 
 from .budget_util import trace
-
-
-@pytest.fixture
-def handed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every text the shared ``cl100k_base`` encoding tokenizes from now on."""
-    enc = encoding("cl100k_base")
-    original = enc.encode_ordinary
-    texts: list[str] = []
-
-    def spy(text: str) -> list[int]:
-        texts.append(text)
-        return original(text)
-
-    monkeypatch.setattr(enc, "encode_ordinary", spy)
-    return texts
 
 
 async def _never(request: Any) -> Any:

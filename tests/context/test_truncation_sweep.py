@@ -11,8 +11,6 @@ import copy
 import random
 from typing import Any
 
-import pytest
-
 from agentflow.context import (
     ContextBudget,
     ContextTrimmedEvent,
@@ -21,40 +19,14 @@ from agentflow.context import (
     TiktokenCounter,
     TruncateToolOutputs,
 )
-from agentflow.context._encodings import encoding
 from agentflow.context._messages import _RECENT_IDS
 
 from .budget_util import bind_indexed, trace
+from .tool_history import TOOLS
 
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a file.",
-            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}},
-        },
-    }
-]
 MAX_TOKENS = 100
 #: Words of one tool output: ~2,600 cl100k tokens.
 OUTPUT_WORDS = 1_500
-
-
-@pytest.fixture
-def handed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every text the shared ``cl100k_base`` encoding tokenizes from now on (counters
-    built after this fixture see the wrapper)."""
-    enc = encoding("cl100k_base")
-    original = enc.encode_ordinary
-    texts: list[str] = []
-
-    def spy(text: str) -> list[int]:
-        texts.append(text)
-        return original(text)
-
-    monkeypatch.setattr(enc, "encode_ordinary", spy)
-    return texts
 
 
 class Session:

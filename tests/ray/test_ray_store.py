@@ -16,6 +16,7 @@ from agentflow import Event, Fleet, HTTPTransport
 from agentflow.store import SQLiteStore
 from tests.sched.conftest import RecordingSim
 from tests.store.fleets import contents
+from tests.workers.test_workers_store import one_process_run
 from tests.workers.tools import workload
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'agentflow[ray]'")
@@ -35,14 +36,7 @@ async def test_a_killed_actor_continues_from_the_store(tmp_path: Path) -> None:
     turn, not the session from its start); the store holds each turn once (no
     conflicts), the same rows as a one-process run; no actor is left."""
     one_path = tmp_path / "one.db"
-    one_store = SQLiteStore(one_path)
-    try:
-        async with RecordingSim(seed=7) as sim, HTTPTransport(sim.base_url) as http:
-            one = await Fleet(http, max_concurrency=2, store=one_store).run(
-                workload(20), run_id=RUN
-            )
-    finally:
-        await one_store.aclose()
+    one = await one_process_run(one_path, RUN)
     victims: list[str] = []
 
     def kill_one(event: Event) -> None:

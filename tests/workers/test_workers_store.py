@@ -37,6 +37,19 @@ def sent_turns(sim: RecordingSim) -> Counter[tuple[str, int]]:
     )
 
 
+async def one_process_run(path: Path, run_id: str) -> FleetResult:
+    """``workload(20)`` in one process on the simulator (seed 7), recorded as ``run_id``
+    in a SQLite store at ``path``: what a worker run with a lost worker is compared with."""
+    store = SQLiteStore(path)
+    try:
+        async with RecordingSim(seed=7) as sim, HTTPTransport(sim.base_url) as http:
+            return await Fleet(http, max_concurrency=2, store=store).run(
+                workload(20), run_id=run_id
+            )
+    finally:
+        await store.aclose()
+
+
 async def test_workers_record_what_one_process_records(tmp_path: Path) -> None:
     """Same seed, same sessions: the store of a two-worker run holds the same sessions,
     turns (assistant messages) and tool results as the store of a one-process run; both
@@ -241,14 +254,7 @@ async def test_a_killed_worker_s_sessions_continue_from_the_store(tmp_path: Path
     the killed session after its recorded first turn (the server saw that turn once);
     the store holds the rows a one-process run records, each turn once."""
     one_path = tmp_path / "one.db"
-    one_store = SQLiteStore(one_path)
-    try:
-        async with RecordingSim(seed=7) as sim, HTTPTransport(sim.base_url) as http:
-            one = await Fleet(http, max_concurrency=2, store=one_store).run(
-                workload(20), run_id=RUN
-            )
-    finally:
-        await one_store.aclose()
+    one = await one_process_run(one_path, RUN)
     victims: list[tuple[str, int]] = []
 
     def kill_one(event: Event) -> None:

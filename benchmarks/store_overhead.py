@@ -98,11 +98,13 @@ class TimedStore(SQLiteStore):
         finally:
             self.writer_cpu_ns = time.thread_time_ns()
 
-    def _commit(self, conn: sqlite3.Connection, records: list[Record]) -> None:
+    def _commit(
+        self, conn: sqlite3.Connection, records: list[Record], mark: tuple[int, int] | None
+    ) -> None:
         if not records:
             return
         c0, w0 = time.thread_time_ns(), time.perf_counter_ns()
-        super()._commit(conn, records)
+        super()._commit(conn, records, mark)
         self.batches.append((len(records), time.thread_time_ns() - c0, time.perf_counter_ns() - w0))
 
 

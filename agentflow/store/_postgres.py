@@ -277,7 +277,7 @@ class PostgresStore(BatchWriter[Conn]):
         finally:
             conn.close()
 
-    def _commit(self, conn: Conn, records: list[Record]) -> None:
+    def _commit(self, conn: Conn, records: list[Record], mark: tuple[int, int] | None) -> None:
         if not records:
             return
         holders = self._holders

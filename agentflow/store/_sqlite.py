@@ -1,13 +1,18 @@
-"""The default run store: one SQLite file in WAL mode, written by one thread.
+"""The default run store: one SQLite file in WAL mode, written by one thread, with a
+memory-mapped journal in front of it.
 
 Why a thread and stdlib ``sqlite3`` rather than aiosqlite: aiosqlite also runs each
 connection in a thread, but every statement is a round trip — a future made on the
 loop, a ``call_soon_threadsafe`` back — so each recorded turn would cost the event loop
-a task wakeup. Here the loop's share of a record is one list append, and of a batch one
-timer and one ``SimpleQueue.put`` (``store/_writer.py``); the writer thread wakes once
-per batch — ``batch_interval_s`` (10 ms) after its first record — writes it in one
-transaction and commits once. SQLite releases the GIL while it works, so the loop keeps
-streaming meanwhile.
+a task wakeup. Here the loop's share of a record is one encode and one copy into the
+journal (``store/_journal.py``: durable against a ``kill -9`` from then on) and one list
+append; the writer thread wakes every ``batch_interval_s`` (1 s), or when a read, lease
+change or flush needs it, and commits what was written meanwhile in one transaction.
+SQLite releases the GIL while it works, so the loop keeps streaming meanwhile.
+
+Without a journal (``journal=False``, or where there is no ``flock``), a batch is handed
+to the thread ``batch_interval_s`` (10 ms) after its first record (``store/_writer.py``),
+and a ``kill -9`` loses what was not yet committed.
 
 Everything that touches the database — writes, reads (:meth:`load`), lease changes —
 runs on that one thread, in the order it was asked for: a read sees every record
@@ -17,6 +22,7 @@ written before it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sqlite3
 import threading
@@ -26,12 +32,14 @@ from typing import TypeVar
 
 from agentflow._errors import StoreError
 from agentflow._logging import get_logger
+from agentflow.store import _journal
 from agentflow.store import _sqlite_io as io
+from agentflow.store._journal import Journal, Mark
 from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import Record, StoredRun
 from agentflow.store._runlock import RunLocks
 from agentflow.store._schema import check_schema
-from agentflow.store._writer import STOP, BatchWriter, Call
+from agentflow.store._writer import STOP, Batch, BatchWriter, Call
 
 __all__ = ["SQLiteStore"]
 
@@ -43,14 +51,22 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
     """A run store in one SQLite file (see ``docs/store.md`` for its schema).
 
     The file is created readable and writable by its owner only (``0600``; SQLite gives
-    its ``-wal`` and ``-shm`` files the same mode). It is opened in WAL mode with
-    ``synchronous=NORMAL``: a commit survives the process being killed; an operating
-    system crash may lose the last ones. One live writer per run
-    (``store/_runlock.py``).
+    its ``-wal`` and ``-shm`` files the same mode, and the journal's segments are made
+    ``0600``). It is opened in WAL mode with ``synchronous=NORMAL``: a commit survives the
+    process being killed; an operating system crash may lose the last ones. With the
+    journal, a record survives the process being killed as soon as :meth:`write` returns.
+    One live writer per run (``store/_runlock.py``).
 
     Args:
         path: the database file (created with its parent directory if missing).
-        batch_interval_s: how long the writer gathers records before one commit.
+        batch_interval_s: how long the writer gathers records before one commit; by
+            default 1 s with the journal, 10 ms without. Another process reading a live
+            store sees its records up to this much later. ``0`` commits every record at
+            once, without a journal.
+        journal: copy every record into a memory-mapped journal beside the database as
+            it is written (``docs/store.md``, "The journal"); by default where the
+            platform has ``flock`` (not Windows). ``False`` commits each batch to SQLite
+            only, so a ``kill -9`` loses up to ``batch_interval_s`` of records.
         max_batch: records that make the writer commit at once, interval or not.
         busy_timeout_s: how long a statement waits for another process's lock.
         lease_ttl_s: how long a session's lease lasts without renewal (see
@@ -64,13 +80,21 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         self,
         path: str | os.PathLike[str],
         *,
-        batch_interval_s: float = 0.010,
+        batch_interval_s: float | None = None,
+        journal: bool | None = None,
         max_batch: int = 1024,
         busy_timeout_s: float = 30.0,
         lease_ttl_s: float = 60.0,
     ) -> None:
         from agentflow._errors import ConfigError
 
+        if journal is True and not _journal.AVAILABLE:
+            raise ConfigError(
+                "SQLiteStore.journal=True needs flock and posix_fallocate, which this "
+                "platform lacks; leave it unset"
+            )
+        if batch_interval_s is None:
+            batch_interval_s = 0.010 if journal is False or not _journal.AVAILABLE else 1.0
         if not 0 <= batch_interval_s <= 10:
             raise ConfigError(
                 f"SQLiteStore.batch_interval_s must be in [0, 10], got {batch_interval_s!r}"
@@ -83,6 +107,8 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             raise ConfigError(f"SQLiteStore.lease_ttl_s must be > 0, got {lease_ttl_s!r}")
         self.path = Path(path)
         self.batch_interval_s = batch_interval_s
+        #: Whether records go through the journal (see the class).
+        self.journal = journal is not False and _journal.AVAILABLE and batch_interval_s > 0
         self.max_batch = max_batch
         self.busy_timeout_s = busy_timeout_s
         self.lease_ttl_s = lease_ttl_s
@@ -93,6 +119,10 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         self.committed = 0
         #: Transactions committed so far (by this process).
         self.commits = 0
+        self._journal: Journal | None = None
+        self._mark: Mark | None = None  # where the journal stands (under _batch_lock)
+        self._frozen = False  # a commit failed: the journal is kept for the next open
+        self._stale_keys: list[str] = []  # markers of deleted segments (writer thread)
 
     #: ``Fleet.run`` keeps a session's lease until the attempt ends rather than giving
     #: it back as the session ends: a second live writer of a run is refused (one
@@ -233,6 +263,8 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             check_schema(conn, str(self.path))
+            # What a killed writer's journal holds goes in before anything is read.
+            _journal.ingest_orphans(conn, self.path, io.write_record)
         except BaseException:
             conn.close()
             raise
@@ -245,32 +277,114 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         except (sqlite3.Error, OSError, StoreError) as exc:
             self._fail_all(exc)
             return
+        stopped = False
         try:
             self._loop(conn)
+            stopped = True
         finally:
+            self._close_journal(conn, delete=stopped)
             conn.close()
 
-    def _commit(self, conn: sqlite3.Connection, records: list[Record]) -> None:
-        if not records:
+    def _commit(self, conn: sqlite3.Connection, records: list[Record], mark: Mark | None) -> None:
+        if not records and not self._stale_keys:
             return
+        journal = self._journal if mark is not None and not self._frozen else None
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 for r in records:
                     io.write_record(conn, r)
+                if journal is not None and mark is not None:
+                    with self._batch_lock:
+                        markers = journal.committed(mark)
+                    conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?,?)",
+                                     [(k, str(o)) for k, o in markers])  # fmt: skip
+                if self._stale_keys:
+                    conn.executemany(
+                        "DELETE FROM meta WHERE key=?", [(k,) for k in self._stale_keys]
+                    )
                 conn.execute("COMMIT")
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
         except Exception as exc:  # SQLite's, or a record that cannot be encoded
-            # (caught here, the thread lives on: a later flush reports it, not hangs)
+            # (caught here, the thread lives on: a later flush reports it, not hangs;
+            # the journal is kept from here on, so the next open ingests these records)
             self._error = exc
+            self._frozen = True
             _log.error(
                 "store.write_failed", path=str(self.path), records=len(records), error=repr(exc)
             )
             return
-        self.committed += len(records)
-        self.commits += 1
+        self._stale_keys = []
+        if journal is not None and mark is not None:
+            with self._batch_lock:  # segments wholly committed are deleted
+                self._stale_keys = journal.drop_before(mark)
+        if records:
+            self.committed += len(records)
+            self.commits += 1
+
+    # --- the journal (store/_journal.py) --------------------------------------------------
+
+    def _enqueue(self, record: Record) -> None:
+        """Copy ``record`` into the journal and add it to the batch the writer thread
+        takes next (without a journal: :meth:`BatchWriter._enqueue`)."""
+        if not self.journal:
+            super()._enqueue(record)
+            return
+        with self._batch_lock:
+            try:
+                journal = self._journal
+                if journal is None:
+                    journal = self._journal = Journal(self.path)
+                self._mark = journal.append(record)
+            except (TypeError, ValueError, OverflowError):
+                pass  # not encodable: it goes to SQLite as it is, which says what is wrong
+            except OSError as exc:  # no segment could be made (a full disk)
+                self.journal = False
+                _log.error("store.journal_failed", path=str(self.path), error=repr(exc))
+            self._batch.append(record)
+            full = len(self._batch) >= self.max_batch or not self.journal
+        if full:
+            self._hand_over()
+
+    def _hand_over(self) -> None:
+        with self._batch_lock:
+            batch = self._batch
+            if not batch:
+                return
+            self._batch = []
+            self._batch_loop = None
+            self._queue.put(Batch(batch, self._mark))
+
+    def _idle_wait_s(self) -> float:
+        return self.batch_interval_s if self.journal else super()._idle_wait_s()
+
+    def _take_idle(self) -> list[Record] | None:
+        if not self.journal:
+            return super()._take_idle()
+        with self._batch_lock:  # whatever was written since the last commit
+            batch, self._batch = self._batch, []
+            journal, mark = self._journal, self._mark
+        if journal is not None:
+            journal.prefault()  # this thread maps in the pages the loop writes next
+        return Batch(batch, mark) if batch else None
+
+    def _close_journal(self, conn: sqlite3.Connection, *, delete: bool) -> None:
+        """Let go of the journal as the writer ends: delete it when everything it holds
+        is committed (the store closed cleanly), else keep it for the next open."""
+        with self._batch_lock:
+            journal, self._journal = self._journal, None
+            self.journal = False
+            delete = delete and not self._frozen and not self._batch
+        if journal is None:
+            return
+        keys = self._stale_keys + journal.close(delete=delete)
+        if keys:
+            with contextlib.suppress(sqlite3.Error):  # else the next open deletes them
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany("DELETE FROM meta WHERE key=?", [(k,) for k in keys])
+                conn.execute("COMMIT")
 
 
 def _as_store_error(exc: BaseException, path: Path) -> BaseException:

@@ -37,7 +37,7 @@ from typing import Any, Generic, Self, TypeVar
 from agentflow._errors import StoreError
 from agentflow.store._records import Record
 
-__all__ = ["STOP", "BatchWriter", "Call"]
+__all__ = ["STOP", "Batch", "BatchWriter", "Call"]
 
 C = TypeVar("C")
 T = TypeVar("T")
@@ -48,6 +48,17 @@ STOP = object()
 #: Seconds after which the writer takes a loop's batch itself (when the loop is blocked
 #: and its timer cannot hand it over); ``batch_interval_s`` if that is longer.
 STALL_S = 1.0
+
+
+class Batch(list[Record]):
+    """Records handed to the writer thread together, and — with a journal
+    (``store/_journal.py``) — where the journal stood after the last of them."""
+
+    __slots__ = ("mark",)
+
+    def __init__(self, records: list[Record], mark: tuple[int, int] | None = None) -> None:
+        super().__init__(records)
+        self.mark = mark
 
 
 class Call(Generic[C]):
@@ -66,8 +77,10 @@ class BatchWriter(Generic[C]):
     """The queue and the loop of a store's writer thread (see the module).
 
     A subclass sets ``_where`` (how messages name the store), ``batch_interval_s`` and
-    implements ``_commit(conn, records)`` (one transaction; on failure it sets
-    ``_error``) and ``_as_store_error(exc)``.
+    implements ``_commit(conn, records, mark)`` (one transaction; on failure it sets
+    ``_error``; ``mark`` is the last batch's :attr:`Batch.mark`) and
+    ``_as_store_error(exc)``. It may change how the thread waits when nothing is handed
+    over (:meth:`_idle_wait_s`, :meth:`_take_idle`).
     """
 
     _where: str
@@ -169,7 +182,7 @@ class BatchWriter(Generic[C]):
     def _raise_error(self) -> None:
         raise NotImplementedError
 
-    def _commit(self, conn: C, records: list[Record]) -> None:
+    def _commit(self, conn: C, records: list[Record], mark: tuple[int, int] | None) -> None:
         raise NotImplementedError
 
     def _as_store_error(self, exc: BaseException) -> BaseException:
@@ -190,21 +203,32 @@ class BatchWriter(Generic[C]):
         result: T = await asyncio.wrap_future(call.future)
         return result
 
+    def _idle_wait_s(self) -> float:
+        """How long the thread waits for a hand-over before :meth:`_take_idle`."""
+        return max(STALL_S, self.batch_interval_s)
+
+    def _take_idle(self) -> list[Record] | None:
+        """What the thread takes itself when nothing was handed over for
+        :meth:`_idle_wait_s`: the loop's batch once it is that old (a blocked loop cannot
+        run the timer that hands it over; a younger one that timer hands over)."""
+        with self._batch_lock:
+            batch = self._batch
+            if not batch or time.monotonic() - self._batch_started < self._idle_wait_s():
+                return None
+            self._batch = []
+            self._batch_loop = None
+            return batch
+
     def _loop(self, conn: C) -> None:
         q, urgent = self._queue, self._urgent
-        stall_s = max(STALL_S, self.batch_interval_s)
         while True:
             try:
-                first = q.get(timeout=stall_s)
+                first = q.get(timeout=self._idle_wait_s())
             except queue.Empty:
-                with self._batch_lock:  # the loop has not handed its batch over: take it
-                    first = self._batch
-                    # …once it is that old: the loop's own timer hands a younger one over.
-                    if not first or time.monotonic() - self._batch_started < stall_s:
-                        continue
-                    self._batch = []
-                    self._batch_loop = None
-            if type(first) is not list:  # a record from a plain thread, or a call
+                first = self._take_idle()
+                if first is None:
+                    continue
+            if not isinstance(first, list):  # a record from a plain thread, or a call
                 if not urgent.is_set():
                     urgent.wait(self.batch_interval_s)
                 urgent.clear()
@@ -222,15 +246,18 @@ class BatchWriter(Generic[C]):
         transaction, each call after the records before it are committed. True once the
         stop call is reached."""
         records: list[Record] = []
+        mark: tuple[int, int] | None = None
         for item in batch:
-            if type(item) is list:
+            if isinstance(item, list):
                 records.extend(item)
+                if type(item) is Batch and item.mark is not None:
+                    mark = item.mark
                 continue
             if not isinstance(item, Call):
                 records.append(item)
                 continue
-            self._commit(conn, records)
-            records = []
+            self._commit(conn, records, mark)
+            records, mark = [], None
             # A caller that stopped waiting (cancelled) cancelled its future: its call is
             # skipped (no lease taken that nobody knows of), and never answered — setting
             # a cancelled future's result would raise and end this thread, and with it
@@ -250,7 +277,7 @@ class BatchWriter(Generic[C]):
                 self._drain_closed()
                 return True
             item.future.set_result(value)
-        self._commit(conn, records)
+        self._commit(conn, records, mark)
         return False
 
     def _fail_all(self, exc: BaseException) -> None:

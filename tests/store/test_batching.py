@@ -1,4 +1,5 @@
-"""How records reach the writer thread: on an event loop the store gathers a batch in a
+"""How records reach the writer thread without the journal (``journal=False``; with it,
+``test_journal.py``): on an event loop the store gathers a batch in a
 list and hands it over with one queue put when its interval ends (or when it is full),
 so the thread wakes once per batch; records written from a plain thread are queued as
 before; either way they are committed in the order they were written. And a recorded
@@ -14,6 +15,8 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from agentflow import Fleet
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
@@ -46,7 +49,7 @@ class CountingQueue:
 
 
 def _counted(path: Path, **kw: Any) -> tuple[SQLiteStore, CountingQueue]:
-    store = SQLiteStore(path, **kw)
+    store = SQLiteStore(path, journal=False, **kw)
     counting = CountingQueue()
     store._queue = counting  # type: ignore[assignment]
     return store, counting
@@ -99,13 +102,16 @@ def test_a_full_batch_is_handed_over_at_once(tmp_path: Path) -> None:
     assert committed == 10
 
 
-def test_a_write_from_a_plain_thread_comes_after_the_loops_batch(tmp_path: Path) -> None:
+@pytest.mark.parametrize("journal", [False, True])
+def test_a_write_from_a_plain_thread_comes_after_the_loops_batch(
+    tmp_path: Path, journal: bool
+) -> None:
     """A run's start written on the loop (still in the loop's batch), then its end
     written from a thread without a loop: the end must not overtake the start — the
     update it makes would find no row, and the run would stay ``running``."""
 
     async def main() -> str:
-        store = SQLiteStore(tmp_path / "t.db", batch_interval_s=10)
+        store = SQLiteStore(tmp_path / "t.db", batch_interval_s=10, journal=journal)
         await store.open()
         store.write(_started(0))
         end = RunEnded(run_id="r0", attempt=0, wall_ns=2_000, status="finished")

@@ -1,0 +1,331 @@
+"""The SQLite store's first tier: every record, as it is written, copied into a
+memory-mapped journal file beside the database.
+
+Why: on this machine a SQLite commit costs ~250–450 µs of CPU when it follows an idle
+gap (cold caches; ``docs/store.md``, "Cost"), so committing every 10 ms cost the demo
+~12% of its client CPU, while committing rarely widened what a ``kill -9`` loses. The
+journal removes that trade: :meth:`Journal.append` encodes the record (``msgspec``
+MessagePack) and copies it into a shared mapping of the file — no system call, no thread
+wakeup — and once the copy is done the record is in the kernel's page cache, so it
+survives the process being killed at any later instant. SQLite then gets the records in
+large transactions (``SQLiteStore(batch_interval_s=1.0)``, and before every read, lease
+change and flush, and at close).
+
+Durability is the class SQLite's WAL with ``synchronous=NORMAL`` gives (which the store
+uses): what was written survives the process dying; an operating-system crash may lose
+the last writes. A record is one frame — payload length, CRC-32, payload — and the
+header is written after the payload, so a copy cut short by a kill reads as the
+journal's end; everything before it is kept, in order. Segments are reserved with
+``posix_fallocate`` before they are mapped, so a full disk is an ``OSError`` when a
+segment is made (the record then goes to SQLite directly), never a ``SIGBUS`` on a write.
+
+Files: each open store writes its own segments, ``<db>.af-journal-<pid>-<token>-<seq>``,
+8 MiB each (more for a record that needs it), and holds an exclusive ``flock`` on each
+until its records are committed and it is deleted (the kernel drops the locks when the
+process dies). Whoever opens the database next ingests every segment nobody holds
+(:func:`ingest_orphans`) before anything else, then deletes it. Exactly once: the
+transaction that commits a segment's records also records in ``meta`` (key
+``journal:<file name>``) the offset it committed up to, so a segment met again (a kill
+between that commit and the file's deletion, or two openers at once) is not ingested
+twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import mmap
+import os
+import secrets
+import sqlite3
+import struct
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from agentflow._errors import StoreError
+from agentflow.store._records import (
+    PolicyState,
+    Record,
+    RunEnded,
+    RunStarted,
+    SessionEnded,
+    SessionStarted,
+    ToolFinished,
+    TurnFinished,
+)
+
+try:
+    import fcntl
+except ImportError:  # not POSIX (Windows): no journal there (SQLiteStore commits each batch)
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["AVAILABLE", "Journal", "Mark", "ingest_orphans", "marker_key"]
+
+#: Whether this platform has what the journal needs (``flock``, ``posix_fallocate``).
+AVAILABLE = fcntl is not None and hasattr(os, "posix_fallocate")
+
+#: A position in a journal: (segment sequence number, byte offset after a record).
+Mark = tuple[int, int]
+
+SEGMENT_BYTES = 8 << 20
+#: Bytes ahead of the last record that :meth:`Journal.prefault` maps in.
+PREFAULT_BYTES = 1 << 20
+#: ``madvise(MADV_POPULATE_WRITE)`` (Linux ≥ 5.14): map pages in writable, in one call.
+_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if os.name == "posix" else None)
+_MAGIC = b"AFJ2\0\0\0\0"  # 8 bytes: a segment's header
+_FRAME = struct.Struct("<II")  # payload length, CRC-32 of the payload
+_KINDS: tuple[type[Any], ...] = (
+    TurnFinished,
+    ToolFinished,
+    SessionStarted,
+    SessionEnded,
+    RunStarted,
+    RunEnded,
+    PolicyState,
+)
+_KIND = {k: i for i, k in enumerate(_KINDS)}
+_encoder = msgspec.msgpack.Encoder()
+_frame_decoder = msgspec.msgpack.Decoder(tuple[int, msgspec.Raw])
+_decoders = [msgspec.msgpack.Decoder(k) for k in _KINDS]
+
+
+def marker_key(name: str) -> str:
+    """The ``meta`` key that holds how much of the segment ``name`` SQLite has."""
+    return f"journal:{name}"
+
+
+def _glob(db: Path) -> str:
+    return glob.escape(str(db)) + ".af-journal-*"
+
+
+class _Segment:
+    """One mapped, locked segment file."""
+
+    __slots__ = ("faulted", "fd", "mm", "name", "offset", "path", "seq", "size")
+
+    def __init__(self, path: Path, seq: int, size: int) -> None:
+        # Made under a name the orphan scan does not match, locked, reserved, then
+        # renamed: an opener never sees a segment that is not yet locked.
+        tmp = path.with_name(f".{path.name}.tmp")
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            assert fcntl is not None
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.posix_fallocate(fd, 0, size)
+            mm = mmap.mmap(fd, size)
+            mm[: len(_MAGIC)] = _MAGIC
+            os.rename(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            os.close(fd)
+            raise
+        self.fd, self.mm, self.path, self.name = fd, mm, path, path.name
+        self.seq, self.size, self.offset = seq, size, len(_MAGIC)
+        self.faulted = 0  # bytes from the start that prefault() mapped in
+
+    def close(self, *, delete: bool) -> None:
+        if delete:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+        self.mm.close()
+        os.close(self.fd)
+
+
+class Journal:
+    """This store's journal of one database (its first segment is made on the first
+    append). Thread-safe only under the caller's lock (the store's batch lock)."""
+
+    def __init__(self, db: Path) -> None:
+        self._stem = f"{db.name}.af-journal-{os.getpid()}-{secrets.token_hex(4)}"
+        self._dir = db.parent
+        self._segments: list[_Segment] = []  # oldest first; the last one is written
+        self._seq = 0
+
+    def append(self, record: Record) -> Mark:
+        """Copy ``record`` into the journal; return the position after it.
+
+        Raises:
+            TypeError, ValueError, OverflowError: it cannot be encoded.
+            OSError: no segment could be made (a full disk): nothing was written.
+        """
+        payload = _encoder.encode((_KIND[type(record)], record))
+        n = len(payload)
+        need = _FRAME.size + n
+        seg = self._segments[-1] if self._segments else None
+        if seg is None or seg.offset + need > seg.size:
+            seg = self._next(need)
+        o = seg.offset
+        mm = seg.mm
+        mm[o + 8 : o + 8 + n] = payload
+        mm[o : o + 8] = _FRAME.pack(n, zlib.crc32(payload))  # last: the record is complete
+        seg.offset = o + need
+        return seg.seq, seg.offset
+
+    def _next(self, need: int) -> _Segment:
+        self._seq += 1
+        name = f"{self._stem}-{self._seq:08d}"
+        seg = _Segment(self._dir / name, self._seq, max(SEGMENT_BYTES, need + len(_MAGIC)))
+        self._segments.append(seg)
+        self.prefault()
+        return seg
+
+    def prefault(self) -> None:
+        """Map in the pages the next records will be copied to (``PREFAULT_BYTES`` past
+        the last one), so that the writer thread pays for those page faults — many in
+        one system call — and not the event loop, one trap per page. Best effort: a
+        kernel without ``MADV_POPULATE_WRITE`` leaves the faults to the copies."""
+        if not self._segments or _POPULATE_WRITE is None:
+            return
+        seg = self._segments[-1]
+        start = max(seg.faulted, seg.offset & ~(mmap.PAGESIZE - 1))
+        end = min(seg.size, seg.offset + PREFAULT_BYTES)
+        if end - start < PREFAULT_BYTES // 4:
+            return  # most of it is mapped in already
+        try:
+            seg.mm.madvise(_POPULATE_WRITE, start, end - start)
+        except (OSError, ValueError):
+            return
+        seg.faulted = end
+
+    def committed(self, mark: Mark) -> list[tuple[str, int]]:
+        """The ``meta`` markers that say SQLite holds everything up to ``mark``:
+        (key, offset) of every segment up to ``mark``'s."""
+        seq, offset = mark
+        return [
+            (marker_key(s.name), offset if s.seq == seq else s.offset)
+            for s in self._segments
+            if s.seq <= seq
+        ]
+
+    def drop_before(self, mark: Mark) -> list[str]:
+        """Delete the segments wholly before ``mark``'s (their records are committed);
+        returns their ``meta`` keys."""
+        gone = [s for s in self._segments if s.seq < mark[0]]
+        for s in gone:
+            self._segments.remove(s)
+            s.close(delete=True)
+        return [marker_key(s.name) for s in gone]
+
+    def close(self, *, delete: bool) -> list[str]:
+        """Let go of every segment; delete them if their records are all committed
+        (else the next open ingests them). Returns the deleted segments' keys."""
+        segs, self._segments = self._segments, []
+        for s in segs:
+            s.close(delete=delete)
+        return [marker_key(s.name) for s in segs] if delete else []
+
+
+def _frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record]]:
+    """The intact records of a segment's bytes from ``start``, each with the offset
+    after it; stops at the first frame that is empty or cut short."""
+    pos, size = start, len(data)
+    while pos + _FRAME.size <= size:
+        n, crc = _FRAME.unpack_from(data, pos)
+        end = pos + _FRAME.size + n
+        if n == 0 or end > size:
+            return
+        payload = data[pos + _FRAME.size : end]
+        if zlib.crc32(payload) != crc:
+            return
+        kind, raw = _frame_decoder.decode(payload)
+        yield end, _decoders[kind].decode(raw)
+        pos = end
+
+
+def ingest_orphans(
+    conn: sqlite3.Connection, db: Path, write: Callable[[sqlite3.Connection, Record], None]
+) -> int:
+    """Commit every journal segment of ``db`` that no open store holds (its writer was
+    killed, or could not commit), then delete it; returns how many records it committed.
+
+    Each segment is committed in one transaction that also moves its ``meta`` marker, so
+    a segment met again is not ingested twice.
+
+    Raises:
+        StoreError: a segment cannot be read, decoded or written (it is kept).
+    """
+    if not AVAILABLE:
+        return 0
+    assert fcntl is not None
+    total = 0
+    for p in sorted(glob.glob(_glob(db))):
+        try:
+            fd = os.open(p, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                continue  # a live store's
+            total += _ingest_one(conn, fd, Path(p), write)
+        except (OSError, ValueError, msgspec.DecodeError, sqlite3.Error) as exc:
+            raise StoreError(
+                f"{db}: cannot ingest the journal segment {p} left by a run that did not "
+                f"close its store: {exc} (it is kept; move it aside to open the store "
+                "without its records)"
+            ) from exc
+        finally:
+            os.close(fd)
+    # A segment being made when its process died (before its rename): empty; delete it.
+    for p in glob.glob(glob.escape(str(db.parent / f".{db.name}.af-journal-")) + "*.tmp"):
+        _remove_unlocked(p)
+    # Markers of segments that are gone (deleted after their last commit).
+    keys = [k for (k,) in conn.execute("SELECT key FROM meta WHERE key LIKE 'journal:%'")]
+    gone = [(k,) for k in keys if not (db.parent / k.removeprefix("journal:")).exists()]
+    if gone:
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany("DELETE FROM meta WHERE key=?", gone)
+        conn.execute("COMMIT")
+    return total
+
+
+def _remove_unlocked(path: str) -> None:
+    """Delete ``path`` unless a live store holds its lock."""
+    assert fcntl is not None
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except FileNotFoundError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.unlink(path)
+    except OSError:  # held (BlockingIOError), or gone meanwhile
+        pass
+    finally:
+        os.close(fd)
+
+
+def _ingest_one(
+    conn: sqlite3.Connection,
+    fd: int,
+    path: Path,
+    write: Callable[[sqlite3.Connection, Record], None],
+) -> int:
+    conn.execute("BEGIN IMMEDIATE")  # one ingester at a time, and the marker is current
+    try:
+        if os.fstat(fd).st_nlink == 0:  # another opener ingested and deleted it
+            conn.execute("ROLLBACK")
+            return 0
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        if data[: len(_MAGIC)] != _MAGIC:
+            raise ValueError("not an agentflow journal segment")
+        key = marker_key(path.name)
+        row = conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
+        start = max(len(_MAGIC), int(row[0]) if row is not None else 0)
+        count, end = 0, start
+        for after, record in _frames(data, start):
+            write(conn, record)
+            count, end = count + 1, after
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, str(end)))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    os.unlink(path)
+    return count

@@ -1,0 +1,201 @@
+"""The SQLite store's journal (``store/_journal.py``): a record is durable against a
+``kill -9`` as soon as it is written, before any SQLite commit; the next open commits a
+killed writer's journal exactly once; segments rotate and are deleted once committed; a
+live store's journal is left alone; a disk that cannot hold a segment falls back to
+committing directly."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from agentflow import ConfigError
+from agentflow.store import RunStarted, SQLiteStore
+from agentflow.store import _journal
+
+from ..wait import GUARD_S
+from .fleets import agents, contents, resume, run_cut
+from .journal_child import tool_result
+
+ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
+
+
+def _kill_child(*args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``journal_child`` with ``args``; it must end by its own SIGKILL."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.store.journal_child", *args],
+        cwd=ROOT,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=GUARD_S,
+    )
+    assert done.returncode == -9, (done.returncode, done.stdout, done.stderr[-3000:])
+    return done
+
+
+def _segments(db: Path) -> list[str]:
+    return sorted(glob.glob(glob.escape(str(db)) + ".af-journal-*"))
+
+
+def _count(db: Path, sql: str) -> int:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return int(conn.execute(sql).fetchone()[0])
+    finally:
+        conn.close()
+
+
+async def _open_close(db: Path) -> None:
+    store = SQLiteStore(db)
+    await store.open()
+    await store.aclose()
+
+
+def test_turns_recorded_before_a_kill_are_kept_without_a_commit(tmp_path: Path) -> None:
+    """The child runs a fleet whose writer never commits on its own and kills itself at
+    its 7th turn end: SQLite holds no turn, the journal all 7; the next open commits
+    them (the same rows an unkilled run has), deletes the journal, and a resume ends
+    with the unkilled run's store."""
+    ref = tmp_path / "ref.db"
+    assert asyncio.run(run_cut(ref, agents(), 6, None)) is not None
+    whole = contents(ref, "run-1")
+
+    db = tmp_path / "killed.db"
+    _kill_child("fleet", str(db), "7")
+    (segment,) = _segments(db)
+    assert stat.S_IMODE(os.stat(segment).st_mode) == 0o600
+    assert _count(db, "SELECT COUNT(*) FROM turns") == 0  # nothing reached SQLite itself
+
+    asyncio.run(_open_close(db))
+    got = contents(db, "run-1")
+    assert len(got["turns"]) == 7
+    assert set(got["turns"]) <= set(whole["turns"])
+    assert set(got["tools"]) <= set(whole["tools"]) and got["tools"]
+    assert _segments(db) == []
+    assert _count(db, "SELECT COUNT(*) FROM meta WHERE key LIKE 'journal:%'") == 0
+
+    asyncio.run(resume(db, agents()))
+    assert contents(db, "run-1") == whole
+    assert _count(db, "SELECT COUNT(*) FROM conflicts") == 0
+
+
+def test_a_journal_is_ingested_from_where_its_last_commit_ended(tmp_path: Path) -> None:
+    """The child commits its first 12 records (a flush), writes 18 more and is killed:
+    the segment holds all 30, its marker says 12 are in SQLite, and the next open adds
+    the other 18 once — no record written twice (that would be a conflict row)."""
+    db = tmp_path / "marked.db"
+    _kill_child("records", str(db), "30", "12")
+    assert len(_segments(db)) == 1
+    assert _count(db, "SELECT COUNT(*) FROM tool_calls") == 12
+    asyncio.run(_open_close(db))
+    assert _count(db, "SELECT COUNT(*) FROM tool_calls") == 30
+    assert _count(db, "SELECT COUNT(*) FROM conflicts") == 0
+    assert _segments(db) == []
+
+
+def test_a_record_cut_short_ends_the_journal(tmp_path: Path) -> None:
+    """A frame whose copy was cut short (its CRC does not match), after 5 intact ones:
+    the 5 are committed, the rest ignored, and the store opens."""
+    db = tmp_path / "torn.db"
+    _kill_child("records", str(db), "5", "99")
+    (segment,) = _segments(db)
+    with open(segment, "r+b") as f:
+        ends = [end for end, _ in _journal._frames(f.read(), len(_journal._MAGIC))]
+        assert len(ends) == 6  # the run's start and 5 tool results
+        f.seek(ends[-1])
+        f.write(_journal._FRAME.pack(40, 12345) + b"x" * 20)  # length 40, wrong CRC
+    asyncio.run(_open_close(db))
+    assert _count(db, "SELECT COUNT(*) FROM tool_calls") == 5
+    assert _segments(db) == []
+
+
+def test_segments_rotate_and_are_deleted_once_committed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_journal, "SEGMENT_BYTES", 4096)
+    db = tmp_path / "rot.db"
+
+    async def main() -> tuple[int, int, int]:
+        store = SQLiteStore(db, batch_interval_s=10)
+        await store.open()
+        for i in range(40):
+            store.write(tool_result(i))
+        made = len(_segments(db))
+        await store.flush()
+        after_flush = len(_segments(db))
+        await store.aclose()
+        return made, after_flush, len(_segments(db))
+
+    made, after_flush, after_close = asyncio.run(main())
+    assert made > 2  # ~500 bytes a record, 4 KiB segments
+    assert after_flush == 1  # the one still written
+    assert after_close == 0
+    assert _count(db, "SELECT COUNT(*) FROM tool_calls") == 40
+    assert _count(db, "SELECT COUNT(*) FROM meta WHERE key LIKE 'journal:%'") == 0
+
+
+def test_a_live_stores_journal_is_not_taken_by_another_opener(tmp_path: Path) -> None:
+    db = tmp_path / "live.db"
+
+    async def main() -> tuple[list[str], list[str]]:
+        a = SQLiteStore(db, batch_interval_s=10)
+        await a.open()
+        a.write(RunStarted(run_id="a", attempt=0, wall_ns=1, clock_ns=0, sessions=0, config=None))
+        b = SQLiteStore(db, batch_interval_s=10)
+        await b.open()  # scans for orphans: a's segment is locked, so it is a's
+        seen_live = [r.run_id for r in await b.runs()]
+        await a.aclose()
+        seen_after = [r.run_id for r in await b.runs()]
+        await b.aclose()
+        return seen_live, seen_after
+
+    seen_live, seen_after = asyncio.run(main())
+    assert seen_live == []
+    assert seen_after == ["a"]
+    assert _count(db, "SELECT COUNT(*) FROM conflicts") == 0
+
+
+def test_no_room_for_a_segment_commits_directly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    db = tmp_path / "full.db"
+
+    async def main() -> tuple[bool, int]:
+        store = SQLiteStore(db, batch_interval_s=0.05)
+        await store.open()
+        for i in range(3):
+            store.write(tool_result(i))
+        await store.flush()
+        journal = store.journal
+        await store.aclose()
+        return journal, _count(db, "SELECT COUNT(*) FROM tool_calls")
+
+    assert asyncio.run(main()) == (False, 3)
+    assert _segments(db) == [] and not glob.glob(str(tmp_path / ".*tmp"))
+
+
+def test_defaults_and_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    on = SQLiteStore(tmp_path / "a.db")
+    assert (on.journal, on.batch_interval_s) == (True, 1.0)
+    off = SQLiteStore(tmp_path / "b.db", journal=False)
+    assert (off.journal, off.batch_interval_s) == (False, 0.010)
+    assert SQLiteStore(tmp_path / "c.db", batch_interval_s=0).journal is False
+    monkeypatch.setattr(_journal, "AVAILABLE", False)
+    assert SQLiteStore(tmp_path / "d.db").journal is False
+    with pytest.raises(ConfigError, match="journal=True"):
+        SQLiteStore(tmp_path / "e.db", journal=True)

@@ -1,17 +1,22 @@
-"""The :class:`Fleet`: many sessions at once — one scheduler, one router, one event bus."""
+"""The :class:`Fleet`: many sessions at once — one scheduler, one router, one event bus.
+
+Here: its options, its entry points (:meth:`Fleet.run`, :meth:`Fleet.stream`,
+:meth:`Fleet.resume`) and which way a run goes — in this process (``_fleet_run.py``; a
+session waiting as its first turn's ticket: ``_fleet_queued.py``), in worker processes or
+Ray actors (``agentflow._workers``), recorded in a run store (``agentflow.store``). The
+checks of its options and of a run's sessions are in ``_fleet_checks.py``; what a run
+returns, in ``_fleet_types.py``. Names that moved out are still importable from here.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import time
-from collections import Counter
 from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
-    Coroutine,
     Iterable,
     Mapping,
     Sequence,
@@ -20,12 +25,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agentflow._config import fleet_concurrency
 from agentflow._errors import ConfigError
-from agentflow._events import Event, EventBus, FleetEndEvent, FleetStartEvent
-from agentflow._fleet_queued import _Queued, _Starter
+from agentflow._events import Event, EventBus, FleetEndEvent
+from agentflow._fleet_checks import _check_unique, _replicas, check_scale_out
+from agentflow._fleet_queued import _Queued as _Queued
+from agentflow._fleet_queued import _Starter as _Starter
+from agentflow._fleet_run import _results as _results
+from agentflow._fleet_run import _stop_probe, run_in_process
 from agentflow._fleet_types import FleetResult, ReplicaStats
-from agentflow._gcfreeze import Refreezer, frozen_gc
-from agentflow._logging import get_logger
-from agentflow._session import Session, SessionResult
+from agentflow._gcfreeze import frozen_gc
+from agentflow._session import Session
 from agentflow.sched import (
     Limits,
     Policy,
@@ -33,22 +41,16 @@ from agentflow.sched import (
     RetryPolicy,
     Router,
     Scheduler,
-    TurnRunner,
     policy_by_name,
 )
 from agentflow.typing import Callback, Clock, Transport
 
 if TYPE_CHECKING:
     from agentflow._agent import Agent
-    from agentflow._session import TurnLog
     from agentflow.store import Store
-    from agentflow.store._claims import SessionGate
     from agentflow.store._durable import DurableRun
 
 __all__ = ["Fleet", "FleetResult", "ReplicaStats"]
-
-
-_log = get_logger("agentflow.fleet")
 
 
 class Fleet:
@@ -144,33 +146,15 @@ class Fleet:
         self._clock = clock
         self._sleep = sleep
         self.freeze_gc = freeze_gc
-        if not lease_ttl_s > 0:
-            raise ConfigError(f"lease_ttl_s must be > 0 seconds, got {lease_ttl_s!r}")
+        check_scale_out(
+            lease_ttl_s=lease_ttl_s,
+            workers=workers,
+            stop_timeout_s=stop_timeout_s,
+            heartbeat_timeout_s=heartbeat_timeout_s,
+            backend=backend,
+        )
         self.store = store
         self.lease_ttl_s = lease_ttl_s
-        if workers is not None and (not isinstance(workers, int) or workers < 1):
-            raise ConfigError(f"workers must be an int ≥ 1 or None, got {workers!r}")
-        if not stop_timeout_s > 0:
-            raise ConfigError(f"stop_timeout_s must be > 0 seconds, got {stop_timeout_s!r}")
-        if heartbeat_timeout_s is not None and (
-            isinstance(heartbeat_timeout_s, bool)
-            or not isinstance(heartbeat_timeout_s, int | float)
-            or not 1 <= heartbeat_timeout_s < float("inf")
-        ):
-            raise ConfigError(
-                "heartbeat_timeout_s must be a finite number of seconds ≥ 1 (a worker "
-                f"reports every 0.25 s) or None, got {heartbeat_timeout_s!r}"
-            )
-        if backend not in ("processes", "ray"):
-            raise ConfigError(f"backend must be 'processes' or 'ray', got {backend!r}")
-        if backend == "ray":
-            if workers is None:
-                raise ConfigError("Fleet(backend='ray') needs workers=N: how many Ray actors")
-            if importlib.util.find_spec("ray") is None:
-                raise ConfigError(
-                    "Fleet(backend='ray') needs Ray, which is not installed: "
-                    "pip install 'agentflow[ray]'"
-                )
         self.backend = backend
         self.workers = (
             workers if workers is not None and (workers > 1 or backend == "ray") else None
@@ -313,7 +297,7 @@ class Fleet:
             if run_id is not None or run_config is not None:
                 raise ConfigError("run_id and run_config need a store: Fleet(store=...)")
             with frozen_gc(self.freeze_gc):
-                return await self._run_frozen(sessions, bus, None)
+                return await run_in_process(self, sessions, bus, None)
         from agentflow.store._durable import DurableRun
 
         durable = await DurableRun.fresh(
@@ -336,8 +320,8 @@ class Fleet:
                 result = await self._run_in_workers(durable.to_run, bus, durable)
             else:
                 with frozen_gc(self.freeze_gc):
-                    result = await self._run_frozen(
-                        durable.to_run, bus, durable.recorder, durable.gate
+                    result = await run_in_process(
+                        self, durable.to_run, bus, durable.recorder, durable.gate
                     )
         finally:
             await durable.finish(result)
@@ -383,125 +367,3 @@ class Fleet:
             clock=self._clock,
             prefix_warmup=self.prefix_warmup,
         )
-
-    async def _run_frozen(
-        self,
-        sessions: list[Session],
-        bus: EventBus,
-        turn_log: TurnLog | None,
-        gate: SessionGate | None = None,
-    ) -> FleetResult:
-        scheduler = self._new_scheduler()
-        runner = TurnRunner(scheduler, self.retry, sleep=self._sleep)
-        probe = self._probe_slots(len(sessions))
-        tool_limit = asyncio.Semaphore(self.max_tool_concurrency)
-        self._scheduler = scheduler
-        start = self._clock()
-        bus.emit(FleetStartEvent(sessions=len(sessions), start_ns=start))
-        _log.info(
-            "fleet.start",
-            sessions=len(sessions),
-            max_concurrency=self.max_concurrency,
-            replicas=len(self.replicas),
-        )
-        refreezer = Refreezer()
-
-        # A resumed session's recorded endpoint names its replica when only one has it.
-        endpoints = Counter(r.transport.endpoint for r in scheduler.replicas)
-        homes = {
-            r.transport.endpoint: r
-            for r in scheduler.replicas
-            if endpoints[r.transport.endpoint] == 1
-        }
-
-        def run_one(s: Session) -> Coroutine[Any, Any, SessionResult]:
-            home = homes.get(s.home) if s.home is not None else None
-            if home is not None:  # resumed: back to the replica its turns went to
-                scheduler.router.restore(s.session_id, home)
-            return s.run(
-                _runner=runner,
-                _bus=bus,
-                _tool_limit=tool_limit,
-                clock=self._clock,
-                _turn_log=turn_log,
-            )
-
-        tasks: list[asyncio.Task[SessionResult]] | None = None
-        try:
-            async with asyncio.TaskGroup() as tg:
-                if gate is None and all(s._queues_lazily() for s in sessions):
-                    # Each session waits as its first turn's ticket; its task starts
-                    # when the scheduler grants that turn (see _Queued).
-                    starter = _Starter(tg, runner, bus, tool_limit, self._clock, len(sessions))
-                    queued = [_Queued(s, starter) for s in sessions]
-                    if queued:
-                        tg.create_task(starter.keep(queued), name="agentflow-queued")
-                    for q in queued:
-                        if turn_log is not None:
-                            q.session._log = turn_log
-                        try:
-                            await scheduler.offer(q.session._first_ticket(self._clock), q)
-                        except Exception as exc:  # a policy that raised: the session fails
-                            q.set_exception(exc)  # with it, as its acquire would have
-                else:
-                    tasks = [
-                        tg.create_task(
-                            run_one(s) if gate is None else gate.run(s, run_one),
-                            name=s.session_id,
-                        )
-                        for s in sessions
-                    ]
-                if self.freeze_gc:
-                    # After every session's first step: the queued ones' stacks are frozen
-                    # too; then, now and then, whatever the run has kept since.
-                    refreezer.start(asyncio.get_running_loop())
-            result = FleetResult(
-                sessions=[t.result() for t in tasks] if tasks is not None else _results(sessions),
-                wall_s=(self._clock() - start) * 1e-9,
-                peak_in_flight=scheduler.peak_in_flight,
-                callback_errors=bus.callback_errors,
-                retries=runner.retries,
-                replicas=[ReplicaStats.of(r) for r in scheduler.replicas],
-            )
-            _log.info("fleet.end", wall_s=result.wall_s, failed=len(result.failed))
-            bus.emit(FleetEndEvent(result=result))
-        finally:
-            _stop_probe(probe)
-            refreezer.stop()
-            await scheduler.aclose()
-            await bus.aclose()
-            self._scheduler = None
-        return result
-
-
-def _stop_probe(probe: asyncio.Task[list[str]] | None) -> None:
-    """The run ended: a slot probe still waiting is dropped (it never delays the run)."""
-    if probe is not None and not probe.done():
-        probe.cancel()
-
-
-def _results(sessions: list[Session]) -> list[SessionResult]:
-    out = []
-    for s in sessions:
-        assert s.result is not None  # every session ran to its end
-        out.append(s.result)
-    return out
-
-
-def _replicas(
-    target: Transport | Replica | Sequence[Transport | Replica],
-) -> list[Replica]:
-    items = list(target) if isinstance(target, Sequence) else [target]
-    if not items:
-        raise ConfigError("Fleet needs at least one transport or Replica")
-    return [t if isinstance(t, Replica) else Replica(transport=t) for t in items]
-
-
-def _check_unique(sessions: list[Session]) -> None:
-    seen: set[str] = set()
-    for s in sessions:
-        if s.session_id in seen:
-            raise ConfigError(f"two sessions share session_id {s.session_id!r}")
-        if s.result is not None:
-            raise ConfigError(f"session {s.session_id!r} has already run")
-        seen.add(s.session_id)

@@ -1,6 +1,7 @@
 """One process's run of a fleet's sessions: its scheduler and turn runner, a task per
-session (or, when none needs one yet, a first turn queued as a ticket:
-``_fleet_queued.py``), the events at its start and end, and the :class:`FleetResult`.
+session (or, when no session runs anything before its first turn, each queued as that
+turn's ticket: ``_fleet_queued.py``), the events at its start and end, and the
+:class:`FleetResult`.
 
 :class:`~agentflow.Fleet` (``_fleet.py``) chooses the path a run takes — this process,
 its workers (``agentflow._workers``, each worker running this), a recorded run — and

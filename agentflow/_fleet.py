@@ -1,127 +1,56 @@
-"""The :class:`Fleet`: many sessions at once — one scheduler, one router, one event bus."""
+"""The :class:`Fleet`: many sessions at once — one scheduler, one router, one event bus.
+
+Here: its options, its entry points (:meth:`Fleet.run`, :meth:`Fleet.stream`,
+:meth:`Fleet.resume`) and which way a run goes — in this process (``_fleet_run.py``; a
+session waiting as its first turn's ticket: ``_fleet_queued.py``), in worker processes or
+Ray actors (``agentflow._workers``), recorded in a run store (``agentflow.store``). The
+checks of its options and of a run's sessions are in ``_fleet_checks.py``; what a run
+returns, in ``_fleet_types.py``. Names that moved out are still importable from here.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import time
-from collections import Counter
 from collections.abc import (
     AsyncIterator,
     Awaitable,
     Callable,
-    Coroutine,
     Iterable,
     Mapping,
     Sequence,
 )
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentflow._config import fleet_concurrency
 from agentflow._errors import ConfigError
-from agentflow._events import CallbackFailure, Event, EventBus, FleetEndEvent, FleetStartEvent
-from agentflow._gcfreeze import Refreezer, frozen_gc
-from agentflow._logging import get_logger
-from agentflow._session import Session, SessionResult
+from agentflow._events import Event, EventBus, FleetEndEvent
+from agentflow._fleet_checks import _check_unique, _replicas, check_scale_out
+from agentflow._fleet_queued import _Queued as _Queued
+from agentflow._fleet_queued import _Starter as _Starter
+from agentflow._fleet_run import _results as _results
+from agentflow._fleet_run import _stop_probe, run_in_process
+from agentflow._fleet_types import FleetResult, ReplicaStats
+from agentflow._gcfreeze import frozen_gc
+from agentflow._session import Session
 from agentflow.sched import (
-    Grant,
     Limits,
     Policy,
     Replica,
-    ReplicaState,
     RetryPolicy,
     Router,
     Scheduler,
-    TurnRunner,
     policy_by_name,
 )
 from agentflow.typing import Callback, Clock, Transport
 
 if TYPE_CHECKING:
     from agentflow._agent import Agent
-    from agentflow._session import TurnLog
     from agentflow.store import Store
-    from agentflow.store._claims import SessionGate
     from agentflow.store._durable import DurableRun
 
 __all__ = ["Fleet", "FleetResult", "ReplicaStats"]
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ReplicaStats:
-    """What one replica did during a run.
-
-    Attributes:
-        name: the replica.
-        served: requests that finished on it.
-        failures: requests that failed on it in a way that blames it.
-        peak_in_flight: the most requests it streamed at once.
-        breaker_opened: how many times its circuit breaker took it out of rotation.
-        breaker_held: how many times its breaker would have opened but was held closed,
-            being the last closed one (the router would have had nowhere to send).
-    """
-
-    name: str
-    served: int
-    failures: int
-    peak_in_flight: int
-    breaker_opened: int
-    breaker_held: int = 0
-
-    @classmethod
-    def of(cls, state: ReplicaState) -> ReplicaStats:
-        """Read a replica's run-time state."""
-        return cls(
-            name=state.name,
-            served=state.served,
-            failures=state.failures,
-            peak_in_flight=state.peak_in_flight,
-            breaker_opened=state.breaker.opened,
-            breaker_held=state.breaker.held,
-        )
-
-
-_log = get_logger("agentflow.fleet")
-
-
-@dataclass(slots=True, kw_only=True)
-class FleetResult:
-    """Every session's result, in the order the sessions were given.
-
-    Attributes:
-        sessions: one :class:`SessionResult` per session.
-        wall_s: wall time of the run.
-        peak_in_flight: the most model requests that were in flight at once.
-        callback_errors: every callback that raised, with the event it was handling.
-        retries: attempts that failed and were sent again.
-        replicas: per replica: served, failed, peak in flight, breaker trips.
-        run_id: the run's id in the fleet's store (``None`` without a store).
-    """
-
-    sessions: list[SessionResult]
-    wall_s: float
-    peak_in_flight: int
-    callback_errors: list[CallbackFailure] = field(default_factory=list)
-    retries: int = 0
-    replicas: list[ReplicaStats] = field(default_factory=list)
-    run_id: str | None = None
-
-    @property
-    def output_tokens(self) -> int:
-        """Output tokens over every turn of every session."""
-        return sum(s.output_tokens for s in self.sessions)
-
-    @property
-    def output_tps(self) -> float:
-        """Fleet throughput: output tokens / wall time of the run."""
-        return self.output_tokens / self.wall_s if self.wall_s > 0 else 0.0
-
-    @property
-    def failed(self) -> list[SessionResult]:
-        """Sessions that did not reach a final answer."""
-        return [s for s in self.sessions if not s.ok]
 
 
 class Fleet:
@@ -217,33 +146,15 @@ class Fleet:
         self._clock = clock
         self._sleep = sleep
         self.freeze_gc = freeze_gc
-        if not lease_ttl_s > 0:
-            raise ConfigError(f"lease_ttl_s must be > 0 seconds, got {lease_ttl_s!r}")
+        check_scale_out(
+            lease_ttl_s=lease_ttl_s,
+            workers=workers,
+            stop_timeout_s=stop_timeout_s,
+            heartbeat_timeout_s=heartbeat_timeout_s,
+            backend=backend,
+        )
         self.store = store
         self.lease_ttl_s = lease_ttl_s
-        if workers is not None and (not isinstance(workers, int) or workers < 1):
-            raise ConfigError(f"workers must be an int ≥ 1 or None, got {workers!r}")
-        if not stop_timeout_s > 0:
-            raise ConfigError(f"stop_timeout_s must be > 0 seconds, got {stop_timeout_s!r}")
-        if heartbeat_timeout_s is not None and (
-            isinstance(heartbeat_timeout_s, bool)
-            or not isinstance(heartbeat_timeout_s, int | float)
-            or not 1 <= heartbeat_timeout_s < float("inf")
-        ):
-            raise ConfigError(
-                "heartbeat_timeout_s must be a finite number of seconds ≥ 1 (a worker "
-                f"reports every 0.25 s) or None, got {heartbeat_timeout_s!r}"
-            )
-        if backend not in ("processes", "ray"):
-            raise ConfigError(f"backend must be 'processes' or 'ray', got {backend!r}")
-        if backend == "ray":
-            if workers is None:
-                raise ConfigError("Fleet(backend='ray') needs workers=N: how many Ray actors")
-            if importlib.util.find_spec("ray") is None:
-                raise ConfigError(
-                    "Fleet(backend='ray') needs Ray, which is not installed: "
-                    "pip install 'agentflow[ray]'"
-                )
         self.backend = backend
         self.workers = (
             workers if workers is not None and (workers > 1 or backend == "ray") else None
@@ -386,7 +297,7 @@ class Fleet:
             if run_id is not None or run_config is not None:
                 raise ConfigError("run_id and run_config need a store: Fleet(store=...)")
             with frozen_gc(self.freeze_gc):
-                return await self._run_frozen(sessions, bus, None)
+                return await run_in_process(self, sessions, bus, None)
         from agentflow.store._durable import DurableRun
 
         durable = await DurableRun.fresh(
@@ -409,8 +320,8 @@ class Fleet:
                 result = await self._run_in_workers(durable.to_run, bus, durable)
             else:
                 with frozen_gc(self.freeze_gc):
-                    result = await self._run_frozen(
-                        durable.to_run, bus, durable.recorder, durable.gate
+                    result = await run_in_process(
+                        self, durable.to_run, bus, durable.recorder, durable.gate
                     )
         finally:
             await durable.finish(result)
@@ -456,206 +367,3 @@ class Fleet:
             clock=self._clock,
             prefix_warmup=self.prefix_warmup,
         )
-
-    async def _run_frozen(
-        self,
-        sessions: list[Session],
-        bus: EventBus,
-        turn_log: TurnLog | None,
-        gate: SessionGate | None = None,
-    ) -> FleetResult:
-        scheduler = self._new_scheduler()
-        runner = TurnRunner(scheduler, self.retry, sleep=self._sleep)
-        probe = self._probe_slots(len(sessions))
-        tool_limit = asyncio.Semaphore(self.max_tool_concurrency)
-        self._scheduler = scheduler
-        start = self._clock()
-        bus.emit(FleetStartEvent(sessions=len(sessions), start_ns=start))
-        _log.info(
-            "fleet.start",
-            sessions=len(sessions),
-            max_concurrency=self.max_concurrency,
-            replicas=len(self.replicas),
-        )
-        refreezer = Refreezer()
-
-        # A resumed session's recorded endpoint names its replica when only one has it.
-        endpoints = Counter(r.transport.endpoint for r in scheduler.replicas)
-        homes = {
-            r.transport.endpoint: r
-            for r in scheduler.replicas
-            if endpoints[r.transport.endpoint] == 1
-        }
-
-        def run_one(s: Session) -> Coroutine[Any, Any, SessionResult]:
-            home = homes.get(s.home) if s.home is not None else None
-            if home is not None:  # resumed: back to the replica its turns went to
-                scheduler.router.restore(s.session_id, home)
-            return s.run(
-                _runner=runner,
-                _bus=bus,
-                _tool_limit=tool_limit,
-                clock=self._clock,
-                _turn_log=turn_log,
-            )
-
-        tasks: list[asyncio.Task[SessionResult]] | None = None
-        try:
-            async with asyncio.TaskGroup() as tg:
-                if gate is None and all(s._queues_lazily() for s in sessions):
-                    # Each session waits as its first turn's ticket; its task starts
-                    # when the scheduler grants that turn (see _Queued).
-                    starter = _Starter(tg, runner, bus, tool_limit, self._clock, len(sessions))
-                    queued = [_Queued(s, starter) for s in sessions]
-                    if queued:
-                        tg.create_task(starter.keep(queued), name="agentflow-queued")
-                    for q in queued:
-                        if turn_log is not None:
-                            q.session._log = turn_log
-                        try:
-                            await scheduler.offer(q.session._first_ticket(self._clock), q)
-                        except Exception as exc:  # a policy that raised: the session fails
-                            q.set_exception(exc)  # with it, as its acquire would have
-                else:
-                    tasks = [
-                        tg.create_task(
-                            run_one(s) if gate is None else gate.run(s, run_one),
-                            name=s.session_id,
-                        )
-                        for s in sessions
-                    ]
-                if self.freeze_gc:
-                    # After every session's first step: the queued ones' stacks are frozen
-                    # too; then, now and then, whatever the run has kept since.
-                    refreezer.start(asyncio.get_running_loop())
-            result = FleetResult(
-                sessions=[t.result() for t in tasks] if tasks is not None else _results(sessions),
-                wall_s=(self._clock() - start) * 1e-9,
-                peak_in_flight=scheduler.peak_in_flight,
-                callback_errors=bus.callback_errors,
-                retries=runner.retries,
-                replicas=[ReplicaStats.of(r) for r in scheduler.replicas],
-            )
-            _log.info("fleet.end", wall_s=result.wall_s, failed=len(result.failed))
-            bus.emit(FleetEndEvent(result=result))
-        finally:
-            _stop_probe(probe)
-            refreezer.stop()
-            await scheduler.aclose()
-            await bus.aclose()
-            self._scheduler = None
-        return result
-
-
-def _stop_probe(probe: asyncio.Task[list[str]] | None) -> None:
-    """The run ended: a slot probe still waiting is dropped (it never delays the run)."""
-    if probe is not None and not probe.done():
-        probe.cancel()
-
-
-class _Starter:
-    """Starts a queued session's task when its first turn is granted, and keeps the
-    run's task group open until every queued session has started."""
-
-    __slots__ = ("_bus", "_clock", "_left", "_runner", "_tg", "_tool_limit", "all_started")
-
-    def __init__(
-        self,
-        tg: asyncio.TaskGroup,
-        runner: TurnRunner,
-        bus: EventBus,
-        tool_limit: asyncio.Semaphore,
-        clock: Clock,
-        count: int,
-    ) -> None:
-        self._tg = tg
-        self._runner = runner
-        self._bus = bus
-        self._tool_limit = tool_limit
-        self._clock = clock
-        self._left = count
-        self.all_started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    def start(self, session: Session, first: Grant | BaseException) -> None:
-        """Run ``session`` from its granted first turn (or the error that failed it)."""
-        coro = session._run(self._runner, self._bus, self._tool_limit, self._clock, first)
-        try:
-            self._tg.create_task(coro, name=session.session_id)
-        except RuntimeError:  # the group is shutting down: the run is being cancelled
-            coro.close()
-            if isinstance(first, Grant):
-                self._runner.scheduler.release(first, used_tokens=None, ok=None)
-            self._cancelled(session)
-        self._left -= 1
-        if self._left == 0 and not self.all_started.done():
-            self.all_started.set_result(None)
-
-    async def keep(self, queued: list[_Queued]) -> None:
-        """Wait until every queued session has started; if the run is cancelled first,
-        end those still queued as cancelled (as their tasks would have)."""
-        try:
-            await self.all_started
-        except asyncio.CancelledError:
-            for q in queued:
-                if q.cancel():
-                    self._cancelled(q.session)
-            raise
-
-    def _cancelled(self, session: Session) -> None:
-        session._end(self._runner, self._bus, "cancelled", None, asyncio.CancelledError())
-
-
-class _Queued:
-    """A session queued as its first turn's ticket (a scheduler :class:`Waiter`):
-    no task, coroutine or turn state until the scheduler grants the turn."""
-
-    __slots__ = ("_starter", "_state", "session")
-
-    def __init__(self, session: Session, starter: _Starter) -> None:
-        self.session = session
-        self._starter = starter
-        self._state = 0  # 1: started, 2: cancelled
-
-    def done(self) -> bool:
-        return self._state != 0
-
-    def cancel(self) -> bool:
-        if self._state:
-            return False
-        self._state = 2
-        return True
-
-    def set_result(self, grant: Grant, /) -> None:
-        self._state = 1
-        self._starter.start(self.session, grant)
-
-    def set_exception(self, exc: BaseException, /) -> None:
-        self._state = 1
-        self._starter.start(self.session, exc)
-
-
-def _results(sessions: list[Session]) -> list[SessionResult]:
-    out = []
-    for s in sessions:
-        assert s.result is not None  # every session ran to its end
-        out.append(s.result)
-    return out
-
-
-def _replicas(
-    target: Transport | Replica | Sequence[Transport | Replica],
-) -> list[Replica]:
-    items = list(target) if isinstance(target, Sequence) else [target]
-    if not items:
-        raise ConfigError("Fleet needs at least one transport or Replica")
-    return [t if isinstance(t, Replica) else Replica(transport=t) for t in items]
-
-
-def _check_unique(sessions: list[Session]) -> None:
-    seen: set[str] = set()
-    for s in sessions:
-        if s.session_id in seen:
-            raise ConfigError(f"two sessions share session_id {s.session_id!r}")
-        if s.result is not None:
-            raise ConfigError(f"session {s.session_id!r} has already run")
-        seen.add(s.session_id)

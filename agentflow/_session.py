@@ -5,6 +5,11 @@ append the assistant message → run the tool calls (outside the slot, concurren
 → append their results in call order → next turn, until a final answer or
 ``max_turns``. Whatever happens, the finished turns and the messages so far stay on
 the :class:`SessionResult`.
+
+Here: the conversation's state, :meth:`Session.run` and the turn loop. One model turn is
+in ``_session_turn.py``, its tool calls in ``_session_tools.py``, the result types and
+the run store's :class:`TurnLog` in ``_session_types.py``; names that moved out are
+still importable from here.
 """
 
 from __future__ import annotations
@@ -13,32 +18,22 @@ import asyncio
 import contextvars
 import functools
 import itertools
-import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from contextlib import nullcontext
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-import msgspec
-
 from agentflow._config import session_run_internals
 from agentflow._context_chain import bind_context
-from agentflow._errors import ContextOverflow, MaxTurnsExceeded, ToolError
-from agentflow._events import (
-    ErrorEvent,
-    EventBus,
-    SessionEndEvent,
-    ToolCallEvent,
-    ToolResultEvent,
-    TurnEndEvent,
-)
+from agentflow._errors import ContextOverflow, MaxTurnsExceeded
+from agentflow._events import ErrorEvent, EventBus, SessionEndEvent
 from agentflow._logging import get_logger
-from agentflow._metrics import turn_metrics
+from agentflow._session_tools import run_tools
+from agentflow._session_turn import _message_chars, model_turn
+from agentflow._session_turn import _rough_tokens as _rough_tokens
+from agentflow._session_turn import _same_items as _same_items
 from agentflow._session_types import SessionResult, SessionStatus, TurnLog, TurnRecord
-from agentflow._tools import cap_output
 from agentflow._trace import ToolCall, TurnTrace
-from agentflow._turn_events import TurnEvents
 from agentflow.sched import Grant, Replica, RetryPolicy, Scheduler, Ticket, TurnRunner
 from agentflow.transport._request import ChatRequest
 from agentflow.typing import Callback, Clock, SessionContext, Transport
@@ -49,7 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["Session", "SessionResult", "SessionStatus", "TurnLog", "TurnRecord"]
 
 _log = get_logger("agentflow.session")
-_debug = logging.getLogger("agentflow.session")
 
 
 @functools.cache
@@ -225,7 +219,8 @@ class Session:
         )
 
     def _first_ticket(self, clock: Clock) -> Ticket:
-        """The first turn's ticket, as :meth:`_model_turn` would make it now."""
+        """The first turn's ticket, as :func:`~agentflow._session_turn.model_turn` would
+        make it now."""
         ready = clock()
         return self._ticket(self._next_turn, ready, self._estimate())
 
@@ -287,20 +282,20 @@ class Session:
                 calls, self._pending_calls = self._pending_calls, ()
                 bound = turn_var.set(self._next_turn - 1)
                 try:
-                    await self._run_tools(self._next_turn - 1, calls, bus, tool_limit, clock)
+                    await run_tools(self, self._next_turn - 1, calls, bus, tool_limit, clock)
                 finally:
                     turn_var.reset(bound)
             for index in range(self._next_turn, agent.max_turns):
                 bound = turn_var.set(index)  # a turn's log lines, its tools' too, carry it
                 try:
-                    trace = await self._model_turn(index, runner, bus, clock, first)
+                    trace = await model_turn(self, index, runner, bus, clock, first)
                     first = None
                     if not trace.tool_calls:
                         if await self._continue(index, trace):
                             continue
                         status, final = "completed", trace.content
                         break
-                    await self._run_tools(index, trace.tool_calls, bus, tool_limit, clock)
+                    await run_tools(self, index, trace.tool_calls, bus, tool_limit, clock)
                 finally:
                     turn_var.reset(bound)
             else:
@@ -360,194 +355,3 @@ class Session:
         goes on. A plain session ends there (``False``); a scripted one
         (``agentflow.bench``) appends its next message first and returns ``True``."""
         return False
-
-    async def _model_turn(
-        self,
-        index: int,
-        runner: TurnRunner,
-        bus: EventBus,
-        clock: Clock,
-        first: Grant | BaseException | None = None,
-    ) -> TurnTrace:
-        agent = self.agent
-        ctx = self._context
-        log = self._log
-        prompt = rewrite = None
-        if ctx is not None:
-            before = list(self.messages) if log is not None else None
-            prompt = await ctx.before_turn(
-                index, self.messages, agent.tool_specs, self._completer(index, runner, clock)
-            )
-            if before is not None and not _same_items(before, self.messages):
-                rewrite = list(self.messages)  # the policy rewrote history: record it whole
-        events = TurnEvents(bus, agent.name, self.session_id, index)
-        if isinstance(first, Grant):  # queued by the fleet before the session started
-            ticket = first.ticket
-            ready = ticket.ready_ns
-        else:
-            ready = clock()
-            estimate = prompt.estimated_tokens if prompt else self._estimate()
-            ticket = self._ticket(index, ready, estimate)
-        request = self._request
-        if request is None or self._request_per_turn or request.messages is not self.messages:
-            # Built once: it holds the live list of messages, and the router's
-            # session header and cache key do not change from turn to turn.
-            request = self._request = runner.routed(ticket, self.request())
-        try:
-            trace, failed = await runner.send(
-                ticket, request, events.sink, events.retry, first=first
-            )
-        except Exception as exc:
-            # The last attempt failed: its tokens are void too. A turn that failed while
-            # waiting for a slot (before any attempt, or before a retry) sent nothing new.
-            if ticket.sent > events.attempts:
-                events.discard(exc, retried=False)
-            raise
-        if ctx is not None:
-            ctx.after_turn(index, trace)
-        metrics = turn_metrics(trace, ready_ns=ready)
-        if _debug.isEnabledFor(logging.DEBUG):  # skip building a line nobody keeps
-            _log.debug(
-                "turn.end",
-                ttft_s=metrics.ttft_s,
-                e2e_s=metrics.e2e_s,
-                output_tokens=metrics.output_tokens,
-                tool_calls=len(trace.tool_calls),
-            )
-        self.messages.append(trace.assistant_message())
-        record = TurnRecord(index, metrics, trace, prompt, failed)
-        self.turns.append(record)
-        if log is not None:
-            log.turn_finished(self, record, ready, rewrite)
-        if bus.wants("turn_end"):
-            bus.emit(
-                TurnEndEvent(
-                    agent=self.agent.name,
-                    session_id=self.session_id,
-                    turn=index,
-                    metrics=metrics,
-                    trace=trace,
-                    prompt=prompt,
-                )
-            )
-        return trace
-
-    def _completer(
-        self, index: int, runner: TurnRunner, clock: Clock
-    ) -> Callable[[ChatRequest], Awaitable[TurnTrace]]:
-        """A context policy's ``complete`` for turn ``index``: one extra model request
-        through the same scheduler, limits and retries."""
-
-        async def complete(extra: ChatRequest) -> TurnTrace:
-            tool_chars = len(msgspec.json.encode(extra.tools)) if extra.tools else 0
-            estimate = _rough_tokens(extra.messages, tool_chars)
-            trace, _ = await runner.send(self._ticket(index, clock(), estimate), extra)
-            return trace
-
-        return complete
-
-    async def _run_tools(
-        self,
-        index: int,
-        calls: tuple[ToolCall, ...],
-        bus: EventBus,
-        limit: asyncio.Semaphore | None,
-        clock: Clock,
-    ) -> None:
-        outputs = await asyncio.gather(  # the caller binds the turn: tools log it
-            *[self._run_tool(index, c, bus, limit, clock) for c in calls]
-        )
-        for call, output in zip(calls, outputs, strict=True):
-            self.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
-        if self._known_outputs:
-            self._known_outputs = MappingProxyType({})
-
-    async def _run_tool(
-        self,
-        index: int,
-        call: ToolCall,
-        bus: EventBus,
-        limit: asyncio.Semaphore | None,
-        clock: Clock,
-    ) -> str:
-        known = self._known_outputs
-        if call.id in known:  # recorded before the run was stopped: never run twice
-            return known[call.id]
-        if bus.wants("tool_call"):
-            bus.emit(
-                ToolCallEvent(
-                    agent=self.agent.name, session_id=self.session_id, turn=index, call=call
-                )
-            )
-        start = clock()
-        is_error = False
-        tool = self.agent.tool(call.name)
-        try:
-            if tool is None:
-                raise ToolError(f"the model called unknown tool {call.name!r}", tool=call.name)
-            async with limit if limit is not None else nullcontext():
-                output = await tool.invoke(
-                    call.arguments, default_timeout_s=self.agent.tool_timeout_s
-                )
-        except ToolError as exc:
-            if self.agent.tool_errors == "raise":
-                raise
-            is_error, output = True, f"Error: {exc}"
-            bus.emit(
-                ErrorEvent(
-                    agent=self.agent.name,
-                    session_id=self.session_id,
-                    turn=index,
-                    where="tool",
-                    error=exc,
-                )
-            )
-        cap = self.agent.max_tool_output_chars
-        if tool is not None and tool.max_output_chars is not None:
-            cap = tool.max_output_chars
-        output, cut = cap_output(output, cap)
-        duration = (clock() - start) * 1e-9
-        if self._log is not None:
-            self._log.tool_finished(self, index, call, output, is_error, duration, cut)
-        if bus.wants("tool_result"):
-            bus.emit(
-                ToolResultEvent(
-                    agent=self.agent.name,
-                    session_id=self.session_id,
-                    turn=index,
-                    call_id=call.id,
-                    name=call.name,
-                    output=output,
-                    is_error=is_error,
-                    duration_s=duration,
-                    truncated_chars=cut,
-                )
-            )
-        return output
-
-
-def _same_items(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether two message lists hold the same objects in the same order."""
-    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
-
-
-def _rough_tokens(messages: Sequence[Mapping[str, Any]], tool_chars: int = 0) -> int:
-    """A cheap prompt estimate (4 characters a token) when no context policy counts.
-
-    Tool schemas are part of the prompt (servers count them in ``prompt_tokens``), so
-    their ``tool_chars`` count too: leaving them out would under-charge token limits.
-    """
-    return (_message_chars(messages) + tool_chars) // 4 + 4 * len(messages)
-
-
-def _message_chars(messages: Sequence[Mapping[str, Any]], start: int = 0) -> int:
-    """The characters of ``messages[start:]`` that :func:`_rough_tokens` counts."""
-    chars = 0
-    for i in range(start, len(messages)):
-        m = messages[i]
-        content = m.get("content")
-        if isinstance(content, str):
-            chars += len(content)
-        for call in m.get("tool_calls") or ():
-            chars += len(str(call.get("function", {}).get("arguments", "")))
-    return chars

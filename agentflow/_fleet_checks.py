@@ -1,0 +1,76 @@
+"""What a :class:`~agentflow.Fleet` checks before it runs anything: its options when it
+is built (a bad value is a :class:`ConfigError` naming it; its bound on requests in
+flight is ``_config.py``'s ``fleet_concurrency``), its transports as replicas, and the
+sessions given to a run."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal
+
+from agentflow._errors import ConfigError
+from agentflow.sched import Replica
+
+if TYPE_CHECKING:
+    from agentflow._session import Session
+    from agentflow.typing import Transport
+
+__all__ = ["check_scale_out"]
+
+
+def check_scale_out(
+    *,
+    lease_ttl_s: float,
+    workers: int | None,
+    stop_timeout_s: float,
+    heartbeat_timeout_s: float | None,
+    backend: Literal["processes", "ray"],
+) -> None:
+    """Check the options of a run recorded in a store or spread over workers:
+    ``lease_ttl_s``, ``workers``, ``stop_timeout_s``, ``heartbeat_timeout_s`` and
+    ``backend`` (``"ray"`` needs ``workers`` and Ray installed)."""
+    if not lease_ttl_s > 0:
+        raise ConfigError(f"lease_ttl_s must be > 0 seconds, got {lease_ttl_s!r}")
+    if workers is not None and (not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"workers must be an int ≥ 1 or None, got {workers!r}")
+    if not stop_timeout_s > 0:
+        raise ConfigError(f"stop_timeout_s must be > 0 seconds, got {stop_timeout_s!r}")
+    if heartbeat_timeout_s is not None and (
+        isinstance(heartbeat_timeout_s, bool)
+        or not isinstance(heartbeat_timeout_s, int | float)
+        or not 1 <= heartbeat_timeout_s < float("inf")
+    ):
+        raise ConfigError(
+            "heartbeat_timeout_s must be a finite number of seconds ≥ 1 (a worker "
+            f"reports every 0.25 s) or None, got {heartbeat_timeout_s!r}"
+        )
+    if backend not in ("processes", "ray"):
+        raise ConfigError(f"backend must be 'processes' or 'ray', got {backend!r}")
+    if backend == "ray":
+        if workers is None:
+            raise ConfigError("Fleet(backend='ray') needs workers=N: how many Ray actors")
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError(
+                "Fleet(backend='ray') needs Ray, which is not installed: "
+                "pip install 'agentflow[ray]'"
+            )
+
+
+def _replicas(
+    target: Transport | Replica | Sequence[Transport | Replica],
+) -> list[Replica]:
+    items = list(target) if isinstance(target, Sequence) else [target]
+    if not items:
+        raise ConfigError("Fleet needs at least one transport or Replica")
+    return [t if isinstance(t, Replica) else Replica(transport=t) for t in items]
+
+
+def _check_unique(sessions: list[Session]) -> None:
+    seen: set[str] = set()
+    for s in sessions:
+        if s.session_id in seen:
+            raise ConfigError(f"two sessions share session_id {s.session_id!r}")
+        if s.result is not None:
+            raise ConfigError(f"session {s.session_id!r} has already run")
+        seen.add(s.session_id)

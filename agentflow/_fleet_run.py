@@ -1,0 +1,138 @@
+"""One process's run of a fleet's sessions: its scheduler and turn runner, a task per
+session (or, when no session runs anything before its first turn, each queued as that
+turn's ticket: ``_fleet_queued.py``), the events at its start and end, and the
+:class:`FleetResult`.
+
+:class:`~agentflow.Fleet` (``_fleet.py``) chooses the path a run takes — this process,
+its workers (``agentflow._workers``, each worker running this), a recorded run — and
+calls :func:`run_in_process` inside ``frozen_gc``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from agentflow._events import FleetEndEvent, FleetStartEvent
+from agentflow._fleet_queued import _Queued, _Starter
+from agentflow._fleet_types import FleetResult, ReplicaStats
+from agentflow._gcfreeze import Refreezer
+from agentflow._logging import get_logger
+from agentflow.sched import TurnRunner
+
+if TYPE_CHECKING:
+    from agentflow._events import EventBus
+    from agentflow._fleet import Fleet
+    from agentflow._session import Session
+    from agentflow._session_types import SessionResult, TurnLog
+    from agentflow.store._claims import SessionGate
+
+__all__ = ["run_in_process"]
+
+_log = get_logger("agentflow.fleet")
+
+
+async def run_in_process(
+    fleet: Fleet,
+    sessions: list[Session],
+    bus: EventBus,
+    turn_log: TurnLog | None,
+    gate: SessionGate | None = None,
+) -> FleetResult:
+    """Run ``sessions`` in this process, each to its end, and return their results
+    (``turn_log``, ``gate``: a recorded run's recorder and session leases)."""
+    scheduler = fleet._new_scheduler()
+    runner = TurnRunner(scheduler, fleet.retry, sleep=fleet._sleep)
+    probe = fleet._probe_slots(len(sessions))
+    tool_limit = asyncio.Semaphore(fleet.max_tool_concurrency)
+    fleet._scheduler = scheduler
+    start = fleet._clock()
+    bus.emit(FleetStartEvent(sessions=len(sessions), start_ns=start))
+    _log.info(
+        "fleet.start",
+        sessions=len(sessions),
+        max_concurrency=fleet.max_concurrency,
+        replicas=len(fleet.replicas),
+    )
+    refreezer = Refreezer()
+
+    # A resumed session's recorded endpoint names its replica when only one has it.
+    endpoints = Counter(r.transport.endpoint for r in scheduler.replicas)
+    homes = {
+        r.transport.endpoint: r for r in scheduler.replicas if endpoints[r.transport.endpoint] == 1
+    }
+
+    def run_one(s: Session) -> Coroutine[Any, Any, SessionResult]:
+        home = homes.get(s.home) if s.home is not None else None
+        if home is not None:  # resumed: back to the replica its turns went to
+            scheduler.router.restore(s.session_id, home)
+        return s.run(
+            _runner=runner,
+            _bus=bus,
+            _tool_limit=tool_limit,
+            clock=fleet._clock,
+            _turn_log=turn_log,
+        )
+
+    tasks: list[asyncio.Task[SessionResult]] | None = None
+    try:
+        async with asyncio.TaskGroup() as tg:
+            if gate is None and all(s._queues_lazily() for s in sessions):
+                # Each session waits as its first turn's ticket; its task starts
+                # when the scheduler grants that turn (see _Queued).
+                starter = _Starter(tg, runner, bus, tool_limit, fleet._clock, len(sessions))
+                queued = [_Queued(s, starter) for s in sessions]
+                if queued:
+                    tg.create_task(starter.keep(queued), name="agentflow-queued")
+                for q in queued:
+                    if turn_log is not None:
+                        q.session._log = turn_log
+                    try:
+                        await scheduler.offer(q.session._first_ticket(fleet._clock), q)
+                    except Exception as exc:  # a policy that raised: the session fails
+                        q.set_exception(exc)  # with it, as its acquire would have
+            else:
+                tasks = [
+                    tg.create_task(
+                        run_one(s) if gate is None else gate.run(s, run_one),
+                        name=s.session_id,
+                    )
+                    for s in sessions
+                ]
+            if fleet.freeze_gc:
+                # After every session's first step: the queued ones' stacks are frozen
+                # too; then, now and then, whatever the run has kept since.
+                refreezer.start(asyncio.get_running_loop())
+        result = FleetResult(
+            sessions=[t.result() for t in tasks] if tasks is not None else _results(sessions),
+            wall_s=(fleet._clock() - start) * 1e-9,
+            peak_in_flight=scheduler.peak_in_flight,
+            callback_errors=bus.callback_errors,
+            retries=runner.retries,
+            replicas=[ReplicaStats.of(r) for r in scheduler.replicas],
+        )
+        _log.info("fleet.end", wall_s=result.wall_s, failed=len(result.failed))
+        bus.emit(FleetEndEvent(result=result))
+    finally:
+        _stop_probe(probe)
+        refreezer.stop()
+        await scheduler.aclose()
+        await bus.aclose()
+        fleet._scheduler = None
+    return result
+
+
+def _stop_probe(probe: asyncio.Task[list[str]] | None) -> None:
+    """The run ended: a slot probe still waiting is dropped (it never delays the run)."""
+    if probe is not None and not probe.done():
+        probe.cancel()
+
+
+def _results(sessions: list[Session]) -> list[SessionResult]:
+    out = []
+    for s in sessions:
+        assert s.result is not None  # every session ran to its end
+        out.append(s.result)
+    return out

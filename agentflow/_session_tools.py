@@ -1,0 +1,107 @@
+"""The tool calls a model turn of a :class:`~agentflow.Session` asked for: each run
+(outside the turn's admission slot, concurrently, within the fleet's tool bound), its
+output capped and told to the run store and the bus, then every result appended in call
+order. A resumed session's recorded outputs are used as they are, never run again. The
+turn loop that calls it is in ``_session.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from contextlib import nullcontext
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+from agentflow._errors import ToolError
+from agentflow._events import ErrorEvent, ToolCallEvent, ToolResultEvent
+from agentflow._tools import cap_output
+
+if TYPE_CHECKING:
+    from agentflow._events import EventBus
+    from agentflow._session import Session
+    from agentflow._trace import ToolCall
+    from agentflow.typing import Clock
+
+__all__ = ["run_tools"]
+
+
+async def run_tools(
+    session: Session,
+    index: int,
+    calls: tuple[ToolCall, ...],
+    bus: EventBus,
+    limit: asyncio.Semaphore | None,
+    clock: Clock,
+) -> None:
+    """Run turn ``index``'s tool ``calls`` and append their results to ``session``."""
+    outputs = await asyncio.gather(  # the caller binds the turn: tools log it
+        *[_run_tool(session, index, c, bus, limit, clock) for c in calls]
+    )
+    for call, output in zip(calls, outputs, strict=True):
+        session.messages.append({"role": "tool", "tool_call_id": call.id, "content": output})
+    if session._known_outputs:
+        session._known_outputs = MappingProxyType({})
+
+
+async def _run_tool(
+    session: Session,
+    index: int,
+    call: ToolCall,
+    bus: EventBus,
+    limit: asyncio.Semaphore | None,
+    clock: Clock,
+) -> str:
+    known = session._known_outputs
+    if call.id in known:  # recorded before the run was stopped: never run twice
+        return known[call.id]
+    if bus.wants("tool_call"):
+        bus.emit(
+            ToolCallEvent(
+                agent=session.agent.name, session_id=session.session_id, turn=index, call=call
+            )
+        )
+    start = clock()
+    is_error = False
+    tool = session.agent.tool(call.name)
+    try:
+        if tool is None:
+            raise ToolError(f"the model called unknown tool {call.name!r}", tool=call.name)
+        async with limit if limit is not None else nullcontext():
+            output = await tool.invoke(
+                call.arguments, default_timeout_s=session.agent.tool_timeout_s
+            )
+    except ToolError as exc:
+        if session.agent.tool_errors == "raise":
+            raise
+        is_error, output = True, f"Error: {exc}"
+        bus.emit(
+            ErrorEvent(
+                agent=session.agent.name,
+                session_id=session.session_id,
+                turn=index,
+                where="tool",
+                error=exc,
+            )
+        )
+    cap = session.agent.max_tool_output_chars
+    if tool is not None and tool.max_output_chars is not None:
+        cap = tool.max_output_chars
+    output, cut = cap_output(output, cap)
+    duration = (clock() - start) * 1e-9
+    if session._log is not None:
+        session._log.tool_finished(session, index, call, output, is_error, duration, cut)
+    if bus.wants("tool_result"):
+        bus.emit(
+            ToolResultEvent(
+                agent=session.agent.name,
+                session_id=session.session_id,
+                turn=index,
+                call_id=call.id,
+                name=call.name,
+                output=output,
+                is_error=is_error,
+                duration_s=duration,
+                truncated_chars=cut,
+            )
+        )
+    return output

@@ -1,0 +1,149 @@
+"""One model turn of a :class:`~agentflow.Session`: the context links before it, its
+ticket, the request streamed through the fleet's turn runner (tokens to the bus), the
+assistant message appended, the :class:`TurnRecord`, the run store told, the
+:class:`TurnEndEvent`; and the cheap prompt estimate a ticket is charged with when no
+context link counts. The turn loop that calls it is in ``_session.py``; the tool calls
+that follow a turn, in ``_session_tools.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from agentflow._events import TurnEndEvent
+from agentflow._logging import get_logger
+from agentflow._metrics import turn_metrics
+from agentflow._session_types import TurnRecord
+from agentflow._turn_events import TurnEvents
+from agentflow.sched import Grant
+
+if TYPE_CHECKING:
+    from agentflow._events import EventBus
+    from agentflow._session import Session
+    from agentflow._trace import TurnTrace
+    from agentflow.sched import TurnRunner
+    from agentflow.transport._request import ChatRequest
+    from agentflow.typing import Clock
+
+__all__ = ["model_turn"]
+
+_log = get_logger("agentflow.session")
+_debug = logging.getLogger("agentflow.session")
+
+
+async def model_turn(
+    session: Session,
+    index: int,
+    runner: TurnRunner,
+    bus: EventBus,
+    clock: Clock,
+    first: Grant | BaseException | None = None,
+) -> TurnTrace:
+    """Run ``session``'s turn ``index`` and record it; its trace. ``first``: the grant of
+    a turn the fleet queued before the session started (or what failed it)."""
+    agent = session.agent
+    ctx = session._context
+    log = session._log
+    prompt = rewrite = None
+    if ctx is not None:
+        before = list(session.messages) if log is not None else None
+        prompt = await ctx.before_turn(
+            index, session.messages, agent.tool_specs, _completer(session, index, runner, clock)
+        )
+        if before is not None and not _same_items(before, session.messages):
+            rewrite = list(session.messages)  # the policy rewrote history: record it whole
+    events = TurnEvents(bus, agent.name, session.session_id, index)
+    if isinstance(first, Grant):  # queued by the fleet before the session started
+        ticket = first.ticket
+        ready = ticket.ready_ns
+    else:
+        ready = clock()
+        estimate = prompt.estimated_tokens if prompt else session._estimate()
+        ticket = session._ticket(index, ready, estimate)
+    request = session._request
+    if request is None or session._request_per_turn or request.messages is not session.messages:
+        # Built once: it holds the live list of messages, and the router's
+        # session header and cache key do not change from turn to turn.
+        request = session._request = runner.routed(ticket, session.request())
+    try:
+        trace, failed = await runner.send(ticket, request, events.sink, events.retry, first=first)
+    except Exception as exc:
+        # The last attempt failed: its tokens are void too. A turn that failed while
+        # waiting for a slot (before any attempt, or before a retry) sent nothing new.
+        if ticket.sent > events.attempts:
+            events.discard(exc, retried=False)
+        raise
+    if ctx is not None:
+        ctx.after_turn(index, trace)
+    metrics = turn_metrics(trace, ready_ns=ready)
+    if _debug.isEnabledFor(logging.DEBUG):  # skip building a line nobody keeps
+        _log.debug(
+            "turn.end",
+            ttft_s=metrics.ttft_s,
+            e2e_s=metrics.e2e_s,
+            output_tokens=metrics.output_tokens,
+            tool_calls=len(trace.tool_calls),
+        )
+    session.messages.append(trace.assistant_message())
+    record = TurnRecord(index, metrics, trace, prompt, failed)
+    session.turns.append(record)
+    if log is not None:
+        log.turn_finished(session, record, ready, rewrite)
+    if bus.wants("turn_end"):
+        bus.emit(
+            TurnEndEvent(
+                agent=session.agent.name,
+                session_id=session.session_id,
+                turn=index,
+                metrics=metrics,
+                trace=trace,
+                prompt=prompt,
+            )
+        )
+    return trace
+
+
+def _completer(
+    session: Session, index: int, runner: TurnRunner, clock: Clock
+) -> Callable[[ChatRequest], Awaitable[TurnTrace]]:
+    """A context policy's ``complete`` for turn ``index``: one extra model request
+    through the same scheduler, limits and retries."""
+
+    async def complete(extra: ChatRequest) -> TurnTrace:
+        tool_chars = len(msgspec.json.encode(extra.tools)) if extra.tools else 0
+        estimate = _rough_tokens(extra.messages, tool_chars)
+        trace, _ = await runner.send(session._ticket(index, clock(), estimate), extra)
+        return trace
+
+    return complete
+
+
+def _same_items(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether two message lists hold the same objects in the same order."""
+    return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
+
+
+def _rough_tokens(messages: Sequence[Mapping[str, Any]], tool_chars: int = 0) -> int:
+    """A cheap prompt estimate (4 characters a token) when no context policy counts.
+
+    Tool schemas are part of the prompt (servers count them in ``prompt_tokens``), so
+    their ``tool_chars`` count too: leaving them out would under-charge token limits.
+    """
+    return (_message_chars(messages) + tool_chars) // 4 + 4 * len(messages)
+
+
+def _message_chars(messages: Sequence[Mapping[str, Any]], start: int = 0) -> int:
+    """The characters of ``messages[start:]`` that :func:`_rough_tokens` counts."""
+    chars = 0
+    for i in range(start, len(messages)):
+        m = messages[i]
+        content = m.get("content")
+        if isinstance(content, str):
+            chars += len(content)
+        for call in m.get("tool_calls") or ():
+            chars += len(str(call.get("function", {}).get("arguments", "")))
+    return chars

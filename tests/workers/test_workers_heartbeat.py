@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentflow import ConfigError, Event, Fleet, HTTPTransport, WorkerError
-from agentflow._workers import _parent
+from agentflow._workers import _watchdog
 from agentflow.store import SQLiteStore
 from tests.sched.conftest import RecordingSim
 from tests.workers.hang_tools import ONCE, hang_workload
@@ -126,7 +126,7 @@ async def test_a_worker_hung_in_its_start_up_is_killed_after_the_start_timeout(
     """Worker 1's sessions import a module that hangs in a worker: it never sends a
     message; the heartbeat leaves it alone while it starts, and the start-up bound
     (shortened here) kills it: its sessions fail saying so, worker 0's complete."""
-    monkeypatch.setattr(_parent, "START_TIMEOUT_S", 8.0)
+    monkeypatch.setattr(_watchdog, "START_TIMEOUT_S", 8.0)
     monkeypatch.setenv(HANG_IMPORT, "1")  # the spawned workers inherit it
     sessions = [
         (PLAIN if k % 2 == 0 else SLOW).session(f"question {k}", session_id=f"s{k}")

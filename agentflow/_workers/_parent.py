@@ -55,9 +55,11 @@ class Launcher(Protocol):
         ``on_exit(w, lost)`` once when it is gone (``lost``: it died, not ended)."""
         ...
 
-    def ended(self, w: WorkerHandle) -> tuple[str, int | None]:
+    def ended(self, w: WorkerHandle, how: str = "ended") -> tuple[str, int | None]:
         """How the worker ended, for a :class:`WorkerError`: its description ("worker
-        0 (pid 12) ended (exit code -9)") and its exit code, if it has one."""
+        0 (pid 12) ended (exit code -9)", with ``how`` for "ended": "worker 0 (pid 12)
+        sent no heartbeat for 60 s and was killed (exit code -9)") and its exit code, if
+        it has one."""
         ...
 
     async def reap(self, workers: list[WorkerHandle], timeout_s: float) -> None:

@@ -211,9 +211,9 @@ class RayLauncher:
         with contextlib.suppress(Exception):
             self._ray.kill(w.actor, no_restart=True)
 
-    def ended(self, w: WorkerHandle) -> tuple[str, int | None]:
+    def ended(self, w: WorkerHandle, how: str = "ended") -> tuple[str, int | None]:
         pid = f", pid {w.process}" if w.process is not None else ""
-        return f"Ray actor {w.index} ({self.name(w.index)}{pid}) ended", None
+        return f"Ray actor {w.index} ({self.name(w.index)}{pid}) {how}", None
 
     async def reap(self, workers: list[WorkerHandle], timeout_s: float) -> None:
         """Each actor is killed (its run is over, or was given ``timeout_s`` to stop)

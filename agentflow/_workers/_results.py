@@ -57,14 +57,14 @@ def fail_missing(
             if status == "cancelled":
                 error: BaseException = asyncio.CancelledError()
             else:
-                what, code = launcher.ended(w)
-                reason = w.crash or w.hung
-                why = f": {reason}" if reason else ""
-                error = WorkerError(
-                    f"{what} before session {s.session_id!r} did{why}",
-                    worker=w.index,
-                    exitcode=code,
-                )
+                if w.hung and not w.crash:  # the watchdog killed it: that comes first
+                    what, code = launcher.ended(w, w.hung)
+                    text = f"{what} before session {s.session_id!r} ended: {w.hung_why}"
+                else:
+                    what, code = launcher.ended(w)
+                    why = f": {w.crash}" if w.crash else ""
+                    text = f"{what} before session {s.session_id!r} did{why}"
+                error = WorkerError(text, worker=w.index, exitcode=code)
             result = SessionResult(
                 session_id=s.session_id,
                 agent=s.agent.name,

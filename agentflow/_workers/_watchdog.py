@@ -51,17 +51,15 @@ async def watchdog(workers: list[WorkerHandle], launcher: Launcher, timeout_s: f
             if w.heard is not None:
                 if now - w.heard <= timeout_s:
                     continue
-                w.hung = (
-                    f"no heartbeat for {timeout_s:g} s (its event loop was blocked: a "
-                    "call that does not return, or a deadlock), so it was killed"
+                w.hung = f"sent no heartbeat for {timeout_s:g} s and was killed"
+                w.hung_why = (
+                    "its event loop was blocked (a call that does not return, or a deadlock)"
                 )
             else:  # starting: bounded by the start-up's own, longer, timeout
                 bound = max(START_TIMEOUT_S, timeout_s)
                 if w.opened is None or now - w.opened <= bound:
                     continue
-                w.hung = (
-                    f"nothing heard from it within {bound:g} s of its start (hung while "
-                    "it loaded its sessions or tools), so it was killed"
-                )
-            _log.error("workers.hung", worker=w.index, why=w.hung)
+                w.hung = f"sent nothing within {bound:g} s of its start and was killed"
+                w.hung_why = "it hung while it loaded its sessions or tools"
+            _log.error("workers.hung", worker=w.index, why=f"{w.hung}: {w.hung_why}")
             launcher.kill(w)

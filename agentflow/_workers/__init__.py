@@ -34,9 +34,13 @@ once and sent to the workers restored; a worker lost mid-run (a killed process, 
 Ray actor; not one that crashed on its own) is replaced, and its sessions continue from
 the store's finished turns.
 
-Modules: ``_parent`` (checks, the sharded run, results, stop; the process launcher),
-``_broker`` (the leases), ``_worker`` (a worker: its fleet on leased limits; the process
-entry point), ``_ray`` (the Ray actor and launcher), ``_wire`` (event batches).
+Modules: ``_parent`` (the ``Launcher`` protocol; which launcher, and the run's steps:
+``run_sharded``), ``_checks`` (what must pickle), ``_sharded`` (one run's state: starting
+workers, their messages, the broker's wiring, re-running a lost worker's sessions),
+``_watchdog`` (the heartbeat), ``_results`` (merged counts, the sessions no worker
+finished, the cancel path), ``_broker`` (the leases), ``_worker`` (a worker: its fleet on
+leased limits; the process entry point), ``_processes`` (the process launcher), ``_ray``
+(the Ray actor and launcher), ``_wire`` (event batches).
 """
 
 from agentflow._workers._parent import check_picklable, run_in_workers, run_sharded

@@ -36,7 +36,10 @@ class WorkerHandle:
     heard: float | None = None
     #: The run loop's time when its channel opened (it was sent its sessions).
     opened: float | None = None
-    hung: str = ""  # why the watchdog killed it (no heartbeat), if it did
+    #: What the watchdog did, if it killed it: "sent no heartbeat for 60 s and was killed"
+    #: (the lead of its sessions' WorkerError), and why it was declared hung.
+    hung: str = ""
+    hung_why: str = ""
 
 
 class Broker:

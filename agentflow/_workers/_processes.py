@@ -69,9 +69,9 @@ class ProcessLauncher:
         )
         w.reader.start()
 
-    def ended(self, w: WorkerHandle) -> tuple[str, int | None]:
+    def ended(self, w: WorkerHandle, how: str = "ended") -> tuple[str, int | None]:
         code = w.process.exitcode
-        return f"worker {w.index} (pid {w.process.pid}) ended (exit code {code})", code
+        return f"worker {w.index} (pid {w.process.pid}) {how} (exit code {code})", code
 
     async def reap(self, workers: list[WorkerHandle], timeout_s: float) -> None:
         await _reap(workers, timeout_s)

@@ -15,7 +15,7 @@ that batches its events); only the channel differs:
 An actor that dies mid-run (``ray.kill``, its node lost, out of memory) fails its poll
 with ``RayActorError``: its unfinished sessions are run again on a new actor — from the
 start, or with a store from their last recorded turn (at most
-:data:`~agentflow._workers._parent.MAX_RERUNS` times each). An actor whose run failed
+:data:`~agentflow._workers._sharded.MAX_RERUNS` times each). An actor whose run failed
 on its own (its sessions do not unpickle there) is not replaced: its sessions fail with a
 :class:`~agentflow.WorkerError` that says why.
 
@@ -211,9 +211,9 @@ class RayLauncher:
         with contextlib.suppress(Exception):
             self._ray.kill(w.actor, no_restart=True)
 
-    def ended(self, w: WorkerHandle) -> tuple[str, int | None]:
+    def ended(self, w: WorkerHandle, how: str = "ended") -> tuple[str, int | None]:
         pid = f", pid {w.process}" if w.process is not None else ""
-        return f"Ray actor {w.index} ({self.name(w.index)}{pid}) ended", None
+        return f"Ray actor {w.index} ({self.name(w.index)}{pid}) {how}", None
 
     async def reap(self, workers: list[WorkerHandle], timeout_s: float) -> None:
         """Each actor is killed (its run is over, or was given ``timeout_s`` to stop)

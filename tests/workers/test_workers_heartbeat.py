@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agentflow import ConfigError, Event, Fleet, HTTPTransport, WorkerError
-from agentflow._workers import _parent
+from agentflow._workers import _watchdog
 from agentflow.store import SQLiteStore
 from tests.sched.conftest import RecordingSim
 from tests.workers.hang_tools import ONCE, hang_workload
@@ -62,7 +62,13 @@ async def test_a_hung_worker_is_killed_and_its_sessions_fail_naming_the_heartbea
         assert isinstance(s.error, WorkerError)
         assert s.error.worker == 1
         assert s.error.exitcode == -signal.SIGKILL
-        assert f"no heartbeat for {HEARTBEAT_S:g} s" in str(s.error)
+        # The heartbeat leads, then the exit code, the session and why it was hung.
+        assert re.fullmatch(
+            rf"worker 1 \(pid \d+\) sent no heartbeat for {HEARTBEAT_S:g} s and was killed "
+            rf"\(exit code {-signal.SIGKILL}\) before session '{s.session_id}' ended: "
+            r"its event loop was blocked \(a call that does not return, or a deadlock\)",
+            str(s.error),
+        ), str(s.error)
     assert len(pids.seen) == 2
     assert not workers_now()
     assert all(gone(pid) for pid in pids.seen)
@@ -126,7 +132,7 @@ async def test_a_worker_hung_in_its_start_up_is_killed_after_the_start_timeout(
     """Worker 1's sessions import a module that hangs in a worker: it never sends a
     message; the heartbeat leaves it alone while it starts, and the start-up bound
     (shortened here) kills it: its sessions fail saying so, worker 0's complete."""
-    monkeypatch.setattr(_parent, "START_TIMEOUT_S", 8.0)
+    monkeypatch.setattr(_watchdog, "START_TIMEOUT_S", 8.0)
     monkeypatch.setenv(HANG_IMPORT, "1")  # the spawned workers inherit it
     sessions = [
         (PLAIN if k % 2 == 0 else SLOW).session(f"question {k}", session_id=f"s{k}")
@@ -144,6 +150,11 @@ async def test_a_worker_hung_in_its_start_up_is_killed_after_the_start_timeout(
         error = by_id[f"s{k}"].error
         assert isinstance(error, WorkerError)
         assert error.worker == 1
-        assert "nothing heard from it within 8 s of its start" in str(error)
+        assert re.fullmatch(
+            r"worker 1 \(pid \d+\) sent nothing within 8 s of its start and was killed "
+            rf"\(exit code {-signal.SIGKILL}\) before session 's{k}' ended: "
+            r"it hung while it loaded its sessions or tools",
+            str(error),
+        ), str(error)
     assert not workers_now()
     assert all(gone(pid) for pid in pids.seen)

@@ -1,0 +1,108 @@
+"""How a sharded run's sessions end on the parent: the workers' counts merged, the
+sessions no worker finished failed (or cancelled) here, and the cancel path that stops
+the workers first."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from agentflow._errors import WorkerError
+from agentflow._events import ErrorEvent, EventBus, SessionEndEvent
+from agentflow._session import Session, SessionResult
+from agentflow._workers._broker import WorkerHandle
+
+if TYPE_CHECKING:
+    from agentflow._workers._parent import Launcher
+
+__all__ = ["fail_missing", "merge_replicas", "stop_workers"]
+
+
+def merge_replicas(per_worker: list[list[Any]], cls: Any) -> list[Any]:
+    """The workers' per-replica counts, summed by replica name (``cls``: ReplicaStats)."""
+    merged: dict[str, Any] = {}
+    for stats in per_worker:
+        for r in stats:
+            m = merged.get(r.name)
+            merged[r.name] = (
+                r
+                if m is None
+                else cls(
+                    name=r.name,
+                    served=m.served + r.served,
+                    failures=m.failures + r.failures,
+                    peak_in_flight=m.peak_in_flight + r.peak_in_flight,
+                    breaker_opened=m.breaker_opened + r.breaker_opened,
+                    breaker_held=m.breaker_held + r.breaker_held,
+                )
+            )
+    return list(merged.values())
+
+
+def fail_missing(
+    sessions: list[Session],
+    results: list[SessionResult | None],
+    workers: list[WorkerHandle],
+    bus: EventBus,
+    status: str,
+    launcher: Launcher,
+) -> None:
+    """Sessions with no result (their worker died, or the run was cancelled first)."""
+    for w in workers:
+        for k in w.sessions:
+            if results[k] is not None:
+                continue
+            s = sessions[k]
+            if status == "cancelled":
+                error: BaseException = asyncio.CancelledError()
+            else:
+                if w.hung and not w.crash:  # the watchdog killed it: that comes first
+                    what, code = launcher.ended(w, w.hung)
+                    text = f"{what} before session {s.session_id!r} ended: {w.hung_why}"
+                else:
+                    what, code = launcher.ended(w)
+                    why = f": {w.crash}" if w.crash else ""
+                    text = f"{what} before session {s.session_id!r} did{why}"
+                error = WorkerError(text, worker=w.index, exitcode=code)
+            result = SessionResult(
+                session_id=s.session_id,
+                agent=s.agent.name,
+                status="cancelled" if status == "cancelled" else "error",
+                final_output=None,
+                messages=list(s.messages),
+                turns=list(s.turns),
+                error=error,
+                metadata=s.metadata,
+            )
+            results[k] = s.result = result
+            if status != "cancelled":
+                bus.emit(
+                    ErrorEvent(
+                        agent=s.agent.name,
+                        session_id=s.session_id,
+                        turn=None,
+                        where="session",
+                        error=error,
+                    )
+                )
+            bus.emit(SessionEndEvent(agent=s.agent.name, session_id=s.session_id, result=result))
+
+
+async def stop_workers(workers: list[WorkerHandle], timeout_s: float) -> None:
+    """Cancel every worker's run and wait (at most ``timeout_s``) for its partial results."""
+    for w in workers:
+        if w.alive:
+            with contextlib.suppress(OSError, ValueError):
+                w.send(("cancel",))
+    # Only a worker that is heard can say it stopped (one cancelled while it started
+    # is not: its sessions end cancelled here).
+    waits = [
+        w.done
+        for w in workers
+        if w.done is not None
+        and not w.done.done()
+        and (w.reader is not None or w.listener is not None)
+    ]
+    if waits:
+        await asyncio.wait(waits, timeout=timeout_s)

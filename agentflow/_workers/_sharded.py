@@ -1,0 +1,388 @@
+"""One sharded run on the parent (:class:`ShardedRun`): its state and the steps
+:func:`~agentflow._workers._parent.run_sharded` takes — start the workers, wire them to
+the lease broker, take in their messages, re-run a lost worker's sessions, end."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any
+
+from agentflow._events import EventBus, FleetEndEvent, FleetStartEvent, SessionEndEvent
+from agentflow._logging import get_logger
+from agentflow._session import Session, SessionResult
+from agentflow._workers._broker import Broker, WorkerHandle
+from agentflow._workers._checks import check_picklable
+from agentflow._workers._results import fail_missing, merge_replicas, stop_workers
+from agentflow._workers._watchdog import watchdog
+from agentflow._workers._wire import decode
+
+if TYPE_CHECKING:
+    from agentflow._fleet import Fleet, FleetResult
+    from agentflow._workers._parent import Launcher
+    from agentflow.store._durable import DurableRun
+
+__all__ = ["MAX_RERUNS", "ShardedRun"]
+
+_log = get_logger("agentflow.workers")
+
+#: How many times a session whose worker was lost is run again before it fails.
+MAX_RERUNS = 2
+
+#: Every event type a worker may forward (the fleet's own start/end come from the parent).
+_FORWARDABLE = (
+    "token",
+    "tool_call",
+    "tool_result",
+    "turn_end",
+    "session_end",
+    "attempt_discarded",
+    "retry",
+    "context_trimmed",
+    "compaction",
+    "budget",
+    "cache_buster",
+    "error",
+)
+
+
+def worker_config(fleet: Fleet, bus: EventBus, durable: DurableRun | None) -> dict[str, Any]:
+    """What every worker is sent with its sessions: the fleet's settings, the events the
+    parent's bus wants, which limits it leases, where it records (the broker's share of
+    the slots is filled in per worker when it starts)."""
+    wanted = {t for t in _FORWARDABLE if t != "token" and bus.wants(t)}
+    if bus.wants_tokens:
+        wanted.add("token")
+    wanted.add("session_end")  # the results travel in it
+    return {
+        "replicas": fleet.replicas,
+        "policy": fleet.policy,
+        "retry": fleet.retry,
+        "router": fleet.router,
+        "prefix_warmup": fleet.prefix_warmup,
+        "max_tool_concurrency": fleet.max_tool_concurrency,
+        "freeze_gc": fleet.freeze_gc,
+        "wanted": wanted,
+        "slots": fleet.limits.max_in_flight is not None,
+        "slot_batch": 1,
+        "initial_slots": 0,
+        "rates": fleet.limits.rpm is not None or fleet.limits.tpm is not None,
+        "rpm": fleet.limits.rpm is not None,
+        "tpm": fleet.limits.tpm is not None,
+        "record": None if durable is None else (durable.run_id, durable.attempt),
+    }
+
+
+class ShardedRun:
+    """A run's sessions on ``fleet.workers`` workers that ``launcher`` starts and reaches:
+    what the parent keeps while it goes (the workers, each session's result and re-runs,
+    the broker) and what it does on each worker's message and exit.
+
+    Building it checks that everything pickles (a :class:`ConfigError` otherwise) and
+    starts nothing; :func:`~agentflow._workers._parent.run_sharded` calls the steps."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        sessions: list[Session],
+        bus: EventBus,
+        launcher: Launcher,
+        durable: DurableRun | None = None,
+    ) -> None:
+        n = fleet.workers
+        assert n is not None
+        self.n = n
+        self.fleet, self.sessions, self.bus = fleet, sessions, bus
+        self.launcher, self.durable = launcher, durable
+        self.blobs = check_picklable(fleet, sessions)
+        self.loop = asyncio.get_running_loop()
+        self.workers: list[WorkerHandle] = []
+        self.index = {s.session_id: k for k, s in enumerate(sessions)}
+        self.results: list[SessionResult | None] = [None] * len(sessions)
+        self.reruns = [0] * len(sessions)
+        self.broker: Broker | None = None
+        self.cancelling = False
+        self.over = False  # the run has returned: what still arrives is not recorded
+        self.starting: set[asyncio.Task[None]] = set()
+        # Per worker, its last (in flight, queued): Fleet.in_flight and .queued sum them.
+        self.live = [(0, 0)] * n
+        self.config = worker_config(fleet, bus, durable)
+        self.recorder = durable.recorder if durable is not None else None
+        self.start_ns = 0
+        self.watch: asyncio.Task[None] | None = None
+
+    # -- the steps ------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """The run starts: its start event, the live counts on the fleet, the store's
+        recorder told, the heartbeat watchdog."""
+        fleet = self.fleet
+        self.start_ns = fleet._clock()
+        self.bus.emit(FleetStartEvent(sessions=len(self.sessions), start_ns=self.start_ns))
+        fleet._live = self.live
+        if self.recorder is not None:
+            # The workers' calibrators learn and record their state; this process's copies
+            # do not, and must not overwrite theirs at the attempt's end.
+            self.recorder.track_policies(())
+        if fleet.heartbeat_timeout_s is not None:
+            self.watch = self.loop.create_task(
+                watchdog(self.workers, self.launcher, fleet.heartbeat_timeout_s)
+            )
+
+    def spawn_workers(self) -> None:
+        """Deal the sessions round-robin, create a worker for each shard, then the broker
+        that leases the fleet's limits to them."""
+        n = self.n
+        shards: list[list[int]] = [[] for _ in range(n)]
+        for k in range(len(self.sessions)):
+            shards[k % n].append(k)
+        for i in range(n):
+            self.spawn(shards[i])
+        self.broker = Broker(self.fleet.limits, self.workers, self.live)
+
+    async def run_workers(self) -> list[dict[str, Any]]:
+        """Start every worker, wait until each has ended (replacements included); their
+        final counts."""
+        broker = self.broker
+        assert broker is not None
+        # Each starts with its fair share of the slots (a large start blocks until the
+        # worker has imported: the workers start side by side).
+        await asyncio.gather(*(self.begin(w, broker.held[w.index]) for w in list(self.workers)))
+        while True:
+            waits = [w.done for w in self.workers if w.done is not None and not w.done.done()]
+            if not waits:
+                break
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        return [w.done.result() for w in self.workers if w.done is not None]
+
+    async def cancel(self) -> None:
+        """The run was cancelled: the workers' runs are cancelled and given
+        ``stop_timeout_s`` for their partial results; the sessions left end cancelled."""
+        self.cancelling = True
+        await stop_workers(self.workers, self.fleet.stop_timeout_s)
+        fail_missing(
+            self.sessions, self.results, self.workers, self.bus, "cancelled", self.launcher
+        )
+
+    def finish(self, stats: list[dict[str, Any]]) -> FleetResult:
+        """The run's result: the sessions no worker finished fail, the workers' counts are
+        merged, the fleet's end event is sent."""
+        from agentflow._fleet import FleetResult, ReplicaStats
+
+        fleet, bus, broker = self.fleet, self.bus, self.broker
+        assert broker is not None
+        fail_missing(self.sessions, self.results, self.workers, bus, "error", self.launcher)
+        final = [r for r in self.results if r is not None]
+        assert len(final) == len(self.sessions)
+        replicas = merge_replicas([s.get("replicas", []) for s in stats], ReplicaStats)
+        peak = sum(s.get("peak_in_flight", 0) for s in stats)
+        if fleet.limits.max_in_flight is not None:
+            peak = min(peak, fleet.limits.max_in_flight)
+        result = FleetResult(
+            sessions=final,
+            wall_s=(fleet._clock() - self.start_ns) * 1e-9,
+            peak_in_flight=peak,
+            callback_errors=bus.callback_errors,
+            retries=sum(s.get("retries", 0) for s in stats),
+            replicas=replicas,
+        )
+        # The limits' cost: messages between broker and workers (benchmarks read it).
+        fleet._lease_messages = broker.messages
+        _log.info("workers.end", workers=len(self.workers), lease_messages=broker.messages)
+        bus.emit(FleetEndEvent(result=result))
+        return result
+
+    async def close(self) -> None:
+        """Whatever ended the run: nothing more is started or re-run, the broker and the
+        bus are closed, every worker is reaped."""
+        self.cancelling = True
+        self.fleet._live = None
+        if self.watch is not None:
+            self.watch.cancel()
+        for t in list(self.starting):
+            t.cancel()
+        if self.broker is not None:
+            await self.broker.aclose()
+        await self.bus.aclose()  # async callbacks and stream() queues have had every event
+        try:
+            await self.launcher.reap(self.workers, self.fleet.stop_timeout_s)
+        finally:
+            self.over = True
+
+    # -- starting a worker ----------------------------------------------------------------
+
+    def spawn(self, shard: list[int]) -> WorkerHandle:
+        """Create a worker for the sessions ``shard``; one created once the broker is
+        there (a replacement) is also started here."""
+        w = self.launcher.launch(len(self.workers), shard)
+        w.done = self.loop.create_future()
+        self.workers.append(w)
+        if len(self.live) < len(self.workers):
+            self.live.append((0, 0))
+        broker = self.broker
+        if broker is not None and len(broker.held) < len(self.workers):
+            broker.add_worker()
+        if broker is not None:  # a replacement: started here; the first ones below
+            self._background(self.begin(w, 0))
+        return w
+
+    async def begin(self, w: WorkerHandle, initial_slots: int) -> None:
+        """Send ``w`` its configuration and sessions, then listen to it."""
+        assert self.broker is not None
+        msg_config = {
+            **self.config,
+            "slot_batch": self.broker.slot_batch,
+            "initial_slots": initial_slots,
+        }
+        try:
+            await self.launcher.start(w, msg_config, [self.blobs[k] for k in w.sessions])
+        except Exception as exc:  # it could not start: its sessions fail with the reason
+            w.crash = w.crash or f"{type(exc).__name__}: {exc}"
+            self.on_exit(w, False)
+            return
+        w.opened = self.loop.time()
+        self.launcher.listen(w, self.on_message, self.on_exit)
+
+    def _background(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a task the run's end cancels if it is still going."""
+        task = self.loop.create_task(coro)
+        self.starting.add(task)
+        task.add_done_callback(self.starting.discard)
+
+    # -- a worker's messages --------------------------------------------------------------
+
+    def on_message(self, w: WorkerHandle, msg: Any) -> None:
+        """One message from ``w`` (on the run's loop): events for the bus, records for the
+        store, lease requests and returns for the broker, its status, its end."""
+        w.heard = self.loop.time()
+        broker = self.broker
+        kind = msg[0]
+        if kind == "events":
+            for event in decode(msg[1]):
+                if isinstance(event, SessionEndEvent):
+                    k = self.index.get(event.session_id)
+                    if k is not None:  # the caller's Session ends as if it ran here
+                        self.results[k] = s = event.result
+                        session = self.sessions[k]
+                        session.result, session.messages, session.turns = s, s.messages, s.turns
+                self.bus.emit(event)
+        elif kind == "records":
+            recorder = self.recorder
+            if recorder is None or self.over:  # too late: the attempt's end is recorded
+                _log.warning("workers.late_records", worker=w.index, records=len(msg[1]))
+                return
+            from agentflow.store._records import SessionEnded, TurnFinished
+
+            write = recorder.store.write
+            for record in msg[1]:
+                write(record)
+                if isinstance(record, TurnFinished):
+                    recorder.retries += record.failed_attempts
+                elif isinstance(record, SessionEnded) and recorder.on_session_end is not None:
+                    recorder.on_session_end(record.session_id)
+        elif kind == "want_slots":
+            assert broker is not None
+            broker.want_slots(w.index, msg[1])
+        elif kind == "return_slots":
+            assert broker is not None
+            broker.returned(w.index, msg[1])
+        elif kind == "return_spare":
+            assert broker is not None
+            broker.returned(w.index, msg[1], owed=False)
+        elif kind == "crash":
+            w.crash = msg[1]
+        elif kind == "status":
+            self.live[w.index] = (msg[1], msg[2])
+            if broker is not None:
+                broker.idle_check(w.index)
+        elif kind == "want_rates":
+            assert broker is not None
+            broker.want_rates(w.index, msg[1], msg[2])
+        elif kind == "done":
+            # Its run is over: the slots it still holds go back (it sends nothing more).
+            if broker is not None:
+                broker.worker_gone(w.index)
+            w.alive = False
+            self.live[w.index] = (0, 0)
+            if w.done is not None and not w.done.done():
+                w.done.set_result(msg[1])
+
+    def on_exit(self, w: WorkerHandle, lost: bool) -> None:
+        """``w`` is gone (``lost``: it died, not ended): its slots go back, and a lost
+        worker's unfinished sessions may run again (:meth:`rerun`)."""
+        if w.done is not None and w.done.done():
+            return  # it ended its run and said so
+        w.alive = False
+        self.live[w.index] = (0, 0)
+        if self.broker is not None:
+            self.broker.worker_gone(w.index)
+        if lost and self.rerun(w):
+            return  # its done resolves once their new worker is registered
+        if w.done is not None and not w.done.done():
+            w.done.set_result({})
+
+    # -- re-running a lost worker's sessions ----------------------------------------------
+
+    def rerun(self, w: WorkerHandle) -> bool:
+        """Run lost ``w``'s unfinished sessions again (each at most :data:`MAX_RERUNS`
+        times) on a new worker: on Ray; with a store, on any launcher (from their recorded
+        turns, not from their start). Whether ``w``'s end waits for the store (it is
+        resolved once their new worker is registered)."""
+        durable = self.durable
+        rerun = self.launcher.rerun_lost or (durable is not None and not w.crash)
+        if not rerun or self.cancelling:
+            return False
+        again = [k for k in w.sessions if self.results[k] is None and self.reruns[k] < MAX_RERUNS]
+        if not again:
+            return False
+        # Registered before this one's done resolves, so the run waits for it too.
+        what, _ = self.launcher.ended(w)
+        _log.warning(
+            "workers.rerun",
+            lost=what,
+            sessions=[self.sessions[k].session_id for k in again],
+        )
+        moved = set(again)
+        w.sessions = [k for k in w.sessions if k not in moved]
+        for k in again:
+            self.reruns[k] += 1
+        if durable is not None:  # from where the store says they stopped
+            self._background(self.from_store(w, again))
+            return True
+        self.spawn(again)
+        return False
+
+    async def from_store(self, w: WorkerHandle, again: list[int]) -> None:
+        """Rebuild ``again`` (lost with ``w``) from the store, then run them on a new
+        worker; one whose end was recorded ends here. Should the store fail, they
+        fail with ``w``'s WorkerError."""
+        assert self.durable is not None
+        try:
+            try:
+                entries = await self.durable.reload([self.sessions[k] for k in again])
+                rerun: list[int] = []
+                for k, entry in zip(again, entries, strict=True):
+                    if isinstance(entry, Session):
+                        self.blobs[k] = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+                        rerun.append(k)
+                    else:
+                        self.finish_here(k, entry)
+            except Exception as exc:
+                _log.error("workers.rerun_from_store_failed", error=repr(exc))
+                w.crash = w.crash or f"its sessions could not be read back from the store: {exc!r}"
+                w.sessions.extend(again)
+                return
+            if rerun:
+                self.spawn(rerun)
+        finally:
+            if w.done is not None and not w.done.done():
+                w.done.set_result({})
+
+    def finish_here(self, k: int, result: SessionResult) -> None:
+        """Session ``k`` ended before its worker was lost (the store says so): it ends
+        with that result here."""
+        self.results[k] = result
+        s = self.sessions[k]
+        s.result, s.messages, s.turns = result, result.messages, result.turns
+        self.bus.emit(SessionEndEvent(agent=s.agent.name, session_id=s.session_id, result=result))

@@ -131,14 +131,6 @@ def sample_value(dist: Dist, rng: random.Random) -> float:
     return dist.sample(rng)
 
 
-def _sample_int(dist: Dist, rng: random.Random, minimum: int) -> int:
-    return max(minimum, round(sample_value(dist, rng)))
-
-
-def _sample_s(dist: Dist, rng: random.Random) -> float:
-    return max(0.0, sample_value(dist, rng))
-
-
 @cache
 def _zipf_cdf(s: float, n: int) -> list[float]:
     out: list[float] = []

@@ -24,6 +24,13 @@ from agentflow._errors import ConfigError
 
 __all__ = ["SessionScript", "TurnScript", "scripts_output_tokens", "synth_text"]
 
+#: "No wait": the default of ``arrival_s``, ``tool_s`` and ``think_s``, and what the
+#: workload's sampling hands out for no wait — one object, because msgspec's
+#: ``omit_defaults`` leaves a field out only when its value *is* the default object. (When
+#: the sampling and these records shared one module, Python merged its equal ``0.0``
+#: constants into one object; this keeps sampled scripts encoding as they did.)
+_NO_WAIT = 0.0
+
 
 class TurnScript(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One model turn of a scripted session, and what comes before it.
@@ -47,8 +54,8 @@ class TurnScript(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     text: str | None = None
     tokens: int = 0
     max_tokens: int = 128
-    tool_s: float = 0.0
-    think_s: float = 0.0
+    tool_s: float = _NO_WAIT
+    think_s: float = _NO_WAIT
     subagents: tuple[SessionScript, ...] = ()
 
     def __post_init__(self) -> None:
@@ -83,7 +90,7 @@ class SessionScript(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     """
 
     session_id: str
-    arrival_s: float = 0.0
+    arrival_s: float = _NO_WAIT
     agent: str = "bench"
     system: str = ""
     system_key: str | None = None

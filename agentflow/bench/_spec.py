@@ -41,8 +41,6 @@ from agentflow.bench._dist import _bounds as _bounds
 from agentflow.bench._dist import _check_dist as _check_dist
 from agentflow.bench._dist import _clip as _clip
 from agentflow.bench._dist import _finite as _finite
-from agentflow.bench._dist import _sample_int as _sample_int
-from agentflow.bench._dist import _sample_s as _sample_s
 from agentflow.bench._dist import _zipf_cdf as _zipf_cdf
 from agentflow.bench._script import _WORDS as _WORDS
 from agentflow.bench._script import (
@@ -59,6 +57,8 @@ from agentflow.bench._workload_spec import (
 )
 from agentflow.bench._workload_spec import _joined_prefix as _joined_prefix
 from agentflow.bench._workload_spec import _prefix_text as _prefix_text
+from agentflow.bench._workload_spec import _sample_int as _sample_int
+from agentflow.bench._workload_spec import _sample_s as _sample_s
 from agentflow.bench._workload_spec import _system_prompt as _system_prompt
 
 __all__ = [

@@ -25,8 +25,8 @@ from typing import Any
 import msgspec
 
 from agentflow._errors import ConfigError
-from agentflow.bench._dist import Dist, _check_dist, _sample_int, _sample_s
-from agentflow.bench._script import SessionScript, TurnScript, synth_text
+from agentflow.bench._dist import Dist, _check_dist, sample_value
+from agentflow.bench._script import _NO_WAIT, SessionScript, TurnScript, synth_text
 
 __all__ = ["FanOut", "SessionTemplate", "Workload", "load_workload"]
 
@@ -194,7 +194,7 @@ class Workload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
         """The shared system prompt of sessions in ``group`` (global prefix, then group's)."""
         return _system_prompt(self, group)
 
-    def sample(self, index: int, *, seed: int = 0, arrival_s: float = 0.0) -> SessionScript:
+    def sample(self, index: int, *, seed: int = 0, arrival_s: float = _NO_WAIT) -> SessionScript:
         """Session number ``index``'s script: a function of ``seed`` and ``index`` only.
 
         Args:
@@ -235,8 +235,8 @@ class Workload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
                 TurnScript(
                     tokens=tokens,
                     max_tokens=_sample_int(tmpl.output_tokens, rng, 1),
-                    tool_s=_sample_s(tmpl.tool_latency_s, rng) if k else 0.0,
-                    think_s=_sample_s(tmpl.think_time_s, rng) if k else 0.0,
+                    tool_s=_sample_s(tmpl.tool_latency_s, rng) if k else _NO_WAIT,
+                    think_s=_sample_s(tmpl.think_time_s, rng) if k else _NO_WAIT,
                     subagents=fork_next,
                 )
             )
@@ -252,7 +252,11 @@ class Workload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
                 width = _sample_int(fan.width, rng, 1)
                 fork_next = tuple(
                     self._session(
-                        sub_t, f"{session_id}/{sub_t.name}-{forks}.{j}", rng, 0.0, (system, key)
+                        sub_t,
+                        f"{session_id}/{sub_t.name}-{forks}.{j}",
+                        rng,
+                        _NO_WAIT,
+                        (system, key),
                     )
                     for j in range(width)
                 )
@@ -290,6 +294,14 @@ def load_workload(source: str | Path | Mapping[str, Any]) -> Workload:
         raise ConfigError(f"workload: {exc}") from None
     except msgspec.DecodeError as exc:
         raise ConfigError(f"workload: not valid JSON: {exc}") from None
+
+
+def _sample_int(dist: Dist, rng: random.Random, minimum: int) -> int:
+    return max(minimum, round(sample_value(dist, rng)))
+
+
+def _sample_s(dist: Dist, rng: random.Random) -> float:
+    return max(_NO_WAIT, sample_value(dist, rng))
 
 
 # ---- shared prefixes ------------------------------------------------------------------

@@ -37,6 +37,7 @@ from agentflow.stats._rows import TurnRow, ready_ns, turn_row
 from agentflow.stats._sketch import DEFAULT_RELATIVE_ACCURACY, Sketch, quantile_name
 from agentflow.stats._slo import SLO, check_slos
 from agentflow.stats._timeseries import TimeSeries
+from agentflow.stats._tool_figures import ToolFigures
 
 if TYPE_CHECKING:
     from agentflow._fleet import FleetResult
@@ -62,35 +63,6 @@ SERIES = (
 )  # fmt: skip
 
 _STATUSES = ("completed", "max_turns", "error", "cancelled")
-
-
-class ToolFigures:
-    """One tool's calls: how many, how many failed, and their durations (a sketch).
-
-    Attributes:
-        calls: calls that ended.
-        errors: calls that failed (raised, or timed out).
-        durations: each call's duration, seconds.
-    """
-
-    __slots__ = ("calls", "durations", "errors")
-
-    def __init__(self, relative_accuracy: float) -> None:
-        self.calls = 0
-        self.errors = 0
-        self.durations = Sketch(relative_accuracy)
-
-    def add(self, duration_s: float, is_error: bool) -> None:
-        """One call that took ``duration_s``."""
-        self.calls += 1
-        self.errors += is_error
-        self.durations.add(duration_s)
-
-    def merge(self, other: ToolFigures) -> None:
-        """Fold another worker's figures of the same tool in."""
-        self.calls += other.calls
-        self.errors += other.errors
-        self.durations.merge(other.durations)
 
 
 class FleetStats:
@@ -400,51 +372,10 @@ class FleetStats:
                 and callback errors and the per-tool figures are those of the run.
             options: :class:`FleetStats`'s.
         """
+        from agentflow.stats._from_result import fill_from_result
+
         stats = cls(**options)
-        series = stats.series
-        failed_at: dict[str | None, int] = {}
-        finished = {(s.session_id, t.index) for s in result.sessions for t in s.turns}
-        for e in journal.entries if journal is not None else ():
-            if e.kind == "tool":
-                row = stats._row(e.agent, e.session_id)
-                row.tool_s += e.duration_s
-                stats.tool_s += e.duration_s
-                if e.is_error:
-                    row.tool_errors += 1
-                    stats.tool_errors += 1
-                stats._tool(e.where).add(e.duration_s, e.is_error)
-            elif e.kind == "retry":
-                # A finished turn's failed attempts are placed from its record, below.
-                if (e.session_id, e.turn) not in finished:
-                    stats._row(e.agent, e.session_id).retries += 1
-                    series.add("retries", e.t_ns, 1)
-            elif e.where == "session":
-                failed_at[e.session_id] = e.t_ns
-            else:  # a tool or a callback that raised
-                stats.errors[e.where] += 1
-                series.add("errors", e.t_ns, 1)
-        for s in result.sessions:
-            row = stats._row(s.agent, s.session_id)
-            for t in s.turns:
-                stats.observe_turn(s.agent, s.session_id, t.index, t.metrics, t.trace, t.prompt)
-                calls = len(t.trace.tool_calls)
-                stats.tool_calls += calls
-                row.tool_calls += calls
-                for a in t.failed_attempts:
-                    row.retries += 1
-                    series.add("retries", t.trace.sent_ns if a.trace is None else a.trace.end_ns, 1)
-            stats._session_ended(s.agent, s.session_id, s)
-            if s.status == "error":
-                stats.errors["session"] += 1
-                at = failed_at.get(s.session_id)
-                if at is None and s.turns:
-                    at = s.turns[-1].trace.end_ns
-                if at is not None:
-                    series.add("errors", at, 1)
-        stats.wall_s = result.wall_s
-        stats.peak_in_flight = result.peak_in_flight
-        stats.callback_errors = len(result.callback_errors)
-        stats.retries = getattr(result, "retries", 0)
+        fill_from_result(stats, result, journal)
         return stats
 
     # ---- combining ---------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""A level's entry in the bench report, assembled from its repeated runs.
+
+The first run's summary, with each figure of :data:`_CI_FIGURES` replaced by its mean
+over the repeats and its 95 % confidence interval (:func:`confidence_interval`, Student's
+t) under ``ci95``; over-saturated when most runs were, or (fixed-concurrency levels) when
+throughput stopped growing over the previous level while latency rose (:func:`_plateau`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agentflow.bench._bench_config import BenchConfig
+from agentflow.bench._level import LevelResult
+from agentflow.bench._load import Load
+
+__all__ = ["confidence_interval"]
+
+#: Figures that get a confidence interval over repeats: (key in the summary, sub-key).
+_CI_FIGURES: tuple[tuple[str, str | None], ...] = (
+    ("output_tps", None),
+    ("req_per_s", None),
+    ("achieved_rate", None),
+    ("ttft_s", "p50"),
+    ("ttft_s", "p99"),
+    ("tpot_s", "p50"),
+    ("tpot_s", "p99"),
+    ("decode_tps_per_agent", "p50"),
+    ("decode_tps_per_agent", "p99"),
+    ("cache_hit_rate", None),
+)
+
+
+# ---- statistics over repeats ----------------------------------------------------------
+
+#: Two-sided 95 % Student-t quantiles by degrees of freedom (1–30); 1.96 beyond.
+_T95 = (
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+    2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+    2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
+)  # fmt: skip
+
+
+def confidence_interval(values: Sequence[float]) -> dict[str, float | int | None]:
+    """Mean and two-sided 95 % confidence interval (Student's t) of repeated runs'
+    figures: ``{"n", "mean", "stdev", "low", "high", "half_width"}``; with fewer than
+    two values the interval is ``None``."""
+    n = len(values)
+    if n == 0:
+        return {"n": 0, "mean": None, "stdev": None, "low": None, "high": None, "half_width": None}
+    mean = statistics.fmean(values)
+    if n < 2:
+        return {"n": 1, "mean": mean, "stdev": None, "low": None, "high": None, "half_width": None}
+    sd = statistics.stdev(values)
+    t = _T95[n - 2] if n - 1 <= len(_T95) else 1.96
+    half = t * sd / math.sqrt(n)
+    return {
+        "n": n,
+        "mean": mean,
+        "stdev": sd,
+        "low": mean - half,
+        "high": mean + half,
+        "half_width": half,
+    }
+
+
+def _figure(summary: Mapping[str, Any], key: str, sub: str | None) -> float | None:
+    value = summary.get(key)
+    if sub is not None:
+        value = value.get(sub) if isinstance(value, Mapping) else None
+    return float(value) if isinstance(value, int | float) else None
+
+
+def _level_entry(load: Load, runs: list[LevelResult]) -> dict[str, Any]:
+    """One level: the first run's summary, with each CI figure replaced by its mean over
+    the repeats and its interval under ``ci95``; over-saturated when most runs were."""
+    summaries = [r.summary for r in runs]
+    entry = dict(summaries[0])
+    ci: dict[str, Any] = {}
+    for key, sub in _CI_FIGURES:
+        values = [v for s in summaries if (v := _figure(s, key, sub)) is not None]
+        interval = confidence_interval(values)
+        ci[key if sub is None else f"{key}.{sub}"] = interval
+        if len(values) > 1:
+            if sub is None:
+                entry[key] = interval["mean"]
+            else:
+                entry[key] = {**entry[key], sub: interval["mean"]}
+    saturated = sum(s["saturation"]["saturated"] for s in summaries) * 2 > len(summaries)
+    entry["saturation"] = {**summaries[0]["saturation"], "saturated": saturated}
+    entry["ci95"] = ci
+    entry["repeats"] = [
+        {
+            "seed_offset": i,
+            **{k: v for k, v in s.items() if k != "report"},
+            "report": _slim(r.report),
+        }
+        for i, (s, r) in enumerate(zip(summaries, runs, strict=True))
+    ]
+    return entry
+
+
+def _slim(report: dict[str, Any]) -> dict[str, Any]:
+    """A level's ``agentflow.report/2`` with its one-row-per-session table emptied (a
+    level can run thousands of sessions; ``per_agent`` keeps their distributions)."""
+    return {**report, "agents": []}
+
+
+def _plateau(config: BenchConfig, entry: dict[str, Any], previous: dict[str, Any] | None) -> None:
+    """Fixed-concurrency levels: a throughput plateau with rising latency is saturation."""
+    if previous is None or entry["load"]["mode"] != "concurrency":
+        return
+    min_gain = config.sweep.min_gain if config.sweep is not None else 0.05
+    tps, prev_tps = entry.get("output_tps"), previous.get("output_tps")
+    ttft, prev_ttft = _figure(entry, "ttft_s", "p50"), _figure(previous, "ttft_s", "p50")
+    if not tps or not prev_tps or ttft is None or prev_ttft is None:
+        return
+    gain = tps / prev_tps - 1
+    if gain < min_gain and ttft > prev_ttft:
+        sat = entry["saturation"]
+        sat["saturated"] = True
+        sat["reasons"] = [
+            *sat.get("reasons", []),
+            f"output tok/s grew {gain:+.1%} over the previous level while TTFT p50 rose",
+        ]

@@ -1,0 +1,153 @@
+"""Where a benchmark sends its requests: the :class:`Target` protocol, and its two
+kinds — :class:`SimTarget` (the embedded simulator in virtual time, a fresh engine per
+level run) and :class:`HTTPTarget` (any OpenAI-compatible server)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from agentflow.bench._script import SessionScript
+from agentflow.typing import Clock, Transport
+
+__all__ = ["HTTPTarget", "SimTarget", "Target"]
+
+
+class Target(Protocol):
+    """Where a bench sends its requests; opened once per level run."""
+
+    @property
+    def label(self) -> str:
+        """For reports: what the target is."""
+        ...
+
+    async def model_name(self) -> str:
+        """The model name to request when the config gives none."""
+        ...
+
+    @property
+    def virtual(self) -> bool:
+        """Whether runs go on virtual time (``VirtualTimeLoop``) rather than real time."""
+        ...
+
+    def clock(self) -> Clock:
+        """The clock traces and the fleet use (nanoseconds)."""
+        ...
+
+    def open(
+        self, scripts: Sequence[SessionScript], seed: int
+    ) -> contextlib.AbstractAsyncContextManager[Transport]:
+        """A transport for one level run of ``scripts``."""
+        ...
+
+
+@dataclass(kw_only=True)
+class SimTarget:
+    """The embedded simulator, in-process on virtual time: a fresh engine per level run
+    (so levels do not share a cache or a backlog), answering with exactly
+    ``max_tokens`` tokens (the workload's output lengths).
+
+    Attributes:
+        profile: the simulator's deployment profile (a name or a ``Profile``).
+    """
+
+    profile: Any = "qwen2.5-coder-32b"
+    virtual: bool = True
+
+    @property
+    def label(self) -> str:
+        """``sim://PROFILE (virtual time)``."""
+        return f"sim://{self._profile().name} (in-process, virtual time)"
+
+    async def model_name(self) -> str:
+        """The profile's model."""
+        return str(self._profile().model)
+
+    def _profile(self) -> Any:
+        from agentflow.sim.profiles import get_profile
+
+        return get_profile(self.profile) if isinstance(self.profile, str) else self.profile
+
+    def clock(self) -> Clock:
+        """The event loop's clock (virtual)."""
+        from agentflow.embedded import loop_clock
+
+        return loop_clock
+
+    @contextlib.asynccontextmanager
+    async def open(self, scripts: Sequence[SessionScript], seed: int) -> AsyncIterator[Transport]:
+        """A fresh engine whose answers run to ``max_tokens``."""
+        from agentflow.embedded import SimTransport
+        from agentflow.sim import Engine
+        from agentflow.sim.driver import EngineDriver
+        from agentflow.sim.textgen import TextGenConfig
+
+        longest = max((_longest_output(s) for s in scripts), default=1)
+        textgen = TextGenConfig(tool_rounds=0, answer_tokens=(longest, longest))
+        transport = SimTransport(EngineDriver(Engine(self._profile(), seed=seed, textgen=textgen)))
+        try:
+            yield transport
+        finally:
+            await transport.aclose()
+
+
+def _longest_output(script: SessionScript) -> int:
+    return max(
+        max([t.max_tokens, *(_longest_output(s) for s in t.subagents)]) for t in script.turns
+    )
+
+
+@dataclass(kw_only=True)
+class HTTPTarget:
+    """An OpenAI-compatible server over HTTP (agentflow's ``HTTPTransport``).
+
+    Attributes:
+        base_url: e.g. ``http://127.0.0.1:8000/v1``.
+        api_key: sent as a bearer token (never printed or reported).
+        model: the model name to request; ``None``: the one the server's ``/v1/models``
+            lists (``"default"`` if it lists none or several).
+        timeouts: time limits of each request (the transport's defaults if ``None``).
+    """
+
+    base_url: str
+    model: str | None = None
+    api_key: str | None = None
+    timeouts: Any = None
+    virtual: bool = False
+
+    @property
+    def label(self) -> str:
+        """The base URL (credentials masked in reports)."""
+        return self.base_url
+
+    async def model_name(self) -> str:
+        """``model``, or the model the server serves (asked once, 10 s at most)."""
+        if self.model is None:
+            from agentflow._errors import AgentflowError
+            from agentflow.context import server_window
+
+            self.model = "default"
+            with contextlib.suppress(AgentflowError):
+                found = await server_window(self.base_url, api_key=self.api_key, timeout_s=10.0)
+                if found is not None and found.model:
+                    self.model = found.model
+        return self.model
+
+    def clock(self) -> Clock:
+        """``time.perf_counter_ns``, the transport's default."""
+        import time
+
+        return time.perf_counter_ns
+
+    @contextlib.asynccontextmanager
+    async def open(self, scripts: Sequence[SessionScript], seed: int) -> AsyncIterator[Transport]:
+        """One transport (one connection pool) for the level run."""
+        from agentflow.transport import Endpoint, HTTPTransport
+
+        transport = HTTPTransport(
+            Endpoint(base_url=self.base_url, api_key=self.api_key), timeouts=self.timeouts
+        )
+        async with transport:
+            yield transport

@@ -1,0 +1,68 @@
+"""Stats built after the run from its :class:`~agentflow.FleetResult`
+(:meth:`FleetStats.from_result <agentflow.stats.FleetStats.from_result>`).
+
+Every finished turn of the result is folded in as a subscribed ``FleetStats`` would have
+folded its ``TurnEndEvent``; what a result does not keep — when retries and errors
+happened, tool durations and outcomes — comes from a :class:`~agentflow.stats.RunJournal`
+subscribed to the run, when there is one, and is otherwise placed as well as the result
+allows (see ``from_result``'s docstring).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentflow._fleet import FleetResult
+    from agentflow.stats._fleet_stats import FleetStats
+    from agentflow.stats._journal import RunJournal
+
+__all__ = ["fill_from_result"]
+
+
+def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal | None) -> None:
+    """Fold ``result`` (and ``journal``'s entries) into the fresh ``stats``."""
+    series = stats.series
+    failed_at: dict[str | None, int] = {}
+    finished = {(s.session_id, t.index) for s in result.sessions for t in s.turns}
+    for e in journal.entries if journal is not None else ():
+        if e.kind == "tool":
+            row = stats._row(e.agent, e.session_id)
+            row.tool_s += e.duration_s
+            stats.tool_s += e.duration_s
+            if e.is_error:
+                row.tool_errors += 1
+                stats.tool_errors += 1
+            stats._tool(e.where).add(e.duration_s, e.is_error)
+        elif e.kind == "retry":
+            # A finished turn's failed attempts are placed from its record, below.
+            if (e.session_id, e.turn) not in finished:
+                stats._row(e.agent, e.session_id).retries += 1
+                series.add("retries", e.t_ns, 1)
+        elif e.where == "session":
+            failed_at[e.session_id] = e.t_ns
+        else:  # a tool or a callback that raised
+            stats.errors[e.where] += 1
+            series.add("errors", e.t_ns, 1)
+    for s in result.sessions:
+        row = stats._row(s.agent, s.session_id)
+        for t in s.turns:
+            stats.observe_turn(s.agent, s.session_id, t.index, t.metrics, t.trace, t.prompt)
+            calls = len(t.trace.tool_calls)
+            stats.tool_calls += calls
+            row.tool_calls += calls
+            for a in t.failed_attempts:
+                row.retries += 1
+                series.add("retries", t.trace.sent_ns if a.trace is None else a.trace.end_ns, 1)
+        stats._session_ended(s.agent, s.session_id, s)
+        if s.status == "error":
+            stats.errors["session"] += 1
+            at = failed_at.get(s.session_id)
+            if at is None and s.turns:
+                at = s.turns[-1].trace.end_ns
+            if at is not None:
+                series.add("errors", at, 1)
+    stats.wall_s = result.wall_s
+    stats.peak_in_flight = result.peak_in_flight
+    stats.callback_errors = len(result.callback_errors)
+    stats.retries = getattr(result, "retries", 0)

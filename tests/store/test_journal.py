@@ -18,8 +18,7 @@ from pathlib import Path
 import pytest
 
 from agentflow import ConfigError
-from agentflow.store import RunStarted, SQLiteStore
-from agentflow.store import _journal
+from agentflow.store import RunStarted, SQLiteStore, _journal
 
 from ..wait import GUARD_S
 from .fleets import agents, contents, resume, run_cut

@@ -57,6 +57,7 @@ from agentflow.store._records import (
     ToolFinished,
     TurnFinished,
 )
+from agentflow.store._sqlite_io import Row
 
 try:
     import fcntl
@@ -88,9 +89,12 @@ _KINDS: tuple[type[Any], ...] = (
     PolicyState,
 )
 _KIND = {k: i for i, k in enumerate(_KINDS)}
+#: Frame kinds past the records': a turn's row, a tool result's (``_sqlite_io.prepare``).
+_ROWS = len(_KINDS)
 _encoder = msgspec.msgpack.Encoder()
 _frame_decoder = msgspec.msgpack.Decoder(tuple[int, msgspec.Raw])
 _decoders = [msgspec.msgpack.Decoder(k) for k in _KINDS]
+_row_decoder = msgspec.msgpack.Decoder(tuple[Any, ...])
 
 
 def marker_key(name: str) -> str:
@@ -146,14 +150,18 @@ class Journal:
         self._segments: list[_Segment] = []  # oldest first; the last one is written
         self._seq = 0
 
-    def append(self, record: Record) -> Mark:
-        """Copy ``record`` into the journal; return the position after it.
+    def append(self, item: Record | Row) -> Mark:
+        """Copy ``item`` (a record, or a row ``_sqlite_io.prepare`` made) into the
+        journal; return the position after it.
 
         Raises:
             TypeError, ValueError, OverflowError: it cannot be encoded.
             OSError: no segment could be made (a full disk): nothing was written.
         """
-        payload = _encoder.encode((_KIND[type(record)], record))
+        if type(item) is tuple:
+            payload = _encoder.encode((_ROWS + item[0], item[1]))
+        else:
+            payload = _encoder.encode((_KIND[type(item)], item))
         n = len(payload)
         need = _FRAME.size + n
         seg = self._segments[-1] if self._segments else None
@@ -162,7 +170,7 @@ class Journal:
         o = seg.offset
         mm = seg.mm
         mm[o + 8 : o + 8 + n] = payload
-        mm[o : o + 8] = _FRAME.pack(n, zlib.crc32(payload))  # last: the record is complete
+        _FRAME.pack_into(mm, o, n, zlib.crc32(payload))  # last: the record is complete
         seg.offset = o + need
         return seg.seq, seg.offset
 
@@ -220,9 +228,9 @@ class Journal:
         return [marker_key(s.name) for s in segs] if delete else []
 
 
-def _frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record]]:
-    """The intact records of a segment's bytes from ``start``, each with the offset
-    after it; stops at the first frame that is empty or cut short."""
+def _frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record | Row]]:
+    """The intact items of a segment's bytes from ``start``, each with the offset after
+    it; stops at the first frame that is empty or cut short."""
     pos, size = start, len(data)
     while pos + _FRAME.size <= size:
         n, crc = _FRAME.unpack_from(data, pos)
@@ -233,12 +241,17 @@ def _frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record]]
         if zlib.crc32(payload) != crc:
             return
         kind, raw = _frame_decoder.decode(payload)
-        yield end, _decoders[kind].decode(raw)
+        if kind >= _ROWS:
+            yield end, (kind - _ROWS, _row_decoder.decode(raw))
+        else:
+            yield end, _decoders[kind].decode(raw)
         pos = end
 
 
 def ingest_orphans(
-    conn: sqlite3.Connection, db: Path, write: Callable[[sqlite3.Connection, Record], None]
+    conn: sqlite3.Connection,
+    db: Path,
+    write: Callable[[sqlite3.Connection, list[Record | Row]], None],
 ) -> int:
     """Commit every journal segment of ``db`` that no open store holds (its writer was
     killed, or could not commit), then delete it; returns how many records it committed.
@@ -305,7 +318,7 @@ def _ingest_one(
     conn: sqlite3.Connection,
     fd: int,
     path: Path,
-    write: Callable[[sqlite3.Connection, Record], None],
+    write: Callable[[sqlite3.Connection, list[Record | Row]], None],
 ) -> int:
     conn.execute("BEGIN IMMEDIATE")  # one ingester at a time, and the marker is current
     try:
@@ -318,10 +331,12 @@ def _ingest_one(
         key = marker_key(path.name)
         row = conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         start = max(len(_MAGIC), int(row[0]) if row is not None else 0)
-        count, end = 0, start
-        for after, record in _frames(data, start):
-            write(conn, record)
-            count, end = count + 1, after
+        end = start
+        records: list[Record | Row] = []
+        for end, record in _frames(data, start):  # noqa: B007 (``end``: where they stop)
+            records.append(record)
+        write(conn, records)
+        count = len(records)
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, str(end)))
         conn.execute("COMMIT")
     except BaseException:

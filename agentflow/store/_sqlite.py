@@ -264,7 +264,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             check_schema(conn, str(self.path))
             # What a killed writer's journal holds goes in before anything is read.
-            _journal.ingest_orphans(conn, self.path, io.write_record)
+            _journal.ingest_orphans(conn, self.path, io.write_records)
         except BaseException:
             conn.close()
             raise
@@ -285,15 +285,16 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             self._close_journal(conn, delete=stopped)
             conn.close()
 
-    def _commit(self, conn: sqlite3.Connection, records: list[Record], mark: Mark | None) -> None:
+    def _commit(
+        self, conn: sqlite3.Connection, records: list[Record | io.Row], mark: Mark | None
+    ) -> None:
         if not records and not self._stale_keys:
             return
         journal = self._journal if mark is not None and not self._frozen else None
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
-                for r in records:
-                    io.write_record(conn, r)
+                io.write_records(conn, records)
                 if journal is not None and mark is not None:
                     with self._batch_lock:
                         markers = journal.committed(mark)
@@ -326,27 +327,41 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
 
     # --- the journal (store/_journal.py) --------------------------------------------------
 
-    def _enqueue(self, record: Record) -> None:
-        """Copy ``record`` into the journal and add it to the batch the writer thread
-        takes next (without a journal: :meth:`BatchWriter._enqueue`)."""
-        if not self.journal:
-            super()._enqueue(record)
+    def write(self, record: Record) -> None:
+        """Add ``record`` to the next commit: with the journal, copy it there first — from
+        then on a ``kill -9`` cannot lose it (see the class).
+
+        Raises:
+            StoreError: the store is closed.
+        """
+        if not self.journal or self._thread is None or self._closed:
+            super().write(record)  # starts the writer thread, or says the store is closed
             return
+        # Inline, not through BatchWriter.write: this runs on the event loop once per
+        # record, and on this path every call frame is paid cold (docs/store.md, "Cost").
         with self._batch_lock:
+            item: Record | io.Row = record
             try:
+                item = io.prepare(record)  # a turn's or tool result's row, encoded now
                 journal = self._journal
                 if journal is None:
                     journal = self._journal = Journal(self.path)
-                self._mark = journal.append(record)
+                self._mark = journal.append(item)
             except (TypeError, ValueError, OverflowError):
                 pass  # not encodable: it goes to SQLite as it is, which says what is wrong
             except OSError as exc:  # no segment could be made (a full disk)
                 self.journal = False
                 _log.error("store.journal_failed", path=str(self.path), error=repr(exc))
-            self._batch.append(record)
+            self._batch.append(item)
             full = len(self._batch) >= self.max_batch or not self.journal
         if full:
             self._hand_over()
+
+    def _enqueue(self, record: Record) -> None:
+        if self.journal:
+            self.write(record)  # the writer thread has started: the journal's path
+        else:
+            super()._enqueue(record)
 
     def _hand_over(self) -> None:
         with self._batch_lock:

@@ -32,15 +32,20 @@ from agentflow.store._records import (
 
 __all__ = [
     "FINISHED_SQL",
+    "TOOL",
+    "TURN",
+    "Row",
     "claim",
     "conflicts",
     "list_runs",
     "load_run",
+    "prepare",
     "read_run",
     "release",
     "renew",
     "start_attempt",
     "write_record",
+    "write_records",
 ]
 
 #: A run's status when an attempt ends: ``finished`` when that attempt ran everything
@@ -54,6 +59,7 @@ FINISHED_SQL = (
 
 
 _TURN_SQL = "INSERT INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+_TOOL_SQL = "INSERT INTO tool_calls VALUES (?,?,?,?,?,?,?,?,?,?)"
 
 
 def write_record(conn: sqlite3.Connection, r: Record) -> None:
@@ -61,16 +67,8 @@ def write_record(conn: sqlite3.Connection, r: Record) -> None:
     if isinstance(r, TurnFinished):
         _turn(conn, r)
     elif isinstance(r, ToolFinished):
-        c = r.call
-        _insert(
-            conn,
-            "tool_call",
-            f"{r.session_id}/{c.id}",
-            r.run_id,
-            "INSERT INTO tool_calls VALUES (?,?,?,?,?,?,?,?,?,?)",
-            (r.run_id, r.session_id, c.id, r.turn, c.name, c.arguments, r.output,
-             int(r.is_error), r.duration_s, r.truncated_chars),
-        )  # fmt: skip
+        key = f"{r.session_id}/{r.call.id}"
+        _insert(conn, "tool_call", key, r.run_id, _TOOL_SQL, _tool_row(r))
     elif isinstance(r, SessionStarted):
         _session(conn, r)
     elif isinstance(r, SessionEnded):
@@ -110,20 +108,91 @@ def _insert(
     return True
 
 
+#: A turn's or tool result's row, made as the record was written (:func:`prepare`):
+#: (:data:`TURN` or :data:`TOOL`, the row's values).
+Row = tuple[int, tuple[Any, ...]]
+TURN, TOOL = 0, 1
+
+
+def prepare(r: Record) -> Record | Row:
+    """What the writer thread is given for ``r`` with the journal: a turn's or tool
+    result's row, its JSON columns encoded now — a snapshot of the record as it is
+    written (the assistant message is a live dict of the session's), and the one
+    encoding both the journal and SQLite use — else ``r`` itself."""
+    if isinstance(r, TurnFinished):
+        return TURN, _turn_row(r)
+    if isinstance(r, ToolFinished):
+        return TOOL, _tool_row(r)
+    return r
+
+
+def write_records(conn: sqlite3.Connection, items: Sequence[Record | Row]) -> None:
+    """Write ``items`` — records, or rows :func:`prepare` made — in order (inside the
+    caller's transaction): what :func:`write_record` does for each, with the turns and
+    tool results between two other records inserted by one ``executemany`` per table —
+    their rows depend on nothing else in the batch, and a large batch (the journal's,
+    ``store/_journal.py``) pays one statement per table instead of one per row. A group
+    that hits a recorded key is written again row by row, so each duplicate becomes its
+    conflict row, as :func:`write_record` does."""
+    turns: list[tuple[Any, ...]] = []
+    tools: list[tuple[Any, ...]] = []
+    for it in items:
+        if type(it) is tuple:
+            (turns if it[0] == TURN else tools).append(it[1])
+        elif isinstance(it, TurnFinished):
+            turns.append(_turn_row(it))
+        elif isinstance(it, ToolFinished):
+            tools.append(_tool_row(it))
+        else:
+            _many(conn, turns, tools)
+            turns, tools = [], []
+            write_record(conn, it)  # type: ignore[arg-type]
+    _many(conn, turns, tools)
+
+
+def _many(
+    conn: sqlite3.Connection, turns: list[tuple[Any, ...]], tools: list[tuple[Any, ...]]
+) -> None:
+    if not turns and not tools:
+        return
+    conn.execute("SAVEPOINT many")
+    try:
+        conn.executemany(_TURN_SQL, turns)
+        conn.executemany(_TOOL_SQL, tools)
+    except sqlite3.IntegrityError:
+        conn.execute("ROLLBACK TO many")
+        conn.execute("RELEASE many")
+        for row in turns:
+            _insert(conn, "turn", f"{row[1]}/{row[2]}", row[0], _TURN_SQL, row)
+        for row in tools:
+            _insert(conn, "tool_call", f"{row[1]}/{row[2]}", row[0], _TOOL_SQL, row)
+        return
+    conn.execute("RELEASE many")
+
+
+def _tool_row(r: ToolFinished) -> tuple[Any, ...]:
+    c = r.call
+    return (r.run_id, r.session_id, c.id, r.turn, c.name, c.arguments, r.output,
+            int(r.is_error), r.duration_s, r.truncated_chars)  # fmt: skip
+
+
 def _turn(conn: sqlite3.Connection, r: TurnFinished) -> None:
+    # One insert, no update of the session's row: its ``turns`` and ``sticky_replica``
+    # are set when it ends, and read from its last turn before that (``read_run``) — an
+    # update per turn was a sixth of a commit's work.
+    key = f"{r.session_id}/{r.turn}"
+    _insert(conn, "turn", key, r.run_id, _TURN_SQL, _turn_row(r))
+
+
+def _turn_row(r: TurnFinished) -> tuple[Any, ...]:
     m, t = r.metrics, r.trace
-    row = (
+    return (
         r.run_id, r.session_id, r.turn, r.attempt, encode(r.message),
         None if r.rewrite is None else encode(r.rewrite), r.ready_ns,
         m.prompt_tokens, m.cached_tokens, m.output_tokens, m.ttft_s, m.e2e_s, m.queue_wait_s,
         r.failed_attempts, encode(r.failures) if r.failures else None,
         None if r.prompt is None else encode(r.prompt), t.endpoint, encode(t),
     )  # fmt: skip
-    # One insert, no update of the session's row: its ``turns`` and ``sticky_replica``
-    # are set when it ends, and read from its last turn before that (``read_run``) — an
-    # update per turn was a sixth of a commit's work.
-    key = f"{r.session_id}/{r.turn}"
-    _insert(conn, "turn", key, r.run_id, _TURN_SQL, row)
 
 
 def _session(conn: sqlite3.Connection, r: SessionStarted) -> None:

@@ -37,7 +37,7 @@ from typing import Any, Generic, Self, TypeVar
 from agentflow._errors import StoreError
 from agentflow.store._records import Record
 
-__all__ = ["STOP", "Batch", "BatchWriter", "Call"]
+__all__ = ["STOP", "Batch", "BatchWriter", "Call", "Item"]
 
 C = TypeVar("C")
 T = TypeVar("T")
@@ -50,13 +50,18 @@ STOP = object()
 STALL_S = 1.0
 
 
-class Batch(list[Record]):
-    """Records handed to the writer thread together, and — with a journal
+#: What the writer thread commits: a :data:`Record`, or what a store made of one as it
+#: was written (``SQLiteStore`` with its journal: a turn's or tool result's row).
+Item = Any
+
+
+class Batch(list[Item]):
+    """Items handed to the writer thread together, and — with a journal
     (``store/_journal.py``) — where the journal stood after the last of them."""
 
     __slots__ = ("mark",)
 
-    def __init__(self, records: list[Record], mark: tuple[int, int] | None = None) -> None:
+    def __init__(self, records: list[Item], mark: tuple[int, int] | None = None) -> None:
         super().__init__(records)
         self.mark = mark
 
@@ -95,7 +100,7 @@ class BatchWriter(Generic[C]):
         self._closed = False
         self._lock = threading.Lock()
         # The batch being gathered on an event loop, and that loop (see _enqueue).
-        self._batch: list[Record] = []
+        self._batch: list[Item] = []
         self._batch_loop: asyncio.AbstractEventLoop | None = None
         self._batch_started = 0.0  # time.monotonic() of the batch's first record
         self._batch_lock = threading.Lock()
@@ -182,7 +187,7 @@ class BatchWriter(Generic[C]):
     def _raise_error(self) -> None:
         raise NotImplementedError
 
-    def _commit(self, conn: C, records: list[Record], mark: tuple[int, int] | None) -> None:
+    def _commit(self, conn: C, records: list[Item], mark: tuple[int, int] | None) -> None:
         raise NotImplementedError
 
     def _as_store_error(self, exc: BaseException) -> BaseException:
@@ -207,7 +212,7 @@ class BatchWriter(Generic[C]):
         """How long the thread waits for a hand-over before :meth:`_take_idle`."""
         return max(STALL_S, self.batch_interval_s)
 
-    def _take_idle(self) -> list[Record] | None:
+    def _take_idle(self) -> list[Item] | None:
         """What the thread takes itself when nothing was handed over for
         :meth:`_idle_wait_s`: the loop's batch once it is that old (a blocked loop cannot
         run the timer that hands it over; a younger one that timer hands over)."""
@@ -245,7 +250,7 @@ class BatchWriter(Generic[C]):
         """Write ``batch`` (records, lists of records and calls) in order: records in one
         transaction, each call after the records before it are committed. True once the
         stop call is reached."""
-        records: list[Record] = []
+        records: list[Item] = []
         mark: tuple[int, int] | None = None
         for item in batch:
             if isinstance(item, list):

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import json
 import os
 import sqlite3
 import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentflow import ConfigError
-from agentflow.store import RunStarted, SQLiteStore, _journal
+from agentflow._metrics import turn_metrics
+from agentflow._trace import TurnTrace
+from agentflow.store import RunStarted, SQLiteStore, TurnFinished, _journal
 
 from ..wait import GUARD_S
 from .fleets import agents, contents, resume, run_cut
@@ -198,3 +202,69 @@ def test_defaults_and_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) ->
     assert SQLiteStore(tmp_path / "d.db").journal is False
     with pytest.raises(ConfigError, match="journal=True"):
         SQLiteStore(tmp_path / "e.db", journal=True)
+
+
+def _turn(message: dict[str, Any], turn: int = 0) -> TurnFinished:
+    trace = TurnTrace(
+        endpoint="e", model="m", response_id=None, sent_ns=1, headers_ns=2, end_ns=5,
+        chunk_ns=(3, 4), chunk_chars=(1, 1), chunk_tokens=(), tokens_exact=False, n_events=2,
+        content="ab", reasoning="", tool_calls=(), finish_reason="stop", usage=None, done=True,
+    )  # fmt: skip
+    return TurnFinished(
+        run_id="r", session_id="s", turn=turn, attempt=0, message=message, rewrite=None,
+        ready_ns=0, trace=trace, metrics=turn_metrics(trace, ready_ns=0), prompt=None,
+    )  # fmt: skip
+
+
+def test_a_turn_is_stored_as_it_was_when_recorded(tmp_path: Path) -> None:
+    """The assistant message is a live dict of the session's: with the journal, the row
+    is encoded as the turn is recorded, so a later change to the dict (before the commit,
+    1 s later) reaches neither the journal nor SQLite."""
+    db = tmp_path / "snap.db"
+
+    async def main() -> None:
+        store = SQLiteStore(db, batch_interval_s=10)
+        await store.open()
+        message = {"role": "assistant", "content": "as recorded"}
+        store.write(_turn(message))
+        message["content"] = "changed later"
+        await store.aclose()
+
+    asyncio.run(main())
+    conn = sqlite3.connect(db)
+    try:
+        (stored,) = conn.execute("SELECT message FROM turns").fetchone()
+    finally:
+        conn.close()
+    assert json.loads(stored)["content"] == "as recorded"
+
+
+@pytest.mark.parametrize("journal", [True, False])
+def test_duplicates_in_a_batch_become_conflicts(tmp_path: Path, journal: bool) -> None:
+    """Turns and tool results are inserted a group at a time; a group holding keys already
+    recorded is written row by row, so each duplicate is a conflict row and the rest are
+    stored."""
+    db = tmp_path / "dup.db"
+
+    async def main() -> list[str]:
+        store = SQLiteStore(db, batch_interval_s=10, journal=journal)
+        await store.open()
+        for i in range(3):
+            store.write(tool_result(i))
+        store.write(_turn({"role": "assistant", "content": "t0"}))
+        await store.flush()
+        for i in range(4):  # three seen, one new
+            store.write(tool_result(i))
+        store.write(_turn({"role": "assistant", "content": "t0 again"}))
+        store.write(_turn({"role": "assistant", "content": "t1"}, turn=1))
+        await store.flush()
+        found = await store.conflicts("r")
+        await store.aclose()
+        return found
+
+    found = asyncio.run(main())
+    assert sorted(found) == [
+        "tool_call s/call-0", "tool_call s/call-1", "tool_call s/call-2", "turn s/0",
+    ]  # fmt: skip
+    assert _count(db, "SELECT COUNT(*) FROM tool_calls") == 4
+    assert _count(db, "SELECT COUNT(*) FROM turns") == 2

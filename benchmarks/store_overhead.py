@@ -65,15 +65,18 @@ from agentflow.sim.profiles import get_profile
 from agentflow.store import SQLiteStore
 from agentflow.store._recorder import Recorder
 from agentflow.store._records import Record
+from agentflow.store._sqlite_io import Row
 from agentflow.transport import Endpoint, HTTPTransport
 
 NAME = "store_overhead"
 START, END = _common.markers(NAME)
 TARGET = 0.05
-#: ``SQLiteStore``'s default batch interval (the one the target is judged on).
-DEFAULT_INTERVAL = 0.010
-#: A run's store: its batch interval, or ``None`` for a run without a store.
-Interval = float | None
+#: A run's store: ``SQLiteStore``'s (batch interval, journal), or ``None`` for a run
+#: without a store.
+Interval = tuple[float, bool] | None
+#: ``SQLiteStore``'s default settings (the ones the target is judged on): the journal,
+#: a commit every 1 s.
+DEFAULT_INTERVAL: Interval = (1.0, True)
 #: The CPUs this process may use, read before any pinning.
 CPUS = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
 
@@ -86,8 +89,8 @@ class TimedStore(SQLiteStore):
     CPU and wall time of every commit (two clock reads per commit on top of the store's
     own work)."""
 
-    def __init__(self, path: Path, batch_interval_s: float) -> None:
-        super().__init__(path, batch_interval_s=batch_interval_s)
+    def __init__(self, path: Path, setting: tuple[float, bool]) -> None:
+        super().__init__(path, batch_interval_s=setting[0], journal=setting[1])
         self.writer_cpu_ns: int | None = None
         #: (records, CPU ns, wall ns) per committed batch.
         self.batches: list[tuple[int, int, int]] = []
@@ -99,7 +102,7 @@ class TimedStore(SQLiteStore):
             self.writer_cpu_ns = time.thread_time_ns()
 
     def _commit(
-        self, conn: sqlite3.Connection, records: list[Record], mark: tuple[int, int] | None
+        self, conn: sqlite3.Connection, records: list[Record | Row], mark: tuple[int, int] | None
     ) -> None:
         if not records:
             return
@@ -274,7 +277,7 @@ def one_run(cfg: Config, interval: Interval, tmp: Path, tag: str) -> Sample:
 By = dict[Interval, dict[int, Sample]]
 
 
-def run(cfg: Config, reps: int, warmup: Config, intervals: Sequence[float]) -> By:
+def run(cfg: Config, reps: int, warmup: Config, intervals: Sequence[tuple[float, bool]]) -> By:
     """Every measurement: per repetition one run without the store and one per batch
     interval with it, in an order that rotates from one repetition to the next."""
     rows: list[Interval] = [None, *intervals]
@@ -304,7 +307,27 @@ def _label(r: Interval, md: bool = True) -> str:
         return "without a store (the demo)" if md else "without store"
     name = "`SQLiteStore`" if md else "SQLiteStore"
     default = ", the default" if r == DEFAULT_INTERVAL else ""
-    return f"with {name}, commits every {r * 1e3:g} ms{default}"
+    return f"with {name}, {_short(r)}{default}"
+
+
+def _short(r: tuple[float, bool]) -> str:
+    journal = "journal" if r[1] else "no journal"
+    return f"{journal}, commits every {_ms(r[0])}"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds:g} s" if seconds >= 1 else f"{seconds * 1e3:g} ms"
+
+
+def _parse_stores(text: str) -> list[tuple[float, bool]]:
+    """``journal:1,batch:0.01`` → [(1.0, True), (0.01, False)]."""
+    out = []
+    for item in text.split(","):
+        kind, _, seconds = item.partition(":")
+        if kind not in ("journal", "batch") or not seconds:
+            raise SystemExit(f"--stores: {item!r} is not journal:SECONDS or batch:SECONDS")
+        out.append((float(seconds), kind == "journal"))
+    return out
 
 
 def _progress(rep: int, reps: int, r: Interval, s: Sample) -> None:
@@ -430,9 +453,9 @@ def _own(s: Sample) -> int:
 def overhead_table(by: By) -> str:
     stores = [r for r in by if r is not None]
     os_ = {r: overhead(by, r) for r in stores}
-    head = " | ".join(f"{r * 1e3:g} ms: median | min–max" for r in stores)
+    head = " | ".join(f"{_short(r)}: median | min–max" for r in stores)
     out = [
-        f"| with the store vs without, paired per repetition (by batch interval) | {head} |",
+        f"| with the store vs without, paired per repetition | {head} |",
         "|---|" + "--:|--:|" * len(stores),
     ]
     rows: list[tuple[str, str, str]] = [
@@ -480,7 +503,7 @@ def commit_table(by: By) -> str:
         per_rec = _med([b[1] / b[0] / 1e3 for b in batches])
         share = _med([sum(b[1] for b in s.batches) / s.writer_ns for s in ss if s.writer_ns])
         out.append(
-            f"| every {r * 1e3:g} ms ({len(batches):,} commits) "
+            f"| {_short(r)} ({len(batches):,} commits) "
             f"| {_med(sizes):g} / {_p(sizes, 0.9):g} / {max(sizes)} "
             f"| {_med(cpu):.0f} / {_p(cpu, 0.9):.0f} / {max(cpu):,.0f} "
             f"| {_med(wall):.0f} / {_p(wall, 0.9):.0f} / {max(wall):,.0f} "
@@ -505,28 +528,37 @@ def findings(by: By) -> str:
             f"{max(o.own_share):.1%}): {_med(o.own_per_turn_us):.0f} µs per recorded turn, "
             f"{_med(o.writer_per_record_us):.0f} µs of writer CPU and "
             f"{_med(o.recorder_per_record_us):.1f} µs on the loop per record. That is a floor "
-            "(it leaves out what the writer's wakeups cost the loop indirectly); the writer's "
-            "share is nearly all of it, and it goes by commits, not records: see the commit "
-            "table."
+            "(it leaves out what the writer's wakeups cost the loop indirectly)."
         )
         if not o.same_work:
             out.append(
                 "Paired runs did not always stream the same turns and chunks (see the table); "
                 "the per-turn and per-chunk figures divide by each run's own counts."
             )
-    for other_interval in by:
-        if other_interval is None or other_interval == DEFAULT_INTERVAL:
+    for setting in by:
+        if setting is None or setting == DEFAULT_INTERVAL:
             continue
-        x = overhead(by, other_interval)
-        if x.ratios:
-            out.append(
-                f"Committing every {other_interval * 1e3:g} ms instead (`SQLiteStore(path, "
-                f"batch_interval_s={other_interval:g})`; a `kill -9` then loses up to "
-                f"{other_interval * 1e3:g} ms of "
-                f"records): paired {_med(x.ratios) - 1:+.1%} ({min(x.ratios) - 1:+.1%} to "
-                f"{max(x.ratios) - 1:+.1%}); the store's own CPU {_med(x.own_share):.1%} "
-                f"({_med(x.writer_per_record_us):.0f} µs of writer CPU per record)."
+        x = overhead(by, setting)
+        if not x.ratios:
+            continue
+        interval, journal = setting
+        if journal:
+            how = (
+                f"With the journal and a commit every {_ms(interval)} (`SQLiteStore(path, "
+                f"batch_interval_s={interval:g})`; a `kill -9` loses nothing recorded)"
             )
+        else:
+            how = (
+                f"Without the journal, committing every {_ms(interval)} (`SQLiteStore(path, "
+                f"journal=False, batch_interval_s={interval:g})`; a `kill -9` then loses up "
+                f"to {_ms(interval)} of records)"
+            )
+        out.append(
+            f"{how}: paired {_med(x.ratios) - 1:+.1%} ({min(x.ratios) - 1:+.1%} to "
+            f"{max(x.ratios) - 1:+.1%}); the store's own CPU {_med(x.own_share):.1%} "
+            f"({_med(x.writer_per_record_us):.0f} µs of writer CPU and "
+            f"{_med(x.recorder_per_record_us):.1f} µs on the loop per record)."
+        )
     samples = [s for ss in by.values() for s in ss.values()]
     incomplete = [s for s in samples if s.completed != s.sessions]
     if incomplete:
@@ -576,8 +608,9 @@ drawing), against `python -m agentflow.sim --profile {cfg.profile} --time-scale
 {cfg.time_scale:g}` in a child process over HTTP on loopback — the demo's default (its
 loop-lag probe and `/metrics` watcher are left out: they would add the same CPU to both runs
 and shrink the ratio). The
-recorded runs add `store=SQLiteStore(path)` (default settings: WAL, `synchronous=NORMAL`, a
-commit every 10 ms at most; other rows set only `batch_interval_s`) on a fresh file in the
+recorded runs add `store=SQLiteStore(path)` (default settings: the journal — each record
+copied into a memory-mapped file as it is written — WAL, `synchronous=NORMAL`, a commit
+every 1 s; other rows set `journal=False` and `batch_interval_s`) on a fresh file in the
 system's temporary directory (ext4 here) and close it after the run. The client is this
 process alone, so its CPU is separated from the server's: "client CPU" is
 `time.process_time_ns` (user + system, every thread of the process — the event loop's and
@@ -585,12 +618,14 @@ the store's writer thread, which is where SQLite's work goes) over the whole run
 the transport and the fleet, the run, and with the store opening the file and its schema,
 the leases, the final flush and `aclose`; building the workload's agents is outside it.
 "event-loop thread" is `time.thread_time_ns` on the main thread (the loop runs there; the
-record building, the append to the batch and, once per batch, a loop timer and the queue
-put are its share of the store); "writer thread" is the
+record building, with the journal its encoding and copy, the append to the batch and,
+without the journal, once per batch a loop timer and the queue put are its share of the
+store); "writer thread" is the
 writer's own `time.thread_time_ns`, read as it exits, through a subclass of `SQLiteStore`
 defined in the benchmark that also times each commit (`BEGIN IMMEDIATE`, the inserts with
 their JSON encoding, `COMMIT`) with `thread_time_ns` and `perf_counter_ns`. "Recorder" is
-the loop thread's CPU inside the `Recorder`'s methods: two reads of `thread_time_ns` around
+the loop thread's CPU inside the `Recorder`'s methods (`Store.write` included, so with the
+journal its encoding and copy): two reads of `thread_time_ns` around
 each call, less the cost of a third read taken right after it (a read of that clock is a
 system call; the probe's share is its own row). The runs of a
 repetition go back to back, in an order that rotates from one repetition to the next, each
@@ -603,7 +638,7 @@ record of the run with the store). "chunks" counts output-bearing streamed chunk
 {placement} "rest of machine" is the machine-wide busy CPU (`/proc/stat`) less the client's
 and the server's, in cores. The in-process virtual-time mode (`agentflow demo --virtual`) is
 not used: there the simulator's CPU is the client's, and virtual time runs ahead of the
-writer's real 10 ms batching, so neither the ratio nor the batches would be what a user's
+writer's real-time batching, so neither the ratio nor the batches would be what a user's
 run sees.
 {END}"""
 
@@ -632,9 +667,10 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--profile", default="deepseek-v4.1-flash-gb300")
     p.add_argument("--no-pin", action="store_true", help="do not pin client and server")
     p.add_argument(
-        "--intervals",
-        help="SQLiteStore batch intervals to run, seconds, comma-separated "
-        "(default 0.01,0.05; quick 0.01); 0.01 is the store's default",
+        "--stores",
+        help="SQLiteStore settings to run besides none, comma-separated journal:SECONDS or "
+        "batch:SECONDS (batch = journal=False) (default journal:1,batch:0.01,batch:1; quick "
+        "journal:1); journal:1 is the store's default",
     )
     args = p.parse_args(argv)
     q = args.quick
@@ -651,7 +687,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     warmup = Config(**{**cfg.__dict__, "agents": min(cfg.agents, 4), "turns": (2, 3)})
     reps = args.reps or (1 if q else 8)
-    intervals = [float(x) for x in (args.intervals or ("0.01" if q else "0.01,0.05")).split(",")]
+    intervals = _parse_stores(args.stores or ("journal:1" if q else "journal:1,batch:0.01,batch:1"))
     by = run(cfg, reps, warmup, intervals)
     tables, found = report(by)
     print(f"\n{_common.machine()}\n\n{tables}\n\n{found}")

@@ -39,6 +39,7 @@ import os
 import secrets
 import sqlite3
 import struct
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -111,10 +112,11 @@ class _Segment:
 
     __slots__ = ("faulted", "fd", "mm", "name", "offset", "path", "seq", "size")
 
-    def __init__(self, path: Path, seq: int, size: int) -> None:
-        # Made under a name the orphan scan does not match, locked, reserved, then
-        # renamed: an opener never sees a segment that is not yet locked.
-        tmp = path.with_name(f".{path.name}.tmp")
+    def __init__(self, tmp: Path, size: int) -> None:
+        # Made under a name the orphan scan does not match (``.…tmp``), locked, reserved
+        # and mapped; :meth:`publish` renames it: an opener never sees a segment that is
+        # not yet locked. ~2–3 ms of CPU here (the reservation), so the writer thread
+        # makes the next one ahead of time (:meth:`Journal.make_spare`).
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             assert fcntl is not None
@@ -122,15 +124,30 @@ class _Segment:
             os.posix_fallocate(fd, 0, size)
             mm = mmap.mmap(fd, size)
             mm[: len(_MAGIC)] = _MAGIC
-            os.rename(tmp, path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             os.close(fd)
             raise
-        self.fd, self.mm, self.path, self.name = fd, mm, path, path.name
-        self.seq, self.size, self.offset = seq, size, len(_MAGIC)
+        self.fd, self.mm, self.path, self.name = fd, mm, tmp, tmp.name
+        self.seq, self.size, self.offset = 0, size, len(_MAGIC)
         self.faulted = 0  # bytes from the start that prefault() mapped in
+
+    def publish(self, path: Path, seq: int) -> None:
+        """Give the segment its place in the journal (one rename)."""
+        os.rename(self.path, path)
+        self.path, self.name, self.seq = path, path.name, seq
+
+    def populate(self, start: int, end: int) -> None:
+        """Map in ``[start, end)`` (best effort: without ``MADV_POPULATE_WRITE`` the
+        copies fault the pages in one by one)."""
+        if _POPULATE_WRITE is None or end <= start:
+            return
+        try:
+            self.mm.madvise(_POPULATE_WRITE, start, end - start)
+        except (OSError, ValueError):
+            return
+        self.faulted = max(self.faulted, end)
 
     def close(self, *, delete: bool) -> None:
         if delete:
@@ -141,13 +158,17 @@ class _Segment:
 
 
 class Journal:
-    """This store's journal of one database (its first segment is made on the first
-    append). Thread-safe only under the caller's lock (the store's batch lock)."""
+    """This store's journal of one database (no file until a segment is needed).
+    :meth:`append` runs under ``lock`` (the store's batch lock), on the event loop;
+    :meth:`make_spare`, :meth:`prefault`, :meth:`committed`, :meth:`drop_before` and
+    :meth:`close` run on the store's writer thread."""
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path, lock: threading.Lock) -> None:
         self._stem = f"{db.name}.af-journal-{os.getpid()}-{secrets.token_hex(4)}"
         self._dir = db.parent
+        self._lock = lock
         self._segments: list[_Segment] = []  # oldest first; the last one is written
+        self._spare: _Segment | None = None  # the next one, made ahead by the writer
         self._seq = 0
 
     def append(self, item: Record | Row) -> Mark:
@@ -175,30 +196,51 @@ class Journal:
         return seg.seq, seg.offset
 
     def _next(self, need: int) -> _Segment:
+        seg, self._spare = self._spare, None
+        if seg is None or seg.size < need + len(_MAGIC):
+            if seg is not None:  # too small for this record
+                seg.close(delete=True)
+            seg = self._make(max(SEGMENT_BYTES, need + len(_MAGIC)))
         self._seq += 1
-        name = f"{self._stem}-{self._seq:08d}"
-        seg = _Segment(self._dir / name, self._seq, max(SEGMENT_BYTES, need + len(_MAGIC)))
+        seg.publish(self._dir / f"{self._stem}-{self._seq:08d}", self._seq)
         self._segments.append(seg)
-        self.prefault()
         return seg
+
+    def _make(self, size: int) -> _Segment:
+        return _Segment(self._dir / f".{self._stem}-{secrets.token_hex(4)}.tmp", size)
+
+    def make_spare(self) -> None:
+        """Make the next segment ahead of time, mapped in for its first records, when
+        there is none or the one written is half full: the event loop then only renames
+        it (writer thread).
+
+        Raises:
+            OSError: it could not be made (the loop will try again itself).
+        """
+        with self._lock:
+            if self._spare is not None:
+                return
+            last = self._segments[-1] if self._segments else None
+            if last is not None and last.offset < last.size // 2:
+                return
+        seg = self._make(SEGMENT_BYTES)
+        seg.populate(0, PREFAULT_BYTES)
+        with self._lock:  # only this thread makes spares: the slot is still empty
+            self._spare = seg
 
     def prefault(self) -> None:
         """Map in the pages the next records will be copied to (``PREFAULT_BYTES`` past
         the last one), so that the writer thread pays for those page faults — many in
-        one system call — and not the event loop, one trap per page. Best effort: a
-        kernel without ``MADV_POPULATE_WRITE`` leaves the faults to the copies."""
-        if not self._segments or _POPULATE_WRITE is None:
+        one system call — and not the event loop, one trap per page."""
+        with self._lock:
+            seg = self._segments[-1] if self._segments else None
+            offset = 0 if seg is None else seg.offset
+        if seg is None:
             return
-        seg = self._segments[-1]
-        start = max(seg.faulted, seg.offset & ~(mmap.PAGESIZE - 1))
-        end = min(seg.size, seg.offset + PREFAULT_BYTES)
-        if end - start < PREFAULT_BYTES // 4:
-            return  # most of it is mapped in already
-        try:
-            seg.mm.madvise(_POPULATE_WRITE, start, end - start)
-        except (OSError, ValueError):
-            return
-        seg.faulted = end
+        start = max(seg.faulted, offset & ~(mmap.PAGESIZE - 1))
+        end = min(seg.size, offset + PREFAULT_BYTES)
+        if end - start >= PREFAULT_BYTES // 4:  # else most of it is mapped in already
+            seg.populate(start, end)
 
     def committed(self, mark: Mark) -> list[tuple[str, int]]:
         """The ``meta`` markers that say SQLite holds everything up to ``mark``:
@@ -222,7 +264,11 @@ class Journal:
     def close(self, *, delete: bool) -> list[str]:
         """Let go of every segment; delete them if their records are all committed
         (else the next open ingests them). Returns the deleted segments' keys."""
-        segs, self._segments = self._segments, []
+        with self._lock:
+            segs, self._segments = self._segments, []
+            spare, self._spare = self._spare, None
+        if spare is not None:  # holds no record
+            spare.close(delete=True)
         for s in segs:
             s.close(delete=delete)
         return [marker_key(s.name) for s in segs] if delete else []

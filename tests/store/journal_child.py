@@ -8,6 +8,9 @@ known moment, so what it recorded is known exactly.
     python -m tests.store.journal_child records DB N K
         writes run ``r``'s start and N tool results, flushes after the first K (so the
         journal's first K records are committed and marked), then kills itself.
+    python -m tests.store.journal_child spare DB
+        claims a session (the writer makes the journal's first segment ahead), then kills
+        itself before writing anything.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 from agentflow import Event, Fleet
 from agentflow._trace import ToolCall
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
-from agentflow.store import RunStarted, SQLiteStore, ToolFinished
+from agentflow.store import LeaseOwner, RunStarted, SQLiteStore, ToolFinished
 
 from .fleets import agents, driver
 
@@ -75,9 +78,18 @@ async def records(db: Path, n: int, k: int) -> None:
     _die()
 
 
+async def spare(db: Path) -> None:
+    store = SQLiteStore(db, batch_interval_s=10)
+    await store.open()
+    await store.claim("r", ["s"], LeaseOwner(), 60.0)
+    _die()
+
+
 if __name__ == "__main__":
     mode, path = sys.argv[1], Path(sys.argv[2])
-    if mode == "fleet":
+    if mode == "spare":
+        asyncio.run(spare(path))
+    elif mode == "fleet":
         run_virtual(fleet(path, int(sys.argv[3])))
     else:
         asyncio.run(records(path, int(sys.argv[3]), int(sys.argv[4])))

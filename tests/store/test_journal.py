@@ -22,7 +22,7 @@ import pytest
 from agentflow import ConfigError
 from agentflow._metrics import turn_metrics
 from agentflow._trace import TurnTrace
-from agentflow.store import RunStarted, SQLiteStore, TurnFinished, _journal
+from agentflow.store import LeaseOwner, RunStarted, SQLiteStore, TurnFinished, _journal
 
 from ..wait import GUARD_S
 from .fleets import agents, contents, resume, run_cut
@@ -268,3 +268,36 @@ def test_duplicates_in_a_batch_become_conflicts(tmp_path: Path, journal: bool) -
     ]  # fmt: skip
     assert _count(db, "SELECT COUNT(*) FROM tool_calls") == 4
     assert _count(db, "SELECT COUNT(*) FROM turns") == 2
+
+
+def _spares(db: Path) -> list[str]:
+    return glob.glob(glob.escape(str(db.parent / f".{db.name}.af-journal-")) + "*.tmp")
+
+
+def test_the_writer_makes_the_loops_segment_ahead(tmp_path: Path) -> None:
+    """Reserving a segment costs milliseconds: once a run starts recording, the writer
+    thread has made the next segment (a hidden spare), and the loop's first record only
+    renames it. Closing leaves no file; a killed writer's spare is removed by the next
+    open."""
+    db = tmp_path / "spare.db"
+
+    async def main() -> tuple[int, int, int, int]:
+        store = SQLiteStore(db, batch_interval_s=10)
+        await store.open()
+        before = len(_spares(db))
+        await store.claim("r", ["s"], LeaseOwner(), 60.0)
+        ready = len(_spares(db))
+        store.write(
+            RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0, config=None)
+        )
+        used = len(_spares(db)), len(_segments(db))
+        await store.aclose()
+        return before, ready, *used
+
+    assert asyncio.run(main()) == (0, 1, 0, 1)
+    assert _spares(db) == [] and _segments(db) == []
+
+    _kill_child("spare", str(db))  # killed with its spare made
+    assert len(_spares(db)) == 1
+    asyncio.run(_open_close(db))
+    assert _spares(db) == [] and _segments(db) == []

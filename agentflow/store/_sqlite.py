@@ -120,7 +120,6 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         #: Transactions committed so far (by this process).
         self.commits = 0
         self._journal: Journal | None = None
-        self._mark: Mark | None = None  # where the journal stands (under _batch_lock)
         self._frozen = False  # a commit failed: the journal is kept for the next open
         self._stale_keys: list[str] = []  # markers of deleted segments (writer thread)
 
@@ -370,15 +369,6 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             self.write(record)  # the writer thread has started: the journal's path
         else:
             super()._enqueue(record)
-
-    def _hand_over(self) -> None:
-        with self._batch_lock:
-            batch = self._batch
-            if not batch:
-                return
-            self._batch = []
-            self._batch_loop = None
-            self._queue.put(Batch(batch, self._mark))
 
     def _idle_wait_s(self) -> float:
         return self.batch_interval_s if self.journal else super()._idle_wait_s()

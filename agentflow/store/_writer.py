@@ -103,6 +103,9 @@ class BatchWriter(Generic[C]):
         self._batch: list[Item] = []
         self._batch_loop: asyncio.AbstractEventLoop | None = None
         self._batch_started = 0.0  # time.monotonic() of the batch's first record
+        #: Where the store's journal stands after the last record written (a store with
+        #: a journal sets it, under ``_batch_lock``); it goes with each batch handed over.
+        self._mark: tuple[int, int] | None = None
         self._batch_lock = threading.Lock()
 
     def _enqueue(self, record: Record) -> None:
@@ -144,7 +147,7 @@ class BatchWriter(Generic[C]):
                 return
             self._batch = []
             self._batch_loop = None
-            self._queue.put(batch)
+            self._queue.put(Batch(batch, self._mark))
 
     def _put_stop(self, stop: Call[C]) -> None:
         """Queue the closing call after everything written so far."""

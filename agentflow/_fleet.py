@@ -98,6 +98,12 @@ class Fleet:
             Counted from a worker's first message and not after it ended; while it
             starts, the bound is 300 s (or this, if longer). At least 1 s (a running
             worker reports every 0.25 s); ``None``: never.
+        probe_slots: when a run starts, ask each HTTP endpoint not asked before in this
+            process for its llama.cpp slots (one ``GET /props``, in the background; the
+            run never waits for it) and log a warning when the run can have more
+            requests in flight there (:mod:`agentflow.llamacpp`). ``False``: never ask —
+            for a server that must see only chat requests, or one behind a gateway that
+            counts every request.
         backend: where the ``workers`` run: ``"processes"`` (the default: worker
             processes on this machine) or ``"ray"`` (Ray actors, on this machine or a
             Ray cluster: ``pip install 'agentflow[ray]'``; a worker whose actor is lost
@@ -128,6 +134,7 @@ class Fleet:
         stop_timeout_s: float = 10.0,
         heartbeat_timeout_s: float | None = 60.0,
         backend: Literal["processes", "ray"] = "processes",
+        probe_slots: bool = True,
     ) -> None:
         max_concurrency, limits = fleet_concurrency(max_concurrency, limits or Limits())
         if not isinstance(max_tool_concurrency, int) or max_tool_concurrency < 1:
@@ -161,6 +168,9 @@ class Fleet:
         )
         self.stop_timeout_s = stop_timeout_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
+        if not isinstance(probe_slots, bool):
+            raise ConfigError(f"probe_slots must be True or False, got {probe_slots!r}")
+        self.probe_slots = probe_slots
         self._lease_messages = 0  # with workers: the last run's lease messages
         self._live: list[tuple[int, int]] | None = None  # with workers, while a run goes
         self._scheduler: Scheduler | None = None
@@ -346,7 +356,9 @@ class Fleet:
         """In the background, ask each HTTP endpoint not asked before (in this process) for
         its llama.cpp slots, and log a warning when the run can have more requests in
         flight there (``agentflow.llamacpp``); ``None`` when there is nothing to ask."""
-        if not self._probes_slots or not any(hasattr(r.transport, "config") for r in self.replicas):
+        if not (self.probe_slots and self._probes_slots) or not any(
+            hasattr(r.transport, "config") for r in self.replicas
+        ):
             return None
         from agentflow.llamacpp import fleet_endpoints, watch_fleet_slots
 

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from agentflow import Agent, Fleet, HTTPTransport, Limits, Replica
+from agentflow import Agent, ConfigError, Fleet, HTTPTransport, Limits, Replica
 from agentflow import llamacpp as lc
 from agentflow.llamacpp import LlamaCppServer
 from agentflow.sim import TextGenConfig
@@ -107,6 +107,19 @@ async def test_a_run_over_the_slots_warns_once_with_what_it_can_have_in_flight(
         await run(t, 6, max_concurrency=4)  # once per endpoint: asked once, said once
         assert len(warnings_of(caplog)) == 1 and srv.props_asked == 1
         assert srv.chats == 12
+
+
+async def test_probe_slots_false_never_asks(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="agentflow")
+    async with FakeLlama(slots=2) as srv, HTTPTransport(srv.base_url) as t:
+        await run(t, 6, max_concurrency=4, probe_slots=False)
+        assert srv.chats == 6 and srv.props_asked == 0
+    assert warnings_of(caplog) == [] and lc._probed == {}
+
+
+def test_probe_slots_must_be_a_bool() -> None:
+    with pytest.raises(ConfigError, match="probe_slots must be True or False, got 'no'"):
+        Fleet(HTTPTransport("http://127.0.0.1:9/v1"), probe_slots="no")  # type: ignore[arg-type]
 
 
 async def test_sessions_and_replica_caps_bound_what_counts(

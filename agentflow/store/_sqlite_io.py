@@ -3,12 +3,15 @@ run loader and the leases. Every function runs on the store's writer thread."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import sqlite3
 import time
 from collections.abc import Sequence
 from typing import Any
+
+import msgspec
 
 from agentflow._errors import RunNotFound
 from agentflow.store._codec import decode_json, decode_prompt, decode_trace, encode, text_hash
@@ -118,12 +121,31 @@ def prepare(r: Record) -> Record | Row:
     """What the writer thread is given for ``r`` with the journal: a turn's or tool
     result's row, its JSON columns encoded now — a snapshot of the record as it is
     written (the assistant message is a live dict of the session's), and the one
-    encoding both the journal and SQLite use — else ``r`` itself."""
+    encoding both the journal and SQLite use — else ``r`` itself, its free-form
+    mappings (a session's task and metadata, its agent's config, a run's config, a
+    policy state) replaced by what their JSON decodes to: the journal's MessagePack
+    carries exactly what the store's JSON column holds (a key that is not a ``str``
+    would fail the record type's decoder at the next open; a datetime would come back
+    in UTC)."""
     if isinstance(r, TurnFinished):
         return TURN, _turn_row(r)
     if isinstance(r, ToolFinished):
         return TOOL, _tool_row(r)
+    if isinstance(r, SessionStarted):
+        agent = dataclasses.replace(r.agent, config=_as_json(r.agent.config))
+        return msgspec.structs.replace(
+            r, agent=agent, task=_as_json(r.task), metadata=_as_json(r.metadata)
+        )
+    if isinstance(r, RunStarted) and r.config is not None:
+        return msgspec.structs.replace(r, config=_as_json(r.config))
+    if isinstance(r, PolicyState):
+        return msgspec.structs.replace(r, state=_as_json(r.state))
     return r
+
+
+def _as_json(value: Any) -> Any:
+    """``value`` as its JSON column reads back (the store's one encoding of it)."""
+    return decode_json(encode(value))
 
 
 def write_records(conn: sqlite3.Connection, items: Sequence[Record | Row]) -> None:

@@ -1,0 +1,73 @@
+"""A child process for ``test_journal_review.py``: records into a SQLite store whose
+writer never commits on its own (``batch_interval_s=10``), then SIGKILLs itself.
+
+    python -m tests.store.journal_review_child metadata DB REPR
+        writes run ``r``'s start and one session whose metadata is ``eval(REPR)``.
+    python -m tests.store.journal_review_child fork DB
+        writes run ``r``'s start and 3 tool results, forks a child that sleeps until
+        its stdin closes (as a ``multiprocessing`` fork worker would live on), prints
+        the child's pid, then kills itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime  # noqa: F401 (for eval)
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from agentflow.store import RunStarted, SessionStarted, SQLiteStore
+from agentflow.store._records import AgentInfo
+
+from .journal_child import tool_result
+
+
+def _die() -> None:
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def session(metadata: dict[Any, Any]) -> SessionStarted:
+    agent = AgentInfo(name="a", fingerprint="f", instructions="be brief", config={})
+    return SessionStarted(
+        run_id="r", session_id="s", position=0, agent=agent, task=[], metadata=metadata
+    )
+
+
+def start() -> RunStarted:
+    return RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=1, config=None)
+
+
+async def metadata(db: Path, value: str) -> None:
+    store = SQLiteStore(db, batch_interval_s=10)
+    await store.open()
+    store.write(start())
+    store.write(session(eval(value)))
+    _die()
+
+
+async def fork(db: Path) -> None:
+    store = SQLiteStore(db, batch_interval_s=10)
+    await store.open()
+    store.write(start())
+    for i in range(3):
+        store.write(tool_result(i))
+    pid = os.fork()
+    if pid == 0:  # the forked child: lives on after its parent's kill
+        try:
+            sys.stdin.read()
+        finally:
+            os._exit(0)
+    print(pid, flush=True)
+    _die()
+
+
+if __name__ == "__main__":
+    mode, path = sys.argv[1], Path(sys.argv[2])
+    if mode == "metadata":
+        asyncio.run(metadata(path, sys.argv[3]))
+    else:
+        asyncio.run(fork(path))

@@ -120,7 +120,10 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         #: Transactions committed so far (by this process).
         self.commits = 0
         self._journal: Journal | None = None
-        self._frozen = False  # a commit failed: the journal is kept for the next open
+        # With the journal: a failed commit's records and mark, committed first by the
+        # next commit (the journal's markers cannot skip them; writer thread).
+        self._pending: list[Record | io.Row] = []
+        self._pending_mark: Mark | None = None
         self._stale_keys: list[str] = []  # markers of deleted segments (writer thread)
 
     #: ``Fleet.run`` keeps a session's lease until the attempt ends rather than giving
@@ -295,9 +298,12 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
     def _commit(
         self, conn: sqlite3.Connection, records: list[Record | io.Row], mark: Mark | None
     ) -> None:
+        if self._pending:  # a failed commit's records go first: order is kept
+            records = self._pending + records
+            mark = mark if mark is not None else self._pending_mark
         if not records and not self._stale_keys:
             return
-        journal = self._journal if mark is not None and not self._frozen else None
+        journal = self._journal if mark is not None else None
         try:
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -316,15 +322,23 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
                 conn.execute("ROLLBACK")
                 raise
         except Exception as exc:  # SQLite's, or a record that cannot be encoded
-            # (caught here, the thread lives on: a later flush reports it, not hangs;
-            # the journal is kept from here on, so the next open ingests these records)
+            # (caught here, the thread lives on: a later flush reports it, not hangs).
+            # With the journal, a failure of SQLite's own (locked, full, I/O) has its
+            # records tried again first by the next commit — committing later records
+            # without them would leave the journal's marker behind records SQLite
+            # holds, and the next open would ingest those twice; until one succeeds the
+            # journal is kept, so the next open ingests them. A record that fails
+            # (cannot be encoded or bound) would fail every retry: its batch is dropped,
+            # as without a journal, and the next commit's markers pass it.
             self._error = exc
-            self._frozen = True
+            if journal is not None and isinstance(exc, sqlite3.OperationalError):
+                self._pending, self._pending_mark = records, mark
             _log.error(
                 "store.write_failed", path=str(self.path), records=len(records), error=repr(exc)
             )
             return
         self._stale_keys = []
+        self._pending, self._pending_mark = [], None
         if journal is not None and mark is not None:
             with self._batch_lock:  # segments wholly committed are deleted
                 self._stale_keys = journal.drop_before(mark)
@@ -405,7 +419,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         with self._batch_lock:
             journal, self._journal = self._journal, None
             self.journal = False
-            delete = delete and not self._frozen and not self._batch
+            delete = delete and not self._pending and not self._batch
         if journal is None:
             return
         keys = self._stale_keys + journal.close(delete=delete)

@@ -14,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from agentflow.store import SQLiteStore, _journal
+from agentflow import StoreError
+from agentflow.store import RunStarted, SQLiteStore, _journal
 from agentflow.store._codec import encode
 
 from ..wait import GUARD_S
+from .journal_child import tool_result
+from .journal_review_child import start
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,4 +80,77 @@ def test_a_killed_sessions_metadata_is_stored_as_without_a_kill(tmp_path: Path, 
     assert len(_segments(db)) == 1
     asyncio.run(_open_close(db))
     assert _rows(db, "SELECT metadata FROM sessions") == [(encode(eval(value)),)]
+    assert _segments(db) == []
+
+
+def test_records_committed_after_a_failed_commit_are_not_ingested_again(
+    tmp_path: Path,
+) -> None:
+    """A commit fails (another connection holds the write lock past busy_timeout),
+    later ones succeed: the next open commits each record exactly once (no conflict
+    row), the failed one included."""
+    db = tmp_path / "busy.db"
+
+    async def main() -> None:
+        store = SQLiteStore(db, batch_interval_s=10, busy_timeout_s=0.05)
+        await store.open()
+        store.write(start())
+        await store.flush()
+        other = sqlite3.connect(db, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        store.write(tool_result(0))
+        with pytest.raises(StoreError, match="locked"):
+            await store.flush()
+        other.execute("COMMIT")
+        other.close()
+        store.write(tool_result(1))
+        with pytest.raises(StoreError):
+            await store.flush()  # the earlier failure is still reported
+        with pytest.raises(StoreError):
+            await store.aclose()
+
+    asyncio.run(main())
+    asyncio.run(_open_close(db))
+    assert _rows(db, "SELECT call_id FROM tool_calls ORDER BY turn") == [
+        ("call-0",),
+        ("call-1",),
+    ]
+    assert _rows(db, "SELECT kind, key FROM conflicts") == []
+    assert _segments(db) == []
+
+
+class _Unprintable:
+    def __repr__(self) -> str:
+        raise ValueError("no repr")
+
+
+def test_a_batch_failed_by_its_record_does_not_hold_back_later_ones(tmp_path: Path) -> None:
+    """A record SQLite's encoding refuses fails its batch (as without a journal): later
+    records are still committed, and the next open commits none of them again."""
+    db = tmp_path / "bad.db"
+
+    async def main() -> list[str]:
+        store = SQLiteStore(db, batch_interval_s=10)
+        await store.open()
+        store.write(start())
+        await store.flush()
+        bad = RunStarted(
+            run_id="bad", attempt=0, wall_ns=1, clock_ns=0, sessions=0,
+            config={"x": _Unprintable()},
+        )  # fmt: skip
+        store.write(bad)
+        store.write(tool_result(0))
+        with pytest.raises(StoreError, match="no repr"):
+            await store.flush()
+        store.write(tool_result(1))
+        runs = [r.run_id for r in await store.runs()]
+        with pytest.raises(StoreError):
+            await store.aclose()
+        return runs
+
+    assert asyncio.run(main()) == ["r"]
+    assert _rows(db, "SELECT call_id FROM tool_calls") == [("call-1",)]
+    asyncio.run(_open_close(db))
+    assert _rows(db, "SELECT call_id FROM tool_calls") == [("call-1",)]
+    assert _rows(db, "SELECT kind, key FROM conflicts") == []
     assert _segments(db) == []

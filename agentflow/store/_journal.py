@@ -40,6 +40,7 @@ import secrets
 import sqlite3
 import struct
 import threading
+import weakref
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -170,6 +171,8 @@ class Journal:
         self._segments: list[_Segment] = []  # oldest first; the last one is written
         self._spare: _Segment | None = None  # the next one, made ahead by the writer
         self._seq = 0
+        self._pid = os.getpid()
+        _live.add(self)
 
     def append(self, item: Record | Row) -> Mark:
         """Copy ``item`` (a record, or a row ``_sqlite_io.prepare`` made) into the
@@ -196,6 +199,8 @@ class Journal:
         return seg.seq, seg.offset
 
     def _next(self, need: int) -> _Segment:
+        if os.getpid() != self._pid:
+            raise OSError("the journal belongs to the process that forked this one")
         seg, self._spare = self._spare, None
         if seg is None or seg.size < need + len(_MAGIC):
             if seg is not None:  # too small for this record
@@ -272,6 +277,32 @@ class Journal:
         for s in segs:
             s.close(delete=delete)
         return [marker_key(s.name) for s in segs] if delete else []
+
+
+def _let_go_in_child(self: Journal) -> None:
+    """In a forked child: close the segments' descriptors, which share the parent's open
+    files and so its ``flock`` — a child outliving a killed parent would keep its
+    journal locked, and the next open would take it for a live store's. The parent's
+    locks stay (a lock belongs to the open file, which the parent still holds); no lock
+    is taken here (another thread may have held it at the fork). The child writes no
+    segment (``_next`` refuses): they are the parent's."""
+    segs = [*self._segments, *([self._spare] if self._spare is not None else [])]
+    self._segments, self._spare = [], None
+    for s in segs:
+        with contextlib.suppress(OSError):
+            os.close(s.fd)
+
+
+_live: weakref.WeakSet[Journal] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for j in list(_live):
+        _let_go_in_child(j)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record | Row]]:

@@ -7,6 +7,10 @@ writer never commits on its own (``batch_interval_s=10``), then SIGKILLs itself.
         writes run ``r``'s start and 3 tool results, forks a child that sleeps until
         its stdin closes (as a ``multiprocessing`` fork worker would live on), prints
         the child's pid, then kills itself.
+    python -m tests.store.journal_review_child forkwrite DB
+        writes run ``r``'s start and tool results 0-2, forks a child that writes tool
+        results 5-7 (the same sizes) and exits, writes tool results 3-4, then kills
+        itself: only what it wrote itself is its journal.
 """
 
 from __future__ import annotations
@@ -65,9 +69,30 @@ async def fork(db: Path) -> None:
     _die()
 
 
+async def forkwrite(db: Path) -> None:
+    store = SQLiteStore(db, batch_interval_s=10)
+    await store.open()
+    store.write(start())
+    for i in range(3):
+        store.write(tool_result(i))
+    pid = os.fork()
+    if pid == 0:  # the forked child records too (its store has no writer thread)
+        try:
+            for i in range(5, 8):
+                store.write(tool_result(i))
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)  # noqa: ASYNC222 (nothing else runs: the order matters)
+    for i in range(3, 5):
+        store.write(tool_result(i))
+    _die()
+
+
 if __name__ == "__main__":
     mode, path = sys.argv[1], Path(sys.argv[2])
     if mode == "metadata":
         asyncio.run(metadata(path, sys.argv[3]))
+    elif mode == "forkwrite":
+        asyncio.run(forkwrite(path))
     else:
         asyncio.run(fork(path))

@@ -154,3 +154,41 @@ def test_a_batch_failed_by_its_record_does_not_hold_back_later_ones(tmp_path: Pa
     assert _rows(db, "SELECT call_id FROM tool_calls") == [("call-1",)]
     assert _rows(db, "SELECT kind, key FROM conflicts") == []
     assert _segments(db) == []
+
+
+def test_a_forked_child_does_not_keep_a_killed_writers_journal_locked(
+    tmp_path: Path,
+) -> None:
+    """The writer forks (a multiprocessing worker, say) and is killed while the child
+    lives on: the next open still commits the killed writer's records."""
+    db = tmp_path / "fork.db"
+    proc = _child("fork", str(db), stdin=subprocess.PIPE)
+    try:
+        assert proc.stdout is not None
+        forked = int(proc.stdout.readline())
+        proc.wait(timeout=GUARD_S)
+        assert proc.returncode == -9
+        os.kill(forked, 0)  # the forked child lives (it waits for its stdin to close)
+        asyncio.run(_open_close(db))
+        assert len(_rows(db, "SELECT call_id FROM tool_calls")) == 3
+        assert _segments(db) == []
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()  # the forked child reads EOF and exits
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.read()  # EOF: the forked child (which shares the pipe) is gone too
+        proc.stdout.close()
+        proc.stderr.close()
+        proc.wait(timeout=GUARD_S)
+
+
+def test_a_forked_child_writes_nothing_into_its_parents_journal(tmp_path: Path) -> None:
+    """The segments are shared mappings: a forked child that records into the store it
+    inherited must not copy its records into the parent's journal (the parent's later
+    records overwrite some of them, and the rest would be committed by the next open as
+    the parent's)."""
+    db = tmp_path / "forkwrite.db"
+    _killed(_child("forkwrite", str(db)))
+    asyncio.run(_open_close(db))
+    calls = _rows(db, "SELECT call_id FROM tool_calls ORDER BY turn")
+    assert calls == [(f"call-{i}",) for i in range(5)]

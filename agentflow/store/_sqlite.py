@@ -391,6 +391,12 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         if not self.journal:
             return super()._take_idle()
         with self._batch_lock:  # whatever was written since the last commit
+            if not self._queue.empty():
+                # Handed over since the wait ran out (a full batch, a call): that goes
+                # first. Taking the newer records now would commit them before it, and
+                # commit their journal mark before its older one (the marker would
+                # move back: the next open would ingest those records twice).
+                return None
             batch, self._batch = self._batch, []
             journal, mark = self._journal, self._mark
         if journal is not None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import datetime  # noqa: F401 (the parameters eval it)
 import glob
+import itertools
 import os
+import random
 import sqlite3
 import subprocess
 import sys
@@ -192,3 +194,30 @@ def test_a_forked_child_writes_nothing_into_its_parents_journal(tmp_path: Path) 
     asyncio.run(_open_close(db))
     calls = _rows(db, "SELECT call_id FROM tool_calls ORDER BY turn")
     assert calls == [(f"call-{i}",) for i in range(5)]
+
+
+def test_records_are_committed_in_the_order_they_were_written(tmp_path: Path) -> None:
+    """The writer's idle wait runs out while the loop hands over a full batch and goes
+    on writing: the thread must not take the loop's newer records (and their journal
+    mark) before the batch handed over. Tool results are inserted in the order they were
+    written (their rowids) — a later one first is also a journal marker moved back."""
+    db = tmp_path / "order.db"
+    pick = random.Random(0)
+
+    async def main() -> None:
+        store = SQLiteStore(db, batch_interval_s=0.001, max_batch=3)
+        await store.open()
+        store.write(start())
+        i = 0
+        while i < 20_000:
+            for _ in range(pick.randint(1, 5)):
+                store.write(tool_result(i))
+                i += 1
+            if pick.random() < 0.3:
+                await asyncio.sleep(0.0005)
+        await store.aclose()
+
+    asyncio.run(main())
+    turns = [int(str(t)) for (t,) in _rows(db, "SELECT turn FROM tool_calls ORDER BY rowid")]
+    assert len(turns) >= 20_000
+    assert [(a, b) for a, b in itertools.pairwise(turns) if b < a] == []

@@ -131,15 +131,18 @@ def prepare(r: Record) -> Record | Row:
         return TURN, _turn_row(r)
     if isinstance(r, ToolFinished):
         return TOOL, _tool_row(r)
-    if isinstance(r, SessionStarted):
-        agent = dataclasses.replace(r.agent, config=_as_json(r.agent.config))
-        return msgspec.structs.replace(
-            r, agent=agent, task=_as_json(r.task), metadata=_as_json(r.metadata)
-        )
-    if isinstance(r, RunStarted) and r.config is not None:
-        return msgspec.structs.replace(r, config=_as_json(r.config))
-    if isinstance(r, PolicyState):
-        return msgspec.structs.replace(r, state=_as_json(r.state))
+    try:
+        if isinstance(r, SessionStarted):
+            agent = dataclasses.replace(r.agent, config=_as_json(r.agent.config))
+            return msgspec.structs.replace(
+                r, agent=agent, task=_as_json(r.task), metadata=_as_json(r.metadata)
+            )
+        if isinstance(r, RunStarted) and r.config is not None:
+            return msgspec.structs.replace(r, config=_as_json(r.config))
+        if isinstance(r, PolicyState):
+            return msgspec.structs.replace(r, state=_as_json(r.state))
+    except Exception:  # an object whose repr fails: SQLite's commit says what is wrong
+        return r
     return r
 
 

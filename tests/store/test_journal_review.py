@@ -22,7 +22,7 @@ from agentflow.store._codec import encode
 
 from ..wait import GUARD_S
 from .journal_child import tool_result
-from .journal_review_child import start
+from .journal_review_child import session, start
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -83,6 +83,31 @@ def test_a_killed_sessions_metadata_is_stored_as_without_a_kill(tmp_path: Path, 
     asyncio.run(_open_close(db))
     assert _rows(db, "SELECT metadata FROM sessions") == [(encode(eval(value)),)]
     assert _segments(db) == []
+
+
+class _ReprFails:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+def test_metadata_whose_repr_fails_is_the_commits_error_not_the_writers(
+    tmp_path: Path,
+) -> None:
+    """The journal encodes a session's metadata as its JSON as it is written: an object
+    whose repr raises must not make ``write`` raise (on the loop, in the recorder) —
+    the commit fails and the next flush says so, as without the journal."""
+
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "repr.db", batch_interval_s=10)
+        await store.open()
+        store.write(start())
+        store.write(session({"x": _ReprFails()}))
+        with pytest.raises(StoreError, match="no repr"):
+            await store.flush()
+        with pytest.raises(StoreError):
+            await store.aclose()
+
+    asyncio.run(main())
 
 
 def test_records_committed_after_a_failed_commit_are_not_ingested_again(

@@ -207,7 +207,11 @@ class Journal:
                 seg.close(delete=True)
             seg = self._make(max(SEGMENT_BYTES, need + len(_MAGIC)))
         self._seq += 1
-        seg.publish(self._dir / f"{self._stem}-{self._seq:08d}", self._seq)
+        try:
+            seg.publish(self._dir / f"{self._stem}-{self._seq:08d}", self._seq)
+        except OSError:  # (its file was removed meanwhile): let go of it, nothing lost
+            seg.close(delete=True)
+            raise
         self._segments.append(seg)
         return seg
 

@@ -22,7 +22,6 @@ written before it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import sqlite3
 import threading
@@ -34,12 +33,12 @@ from agentflow._errors import StoreError
 from agentflow._logging import get_logger
 from agentflow.store import _journal
 from agentflow.store import _sqlite_io as io
-from agentflow.store._journal import Journal, Mark
+from agentflow.store._journaled import JournaledWriter
 from agentflow.store._protocol import LeaseOwner, RunSummary
-from agentflow.store._records import Record, StoredRun
+from agentflow.store._records import StoredRun
 from agentflow.store._runlock import RunLocks
 from agentflow.store._schema import check_schema
-from agentflow.store._writer import STOP, Batch, BatchWriter, Call
+from agentflow.store._writer import STOP, Call
 
 __all__ = ["SQLiteStore"]
 
@@ -47,7 +46,7 @@ _log = get_logger("agentflow.store")
 T = TypeVar("T")
 
 
-class SQLiteStore(BatchWriter[sqlite3.Connection]):
+class SQLiteStore(JournaledWriter):
     """A run store in one SQLite file (see ``docs/store.md`` for its schema).
 
     The file is created readable and writable by its owner only (``0600``; SQLite gives
@@ -93,6 +92,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
                 "SQLiteStore.journal=True needs flock and posix_fallocate, which this "
                 "platform lacks; leave it unset"
             )
+        defaulted = batch_interval_s is None
         if batch_interval_s is None:
             batch_interval_s = 0.010 if journal is False or not _journal.AVAILABLE else 1.0
         if not 0 <= batch_interval_s <= 10:
@@ -115,16 +115,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         self._where = str(self.path)
         self._run_locks = RunLocks(self.path)
         self._init_writer()
-        #: Records committed so far (by this process).
-        self.committed = 0
-        #: Transactions committed so far (by this process).
-        self.commits = 0
-        self._journal: Journal | None = None
-        # With the journal: a failed commit's records and mark, committed first by the
-        # next commit (the journal's markers cannot skip them; writer thread).
-        self._pending: list[Record | io.Row] = []
-        self._pending_mark: Mark | None = None
-        self._stale_keys: list[str] = []  # markers of deleted segments (writer thread)
+        self._init_journal(defaulted=defaulted)
 
     #: ``Fleet.run`` keeps a session's lease until the attempt ends rather than giving
     #: it back as the session ends: a second live writer of a run is refused (one
@@ -193,7 +184,12 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         """Everything recorded about ``run_id`` (or only its ``sessions``);
         :class:`RunNotFound` if nothing is."""
         only = None if sessions is None else list(sessions)
-        return await self._call(lambda conn: io.load_run(conn, run_id, str(self.path), only))
+
+        def load(conn: sqlite3.Connection) -> StoredRun:
+            self._ingest_orphans(conn)  # a writer killed since this store opened
+            return io.load_run(conn, run_id, str(self.path), only)
+
+        return await self._call(load)
 
     async def start_attempt(self, run_id: str, wall_ns: int, clock_ns: int) -> int:
         """Record the next attempt at ``run_id`` and return its number.
@@ -205,6 +201,7 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         self._run_locks.acquire(run_id)
 
         def start(conn: sqlite3.Connection) -> int:
+            self._ingest_orphans(conn)  # a writer killed since this store opened
             self._ready_journal()  # recording starts: the loop's first segment, made here
             return io.start_attempt(conn, run_id, wall_ns, clock_ns, str(self.path))
 
@@ -274,11 +271,17 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             check_schema(conn, str(self.path))
             # What a killed writer's journal holds goes in before anything is read.
-            _journal.ingest_orphans(conn, self.path, io.write_records)
+            self._ingest_orphans(conn)
         except BaseException:
             conn.close()
             raise
         return conn
+
+    def _ingest_orphans(self, conn: sqlite3.Connection) -> None:
+        """Commit what the journals of writers that died hold (writer thread): at open,
+        and again before a run is loaded or an attempt starts — a store open for long
+        may outlive a writer killed meanwhile."""
+        _journal.ingest_orphans(conn, self.path, io.write_records)
 
     def _main(self) -> None:
         conn: sqlite3.Connection | None = None
@@ -294,146 +297,6 @@ class SQLiteStore(BatchWriter[sqlite3.Connection]):
         finally:
             self._close_journal(conn, delete=stopped)
             conn.close()
-
-    def _commit(
-        self, conn: sqlite3.Connection, records: list[Record | io.Row], mark: Mark | None
-    ) -> None:
-        if self._pending:  # a failed commit's records go first: order is kept
-            records = self._pending + records
-            mark = mark if mark is not None else self._pending_mark
-        if not records and not self._stale_keys:
-            return
-        journal = self._journal if mark is not None else None
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                io.write_records(conn, records)
-                if journal is not None and mark is not None:
-                    with self._batch_lock:
-                        markers = journal.committed(mark)
-                    conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?,?)",
-                                     [(k, str(o)) for k, o in markers])  # fmt: skip
-                if self._stale_keys:
-                    conn.executemany(
-                        "DELETE FROM meta WHERE key=?", [(k,) for k in self._stale_keys]
-                    )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-        except Exception as exc:  # SQLite's, or a record that cannot be encoded
-            # (caught here, the thread lives on: a later flush reports it, not hangs).
-            # With the journal, a failure of SQLite's own (locked, full, I/O) has its
-            # records tried again first by the next commit — committing later records
-            # without them would leave the journal's marker behind records SQLite
-            # holds, and the next open would ingest those twice; until one succeeds the
-            # journal is kept, so the next open ingests them. A record that fails
-            # (cannot be encoded or bound) would fail every retry: its batch is dropped,
-            # as without a journal, and the next commit's markers pass it.
-            self._error = exc
-            if journal is not None and isinstance(exc, sqlite3.OperationalError):
-                self._pending, self._pending_mark = records, mark
-            _log.error(
-                "store.write_failed", path=str(self.path), records=len(records), error=repr(exc)
-            )
-            return
-        self._stale_keys = []
-        self._pending, self._pending_mark = [], None
-        if journal is not None and mark is not None:
-            with self._batch_lock:  # segments wholly committed are deleted
-                self._stale_keys = journal.drop_before(mark)
-        if records:
-            self.committed += len(records)
-            self.commits += 1
-
-    # --- the journal (store/_journal.py) --------------------------------------------------
-
-    def write(self, record: Record) -> None:
-        """Add ``record`` to the next commit: with the journal, copy it there first — from
-        then on a ``kill -9`` cannot lose it (see the class).
-
-        Raises:
-            StoreError: the store is closed.
-        """
-        if not self.journal or self._thread is None or self._closed:
-            super().write(record)  # starts the writer thread, or says the store is closed
-            return
-        # Inline, not through BatchWriter.write: this runs on the event loop once per
-        # record, and on this path every call frame is paid cold (docs/store.md, "Cost").
-        with self._batch_lock:
-            item: Record | io.Row = record
-            try:
-                item = io.prepare(record)  # a turn's or tool result's row, encoded now
-                journal = self._journal
-                if journal is None:
-                    journal = self._journal = Journal(self.path, self._batch_lock)
-                self._mark = journal.append(item)
-            except (TypeError, ValueError, OverflowError):
-                pass  # not encodable: it goes to SQLite as it is, which says what is wrong
-            except OSError as exc:  # no segment could be made (a full disk)
-                self.journal = False
-                _log.error("store.journal_failed", path=str(self.path), error=repr(exc))
-            self._batch.append(item)
-            full = len(self._batch) >= self.max_batch or not self.journal
-        if full:
-            self._hand_over()
-
-    def _enqueue(self, record: Record) -> None:
-        if self.journal:
-            self.write(record)  # the writer thread has started: the journal's path
-        else:
-            super()._enqueue(record)
-
-    def _idle_wait_s(self) -> float:
-        return self.batch_interval_s if self.journal else super()._idle_wait_s()
-
-    def _take_idle(self) -> list[Record] | None:
-        if not self.journal:
-            return super()._take_idle()
-        with self._batch_lock:  # whatever was written since the last commit
-            if not self._queue.empty():
-                # Handed over since the wait ran out (a full batch, a call): that goes
-                # first. Taking the newer records now would commit them before it, and
-                # commit their journal mark before its older one (the marker would
-                # move back: the next open would ingest those records twice).
-                return None
-            batch, self._batch = self._batch, []
-            journal, mark = self._journal, self._mark
-        if journal is not None:
-            self._ready_journal()
-        return Batch(batch, mark) if batch else None
-
-    def _ready_journal(self) -> None:
-        """Writer thread: make the journal's next segment ahead of time and map in the
-        pages the loop writes next, so that the loop pays for neither (the reservation
-        of a segment is ~2–3 ms of CPU here)."""
-        if not self.journal:
-            return
-        with self._batch_lock:
-            journal = self._journal
-            if journal is None:
-                journal = self._journal = Journal(self.path, self._batch_lock)
-        try:
-            journal.make_spare()
-        except OSError as exc:  # the loop tries again itself, and falls back if it must
-            _log.warning("store.journal_spare_failed", path=str(self.path), error=repr(exc))
-        journal.prefault()
-
-    def _close_journal(self, conn: sqlite3.Connection, *, delete: bool) -> None:
-        """Let go of the journal as the writer ends: delete it when everything it holds
-        is committed (the store closed cleanly), else keep it for the next open."""
-        with self._batch_lock:
-            journal, self._journal = self._journal, None
-            self.journal = False
-            delete = delete and not self._pending and not self._batch
-        if journal is None:
-            return
-        keys = self._stale_keys + journal.close(delete=delete)
-        if keys:
-            with contextlib.suppress(sqlite3.Error):  # else the next open deletes them
-                conn.execute("BEGIN IMMEDIATE")
-                conn.executemany("DELETE FROM meta WHERE key=?", [(k,) for k in keys])
-                conn.execute("COMMIT")
 
 
 def _as_store_error(exc: BaseException, path: Path) -> BaseException:

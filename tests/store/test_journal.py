@@ -301,3 +301,47 @@ def test_the_writer_makes_the_loops_segment_ahead(tmp_path: Path) -> None:
     assert len(_spares(db)) == 1
     asyncio.run(_open_close(db))
     assert _spares(db) == [] and _segments(db) == []
+
+
+def test_a_store_open_before_a_writer_was_killed_ingests_it_on_load(tmp_path: Path) -> None:
+    """A store opened first (a long-lived process), then another process records and is
+    killed: loading the run — what a resume does first — commits the killed writer's
+    journal, so the run is found with all it recorded."""
+    db = tmp_path / "long.db"
+
+    async def main() -> int:
+        store = SQLiteStore(db)
+        await store.open()
+        try:
+            await asyncio.to_thread(_kill_child, "records", str(db), "5", "99")
+            run = await store.load("r")
+        finally:
+            await store.aclose()
+        return len(run.sessions)
+
+    assert asyncio.run(main()) == 0  # run r has no session: its start and tool results
+    assert _count(db, "SELECT COUNT(*) FROM tool_calls") == 5
+    assert _segments(db) == []
+
+
+def test_a_failed_journal_falls_back_to_the_batch_paths_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a journal a ``kill -9`` loses up to ``batch_interval_s``: when the journal
+    fails, a store on the default interval (the journal's 1 s) goes to the batch path's
+    10 ms; one given an interval keeps it."""
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+
+    async def main(interval: float | None = None) -> float:
+        store = SQLiteStore(tmp_path / f"f{interval}.db", batch_interval_s=interval)
+        await store.open()
+        store.write(tool_result(0))
+        await store.aclose()
+        return store.batch_interval_s
+
+    assert asyncio.run(main()) == 0.010
+    assert asyncio.run(main(0.5)) == 0.5

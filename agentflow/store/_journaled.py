@@ -1,0 +1,196 @@
+"""The SQLite store's write path: records copied into the journal as they are written
+(``store/_journal.py``) and committed to SQLite by the writer thread, with each
+segment's marker in the same transaction. :class:`~agentflow.store.SQLiteStore` is this
+writer plus its file, its reads and its leases (``store/_sqlite.py``); without a journal
+(``journal=False``, no ``flock``) the path is :class:`BatchWriter`'s."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+from agentflow._logging import get_logger
+from agentflow.store import _sqlite_write as io
+from agentflow.store._journal import Journal, Mark
+from agentflow.store._records import Record
+from agentflow.store._writer import Batch, BatchWriter
+
+__all__ = ["JournaledWriter"]
+
+_log = get_logger("agentflow.store")
+
+
+class JournaledWriter(BatchWriter[sqlite3.Connection]):
+    """A :class:`BatchWriter` whose records go through a journal first (see the module).
+
+    A subclass sets ``path``, ``journal`` (whether to use it), ``batch_interval_s`` and
+    ``max_batch``, and calls :meth:`_init_journal` after ``_init_writer``."""
+
+    path: Path
+    journal: bool
+
+    def _init_journal(self, *, defaulted: bool) -> None:
+        #: Records committed so far (by this process).
+        self.committed = 0
+        #: Transactions committed so far (by this process).
+        self.commits = 0
+        self._journal: Journal | None = None
+        # Whether batch_interval_s is the journal's default (1 s): without a journal it
+        # becomes the batch path's, 10 ms, should the journal fail.
+        self._interval_defaulted = defaulted
+        # With the journal: a failed commit's records, mark and error, committed first
+        # by the next commit (the journal's markers cannot skip them; writer thread).
+        self._pending: list[Record | io.Row] = []
+        self._pending_mark: Mark | None = None
+        self._pending_error: BaseException | None = None
+        self._stale_keys: list[str] = []  # markers of deleted segments (writer thread)
+
+    def _commit(
+        self, conn: sqlite3.Connection, records: list[Record | io.Row], mark: Mark | None
+    ) -> None:
+        if self._pending:  # a failed commit's records go first: order is kept
+            records = self._pending + records
+            mark = mark if mark is not None else self._pending_mark
+        if not records and not self._stale_keys:
+            return
+        journal = self._journal if mark is not None else None
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                io.write_records(conn, records)
+                if journal is not None and mark is not None:
+                    with self._batch_lock:
+                        markers = journal.committed(mark)
+                    conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?,?)",
+                                     [(k, str(o)) for k, o in markers])  # fmt: skip
+                if self._stale_keys:
+                    conn.executemany(
+                        "DELETE FROM meta WHERE key=?", [(k,) for k in self._stale_keys]
+                    )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except Exception as exc:  # SQLite's, or a record that cannot be encoded
+            # (caught here, the thread lives on: a later flush reports it, not hangs).
+            # With the journal, a failure of SQLite's own (locked, full, I/O) has its
+            # records tried again first by the next commit — committing later records
+            # without them would leave the journal's marker behind records SQLite
+            # holds, and the next open would ingest those twice; until one succeeds the
+            # journal is kept, so the next open ingests them. A record that fails
+            # (cannot be encoded or bound) would fail every retry: its batch is dropped,
+            # as without a journal, and the next commit's markers pass it.
+            self._error = exc
+            if journal is not None and isinstance(exc, sqlite3.OperationalError):
+                self._pending, self._pending_mark = records, mark
+                self._pending_error = exc
+            _log.error(
+                "store.write_failed", path=str(self.path), records=len(records), error=repr(exc)
+            )
+            return
+        self._stale_keys = []
+        if self._pending_error is not None and self._error is self._pending_error:
+            self._error = None  # its records are committed now: nothing was lost
+        self._pending, self._pending_mark, self._pending_error = [], None, None
+        if journal is not None and mark is not None:
+            with self._batch_lock:  # segments wholly committed are deleted
+                self._stale_keys = journal.drop_before(mark)
+        if records:
+            self.committed += len(records)
+            self.commits += 1
+
+    # --- the journal (store/_journal.py) --------------------------------------------------
+
+    def write(self, record: Record) -> None:
+        """Add ``record`` to the next commit: with the journal, copy it there first — from
+        then on a ``kill -9`` cannot lose it (see the class).
+
+        Raises:
+            StoreError: the store is closed.
+        """
+        if self._thread is None or self._closed:
+            super().write(record)  # starts the writer thread, or says the store is closed
+            return
+        # Inline, not through BatchWriter.write: this runs on the event loop once per
+        # record, and on this path every call frame is paid cold (docs/store.md, "Cost").
+        with self._batch_lock:
+            journaled = self.journal  # else closed, or failed, meanwhile: the batch path
+            if journaled:
+                item: Record | io.Row = record
+                try:
+                    item = io.prepare(record)  # a turn's or tool result's row, encoded now
+                    journal = self._journal
+                    if journal is None:
+                        journal = self._journal = Journal(self.path, self._batch_lock)
+                    self._mark = journal.append(item)
+                except (TypeError, ValueError, OverflowError):
+                    pass  # not encodable: it goes to SQLite as it is, which says what is wrong
+                except OSError as exc:  # no segment could be made (a full disk)
+                    self.journal = False
+                    if self._interval_defaulted:
+                        self.batch_interval_s = 0.010  # the batch path's default
+                    _log.error("store.journal_failed", path=str(self.path), error=repr(exc))
+                self._batch.append(item)
+                full = len(self._batch) >= self.max_batch or not self.journal
+        if not journaled:
+            super().write(record)
+        elif full:
+            self._hand_over()
+
+    def _enqueue(self, record: Record) -> None:
+        if self.journal:
+            self.write(record)  # the writer thread has started: the journal's path
+        else:
+            super()._enqueue(record)
+
+    def _idle_wait_s(self) -> float:
+        return self.batch_interval_s if self.journal else super()._idle_wait_s()
+
+    def _take_idle(self) -> list[Record] | None:
+        if not self.journal:
+            return super()._take_idle()
+        with self._batch_lock:  # whatever was written since the last commit
+            if not self._queue.empty():
+                # Handed over since the wait ran out (a full batch, a call): that goes
+                # first. Taking the newer records now would commit them before it, and
+                # commit their journal mark before its older one (the marker would
+                # move back: the next open would ingest those records twice).
+                return None
+            batch, self._batch = self._batch, []
+            journal, mark = self._journal, self._mark
+        if journal is not None:
+            self._ready_journal()
+        return Batch(batch, mark) if batch else None
+
+    def _ready_journal(self) -> None:
+        """Writer thread: make the journal's next segment ahead of time and map in the
+        pages the loop writes next, so that the loop pays for neither (the reservation
+        of a segment is ~2–3 ms of CPU here)."""
+        if not self.journal:
+            return
+        with self._batch_lock:
+            journal = self._journal
+            if journal is None:
+                journal = self._journal = Journal(self.path, self._batch_lock)
+        try:
+            journal.make_spare()
+        except OSError as exc:  # the loop tries again itself, and falls back if it must
+            _log.warning("store.journal_spare_failed", path=str(self.path), error=repr(exc))
+        journal.prefault()
+
+    def _close_journal(self, conn: sqlite3.Connection, *, delete: bool) -> None:
+        """Let go of the journal as the writer ends: delete it when everything it holds
+        is committed (the store closed cleanly), else keep it for the next open."""
+        with self._batch_lock:
+            journal, self._journal = self._journal, None
+            self.journal = False
+            delete = delete and not self._pending and not self._batch
+        if journal is None:
+            return
+        keys = self._stale_keys + journal.close(delete=delete)
+        if keys:
+            with contextlib.suppress(sqlite3.Error):  # else the next open deletes them
+                conn.execute("BEGIN IMMEDIATE")
+                conn.executemany("DELETE FROM meta WHERE key=?", [(k,) for k in keys])
+                conn.execute("COMMIT")

@@ -19,6 +19,8 @@ journal's end; everything before it is kept, in order. Segments are reserved wit
 ``posix_fallocate`` before they are mapped, so a full disk is an ``OSError`` when a
 segment is made (the record then goes to SQLite directly), never a ``SIGBUS`` on a write.
 
+Reading a killed writer's journal back is ``_journal_ingest.py``.
+
 Files: each open store writes its own segments, ``<db>.af-journal-<pid>-<token>-<seq>``,
 8 MiB each (more for a record that needs it), and holds an exclusive ``flock`` on each
 until its records are committed and it is deleted (the kernel drops the locks when the
@@ -37,18 +39,15 @@ import glob
 import mmap
 import os
 import secrets
-import sqlite3
 import struct
 import threading
 import weakref
 import zlib
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from agentflow._errors import StoreError
 from agentflow.store._records import (
     PolicyState,
     Record,
@@ -66,7 +65,7 @@ try:
 except ImportError:  # not POSIX (Windows): no journal there (SQLiteStore commits each batch)
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["AVAILABLE", "Journal", "Mark", "ingest_orphans", "marker_key"]
+__all__ = ["AVAILABLE", "Journal", "Mark", "marker_key"]
 
 #: Whether this platform has what the journal needs (``flock``, ``posix_fallocate``).
 AVAILABLE = fcntl is not None and hasattr(os, "posix_fallocate")
@@ -307,121 +306,3 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def _frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record | Row]]:
-    """The intact items of a segment's bytes from ``start``, each with the offset after
-    it; stops at the first frame that is empty or cut short."""
-    pos, size = start, len(data)
-    while pos + _FRAME.size <= size:
-        n, crc = _FRAME.unpack_from(data, pos)
-        end = pos + _FRAME.size + n
-        if n == 0 or end > size:
-            return
-        payload = data[pos + _FRAME.size : end]
-        if zlib.crc32(payload) != crc:
-            return
-        kind, raw = _frame_decoder.decode(payload)
-        if kind >= _ROWS:
-            yield end, (kind - _ROWS, _row_decoder.decode(raw))
-        else:
-            yield end, _decoders[kind].decode(raw)
-        pos = end
-
-
-def ingest_orphans(
-    conn: sqlite3.Connection,
-    db: Path,
-    write: Callable[[sqlite3.Connection, list[Record | Row]], None],
-) -> int:
-    """Commit every journal segment of ``db`` that no open store holds (its writer was
-    killed, or could not commit), then delete it; returns how many records it committed.
-
-    Each segment is committed in one transaction that also moves its ``meta`` marker, so
-    a segment met again is not ingested twice.
-
-    Raises:
-        StoreError: a segment cannot be read, decoded or written (it is kept).
-    """
-    if not AVAILABLE:
-        return 0
-    assert fcntl is not None
-    total = 0
-    for p in sorted(glob.glob(_glob(db))):
-        try:
-            fd = os.open(p, os.O_RDWR)
-        except FileNotFoundError:
-            continue
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                continue  # a live store's
-            total += _ingest_one(conn, fd, Path(p), write)
-        except (OSError, ValueError, msgspec.DecodeError, sqlite3.Error) as exc:
-            raise StoreError(
-                f"{db}: cannot ingest the journal segment {p} left by a run that did not "
-                f"close its store: {exc} (it is kept; move it aside to open the store "
-                "without its records)"
-            ) from exc
-        finally:
-            os.close(fd)
-    # A segment being made when its process died (before its rename): empty; delete it.
-    for p in glob.glob(glob.escape(str(db.parent / f".{db.name}.af-journal-")) + "*.tmp"):
-        _remove_unlocked(p)
-    # Markers of segments that are gone (deleted after their last commit).
-    keys = [k for (k,) in conn.execute("SELECT key FROM meta WHERE key LIKE 'journal:%'")]
-    gone = [(k,) for k in keys if not (db.parent / k.removeprefix("journal:")).exists()]
-    if gone:
-        conn.execute("BEGIN IMMEDIATE")
-        conn.executemany("DELETE FROM meta WHERE key=?", gone)
-        conn.execute("COMMIT")
-    return total
-
-
-def _remove_unlocked(path: str) -> None:
-    """Delete ``path`` unless a live store holds its lock."""
-    assert fcntl is not None
-    try:
-        fd = os.open(path, os.O_RDWR)
-    except FileNotFoundError:
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.unlink(path)
-    except OSError:  # held (BlockingIOError), or gone meanwhile
-        pass
-    finally:
-        os.close(fd)
-
-
-def _ingest_one(
-    conn: sqlite3.Connection,
-    fd: int,
-    path: Path,
-    write: Callable[[sqlite3.Connection, list[Record | Row]], None],
-) -> int:
-    conn.execute("BEGIN IMMEDIATE")  # one ingester at a time, and the marker is current
-    try:
-        if os.fstat(fd).st_nlink == 0:  # another opener ingested and deleted it
-            conn.execute("ROLLBACK")
-            return 0
-        data = os.pread(fd, os.fstat(fd).st_size, 0)
-        if data[: len(_MAGIC)] != _MAGIC:
-            raise ValueError("not an agentflow journal segment")
-        key = marker_key(path.name)
-        row = conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
-        start = max(len(_MAGIC), int(row[0]) if row is not None else 0)
-        end = start
-        records: list[Record | Row] = []
-        for end, record in _frames(data, start):  # noqa: B007 (``end``: where they stop)
-            records.append(record)
-        write(conn, records)
-        count = len(records)
-        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, str(end)))
-        conn.execute("COMMIT")
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    os.unlink(path)
-    return count

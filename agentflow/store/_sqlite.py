@@ -31,7 +31,7 @@ from typing import TypeVar
 
 from agentflow._errors import StoreError
 from agentflow._logging import get_logger
-from agentflow.store import _journal
+from agentflow.store import _journal, _journal_ingest
 from agentflow.store import _sqlite_io as io
 from agentflow.store._journaled import JournaledWriter
 from agentflow.store._protocol import LeaseOwner, RunSummary
@@ -281,7 +281,7 @@ class SQLiteStore(JournaledWriter):
         """Commit what the journals of writers that died hold (writer thread): at open,
         and again before a run is loaded or an attempt starts — a store open for long
         may outlive a writer killed meanwhile."""
-        _journal.ingest_orphans(conn, self.path, io.write_records)
+        _journal_ingest.ingest_orphans(conn, self.path, io.write_records)
 
     def _main(self) -> None:
         conn: sqlite3.Connection | None = None

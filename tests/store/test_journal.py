@@ -22,7 +22,14 @@ import pytest
 from agentflow import ConfigError
 from agentflow._metrics import turn_metrics
 from agentflow._trace import TurnTrace
-from agentflow.store import LeaseOwner, RunStarted, SQLiteStore, TurnFinished, _journal
+from agentflow.store import (
+    LeaseOwner,
+    RunStarted,
+    SQLiteStore,
+    TurnFinished,
+    _journal,
+    _journal_ingest,
+)
 
 from ..wait import GUARD_S
 from .fleets import agents, contents, resume, run_cut
@@ -114,7 +121,7 @@ def test_a_record_cut_short_ends_the_journal(tmp_path: Path) -> None:
     _kill_child("records", str(db), "5", "99")
     (segment,) = _segments(db)
     with open(segment, "r+b") as f:
-        ends = [end for end, _ in _journal._frames(f.read(), len(_journal._MAGIC))]
+        ends = [end for end, _ in _journal_ingest.frames(f.read(), len(_journal._MAGIC))]
         assert len(ends) == 6  # the run's start and 5 tool results
         f.seek(ends[-1])
         f.write(_journal._FRAME.pack(40, 12345) + b"x" * 20)  # length 40, wrong CRC

@@ -294,6 +294,10 @@ def _let_go_in_child(self: Journal) -> None:
     for s in segs:
         with contextlib.suppress(OSError):
             os.close(s.fd)
+        # The mapping holds a duplicate of the descriptor (CPython's mmap dups it), which
+        # shares the lock too: unmapping the child's copy closes it (the parent's stays).
+        with contextlib.suppress(OSError, BufferError, ValueError):
+            s.mm.close()
 
 
 _live: weakref.WeakSet[Journal] = weakref.WeakSet()

@@ -81,10 +81,13 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
             # journal is kept, so the next open ingests them. A record that fails
             # (cannot be encoded or bound) would fail every retry: its batch is dropped,
             # as without a journal, and the next commit's markers pass it.
-            self._error = exc
             if journal is not None and isinstance(exc, sqlite3.OperationalError):
                 self._pending, self._pending_mark = records, mark
+                if self._error is None or self._error is self._pending_error:
+                    self._error = exc  # (an earlier loss stays the one reported)
                 self._pending_error = exc
+            else:
+                self._error = exc
             _log.error(
                 "store.write_failed", path=str(self.path), records=len(records), error=repr(exc)
             )

@@ -59,9 +59,13 @@ async def fork(db: Path) -> None:
     store.write(start())
     for i in range(3):
         store.write(tool_result(i))
+    # Something in the child still referring to a segment (a frame another thread left,
+    # here a list) must not keep it locked: its mapping's own descriptor shares the lock.
+    held = list(store._journal._segments) if store._journal is not None else []
     pid = os.fork()
     if pid == 0:  # the forked child: lives on after its parent's kill
         try:
+            assert held
             sys.stdin.read()
         finally:
             os._exit(0)

@@ -7,7 +7,6 @@ once."""
 
 from __future__ import annotations
 
-import asyncio
 from collections import Counter
 from pathlib import Path
 
@@ -17,7 +16,8 @@ from agentflow import Event, Fleet, HTTPTransport
 from agentflow.store import SQLiteStore
 from tests.sched.conftest import RecordingSim
 from tests.store.fleets import contents
-from tests.workers.test_workers_store import _request_len, one_process_run, sent_turns
+from tests.workers.test_workers_store import RUN as RUN_W
+from tests.workers.test_workers_store import check_resumed, cut, one_process_run
 from tests.workers.tools import PLAIN, TOOL, workload
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'agentflow[ray]'")
@@ -91,46 +91,17 @@ async def test_a_cancelled_ray_run_resumes_on_ray_as_if_uninterrupted(tmp_path: 
     async with RecordingSim(seed=9) as sim, HTTPTransport(sim.base_url) as http:
         whole = await Fleet(http, max_concurrency=2).run(workload(16))
     path = tmp_path / "cut.db"
+    _, recorded = await cut(path, 5, backend="ray")
+    assert 5 <= recorded < 24  # partway
     store = SQLiteStore(path)
-    ended = 0
-    enough = asyncio.Event()
-
-    def count(event: Event) -> None:
-        nonlocal ended
-        if event.type == "turn_end":
-            ended += 1
-            if ended >= 5:
-                enough.set()
-
     try:
-        async with RecordingSim(seed=9) as sim, HTTPTransport(sim.base_url) as http:
-            fleet = Fleet(
-                http, max_concurrency=2, workers=2, backend="ray", store=store, callbacks=[count]
-            )
-            task = asyncio.create_task(fleet.run(workload(16), run_id=RUN))
-            await asyncio.wait_for(enough.wait(), 120)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-        before = await store.load(RUN)
+        before = await store.load(RUN_W)
         done = {(s.session_id, i) for s in before.sessions for i in range(len(s.turns))}
-        assert 5 <= len(done) < 24  # partway
         async with RecordingSim(seed=9) as sim, HTTPTransport(sim.base_url) as http:
             fleet = Fleet(http, max_concurrency=2, workers=2, backend="ray", store=store)
-            resumed = await fleet.resume(RUN, agents=[PLAIN, TOOL])
-        assert await store.conflicts(RUN) == []
+            resumed = await fleet.resume(RUN_W, agents=[PLAIN, TOOL])
+        assert await store.conflicts(RUN_W) == []
     finally:
         await store.aclose()
-    assert not resumed.failed, [s.error for s in resumed.failed]
-    for a, b in zip(whole.sessions, resumed.sessions, strict=True):
-        assert (a.status, a.final_output, a.messages) == (b.status, b.final_output, b.messages)
-    by_len = {
-        (s.session_id, _request_len(s.messages, i)): i
-        for s in whole.sessions
-        for i in range(len(s.turns))
-    }
-    sent = sent_turns(sim)
-    assert [k for k in sent if (k[0], by_len[k]) in done] == []  # no finished turn redone
-    assert all(c == 1 for c in sent.values())
-    assert sum(sent.values()) == 24 - len(done)
+    check_resumed(whole, resumed, sim, done)
     assert agentflow_actors() == []

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime  # noqa: F401 (the parameters eval it)
-import glob
 import itertools
 import os
 import random
@@ -23,6 +22,7 @@ from agentflow.store._codec import encode
 from ..wait import GUARD_S
 from .journal_child import tool_result
 from .journal_review_child import session, start
+from .test_journal import _open_close, _segments
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,22 +47,12 @@ def _killed(proc: subprocess.Popen[str]) -> str:
     return out
 
 
-def _segments(db: Path) -> list[str]:
-    return sorted(glob.glob(glob.escape(str(db)) + ".af-journal-*"))
-
-
 def _rows(db: Path, sql: str) -> list[tuple[object, ...]]:
     conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
     try:
         return conn.execute(sql).fetchall()
     finally:
         conn.close()
-
-
-async def _open_close(db: Path) -> None:
-    store = SQLiteStore(db)
-    await store.open()
-    await store.aclose()
 
 
 @pytest.mark.parametrize(

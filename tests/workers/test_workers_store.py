@@ -14,6 +14,7 @@ import signal
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -77,9 +78,12 @@ async def test_workers_record_what_one_process_records(tmp_path: Path) -> None:
     assert two == one
 
 
-async def _cut(path: Path, stop_after: int) -> tuple[Counter[tuple[str, int]], int]:
-    """Run ``workload(16)`` on two workers in a store, cancelled after ``stop_after``
-    turn ends; what the server was sent, and how many turns the store holds."""
+async def cut(
+    path: Path, stop_after: int, backend: Literal["processes", "ray"] = "processes"
+) -> tuple[Counter[tuple[str, int]], int]:
+    """Run ``workload(16)`` on two workers (processes, or Ray actors) in a store,
+    cancelled after ``stop_after`` turn ends; what the server was sent, and how many
+    turns the store holds."""
     store = SQLiteStore(path)
     ended = 0
     first = asyncio.Event()
@@ -93,9 +97,11 @@ async def _cut(path: Path, stop_after: int) -> tuple[Counter[tuple[str, int]], i
 
     try:
         async with RecordingSim(seed=9) as sim, HTTPTransport(sim.base_url) as http:
-            fleet = Fleet(http, max_concurrency=2, workers=2, store=store, callbacks=[count])
+            fleet = Fleet(
+                http, max_concurrency=2, workers=2, backend=backend, store=store, callbacks=[count]
+            )
             task = asyncio.create_task(fleet.run(workload(16), run_id=RUN))
-            await asyncio.wait_for(first.wait(), 60)
+            await asyncio.wait_for(first.wait(), 120)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -113,7 +119,7 @@ async def test_a_cancelled_run_resumes_on_workers_as_if_uninterrupted(tmp_path: 
     async with RecordingSim(seed=9) as sim, HTTPTransport(sim.base_url) as http:
         whole = await Fleet(http, max_concurrency=2).run(workload(16))
     path = tmp_path / "cut.db"
-    _, recorded = await _cut(path, 5)
+    _, recorded = await cut(path, 5)
     assert 5 <= recorded < 24  # partway: some turns recorded, not all
     store = SQLiteStore(path)
     before = await store.load(RUN)
@@ -126,13 +132,23 @@ async def test_a_cancelled_run_resumes_on_workers_as_if_uninterrupted(tmp_path: 
         assert await store.conflicts(RUN) == []
     finally:
         await store.aclose()
+    check_resumed(whole, resumed, sim, done_before)
+    assert sum(len(s.turns) for s in after.sessions) == sum(len(s.turns) for s in whole.sessions)
+    assert {s.status for s in after.sessions} == {"completed"}
+    assert not multiprocessing.active_children()
+
+
+def check_resumed(
+    whole: FleetResult, resumed: FleetResult, sim: RecordingSim, done: set[tuple[str, int]]
+) -> None:
+    """A resumed ``workload(16)`` run ended as the uninterrupted ``whole`` did, and the
+    server ``sim`` saw none of the turns ``done`` (recorded before the resume) and each
+    other turn once."""
     assert not resumed.failed, [s.error for s in resumed.failed]
     assert [s.session_id for s in resumed.sessions] == [f"s{i}" for i in range(16)]
     for a, b in zip(whole.sessions, resumed.sessions, strict=True):
         assert (a.status, a.final_output, a.messages) == (b.status, b.final_output, b.messages)
         assert len(a.turns) == len(b.turns)
-    assert sum(len(s.turns) for s in after.sessions) == sum(len(s.turns) for s in whole.sessions)
-    assert {s.status for s in after.sessions} == {"completed"}
     # Turn i of a session is sent with a known number of messages: the resumed run sent
     # none of the turns recorded before it (a finished turn is not redone).
     by_len = {
@@ -141,12 +157,11 @@ async def test_a_cancelled_run_resumes_on_workers_as_if_uninterrupted(tmp_path: 
         for i in range(len(s.turns))
     }
     sent = sent_turns(sim)
-    resent = [(sid, by_len[(sid, n)]) for sid, n in sent if (sid, by_len[(sid, n)]) in done_before]
+    resent = [(sid, by_len[(sid, n)]) for sid, n in sent if (sid, by_len[(sid, n)]) in done]
     assert resent == []
     assert all(c == 1 for c in sent.values())
     # ...and exactly the turns it did not hold: each once.
-    assert sum(sent.values()) == 24 - len(done_before)
-    assert not multiprocessing.active_children()
+    assert sum(sent.values()) == 24 - len(done)
 
 
 def _request_len(messages: list[dict[str, object]], turn: int) -> int:

@@ -15,8 +15,10 @@ side imports nothing from here. The pieces, bottom up:
   :class:`StepResult`, :class:`EngineStats`.
 - :mod:`~agentflow.sim.sequence` — :class:`EngineRequest` (a request in tokens) and
   the scheduler's per-request state.
-- :mod:`~agentflow.sim.engine` — :class:`Engine`: the scheduler, :meth:`Engine.step`,
-  and :meth:`Engine.decode_run` (many pure-decode steps at once, for virtual time).
+- :mod:`~agentflow.sim.engine` — :class:`Engine`: its state, clock and requests.
+- :mod:`~agentflow.sim.scheduler` — the engine's step loop: the scheduler,
+  :meth:`Engine.step`, and :meth:`Engine.decode_run` (many pure-decode steps at once, for
+  virtual time).
 
 No HTTP and no asyncio: the engine is a discrete-event core whose caller owns the clock.
 

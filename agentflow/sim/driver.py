@@ -28,7 +28,8 @@ With no work the loop task waits on an event (no polling) and
 :meth:`~EngineDriver.submit` wakes it; idle time passes on the engine clock too.
 
 The consumer contract and the request handle are in :mod:`agentflow.sim.request`;
-bodies are checked in :mod:`agentflow.sim.api`.
+bodies are checked in :mod:`agentflow.sim.api`; the step loop and its deliveries are in
+:mod:`agentflow.sim.driver_loop`.
 """
 
 from __future__ import annotations
@@ -40,8 +41,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentflow.sim.api import ChatParams, parse_chat_body, parse_request_id
+from agentflow.sim.driver_loop import _DriverLoop
 from agentflow.sim.engine import Engine
-from agentflow.sim.records import DriverStats, RecordArchive, RequestRecord, StepResult
+from agentflow.sim.records import DriverStats, RecordArchive, RequestRecord
 from agentflow.sim.request import SimRequest, StreamConsumer
 
 # ChatParams, DriverStats, SimRequest, StreamConsumer, parse_chat_body and
@@ -59,7 +61,7 @@ __all__ = [
 _log = logging.getLogger("agentflow.sim")
 
 
-class EngineDriver:
+class EngineDriver(_DriverLoop):
     """Runs an :class:`Engine`'s step loop as an asyncio task, in loop time.
 
     Args:
@@ -309,110 +311,3 @@ class EngineDriver:
             active=len(self._requests),
             cancelled=self._cancelled,
         )
-
-    # --- The loop ----------------------------------------------------------------------
-
-    def _retire(self, rid: int) -> None:
-        try:
-            self._retired.add(self.engine.pop_record(rid))
-        except (KeyError, ValueError):
-            return
-
-    async def _run(self) -> None:
-        loop = asyncio.get_running_loop()
-        engine = self.engine
-        scale = self.time_scale
-        wake = self._wake
-        assert wake is not None
-        sleep = asyncio.sleep
-        max_batch = self.max_batch_s
-        last_yield = loop.time()
-        flush_cost = 0.0
-        try:
-            while True:
-                if not engine.has_work:
-                    self._flush()
-                    wake.clear()
-                    await wake.wait()
-                    last_yield = loop.time()
-                    continue
-                now = loop.time()
-                behind = (now - self._origin) / scale - engine.now
-                if behind * scale > self.resync_s:
-                    self._resyncs += 1
-                    self._lag += behind * scale
-                    engine.advance_to(engine.now + behind)
-                step = engine.step()
-                self._steps += 1
-                target = self._origin + step.end_s * scale
-                now = loop.time()
-                if target > now:
-                    await sleep(target - now)
-                    now = loop.time()
-                    late = now - target
-                    if late > self._max_late:
-                        self._max_late = late
-                    self._deliver(step)
-                    self._flush()
-                    last_yield = now
-                else:
-                    # Late: deliver at once and take the next step without yielding,
-                    # for at most max_batch_s, so that consumers that buffer can send
-                    # several steps in one write; nothing is skipped.
-                    self._late_steps += 1
-                    late = now - target
-                    if late > self._max_late:
-                        self._max_late = late
-                    self._deliver(step)
-                    # A batch lasts at least as long as its flush took last time, so
-                    # that writing never takes more than about half of the time.
-                    if now - last_yield >= max_batch and now - last_yield >= flush_cost:
-                        t0 = loop.time()
-                        self._flush()
-                        last_yield = loop.time()
-                        flush_cost = last_yield - t0
-                        await sleep(0)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
-            _log.exception("the simulator's step loop failed")
-            for rid, req in list(self._requests.items()):
-                self._requests.pop(rid, None)
-                with contextlib.suppress(Exception):
-                    req.consumer.on_abort(f"the simulator's engine failed: {exc!r}")
-            raise
-
-    def _flush(self) -> None:
-        self._flushes += 1
-        for hook in self._flush_hooks:
-            try:
-                hook()
-            except Exception:
-                _log.exception("a flush hook failed")
-
-    def _deliver(self, step: StepResult) -> None:
-        requests = self._requests
-        for rid in step.emitted:
-            req = requests.get(rid)
-            if req is None:
-                continue  # cancelled while the step ran
-            rec = req.record
-            payloads = req._advance(rec)
-            last = rec.finish_reason is not None
-            if last:
-                del requests[rid]
-            if payloads:
-                try:
-                    req._emit(payloads, last)
-                except Exception:
-                    _log.exception("a stream consumer failed; cancelling %s", req.id)
-                    if not last:
-                        self.cancel(rid)
-                        continue
-            if last:
-                for hook in self._finish_hooks:
-                    try:
-                        hook(rec)
-                    except Exception:
-                        _log.exception("a finish hook failed")
-                self._retire(rid)

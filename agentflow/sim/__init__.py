@@ -33,6 +33,8 @@ The serving layer on top of it:
   the :class:`StreamConsumer` its payloads go to.
 - :mod:`~agentflow.sim.driver` — :class:`EngineDriver`: the step loop as an asyncio task in
   loop time (real or virtual), :meth:`EngineDriver.submit` with a :class:`StreamConsumer`.
+- :mod:`~agentflow.sim.driver_loop` — the driver's step loop (paced to each step's end in
+  loop time) and the delivery of each step's payloads.
 - :mod:`~agentflow.sim.faults` — :class:`FaultConfig`, :class:`FaultInjector`: seeded
   faults, and what each one does to an answer or a stream.
 - :mod:`~agentflow.sim.stream` — the SSE stream writer: one chunked frame per step.

@@ -1,0 +1,104 @@
+"""``agentflow chat``: stream one prompt from an OpenAI-compatible server, the answer to
+stdout and its latency figures to stderr."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from typing import Any
+
+from agentflow._agent import Agent
+from agentflow._cli_timeouts import _add_timeout_arguments, _timeouts
+from agentflow._events import Event, TokenEvent
+from agentflow.transport import Endpoint, HTTPTransport
+
+__all__ = ["add_chat_parser"]
+
+
+def add_chat_parser(sub: Any) -> None:
+    """Add ``chat`` to the ``agentflow`` command's subparsers."""
+    chat = sub.add_parser("chat", help="stream one prompt and print its latency figures")
+    chat.add_argument("prompt", help="the user message to send")
+    chat.add_argument(
+        "--base-url",
+        default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1"),
+        help="the server, up to /v1 (default: $OPENAI_BASE_URL or http://127.0.0.1:8000/v1)",
+    )
+    chat.add_argument(
+        "--api-key", default=os.environ.get("OPENAI_API_KEY"), help="defaults to $OPENAI_API_KEY"
+    )
+    chat.add_argument("--model", required=True, help="the model name the server serves")
+    chat.add_argument("--system", default="", help="a system message (default: none)")
+    chat.add_argument(
+        "--max-tokens", type=int, default=256, help="most output tokens (default 256)"
+    )
+    chat.add_argument(
+        "--temperature", type=float, default=0.0, help="sampling temperature (default 0)"
+    )
+    _add_timeout_arguments(chat)
+    chat.set_defaults(func=_chat)
+
+
+def _chat(args: argparse.Namespace) -> int:
+    """Stream one answer to stdout, and its latency figures to stderr.
+
+    On a terminal the answer streams as it arrives. If an attempt fails mid-stream and
+    is retried (an ``AttemptDiscardedEvent``), the text it printed is marked as
+    discarded on a line of its own and the retry's answer starts on the next line.
+    When stdout is not a terminal nothing streams: only the final answer is written,
+    once, so a pipe or a file gets exactly the answer. Retries are noted on stderr.
+    """
+    from agentflow._events import AttemptDiscardedEvent, RetryEvent
+
+    agent = Agent(
+        name="chat",
+        model=args.model,
+        instructions=args.system,
+        params={"max_tokens": args.max_tokens, "temperature": args.temperature},
+    )
+    live = sys.stdout.isatty()
+
+    def show(event: Event) -> None:
+        if isinstance(event, TokenEvent):
+            if live and event.kind == "content":
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+        elif isinstance(event, AttemptDiscardedEvent):
+            if live and event.content_chars:
+                then = "; the answer restarts below" if event.retried else ""
+                sys.stdout.write(f"\n[discarded: that attempt failed{then}]\n")
+                sys.stdout.flush()
+        elif isinstance(event, RetryEvent):
+            a = event.attempt
+            print(
+                f"agentflow: attempt {a.attempt + 1} failed ({type(a.error).__name__}: "
+                f"{a.error}); retrying in {a.wait_s:.2f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    async def run() -> int:
+        endpoint = Endpoint(base_url=args.base_url, api_key=args.api_key)
+        async with HTTPTransport(endpoint, timeouts=_timeouts(args)) as transport:
+            result = await agent.session(args.prompt).run(transport, callbacks=[show])
+        if live:
+            print()
+        elif result.final_output is not None:
+            print(result.final_output)
+        if not result.turns:
+            raise result.error or RuntimeError("no turn finished")
+        m = result.turns[-1].metrics
+        ttft = f"{m.ttft_s * 1e3:.1f} ms" if m.ttft_s is not None else "n/a"
+        tps = f"{m.decode_tps:.1f}" if m.decode_tps is not None else "n/a"
+        cached = "not reported" if m.cached_tokens is None else str(m.cached_tokens)
+        print(
+            f"ttft {ttft} · e2e {m.e2e_s * 1e3:.1f} ms · decode {tps} tok/s · "
+            f"output {m.output_tokens} ({m.output_tokens_source}) · prompt {m.prompt_tokens} "
+            f"· cached {cached}",
+            file=sys.stderr,
+        )
+        return 0 if result.ok else 1
+
+    return asyncio.run(run())

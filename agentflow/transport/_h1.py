@@ -1,0 +1,270 @@
+"""The HTTP/1.1 protocol under :class:`HTTPTransport`: each read is parsed where it lands.
+
+:class:`_Connection` is the ``asyncio.Protocol`` of one pooled connection. While a request
+is on it (an :class:`_Exchange`), ``data_received`` does the whole per-read path
+synchronously — one ``clock()`` timestamp (or the kernel's, see ``_kstamp``), the HTTP
+framing (``httptools``), and the body handed to :meth:`StreamState.read` — then resolves or
+fails the exchange's future when the response ends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httptools
+from multidict import CIMultiDict
+
+from agentflow._errors import ConnectError, StreamInterrupted, StreamProtocolError
+from agentflow.transport._pool import ConnectionPool, PooledConnection
+from agentflow.transport._shared import MAX_ERROR_BODY, refused_content_type
+from agentflow.transport._stream import StreamState
+
+__all__: list[str] = []
+
+
+class _Exchange:
+    """One request on one connection: where its reads go and what its caller awaits."""
+
+    __slots__ = (
+        "complete",
+        "done",
+        "error_parts",
+        "error_size",
+        "framed",
+        "headers",
+        "informational",
+        "keep",
+        "n_pieces",
+        "raw_headers",
+        "read",
+        "refused",
+        "sse",
+        "status",
+        "stream",
+    )
+
+    def __init__(self, done: asyncio.Future[None], stream: StreamState) -> None:
+        #: Resolved when the response has ended (``status`` says how), failed otherwise.
+        self.done = done
+        #: The body's read loop: SSE, trace, first output, idle bookkeeping.
+        self.stream = stream
+        self.read = stream.read
+        self.status = 0  # of the final response, once its head is complete
+        self.sse = False  # a 2xx whose body is parsed as an event stream
+        self.refused: str | None = None  # the content type of a 2xx that is not a stream
+        self.headers: CIMultiDict[str] = CIMultiDict()
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.informational = False  # inside a 1xx response, which precedes the real one
+        self.framed = True  # body delimited by chunks or a length, not by the close
+        self.complete = False
+        self.n_pieces = 0  # body pieces of the read that belong to this response
+        self.keep = True  # the connection may be reused afterwards
+        self.error_parts: list[bytes] = []
+        self.error_size = 0
+
+
+class _Connection(PooledConnection):
+    """One HTTP/1.1 connection; while a request is on it, each read is parsed on arrival."""
+
+    __slots__ = ("_ex", "_now", "_parser", "_pieces", "on_body")
+
+    def __init__(self, pool: ConnectionPool[Any]) -> None:
+        super().__init__(pool)
+        self._ex: _Exchange | None = None
+        self._now = 0
+        self._pieces: list[bytes] = []
+        # httptools looks its callbacks up once, here. With on_body bound to list.append
+        # each body piece (one per chunked frame) costs a C call, no Python frame; the
+        # pieces of one read are then split into SSE events together.
+        self.on_body = self._pieces.append
+        self._parser = httptools.HttpResponseParser(self)
+
+    def start(self, request: bytes, stream: StreamState) -> _Exchange:
+        """Send ``request``; the body that follows feeds ``stream`` until the response ends."""
+        ex = self._ex = _Exchange(self.pool.loop.create_future(), stream)
+        self._pieces.clear()
+        tr = self.transport
+        if tr is None or tr.is_closing():
+            self._settle(ex, self._dropped(ex, None))
+        else:
+            tr.write(request)
+        return ex
+
+    # -- asyncio.Protocol: the per-read path ---------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        """asyncio: one read. Parse it to the end, synchronously, with one timestamp."""
+        ex = self._ex
+        if ex is None:
+            # Bytes with no request on the connection (a server's parting "408", say):
+            # whatever it is, the connection is out of step and cannot be reused.
+            self.abort()
+            return
+        # rx_ns: the kernel's arrival stamp, when the connection has one (kernel_timestamps).
+        self._now = now = self.rx_ns or ex.stream.clock()
+        try:
+            self._parser.feed_data(data)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            if not ex.complete:
+                self._fail(ex, self._invalid(ex, exc, now))
+                return
+            ex.keep = False  # junk after a complete response: keep the response, not the line
+        pieces = self._pieces
+        if ex.complete:
+            del pieces[ex.n_pieces :]  # anything later belongs to no request of ours
+        if pieces:
+            body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
+            pieces.clear()
+            if ex.sse:
+                try:
+                    ex.read(body, now)
+                except Exception as exc:  # the stream's protocol/server errors, a sink's own
+                    self._fail(ex, exc)
+                    return
+            elif self._add_error_body(ex, body, now):
+                return
+        if ex.complete:
+            self._finish(ex, now)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        """asyncio: the socket closed. Mid-request, that ends the request one way or another."""
+        super().connection_lost(exc)
+        ex = self._ex
+        if ex is None:
+            return
+        if ex.status and not ex.framed:
+            ex.keep = False  # a body delimited by the close has just ended: this is success
+            self._finish(ex, ex.stream.clock())
+        else:
+            self._settle(ex, self._dropped(ex, exc))
+
+    def abort(self) -> None:
+        """Close at once; a request still on the connection is abandoned, not failed."""
+        self._ex = None
+        super().abort()
+
+    # -- httptools callbacks (once per response, not per read) --------------------------
+
+    def on_message_begin(self) -> None:
+        """httptools: a response starts. A second one after ours is junk."""
+        ex = self._ex
+        if ex is not None and ex.complete:
+            ex.keep = False
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        """httptools: one response header."""
+        ex = self._ex
+        if ex is not None and not ex.complete:
+            ex.raw_headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        """httptools: the response head is complete."""
+        ex = self._ex
+        if ex is None or ex.complete:
+            return
+        status = self._parser.get_status_code()
+        if status < 200:  # 100 Continue and the like: the real response follows
+            ex.informational = True
+            ex.raw_headers.clear()
+            return
+        ex.status = status
+        # As aiohttp decodes them, so both transports report the same header values.
+        headers = ex.headers = CIMultiDict(
+            (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
+            for n, v in ex.raw_headers
+        )
+        ex.refused = refused_content_type(status, headers)
+        ex.sse = status < 300 and ex.refused is None
+        ex.framed = (
+            "chunked" in headers.get("Transfer-Encoding", "").lower()
+            or "Content-Length" in headers
+            or status in (204, 304)
+        )
+        ex.stream.headers_at(self._now)
+
+    def on_message_complete(self) -> None:
+        """httptools: the response body is complete (its pieces are still to be parsed)."""
+        ex = self._ex
+        if ex is None or ex.complete:
+            return
+        if ex.informational:
+            ex.informational = False
+            return
+        ex.complete = True
+        ex.n_pieces = len(self._pieces)
+        # Asked here: llhttp clears the flags it answers from once this callback returns.
+        ex.keep = ex.keep and self._parser.should_keep_alive()
+
+    # -- ends of an exchange -------------------------------------------------------------
+
+    def _add_error_body(self, ex: _Exchange, body: bytes, now: int) -> bool:
+        """Keep up to 64 KiB of a body that is not a stream (a non-2xx, or a 2xx page
+        or document); at the cap, end the exchange (True)."""
+        room = MAX_ERROR_BODY - ex.error_size
+        if len(body) < room:
+            ex.error_parts.append(body)
+            ex.error_size += len(body)
+            return False
+        ex.error_parts.append(body[:room])
+        ex.error_size = MAX_ERROR_BODY
+        if not ex.complete:
+            ex.keep = False  # the rest is left unread
+            ex.complete = True
+        self._finish(ex, now)
+        return True
+
+    def _finish(self, ex: _Exchange, now: int) -> None:
+        """The response ended cleanly: flush the last event, wake the caller."""
+        if ex.sse:
+            try:
+                ex.stream.end(now)  # a last event with no blank line after it
+            except Exception as exc:
+                self._fail(ex, exc)
+                return
+        self._ex = None
+        if not ex.done.done():
+            ex.done.set_result(None)
+
+    def _fail(self, ex: _Exchange, exc: BaseException) -> None:
+        """The request failed on this connection: fail the caller, close the connection."""
+        self._settle(ex, exc)
+        self.abort()
+
+    def _settle(self, ex: _Exchange, exc: BaseException) -> None:
+        if self._ex is ex:
+            self._ex = None
+        # A cancelled caller has already gone (and closed the connection).
+        if not ex.done.done():
+            ex.done.set_exception(exc)
+
+    def _dropped(self, ex: _Exchange, exc: BaseException | None) -> Exception:
+        """The error for a connection that closed during the request."""
+        st = ex.stream
+        endpoint = st.endpoint
+        why = f"{type(exc).__name__}: {exc}" if exc is not None else "the server closed it"
+        if not ex.status:
+            # No response head yet: the server cannot have answered, resending is safe.
+            err: Exception = ConnectError(f"no response from {endpoint}: {why}", endpoint=endpoint)
+        else:
+            err = StreamInterrupted(
+                f"connection to {endpoint} dropped mid-stream after "
+                f"{st.n_chunks} output chunks: {why}",
+                endpoint=endpoint,
+                trace=st.partial(),
+            )
+        err.__cause__ = exc
+        return err
+
+    def _invalid(self, ex: _Exchange, exc: Exception, now: int) -> StreamProtocolError:
+        """The error for bytes that are not HTTP/1.1 (a bad status line, chunk size, …)."""
+        st = ex.stream
+        endpoint = st.endpoint
+        err = StreamProtocolError(
+            f"{endpoint} sent an invalid HTTP response after "
+            f"{st.n_chunks} output chunks: {type(exc).__name__}: {exc}",
+            endpoint=endpoint,
+            trace=st.partial(now),
+        )
+        err.__cause__ = exc
+        return err

@@ -15,7 +15,7 @@ import sys
 import time
 import types
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 from rich.console import Console
@@ -72,6 +72,22 @@ def local_ray() -> Iterator[None]:
         while ray_daemons() - before and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not ray_daemons() - before, "ray.shutdown() left Ray daemons running"
+
+
+def actor_killer(victims: list[str]) -> Callable[[Event], None]:
+    """A callback that ``ray.kill``s actor 1 once a tool session there ended its first
+    turn (s<k> runs on actor k % 2, dealt round-robin; s<odd> call a tool first), and
+    appends that session's id to ``victims``."""
+
+    def kill_one(event: Event) -> None:
+        if event.type == "turn_end" and event.turn == 0 and not victims:
+            k = int(event.session_id[1:])
+            if k % 2 == 1:
+                (name,) = (n for n in agentflow_actors() if n.endswith("-1"))
+                victims.append(event.session_id)
+                ray.kill(ray.get_actor(name))
+
+    return kill_one
 
 
 def agentflow_actors() -> list[str]:
@@ -238,15 +254,7 @@ async def test_a_killed_actor_has_its_sessions_run_again_elsewhere() -> None:
     async with RecordingSim(seed=7) as sim, HTTPTransport(sim.base_url) as http:
         one = await Fleet(http, max_concurrency=2).run(workload(20))
     victims: list[str] = []
-
-    def kill_one(event: Event) -> None:
-        # s<k> runs on actor k % 2 (dealt round-robin); s<odd> call a tool first.
-        if event.type == "turn_end" and event.turn == 0 and not victims:
-            k = int(event.session_id[1:])
-            if k % 2 == 1:
-                (name,) = (n for n in agentflow_actors() if n.endswith("-1"))
-                victims.append(event.session_id)
-                ray.kill(ray.get_actor(name))
+    kill_one = actor_killer(victims)
 
     async with RecordingSim(seed=7) as sim, HTTPTransport(sim.base_url) as http:
         fleet = Fleet(http, max_concurrency=2, workers=2, backend="ray", callbacks=[kill_one])

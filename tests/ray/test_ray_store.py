@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agentflow import Event, Fleet, HTTPTransport
+from agentflow import Fleet, HTTPTransport
 from agentflow.store import SQLiteStore
 from tests.sched.conftest import RecordingSim
 from tests.store.fleets import contents
@@ -22,7 +22,7 @@ from tests.workers.tools import PLAIN, TOOL, workload
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'agentflow[ray]'")
 
-from tests.ray.test_ray import agentflow_actors, local_ray  # noqa: E402
+from tests.ray.test_ray import actor_killer, agentflow_actors, local_ray  # noqa: E402
 
 __all__ = ["local_ray"]  # the module's one local Ray (autouse)
 
@@ -39,15 +39,7 @@ async def test_a_killed_actor_continues_from_the_store(tmp_path: Path) -> None:
     one_path = tmp_path / "one.db"
     one = await one_process_run(one_path, RUN)
     victims: list[str] = []
-
-    def kill_one(event: Event) -> None:
-        # s<k> runs on actor k % 2 (dealt round-robin); s<odd> call a tool first.
-        if event.type == "turn_end" and event.turn == 0 and not victims:
-            k = int(event.session_id[1:])
-            if k % 2 == 1:
-                (name,) = (n for n in agentflow_actors() if n.endswith("-1"))
-                victims.append(event.session_id)
-                ray.kill(ray.get_actor(name))
+    kill_one = actor_killer(victims)
 
     path = tmp_path / "ray.db"
     store = SQLiteStore(path)

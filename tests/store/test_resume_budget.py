@@ -5,6 +5,7 @@ and a budget that the earlier attempts spent stops the resumed run at once."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,9 @@ def team(budget: FleetBudget) -> list[Agent]:
     return [dataclasses.replace(a, context=budget) for a in agents()]
 
 
-def test_a_fresh_budget_continues_from_what_the_run_spent(tmp_path: Path) -> None:
+def check_budget_continues(tmp_path: Path, team: Callable[[FleetBudget], list[Agent]]) -> None:
+    """A run of ``team(budget)`` cut after 20 turn ends and resumed with a fresh budget:
+    the fresh one ends where an uninterrupted run's budget ends."""
     whole = FleetBudget(prices=PRICES)
     assert isinstance(
         run_virtual(run_cut(tmp_path / "whole.db", team(whole), N, None)), FleetResult
@@ -43,6 +46,10 @@ def test_a_fresh_budget_continues_from_what_the_run_spent(tmp_path: Path) -> Non
     # fewer cached tokens than in the uninterrupted run.)
     assert again.tokens == whole.tokens
     assert again.requests == whole.requests
+
+
+def test_a_fresh_budget_continues_from_what_the_run_spent(tmp_path: Path) -> None:
+    check_budget_continues(tmp_path, team)
 
 
 def test_the_recharge_is_what_the_recorded_turns_cost(tmp_path: Path) -> None:

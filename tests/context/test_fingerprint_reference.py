@@ -19,17 +19,7 @@ from hypothesis import strategies as st
 
 from agentflow.context import MessageCounter, PrefixIndex, PrefixSession
 
-
-class CharCounter:
-    """One token per character (its code point)."""
-
-    name = "chars"
-
-    def count(self, text: str) -> int:
-        return len(text)
-
-    def encode(self, text: str) -> list[int]:
-        return [ord(c) for c in text]
+from .test_fingerprint import CharCounter
 
 
 class ReferenceIndex:

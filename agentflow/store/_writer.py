@@ -35,9 +35,12 @@ from collections.abc import Callable
 from typing import Any, Generic, Self, TypeVar
 
 from agentflow._errors import StoreError
+from agentflow._logging import get_logger
 from agentflow.store._records import Record
 
 __all__ = ["STOP", "Batch", "BatchWriter", "Call", "Item"]
+
+_log = get_logger("agentflow.store")
 
 C = TypeVar("C")
 T = TypeVar("T")
@@ -218,16 +221,37 @@ class BatchWriter(Generic[C]):
     def _take_idle(self) -> list[Item] | None:
         """What the thread takes itself when nothing was handed over for
         :meth:`_idle_wait_s`: the loop's batch once it is that old (a blocked loop cannot
-        run the timer that hands it over; a younger one that timer hands over)."""
+        run the timer that hands it over; a younger one that timer hands over). Nothing
+        while something was handed over since the wait ran out (checked under the lock
+        every hand-over takes): that goes first, so records are committed in order."""
         with self._batch_lock:
             batch = self._batch
-            if not batch or time.monotonic() - self._batch_started < self._idle_wait_s():
+            if (
+                not batch
+                or not self._queue.empty()
+                or time.monotonic() - self._batch_started < self._idle_wait_s()
+            ):
                 return None
             self._batch = []
             self._batch_loop = None
             return batch
 
     def _loop(self, conn: C) -> None:
+        """The writer thread's loop until the closing call. Should it fail on its own (a
+        bug, not a record's or the database's error, which ``_commit`` keeps), every call
+        waiting now or later gets a :class:`StoreError` saying so — none waits forever on
+        a thread that is gone."""
+        try:
+            self._serve(conn)
+        except Exception as exc:  # said to every call, and logged; the thread ends
+            _log.error("store.writer_failed", store=self._where, error=repr(exc), exc_info=exc)
+            self._fail_all(
+                exc
+                if isinstance(exc, StoreError)
+                else StoreError(f"{self._where}: the store's writer thread failed: {exc!r}")
+            )
+
+    def _serve(self, conn: C) -> None:
         q, urgent = self._queue, self._urgent
         while True:
             try:

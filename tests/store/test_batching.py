@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from agentflow import Fleet
+from agentflow import Fleet, StoreError
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.store import RunEnded, RunStarted, SQLiteStore
 
@@ -46,6 +46,9 @@ class CountingQueue:
 
     def qsize(self) -> int:
         return self.q.qsize()
+
+    def empty(self) -> bool:
+        return self.q.empty()
 
 
 def _counted(path: Path, **kw: Any) -> tuple[SQLiteStore, CountingQueue]:
@@ -196,3 +199,26 @@ def test_a_blocked_loop_does_not_hold_its_batch_back(tmp_path: Path) -> None:
         return seen, sum(type(item) is list for item in q.puts)
 
     assert asyncio.run(main()) == (1, 0)  # committed without the loop handing it over
+
+
+def test_a_writer_thread_that_fails_fails_every_call_instead_of_hanging(tmp_path: Path) -> None:
+    """The writer thread ends on an error of its own (here its idle take raises): the
+    calls after it get a StoreError naming it, rather than waiting for a thread that is
+    gone."""
+
+    class Broken(SQLiteStore):
+        def _take_idle(self) -> Any:
+            raise RuntimeError("a bug in the writer")
+
+    async def main() -> None:
+        store = Broken(tmp_path / "broken.db", batch_interval_s=0.01)
+        await store.open()
+        store.write(_started(0))
+        thread = store._thread
+        assert thread is not None
+        await eventually(lambda: not thread.is_alive(), "the writer thread ended")
+        with pytest.raises(StoreError, match="writer thread failed: RuntimeError"):
+            await asyncio.wait_for(store.flush(), GUARD_S)
+        await store.aclose()  # closed already: the failure was said by the flush
+
+    asyncio.run(main())

@@ -5,6 +5,7 @@ JSON for messages and traces, and moving a trace from one process's clock to ano
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -57,9 +58,19 @@ def decode_prompt(text: str | bytes | None) -> PromptInfo | None:
     return None if text is None else _prompt_decoder.decode(text)
 
 
+@functools.lru_cache(maxsize=256)
 def text_hash(text: str) -> str:
-    """The key a long text (a system prompt) is stored under once."""
+    """The key a long text (a system prompt) is stored under once. Remembered for the
+    last 256 texts: a fleet's sessions mostly share a few system prompts, tens of KB
+    each, which would otherwise be hashed once per session."""
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+@functools.lru_cache(maxsize=256)
+def _json_text(text: str) -> str:
+    """``json.dumps(text)``, remembered for the last 256 texts (an agent's instructions:
+    tens of KB, escaped once instead of once per agent)."""
+    return json.dumps(text)
 
 
 def _context_name(context: object) -> str | None:
@@ -94,13 +105,21 @@ def fingerprint(agent: Agent, *, context: str | None = None) -> str:
     instructions, tool schemas, params, limits, tool-error handling, priority and the
     context's type (a chain's: its links' types, in order); ``context`` stands in for
     that type's name. Tool *code* cannot be fingerprinted; its schema is."""
-    blob = json.dumps(
-        [agent.name, agent.instructions, _config(agent, context)],
-        sort_keys=True,
-        separators=(",", ":"),
-        default=repr,
-    )
+    # The JSON of ``[name, instructions, config]`` (sorted keys, compact), written out
+    # piece by piece so that the instructions, shared by a fleet's agents, are escaped
+    # once (``_json_text``): the same text, byte for byte, as one ``json.dumps`` of the
+    # list, so fingerprints recorded before stay valid.
+    instructions = agent.instructions
+    config = _dumps(_config(agent, context))
+    if type(instructions) is str:
+        blob = f"[{_dumps(agent.name)},{_json_text(instructions)},{config}]"
+    else:
+        blob = f"[{_dumps(agent.name)},{_dumps(instructions)},{config}]"
     return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr)
 
 
 def fingerprints(agent: Agent) -> set[str]:

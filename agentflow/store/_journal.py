@@ -8,7 +8,7 @@ journal removes that trade: :meth:`Journal.append` encodes the record (``msgspec
 MessagePack) and copies it into a shared mapping of the file — no system call, no thread
 wakeup — and once the copy is done the record is in the kernel's page cache, so it
 survives the process being killed at any later instant. SQLite then gets the records in
-large transactions (``SQLiteStore(batch_interval_s=1.0)``, and before every read, lease
+large transactions (every :data:`JOURNAL_INTERVAL_S`, and before every read, lease
 change and flush, and at close).
 
 Durability is the class SQLite's WAL with ``synchronous=NORMAL`` gives (which the store
@@ -65,7 +65,7 @@ try:
 except ImportError:  # not POSIX (Windows): no journal there (SQLiteStore commits each batch)
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["AVAILABLE", "Journal", "Mark", "marker_key"]
+__all__ = ["AVAILABLE", "JOURNAL_INTERVAL_S", "Journal", "Mark", "marker_key"]
 
 #: Whether this platform has what the journal needs (``flock``, ``posix_fallocate``).
 AVAILABLE = fcntl is not None and hasattr(os, "posix_fallocate")
@@ -74,8 +74,14 @@ AVAILABLE = fcntl is not None and hasattr(os, "posix_fallocate")
 Mark = tuple[int, int]
 
 SEGMENT_BYTES = 8 << 20
-#: Bytes ahead of the last record that :meth:`Journal.prefault` maps in.
-PREFAULT_BYTES = 1 << 20
+#: ``SQLiteStore``'s default commit interval with a journal, in seconds. The journal
+#: keeps every record meanwhile, so the interval only sets how often SQLite is written:
+#: a commit costs ~0.8 ms of CPU in a run here (``docs/store.md``, "Cost"), and another
+#: process reading a live store sees its records up to this much later.
+JOURNAL_INTERVAL_S = 5.0
+#: Bytes ahead of the last record that :meth:`Journal.prefault` maps in (once per commit
+#: interval at least): a few seconds of records at a busy fleet's rate.
+PREFAULT_BYTES = 4 << 20
 #: ``madvise(MADV_POPULATE_WRITE)`` (Linux ≥ 5.14): map pages in writable, in one call.
 _POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if os.name == "posix" else None)
 _MAGIC = b"AFJ2\0\0\0\0"  # 8 bytes: a segment's header
@@ -107,21 +113,42 @@ def _glob(db: Path) -> str:
     return glob.escape(str(db)) + ".af-journal-*"
 
 
+#: Zeros that :func:`_fill` writes (made on first use).
+_ZEROS: list[bytes] = []
+
+
+def _fill(fd: int, size: int) -> None:
+    """Write zeros over the reserved ``[0, size)``. A reservation alone leaves the blocks
+    "unwritten" (ext4, XFS): the first store to each page through the mapping then
+    faults into the filesystem to convert them, ~3–4 ms per 8 MiB segment here, and
+    deleting the segment costs ~2 ms more; written once with ``pwrite``, the whole
+    segment costs ~1–2 ms, and the loop's stores to its pages are plain page-cache
+    writes (``docs/store.md``, "Cost")."""
+    if not _ZEROS:
+        _ZEROS.append(bytes(1 << 20))
+    zeros = _ZEROS[0]
+    offset = 0
+    while offset < size:
+        n = os.pwrite(fd, memoryview(zeros)[: min(len(zeros), size - offset)], offset)
+        offset += n
+
+
 class _Segment:
     """One mapped, locked segment file."""
 
     __slots__ = ("faulted", "fd", "mm", "name", "offset", "path", "seq", "size")
 
     def __init__(self, tmp: Path, size: int) -> None:
-        # Made under a name the orphan scan does not match (``.…tmp``), locked, reserved
-        # and mapped; :meth:`publish` renames it: an opener never sees a segment that is
-        # not yet locked. ~2–3 ms of CPU here (the reservation), so the writer thread
+        # Made under a name the orphan scan does not match (``.…tmp``), locked, reserved,
+        # written and mapped; :meth:`publish` renames it: an opener never sees a segment
+        # that is not yet locked. ~1–2 ms of CPU per 8 MiB here, so the writer thread
         # makes the next one ahead of time (:meth:`Journal.make_spare`).
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             assert fcntl is not None
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.posix_fallocate(fd, 0, size)
+            _fill(fd, size)
             mm = mmap.mmap(fd, size)
             mm[: len(_MAGIC)] = _MAGIC
         except BaseException:

@@ -36,7 +36,7 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         #: Transactions committed so far (by this process).
         self.commits = 0
         self._journal: Journal | None = None
-        # Whether batch_interval_s is the journal's default (1 s): without a journal it
+        # Whether batch_interval_s is the journal's default (5 s): without a journal it
         # becomes the batch path's, 10 ms, should the journal fail.
         self._interval_defaulted = defaulted
         # With the journal: a failed commit's records, mark and error, committed first

@@ -201,7 +201,7 @@ def test_no_room_for_a_segment_commits_directly(
 
 def test_defaults_and_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     on = SQLiteStore(tmp_path / "a.db")
-    assert (on.journal, on.batch_interval_s) == (True, 1.0)
+    assert (on.journal, on.batch_interval_s) == (True, 5.0)
     off = SQLiteStore(tmp_path / "b.db", journal=False)
     assert (off.journal, off.batch_interval_s) == (False, 0.010)
     assert SQLiteStore(tmp_path / "c.db", batch_interval_s=0).journal is False
@@ -282,10 +282,9 @@ def _spares(db: Path) -> list[str]:
 
 
 def test_the_writer_makes_the_loops_segment_ahead(tmp_path: Path) -> None:
-    """Reserving a segment costs milliseconds: once a run starts recording, the writer
-    thread has made the next segment (a hidden spare), and the loop's first record only
-    renames it. Closing leaves no file; a killed writer's spare is removed by the next
-    open."""
+    """Making a segment costs milliseconds: once the store is open, the writer thread has
+    made the next segment (a hidden spare), and the loop's first record only renames it.
+    Closing leaves no file; a killed writer's spare is removed by the next open."""
     db = tmp_path / "spare.db"
 
     async def main() -> tuple[int, int, int, int]:
@@ -301,7 +300,7 @@ def test_the_writer_makes_the_loops_segment_ahead(tmp_path: Path) -> None:
         await store.aclose()
         return before, ready, *used
 
-    assert asyncio.run(main()) == (0, 1, 0, 1)
+    assert asyncio.run(main()) == (1, 1, 0, 1)
     assert _spares(db) == [] and _segments(db) == []
 
     _kill_child("spare", str(db))  # killed with its spare made

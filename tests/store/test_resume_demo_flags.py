@@ -57,9 +57,11 @@ def test_a_resumed_http_demo_keeps_its_slo_fault_rate_and_limits(tmp_path: Path)
     part meets faults (its retries, as the store counts them) and its report has the
     recorded SLO, fault rate and limits."""
     db, first = tmp_path / "runs.db", tmp_path / "first.json"
+    # Slowed down (--time-scale 15, ~14 s) so that the store's first SQLite commit, which
+    # the loop below waits for (every 5 s with the journal), comes well before the end.
     proc = subprocess.Popen(
         [sys.executable, "-m", "agentflow.cli", "demo", "--agents", "10", "--turns", "3:4",
-         "--max-concurrency", "2", "--time-scale", "2", "--max-tokens", "32",
+         "--max-concurrency", "2", "--time-scale", "15", "--max-tokens", "32",
          "--fault-rate", "0.3", "--slo", "e2e=600s", "--idle-timeout", "30",
          "--no-live", "--store", str(db), "--report", str(first)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

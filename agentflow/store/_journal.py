@@ -49,6 +49,7 @@ from typing import Any
 import msgspec
 
 from agentflow.store._records import (
+    AgentInfo,
     PolicyState,
     Record,
     RunEnded,
@@ -84,7 +85,11 @@ JOURNAL_INTERVAL_S = 5.0
 PREFAULT_BYTES = 4 << 20
 #: ``madvise(MADV_POPULATE_WRITE)`` (Linux ≥ 5.14): map pages in writable, in one call.
 _POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if os.name == "posix" else None)
-_MAGIC = b"AFJ2\0\0\0\0"  # 8 bytes: a segment's header
+_MAGIC = b"AFJ3\0\0\0\0"  # 8 bytes: a segment's header, and its format's version
+#: The formats this version reads: its own, and AFJ2's (no agent or session-reference
+#: frames), so that a journal left by a killed run of the previous release is ingested.
+#: An older release refuses an AFJ3 segment by its header (a ``StoreError`` naming it).
+_READS = (_MAGIC, b"AFJ2\0\0\0\0")
 _FRAME = struct.Struct("<II")  # payload length, CRC-32 of the payload
 _KINDS: tuple[type[Any], ...] = (
     TurnFinished,
@@ -98,10 +103,18 @@ _KINDS: tuple[type[Any], ...] = (
 _KIND = {k: i for i, k in enumerate(_KINDS)}
 #: Frame kinds past the records': a turn's row, a tool result's (``_sqlite_io.prepare``).
 _ROWS = len(_KINDS)
+#: An agent, written once per segment: ``(ref, AgentInfo)``; and a session start that
+#: refers to it, ``(ref, SessionStarted)`` with :data:`_NO_AGENT` in its place. A fleet's
+#: sessions share a few agents, each with a system prompt of tens of KB: copied into every
+#: session's frame, the demo's 64 prompts were half of its journal.
+_AGENT, _SESSION = _ROWS + 2, _ROWS + 3
+_NO_AGENT = AgentInfo(name="", fingerprint="", instructions="", config={})
 _encoder = msgspec.msgpack.Encoder()
 _frame_decoder = msgspec.msgpack.Decoder(tuple[int, msgspec.Raw])
 _decoders = [msgspec.msgpack.Decoder(k) for k in _KINDS]
 _row_decoder = msgspec.msgpack.Decoder(tuple[Any, ...])
+_agent_decoder = msgspec.msgpack.Decoder(tuple[int, AgentInfo])
+_session_decoder = msgspec.msgpack.Decoder(tuple[int, SessionStarted])
 
 
 def marker_key(name: str) -> str:
@@ -133,10 +146,20 @@ def _fill(fd: int, size: int) -> None:
         offset += n
 
 
+def _copy(seg: _Segment, payload: bytes) -> None:
+    """Copy one frame into ``seg`` at its offset (the caller checked that it fits)."""
+    n = len(payload)
+    o = seg.offset
+    mm = seg.mm
+    mm[o + 8 : o + 8 + n] = payload
+    _FRAME.pack_into(mm, o, n, zlib.crc32(payload))  # last: the record is complete
+    seg.offset = o + 8 + n
+
+
 class _Segment:
     """One mapped, locked segment file."""
 
-    __slots__ = ("faulted", "fd", "mm", "name", "offset", "path", "seq", "size")
+    __slots__ = ("agents", "faulted", "fd", "mm", "name", "offset", "path", "seq", "size")
 
     def __init__(self, tmp: Path, size: int) -> None:
         # Made under a name the orphan scan does not match (``.…tmp``), locked, reserved,
@@ -159,6 +182,9 @@ class _Segment:
         self.fd, self.mm, self.path, self.name = fd, mm, tmp, tmp.name
         self.seq, self.size, self.offset = 0, size, len(_MAGIC)
         self.faulted = 0  # bytes from the start that prefault() mapped in
+        #: id(AgentInfo) -> (its ref, the object, kept so that the id stays its own) for
+        #: the agents this segment holds a frame of.
+        self.agents: dict[int, tuple[int, AgentInfo]] = {}
 
     def publish(self, path: Path, seq: int) -> None:
         """Give the segment its place in the journal (one rename)."""
@@ -210,18 +236,43 @@ class Journal:
         """
         if type(item) is tuple:
             payload = _encoder.encode((_ROWS + item[0], item[1]))
+        elif type(item) is SessionStarted:
+            return self._session(item)
         else:
             payload = _encoder.encode((_KIND[type(item)], item))
-        n = len(payload)
-        need = _FRAME.size + n
+        need = _FRAME.size + len(payload)
         seg = self._segments[-1] if self._segments else None
         if seg is None or seg.offset + need > seg.size:
             seg = self._next(need)
-        o = seg.offset
-        mm = seg.mm
-        mm[o + 8 : o + 8 + n] = payload
-        _FRAME.pack_into(mm, o, n, zlib.crc32(payload))  # last: the record is complete
-        seg.offset = o + need
+        _copy(seg, payload)
+        return seg.seq, seg.offset
+
+    def _session(self, item: SessionStarted) -> Mark:
+        """A session start, as a frame that refers to its agent's: the agent's frame goes
+        first unless this segment holds one, and both go in one segment, so that each
+        segment reads back alone."""
+        agent = item.agent
+        stub = msgspec.structs.replace(item, agent=_NO_AGENT)
+        seg = self._segments[-1] if self._segments else None
+        known = None if seg is None else seg.agents.get(id(agent))
+        if seg is not None and known is not None:
+            body = _encoder.encode((_SESSION, (known[0], stub)))
+            if seg.offset + _FRAME.size + len(body) <= seg.size:
+                _copy(seg, body)
+                return seg.seq, seg.offset
+        ref = 0 if seg is None else len(seg.agents)
+        head = _encoder.encode((_AGENT, (ref, agent)))
+        body = _encoder.encode((_SESSION, (ref, stub)))
+        need = 2 * _FRAME.size + len(head) + len(body)
+        if seg is None or seg.offset + need > seg.size:
+            seg = self._next(need)  # ref 0 there, which encodes as short as any
+            if ref:
+                ref = 0
+                head = _encoder.encode((_AGENT, (ref, agent)))
+                body = _encoder.encode((_SESSION, (ref, stub)))
+        _copy(seg, head)
+        seg.agents[id(agent)] = (ref, agent)
+        _copy(seg, body)
         return seg.seq, seg.offset
 
     def _next(self, need: int) -> _Segment:

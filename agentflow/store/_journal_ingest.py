@@ -17,17 +17,22 @@ import msgspec
 
 from agentflow._errors import StoreError
 from agentflow.store._journal import (
+    _AGENT,
     _FRAME,
     _MAGIC,
+    _READS,
     _ROWS,
+    _SESSION,
     AVAILABLE,
+    _agent_decoder,
     _decoders,
     _frame_decoder,
     _glob,
     _row_decoder,
+    _session_decoder,
     marker_key,
 )
-from agentflow.store._records import Record
+from agentflow.store._records import AgentInfo, Record
 from agentflow.store._sqlite_write import Row
 
 try:
@@ -40,18 +45,37 @@ __all__ = ["frames", "ingest_orphans"]
 
 def frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record | Row]]:
     """The intact items of a segment's bytes from ``start``, each with the offset after
-    it; stops at the first frame that is empty or cut short."""
-    pos, size = start, len(data)
+    it; stops at the first frame that is empty or cut short. The agents' frames are read
+    from the segment's start (a session's frame after ``start`` may refer to one before
+    it) and yield nothing themselves.
+
+    Raises:
+        ValueError: a session's frame refers to an agent the segment has no frame of.
+        msgspec.DecodeError: an intact frame does not decode.
+    """
+    agents: dict[int, AgentInfo] = {}
+    pos, size = len(_MAGIC), len(data)
     while pos + _FRAME.size <= size:
         n, crc = _FRAME.unpack_from(data, pos)
         end = pos + _FRAME.size + n
-        if n == 0 or end > size:
-            return
         payload = data[pos + _FRAME.size : end]
-        if zlib.crc32(payload) != crc:
+        if n == 0 or end > size or zlib.crc32(payload) != crc:
+            if pos < start:  # damage in what was committed already: go on from there
+                pos = start
+                continue
             return
         kind, raw = _frame_decoder.decode(payload)
-        if kind >= _ROWS:
+        if kind == _AGENT:
+            ref, agent = _agent_decoder.decode(raw)
+            agents[ref] = agent
+        elif pos < start:
+            pass  # committed already
+        elif kind == _SESSION:
+            ref, session = _session_decoder.decode(raw)
+            if ref not in agents:
+                raise ValueError(f"a session's frame at byte {pos} refers to no agent ({ref})")
+            yield end, msgspec.structs.replace(session, agent=agents[ref])
+        elif kind >= _ROWS:
             yield end, (kind - _ROWS, _row_decoder.decode(raw))
         else:
             yield end, _decoders[kind].decode(raw)
@@ -136,8 +160,11 @@ def _ingest_one(
             conn.execute("ROLLBACK")
             return 0
         data = os.pread(fd, os.fstat(fd).st_size, 0)
-        if data[: len(_MAGIC)] != _MAGIC:
-            raise ValueError("not an agentflow journal segment")
+        if data[: len(_MAGIC)] not in _READS:
+            raise ValueError(
+                "not an agentflow journal segment, or one of a format this version does "
+                f"not read (header {data[: len(_MAGIC)]!r})"
+            )
         key = marker_key(path.name)
         row = conn.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()
         start = max(len(_MAGIC), int(row[0]) if row is not None else 0)

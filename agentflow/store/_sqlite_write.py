@@ -15,6 +15,7 @@ import msgspec
 
 from agentflow.store._codec import decode_json, encode, text_hash
 from agentflow.store._records import (
+    AgentInfo,
     PolicyState,
     Record,
     RunEnded,
@@ -117,7 +118,7 @@ def prepare(r: Record) -> Record | Row:
         return TOOL, _tool_row(r)
     try:
         if isinstance(r, SessionStarted):
-            agent = dataclasses.replace(r.agent, config=_as_json(r.agent.config))
+            agent = _as_json_agent(r.agent)
             return msgspec.structs.replace(
                 r, agent=agent, task=_as_json(r.task), metadata=_as_json(r.metadata)
             )
@@ -133,6 +134,24 @@ def prepare(r: Record) -> Record | Row:
 def _as_json(value: Any) -> Any:
     """``value`` as its JSON column reads back (the store's one encoding of it)."""
     return decode_json(encode(value))
+
+
+#: id(AgentInfo) -> (it, :func:`_as_json_agent` of it), for the last agents written.
+_agents: dict[int, tuple[AgentInfo, AgentInfo]] = {}
+
+
+def _as_json_agent(agent: AgentInfo) -> AgentInfo:
+    """``agent`` with its config as its JSON column reads back: one object per agent
+    (the ``Recorder`` makes one per agent), so the journal writes each agent's frame once
+    per segment, not once per session."""
+    hit = _agents.get(id(agent))
+    if hit is not None and hit[0] is agent:
+        return hit[1]
+    done = dataclasses.replace(agent, config=_as_json(agent.config))
+    if len(_agents) >= 256:  # (they hold system prompts: a few, not every agent ever)
+        _agents.clear()
+    _agents[id(agent)] = (agent, done)
+    return done
 
 
 def write_records(conn: sqlite3.Connection, items: Sequence[Record | Row]) -> None:

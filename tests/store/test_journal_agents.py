@@ -1,0 +1,229 @@
+"""The journal writes an agent once per segment: a session's frame refers to it. A fleet's
+sessions share a few agents whose system prompts are tens of KB; copied into every
+session's frame they were half of the demo's journal (and 1,000 sessions of one agent with a
+28 KB prompt would have written 28 MB of it at the run's start)."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import zlib
+from pathlib import Path
+
+import pytest
+
+from agentflow import StoreError
+from agentflow.store import (
+    AgentInfo,
+    RunStarted,
+    SessionStarted,
+    SQLiteStore,
+    _journal,
+    _journal_ingest,
+)
+from agentflow.store._journal import _FRAME, _KIND, _ROWS, _encoder, _frame_decoder
+from agentflow.store._sqlite_write import prepare
+
+from .journal_child import tool_result
+
+pytestmark = pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
+
+PROMPT = "You review code carefully. " * 800  # ~21 KB
+
+
+def _agent(name: str = "reviewer") -> AgentInfo:
+    return AgentInfo(name=name, fingerprint=f"fp-{name}", instructions=PROMPT, config={"m": 1})
+
+
+def _session(i: int, agent: AgentInfo) -> SessionStarted:
+    return SessionStarted(
+        run_id="r",
+        session_id=f"s{i:03d}",
+        position=i,
+        agent=agent,
+        task=[{"role": "user", "content": f"review {i}"}],
+        metadata={"i": i},
+    )
+
+
+def _segments(db: Path) -> list[str]:
+    return sorted(glob.glob(glob.escape(str(db)) + ".af-journal-*"))
+
+
+def _sessions(data: bytes, start: int) -> list[str]:
+    """The session ids of the session starts ``frames`` reads from ``start``."""
+    return [
+        r.session_id
+        for _, r in _journal_ingest.frames(data, start)
+        if isinstance(r, SessionStarted)
+    ]
+
+
+def _kinds(data: bytes) -> list[int]:
+    """The kind of every intact frame of a segment's bytes."""
+    out, pos = [], len(_journal._MAGIC)
+    while pos + _FRAME.size <= len(data):
+        n, crc = _FRAME.unpack_from(data, pos)
+        payload = data[pos + _FRAME.size : pos + _FRAME.size + n]
+        if n == 0 or zlib.crc32(payload) != crc:
+            break
+        out.append(_frame_decoder.decode(payload)[0])
+        pos += _FRAME.size + n
+    return out
+
+
+async def _write(db: Path, items: list[SessionStarted], *, close: bool = True) -> SQLiteStore:
+    store = SQLiteStore(db, batch_interval_s=10)
+    await store.open()
+    store.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=len(items)))
+    for item in items:
+        store.write(item)
+    if close:
+        await store.aclose()
+    return store
+
+
+def _stored(db: Path) -> list[tuple[str, str, str, str]]:
+    async def main() -> list[tuple[str, str, str, str]]:
+        store = SQLiteStore(db)
+        try:
+            run = await store.load("r")
+        finally:
+            await store.aclose()
+        return [
+            (s.session_id, s.agent, s.task[0]["content"], str(s.metadata)) for s in run.sessions
+        ]
+
+    return asyncio.run(main())
+
+
+def test_sessions_of_one_agent_write_it_once(tmp_path: Path) -> None:
+    """20 sessions of one agent: one agent frame and 20 small session frames, and each
+    session reads back with the whole agent (its prompt in full)."""
+    db = tmp_path / "one.db"
+    agent = _agent()
+    sessions = [_session(i, agent) for i in range(20)]
+
+    async def main() -> bytes:
+        store = await _write(db, sessions, close=False)
+        (segment,) = _segments(db)
+        data = await asyncio.to_thread(Path(segment).read_bytes)
+        await store.aclose()
+        return data
+
+    data = asyncio.run(main())
+    kinds = _kinds(data)
+    assert kinds.count(_journal._AGENT) == 1
+    assert kinds.count(_journal._SESSION) == 20
+    assert _KIND[SessionStarted] not in kinds
+    read = [r for _, r in _journal_ingest.frames(data, len(_journal._MAGIC))]
+    assert [r.session_id for r in read if isinstance(r, SessionStarted)] == [
+        s.session_id for s in sessions
+    ]
+    assert all(r.agent.instructions == PROMPT for r in read if isinstance(r, SessionStarted))
+    assert [s[0] for s in _stored(db)] == [s.session_id for s in sessions]
+
+
+def test_each_segment_holds_its_own_agent_frame(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Segments that fill up between sessions: every segment that holds a session of the
+    agent holds the agent's frame too, so each reads back alone — as a killed writer's
+    segments are ingested, one at a time, each from its own marker."""
+    monkeypatch.setattr(_journal, "SEGMENT_BYTES", 32 << 10)
+    db = tmp_path / "rot.db"
+    agent = _agent()
+    sessions = [_session(i, agent) for i in range(12)]
+
+    async def main() -> list[bytes]:
+        store = await _write(db, [], close=False)
+        for i, session in enumerate(sessions):  # with ~10 KB of tool results after each
+            store.write(session)
+            for k in range(20):
+                store.write(tool_result(100 * i + k))
+        data = [await asyncio.to_thread(Path(p).read_bytes) for p in _segments(db)]
+        await store.aclose()
+        return data
+
+    segments = asyncio.run(main())
+    assert len(segments) > 2
+    seen = []
+    for data in segments:
+        kinds = _kinds(data)
+        if _journal._SESSION in kinds:
+            assert kinds.count(_journal._AGENT) == 1
+        for _, r in _journal_ingest.frames(data, len(_journal._MAGIC)):
+            if isinstance(r, SessionStarted):
+                assert r.agent.instructions == PROMPT
+                seen.append(r.session_id)
+    assert seen == [s.session_id for s in sessions]
+    assert len(_stored(db)) == 12
+
+
+def test_a_session_after_the_marker_finds_its_agent_before_it(tmp_path: Path) -> None:
+    """Ingestion from a marker past the agent's frame (those records were committed):
+    the agent is still read; damage before the marker does not stop what follows it."""
+    db = tmp_path / "mark.db"
+    agent = _agent()
+
+    async def main() -> bytes:
+        store = await _write(db, [_session(i, agent) for i in range(4)], close=False)
+        (segment,) = _segments(db)
+        data = await asyncio.to_thread(Path(segment).read_bytes)
+        await store.aclose()
+        return data
+
+    data = bytearray(asyncio.run(main()))
+    ends = [end for end, _ in _journal_ingest.frames(bytes(data), len(_journal._MAGIC))]
+    mark = ends[2]  # the run's start and two sessions committed
+    assert _sessions(bytes(data), mark) == ["s002", "s003"]
+    data[ends[1] + _FRAME.size + 3] ^= 0xFF  # damage the second session's frame (committed)
+    assert _sessions(bytes(data), mark) == ["s002", "s003"]
+    # From before the damage: what precedes it, then the journal's end.
+    assert _sessions(bytes(data), ends[0]) == ["s000"]
+
+
+def test_a_session_frame_without_its_agent_is_a_store_error(tmp_path: Path) -> None:
+    """A segment whose session frame refers to an agent it holds no frame of cannot be
+    committed: a ``StoreError`` naming it, and the file is kept."""
+    db = tmp_path / "lost.db"
+    body = _encoder.encode((_journal._SESSION, (5, _session(0, _journal._NO_AGENT))))
+    segment = Path(f"{db}.af-journal-999999-dead-00000001")
+    segment.write_bytes(_journal._MAGIC + _FRAME.pack(len(body), zlib.crc32(body)) + body)
+    with pytest.raises(StoreError, match="af-journal-999999-dead-00000001"):
+        asyncio.run(_write(db, []))
+    assert segment.exists()
+
+
+def _frame(kind: int, item: object) -> bytes:
+    payload = _encoder.encode((kind, item))
+    return _FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def test_a_segment_of_the_previous_format_is_still_ingested(tmp_path: Path) -> None:
+    """A journal left by a killed run of the previous release (header AFJ2, every
+    session's frame holding its agent) is committed by this one."""
+    db = tmp_path / "old.db"
+    agent = _agent()
+    frames = [
+        _frame(
+            _KIND[RunStarted], RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=2)
+        ),
+        _frame(_KIND[SessionStarted], _session(0, agent)),
+        _frame(_KIND[SessionStarted], _session(1, agent)),
+    ]  # fmt: skip
+    kind, values = prepare(tool_result(0))  # type: ignore[misc]
+    frames.append(_frame(_ROWS + kind, values))
+    Path(f"{db}.af-journal-999999-beef-00000001").write_bytes(b"AFJ2\0\0\0\0" + b"".join(frames))
+    asyncio.run(_write(db, []))  # opening ingests it
+    assert [s[0] for s in _stored(db)] == ["s000", "s001"]
+    assert _segments(db) == []
+
+
+def test_a_segment_of_an_unknown_format_is_refused_by_name(tmp_path: Path) -> None:
+    db = tmp_path / "new.db"
+    segment = Path(f"{db}.af-journal-999999-cafe-00000001")
+    segment.write_bytes(b"AFJ9\0\0\0\0" + b"\0" * 64)
+    with pytest.raises(StoreError, match=r"af-journal-999999-cafe-00000001.*AFJ9"):
+        asyncio.run(_write(db, []))
+    assert segment.exists()

@@ -15,9 +15,11 @@ Durability is the class SQLite's WAL with ``synchronous=NORMAL`` gives (which th
 uses): what was written survives the process dying; an operating-system crash may lose
 the last writes. A record is one frame — payload length, CRC-32, payload — and the
 header is written after the payload, so a copy cut short by a kill reads as the
-journal's end; everything before it is kept, in order. Segments are reserved with
-``posix_fallocate`` before they are mapped, so a full disk is an ``OSError`` when a
-segment is made (the record then goes to SQLite directly), never a ``SIGBUS`` on a write.
+journal's end; everything before it is kept, in order. A session start's frame refers to
+its agent's, written once per segment (:meth:`Journal._session`). Segments are reserved with
+``posix_fallocate`` and written with zeros before they are mapped, so a full disk is an
+``OSError`` when a segment is made (the record then goes to SQLite directly), never a
+``SIGBUS`` on a write.
 
 Reading a killed writer's journal back is ``_journal_ingest.py``.
 

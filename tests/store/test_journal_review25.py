@@ -5,6 +5,10 @@ whose agents' frames precede its marker."""
 from __future__ import annotations
 
 import asyncio
+import os
+import sqlite3
+import subprocess
+import sys
 import threading
 import zlib
 from pathlib import Path
@@ -17,8 +21,20 @@ from agentflow.store._journal import _FRAME, _encoder
 from agentflow.store._sqlite_write import prepare
 
 from .journal_child import tool_result
+from .journal_review25_child import PROMPTS
+from .test_journal import _open_close, _segments
+
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
+
+
+def _rows(db: Path, sql: str) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
 
 
 def test_a_busy_loop_finds_its_next_segment_made_by_the_writer(
@@ -83,3 +99,34 @@ def test_a_kill_between_an_agents_frame_and_its_sessions_ingests_what_precedes(
     assert read[-1][0] == len(_journal._MAGIC) + len(run) + len(head) + len(body)
     # From a marker after the session: nothing more (the trailing agent yields nothing).
     assert list(ingest.frames(data, read[-1][0])) == []
+
+
+def test_sessions_after_a_commit_and_a_kill_are_stored_once_with_their_agents(
+    tmp_path: Path,
+) -> None:
+    """A writer killed after two commits, with sessions whose agents' frames precede the
+    marker, in segments that rotate between sessions: the next open stores every
+    session once, each with its own agent's full prompt, and every tool result once."""
+    for segment_bytes in (8 << 20, 48 << 10):
+        db = tmp_path / f"kill-{segment_bytes}.db"
+        proc = subprocess.run(
+            [sys.executable, "-m", "tests.store.journal_review25_child", "agents", str(db),
+             str(segment_bytes)],
+            cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+            text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == -9, proc.stderr[-3000:]
+        assert _segments(db), "the kill left a journal"
+        asyncio.run(_open_close(db))
+        assert _segments(db) == []
+        rows = _rows(
+            db,
+            "SELECT s.session_id, s.agent, s.fingerprint, t.text FROM sessions s JOIN agents a"
+            " ON a.run_id=s.run_id AND a.name=s.agent JOIN texts t ON t.hash=a.instructions_hash"
+            " ORDER BY s.position",
+        )
+        want = [(f"s{i}", "ab"[i % 2], "fp-" + "ab"[i % 2]) for i in range(10)]
+        assert [r[:3] for r in rows] == want
+        assert all(text == PROMPTS[str(a)] for _, a, _, text in rows)
+        assert _rows(db, "SELECT count(*) FROM conflicts") == [(0,)]
+        assert _rows(db, "SELECT count(*), count(DISTINCT turn) FROM tool_calls") == [(320, 320)]

@@ -100,8 +100,10 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
             with self._batch_lock:  # segments wholly committed are deleted
                 self._stale_keys = journal.drop_before(mark)
             # A busy loop hands batches over (max_batch, flushes) before the interval
-            # runs out, so _take_idle may never run: make the next segment here too.
-            self._ready_journal()
+            # runs out, so _take_idle may never run: make the next segment here too
+            # (not when closing: nothing is written after that).
+            if not self._closed:
+                self._ready_journal()
         if records:
             self.committed += len(records)
             self.commits += 1

@@ -130,3 +130,35 @@ def test_sessions_after_a_commit_and_a_kill_are_stored_once_with_their_agents(
         assert all(text == PROMPTS[str(a)] for _, a, _, text in rows)
         assert _rows(db, "SELECT count(*) FROM conflicts") == [(0,)]
         assert _rows(db, "SELECT count(*), count(DISTINCT turn) FROM tool_calls") == [(320, 320)]
+
+
+def test_an_agents_frame_lost_before_the_marker_ends_the_journal_there(tmp_path: Path) -> None:
+    """An operating-system crash may lose a page of the journal that was written before
+    SQLite's last commit (the journal's and the database's pages reach the disk in no set
+    order): here the frame of agent ``a``, before the marker, reads as zeros. The sessions
+    after the marker that refer to it cannot be read back — that is where the journal
+    ends (an OS crash "may lose the last writes"); the store still opens, with what was
+    committed, instead of refusing to open until the segment is moved aside."""
+    db = tmp_path / "crash.db"
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.store.journal_review25_child", "agents", str(db),
+         str(8 << 20)],
+        cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)), capture_output=True,
+        text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    (segment,) = _segments(db)
+    data = bytearray(Path(segment).read_bytes())
+    pos = len(_journal._MAGIC)
+    while True:  # the first agent frame: agent a's
+        n, _ = _FRAME.unpack_from(data, pos)
+        if _journal._frame_decoder.decode(data[pos + 8 : pos + 8 + n])[0] == _journal._AGENT:
+            break
+        pos += _FRAME.size + n
+    data[pos : pos + _FRAME.size + n] = bytes(_FRAME.size + n)
+    Path(segment).write_bytes(data)
+    asyncio.run(_open_close(db))  # no StoreError
+    assert _segments(db) == []
+    sessions = _rows(db, "SELECT session_id FROM sessions ORDER BY position")
+    assert sessions == [(f"s{i}",) for i in range(6)]  # the flushes' sessions
+    assert _rows(db, "SELECT count(*) FROM tool_calls") == [(4 * 40,)]

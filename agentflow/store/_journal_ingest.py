@@ -47,21 +47,25 @@ def frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record | 
     """The intact items of a segment's bytes from ``start``, each with the offset after
     it; stops at the first frame that is empty or cut short. The agents' frames are read
     from the segment's start (a session's frame after ``start`` may refer to one before
-    it) and yield nothing themselves.
+    it) and yield nothing themselves. A session's frame whose agent's frame was lost to
+    damage before ``start`` (an OS crash may lose any page of the journal, even one from
+    before SQLite's last commit) ends it there too.
 
     Raises:
-        ValueError: a session's frame refers to an agent the segment has no frame of.
+        ValueError: a session's frame refers to an agent the segment has no frame of
+            (and none was lost to damage).
         msgspec.DecodeError: an intact frame does not decode.
     """
     agents: dict[int, AgentInfo] = {}
     pos, size = len(_MAGIC), len(data)
+    lost = False  # whether damage before ``start`` was skipped (agents' frames with it)
     while pos + _FRAME.size <= size:
         n, crc = _FRAME.unpack_from(data, pos)
         end = pos + _FRAME.size + n
         payload = data[pos + _FRAME.size : end]
         if n == 0 or end > size or zlib.crc32(payload) != crc:
             if pos < start:  # damage in what was committed already: go on from there
-                pos = start
+                pos, lost = start, True
                 continue
             return
         kind, raw = _frame_decoder.decode(payload)
@@ -73,6 +77,8 @@ def frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record | 
         elif kind == _SESSION:
             ref, session = _session_decoder.decode(raw)
             if ref not in agents:
+                if lost:
+                    return
                 raise ValueError(f"a session's frame at byte {pos} refers to no agent ({ref})")
             yield end, msgspec.structs.replace(session, agent=agents[ref])
         elif kind >= _ROWS:

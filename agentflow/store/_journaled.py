@@ -99,6 +99,11 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         if journal is not None and mark is not None:
             with self._batch_lock:  # segments wholly committed are deleted
                 self._stale_keys = journal.drop_before(mark)
+            # A busy loop hands batches over (max_batch, flushes) before the interval
+            # runs out, so _take_idle may never run: make the next segment here too
+            # (not when closing: nothing is written after that).
+            if not self._closed:
+                self._ready_journal()
         if records:
             self.committed += len(records)
             self.commits += 1

@@ -296,8 +296,12 @@ class SQLiteStore(JournaledWriter):
             return
         # The loop's first segment, made before open() returns: a run writes its first
         # records right after (claim and start_attempt make it too, for a store
-        # written before it was opened).
-        self._ready_journal()
+        # written before it was opened). Outside the serving loop's failure handling, so
+        # nothing may escape: without a spare the loop makes its segment itself.
+        try:
+            self._ready_journal()
+        except Exception as exc:
+            _log.error("store.journal_spare_failed", path=str(self.path), error=repr(exc))
         stopped = False
         try:
             self._loop(conn)

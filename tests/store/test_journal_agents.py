@@ -25,6 +25,7 @@ from agentflow.store._journal import _FRAME, _KIND, _ROWS, _encoder, _frame_deco
 from agentflow.store._sqlite_write import prepare
 
 from .journal_child import tool_result
+from .journal_review25_child import session as _session
 
 pytestmark = pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
 
@@ -33,17 +34,6 @@ PROMPT = "You review code carefully. " * 800  # ~21 KB
 
 def _agent(name: str = "reviewer") -> AgentInfo:
     return AgentInfo(name=name, fingerprint=f"fp-{name}", instructions=PROMPT, config={"m": 1})
-
-
-def _session(i: int, agent: AgentInfo) -> SessionStarted:
-    return SessionStarted(
-        run_id="r",
-        session_id=f"s{i:03d}",
-        position=i,
-        agent=agent,
-        task=[{"role": "user", "content": f"review {i}"}],
-        metadata={"i": i},
-    )
 
 
 def _segments(db: Path) -> list[str]:
@@ -176,11 +166,11 @@ def test_a_session_after_the_marker_finds_its_agent_before_it(tmp_path: Path) ->
     data = bytearray(asyncio.run(main()))
     ends = [end for end, _ in _journal_ingest.frames(bytes(data), len(_journal._MAGIC))]
     mark = ends[2]  # the run's start and two sessions committed
-    assert _sessions(bytes(data), mark) == ["s002", "s003"]
+    assert _sessions(bytes(data), mark) == ["s2", "s3"]
     data[ends[1] + _FRAME.size + 3] ^= 0xFF  # damage the second session's frame (committed)
-    assert _sessions(bytes(data), mark) == ["s002", "s003"]
+    assert _sessions(bytes(data), mark) == ["s2", "s3"]
     # From before the damage: what precedes it, then the journal's end.
-    assert _sessions(bytes(data), ends[0]) == ["s000"]
+    assert _sessions(bytes(data), ends[0]) == ["s0"]
 
 
 def test_a_session_frame_without_its_agent_is_a_store_error(tmp_path: Path) -> None:
@@ -216,7 +206,7 @@ def test_a_segment_of_the_previous_format_is_still_ingested(tmp_path: Path) -> N
     frames.append(_frame(_ROWS + kind, values))
     Path(f"{db}.af-journal-999999-beef-00000001").write_bytes(b"AFJ2\0\0\0\0" + b"".join(frames))
     asyncio.run(_write(db, []))  # opening ingests it
-    assert [s[0] for s in _stored(db)] == ["s000", "s001"]
+    assert [s[0] for s in _stored(db)] == ["s0", "s1"]
     assert _segments(db) == []
 
 

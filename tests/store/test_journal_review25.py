@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -23,18 +22,11 @@ from agentflow.store._sqlite_write import prepare
 from .journal_child import tool_result
 from .journal_review25_child import PROMPTS
 from .test_journal import _open_close, _segments
+from .test_journal_review import _rows
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
-
-
-def _rows(db: Path, sql: str) -> list[tuple[object, ...]]:
-    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
-    try:
-        return conn.execute(sql).fetchall()
-    finally:
-        conn.close()
 
 
 def test_a_busy_loop_finds_its_next_segment_made_by_the_writer(

@@ -145,6 +145,8 @@ def _fill(fd: int, size: int) -> None:
     offset = 0
     while offset < size:
         n = os.pwrite(fd, memoryview(zeros)[: min(len(zeros), size - offset)], offset)
+        if n <= 0:  # (a regular file writes something or raises: never loop on nothing)
+            raise OSError(f"pwrite wrote nothing at offset {offset}")
         offset += n
 
 

@@ -206,7 +206,6 @@ class SQLiteStore(JournaledWriter):
 
         def start(conn: sqlite3.Connection) -> int:
             self._ingest_orphans(conn)  # a writer killed since this store opened
-            self._ready_journal()  # recording starts: the loop's first segment, made here
             return io.start_attempt(conn, run_id, wall_ns, clock_ns, str(self.path))
 
         return await self._call(start)
@@ -231,7 +230,6 @@ class SQLiteStore(JournaledWriter):
         ids = list(session_ids)
 
         def claim(conn: sqlite3.Connection) -> list[str]:
-            self._ready_journal()  # recording starts: the loop's first segment, made here
             return io.claim(conn, run_id, ids, owner, ttl_s)
 
         return await self._call(claim)
@@ -294,10 +292,10 @@ class SQLiteStore(JournaledWriter):
         except (sqlite3.Error, OSError, StoreError) as exc:
             self._fail_all(exc)
             return
-        # The loop's first segment, made before open() returns: a run writes its first
-        # records right after (claim and start_attempt make it too, for a store
-        # written before it was opened). Outside the serving loop's failure handling, so
-        # nothing may escape: without a spare the loop makes its segment itself.
+        # The loop's first segment, made as the writer starts (before open() returns,
+        # or at a store's first write): the next ones come with each commit
+        # (``_commit``). Outside the serving loop's failure handling, so nothing
+        # may escape: without a spare the loop makes its segment itself.
         try:
             self._ready_journal()
         except Exception as exc:

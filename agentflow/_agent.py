@@ -77,6 +77,9 @@ class Agent:
     prefix_key: str | None = field(init=False, default=None, compare=False)
     #: Characters of the tool schemas as sent (for cheap prompt estimates, computed once).
     tool_chars: int = field(init=False, default=0, compare=False)
+    #: The tool schemas as compact, key-sorted JSON (computed once: the store's agent
+    #: fingerprint holds it).
+    tool_specs_json: str = field(init=False, default="[]", compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -96,6 +99,11 @@ class Agent:
         if self.max_tool_output_chars is not None:
             check_output_cap(
                 self.max_tool_output_chars, f"Agent {self.name!r}: max_tool_output_chars"
+            )
+        if not isinstance(self.instructions, str):
+            raise ConfigError(
+                f"Agent {self.name!r}: instructions must be a str, got "
+                f"{type(self.instructions).__name__}"
             )
         if not isinstance(self.priority, int):
             raise ConfigError(
@@ -123,9 +131,9 @@ class Agent:
         object.__setattr__(self, "params", dict(self.params))
         specs = self.tool_specs
         object.__setattr__(self, "prefix_key", _prefix_key(self.instructions, specs))
-        object.__setattr__(
-            self, "tool_chars", len(json.dumps(specs, separators=(",", ":"))) if specs else 0
-        )
+        specs_json = json.dumps(specs, sort_keys=True, separators=(",", ":"))
+        object.__setattr__(self, "tool_specs_json", specs_json)
+        object.__setattr__(self, "tool_chars", len(specs_json) if specs else 0)
 
     @property
     def max_output_tokens(self) -> int | None:

@@ -66,13 +66,6 @@ def text_hash(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-@functools.lru_cache(maxsize=256)
-def _json_text(text: str) -> str:
-    """``json.dumps(text)``, remembered for the last 256 texts (an agent's instructions:
-    tens of KB, escaped once instead of once per agent)."""
-    return json.dumps(text)
-
-
 def _context_name(context: object) -> str | None:
     """The context's type; a chain's names its links in order (dropping or adding a link
     changes the fingerprint)."""
@@ -85,11 +78,11 @@ def _context_name(context: object) -> str | None:
     return type(context).__qualname__
 
 
-def _config(agent: Agent, context: str | None = None) -> dict[str, Any]:
+def _settings(agent: Agent, context: str | None = None) -> dict[str, Any]:
+    """An agent's configuration but its tool schemas (:func:`_config`)."""
     timeout = agent.tool_timeout_s
     return {
         "model": agent.model,
-        "tools": agent.tool_specs,
         "params": dict(agent.params),
         "max_turns": agent.max_turns,
         "tool_errors": agent.tool_errors,
@@ -100,21 +93,38 @@ def _config(agent: Agent, context: str | None = None) -> dict[str, Any]:
     }
 
 
+def _config(agent: Agent, context: str | None = None) -> dict[str, Any]:
+    return {**_settings(agent, context), "tools": agent.tool_specs}
+
+
+def _config_json(agent: Agent, context: str | None = None) -> str:
+    """``_dumps(_config(agent, context))``, with the tool schemas' JSON the agent made
+    once (``Agent.tool_specs_json``): ``"tools"`` sorts after every other key."""
+    settings = _dumps(_settings(agent, context))
+    return f'{settings[:-1]},"tools":{agent.tool_specs_json}}}'
+
+
 def fingerprint(agent: Agent, *, context: str | None = None) -> str:
     """A digest of everything about ``agent`` that shapes its conversations: name, model,
     instructions, tool schemas, params, limits, tool-error handling, priority and the
     context's type (a chain's: its links' types, in order); ``context`` stands in for
-    that type's name. Tool *code* cannot be fingerprinted; its schema is."""
-    # The JSON of ``[name, instructions, config]`` (sorted keys, compact), written out
-    # piece by piece so that the instructions, shared by a fleet's agents, are escaped
-    # once (``_json_text``): the same text, byte for byte, as one ``json.dumps`` of the
-    # list, so fingerprints recorded before stay valid.
-    instructions = agent.instructions
-    config = _dumps(_config(agent, context))
-    if type(instructions) is str:
-        blob = f"[{_dumps(agent.name)},{_json_text(instructions)},{config}]"
-    else:
-        blob = f"[{_dumps(agent.name)},{_dumps(instructions)},{config}]"
+    that type's name. Tool *code* cannot be fingerprinted; its schema is.
+
+    It is the BLAKE2b-128 of the compact, key-sorted JSON of ``[2, name,
+    text_hash(instructions), config]``: the instructions count by their digest, the one
+    they are stored under, which :func:`text_hash` remembers — a fleet's agents share a
+    prompt of tens of KB, hashed once rather than once per agent (the 2 tells this
+    definition from the one runs recorded before it, :func:`fingerprints`)."""
+    name, ref = _dumps(agent.name), _dumps(text_hash(agent.instructions))
+    blob = f"[2,{name},{ref},{_config_json(agent, context)}]"
+    return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _fingerprint_v1(agent: Agent, context: str | None = None) -> str:
+    """The fingerprint runs recorded by earlier versions hold: the BLAKE2b-128 of the compact,
+    key-sorted JSON of ``[name, instructions, config]`` — the whole prompt hashed once per
+    agent."""
+    blob = _dumps([agent.name, agent.instructions, _config(agent, context)])
     return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
@@ -123,16 +133,22 @@ def _dumps(value: Any) -> str:
 
 
 def fingerprints(agent: Agent) -> set[str]:
-    """The fingerprints a recorded run may hold for ``agent``: its own, and — when its
-    context is a chain holding a ``ContextBudget`` — the one a run recorded before the
-    context chain existed (when ``ContextBudget(fleet=, prefix_index=, cache_buster=)``
-    was the way to write such a chain, and its type alone was fingerprinted)."""
-    found = {fingerprint(agent)}
+    """The fingerprints a recorded run may hold for ``agent``: its own, and the ones of
+    definitions runs were recorded with before — the whole prompt hashed
+    (:func:`_fingerprint_v1`) and, when its context is a chain holding a
+    ``ContextBudget``, the context named ``ContextBudget`` (before the context chain
+    existed, ``ContextBudget(fleet=, prefix_index=, cache_buster=)`` was the way to write
+    such a chain, and its type alone was fingerprinted)."""
+    contexts: list[str | None] = [None]
     links = getattr(agent.context, "given", None)
     if isinstance(links, tuple) and any(
         type(link).__qualname__ == "ContextBudget" for link in links
     ):
-        found.add(fingerprint(agent, context="ContextBudget"))
+        contexts.append("ContextBudget")
+    found = set()
+    for context in contexts:
+        found.add(fingerprint(agent, context=context))
+        found.add(_fingerprint_v1(agent, context))
     return found
 
 

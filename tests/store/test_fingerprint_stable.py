@@ -1,19 +1,24 @@
 """An agent's fingerprint is the BLAKE2b-128 of the compact, key-sorted JSON of
-``[name, instructions, config]``: the definition runs recorded earlier were fingerprinted
-with, and what a resume compares against. ``fingerprint`` writes that JSON piece by piece
-(the instructions, shared by a fleet's agents, escaped once), so these tests pin it to the
-one-``json.dumps`` definition, byte for byte."""
+``[2, name, text_hash(instructions), config]``; runs recorded before it hold the one of
+``[name, instructions, config]`` (the whole prompt), which a resume still accepts. These
+tests pin both to their one-``json.dumps`` definitions, byte for byte, and resume a run
+whose store holds the earlier ones."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentflow import Agent, ContextBudget, tool
-from agentflow.store._codec import _config, fingerprint, text_hash
+from agentflow import Agent, ConfigError, ContextBudget, FleetResult, tool
+from agentflow.embedded import run_virtual
+from agentflow.store._codec import _config, _fingerprint_v1, fingerprint, fingerprints, text_hash
+
+from .fleets import agents, resume, run_cut
 
 
 @tool
@@ -22,14 +27,19 @@ def lookup(key: str, limit: int = 3) -> str:
     return key * limit
 
 
-def _reference(agent: Agent, context: str | None = None) -> str:
-    blob = json.dumps(
-        [agent.name, agent.instructions, _config(agent, context)],
-        sort_keys=True,
-        separators=(",", ":"),
-        default=repr,
-    )
+def _blake(blob: str) -> str:
     return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _reference(agent: Agent, context: str | None = None) -> str:
+    digest = _blake(agent.instructions)
+    value = [2, agent.name, digest, _config(agent, context)]
+    return _blake(json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr))
+
+
+def _reference_v1(agent: Agent, context: str | None = None) -> str:
+    value = [agent.name, agent.instructions, _config(agent, context)]
+    return _blake(json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr))
 
 
 INSTRUCTIONS = [
@@ -43,17 +53,20 @@ INSTRUCTIONS = [
 
 @pytest.mark.parametrize("instructions", INSTRUCTIONS)
 @pytest.mark.parametrize("name", ["coder", "agent é", 'a"b'])
-def test_the_fingerprint_is_the_one_dumps_definition(name: str, instructions: str) -> None:
+def test_the_fingerprints_are_their_one_dumps_definitions(name: str, instructions: str) -> None:
     params: dict[str, Any] = {"temperature": 0.5, "z": [1, {"b": 2, "a": float("inf")}]}
     agent = Agent(name=name, model="m", instructions=instructions, tools=[lookup], params=params)
     assert fingerprint(agent) == _reference(agent)
     assert fingerprint(agent, context="ContextBudget") == _reference(agent, "ContextBudget")
     budgeted = Agent(name=name, model="m", instructions=instructions, context=ContextBudget())
     assert fingerprint(budgeted) == _reference(budgeted)
+    # The earlier definition, which runs recorded before hold, is accepted at a resume.
+    assert _fingerprint_v1(agent) == _reference_v1(agent)
+    assert fingerprints(agent) == {_reference(agent), _reference_v1(agent)}
 
 
 def test_agents_sharing_instructions_keep_their_own_fingerprints() -> None:
-    """The instructions' JSON is remembered; the name and config still tell agents apart."""
+    """The instructions' digest is remembered; the name and config still tell agents apart."""
     shared = "shared prompt " * 1000
     a, b = (Agent(name=n, model="m", instructions=shared) for n in ("a", "b"))
     c = Agent(name="a", model="other", instructions=shared)
@@ -66,3 +79,33 @@ def test_text_hash_is_blake2b_of_the_text() -> None:
     want = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
     assert text_hash(text) == want
     assert text_hash(text) == want  # remembered: the same answer
+
+
+def test_the_instructions_must_be_text() -> None:
+    with pytest.raises(ConfigError, match="'coder': instructions must be a str, got list"):
+        Agent(name="coder", model="m", instructions=["You are terse."])  # type: ignore[arg-type]
+
+
+def _set_fingerprints(path: Path, to: dict[str, str]) -> None:
+    with sqlite3.connect(path) as conn:
+        for name, fp in to.items():
+            conn.execute("UPDATE agents SET fingerprint=? WHERE name=?", (fp, name))
+            conn.execute("UPDATE sessions SET fingerprint=? WHERE agent=?", (fp, name))
+    conn.close()
+
+
+def test_a_run_recorded_with_the_earlier_fingerprints_resumes(tmp_path: Path) -> None:
+    db, team = tmp_path / "cut.db", agents()
+    assert run_virtual(run_cut(db, team, 9, 6)) is None
+    _set_fingerprints(db, {a.name: _reference_v1(a) for a in team})
+    result = run_virtual(resume(db, team))
+    assert isinstance(result, FleetResult)
+    assert [s.status for s in result.sessions] == ["completed"] * 9
+
+
+def test_a_run_whose_fingerprint_matches_no_definition_does_not_resume(tmp_path: Path) -> None:
+    db, team = tmp_path / "cut.db", agents()
+    assert run_virtual(run_cut(db, team, 9, 6)) is None
+    _set_fingerprints(db, {team[0].name: "0" * 32})
+    with pytest.raises(ConfigError, match="not configured as it was"):
+        run_virtual(resume(db, team))

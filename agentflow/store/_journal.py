@@ -37,6 +37,7 @@ twice.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import glob
 import mmap
 import os
@@ -87,11 +88,12 @@ JOURNAL_INTERVAL_S = 5.0
 PREFAULT_BYTES = 4 << 20
 #: ``madvise(MADV_POPULATE_WRITE)`` (Linux ≥ 5.14): map pages in writable, in one call.
 _POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if os.name == "posix" else None)
-_MAGIC = b"AFJ3\0\0\0\0"  # 8 bytes: a segment's header, and its format's version
-#: The formats this version reads: its own, and AFJ2's (no agent or session-reference
-#: frames), so that a journal left by a killed run of the previous release is ingested.
-#: An older release refuses an AFJ3 segment by its header (a ``StoreError`` naming it).
-_READS = (_MAGIC, b"AFJ2\0\0\0\0")
+_MAGIC = b"AFJ4\0\0\0\0"  # 8 bytes: a segment's header, and its format's version
+#: The formats this version reads: its own, AFJ3's (agents' frames hold their prompt) and
+#: AFJ2's (no agent or session-reference frames), so that a journal left by a killed run
+#: of an earlier release is ingested. An older release refuses a newer segment by its
+#: header (a ``StoreError`` naming it).
+_READS = (_MAGIC, b"AFJ3\0\0\0\0", b"AFJ2\0\0\0\0")
 _FRAME = struct.Struct("<II")  # payload length, CRC-32 of the payload
 _KINDS: tuple[type[Any], ...] = (
     TurnFinished,
@@ -105,11 +107,14 @@ _KINDS: tuple[type[Any], ...] = (
 _KIND = {k: i for i, k in enumerate(_KINDS)}
 #: Frame kinds past the records': a turn's row, a tool result's (``_sqlite_io.prepare``).
 _ROWS = len(_KINDS)
-#: An agent, written once per segment: ``(ref, AgentInfo)``; and a session start that
-#: refers to it, ``(ref, SessionStarted)`` with :data:`_NO_AGENT` in its place. A fleet's
-#: sessions share a few agents, each with a system prompt of tens of KB: copied into every
-#: session's frame, the demo's 64 prompts were half of its journal.
-_AGENT, _SESSION = _ROWS + 2, _ROWS + 3
+#: A session start that refers to its agent's frame, ``(ref, SessionStarted)`` with
+#: :data:`_NO_AGENT` in its place; an agent, written once per segment, ``(ref, text ref,
+#: AgentInfo)`` with its instructions in a text's frame, ``(text ref, text)``, written once
+#: per segment too. A fleet's sessions share a few agents, and its agents a few system
+#: prompts of tens of KB: copied into every session's frame, the demo's 64 prompts were
+#: half of its journal, and into every agent's frame 86% of it. ``(ref, AgentInfo)``, an
+#: agent with its prompt, is AFJ3's agent frame (read, no longer written).
+_AGENT, _SESSION, _TEXT, _AGENT_TEXT = _ROWS + 2, _ROWS + 3, _ROWS + 4, _ROWS + 5
 _NO_AGENT = AgentInfo(name="", fingerprint="", instructions="", config={})
 _encoder = msgspec.msgpack.Encoder()
 _frame_decoder = msgspec.msgpack.Decoder(tuple[int, msgspec.Raw])
@@ -117,6 +122,8 @@ _decoders = [msgspec.msgpack.Decoder(k) for k in _KINDS]
 _row_decoder = msgspec.msgpack.Decoder(tuple[Any, ...])
 _agent_decoder = msgspec.msgpack.Decoder(tuple[int, AgentInfo])
 _session_decoder = msgspec.msgpack.Decoder(tuple[int, SessionStarted])
+_text_decoder = msgspec.msgpack.Decoder(tuple[int, str])
+_agent_text_decoder = msgspec.msgpack.Decoder(tuple[int, int, AgentInfo])
 
 
 def marker_key(name: str) -> str:
@@ -150,6 +157,28 @@ def _fill(fd: int, size: int) -> None:
         offset += n
 
 
+def _session_frames(
+    seg: _Segment | None, agent: AgentInfo, stub: SessionStarted
+) -> tuple[list[bytes], int | None, int | None]:
+    """The frames of a session start in ``seg`` (``None``: a new segment): its agent's
+    instructions' text and its agent, unless ``seg`` holds them, then the session's;
+    with the agent's ref and the text's ref when their frames are among them."""
+    known = None if seg is None else seg.agents.get(id(agent))
+    if known is not None:
+        return [_encoder.encode((_SESSION, (known[0], stub)))], None, None
+    frames = []
+    text = None if seg is None else seg.texts.get(agent.instructions)
+    new_text = None
+    if text is None:
+        text = new_text = 0 if seg is None else len(seg.texts)
+        frames.append(_encoder.encode((_TEXT, (text, agent.instructions))))
+    ref = 0 if seg is None else len(seg.agents)
+    bare = dataclasses.replace(agent, instructions="")
+    frames.append(_encoder.encode((_AGENT_TEXT, (ref, text, bare))))
+    frames.append(_encoder.encode((_SESSION, (ref, stub))))
+    return frames, ref, new_text
+
+
 def _copy(seg: _Segment, payload: bytes) -> None:
     """Copy one frame into ``seg`` at its offset (the caller checked that it fits)."""
     n = len(payload)
@@ -163,7 +192,9 @@ def _copy(seg: _Segment, payload: bytes) -> None:
 class _Segment:
     """One mapped, locked segment file."""
 
-    __slots__ = ("agents", "faulted", "fd", "mm", "name", "offset", "path", "seq", "size")
+    __slots__ = (
+        "agents", "faulted", "fd", "mm", "name", "offset", "path", "seq", "size", "texts",
+    )  # fmt: skip
 
     def __init__(self, tmp: Path, size: int) -> None:
         # Made under a name the orphan scan does not match (``.…tmp``), locked, reserved,
@@ -189,6 +220,8 @@ class _Segment:
         #: id(AgentInfo) -> (its ref, the object, kept so that the id stays its own) for
         #: the agents this segment holds a frame of.
         self.agents: dict[int, tuple[int, AgentInfo]] = {}
+        #: text -> its ref, for the agents' instructions this segment holds a frame of.
+        self.texts: dict[str, int] = {}
 
     def publish(self, path: Path, seq: int) -> None:
         """Give the segment its place in the journal (one rename)."""
@@ -252,31 +285,22 @@ class Journal:
         return seg.seq, seg.offset
 
     def _session(self, item: SessionStarted) -> Mark:
-        """A session start, as a frame that refers to its agent's: the agent's frame goes
-        first unless this segment holds one, and both go in one segment, so that each
-        segment reads back alone."""
+        """A session start, as a frame that refers to its agent's: the agent's frame (and
+        its instructions' text's) go first unless this segment holds them, and all go in
+        one segment, so that each segment reads back alone."""
         agent = item.agent
         stub = msgspec.structs.replace(item, agent=_NO_AGENT)
         seg = self._segments[-1] if self._segments else None
-        known = None if seg is None else seg.agents.get(id(agent))
-        if seg is not None and known is not None:
-            body = _encoder.encode((_SESSION, (known[0], stub)))
-            if seg.offset + _FRAME.size + len(body) <= seg.size:
-                _copy(seg, body)
-                return seg.seq, seg.offset
-        ref = 0 if seg is None else len(seg.agents)
-        head = _encoder.encode((_AGENT, (ref, agent)))
-        body = _encoder.encode((_SESSION, (ref, stub)))
-        need = 2 * _FRAME.size + len(head) + len(body)
-        if seg is None or seg.offset + need > seg.size:
-            seg = self._next(need)  # ref 0 there, which encodes as short as any
-            if ref:
-                ref = 0
-                head = _encoder.encode((_AGENT, (ref, agent)))
-                body = _encoder.encode((_SESSION, (ref, stub)))
-        _copy(seg, head)
-        seg.agents[id(agent)] = (ref, agent)
-        _copy(seg, body)
+        frames, ref, text = _session_frames(seg, agent, stub)
+        if seg is None or seg.offset + sum(_FRAME.size + len(f) for f in frames) > seg.size:
+            frames, ref, text = _session_frames(None, agent, stub)  # refs from 0 there
+            seg = self._next(sum(_FRAME.size + len(f) for f in frames))
+        for frame in frames:
+            _copy(seg, frame)
+        if text is not None:
+            seg.texts[agent.instructions] = text
+        if ref is not None:
+            seg.agents[id(agent)] = (ref, agent)
         return seg.seq, seg.offset
 
     def _next(self, need: int) -> _Segment:

@@ -5,6 +5,7 @@ segment, then deleted (the format and the marker: ``store/_journal.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import mmap
 import os
@@ -18,18 +19,22 @@ import msgspec
 from agentflow._errors import StoreError
 from agentflow.store._journal import (
     _AGENT,
+    _AGENT_TEXT,
     _FRAME,
     _MAGIC,
     _READS,
     _ROWS,
     _SESSION,
+    _TEXT,
     AVAILABLE,
     _agent_decoder,
+    _agent_text_decoder,
     _decoders,
     _frame_decoder,
     _glob,
     _row_decoder,
     _session_decoder,
+    _text_decoder,
     marker_key,
 )
 from agentflow.store._records import AgentInfo, Record
@@ -47,16 +52,18 @@ def frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record | 
     """The intact items of a segment's bytes from ``start``, each with the offset after
     it; stops at the first frame that is empty or cut short. The agents' frames are read
     from the segment's start (a session's frame after ``start`` may refer to one before
-    it) and yield nothing themselves. A session's frame whose agent's frame was lost to
-    damage before ``start`` (an OS crash may lose any page of the journal, even one from
-    before SQLite's last commit) ends it there too.
+    it) and yield nothing themselves, nor do the frames of their instructions' texts. A
+    session's frame whose agent's frame (or that agent's text's) was lost to damage before
+    ``start`` (an OS crash may lose any page of the journal, even one from before
+    SQLite's last commit) ends it there too.
 
     Raises:
-        ValueError: a session's frame refers to an agent the segment has no frame of
-            (and none was lost to damage).
+        ValueError: a session's frame refers to an agent, or an agent's frame to a text,
+            the segment has no frame of (and none was lost to damage).
         msgspec.DecodeError: an intact frame does not decode.
     """
     agents: dict[int, AgentInfo] = {}
+    texts: dict[int, str] = {}
     pos, size = len(_MAGIC), len(data)
     lost = False  # whether damage before ``start`` was skipped (agents' frames with it)
     while pos + _FRAME.size <= size:
@@ -69,7 +76,16 @@ def frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record | 
                 continue
             return
         kind, raw = _frame_decoder.decode(payload)
-        if kind == _AGENT:
+        if kind == _TEXT:
+            ref, text = _text_decoder.decode(raw)
+            texts[ref] = text
+        elif kind == _AGENT_TEXT:
+            ref, text_ref, agent = _agent_text_decoder.decode(raw)
+            if text_ref in texts:
+                agents[ref] = dataclasses.replace(agent, instructions=texts[text_ref])
+            elif not lost:
+                raise ValueError(f"an agent's frame at byte {pos} refers to no text ({text_ref})")
+        elif kind == _AGENT:  # AFJ3's, the prompt in it
             ref, agent = _agent_decoder.decode(raw)
             agents[ref] = agent
         elif pos < start:

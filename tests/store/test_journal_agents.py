@@ -1,7 +1,9 @@
-"""The journal writes an agent once per segment: a session's frame refers to it. A fleet's
-sessions share a few agents whose system prompts are tens of KB; copied into every
-session's frame they were half of the demo's journal (and 1,000 sessions of one agent with a
-28 KB prompt would have written 28 MB of it at the run's start)."""
+"""The journal writes an agent once per segment, and a system prompt once per segment: a
+session's frame refers to its agent's, an agent's to its prompt's. A fleet's sessions share
+a few agents, and its agents a few system prompts of tens of KB; copied into every session's
+frame they were half of the demo's journal (and 1,000 sessions of one agent with a 28 KB
+prompt would have written 28 MB of it at the run's start), into every agent's frame 86% of
+it (the demo's 64 agents share one prompt)."""
 
 from __future__ import annotations
 
@@ -103,7 +105,7 @@ def test_sessions_of_one_agent_write_it_once(tmp_path: Path) -> None:
 
     data = asyncio.run(main())
     kinds = _kinds(data)
-    assert kinds.count(_journal._AGENT) == 1
+    assert kinds.count(_journal._AGENT_TEXT) == kinds.count(_journal._TEXT) == 1
     assert kinds.count(_journal._SESSION) == 20
     assert _KIND[SessionStarted] not in kinds
     read = [r for _, r in _journal_ingest.frames(data, len(_journal._MAGIC))]
@@ -141,7 +143,7 @@ def test_each_segment_holds_its_own_agent_frame(
     for data in segments:
         kinds = _kinds(data)
         if _journal._SESSION in kinds:
-            assert kinds.count(_journal._AGENT) == 1
+            assert kinds.count(_journal._AGENT_TEXT) == kinds.count(_journal._TEXT) == 1
         for _, r in _journal_ingest.frames(data, len(_journal._MAGIC)):
             if isinstance(r, SessionStarted):
                 assert r.agent.instructions == PROMPT
@@ -207,6 +209,60 @@ def test_a_segment_of_the_previous_format_is_still_ingested(tmp_path: Path) -> N
     Path(f"{db}.af-journal-999999-beef-00000001").write_bytes(b"AFJ2\0\0\0\0" + b"".join(frames))
     asyncio.run(_write(db, []))  # opening ingests it
     assert [s[0] for s in _stored(db)] == ["s0", "s1"]
+    assert _segments(db) == []
+
+
+def test_agents_sharing_a_prompt_write_it_once(tmp_path: Path) -> None:
+    """12 agents, 8 with one prompt (one string, and equal strings built apart) and 4 with
+    another: two texts' frames, 12 agents' frames, and every session reads back with its
+    agent's whole prompt."""
+    db = tmp_path / "shared.db"
+    other = "You write tests first. " * 500
+    prompts = [PROMPT] * 4 + ["".join(["You review code carefully. "] * 800)] * 4 + [other] * 4
+    agents = [
+        AgentInfo(name=f"a{i}", fingerprint=f"fp-{i}", instructions=p, config={"i": i})
+        for i, p in enumerate(prompts)
+    ]
+    sessions = [_session(i, a) for i, a in enumerate(agents)]
+
+    async def main() -> bytes:
+        store = await _write(db, sessions, close=False)
+        (segment,) = _segments(db)
+        data = await asyncio.to_thread(Path(segment).read_bytes)
+        await store.aclose()
+        return data
+
+    data = asyncio.run(main())
+    kinds = _kinds(data)
+    assert kinds.count(_journal._TEXT) == 2
+    assert kinds.count(_journal._AGENT_TEXT) == 12
+    assert len(data.rstrip(b"\0")) < len(PROMPT) + len(other) + 12 * 1024
+    read = [r for _, r in _journal_ingest.frames(data, len(_journal._MAGIC))]
+    assert [
+        (r.agent.name, r.agent.instructions) for r in read if isinstance(r, SessionStarted)
+    ] == [(a.name, a.instructions) for a in agents]
+    assert [s[0] for s in _stored(db)] == [s.session_id for s in sessions]
+
+
+def test_a_segment_whose_agents_hold_their_prompt_is_still_ingested(tmp_path: Path) -> None:
+    """A journal left by a killed run of the previous release (header AFJ3, each agent's
+    frame holding its prompt) is committed by this one."""
+    db = tmp_path / "afj3.db"
+    agent = _agent()
+    run = RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=2)
+    stub = _session(0, _journal._NO_AGENT)
+    frames = [
+        _frame(_KIND[RunStarted], run),
+        _frame(_journal._AGENT, (0, agent)),
+        _frame(_journal._SESSION, (0, stub)),
+        _frame(_journal._SESSION, (0, _session(1, _journal._NO_AGENT))),
+    ]
+    data = b"AFJ3\0\0\0\0" + b"".join(frames)
+    read = [r for _, r in _journal_ingest.frames(data, len(_journal._MAGIC))]
+    assert [r.agent for r in read if isinstance(r, SessionStarted)] == [agent, agent]
+    Path(f"{db}.af-journal-999999-f00d-00000001").write_bytes(data)
+    asyncio.run(_write(db, []))  # opening ingests it
+    assert [s[:2] for s in _stored(db)] == [("s0", "reviewer"), ("s1", "reviewer")]
     assert _segments(db) == []
 
 

@@ -124,10 +124,14 @@ def test_sessions_after_a_commit_and_a_kill_are_stored_once_with_their_agents(
         assert _rows(db, "SELECT count(*), count(DISTINCT turn) FROM tool_calls") == [(320, 320)]
 
 
-def test_an_agents_frame_lost_before_the_marker_ends_the_journal_there(tmp_path: Path) -> None:
+@pytest.mark.parametrize("lost", ["agent", "text"])
+def test_an_agents_frame_lost_before_the_marker_ends_the_journal_there(
+    tmp_path: Path, lost: str
+) -> None:
     """An operating-system crash may lose a page of the journal that was written before
     SQLite's last commit (the journal's and the database's pages reach the disk in no set
-    order): here the frame of agent ``a``, before the marker, reads as zeros. The sessions
+    order): here the frame of agent ``a``, or of its instructions' text, before the
+    marker, reads as zeros. The sessions
     after the marker that refer to it cannot be read back — that is where the journal
     ends (an OS crash "may lose the last writes"); the store still opens, with what was
     committed, instead of refusing to open until the segment is moved aside."""
@@ -142,9 +146,10 @@ def test_an_agents_frame_lost_before_the_marker_ends_the_journal_there(tmp_path:
     (segment,) = _segments(db)
     data = bytearray(Path(segment).read_bytes())
     pos = len(_journal._MAGIC)
-    while True:  # the first agent frame: agent a's
+    kind = _journal._AGENT_TEXT if lost == "agent" else _journal._TEXT
+    while True:  # the first such frame: agent a's, or its text's
         n, _ = _FRAME.unpack_from(data, pos)
-        if _journal._frame_decoder.decode(data[pos + 8 : pos + 8 + n])[0] == _journal._AGENT:
+        if _journal._frame_decoder.decode(data[pos + 8 : pos + 8 + n])[0] == kind:
             break
         pos += _FRAME.size + n
     data[pos : pos + _FRAME.size + n] = bytes(_FRAME.size + n)

@@ -16,7 +16,8 @@ uses): what was written survives the process dying; an operating-system crash ma
 the last writes. A record is one frame — payload length, CRC-32, payload — and the
 header is written after the payload, so a copy cut short by a kill reads as the
 journal's end; everything before it is kept, in order. A session start's frame refers to
-its agent's, written once per segment (:meth:`Journal._session`). Segments are reserved with
+its agent's, and an agent's to its system prompt's, each written once per segment
+(:meth:`Journal._session`). Segments are reserved with
 ``posix_fallocate`` and written with zeros before they are mapped, so a full disk is an
 ``OSError`` when a segment is made (the record then goes to SQLite directly), never a
 ``SIGBUS`` on a write.

@@ -75,6 +75,20 @@ async def _write(db: Path, items: list[SessionStarted], *, close: bool = True) -
     return store
 
 
+def _live_segment(db: Path, sessions: list[SessionStarted]) -> bytes:
+    """The bytes of the one segment of a store that wrote ``sessions``, read while it is
+    open (a clean close deletes it)."""
+
+    async def main() -> bytes:
+        store = await _write(db, sessions, close=False)
+        (segment,) = _segments(db)
+        data = await asyncio.to_thread(Path(segment).read_bytes)
+        await store.aclose()
+        return data
+
+    return asyncio.run(main())
+
+
 def _stored(db: Path) -> list[tuple[str, str, str, str]]:
     async def main() -> list[tuple[str, str, str, str]]:
         store = SQLiteStore(db)
@@ -96,14 +110,7 @@ def test_sessions_of_one_agent_write_it_once(tmp_path: Path) -> None:
     agent = _agent()
     sessions = [_session(i, agent) for i in range(20)]
 
-    async def main() -> bytes:
-        store = await _write(db, sessions, close=False)
-        (segment,) = _segments(db)
-        data = await asyncio.to_thread(Path(segment).read_bytes)
-        await store.aclose()
-        return data
-
-    data = asyncio.run(main())
+    data = _live_segment(db, sessions)
     kinds = _kinds(data)
     assert kinds.count(_journal._AGENT_TEXT) == kinds.count(_journal._TEXT) == 1
     assert kinds.count(_journal._SESSION) == 20
@@ -158,14 +165,7 @@ def test_a_session_after_the_marker_finds_its_agent_before_it(tmp_path: Path) ->
     db = tmp_path / "mark.db"
     agent = _agent()
 
-    async def main() -> bytes:
-        store = await _write(db, [_session(i, agent) for i in range(4)], close=False)
-        (segment,) = _segments(db)
-        data = await asyncio.to_thread(Path(segment).read_bytes)
-        await store.aclose()
-        return data
-
-    data = bytearray(asyncio.run(main()))
+    data = bytearray(_live_segment(db, [_session(i, agent) for i in range(4)]))
     ends = [end for end, _ in _journal_ingest.frames(bytes(data), len(_journal._MAGIC))]
     mark = ends[2]  # the run's start and two sessions committed
     assert _sessions(bytes(data), mark) == ["s2", "s3"]
@@ -225,14 +225,7 @@ def test_agents_sharing_a_prompt_write_it_once(tmp_path: Path) -> None:
     ]
     sessions = [_session(i, a) for i, a in enumerate(agents)]
 
-    async def main() -> bytes:
-        store = await _write(db, sessions, close=False)
-        (segment,) = _segments(db)
-        data = await asyncio.to_thread(Path(segment).read_bytes)
-        await store.aclose()
-        return data
-
-    data = asyncio.run(main())
+    data = _live_segment(db, sessions)
     kinds = _kinds(data)
     assert kinds.count(_journal._TEXT) == 2
     assert kinds.count(_journal._AGENT_TEXT) == 12

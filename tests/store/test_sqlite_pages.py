@@ -7,10 +7,10 @@ import sqlite3
 from pathlib import Path
 
 from agentflow.embedded import run_virtual
-from agentflow.store import SQLiteStore
 from agentflow.store._sqlite import PAGE_SIZE
 
 from .fleets import agents, contents, run_cut
+from .test_journal import _open_close
 
 
 def _page_size(path: Path) -> int:
@@ -19,12 +19,6 @@ def _page_size(path: Path) -> int:
         return int(conn.execute("PRAGMA page_size").fetchone()[0])
     finally:
         conn.close()
-
-
-async def _open_close(path: Path) -> None:
-    store = SQLiteStore(path)
-    await store.open()
-    await store.aclose()
 
 
 def test_a_new_store_has_16_kib_pages(tmp_path: Path) -> None:

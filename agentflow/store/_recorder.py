@@ -65,7 +65,8 @@ class Recorder:
         self.attempt = attempt
         #: Retries in turns recorded by this attempt.
         self.retries = 0
-        self._agents: dict[int, AgentInfo] = {}
+        # id(agent) -> (the agent, kept so that its id stays its own; its AgentInfo).
+        self._agents: dict[int, tuple[Agent, AgentInfo]] = {}
         # id(calibrator) -> (key, calibrator): the learnt state kept with the run.
         self._calibrators: dict[int, tuple[str, Any]] = {}
         # id(calibrator) -> time.monotonic() of its last PolicyState.
@@ -131,9 +132,11 @@ class Recorder:
         )
 
     def _info(self, agent: Agent) -> AgentInfo:
-        info = self._agents.get(id(agent))
-        if info is None:
-            info = self._agents[id(agent)] = agent_info(agent)
+        hit = self._agents.get(id(agent))
+        if hit is not None:
+            return hit[1]
+        info = agent_info(agent)
+        self._agents[id(agent)] = (agent, info)
         return info
 
     # --- TurnLog ------------------------------------------------------------------------

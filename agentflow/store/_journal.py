@@ -22,7 +22,8 @@ its agent's, and an agent's to its system prompt's, each written once per segmen
 ``OSError`` when a segment is made (the record then goes to SQLite directly), never a
 ``SIGBUS`` on a write.
 
-Reading a killed writer's journal back is ``_journal_ingest.py``.
+The format on disk is ``_journal_format.py``; reading a killed writer's journal back,
+``_journal_ingest.py``.
 
 Files: each open store writes its own segments, ``<db>.af-journal-<pid>-<token>-<seq>``,
 8 MiB each (more for a record that needs it), and holds an exclusive ``flock`` on each
@@ -38,30 +39,31 @@ twice.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import glob
 import mmap
 import os
 import secrets
-import struct
 import threading
 import weakref
 import zlib
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
+from agentflow.store._journal_format import (
+    _FRAME,
+    _KIND,
+    _MAGIC,
+    _NO_AGENT,
+    _ROWS,
+    _encoder,
+    marker_key,
+    session_frames,
+)
 from agentflow.store._records import (
     AgentInfo,
-    PolicyState,
     Record,
-    RunEnded,
-    RunStarted,
-    SessionEnded,
     SessionStarted,
-    ToolFinished,
-    TurnFinished,
 )
 from agentflow.store._sqlite_io import Row
 
@@ -89,47 +91,6 @@ JOURNAL_INTERVAL_S = 5.0
 PREFAULT_BYTES = 4 << 20
 #: ``madvise(MADV_POPULATE_WRITE)`` (Linux ≥ 5.14): map pages in writable, in one call.
 _POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if os.name == "posix" else None)
-_MAGIC = b"AFJ4\0\0\0\0"  # 8 bytes: a segment's header, and its format's version
-#: The formats this version reads: its own, AFJ3's (agents' frames hold their prompt) and
-#: AFJ2's (no agent or session-reference frames), so that a journal left by a killed run
-#: of an earlier release is ingested. An older release refuses a newer segment by its
-#: header (a ``StoreError`` naming it).
-_READS = (_MAGIC, b"AFJ3\0\0\0\0", b"AFJ2\0\0\0\0")
-_FRAME = struct.Struct("<II")  # payload length, CRC-32 of the payload
-_KINDS: tuple[type[Any], ...] = (
-    TurnFinished,
-    ToolFinished,
-    SessionStarted,
-    SessionEnded,
-    RunStarted,
-    RunEnded,
-    PolicyState,
-)
-_KIND = {k: i for i, k in enumerate(_KINDS)}
-#: Frame kinds past the records': a turn's row, a tool result's (``_sqlite_io.prepare``).
-_ROWS = len(_KINDS)
-#: A session start that refers to its agent's frame, ``(ref, SessionStarted)`` with
-#: :data:`_NO_AGENT` in its place; an agent, written once per segment, ``(ref, text ref,
-#: AgentInfo)`` with its instructions in a text's frame, ``(text ref, text)``, written once
-#: per segment too. A fleet's sessions share a few agents, and its agents a few system
-#: prompts of tens of KB: copied into every session's frame, the demo's 64 prompts were
-#: half of its journal, and into every agent's frame 86% of it. ``(ref, AgentInfo)``, an
-#: agent with its prompt, is AFJ3's agent frame (read, no longer written).
-_AGENT, _SESSION, _TEXT, _AGENT_TEXT = _ROWS + 2, _ROWS + 3, _ROWS + 4, _ROWS + 5
-_NO_AGENT = AgentInfo(name="", fingerprint="", instructions="", config={})
-_encoder = msgspec.msgpack.Encoder()
-_frame_decoder = msgspec.msgpack.Decoder(tuple[int, msgspec.Raw])
-_decoders = [msgspec.msgpack.Decoder(k) for k in _KINDS]
-_row_decoder = msgspec.msgpack.Decoder(tuple[Any, ...])
-_agent_decoder = msgspec.msgpack.Decoder(tuple[int, AgentInfo])
-_session_decoder = msgspec.msgpack.Decoder(tuple[int, SessionStarted])
-_text_decoder = msgspec.msgpack.Decoder(tuple[int, str])
-_agent_text_decoder = msgspec.msgpack.Decoder(tuple[int, int, AgentInfo])
-
-
-def marker_key(name: str) -> str:
-    """The ``meta`` key that holds how much of the segment ``name`` SQLite has."""
-    return f"journal:{name}"
 
 
 def _glob(db: Path) -> str:
@@ -156,28 +117,6 @@ def _fill(fd: int, size: int) -> None:
         if n <= 0:  # (a regular file writes something or raises: never loop on nothing)
             raise OSError(f"pwrite wrote nothing at offset {offset}")
         offset += n
-
-
-def _session_frames(
-    seg: _Segment | None, agent: AgentInfo, stub: SessionStarted
-) -> tuple[list[bytes], int | None, int | None]:
-    """The frames of a session start in ``seg`` (``None``: a new segment): its agent's
-    instructions' text and its agent, unless ``seg`` holds them, then the session's;
-    with the agent's ref and the text's ref when their frames are among them."""
-    known = None if seg is None else seg.agents.get(id(agent))
-    if known is not None:
-        return [_encoder.encode((_SESSION, (known[0], stub)))], None, None
-    frames = []
-    text = None if seg is None else seg.texts.get(agent.instructions)
-    new_text = None
-    if text is None:
-        text = new_text = 0 if seg is None else len(seg.texts)
-        frames.append(_encoder.encode((_TEXT, (text, agent.instructions))))
-    ref = 0 if seg is None else len(seg.agents)
-    bare = dataclasses.replace(agent, instructions="")
-    frames.append(_encoder.encode((_AGENT_TEXT, (ref, text, bare))))
-    frames.append(_encoder.encode((_SESSION, (ref, stub))))
-    return frames, ref, new_text
 
 
 def _copy(seg: _Segment, payload: bytes) -> None:
@@ -292,9 +231,11 @@ class Journal:
         agent = item.agent
         stub = msgspec.structs.replace(item, agent=_NO_AGENT)
         seg = self._segments[-1] if self._segments else None
-        frames, ref, text = _session_frames(seg, agent, stub)
+        frames, ref, text = (
+            ([], None, None) if seg is None else session_frames(seg.agents, seg.texts, agent, stub)
+        )
         if seg is None or seg.offset + sum(_FRAME.size + len(f) for f in frames) > seg.size:
-            frames, ref, text = _session_frames(None, agent, stub)  # refs from 0 there
+            frames, ref, text = session_frames({}, {}, agent, stub)  # refs from 0 there
             seg = self._next(sum(_FRAME.size + len(f) for f in frames))
         for frame in frames:
             _copy(seg, frame)

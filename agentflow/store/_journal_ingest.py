@@ -17,7 +17,8 @@ from pathlib import Path
 import msgspec
 
 from agentflow._errors import StoreError
-from agentflow.store._journal import (
+from agentflow.store._journal import AVAILABLE, _glob
+from agentflow.store._journal_format import (
     _AGENT,
     _AGENT_TEXT,
     _FRAME,
@@ -26,12 +27,10 @@ from agentflow.store._journal import (
     _ROWS,
     _SESSION,
     _TEXT,
-    AVAILABLE,
     _agent_decoder,
     _agent_text_decoder,
     _decoders,
     _frame_decoder,
-    _glob,
     _row_decoder,
     _session_decoder,
     _text_decoder,

@@ -28,6 +28,7 @@ from agentflow.store import (
     SQLiteStore,
     TurnFinished,
     _journal,
+    _journal_format,
     _journal_ingest,
 )
 
@@ -121,10 +122,10 @@ def test_a_record_cut_short_ends_the_journal(tmp_path: Path) -> None:
     _kill_child("records", str(db), "5", "99")
     (segment,) = _segments(db)
     with open(segment, "r+b") as f:
-        ends = [end for end, _ in _journal_ingest.frames(f.read(), len(_journal._MAGIC))]
+        ends = [end for end, _ in _journal_ingest.frames(f.read(), len(_journal_format._MAGIC))]
         assert len(ends) == 6  # the run's start and 5 tool results
         f.seek(ends[-1])
-        f.write(_journal._FRAME.pack(40, 12345) + b"x" * 20)  # length 40, wrong CRC
+        f.write(_journal_format._FRAME.pack(40, 12345) + b"x" * 20)  # length 40, wrong CRC
     asyncio.run(_open_close(db))
     assert _count(db, "SELECT COUNT(*) FROM tool_calls") == 5
     assert _segments(db) == []

@@ -21,9 +21,10 @@ from agentflow.store import (
     SessionStarted,
     SQLiteStore,
     _journal,
+    _journal_format,
     _journal_ingest,
 )
-from agentflow.store._journal import _FRAME, _KIND, _ROWS, _encoder, _frame_decoder
+from agentflow.store._journal_format import _FRAME, _KIND, _ROWS, _encoder, _frame_decoder
 from agentflow.store._sqlite_write import prepare
 
 from .journal_child import tool_result
@@ -53,7 +54,7 @@ def _sessions(data: bytes, start: int) -> list[str]:
 
 def _kinds(data: bytes) -> list[int]:
     """The kind of every intact frame of a segment's bytes."""
-    out, pos = [], len(_journal._MAGIC)
+    out, pos = [], len(_journal_format._MAGIC)
     while pos + _FRAME.size <= len(data):
         n, crc = _FRAME.unpack_from(data, pos)
         payload = data[pos + _FRAME.size : pos + _FRAME.size + n]
@@ -112,10 +113,10 @@ def test_sessions_of_one_agent_write_it_once(tmp_path: Path) -> None:
 
     data = _live_segment(db, sessions)
     kinds = _kinds(data)
-    assert kinds.count(_journal._AGENT_TEXT) == kinds.count(_journal._TEXT) == 1
-    assert kinds.count(_journal._SESSION) == 20
+    assert kinds.count(_journal_format._AGENT_TEXT) == kinds.count(_journal_format._TEXT) == 1
+    assert kinds.count(_journal_format._SESSION) == 20
     assert _KIND[SessionStarted] not in kinds
-    read = [r for _, r in _journal_ingest.frames(data, len(_journal._MAGIC))]
+    read = [r for _, r in _journal_ingest.frames(data, len(_journal_format._MAGIC))]
     assert [r.session_id for r in read if isinstance(r, SessionStarted)] == [
         s.session_id for s in sessions
     ]
@@ -149,9 +150,11 @@ def test_each_segment_holds_its_own_agent_frame(
     seen = []
     for data in segments:
         kinds = _kinds(data)
-        if _journal._SESSION in kinds:
-            assert kinds.count(_journal._AGENT_TEXT) == kinds.count(_journal._TEXT) == 1
-        for _, r in _journal_ingest.frames(data, len(_journal._MAGIC)):
+        if _journal_format._SESSION in kinds:
+            assert (
+                kinds.count(_journal_format._AGENT_TEXT) == kinds.count(_journal_format._TEXT) == 1
+            )
+        for _, r in _journal_ingest.frames(data, len(_journal_format._MAGIC)):
             if isinstance(r, SessionStarted):
                 assert r.agent.instructions == PROMPT
                 seen.append(r.session_id)
@@ -166,7 +169,7 @@ def test_a_session_after_the_marker_finds_its_agent_before_it(tmp_path: Path) ->
     agent = _agent()
 
     data = bytearray(_live_segment(db, [_session(i, agent) for i in range(4)]))
-    ends = [end for end, _ in _journal_ingest.frames(bytes(data), len(_journal._MAGIC))]
+    ends = [end for end, _ in _journal_ingest.frames(bytes(data), len(_journal_format._MAGIC))]
     mark = ends[2]  # the run's start and two sessions committed
     assert _sessions(bytes(data), mark) == ["s2", "s3"]
     data[ends[1] + _FRAME.size + 3] ^= 0xFF  # damage the second session's frame (committed)
@@ -179,9 +182,9 @@ def test_a_session_frame_without_its_agent_is_a_store_error(tmp_path: Path) -> N
     """A segment whose session frame refers to an agent it holds no frame of cannot be
     committed: a ``StoreError`` naming it, and the file is kept."""
     db = tmp_path / "lost.db"
-    body = _encoder.encode((_journal._SESSION, (5, _session(0, _journal._NO_AGENT))))
+    body = _encoder.encode((_journal_format._SESSION, (5, _session(0, _journal_format._NO_AGENT))))
     segment = Path(f"{db}.af-journal-999999-dead-00000001")
-    segment.write_bytes(_journal._MAGIC + _FRAME.pack(len(body), zlib.crc32(body)) + body)
+    segment.write_bytes(_journal_format._MAGIC + _FRAME.pack(len(body), zlib.crc32(body)) + body)
     with pytest.raises(StoreError, match="af-journal-999999-dead-00000001"):
         asyncio.run(_write(db, []))
     assert segment.exists()
@@ -227,10 +230,10 @@ def test_agents_sharing_a_prompt_write_it_once(tmp_path: Path) -> None:
 
     data = _live_segment(db, sessions)
     kinds = _kinds(data)
-    assert kinds.count(_journal._TEXT) == 2
-    assert kinds.count(_journal._AGENT_TEXT) == 12
+    assert kinds.count(_journal_format._TEXT) == 2
+    assert kinds.count(_journal_format._AGENT_TEXT) == 12
     assert len(data.rstrip(b"\0")) < len(PROMPT) + len(other) + 12 * 1024
-    read = [r for _, r in _journal_ingest.frames(data, len(_journal._MAGIC))]
+    read = [r for _, r in _journal_ingest.frames(data, len(_journal_format._MAGIC))]
     assert [
         (r.agent.name, r.agent.instructions) for r in read if isinstance(r, SessionStarted)
     ] == [(a.name, a.instructions) for a in agents]
@@ -243,15 +246,15 @@ def test_a_segment_whose_agents_hold_their_prompt_is_still_ingested(tmp_path: Pa
     db = tmp_path / "afj3.db"
     agent = _agent()
     run = RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=2)
-    stub = _session(0, _journal._NO_AGENT)
+    stub = _session(0, _journal_format._NO_AGENT)
     frames = [
         _frame(_KIND[RunStarted], run),
-        _frame(_journal._AGENT, (0, agent)),
-        _frame(_journal._SESSION, (0, stub)),
-        _frame(_journal._SESSION, (0, _session(1, _journal._NO_AGENT))),
+        _frame(_journal_format._AGENT, (0, agent)),
+        _frame(_journal_format._SESSION, (0, stub)),
+        _frame(_journal_format._SESSION, (0, _session(1, _journal_format._NO_AGENT))),
     ]
     data = b"AFJ3\0\0\0\0" + b"".join(frames)
-    read = [r for _, r in _journal_ingest.frames(data, len(_journal._MAGIC))]
+    read = [r for _, r in _journal_ingest.frames(data, len(_journal_format._MAGIC))]
     assert [r.agent for r in read if isinstance(r, SessionStarted)] == [agent, agent]
     Path(f"{db}.af-journal-999999-f00d-00000001").write_bytes(data)
     asyncio.run(_write(db, []))  # opening ingests it

@@ -14,9 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from agentflow.store import AgentInfo, RunStarted, SessionStarted, SQLiteStore, _journal
+from agentflow.store import (
+    AgentInfo,
+    RunStarted,
+    SessionStarted,
+    SQLiteStore,
+    _journal,
+    _journal_format,
+)
 from agentflow.store import _journal_ingest as ingest
-from agentflow.store._journal import _FRAME, _encoder
+from agentflow.store._journal_format import _FRAME, _encoder
 from agentflow.store._sqlite_write import prepare
 
 from .journal_child import tool_result
@@ -79,16 +86,23 @@ def test_a_kill_between_an_agents_frame_and_its_sessions_ingests_what_precedes(
     )
     assert isinstance(s0, SessionStarted)
     stub = SessionStarted(
-        run_id="r", session_id="s0", position=0, agent=_journal._NO_AGENT, task=[], metadata={}
+        run_id="r",
+        session_id="s0",
+        position=0,
+        agent=_journal_format._NO_AGENT,
+        task=[],
+        metadata={},
     )
-    run = _frame(0 + _journal._KIND[RunStarted], RunStarted(run_id="r", attempt=0, wall_ns=1,
+    run = _frame(0 + _journal_format._KIND[RunStarted], RunStarted(run_id="r", attempt=0, wall_ns=1,
                  clock_ns=0, sessions=1))  # fmt: skip
-    head = _frame(_journal._AGENT, (0, s0.agent))
-    body = _frame(_journal._SESSION, (0, stub))
-    data = _journal._MAGIC + run + head + body + _frame(_journal._AGENT, (1, s0.agent))
-    read = list(ingest.frames(data, len(_journal._MAGIC)))
+    head = _frame(_journal_format._AGENT, (0, s0.agent))
+    body = _frame(_journal_format._SESSION, (0, stub))
+    data = (
+        _journal_format._MAGIC + run + head + body + _frame(_journal_format._AGENT, (1, s0.agent))
+    )
+    read = list(ingest.frames(data, len(_journal_format._MAGIC)))
     assert [type(r).__name__ for _, r in read] == ["RunStarted", "SessionStarted"]
-    assert read[-1][0] == len(_journal._MAGIC) + len(run) + len(head) + len(body)
+    assert read[-1][0] == len(_journal_format._MAGIC) + len(run) + len(head) + len(body)
     # From a marker after the session: nothing more (the trailing agent yields nothing).
     assert list(ingest.frames(data, read[-1][0])) == []
 
@@ -145,11 +159,11 @@ def test_an_agents_frame_lost_before_the_marker_ends_the_journal_there(
     assert proc.returncode == -9, proc.stderr[-3000:]
     (segment,) = _segments(db)
     data = bytearray(Path(segment).read_bytes())
-    pos = len(_journal._MAGIC)
-    kind = _journal._AGENT_TEXT if lost == "agent" else _journal._TEXT
+    pos = len(_journal_format._MAGIC)
+    kind = _journal_format._AGENT_TEXT if lost == "agent" else _journal_format._TEXT
     while True:  # the first such frame: agent a's, or its text's
         n, _ = _FRAME.unpack_from(data, pos)
-        if _journal._frame_decoder.decode(data[pos + 8 : pos + 8 + n])[0] == kind:
+        if _journal_format._frame_decoder.decode(data[pos + 8 : pos + 8 + n])[0] == kind:
             break
         pos += _FRAME.size + n
     data[pos : pos + _FRAME.size + n] = bytes(_FRAME.size + n)

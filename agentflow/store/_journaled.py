@@ -24,10 +24,12 @@ _log = get_logger("agentflow.store")
 class JournaledWriter(BatchWriter[sqlite3.Connection]):
     """A :class:`BatchWriter` whose records go through a journal first (see the module).
 
-    A subclass sets ``path``, ``journal`` (whether to use it), ``batch_interval_s`` and
-    ``max_batch``, and calls :meth:`_init_journal` after ``_init_writer``."""
+    A subclass sets ``path``, ``real_path`` (``path`` with its symbolic links resolved: the
+    journal's segments go beside it), ``journal`` (whether to use it), ``batch_interval_s``
+    and ``max_batch``, and calls :meth:`_init_journal` after ``_init_writer``."""
 
     path: Path
+    real_path: Path
     journal: bool
 
     def _init_journal(self, *, defaulted: bool) -> None:
@@ -131,7 +133,7 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
                     item = io.prepare(record)  # a turn's or tool result's row, encoded now
                     journal = self._journal
                     if journal is None:
-                        journal = self._journal = Journal(self.path, self._batch_lock)
+                        journal = self._journal = Journal(self.real_path, self._batch_lock)
                     self._mark = journal.append(item)
                 except (TypeError, ValueError, OverflowError):
                     pass  # not encodable: it goes to SQLite as it is, which says what is wrong
@@ -179,7 +181,7 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         with self._batch_lock:
             journal = self._journal
             if journal is None:
-                journal = self._journal = Journal(self.path, self._batch_lock)
+                journal = self._journal = Journal(self.real_path, self._batch_lock)
         try:
             journal.make_spare()
         except OSError as exc:  # the loop tries again itself, and falls back if it must

@@ -112,6 +112,10 @@ class SQLiteStore(JournaledWriter):
         if not lease_ttl_s > 0:
             raise ConfigError(f"SQLiteStore.lease_ttl_s must be > 0, got {lease_ttl_s!r}")
         self.path = Path(path)
+        #: ``path`` with its symbolic links resolved: where SQLite keeps its WAL, and so
+        #: where the journal's segments and the run locks go — a process that opens the
+        #: file by another name (the link, or its target) finds the same ones.
+        self.real_path = Path(os.path.realpath(self.path))
         self.batch_interval_s = batch_interval_s
         #: Whether records go through the journal (see the class).
         self.journal = journal is not False and _journal.AVAILABLE and batch_interval_s > 0
@@ -119,7 +123,7 @@ class SQLiteStore(JournaledWriter):
         self.busy_timeout_s = busy_timeout_s
         self.lease_ttl_s = lease_ttl_s
         self._where = str(self.path)
-        self._run_locks = RunLocks(self.path)
+        self._run_locks = RunLocks(self.real_path)
         self._init_writer()
         self._init_journal(defaulted=defaulted)
 
@@ -290,7 +294,7 @@ class SQLiteStore(JournaledWriter):
         """Commit what the journals of writers that died hold (writer thread): at open,
         and again before a run is loaded or an attempt starts — a store open for long
         may outlive a writer killed meanwhile."""
-        _journal_ingest.ingest_orphans(conn, self.path, io.write_records)
+        _journal_ingest.ingest_orphans(conn, self.real_path, io.write_records)
 
     def _main(self) -> None:
         conn: sqlite3.Connection | None = None

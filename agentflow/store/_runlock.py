@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import weakref
 from pathlib import Path
 
 from agentflow._errors import StoreError
@@ -40,6 +41,7 @@ class RunLocks:
         self.db = db
         self._held: dict[str, tuple[int, Path]] = {}
         self._owners: dict[str, set[object]] = {}
+        _live.add(self)
 
     def path(self, run_id: str) -> Path:
         """The lock file of ``run_id``."""
@@ -117,3 +119,27 @@ class RunLocks:
         """Let go of every lock this store holds."""
         for run_id in list(self._held):
             self.release(run_id)
+
+    def _forget_in_child(self) -> None:
+        """In a forked child: close the child's copies of the lock files' descriptors,
+        without unlocking (a ``flock`` goes with the last descriptor of its open file:
+        the parent keeps the lock), and hold nothing. Else a child that outlives its
+        parent — a ``multiprocessing`` fork worker — kept the run locked, and a resume
+        was refused as written by the parent, dead."""
+        for fd, _ in self._held.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._held.clear()
+        self._owners.clear()
+
+
+_live: weakref.WeakSet[RunLocks] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for locks in list(_live):
+        locks._forget_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

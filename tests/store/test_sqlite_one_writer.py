@@ -6,6 +6,7 @@ once, and a clean end of an attempt lets the next one in."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
@@ -201,3 +202,52 @@ def test_an_owner_that_was_refused_does_not_keep_the_lock_later(tmp_path: Path) 
                 await store.aclose()
 
     asyncio.run(main())
+
+
+#: Records run "r" in the store at argv[1] and claims it, forks a child that sleeps (as
+#: a ``multiprocessing`` fork worker would live on), says "ready <child pid>" and kills
+#: itself.
+FORKING_CHILD = textwrap.dedent(
+    """
+    import asyncio, os, signal, sys, time
+    from agentflow.store import LeaseOwner, RunStarted, SQLiteStore
+
+    async def main():
+        store = SQLiteStore(sys.argv[1])
+        await store.open()
+        store.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
+        await store.flush()
+        await store.claim("r", [], LeaseOwner(), 60)
+        pid = os.fork()
+        if pid == 0:  # off the parent's pipes, which the test reads to their end
+            devnull = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(devnull, fd)
+            time.sleep(600)
+            os._exit(0)
+        print("ready", pid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    asyncio.run(main())
+    """
+)
+
+
+def test_a_forked_child_does_not_keep_its_parents_run_lock(tmp_path: Path) -> None:
+    """The writer forks a child and is killed: the child, still alive, does not hold the
+    run's lock, so the run resumes at once."""
+    db = tmp_path / "fork.db"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run(
+        [sys.executable, "-c", FORKING_CHILD, str(db)],
+        capture_output=True, text=True, env=env, timeout=GUARD_S,
+    )  # fmt: skip
+    assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
+    word, pid = done.stdout.split()
+    assert word == "ready"
+    try:
+        os.kill(int(pid), 0)  # the forked child lives on
+        assert asyncio.run(asyncio.wait_for(_resume(db), GUARD_S)) == 1
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(int(pid), signal.SIGKILL)

@@ -23,19 +23,26 @@ from agentflow.store import LeaseOwner, RunStarted, SQLiteStore
 from ..wait import GUARD_S
 from .fleets import driver
 
-#: Records run "r" (no sessions) in the store at argv[1], claims it as a fleet's first
-#: claim does, says "ready" and waits to be killed.
-CHILD = textwrap.dedent(
-    """
-    import asyncio, sys
-    from agentflow.store import LeaseOwner, RunStarted, SQLiteStore
+#: The start of the children below: records run "r" (no sessions) in the store at
+#: argv[1] and claims it as a fleet's first claim does, then runs ``then(store)``.
+CLAIM = """
+import asyncio, os, signal, sys, time
+from agentflow.store import LeaseOwner, RunStarted, SQLiteStore
 
-    async def main():
-        store = SQLiteStore(sys.argv[1])
-        await store.open()
-        store.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
-        await store.flush()
-        await store.claim("r", [], LeaseOwner(), 60)
+async def main():
+    store = SQLiteStore(sys.argv[1])
+    await store.open()
+    store.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
+    await store.flush()
+    await store.claim("r", [], LeaseOwner(), 60)
+    await then(store)
+
+"""
+
+#: Claims run "r" (``CLAIM``), says "ready" and waits to be killed.
+CHILD = CLAIM + textwrap.dedent(
+    """
+    async def then(store):
         print("ready", flush=True)
         await asyncio.sleep(600)
 
@@ -204,20 +211,11 @@ def test_an_owner_that_was_refused_does_not_keep_the_lock_later(tmp_path: Path) 
     asyncio.run(main())
 
 
-#: Records run "r" in the store at argv[1] and claims it, forks a child that sleeps (as
-#: a ``multiprocessing`` fork worker would live on), says "ready <child pid>" and kills
-#: itself.
-FORKING_CHILD = textwrap.dedent(
+#: Claims run "r" (``CLAIM``), forks a child that sleeps (as a ``multiprocessing`` fork
+#: worker would live on), says "ready <child pid>" and kills itself.
+FORKING_CHILD = CLAIM + textwrap.dedent(
     """
-    import asyncio, os, signal, sys, time
-    from agentflow.store import LeaseOwner, RunStarted, SQLiteStore
-
-    async def main():
-        store = SQLiteStore(sys.argv[1])
-        await store.open()
-        store.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
-        await store.flush()
-        await store.claim("r", [], LeaseOwner(), 60)
+    async def then(store):
         pid = os.fork()
         if pid == 0:  # off the parent's pipes, which the test reads to their end
             devnull = os.open(os.devnull, os.O_RDWR)

@@ -1,7 +1,7 @@
 """A killed writer's journal, committed by the next store to open the database (or to
 load a run, or start an attempt): every segment of ``<db>.af-journal-*`` that no live
 store holds locked, from the offset its ``meta`` marker gives, one transaction per
-segment, then deleted (the format and the marker: ``store/_journal.py``)."""
+segment, then deleted (the format and the marker: ``store/_journal_format.py``)."""
 
 from __future__ import annotations
 

@@ -143,7 +143,7 @@ def _resume(args: argparse.Namespace) -> int:
         raise ConfigError(f"resume: --store {str(args.store)!r} is not a file")
 
     async def recorded() -> dict[str, Any] | None:
-        async with SQLiteStore(args.store) as store:
+        async with SQLiteStore(args.store, journal=False) as store:  # reads only
             return (await store.load(args.run_id)).config
 
     config = resume_config(

@@ -175,7 +175,7 @@ def _export(args: argparse.Namespace) -> int:
     check_output_file(args.output, "--output")
 
     async def main() -> int:
-        store = SQLiteStore(args.store)
+        store = SQLiteStore(args.store, journal=False)  # reads only: no journal
         try:
             records = await record_store(store, args.run_id, with_text=not args.lengths_only)
         finally:

@@ -172,7 +172,8 @@ def _from_store(args: argparse.Namespace) -> int:
         check_output_dir(args.png_dir, "--png-dir")
 
     async def export() -> list[dict[str, Any]]:
-        async with SQLiteStore(args.store) as store:
+        # Reads only: no journal (its first segment, 8 MiB, would be made and deleted).
+        async with SQLiteStore(args.store, journal=False) as store:
             return [await export_report(store, run_id) for run_id in ids]
 
     reports = asyncio.run(export())

@@ -1,0 +1,39 @@
+"""Commands that only read a store (`agentflow report --store`, `agentflow trace record`,
+the config `agentflow resume` reads first) open it without a journal: they make no
+segment (8 MiB, written with zeros, then deleted), yet still commit what a killed
+writer journaled before they read."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agentflow.cli import main
+from agentflow.store import _journal
+
+from .test_journal import _kill_child, _segments
+
+pytestmark = pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
+
+
+def test_report_reads_a_killed_run_without_making_a_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "killed.db"
+    _kill_child("fleet", str(db), "7")  # kills itself at its 7th turn end
+    assert len(_segments(db)) == 1
+    made: list[Path] = []
+    real_init = _journal._Segment.__init__
+
+    def counted(self: _journal._Segment, tmp: Path, size: int) -> None:
+        made.append(tmp)
+        real_init(self, tmp, size)
+
+    monkeypatch.setattr(_journal._Segment, "__init__", counted)
+    out = tmp_path / "report.json"
+    assert main(["report", "--store", str(db), "run-1", "--json", str(out)]) == 0
+    assert made == []
+    assert _segments(db) == []  # the killed writer's segment: committed, then deleted
+    assert json.loads(out.read_text())["fleet"]["turns"] == 7

@@ -130,10 +130,12 @@ class Agent:
         object.__setattr__(self, "tools", tools)
         object.__setattr__(self, "params", dict(self.params))
         specs = self.tool_specs
-        object.__setattr__(self, "prefix_key", _prefix_key(self.instructions, specs))
         specs_json = json.dumps(specs, sort_keys=True, separators=(",", ":"))
         object.__setattr__(self, "tool_specs_json", specs_json)
         object.__setattr__(self, "tool_chars", len(specs_json) if specs else 0)
+        object.__setattr__(
+            self, "prefix_key", _prefix_key(self.instructions, specs_json if specs else None)
+        )
 
     @property
     def max_output_tokens(self) -> int | None:
@@ -171,8 +173,10 @@ class Agent:
         return await self.session(task).run(transport)
 
 
-def _prefix_key(instructions: str, tools: list[dict[str, Any]]) -> str | None:
-    if not instructions and not tools:
+def _prefix_key(instructions: str, tools_json: str | None) -> str | None:
+    """The digest of the compact, key-sorted JSON of ``[instructions, tools]``, with the
+    tool schemas' JSON the agent made (``tool_specs_json``; ``None``: no tools)."""
+    if not instructions and tools_json is None:
         return None
-    blob = json.dumps([instructions, tools], sort_keys=True, separators=(",", ":"))
+    blob = f"[{json.dumps(instructions)},{tools_json or '[]'}]"
     return hashlib.blake2b(blob.encode(), digest_size=12).hexdigest()

@@ -109,3 +109,15 @@ def test_a_run_whose_fingerprint_matches_no_definition_does_not_resume(tmp_path:
     _set_fingerprints(db, {team[0].name: "0" * 32})
     with pytest.raises(ConfigError, match="not configured as it was"):
         run_virtual(resume(db, team))
+
+
+@pytest.mark.parametrize("instructions", INSTRUCTIONS[:4])
+def test_the_prefix_key_is_its_one_dumps_definition(instructions: str) -> None:
+    """``Agent.prefix_key`` is written with the tool schemas' JSON the agent made once
+    (``tool_specs_json``): byte for byte the digest of one ``json.dumps`` of
+    ``[instructions, tools]``, with tools and without."""
+    for tools in ([lookup], []):
+        agent = Agent(name="a", model="m", instructions=instructions, tools=tools)
+        blob = json.dumps([instructions, agent.tool_specs], sort_keys=True, separators=(",", ":"))
+        want = hashlib.blake2b(blob.encode(), digest_size=12).hexdigest()
+        assert agent.prefix_key == (want if instructions or tools else None)

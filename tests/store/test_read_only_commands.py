@@ -1,4 +1,4 @@
-"""Commands that only read a store (`agentflow report --store`, `agentflow trace record`,
+"""Commands that only read a store (`agentflow report --store`, `agentflow trace export`,
 the config `agentflow resume` reads first) open it without a journal: they make no
 segment (8 MiB, written with zeros, then deleted), yet still commit what a killed
 writer journaled before they read."""
@@ -18,8 +18,9 @@ from .test_journal import _kill_child, _segments
 pytestmark = pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
 
 
-def test_report_reads_a_killed_run_without_making_a_segment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("command", ["report", "trace export"])
+def test_a_reading_command_reads_a_killed_run_without_making_a_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: str
 ) -> None:
     db = tmp_path / "killed.db"
     _kill_child("fleet", str(db), "7")  # kills itself at its 7th turn end
@@ -32,8 +33,13 @@ def test_report_reads_a_killed_run_without_making_a_segment(
         real_init(self, tmp, size)
 
     monkeypatch.setattr(_journal._Segment, "__init__", counted)
-    out = tmp_path / "report.json"
-    assert main(["report", "--store", str(db), "run-1", "--json", str(out)]) == 0
+    out = tmp_path / "out.json"
+    if command == "report":
+        assert main(["report", "--store", str(db), "run-1", "--json", str(out)]) == 0
+        assert json.loads(out.read_text())["fleet"]["turns"] == 7
+    else:
+        argv = ["trace", "export", "--store", str(db), "-o", str(out), "run-1"]
+        assert main(argv) == 0
+        assert len(out.read_text().splitlines()) == 7  # one request per recorded turn
     assert made == []
     assert _segments(db) == []  # the killed writer's segment: committed, then deleted
-    assert json.loads(out.read_text())["fleet"]["turns"] == 7

@@ -320,7 +320,7 @@ class WorkerRun:
 
             run_id, attempt = record
             recorder = Recorder(cast("Store", _Records(forwarder)), run_id, attempt)
-            # Learnt calibrator state goes with session ends (at most once a second).
+            # Learnt calibrator state goes with session ends (at most every POLICY_EVERY_S).
             recorder.track_policies({id(s.agent): s.agent for s in self.sessions}.values())
             for s in self.sessions:
                 s._log = recorder

@@ -29,97 +29,19 @@ from agentflow._errors import ConfigError, TransportError
 from agentflow._fleet import Fleet, FleetResult
 from agentflow._process import ChildServer, free_port
 from agentflow.context import server_window, window_for
+from agentflow.demo._config import DemoConfig
+from agentflow.demo._recorded import recorded_config, resume_config, run_recorded
 from agentflow.demo._stop import Stopper, run_stoppable
 from agentflow.demo.summary import LiveView, build_report, goodput_line, summary_table
 from agentflow.demo.workload import make_workload
 from agentflow.llamacpp import oversubscription
 from agentflow.report import LoopLagProbe, ServerWatch
 from agentflow.sim.profiles import get_profile
-from agentflow.stats import SLO, RunJournal
-from agentflow.transport import Endpoint, HTTPTransport, Timeouts
+from agentflow.stats import RunJournal
+from agentflow.transport import Endpoint, HTTPTransport
 from agentflow.typing import Clock, Transport
 
 __all__ = ["DemoConfig", "recorded_config", "resume_config", "run_demo"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class DemoConfig:
-    """What ``agentflow demo`` runs.
-
-    Attributes:
-        agents: coding agents, one session each.
-        profile: the simulator's deployment profile.
-        seed: fixes the workload and the simulator's output.
-        time_scale: how much slower than the modelled deployment the simulator runs, so
-            that one Python client on a laptop can keep up with a rack's token rate;
-            figures are also shown scaled back.
-        max_concurrency: model requests in flight at once.
-        turns: (min, max) model turns per agent.
-        max_tokens: output limit per turn.
-        base_url, api_key, model: run against this server instead of the simulator.
-        virtual: run in-process on virtual time instead of over HTTP.
-        live: draw the live view.
-        report: where to write the JSON report.
-        timeouts: time limits of each model request over HTTP (``None``: the
-            transport's defaults); not for ``virtual``.
-        store: record the run in this SQLite store (``docs/store.md``); the demo's
-            configuration is recorded with it, so ``agentflow resume`` can rebuild it.
-        resume: the id of a run in ``store`` to resume instead of starting one.
-        slos: SLOs the report counts goodput against (``--slo ttft=2s,tpot=10ms``); the
-            summary says how much of the run met each.
-        fault_rate: the share of the simulator's requests that fail (half answered with
-            a 500, half reset after some output), so that retries and errors show; over
-            HTTP on the simulator only.
-
-    Raises:
-        ConfigError: a value is wrong or the options conflict (the message names them).
-    """
-
-    agents: int = 64
-    profile: str = "deepseek-v4.1-flash-gb300"
-    seed: int = 0
-    time_scale: float = 10.0
-    max_concurrency: int = 64
-    turns: tuple[int, int] = (5, 20)
-    max_tokens: int = 128
-    base_url: str | None = None
-    api_key: str | None = None
-    model: str | None = None
-    virtual: bool = False
-    live: bool = True
-    report: Path | None = None
-    timeouts: Timeouts | None = None
-    store: Path | None = None
-    resume: str | None = None
-    slos: tuple[SLO, ...] = ()
-    fault_rate: float = 0.0
-
-    def __post_init__(self) -> None:
-        for name in ("agents", "max_concurrency", "max_tokens"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"demo: --{name.replace('_', '-')} must be ≥ 1, got {value!r}")
-        if not self.time_scale > 0:
-            raise ConfigError(f"demo: --time-scale must be > 0, got {self.time_scale!r}")
-        lo, hi = self.turns
-        if not 1 <= lo <= hi:
-            raise ConfigError(f"demo: --turns must be MIN:MAX with 1 ≤ MIN ≤ MAX, got {lo}:{hi}")
-        if self.virtual and self.base_url:
-            raise ConfigError("demo: --virtual runs the embedded simulator; drop --base-url")
-        if self.virtual and self.timeouts is not None:
-            raise ConfigError("demo: the --*-timeout limits are for HTTP runs; drop --virtual")
-        if not 0 <= self.fault_rate <= 1:
-            raise ConfigError(f"demo: --fault-rate must be in [0, 1], got {self.fault_rate!r}")
-        if self.fault_rate and (self.virtual or self.base_url):
-            raise ConfigError(
-                "demo: --fault-rate injects faults in the HTTP simulator; drop --virtual "
-                "and --base-url"
-            )
-        if self.resume is not None and self.store is None:
-            raise ConfigError("demo: resuming a run needs its --store")
-        get_profile(self.profile)  # an UnknownProfileError (a ConfigError) names it
-        if self.base_url:
-            Endpoint(base_url=self.base_url)  # a ConfigError names a malformed URL
 
 
 def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, Any]:
@@ -302,75 +224,9 @@ async def _run_fleet(
         view.started = view.clock()
     if config.store is None:
         return await run_stoppable(fleet, sessions, stopper, clock)
-    return await _run_recorded(
+    return await run_recorded(
         config, config.store, fleet, sessions, workload.agents, stopper, clock
     )
-
-
-def recorded_config(config: DemoConfig) -> dict[str, Any]:
-    """What a recorded demo run keeps of its configuration (no key, no output paths):
-    enough for :func:`resume_config` to rebuild the same workload, and to run the rest of
-    it as the run began — its SLOs, fault rate and time limits."""
-    keep = ("agents", "profile", "seed", "time_scale", "max_concurrency", "turns",
-            "max_tokens", "base_url", "model", "virtual", "fault_rate")  # fmt: skip
-    demo: dict[str, Any] = {k: getattr(config, k) for k in keep}
-    demo["slos"] = [asdict(slo) for slo in config.slos]
-    demo["timeouts"] = None if config.timeouts is None else asdict(config.timeouts)
-    return {"kind": "agentflow-demo", "demo": demo}
-
-
-def resume_config(recorded: dict[str, Any] | None, run_id: str, **overrides: Any) -> DemoConfig:
-    """The :class:`DemoConfig` that resumes recorded demo run ``run_id``: the recorded
-    settings (a run recorded before SLOs, fault rate and time limits were kept resumes
-    with none), then ``overrides``.
-
-    Raises:
-        ConfigError: the run was not recorded by ``agentflow demo``.
-    """
-    if not recorded or recorded.get("kind") != "agentflow-demo":
-        raise ConfigError(f"resume: run {run_id!r} was not recorded by `agentflow demo --store`")
-    values = dict(recorded["demo"])
-    values["turns"] = tuple(values["turns"])
-    values["slos"] = tuple(SLO(**slo) for slo in values.get("slos") or ())
-    timeouts = values.get("timeouts")
-    values["timeouts"] = None if timeouts is None else Timeouts(**timeouts)
-    return DemoConfig(**{**values, "resume": run_id, **overrides})
-
-
-async def _run_recorded(
-    config: DemoConfig,
-    path: Path,
-    fleet: Fleet,
-    sessions: list[Any],
-    agents: list[Any],
-    stopper: Stopper,
-    clock: Clock,
-) -> FleetResult:
-    from agentflow.store import SQLiteStore, load_result, new_run_id
-
-    store = SQLiteStore(path)
-    fleet.store = store
-    run_id = config.resume or new_run_id()
-    try:
-        if config.resume is not None:
-            result = await run_stoppable(
-                fleet, [], stopper, clock, begin=lambda: fleet.resume(run_id, agents=agents)
-            )
-        else:
-            result = await run_stoppable(
-                fleet,
-                sessions,
-                stopper,
-                clock,
-                begin=lambda: fleet.run(
-                    sessions, run_id=run_id, run_config=recorded_config(config)
-                ),
-            )
-        if stopper.signal is not None:  # the store has every session, as far as it got
-            result = await load_result(store, run_id)
-        return result
-    finally:
-        await store.aclose()
 
 
 @dataclass

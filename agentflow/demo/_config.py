@@ -1,0 +1,93 @@
+"""What ``agentflow demo`` runs: :class:`DemoConfig`, checked as it is made."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from agentflow._errors import ConfigError
+from agentflow.sim.profiles import get_profile
+from agentflow.stats import SLO
+from agentflow.transport import Endpoint, Timeouts
+
+__all__ = ["DemoConfig"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoConfig:
+    """What ``agentflow demo`` runs.
+
+    Attributes:
+        agents: coding agents, one session each.
+        profile: the simulator's deployment profile.
+        seed: fixes the workload and the simulator's output.
+        time_scale: how much slower than the modelled deployment the simulator runs, so
+            that one Python client on a laptop can keep up with a rack's token rate;
+            figures are also shown scaled back.
+        max_concurrency: model requests in flight at once.
+        turns: (min, max) model turns per agent.
+        max_tokens: output limit per turn.
+        base_url, api_key, model: run against this server instead of the simulator.
+        virtual: run in-process on virtual time instead of over HTTP.
+        live: draw the live view.
+        report: where to write the JSON report.
+        timeouts: time limits of each model request over HTTP (``None``: the
+            transport's defaults); not for ``virtual``.
+        store: record the run in this SQLite store (``docs/store.md``); the demo's
+            configuration is recorded with it, so ``agentflow resume`` can rebuild it.
+        resume: the id of a run in ``store`` to resume instead of starting one.
+        slos: SLOs the report counts goodput against (``--slo ttft=2s,tpot=10ms``); the
+            summary says how much of the run met each.
+        fault_rate: the share of the simulator's requests that fail (half answered with
+            a 500, half reset after some output), so that retries and errors show; over
+            HTTP on the simulator only.
+
+    Raises:
+        ConfigError: a value is wrong or the options conflict (the message names them).
+    """
+
+    agents: int = 64
+    profile: str = "deepseek-v4.1-flash-gb300"
+    seed: int = 0
+    time_scale: float = 10.0
+    max_concurrency: int = 64
+    turns: tuple[int, int] = (5, 20)
+    max_tokens: int = 128
+    base_url: str | None = None
+    api_key: str | None = None
+    model: str | None = None
+    virtual: bool = False
+    live: bool = True
+    report: Path | None = None
+    timeouts: Timeouts | None = None
+    store: Path | None = None
+    resume: str | None = None
+    slos: tuple[SLO, ...] = ()
+    fault_rate: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name in ("agents", "max_concurrency", "max_tokens"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"demo: --{name.replace('_', '-')} must be ≥ 1, got {value!r}")
+        if not self.time_scale > 0:
+            raise ConfigError(f"demo: --time-scale must be > 0, got {self.time_scale!r}")
+        lo, hi = self.turns
+        if not 1 <= lo <= hi:
+            raise ConfigError(f"demo: --turns must be MIN:MAX with 1 ≤ MIN ≤ MAX, got {lo}:{hi}")
+        if self.virtual and self.base_url:
+            raise ConfigError("demo: --virtual runs the embedded simulator; drop --base-url")
+        if self.virtual and self.timeouts is not None:
+            raise ConfigError("demo: the --*-timeout limits are for HTTP runs; drop --virtual")
+        if not 0 <= self.fault_rate <= 1:
+            raise ConfigError(f"demo: --fault-rate must be in [0, 1], got {self.fault_rate!r}")
+        if self.fault_rate and (self.virtual or self.base_url):
+            raise ConfigError(
+                "demo: --fault-rate injects faults in the HTTP simulator; drop --virtual "
+                "and --base-url"
+            )
+        if self.resume is not None and self.store is None:
+            raise ConfigError("demo: resuming a run needs its --store")
+        get_profile(self.profile)  # an UnknownProfileError (a ConfigError) names it
+        if self.base_url:
+            Endpoint(base_url=self.base_url)  # a ConfigError names a malformed URL

@@ -1,0 +1,86 @@
+"""A demo run recorded in a store (``--store``), and the one ``agentflow resume``
+continues: what the run keeps of its configuration, and the run itself."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from agentflow._errors import ConfigError
+from agentflow._fleet import Fleet, FleetResult
+from agentflow.demo._config import DemoConfig
+from agentflow.demo._stop import Stopper, run_stoppable
+from agentflow.stats import SLO
+from agentflow.transport import Timeouts
+from agentflow.typing import Clock
+
+__all__ = ["recorded_config", "resume_config", "run_recorded"]
+
+
+def recorded_config(config: DemoConfig) -> dict[str, Any]:
+    """What a recorded demo run keeps of its configuration (no key, no output paths):
+    enough for :func:`resume_config` to rebuild the same workload, and to run the rest of
+    it as the run began — its SLOs, fault rate and time limits."""
+    keep = ("agents", "profile", "seed", "time_scale", "max_concurrency", "turns",
+            "max_tokens", "base_url", "model", "virtual", "fault_rate")  # fmt: skip
+    demo: dict[str, Any] = {k: getattr(config, k) for k in keep}
+    demo["slos"] = [asdict(slo) for slo in config.slos]
+    demo["timeouts"] = None if config.timeouts is None else asdict(config.timeouts)
+    return {"kind": "agentflow-demo", "demo": demo}
+
+
+def resume_config(recorded: dict[str, Any] | None, run_id: str, **overrides: Any) -> DemoConfig:
+    """The :class:`DemoConfig` that resumes recorded demo run ``run_id``: the recorded
+    settings (a run recorded before SLOs, fault rate and time limits were kept resumes
+    with none), then ``overrides``.
+
+    Raises:
+        ConfigError: the run was not recorded by ``agentflow demo``.
+    """
+    if not recorded or recorded.get("kind") != "agentflow-demo":
+        raise ConfigError(f"resume: run {run_id!r} was not recorded by `agentflow demo --store`")
+    values = dict(recorded["demo"])
+    values["turns"] = tuple(values["turns"])
+    values["slos"] = tuple(SLO(**slo) for slo in values.get("slos") or ())
+    timeouts = values.get("timeouts")
+    values["timeouts"] = None if timeouts is None else Timeouts(**timeouts)
+    return DemoConfig(**{**values, "resume": run_id, **overrides})
+
+
+async def run_recorded(
+    config: DemoConfig,
+    path: Path,
+    fleet: Fleet,
+    sessions: list[Any],
+    agents: list[Any],
+    stopper: Stopper,
+    clock: Clock,
+) -> FleetResult:
+    """Run (or, with ``config.resume``, resume) the demo's fleet recorded in the SQLite
+    store at ``path``; after a stop signal, the result is read back from the store."""
+    from agentflow.store import SQLiteStore, load_result, new_run_id
+
+    store = SQLiteStore(path)
+    fleet.store = store
+    run_id = config.resume or new_run_id()
+    try:
+        if config.resume is not None:
+            result = await run_stoppable(
+                fleet, [], stopper, clock, begin=lambda: fleet.resume(run_id, agents=agents)
+            )
+        else:
+            result = await run_stoppable(
+                fleet,
+                sessions,
+                stopper,
+                clock,
+                begin=lambda: fleet.run(
+                    sessions, run_id=run_id, run_config=recorded_config(config)
+                ),
+            )
+        if stopper.signal is not None:  # the store has every session, as far as it got
+            result = await load_result(store, run_id)
+        return result
+    finally:
+        await store.aclose()

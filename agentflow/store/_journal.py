@@ -189,12 +189,9 @@ class _Segment:
 
 class Journal:
     """This store's journal of one database (no file until a segment is needed).
-    :meth:`append` runs where records are written (the event loop) and takes ``lock``
-    (the store's batch lock) only when it starts a segment; :meth:`make_spare`,
-    :meth:`prefault`, :meth:`committed`, :meth:`drop_before` and :meth:`close` run on the
-    store's writer thread, under ``lock`` where they touch the spare or the segment list.
-    Only the writing side moves a segment's offset; the writer thread reads it (an
-    offset read a moment late only maps in a page more or less)."""
+    :meth:`append` runs under ``lock`` (the store's batch lock), on the event loop;
+    :meth:`make_spare`, :meth:`prefault`, :meth:`committed`, :meth:`drop_before` and
+    :meth:`close` run on the store's writer thread."""
 
     def __init__(self, db: Path, lock: threading.Lock) -> None:
         self._stem = f"{db.name}.af-journal-{os.getpid()}-{secrets.token_hex(4)}"
@@ -251,8 +248,7 @@ class Journal:
     def _next(self, need: int) -> _Segment:
         if os.getpid() != self._pid:
             raise OSError("the journal belongs to the process that forked this one")
-        with self._lock:  # the writer thread may be putting a spare in the slot
-            seg, self._spare = self._spare, None
+        seg, self._spare = self._spare, None
         if seg is None or seg.size < need + len(_MAGIC):
             if seg is not None:  # too small for this record
                 seg.close(delete=True)
@@ -263,8 +259,7 @@ class Journal:
         except OSError:  # (its file was removed meanwhile): let go of it, nothing lost
             seg.close(delete=True)
             raise
-        with self._lock:  # (the writer thread drops old segments from the list)
-            self._segments.append(seg)
+        self._segments.append(seg)
         return seg
 
     def _make(self, size: int) -> _Segment:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
-from collections import deque
 from pathlib import Path
 
 from agentflow._logging import get_logger
@@ -48,12 +47,6 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         self._pending_mark: Mark | None = None
         self._pending_error: BaseException | None = None
         self._stale_keys: list[str] = []  # markers of deleted segments (writer thread)
-        # With the journal: each record as written and where the journal stood after it
-        # (None: it could not be journaled), in order. The loop appends, the writer
-        # thread pops (``_gathered``): a deque does both without a lock, where taking
-        # the batch lock per record cost ~2 µs of the loop's CPU (docs/store.md, "Cost").
-        self._records: deque[tuple[Record | io.Row, Mark | None]] = deque()
-        self._woken = False  # a full batch's wake-up is in the queue (see write)
 
     def _commit(
         self, conn: sqlite3.Connection, records: list[Record | io.Row], mark: Mark | None
@@ -127,49 +120,34 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         Raises:
             StoreError: the store is closed.
         """
-        if self._thread is None or self._closed or not self.journal:
-            # Starts the writer thread, says the store is closed, or (no journal) batches.
-            super().write(record)
+        if self._thread is None or self._closed:
+            super().write(record)  # starts the writer thread, or says the store is closed
             return
-        # Inline and without a lock: this runs on the event loop once per record, and on
-        # this path every call frame is paid cold (docs/store.md, "Cost").
-        item: Record | io.Row = record
-        mark: Mark | None = None
-        try:
-            item = io.prepare(record)  # a turn's or tool result's row, encoded now
-            mark = (self._journal or self._new_journal()).append(item)
-        except (TypeError, ValueError, OverflowError):
-            pass  # not encodable: it goes to SQLite as it is, which says what is wrong
-        except OSError as exc:  # no segment could be made (a full disk): the batch path
-            self.journal = False
-            if self._interval_defaulted:
-                self.batch_interval_s = 0.010  # the batch path's default
-            _log.error("store.journal_failed", path=str(self.path), error=repr(exc))
-        records = self._records
-        records.append((item, mark))
-        if (len(records) >= self.max_batch or not self.journal) and not self._woken:
-            self._woken = True
-            self._queue.put(Batch([]))  # the writer gathers them now (_run_batch)
-
-    def _new_journal(self) -> Journal:
-        with self._batch_lock:  # (the writer thread makes it too: _ready_journal)
-            if self._journal is None:
-                self._journal = Journal(self.real_path, self._batch_lock)
-            return self._journal
-
-    def _gathered(self) -> Batch | None:
-        records = self._records
-        if not records:
-            return None
-        self._woken = False  # (before taking: a record appended meanwhile wakes it again)
-        items: list[Record | io.Row] = []
-        mark: Mark | None = None
-        for _ in range(len(records)):  # what was appended by now; the rest is newer
-            item, at = records.popleft()
-            items.append(item)
-            if at is not None:
-                mark = at
-        return Batch(items, mark)
+        # Inline, not through BatchWriter.write: this runs on the event loop once per
+        # record, and on this path every call frame is paid cold (docs/store.md, "Cost").
+        with self._batch_lock:
+            journaled = self.journal  # else closed, or failed, meanwhile: the batch path
+            if journaled:
+                item: Record | io.Row = record
+                try:
+                    item = io.prepare(record)  # a turn's or tool result's row, encoded now
+                    journal = self._journal
+                    if journal is None:
+                        journal = self._journal = Journal(self.real_path, self._batch_lock)
+                    self._mark = journal.append(item)
+                except (TypeError, ValueError, OverflowError):
+                    pass  # not encodable: it goes to SQLite as it is, which says what is wrong
+                except OSError as exc:  # no segment could be made (a full disk)
+                    self.journal = False
+                    if self._interval_defaulted:
+                        self.batch_interval_s = 0.010  # the batch path's default
+                    _log.error("store.journal_failed", path=str(self.path), error=repr(exc))
+                self._batch.append(item)
+                full = len(self._batch) >= self.max_batch or not self.journal
+        if not journaled:
+            super().write(record)
+        elif full:
+            self._hand_over()
 
     def _enqueue(self, record: Record) -> None:
         if self.journal:
@@ -183,8 +161,16 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
     def _take_idle(self) -> list[Record] | None:
         if not self.journal:
             return super()._take_idle()
-        # Whatever was written since the last commit: ``_run_batch`` gathers it.
-        return Batch([]) if self._records else None
+        with self._batch_lock:  # whatever was written since the last commit
+            if not self._queue.empty():
+                # Handed over since the wait ran out (a full batch, a call): that goes
+                # first. Taking the newer records now would commit them before it, and
+                # commit their journal mark before its older one (the marker would
+                # move back: the next open would ingest those records twice).
+                return None
+            batch, self._batch = self._batch, []
+            mark = self._mark
+        return Batch(batch, mark) if batch else None
 
     def _ready_journal(self) -> None:
         """Writer thread: make the journal's next segment ahead of time and map in the
@@ -192,7 +178,10 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         is ~1–2 ms of CPU here)."""
         if not self.journal:
             return
-        journal = self._new_journal()
+        with self._batch_lock:
+            journal = self._journal
+            if journal is None:
+                journal = self._journal = Journal(self.real_path, self._batch_lock)
         try:
             journal.make_spare()
         except OSError as exc:  # the loop tries again itself, and falls back if it must
@@ -205,7 +194,7 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         with self._batch_lock:
             journal, self._journal = self._journal, None
             self.journal = False
-            delete = delete and not self._pending and not self._batch and not self._records
+            delete = delete and not self._pending and not self._batch
         if journal is None:
             return
         keys = self._stale_keys + journal.close(delete=delete)

@@ -106,6 +106,9 @@ class BatchWriter(Generic[C]):
         self._batch: list[Item] = []
         self._batch_loop: asyncio.AbstractEventLoop | None = None
         self._batch_started = 0.0  # time.monotonic() of the batch's first record
+        #: Where the store's journal stands after the last record written (a store with
+        #: a journal sets it, under ``_batch_lock``); it goes with each batch handed over.
+        self._mark: tuple[int, int] | None = None
         self._batch_lock = threading.Lock()
 
     def _enqueue(self, record: Record) -> None:
@@ -147,7 +150,7 @@ class BatchWriter(Generic[C]):
                 return
             self._batch = []
             self._batch_loop = None
-            self._queue.put(Batch(batch))
+            self._queue.put(Batch(batch, self._mark))
 
     def _put_stop(self, stop: Call[C]) -> None:
         """Queue the closing call after everything written so far."""
@@ -210,12 +213,6 @@ class BatchWriter(Generic[C]):
         self._urgent.set()
         result: T = await asyncio.wrap_future(call.future)
         return result
-
-    def _gathered(self) -> Batch | None:
-        """Writer thread: records a store keeps outside the queue, taken before each commit
-        (with the position its journal stood at after them). ``SQLiteStore``'s journal
-        path keeps them so (``store/_journaled.py``); here there are none."""
-        return None
 
     def _idle_wait_s(self) -> float:
         """How long the thread waits for a hand-over before :meth:`_take_idle`."""
@@ -282,15 +279,6 @@ class BatchWriter(Generic[C]):
         stop call is reached."""
         records: list[Item] = []
         mark: tuple[int, int] | None = None
-
-        def gather() -> None:  # what was kept outside the queue: older than what follows
-            nonlocal mark
-            kept = self._gathered()
-            if kept:
-                records.extend(kept)
-                mark = kept.mark if kept.mark is not None else mark
-
-        gather()
         for item in batch:
             if isinstance(item, list):
                 records.extend(item)
@@ -300,7 +288,6 @@ class BatchWriter(Generic[C]):
             if not isinstance(item, Call):
                 records.append(item)
                 continue
-            gather()  # a call sees every record written before it
             self._commit(conn, records, mark)
             records, mark = [], None
             # A caller that stopped waiting (cancelled) cancelled its future: its call is

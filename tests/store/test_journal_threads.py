@@ -1,0 +1,71 @@
+"""``SQLiteStore.write`` with the journal is safe from several threads at once: every
+record is one intact journal frame (a kill at that moment would lose none) and is
+committed once. The journal's copy into its mapping is one offset per segment, so
+writers that did not exclude each other would copy over each other's frames."""
+
+from __future__ import annotations
+
+import asyncio
+import glob
+import sqlite3
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from agentflow.store import RunStarted, SQLiteStore, _journal, _journal_ingest
+from agentflow.store._journal_format import _MAGIC
+
+from .journal_child import tool_result
+
+pytestmark = pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
+
+THREADS, EACH = 4, 300
+
+
+def _journaled_items(db: Path) -> list[object]:
+    items: list[object] = []
+    for path in sorted(glob.glob(glob.escape(str(db)) + ".af-journal-*")):
+        data = Path(path).read_bytes()
+        items += [item for _, item in _journal_ingest.frames(data, len(_MAGIC))]
+    return items
+
+
+def test_threads_writing_at_once_lose_no_record(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+
+    async def main() -> None:
+        # No commit of its own during the test: the journal alone holds the records.
+        store = SQLiteStore(db, batch_interval_s=10, max_batch=1 << 20)
+        await store.open()
+        store.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=1, sessions=1))
+        start = threading.Barrier(THREADS)
+
+        def writer(t: int) -> None:
+            start.wait()
+            for i in range(EACH):
+                store.write(tool_result(t * EACH + i))
+
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(1e-6)  # threads interleave between bytecodes, often
+        try:
+            threads = [threading.Thread(target=writer, args=(t,)) for t in range(THREADS)]
+            for th in threads:
+                th.start()
+            for th in threads:
+                await asyncio.to_thread(th.join)
+        finally:
+            sys.setswitchinterval(switch)
+        journaled = _journaled_items(db)
+        await store.aclose()
+        ids = sorted(it[1][2] for it in journaled if type(it) is tuple)  # tool rows: call ids
+        assert ids == sorted(f"call-{i}" for i in range(THREADS * EACH))
+
+    asyncio.run(main())
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("SELECT count(*) FROM tool_calls").fetchone()[0] == THREADS * EACH
+        assert conn.execute("SELECT count(*) FROM conflicts").fetchone()[0] == 0
+    finally:
+        conn.close()

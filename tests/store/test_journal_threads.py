@@ -17,6 +17,7 @@ import pytest
 from agentflow.store import RunStarted, SQLiteStore, _journal, _journal_ingest
 from agentflow.store._journal_format import _MAGIC
 
+from ..wait import GUARD_S
 from .journal_child import tool_result
 
 pytestmark = pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
@@ -36,14 +37,15 @@ def test_threads_writing_at_once_lose_no_record(tmp_path: Path) -> None:
     db = tmp_path / "runs.db"
 
     async def main() -> None:
-        # No commit of its own during the test: the journal alone holds the records.
+        # The records fit in the journal's first segment, which a commit does not delete
+        # (only the segments before the one written are): it holds every frame written.
         store = SQLiteStore(db, batch_interval_s=10, max_batch=1 << 20)
         await store.open()
         store.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=1, sessions=1))
         start = threading.Barrier(THREADS)
 
         def writer(t: int) -> None:
-            start.wait()
+            start.wait(GUARD_S)
             for i in range(EACH):
                 store.write(tool_result(t * EACH + i))
 
@@ -54,7 +56,8 @@ def test_threads_writing_at_once_lose_no_record(tmp_path: Path) -> None:
             for th in threads:
                 th.start()
             for th in threads:
-                await asyncio.to_thread(th.join)
+                await asyncio.to_thread(th.join, GUARD_S)
+                assert not th.is_alive()
         finally:
             sys.setswitchinterval(switch)
         journaled = _journaled_items(db)

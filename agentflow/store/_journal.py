@@ -119,6 +119,11 @@ def _fill(fd: int, size: int) -> None:
         offset += n
 
 
+def _size(frames: list[bytes]) -> int:
+    """The bytes ``frames`` take in a segment, headers included."""
+    return sum(_FRAME.size + len(f) for f in frames)
+
+
 def _copy(seg: _Segment, payload: bytes) -> None:
     """Copy one frame into ``seg`` at its offset (the caller checked that it fits)."""
     n = len(payload)
@@ -231,12 +236,11 @@ class Journal:
         agent = item.agent
         stub = msgspec.structs.replace(item, agent=_NO_AGENT)
         seg = self._segments[-1] if self._segments else None
-        frames, ref, text = (
-            ([], None, None) if seg is None else session_frames(seg.agents, seg.texts, agent, stub)
-        )
-        if seg is None or seg.offset + sum(_FRAME.size + len(f) for f in frames) > seg.size:
+        if seg is not None:
+            frames, ref, text = session_frames(seg.agents, seg.texts, agent, stub)
+        if seg is None or seg.offset + _size(frames) > seg.size:
             frames, ref, text = session_frames({}, {}, agent, stub)  # refs from 0 there
-            seg = self._next(sum(_FRAME.size + len(f) for f in frames))
+            seg = self._next(_size(frames))
         for frame in frames:
             _copy(seg, frame)
         if text is not None:

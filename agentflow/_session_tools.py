@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from agentflow._errors import ToolError
 from agentflow._events import ErrorEvent, ToolCallEvent, ToolResultEvent
-from agentflow._tools import cap_output
+from agentflow._tools import cap_output, sendable_text
 
 if TYPE_CHECKING:
     from agentflow._events import EventBus
@@ -86,7 +86,8 @@ async def _run_tool(
     cap = session.agent.max_tool_output_chars
     if tool is not None and tool.max_output_chars is not None:
         cap = tool.max_output_chars
-    output, cut = cap_output(output, cap)
+    # (a lone surrogate could be neither sent nor stored: U+FFFD instead)
+    output, cut = cap_output(sendable_text(output), cap)
     duration = (clock() - start) * 1e-9
     if session._log is not None:
         session._log.tool_finished(session, index, call, output, is_error, duration, cut)

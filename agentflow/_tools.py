@@ -352,6 +352,20 @@ def cap_output(text: str, limit: int | None) -> tuple[str, int]:
     return text[:limit] + marker, cut
 
 
+def sendable_text(text: str) -> str:
+    """``text`` as a request can carry it: JSON in UTF-8 has no lone surrogates — what
+    ``os.fsdecode`` makes of a file name's undecodable bytes, say — so each becomes
+    U+FFFD (a surrogate pair split into two code points is joined). Any other text is
+    returned as it is."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
 def check_timeout(value: object, where: str) -> None:
     """Raise :class:`ConfigError` unless ``value`` is a number of seconds > 0 (``inf`` ok)."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:

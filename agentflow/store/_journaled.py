@@ -14,7 +14,7 @@ from agentflow._logging import get_logger
 from agentflow.store import _sqlite_write as io
 from agentflow.store._journal import Journal, Mark
 from agentflow.store._records import Record
-from agentflow.store._writer import Batch, BatchWriter
+from agentflow.store._writer import Batch, BatchWriter, RecordsLeftOut
 
 __all__ = ["JournaledWriter"]
 
@@ -64,31 +64,27 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
             # is followed by no write. The first segment is made at open (``_main``).
             self._ready_journal()
         try:
-            conn.execute("BEGIN IMMEDIATE")
             try:
-                io.write_records(conn, records)
-                if journal is not None and mark is not None:
-                    with self._batch_lock:
-                        markers = journal.committed(mark)
-                    conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?,?)",
-                                     [(k, str(o)) for k, o in markers])  # fmt: skip
-                if self._stale_keys:
-                    conn.executemany(
-                        "DELETE FROM meta WHERE key=?", [(k,) for k in self._stale_keys]
-                    )
-                conn.execute("COMMIT")
-            except BaseException:
-                conn.execute("ROLLBACK")
+                self._transaction(conn, records, journal, mark)
+            except sqlite3.OperationalError:
                 raise
-        except Exception as exc:  # SQLite's, or a record that cannot be encoded
+            except Exception as exc:  # a record's own: commit the others without it
+                _log.error("store.record_failed", path=str(self.path), error=repr(exc))
+                lost = self._transaction(conn, records, journal, mark, one_by_one=True)
+                if lost:
+                    left_out = RecordsLeftOut([(io.describe(r), e) for r, e in lost])
+                    if self._error is None or self._error is self._pending_error:
+                        self._error = left_out  # (an earlier loss stays the one reported)
+                    _log.error("store.records_left_out", path=str(self.path), error=str(left_out))
+                    records = [r for r in records if all(r is not item for item, _ in lost)]
+        except Exception as exc:  # SQLite's own (locked, full, I/O), or a bug here
             # (caught here, the thread lives on: a later flush reports it, not hangs).
-            # With the journal, a failure of SQLite's own (locked, full, I/O) has its
-            # records tried again first by the next commit — committing later records
-            # without them would leave the journal's marker behind records SQLite
-            # holds, and the next open would ingest those twice; until one succeeds the
-            # journal is kept, so the next open ingests them. A record that fails
-            # (cannot be encoded or bound) would fail every retry: its batch is dropped,
-            # as without a journal, and the next commit's markers pass it.
+            # With the journal, a failure of SQLite's own has its records tried again
+            # first by the next commit — committing later records without them would
+            # leave the journal's marker behind records SQLite holds, and the next open
+            # would ingest those twice; until one succeeds the journal is kept, so the
+            # next open ingests them. Without a journal the batch is lost (the store's
+            # error says so at the next flush).
             if journal is not None and isinstance(exc, sqlite3.OperationalError):
                 self._pending, self._pending_mark = records, mark
                 if self._error is None or self._error is self._pending_error:
@@ -110,6 +106,48 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         if records:
             self.committed += len(records)
             self.commits += 1
+
+    def _transaction(
+        self,
+        conn: sqlite3.Connection,
+        records: list[Record | io.Row],
+        journal: Journal | None,
+        mark: Mark | None,
+        *,
+        one_by_one: bool = False,
+    ) -> list[tuple[Record | io.Row, Exception]]:
+        """Commit ``records``, the journal's markers up to ``mark`` and the deletion of
+        stale markers in one transaction. ``one_by_one``: each record in a savepoint of
+        its own, and a record that fails on its own (it cannot be encoded or bound: a
+        lone surrogate in a text, say) is left out instead of failing the transaction —
+        returned with its error. SQLite's own errors (``OperationalError``) fail it."""
+        lost: list[tuple[Record | io.Row, Exception]] = []
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if not one_by_one:
+                io.write_records(conn, records)
+            for r in records if one_by_one else ():
+                conn.execute("SAVEPOINT one")
+                try:
+                    io.write_records(conn, [r])
+                except sqlite3.OperationalError:
+                    raise
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO one")
+                    lost.append((r, exc))
+                conn.execute("RELEASE one")
+            if journal is not None and mark is not None:
+                with self._batch_lock:
+                    markers = journal.committed(mark)
+                conn.executemany("INSERT OR REPLACE INTO meta (key, value) VALUES (?,?)",
+                                 [(k, str(o)) for k, o in markers])  # fmt: skip
+            if self._stale_keys:
+                conn.executemany("DELETE FROM meta WHERE key=?", [(k,) for k in self._stale_keys])
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        return lost
 
     # --- the journal (store/_journal.py) --------------------------------------------------
 

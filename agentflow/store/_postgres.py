@@ -27,9 +27,9 @@ from agentflow._redact import redact, register_secret, register_url
 from agentflow.store import _pg_io as io
 from agentflow.store._pg_schema import check_pg_schema
 from agentflow.store._protocol import LeaseOwner, RunSummary
-from agentflow.store._records import Record, StoredRun
+from agentflow.store._records import Record, StoredRun, describe_record
 from agentflow.store._sqlite_io import list_runs, read_run
-from agentflow.store._writer import STOP, BatchWriter, Call
+from agentflow.store._writer import STOP, BatchWriter, Call, RecordsLeftOut
 
 if TYPE_CHECKING:
     import psycopg
@@ -280,23 +280,48 @@ class PostgresStore(BatchWriter[Conn]):
     def _commit(self, conn: Conn, records: list[Record], mark: tuple[int, int] | None) -> None:
         if not records:
             return
-        holders = self._holders
+        import psycopg
+
+        lost: list[tuple[Record, Exception]] = []
         try:
-            with conn.pipeline(), conn.transaction():
-                cur = conn.cursor()
-                for r in records:
-                    owner = None
-                    if type(r).__name__ in _SESSION_RECORDS:
-                        owner = holders.get((r.run_id, r.session_id))  # type: ignore[union-attr]
-                    io.write_record(cur, r, owner)
-        except Exception as exc:
+            try:
+                with conn.pipeline(), conn.transaction():
+                    cur = conn.cursor()
+                    for r in records:
+                        io.write_record(cur, r, self._owner(r))
+            except psycopg.OperationalError:
+                raise
+            except Exception as exc:  # a record's own: commit the others without it
+                _log.error("store.record_failed", store=self._where, error=str(exc))
+                with conn.transaction():
+                    cur = conn.cursor()
+                    for r in records:
+                        try:
+                            with conn.transaction():  # a savepoint per record
+                                io.write_record(cur, r, self._owner(r))
+                        except psycopg.OperationalError:
+                            raise
+                        except Exception as one:
+                            lost.append((r, one))
+        except Exception as exc:  # the connection's, or the server's: the batch is lost
             self._error = self._as_store_error(exc)
             _log.error(
                 "store.write_failed", store=self._where, records=len(records), error=str(exc)
             )
             return
-        self.committed += len(records)
+        if lost:
+            left_out = RecordsLeftOut([(describe_record(r), e) for r, e in lost])
+            if self._error is None:  # (an earlier loss stays the one reported)
+                self._error = left_out
+            _log.error("store.records_left_out", store=self._where, error=str(left_out))
+        self.committed += len(records) - len(lost)
         self.commits += 1
+
+    def _owner(self, r: Record) -> str | None:
+        """The lease holder ``r``'s session must still have (``None``: not checked)."""
+        if type(r).__name__ in _SESSION_RECORDS:
+            return self._holders.get((r.run_id, r.session_id))  # type: ignore[union-attr]
+        return None
 
     def _as_store_error(self, exc: BaseException) -> BaseException:
         if isinstance(exc, StoreError):

@@ -40,6 +40,7 @@ __all__ = [
     "StoredTurn",
     "ToolFinished",
     "TurnFinished",
+    "describe_record",
 ]
 
 #: A session's state in the store: ``pending`` until it ends, then how it ended.
@@ -170,6 +171,17 @@ Record: TypeAlias = (
     | RunEnded
     | PolicyState
 )
+
+
+def describe_record(r: Record) -> str:
+    """What a log line or an error calls record ``r``: its kind and key."""
+    if isinstance(r, TurnFinished):
+        return f"turn {r.session_id}/{r.turn} of run {r.run_id}"
+    if isinstance(r, ToolFinished):
+        return f"tool call {r.session_id}/{r.call.id} of run {r.run_id}"
+    key = getattr(r, "session_id", None) or getattr(r, "key", None)
+    what = type(r).__name__ if key is None else f"{type(r).__name__} {key}"
+    return f"{what} of run {r.run_id}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,6 +24,7 @@ from agentflow.store._records import (
     SessionStarted,
     ToolFinished,
     TurnFinished,
+    describe_record,
 )
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "TOOL",
     "TURN",
     "Row",
+    "describe",
     "prepare",
     "write_record",
     "write_records",
@@ -100,6 +102,15 @@ def _insert(
 #: (:data:`TURN` or :data:`TOOL`, the row's values).
 Row = tuple[int, tuple[Any, ...]]
 TURN, TOOL = 0, 1
+
+
+def describe(item: Record | Row) -> str:
+    """What a log line or an error calls ``item`` (a record, or a row :func:`prepare`
+    made): its kind and key."""
+    if isinstance(item, tuple):
+        kind, row = item
+        return f"{'turn' if kind == TURN else 'tool call'} {row[1]}/{row[2]} of run {row[0]}"
+    return describe_record(item)
 
 
 def prepare(r: Record) -> Record | Row:

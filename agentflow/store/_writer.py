@@ -38,7 +38,7 @@ from agentflow._errors import StoreError
 from agentflow._logging import get_logger
 from agentflow.store._records import Record
 
-__all__ = ["STOP", "Batch", "BatchWriter", "Call", "Item"]
+__all__ = ["STOP", "Batch", "BatchWriter", "Call", "Item", "RecordsLeftOut"]
 
 _log = get_logger("agentflow.store")
 
@@ -56,6 +56,25 @@ STALL_S = 1.0
 #: What the writer thread commits: a :data:`Record`, or what a store made of one as it
 #: was written (``SQLiteStore`` with its journal: a turn's or tool result's row).
 Item = Any
+
+
+class RecordsLeftOut(Exception):
+    """Records a commit left out because each failed on its own — a text holding a lone
+    surrogate, say, which neither SQLite nor PostgreSQL can take — while the rest of their
+    batch was committed. The store's next flush raises a ``StoreError`` from it.
+
+    Attributes:
+        lost: what each record left out is called (its kind and key), with its error.
+    """
+
+    def __init__(self, lost: list[tuple[str, Exception]]) -> None:
+        self.lost = lost
+        named = "; ".join(f"{name}: {exc!r}" for name, exc in lost[:3])
+        more = f"; and {len(lost) - 3} more" if len(lost) > 3 else ""
+        super().__init__(
+            f"{len(lost)} record(s) left out, each failing on its own (the rest of their "
+            f"batch was committed): {named}{more}"
+        )
 
 
 class Batch(list[Item]):

@@ -1,0 +1,49 @@
+"""A record that fails on its own — here a tool result whose text holds a lone
+surrogate, which neither SQLite nor PostgreSQL can take — is left out of its commit and
+named by the next flush's ``StoreError``; every other record of its batch is committed
+(the whole batch used to be lost: up to 5 s of every session's records)."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from pathlib import Path
+
+import msgspec
+import psycopg
+import pytest
+
+from agentflow import StoreError
+from agentflow.store import PostgresStore, SQLiteStore, Store
+
+from .journal_child import tool_result
+
+LEFT_OUT = r"1 record\(s\) left out.*tool call s/call-3 of run r.*surrogates not allowed"
+
+
+async def _write_a_batch_with_one_bad_record(store: Store) -> str:
+    await store.open()
+    for i in range(6):
+        r = tool_result(i)
+        store.write(r if i != 3 else msgspec.structs.replace(r, output="caf\udce9"))
+    with pytest.raises(StoreError, match=LEFT_OUT) as info:
+        await store.flush()
+    store.write(tool_result(6))  # later records go on being committed
+    with pytest.raises(StoreError, match=LEFT_OUT):  # the loss stays reported
+        await store.aclose()
+    return str(info.value)
+
+
+@pytest.mark.parametrize("journal", [True, False], ids=["journal", "no-journal"])
+def test_sqlite_leaves_out_only_the_record_that_fails(tmp_path: Path, journal: bool) -> None:
+    db = tmp_path / "s.db"
+    asyncio.run(_write_a_batch_with_one_bad_record(SQLiteStore(db, journal=journal)))
+    rows = sqlite3.connect(db).execute("SELECT call_id FROM tool_calls ORDER BY turn").fetchall()
+    assert rows == [(f"call-{i}",) for i in (0, 1, 2, 4, 5, 6)]
+
+
+def test_postgres_leaves_out_only_the_record_that_fails(postgres_db: str) -> None:
+    asyncio.run(_write_a_batch_with_one_bad_record(PostgresStore(postgres_db)))
+    with psycopg.connect(postgres_db) as conn:
+        rows = conn.execute("SELECT call_id FROM tool_calls ORDER BY turn").fetchall()
+    assert rows == [(f"call-{i}",) for i in (0, 1, 2, 4, 5, 6)]

@@ -149,6 +149,10 @@ def _as_json(value: Any) -> Any:
 
 #: id(AgentInfo) -> (it, :func:`_as_json_agent` of it), for the last agents written.
 _agents: dict[int, tuple[AgentInfo, AgentInfo]] = {}
+#: An agent config's JSON -> what it decodes to, shared by the agents whose config it is
+#: (a fleet's agents mostly differ by name only; the config, with its tool schemas, is
+#: a few KB to decode: ~1 ms of the loop at the demo's start for its 64 agents).
+_configs: dict[str, Any] = {}
 
 
 def _as_json_agent(agent: AgentInfo) -> AgentInfo:
@@ -158,9 +162,14 @@ def _as_json_agent(agent: AgentInfo) -> AgentInfo:
     hit = _agents.get(id(agent))
     if hit is not None and hit[0] is agent:
         return hit[1]
-    done = dataclasses.replace(agent, config=_as_json(agent.config))
+    text = encode(agent.config)
+    config = _configs.get(text)
+    if config is None:
+        config = _configs[text] = decode_json(text)
+    done = dataclasses.replace(agent, config=config)
     if len(_agents) >= 256:  # (they hold system prompts: a few, not every agent ever)
         _agents.clear()
+        _configs.clear()
     _agents[id(agent)] = (agent, done)
     return done
 

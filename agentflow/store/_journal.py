@@ -74,8 +74,10 @@ except ImportError:  # not POSIX (Windows): no journal there (SQLiteStore commit
 
 __all__ = ["AVAILABLE", "JOURNAL_INTERVAL_S", "Journal", "Mark", "marker_key"]
 
-#: Whether this platform has what the journal needs (``flock``, ``posix_fallocate``).
-AVAILABLE = fcntl is not None and hasattr(os, "posix_fallocate")
+#: Whether this platform has what the journal needs: ``flock`` (not Windows). Where
+#: ``posix_fallocate`` is missing (macOS), the zeros each segment is written with reserve
+#: its blocks: a full disk is an ``OSError`` from that write, as from the reservation.
+AVAILABLE = fcntl is not None
 
 #: A position in a journal: (segment sequence number, byte offset after a record).
 Mark = tuple[int, int]
@@ -150,7 +152,8 @@ class _Segment:
         try:
             assert fcntl is not None
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.posix_fallocate(fd, 0, size)
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, size)
             _fill(fd, size)
             mm = mmap.mmap(fd, size)
             mm[: len(_MAGIC)] = _MAGIC

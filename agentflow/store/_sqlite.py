@@ -93,8 +93,7 @@ class SQLiteStore(JournaledWriter):
 
         if journal is True and not _journal.AVAILABLE:
             raise ConfigError(
-                "SQLiteStore.journal=True needs flock and posix_fallocate, which this "
-                "platform lacks; leave it unset"
+                "SQLiteStore.journal=True needs flock, which this platform lacks; leave it unset"
             )
         defaulted = batch_interval_s is None
         if batch_interval_s is None:

@@ -200,6 +200,37 @@ def test_no_room_for_a_segment_commits_directly(
     assert _segments(db) == [] and not glob.glob(str(tmp_path / ".*tmp"))
 
 
+@pytest.mark.parametrize("room", [True, False], ids=["room", "full-disk"])
+def test_without_posix_fallocate_the_zeros_reserve_the_segment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, room: bool
+) -> None:
+    # macOS has flock but no posix_fallocate: the journal runs there, each segment's
+    # blocks reserved by the zeros it is written with, and a full disk is an OSError
+    # from that write (the store then commits directly), never a SIGBUS on a copy.
+    monkeypatch.delattr(os, "posix_fallocate")
+    if not room:
+
+        def full(fd: int, data: Any, offset: int) -> int:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(os, "pwrite", full)
+    db = tmp_path / "mac.db"
+
+    async def main() -> tuple[bool, int, int]:
+        store = SQLiteStore(db)
+        await store.open()
+        for i in range(3):
+            store.write(tool_result(i))
+        segments = len(_segments(db))
+        await store.flush()
+        journal = store.journal
+        await store.aclose()
+        return journal, segments, _count(db, "SELECT COUNT(*) FROM tool_calls")
+
+    assert asyncio.run(main()) == ((True, 1, 3) if room else (False, 0, 3))
+    assert _segments(db) == [] and not glob.glob(str(tmp_path / ".*tmp"))
+
+
 def test_defaults_and_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     on = SQLiteStore(tmp_path / "a.db")
     assert (on.journal, on.batch_interval_s) == (True, 5.0)

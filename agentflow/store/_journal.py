@@ -43,6 +43,7 @@ import glob
 import mmap
 import os
 import secrets
+import sys
 import threading
 import weakref
 import zlib
@@ -92,7 +93,10 @@ JOURNAL_INTERVAL_S = 5.0
 #: interval at least): a few seconds of records at a busy fleet's rate.
 PREFAULT_BYTES = 4 << 20
 #: ``madvise(MADV_POPULATE_WRITE)`` (Linux ≥ 5.14): map pages in writable, in one call.
-_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23 if os.name == "posix" else None)
+#: 23 is Linux's value (older Pythons lack the name); elsewhere, none.
+_POPULATE_WRITE = getattr(
+    mmap, "MADV_POPULATE_WRITE", 23 if sys.platform.startswith("linux") else None
+)
 
 
 def _glob(db: Path) -> str:

@@ -1,8 +1,9 @@
 """The tool calls a model turn of a :class:`~agentflow.Session` asked for: each run
 (outside the turn's admission slot, concurrently, within the fleet's tool bound), its
 output capped and told to the run store and the bus, then every result appended in call
-order. A resumed session's recorded outputs are used as they are, never run again. The
-turn loop that calls it is in ``_session.py``.
+order; what a result becomes before it is sent (:func:`sendable_text`, :func:`cap_output`).
+A resumed session's recorded outputs are used as they are, never run again. The turn loop
+that calls it is in ``_session.py``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from agentflow._errors import ToolError
 from agentflow._events import ErrorEvent, ToolCallEvent, ToolResultEvent
-from agentflow._tools import cap_output, sendable_text
 
 if TYPE_CHECKING:
     from agentflow._events import EventBus
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from agentflow._trace import ToolCall
     from agentflow.typing import Clock
 
-__all__ = ["run_tools"]
+__all__ = ["cap_output", "run_tools", "sendable_text"]
 
 
 async def run_tools(
@@ -106,3 +106,31 @@ async def _run_tool(
             )
         )
     return output
+
+
+def cap_output(text: str, limit: int | None) -> tuple[str, int]:
+    """``text`` cut to its first ``limit`` characters, and how many were cut.
+
+    A cut text ends with a marker line the model can read, e.g.
+    ``[agentflow: tool output truncated: 1,000 of 25,000 characters shown]``, so the
+    text sent is at most ``limit`` characters plus that line. ``None`` is no limit.
+    """
+    if limit is None or len(text) <= limit:
+        return text, 0
+    cut = len(text) - limit
+    marker = f"\n[agentflow: tool output truncated: {limit:,} of {len(text):,} characters shown]"
+    return text[:limit] + marker, cut
+
+
+def sendable_text(text: str) -> str:
+    """``text`` as a request can carry it: JSON in UTF-8 has no lone surrogates — what
+    ``os.fsdecode`` makes of a file name's undecodable bytes, say — so each becomes
+    U+FFFD (a surrogate pair split into two code points is joined). Any other text is
+    returned as it is."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text

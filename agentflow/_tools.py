@@ -61,8 +61,8 @@ class Tool:
             (Python cannot stop a thread); a sync tool with ``in_thread=False`` blocks
             the event loop, so its limit cannot fire until it returns.
         max_output_chars: the most characters of one result sent to the model; ``None``
-            takes the agent's ``max_tool_output_chars``. Longer output is cut, with a
-            marker (:func:`cap_output`).
+            takes the agent's ``max_tool_output_chars``. Longer output is cut, and a
+            marker line saying how much was cut is appended.
         replay_on_resume: when a recorded run is resumed (``docs/store.md``), call this
             tool again with every call of it the session recorded, in order, before the
             session continues: for tools whose effect lives in the process's memory (an
@@ -336,34 +336,6 @@ def _unpickle_tool(
 def as_tool(obj: Tool | Callable[..., Any] | Callable[..., Awaitable[Any]]) -> Tool:
     """A :class:`Tool` as is; a plain callable described by :meth:`Tool.from_function`."""
     return obj if isinstance(obj, Tool) else Tool.from_function(obj)
-
-
-def cap_output(text: str, limit: int | None) -> tuple[str, int]:
-    """``text`` cut to its first ``limit`` characters, and how many were cut.
-
-    A cut text ends with a marker line the model can read, e.g.
-    ``[agentflow: tool output truncated: 1,000 of 25,000 characters shown]``, so the
-    text sent is at most ``limit`` characters plus that line. ``None`` is no limit.
-    """
-    if limit is None or len(text) <= limit:
-        return text, 0
-    cut = len(text) - limit
-    marker = f"\n[agentflow: tool output truncated: {limit:,} of {len(text):,} characters shown]"
-    return text[:limit] + marker, cut
-
-
-def sendable_text(text: str) -> str:
-    """``text`` as a request can carry it: JSON in UTF-8 has no lone surrogates — what
-    ``os.fsdecode`` makes of a file name's undecodable bytes, say — so each becomes
-    U+FFFD (a surrogate pair split into two code points is joined). Any other text is
-    returned as it is."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text
 
 
 def check_timeout(value: object, where: str) -> None:

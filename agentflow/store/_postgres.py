@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -40,6 +41,8 @@ _log = get_logger("agentflow.store")
 T = TypeVar("T")
 Conn = Any  # psycopg.Connection, imported lazily (the ``pg`` extra)
 _SESSION_RECORDS = ("TurnFinished", "ToolFinished", "SessionEnded")
+#: Seconds between two tries at a new connection once the store's is lost.
+RECONNECT_EVERY_S = 1.0
 
 
 class _Secret:
@@ -128,6 +131,13 @@ class PostgresStore(BatchWriter[Conn]):
         self._init_writer()
         # (run, session) -> the lease owner this store claimed it for (writer thread only)
         self._holders: dict[tuple[str, str], str] = {}
+        # Writer thread only: the connection (a new one once it is lost: _usable), when
+        # the next reconnection may be tried, and a batch that failed with a lost
+        # connection — committed first by the next commit — with its error.
+        self._conn: Conn = None
+        self._reconnect_at = 0.0
+        self._pending: list[Record] = []
+        self._pending_error: BaseException | None = None
         #: Records committed so far (by this process).
         self.committed = 0
         #: Transactions committed so far (by this process).
@@ -268,47 +278,71 @@ class PostgresStore(BatchWriter[Conn]):
 
     def _main(self) -> None:
         try:
-            conn = self._connect()
+            self._conn = self._connect()
         except Exception as exc:
             self._fail_all(exc)
             return
         try:
-            self._loop(conn)
+            self._loop(self._conn)
         finally:
-            conn.close()
+            self._conn.close()
+
+    def _usable(self, conn: Conn) -> Conn:
+        """The store's connection, or — once it is lost (the server restarted, the network
+        dropped it, an administrator ended it) — a new one, tried at most once a
+        second; while none can be made, the lost one (what uses it fails, and a commit
+        keeps its batch for the next one: :meth:`_commit`)."""
+        current = self._conn
+        if not current.closed:
+            return current
+        now = time.monotonic()
+        if now < self._reconnect_at:
+            return current
+        self._reconnect_at = now + RECONNECT_EVERY_S
+        try:
+            self._conn = self._connect()
+        except Exception as exc:
+            _log.warning("store.reconnect_failed", store=self._where, error=str(exc))
+            return current
+        _log.warning("store.reconnected", store=self._where)
+        return self._conn
 
     def _commit(self, conn: Conn, records: list[Record], mark: tuple[int, int] | None) -> None:
+        if self._pending:  # a batch whose connection was lost goes first: order is kept
+            records = self._pending + records
         if not records:
             return
-        import psycopg
-
-        lost: list[tuple[Record, Exception]] = []
+        conn = self._usable(conn)
         try:
             try:
-                with conn.pipeline(), conn.transaction():
-                    cur = conn.cursor()
-                    for r in records:
-                        io.write_record(cur, r, self._owner(r))
-            except psycopg.OperationalError:
-                raise
-            except Exception as exc:  # a record's own: commit the others without it
-                _log.error("store.record_failed", store=self._where, error=str(exc))
-                with conn.transaction():
-                    cur = conn.cursor()
-                    for r in records:
-                        try:
-                            with conn.transaction():  # a savepoint per record
-                                io.write_record(cur, r, self._owner(r))
-                        except psycopg.OperationalError:
-                            raise
-                        except Exception as one:
-                            lost.append((r, one))
-        except Exception as exc:  # the connection's, or the server's: the batch is lost
-            self._error = self._as_store_error(exc)
+                lost = self._write(conn, records)
+            except Exception:
+                fresh = self._usable(conn) if conn.closed else conn
+                if fresh is conn:
+                    raise
+                # Lost just now: once more at once, on the new connection. (Had the lost
+                # one committed before it went, its rows are there: the retry's inserts
+                # then do nothing, each noted as a conflict.)
+                lost = self._write(fresh, records)
+        except Exception as exc:  # the connection's, or the server's
+            err = self._as_store_error(exc)
+            # A lost connection keeps the batch for the next commit, on a new connection,
+            # which clears the error once it succeeds; until then flushes report it. The
+            # server's own refusal (a timeout, a constraint) loses the batch, reported.
+            if self._conn.closed:
+                self._pending = records
+                if self._error is None or self._error is self._pending_error:
+                    self._error = err  # (an earlier loss stays the one reported)
+                self._pending_error = err
+            else:
+                self._error = err
             _log.error(
                 "store.write_failed", store=self._where, records=len(records), error=str(exc)
             )
             return
+        if self._pending_error is not None and self._error is self._pending_error:
+            self._error = None  # its records are committed now: nothing was lost
+        self._pending, self._pending_error = [], None
         if lost:
             left_out = RecordsLeftOut([(describe_record(r), e) for r, e in lost])
             if self._error is None:  # (an earlier loss stays the one reported)
@@ -316,6 +350,35 @@ class PostgresStore(BatchWriter[Conn]):
             _log.error("store.records_left_out", store=self._where, error=str(left_out))
         self.committed += len(records) - len(lost)
         self.commits += 1
+
+    def _write(self, conn: Conn, records: list[Record]) -> list[tuple[Record, Exception]]:
+        """Commit ``records`` in one transaction, as one pipeline; should one of them fail
+        on its own (it cannot be encoded or bound: a lone surrogate in a text, say),
+        again one by one, each in a savepoint, leaving out those that fail — returned
+        with their errors. The connection's errors fail it."""
+        import psycopg
+
+        lost: list[tuple[Record, Exception]] = []
+        try:
+            with conn.pipeline(), conn.transaction():
+                cur = conn.cursor()
+                for r in records:
+                    io.write_record(cur, r, self._owner(r))
+        except psycopg.OperationalError:
+            raise
+        except Exception as exc:  # a record's own: commit the others without it
+            _log.error("store.record_failed", store=self._where, error=str(exc))
+            with conn.transaction():
+                cur = conn.cursor()
+                for r in records:
+                    try:
+                        with conn.transaction():  # a savepoint per record
+                            io.write_record(cur, r, self._owner(r))
+                    except psycopg.OperationalError:
+                        raise
+                    except Exception as one:
+                        lost.append((r, one))
+        return lost
 
     def _owner(self, r: Record) -> str | None:
         """The lease holder ``r``'s session must still have (``None``: not checked)."""

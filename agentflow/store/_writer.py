@@ -233,6 +233,11 @@ class BatchWriter(Generic[C]):
         result: T = await asyncio.wrap_future(call.future)
         return result
 
+    def _usable(self, conn: C) -> C:
+        """The connection to run the next commit or call on: ``conn``. A store whose
+        connection can be lost (a server's) returns a new one once it is."""
+        return conn
+
     def _idle_wait_s(self) -> float:
         """How long the thread waits for a hand-over before :meth:`_take_idle`."""
         return max(STALL_S, self.batch_interval_s)
@@ -307,6 +312,7 @@ class BatchWriter(Generic[C]):
             if not isinstance(item, Call):
                 records.append(item)
                 continue
+            conn = self._usable(conn)
             self._commit(conn, records, mark)
             records, mark = [], None
             # A caller that stopped waiting (cancelled) cancelled its future: its call is
@@ -317,7 +323,7 @@ class BatchWriter(Generic[C]):
             if not answer and not item.stop:
                 continue
             try:
-                value = item.fn(conn)
+                value = item.fn(self._usable(conn))
             except BaseException as exc:
                 if answer:
                     item.future.set_exception(self._as_store_error(exc))
@@ -328,7 +334,7 @@ class BatchWriter(Generic[C]):
                 self._drain_closed()
                 return True
             item.future.set_result(value)
-        self._commit(conn, records, mark)
+        self._commit(self._usable(conn), records, mark)
         return False
 
     def _fail_all(self, exc: BaseException) -> None:

@@ -21,6 +21,15 @@ __all__ = ["JournaledWriter"]
 _log = get_logger("agentflow.store")
 
 
+def _records_fault(exc: Exception) -> bool:
+    """Whether ``exc`` is a record's own fault — it cannot be encoded (a value whose
+    ``repr`` raises, a lone surrogate) or bound (a type SQLite does not take) — rather than
+    SQLite's (locked, full, I/O, a damaged file), which fails any record."""
+    return not isinstance(exc, sqlite3.Error) or isinstance(
+        exc, sqlite3.ProgrammingError | sqlite3.InterfaceError | sqlite3.DataError
+    )
+
+
 class JournaledWriter(BatchWriter[sqlite3.Connection]):
     """A :class:`BatchWriter` whose records go through a journal first (see the module).
 
@@ -66,9 +75,10 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         try:
             try:
                 self._transaction(conn, records, journal, mark)
-            except sqlite3.OperationalError:
-                raise
-            except Exception as exc:  # a record's own: commit the others without it
+            except Exception as exc:
+                if not _records_fault(exc):
+                    raise
+                # A record's own: commit the others without it.
                 _log.error("store.record_failed", path=str(self.path), error=repr(exc))
                 lost = self._transaction(conn, records, journal, mark, one_by_one=True)
                 if lost:
@@ -130,9 +140,9 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
                 conn.execute("SAVEPOINT one")
                 try:
                     io.write_records(conn, [r])
-                except sqlite3.OperationalError:
-                    raise
                 except Exception as exc:
+                    if not _records_fault(exc):
+                        raise
                     conn.execute("ROLLBACK TO one")
                     lost.append((r, exc))
                 conn.execute("RELEASE one")

@@ -45,6 +45,17 @@ _SESSION_RECORDS = ("TurnFinished", "ToolFinished", "SessionEnded")
 RECONNECT_EVERY_S = 1.0
 
 
+def _records_fault(exc: Exception) -> bool:
+    """Whether ``exc`` is a record's own fault — it cannot be encoded here (a lone
+    surrogate) or the server refuses its data (``DataError``, ``IntegrityError``) — rather
+    than the connection's or the server's, which fails any record."""
+    import psycopg
+
+    return not isinstance(exc, psycopg.Error) or isinstance(
+        exc, psycopg.DataError | psycopg.IntegrityError
+    )
+
+
 class _Secret:
     """A value that never shows in a ``repr`` (the DSN's password, kept to connect)."""
 
@@ -355,18 +366,17 @@ class PostgresStore(BatchWriter[Conn]):
         """Commit ``records`` in one transaction, as one pipeline; should one of them fail
         on its own (it cannot be encoded or bound: a lone surrogate in a text, say),
         again one by one, each in a savepoint, leaving out those that fail — returned
-        with their errors. The connection's errors fail it."""
-        import psycopg
-
+        with their errors. The connection's errors, and the server's own, fail it."""
         lost: list[tuple[Record, Exception]] = []
         try:
             with conn.pipeline(), conn.transaction():
                 cur = conn.cursor()
                 for r in records:
                     io.write_record(cur, r, self._owner(r))
-        except psycopg.OperationalError:
-            raise
-        except Exception as exc:  # a record's own: commit the others without it
+        except Exception as exc:
+            if not _records_fault(exc):
+                raise
+            # A record's own: commit the others without it.
             _log.error("store.record_failed", store=self._where, error=str(exc))
             with conn.transaction():
                 cur = conn.cursor()
@@ -374,9 +384,9 @@ class PostgresStore(BatchWriter[Conn]):
                     try:
                         with conn.transaction():  # a savepoint per record
                             io.write_record(cur, r, self._owner(r))
-                    except psycopg.OperationalError:
-                        raise
                     except Exception as one:
+                        if not _records_fault(one):
+                            raise
                         lost.append((r, one))
         return lost
 

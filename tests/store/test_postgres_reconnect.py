@@ -1,8 +1,8 @@
 """PostgresStore outlives a lost connection (the server restarted, the network dropped
 it, an administrator ended it — here ``pg_terminate_backend``): the batch that met the
-loss is committed again on a new connection, reads go on, nothing is lost
-and no error is left. It used to fail every later commit and read until the store
-closed."""
+loss is committed again on a new connection, reads go on, nothing is lost and no error
+is left — a fleet whose store connection is ended mid-run stores what an untouched run
+stores. It used to fail every later commit and read until the store closed."""
 
 from __future__ import annotations
 
@@ -11,9 +11,12 @@ import asyncio
 import psycopg
 import pytest
 
-from agentflow import StoreError
-from agentflow.store import PostgresStore, _postgres
+from agentflow import Event, Fleet, FleetResult, StoreError
+from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow.store import PostgresStore, StoredRun, _postgres
+from agentflow.testing import PostgresServer
 
+from .fleets import agents, driver
 from .journal_child import tool_result
 
 
@@ -89,3 +92,64 @@ def test_while_no_connection_can_be_made_the_batch_waits_for_one(
     message = asyncio.run(main())
     assert "terminat" in message or "closed" in message or "connection" in message
     assert _calls(postgres_db) == [f"call-{i}" for i in range(5)]
+
+
+def test_a_fleet_whose_store_connection_is_ended_mid_run_stores_all_of_it(
+    postgres_server: PostgresServer,
+) -> None:
+    # A fleet on the simulator records into PostgreSQL; at its 10th finished turn the
+    # store's connection is ended. The run goes on, its end flushes without an error, and
+    # the stored run equals that of a run whose connection was never touched.
+    whole_dsn = postgres_server.create_database("reconnect_whole")
+    cut_dsn = postgres_server.create_database("reconnect_cut")
+
+    ended: list[int] = []
+
+    async def run(dsn: str, end_at: int | None) -> FleetResult:
+        store = PostgresStore(dsn)
+        transport = SimTransport(driver())
+        turns = 0
+
+        def end_the_connection(event: Event) -> None:
+            nonlocal turns
+            if event.type == "turn_end":
+                turns += 1
+                if turns == end_at:  # blocks the loop a moment: virtual time stands still
+                    ended.append(_end_the_stores_connections(dsn))
+
+        team = agents()
+        sessions = [team[i % 3].session(f"task {i}", session_id=f"s{i:02d}") for i in range(12)]
+        fleet = Fleet(
+            transport, max_concurrency=4, clock=loop_clock, store=store,
+            callbacks=[end_the_connection],
+        )  # fmt: skip
+        try:
+            return await fleet.run(sessions, run_id="run-1")
+        finally:
+            await store.aclose()
+            await transport.aclose()
+
+    async def load(dsn: str) -> StoredRun:
+        store = PostgresStore(dsn)
+        await store.open()
+        try:
+            return await store.load("run-1")
+        finally:
+            await store.aclose()
+
+    whole = run_virtual(run(whole_dsn, None))
+    cut = run_virtual(run(cut_dsn, 10))
+    assert ended == [1]  # the store's one connection, ended mid-run
+    assert [s.messages for s in cut.sessions] == [s.messages for s in whole.sessions]
+    a, b = run_virtual(load(whole_dsn)), run_virtual(load(cut_dsn))
+    assert sum(len(s.turns) for s in b.sessions) > 12
+    assert [(s.session_id, s.status, [t.message for t in s.turns]) for s in b.sessions] == [
+        (s.session_id, s.status, [t.message for t in s.turns]) for s in a.sessions
+    ]
+    assert [
+        sorted((r.call_id, r.output) for t in s.turns for r in t.tool_results.values())
+        for s in b.sessions
+    ] == [
+        sorted((r.call_id, r.output) for t in s.turns for r in t.tool_results.values())
+        for s in a.sessions
+    ]

@@ -14,7 +14,7 @@ from agentflow._logging import get_logger
 from agentflow.store import _sqlite_write as io
 from agentflow.store._journal import Journal, Mark
 from agentflow.store._records import Record
-from agentflow.store._writer import Batch, BatchWriter, RecordsLeftOut
+from agentflow.store._writer import Batch, BatchWriter
 
 __all__ = ["JournaledWriter"]
 
@@ -50,11 +50,9 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         # Whether batch_interval_s is the journal's default (5 s): without a journal it
         # becomes the batch path's, 10 ms, should the journal fail.
         self._interval_defaulted = defaulted
-        # With the journal: a failed commit's records, mark and error, committed first
-        # by the next commit (the journal's markers cannot skip them; writer thread).
-        self._pending: list[Record | io.Row] = []
+        # With the journal: where it stood after the batch that _hold keeps (a failed
+        # commit's, committed first by the next: its markers cannot skip it; writer thread).
         self._pending_mark: Mark | None = None
-        self._pending_error: BaseException | None = None
         self._stale_keys: list[str] = []  # markers of deleted segments (writer thread)
 
     def _commit(
@@ -72,6 +70,7 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
             # (max_batch, flushes) before the interval runs out, and the closing commit
             # is followed by no write. The first segment is made at open (``_main``).
             self._ready_journal()
+        lost: list[tuple[Record | io.Row, Exception]] = []
         try:
             try:
                 self._transaction(conn, records, journal, mark)
@@ -82,11 +81,7 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
                 _log.error("store.record_failed", path=str(self.path), error=repr(exc))
                 lost = self._transaction(conn, records, journal, mark, one_by_one=True)
                 if lost:
-                    left_out = RecordsLeftOut([(io.describe(r), e) for r, e in lost])
-                    if self._error is None or self._error is self._pending_error:
-                        self._error = left_out  # (an earlier loss stays the one reported)
-                    _log.error("store.records_left_out", path=str(self.path), error=str(left_out))
-                    records = [r for r in records if all(r is not item for item, _ in lost)]
+                    self._left_out([(io.describe(r), e) for r, e in lost])
         except Exception as exc:  # SQLite's own (locked, full, I/O), or a bug here
             # (caught here, the thread lives on: a later flush reports it, not hangs).
             # With the journal, a failure of SQLite's own has its records tried again
@@ -96,10 +91,8 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
             # next open ingests them. Without a journal the batch is lost (the store's
             # error says so at the next flush).
             if journal is not None and isinstance(exc, sqlite3.OperationalError):
-                self._pending, self._pending_mark = records, mark
-                if self._error is None or self._error is self._pending_error:
-                    self._error = exc  # (an earlier loss stays the one reported)
-                self._pending_error = exc
+                self._hold(records, exc)
+                self._pending_mark = mark
             else:
                 self._error = exc
             _log.error(
@@ -107,14 +100,13 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
             )
             return
         self._stale_keys = []
-        if self._pending_error is not None and self._error is self._pending_error:
-            self._error = None  # its records are committed now: nothing was lost
-        self._pending, self._pending_mark, self._pending_error = [], None, None
+        self._held_committed()
+        self._pending_mark = None
         if journal is not None and mark is not None:
             with self._batch_lock:  # segments wholly committed are deleted
                 self._stale_keys = journal.drop_before(mark)
         if records:
-            self.committed += len(records)
+            self.committed += len(records) - len(lost)
             self.commits += 1
 
     def _transaction(
@@ -136,16 +128,17 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         try:
             if not one_by_one:
                 io.write_records(conn, records)
-            for r in records if one_by_one else ():
-                conn.execute("SAVEPOINT one")
-                try:
-                    io.write_records(conn, [r])
-                except Exception as exc:
-                    if not _records_fault(exc):
-                        raise
-                    conn.execute("ROLLBACK TO one")
-                    lost.append((r, exc))
-                conn.execute("RELEASE one")
+            else:
+                for r in records:
+                    conn.execute("SAVEPOINT one")
+                    try:
+                        io.write_records(conn, [r])
+                    except Exception as exc:
+                        if not _records_fault(exc):
+                            raise
+                        conn.execute("ROLLBACK TO one")
+                        lost.append((r, exc))
+                    conn.execute("RELEASE one")
             if journal is not None and mark is not None:
                 with self._batch_lock:
                     markers = journal.committed(mark)

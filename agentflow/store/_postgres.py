@@ -30,7 +30,7 @@ from agentflow.store._pg_schema import check_pg_schema
 from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import Record, StoredRun, describe_record
 from agentflow.store._sqlite_io import list_runs, read_run
-from agentflow.store._writer import STOP, BatchWriter, Call, RecordsLeftOut
+from agentflow.store._writer import STOP, BatchWriter, Call
 
 if TYPE_CHECKING:
     import psycopg
@@ -142,13 +142,10 @@ class PostgresStore(BatchWriter[Conn]):
         self._init_writer()
         # (run, session) -> the lease owner this store claimed it for (writer thread only)
         self._holders: dict[tuple[str, str], str] = {}
-        # Writer thread only: the connection (a new one once it is lost: _usable), when
-        # the next reconnection may be tried, and a batch that failed with a lost
-        # connection — committed first by the next commit — with its error.
+        # Writer thread only: the connection (a new one once it is lost: _usable), and
+        # when the next reconnection may be tried.
         self._conn: Conn = None
         self._reconnect_at = 0.0
-        self._pending: list[Record] = []
-        self._pending_error: BaseException | None = None
         #: Records committed so far (by this process).
         self.committed = 0
         #: Transactions committed so far (by this process).
@@ -341,24 +338,16 @@ class PostgresStore(BatchWriter[Conn]):
             # which clears the error once it succeeds; until then flushes report it. The
             # server's own refusal (a timeout, a constraint) loses the batch, reported.
             if self._conn.closed:
-                self._pending = records
-                if self._error is None or self._error is self._pending_error:
-                    self._error = err  # (an earlier loss stays the one reported)
-                self._pending_error = err
+                self._hold(records, err)
             else:
                 self._error = err
             _log.error(
                 "store.write_failed", store=self._where, records=len(records), error=str(exc)
             )
             return
-        if self._pending_error is not None and self._error is self._pending_error:
-            self._error = None  # its records are committed now: nothing was lost
-        self._pending, self._pending_error = [], None
+        self._held_committed()
         if lost:
-            left_out = RecordsLeftOut([(describe_record(r), e) for r, e in lost])
-            if self._error is None:  # (an earlier loss stays the one reported)
-                self._error = left_out
-            _log.error("store.records_left_out", store=self._where, error=str(left_out))
+            self._left_out([(describe_record(r), e) for r, e in lost])
         self.committed += len(records) - len(lost)
         self.commits += 1
 

@@ -129,6 +129,10 @@ class BatchWriter(Generic[C]):
         #: a journal sets it, under ``_batch_lock``); it goes with each batch handed over.
         self._mark: tuple[int, int] | None = None
         self._batch_lock = threading.Lock()
+        # Writer thread: a batch that failed for its database's or connection's reason
+        # (not its records'), committed first by the next commit, and that failure.
+        self._pending: list[Item] = []
+        self._pending_error: BaseException | None = None
 
     def _enqueue(self, record: Record) -> None:
         """Add ``record`` to the batch of the running loop (or, outside one, queue it)."""
@@ -232,6 +236,29 @@ class BatchWriter(Generic[C]):
         self._urgent.set()
         result: T = await asyncio.wrap_future(call.future)
         return result
+
+    def _hold(self, records: list[Item], error: BaseException) -> None:
+        """Keep ``records``, whose commit failed for the database's or the connection's
+        reason, for the next commit to commit first; flushes report ``error`` until one
+        succeeds (an earlier loss stays the one reported)."""
+        self._pending = records
+        if self._error is None or self._error is self._pending_error:
+            self._error = error
+        self._pending_error = error
+
+    def _held_committed(self) -> None:
+        """A commit succeeded, with what :meth:`_hold` kept: nothing of it was lost."""
+        if self._pending_error is not None and self._error is self._pending_error:
+            self._error = None
+        self._pending, self._pending_error = [], None
+
+    def _left_out(self, lost: list[tuple[str, Exception]]) -> None:
+        """Report records a commit left out, each failing on its own (named, with its
+        error): the next flush raises it (an earlier loss stays the one reported)."""
+        left_out = RecordsLeftOut(lost)
+        if self._error is None or self._error is self._pending_error:
+            self._error = left_out
+        _log.error("store.records_left_out", store=self._where, error=str(left_out))
 
     def _usable(self, conn: C) -> C:
         """The connection to run the next commit or call on: ``conn``. A store whose

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentflow._errors import ConfigError
+from agentflow._sendable import check_sendable
 from agentflow._tools import (
     DEFAULT_TOOL_TIMEOUT_S,
     Tool,
@@ -105,6 +106,7 @@ class Agent:
                 f"Agent {self.name!r}: instructions must be a str, got "
                 f"{type(self.instructions).__name__}"
             )
+        check_sendable(self.instructions, f"Agent {self.name!r}: instructions")
         if not isinstance(self.priority, int):
             raise ConfigError(
                 f"Agent {self.name!r}: priority must be an int, got {self.priority!r}"
@@ -122,6 +124,7 @@ class Agent:
             raise ConfigError(
                 f"Agent {self.name!r}: params may not set {sorted(bad)}; the session sets them"
             )
+        check_sendable(dict(self.params), f"Agent {self.name!r}: params")
         tools = tuple(sorted((as_tool(t) for t in self.tools), key=lambda t: t.name))
         names = [t.name for t in tools]
         dupes = sorted({n for n in names if names.count(n) > 1})

@@ -28,6 +28,7 @@ from agentflow._context_chain import bind_context
 from agentflow._errors import ContextOverflow, MaxTurnsExceeded
 from agentflow._events import ErrorEvent, EventBus, SessionEndEvent
 from agentflow._logging import get_logger
+from agentflow._sendable import check_sendable
 from agentflow._session_tools import run_tools
 from agentflow._session_turn import _message_chars, model_turn
 from agentflow._session_turn import _rough_tokens as _rough_tokens
@@ -114,6 +115,10 @@ class Session:
             self.messages.append({"role": "user", "content": task})
         else:
             self.messages.extend(dict(m) for m in task)
+        # Here, not at its first request: a text no request can carry (a lone surrogate)
+        # is a ConfigError naming it, not an encoding error deep in the transport.
+        given = task if isinstance(task, str) else self.messages[1 if agent.instructions else 0 :]
+        check_sendable(given, f"session {self.session_id!r}: task")
         self.turns: list[TurnRecord] = []
 
     def _restore(

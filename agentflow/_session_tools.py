@@ -1,7 +1,8 @@
 """The tool calls a model turn of a :class:`~agentflow.Session` asked for: each run
 (outside the turn's admission slot, concurrently, within the fleet's tool bound), its
 output capped and told to the run store and the bus, then every result appended in call
-order; what a result becomes before it is sent (:func:`sendable_text`, :func:`cap_output`).
+order; what a result becomes before it is sent (:func:`cap_output`, and
+:func:`~agentflow._sendable.sendable_text`).
 A resumed session's recorded outputs are used as they are, never run again. The turn loop
 that calls it is in ``_session.py``.
 """
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from agentflow._errors import ToolError
 from agentflow._events import ErrorEvent, ToolCallEvent, ToolResultEvent
+from agentflow._sendable import sendable_text
 
 if TYPE_CHECKING:
     from agentflow._events import EventBus
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from agentflow._trace import ToolCall
     from agentflow.typing import Clock
 
-__all__ = ["cap_output", "run_tools", "sendable_text"]
+__all__ = ["cap_output", "run_tools"]
 
 
 async def run_tools(
@@ -120,17 +122,3 @@ def cap_output(text: str, limit: int | None) -> tuple[str, int]:
     cut = len(text) - limit
     marker = f"\n[agentflow: tool output truncated: {limit:,} of {len(text):,} characters shown]"
     return text[:limit] + marker, cut
-
-
-def sendable_text(text: str) -> str:
-    """``text`` as a request can carry it: JSON in UTF-8 has no lone surrogates — what
-    ``os.fsdecode`` makes of a file name's undecodable bytes, say — so each becomes
-    U+FFFD (a surrogate pair split into two code points is joined). Any other text is
-    returned as it is."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-    return text

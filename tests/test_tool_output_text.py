@@ -10,7 +10,7 @@ import sqlite3
 from pathlib import Path
 
 from agentflow import Agent, Fleet, HTTPTransport
-from agentflow._session_tools import sendable_text
+from agentflow._sendable import sendable_text
 from agentflow.store import SQLiteStore
 from agentflow.testing import Reply, ScriptedServer
 

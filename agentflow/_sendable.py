@@ -1,0 +1,81 @@
+"""What a request body can carry: JSON in UTF-8.
+
+A Python ``str`` can hold a lone surrogate (``os.fsdecode`` makes one of each undecodable
+byte of a file name; a surrogate pair split into two code points is two), which UTF-8
+cannot encode, and a mapping can hold an object JSON has no form for. Sent as they are,
+either fails the request's encoding — at the session's first turn, or later, deep in
+the transport. So what a session is *given* (an agent's instructions and params, a
+task) is checked when it is made (:func:`check_sendable`: a :class:`ConfigError` naming
+the field), and what a *tool* returns, which nobody can fix in time, is repaired
+(:func:`sendable_text`: U+FFFD for each lone surrogate).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from agentflow._errors import ConfigError
+
+__all__ = ["check_sendable", "sendable_text"]
+
+#: The transport's encoder (``transport/_http.py``): what it takes is what passes.
+_encode = msgspec.json.encode
+
+
+def sendable_text(text: str) -> str:
+    """``text`` as a request can carry it: each lone surrogate becomes U+FFFD (a surrogate
+    pair split into two code points is joined). Any other text is returned as it is."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+    return text
+
+
+def check_sendable(value: Any, where: str) -> None:
+    """Raise :class:`ConfigError` if ``value`` cannot be part of a request body; the
+    message starts with ``where`` and names the item inside ``value`` that fails."""
+    try:
+        _encode(value)
+    except (TypeError, ValueError, OverflowError) as exc:  # UnicodeEncodeError is a ValueError
+        raise ConfigError(f"{where}{_why(value, '', exc)}") from None
+
+
+def _why(value: Any, path: str, exc: Exception) -> str:
+    """Where in ``value`` (at ``path``) the first text a request cannot carry is, and
+    why; else the encoder's own words."""
+    found = _lone_surrogate(value, path)
+    if found is not None:
+        at, char, index = found
+        return (
+            f"{at} holds a lone surrogate, U+{ord(char):04X} at index {index}, which a "
+            "request cannot carry (JSON in UTF-8): replace it (or decode the bytes it came "
+            "from with errors='replace')"
+        )
+    return f"{path} cannot be sent as JSON: {exc}"
+
+
+def _lone_surrogate(value: Any, path: str) -> tuple[str, str, int] | None:
+    if isinstance(value, str):
+        if value.isascii():
+            return None
+        for i, c in enumerate(value):
+            if "\ud800" <= c <= "\udfff":
+                return path, c, i
+        return None
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            hit = _lone_surrogate(k, f"{path} key") or _lone_surrogate(v, f"{path}[{k!r}]")
+            if hit is not None:
+                return hit
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            hit = _lone_surrogate(v, f"{path}[{i}]")
+            if hit is not None:
+                return hit
+    return None

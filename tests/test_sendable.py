@@ -1,0 +1,74 @@
+"""What a session is given — an agent's instructions and params, a task — is checked
+when it is made: a text holding a lone surrogate (what ``os.fsdecode`` makes of an
+undecodable file name), or a value JSON has no form for, is a ``ConfigError`` naming
+the field. It used to be an encoding error at the session's first request, and with a
+store, a session start left out of the store and a ``StoreError`` at the run's end."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+from agentflow import Agent, ConfigError, Fleet, HTTPTransport
+from agentflow._sendable import check_sendable
+from agentflow.testing import Reply, ScriptedServer
+
+AGENT = Agent(name="a", model="m")
+
+
+def test_a_task_text_with_a_lone_surrogate_is_refused_naming_where() -> None:
+    name = os.fsdecode(b"caf\xe9.txt")  # a Latin-1 file name on a UTF-8 system
+    with pytest.raises(ConfigError) as err:
+        AGENT.session(f"read {name}", session_id="s1")
+    assert str(err.value).startswith(
+        "session 's1': task holds a lone surrogate, U+DCE9 at index 8, which a request "
+        "cannot carry (JSON in UTF-8)"
+    )
+
+
+def test_a_message_list_task_names_the_message_and_field() -> None:
+    task: list[dict[str, Any]] = [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": [{"type": "text", "text": "ok \ud83d\ude00"}]},
+    ]
+    with pytest.raises(ConfigError, match=r"task\[1\]\['content'\]\[0\]\['text'\] holds a lone "
+                       r"surrogate, U\+D83D at index 3"):  # fmt: skip
+        AGENT.session(task)
+
+
+def test_instructions_and_params_are_checked_when_the_agent_is_made() -> None:
+    with pytest.raises(ConfigError, match=r"Agent 'b': instructions holds a lone surrogate"):
+        Agent(name="b", model="m", instructions="be brief \udc80")
+    with pytest.raises(ConfigError, match=r"Agent 'b': params cannot be sent as JSON: "):
+        Agent(name="b", model="m", params={"temperature": object()})
+    with pytest.raises(ConfigError, match=r"Agent 'b': params\['stop'\]\[1\] holds"):
+        Agent(name="b", model="m", params={"stop": ["\n", "\udfff"]})
+
+
+def test_text_a_request_can_carry_passes() -> None:
+    check_sendable(["héllo, 世界 \U0001f600", {"k": (1, 2.5, None)}], "x")
+    session = AGENT.session([{"role": "user", "content": "世界"}])
+    assert session.messages == [{"role": "user", "content": "世界"}]
+
+
+async def test_the_fleet_never_sees_a_refused_task() -> None:
+    """The other sessions of a batch built in one go run as usual: the error comes while
+    the list is built, before any request (over real HTTP)."""
+    tasks = ["fine", "caf\udce9", "also fine"]
+    sessions = []
+    refused = []
+    for t in tasks:
+        try:
+            sessions.append(AGENT.session(t))
+        except ConfigError as exc:
+            refused.append(str(exc))
+    assert len(refused) == 1 and "U+DCE9 at index 3" in refused[0]
+    async with (
+        ScriptedServer([Reply.text("ok"), Reply.text("ok")]) as srv,
+        HTTPTransport(srv.base_url) as http,
+    ):
+        result = await Fleet(http).run(sessions)
+        srv.assert_complete()
+    assert [s.status for s in result.sessions] == ["completed", "completed"]

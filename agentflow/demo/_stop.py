@@ -4,7 +4,10 @@ While the fleet runs, :class:`Stopper` handles both signals on the event loop
 (``loop.add_signal_handler``). The first one cancels the fleet: every session records
 the turns it finished (``status="cancelled"`` for those cut short) and
 :func:`run_stoppable` returns a :class:`FleetResult` of all of them, so the demo writes
-its report, marked interrupted, as usual. A second signal means "now": the children
+its report, marked interrupted, as usual. A signal that comes after the fleet ended
+(while the report is built and written, or the simulator child stopped) cuts nothing
+short: the report of the whole run is still written, and the demo then exits as a
+stopped one (:attr:`Stopper.after_run`). A second signal means "now": the children
 this process started are killed and it exits at once with ``128 + signal`` (130 for
 SIGINT, 143 for SIGTERM), writing nothing.
 """
@@ -39,10 +42,12 @@ class Stopper:
 
     Attributes:
         signal: the signal that stopped the run, once one has.
+        after_run: whether it came after the fleet had ended (nothing was cut short).
     """
 
     def __init__(self) -> None:
         self.signal: signal.Signals | None = None
+        self.after_run = False
         self._main = threading.current_thread() is threading.main_thread()
 
     @contextlib.contextmanager
@@ -60,30 +65,28 @@ class Stopper:
 
     @contextlib.contextmanager
     def armed(self, task: asyncio.Future[Any], on_stop: Callable[[], None]) -> Iterator[None]:
-        """Within the block, the first signal calls ``on_stop`` and cancels ``task``.
+        """Within the block, the first signal calls ``on_stop`` and cancels ``task``;
+        after it (within :meth:`guarding`), the first signal is only noted
+        (:attr:`after_run`) and the next one exits at once.
 
         Outside the main thread (where asyncio cannot take signals) and on loops without
         signal handlers, it does nothing.
         """
         loop = asyncio.get_running_loop()
-        previous: dict[signal.Signals, Any] = {}
+        taken: list[signal.Signals] = []
         if self._main:
             for sig in _SIGNALS:
-                handler = signal.getsignal(sig)
                 try:
                     loop.add_signal_handler(sig, self._fire, sig, task, on_stop)
                 except (NotImplementedError, RuntimeError, ValueError):
                     break
-                previous[sig] = handler
+                taken.append(sig)
         try:
             yield
         finally:
-            for sig, handler in previous.items():
+            for sig in taken:  # until guarding() puts the process's own back
                 loop.remove_signal_handler(sig)  # (which resets it to the default)
-                if self.signal is not None:
-                    signal.signal(sig, self._force)
-                elif handler is not None:
-                    signal.signal(sig, handler)
+                signal.signal(sig, self._force if self.signal is not None else self._late)
 
     def _fire(
         self, sig: signal.Signals, task: asyncio.Future[Any], on_stop: Callable[[], None]
@@ -93,6 +96,16 @@ class Stopper:
         self.signal = sig
         on_stop()
         task.cancel()
+
+    def _late(self, signum: int, frame: FrameType | None) -> None:
+        """The first signal after the fleet ended: the report of the whole run is still
+        written; the demo exits as stopped once it is."""
+        if self.signal is not None:
+            self._force(signum, frame)
+        self.signal, self.after_run = signal.Signals(signum), True
+        name = self.signal.name
+        note = f"\n{name}: the run had ended; finishing its report ({name} again: exit now)\n"
+        os.write(2, note.encode())
 
     def _force(self, signum: int, frame: FrameType | None) -> None:
         """The second signal: kill the children and exit, no report, no waiting."""

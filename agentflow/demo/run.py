@@ -63,13 +63,15 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         scale = float(report["run"].get("time_scale") or 1.0)
         for g in report["goodput"]:  # one line per --slo
             console.print(goodput_line(g, scale), highlight=False)
-        if stopper.signal is not None:
+        if stopper.signal is not None and not stopper.after_run:
             console.print(
                 f"[bold]stopped by {stopper.signal.name}[/bold]: the report covers what ran"
             )
         if config.report is not None:
+            _mark_interrupted(report, result, stopper)  # (a signal since the report was made)
             _write_json(config.report, report)
             console.print(f"report written to {config.report}")
+    _mark_interrupted(report, result, stopper)  # the exit status says so (cli.py)
     return report
 
 
@@ -107,13 +109,7 @@ def _report(
     if result.run_id is not None:
         run["run_id"] = result.run_id
     run["time_scale"] = scale
-    if stopper.signal is not None:
-        statuses = [s.status for s in result.sessions]
-        run["interrupted"] = {
-            "signal": stopper.signal.name,
-            "sessions_ended": sum(st != "cancelled" for st in statuses),
-            "sessions_cancelled": statuses.count("cancelled"),
-        }
+    _mark_interrupted({"run": run}, result, stopper)
     run["server"] = config.base_url or ("in-process, virtual time" if config.virtual else "sim")
     if watched.loop_lag is not None:
         run["loop_lag"] = watched.loop_lag
@@ -126,6 +122,20 @@ def _report(
     elif watched.server_error:
         console.print(f"[dim]no server section in the report: {watched.server_error}[/dim]")
     return report
+
+
+def _mark_interrupted(report: dict[str, Any], result: FleetResult, stopper: Stopper) -> None:
+    """``run.interrupted`` in ``report`` once a signal has stopped the run (or came after
+    it ended: ``after_run``, nothing cut short); it stays as it was first marked."""
+    if stopper.signal is None or "interrupted" in report["run"]:
+        return
+    statuses = [s.status for s in result.sessions]
+    report["run"]["interrupted"] = {
+        "signal": stopper.signal.name,
+        "sessions_ended": sum(st != "cancelled" for st in statuses),
+        "sessions_cancelled": statuses.count("cancelled"),
+        "after_run": stopper.after_run,
+    }
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

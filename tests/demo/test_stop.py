@@ -8,13 +8,21 @@ where they were afterwards.
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import signal
 import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
+from rich.console import Console
 
 from agentflow import Agent, Fleet, FleetResult, SessionEndEvent
+from agentflow._cli_demo import _demo_status
 from agentflow._events import Event
+from agentflow.demo import run as demo_run
+from agentflow.demo._config import DemoConfig
 from agentflow.demo._stop import Stopper, run_stoppable
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sim import Engine, TextGenConfig
@@ -107,3 +115,48 @@ def test_after_the_first_signal_a_second_one_is_forced_until_the_guard_ends() ->
     assert stopper.signal is signal.SIGTERM
     assert seen == ["snapshot", stopper._force]
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_signal_after_the_run_is_noted_and_the_next_one_would_exit() -> None:
+    """After a run that no signal stopped, the first signal (while the report is built)
+    cuts nothing short: it is only noted; the one after it would exit at once."""
+    before = signal.getsignal(signal.SIGINT)
+    stopper = Stopper()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(asyncio.sleep(0))
+        with stopper.armed(task, lambda: None):
+            await task
+
+    with stopper.guarding():
+        asyncio.run(main())
+        signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt: noted
+        assert (stopper.signal, stopper.after_run) == (signal.SIGINT, True)
+        assert signal.getsignal(signal.SIGINT) == stopper._late  # the next one: _force
+    assert signal.getsignal(signal.SIGINT) is before
+
+
+@pytest.mark.parametrize("during", ["build_report", "summary_table"])
+def test_a_signal_after_the_demos_run_still_writes_its_whole_report(
+    during: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``agentflow demo`` interrupted once its fleet has ended — while the report is built,
+    or printed before it is written: the report of the whole run is written, marked
+    ``interrupted`` with ``after_run``, and the command's status is 130 (it used to exit
+    130 with no report)."""
+    real = getattr(demo_run, during)
+
+    def interrupted(*args: Any, **kwargs: Any) -> Any:
+        signal.raise_signal(signal.SIGINT)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(demo_run, during, interrupted)
+    path = tmp_path / "run.json"
+    config = DemoConfig(agents=4, turns=(2, 3), virtual=True, live=False, report=path)
+    report = demo_run.run_demo(config, console=Console(file=io.StringIO()))
+    mark = {"signal": "SIGINT", "sessions_ended": 4, "sessions_cancelled": 0, "after_run": True}
+    assert report["run"]["interrupted"] == mark
+    written = json.loads(path.read_text())
+    assert written["run"]["interrupted"] == mark
+    assert written["fleet"]["statuses"]["completed"] == 4 == written["fleet"]["sessions"]
+    assert _demo_status(report) == 130

@@ -24,7 +24,8 @@ to act on it as attributes, never only in its message::
     ├── ContextOverflow         a prompt cannot fit its window; ``.tokens``, ``.limit``
     ├── BudgetExceeded          a fleet-wide token or cost budget is spent; ``.budget``
     ├── StoreError              a run store cannot be opened, read or written (``agentflow.store``)
-    │   └── RunNotFound         no run with that id in the store; ``.run_id``
+    │   ├── RunNotFound         no run with that id in the store; ``.run_id``
+    │   └── RecordsLeftOut      records a commit left out, each failing on its own; ``.lost``
     └── WorkerError             a ``Fleet(workers=N)`` worker process ended before its
                                 sessions did (``.worker``, ``.exitcode``), or an error
                                 from a worker that could not be sent as itself
@@ -56,6 +57,7 @@ __all__ = [
     "ContextOverflow",
     "MaxTurnsExceeded",
     "RateLimitError",
+    "RecordsLeftOut",
     "RunNotFound",
     "ServerError",
     "StoreError",
@@ -401,6 +403,31 @@ class RunNotFound(StoreError):
     def __init__(self, run_id: str, where: str = "the store") -> None:
         super().__init__(f"no run {run_id!r} in {where}")
         self.run_id = run_id
+
+
+class RecordsLeftOut(StoreError):
+    """Records a store's commit left out, each because it failed on its own — a text
+    holding a lone surrogate, which neither SQLite nor PostgreSQL can take, say — while
+    the rest of their batch was committed. The store's next ``flush()`` (and ``aclose()``)
+    raises it; an earlier loss stays the one reported.
+
+    Attributes:
+        lost: each record left out: what it is (its kind, key and run), and its error.
+        where: the store (its path, or its redacted DSN).
+    """
+
+    def __init__(self, lost: list[tuple[str, Exception]], where: str = "the store") -> None:
+        self.lost = list(lost)
+        self.where = where
+        named = "; ".join(f"{name}: {exc!r}" for name, exc in lost[:3])
+        more = f"; and {len(lost) - 3} more" if len(lost) > 3 else ""
+        super().__init__(
+            f"{where}: {len(lost)} record(s) left out, each failing on its own (the rest of "
+            f"their batch was committed): {named}{more}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.lost, self.where))
 
 
 class WorkerError(AgentflowError):

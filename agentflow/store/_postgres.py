@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentflow._errors import ConfigError, StoreError
+from agentflow._errors import ConfigError, RecordsLeftOut, StoreError
 from agentflow._logging import get_logger
 from agentflow._redact import redact, register_secret, register_url
 from agentflow.store import _pg_io as io
@@ -260,8 +260,11 @@ class PostgresStore(BatchWriter[Conn]):
     # --- the writer thread ------------------------------------------------------------
 
     def _raise_error(self) -> None:
-        if self._error is not None:
-            raise StoreError(f"{self._where}: a write failed: {self._error}") from None
+        err = self._error
+        if isinstance(err, RecordsLeftOut):  # the records named; the others are committed
+            raise RecordsLeftOut(err.lost, err.where)
+        if err is not None:
+            raise StoreError(f"{self._where}: a write failed: {err}") from None
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         import psycopg

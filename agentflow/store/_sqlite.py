@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
-from agentflow._errors import StoreError
+from agentflow._errors import RecordsLeftOut, StoreError
 from agentflow._logging import get_logger
 from agentflow.store import _journal, _journal_ingest
 from agentflow.store import _sqlite_io as io
@@ -259,8 +259,11 @@ class SQLiteStore(JournaledWriter):
     # --- the writer thread ------------------------------------------------------------
 
     def _raise_error(self) -> None:
-        if self._error is not None:
-            raise StoreError(f"{self.path}: a write failed: {self._error!r}") from self._error
+        err = self._error
+        if isinstance(err, RecordsLeftOut):  # the records named; the others are committed
+            raise RecordsLeftOut(err.lost, err.where)
+        if err is not None:
+            raise StoreError(f"{self.path}: a write failed: {err!r}") from err
 
     def _as_store_error(self, exc: BaseException) -> BaseException:
         return _as_store_error(exc, self.path)

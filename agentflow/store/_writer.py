@@ -34,11 +34,11 @@ import time
 from collections.abc import Callable
 from typing import Any, Generic, Self, TypeVar
 
-from agentflow._errors import StoreError
+from agentflow._errors import RecordsLeftOut, StoreError
 from agentflow._logging import get_logger
 from agentflow.store._records import Record
 
-__all__ = ["STOP", "Batch", "BatchWriter", "Call", "Item", "RecordsLeftOut"]
+__all__ = ["STOP", "Batch", "BatchWriter", "Call", "Item"]
 
 _log = get_logger("agentflow.store")
 
@@ -56,25 +56,6 @@ STALL_S = 1.0
 #: What the writer thread commits: a :data:`Record`, or what a store made of one as it
 #: was written (``SQLiteStore`` with its journal: a turn's or tool result's row).
 Item = Any
-
-
-class RecordsLeftOut(Exception):
-    """Records a commit left out because each failed on its own — a text holding a lone
-    surrogate, say, which neither SQLite nor PostgreSQL can take — while the rest of their
-    batch was committed. The store's next flush raises a ``StoreError`` from it.
-
-    Attributes:
-        lost: what each record left out is called (its kind and key), with its error.
-    """
-
-    def __init__(self, lost: list[tuple[str, Exception]]) -> None:
-        self.lost = lost
-        named = "; ".join(f"{name}: {exc!r}" for name, exc in lost[:3])
-        more = f"; and {len(lost) - 3} more" if len(lost) > 3 else ""
-        super().__init__(
-            f"{len(lost)} record(s) left out, each failing on its own (the rest of their "
-            f"batch was committed): {named}{more}"
-        )
 
 
 class Batch(list[Item]):
@@ -255,7 +236,7 @@ class BatchWriter(Generic[C]):
     def _left_out(self, lost: list[tuple[str, Exception]]) -> None:
         """Report records a commit left out, each failing on its own (named, with its
         error): the next flush raises it (an earlier loss stays the one reported)."""
-        left_out = RecordsLeftOut(lost)
+        left_out = RecordsLeftOut(lost, self._where)
         if self._error is None or self._error is self._pending_error:
             self._error = left_out
         _log.error("store.records_left_out", store=self._where, error=str(left_out))

@@ -1,7 +1,8 @@
 """A record that fails on its own — here a tool result whose text holds a lone
 surrogate, which neither SQLite nor PostgreSQL can take — is left out of its commit and
-named by the next flush's ``StoreError``; every other record of its batch is committed
-(the whole batch used to be lost: up to 5 s of every session's records)."""
+named by the next flush's ``RecordsLeftOut`` (a ``StoreError``); every other record of
+its batch is committed (the whole batch used to be lost: up to 5 s of every session's
+records)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import msgspec
 import psycopg
 import pytest
 
-from agentflow import StoreError
+from agentflow import RecordsLeftOut, StoreError
 from agentflow.store import PostgresStore, SQLiteStore
 
 from .journal_child import tool_result
@@ -26,8 +27,11 @@ async def _write_a_batch_with_one_bad_record(store: SQLiteStore | PostgresStore)
     for i in range(6):
         r = tool_result(i)
         store.write(r if i != 3 else msgspec.structs.replace(r, output="caf\udce9"))
-    with pytest.raises(StoreError, match=LEFT_OUT):
+    with pytest.raises(RecordsLeftOut, match=LEFT_OUT) as err:
         await store.flush()
+    ((what, exc),) = err.value.lost
+    assert what == "tool call s/call-3 of run r" and isinstance(exc, UnicodeEncodeError)
+    assert isinstance(err.value, StoreError) and err.value.where in str(err.value)
     store.write(tool_result(6))  # later records go on being committed
     with pytest.raises(StoreError, match=LEFT_OUT):  # the loss stays reported
         await store.aclose()

@@ -46,7 +46,8 @@ INSTRUCTIONS = [
     "",
     "You are terse.",
     'quotes " and \\ backslashes, a tab\t, a newline\n, a NUL \0',
-    "non-ASCII: é, 日本語, an emoji 🦀, a line separator \u2028, a lone surrogate \ud800",
+    # (no lone surrogate: an agent cannot hold one, no request could carry it)
+    "non-ASCII: é, 日本語, an emoji 🦀, a line separator \u2028, a pair 𝄞",
     "long " * 10_000,
 ]
 

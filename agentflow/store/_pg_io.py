@@ -1,6 +1,7 @@
 """The SQL of :class:`~agentflow.store.PostgresStore`: one statement per record (so a
-batch goes to the server in one pipeline), the leases, and the attempt counter. Every
-function runs on the store's writer thread.
+batch goes to the server in one pipeline), the leases, the attempt counter, the commit
+marker and which errors are a record's own. Every function runs on the store's writer
+thread.
 
 Duplicates are detected without aborting the batch: each insert is ``ON CONFLICT DO
 NOTHING RETURNING 1`` in a CTE, and the same statement records a conflict row when the
@@ -36,7 +37,19 @@ if TYPE_CHECKING:
 
     Conn = psycopg.Connection[tuple[Any, ...]]
 
-__all__ = ["NOW_NS", "Qmark", "claim", "release", "renew", "start_attempt", "write_record"]
+__all__ = [
+    "NOW_NS",
+    "Qmark",
+    "claim",
+    "drop_marker",
+    "marker",
+    "records_fault",
+    "release",
+    "renew",
+    "set_marker",
+    "start_attempt",
+    "write_record",
+]
 
 #: The database server's clock, in integer nanoseconds since the epoch.
 NOW_NS = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
@@ -249,3 +262,39 @@ def release(conn: Conn, run_id: str, owner: str, ids: list[str] | None) -> list[
         (run_id, owner, ids, ids),
     ).fetchall()
     return [str(r[0]) for r in rows]
+
+
+def records_fault(exc: Exception) -> bool:
+    """Whether ``exc`` is a record's own fault — it cannot be encoded here (a lone
+    surrogate) or the server refuses its data (``DataError``, ``IntegrityError``) — rather
+    than the connection's or the server's, which fails any record."""
+    import psycopg
+
+    return not isinstance(exc, psycopg.Error) or isinstance(
+        exc, psycopg.DataError | psycopg.IntegrityError
+    )
+
+
+# A store's commit marker: its own row in ``meta`` (``writer:<random>``), set to each try
+# at a commit's number inside that try's transaction, so that after a connection lost at
+# COMMIT a new connection can tell whether the server committed it.
+
+
+def set_marker(cur: Any, key: str, seq: int) -> None:
+    """Set the marker ``key`` to ``seq`` (inside the caller's transaction)."""
+    cur.execute(
+        "INSERT INTO meta (key, value) VALUES (%s, %s)"
+        " ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+        (key, str(seq)),
+    )
+
+
+def marker(conn: Conn, key: str) -> int:
+    """The number the marker ``key`` holds (0: none was committed)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = %s", (key,)).fetchone()
+    return int(row[0]) if row is not None else 0
+
+
+def drop_marker(conn: Conn, key: str) -> None:
+    """Remove the marker ``key`` (its store is closing)."""
+    conn.execute("DELETE FROM meta WHERE key = %s", (key,))

@@ -16,7 +16,9 @@ thread in the order it was asked for: a read sees every record written before it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import secrets
 import threading
 import time
 from collections.abc import Sequence
@@ -43,17 +45,6 @@ Conn = Any  # psycopg.Connection, imported lazily (the ``pg`` extra)
 _SESSION_RECORDS = ("TurnFinished", "ToolFinished", "SessionEnded")
 #: Seconds between two tries at a new connection once the store's is lost.
 RECONNECT_EVERY_S = 1.0
-
-
-def _records_fault(exc: Exception) -> bool:
-    """Whether ``exc`` is a record's own fault — it cannot be encoded here (a lone
-    surrogate) or the server refuses its data (``DataError``, ``IntegrityError``) — rather
-    than the connection's or the server's, which fails any record."""
-    import psycopg
-
-    return not isinstance(exc, psycopg.Error) or isinstance(
-        exc, psycopg.DataError | psycopg.IntegrityError
-    )
 
 
 class _Secret:
@@ -146,6 +137,12 @@ class PostgresStore(BatchWriter[Conn]):
         # when the next reconnection may be tried.
         self._conn: Conn = None
         self._reconnect_at = 0.0
+        # Writer thread only: this store's commit marker in ``meta`` (one row, removed
+        # at close), the number of the last try at a commit, and the tries whose
+        # connection was lost before their outcome was known: (number, records).
+        self._marker = f"writer:{secrets.token_hex(8)}"
+        self._seq = 0
+        self._tries: list[tuple[int, int]] = []
         #: Records committed so far (by this process).
         self.committed = 0
         #: Transactions committed so far (by this process).
@@ -296,6 +293,8 @@ class PostgresStore(BatchWriter[Conn]):
         try:
             self._loop(self._conn)
         finally:
+            with contextlib.suppress(Exception):  # (else one stale row: harmless)
+                io.drop_marker(self._conn, self._marker)
             self._conn.close()
 
     def _usable(self, conn: Conn) -> Conn:
@@ -323,18 +322,24 @@ class PostgresStore(BatchWriter[Conn]):
             records = self._pending + records
         if not records:
             return
+        self._seq += 1
+        seq, done = self._seq, 0
         conn = self._usable(conn)
         try:
+            if self._tries and not conn.closed:
+                done = self._done(conn)
             try:
-                lost = self._write(conn, records)
+                lost = self._write(conn, records[done:], seq) if records[done:] else []
             except Exception:
                 fresh = self._usable(conn) if conn.closed else conn
                 if fresh is conn:
                     raise
-                # Lost just now: once more at once, on the new connection. (Had the lost
-                # one committed before it went, its rows are there: the retry's inserts
-                # then do nothing, each noted as a conflict.)
-                lost = self._write(fresh, records)
+                # Lost just now: once more at once, on the new connection — unless the
+                # lost one committed before it went (only its reply lost): writing those
+                # rows again would note each as a conflict.
+                self._tries.append((seq, len(records)))
+                done = self._done(fresh)
+                lost = self._write(fresh, records[done:], seq) if records[done:] else []
         except Exception as exc:  # the connection's, or the server's
             err = self._as_store_error(exc)
             # A lost connection keeps the batch for the next commit, on a new connection,
@@ -342,6 +347,7 @@ class PostgresStore(BatchWriter[Conn]):
             # server's own refusal (a timeout, a constraint) loses the batch, reported.
             if self._conn.closed:
                 self._hold(records, err)
+                self._tries.append((seq, len(records)))
             else:
                 self._error = err
             _log.error(
@@ -354,19 +360,30 @@ class PostgresStore(BatchWriter[Conn]):
         self.committed += len(records) - len(lost)
         self.commits += 1
 
-    def _write(self, conn: Conn, records: list[Record]) -> list[tuple[Record, Exception]]:
-        """Commit ``records`` in one transaction, as one pipeline; should one of them fail
-        on its own (it cannot be encoded or bound: a lone surrogate in a text, say),
-        again one by one, each in a savepoint, leaving out those that fail — returned
-        with their errors. The connection's errors, and the server's own, fail it."""
+    def _done(self, conn: Conn) -> int:
+        """How many of the leading records of the batch now held a try whose connection
+        was lost committed (0: none did). The server may have committed a try whose
+        reply never came; the marker its transaction set says which one did. Every try
+        so far is settled by this answer: their connections are gone."""
+        committed = io.marker(conn, self._marker)
+        tries, self._tries = self._tries, []
+        return next((n for seq, n in tries if seq == committed), 0)
+
+    def _write(self, conn: Conn, records: list[Record], seq: int) -> list[tuple[Record, Exception]]:
+        """Commit ``records`` and the marker of batch ``seq`` in one transaction, as one
+        pipeline; should one of them fail on its own (it cannot be encoded or bound: a
+        lone surrogate in a text, say), again one by one, each in a savepoint, leaving
+        out those that fail — returned with their errors. The connection's errors, and
+        the server's own, fail it."""
         lost: list[tuple[Record, Exception]] = []
         try:
             with conn.pipeline(), conn.transaction():
                 cur = conn.cursor()
                 for r in records:
                     io.write_record(cur, r, self._owner(r))
+                io.set_marker(cur, self._marker, seq)
         except Exception as exc:
-            if not _records_fault(exc):
+            if not io.records_fault(exc):
                 raise
             # A record's own: commit the others without it.
             _log.error("store.record_failed", store=self._where, error=str(exc))
@@ -377,9 +394,10 @@ class PostgresStore(BatchWriter[Conn]):
                         with conn.transaction():  # a savepoint per record
                             io.write_record(cur, r, self._owner(r))
                     except Exception as one:
-                        if not _records_fault(one):
+                        if not io.records_fault(one):
                             raise
                         lost.append((r, one))
+                io.set_marker(cur, self._marker, seq)
         return lost
 
     def _owner(self, r: Record) -> str | None:

@@ -7,6 +7,7 @@ stores. It used to fail every later commit and read until the store closed."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import psycopg
 import pytest
@@ -153,3 +154,68 @@ def test_a_fleet_whose_store_connection_is_ended_mid_run_stores_all_of_it(
         sorted((r.call_id, r.output) for t in s.turns for r in t.tool_results.values())
         for s in a.sessions
     ]
+
+
+class _ReplyLost(PostgresStore):
+    """Its ``lose``-th commit goes through on the server, then the connection drops before
+    the client hears so — what a network cut or a server crash right at ``COMMIT`` does."""
+
+    lose = 2
+
+    def _write(self, conn: Any, records: list[Any], seq: int) -> list[Any]:
+        lost = super()._write(conn, records, seq)
+        self.lose -= 1
+        if self.lose == 0:
+            conn.close()
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+        return lost
+
+
+def _writer_markers(dsn: str) -> int:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute("SELECT count(*) FROM meta WHERE key LIKE 'writer:%'").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("reconnect", ["at-once", "later"])
+def test_a_commit_whose_reply_was_lost_is_not_written_twice(
+    postgres_db: str, monkeypatch: pytest.MonkeyPatch, reconnect: str
+) -> None:
+    """The store cannot know from the lost connection whether its COMMIT happened; the
+    marker its transaction set says it did, so the batch is not written again (it used
+    to be, each of its rows then noted as a conflict). ``later``: no connection can be
+    made at first, so the batch is held for the next commit, which asks the marker."""
+    monkeypatch.setattr(_postgres, "RECONNECT_EVERY_S", 0.0)
+
+    async def main() -> tuple[list[str], str | None]:
+        store = _ReplyLost(postgres_db)
+        await store.open()
+        store.write(tool_result(0))
+        await store.flush()
+        if reconnect == "later":
+
+            def down() -> psycopg.Connection[tuple[object, ...]]:
+                raise psycopg.OperationalError("the server is down")
+
+            store._connect = down  # type: ignore[method-assign]
+        for i in range(1, 4):
+            store.write(tool_result(i))
+        error = None
+        try:
+            await store.flush()
+        except StoreError as exc:
+            error = str(exc)
+        if reconnect == "later":
+            del store._connect  # the server is back
+        store.write(tool_result(4))
+        await store.flush()  # no error left: nothing was lost
+        conflicts = await store.conflicts("r")
+        await store.aclose()
+        return conflicts, error
+
+    conflicts, error = asyncio.run(main())
+    assert conflicts == []
+    assert (error is None) == (reconnect == "at-once"), error
+    assert _calls(postgres_db) == [f"call-{i}" for i in range(5)]
+    assert _writer_markers(postgres_db) == 0  # the store's marker goes when it closes

@@ -1,7 +1,7 @@
-"""A record the writer cannot encode fails its batch as the store's error: the writer
-thread lives on, the next flush raises a StoreError naming the file (it used to hang:
-only SQLite's errors were caught, anything else ended the thread), and later records
-are committed."""
+"""A record the writer cannot encode is left out as the store's error: the writer
+thread lives on, the next flush raises RecordsLeftOut (a StoreError) naming the file
+and the record (it used to hang: only SQLite's errors were caught, anything else ended
+the thread), and later records are committed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentflow import StoreError
+from agentflow import RecordsLeftOut, StoreError
 from agentflow.store import RunStarted, SQLiteStore
 
 from ..wait import GUARD_S
@@ -25,7 +25,7 @@ def test_an_unencodable_record_is_a_store_error_and_the_writer_lives_on(
     tmp_path: Path,
 ) -> None:
 
-    async def main() -> tuple[str, list[str]]:
+    async def main() -> tuple[RecordsLeftOut, list[str]]:
         store = SQLiteStore(tmp_path / "e.db")
         await store.open()
         try:
@@ -34,15 +34,18 @@ def test_an_unencodable_record_is_a_store_error_and_the_writer_lives_on(
                 config={"x": _Unprintable()},
             )  # fmt: skip
             store.write(bad)  # no error on the caller's side: it is queued
-            with pytest.raises(StoreError, match=r"e\.db: a write failed") as info:
+            with pytest.raises(RecordsLeftOut, match=r"e\.db: 1 record\(s\) left out") as info:
                 await asyncio.wait_for(store.flush(), GUARD_S)
             store.write(RunStarted(run_id="ok", attempt=0, wall_ns=2, clock_ns=0, sessions=0))
             runs = [r.run_id for r in await asyncio.wait_for(store.runs(), GUARD_S)]
         finally:
             with pytest.raises(StoreError):  # closing reports the failed batch too
                 await store.aclose()
-        return str(info.value), runs
+        return info.value, runs
 
-    message, runs = asyncio.run(main())
-    assert "no repr" in message
-    assert runs == ["ok"]  # the failed batch was rolled back
+    error, runs = asyncio.run(main())
+    assert "no repr" in str(error)
+    assert [(name, repr(exc)) for name, exc in error.lost] == [
+        ("RunStarted of run bad", "ValueError('no repr')")
+    ]
+    assert runs == ["ok"]  # the bad record was left out, the writer went on

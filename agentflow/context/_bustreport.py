@@ -15,9 +15,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentflow._context_events import CacheBusterScope, CacheBusterWarning
+from agentflow._logging import get_logger
 from agentflow.context._bustdiff import Finding, Prefix, message_texts
 
 if TYPE_CHECKING:
@@ -30,7 +31,10 @@ __all__ = [
     "default_count",
     "estimated_loss",
     "measured_loss",
+    "warnings_of",
 ]
+
+_log = get_logger("agentflow.context")
 
 
 def default_count(text: str) -> int:
@@ -106,3 +110,70 @@ def estimated_loss(bust: Bust, count: Callable[[str], int]) -> int:
     for message in bust.history:
         total += sum(count(t) for t in message_texts(message))
     return total
+
+
+def warnings_of(
+    bust: Bust,
+    lost: int,
+    source: Literal["server", "estimate"],
+    counts: dict[tuple[str, str], int],
+    logged: set[tuple[str, str, str]],
+) -> list[CacheBusterWarning]:
+    """The bust's warnings, one per cause, each logged — at ``warning`` level the first
+    time its (scope, kind, segment) is in ``logged`` (then added), at ``debug`` after.
+
+    Args:
+        bust: the bust.
+        lost: its loss in tokens, and where that figure comes from (``source``).
+        counts: occurrences so far per (kind, segment), counted up here.
+        logged: the (scope, kind, segment) logged at ``warning`` level so far.
+    """
+    cur, ref = bust.cur, bust.ref
+    out: list[CacheBusterWarning] = []
+    for i, f in bust.causes:
+        cause = (f.kind, cur.labels[i])
+        counts[cause] = occurrence = counts.get(cause, 0) + 1
+        text, ref_text = cur.texts[i], ref.texts[i]
+        warning = CacheBusterWarning(
+            agent=bust.agent,
+            session_id=cur.session_id,
+            turn=bust.turn,
+            kind=f.kind,
+            scope=bust.scope,
+            reference_session_id=ref.session_id,
+            segment=cur.labels[i],
+            start=f.start,
+            end=f.end,
+            snippet=text[f.start : f.end],
+            reference_start=f.ref_start,
+            reference_end=f.ref_end,
+            reference_snippet=ref_text[f.ref_start : f.ref_end],
+            lost_tokens=lost,
+            lost_source=source,
+            occurrence=occurrence,
+        )
+        key = (bust.scope, *cause)
+        log = _log.debug if key in logged else _log.warning
+        logged.add(key)
+        log(
+            "context.cache_buster",
+            agent=bust.agent,
+            session=cur.session_id,
+            turn=bust.turn,
+            kind=f.kind,
+            scope=bust.scope,
+            reference_session=ref.session_id,
+            segment=warning.segment,
+            span=(f.start, f.end),
+            snippet=_clip(warning.snippet),
+            reference_snippet=_clip(warning.reference_snippet),
+            lost_tokens=lost,
+            lost_source=source,
+            occurrence=occurrence,
+        )
+        out.append(warning)
+    return out
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}…"

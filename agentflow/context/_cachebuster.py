@@ -39,11 +39,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from agentflow._context_chain import Binding, Link, LinkSession
 from agentflow._errors import ConfigError
-from agentflow._logging import get_logger
 from agentflow.context import _bustdiff
 from agentflow.context._bustdiff import CacheBusterKind, Finding, Prefix, message_texts
 from agentflow.context._bustreport import (
@@ -53,6 +52,7 @@ from agentflow.context._bustreport import (
     default_count,
     estimated_loss,
     measured_loss,
+    warnings_of,
 )
 
 if TYPE_CHECKING:
@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CacheBusterCheck", "CacheBusterKind", "CacheBusterScope", "CacheBusterWarning"]
 
-_log = get_logger("agentflow.context")
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 # How many prefix digests an agent remembers as already seen (and so not diffed again).
@@ -330,51 +329,10 @@ class CacheBusterCheck(Link["_CheckContext"]):
         self.lost_tokens += lost
         ag = self._agents.setdefault(self._key(bust.agent), _AgentState())
         counts = state.occurrences if bust.scope == "turns" else ag.occurrences
-        cur, ref = bust.cur, bust.ref
-        out: list[CacheBusterWarning] = []
-        for i, f in bust.causes:
-            cause = (f.kind, cur.labels[i])
-            counts[cause] = occurrence = counts.get(cause, 0) + 1
-            text, ref_text = cur.texts[i], ref.texts[i]
-            warning = CacheBusterWarning(
-                agent=bust.agent,
-                session_id=cur.session_id,
-                turn=bust.turn,
-                kind=f.kind,
-                scope=bust.scope,
-                reference_session_id=ref.session_id,
-                segment=cur.labels[i],
-                start=f.start,
-                end=f.end,
-                snippet=text[f.start : f.end],
-                reference_start=f.ref_start,
-                reference_end=f.ref_end,
-                reference_snippet=ref_text[f.ref_start : f.ref_end],
-                lost_tokens=lost,
-                lost_source="server" if measured is not None else "estimate",
-                occurrence=occurrence,
-            )
-            logged = (bust.scope, *cause)
-            log = _log.debug if logged in ag.logged else _log.warning
-            ag.logged.add(logged)
-            log(
-                "context.cache_buster",
-                agent=bust.agent,
-                session=cur.session_id,
-                turn=bust.turn,
-                kind=f.kind,
-                scope=bust.scope,
-                reference_session=ref.session_id,
-                segment=warning.segment,
-                span=(f.start, f.end),
-                snippet=_clip(warning.snippet),
-                reference_snippet=_clip(warning.reference_snippet),
-                lost_tokens=lost,
-                lost_source=warning.lost_source,
-                occurrence=occurrence,
-            )
+        source: Literal["server", "estimate"] = "server" if measured is not None else "estimate"
+        out = warnings_of(bust, lost, source, counts, ag.logged)
+        for warning in out:
             self.warnings.append(warning)
-            out.append(warning)
             if bust.emit is not None:
                 bust.emit(warning)
         if len(self.warnings) > self._max_warnings:
@@ -390,10 +348,6 @@ class CacheBusterCheck(Link["_CheckContext"]):
 
 def _same_objects(a: Sequence[Any], b: tuple[Any, ...]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
-
-
-def _clip(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}…"
 
 
 class _CheckContext(LinkSession):

@@ -13,7 +13,7 @@ to the end of what would otherwise have hit — the history after the prefix too
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -118,9 +118,10 @@ def warnings_of(
     source: Literal["server", "estimate"],
     counts: dict[tuple[str, str], int],
     logged: set[tuple[str, str, str]],
-) -> list[CacheBusterWarning]:
-    """The bust's warnings, one per cause, each logged — at ``warning`` level the first
-    time its (scope, kind, segment) is in ``logged`` (then added), at ``debug`` after.
+) -> Iterator[CacheBusterWarning]:
+    """The bust's warnings, one per cause, each counted and logged as it is yielded — at
+    ``warning`` level unless its (scope, kind, segment) is in ``logged`` (then added), at
+    ``debug`` if it is; a cause not reached (the caller stopped) is neither.
 
     Args:
         bust: the bust.
@@ -129,7 +130,6 @@ def warnings_of(
         logged: the (scope, kind, segment) logged at ``warning`` level so far.
     """
     cur, ref = bust.cur, bust.ref
-    out: list[CacheBusterWarning] = []
     for i, f in bust.causes:
         cause = (f.kind, cur.labels[i])
         counts[cause] = occurrence = counts.get(cause, 0) + 1
@@ -171,8 +171,7 @@ def warnings_of(
             lost_source=source,
             occurrence=occurrence,
         )
-        out.append(warning)
-    return out
+        yield warning
 
 
 def _clip(text: str, limit: int = 200) -> str:

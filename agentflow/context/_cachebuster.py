@@ -330,8 +330,9 @@ class CacheBusterCheck(Link["_CheckContext"]):
         ag = self._agents.setdefault(self._key(bust.agent), _AgentState())
         counts = state.occurrences if bust.scope == "turns" else ag.occurrences
         source: Literal["server", "estimate"] = "server" if measured is not None else "estimate"
-        out = warnings_of(bust, lost, source, counts, ag.logged)
-        for warning in out:
+        out: list[CacheBusterWarning] = []
+        for warning in warnings_of(bust, lost, source, counts, ag.logged):
+            out.append(warning)
             self.warnings.append(warning)
             if bust.emit is not None:
                 bust.emit(warning)

@@ -139,10 +139,11 @@ class PostgresStore(BatchWriter[Conn]):
         self._reconnect_at = 0.0
         # Writer thread only: this store's commit marker in ``meta`` (one row, removed
         # at close), the number of the last try at a commit, and the tries whose
-        # connection was lost before their outcome was known: (number, records).
+        # connection was lost before their outcome was known: (number, how many of the
+        # held batch's leading records it wrote, those it left out).
         self._marker = f"writer:{secrets.token_hex(8)}"
         self._seq = 0
-        self._tries: list[tuple[int, int]] = []
+        self._tries: list[tuple[int, int, list[tuple[Record, Exception]]]] = []
         #: Records committed so far (by this process).
         self.committed = 0
         #: Transactions committed so far (by this process).
@@ -318,64 +319,85 @@ class PostgresStore(BatchWriter[Conn]):
         return self._conn
 
     def _commit(self, conn: Conn, records: list[Record], mark: tuple[int, int] | None) -> None:
-        if self._pending:  # a batch whose connection was lost goes first: order is kept
+        if self._pending:  # a batch held (see below) goes first: order is kept
             records = self._pending + records
         if not records:
             return
-        self._seq += 1
-        seq, done = self._seq, 0
         conn = self._usable(conn)
+        lost: list[tuple[Record, Exception]] = []
         try:
             if self._tries and not conn.closed:
-                done = self._done(conn)
+                records = self._settle(conn, records)
             try:
-                lost = self._write(conn, records[done:], seq) if records[done:] else []
+                self._try(conn, records, lost)
             except Exception:
                 fresh = self._usable(conn) if conn.closed else conn
                 if fresh is conn:
                     raise
-                # Lost just now: once more at once, on the new connection — unless the
-                # lost one committed before it went (only its reply lost): writing those
+                # Lost just now: once more at once, on the new connection — without what
+                # the lost try committed if it did (only its reply lost): writing those
                 # rows again would note each as a conflict.
-                self._tries.append((seq, len(records)))
-                done = self._done(fresh)
-                lost = self._write(fresh, records[done:], seq) if records[done:] else []
+                records = self._settle(fresh, records)
+                self._try(fresh, records, lost)
         except Exception as exc:  # the connection's, or the server's
-            err = self._as_store_error(exc)
-            # A lost connection keeps the batch for the next commit, on a new connection,
-            # which clears the error once it succeeds; until then flushes report it. The
-            # server's own refusal (a timeout, a constraint) loses the batch, reported.
-            if self._conn.closed:
-                self._hold(records, err)
-                self._tries.append((seq, len(records)))
-            else:
-                self._error = err
+            # The batch, less what a lost try committed, waits for the next commit (on a
+            # new connection if this one was lost), which clears the error once it
+            # succeeds; until then flushes report it. So does a batch the server
+            # refused (a statement timeout, a read-only server after a failover).
+            self._hold(records, self._as_store_error(exc))
             _log.error(
                 "store.write_failed", store=self._where, records=len(records), error=str(exc)
             )
             return
         self._held_committed()
-        if lost:
-            self._left_out([(describe_record(r), e) for r, e in lost])
-        self.committed += len(records) - len(lost)
-        self.commits += 1
+        if records:
+            self._count(len(records), lost)
 
-    def _done(self, conn: Conn) -> int:
-        """How many of the leading records of the batch now held a try whose connection
-        was lost committed (0: none did). The server may have committed a try whose
-        reply never came; the marker its transaction set says which one did. Every try
-        so far is settled by this answer: their connections are gone."""
+    def _try(self, conn: Conn, records: list[Record], lost: list[tuple[Record, Exception]]) -> None:
+        """One try at committing ``records`` (with the marker of a new try number); what
+        it left out goes to ``lost``. Should the connection be lost meanwhile, the try is
+        kept in ``_tries`` until a new connection learns whether it committed."""
+        if not records:
+            return
+        self._seq += 1
+        left_out: list[tuple[Record, Exception]] = []
+        try:
+            self._write(conn, records, self._seq, left_out)
+        except Exception:
+            if conn.closed:
+                self._tries.append((self._seq, len(records), left_out))
+            raise
+        lost.extend(left_out)
+
+    def _settle(self, conn: Conn, records: list[Record]) -> list[Record]:
+        """``records`` (the batch held) without the leading ones that a try whose
+        connection was lost committed: the server may have committed it and lost only
+        its reply, and the marker its transaction set says so. That try is counted, and
+        what it left out reported, here. Every try so far is settled by this one answer:
+        their connections are gone."""
         committed = io.marker(conn, self._marker)
         tries, self._tries = self._tries, []
-        return next((n for seq, n in tries if seq == committed), 0)
+        for seq, n, left_out in tries:
+            if seq == committed:
+                self._count(n, left_out)
+                return records[n:]
+        return records
 
-    def _write(self, conn: Conn, records: list[Record], seq: int) -> list[tuple[Record, Exception]]:
-        """Commit ``records`` and the marker of batch ``seq`` in one transaction, as one
+    def _count(self, n: int, lost: list[tuple[Record, Exception]]) -> None:
+        """A commit of ``n`` records happened, which left ``lost`` out."""
+        if lost:
+            self._left_out([(describe_record(r), e) for r, e in lost])
+        self.committed += n - len(lost)
+        self.commits += 1
+
+    def _write(
+        self, conn: Conn, records: list[Record], seq: int, lost: list[tuple[Record, Exception]]
+    ) -> None:
+        """Commit ``records`` and the marker of try ``seq`` in one transaction, as one
         pipeline; should one of them fail on its own (it cannot be encoded or bound: a
         lone surrogate in a text, say), again one by one, each in a savepoint, leaving
-        out those that fail — returned with their errors. The connection's errors, and
-        the server's own, fail it."""
-        lost: list[tuple[Record, Exception]] = []
+        out those that fail — added to ``lost`` with their errors, before the commit.
+        The connection's errors, and the server's own, fail it."""
         try:
             with conn.pipeline(), conn.transaction():
                 cur = conn.cursor()
@@ -398,7 +420,6 @@ class PostgresStore(BatchWriter[Conn]):
                             raise
                         lost.append((r, one))
                 io.set_marker(cur, self._marker, seq)
-        return lost
 
     def _owner(self, r: Record) -> str | None:
         """The lease holder ``r``'s session must still have (``None``: not checked)."""

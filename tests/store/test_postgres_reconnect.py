@@ -162,13 +162,12 @@ class _ReplyLost(PostgresStore):
 
     lose = 2
 
-    def _write(self, conn: Any, records: list[Any], seq: int) -> list[Any]:
-        lost = super()._write(conn, records, seq)
+    def _write(self, conn: Any, records: list[Any], seq: int, lost: list[Any]) -> None:
+        super()._write(conn, records, seq, lost)
         self.lose -= 1
         if self.lose == 0:
             conn.close()
             raise psycopg.OperationalError("server closed the connection unexpectedly")
-        return lost
 
 
 def _writer_markers(dsn: str) -> int:

@@ -5,9 +5,10 @@ While the fleet runs, :class:`Stopper` handles both signals on the event loop
 the turns it finished (``status="cancelled"`` for those cut short) and
 :func:`run_stoppable` returns a :class:`FleetResult` of all of them, so the demo writes
 its report, marked interrupted, as usual. A signal that comes after the fleet ended
-(while the report is built and written, or the simulator child stopped) cuts nothing
+(while the simulator child is stopped, or the report built and written) cuts nothing
 short: the report of the whole run is still written, and the demo then exits as a
-stopped one (:attr:`Stopper.after_run`). A second signal means "now": the children
+stopped one (:attr:`Stopper.after_run`); once the report file is in place, a signal
+changes nothing (``demo/run.py``). A second signal means "now": the children
 this process started are killed and it exits at once with ``128 + signal`` (130 for
 SIGINT, 143 for SIGTERM), writing nothing.
 """

@@ -68,9 +68,17 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
                 f"[bold]stopped by {stopper.signal.name}[/bold]: the report covers what ran"
             )
         if config.report is not None:
-            _mark_interrupted(report, result, stopper)  # (a signal since the report was made)
-            _write_json(config.report, report)
+            # Marked with any signal so far, and written again if one came meanwhile: the
+            # file and the exit status (cli.py reads the report returned) agree. A signal
+            # once it is written cuts nothing short and changes neither.
+            while True:
+                seen = stopper.signal
+                _mark_interrupted(report, result, stopper)
+                _write_json(config.report, report)
+                if stopper.signal is seen:
+                    break
             console.print(f"report written to {config.report}")
+            return report
     _mark_interrupted(report, result, stopper)  # the exit status says so (cli.py)
     return report
 

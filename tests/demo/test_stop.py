@@ -128,11 +128,16 @@ def test_a_signal_after_the_run_is_noted_and_the_next_one_would_exit() -> None:
         with stopper.armed(task, lambda: None):
             await task
 
+    forced: list[int] = []
     with stopper.guarding():
         asyncio.run(main())
         signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt: noted
         assert (stopper.signal, stopper.after_run) == (signal.SIGINT, True)
-        assert signal.getsignal(signal.SIGINT) == stopper._late  # the next one: _force
+        assert forced == []
+        # The next one: _force (which would exit the process; here it only says so).
+        stopper._force = lambda signum, frame: forced.append(signum)  # type: ignore[method-assign]
+        signal.raise_signal(signal.SIGINT)
+        assert forced == [signal.SIGINT]
     assert signal.getsignal(signal.SIGINT) is before
 
 
@@ -160,3 +165,49 @@ def test_a_signal_after_the_demos_run_still_writes_its_whole_report(
     assert written["run"]["interrupted"] == mark
     assert written["fleet"]["statuses"]["completed"] == 4 == written["fleet"]["sessions"]
     assert _demo_status(report) == 130
+
+
+def _demo(path: Path, console: Console) -> dict[str, Any]:
+    config = DemoConfig(agents=4, turns=(2, 3), virtual=True, live=False, report=path)
+    return demo_run.run_demo(config, console=console)
+
+
+def test_a_signal_while_the_report_is_written_is_in_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signal that comes as the report is written (here: just after the file is in
+    place) gets the file written again, marked, so that the file and the status agree
+    (it used to leave the file unmarked and exit 130)."""
+    real = demo_run._write_json
+    marks: list[Any] = []
+
+    def write(path: Path, data: dict[str, Any]) -> None:
+        real(path, data)
+        marks.append(data["run"].get("interrupted"))
+        if len(marks) == 1:
+            signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(demo_run, "_write_json", write)
+    path = tmp_path / "run.json"
+    report = _demo(path, Console(file=io.StringIO()))
+    assert marks[0] is None and len(marks) == 2
+    assert marks[1]["after_run"] is True and marks[1]["signal"] == "SIGINT"
+    assert json.loads(path.read_text())["run"]["interrupted"] == marks[1]
+    assert _demo_status(report) == 130
+
+
+def test_a_signal_once_the_report_is_written_changes_nothing(tmp_path: Path) -> None:
+    """Once the file is written the run is over: a signal then (here, as "report written"
+    is printed) is noted on stderr, and neither the file nor the status changes."""
+
+    class _Out(io.StringIO):
+        def write(self, text: str) -> int:
+            if "report written" in text:
+                signal.raise_signal(signal.SIGINT)
+            return super().write(text)
+
+    path = tmp_path / "run.json"
+    report = _demo(path, Console(file=_Out()))
+    assert "interrupted" not in report["run"]
+    assert "interrupted" not in json.loads(path.read_text())["run"]
+    assert _demo_status(report) == 0

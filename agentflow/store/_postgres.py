@@ -167,9 +167,7 @@ class PostgresStore(BatchWriter[Conn]):
     def _start(self) -> None:
         with self._lock:
             if self._closed:
-                if isinstance(self._error, StoreError):
-                    raise self._error
-                raise StoreError(f"{self._where}: the store is closed")
+                raise self._closed_error()  # (if it could not be opened: why)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._main, name="agentflow-store:pg", daemon=True

@@ -150,9 +150,7 @@ class SQLiteStore(JournaledWriter):
     def _start(self) -> None:
         with self._lock:
             if self._closed:
-                if isinstance(self._error, StoreError):
-                    raise self._error  # it could not be opened: say why
-                raise StoreError(f"{self.path}: the store is closed")
+                raise self._closed_error()  # (if it could not be opened: why)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._main, name=f"agentflow-store:{self.path.name}", daemon=True

@@ -100,6 +100,9 @@ class BatchWriter(Generic[C]):
         self._urgent = threading.Event()
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
+        #: Why the store cannot be used at all (it could not be opened, or its writer
+        #: thread failed); an error a flush reports (a batch that failed) is not that.
+        self._failed: StoreError | None = None
         self._closed = False
         self._lock = threading.Lock()
         # The batch being gathered on an event loop, and that loop (see _enqueue).
@@ -211,8 +214,8 @@ class BatchWriter(Generic[C]):
         call: Call[C] = Call(fn)
         self._hand_over()
         with self._lock:  # not after a failed open has drained the queue (see _fail_all)
-            if self._closed and isinstance(self._error, StoreError):
-                raise self._error
+            if self._closed and self._failed is not None:
+                raise self._failed
             self._queue.put(call)
         self._urgent.set()
         result: T = await asyncio.wrap_future(call.future)
@@ -345,10 +348,17 @@ class BatchWriter(Generic[C]):
         self._commit(self._usable(conn), records, mark)
         return False
 
+    def _closed_error(self) -> StoreError:
+        """What using the closed store raises: why it failed (:attr:`_failed`), else
+        that it is closed."""
+        return self._failed or StoreError(f"{self._where}: the store is closed")
+
     def _fail_all(self, exc: BaseException) -> None:
         err = self._as_store_error(exc)
         with self._lock:
             self._error = err
+            if isinstance(err, StoreError):
+                self._failed = err
             self._closed = True
             self._drain_closed(err)
 

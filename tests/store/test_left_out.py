@@ -35,6 +35,9 @@ async def _write_a_batch_with_one_bad_record(store: SQLiteStore | PostgresStore)
     store.write(tool_result(6))  # later records go on being committed
     with pytest.raises(StoreError, match=LEFT_OUT):  # the loss stays reported
         await store.aclose()
+    # Closed: a use now says so (it used to raise the loss again, as if it were why).
+    with pytest.raises(StoreError, match="the store is closed"):
+        await store.runs()
     return store.committed  # the records committed, not those left out
 
 

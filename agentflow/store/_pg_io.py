@@ -1,7 +1,7 @@
 """The SQL of :class:`~agentflow.store.PostgresStore`: one statement per record (so a
-batch goes to the server in one pipeline), the leases, the attempt counter, the commit
-marker and which errors are a record's own. Every function runs on the store's writer
-thread.
+batch goes to the server in one pipeline, :func:`commit`), the leases, the attempt
+counter, the commit marker and which errors are a record's own. Every function runs on
+the store's writer thread.
 
 Duplicates are detected without aborting the batch: each insert is ``ON CONFLICT DO
 NOTHING RETURNING 1`` in a CTE, and the same statement records a conflict row when the
@@ -15,10 +15,11 @@ is kept as a ``fenced …`` conflict. Lease expiry is on the database server's c
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import RunNotFound
+from agentflow._logging import get_logger
 from agentflow.store._codec import encode, text_hash
 from agentflow.store._records import (
     PolicyState,
@@ -41,6 +42,7 @@ __all__ = [
     "NOW_NS",
     "Qmark",
     "claim",
+    "commit",
     "drop_marker",
     "marker",
     "records_fault",
@@ -50,6 +52,8 @@ __all__ = [
     "start_attempt",
     "write_record",
 ]
+
+_log = get_logger("agentflow.store")
 
 #: The database server's clock, in integer nanoseconds since the epoch.
 NOW_NS = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
@@ -298,3 +302,41 @@ def marker(conn: Conn, key: str) -> int:
 def drop_marker(conn: Conn, key: str) -> None:
     """Remove the marker ``key`` (its store is closing)."""
     conn.execute("DELETE FROM meta WHERE key = %s", (key,))
+
+
+def commit(
+    conn: Conn,
+    records: Sequence[Record],
+    owner: Callable[[Record], str | None],
+    marker: tuple[str, int],
+    lost: list[tuple[Record, Exception]],
+    where: str,
+) -> None:
+    """Commit ``records`` (each fenced by its ``owner(r)``) and set the commit marker
+    (key, try number) in one transaction, as one pipeline; should one of them fail on
+    its own (it cannot be encoded or bound: a lone surrogate in a text, say), again one
+    by one, each in a savepoint, leaving out those that fail — added to ``lost`` with
+    their errors, before the commit. The connection's errors, and the server's own,
+    fail it."""
+    try:
+        with conn.pipeline(), conn.transaction():
+            cur = conn.cursor()
+            for r in records:
+                write_record(cur, r, owner(r))
+            set_marker(cur, *marker)
+    except Exception as exc:
+        if not records_fault(exc):
+            raise
+        # A record's own: commit the others without it.
+        _log.error("store.record_failed", store=where, error=str(exc))
+        with conn.transaction():
+            cur = conn.cursor()
+            for r in records:
+                try:
+                    with conn.transaction():  # a savepoint per record
+                        write_record(cur, r, owner(r))
+                except Exception as one:
+                    if not records_fault(one):
+                        raise
+                    lost.append((r, one))
+            set_marker(cur, *marker)

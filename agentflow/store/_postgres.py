@@ -391,33 +391,8 @@ class PostgresStore(BatchWriter[Conn]):
     def _write(
         self, conn: Conn, records: list[Record], seq: int, lost: list[tuple[Record, Exception]]
     ) -> None:
-        """Commit ``records`` and the marker of try ``seq`` in one transaction, as one
-        pipeline; should one of them fail on its own (it cannot be encoded or bound: a
-        lone surrogate in a text, say), again one by one, each in a savepoint, leaving
-        out those that fail — added to ``lost`` with their errors, before the commit.
-        The connection's errors, and the server's own, fail it."""
-        try:
-            with conn.pipeline(), conn.transaction():
-                cur = conn.cursor()
-                for r in records:
-                    io.write_record(cur, r, self._owner(r))
-                io.set_marker(cur, self._marker, seq)
-        except Exception as exc:
-            if not io.records_fault(exc):
-                raise
-            # A record's own: commit the others without it.
-            _log.error("store.record_failed", store=self._where, error=str(exc))
-            with conn.transaction():
-                cur = conn.cursor()
-                for r in records:
-                    try:
-                        with conn.transaction():  # a savepoint per record
-                            io.write_record(cur, r, self._owner(r))
-                    except Exception as one:
-                        if not io.records_fault(one):
-                            raise
-                        lost.append((r, one))
-                io.set_marker(cur, self._marker, seq)
+        """Commit ``records`` and the marker of try ``seq`` (:func:`_pg_io.commit`)."""
+        io.commit(conn, records, self._owner, (self._marker, seq), lost, self._where)
 
     def _owner(self, r: Record) -> str | None:
         """The lease holder ``r``'s session must still have (``None``: not checked)."""

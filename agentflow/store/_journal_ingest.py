@@ -37,7 +37,7 @@ from agentflow.store._journal_format import (
     marker_key,
 )
 from agentflow.store._records import AgentInfo, Record
-from agentflow.store._sqlite_write import Row
+from agentflow.store._sqlite_write import Row, records_fault
 
 try:
     import fcntl
@@ -107,12 +107,15 @@ def ingest_orphans(
     conn: sqlite3.Connection,
     db: Path,
     write: Callable[[sqlite3.Connection, list[Record | Row]], None],
+    left_out: list[tuple[Record | Row, Exception]] | None = None,
 ) -> int:
     """Commit every journal segment of ``db`` that no open store holds (its writer was
     killed, or could not commit), then delete it; returns how many records it committed.
 
     Each segment is committed in one transaction that also moves its ``meta`` marker, so
-    a segment met again is not ingested twice.
+    a segment met again is not ingested twice. A record that fails on its own (a value
+    SQLite cannot bind, say) is left out, as a live commit leaves it out, and added to
+    ``left_out`` with its error.
 
     Raises:
         StoreError: a segment cannot be read, decoded or written (it is kept).
@@ -131,7 +134,7 @@ def ingest_orphans(
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # a live store's
-            total += _ingest_one(conn, fd, Path(p), write)
+            total += _ingest_one(conn, fd, Path(p), write, left_out)
         except (OSError, ValueError, msgspec.DecodeError, sqlite3.Error) as exc:
             raise StoreError(
                 f"{db}: cannot ingest the journal segment {p} left by a run that did not "
@@ -174,6 +177,7 @@ def _ingest_one(
     fd: int,
     path: Path,
     write: Callable[[sqlite3.Connection, list[Record | Row]], None],
+    left_out: list[tuple[Record | Row, Exception]] | None,
 ) -> int:
     conn.execute("BEGIN IMMEDIATE")  # one ingester at a time, and the marker is current
     try:
@@ -193,8 +197,10 @@ def _ingest_one(
         records: list[Record | Row] = []
         for end, record in frames(data, start):  # noqa: B007 (``end``: where they stop)
             records.append(record)
-        write(conn, records)
-        count = len(records)
+        lost = _write_each(conn, records, write)
+        if left_out is not None:
+            left_out.extend(lost)
+        count = len(records) - len(lost)
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, str(end)))
         conn.execute("COMMIT")
     except BaseException:
@@ -202,3 +208,36 @@ def _ingest_one(
         raise
     os.unlink(path)
     return count
+
+
+def _write_each(
+    conn: sqlite3.Connection,
+    records: list[Record | Row],
+    write: Callable[[sqlite3.Connection, list[Record | Row]], None],
+) -> list[tuple[Record | Row, Exception]]:
+    """Write ``records`` inside the caller's transaction; should one fail on its own,
+    again one by one, each in a savepoint, leaving out (and returning, with its error)
+    those that fail. SQLite's own errors fail it."""
+    conn.execute("SAVEPOINT ingest")
+    try:
+        write(conn, records)
+    except Exception as exc:
+        if not records_fault(exc):
+            raise
+        conn.execute("ROLLBACK TO ingest")
+    else:
+        conn.execute("RELEASE ingest")
+        return []
+    lost: list[tuple[Record | Row, Exception]] = []
+    for r in records:
+        conn.execute("SAVEPOINT one")
+        try:
+            write(conn, [r])
+        except Exception as exc:
+            if not records_fault(exc):
+                raise
+            conn.execute("ROLLBACK TO one")
+            lost.append((r, exc))
+        conn.execute("RELEASE one")
+    conn.execute("RELEASE ingest")
+    return lost

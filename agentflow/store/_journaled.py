@@ -21,15 +21,6 @@ __all__ = ["JournaledWriter"]
 _log = get_logger("agentflow.store")
 
 
-def _records_fault(exc: Exception) -> bool:
-    """Whether ``exc`` is a record's own fault — it cannot be encoded (a value whose
-    ``repr`` raises, a lone surrogate) or bound (a type SQLite does not take) — rather than
-    SQLite's (locked, full, I/O, a damaged file), which fails any record."""
-    return not isinstance(exc, sqlite3.Error) or isinstance(
-        exc, sqlite3.ProgrammingError | sqlite3.InterfaceError | sqlite3.DataError
-    )
-
-
 class JournaledWriter(BatchWriter[sqlite3.Connection]):
     """A :class:`BatchWriter` whose records go through a journal first (see the module).
 
@@ -75,7 +66,7 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
             try:
                 self._transaction(conn, records, journal, mark)
             except Exception as exc:
-                if not _records_fault(exc):
+                if not io.records_fault(exc):
                     raise
                 # A record's own: commit the others without it.
                 _log.error("store.record_failed", path=str(self.path), error=repr(exc))
@@ -84,13 +75,13 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
                     self._left_out([(io.describe(r), e) for r, e in lost])
         except Exception as exc:  # SQLite's own (locked, full, I/O), or a bug here
             # (caught here, the thread lives on: a later flush reports it, not hangs).
-            # With the journal, a failure of SQLite's own has its records tried again
-            # first by the next commit — committing later records without them would
-            # leave the journal's marker behind records SQLite holds, and the next open
-            # would ingest those twice; until one succeeds the journal is kept, so the
-            # next open ingests them. Without a journal the batch is lost (the store's
-            # error says so at the next flush).
-            if journal is not None and isinstance(exc, sqlite3.OperationalError):
+            # With the journal, such a failure (any of them: a damaged page as well as
+            # a lock) has its records tried again first by the next commit — committing
+            # later records without them would move the journal's marker past records
+            # SQLite never got, and the next open would skip them; until one succeeds
+            # the journal is kept, so the next open ingests them. Without a journal the
+            # batch is lost (the store's error says so at the next flush).
+            if journal is not None:
                 self._hold(records, exc)
                 self._pending_mark = mark
             else:
@@ -134,7 +125,7 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
                     try:
                         io.write_records(conn, [r])
                     except Exception as exc:
-                        if not _records_fault(exc):
+                        if not io.records_fault(exc):
                             raise
                         conn.execute("ROLLBACK TO one")
                         lost.append((r, exc))
@@ -170,19 +161,22 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
             journaled = self.journal  # else closed, or failed, meanwhile: the batch path
             if journaled:
                 item: Record | io.Row = record
+                prepared = False
                 try:
                     item = io.prepare(record)  # a turn's or tool result's row, encoded now
+                    prepared = True
                     journal = self._journal
                     if journal is None:
                         journal = self._journal = Journal(self.real_path, self._batch_lock)
                     self._mark = journal.append(item)
-                except (TypeError, ValueError, OverflowError):
-                    pass  # not encodable: it goes to SQLite as it is, which says what is wrong
-                except OSError as exc:  # no segment could be made (a full disk)
-                    self.journal = False
-                    if self._interval_defaulted:
-                        self.batch_interval_s = 0.010  # the batch path's default
-                    _log.error("store.journal_failed", path=str(self.path), error=repr(exc))
+                except Exception as exc:
+                    if prepared and isinstance(exc, OSError):  # no segment (a full disk)
+                        self.journal = False
+                        if self._interval_defaulted:
+                            self.batch_interval_s = 0.010  # the batch path's default
+                        _log.error("store.journal_failed", path=str(self.path), error=repr(exc))
+                    else:  # not encodable (a value whose repr raises, say): to SQLite as
+                        item = record  # it is, which says what is wrong
                 self._batch.append(item)
                 full = len(self._batch) >= self.max_batch or not self.journal
         if not journaled:

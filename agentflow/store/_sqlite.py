@@ -35,9 +35,10 @@ from agentflow.store import _journal, _journal_ingest
 from agentflow.store import _sqlite_io as io
 from agentflow.store._journaled import JournaledWriter
 from agentflow.store._protocol import LeaseOwner, RunSummary
-from agentflow.store._records import StoredRun
+from agentflow.store._records import Record, StoredRun
 from agentflow.store._runlock import RunLocks
 from agentflow.store._schema import check_schema
+from agentflow.store._sqlite_write import describe
 from agentflow.store._writer import STOP, Call
 
 __all__ = ["SQLiteStore"]
@@ -294,13 +295,18 @@ class SQLiteStore(JournaledWriter):
         """Commit what the journals of writers that died hold (writer thread): at open,
         and again before a run is loaded or an attempt starts — a store open for long
         may outlive a writer killed meanwhile."""
-        _journal_ingest.ingest_orphans(conn, self.real_path, io.write_records)
+        lost: list[tuple[Record | io.Row, Exception]] = []
+        _journal_ingest.ingest_orphans(conn, self.real_path, io.write_records, lost)
+        if lost:  # the next flush names them, as it does a live commit's
+            self._left_out([(describe(r), e) for r, e in lost])
 
     def _main(self) -> None:
         conn: sqlite3.Connection | None = None
         try:
             conn = self._connect()
-        except (sqlite3.Error, OSError, StoreError) as exc:
+        except Exception as exc:  # whatever it is, open() and every call say so
+            if not isinstance(exc, sqlite3.Error | OSError | StoreError):
+                exc = StoreError(f"{self.path}: cannot be opened: {exc!r}")
             self._fail_all(exc)
             return
         # The loop's first segment, made as the writer starts (before open() returns,

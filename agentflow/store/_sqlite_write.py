@@ -34,6 +34,7 @@ __all__ = [
     "Row",
     "describe",
     "prepare",
+    "records_fault",
     "write_record",
     "write_records",
 ]
@@ -50,6 +51,16 @@ FINISHED_SQL = (
 
 _TURN_SQL = "INSERT INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 _TOOL_SQL = "INSERT INTO tool_calls VALUES (?,?,?,?,?,?,?,?,?,?)"
+
+
+def records_fault(exc: Exception) -> bool:
+    """Whether ``exc`` is a record's own fault — it cannot be encoded (a value whose
+    ``repr`` raises, a lone surrogate) or bound (a type SQLite does not take, an integer
+    past 64 bits) — rather than SQLite's (locked, full, I/O, a damaged file), which fails
+    any record."""
+    return not isinstance(exc, sqlite3.Error) or isinstance(
+        exc, sqlite3.ProgrammingError | sqlite3.InterfaceError | sqlite3.DataError
+    )
 
 
 def write_record(conn: sqlite3.Connection, r: Record) -> None:

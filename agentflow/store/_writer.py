@@ -161,7 +161,8 @@ class BatchWriter(Generic[C]):
 
     def _put_stop(self, stop: Call[C]) -> None:
         """Queue the closing call after everything written so far."""
-        self._closed = True
+        with self._lock:  # a call checks this under the lock: none is queued after stop
+            self._closed = True
         self._hand_over()
         self._queue.put(stop)
         self._urgent.set()
@@ -213,9 +214,9 @@ class BatchWriter(Generic[C]):
         self._start()
         call: Call[C] = Call(fn)
         self._hand_over()
-        with self._lock:  # not after a failed open has drained the queue (see _fail_all)
-            if self._closed and self._failed is not None:
-                raise self._failed
+        with self._lock:  # not after the stop call, or a failed open's drain (_fail_all)
+            if self._closed:
+                raise self._closed_error()
             self._queue.put(call)
         self._urgent.set()
         result: T = await asyncio.wrap_future(call.future)

@@ -7,6 +7,9 @@ writer never commits on its own (``batch_interval_s=10``), then SIGKILLs itself.
         writes run ``r``'s start and 3 tool results, forks a child that sleeps until
         its stdin closes (as a ``multiprocessing`` fork worker would live on), prints
         the child's pid, then kills itself.
+    python -m tests.store.journal_review_child overflow DB
+        writes run ``r``'s start and tool results 0-2, the second one's truncated_chars
+        2**63 (MessagePack takes it, SQLite cannot bind it), then kills itself.
     python -m tests.store.journal_review_child forkwrite DB
         writes run ``r``'s start and tool results 0-2, forks a child that writes tool
         results 5-7 (the same sizes) and exits, writes tool results 3-4, then kills
@@ -22,6 +25,8 @@ import signal
 import sys
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from agentflow.store import RunStarted, SessionStarted, SQLiteStore
 from agentflow.store._records import AgentInfo
@@ -92,11 +97,23 @@ async def forkwrite(db: Path) -> None:
     _die()
 
 
+async def overflow(db: Path) -> None:
+    store = SQLiteStore(db, batch_interval_s=10)
+    await store.open()
+    store.write(start())
+    for i in range(3):
+        r = tool_result(i)
+        store.write(r if i != 1 else msgspec.structs.replace(r, truncated_chars=2**63))
+    _die()
+
+
 if __name__ == "__main__":
     mode, path = sys.argv[1], Path(sys.argv[2])
     if mode == "metadata":
         asyncio.run(metadata(path, sys.argv[3]))
     elif mode == "forkwrite":
         asyncio.run(forkwrite(path))
+    elif mode == "overflow":
+        asyncio.run(overflow(path))
     else:
         asyncio.run(fork(path))

@@ -1,0 +1,152 @@
+"""Review tests of SQLiteStore's failure paths: a killed writer's record that SQLite
+cannot bind, a record whose encoding raises something unusual, a commit that fails
+for a reason other than a lock, and a store closed while a call was on its way. Each
+used to hang, raise from ``write``, or lose records without a word."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentflow import RecordsLeftOut, StoreError
+from agentflow.store import SQLiteStore, _journal, _sqlite_write
+
+from ..wait import GUARD_S
+from .journal_child import tool_result
+from .journal_review_child import start
+from .test_journal import _turn
+from .test_journal_review import _child, _killed, _rows
+
+
+@pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
+def test_a_killed_writers_record_sqlite_cannot_bind_is_left_out_at_the_next_open(
+    tmp_path: Path,
+) -> None:
+    """MessagePack takes an integer past 64 bits, SQLite cannot bind it: the next open
+    ingests the killed writer's journal without that record and its first flush names
+    it (the open used to hang, its writer thread dead, and so did every later one)."""
+    db = tmp_path / "big.db"
+    _killed(_child("overflow", str(db)))
+
+    async def main() -> RecordsLeftOut:
+        store = SQLiteStore(db)
+        await asyncio.wait_for(store.open(), GUARD_S)
+        with pytest.raises(RecordsLeftOut) as info:
+            await asyncio.wait_for(store.flush(), GUARD_S)
+        with pytest.raises(RecordsLeftOut):
+            await store.aclose()
+        return info.value
+
+    error = asyncio.run(main())
+    assert [name for name, _ in error.lost] == ["tool call s/call-1 of run r"]
+    assert isinstance(error.lost[0][1], OverflowError)
+    assert _rows(db, "SELECT call_id FROM tool_calls ORDER BY turn") == [
+        ("call-0",),
+        ("call-2",),
+    ]
+    assert list(tmp_path.glob("big.db.af-journal-*")) == []  # ingested, then deleted
+
+
+class _ReprRaises:
+    def __repr__(self) -> str:
+        raise RuntimeError("no repr")
+
+
+@pytest.mark.parametrize("journal", [True, False], ids=["journal", "no-journal"])
+def test_a_turn_whose_encoding_raises_is_left_out_not_raised_by_write(
+    tmp_path: Path, journal: bool
+) -> None:
+    """A turn's message holds an object whose ``repr`` raises RuntimeError: ``write``
+    (on the event loop, in the recorder) does not raise — with the journal it used to,
+    dropping the record — and the next flush names it as left out."""
+    db = tmp_path / "repr.db"
+
+    async def main() -> RecordsLeftOut:
+        store = SQLiteStore(db, journal=journal)
+        await store.open()
+        store.write(start())
+        store.write(tool_result(0))
+        turn = _turn({"role": "assistant", "content": "x", "odd": _ReprRaises()})
+        store.write(turn)
+        store.write(tool_result(1))
+        with pytest.raises(RecordsLeftOut) as info:
+            await store.flush()
+        with pytest.raises(RecordsLeftOut):
+            await store.aclose()
+        return info.value
+
+    error = asyncio.run(main())
+    assert [name for name, _ in error.lost] == ["turn s/0 of run r"]
+    assert "no repr" in str(error)
+    assert _rows(db, "SELECT call_id FROM tool_calls ORDER BY turn") == [
+        ("call-0",),
+        ("call-1",),
+    ]
+
+
+@pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
+def test_a_commit_failing_on_a_damaged_database_keeps_its_records(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit fails with an error of SQLite's other than a lock (here a DatabaseError,
+    as a damaged page gives): with the journal its records are kept and committed first
+    by the next commit, as after a lock (they used to be lost, the journal's marker then
+    moved past them)."""
+    db = tmp_path / "damaged.db"
+    real = _sqlite_write.write_records
+    calls = [0]
+
+    def write_records(conn: sqlite3.Connection, items: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 2:  # the batch after the first
+            raise sqlite3.DatabaseError("database disk image is malformed")
+        real(conn, items)
+
+    monkeypatch.setattr(_sqlite_write, "write_records", write_records)
+
+    async def main() -> None:
+        store = SQLiteStore(db)
+        await store.open()
+        store.write(start())
+        await store.flush()
+        store.write(tool_result(0))
+        # (This flush reports the failure unless its own commit, apart from the batch's,
+        # committed the kept batch first: either way nothing is lost.)
+        with contextlib.suppress(StoreError):
+            await store.flush()
+        assert calls[0] >= 2  # the second commit failed as scripted
+        store.write(tool_result(1))
+        await store.flush()  # the kept batch first: nothing lost, no error left
+        await store.aclose()
+
+    asyncio.run(main())
+    assert _rows(db, "SELECT call_id FROM tool_calls ORDER BY turn") == [
+        ("call-0",),
+        ("call-1",),
+    ]
+
+
+def test_a_call_on_its_way_when_the_store_closes_says_it_is_closed(tmp_path: Path) -> None:
+    """Another thread closes the store between a flush's check that it is open and the
+    moment the flush is queued: the flush says the store is closed (it used to be queued
+    after the writer had stopped, and wait forever)."""
+
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "c.db")
+        await store.open()
+        real = store._start
+
+        def start_then_closed() -> None:
+            real()
+            store.close()  # what another thread does at this instant
+
+        store._start = start_then_closed  # type: ignore[method-assign]
+        with pytest.raises(StoreError, match="the store is closed"):
+            await asyncio.wait_for(store.flush(), GUARD_S)
+
+    asyncio.run(main())

@@ -31,6 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from agentflow._errors import StoreError
+from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
 from agentflow.store._records import SessionEnded, StoredRun, StoredSession
 from agentflow.store._replay import replay_tools
@@ -41,6 +42,8 @@ if TYPE_CHECKING:
     from agentflow.store._recorder import LeaseKeeper
 
 __all__ = ["SessionGate", "Ticker"]
+
+_log = get_logger("agentflow.store")
 
 
 class Ticker:
@@ -144,7 +147,7 @@ class SessionGate:
                 if run is not None:
                     entry = self._entry(run, sid)
                     if not isinstance(entry, Session):
-                        await self.leases.release_some([sid])
+                        await self._release(sid)
                         return entry
                     self._running += 1
                     try:
@@ -153,7 +156,7 @@ class SessionGate:
                     finally:
                         self._running -= 1
                     # Its end is recorded: let a worker waiting for it see that now.
-                    await self.leases.release_some([sid])
+                    await self._release(sid)
                     return result
             self.waited.add(sid)
             self._hold_if_idle()
@@ -173,7 +176,7 @@ class SessionGate:
                 if isinstance(entry, Session):
                     entry._prepare = functools.partial(replay_tools, _stored(run, sid), entry)
                 else:
-                    await self.leases.release_some([sid])
+                    await self._release(sid)
                 return entry
             self.waited.add(sid)
             await self.ticker.wait()
@@ -223,12 +226,26 @@ class SessionGate:
 
     async def _take(self, sid: str) -> StoredRun | None:
         """Claim ``sid`` (with whatever else is asked now); the stored run holding only
-        it when its lease is now this attempt's, else ``None``."""
+        it when its lease is now this attempt's, else ``None`` — also when the store
+        cannot be asked now (a lost connection): the next tick asks again, as a fresh
+        run rides out such an outage, rather than the whole attempt failing."""
         fut: asyncio.Future[StoredRun | None] = asyncio.get_running_loop().create_future()
         if not self._asked:
             asyncio.get_running_loop().call_soon(self._go)
         self._asked[sid] = fut
-        return await fut
+        try:
+            return await fut
+        except StoreError as exc:
+            _log.warning("store.claim_failed", run_id=self.leases.run_id, error=str(exc))
+            return None
+
+    async def _release(self, sid: str) -> None:
+        """Give ``sid``'s lease back; should the store refuse now, the attempt's end
+        gives it back (or it expires), as a fresh run's do."""
+        try:
+            await self.leases.release_some([sid])
+        except StoreError as exc:
+            _log.warning("store.release_failed", run_id=self.leases.run_id, error=str(exc))
 
     def _go(self) -> None:
         asked, self._asked = self._asked, {}

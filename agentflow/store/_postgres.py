@@ -230,10 +230,22 @@ class PostgresStore(BatchWriter[Conn]):
     async def release(
         self, run_id: str, owner: LeaseOwner, sessions: Sequence[str] | None = None
     ) -> None:
-        """Give back every lease ``owner`` holds in the run (or those of ``sessions``)."""
+        """Give back every lease ``owner`` holds in the run (or those of ``sessions``),
+        after every record written before is committed.
+
+        Raises:
+            StoreError: records written before wait to be committed (the server cannot
+                be reached, or refused them): the leases are kept — given back, another
+                worker would run those sessions again without them.
+        """
         me, ids = str(owner), None if sessions is None else list(sessions)
 
         def give(conn: Conn) -> None:
+            if self._pending:
+                raise StoreError(
+                    f"{self._where}: leases of run {run_id!r} kept: {len(self._pending)} "
+                    f"record(s) written before are not committed yet ({self._pending_error})"
+                )
             io.release(conn, run_id, me, ids)
             for key in [k for k, v in self._holders.items() if v == me and k[0] == run_id]:
                 if ids is None or key[1] in ids:

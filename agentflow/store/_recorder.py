@@ -263,9 +263,10 @@ class LeaseKeeper:
 
     async def release_some(self, session_ids: Sequence[str]) -> None:
         """Give back the leases of ``session_ids`` (their sessions ended here), once
-        what was recorded about them is committed."""
-        self.held.difference_update(session_ids)
+        what was recorded about them is committed: should the store refuse (it cannot
+        commit that now), they stay held, and renewed."""
         await self.store.release(self.run_id, self.owner, session_ids)
+        self.held.difference_update(session_ids)
 
     async def release(self) -> None:
         """Stop renewing and give every lease back."""

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agentflow import Agent, ConfigError, Event, Fleet, FleetResult, tool
+from agentflow import Agent, ConfigError, Event, Fleet, FleetResult, StoreError, tool
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.store import SQLiteStore
 
@@ -202,3 +202,48 @@ def test_only_the_unrecorded_tool_calls_of_a_turn_run_again(tmp_path: Path) -> N
     tool_msgs = [m for m in session.messages if m["role"] == "tool"]
     assert len(tool_msgs) == 6
     assert [m["role"] for m in session.messages].count("assistant") == 2
+
+
+def test_a_resume_rides_out_a_store_it_cannot_ask_for_a_while(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store refuses the resume's first lease claim and its first lease release (a
+    lost PostgreSQL connection, say): the sessions ask again at the next tick, and the
+    release is the attempt end's, as in a fresh run — the resume ends as an
+    uninterrupted run (it used to fail whole, every session cancelled)."""
+    whole = run_virtual(_fleet_run(tmp_path / "whole.db", agents(), None))
+    assert isinstance(whole, FleetResult)
+    cut = tmp_path / "cut.db"
+    assert run_virtual(_fleet_run(cut, agents(), 17)) == "run-1"
+    refused = {"claim": 1, "release": 1}
+
+    def refusing(name: str) -> Any:
+        real = getattr(SQLiteStore, name)
+
+        async def call(self: SQLiteStore, *args: Any, **kwargs: Any) -> Any:
+            if refused[name]:
+                refused[name] -= 1
+                raise StoreError(f"{self.path}: the server closed the connection")
+            return await real(self, *args, **kwargs)
+
+        return call
+
+    for name in refused:
+        monkeypatch.setattr(SQLiteStore, name, refusing(name))
+
+    async def resume() -> FleetResult:
+        transport = SimTransport(driver())
+        store = SQLiteStore(cut)
+        fleet = Fleet(transport, max_concurrency=6, clock=loop_clock, store=store, lease_ttl_s=3)
+        try:
+            return await fleet.resume("run-1", agents=agents())
+        finally:
+            await store.aclose()
+            await transport.aclose()
+
+    resumed = run_virtual(resume())
+    assert refused == {"claim": 0, "release": 0}  # both were refused once
+    for a, b in zip(whole.sessions, resumed.sessions, strict=True):
+        assert b.status == "completed", (b.session_id, b.error)
+        assert b.messages == a.messages
+    assert contents(cut, "run-1") == contents(tmp_path / "whole.db", "run-1")

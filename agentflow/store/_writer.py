@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, Generic, Self, TypeVar
 
@@ -117,6 +119,8 @@ class BatchWriter(Generic[C]):
         # (not its records'), committed first by the next commit, and that failure.
         self._pending: list[Item] = []
         self._pending_error: BaseException | None = None
+        self._pid = os.getpid()
+        _writers.add(self)
 
     def _enqueue(self, record: Record) -> None:
         """Add ``record`` to the batch of the running loop (or, outside one, queue it)."""
@@ -184,7 +188,9 @@ class BatchWriter(Generic[C]):
         """Add ``record`` to the next batch (on an event loop: one list append; see the
         module)."""
         if self._closed:
-            raise StoreError(f"{self._where}: write to a closed store ({type(record).__name__})")
+            raise self._failed or StoreError(
+                f"{self._where}: write to a closed store ({type(record).__name__})"
+            )
         if self._thread is None:
             self._start()
         self._enqueue(record)
@@ -373,3 +379,35 @@ class BatchWriter(Generic[C]):
                     )
         except queue.Empty:
             pass
+
+    def _forked(self) -> None:
+        """In a forked child (a ``multiprocessing`` fork worker): the store is its
+        parent's — the writer thread did not come with the fork, a lock another thread
+        held then stays held, and the connection is the parent's — so every use says so
+        at once (it used to queue records nobody would commit, and make flushes wait
+        forever). A store the parent made but never opened is the child's to open."""
+        self._lock = threading.Lock()
+        self._batch_lock = threading.Lock()
+        self._queue = queue.SimpleQueue()
+        self._batch, self._batch_loop = [], None
+        if self._thread is None and not self._closed:  # never opened: the child's to open
+            self._pid = os.getpid()
+            return
+        self._failed = StoreError(
+            f"{self._where}: opened by process {self._pid}, not by this forked child "
+            f"({os.getpid()}): open a store of its own there"
+        )
+        self._closed = True
+
+
+#: Every store made in this process, told when it forks (:meth:`BatchWriter._forked`).
+_writers: weakref.WeakSet[BatchWriter[Any]] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for w in list(_writers):
+        w._forked()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -121,12 +121,14 @@ def check_schema(conn: sqlite3.Connection, where: str) -> None:
     """Create the tables in a new store; refuse a store of another schema version."""
     conn.executescript(SCHEMA)
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is None:
+    if row is None:  # a new store (another opener may be making it too: the first wins)
         conn.execute(
-            "INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
+            "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
+            (str(SCHEMA_VERSION),),
         )
         conn.commit()
-    elif row[0] != str(SCHEMA_VERSION):
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row[0] != str(SCHEMA_VERSION):
         raise StoreError(
             f"{where}: store schema version {row[0]}, this agentflow reads version {SCHEMA_VERSION}"
         )

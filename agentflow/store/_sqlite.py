@@ -25,6 +25,7 @@ import asyncio
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -280,7 +281,7 @@ class SQLiteStore(JournaledWriter):
             # system calls per page — ~7% less of the writer's CPU on the demo
             # (``docs/store.md``, "Cost"). A no-op on a file that has pages already.
             conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
-            conn.execute("PRAGMA journal_mode=WAL")
+            _wal(conn, self.busy_timeout_s)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             check_schema(conn, str(self.path))
@@ -324,6 +325,21 @@ class SQLiteStore(JournaledWriter):
         finally:
             self._close_journal(conn, delete=stopped)
             conn.close()
+
+
+def _wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:
+    """Put the file in WAL mode. Two openers of a new file at once: SQLite may answer one
+    "database is locked" at once, without waiting out the busy timeout (it would
+    deadlock otherwise), so it is asked again for up to that long."""
+    deadline = time.monotonic() + busy_timeout_s
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(0.005)
 
 
 def _as_store_error(exc: BaseException, path: Path) -> BaseException:

@@ -154,7 +154,7 @@ def plan_resume(
     by_name = agents_by_name(agents)
     entries: list[Session | SessionResult] = []
     newly: list[SessionResult] = []
-    checked: set[str] = set()
+    allowed: dict[str, set[str]] = {}  # agent name -> the fingerprints it may hold
     for s in run.sessions:
         if s.done:
             entries.append(stored_result(run, s, attempt))
@@ -172,14 +172,18 @@ def plan_resume(
                 f"resume: run {run.run_id!r} needs agent {s.agent!r} (session "
                 f"{s.session_id!r}); pass it in agents="
             )
-        if s.agent not in checked:
-            if s.fingerprint not in fingerprints(agent):
-                raise ConfigError(
-                    f"resume: agent {s.agent!r} is not configured as it was when run "
-                    f"{run.run_id!r} recorded it (instructions, model, tools, params or "
-                    "limits differ); resume with the same agent definition"
-                )
-            checked.add(s.agent)
+        # Every session's, not each name's first: one run may hold two configurations
+        # under one name (a conflict the store noted), and each session needs its own.
+        ok = allowed.get(s.agent)
+        if ok is None:
+            ok = allowed[s.agent] = fingerprints(agent)
+        if s.fingerprint not in ok:
+            raise ConfigError(
+                f"resume: agent {s.agent!r} is not configured as it was when run "
+                f"{run.run_id!r} recorded it (instructions, model, tools, params or "
+                f"limits differ; session {s.session_id!r}); resume with the same agent "
+                "definition"
+            )
         session = agent.session(s.task, session_id=s.session_id, metadata=s.metadata)
         messages, turns = rebuild(run, s, attempt)
         pending = last.calls if last is not None else ()

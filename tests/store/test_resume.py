@@ -13,7 +13,7 @@ from agentflow import Agent, ConfigError, Event, Fleet, FleetResult, StoreError,
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.store import SQLiteStore
 
-from .fleets import agents, contents, driver
+from .fleets import agents, contents, driver, resume, run_cut
 
 N = 24
 
@@ -247,3 +247,20 @@ def test_a_resume_rides_out_a_store_it_cannot_ask_for_a_while(
         assert b.status == "completed", (b.session_id, b.error)
         assert b.messages == a.messages
     assert contents(cut, "run-1") == contents(tmp_path / "whole.db", "run-1")
+
+
+def test_each_sessions_configuration_is_checked_before_anything_runs(tmp_path: Path) -> None:
+    """Two agents of one name but different instructions share a run (the store notes the
+    conflict): resuming with one of them is a ConfigError naming the other's session,
+    before any attempt starts — only each name's first session used to be checked, and
+    the other failed mid-attempt, inside the fleet's task group."""
+    a, b = (
+        Agent(name="x", model="sim", instructions=f"You are {who}.", tools=agents()[0].tools)
+        for who in ("A", "B")
+    )
+    path = tmp_path / "two.db"
+    assert run_virtual(run_cut(path, [a, b], 4, 2)) is None
+    before = contents(path, "run-1")
+    with pytest.raises(ConfigError, match=r"agent 'x' is not configured .*session 's01'"):
+        run_virtual(resume(path, [a]))
+    assert contents(path, "run-1") == before  # nothing ran, no attempt was recorded

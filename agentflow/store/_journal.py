@@ -39,6 +39,7 @@ twice.
 from __future__ import annotations
 
 import contextlib
+import errno
 import glob
 import mmap
 import os
@@ -144,7 +145,8 @@ class _Segment:
     """One mapped, locked segment file."""
 
     __slots__ = (
-        "agents", "faulted", "fd", "mm", "name", "offset", "path", "seq", "size", "texts",
+        "__weakref__", "agents", "faulted", "fd", "mm", "name", "offset", "path", "seq", "size",
+        "texts",
     )  # fmt: skip
 
     def __init__(self, tmp: Path, size: int) -> None:
@@ -153,20 +155,27 @@ class _Segment:
         # that is not yet locked. ~1–2 ms of CPU per 8 MiB here, so the writer thread
         # makes the next one ahead of time (:meth:`Journal.make_spare`).
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        self.fd = fd
+        _made.add(self)  # a fork from now on lets go of it (_after_fork_in_child)
         try:
             assert fcntl is not None
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.fstat(fd).st_nlink == 0:  # another opener took it for a dead one's
+                raise FileNotFoundError(errno.ENOENT, "removed before it was locked", str(tmp))
             if hasattr(os, "posix_fallocate"):
                 os.posix_fallocate(fd, 0, size)
             _fill(fd, size)
-            mm = mmap.mmap(fd, size)
-            mm[: len(_MAGIC)] = _MAGIC
+            self.mm = mmap.mmap(fd, size)
+            self.mm[: len(_MAGIC)] = _MAGIC
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+            with contextlib.suppress(AttributeError):
+                self.mm.close()
             os.close(fd)
+            _made.discard(self)
             raise
-        self.fd, self.mm, self.path, self.name = fd, mm, tmp, tmp.name
+        self.path, self.name = tmp, tmp.name
         self.seq, self.size, self.offset = 0, size, len(_MAGIC)
         self.faulted = 0  # bytes from the start that prefault() mapped in
         #: id(AgentInfo) -> (its ref, the object, kept so that the id stays its own) for
@@ -192,6 +201,7 @@ class _Segment:
         self.faulted = max(self.faulted, end)
 
     def close(self, *, delete: bool) -> None:
+        _made.discard(self)  # (its descriptor's number may be another file's from now on)
         if delete:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(self.path)
@@ -274,6 +284,11 @@ class Journal:
         return seg
 
     def _make(self, size: int) -> _Segment:
+        for _ in range(2):
+            try:
+                return _Segment(self._dir / f".{self._stem}-{secrets.token_hex(4)}.tmp", size)
+            except FileNotFoundError:  # an opener's cleanup, between its creation and lock
+                continue
         return _Segment(self._dir / f".{self._stem}-{secrets.token_hex(4)}.tmp", size)
 
     def make_spare(self) -> None:
@@ -351,20 +366,34 @@ def _let_go_in_child(self: Journal) -> None:
     segs = [*self._segments, *([self._spare] if self._spare is not None else [])]
     self._segments, self._spare = [], None
     for s in segs:
-        with contextlib.suppress(OSError):
-            os.close(s.fd)
-        # The mapping holds a duplicate of the descriptor (CPython's mmap dups it), which
-        # shares the lock too: unmapping the child's copy closes it (the parent's stays).
-        with contextlib.suppress(OSError, BufferError, ValueError):
-            s.mm.close()
+        _let_go_of(s)
+
+
+def _let_go_of(s: _Segment) -> None:
+    """Close a forked child's copies of ``s``'s descriptors."""
+    _made.discard(s)
+    with contextlib.suppress(OSError):
+        os.close(s.fd)
+    # The mapping holds a duplicate of the descriptor (CPython's mmap dups it), which
+    # shares the lock too: unmapping the child's copy closes it (the parent's stays).
+    with contextlib.suppress(OSError, BufferError, ValueError, AttributeError):
+        s.mm.close()
 
 
 _live: weakref.WeakSet[Journal] = weakref.WeakSet()
 
 
+#: Every segment of this process not closed yet (one being made included).
+_made: weakref.WeakSet[_Segment] = weakref.WeakSet()
+
+
 def _after_fork_in_child() -> None:
     for j in list(_live):
         _let_go_in_child(j)
+    # And a segment no journal held yet at the fork (a spare being made by the writer
+    # thread): its descriptors would keep the lock too.
+    for seg in list(_made):
+        _let_go_of(seg)
 
 
 if hasattr(os, "register_at_fork"):

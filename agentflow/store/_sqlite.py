@@ -321,7 +321,9 @@ class SQLiteStore(JournaledWriter):
         stopped = False
         try:
             self._loop(conn)
-            stopped = True
+            # (Not if the loop failed on its own: the batches it dropped are only in the
+            # journal, which the next open then ingests.)
+            stopped = self._failed is None
         finally:
             self._close_journal(conn, delete=stopped)
             conn.close()

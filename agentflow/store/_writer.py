@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import os
 import queue
 import threading
@@ -283,17 +284,24 @@ class BatchWriter(Generic[C]):
         bug, not a record's or the database's error, which ``_commit`` keeps), every call
         waiting now or later gets a :class:`StoreError` saying so — none waits forever on
         a thread that is gone."""
+        batch: list[Any] = []  # the one being run (its calls are out of the queue)
         try:
-            self._serve(conn)
+            self._serve(conn, batch)
         except Exception as exc:  # said to every call, and logged; the thread ends
             _log.error("store.writer_failed", store=self._where, error=repr(exc), exc_info=exc)
-            self._fail_all(
+            err = (
                 exc
                 if isinstance(exc, StoreError)
                 else StoreError(f"{self._where}: the store's writer thread failed: {exc!r}")
             )
+            self._fail_all(err)
+            for item in batch:
+                if isinstance(item, Call) and not item.future.done():
+                    with contextlib.suppress(concurrent.futures.InvalidStateError):
+                        item.future.set_exception(err)
 
-    def _serve(self, conn: C) -> None:
+    def _serve(self, conn: C, batch: list[Any]) -> None:
+        """Run batches until the closing call; ``batch`` is the one being run."""
         q, urgent = self._queue, self._urgent
         while True:
             try:
@@ -306,7 +314,7 @@ class BatchWriter(Generic[C]):
                 if not urgent.is_set():
                     urgent.wait(self.batch_interval_s)
                 urgent.clear()
-            batch = [first]
+            batch[:] = [first]
             try:
                 while True:
                     batch.append(q.get_nowait())

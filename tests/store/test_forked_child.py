@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agentflow import StoreError
-from agentflow.store import SQLiteStore
+from agentflow.store import SQLiteStore, _journal
 
 from ..wait import GUARD_S
 from .journal_child import tool_result
@@ -90,3 +90,23 @@ def test_a_store_the_parent_never_opened_is_the_childs(tmp_path: Path) -> None:
     assert _in_child(child) == 0
     rows = sqlite3.connect(db).execute("SELECT call_id FROM tool_calls").fetchall()
     assert rows == [("call-1",)]
+
+
+@pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
+def test_a_segment_being_made_at_the_fork_is_not_kept_locked_by_the_child(
+    tmp_path: Path,
+) -> None:
+    """The writer thread makes the next segment while the loop's thread forks: the child
+    must not keep that segment's descriptors (they share the parent's lock, and a child
+    outliving its killed parent would keep the segment from the next open). It used to:
+    only segments a journal held were let go of."""
+    seg = _journal._Segment(tmp_path / ".x.af-journal-1-00.tmp", 1 << 16)  # no journal's
+
+    def child() -> None:
+        with pytest.raises(OSError, match="Bad file descriptor"):
+            os.fstat(seg.fd)  # closed in the child by the at-fork hook
+
+    try:
+        assert _in_child(child) == 0
+    finally:
+        seg.close(delete=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -150,3 +151,69 @@ def test_a_call_on_its_way_when_the_store_closes_says_it_is_closed(tmp_path: Pat
             await asyncio.wait_for(store.flush(), GUARD_S)
 
     asyncio.run(main())
+
+
+@pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
+def test_a_segment_removed_before_it_was_locked_is_made_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another store opening the database cleans up segments being made when their
+    process died: one that is being made right now, not yet locked, looks the same. The
+    store makes another and keeps its journal (it used to turn the journal off for good:
+    a ``kill -9`` then lost records)."""
+    real = _journal.fcntl.flock  # type: ignore[attr-defined]
+    removed: list[str] = []
+
+    def flock(fd: int, op: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+        if path.endswith(".tmp") and not removed:  # the other opener's cleanup, now
+            os.unlink(path)
+            removed.append(path)
+        real(fd, op)
+
+    monkeypatch.setattr(_journal.fcntl, "flock", flock)  # type: ignore[attr-defined]
+
+    async def main() -> bool:
+        store = SQLiteStore(tmp_path / "t.db")
+        await store.open()
+        store.write(start())
+        store.write(tool_result(0))
+        journal = store.journal
+        await store.aclose()
+        return journal
+
+    assert asyncio.run(main()) is True
+    assert removed
+    assert _rows(tmp_path / "t.db", "SELECT call_id FROM tool_calls") == [("call-0",)]
+
+
+@pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
+def test_a_writer_that_fails_on_its_own_keeps_the_journal(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer thread fails on its own (a bug): the flush it was running says so (it
+    waited forever: its call was out of the queue the failure drains), and the batches
+    dropped are only in the journal, so the journal is kept and the next open commits
+    them (it was deleted as if the store had closed cleanly)."""
+    db = tmp_path / "bug.db"
+
+    async def main() -> None:
+        store = SQLiteStore(db)
+        await store.open()
+        store.write(start())
+        store.write(tool_result(0))
+
+        def broken(conn: Any, batch: Any) -> bool:
+            raise RuntimeError("a bug in the writer")
+
+        monkeypatch.setattr(store, "_run_batch", broken)
+        with pytest.raises(StoreError, match="writer thread failed"):
+            await asyncio.wait_for(store.flush(), GUARD_S)
+        await store.aclose()
+        monkeypatch.undo()
+        again = SQLiteStore(db)
+        await again.open()
+        await again.aclose()
+
+    asyncio.run(main())
+    assert _rows(db, "SELECT call_id FROM tool_calls") == [("call-0",)]

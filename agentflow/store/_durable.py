@@ -159,7 +159,14 @@ class DurableRun:
         async def one(e: Session | SessionResult) -> Session | SessionResult:
             return await gate.admit(e) if isinstance(e, Session) else e
 
-        self.entries = list(await asyncio.gather(*(one(e) for e in self.entries)))
+        tasks = [asyncio.ensure_future(one(e)) for e in self.entries]
+        try:
+            self.entries = list(await asyncio.gather(*tasks))
+        except BaseException:  # none goes on claiming after the attempt gave up
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         if getattr(self.store, "release_each_session", True):
             self.recorder.on_session_end = self._session_ended
 

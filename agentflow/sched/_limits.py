@@ -20,7 +20,9 @@ release), which errs on the side of staying under the limit.
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
+from typing import Any
 
 from aiolimiter import AsyncLimiter
 
@@ -51,23 +53,35 @@ class Limits:
 
     def __post_init__(self) -> None:
         if self.max_in_flight is not None and (
-            not isinstance(self.max_in_flight, int) or self.max_in_flight < 1
+            not isinstance(self.max_in_flight, int)
+            or isinstance(self.max_in_flight, bool)
+            or self.max_in_flight < 1
         ):
             raise ConfigError(
                 f"Limits.max_in_flight must be an int ≥ 1, got {self.max_in_flight!r}"
             )
-        for name in ("rpm", "tpm", "kv_tokens"):
+        for name in ("rpm", "tpm"):
             value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ConfigError(f"Limits.{name} must be > 0, got {value!r}")
-        if not self.burst_s > 0:
-            raise ConfigError(f"Limits.burst_s must be > 0, got {self.burst_s!r}")
+            if value is not None and not (_number(value) and 0 < value < math.inf):
+                raise ConfigError(
+                    f"Limits.{name} must be a finite number > 0 (None: no cap), got {value!r}"
+                )
+        k = self.kv_tokens
+        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+            raise ConfigError(f"Limits.kv_tokens must be an int ≥ 1 (None: no cap), got {k!r}")
+        if not (_number(self.burst_s) and 0 < self.burst_s < math.inf):
+            raise ConfigError(f"Limits.burst_s must be a finite number > 0, got {self.burst_s!r}")
 
     def gate(self) -> RateGate | None:
         """A fresh runtime for the rate limits, or ``None`` when there are none."""
         if self.rpm is None and self.tpm is None:
             return None
         return RateGate(self.rpm, self.tpm, self.burst_s)
+
+
+def _number(value: Any) -> bool:
+    """Whether ``value`` is a real number (not a bool, not a string)."""
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 #: The shortest wait for a bucket (s): a deficit of a few ulps must still move the clock.

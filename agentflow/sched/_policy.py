@@ -18,6 +18,7 @@ Write your own as a function or an object with ``__call__``; it may keep its own
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Protocol
 
@@ -69,8 +70,8 @@ class FairShare:
     name = "fair"
 
     def __init__(self, quantum_s: float = 0.1) -> None:
-        if quantum_s <= 0:
-            raise ConfigError(f"FairShare quantum_s must be > 0, got {quantum_s!r}")
+        if not 0 < quantum_s < math.inf:  # (NaN fails too)
+            raise ConfigError(f"FairShare quantum_s must be finite and > 0, got {quantum_s!r}")
         self._quantum = quantum_s * _NS
         self._finish: dict[str, float] = {}
 
@@ -118,8 +119,8 @@ class Priority:
     name = "priority"
 
     def __init__(self, boost_s: float = 30.0) -> None:
-        if boost_s < 0:
-            raise ConfigError(f"Priority boost_s must be ≥ 0, got {boost_s!r}")
+        if not 0 <= boost_s < math.inf:  # (NaN fails too; inf would rank 0 * inf = NaN)
+            raise ConfigError(f"Priority boost_s must be finite and ≥ 0, got {boost_s!r}")
         self._boost = boost_s * _NS
 
     def __call__(self, ticket: Ticket, state: SchedulerState, /) -> float:
@@ -141,8 +142,10 @@ class Deadline:
     def __init__(self, default_slo_s: float = 10.0, slo_s: Mapping[str, float] | None = None):
         targets = dict(slo_s or {})
         for agent, value in [("default_slo_s", default_slo_s), *targets.items()]:
-            if value < 0:
-                raise ConfigError(f"Deadline SLO for {agent!r} must be ≥ 0, got {value!r}")
+            if not 0 <= value < math.inf:  # (NaN fails too)
+                raise ConfigError(
+                    f"Deadline SLO for {agent!r} must be finite and ≥ 0, got {value!r}"
+                )
         self._default = default_slo_s * _NS
         self._slo = {k: v * _NS for k, v in targets.items()}
 

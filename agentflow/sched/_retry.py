@@ -85,8 +85,10 @@ class RetryPolicy:
                 f"RetryPolicy.max_attempts must be an int ≥ 1, got {self.max_attempts!r}"
             )
         for name in ("backoff_s", "max_backoff_s", "max_retry_after_s"):
-            if not getattr(self, name) >= 0:
-                raise ConfigError(f"RetryPolicy.{name} must be ≥ 0, got {getattr(self, name)!r}")
+            if not 0 <= getattr(self, name) < math.inf:  # every wait has a finite bound
+                raise ConfigError(
+                    f"RetryPolicy.{name} must be finite and ≥ 0, got {getattr(self, name)!r}"
+                )
         g = self.give_up_after_s
         if g is not None and not (0 < g < math.inf):
             raise ConfigError(

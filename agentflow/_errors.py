@@ -121,8 +121,9 @@ class StreamProtocolError(_WithTrace):
 
     Attributes:
         payload: the offending bytes (cut to 500), when one payload is to blame.
-        unfinished: the body ended cleanly but early (no finish reason, no ``[DONE]``):
-            a stream cut mid-way rather than a malformed one.
+        unfinished: the body ended cleanly but early (no finish reason, no ``[DONE]``,
+            or in the middle of an event): a stream cut mid-way rather than a malformed
+            one.
     """
 
     def __init__(

@@ -133,7 +133,7 @@ class _Connection(PooledConnection):
         ex = self._ex
         if ex is None:
             return
-        if ex.status and not ex.framed:
+        if ex.status and not ex.framed and exc is None:
             ex.keep = False  # a body delimited by the close has just ended: this is success
             self._finish(ex, ex.stream.clock())
         else:

@@ -173,11 +173,17 @@ class StreamState:
         self.end(clock())
 
     def end(self, now: int) -> None:
-        """The body ended at ``now``: feed a last event that had no blank line after it."""
+        """The body ended at ``now``: feed a last event that had no blank line after it.
+        One that does not parse was cut by the end of the body (a connection closed in
+        the middle of an event): ``unfinished``, as a stream that stopped early is."""
         try:
             feed = self._feed
             for payload in self.decoder.flush():
-                feed(payload, now)
+                try:
+                    feed(payload, now)
+                except StreamProtocolError as exc:
+                    exc.unfinished = True
+                    raise
         except StreamProtocolError as exc:
             self._attach(exc, now)
             raise

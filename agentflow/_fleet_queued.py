@@ -9,7 +9,8 @@ up front (``Scheduler.offer``); each heap entry's waiter is a :class:`_Queued`, 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from agentflow.sched import Grant
 
@@ -47,12 +48,14 @@ class _Starter:
         """Run ``session`` from its granted first turn (or the error that failed it)."""
         coro = session._run(self._runner, self._bus, self._tool_limit, self._clock, first)
         try:
-            self._tg.create_task(coro, name=session.session_id)
+            task = self._tg.create_task(coro, name=session.session_id)
         except RuntimeError:  # the group is shutting down: the run is being cancelled
             coro.close()
             if isinstance(first, Grant):
                 self._runner.scheduler.release(first, used_tokens=None, ok=None)
             self._cancelled(session)
+        else:
+            task.add_done_callback(if_never_ran(session, self._runner, self._bus, first))
         self._left -= 1
         if self._left == 0 and not self.all_started.done():
             self.all_started.set_result(None)
@@ -70,6 +73,23 @@ class _Starter:
 
     def _cancelled(self, session: Session) -> None:
         session._end(self._runner, self._bus, "cancelled", None, asyncio.CancelledError())
+
+
+def if_never_ran(
+    session: Session, runner: TurnRunner, bus: EventBus, first: Grant | BaseException | None
+) -> Callable[[asyncio.Task[Any]], None]:
+    """A done callback for ``session``'s task: a task cancelled before its first step
+    (the run cancelled in the loop pass it was made in) never ran the session, whose own
+    ``finally`` would have ended it — so end it as cancelled here (its result, its end
+    event and record), and give back the turn ``first`` granted it, if any."""
+
+    def check(task: asyncio.Task[Any]) -> None:
+        if task.cancelled() and session.result is None:
+            if isinstance(first, Grant):
+                runner.scheduler.release(first, used_tokens=None, ok=None)
+            session._end(runner, bus, "cancelled", None, asyncio.CancelledError())
+
+    return check
 
 
 class _Queued:

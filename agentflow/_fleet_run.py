@@ -16,7 +16,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from agentflow._events import FleetEndEvent, FleetStartEvent
-from agentflow._fleet_queued import _Queued, _Starter
+from agentflow._fleet_queued import _Queued, _Starter, if_never_ran
 from agentflow._fleet_types import FleetResult, ReplicaStats
 from agentflow._gcfreeze import Refreezer
 from agentflow._logging import get_logger
@@ -101,6 +101,9 @@ async def run_in_process(
                     )
                     for s in sessions
                 ]
+                if gate is None:  # (a gate's session may be another worker's to end)
+                    for s, t in zip(sessions, tasks, strict=True):
+                        t.add_done_callback(if_never_ran(s, runner, bus, None))
             if fleet.freeze_gc:
                 # After every session's first step: the queued ones' stacks are frozen
                 # too; then, now and then, whatever the run has kept since.

@@ -245,6 +245,45 @@ async def test_cancelling_the_run_ends_queued_sessions_as_cancelled() -> None:
     assert session_tasks(ids) == []
 
 
+async def test_a_session_granted_as_the_run_is_cancelled_still_ends_cancelled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The run is cancelled in the loop pass that grants a queued session its first turn
+    (here: just before the 6th grant), so its new task is cancelled before its first
+    step and never runs the session: it still ends ``cancelled`` with its end event (it
+    used to have no result at all, and its grant was never given back)."""
+    from agentflow import _fleet_queued
+
+    real = _fleet_queued._Queued.set_result
+    grants = [0]
+    run: asyncio.Task[Any] | None = None
+
+    def set_result(self: Any, grant: Any, /) -> None:
+        grants[0] += 1
+        if grants[0] == 6 and run is not None:
+            run.cancel()
+        real(self, grant)
+
+    monkeypatch.setattr(_fleet_queued._Queued, "set_result", set_result)
+    gate = asyncio.Event()
+    gate.set()
+    ends: list[SessionEndEvent] = []
+    sessions = [agent().session(f"task {i}") for i in range(12)]
+    fleet = Fleet(
+        GatedTransport(gate),
+        max_concurrency=4,
+        callbacks=[lambda e: ends.append(e) if isinstance(e, SessionEndEvent) else None],
+    )
+    run = asyncio.create_task(fleet.run(sessions))
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert grants[0] >= 6
+    assert all(s.result is not None for s in sessions), [
+        s.session_id for s in sessions if s.result is None
+    ]
+    assert sorted(e.session_id for e in ends) == sorted(s.session_id for s in sessions)
+
+
 async def test_a_policy_that_raises_fails_its_sessions_not_the_run() -> None:
     """A policy that raises for one agent's tickets fails those sessions with its error
     (an ErrorEvent each), as it did when each session asked in its own task; the others

@@ -356,19 +356,6 @@ class Journal:
         return [marker_key(s.name) for s in segs] if delete else []
 
 
-def _let_go_in_child(self: Journal) -> None:
-    """In a forked child: close the segments' descriptors, which share the parent's open
-    files and so its ``flock`` — a child outliving a killed parent would keep its
-    journal locked, and the next open would take it for a live store's. The parent's
-    locks stay (a lock belongs to the open file, which the parent still holds); no lock
-    is taken here (another thread may have held it at the fork). The child writes no
-    segment (``_next`` refuses): they are the parent's."""
-    segs = [*self._segments, *([self._spare] if self._spare is not None else [])]
-    self._segments, self._spare = [], None
-    for s in segs:
-        _let_go_of(s)
-
-
 def _let_go_of(s: _Segment) -> None:
     """Close a forked child's copies of ``s``'s descriptors."""
     _made.discard(s)
@@ -388,10 +375,15 @@ _made: weakref.WeakSet[_Segment] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
+    """In a forked child: close the descriptors of every segment (a journal's, and one
+    the writer thread was making at the fork), which share the parent's open files and
+    so its ``flock`` — a child outliving a killed parent would keep its journal locked,
+    and the next open would take it for a live store's. The parent's locks stay (a lock
+    belongs to the open file, which the parent still holds); no lock is taken here
+    (another thread may have held it at the fork). The child writes no segment
+    (``_next`` refuses): they are the parent's."""
     for j in list(_live):
-        _let_go_in_child(j)
-    # And a segment no journal held yet at the fork (a spare being made by the writer
-    # thread): its descriptors would keep the lock too.
+        j._segments, j._spare = [], None
     for seg in list(_made):
         _let_go_of(seg)
 

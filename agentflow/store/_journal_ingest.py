@@ -37,7 +37,7 @@ from agentflow.store._journal_format import (
     marker_key,
 )
 from agentflow.store._records import AgentInfo, Record
-from agentflow.store._sqlite_write import Row, records_fault
+from agentflow.store._sqlite_write import Row, write_each
 
 try:
     import fcntl
@@ -197,7 +197,7 @@ def _ingest_one(
         records: list[Record | Row] = []
         for end, record in frames(data, start):  # noqa: B007 (``end``: where they stop)
             records.append(record)
-        lost = _write_each(conn, records, write)
+        lost = write_each(conn, records, write)
         if left_out is not None:
             left_out.extend(lost)
         count = len(records) - len(lost)
@@ -208,36 +208,3 @@ def _ingest_one(
         raise
     os.unlink(path)
     return count
-
-
-def _write_each(
-    conn: sqlite3.Connection,
-    records: list[Record | Row],
-    write: Callable[[sqlite3.Connection, list[Record | Row]], None],
-) -> list[tuple[Record | Row, Exception]]:
-    """Write ``records`` inside the caller's transaction; should one fail on its own,
-    again one by one, each in a savepoint, leaving out (and returning, with its error)
-    those that fail. SQLite's own errors fail it."""
-    conn.execute("SAVEPOINT ingest")
-    try:
-        write(conn, records)
-    except Exception as exc:
-        if not records_fault(exc):
-            raise
-        conn.execute("ROLLBACK TO ingest")
-    else:
-        conn.execute("RELEASE ingest")
-        return []
-    lost: list[tuple[Record | Row, Exception]] = []
-    for r in records:
-        conn.execute("SAVEPOINT one")
-        try:
-            write(conn, [r])
-        except Exception as exc:
-            if not records_fault(exc):
-                raise
-            conn.execute("ROLLBACK TO one")
-            lost.append((r, exc))
-        conn.execute("RELEASE one")
-    conn.execute("RELEASE ingest")
-    return lost

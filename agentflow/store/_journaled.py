@@ -61,18 +61,8 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
             # (max_batch, flushes) before the interval runs out, and the closing commit
             # is followed by no write. The first segment is made at open (``_main``).
             self._ready_journal()
-        lost: list[tuple[Record | io.Row, Exception]] = []
         try:
-            try:
-                self._transaction(conn, records, journal, mark)
-            except Exception as exc:
-                if not io.records_fault(exc):
-                    raise
-                # A record's own: commit the others without it.
-                _log.error("store.record_failed", path=str(self.path), error=repr(exc))
-                lost = self._transaction(conn, records, journal, mark, one_by_one=True)
-                if lost:
-                    self._left_out([(io.describe(r), e) for r, e in lost])
+            lost = self._transaction(conn, records, journal, mark)
         except Exception as exc:  # SQLite's own (locked, full, I/O), or a bug here
             # (caught here, the thread lives on: a later flush reports it, not hangs).
             # With the journal, such a failure (any of them: a damaged page as well as
@@ -90,6 +80,9 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
                 "store.write_failed", path=str(self.path), records=len(records), error=repr(exc)
             )
             return
+        if lost:  # records that failed on their own: the others are committed
+            _log.error("store.record_failed", path=str(self.path), error=repr(lost[0][1]))
+            self._left_out([(io.describe(r), e) for r, e in lost])
         self._stale_keys = []
         self._held_committed()
         self._pending_mark = None
@@ -106,30 +99,15 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         records: list[Record | io.Row],
         journal: Journal | None,
         mark: Mark | None,
-        *,
-        one_by_one: bool = False,
     ) -> list[tuple[Record | io.Row, Exception]]:
         """Commit ``records``, the journal's markers up to ``mark`` and the deletion of
-        stale markers in one transaction. ``one_by_one``: each record in a savepoint of
-        its own, and a record that fails on its own (it cannot be encoded or bound: a
-        lone surrogate in a text, say) is left out instead of failing the transaction —
-        returned with its error. SQLite's own errors (``OperationalError``) fail it."""
-        lost: list[tuple[Record | io.Row, Exception]] = []
+        stale markers in one transaction. A record that fails on its own (it cannot be
+        encoded or bound: a lone surrogate in a text, say) is left out instead of failing
+        the transaction — returned with its error (:func:`_sqlite_write.write_each`).
+        SQLite's own errors fail it."""
         conn.execute("BEGIN IMMEDIATE")
         try:
-            if not one_by_one:
-                io.write_records(conn, records)
-            else:
-                for r in records:
-                    conn.execute("SAVEPOINT one")
-                    try:
-                        io.write_records(conn, [r])
-                    except Exception as exc:
-                        if not io.records_fault(exc):
-                            raise
-                        conn.execute("ROLLBACK TO one")
-                        lost.append((r, exc))
-                    conn.execute("RELEASE one")
+            lost = io.write_each(conn, records)
             if journal is not None and mark is not None:
                 with self._batch_lock:
                     markers = journal.committed(mark)

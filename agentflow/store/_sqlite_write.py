@@ -8,7 +8,7 @@ from __future__ import annotations
 import dataclasses
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -35,6 +35,7 @@ __all__ = [
     "describe",
     "prepare",
     "records_fault",
+    "write_each",
     "write_record",
     "write_records",
 ]
@@ -303,3 +304,38 @@ def _run_started(conn: sqlite3.Connection, r: RunStarted) -> None:
         "INSERT INTO run_attempts (run_id, attempt, wall_ns, clock_ns) VALUES (?,?,?,?)",
         (r.run_id, r.attempt, r.wall_ns, r.clock_ns),
     )
+
+
+def write_each(
+    conn: sqlite3.Connection,
+    items: list[Record | Row],
+    write: Callable[[sqlite3.Connection, list[Record | Row]], None] | None = None,
+) -> list[tuple[Record | Row, Exception]]:
+    """Write ``items`` inside the caller's transaction (with ``write``, by default
+    :func:`write_records`); should one fail on its own (:func:`records_fault`), again one
+    by one, each in a savepoint, leaving out — and returning, with its error — those that
+    fail. SQLite's own errors fail it."""
+    write = write or write_records
+    conn.execute("SAVEPOINT each")
+    try:
+        write(conn, items)
+    except Exception as exc:
+        if not records_fault(exc):
+            raise
+        conn.execute("ROLLBACK TO each")
+    else:
+        conn.execute("RELEASE each")
+        return []
+    lost: list[tuple[Record | Row, Exception]] = []
+    for r in items:
+        conn.execute("SAVEPOINT one")
+        try:
+            write(conn, [r])
+        except Exception as exc:
+            if not records_fault(exc):
+                raise
+            conn.execute("ROLLBACK TO one")
+            lost.append((r, exc))
+        conn.execute("RELEASE one")
+    conn.execute("RELEASE each")
+    return lost

@@ -147,12 +147,17 @@ class RateGate:
         if self._requests is not None:
             await self._requests.charge(1)
         if self._tokens is not None:
-            amount = tokens + self._debt
+            debt = self._debt
+            amount = tokens + debt
             self._debt = 0.0
-            while amount > 0:  # a request bigger than the bucket is charged in bucket-fulls
-                part = self._clamp(amount)
-                await self._tokens.charge(part)
-                amount -= part
+            try:
+                while amount > 0:  # one bigger than the bucket is charged in bucket-fulls
+                    part = self._clamp(amount)
+                    await self._tokens.charge(part)
+                    amount -= part
+            except BaseException:  # cancelled: the debt not charged yet is still owed
+                self._debt += max(0.0, min(debt, amount))
+                raise
             self.charged_tokens += tokens
         self.started += 1
 

@@ -14,6 +14,7 @@ is exact, and minutes of traffic take a few seconds.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import threading
@@ -269,3 +270,29 @@ async def test_the_prompt_estimate_counts_the_tool_schemas() -> None:
     schema_chars = len(json.dumps(TOOL.tool_specs, separators=(",", ":")))
     assert all(t.prompt_tokens >= schema_chars // 4 for t in tickets)
     assert all(t.max_output_tokens == 32 for t in tickets)
+
+
+def test_a_cancelled_take_keeps_the_debt_it_did_not_charge() -> None:
+    """The dispatcher cancelled while a request waits for the token bucket (its
+    ``aclose``): the server's debt not charged yet is still owed by the next request,
+    so the rate holds across the cancellation."""
+
+    async def main() -> tuple[float, float]:
+        gate = Limits(tpm=6000.0, burst_s=1.0).gate()  # 100 tokens a second, 100 at once
+        assert gate is not None
+        await gate.take(100)  # the bucket is full
+        gate.settle(reserved=100, used=150)  # and 50 more are owed
+        waiting = asyncio.ensure_future(gate.take(10))
+        await asyncio.sleep(0.2)  # it waits: 160 do not fit yet
+        assert not waiting.done()
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        t0 = asyncio.get_running_loop().time()
+        await gate.take(10)  # 50 owed + 10: waits for them to drain
+        return t0, asyncio.get_running_loop().time()
+
+    t0, t1 = run_virtual(main())
+    # 100 in the bucket, less 0.2 s of drain (20), plus 60: 140 do not fit until 0.4 s
+    # more have drained — without the debt, 10 more would fit at once.
+    assert t1 - t0 >= 0.39

@@ -119,6 +119,18 @@ class Agent:
             except ConfigError as exc:
                 raise ConfigError(f"Agent {self.name!r}: {exc}") from None
             object.__setattr__(self, "context", chain)
+        elif self.context is not None and not callable(getattr(self.context, "bind", None)):
+            from agentflow._context_chain import ContextChain, is_prefix_source
+
+            if is_prefix_source(self.context):  # it says what it needs before it
+                try:
+                    ContextChain([self.context])
+                except ConfigError as exc:
+                    raise ConfigError(f"Agent {self.name!r}: {exc}") from None
+            raise ConfigError(
+                f"Agent {self.name!r}: context {self.context!r} is not a context link "
+                "(it has no bind())"
+            )
         bad = _RESERVED.intersection(self.params)
         if bad:
             raise ConfigError(

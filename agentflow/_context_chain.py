@@ -154,7 +154,7 @@ class ContextChain(Link["SessionContext"]):
         for i, link in enumerate(given):
             if isinstance(link, ContextChain):
                 raise ConfigError(f"context[{i}] is a ContextChain; list its links instead")
-            if not callable(getattr(link, "bind", None)) and not _is_prefix_source(link):
+            if not callable(getattr(link, "bind", None)) and not is_prefix_source(link):
                 raise ConfigError(
                     f"context[{i}]: {link!r} is not a context link (it has no bind())"
                 )
@@ -163,7 +163,7 @@ class ContextChain(Link["SessionContext"]):
         for link in given:
             hook = getattr(link, "chain_links", None)
             found = tuple(hook(given)) if callable(hook) else (link,)
-            expanded.extend(_PrefixLink(x) if _is_prefix_source(x) else x for x in found)
+            expanded.extend(_PrefixLink(x) if is_prefix_source(x) else x for x in found)
         _no_repeats(expanded)
         for i, x in enumerate(expanded):
             if isinstance(x, _PrefixLink) and not any(
@@ -284,7 +284,7 @@ def _merged(earlier: PromptInfo, later: PromptInfo) -> PromptInfo:
     return later
 
 
-def _is_prefix_source(link: object) -> bool:
+def is_prefix_source(link: object) -> bool:
     """A prefix index (it gives per-session trackers) rather than a link."""
     return not hasattr(link, "bind") and callable(getattr(link, "session", None))
 

@@ -265,21 +265,23 @@ class Session:
         """The turn loop. ``first``: the grant of the first turn's ticket (from
         :meth:`_first_ticket`), or what failed it, when a fleet queued it already."""
         agent = self.agent
-        if agent.context is not None and self._context is None:
-            self._context = bind_context(
-                agent.context,
-                session_id=self.session_id,
-                agent=agent.name,
-                emit=bus.emit,
-                model=agent.model,
-                params=agent.params,
-            )
         status: SessionStatus = "error"
         error: BaseException | None = None
         final: str | None = None
         agent_var, session_var, turn_var = _log_vars()
         bound_agent, bound_session = agent_var.set(agent.name), session_var.set(self.session_id)
         try:
+            if agent.context is not None and self._context is None:
+                # Inside: a budget that cannot bind (no window known for the model) ends
+                # this session with its ConfigError, not the fleet with it.
+                self._context = bind_context(
+                    agent.context,
+                    session_id=self.session_id,
+                    agent=agent.name,
+                    emit=bus.emit,
+                    model=agent.model,
+                    params=agent.params,
+                )
             if self._prepare is not None:
                 prepare, self._prepare = self._prepare, None
                 await prepare()

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 from agentflow._errors import ToolError
 from agentflow._events import ErrorEvent, ToolCallEvent, ToolResultEvent
+from agentflow._gather import gather_or_cancel
 from agentflow._sendable import sendable_text
 
 if TYPE_CHECKING:
@@ -36,7 +37,9 @@ async def run_tools(
     clock: Clock,
 ) -> None:
     """Run turn ``index``'s tool ``calls`` and append their results to ``session``."""
-    outputs = await asyncio.gather(  # the caller binds the turn: tools log it
+    # The caller binds the turn: tools log it. One call's error ends the session
+    # (tool_errors="raise"): its siblings are cancelled, not left running past its end.
+    outputs = await gather_or_cancel(
         *[_run_tool(session, index, c, bus, limit, clock) for c in calls]
     )
     for call, output in zip(calls, outputs, strict=True):

@@ -137,15 +137,20 @@ class Tool:
         """
         import pydantic  # here, not at import: `import agentflow` does not load it
 
-        tool_name = name or fn.__name__
+        if not callable(fn):
+            raise ConfigError(f"tool {name or fn!r}: {fn!r} is not callable")
+        described = fn
+        if not hasattr(fn, "__name__"):  # a callable object: described by its __call__
+            described = getattr(fn, "__call__")  # noqa: B004, B009 - mypy sees only Callable
+        tool_name = name or getattr(fn, "__name__", None) or type(fn).__name__
         doc = docstring_parser.parse(inspect.getdoc(fn) or "")
         param_docs = {p.arg_name: p.description or "" for p in doc.params}
         try:
-            hints = get_type_hints(fn)
+            hints = get_type_hints(described)
         except NameError as exc:
             raise ConfigError(f"tool {tool_name!r}: cannot resolve a type hint: {exc}") from exc
         fields: dict[str, Any] = {}
-        for pname, param in inspect.signature(fn).parameters.items():
+        for pname, param in inspect.signature(described).parameters.items():
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise ConfigError(f"tool {tool_name!r}: *{pname} parameters cannot be described")
             if pname not in hints:
@@ -239,19 +244,33 @@ class Tool:
                     result = await asyncio.get_running_loop().run_in_executor(TOOL_THREADS, call)
                 else:
                     result = self.fn(**kwargs)
-                    if inspect.isawaitable(result):
-                        result = await result
+                if inspect.isawaitable(result):  # a plain wrapper around an async function
+                    result = await result
         except TimeoutError as exc:
             if not deadline.expired():
                 raise self._raised(exc) from exc  # the tool's own TimeoutError
             if threaded:
                 _log.warning("tool.thread_left_running", tool=self.name, timeout_s=limit)
             raise ToolTimeout(tool=self.name, timeout_s=limit, threaded=threaded) from None
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # the session (or the run) is cancelled
+            raise self._raised(exc) from exc  # the tool's own: an inner task it awaited
         except Exception as exc:
             raise self._raised(exc) from exc
-        return result if isinstance(result, str) else _to_text(result)
+        if isinstance(result, str):
+            return result
+        try:
+            return _to_text(result)
+        except Exception as exc:  # a cycle, a value whose str() raises
+            raise ToolError(
+                f"tool {self.name!r} returned a {type(result).__name__} that cannot be made "
+                f"text: {type(exc).__name__}: {exc}",
+                tool=self.name,
+            ) from exc
 
-    def _raised(self, exc: Exception) -> ToolError:
+    def _raised(self, exc: BaseException) -> ToolError:
         return ToolError(f"tool {self.name!r} raised {type(exc).__name__}: {exc}", tool=self.name)
 
     def _parse(self, arguments: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from agentflow import (
     MaxTurnsExceeded,
     ServerError,
     TokenEvent,
+    Tool,
     ToolError,
 )
 from agentflow.testing import Reply, ScriptedServer
@@ -134,3 +135,36 @@ def test_error_event_is_typed() -> None:
     """ErrorEvent says where the failure happened."""
     e = ErrorEvent(agent="a", session_id="s", turn=0, where="tool", error=ValueError())
     assert e.type == "error" and e.where == "tool"
+
+
+async def test_a_raised_tool_error_cancels_the_sibling_calls() -> None:
+    """tool_errors='raise' and two calls in one turn: one fails at once, the other waits.
+    The session ends with the ToolError only after the other call was cancelled: no tool
+    runs, and no event comes, past the session's end."""
+    import asyncio
+
+    cancelled: list[str] = []
+    events: list[str] = []
+
+    async def wait_long(what: str) -> str:
+        """Wait a long time."""
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(what)
+            raise
+        return "done"
+
+    agent = Agent(
+        name="strict",
+        model="m",
+        tools=[Tool.from_function(wait_long, in_thread=False), explode],
+        tool_errors="raise",
+    )
+    reply = Reply.stream(tool_calls=[("wait_long", {"what": "page"}), ("explode", {"reason": "x"})])
+    async with ScriptedServer([reply]) as srv, HTTPTransport(srv.base_url) as t:
+        result = await agent.session("go").run(t, callbacks=[lambda e: events.append(e.type)])
+        assert cancelled == ["page"]  # already, not when the loop shuts down
+    assert result.status == "error" and isinstance(result.error, ToolError)
+    assert events[-1] == "session_end"
+    assert "tool_result" not in events

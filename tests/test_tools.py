@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 from typing import Literal
 
@@ -157,3 +158,82 @@ def test_schemas_json_cannot_carry_are_config_errors() -> None:
         Tool(name="f", description="", parameters={"properties": {1: {}}}, fn=_noop)
     with pytest.raises(ConfigError, match="not JSON"):
         Tool(name="f", description="", parameters={"default": object()}, fn=_noop)
+
+
+async def _fetch(url: str) -> str:
+    return f"fetched {url}"
+
+
+@functools.wraps(_fetch)
+def _plain_wrapper(*args: object, **kwargs: object) -> object:
+    """A plain decorator's wrapper around an async function: it returns the coroutine."""
+    return _fetch(*args, **kwargs)  # type: ignore[arg-type]
+
+
+class _Fetcher:
+    """Fetch a page (a callable object)."""
+
+    async def __call__(self, url: str) -> str:
+        return f"object fetched {url}"
+
+
+@pytest.mark.parametrize("in_thread", [True, False])
+async def test_a_plain_wrapper_of_an_async_tool_is_awaited(in_thread: bool) -> None:
+    """Not the coroutine's repr: what the coroutine returns, in a thread or not."""
+    t = Tool.from_function(_plain_wrapper, name="fetch", in_thread=in_thread)
+    assert await t.invoke('{"url": "a"}') == "fetched a"
+
+
+async def test_a_callable_object_is_a_tool() -> None:
+    t = Tool.from_function(_Fetcher())
+    assert t.name == "_Fetcher"
+    assert t.spec()["function"]["parameters"]["required"] == ["url"]
+    assert await t.invoke('{"url": "b"}') == "object fetched b"
+    with pytest.raises(ConfigError, match="is not callable"):
+        Tool.from_function(42, name="n")  # type: ignore[arg-type]
+
+
+async def test_a_tools_own_cancelled_error_is_a_tool_error() -> None:
+    """The tool awaits an inner task that is cancelled: that is the tool's failure (its
+    ToolError goes back to the model), not the session's cancellation."""
+
+    @tool(in_thread=False)
+    async def inner() -> str:
+        """Wait on a task that gets cancelled."""
+        task = asyncio.ensure_future(asyncio.sleep(3600))
+        asyncio.get_running_loop().call_soon(task.cancel)
+        await task
+        return "never"
+
+    with pytest.raises(ToolError, match="'inner' raised CancelledError") as info:
+        await inner.invoke("{}")
+    assert info.value.tool == "inner"
+
+
+async def test_a_cancelled_call_is_still_cancelled() -> None:
+    started = asyncio.Event()
+
+    @tool(in_thread=False)
+    async def slow() -> str:
+        """Wait."""
+        started.set()
+        await asyncio.sleep(3600)
+        return "never"
+
+    call = asyncio.ensure_future(slow.invoke("{}"))
+    await started.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+
+
+async def test_a_result_that_cannot_be_text_is_a_tool_error() -> None:
+    @tool(in_thread=False)
+    def cyclic() -> list[object]:
+        """A list that holds itself."""
+        out: list[object] = []
+        out.append(out)
+        return out
+
+    with pytest.raises(ToolError, match="'cyclic' returned a list that cannot be made text"):
+        await cyclic.invoke("{}")

@@ -14,6 +14,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import ConfigError, RunNotFound, StoreError
+from agentflow._gather import gather_or_cancel
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
 from agentflow.store._budgets import recharge
@@ -159,14 +160,8 @@ class DurableRun:
         async def one(e: Session | SessionResult) -> Session | SessionResult:
             return await gate.admit(e) if isinstance(e, Session) else e
 
-        tasks = [asyncio.ensure_future(one(e)) for e in self.entries]
-        try:
-            self.entries = list(await asyncio.gather(*tasks))
-        except BaseException:  # none goes on claiming after the attempt gave up
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            raise
+        # None goes on claiming after the attempt gave up.
+        self.entries = await gather_or_cancel(*[one(e) for e in self.entries])
         if getattr(self.store, "release_each_session", True):
             self.recorder.on_session_end = self._session_ended
 

@@ -19,13 +19,16 @@ The SDK is imported when a request is first streamed, not with agentflow: it bri
 
 from __future__ import annotations
 
+import contextlib
+import math
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from agentflow._errors import (
     ConfigError,
     ConnectError,
     StreamInterrupted,
+    StreamPhase,
     StreamTimeout,
 )
 from agentflow._redact import display_url, register_headers, register_secret, register_url
@@ -130,23 +133,25 @@ class OpenAITransport:
             raise await status_error(
                 exc.status_code, exc.response.headers, _body(exc), self.endpoint
             ) from None
-        except openai.APITimeoutError:
+        except openai.APITimeoutError as exc:  # before the response: which limit says why
+            phase, part, limit = _sdk_timeout(self._client, exc.__cause__)
             raise StreamTimeout(
-                f"the OpenAI client's timeout ran out on {self.endpoint}",
-                phase="total",
-                timeout_s=_timeout_s(self._client),
+                f"the OpenAI client's {part} timeout of {limit:g} s ran out on {self.endpoint}",
+                phase=phase,
+                timeout_s=limit,
                 endpoint=self.endpoint,
+                trace=st.partial() if phase == "idle" else None,
             ) from None
         except openai.APIConnectionError as exc:
             raise ConnectError(
                 f"no response from {self.endpoint}: {type(exc).__name__}: {exc}",
                 endpoint=self.endpoint,
             ) from exc
-        except httpx2.TimeoutException:
+        except httpx2.TimeoutException as exc:
             raise StreamTimeout(
                 f"read timeout mid-stream on {self.endpoint}",
                 phase="idle",
-                timeout_s=_timeout_s(self._client),
+                timeout_s=_sdk_timeout(self._client, exc)[2],
                 endpoint=self.endpoint,
                 trace=st.partial(),
             ) from None
@@ -180,10 +185,12 @@ async def _read_some(response: httpx2.Response) -> bytes:
 
 
 async def _body_bytes(exc: openai.APIStatusError) -> bytes:
+    """What the error quotes of the body: at most 64 KiB of it. (The SDK has read the
+    whole body before it raised: docs/reliability.md, "Transport differences".)"""
     import httpx2
 
     try:
-        return await exc.response.aread()
+        return (await exc.response.aread())[:MAX_ERROR_BODY]
     except httpx2.HTTPError:
         return b""
 
@@ -192,9 +199,32 @@ def _body(exc: openai.APIStatusError) -> Awaitable[bytes]:
     return _body_bytes(exc)
 
 
-def _timeout_s(client: openai.AsyncOpenAI) -> float:
-    timeout: Any = client.timeout
-    if isinstance(timeout, int | float):
-        return float(timeout)
-    read = getattr(timeout, "read", None)
-    return float(read) if isinstance(read, int | float) else 0.0
+def _sdk_timeout(client: openai.AsyncOpenAI, cause: object) -> tuple[StreamPhase, str, float]:
+    """For an SDK timeout caused by ``cause`` (an httpx timeout): the phase, the timeout's
+    part (``connect``, ``pool``, ``write``, ``read``) and its limit in seconds — as the
+    request carried it, else as the client sets it; NaN if neither says (never 0)."""
+    import httpx2
+
+    phase: StreamPhase
+    if isinstance(cause, httpx2.ConnectTimeout):
+        phase, part = "connect", "connect"
+    elif isinstance(cause, httpx2.PoolTimeout):  # no pooled connection came free
+        phase, part = "connect", "pool"
+    elif isinstance(cause, httpx2.WriteTimeout):  # the request could not be sent
+        phase, part = "connect", "write"
+    elif isinstance(cause, httpx2.ReadTimeout):  # no byte came
+        phase, part = "idle", "read"
+    else:
+        phase, part = "total", "read"
+    sent: object = None
+    if isinstance(cause, httpx2.RequestError):
+        with contextlib.suppress(RuntimeError):  # no request attached
+            sent = cause.request.extensions.get("timeout")
+    for value in (
+        sent.get(part) if isinstance(sent, dict) else None,
+        client.timeout,
+        getattr(client.timeout, part, None),
+    ):
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return phase, part, float(value)
+    return phase, part, math.nan

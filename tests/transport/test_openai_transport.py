@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import httpx2
 import openai
 import pytest
@@ -10,8 +13,10 @@ from agentflow import (
     ConnectError,
     HTTPTransport,
     RateLimitError,
+    ServerError,
     StreamInterrupted,
     StreamProtocolError,
+    StreamTimeout,
 )
 from agentflow.llamacpp import free_port
 from agentflow.testing import Reply, ScriptedServer, sse_frames
@@ -95,3 +100,71 @@ async def test_client_transport_seam() -> None:
     await OpenAITransport(client, owns_client=True).aclose()
     assert trace.content == "via mock"
     assert seen[0].url.path == "/v1/chat/completions"
+
+
+async def test_a_large_error_body_is_quoted_to_64_kib() -> None:
+    """The SDK reads a 4 MiB error body whole; the error keeps its first 64 KiB, as
+    HTTPTransport's does."""
+    big = Reply(frames=[b"x" * (4 << 20)], status=500)
+    async with ScriptedServer([big, big]) as srv:
+        client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="k", max_retries=0)
+        with pytest.raises(ServerError) as via_sdk:
+            await OpenAITransport(client, owns_client=True).stream(REQ)
+        await client.close()
+        async with HTTPTransport(srv.base_url) as t:
+            with pytest.raises(ServerError) as direct:
+                await t.stream(REQ)
+    assert via_sdk.value.body == direct.value.body
+    assert 60_000 < len(via_sdk.value.body) <= 64 * 1024
+
+
+class _Silent:
+    """A server that reads each request and never answers (until the test ends)."""
+
+    def __init__(self) -> None:
+        self.got_one = asyncio.Event()
+
+    async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            await reader.readuntil(b"\r\n\r\n")
+            self.got_one.set()
+            await asyncio.sleep(3600)
+        writer.close()
+
+
+async def test_an_sdk_timeout_names_the_part_that_ran_out() -> None:
+    """Before any response: the SDK's read timeout is phase 'idle' with its limit and
+    the trace so far; its pool timeout (the only connection is busy) is phase
+    'connect' with the pool's limit — never a 0 s stand-in."""
+    silent = _Silent()
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    try:
+        client = openai.AsyncOpenAI(
+            base_url=url, api_key="k", max_retries=0, timeout=httpx2.Timeout(None, read=0.3)
+        )
+        with pytest.raises(StreamTimeout) as read:
+            await OpenAITransport(client, owns_client=True).stream(REQ)
+        await client.close()
+        assert (read.value.phase, read.value.timeout_s) == ("idle", 0.3)
+        assert "read timeout of 0.3 s" in str(read.value)
+        assert read.value.trace is not None and read.value.trace.chunk_ns == ()
+
+        http = httpx2.AsyncClient(
+            limits=httpx2.Limits(max_connections=1), timeout=httpx2.Timeout(None, pool=0.2)
+        )
+        client = openai.AsyncOpenAI(base_url=url, api_key="k", max_retries=0, http_client=http)
+        transport = OpenAITransport(client, owns_client=True)
+        silent.got_one.clear()
+        holder = asyncio.ensure_future(transport.stream(REQ))  # takes the one connection
+        await asyncio.wait_for(silent.got_one.wait(), 60)
+        with pytest.raises(StreamTimeout) as pool:
+            await transport.stream(REQ)
+        holder.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await holder
+        await transport.aclose()
+        assert (pool.value.phase, pool.value.timeout_s) == ("connect", 0.2)
+        assert "pool timeout of 0.2 s" in str(pool.value)
+    finally:
+        server.close()

@@ -20,7 +20,14 @@ from agentflow._errors import ConfigError
 __all__ = ["Constant", "Dist", "LogNormal", "Uniform", "Zipf", "sample_value"]
 
 
-class Constant(msgspec.Struct, frozen=True, kw_only=True, tag="constant", tag_field="kind"):
+class Constant(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag="constant",
+    tag_field="kind",
+    forbid_unknown_fields=True,
+):
     """Always ``value``. In JSON, a plain number means the same: ``"turns": 4``.
 
     Attributes:
@@ -37,8 +44,16 @@ class Constant(msgspec.Struct, frozen=True, kw_only=True, tag="constant", tag_fi
         return self.value
 
 
-class Uniform(msgspec.Struct, frozen=True, kw_only=True, tag="uniform", tag_field="kind"):
-    """Uniform on ``[low, high]`` (integers: each whole number in it equally likely).
+class Uniform(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag="uniform",
+    tag_field="kind",
+    forbid_unknown_fields=True,
+):
+    """Uniform on ``[low, high]``; for a whole-number figure (turns, tokens, width),
+    each whole number in it equally likely.
 
     Attributes:
         low, high: the bounds, ``low ≤ high``.
@@ -58,7 +73,14 @@ class Uniform(msgspec.Struct, frozen=True, kw_only=True, tag="uniform", tag_fiel
         return rng.uniform(self.low, self.high)
 
 
-class LogNormal(msgspec.Struct, frozen=True, kw_only=True, tag="lognormal", tag_field="kind"):
+class LogNormal(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag="lognormal",
+    tag_field="kind",
+    forbid_unknown_fields=True,
+):
     """Log-normal with the given mean and shape, optionally clipped to ``[low, high]``.
 
     Long-tailed and positive: tool latencies, think times and prompt lengths of agentic
@@ -89,7 +111,14 @@ class LogNormal(msgspec.Struct, frozen=True, kw_only=True, tag="lognormal", tag_
         return _clip(rng.lognormvariate(mu, self.sigma), self.low, self.high)
 
 
-class Zipf(msgspec.Struct, frozen=True, kw_only=True, tag="zipf", tag_field="kind"):
+class Zipf(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag="zipf",
+    tag_field="kind",
+    forbid_unknown_fields=True,
+):
     """Zipf on the integers ``low … high``: ``P(k) ∝ (k − low + 1) ** −s``.
 
     Most draws are small, a few are large: turns per session, sub-agents per fork.
@@ -159,8 +188,9 @@ def _clip(x: float, low: float | None, high: float | None) -> float:
     return x
 
 
-def _check_dist(name: str, dist: Dist, *, minimum: float) -> None:
-    """A distribution's support must not go below ``minimum`` where that is checkable."""
+def _check_dist(name: str, dist: Dist, *, minimum: float, maximum: float = math.inf) -> None:
+    """A distribution's support must not go below ``minimum``, nor above ``maximum``,
+    where that is checkable (an unbounded tail is clipped to ``maximum`` when sampled)."""
     if isinstance(dist, bool) or not isinstance(
         dist, int | float | Constant | Uniform | LogNormal | Zipf
     ):
@@ -177,3 +207,12 @@ def _check_dist(name: str, dist: Dist, *, minimum: float) -> None:
         lo = dist.low if dist.low is not None else None
     if lo is not None and lo < minimum:
         raise ConfigError(f"{name} must be ≥ {minimum:g}, but can be {lo:g}")
+    hi: float | None
+    if isinstance(dist, int | float):
+        hi = float(dist)
+    elif isinstance(dist, Constant):
+        hi = dist.value
+    else:
+        hi = dist.high
+    if hi is not None and hi > maximum:
+        raise ConfigError(f"{name} must be ≤ {maximum:,.10g}, but can be {hi:,.10g}")

@@ -25,13 +25,20 @@ from typing import Any
 import msgspec
 
 from agentflow._errors import ConfigError
-from agentflow.bench._dist import Dist, _check_dist, sample_value
+from agentflow.bench._dist import Dist, Uniform, _check_dist, sample_value
 from agentflow.bench._script import _NO_WAIT, SessionScript, TurnScript, synth_text
 
 __all__ = ["FanOut", "SessionTemplate", "Workload", "load_workload"]
 
+#: The most turns a session may have, tokens one figure may be (a prompt's, a message's,
+#: a prefix's: ten 1M-token windows) and sub-agents one fork may make: a larger figure is
+#: a typo, which would otherwise hang the bench or run it out of memory.
+MAX_TURNS, MAX_TOKENS, MAX_WIDTH = 10_000, 10_000_000, 1_000
 
-class FanOut(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+
+class FanOut(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
+):
     """Sub-agents a session forks and waits for (fan-out / fan-in).
 
     After a parent turn (not its last), with probability ``probability`` and while it
@@ -55,14 +62,16 @@ class FanOut(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     max_forks: int = 1
 
     def __post_init__(self) -> None:
-        _check_dist("fanout.width", self.width, minimum=1)
+        _check_dist("fanout.width", self.width, minimum=1, maximum=MAX_WIDTH)
         if not 0 <= self.probability <= 1:
             raise ConfigError(f"fanout.probability must be in [0, 1], got {self.probability!r}")
         if self.max_forks < 0:
             raise ConfigError(f"fanout.max_forks must be ≥ 0, got {self.max_forks}")
 
 
-class SessionTemplate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class SessionTemplate(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
+):
     """A kind of session in a workload; each session samples its figures from it.
 
     Attributes:
@@ -103,16 +112,23 @@ class SessionTemplate(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=T
         where = f"template {self.name!r}"
         if not (math.isfinite(self.weight) and self.weight >= 0):
             raise ConfigError(f"{where}: weight must be a finite number ≥ 0, got {self.weight!r}")
-        _check_dist(f"{where}: turns", self.turns, minimum=1)
+        _check_dist(f"{where}: turns", self.turns, minimum=1, maximum=MAX_TURNS)
         if self.first_prompt_tokens is not None:
-            _check_dist(f"{where}: first_prompt_tokens", self.first_prompt_tokens, minimum=1)
-        _check_dist(f"{where}: prompt_tokens", self.prompt_tokens, minimum=1)
-        _check_dist(f"{where}: output_tokens", self.output_tokens, minimum=1)
+            _check_dist(
+                f"{where}: first_prompt_tokens",
+                self.first_prompt_tokens,
+                minimum=1,
+                maximum=MAX_TOKENS,
+            )
+        _check_dist(f"{where}: prompt_tokens", self.prompt_tokens, minimum=1, maximum=MAX_TOKENS)
+        _check_dist(f"{where}: output_tokens", self.output_tokens, minimum=1, maximum=MAX_TOKENS)
         _check_dist(f"{where}: tool_latency_s", self.tool_latency_s, minimum=0)
         _check_dist(f"{where}: think_time_s", self.think_time_s, minimum=0)
 
 
-class Workload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class Workload(
+    msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True, forbid_unknown_fields=True
+):
     """A synthetic agentic workload: session templates and the prefixes they share.
 
     Write it in JSON (``load_workload``) or build it in Python. A session's system
@@ -149,9 +165,9 @@ class Workload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             raise ConfigError(f"workload {self.name!r}: duplicate template names {dupes}")
         if not any(t.weight > 0 for t in self.templates):
             raise ConfigError(f"workload {self.name!r}: no template has weight > 0")
-        if self.shared_prefix_tokens < 0:
+        if not 0 <= self.shared_prefix_tokens <= MAX_TOKENS:
             raise ConfigError(
-                f"workload {self.name!r}: shared_prefix_tokens must be ≥ 0, "
+                f"workload {self.name!r}: shared_prefix_tokens must be in [0, {MAX_TOKENS:,}], "
                 f"got {self.shared_prefix_tokens}"
             )
         by_name = {t.name: t for t in self.templates}
@@ -174,9 +190,10 @@ class Workload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
                         f"fork sub-agents of its own"
                     )
         for group, n in self.group_prefix_tokens.items():
-            if n < 0:
+            if not 0 <= n <= MAX_TOKENS:
                 raise ConfigError(
-                    f"workload {self.name!r}: group_prefix_tokens[{group!r}] must be ≥ 0, got {n}"
+                    f"workload {self.name!r}: group_prefix_tokens[{group!r}] must be in "
+                    f"[0, {MAX_TOKENS:,}], got {n}"
                 )
 
     def template(self, name: str) -> SessionTemplate:
@@ -222,19 +239,22 @@ class Workload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
             if tmpl.cache_bust:
                 system = f"[{session_id} {rng.getrandbits(64):016x}]\n{system}"
                 key = None
-        n_turns = _sample_int(tmpl.turns, rng, 1)
+        n_turns = _sample_int(tmpl.turns, rng, 1, MAX_TURNS)
         first = tmpl.first_prompt_tokens if tmpl.first_prompt_tokens is not None else None
         turns: list[TurnScript] = []
         forks = 0
         fork_next: tuple[SessionScript, ...] = ()
         for k in range(n_turns):
             tokens = _sample_int(
-                first if (k == 0 and first is not None) else tmpl.prompt_tokens, rng, 1
+                first if (k == 0 and first is not None) else tmpl.prompt_tokens,
+                rng,
+                1,
+                MAX_TOKENS,
             )
             turns.append(
                 TurnScript(
                     tokens=tokens,
-                    max_tokens=_sample_int(tmpl.output_tokens, rng, 1),
+                    max_tokens=_sample_int(tmpl.output_tokens, rng, 1, MAX_TOKENS),
                     tool_s=_sample_s(tmpl.tool_latency_s, rng) if k else _NO_WAIT,
                     think_s=_sample_s(tmpl.think_time_s, rng) if k else _NO_WAIT,
                     subagents=fork_next,
@@ -249,7 +269,7 @@ class Workload(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
                 and rng.random() < fan.probability
             ):
                 sub_t = self.template(fan.template)
-                width = _sample_int(fan.width, rng, 1)
+                width = _sample_int(fan.width, rng, 1, MAX_WIDTH)
                 fork_next = tuple(
                     self._session(
                         sub_t,
@@ -296,8 +316,14 @@ def load_workload(source: str | Path | Mapping[str, Any]) -> Workload:
         raise ConfigError(f"workload: not valid JSON: {exc}") from None
 
 
-def _sample_int(dist: Dist, rng: random.Random, minimum: int) -> int:
-    return max(minimum, round(sample_value(dist, rng)))
+def _sample_int(dist: Dist, rng: random.Random, minimum: int, maximum: int) -> int:
+    """A whole-number draw in ``[minimum, maximum]``; a uniform one takes each whole
+    number of its range equally often (rounding a real draw would halve the ends')."""
+    if isinstance(dist, Uniform):
+        lo, hi = math.ceil(dist.low), math.floor(dist.high)
+        if lo <= hi:  # one draw of rng, as rng.uniform makes
+            return min(maximum, max(minimum, lo + min(hi - lo, int(rng.random() * (hi - lo + 1)))))
+    return min(maximum, max(minimum, round(sample_value(dist, rng))))
 
 
 def _sample_s(dist: Dist, rng: random.Random) -> float:

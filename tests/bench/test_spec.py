@@ -154,6 +154,24 @@ def test_json_round_trip_and_builtins(tmp_path: Path) -> None:
         ({"templates": [{"name": "t", "fanout": {"template": "nope"}}]}, "unknown template 'nope'"),
         ({"templates": [{"name": "t", "weight": 0}]}, "no template has weight > 0"),
         ({"templates": [{"name": "t", "tool_latency_s": -1}]}, "tool_latency_s must be ≥ 0"),
+        # A misspelt field is refused, not ignored (the run would use the default).
+        ({"templates": [{"name": "t", "turn": 8}]}, "unknown field `turn` - at `$.templates[0]`"),
+        ({"name": "w", "template": [], "templates": [{"name": "t"}]}, "unknown field `template`"),
+        (
+            {"templates": [{"name": "t", "turns": {"kind": "uniform", "low": 1, "hi": 4}}]},
+            "unknown field `hi`",
+        ),
+        (
+            {"templates": [{"name": "t", "fanout": {"template": "t", "widht": 2}}]},
+            "unknown field `widht`",
+        ),
+        # A figure no run could hold is refused before it hangs the bench or fills memory.
+        (
+            {"templates": [{"name": "t", "turns": {"kind": "uniform", "low": 1, "high": 1e9}}]},
+            "turns must be ≤ 10,000, but can be 1,000,000,000",
+        ),
+        ({"templates": [{"name": "t", "prompt_tokens": 1e10}]}, "prompt_tokens must be ≤"),
+        ({"shared_prefix_tokens": 10**10, "templates": [{"name": "t"}]}, "shared_prefix_tokens"),
     ],
 )
 def test_bad_workloads_name_the_field(doc: dict, names: str) -> None:  # type: ignore[type-arg]
@@ -189,3 +207,24 @@ def test_scripts_can_be_built_by_hand() -> None:
         SessionScript(session_id="x", turns=())
     with pytest.raises(ConfigError, match="max_tokens"):
         TurnScript(tokens=3, max_tokens=0)
+
+
+def test_a_uniform_whole_number_takes_each_value_equally() -> None:
+    """Uniform(1, 4) turns: 1, 2, 3 and 4 each about a quarter of the sessions (rounding
+    a real draw gave the ends half the middle's share)."""
+    w = Workload(templates=(SessionTemplate(name="t", turns=Uniform(low=1, high=4)),))
+    counts = [0] * 5
+    for i in range(4000):
+        counts[len(w.sample(i, seed=3).turns)] += 1
+    assert counts[0] == 0
+    assert all(850 <= c <= 1150 for c in counts[1:]), counts
+
+
+def test_an_unbounded_tail_is_clipped_to_the_figures_limit() -> None:
+    """A long-tailed prompt length never draws more than MAX_TOKENS."""
+    from agentflow.bench._workload_spec import MAX_TOKENS
+
+    tail = LogNormal(mean=5_000_000, sigma=3.0)
+    w = Workload(templates=(SessionTemplate(name="t", prompt_tokens=tail, turns=5),))
+    sizes = [t.tokens for i in range(200) for t in w.sample(i).turns[1:]]
+    assert max(sizes) == MAX_TOKENS

@@ -32,6 +32,7 @@ from prometheus_client.metrics_core import (
 if TYPE_CHECKING:
     from aiohttp import web  # imported when a server starts, not with agentflow
 
+from agentflow._errors import ConfigError
 from agentflow._events import (
     ErrorEvent,
     Event,
@@ -82,8 +83,14 @@ _HELP = {
 class _Histogram:
     __slots__ = ("bounds", "counts", "total")
 
-    def __init__(self, bounds: Sequence[float]) -> None:
-        self.bounds = tuple(sorted(float(b) for b in bounds))
+    def __init__(self, bounds: Sequence[float], name: str = "") -> None:
+        for b in bounds:
+            if isinstance(b, bool) or not isinstance(b, int | float) or math.isnan(b):
+                raise ConfigError(f"buckets[{name!r}]: {b!r} is not a number")
+            if b == -math.inf:
+                raise ConfigError(f"buckets[{name!r}]: -inf is not a bucket bound")
+        # +Inf is every histogram's last bucket already; a bound given twice is one bucket.
+        self.bounds = tuple(sorted({float(b) for b in bounds if b != math.inf}))
         self.counts = [0] * (len(self.bounds) + 1)
         self.total = 0.0
 
@@ -136,9 +143,9 @@ class PrometheusExporter:
         bounds = {**DEFAULT_BUCKETS, **(buckets or {})}
         unknown = set(bounds) - set(DEFAULT_BUCKETS)
         if unknown:
-            raise ValueError(f"no histogram named {sorted(unknown)[0]!r}")
+            raise ConfigError(f"buckets: no histogram named {sorted(unknown)[0]!r}")
         self.prefix = prefix
-        self._h = {name: _Histogram(b) for name, b in bounds.items()}
+        self._h = {name: _Histogram(b, name) for name, b in bounds.items()}
         self._in_flight = in_flight
         self.turns = 0
         self.output_tokens = {"server_usage": 0, "chunk_count": 0}

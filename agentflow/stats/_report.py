@@ -259,6 +259,10 @@ def _throughput(stats: FleetStats, origin: int, duration: float) -> dict[str, An
         return out
     vals = {name: ts.values(name) for name in ts.names}
     end_of_run = origin + round(duration * 1e9) if duration > 0 else None
+    if end_of_run is not None and stats.last_ns is not None:
+        # The origin may precede the fleet's start (a caller's start_ns), while the
+        # fleet's wall time runs from its start: the run ends no earlier than its last turn.
+        end_of_run = max(end_of_run, stats.last_ns)
     for i in range(len(ts)):
         # A bucket's rate is over the part of it inside the run (the first and last
         # buckets may stick out of it); a bucket wholly outside keeps its full width.

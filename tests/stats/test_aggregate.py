@@ -207,6 +207,20 @@ def test_throughput_over_time() -> None:
     assert t["slo_turns_per_s"]["fast"] == pytest.approx([1.0, 1.0, 20.0])
 
 
+def test_the_last_bucket_runs_to_the_last_turn() -> None:
+    """The report's origin (start_ns) 0.35 s before the fleet started, the fleet's wall
+    time from its own start: the run ends at its last turn (10.4 s), not at origin +
+    wall time (10.05 s), so the last bucket's one request is 1 in flight, not 8."""
+    s = FleetStats(start_ns=0, bucket_s=1.0)
+    t = trace(sent_ms=500, chunks_ms=[600, 10_300], end_ms=10_400, completion=100)
+    s(turn_end("a", "a-1", 0, t, ready_ms=500))
+    s.wall_s = 10.05
+    tp = s.report()["throughput"]
+    assert tp["dt_s"][-1] == pytest.approx(0.4)
+    assert tp["in_flight"][-3:] == pytest.approx([1.0, 1.0, 1.0])
+    assert tp["output_tps"][-1] == pytest.approx(tp["output_tps"][-2])
+
+
 def test_context_by_turn_index() -> None:
     """Turn 0: a's 1000 (b/T0 unreported); turn 1: 1200 and 1500."""
     by_turn = stats_of_fixed_run().report()["context"]["by_turn"]

@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentflow import ErrorEvent, ToolResultEvent
+from agentflow import ConfigError, ErrorEvent, ToolResultEvent
 from agentflow.stats import PrometheusExporter
 from tests.stats.traces import fixed_run, session_end
 
@@ -108,8 +108,23 @@ def test_private_registry_and_custom_buckets() -> None:
     buckets = [s for s in fams["agentflow_e2e_request_latency_seconds"].samples
                if s.name.endswith("_bucket")]  # fmt: skip
     assert [s.labels["le"] for s in buckets] == ["1.0", "+Inf"]
-    with pytest.raises(ValueError, match="no histogram"):
+    with pytest.raises(ConfigError, match="no histogram"):
         PrometheusExporter(buckets={"nope": [1.0]})
+
+
+def test_bucket_bounds_are_numbers_and_inf_is_implied() -> None:
+    """A user's list holding +Inf (or a bound twice) still gives one +Inf bucket — a
+    second would be a duplicate series to a scraper; a bound that is no number is a
+    ConfigError naming the histogram."""
+    exp = PrometheusExporter(buckets={"e2e_request_latency_seconds": [1, 5, 5, math.inf]})
+    exp(fixed_run()[0])
+    fams = families(exp.text())
+    les = [s.labels["le"] for s in fams["agentflow_e2e_request_latency_seconds"].samples
+           if s.name.endswith("_bucket")]  # fmt: skip
+    assert les == ["1.0", "5.0", "+Inf"]
+    for bad in (math.nan, -math.inf, "1", True):
+        with pytest.raises(ConfigError, match="e2e_request_latency_seconds"):
+            PrometheusExporter(buckets={"e2e_request_latency_seconds": [1, bad]})  # type: ignore[list-item]
 
 
 async def test_openmetrics_negotiation() -> None:

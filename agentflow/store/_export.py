@@ -12,6 +12,7 @@ from agentflow.store._resume import stored_result
 
 if TYPE_CHECKING:
     from agentflow._fleet import FleetResult
+    from agentflow._session import SessionResult
 
 __all__ = ["export_report", "load_result"]
 
@@ -21,13 +22,31 @@ def result_of(run: StoredRun) -> FleetResult:
     ended show as ``cancelled``), every time on the first attempt's clock."""
     from agentflow._fleet import FleetResult
 
+    sessions = [stored_result(run, s) for s in run.sessions]
     return FleetResult(
-        sessions=[stored_result(run, s) for s in run.sessions],
+        sessions=sessions,
         wall_s=_active_wall_s(run),
-        peak_in_flight=0,
+        peak_in_flight=_peak(sessions),
         retries=sum(t.failed_attempts for s in run.sessions for t in s.turns),
         run_id=run.run_id,
     )
+
+
+def _peak(sessions: list[SessionResult]) -> int:
+    """The most recorded turns whose request was streaming at once (sent → end): the
+    run's peak in flight as its record shows it — failed attempts, not recorded, left
+    out, so at most the live figure."""
+    edges = sorted(
+        edge
+        for s in sessions
+        for t in s.turns
+        for edge in ((t.trace.sent_ns, 1), (t.trace.end_ns, -1))
+    )  # an end sorts before a start at the same instant: back to back is not overlap
+    peak = now = 0
+    for _, step in edges:
+        now += step
+        peak = max(peak, now)
+    return peak
 
 
 async def load_result(store: Store, run_id: str) -> FleetResult:

@@ -53,6 +53,8 @@ def test_a_recorded_run_reads_back_whole(tmp_path: Path) -> None:
         assert [t.trace for t in b.turns] == [t.trace for t in a.turns]
         assert [t.metrics for t in b.turns] == [t.metrics for t in a.turns]
         assert (b.status, b.final_output) == (a.status, a.final_output)
+    # The peak in flight, from the recorded turns' request intervals (not a stand-in 0).
+    assert loaded.peak_in_flight == result.peak_in_flight == 4  # type: ignore[attr-defined]
     rows = contents(path, result.run_id)  # type: ignore[attr-defined]
     assert len(rows["turns"]) == sum(len(s.turns) for s in ran)
     calls = [c for s in ran for t in s.turns for c in t.trace.tool_calls]

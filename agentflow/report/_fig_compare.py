@@ -7,6 +7,7 @@ from typing import Any
 
 from agentflow.report._canvas import Figure, color, finite, new_figure, style, to_png
 from agentflow.report._runs import Run
+from agentflow.stats._sketch import nearest_rank
 
 __all__ = ["compare_runs"]
 
@@ -63,7 +64,7 @@ def _compare_panels() -> list[tuple[str, str, list[tuple[str, Any]]]]:
 
 def _agent_q(run: Run, q: float) -> float | None:
     vs = sorted(finite([(a.get("decode_tps") or {}).get("mean") for a in run.report["agents"]]))
-    return vs[min(len(vs) - 1, int(q * len(vs)))] if vs else None
+    return vs[nearest_rank(q, len(vs))] if vs else None  # the report's own definition
 
 
 def compare_runs(runs: Sequence[Run]) -> Figure | None:

@@ -22,6 +22,7 @@ from agentflow.report._canvas import (
     to_png,
 )
 from agentflow.report._runs import Run
+from agentflow.stats._sketch import nearest_rank
 
 __all__ = ["client_vs_server", "decode_distribution", "latency_cdf"]
 
@@ -156,7 +157,7 @@ def decode_distribution(runs: Sequence[Run]) -> Figure:
             if not vs:
                 continue
             vs_sorted = sorted(vs)
-            med = vs_sorted[len(vs_sorted) // 2]
+            med = vs_sorted[nearest_rank(0.5, len(vs_sorted))]
             ax.hist(
                 vs,
                 bins=bins,

@@ -7,6 +7,8 @@ import itertools
 import math
 from typing import Any
 
+import pytest
+
 from agentflow.report import Run, make_figures
 from agentflow.report._fig_run import _spans
 from tests.report.runs import virtual_report
@@ -57,3 +59,22 @@ def test_a_report_from_before_the_new_fields_still_draws() -> None:
     del report["fleet"]["total_tps"]
     figures = {f.key: f for f in make_figures([Run("old", report)])}
     assert figures["errors_retries"].png.startswith(b"\x89PNG")
+
+
+def test_per_agent_figures_use_the_reports_nearest_rank_quantiles() -> None:
+    """Ten agents decoding at 10, 20, … 100 tok/s: the comparison figure's p50 and p90 are
+    the report's own (50, 90), not the 6th and the 10th value."""
+    from agentflow.report._fig_compare import _agent_q
+    from agentflow.stats import FleetStats
+    from tests.stats.traces import trace, turn_end
+
+    stats = FleetStats(per="session")
+    for k in range(10):
+        gap = 1000.0 / (10 * (k + 1))
+        t = trace(sent_ms=0, chunks_ms=[10, 10 + gap], end_ms=10 + gap, completion=2)
+        stats(turn_end("a", f"s{k}", 0, t, ready_ms=0))
+    report = stats.report()
+    per_agent = report["per_agent"]["decode_tps"]
+    run = Run("r", report)
+    assert _agent_q(run, 0.5) == pytest.approx(per_agent["p50"]) == pytest.approx(50.0)
+    assert _agent_q(run, 0.9) == pytest.approx(per_agent["p90"]) == pytest.approx(90.0)

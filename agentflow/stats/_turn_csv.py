@@ -3,7 +3,9 @@
 :class:`TurnCSVWriter` writes one row per ``TurnEndEvent`` as it happens, so a run of any
 length costs the writer a file buffer, not memory per turn. Floats are written with
 ``repr`` (shortest round-tripping form), ``None`` as an empty cell, booleans as
-``true``/``false``: :func:`read_turn_csv` gives back rows equal to the ones written.
+``true``/``false``: :func:`read_turn_csv` gives back rows equal to the ones written —
+but for an empty text in a column that may be ``None`` (a server's ``""`` model, response
+id or finish reason), which CSV cannot tell from ``None`` and which reads back as ``None``.
 """
 
 from __future__ import annotations

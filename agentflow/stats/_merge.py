@@ -9,7 +9,9 @@ equals the single-process one up to float summation order, and every quantile is
 the sketches' relative accuracy of the true one.
 
 What cannot be merged exactly is said so: the wall time becomes the longest worker's
-(workers run side by side), and ``peak_in_flight`` becomes unknown (the peaks of
+(workers run side by side), or — when they did not start together — the span from the
+earliest turn's ready time to the latest turn's end if that is longer (on the shared
+clock below), and ``peak_in_flight`` becomes unknown (the peaks of
 different workers need not coincide; the merged in-flight series shows the load).
 Time series line up only on a shared clock: on one Linux host ``perf_counter_ns`` is
 CLOCK_MONOTONIC, shared by every process; across hosts, give every worker's fleet and
@@ -72,6 +74,8 @@ def merge_stats(into: FleetStats, other: FleetStats) -> None:
     into.last_ns = _max(into.last_ns, other.last_ns)
     into.start_ns = _min(into.start_ns, other.start_ns)
     walls = [w for w in (into.wall_s, other.wall_s) if w is not None]
+    if walls and into.first_ns is not None and into.last_ns is not None:
+        walls.append((into.last_ns - into.first_ns) * 1e-9)  # workers started apart
     into.wall_s = max(walls) if walls else None
     into.peak_in_flight = None
 

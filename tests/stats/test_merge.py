@@ -125,3 +125,34 @@ def test_merge_refuses_incompatible_stats() -> None:
         base.merge(FleetStats())
     with pytest.raises(ValueError, match="per-session"):
         base.merge(FleetStats(slos=SLOS, per="session"))
+
+
+def test_workers_that_started_apart_span_the_whole_run() -> None:
+    """Worker b starts 30 s after a; each runs 10 s. Merged, the run lasted 40 s (as one
+    process that saw every turn says), not the longest worker's 10 s, which would make
+    the fleet's output rate 4× too high."""
+
+    def turns(agent: str, t0_ms: int) -> list[Any]:
+        return [
+            turn_end(agent, f"{agent}-s", i, ready_ms=t0_ms + i * 1000, tr=trace(
+                sent_ms=t0_ms + i * 1000,
+                chunks_ms=[t0_ms + i * 1000 + 100, t0_ms + i * 1000 + 900],
+                end_ms=t0_ms + i * 1000 + 1000,
+                completion=100,
+            ))
+            for i in range(10)
+        ]  # fmt: skip
+
+    a, b, whole = FleetStats(), FleetStats(), FleetStats()
+    for e in turns("a", 0):
+        a(e)
+    for e in turns("b", 30_000):
+        b(e)
+    for e in turns("a", 0) + turns("b", 30_000):
+        whole(e)
+    a.wall_s = b.wall_s = 10.0
+    whole.wall_s = 40.0
+    a.merge(b)
+    merged, one = a.report()["fleet"], whole.report()["fleet"]
+    assert merged["duration_s"] == pytest.approx(one["duration_s"]) == pytest.approx(40.0)
+    assert merged["output_tps"] == pytest.approx(one["output_tps"]) == pytest.approx(50.0)

@@ -70,9 +70,9 @@ DIALECTS: dict[str, Dialect] = {
         histograms={
             "ttft_s": _one("vllm:time_to_first_token_seconds"),
             "itl_s": _one("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds"),
-            "tpot_s": _one(
-                "vllm:request_time_per_output_token_seconds", "vllm:time_per_output_token_seconds"
-            ),
+            # Per request only: vllm:time_per_output_token_seconds is per token (an ITL;
+            # vLLM v1 deprecated it for vllm:inter_token_latency_seconds).
+            "tpot_s": _one("vllm:request_time_per_output_token_seconds"),
             "e2e_s": _one("vllm:e2e_request_latency_seconds"),
             "queue_s": _one("vllm:request_queue_time_seconds"),
             "prefill_s": _one("vllm:request_prefill_time_seconds"),

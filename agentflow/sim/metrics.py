@@ -7,23 +7,24 @@ vLLM (v1) exports through ``prometheus_client`` — a counter ``vllm:x`` is decl
 ``# TYPE vllm:x counter`` and sampled as ``vllm:x_total`` — every series labelled with
 ``model_name``:
 
-=========================================== =========== ===================================
-``vllm:num_requests_running``               gauge       sequences in the batch
-``vllm:num_requests_waiting``               gauge       requests queued (preempted included)
-``vllm:kv_cache_usage_perc``                gauge       fraction of KV blocks held (0–1)
-``vllm:prefix_cache_queries``               counter     prompt tokens looked up in the cache
-``vllm:prefix_cache_hits``                  counter     of those, tokens found cached
-``vllm:num_preemptions``                    counter     preemptions
-``vllm:prompt_tokens``                      counter     prompt tokens of admitted requests
-``vllm:generation_tokens``                  counter     output tokens produced
-``vllm:request_success``                    counter     finished requests, by ``finished_reason``
-``vllm:time_to_first_token_seconds``        histogram   arrival → first token
-``vllm:inter_token_latency_seconds``        histogram   each gap between output tokens
-``vllm:time_per_output_token_seconds``      histogram   per request: (last − first) / (n − 1)
-``vllm:e2e_request_latency_seconds``        histogram   arrival → finish
-``vllm:request_queue_time_seconds``         histogram   arrival → first admission
-``vllm:request_prefill_time_seconds``       histogram   prefill start → first token
-=========================================== =========== ===================================
+============================================== =========== ===================================
+``vllm:num_requests_running``                  gauge       sequences in the batch
+``vllm:num_requests_waiting``                  gauge       requests queued (preempted included)
+``vllm:kv_cache_usage_perc``                   gauge       fraction of KV blocks held (0–1)
+``vllm:prefix_cache_queries``                  counter     prompt tokens looked up in the cache
+``vllm:prefix_cache_hits``                     counter     of those, tokens found cached
+``vllm:num_preemptions``                       counter     preemptions
+``vllm:prompt_tokens``                         counter     prompt tokens of admitted requests
+``vllm:generation_tokens``                     counter     output tokens produced
+``vllm:request_success``                       counter     finished requests, by ``finished_reason``
+``vllm:time_to_first_token_seconds``           histogram   arrival → first token
+``vllm:inter_token_latency_seconds``           histogram   each gap between output tokens
+``vllm:request_time_per_output_token_seconds`` histogram   per request: (last − first) / (n − 1)
+``vllm:time_per_output_token_seconds``         histogram   each gap (vLLM's deprecated ITL name)
+``vllm:e2e_request_latency_seconds``           histogram   arrival → finish
+``vllm:request_queue_time_seconds``            histogram   arrival → first admission
+``vllm:request_prefill_time_seconds``          histogram   prefill start → first token
+============================================== =========== ===================================
 
 Times are engine seconds (the modelled rack's); multiply by ``agentflow_sim:time_scale``
 (also in every response's ``x-agentflow-time-scale`` header) for wall seconds. The
@@ -216,9 +217,15 @@ class SimMetrics:
             "Histogram of inter-token latency in seconds.",
         )
         histogram(
-            "vllm:time_per_output_token_seconds",
+            "vllm:request_time_per_output_token_seconds",
             self.tpot,
-            "Histogram of time per output token in seconds.",
+            "Histogram of time_per_output_token_seconds per request.",
+        )
+        histogram(
+            "vllm:time_per_output_token_seconds",
+            self.itl,
+            "Histogram of time per output token in seconds."
+            "DEPRECATED: Use vllm:inter_token_latency_seconds instead.",
         )
         histogram(
             "vllm:e2e_request_latency_seconds",

@@ -176,6 +176,9 @@ async def test_metrics_move(sim: SimServer, client: openai.AsyncOpenAI) -> None:
     assert metric(after, "vllm:generation_tokens_total") == 10
     assert metric(after, "vllm:time_to_first_token_seconds_count") == 2
     assert metric(after, "vllm:inter_token_latency_seconds_count") == 8
+    # As vLLM v1: TPOT per request; the old name is per token (an ITL), deprecated.
+    assert metric(after, "vllm:request_time_per_output_token_seconds_count") == 2
+    assert metric(after, "vllm:time_per_output_token_seconds_count") == 8
     assert metric(after, "vllm:request_success_total", finished_reason="length") == 2
     assert metric(after, "vllm:time_to_first_token_seconds_bucket", le="+Inf") == 2
     assert metric(after, "vllm:num_preemptions_total") == 0

@@ -10,6 +10,7 @@ allows (see ``from_result``'s docstring).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -24,7 +25,10 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
     """Fold ``result`` (and ``journal``'s entries) into the fresh ``stats``."""
     series = stats.series
     failed_at: dict[str | None, int] = {}
-    finished = {(s.session_id, t.index) for s in result.sessions for t in s.turns}
+    # Retries the journal placed, per (session, turn): a turn's record places only the
+    # failed attempts past those (the journal saw when each happened; the record only
+    # knows an attempt's end, or without a byte received, the next attempt's send).
+    noted: Counter[tuple[str | None, int | None]] = Counter()
     for e in journal.entries if journal is not None else ():
         if e.kind == "tool":
             row = stats._row(e.agent, e.session_id)
@@ -35,10 +39,9 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
                 stats.tool_errors += 1
             stats._tool(e.where).add(e.duration_s, e.is_error)
         elif e.kind == "retry":
-            # A finished turn's failed attempts are placed from its record, below.
-            if (e.session_id, e.turn) not in finished:
-                stats._row(e.agent, e.session_id).retries += 1
-                series.add("retries", e.t_ns, 1)
+            stats._row(e.agent, e.session_id).retries += 1
+            series.add("retries", e.t_ns, 1)
+            noted[e.session_id, e.turn] += 1
         elif e.where == "session":
             failed_at[e.session_id] = e.t_ns
         else:  # a tool or a callback that raised
@@ -51,7 +54,7 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
             calls = len(t.trace.tool_calls)
             stats.tool_calls += calls
             row.tool_calls += calls
-            for a in t.failed_attempts:
+            for a in t.failed_attempts[noted[s.session_id, t.index] :]:
                 row.retries += 1
                 series.add("retries", t.trace.sent_ns if a.trace is None else a.trace.end_ns, 1)
         stats._session_ended(s.agent, s.session_id, s)

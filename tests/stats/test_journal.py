@@ -81,3 +81,33 @@ async def test_sessions_failing_before_any_turn_are_placed_in_time() -> None:
     assert f"{3 * SESSIONS:,} of them not in time" in captions["bare"]
     assert "not in time" not in captions["placed"]
     assert f"{2 * SESSIONS} retries, {SESSIONS} errors" in captions["placed"]
+
+
+def test_a_finished_turns_retry_is_placed_when_the_journal_saw_it() -> None:
+    """Attempt 0 failed at 1 s before any byte (no trace); the back-off waited 30 s and
+    attempt 1 answered. The journal noted the retry at 1 s: the report places it there,
+    not at the answering attempt's send 30 s later (all the result knows). Counted once."""
+    from agentflow import FleetResult, SessionResult, TransportError, turn_metrics
+    from agentflow._session_types import TurnRecord
+    from agentflow.sched import FailedAttempt
+    from agentflow.stats._journal import JournalEntry
+    from tests.stats.traces import MS, trace
+
+    tr = trace(sent_ms=31_000, chunks_ms=[31_100, 31_200], end_ms=31_300, completion=2)
+    failed = FailedAttempt(
+        attempt=0, replica="r", error=TransportError("503"), trace=None, wait_s=30.0
+    )
+    turn = TurnRecord(
+        index=0, metrics=turn_metrics(tr, ready_ns=0), trace=tr, failed_attempts=(failed,)
+    )
+    session = SessionResult(
+        session_id="s", agent="a", status="completed", final_output="x", messages=[], turns=[turn]
+    )
+    result = FleetResult(sessions=[session], wall_s=31.3, peak_in_flight=1, retries=1)
+    journal = RunJournal(clock=lambda: 0)
+    journal.entries.append(JournalEntry(1_000 * MS, "retry", "a", "s", 0))
+    report = FleetStats.from_result(result, journal=journal, start_ns=0).report()
+    tp = report["throughput"]
+    assert [t for t, n in zip(tp["t_s"], tp["retries"], strict=True) if n] == [1.0]
+    assert sum(tp["retries"]) == 1 == report["fleet"]["retries"]
+    assert [row["retries"] for row in report["agents"]] == [1]

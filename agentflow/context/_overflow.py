@@ -186,23 +186,26 @@ class DropOldest:
 
     async def __call__(self, view: OverflowView) -> bool:
         """Drop the oldest units; return whether any was dropped."""
-        units = view.units()
-        droppable = units[: max(0, len(units) - self.keep_last)]
-        if not droppable:
-            return False
         goal = int(view.limit * self.target)
-        tokens = view.tokens()
         est = view.estimator.message
-        end = view.pinned
-        for begin, stop in droppable:
-            if tokens <= goal:
+        dropped = False
+        # Each pass drops what the messages' own counts say is enough, then the whole
+        # prompt is estimated again: a prompt costs more than its messages' sum (the
+        # template, a calibration fitted per kind), so one pass can stop short of it.
+        while (tokens := view.tokens()) > goal:
+            units = view.units()
+            droppable = units[: max(0, len(units) - self.keep_last)]
+            end = view.pinned
+            for begin, stop in droppable:
+                if tokens <= goal:
+                    break
+                tokens -= sum(est(m) for m in view.messages[begin:stop])
+                end = stop
+            if end == view.pinned:
                 break
-            tokens -= sum(est(m) for m in view.messages[begin:stop])
-            end = stop
-        if end == view.pinned:
-            return False
-        del view.messages[view.pinned : end]
-        return True
+            del view.messages[view.pinned : end]
+            dropped = True
+        return dropped
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

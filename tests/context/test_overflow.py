@@ -96,6 +96,29 @@ async def test_drop_oldest_drops_whole_units_to_the_target() -> None:
     assert msgs[-2]["tool_calls"][0]["id"] == "r3-0" and msgs[-1]["tool_call_id"] == "r3-0"
 
 
+class _Costlier(WordEstimator):
+    """A whole prompt's estimate is not its messages' sum (a calibration fitted to the
+    whole prompt, an anchor lost on the rewrite, a margin): dropping a message saves
+    less than its own count says."""
+
+    def prompt(self, messages: Any, tools: Any) -> int:
+        return 200 + int(0.7 * super().prompt(messages, tools))
+
+
+async def test_drop_oldest_reaches_the_target_by_the_whole_prompts_estimate() -> None:
+    """It drops until the prompt's own estimate is at the target — the bound the budget
+    checks next — not until its running sum of the messages' counts says so (which
+    stopped at ~0.92 × the limit here, and above it at target=1.0)."""
+    for target in (0.8, 1.0):
+        msgs = conversation(8, output_words=60)
+        v = view(msgs, limit=500)
+        v.estimator = _Costlier()
+        assert v.tokens() > 500
+        assert await DropOldest(target=target)(v)
+        assert v.tokens() <= int(500 * target)
+        assert check_pairing(msgs) is None and len(v.units()) > 1  # it left some
+
+
 async def test_drop_oldest_never_drops_the_last_units() -> None:
     msgs = conversation(2, output_words=100)
     v = view(msgs, limit=50)

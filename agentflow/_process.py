@@ -277,9 +277,14 @@ def _pdeathsig(sig: signal.Signals) -> Callable[[], None] | None:
     return arm
 
 
+#: Opens loopback URLs directly: ``urlopen`` would send them to ``$http_proxy``, and a
+#: child that is up would never be seen as healthy.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _healthy(port: int) -> bool:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as r:
+        with _DIRECT.open(f"http://127.0.0.1:{port}/health", timeout=1) as r:
             return bool(r.status == 200)
     except OSError:
         return False

@@ -221,3 +221,33 @@ def test_kill_children_kills_every_running_child(monkeypatch: pytest.MonkeyPatch
         assert pid is not None
         gone(pid, port)
     assert all(s.pid is None for s in servers)
+
+
+def test_the_health_probe_ignores_http_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A user's ``http_proxy`` (here a closed port) does not hide a healthy child: the
+    probe talks to loopback directly."""
+    import http.server
+
+    from agentflow._process import _healthy
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    closed = free_port()
+    for name in ("http_proxy", "HTTP_PROXY"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{closed}")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    try:
+        assert _healthy(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()

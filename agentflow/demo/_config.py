@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,8 +71,11 @@ class DemoConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ConfigError(f"demo: --{name.replace('_', '-')} must be ≥ 1, got {value!r}")
-        if not self.time_scale > 0:
-            raise ConfigError(f"demo: --time-scale must be > 0, got {self.time_scale!r}")
+        if not (math.isfinite(self.time_scale) and 1e-6 <= self.time_scale <= 1e6):
+            raise ConfigError(
+                f"demo: --time-scale must be a finite number in [1e-06, 1e+06], got "
+                f"{self.time_scale!r}"
+            )
         lo, hi = self.turns
         if not 1 <= lo <= hi:
             raise ConfigError(f"demo: --turns must be MIN:MAX with 1 ≤ MIN ≤ MAX, got {lo}:{hi}")
@@ -88,6 +92,14 @@ class DemoConfig:
             )
         if self.resume is not None and self.store is None:
             raise ConfigError("demo: resuming a run needs its --store")
-        get_profile(self.profile)  # an UnknownProfileError (a ConfigError) names it
+        window = get_profile(self.profile).max_model_len  # an UnknownProfileError names it
+        if not self.base_url and self.max_tokens > window // 2:
+            # The demo's prompts run to tens of thousands of tokens; the budget reserves
+            # max_tokens of the window for the answer (a server's window: checked per
+            # session, each failed session says why).
+            raise ConfigError(
+                f"demo: --max-tokens {self.max_tokens:,} leaves less than half of the "
+                f"{window:,}-token window of --profile {self.profile} for the prompt"
+            )
         if self.base_url:
             Endpoint(base_url=self.base_url)  # a ConfigError names a malformed URL

@@ -3,6 +3,7 @@ continues: what the run keeps of its configuration, and the run itself."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,14 @@ async def run_recorded(
     store = SQLiteStore(path)
     fleet.store = store
     run_id = config.resume or new_run_id()
+    # Said now, not only at the end: after a kill -9 this line is how to resume it.
+    verb = "resuming" if config.resume is not None else "recording"
+    print(
+        f"agentflow demo: {verb} run {run_id} in {path} "
+        f"(resume it with: agentflow resume {run_id} --store {path})",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         if config.resume is not None:
             result = await run_stoppable(

@@ -32,7 +32,13 @@ from agentflow.context import server_window, window_for
 from agentflow.demo._config import DemoConfig
 from agentflow.demo._recorded import recorded_config, resume_config, run_recorded
 from agentflow.demo._stop import Stopper, run_stoppable
-from agentflow.demo.summary import LiveView, build_report, goodput_line, summary_table
+from agentflow.demo.summary import (
+    LiveView,
+    build_report,
+    failure_lines,
+    goodput_line,
+    summary_table,
+)
 from agentflow.demo.workload import make_workload
 from agentflow.llamacpp import oversubscription
 from agentflow.report import LoopLagProbe, ServerWatch
@@ -63,6 +69,16 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         scale = float(report["run"].get("time_scale") or 1.0)
         for g in report["goodput"]:  # one line per --slo
             console.print(goodput_line(g, scale), highlight=False)
+        for line in failure_lines(result):
+            console.print(line, highlight=False, markup=False)
+        if config.store is not None and result.run_id:
+            console.print(
+                f"run {result.run_id} recorded in {config.store}; resume or read it with "
+                f"agentflow resume {result.run_id} --store {config.store} / "
+                f"agentflow report --store {config.store} {result.run_id}",
+                highlight=False,
+                markup=False,
+            )
         if stopper.signal is not None and not stopper.after_run:
             console.print(
                 f"[bold]stopped by {stopper.signal.name}[/bold]: the report covers what ran"

@@ -9,6 +9,7 @@ deployment's speed, and say so.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,7 +20,7 @@ from agentflow.context._reuse import prefix_reuse
 from agentflow.report._live import LiveView
 from agentflow.stats import SLO, FleetStats, RunJournal
 
-__all__ = ["LiveView", "build_report", "goodput_line", "summary_table"]
+__all__ = ["LiveView", "build_report", "failure_lines", "goodput_line", "summary_table"]
 
 
 def build_report(
@@ -112,6 +113,25 @@ def goodput_line(g: dict[str, Any], scale: float = 1.0) -> str:
     if scale != 1:
         text += f" (bounds on times as measured, ×{scale:g} slower than the deployment)"
     return text
+
+
+def failure_lines(result: FleetResult, most: int = 3) -> list[str]:
+    """Why sessions failed: the ``most`` commonest errors, each with how many sessions
+    it ended (the report has every one); none when every session completed or stopped."""
+    errors = Counter(
+        f"{type(s.error).__name__}: {s.error}"
+        for s in result.sessions
+        if s.status == "error" and s.error is not None
+    )
+    if not errors:
+        return []
+    lines = [f"{sum(errors.values())} sessions failed:"]
+    for text, n in errors.most_common(most):
+        first = text.splitlines()[0] if text else text
+        lines.append(f"  {n} × {first[:300]}")
+    if len(errors) > most:
+        lines.append(f"  … and {len(errors) - most} other errors (see the report)")
+    return lines
 
 
 def _fmt(x: float | None) -> str:

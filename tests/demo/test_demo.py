@@ -100,7 +100,10 @@ def test_workload_shares_one_prefix_and_real_tools() -> None:
     assert "no match" in asyncio.run(tools["search"].invoke('{"query": "zzz"}'))
 
 
-@pytest.mark.parametrize("bad", ["--turns=x", "--agents=0"])
+@pytest.mark.parametrize(
+    "bad",
+    ["--turns=x", "--agents=0", "--time-scale=inf", "--time-scale=nan", "--max-tokens=990000"],
+)
 def test_bad_arguments_fail_clearly(bad: str, tmp_path: Path) -> None:
     """A bad option exits non-zero with a message naming it."""
     proc = subprocess.run(
@@ -110,5 +113,34 @@ def test_bad_arguments_fail_clearly(bad: str, tmp_path: Path) -> None:
         timeout=60,
         check=False,
     )
-    assert proc.returncode != 0
-    assert bad.split("=")[0].lstrip("-") in (proc.stderr + proc.stdout)
+    assert proc.returncode == 2
+    assert bad.split("=")[0] in (proc.stderr + proc.stdout)
+    assert "Traceback" not in proc.stderr
+
+
+def test_a_recorded_run_says_its_id_and_failed_sessions_say_why(tmp_path: Path) -> None:
+    """--store: the run id is said as the run starts (after a kill -9, how to resume it)
+    and again at the end. Sessions that fail have their errors under the summary."""
+    from agentflow import FleetResult, SessionResult
+    from agentflow.demo.summary import failure_lines
+
+    store = tmp_path / "runs.db"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentflow.cli", "demo", "--agents", "2", "--turns", "1:1",
+         "--virtual", "--no-live", "--store", str(store)],
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [line for line in proc.stderr.splitlines() if "recording run" in line]
+    assert len(said) == 1
+    run_id = said[0].split("recording run ")[1].split()[0]
+    assert f"agentflow resume {run_id} --store {store}" in said[0]
+    assert f"run {run_id} recorded in" in " ".join(proc.stdout.split())
+
+    failed = [
+        SessionResult(session_id=f"s{i}", agent="a", status="error", final_output=None,
+                      messages=[], turns=[], error=ValueError(f"bad {i % 2}"))
+        for i in range(5)
+    ]  # fmt: skip
+    lines = failure_lines(FleetResult(sessions=failed, wall_s=1.0, peak_in_flight=0))
+    assert lines == ["5 sessions failed:", "  3 × ValueError: bad 0", "  2 × ValueError: bad 1"]

@@ -129,6 +129,12 @@ def test_agent_validation_names_the_field() -> None:
         Agent(name="a", model="m", tools=[add, add])
     with pytest.raises(ConfigError, match="tool_errors"):
         Agent(name="a", model="m", tool_errors="ignore")  # type: ignore[arg-type]
+    # The budget reserves it and the scheduler charges it: a whole number ≥ 1.
+    for key in ("max_tokens", "max_completion_tokens"):
+        for bad in (-5, 0, 4096.0, True, "128"):
+            with pytest.raises(ConfigError, match=rf"params\['{key}'\] must be an int ≥ 1"):
+                Agent(name="a", model="m", params={key: bad})
+    assert Agent(name="a", model="m", params={"max_tokens": 1}).max_output_tokens == 1
 
 
 def test_error_event_is_typed() -> None:

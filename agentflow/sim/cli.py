@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import math
 import signal
 import sys
 from collections.abc import Sequence
@@ -65,8 +66,19 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+    if not (value > 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A finite number ≥ 0 (a header's ``Retry-After`` must be one)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (value >= 0 and math.isfinite(value)):
+        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text}")
     return value
 
 
@@ -136,7 +148,7 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--max-batch-ms",
-        type=float,
+        type=_positive,
         default=10.0,
         help="when the server falls behind the modelled speed: steps taken back to back "
         "before one write per stream (default 10)",
@@ -151,7 +163,7 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
             metavar="RATE",
             help=f"{kind}: {_FAULT_HELP[kind]}",
         )
-    g.add_argument("--retry-after", type=float, default=1.0, help="Retry-After of 429/503, s")
+    g.add_argument("--retry-after", type=_seconds, default=1.0, help="Retry-After of 429/503, s")
     g.add_argument("--stall-seconds", type=_positive, default=30.0, help="length of a stall, s")
     g.add_argument("--fault-seed", type=int, default=None, help="seed of the draws (--seed)")
     g.add_argument(

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -97,8 +98,8 @@ class EngineDriver(_DriverLoop):
         resync_s: float = 0.002,
         max_batch_s: float = 0.01,
     ) -> None:
-        if not time_scale > 0:
-            raise ValueError(f"time_scale must be > 0, got {time_scale!r}")
+        if not (time_scale > 0 and math.isfinite(time_scale)):
+            raise ValueError(f"time_scale must be a finite number > 0, got {time_scale!r}")
         if tokens_per_chunk < 1:
             raise ValueError(f"tokens_per_chunk must be ≥ 1, got {tokens_per_chunk!r}")
         if keep_records < 0:

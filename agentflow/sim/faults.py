@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import math
 import random
 import socket
 import struct
@@ -135,8 +136,10 @@ class FaultConfig:
                 f"FaultConfig rates add up to {total:g}; a request gets at most one fault, "
                 "so they must add up to at most 1"
             )
-        if not self.retry_after_s >= 0:
-            raise ValueError(f"FaultConfig.retry_after_s must be ≥ 0, got {self.retry_after_s!r}")
+        if not (self.retry_after_s >= 0 and math.isfinite(self.retry_after_s)):
+            raise ValueError(
+                f"FaultConfig.retry_after_s must be a finite number ≥ 0, got {self.retry_after_s!r}"
+            )
         if not self.stall_s > 0:
             raise ValueError(f"FaultConfig.stall_s must be > 0, got {self.stall_s!r}")
 
@@ -222,11 +225,11 @@ def parse_fault_header(value: str, config: FaultConfig | None = None) -> Fault |
                     raise ValueError
             elif key in ("seconds", "stall", "stall_s"):
                 stall = float(raw)
-                if not stall > 0:
+                if not stall > 0:  # inf: a stream that stalls until the client gives up
                     raise ValueError
             elif key in ("retry_after", "retry_after_s"):
                 retry = float(raw)
-                if not retry >= 0:
+                if not (retry >= 0 and math.isfinite(retry)):  # a header's number
                     raise ValueError
             else:
                 raise KeyError(key)

@@ -74,7 +74,10 @@ def test_bad_configuration_exits_with_a_message(argv: list[str], message: str) -
 
 def test_bad_flag_values_are_argparse_errors(capsys: pytest.CaptureFixture[str]) -> None:
     for argv, msg in (
-        (["--time-scale", "0"], "must be > 0"),
+        (["--time-scale", "0"], "must be a finite number > 0"),
+        (["--time-scale", "inf"], "must be a finite number > 0"),
+        (["--max-batch-ms", "inf"], "must be a finite number > 0"),
+        (["--retry-after", "inf"], "must be a finite number ≥ 0"),
         (["--fault-cut", "2"], "a rate must be in [0, 1]"),
         (["--answer-tokens", "5:2"], "0 < MIN ≤ MAX"),
     ):

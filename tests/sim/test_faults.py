@@ -229,6 +229,8 @@ def test_fault_header_parsing() -> None:
         "cut_stream; after=-1",
         "cut_stream; colour=red",
         "cut_stream; after",
+        "rate_limit; retry_after=inf",  # not a number a Retry-After header can carry
+        "rate_limit; retry_after=nan",
     ):
         with pytest.raises(ValueError, match="X-Agentflow-Fault"):
             parse_fault_header(bad)

@@ -17,7 +17,7 @@ The answers' shapes are here too: vLLM's error body (:func:`error_body`), the
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -156,9 +156,7 @@ def _check(body: ChatBody) -> ChatParams:
     messages = body.messages
     if not messages:
         raise _bad("messages must be a non-empty list of message objects.", "messages")
-    for i, m in enumerate(messages):
-        if not isinstance(m.get("role"), str):
-            raise _bad(f"messages[{i}] must be an object with a string 'role'.", "messages")
+    _check_messages(messages)
     n = body.n
     if n is not None and n != 1:
         raise _bad(f"The simulator serves n=1 only, got n={n!r}.", "n")
@@ -176,6 +174,10 @@ def _check(body: ChatBody) -> ChatParams:
     if body.tools is not None:
         if not all(isinstance(t.get("function"), Mapping) for t in body.tools):
             raise _bad("tools must be a list of {'type': 'function', 'function': {...}}.", "tools")
+        for i, t in enumerate(body.tools):
+            params = t["function"].get("parameters")
+            if params is not None and not isinstance(params, Mapping | bool):
+                raise _bad(f"tools[{i}].function.parameters must be a JSON schema object.", "tools")
         tools = list(body.tools) or None
     tool_choice = body.tool_choice
     if isinstance(tool_choice, str):
@@ -231,6 +233,36 @@ class TokenizeBody(msgspec.Struct, kw_only=True):
 _decode_tokenize = msgspec.json.Decoder(TokenizeBody).decode
 
 
+#: The roles vLLM's chat template takes.
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+
+
+def _check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
+    """Each message: a known string role, content a string, a list of parts or null,
+    tool calls a list of ``{"function": {...}}`` objects (vLLM's 400s, its words)."""
+    for i, m in enumerate(messages):
+        role = m.get("role")
+        if not isinstance(role, str) or role not in _ROLES:
+            raise _bad(
+                f"messages[{i}].role must be one of {sorted(_ROLES)}, got {role!r}.", "messages"
+            )
+        content = m.get("content")
+        if content is not None and not isinstance(content, str | list):
+            raise _bad(
+                f"messages[{i}].content must be a string, a list of parts or null.", "messages"
+            )
+        calls = m.get("tool_calls")
+        if calls is not None and (
+            not isinstance(calls, list)
+            or not all(isinstance(c, Mapping) and isinstance(c.get("function"), Mapping)
+                       for c in calls)
+        ):  # fmt: skip
+            raise _bad(
+                f"messages[{i}].tool_calls must be a list of {{'function': {{...}}}} objects.",
+                "messages",
+            )
+
+
 def decode_tokenize_body(raw: bytes) -> TokenizeBody:
     """Decode and check a ``POST /tokenize`` body.
 
@@ -245,8 +277,7 @@ def decode_tokenize_body(raw: bytes) -> TokenizeBody:
     except msgspec.DecodeError as exc:
         raise _bad(f"Invalid JSON body: {exc}") from None
     if body.messages is not None:
-        if not all(isinstance(m.get("role"), str) for m in body.messages):
-            raise _bad("messages must be a list of message objects.", "messages")
+        _check_messages(body.messages)
     elif body.prompt is None:
         raise _bad("Either `prompt` (a string) or `messages` is required.", "prompt")
     return body

@@ -32,7 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentflow.sim.arguments import generate_value
+from agentflow.sim.arguments import SchemaError, generate_value
+from agentflow.sim.errors import RequestRejected
 from agentflow.sim.sessions import SessionRounds
 from agentflow.sim.tokenizer import IM_END, Tokenizer, assistant_body, render_tool_call
 
@@ -315,7 +316,17 @@ class TextGenerator:
     def _tool_plan(self, chosen: Sequence[Mapping[str, Any]], rng: random.Random) -> OutputPlan:
         calls: list[PlannedToolCall] = []
         for fn in chosen:
-            args = generate_value(fn.get("parameters") or {"type": "object"}, rng)
+            try:
+                args = generate_value(fn.get("parameters") or {"type": "object"}, rng)
+            except (SchemaError, RecursionError, TypeError, ValueError) as exc:
+                # A schema no value satisfies (an empty enum, a $ref loop, a minLength
+                # that is no number): the request's fault, a 400 as guided decoding gives.
+                raise RequestRejected(
+                    f"tool {fn.get('name')!r}: its parameters schema admits no arguments "
+                    f"the simulator can generate: {type(exc).__name__}: {exc}",
+                    status=400,
+                    param="tools",
+                ) from None
             calls.append(
                 PlannedToolCall(
                     id=f"call_{rng.getrandbits(96):024x}",

@@ -119,3 +119,64 @@ async def test_the_server_answers_the_bad_field_in_vllms_shape() -> None:
         async with s.post(f"{sim.url}/tokenize", json={"prompt": ["a"]}) as r:
             assert r.status == 400 and (await r.json())["error"]["param"] == "prompt"
         assert sim.driver.stats().submitted == 0
+
+
+TOOL_F = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
+
+
+def _schema(params: Any) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": "f", "parameters": params}}
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "words"),
+    [
+        ({"messages": [{"role": "wizard", "content": "x"}]}, "messages", "messages[0].role"),
+        ({"messages": [{"role": "user", "content": 5}]}, "messages", "messages[0].content"),
+        (
+            {"messages": [*MSGS, {"role": "assistant", "tool_calls": "x"}]},
+            "messages",
+            "messages[1].tool_calls",
+        ),
+        (
+            {"messages": [*MSGS, {"role": "assistant", "tool_calls": [1]}]},
+            "messages",
+            "messages[1].tool_calls",
+        ),
+        ({"tools": [_schema("x")]}, "tools", "tools[0].function.parameters"),
+    ],
+)
+def test_a_malformed_message_or_schema_is_a_400_naming_it(
+    extra: dict[str, Any], param: str, words: str
+) -> None:
+    """Well-typed JSON the engine cannot use: a 400 naming the field, as vLLM gives —
+    the simulator answered several with a bare 500."""
+    with pytest.raises(RequestRejected) as ei:
+        parse_chat_body({"messages": MSGS, **extra})
+    assert (ei.value.status, ei.value.param) == (400, param)
+    assert words in ei.value.message
+    if "messages" in extra:
+        with pytest.raises(RequestRejected, match=words.replace("[", r"\[").replace("]", r"\]")):
+            decode_tokenize_body(json.dumps({"messages": extra["messages"]}).encode())
+
+
+async def test_a_schema_no_arguments_satisfy_is_a_400() -> None:
+    """An empty enum, a $ref that loops, a minLength that is no number: the request's
+    fault (a 400 naming tools) when the simulated model calls the tool, not a 500."""
+    bad = [
+        {"type": "object", "properties": {"a": {"enum": []}}, "required": ["a"]},
+        {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+        {"type": "object", "properties": {"a": {"type": "string", "minLength": "x"}},
+         "required": ["a"]},
+    ]  # fmt: skip
+    async with SimServer(QUICK) as sim, aiohttp.ClientSession() as s:
+        for schema in bad:
+            body = {"model": "m", "messages": MSGS, "tools": [_schema(schema)],
+                    "tool_choice": "required", "max_tokens": 50}  # fmt: skip
+            async with s.post(f"{sim.base_url}/chat/completions", json=body) as r:
+                assert r.status == 400, await r.text()
+                err = (await r.json())["error"]
+            assert err["param"] == "tools" and "admits no arguments" in err["message"]
+        body = {"model": "m", "messages": MSGS, "tools": [TOOL_F], "max_tokens": 20}
+        async with s.post(f"{sim.base_url}/chat/completions", json=body) as r:
+            assert r.status == 200  # and the server goes on serving

@@ -9,7 +9,7 @@ from ``--model`` and ``--hardware``, then override any field by flag::
     agentflow plan --list
 
 Bad values raise :class:`~agentflow.ConfigError` naming the field; ``agentflow``'s entry point
-prints it and exits 1.
+prints it and exits 2.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import json
 import re
 import sys
 from collections.abc import Sequence
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal, DecimalException
 from typing import Any
 
 from agentflow._errors import ConfigError
@@ -37,6 +37,8 @@ _DESCRIPTION = (
     "sessions of a given length fit at once. Every assumption is printed with the result."
 )
 
+#: The largest count taken: far past any model, window or fleet (10¹⁸).
+MAX_COUNT = 10**18
 _SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 _COUNT = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?(?:e[0-9]+)?)\s*([kmbgt]?)\s*$", re.I)
 
@@ -54,10 +56,12 @@ def parse_count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a count: {text!r} (e.g. 1000000, 1M, 128k, 32.5B)")
     try:
         value = Decimal(match.group(1).replace("_", "")) * _SUFFIXES[match.group(2).lower()]
-    except InvalidOperation:
-        raise argparse.ArgumentTypeError(f"not a count: {text!r}") from None
-    if value != value.to_integral_value():
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+        if value > MAX_COUNT:  # 1e99999999 is a Decimal; its int would take minutes
+            raise argparse.ArgumentTypeError(f"too large: {text!r} (at most {MAX_COUNT:.0e})")
+        if value != value.to_integral_value():
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}")
+    except DecimalException:  # an exponent past Decimal's own range
+        raise argparse.ArgumentTypeError(f"too large: {text!r} (at most {MAX_COUNT:.0e})") from None
     return int(value)
 
 

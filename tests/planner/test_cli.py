@@ -190,8 +190,10 @@ def test_parse_count(text: str, value: int) -> None:
     assert parse_count(text) == value
 
 
-@pytest.mark.parametrize("text", ["", "abc", "1.5", "-3", "1X"])
+@pytest.mark.parametrize("text", ["", "abc", "1.5", "-3", "1X", "1e19", "1e400000", "1e99999999"])
 def test_parse_count_refuses(text: str) -> None:
+    """Not a whole count, or past 10¹⁸ (a huge exponent was a traceback: Decimal's
+    Overflow, or Python's limit on int digits)."""
     with pytest.raises(argparse.ArgumentTypeError):
         parse_count(text)
 

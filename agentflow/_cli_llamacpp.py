@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Callable
 from typing import Any
 
 from agentflow._cliargs import check_listen, port
+from agentflow._errors import ConfigError
 
 __all__ = ["add_llamacpp_parser"]
 
@@ -30,9 +32,10 @@ def add_llamacpp_parser(sub: Any) -> None:
     )
     ll.add_argument(
         "--n-ctx",
-        type=int,
-        default=8192,
-        help="context tokens, shared by all slots (default 8192)",
+        type=_context,
+        default=None,
+        help="context tokens, shared by all slots (default SLOTS × 8192: each slot can hold "
+        "a session as long as SmolLM2's window at once)",
     )
     ll.set_defaults(func=_llamacpp)
 
@@ -47,14 +50,28 @@ _LLAMACPP_DESCRIPTION = (
 
 
 def _slots(text: str) -> int:
-    """A slot count: an int ≥ 1."""
+    """A slot count: an int in [1, 256]."""
+    from agentflow.llamacpp import check_slots
+
+    return _checked(text, check_slots)
+
+
+def _context(text: str) -> int:
+    """A context size: an int in [512, 2**20]."""
+    from agentflow.llamacpp import check_context
+
+    return _checked(text, check_context)
+
+
+def _checked(text: str, check: Callable[[object, str], int]) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
-    return value
+    try:
+        return check(value, "the value")
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("the value ")) from None
 
 
 def _llamacpp(args: argparse.Namespace) -> int:
@@ -62,11 +79,13 @@ def _llamacpp(args: argparse.Namespace) -> int:
 
     check_listen("127.0.0.1", args.port)
     server = LlamaCppServer(port=args.port, n_parallel=args.n_parallel, n_ctx=args.n_ctx)
+    assert server.n_ctx is not None
     try:
         with server as srv:
             print(
                 f"llama.cpp serving SmolLM2-135M at {srv.base_url} (model 'smollm2') with "
-                f"{args.n_parallel} slots: keep a fleet's max_concurrency ≤ {args.n_parallel}, "
+                f"{args.n_parallel} slots sharing {server.n_ctx:,} context tokens: keep a "
+                f"fleet's max_concurrency ≤ {args.n_parallel}, "
                 "or requests queue inside llama.cpp and their TTFT includes the wait. "
                 "SmolLM2-135M never calls tools. Ctrl-C or SIGTERM stops",
                 flush=True,

@@ -26,9 +26,13 @@ to act on it as attributes, never only in its message::
     ├── StoreError              a run store cannot be opened, read or written (``agentflow.store``)
     │   ├── RunNotFound         no run with that id in the store; ``.run_id``
     │   └── RecordsLeftOut      records a commit left out, each failing on its own; ``.lost``
-    └── WorkerError             a ``Fleet(workers=N)`` worker process ended before its
-                                sessions did (``.worker``, ``.exitcode``), or an error
-                                from a worker that could not be sent as itself
+    ├── WorkerError             a ``Fleet(workers=N)`` worker process ended before its
+    │                           sessions did (``.worker``, ``.exitcode``), or an error
+    │                           from a worker that could not be sent as itself
+    └── ServerStartError        a server agentflow starts (the simulator, llama.cpp,
+                                PostgreSQL) exited or was not ready in time; ``.server``,
+                                ``.exitcode``, its output's last lines in the message
+                                (also a RuntimeError)
 
 A failed session never raises out of :meth:`Fleet.run`: its error is kept on its
 :class:`SessionResult` together with every turn it finished.
@@ -60,6 +64,7 @@ __all__ = [
     "RecordsLeftOut",
     "RunNotFound",
     "ServerError",
+    "ServerStartError",
     "StoreError",
     "StreamInterrupted",
     "StreamProtocolError",
@@ -452,3 +457,26 @@ class WorkerError(AgentflowError):
 
 def _worker_error(message: str, worker: int | None, exitcode: int | None) -> WorkerError:
     return WorkerError(message, worker=worker, exitcode=exitcode)
+
+
+class ServerStartError(AgentflowError, RuntimeError):
+    """A server agentflow starts in a child process — the simulator, llama.cpp's server,
+    PostgreSQL for the tests — exited at start or was not ready in time.
+
+    Attributes:
+        server: what was started (``"llama.cpp server"``).
+        exitcode: its exit status (negative: the signal that ended it); ``None`` if it was
+            still running when it was given up on.
+    """
+
+    def __init__(self, message: str, *, server: str, exitcode: int | None) -> None:
+        super().__init__(message)
+        self.server = server
+        self.exitcode = exitcode
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_server_start_error, (str(self), self.server, self.exitcode))
+
+
+def _server_start_error(message: str, server: str, exitcode: int | None) -> ServerStartError:
+    return ServerStartError(message, server=server, exitcode=exitcode)

@@ -44,7 +44,7 @@ from types import TracebackType
 from typing import Any
 
 from agentflow._cliargs import check_listen
-from agentflow._errors import ConfigError
+from agentflow._errors import ConfigError, ServerStartError
 
 __all__ = ["ChildServer", "as_user", "free_port", "kill_children"]
 
@@ -121,8 +121,8 @@ class ChildServer:
 
         Raises:
             ConfigError: ``port`` is not free on 127.0.0.1.
-            RuntimeError: the child exited, or was not healthy in time (its output is in
-                the message).
+            ServerStartError: the child exited, or was not healthy in time (its output's
+                last lines are in the message); also a ``RuntimeError``.
         """
         check_listen("127.0.0.1", self.port, what=f"{self.name}: port")
         arm = _pdeathsig(self.death_signal)
@@ -146,8 +146,13 @@ class ChildServer:
             self.stop()
             raise
         if problem:
+            code = self._proc.poll()
             self.stop()  # its output is all in the log once it is stopped
-            raise RuntimeError(f"{self.name} {problem}:\n{self.log_tail()}")
+            raise ServerStartError(
+                f"{self.name} {problem}; the last lines of its output:\n{self.log_tail()}",
+                server=self.name,
+                exitcode=code,
+            )
 
     def _wait_healthy(self, proc: subprocess.Popen[bytes]) -> str:
         """``""`` once healthy, else what went wrong."""

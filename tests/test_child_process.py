@@ -251,3 +251,18 @@ def test_the_health_probe_ignores_http_proxy(monkeypatch: pytest.MonkeyPatch) ->
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_child_that_exits_at_start_is_a_server_start_error() -> None:
+    """Its exit status and its last output lines, in one defined error (the CLI prints it
+    as one error, not a traceback); still a RuntimeError for older callers."""
+    from agentflow import ServerStartError
+
+    cmd = [sys.executable, "-c", "import sys; print('no model here'); sys.exit(3)"]
+    child = ChildServer(cmd, port=free_port(), name="toy server", startup_timeout_s=60)
+    with pytest.raises(ServerStartError) as caught:
+        child.start()
+    err = caught.value
+    assert isinstance(err, RuntimeError)
+    assert (err.server, err.exitcode) == ("toy server", 3)
+    assert "toy server exited at start" in str(err) and "no model here" in str(err)

@@ -97,3 +97,19 @@ async def test_real_server_reports_its_n_parallel(llamacpp: LlamaCppServer) -> N
     assert await server_slots(llamacpp.base_url) == llamacpp.n_parallel == 4
     warning = await oversubscription(llamacpp.base_url, 64)
     assert warning is not None and "decodes 4 requests at once" in warning
+
+
+def test_a_servers_slots_and_context_are_checked_and_sized_per_slot() -> None:
+    """By default every slot can hold a session as long as SmolLM2's window at once
+    (4 × 8192: two demo prompts of ~4,600 tokens overflowed a shared 8192); a nonsense
+    size is a ConfigError before anything starts (llama.cpp crashed with a backtrace)."""
+    from agentflow import ConfigError
+    from agentflow.llamacpp import SLOT_CONTEXT
+
+    assert LlamaCppServer().n_ctx == 4 * SLOT_CONTEXT == 32768
+    assert LlamaCppServer(n_parallel=2).n_ctx == 2 * SLOT_CONTEXT
+    assert LlamaCppServer(n_ctx=8192).n_ctx == 8192
+    for bad in ({"n_ctx": 1}, {"n_ctx": -5}, {"n_ctx": 10**11}, {"n_parallel": 0},
+                {"n_parallel": 100_000}, {"n_parallel": True}):  # fmt: skip
+        with pytest.raises(ConfigError, match=r"LlamaCppServer\.n_"):
+            LlamaCppServer(**bad)

@@ -20,7 +20,11 @@ KNOWN_WINDOWS: dict[str, int] = {
     "gpt-4.1": 1_047_576,
     "gpt-4-turbo": 128_000,
     "gpt-3.5-turbo": 16_385,
+    # Family members whose window differs from the family's (a prefix would match them).
+    "gpt-3.5-turbo-instruct": 4_096,
     "o1": 200_000,
+    "o1-mini": 128_000,
+    "o1-preview": 128_000,
     "o3": 200_000,
     "o4-mini": 200_000,
     "deepseek-chat": 128_000,

@@ -51,6 +51,11 @@ def test_windows_of_known_models() -> None:
     assert window_for("DeepSeek-V4") == 131_072
     assert window_for("unknown-model") is None
     assert max(KNOWN_WINDOWS.values()) <= 1_048_576
+    # A family member with a smaller window than its family's is not the family's.
+    assert window_for("o1-mini") == window_for("o1-preview-2024-09-12") == 128_000
+    assert window_for("o1-2024-12-17") == 200_000
+    assert window_for("gpt-3.5-turbo-instruct") == 4_096
+    assert window_for("gpt-3.5-turbo-0125") == 16_385
 
 
 def test_window_reserve_margin_and_limit() -> None:

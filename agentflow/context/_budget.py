@@ -132,6 +132,8 @@ class ContextBudget(Link[SessionBudget]):
         fleet: FleetBudget | None = None,
         cache_buster: CacheBusterCheck | bool | None = None,
     ) -> None:
+        if model is not None and (not isinstance(model, str) or not model):
+            raise ConfigError(f"ContextBudget.model must be a non-empty string, got {model!r}")
         if window is not None:
             _positive_int("ContextBudget.window", window)
         elif model is not None and window_for(model) is None:
@@ -139,8 +141,6 @@ class ContextBudget(Link[SessionBudget]):
                 f"ContextBudget.model {model!r} has no known window; pass window= "
                 f"(known: {', '.join(sorted(KNOWN_WINDOWS))})"
             )
-        if model is not None and (not isinstance(model, str) or not model):
-            raise ConfigError(f"ContextBudget.model must be a non-empty string, got {model!r}")
         if reserve_output is not None:
             _positive_int("ContextBudget.reserve_output", reserve_output, minimum=0)
         if isinstance(margin, bool) or not isinstance(margin, int | float):
@@ -155,6 +155,11 @@ class ContextBudget(Link[SessionBudget]):
         _positive_int("ContextBudget.pin_first", pin_first, minimum=0)
         policies = (overflow,) if callable(overflow) else tuple(overflow)
         for p in policies:
+            if isinstance(p, type):  # overflow=[DropOldest]: the class, not a policy
+                raise ConfigError(
+                    f"ContextBudget.overflow: {p.__name__} is a class; give a policy: "
+                    f"{p.__name__}()"
+                )
             if not callable(p):
                 raise ConfigError(f"ContextBudget.overflow: {p!r} is not a policy (not callable)")
         if fleet is not None:
@@ -335,7 +340,8 @@ class ContextBudget(Link[SessionBudget]):
         reserve = self.reserve_output
         if reserve is None:
             asked = params.get("max_completion_tokens") or params.get("max_tokens")
-            reserve = asked if isinstance(asked, int) and not isinstance(asked, bool) else None
+            whole = isinstance(asked, int) and not isinstance(asked, bool) and asked >= 1
+            reserve = asked if whole else None  # (Agent refuses any other max_tokens)
         if reserve is None:
             reserve = min(DEFAULT_RESERVE, window // 4)
         margin = int(self.margin * window) if isinstance(self.margin, float) else self.margin

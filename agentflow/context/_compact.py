@@ -129,10 +129,16 @@ class Compact:
             raise ConfigError(
                 f"Compact.role must be 'user', 'system' or 'assistant', got {self.role!r}"
             )
-        if not self.prompt.strip():
-            raise ConfigError("Compact.prompt must not be empty")
-        if self.model is not None and not self.model:
-            raise ConfigError("Compact.model must be a model name or None, got ''")
+        if not isinstance(self.prompt, str) or not self.prompt.strip():
+            raise ConfigError(f"Compact.prompt must be a non-empty string, got {self.prompt!r}")
+        if self.model is not None and (not isinstance(self.model, str) or not self.model):
+            raise ConfigError(f"Compact.model must be a model name or None, got {self.model!r}")
+        if not isinstance(self.summary_prefix, str):
+            raise ConfigError(
+                f"Compact.summary_prefix must be a string, got {self.summary_prefix!r}"
+            )
+        if not isinstance(self.params, Mapping):
+            raise ConfigError(f"Compact.params must be a mapping, got {self.params!r}")
         bad = {"model", "messages", "tools", "stream", "stream_options", "n"} & set(self.params)
         if bad:
             raise ConfigError(f"Compact.params may not set {sorted(bad)}")

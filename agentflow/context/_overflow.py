@@ -256,6 +256,13 @@ class TruncateToolOutputs:
                 f"TruncateToolOutputs.marker must contain '{{cut}}' (how much was cut), "
                 f"got {self.marker!r}"
             )
+        try:  # it is formatted at every cut: a bad field fails here, not mid-session
+            self.marker.format(cut=1234)
+        except (KeyError, IndexError, ValueError) as exc:
+            raise ConfigError(
+                f"TruncateToolOutputs.marker {self.marker!r} cannot be formatted with only "
+                f"{{cut}} (a number): {type(exc).__name__}: {exc}"
+            ) from None
         head, _, rest = self.marker.partition("{cut")
         tail = rest.partition("}")[2]
         pattern = re.compile(re.escape(head) + r"[0-9,._ ]{1,40}" + re.escape(tail) + r"\Z")

@@ -83,6 +83,9 @@ def test_window_reserve_margin_and_limit() -> None:
         ({"window": 10, "pin_first": -1}, r"ContextBudget\.pin_first"),
         ({"window": 10, "overflow": [3]}, r"ContextBudget\.overflow: 3 is not a policy"),
         ({"window": 10, "fleet": object()}, r"ContextBudget\.fleet must be a FleetBudget"),
+        ({"model": 123}, r"ContextBudget\.model must be a non-empty string, got 123"),
+        ({"window": 10, "overflow": [DropOldest]}, r"DropOldest is a class; give a policy"),
+        ({"window": 10, "overflow": Fail}, r"Fail is a class; give a policy: Fail\(\)"),
     ],
 )
 def test_config_errors(kwargs: dict[str, Any], match: str) -> None:
@@ -93,6 +96,9 @@ def test_config_errors(kwargs: dict[str, Any], match: str) -> None:
 def test_bind_errors() -> None:
     with pytest.raises(ConfigError, match="leaves no room"):
         bind(ContextBudget(window=1000, reserve_output=1000))
+    # A max_tokens no server takes (Agent refuses it) reserves the default, not -5.
+    for odd in (-5, 0, 4096.0):
+        assert bind(ContextBudget(window=1000, margin=0), params={"max_tokens": odd}).reserve == 250
     with pytest.raises(ConfigError, match="no window for model 'mystery'"):
         bind(ContextBudget(), model="mystery")
 

@@ -147,6 +147,12 @@ def test_compact_config_errors() -> None:
         Compact(params={"messages": []})
     with pytest.raises(ConfigError, match=r"Compact\.prompt"):
         Compact(prompt=" ")
+    with pytest.raises(ConfigError, match=r"Compact\.prompt must be a non-empty string"):
+        Compact(prompt=None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Compact\.params must be a mapping"):
+        Compact(params=None)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Compact\.summary_prefix"):
+        Compact(summary_prefix=1)  # type: ignore[arg-type]
 
 
 # --- end to end on the simulator, over real HTTP --------------------------------------------

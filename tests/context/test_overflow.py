@@ -189,6 +189,11 @@ def test_truncate_config_errors() -> None:
         TruncateToolOutputs(marker="[cut]")
     with pytest.raises(ConfigError, match=r"TruncateToolOutputs\.keep_last"):
         TruncateToolOutputs(keep_last=-1)
+    # Formatted at every cut: a field other than {cut}, or a bad format, fails here.
+    for marker in ("[{cut} cut, see {path}]", "[{cut:q}]", "[{cut} of {0}]"):
+        with pytest.raises(ConfigError, match=r"TruncateToolOutputs\.marker .* cannot be"):
+            TruncateToolOutputs(marker=marker)
+    assert TruncateToolOutputs(marker="[{cut:,} cut]").marker == "[{cut:,} cut]"
 
 
 def test_word_estimator_sanity() -> None:

@@ -364,7 +364,7 @@ class Calibrator:
                 str(name): _Model.restored(self.window, dict(m))
                 for name, m in dict(state["models"]).items()
             }
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError) as exc:
             raise ConfigError(f"Calibrator.load_state: not a calibrator state ({exc})") from exc
         self._models = models
 

@@ -103,6 +103,8 @@ class _Model:
         is what it was. Raises ``KeyError``/``TypeError``/``ValueError`` on a bad state."""
         m = cls(window)
         for e, r in state["points"]:
+            if not (int(e) > 0 and int(r) > 0):  # observe() learns from no other point
+                raise ValueError(f"a point ({e!r}, {r!r}) is not two counts > 0")
             m.add_point(int(e), int(r))
         m.recent.extend(float(x) for x in state["recent"])
         m.n = int(state["n"])

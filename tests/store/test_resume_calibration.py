@@ -82,6 +82,16 @@ def test_a_bad_state_is_a_config_error_naming_it() -> None:
         Calibrator().load_state({"version": 2, "models": {}})
     with pytest.raises(ConfigError, match="load_state"):
         Calibrator().load_state({"version": 1, "models": {"m": {"points": []}}})
+    # A point observe() would never learn from (a store edited by hand, a corrupt row):
+    # refused, not a ZeroDivisionError, nor a calibrator that corrects every count to 0.
+    good = Calibrator()
+    good.observe("m", 100, 120)
+    good.observe("m", 200, 230)
+    for points in ([[0, 5], [100, 120]], [[100, -50], [200, -90]], [[100, float("nan")]]):
+        state = good.to_state()
+        state["models"]["m"]["points"] = points
+        with pytest.raises(ConfigError, match="load_state: not a calibrator state"):
+            Calibrator().load_state(state)
 
 
 def _load(path: Path) -> StoredRun:

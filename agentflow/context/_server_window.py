@@ -97,16 +97,21 @@ def _pick_window(document: Any, model: str | None, endpoint: str) -> ServerWindo
     """
     data = document.get("data") if isinstance(document, Mapping) else None
     entries = [e for e in data if isinstance(e, Mapping)] if isinstance(data, list) else []
-    if model is not None:
-        entries = [e for e in entries if model in _names(e)] or entries
-    found = [(e, w) for e in entries if (w := _window_of(e)) is not None]
+    named = [e for e in entries if model in _names(e)] if model is not None else entries
+    # A name the server does not list: a one-model server (llama.cpp answers any name
+    # with its model) gives its window; among several, which one is not known.
+    found = [(e, w) for e in named or entries if (w := _window_of(e)) is not None]
     if not found:
         return None
     if len({w[0] for _, w in found}) > 1:
         served = ", ".join(f"{e.get('id')!r}: {w[0]:,}" for e, w in found)
+        ask = (
+            f"model {model!r} is none of them; pass one of their ids"
+            if model is not None
+            else "pass model= (one of their ids) to say which one the budget is for"
+        )
         raise ConfigError(
-            f"{endpoint} serves several models with different windows ({served}); "
-            f"pass model= (one of their ids) to say which one the budget is for"
+            f"{endpoint} serves several models with different windows ({served}); {ask}"
         )
     entry, (tokens, field) = found[0]
     return ServerWindow(tokens, str(entry.get("id") or model or ""), field, endpoint)

@@ -128,6 +128,9 @@ async def test_several_models_need_a_name() -> None:
         small = await server_window(url, model="org/small")
         with pytest.raises(ConfigError, match="several models with different windows"):
             await server_window(url)
+        # A name it does not serve: the error says so, not "pass model=".
+        with pytest.raises(ConfigError, match="model 'gpt-4o' is none of them"):
+            await server_window(url, model="gpt-4o")
     assert small is not None and (small.tokens, small.model) == (32_768, "small")
 
 

@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
+
 from agentflow._context_chain import Binding, Link, LinkSession
 from agentflow._errors import BudgetExceeded, ConfigError
 from agentflow.context._events import BudgetEvent
@@ -248,13 +250,16 @@ class FleetBudget(Link["_FleetSession"]):
 class _FleetSession(LinkSession):
     """One session's side of a :class:`FleetBudget` (a link of its context chain)."""
 
-    __slots__ = ("_budget", "_prompts")
+    __slots__ = ("_budget", "_prompts", "_sent")
 
     def __init__(self, at: Binding, budget: FleetBudget) -> None:
         super().__init__(at)
         self._budget = budget
         #: The budget session whose estimate charges a turn the server sent no usage for.
         self._prompts: SessionBudget | None = None
+        #: Without one, the turn's prompt as sent: (messages, how many, tool schemas),
+        #: roughly counted only if the server sends no usage.
+        self._sent: tuple[list[dict[str, Any]], int, Sequence[Mapping[str, Any]]] | None = None
 
     def join(self, sessions: Sequence[object]) -> None:
         """Charge a turn without usage with the estimate of a budget in the chain."""
@@ -286,6 +291,8 @@ class _FleetSession(LinkSession):
     ) -> PromptInfo | None:
         """Raise :class:`~agentflow.BudgetExceeded` if the budget is spent."""
         self._budget.check()
+        if self._prompts is None:
+            self._sent = (messages, len(messages), tools)
         return None
 
     def before_send(self, turn: int) -> None:
@@ -294,9 +301,20 @@ class _FleetSession(LinkSession):
         self._budget.check()
 
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
-        """Count the turn's usage."""
-        last = self._prompts.last if self._prompts is not None else None
-        self._charge(trace, turn, self.at.model, last.estimated_tokens if last else 0)
+        """Count the turn's usage; without the server's, the prompt's estimate: a budget's
+        in the chain, else a rough count (4 characters a token) of what was sent."""
+        estimate = 0
+        if self._prompts is not None:
+            last = self._prompts.last
+            estimate = last.estimated_tokens if last else 0
+        elif self._sent is not None and (trace.usage is None or not trace.usage.prompt_tokens):
+            from agentflow._session_turn import _rough_tokens  # (rarely: no usage sent)
+
+            messages, n, tools = self._sent
+            tool_chars = len(msgspec.json.encode(list(tools))) if tools else 0
+            estimate = _rough_tokens(messages[:n], tool_chars)
+        self._sent = None
+        self._charge(trace, turn, self.at.model, estimate)
 
     def _charge(self, trace: TurnTrace, turn: int, model: str | None, estimate: int = 0) -> None:
         at = self.at

@@ -179,3 +179,24 @@ async def test_a_fleet_cost_budget() -> None:
     errors = [s.error for s in result.sessions if s.status == "error"]
     assert errors and all(isinstance(e, BudgetExceeded) and e.budget == "cost" for e in errors)
     assert [e.exceeded for e in events if e.type == "budget"][-1]
+
+
+async def test_alone_it_charges_a_prompt_the_server_did_not_count() -> None:
+    """No usage in the stream and no ContextBudget in the chain: the turn's prompt is
+    charged by a rough count of what was sent (~4 characters a token), not as 0."""
+    from agentflow import Agent, HTTPTransport
+    from agentflow.testing import Reply, ScriptedServer, sse_frames
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {"id": "x", "object": "chat.completion.chunk", "created": 0, "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}  # fmt: skip
+
+    no_usage = Reply(frames=sse_frames([chunk({"role": "assistant", "content": "done"}),
+                                        chunk({}, "stop")]))  # fmt: skip
+    fleet = FleetBudget(max_tokens=1_000_000)
+    agent = Agent(name="a", model="m", context=fleet)
+    task = "please read this " * 2000  # 34,000 characters
+    async with ScriptedServer([no_usage]) as srv, HTTPTransport(srv.base_url) as http:
+        result = await agent.session(task).run(http)
+    assert result.status == "completed" and result.turns[0].trace.usage is None
+    assert 8_000 <= fleet.tokens <= 9_000

@@ -8,7 +8,7 @@ messages and say what it knows of the prompt — and ``after_turn`` in reverse, 
 first link is the outermost: a :class:`~agentflow.context.FleetBudget` placed first
 refuses a turn before any other link works on it, and is charged last.
 
-Three optional hooks let links that belong together find each other, without another
+Four optional hooks let links that belong together find each other, without another
 signature for users to implement:
 
 - ``wrap_complete(turn, complete) -> complete`` on a session context: every link's extra
@@ -17,6 +17,9 @@ signature for users to implement:
 - ``before_send(turn)`` on a session context: called once every link's ``before_turn``
   has run, in the links' order — the last word before the request goes out (a fleet
   budget checks again: a compaction's summary may have spent it).
+- ``end()`` on a session context: called once when the session ends, however it ends
+  (the last link's first) — a cache-buster check reports a bust its failed last turn
+  could not measure, and forgets the session.
 - ``join(sessions)`` on a session context: called once, after binding, with the sessions
   of every link of the chain, in order — a cache-buster check learns the budget's pinned
   prefix, a prefix index fingerprints with the budget's counts, a fleet budget charges a
@@ -39,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from agentflow._errors import ConfigError
+from agentflow._logging import get_logger
 
 if TYPE_CHECKING:
     from agentflow._events import Event
@@ -46,7 +50,9 @@ if TYPE_CHECKING:
     from agentflow.context import FleetBudget
     from agentflow.typing import Complete, ContextLink, SessionContext
 
-__all__ = ["Binding", "ContextChain", "Link", "LinkSession", "bind_context"]
+__all__ = ["Binding", "ContextChain", "Link", "LinkSession", "bind_context", "end_session"]
+
+_log = get_logger("agentflow.context")
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,6 +282,23 @@ class _ChainContext:
         """Run every link's ``after_turn``, the last link's first."""
         for session in self._reversed:
             session.after_turn(turn, trace)
+
+    def end(self) -> None:
+        """Run every link's ``end`` (those that have one), the last link's first."""
+        for session in self._reversed:
+            end_session(session)
+
+
+def end_session(context: object) -> None:
+    """``context.end()`` if it has one: the session ended. A link that raises there is
+    logged, never let out: the session's end (its result, its record) comes first."""
+    end = getattr(context, "end", None)
+    if not callable(end):
+        return
+    try:
+        end()
+    except Exception as exc:
+        _log.warning("context.end_failed", link=type(context).__name__, error=repr(exc))
 
 
 def _merged(earlier: PromptInfo, later: PromptInfo) -> PromptInfo:

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from agentflow._config import session_run_internals
-from agentflow._context_chain import bind_context
+from agentflow._context_chain import bind_context, end_session
 from agentflow._errors import ContextOverflow, MaxTurnsExceeded
 from agentflow._events import ErrorEvent, EventBus, SessionEndEvent
 from agentflow._logging import get_logger
@@ -341,6 +341,8 @@ class Session:
     ) -> SessionResult:
         """Record how the session ended: its result, the run store, the event."""
         runner.scheduler.forget(self.session_id)
+        if self._context is not None:
+            end_session(self._context)  # a cache-buster check's unmeasured bust, say
         result = SessionResult(
             session_id=self.session_id,
             agent=self.agent.name,

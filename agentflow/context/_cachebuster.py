@@ -400,3 +400,8 @@ class _CheckContext(LinkSession):
     def after_turn(self, turn: int, trace: TurnTrace) -> None:
         """Report the turn's bust, if any, with the loss the server's usage shows."""
         self._check.observe_turn(self.at.session_id, trace)
+
+    def end(self) -> None:
+        """The session ended: a bust its last turn did not measure (it failed) is reported
+        with its estimate, and the session is forgotten."""
+        self._check.forget(self.at.session_id)

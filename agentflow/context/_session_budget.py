@@ -221,3 +221,9 @@ class SessionBudget(LinkSession):
             self._tracker.reply(trace)  # the server cached its reply with the prompt
         if self._check is not None:
             self._check.after_turn(turn, trace)
+
+    def end(self) -> None:
+        """The session ended: the budget's own cache-buster check reports a bust the last
+        turn did not measure, and forgets the session."""
+        if self._check is not None:
+            self._check.end()

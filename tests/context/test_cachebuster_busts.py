@@ -311,3 +311,52 @@ def test_a_deferred_bust_is_measured_or_else_reported_with_its_estimate() -> Non
     check.forget("s")
     assert [(w.turn, w.occurrence) for w in check.warnings[3:]] == [(4, 4)]
     assert check.busts == 4 and check.lost_tokens == sum(w.lost_tokens for w in check.warnings)
+
+
+class _StampedPrompt:
+    """A link that (badly) stamps the time into the system prompt before every turn."""
+
+    def bind(self, **_: Any) -> _StampedPrompt:
+        return self
+
+    async def before_turn(
+        self, turn: int, messages: list[dict[str, Any]], tools: Any, complete: Any
+    ) -> None:
+        messages[0] = {**messages[0], "content": f"You are careful. Time: 10:00:0{turn}"}
+
+    def after_turn(self, turn: int, trace: TurnTrace) -> None:
+        pass
+
+
+@pytest.mark.parametrize("where", ["link", "budget"])
+async def test_a_bust_whose_turn_fails_is_reported_when_the_session_ends(where: str) -> None:
+    """The second turn's prompt busts the cache and the server refuses it (a 400): no
+    usage will measure the loss, so the session's end reports it with its estimate —
+    it was never reported at all. The check then forgets the session."""
+    from agentflow import HTTPTransport
+    from agentflow.testing import Reply, ScriptedServer
+
+    def noop() -> str:
+        """Do nothing."""
+        return "ok"
+
+    check = CacheBusterCheck()
+    if where == "budget":  # the deprecated spelling: the budget's own check
+        with pytest.warns(DeprecationWarning, match="cache_buster"):
+            budget = ContextBudget(window=100_000, cache_buster=check)
+    else:
+        budget = ContextBudget(window=100_000)
+    chain: list[Any] = [_StampedPrompt(), budget] + ([check] if where == "link" else [])
+    agent = Agent(name="a", model="m", instructions="You are careful.", tools=[noop],
+                  context=chain)  # fmt: skip
+    events: list[str] = []
+    replies = [Reply.tool_call("noop", {}), Reply.error(400, "bad request")]
+    async with ScriptedServer(replies) as srv, HTTPTransport(srv.base_url) as http:
+        result = await agent.session("task", session_id="s").run(
+            http, callbacks=[lambda e: events.append(e.type)], retry=None
+        )
+    assert result.status == "error"
+    assert check.busts == 1
+    assert [(w.kind, w.lost_source) for w in check.warnings] == [("timestamp", "estimate")]
+    assert events.index("cache_buster") < events.index("session_end")
+    assert "s" not in check._sessions

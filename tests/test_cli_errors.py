@@ -84,6 +84,8 @@ def not_a_dir(tmp_path: Path) -> Path:
         (["llamacpp", "--n-ctx", "100000000000"], ["--n-ctx", "100000000000"]),
         (["llamacpp", "--n-parallel", "100000"], ["--n-parallel", "100000"]),
         (["demo", "--time-scale", "inf"], ["--time-scale", "inf"]),
+        (["demo", "--virtual", "--store", "/"], ["--store", "is a directory"]),
+        (["chat", "--model", "m", "--max-tokens", "0", "hi"], ["max_tokens", "0"]),
         (["demo", "--profile", "nope"], ["'nope'"]),
         (["demo", "--turns", "x"], ["--turns", "'x'"]),
         (["demo", "--agents", "0"], ["--agents", "0"]),

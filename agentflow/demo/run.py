@@ -55,11 +55,14 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
     written to ``config.report``). A stopped run's report has ``run.interrupted``.
 
     Raises:
-        ConfigError: ``config.report`` cannot be written (checked before the run).
+        ConfigError: ``config.report`` or ``config.store`` cannot be written (checked
+            before the run).
     """
     console = console or Console()
     if config.report is not None:
         check_output_file(config.report, "--report")
+    if config.store is not None:  # before the run: a directory, an unwritable place
+        check_output_file(config.store, "--store")
     watched = _Watched()
     stopper = Stopper()
     with stopper.guarding():  # once stopped, a second signal exits at once until we return

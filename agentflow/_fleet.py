@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agentflow._config import fleet_concurrency
 from agentflow._errors import ConfigError
 from agentflow._events import Event, EventBus, FleetEndEvent
-from agentflow._fleet_checks import _check_unique, _replicas, check_scale_out
+from agentflow._fleet_checks import _check_clock, _check_unique, _replicas, check_scale_out
 from agentflow._fleet_queued import _Queued as _Queued
 from agentflow._fleet_queued import _Starter as _Starter
 from agentflow._fleet_run import _results as _results
@@ -299,6 +299,7 @@ class Fleet:
         run_config: Mapping[str, Any] | None,
     ) -> FleetResult:
         _check_unique(sessions)
+        _check_clock(self._clock)
         if self.workers is not None and self.store is None:
             if run_id is not None or run_config is not None:
                 raise ConfigError("run_id and run_config need a store: Fleet(store=...)")

@@ -5,16 +5,21 @@ sessions given to a run."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from agentflow._errors import ConfigError
+from agentflow._logging import get_logger
 from agentflow.sched import Replica
+
+_log = get_logger("agentflow.fleet")
 
 if TYPE_CHECKING:
     from agentflow._session import Session
-    from agentflow.typing import Transport
+    from agentflow.typing import Clock, Transport
 
 __all__ = ["check_scale_out"]
 
@@ -74,3 +79,16 @@ def _check_unique(sessions: list[Session]) -> None:
         if s.result is not None:
             raise ConfigError(f"session {s.session_id!r} has already run")
         seen.add(s.session_id)
+
+
+def _check_clock(clock: Clock) -> None:
+    """Say so when a run on virtual time measures on the wall clock: its queue waits
+    (trace send time less ready time) would mix two clocks and come out 0."""
+    loop = asyncio.get_running_loop()
+    if clock is time.perf_counter_ns and callable(getattr(loop, "clock_ns", None)):
+        _log.warning(
+            "fleet.clock_not_virtual",
+            hint="the loop's time is virtual (run_virtual) but the fleet measures with "
+            "time.perf_counter_ns: queue waits and tool durations mix two clocks; pass "
+            "Fleet(..., clock=loop_clock) (agentflow.embedded)",
+        )

@@ -7,7 +7,10 @@ timer. Everything written against asyncio — ``asyncio.sleep``, ``asyncio.timeo
 ``loop.call_later``, agentflow's own scheduler and timeouts — then runs unchanged,
 and minutes of simulated rack time take as long as the Python work they contain.
 
-Real I/O still works (the loop polls it), but takes no virtual time. Work in a thread
+Real I/O still works (the loop polls it), but takes no virtual time — and a peer in
+another process (a server, a subprocess) is not waited for: while it works on its answer
+the clock jumps to the next timer, so a time limit fires at once. Keep every peer in the
+loop (``SimTransport``, ``ScriptedServer``) or in a thread. Work in a thread
 (``asyncio.to_thread``, ``loop.run_in_executor``, agentflow's sync tools) takes zero
 virtual time too, but while any such call runs the clock never runs ahead of real
 time: the loop waits for the thread, for real, up to the next timer's delay, and
@@ -88,11 +91,12 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
 
 
 def run_virtual(main: Coroutine[Any, Any, T] | Callable[[], Awaitable[T]]) -> T:
-    """Run ``main`` to completion on a fresh :class:`VirtualTimeLoop`, then close the loop."""
-    loop = VirtualTimeLoop()
-    try:
-        coro = main if asyncio.iscoroutine(main) else main()
-        return loop.run_until_complete(coro)
-    finally:
-        loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
+    """Run ``main`` to completion on a fresh :class:`VirtualTimeLoop`, then close it as
+    ``asyncio.run`` does: tasks still pending are cancelled (their ``finally`` runs),
+    async generators and the default executor are shut down."""
+
+    async def called() -> T:
+        return await main()  # type: ignore[operator]
+
+    with asyncio.Runner(loop_factory=VirtualTimeLoop) as runner:
+        return runner.run(main if asyncio.iscoroutine(main) else called())

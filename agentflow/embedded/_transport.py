@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agentflow._errors import AgentflowError, BadRequestError, StreamInterrupted
+from agentflow._errors import BadRequestError, ConnectError, StreamInterrupted
 from agentflow._trace import TurnTrace
 from agentflow.sim.api import models_document
 from agentflow.sim.driver import EngineDriver, SimRequest
@@ -51,7 +51,8 @@ class _Consumer:
         st = self.stream
         try:
             st.payloads(payloads, st.clock())
-        except AgentflowError as exc:
+        except Exception as exc:  # malformed output, or the caller's sink raised
+            # As the HTTP transports do: the stream ends with it, in stream()'s caller.
             self.done.set_exception(exc)
             if self.request is not None:
                 self.request.cancel()
@@ -108,6 +109,8 @@ class SimTransport:
         consumer = _Consumer(st, done)
         body: dict[str, Any] = request.body()
         session = self._session_of(request)
+        if self.driver.closed:  # as a server that is gone: no response byte
+            raise ConnectError(f"{self.endpoint}: the simulator was closed", endpoint=self.endpoint)
         try:
             consumer.request = handle = self.driver.submit(body, consumer, session_id=session)
         except RequestRejected as exc:
@@ -133,8 +136,8 @@ class SimTransport:
         """The simulator's ``GET /v1/models`` answer: its model and ``max_model_len``
         (what :meth:`ContextBudget.from_server <agentflow.context.ContextBudget.from_server>`
         reads)."""
-        profile = self.driver.engine.profile
-        return models_document(profile.model, profile.max_model_len, 0)
+        driver = self.driver
+        return models_document(driver.model, driver.engine.profile.max_model_len, 0)
 
     def _session_of(self, request: ChatRequest) -> str | None:
         name = self._session_header

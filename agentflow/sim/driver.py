@@ -135,6 +135,11 @@ class EngineDriver(_DriverLoop):
 
     # --- Lifecycle ---------------------------------------------------------------------
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called (no request is taken after it)."""
+        return self._closed
+
     def start(self) -> None:
         """Start the step loop on the running event loop (no-op if running)."""
         if self._closed:

@@ -58,3 +58,26 @@ def test_clock_ns_follows_the_loop() -> None:
         assert loop.clock_ns() == 3_000_000_000
     finally:
         loop.close()
+
+
+def test_run_virtual_cleans_up_as_asyncio_run_does() -> None:
+    """A task still pending when main returns is cancelled, its finally runs (no
+    'Task was destroyed but it is pending!')."""
+    import asyncio
+
+    ran: list[str] = []
+
+    async def background() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            ran.append("finally")
+
+    async def main() -> str:
+        asyncio.get_running_loop().create_task(background())
+        await asyncio.sleep(0)
+        return "done"
+
+    assert run_virtual(main()) == "done"
+    assert ran == ["finally"]
+    assert run_virtual(main) == "done"  # a coroutine function works too

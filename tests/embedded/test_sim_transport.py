@@ -99,3 +99,63 @@ def test_context_overflow_is_a_bad_request() -> None:
             await transport.aclose()
 
     run_virtual(main())
+
+
+def test_a_sink_that_raises_ends_the_stream_with_its_error() -> None:
+    """As the HTTP transports do: the caller's sink raising a plain exception ends
+    stream() with it (it waited for ever: only agentflow's own errors were caught)."""
+
+    class Broken:
+        def on_delta(self, kind: str, text: str, t_ns: int) -> None:
+            raise RuntimeError("sink bug")
+
+    async def main() -> None:
+        transport = SimTransport(driver("cpu-tiny"))
+        req = ChatRequest(model="sim", messages=[{"role": "user", "content": "hi"}])
+        try:
+            with pytest.raises(RuntimeError, match="sink bug"):
+                await asyncio.wait_for(transport.stream(req, Broken()), 3600)
+            assert transport.driver.active == 0  # the request was cancelled in the engine
+        finally:
+            await transport.aclose()
+
+    run_virtual(main())
+
+
+def test_models_and_a_closed_simulator() -> None:
+    """models() names the driver's served model (as GET /v1/models does); a request
+    after aclose() is a ConnectError, not a bare RuntimeError."""
+    from agentflow import ConnectError
+
+    async def main() -> None:
+        transport = SimTransport(EngineDriver(Engine("cpu-tiny"), model="my-model"))
+        assert [m["id"] for m in (await transport.models())["data"]] == ["my-model"]
+        await transport.aclose()
+        req = ChatRequest(model="my-model", messages=[{"role": "user", "content": "hi"}])
+        with pytest.raises(ConnectError, match="the simulator was closed"):
+            await transport.stream(req)
+
+    run_virtual(main())
+
+
+def test_a_fleet_on_virtual_time_with_the_wall_clock_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Its queue waits would mix the loop's virtual clock and the wall clock (all 0)."""
+    agent = Agent(name="a", model="sim", params={"max_tokens": 8})
+
+    async def main(clock: object) -> None:
+        transport = SimTransport(driver("cpu-tiny"))
+        kw = {} if clock is None else {"clock": clock}
+        try:
+            await Fleet(transport, **kw).run([agent.session("hi")])  # type: ignore[arg-type]
+        finally:
+            await transport.aclose()
+
+    with caplog.at_level("WARNING", logger="agentflow.fleet"):
+        run_virtual(main(None))
+    assert any("fleet.clock_not_virtual" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="agentflow.fleet"):
+        run_virtual(main(loop_clock))
+    assert not any("clock_not_virtual" in r.getMessage() for r in caplog.records)

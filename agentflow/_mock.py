@@ -159,6 +159,7 @@ class _Script:
     def __init__(self, replies: Iterable[Reply]) -> None:
         self._replies = list(replies)
         self._next = 0
+        self._past = 0  # requests that came after the script's end
 
     @property
     def left(self) -> int:
@@ -167,8 +168,10 @@ class _Script:
     def __call__(self, _: ChatRequest) -> Reply:
         from agentflow.testing import Reply
 
-        if self._next >= len(self._replies):
-            return Reply.error(500, "script exhausted")
+        if self._next >= len(self._replies):  # a 400: not retried, the test fails at once
+            self._past += 1
+            n = self._next + self._past
+            return Reply.error(400, f"script exhausted: request {n} has no reply")
         self._next += 1
         return self._replies[self._next - 1]
 

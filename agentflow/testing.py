@@ -113,11 +113,13 @@ class Reply:
         cached_tokens: int | None = 0,
         **kw: Any,
     ) -> Reply:
-        """A streamed answer: role chunk, ``text`` in word pieces, finish, usage, ``[DONE]``."""
-        words = text.split(" ")
+        """A streamed answer: role chunk, ``text`` in word pieces — one per word, or
+        ``pieces`` of them (at most one per word) —, finish, usage (``completion_tokens``:
+        one per piece), ``[DONE]``."""
+        words = text.split(" ") if text else []
         parts = [w if i == 0 else " " + w for i, w in enumerate(words)]
-        if pieces is not None:
-            n = max(1, len(parts) // pieces)
+        if pieces is not None and parts:
+            n = -(-len(parts) // max(1, pieces))  # words per piece: `pieces` pieces
             parts = ["".join(parts[i : i + n]) for i in range(0, len(parts), n)]
         usage: dict[str, Any] = {
             "prompt_tokens": prompt_tokens,
@@ -139,9 +141,14 @@ class Reply:
         *,
         call_id: str = "call_1",
         pieces: int = 3,
+        prompt_tokens: int = 20,
+        cached_tokens: int | None = None,
         **kw: Any,
     ) -> Reply:
-        """A streamed tool call, its arguments split over ``pieces`` deltas."""
+        """A streamed tool call, its arguments split over at most ``pieces`` deltas;
+        ``completion_tokens`` is one per output chunk (the call's first, then each
+        delta), so chunk token counts are exact. ``cached_tokens=None`` leaves
+        ``prompt_tokens_details`` out."""
         args = json.dumps(arguments)
         step = max(1, -(-len(args) // pieces))
         chunks = [
@@ -159,20 +166,20 @@ class Reply:
                 }
             )
         ]
-        chunks += [
+        deltas = [
             _chunk({"tool_calls": [{"index": 0, "function": {"arguments": args[i : i + step]}}]})
             for i in range(0, len(args), step)
         ]
-        chunks += [
-            _chunk({}, "tool_calls"),
-            _chunk(
-                usage={
-                    "prompt_tokens": 20,
-                    "completion_tokens": pieces + 1,
-                    "total_tokens": 21 + pieces,
-                }
-            ),
-        ]
+        chunks += deltas
+        completion = 1 + len(deltas)
+        usage: dict[str, Any] = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion,
+            "total_tokens": prompt_tokens + completion,
+        }
+        if cached_tokens is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+        chunks += [_chunk({}, "tool_calls"), _chunk(usage=usage)]
         return cls(frames=sse_frames(chunks), **kw)
 
     @classmethod
@@ -242,7 +249,8 @@ class ScriptedServer:
     """A loopback HTTP server that answers chat requests from a script.
 
     Args:
-        replies: answered in order, one per request; a request past the end gets a 500.
+        replies: answered in order, one per request; a request past the end gets a 400
+            (not retried) saying the script is exhausted.
         host: the address to bind (loopback).
     """
 
@@ -261,8 +269,9 @@ class ScriptedServer:
 
     @property
     def base_url(self) -> str:
-        """``http://127.0.0.1:PORT/v1``."""
-        return f"http://{self._host}:{self.port}/v1"
+        """``http://127.0.0.1:PORT/v1`` (an IPv6 host in brackets)."""
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self.port}/v1"
 
     def add(self, *replies: Reply) -> None:
         """Append replies to the script."""
@@ -277,7 +286,11 @@ class ScriptedServer:
         """Bind and start serving."""
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.2)
+        # A client that goes away cancels its handler: a stream abandoned mid-delay is
+        # counted then, and nothing of it runs on after stop().
+        self._runner = web.AppRunner(
+            app, access_log=None, shutdown_timeout=0.2, handler_cancellation=True
+        )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, 0)
         await site.start()
@@ -309,8 +322,13 @@ class ScriptedServer:
         self.requests.append(
             RecordedRequest(request.path, CIMultiDict(request.headers), json.loads(raw))
         )
-        if not self._replies:
-            return web.json_response({"error": {"message": "script exhausted"}}, status=500)
+        if not self._replies:  # a 400: not retried, so the test fails at once, saying why
+            n = len(self.requests)
+            return web.json_response(
+                {"error": {"message": f"script exhausted: request {n} has no reply",
+                           "type": "ScriptExhausted", "code": 400}},
+                status=400,
+            )  # fmt: skip
         reply = self._replies.popleft()
         if reply.drop:
             assert request.transport is not None
@@ -320,10 +338,10 @@ class ScriptedServer:
             return web.Response(
                 body=b"".join(reply.frames),
                 status=reply.status,
-                headers={"Content-Type": "application/json", **reply.headers},
+                headers=_headers("application/json", reply.headers),
             )
         resp = web.StreamResponse(
-            status=reply.status, headers={"Content-Type": "text/event-stream", **reply.headers}
+            status=reply.status, headers=_headers("text/event-stream", reply.headers)
         )
         resp.enable_chunked_encoding()
         await resp.prepare(request)
@@ -335,6 +353,9 @@ class ScriptedServer:
         except (ConnectionError, ClientConnectionResetError):
             self.client_disconnects += 1
             return resp
+        except asyncio.CancelledError:  # the client went away (or the server stops)
+            self.client_disconnects += 1
+            raise
         if reply.cut:
             assert request.transport is not None
             request.transport.abort()
@@ -350,3 +371,11 @@ def _bound_port(site: web.TCPSite) -> int:
 
 # Exported classes report this namespace as their module (agentflow._public).
 _publish(__name__, __all__, globals())
+
+
+def _headers(content_type: str, given: Mapping[str, str]) -> CIMultiDict[str]:
+    """``given``, with ``content_type`` unless it sets one itself (any case): one
+    Content-Type header, never two."""
+    headers = CIMultiDict(given)
+    headers.setdefault("Content-Type", content_type)
+    return headers

@@ -17,6 +17,7 @@ import pytest
 from agentflow import (
     Agent,
     AttemptDiscardedEvent,
+    BadRequestError,
     ConfigError,
     ConnectError,
     ContextLengthExceeded,
@@ -237,7 +238,8 @@ def test_handler_must_be_callable() -> None:
 
 
 async def test_scripted_assert_complete_counts_unused_replies() -> None:
-    """assert_complete names how many replies were never requested; past the end is a 500."""
+    """assert_complete names how many replies were never requested; past the end is a 400
+    (never retried) naming the request."""
     request = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])
     transport = MockTransport.scripted([Reply.text("a"), Reply.text("b")])
     await transport.stream(request)
@@ -245,5 +247,52 @@ async def test_scripted_assert_complete_counts_unused_replies() -> None:
         transport.assert_complete()
     await transport.stream(request)
     transport.assert_complete()
-    with pytest.raises(ServerError, match="script exhausted"):
+    with pytest.raises(BadRequestError, match="script exhausted: request 3 has no reply"):
         await transport.stream(request)
+
+
+async def test_reply_usage_counts_the_chunks_it_sends() -> None:
+    """Reply.text(pieces=k) sends k pieces; Reply.tool_call's completion_tokens is one
+    per output chunk (its counts were pieces + 1 whatever it sent); empty text is 0."""
+    request = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])
+    cases = [
+        (Reply.text("a b c d e f g", pieces=4), 4),
+        (Reply.text("a b c d e", pieces=2), 2),
+        (Reply.text(""), 0),
+        (Reply.tool_call("f", {}), 3),  # the call's first chunk, then "{", "}"
+        (Reply.tool_call("f", {"x": 1}, pieces=10, prompt_tokens=500, cached_tokens=256), 9),
+    ]
+    mock = MockTransport.scripted([r for r, _ in cases])
+    for _, chunks in cases:
+        trace = await mock.stream(request)
+        assert trace.usage is not None and trace.usage.completion_tokens == chunks
+        assert len(trace.chunk_ns) == chunks
+        assert trace.chunk_tokens == (1,) * chunks
+    last = trace.usage
+    assert last is not None and (last.prompt_tokens, last.cached_tokens) == (500, 256)
+
+
+async def test_scripted_server_headers_stop_and_an_exhausted_script() -> None:
+    """A reply's own Content-Type (any case) is the one sent; a script that runs out is
+    a 400 (never retried: one request, the test fails at once, saying which); stop()
+    leaves no handler behind an abandoned, slowed stream."""
+    import aiohttp
+
+    slow = Reply(frames=[b"data: {}\n\n"] * 50, frame_delay_s=0.05)
+    json_page = Reply(frames=[b'{"a": 1}'], headers={"content-type": "application/json"})
+    agent = Agent(name="a", model="m")
+    async with ScriptedServer([json_page, slow]) as srv:
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{srv.base_url}/chat/completions", json={}) as r:
+                assert r.headers.getall("Content-Type") == ["application/json"]
+            async with http.post(f"{srv.base_url}/chat/completions", json={}) as r:
+                await r.content.readany()  # then abandoned mid-stream
+        async with HTTPTransport(srv.base_url) as t:
+            result = await agent.session("hi").run(t)
+        assert isinstance(result.error, BadRequestError)
+        assert "script exhausted: request 3 has no reply" in str(result.error)
+        assert len(srv.requests) == 3
+    assert srv.in_flight == 0 and srv.client_disconnects == 1
+    pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    assert not [t for t in pending if "_handle" in repr(t.get_coro())]
+    assert ScriptedServer(host="::1").base_url == "http://[::1]:0/v1"  # a valid URL

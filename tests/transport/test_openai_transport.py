@@ -119,17 +119,31 @@ async def test_a_large_error_body_is_quoted_to_64_kib() -> None:
 
 
 class _Silent:
-    """A server that reads each request and never answers (until the test ends)."""
+    """A server that reads each request and never answers; :meth:`close` ends it all."""
 
     def __init__(self) -> None:
         self.got_one = asyncio.Event()
+        self._handlers: set[asyncio.Task[None]] = set()
 
     async def __call__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        with contextlib.suppress(Exception):
+        task = asyncio.current_task()
+        assert task is not None
+        self._handlers.add(task)
+        try:
             await reader.readuntil(b"\r\n\r\n")
             self.got_one.set()
             await asyncio.sleep(3600)
-        writer.close()
+        except (asyncio.CancelledError, ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+
+    async def close(self, server: asyncio.Server) -> None:
+        server.close()
+        for task in self._handlers:
+            task.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+        await server.wait_closed()
 
 
 async def test_an_sdk_timeout_names_the_part_that_ran_out() -> None:
@@ -167,4 +181,4 @@ async def test_an_sdk_timeout_names_the_part_that_ran_out() -> None:
         assert (pool.value.phase, pool.value.timeout_s) == ("connect", 0.2)
         assert "pool timeout of 0.2 s" in str(pool.value)
     finally:
-        server.close()
+        await silent.close(server)

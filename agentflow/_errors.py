@@ -88,6 +88,20 @@ class AgentflowError(Exception):
     def __init__(self, *args: object) -> None:
         super().__init__(*(redact(a) if isinstance(a, str) else a for a in args))
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Pickled as its args and attributes, rebuilt without calling __init__: most
+        # subclasses take keyword-only arguments, which Exception's own pickling (the
+        # class called with ``args``) cannot pass — an error in a Fleet(workers=N)
+        # result failed to unpickle in the parent, which then took the worker for dead.
+        return (_rebuilt, (type(self), self.args, self.__dict__))
+
+
+def _rebuilt(cls: type[BaseException], args: tuple[Any, ...], state: dict[str, Any]) -> Any:
+    error = cls.__new__(cls, *args)
+    BaseException.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
+
 
 class ConfigError(AgentflowError, ValueError):
     """A configuration value is wrong; the message names the field and the value."""
@@ -432,9 +446,6 @@ class RecordsLeftOut(StoreError):
             f"their batch was committed): {named}{more}"
         )
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.lost, self.where))
-
 
 class WorkerError(AgentflowError):
     """A ``Fleet(workers=N)`` worker process ended before its sessions did (their
@@ -451,13 +462,6 @@ class WorkerError(AgentflowError):
         self.worker = worker
         self.exitcode = exitcode
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_worker_error, (str(self), self.worker, self.exitcode))
-
-
-def _worker_error(message: str, worker: int | None, exitcode: int | None) -> WorkerError:
-    return WorkerError(message, worker=worker, exitcode=exitcode)
-
 
 class ServerStartError(AgentflowError, RuntimeError):
     """A server agentflow starts in a child process — the simulator, llama.cpp's server,
@@ -473,10 +477,3 @@ class ServerStartError(AgentflowError, RuntimeError):
         super().__init__(message)
         self.server = server
         self.exitcode = exitcode
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_server_start_error, (str(self), self.server, self.exitcode))
-
-
-def _server_start_error(message: str, server: str, exitcode: int | None) -> ServerStartError:
-    return ServerStartError(message, server=server, exitcode=exitcode)

@@ -120,6 +120,8 @@ def _read_parent_side(
         pass
     except Exception as exc:  # a message that does not unpickle: the worker is lost
         _log.error("worker.bad_message", worker=w.index, error=repr(exc))
+        with contextlib.suppress(Exception):  # and stopped: unread, it would run on,
+            w.process.kill()  # sending requests past the slots given back for it
     if w.hung:  # killed by the watchdog: wait (here, not on the loop) for its exit code
         with contextlib.suppress(Exception):
             w.process.join(2.0)

@@ -362,3 +362,21 @@ async def test_what_does_not_pickle_is_named() -> None:
     store = SQLiteStore(":memory:")  # taken since issue 15 part 4 (test_workers_store.py)
     assert Fleet(HTTPTransport("http://127.0.0.1:9"), workers=2, store=store).store is store
     assert not workers_now()
+
+
+async def test_retried_server_errors_in_a_workers_results_reach_the_parent() -> None:
+    """Half the requests answer 500 and are retried: each finished turn carries its
+    failed attempts' ServerErrors. Their pickles used to fail in the parent (keyword-only
+    arguments), which then took the worker for dead and failed its sessions. Now every
+    session completes, and the errors arrive as themselves."""
+    from agentflow import RetryPolicy, ServerError
+    from agentflow.sim import FaultConfig
+
+    retry = RetryPolicy(max_attempts=20, backoff_s=0.001, max_backoff_s=0.002, jitter=False)
+    faults = FaultConfig(server_error=0.5, seed=5)
+    async with RecordingSim(faults=faults) as sim, HTTPTransport(sim.base_url) as http:
+        two = await Fleet(http, max_concurrency=4, workers=2, retry=retry).run(workload(12))
+    assert not two.failed, [s.error for s in two.failed]
+    failed = [a for s in two.sessions for t in s.turns for a in t.failed_attempts]
+    assert failed and two.retries == len(failed)
+    assert all(isinstance(a.error, ServerError) and a.error.status == 500 for a in failed)

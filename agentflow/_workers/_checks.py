@@ -75,6 +75,17 @@ def check_picklable(fleet: Fleet, sessions: list[Session]) -> list[bytes]:
 
 
 def _check_agent(agent: Any) -> None:
+    context = getattr(agent, "context", None)
+    if context is not None:
+        from agentflow._context_chain import ContextChain
+
+        if ContextChain.of(context).fleet is not None:
+            raise ConfigError(
+                f"agent {agent.name!r}: a FleetBudget counts in the process that holds it; "
+                "with Fleet(workers=...) every worker's sessions would spend copies of it "
+                "and it would never stop the run: run without workers, or bound the "
+                "token rate with the fleet's Limits(tpm=...)"
+            )
     try:
         pickle.dumps(agent)
         return

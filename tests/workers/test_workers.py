@@ -350,6 +350,15 @@ async def test_what_does_not_pickle_is_named() -> None:
     with pytest.raises(ConfigError, match=r"agent 'closure': tool 'secret' does not pickle"):
         await fleet.run([local_tool().session("hi")])
     assert not workers_now()
+    # A fleet budget is one object in one process: copies in workers would never stop.
+    from agentflow.context import ContextBudget, FleetBudget
+
+    for context in (FleetBudget(max_tokens=1000), [FleetBudget(max_tokens=1000),
+                                                   ContextBudget(window=10_000)]):  # fmt: skip
+        budgeted = Agent(name="budgeted", model="m", context=context)
+        with pytest.raises(ConfigError, match=r"agent 'budgeted': a FleetBudget counts"):
+            await fleet.run([budgeted.session("hi")])
+    assert not workers_now()
     with pytest.raises(ConfigError, match="workers must be an int"):
         Fleet(HTTPTransport("http://127.0.0.1:9"), workers=0)
     with pytest.raises(ConfigError, match="custom clock= or sleep="):

@@ -139,6 +139,8 @@ class Broker:
         for j in list(self.pending):
             if self.free <= 0:
                 break
+            if self.reclaiming[j] > 0:  # it owes slots: what it gives back goes elsewhere
+                continue
             n = self.pending.pop(j)
             if not self.workers[j].alive:
                 continue

@@ -130,7 +130,7 @@ class _LeasedScheduler(Scheduler):
 
     def _place(self, ticket: Any) -> Any:
         c = self._client
-        if c.slotted and self.in_flight >= c.slots:
+        if c.slotted and self.in_flight >= c.slots - c.owed:  # owed slots are not its own
             c.need_slots(self.waiting + 1)
             return None
         return self.router.choose(ticket, self.replicas)

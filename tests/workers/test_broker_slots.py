@@ -1,0 +1,42 @@
+"""Slots reclaimed from a worker go to the worker that waits for them: the owing worker
+neither dispatches into them (``_LeasedScheduler._place``) nor gets them straight back
+from the broker (``Broker._serve_pending``). Plain objects, no processes."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from agentflow._workers._broker import Broker
+from agentflow._workers._worker import _LeasedScheduler
+from agentflow.sched import Limits
+
+
+class _Worker:
+    alive = True
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[Any, ...]] = []
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        self.sent.append(msg)
+
+
+def test_a_returned_slot_goes_to_the_worker_it_was_reclaimed_for() -> None:
+    w0, w1 = _Worker(), _Worker()
+    broker = Broker(Limits(max_in_flight=4), [w0, w1], [(4, 10), (0, 800)])  # type: ignore[list-item]
+    broker.held = [4, 0]  # worker 0 took every slot while worker 1 had nothing queued
+    broker.want_slots(0, 2)  # its queue wants more
+    broker.want_slots(1, 2)  # worker 1's 800 sessions arrive: 2 reclaimed from worker 0
+    assert ("reclaim", 2) in w0.sent
+    broker.returned(0, 1)  # the first owed slot comes back
+    assert w1.sent == [("slots", 1)] and ("slots", 1) not in w0.sent
+    assert broker.held == [3, 1]
+
+
+def test_an_owing_worker_does_not_dispatch_into_owed_slots() -> None:
+    asked: list[int] = []
+    client = SimpleNamespace(slotted=True, slots=4, owed=2, need_slots=asked.append)
+    sched = SimpleNamespace(_client=client, in_flight=2, waiting=5, router=None)
+    assert _LeasedScheduler._place(sched, object()) is None  # type: ignore[arg-type]
+    assert asked == [6]

@@ -14,7 +14,7 @@ __all__: list[str] = []
 _TIMEOUT_HELP = {
     "connect": "to open a connection",
     "first_token": "from sending a request to its first output",
-    "idle": "the longest gap between two reads of a response",
+    "idle": "the longest wait for an SSE data event (comments and keep-alives do not count)",
     "total": "for a whole request",
 }
 

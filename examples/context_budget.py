@@ -90,7 +90,7 @@ async def main() -> None:
         context=[fleet_budget, budget, PrefixIndex(counter)],
     )
     # cpu-tiny's 2,048-token window, with KV room for every session's prefix (its own 4,096
-    # tokens would evict them between turns: prefix reuse would then say so, at ~50%).
+    # tokens would evict them between turns: prefix reuse would then say so, at ~70%).
     profile = dataclasses.replace(get_profile("cpu-tiny"), kv_capacity_tokens=65_536)
     engine = Engine(profile, seed=1, textgen=TextGenConfig(answer_tokens=(16, 48)))
     transport = SimTransport(EngineDriver(engine))

@@ -3,7 +3,9 @@
 Two agents share one long guide. ``stable`` sends the same system prompt in every session;
 ``clocked`` starts its system prompt with ``datetime.now().isoformat()`` — different in
 every session, so the server's prefix cache cannot serve anything after it. The cache-buster
-check names the session and the span; the prefix-reuse report shows what it cost.
+check names the session, the span and the prompt tokens each bust cost (measured from the
+server's usage); the prefix-reuse report shows how little of ``clocked``'s prompts any cache
+could have served (its fingerprinted cacheable maximum) against ``stable``'s.
 
 python examples/prefix_reuse.py
 """
@@ -14,7 +16,13 @@ import logging
 from datetime import datetime
 
 from agentflow import Agent, Event, Fleet
-from agentflow.context import CacheBusterCheck, CacheBusterWarning, prefix_reuse
+from agentflow.context import (
+    CacheBusterCheck,
+    CacheBusterWarning,
+    ContextBudget,
+    PrefixIndex,
+    prefix_reuse,
+)
 from agentflow.demo.workload import repository_guide
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sim import Engine
@@ -25,13 +33,17 @@ GUIDE = repository_guide(paragraphs=20)
 TASKS = [f"Summarise section {i + 1} of the guide in one sentence." for i in range(SESSIONS)]
 
 
-def make_agent(name: str, instructions: str, check: CacheBusterCheck, model: str) -> Agent:
+def make_agent(
+    name: str, instructions: str, check: CacheBusterCheck, index: PrefixIndex, model: str
+) -> Agent:
     return Agent(
         name=name,
         model=model,
         instructions=instructions,
         params={"temperature": 0, "max_tokens": 24},
-        context=check,
+        # The budget counts the prompt, the check compares it with the agent's other
+        # sessions, the index fingerprints it: what any prefix cache could have served.
+        context=[ContextBudget(), check, index],
     )
 
 
@@ -40,6 +52,7 @@ async def main() -> None:
     transport = SimTransport(driver)
     model = driver.model
     check = CacheBusterCheck()  # one instance: it compares sessions of the same agent
+    index = PrefixIndex()  # one for the fleet: prefixes any session sent before
     warnings: list[CacheBusterWarning] = []
 
     def on_event(event: Event | CacheBusterWarning) -> None:
@@ -47,7 +60,7 @@ async def main() -> None:
             warnings.append(event)
 
     stable = make_agent(
-        "stable", f"You answer questions about a repository.\n\n{GUIDE}", check, model
+        "stable", f"You answer questions about a repository.\n\n{GUIDE}", check, index, model
     )
     sessions = []
     for task in TASKS:
@@ -58,6 +71,7 @@ async def main() -> None:
             f"Current time: {datetime.now().isoformat()}.\nYou answer questions about a "
             f"repository.\n\n{GUIDE}",
             check,
+            index,
             model,
         )
         sessions.append(clocked.session(task))

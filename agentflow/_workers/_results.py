@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import WorkerError
@@ -19,8 +20,10 @@ if TYPE_CHECKING:
 __all__ = ["fail_missing", "merge_replicas", "stop_workers"]
 
 
-def merge_replicas(per_worker: list[list[Any]], cls: Any) -> list[Any]:
-    """The workers' per-replica counts, summed by replica name (``cls``: ReplicaStats)."""
+def merge_replicas(per_worker: list[list[Any]], cls: Any, cap: int | None = None) -> list[Any]:
+    """The workers' per-replica counts, summed by replica name (``cls``: ReplicaStats).
+    A peak in flight is the sum of the workers' (an upper bound: theirs need not have
+    coincided), at most ``cap``, the fleet's own bound."""
     merged: dict[str, Any] = {}
     for stats in per_worker:
         for r in stats:
@@ -37,7 +40,13 @@ def merge_replicas(per_worker: list[list[Any]], cls: Any) -> list[Any]:
                     breaker_held=m.breaker_held + r.breaker_held,
                 )
             )
-    return list(merged.values())
+    out = list(merged.values())
+    if cap is not None:
+        out = [
+            r if r.peak_in_flight <= cap else dataclasses.replace(r, peak_in_flight=cap)
+            for r in out
+        ]
+    return out
 
 
 def fail_missing(

@@ -161,6 +161,9 @@ class ShardedRun:
         ``stop_timeout_s`` for their partial results; the sessions left end cancelled."""
         self.cancelling = True
         await stop_workers(self.workers, self.fleet.stop_timeout_s)
+        for w in self.workers:  # not stopped in time (a blocked loop): not waited for again
+            if w.alive and w.done is not None and not w.done.done():
+                self.launcher.kill(w)
         fail_missing(
             self.sessions, self.results, self.workers, self.bus, "cancelled", self.launcher
         )
@@ -175,7 +178,9 @@ class ShardedRun:
         fail_missing(self.sessions, self.results, self.workers, bus, "error", self.launcher)
         final = [r for r in self.results if r is not None]
         assert len(final) == len(self.sessions)
-        replicas = merge_replicas([s.get("replicas", []) for s in stats], ReplicaStats)
+        replicas = merge_replicas(
+            [s.get("replicas", []) for s in stats], ReplicaStats, fleet.limits.max_in_flight
+        )
         peak = sum(s.get("peak_in_flight", 0) for s in stats)
         if fleet.limits.max_in_flight is not None:
             peak = min(peak, fleet.limits.max_in_flight)

@@ -40,3 +40,19 @@ def test_an_owing_worker_does_not_dispatch_into_owed_slots() -> None:
     sched = SimpleNamespace(_client=client, in_flight=2, waiting=5, router=None)
     assert _LeasedScheduler._place(sched, object()) is None  # type: ignore[arg-type]
     assert asked == [6]
+
+
+def test_a_merged_replica_peak_is_at_most_the_fleets_bound() -> None:
+    """Two workers' peaks at one replica add up past max_concurrency (they need not have
+    coincided): the merged figure is capped at the fleet's bound."""
+    from agentflow._fleet_types import ReplicaStats
+    from agentflow._workers._results import merge_replicas
+
+    def stats(peak: int) -> ReplicaStats:
+        return ReplicaStats(name="r", served=5, failures=0, peak_in_flight=peak,
+                            breaker_opened=0, breaker_held=0)  # fmt: skip
+
+    (merged,) = merge_replicas([[stats(3)], [stats(3)]], ReplicaStats, 4)
+    assert (merged.served, merged.peak_in_flight) == (10, 4)
+    (uncapped,) = merge_replicas([[stats(1)], [stats(2)]], ReplicaStats, 4)
+    assert uncapped.peak_in_flight == 3

@@ -158,3 +158,39 @@ async def test_a_worker_hung_in_its_start_up_is_killed_after_the_start_timeout(
         ), str(error)
     assert not workers_now()
     assert all(gone(pid) for pid in pids.seen)
+
+
+async def test_a_cancel_kills_a_worker_that_does_not_stop_in_time(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Worker 1's loop is blocked when the run is cancelled: it cannot answer, so once
+    stop_timeout_s has passed it is killed, not waited for again at the reap (one by one,
+    that was twice the timeout per worker); worker 0 stops by itself and is not killed.
+    No worker is left."""
+    import asyncio
+
+    from agentflow._workers import _processes
+    from agentflow._workers._broker import WorkerHandle
+
+    marker = tmp_path / "stalled"  # written by the stalling tool as it blocks
+    monkeypatch.setenv(ONCE, str(marker))
+    killed: list[int] = []
+    real_kill = _processes.ProcessLauncher.kill
+
+    def kill(self: _processes.ProcessLauncher, w: WorkerHandle) -> None:
+        killed.append(w.index)
+        real_kill(self, w)
+
+    monkeypatch.setattr(_processes.ProcessLauncher, "kill", kill)
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        fleet = Fleet(http, max_concurrency=4, workers=2, stop_timeout_s=1.0,
+                      heartbeat_timeout_s=None)  # fmt: skip
+        task = asyncio.ensure_future(fleet.run(hang_workload(4)))
+        async with asyncio.timeout(60):
+            while not marker.exists():  # noqa: ASYNC110 - another process writes it
+                await asyncio.sleep(0.05)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert killed == [1]
+    assert not workers_now()

@@ -103,10 +103,10 @@ class _LeasedRates(RateGate):
 
     async def take(self, tokens: int) -> None:
         c = self._client
-        amount = tokens + self._debt
-        self._debt = 0.0
-        while c.requests < 1 or c.tokens < amount:
+        amount = tokens + self._debt  # the debt stays owed until it is spent, below:
+        while c.requests < 1 or c.tokens < amount:  # a take cancelled here keeps it
             await c.more_rates(1 if c.requests < 1 else 0, max(0.0, amount - c.tokens))
+        self._debt = 0.0
         c.requests -= 1
         c.tokens -= amount
         self.charged_tokens += tokens

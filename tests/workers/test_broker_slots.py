@@ -4,6 +4,7 @@ from the broker (``Broker._serve_pending``). Plain objects, no processes."""
 
 from __future__ import annotations
 
+import contextlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -56,3 +57,38 @@ def test_a_merged_replica_peak_is_at_most_the_fleets_bound() -> None:
     assert (merged.served, merged.peak_in_flight) == (10, 4)
     (uncapped,) = merge_replicas([[stats(1)], [stats(2)]], ReplicaStats, 4)
     assert uncapped.peak_in_flight == 3
+
+
+def test_a_leased_take_cancelled_while_it_waits_keeps_the_debt() -> None:
+    """As the in-process RateGate: the server's usage past a reservation is still owed
+    by the next request after a take was cancelled waiting for more budget."""
+    import asyncio
+
+    from agentflow._workers._worker import _LeasedRates
+
+    class Client:
+        def __init__(self) -> None:
+            self.requests, self.tokens = 5, 0.0
+            self.asked: list[float] = []
+
+        async def more_rates(self, requests: int, tokens: float) -> None:
+            self.asked.append(tokens)
+            await asyncio.sleep(3600)  # the parent has none to give yet
+
+    async def main() -> list[float]:
+        client = Client()
+        gate = _LeasedRates(client)  # type: ignore[arg-type]
+        gate.settle(reserved=10, used=60)  # 50 owed
+        waiting = asyncio.ensure_future(gate.take(5))
+        await asyncio.sleep(0)
+        waiting.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        nxt = asyncio.ensure_future(gate.take(5))
+        await asyncio.sleep(0)
+        nxt.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await nxt
+        return client.asked
+
+    assert asyncio.run(main()) == [55.0, 55.0]  # the 50 still owed the second time

@@ -64,6 +64,18 @@ def sse_frames(chunks: Iterable[Mapping[str, Any]], *, done: bool = True) -> lis
     return frames
 
 
+def _usage(prompt: int, completion: int, cached: int | None) -> dict[str, Any]:
+    """A usage object; ``cached=None`` leaves ``prompt_tokens_details`` out."""
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if cached is not None:
+        usage["prompt_tokens_details"] = {"cached_tokens": cached}
+    return usage
+
+
 def _chunk(
     delta: dict[str, Any] | None = None,
     finish: str | None = None,
@@ -121,13 +133,7 @@ class Reply:
         if pieces is not None and parts:
             n = -(-len(parts) // max(1, pieces))  # words per piece: `pieces` pieces
             parts = ["".join(parts[i : i + n]) for i in range(0, len(parts), n)]
-        usage: dict[str, Any] = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": len(parts),
-            "total_tokens": prompt_tokens + len(parts),
-        }
-        if cached_tokens is not None:
-            usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+        usage = _usage(prompt_tokens, len(parts), cached_tokens)
         chunks = [_chunk({"role": "assistant", "content": ""})]
         chunks += [_chunk({"content": p}) for p in parts]
         chunks += [_chunk({}, "stop"), _chunk(usage=usage)]
@@ -172,13 +178,7 @@ class Reply:
         ]
         chunks += deltas
         completion = 1 + len(deltas)
-        usage: dict[str, Any] = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion,
-            "total_tokens": prompt_tokens + completion,
-        }
-        if cached_tokens is not None:
-            usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+        usage = _usage(prompt_tokens, completion, cached_tokens)
         chunks += [_chunk({}, "tool_calls"), _chunk(usage=usage)]
         return cls(frames=sse_frames(chunks), **kw)
 
@@ -216,13 +216,7 @@ class Reply:
         finish = finish_reason or ("tool_calls" if tool_calls else "stop")
         n = len(reasoning) + len(content) + len(tool_calls)
         completion = n if completion_tokens is None else completion_tokens
-        usage: dict[str, Any] = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion,
-            "total_tokens": prompt_tokens + completion,
-        }
-        if cached_tokens is not None:
-            usage["prompt_tokens_details"] = {"cached_tokens": cached_tokens}
+        usage = _usage(prompt_tokens, completion, cached_tokens)
         chunks += [_chunk({}, finish), _chunk(usage=usage)]
         return cls(frames=sse_frames(chunks), **kw)
 

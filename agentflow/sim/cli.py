@@ -14,7 +14,7 @@ import dataclasses
 import math
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentflow._cliargs import OneLineParser, check_listen, fail, port
@@ -51,35 +51,28 @@ _FAULT_FLAGS = {
 }
 
 
-def _rate(text: str) -> float:
+def _number(text: str, ok: Callable[[float], bool], need: str) -> float:
+    """``text`` as a float that ``ok`` accepts; else an argparse error saying ``need``."""
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"a rate must be in [0, 1], got {text}")
+    if not ok(value):
+        raise argparse.ArgumentTypeError(f"{need}, got {text}")
     return value
+
+
+def _rate(text: str) -> float:
+    return _number(text, lambda v: 0 <= v <= 1, "a rate must be in [0, 1]")
 
 
 def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value > 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
+    return _number(text, lambda v: v > 0 and math.isfinite(v), "must be a finite number > 0")
 
 
 def _seconds(text: str) -> float:
     """A finite number ≥ 0 (a header's ``Retry-After`` must be one)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not (value >= 0 and math.isfinite(value)):
-        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text}")
-    return value
+    return _number(text, lambda v: v >= 0 and math.isfinite(v), "must be a finite number ≥ 0")
 
 
 def _range(text: str) -> tuple[int, int]:

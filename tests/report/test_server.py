@@ -266,3 +266,21 @@ async def test_against_llamacpp_the_counts_match(llamacpp: LlamaCppServer) -> No
     assert s["counters"]["generation_tokens"] == report["fleet"]["output_tokens"]
     assert s["counters"]["prompt_tokens"] == report["fleet"]["prompt_tokens"]
     assert s["decode_tps"] is not None and s["decode_tps"] > 0
+
+
+def test_an_older_vllms_per_token_histogram_is_an_itl_not_a_tpot() -> None:
+    """A vLLM that exports only vllm:time_per_output_token_seconds (per token, before
+    the ITL name): it is read as the ITL, and no TPOT is compared (it was read as the
+    per-request TPOT, 1,000 server counts against 10 client turns)."""
+    page = (
+        "# TYPE vllm:time_per_output_token_seconds histogram\n"
+        'vllm:time_per_output_token_seconds_bucket{{le="0.01"}} {n}\n'
+        'vllm:time_per_output_token_seconds_bucket{{le="+Inf"}} {n}\n'
+        "vllm:time_per_output_token_seconds_sum {s}\n"
+        "vllm:time_per_output_token_seconds_count {n}\n"
+    )
+    before = parse_metrics(VLLM_BEFORE + page.format(n=0, s=0.0), t_ns=0)
+    after = parse_metrics(VLLM_AFTER + page.format(n=1000, s=5.0), t_ns=10**9)
+    s = valid(server_section(before, after))
+    assert s["latency"]["itl_s"]["count"] == 1000
+    assert "tpot_s" not in s["latency"]

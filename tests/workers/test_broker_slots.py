@@ -92,3 +92,29 @@ def test_a_leased_take_cancelled_while_it_waits_keeps_the_debt() -> None:
         return client.asked
 
     assert asyncio.run(main()) == [55.0, 55.0]  # the 50 still owed the second time
+
+
+def test_a_worker_whose_message_does_not_unpickle_is_killed() -> None:
+    """Unread from then on, it would run on, sending requests past the slots given back
+    for it: the reader kills it, and the run hears it was lost."""
+    import asyncio
+    import pickle
+
+    from agentflow._workers._processes import _read_parent_side
+
+    class Conn:
+        def recv(self) -> object:
+            raise pickle.UnpicklingError("cannot rebuild it")
+
+    killed: list[bool] = []
+    worker = SimpleNamespace(
+        index=0, hung="", conn=Conn(), process=SimpleNamespace(kill=lambda: killed.append(True))
+    )
+    loop = asyncio.new_event_loop()
+    lost: list[bool] = []
+    try:
+        _read_parent_side(worker, loop, lambda w, m: None, lambda w, how: lost.append(how))  # type: ignore[arg-type]
+        loop.run_until_complete(asyncio.sleep(0))
+    finally:
+        loop.close()
+    assert killed == [True] and lost == [True]

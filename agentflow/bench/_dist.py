@@ -20,14 +20,14 @@ from agentflow._errors import ConfigError
 __all__ = ["Constant", "Dist", "LogNormal", "Uniform", "Zipf", "sample_value"]
 
 
-class Constant(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    tag="constant",
-    tag_field="kind",
-    forbid_unknown_fields=True,
+class _Dist(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="kind", forbid_unknown_fields=True
 ):
+    """What every distribution record is: frozen, tagged by ``kind`` in JSON, and a
+    field it does not have is an error (a misspelling), not ignored."""
+
+
+class Constant(_Dist, frozen=True, tag="constant"):
     """Always ``value``. In JSON, a plain number means the same: ``"turns": 4``.
 
     Attributes:
@@ -44,14 +44,7 @@ class Constant(
         return self.value
 
 
-class Uniform(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    tag="uniform",
-    tag_field="kind",
-    forbid_unknown_fields=True,
-):
+class Uniform(_Dist, frozen=True, tag="uniform"):
     """Uniform on ``[low, high]``; for a whole-number figure (turns, tokens, width),
     each whole number in it equally likely.
 
@@ -73,14 +66,7 @@ class Uniform(
         return rng.uniform(self.low, self.high)
 
 
-class LogNormal(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    tag="lognormal",
-    tag_field="kind",
-    forbid_unknown_fields=True,
-):
+class LogNormal(_Dist, frozen=True, tag="lognormal"):
     """Log-normal with the given mean and shape, optionally clipped to ``[low, high]``.
 
     Long-tailed and positive: tool latencies, think times and prompt lengths of agentic
@@ -111,14 +97,7 @@ class LogNormal(
         return _clip(rng.lognormvariate(mu, self.sigma), self.low, self.high)
 
 
-class Zipf(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    tag="zipf",
-    tag_field="kind",
-    forbid_unknown_fields=True,
-):
+class Zipf(_Dist, frozen=True, tag="zipf"):
     """Zipf on the integers ``low … high``: ``P(k) ∝ (k − low + 1) ** −s``.
 
     Most draws are small, a few are large: turns per session, sub-agents per fork.

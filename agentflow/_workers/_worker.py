@@ -103,10 +103,15 @@ class _LeasedRates(RateGate):
 
     async def take(self, tokens: int) -> None:
         c = self._client
-        amount = tokens + self._debt  # the debt stays owed until it is spent, below:
-        while c.requests < 1 or c.tokens < amount:  # a take cancelled here keeps it
-            await c.more_rates(1 if c.requests < 1 else 0, max(0.0, amount - c.tokens))
-        self._debt = 0.0
+        debt = self._debt
+        amount = tokens + debt
+        self._debt = 0.0  # what settle() adds while this waits is the next take's
+        try:
+            while c.requests < 1 or c.tokens < amount:
+                await c.more_rates(1 if c.requests < 1 else 0, max(0.0, amount - c.tokens))
+        except BaseException:  # cancelled while it waited: nothing was spent, still owed
+            self._debt += debt
+            raise
         c.requests -= 1
         c.tokens -= amount
         self.charged_tokens += tokens

@@ -118,3 +118,32 @@ def test_a_worker_whose_message_does_not_unpickle_is_killed() -> None:
     finally:
         loop.close()
     assert killed == [True] and lost == [True]
+
+
+def test_a_debt_settled_while_a_leased_take_waits_is_kept_for_the_next() -> None:
+    """Another request's usage arrives while a take waits for budget: that debt is the
+    next take's, not wiped when this one is granted."""
+    import asyncio
+
+    from agentflow._workers._worker import _LeasedRates
+
+    class Client:
+        def __init__(self) -> None:
+            self.requests, self.tokens = 5, 0.0
+            self.grant = asyncio.Event()
+
+        async def more_rates(self, requests: int, tokens: float) -> None:
+            await self.grant.wait()
+            self.tokens += tokens
+
+    async def main() -> float:
+        client = Client()
+        gate = _LeasedRates(client)  # type: ignore[arg-type]
+        waiting = asyncio.ensure_future(gate.take(5))
+        await asyncio.sleep(0)
+        gate.settle(reserved=10, used=40)  # 30 owed by a request that just ended
+        client.grant.set()
+        await waiting
+        return gate._debt
+
+    assert asyncio.run(main()) == 30.0

@@ -61,9 +61,7 @@ def check_slots(value: object, what: str) -> int:
     Raises:
         ConfigError: it is not one (the message names ``what``).
     """
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_SLOTS:
-        raise ConfigError(f"{what} must be an int in [1, {MAX_SLOTS}], got {value!r}")
-    return value
+    return _int_in(value, what, 1, MAX_SLOTS)
 
 
 def check_context(value: object, what: str) -> int:
@@ -72,8 +70,12 @@ def check_context(value: object, what: str) -> int:
     Raises:
         ConfigError: it is not one (the message names ``what``).
     """
-    if isinstance(value, bool) or not isinstance(value, int) or not 512 <= value <= MAX_CONTEXT:
-        raise ConfigError(f"{what} must be an int in [512, {MAX_CONTEXT:,}], got {value!r}")
+    return _int_in(value, what, 512, MAX_CONTEXT)
+
+
+def _int_in(value: object, what: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise ConfigError(f"{what} must be an int in [{lo:,}, {hi:,}], got {value!r}")
     return value
 
 

@@ -17,10 +17,12 @@ the last writes. A record is one frame — payload length, CRC-32, payload — a
 header is written after the payload, so a copy cut short by a kill reads as the
 journal's end; everything before it is kept, in order. A session start's frame refers to
 its agent's, and an agent's to its system prompt's, each written once per segment
-(:meth:`Journal._session`). Segments are reserved with
-``posix_fallocate`` and written with zeros before they are mapped, so a full disk is an
-``OSError`` when a segment is made (the record then goes to SQLite directly), never a
-``SIGBUS`` on a write.
+(:meth:`Journal._session`). A segment is a sparse file of its full size, mapped whole,
+whose bytes are written with zeros (``pwrite``) before any record is copied over them —
+the first MiB as it is made, the rest ahead of the records as they come (the writer
+thread, at each commit, or the loop itself when it gets there first) — so a full disk is
+an ``OSError`` from that write (the record then goes to SQLite directly), never a
+``SIGBUS`` on a copy, and a run pays for the zeros it uses, not for the whole segment.
 
 The format on disk is ``_journal_format.py``; reading a killed writer's journal back,
 ``_journal_ingest.py``.
@@ -76,9 +78,7 @@ except ImportError:  # not POSIX (Windows): no journal there (SQLiteStore commit
 
 __all__ = ["AVAILABLE", "JOURNAL_INTERVAL_S", "Journal", "Mark", "marker_key"]
 
-#: Whether this platform has what the journal needs: ``flock`` (not Windows). Where
-#: ``posix_fallocate`` is missing (macOS), the zeros each segment is written with reserve
-#: its blocks: a full disk is an ``OSError`` from that write, as from the reservation.
+#: Whether this platform has what the journal needs: ``flock`` (not Windows).
 AVAILABLE = fcntl is not None
 
 #: A position in a journal: (segment sequence number, byte offset after a record).
@@ -90,9 +90,12 @@ SEGMENT_BYTES = 8 << 20
 #: a commit costs ~0.8 ms of CPU in a run here (``docs/store.md``, "Cost"), and another
 #: process reading a live store sees its records up to this much later.
 JOURNAL_INTERVAL_S = 5.0
-#: Bytes ahead of the last record that :meth:`Journal.prefault` maps in (once per commit
-#: interval at least): a few seconds of records at a busy fleet's rate.
-PREFAULT_BYTES = 4 << 20
+#: Bytes of a new segment written with zeros as it is made, and the least that
+#: :meth:`Journal.fill_ahead` keeps written ahead of the last record; it keeps twice
+#: what was journaled since its last call ahead (it runs at each commit), up to the
+#: segment's end. The demo journals ~1.9 MiB in a run: it writes ~3 MiB of zeros instead
+#: of a whole 8 MiB segment (``docs/store.md``, "Cost").
+FILL_BYTES = 1 << 20
 #: ``madvise(MADV_POPULATE_WRITE)`` (Linux ≥ 5.14): map pages in writable, in one call.
 #: 23 is Linux's value (older Pythons lack the name); elsewhere, none.
 _POPULATE_WRITE = getattr(
@@ -108,22 +111,26 @@ def _glob(db: Path) -> str:
 _ZEROS: list[bytes] = []
 
 
-def _fill(fd: int, size: int) -> None:
-    """Write zeros over the reserved ``[0, size)``. A reservation alone leaves the blocks
-    "unwritten" (ext4, XFS): the first store to each page through the mapping then
-    faults into the filesystem to convert them, ~3–4 ms per 8 MiB segment here, and
-    deleting the segment costs ~2 ms more; written once with ``pwrite``, the whole
-    segment costs ~1–2 ms, and the loop's stores to its pages are plain page-cache
-    writes (``docs/store.md``, "Cost")."""
+def _fill(fd: int, start: int, end: int) -> None:
+    """Write zeros over ``[start, end)`` of a segment, a hole until then: the write
+    allocates its blocks (a full disk is an ``OSError`` here, not a ``SIGBUS`` on a later
+    copy), and the loop's copies over them are plain page-cache writes. (Blocks only
+    reserved with ``posix_fallocate`` are "unwritten" on ext4 and XFS: the first store to
+    each page through the mapping then faults into the filesystem to convert them, ~3–4
+    ms per 8 MiB here; written with ``pwrite``, ~1–2 ms; ``docs/store.md``, "Cost".)"""
     if not _ZEROS:
         _ZEROS.append(bytes(1 << 20))
-    zeros = _ZEROS[0]
-    offset = 0
-    while offset < size:
-        n = os.pwrite(fd, memoryview(zeros)[: min(len(zeros), size - offset)], offset)
+    zeros = memoryview(_ZEROS[0])
+    offset = start
+    while offset < end:
+        n = os.pwrite(fd, zeros[: min(len(zeros), end - offset)], offset)
         if n <= 0:  # (a regular file writes something or raises: never loop on nothing)
             raise OSError(f"pwrite wrote nothing at offset {offset}")
         offset += n
+
+
+def _page_up(n: int) -> int:
+    return -(-n // mmap.PAGESIZE) * mmap.PAGESIZE
 
 
 def _size(frames: list[bytes]) -> int:
@@ -142,18 +149,19 @@ def _copy(seg: _Segment, payload: bytes) -> None:
 
 
 class _Segment:
-    """One mapped, locked segment file."""
+    """One mapped, locked segment file: ``size`` bytes mapped, the first ``filled`` of them
+    written (zeros, then records); records are only ever copied below ``filled``."""
 
     __slots__ = (
-        "__weakref__", "agents", "faulted", "fd", "mm", "name", "offset", "path", "seq", "size",
-        "texts",
+        "__weakref__", "agents", "faulted", "fd", "filled", "mm", "name", "offset", "path",
+        "seq", "size", "texts",
     )  # fmt: skip
 
-    def __init__(self, tmp: Path, size: int) -> None:
-        # Made under a name the orphan scan does not match (``.…tmp``), locked, reserved,
-        # written and mapped; :meth:`publish` renames it: an opener never sees a segment
-        # that is not yet locked. ~1–2 ms of CPU per 8 MiB here, so the writer thread
-        # makes the next one ahead of time (:meth:`Journal.make_spare`).
+    def __init__(self, tmp: Path, size: int, fill: int) -> None:
+        # Made under a name the orphan scan does not match (``.…tmp``), locked, its first
+        # ``fill`` bytes written, sized (the rest a hole) and mapped whole; :meth:`publish`
+        # renames it: an opener never sees a segment that is not yet locked. The writer
+        # thread makes the next one ahead of time (:meth:`Journal.make_spare`).
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
         self.fd = fd
         _made.add(self)  # a fork from now on lets go of it (_after_fork_in_child)
@@ -162,9 +170,9 @@ class _Segment:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             if os.fstat(fd).st_nlink == 0:  # another opener took it for a dead one's
                 raise FileNotFoundError(errno.ENOENT, "removed before it was locked", str(tmp))
-            if hasattr(os, "posix_fallocate"):
-                os.posix_fallocate(fd, 0, size)
-            _fill(fd, size)
+            fill = min(size, _page_up(fill))
+            _fill(fd, 0, fill)
+            os.ftruncate(fd, size)  # the rest a hole, written before a record goes there
             self.mm = mmap.mmap(fd, size)
             self.mm[: len(_MAGIC)] = _MAGIC
         except BaseException:
@@ -177,7 +185,8 @@ class _Segment:
             raise
         self.path, self.name = tmp, tmp.name
         self.seq, self.size, self.offset = 0, size, len(_MAGIC)
-        self.faulted = 0  # bytes from the start that prefault() mapped in
+        self.filled = fill  # written from the start (zeros beyond the records)
+        self.faulted = 0  # bytes from the start that populate() mapped in
         #: id(AgentInfo) -> (its ref, the object, kept so that the id stays its own) for
         #: the agents this segment holds a frame of.
         self.agents: dict[int, tuple[int, AgentInfo]] = {}
@@ -212,8 +221,11 @@ class _Segment:
 class Journal:
     """This store's journal of one database (no file until a segment is needed).
     :meth:`append` runs under ``lock`` (the store's batch lock), on the event loop;
-    :meth:`make_spare`, :meth:`prefault`, :meth:`committed`, :meth:`drop_before` and
-    :meth:`close` run on the store's writer thread."""
+    :meth:`make_spare`, :meth:`fill_ahead`, :meth:`committed`, :meth:`drop_before` and
+    :meth:`close` run on the store's writer thread. Zeros are written past a segment's
+    ``filled`` under a second lock, taken after ``lock`` or alone, so that the loop and
+    the writer thread never write the same bytes: the loop copies a record only below
+    ``filled``, which moves once the zeros under it are written."""
 
     def __init__(self, db: Path, lock: threading.Lock) -> None:
         self._stem = f"{db.name}.af-journal-{os.getpid()}-{secrets.token_hex(4)}"
@@ -223,6 +235,12 @@ class Journal:
         self._spare: _Segment | None = None  # the next one, made ahead by the writer
         self._seq = 0
         self._pid = os.getpid()
+        self._fill_lock = threading.Lock()
+        #: Bytes journaled so far (frames), and as of the last :meth:`fill_ahead`.
+        self.journaled = 0
+        self._journaled_at_fill = 0
+        #: Bytes to keep written ahead of the last record (the last :meth:`fill_ahead`'s).
+        self._ahead = FILL_BYTES
         _live.add(self)
 
     def append(self, item: Record | Row) -> Mark:
@@ -243,7 +261,10 @@ class Journal:
         seg = self._segments[-1] if self._segments else None
         if seg is None or seg.offset + need > seg.size:
             seg = self._next(need)
+        if seg.offset + need > seg.filled:
+            self._extend(seg, seg.offset + need)
         _copy(seg, payload)
+        self.journaled += need
         return seg.seq, seg.offset
 
     def _session(self, item: SessionStarted) -> Mark:
@@ -258,13 +279,31 @@ class Journal:
         if seg is None or seg.offset + _size(frames) > seg.size:
             frames, ref, text = session_frames({}, {}, agent, stub)  # refs from 0 there
             seg = self._next(_size(frames))
+        need = _size(frames)
+        if seg.offset + need > seg.filled:
+            self._extend(seg, seg.offset + need)
         for frame in frames:
             _copy(seg, frame)
+        self.journaled += need
         if text is not None:
             seg.texts[agent.instructions] = text
         if ref is not None:
             seg.agents[id(agent)] = (ref, agent)
         return seg.seq, seg.offset
+
+    def _extend(self, seg: _Segment, end: int) -> None:
+        """Write zeros up to ``end`` at least (a page boundary, ``FILL_BYTES`` more at
+        least) before the loop copies a record there: the writer thread's
+        :meth:`fill_ahead` had not got that far (event loop, under the batch lock).
+
+        Raises:
+            OSError: the zeros could not be written (a full disk): nothing was copied.
+        """
+        with self._fill_lock:
+            if end > seg.filled:
+                target = min(seg.size, max(_page_up(end), seg.filled + FILL_BYTES))
+                _fill(seg.fd, seg.filled, target)
+                seg.filled = target
 
     def _next(self, need: int) -> _Segment:
         if os.getpid() != self._pid:
@@ -273,7 +312,7 @@ class Journal:
         if seg is None or seg.size < need + len(_MAGIC):
             if seg is not None:  # too small for this record
                 seg.close(delete=True)
-            seg = self._make(max(SEGMENT_BYTES, need + len(_MAGIC)))
+            seg = self._make(max(SEGMENT_BYTES, need + len(_MAGIC)), need + len(_MAGIC))
         self._seq += 1
         try:
             seg.publish(self._dir / f"{self._stem}-{self._seq:08d}", self._seq)
@@ -283,13 +322,17 @@ class Journal:
         self._segments.append(seg)
         return seg
 
-    def _make(self, size: int) -> _Segment:
+    def _make(self, size: int, fill: int) -> _Segment:
+        fill = max(fill, FILL_BYTES)
         for _ in range(2):
             try:
-                return _Segment(self._dir / f".{self._stem}-{secrets.token_hex(4)}.tmp", size)
+                return _Segment(self._tmp_path(), size, fill)
             except FileNotFoundError:  # an opener's cleanup, between its creation and lock
                 continue
-        return _Segment(self._dir / f".{self._stem}-{secrets.token_hex(4)}.tmp", size)
+        return _Segment(self._tmp_path(), size, fill)
+
+    def _tmp_path(self) -> Path:
+        return self._dir / f".{self._stem}-{secrets.token_hex(4)}.tmp"
 
     def make_spare(self) -> None:
         """Make the next segment ahead of time, mapped in for its first records, when
@@ -305,24 +348,36 @@ class Journal:
             last = self._segments[-1] if self._segments else None
             if last is not None and last.offset < last.size // 2:
                 return
-        seg = self._make(SEGMENT_BYTES)
-        seg.populate(0, PREFAULT_BYTES)
+            ahead = self._ahead
+        seg = self._make(SEGMENT_BYTES, ahead)
+        seg.populate(0, seg.filled)
         with self._lock:  # only this thread makes spares: the slot is still empty
             self._spare = seg
 
-    def prefault(self) -> None:
-        """Map in the pages the next records will be copied to (``PREFAULT_BYTES`` past
-        the last one), so that the writer thread pays for those page faults — many in
-        one system call — and not the event loop, one trap per page."""
+    def fill_ahead(self) -> None:
+        """Write zeros ahead of the last record and map their pages in, so that the loop
+        neither writes them itself nor takes a fault per page (writer thread, at each
+        commit: twice what was journaled since the last call, ``FILL_BYTES`` at least, up
+        to the segment's end; a spare made next gets as much).
+
+        Raises:
+            OSError: the zeros could not be written (the loop will try itself).
+        """
         with self._lock:
             seg = self._segments[-1] if self._segments else None
-            offset = 0 if seg is None else seg.offset
-        if seg is None:
-            return
+            if seg is None:
+                return
+            offset = seg.offset
+            self._ahead = max(FILL_BYTES, 2 * (self.journaled - self._journaled_at_fill))
+            self._journaled_at_fill = self.journaled
+            target = min(seg.size, _page_up(offset + self._ahead))
+        with self._fill_lock:  # (the loop may extend it meanwhile: never the same bytes)
+            if target > seg.filled:
+                _fill(seg.fd, seg.filled, target)
+                seg.filled = target
         start = max(seg.faulted, offset & ~(mmap.PAGESIZE - 1))
-        end = min(seg.size, offset + PREFAULT_BYTES)
-        if end - start >= PREFAULT_BYTES // 4:  # else most of it is mapped in already
-            seg.populate(start, end)
+        if target - start >= FILL_BYTES // 4:  # else most of it is mapped in already
+            seg.populate(start, target)
 
     def committed(self, mark: Mark) -> list[tuple[str, int]]:
         """The ``meta`` markers that say SQLite holds everything up to ``mark``:

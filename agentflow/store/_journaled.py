@@ -186,20 +186,20 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         return Batch(batch, mark) if batch else None
 
     def _ready_journal(self) -> None:
-        """Writer thread: make the journal's next segment ahead of time and map in the
-        pages the loop writes next, so that the loop pays for neither (making a segment
-        is ~1–2 ms of CPU here)."""
+        """Writer thread: make the journal's next segment ahead of time, and write and map
+        in the pages the loop copies its next records to, so that the loop pays for
+        neither."""
         if not self.journal:
             return
         with self._batch_lock:
             journal = self._journal
             if journal is None:
                 journal = self._journal = Journal(self.real_path, self._batch_lock)
-        try:
-            journal.make_spare()
-        except OSError as exc:  # the loop tries again itself, and falls back if it must
-            _log.warning("store.journal_spare_failed", path=str(self.path), error=repr(exc))
-        journal.prefault()
+        for ready in (journal.fill_ahead, journal.make_spare):
+            try:
+                ready()
+            except OSError as exc:  # the loop tries again itself, and falls back if it must
+                _log.warning("store.journal_spare_failed", path=str(self.path), error=repr(exc))
 
     def _close_journal(self, conn: sqlite3.Connection, *, delete: bool) -> None:
         """Let go of the journal as the writer ends: delete it when everything it holds

@@ -177,13 +177,16 @@ def test_a_live_stores_journal_is_not_taken_by_another_opener(tmp_path: Path) ->
     assert _count(db, "SELECT COUNT(*) FROM conflicts") == 0
 
 
+def _disk_full(fd: int, data: Any, offset: int) -> int:
+    raise OSError(28, "No space left on device")
+
+
 def test_no_room_for_a_segment_commits_directly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def full(fd: int, offset: int, length: int) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(os, "posix_fallocate", full)
+    # A segment's blocks are allocated by the zeros written over it (``os.pwrite``, the
+    # journal's only use of it): a full disk is an OSError from them, never a SIGBUS.
+    monkeypatch.setattr(os, "pwrite", _disk_full)
     db = tmp_path / "full.db"
 
     async def main() -> tuple[bool, int]:
@@ -200,34 +203,65 @@ def test_no_room_for_a_segment_commits_directly(
     assert _segments(db) == [] and not glob.glob(str(tmp_path / ".*tmp"))
 
 
-@pytest.mark.parametrize("room", [True, False], ids=["room", "full-disk"])
-def test_without_posix_fallocate_the_zeros_reserve_the_segment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, room: bool
+def _segment_read_back(db: Path) -> tuple[list[Any], int, int]:
+    """The items in ``db``'s one journal segment, its allocated bytes and its size."""
+    (segment,) = _segments(db)
+    data = Path(segment).read_bytes()
+    items = [item for _, item in _journal_ingest.frames(data, len(_journal_format._MAGIC))]
+    return items, os.stat(segment).st_blocks * 512, len(data)
+
+
+def test_a_segment_is_written_only_as_far_as_its_records_need(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # macOS has flock but no posix_fallocate: the journal runs there, each segment's
-    # blocks reserved by the zeros it is written with, and a full disk is an OSError
-    # from that write (the store then commits directly), never a SIGBUS on a copy.
-    monkeypatch.delattr(os, "posix_fallocate")
-    if not room:
+    """A segment is a hole but for its first ``FILL_BYTES`` (zeros, then records): the
+    loop writes zeros itself past them when the writer thread has not, and each record
+    is copied only over bytes written before; every record reads back from the segment,
+    which holds no more blocks than its records need and ``FILL_BYTES`` ahead."""
+    monkeypatch.setattr(_journal, "FILL_BYTES", 16 << 10)
+    db = tmp_path / "sparse.db"
 
-        def full(fd: int, data: Any, offset: int) -> int:
-            raise OSError(28, "No space left on device")
-
-        monkeypatch.setattr(os, "pwrite", full)
-    db = tmp_path / "mac.db"
-
-    async def main() -> tuple[bool, int, int]:
-        store = SQLiteStore(db)
+    async def main() -> tuple[list[Any], int, int]:
+        store = SQLiteStore(db, batch_interval_s=10, max_batch=1 << 20)
         await store.open()
-        for i in range(3):
+        for i in range(400):  # ~120 KiB of frames: the loop extends the segment ~7 times
             store.write(tool_result(i))
-        segments = len(_segments(db))
-        await store.flush()
-        journal = store.journal
+        found = _segment_read_back(db)
         await store.aclose()
-        return journal, segments, _count(db, "SELECT COUNT(*) FROM tool_calls")
+        return found
 
-    assert asyncio.run(main()) == ((True, 1, 3) if room else (False, 0, 3))
+    items, blocks, size = asyncio.run(main())
+    assert [it[1][2] for it in items if type(it) is tuple] == [f"call-{i}" for i in range(400)]
+    assert size == _journal.SEGMENT_BYTES  # mapped whole
+    assert blocks <= 512 << 10  # ~120 KiB of records and what is written ahead: not 8 MiB
+    assert _count(db, "SELECT COUNT(*) FROM tool_calls") == 400
+
+
+def test_a_full_disk_as_the_loop_extends_a_segment_commits_directly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The disk fills while records are journaled: the zeros the loop writes ahead of its
+    next record fail, that record and every later one go to SQLite directly, and the
+    records journaled before are committed too — nothing is lost."""
+    monkeypatch.setattr(_journal, "FILL_BYTES", 16 << 10)
+    db = tmp_path / "filling.db"
+
+    async def main() -> tuple[bool, bool]:
+        store = SQLiteStore(db, batch_interval_s=10, max_batch=1 << 20)
+        await store.open()
+        for i in range(20):  # within the segment's first 16 KiB
+            store.write(tool_result(i))
+        journaled = store.journal
+        monkeypatch.setattr(os, "pwrite", _disk_full)
+        for i in range(20, 400):
+            store.write(tool_result(i))
+        await store.flush()
+        after = store.journal
+        await store.aclose()
+        return journaled, after
+
+    assert asyncio.run(main()) == (True, False)
+    assert _count(db, "SELECT COUNT(*) FROM tool_calls") == 400
     assert _segments(db) == [] and not glob.glob(str(tmp_path / ".*tmp"))
 
 
@@ -368,11 +402,7 @@ def test_a_failed_journal_falls_back_to_the_batch_paths_interval(
     """Without a journal a ``kill -9`` loses up to ``batch_interval_s``: when the journal
     fails, a store on the default interval (the journal's 1 s) goes to the batch path's
     10 ms; one given an interval keeps it."""
-
-    def full(fd: int, offset: int, length: int) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(os, "posix_fallocate", full)
+    monkeypatch.setattr(os, "pwrite", _disk_full)
 
     async def main(interval: float | None = None) -> float:
         store = SQLiteStore(tmp_path / f"f{interval}.db", batch_interval_s=interval)

@@ -47,9 +47,9 @@ def test_a_busy_loop_finds_its_next_segment_made_by_the_writer(
     made: list[bool] = []  # per segment made: on the event loop's thread?
     make = _journal.Journal._make
 
-    def counted(self: _journal.Journal, size: int) -> object:
+    def counted(self: _journal.Journal, size: int, fill: int) -> object:
         made.append(threading.current_thread() is threading.main_thread())
-        return make(self, size)
+        return make(self, size, fill)
 
     monkeypatch.setattr(_journal.Journal, "_make", counted)
     db = tmp_path / "busy.db"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import mmap
 import sqlite3
 import sys
 import threading
@@ -33,8 +34,16 @@ def _journaled_items(db: Path) -> list[object]:
     return items
 
 
-def test_threads_writing_at_once_lose_no_record(tmp_path: Path) -> None:
+@pytest.mark.parametrize("filling", [False, True], ids=["written-ahead", "filled-meanwhile"])
+def test_threads_writing_at_once_lose_no_record(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, filling: bool
+) -> None:
+    """``filling``: segments are written with zeros a page at a time, by the writing
+    threads themselves and by a thread doing the writer thread's :meth:`fill_ahead`
+    all the while: the zeros never land on a frame copied meanwhile."""
     db = tmp_path / "runs.db"
+    if filling:
+        monkeypatch.setattr(_journal, "FILL_BYTES", mmap.PAGESIZE)
 
     async def main() -> None:
         # The records fit in the journal's first segment, which a commit does not delete
@@ -49,17 +58,32 @@ def test_threads_writing_at_once_lose_no_record(tmp_path: Path) -> None:
             for i in range(EACH):
                 store.write(tool_result(t * EACH + i))
 
+        done = threading.Event()
+
+        def filler() -> None:
+            journal = store._journal
+            assert journal is not None
+            while not done.is_set():
+                # As if 4 pages were journaled since its last run: it writes 8 ahead, so
+                # that it, not the threads, writes most pages, as the records come.
+                journal._journaled_at_fill = journal.journaled - 4 * mmap.PAGESIZE
+                journal.fill_ahead()
+
         switch = sys.getswitchinterval()
         sys.setswitchinterval(1e-6)  # threads interleave between bytecodes, often
         try:
             threads = [threading.Thread(target=writer, args=(t,)) for t in range(THREADS)]
-            for th in threads:
+            fill = threading.Thread(target=filler) if filling else None
+            for th in [*threads, *([fill] if fill else [])]:
                 th.start()
             for th in threads:
                 await asyncio.to_thread(th.join, GUARD_S)
                 assert not th.is_alive()
         finally:
+            done.set()
             sys.setswitchinterval(switch)
+        if fill is not None:
+            await asyncio.to_thread(fill.join, GUARD_S)
         journaled = _journaled_items(db)
         await store.aclose()
         ids = sorted(it[1][2] for it in journaled if type(it) is tuple)  # tool rows: call ids

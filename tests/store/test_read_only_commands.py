@@ -28,9 +28,9 @@ def test_a_reading_command_reads_a_killed_run_without_making_a_segment(
     made: list[Path] = []
     real_init = _journal._Segment.__init__
 
-    def counted(self: _journal._Segment, tmp: Path, size: int) -> None:
+    def counted(self: _journal._Segment, tmp: Path, size: int, fill: int) -> None:
         made.append(tmp)
-        real_init(self, tmp, size)
+        real_init(self, tmp, size, fill)
 
     monkeypatch.setattr(_journal._Segment, "__init__", counted)
     out = tmp_path / "out.json"

@@ -142,6 +142,22 @@ class RateGate:
             return False
         return self._tokens is None or self._tokens.has_capacity(tokens + self._debt)
 
+    def wait_s(self, tokens: int) -> float:
+        """Seconds until a request of ``tokens`` could start its charge (0: now).
+
+        The request bucket must have room for one, and the token bucket for the whole
+        charge (``tokens`` plus any debt) — or, for a charge bigger than the bucket, for
+        a bucket-full, since :meth:`take` charges it in bucket-fulls anyway. The router
+        skips a replica whose wait is not 0, and the dispatcher sleeps until the
+        earliest one's refill when every replica with room is waiting.
+        """
+        wait = 0.0
+        if self._requests is not None:
+            wait = self._requests.wait_s(1)
+        if self._tokens is not None:
+            wait = max(wait, self._tokens.wait_s(self._clamp(tokens + self._debt)))
+        return wait
+
     async def take(self, tokens: int) -> None:
         """Wait until one request of ``tokens`` may go, and charge it (plus any debt)."""
         if self._requests is not None:

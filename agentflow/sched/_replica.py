@@ -88,6 +88,19 @@ class ReplicaState:
         self.last_error: TransportError | None = None
 
     def has_room(self, ticket: Ticket) -> bool:
+        """Whether ``ticket`` could start here now: it :meth:`fits`, and the replica's
+        RPM/TPM buckets can take it without waiting (a replica whose bucket is empty is
+        skipped rather than waited on while another one could take the turn)."""
+        return self.fits(ticket) and (self.rates is None or self.rates.wait_s(ticket.tokens) == 0)
+
+    def wait_s(self, ticket: Ticket) -> float | None:
+        """Seconds until ``ticket`` could start here if nothing else changes (0: now);
+        ``None`` when only a stream ending can make room (it does not :meth:`fit <fits>`)."""
+        if not self.fits(ticket):
+            return None
+        return 0.0 if self.rates is None else self.rates.wait_s(ticket.tokens)
+
+    def fits(self, ticket: Ticket) -> bool:
         """Whether ``ticket`` fits under this replica's in-flight and KV caps."""
         lim = self.limits
         if lim.max_in_flight is not None and self.in_flight >= lim.max_in_flight:

@@ -347,7 +347,7 @@ class Scheduler:
                 continue
             replica = self._place(ticket)
             if replica is None:
-                await self._sleep(self._probe_delay_s())
+                await self._sleep(self._wake_in_s(ticket))
                 continue
             heapq.heappop(heap)
             grant = self._start(ticket, replica, rank)
@@ -380,16 +380,26 @@ class Scheduler:
             if not fut.done():
                 fut.set_exception(RuntimeError(f"agentflow's dispatcher failed: {exc!r}"))
 
-    def _probe_delay_s(self) -> float | None:
-        """When nothing can be placed, sleep until the first open breaker lets a probe
-        through (its replica may have room while the closed ones are full), else until a
-        release wakes the dispatcher.
+    def _wake_in_s(self, ticket: Ticket) -> float | None:
+        """When ``ticket`` cannot be placed, how long to sleep: until the first open
+        breaker lets a probe through (its replica may have room while the closed ones are
+        full), or until the first replica with room whose rate bucket is empty has
+        refilled enough for ``ticket``; else until a release wakes the dispatcher.
 
         A half-open breaker whose probe is out lets nothing through until that probe
-        ends, and its release wakes the dispatcher: it sets no timer.
+        ends, and its release wakes the dispatcher: it sets no timer. Neither does a
+        replica that could take the ticket now (a wait of 0): the router passed it over
+        for a preference (failover), and only a release changes that.
         """
-        waits = [r.breaker.opens_in_ns() for r in self.replicas if r.breaker.state == "open"]
-        return min(waits) * 1e-9 + 1e-6 if waits else None
+        waits = [r.breaker.opens_in_ns() * 1e-9 for r in self.replicas if r.breaker.state == "open"]
+        cap = self.limits.max_in_flight
+        if cap is None or self.in_flight < cap:
+            for r in self.replicas:
+                if r.rates is not None and r.breaker.allows():
+                    wait = r.wait_s(ticket)
+                    if wait:  # (None: full; 0: could go now)
+                        waits.append(wait)
+        return min(waits) + 1e-6 if waits else None
 
     def __repr__(self) -> str:
         return (

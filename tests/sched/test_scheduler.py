@@ -224,6 +224,64 @@ async def test_kv_budget_of_a_replica() -> None:
     await sched.aclose()
 
 
+# --- Per-replica rates ------------------------------------------------------------------
+
+
+def test_a_replica_out_of_rate_is_skipped_while_another_has_room() -> None:
+    """``slow`` allows one request a second, ``fast`` has no limits: 20 short turns go
+    to ``fast`` once ``slow``'s bucket is empty, instead of the dispatcher waiting on
+    ``slow``'s bucket (and queueing everything behind it) for 9 s."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        slow = Replica(transport=IdleTransport("slow"), limits=Limits(rpm=60.0))
+        fast = Replica(transport=IdleTransport("fast"))
+        sched = scheduler(slow, fast)
+        where: list[str] = []
+
+        async def one(i: int) -> None:
+            grant = await sched.acquire(ticket(f"s{i}"))
+            where.append(grant.replica.name)
+            await asyncio.sleep(0.001)  # a 1 ms stream
+            sched.release(grant, used_tokens=None, ok=True)
+
+        await asyncio.gather(*(one(i) for i in range(20)))
+        assert loop.time() < 0.1  # (virtual) 20 turns of 1 ms, 19 of them at once
+        assert where.count("slow") == 1 and where.count("fast") == 19
+        await sched.aclose()
+
+    run_virtual(main())
+
+
+def test_when_every_replica_is_out_of_rate_the_first_refill_wakes_the_dispatcher() -> None:
+    """``slow`` refills one request every two seconds, ``quick`` one a second: after
+    each has sent its burst, the next turn goes to ``quick`` at 1 s (not to ``slow``,
+    listed first, at 2 s) — the dispatcher sleeps until the first refill, neither
+    spinning nor waiting on the bucket of the replica it would have picked by load."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        router = CountingRouter()
+        slow = Replica(transport=IdleTransport("slow"), limits=Limits(rpm=30.0))
+        quick = Replica(transport=IdleTransport("quick"), limits=Limits(rpm=60.0))
+        sched = Scheduler([slow, quick], router=router, clock=loop_clock, prefix_warmup=False)
+        granted: list[tuple[str, float]] = []
+
+        async def one(i: int) -> None:
+            grant = await sched.acquire(ticket(f"s{i}"))
+            granted.append((grant.replica.name, loop.time()))
+            sched.release(grant, used_tokens=None, ok=True)
+
+        await asyncio.gather(*(one(i) for i in range(4)))
+        assert [n for n, _ in granted[:3]] == ["slow", "quick", "quick"]
+        for (_, got), want in zip(granted, [0.0, 0.0, 1.0, 2.0], strict=True):
+            assert want <= got <= want + 1e-3
+        assert router.calls < 20, "the dispatcher spins while the buckets refill"
+        await sched.aclose()
+
+    run_virtual(main())
+
+
 # --- Attained service --------------------------------------------------------------------
 
 

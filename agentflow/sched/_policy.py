@@ -3,15 +3,17 @@
 A policy is a small callable that ranks a :class:`Ticket` once, when it is queued:
 ``policy(ticket, state) -> float``, lower first (ties by arrival). Every shipped
 policy returns a *virtual arrival time* in nanoseconds — the ticket's real arrival
-shifted by what the policy cares about (service received, priority, deadline). Two
-things follow:
+shifted by what the policy cares about (service received, priority, deadline), or, for
+FairShare, its agent's virtual time. Two things follow:
 
 - The scheduler keeps a heap, so a dispatch costs O(log n) with 10,000 sessions
   waiting, instead of a scan over every ready turn.
 - Every shipped policy is starvation-free: a waiting ticket's rank never changes, and
   every new arrival's rank is at least its own arrival time, so a ticket ranked ``k``
   is passed only by tickets that arrive before ``k``: it waits at most the policy's
-  bounded shift (aging).
+  bounded shift (aging). FairShare's ranks are not arrival times, but each agent's
+  rise by a quantum per turn from the rank last served, so each agent passes a ticket
+  ranked ``k`` a bounded number of times.
 
 Write your own as a function or an object with ``__call__``; it may keep its own state.
 """
@@ -57,11 +59,14 @@ class FCFS:
 class FairShare:
     """Fair round-robin across agents (start-time fair queuing).
 
-    Each agent's turns are numbered; a turn's rank is ``max(now, the rank last served,
-    the agent's previous rank + quantum)``, so agents with many ready sessions take
-    turns with agents that have one, an agent that was idle does not bank credit, and
-    an agent that ran alone on spare capacity is not pushed behind the newcomers (its
-    ranks ran ahead of the wall clock, but not of the rank last served).
+    Each agent's turns are numbered in a virtual time: a turn's rank is ``max(the rank
+    last served, the agent's previous rank + quantum)``, so agents with many ready
+    sessions take turns with agents that have one. The virtual time is the rank last
+    served, never the wall clock: under a backlog the clock runs ahead of the ranks
+    being served (each turn takes longer than ``quantum_s``), and a newcomer ranked at
+    "now" would wait behind the whole backlog, as under FCFS. An agent that was idle
+    does not bank credit (the rank last served moved on without it), and an agent that
+    ran alone on spare capacity is not pushed behind the newcomers.
 
     Args:
         quantum_s: the virtual time one dispatched turn costs its agent.
@@ -76,7 +81,7 @@ class FairShare:
         self._finish: dict[str, float] = {}
 
     def __call__(self, ticket: Ticket, state: SchedulerState, /) -> float:
-        rank = max(float(state.now_ns), state.last_key, self._finish.get(ticket.agent, 0.0))
+        rank = max(state.last_key, self._finish.get(ticket.agent, 0.0))
         self._finish[ticket.agent] = rank + self._quantum
         return rank
 

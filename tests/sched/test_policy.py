@@ -114,6 +114,34 @@ async def test_fair_share_does_not_punish_an_agent_that_ran_alone() -> None:
     await sched.aclose()
 
 
+async def test_fair_share_takes_turns_under_a_backlog() -> None:
+    """Agent A has 50 turns queued on one slot and each takes 1 s (10 quanta); B's one
+    turn arrives at 5 s and goes next. Ranked at the wall clock ("now", 5 s), it would
+    wait behind A's 45 queued turns, ranked 0.5–4.9 s: FCFS under a backlog."""
+    clock = FakeClock()
+    sched = one_slot(FairShare(quantum_s=0.1), clock)
+    acq = Acquirer(sched)
+    for i in range(50):
+        acq.submit(ticket(f"a{i}", "A"))
+    await settle()
+    for _ in range(5):
+        clock.advance(1.0)
+        acq.release(acq.order[-1])
+        await settle()
+    assert len(acq.order) == 6
+    acq.submit(ticket("b0", "B", ready_s=clock.now / _NS))
+    await settle()
+    clock.advance(1.0)
+    acq.release(acq.order[-1])
+    await settle()
+    assert acq.order[-1] == "b0", acq.order
+    while acq.grants:
+        acq.release(acq.order[-1])
+        await settle()
+    assert len(acq.order) == 51
+    await sched.aclose()
+
+
 def test_plas_serves_less_attained_service_first() -> None:
     tickets = [
         ticket("long", ready_s=0.0, attained_s=2.0),

@@ -18,6 +18,7 @@ from collections.abc import (
     Awaitable,
     Callable,
     Iterable,
+    Iterator,
     Mapping,
     Sequence,
 )
@@ -174,6 +175,7 @@ class Fleet:
         self._lease_messages = 0  # with workers: the last run's lease messages
         self._live: list[tuple[int, int]] | None = None  # with workers, while a run goes
         self._scheduler: Scheduler | None = None
+        self._running = False  # a run, stream or resume is going (one at a time)
 
     @property
     def in_flight(self) -> int:
@@ -211,6 +213,10 @@ class Fleet:
 
         A failed session does not stop the others; its error is on its result.
 
+        One run at a time: :meth:`run`, :meth:`stream` or :meth:`resume` while this
+        fleet is running one is a :class:`ConfigError` (each run would have its own
+        ``max_concurrency``, so the servers would see twice it).
+
         Args:
             sessions: the sessions, each not run before.
             run_id: with a ``store``: the run's id (default: a new one, on the result's
@@ -218,7 +224,8 @@ class Fleet:
             run_config: with a ``store``: JSON-able facts to keep with the run (what
                 rebuilds its workload on resume); never put credentials here.
         """
-        return await self._run(list(sessions), EventBus(self._callbacks), run_id, run_config)
+        with self._one_run("run"):
+            return await self._run(list(sessions), EventBus(self._callbacks), run_id, run_config)
 
     async def resume(
         self,
@@ -247,6 +254,12 @@ class Fleet:
             ConfigError: no store; an agent is missing, or configured differently from
                 the one the run recorded (the message names it).
         """
+        with self._one_run("resume"):
+            return await self._resume(run_id, agents, store)
+
+    async def _resume(
+        self, run_id: str, agents: Iterable[Agent] | Mapping[str, Agent], store: Store | None
+    ) -> FleetResult:
         from agentflow.store._durable import DurableRun
 
         store = store if store is not None else self.store
@@ -274,22 +287,45 @@ class Fleet:
 
         Leaving the loop early cancels the run.
         """
-        bus = EventBus(self._callbacks)
-        queue: asyncio.Queue[Event] = asyncio.Queue()
-        bus.add_queue(queue)
-        task = asyncio.create_task(self._run(list(sessions), bus, None, None))
+        with self._one_run("stream"):  # until the run's task has ended
+            bus = EventBus(self._callbacks)
+            queue: asyncio.Queue[Event] = asyncio.Queue()
+            bus.add_queue(queue)
+            task = asyncio.create_task(self._run(list(sessions), bus, None, None))
+            try:
+                while True:
+                    event = await queue.get()
+                    yield event
+                    if isinstance(event, FleetEndEvent):
+                        break
+                await task
+            finally:
+                if not task.done():
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+
+    @contextlib.contextmanager
+    def _one_run(self, entry: str) -> Iterator[None]:
+        """Holds the fleet for one run at a time.
+
+        The fleet's limits (``max_concurrency``, the fleet's rates) are kept by the
+        run's scheduler, and what a run reports (``peak_in_flight``, the replicas' stats,
+        ``in_flight``) is read from it: two runs at once would each have their own, so
+        the servers would see twice the cap. A second run is refused rather than
+        sharing one scheduler, whose figures would then mix both runs'.
+        """
+        if self._running:
+            raise ConfigError(
+                f"Fleet.{entry}: this Fleet is already running a run (run, stream or resume); "
+                "its max_concurrency and limits hold for one run at a time. Put every "
+                "session in one run, or use another Fleet (with its own limits)"
+            )
+        self._running = True
         try:
-            while True:
-                event = await queue.get()
-                yield event
-                if isinstance(event, FleetEndEvent):
-                    break
-            await task
+            yield
         finally:
-            if not task.done():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            self._running = False
 
     async def _run(
         self,

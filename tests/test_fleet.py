@@ -206,3 +206,30 @@ async def test_what_a_run_keeps_is_frozen_as_it_goes() -> None:
         assert gc.get_freeze_count() > before
         refreezer.stop()
     assert gc.get_freeze_count() == 0
+
+
+async def test_a_second_run_at_once_is_refused_so_the_cap_holds() -> None:
+    """max_concurrency is fleet-wide: a run, stream or resume on a fleet that is running
+    one is a ConfigError (it would have a cap of its own: the server saw 4 with a cap of
+    2); the first run is not disturbed, and once it ends the fleet runs again."""
+    async with (
+        ScriptedServer([slow_text(f"answer {i}") for i in range(8)]) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        fleet = Fleet(t, max_concurrency=2, probe_slots=False)
+        first = asyncio.create_task(fleet.run(AGENT.session(f"x{i}") for i in range(6)))
+        await asyncio.sleep(0)  # the first run has started
+        with pytest.raises(ConfigError, match=r"Fleet\.run: this Fleet is already running"):
+            await fleet.run([AGENT.session("y0")])
+        with pytest.raises(ConfigError, match=r"Fleet\.stream: this Fleet is already running"):
+            async for _ in fleet.stream([AGENT.session("y1")]):
+                pass
+        with pytest.raises(ConfigError, match=r"Fleet\.resume: this Fleet is already running"):
+            await fleet.resume("r", agents=[AGENT])
+        result = await first
+        assert all(s.ok for s in result.sessions) and len(result.sessions) == 6
+        assert srv.peak_in_flight == 2
+        events = [e async for e in fleet.stream([AGENT.session("z0"), AGENT.session("z1")])]
+        end = events[-1]
+        assert isinstance(end, FleetEndEvent) and all(s.ok for s in end.result.sessions)
+    assert srv.peak_in_flight == 2

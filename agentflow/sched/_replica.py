@@ -47,8 +47,10 @@ class ReplicaState:
     """A replica at run time: what is in flight on it, its rate buckets and its breaker."""
 
     __slots__ = (
+        "_clock",
         "breaker",
         "failures",
+        "held_until_ns",
         "in_flight",
         "last_error",
         "limits",
@@ -86,6 +88,10 @@ class ReplicaState:
         self.failures = 0
         #: The last error that blamed it (kept after later successes).
         self.last_error: TransportError | None = None
+        #: Until when (clock ns) the router avoids it: it answered with a ``Retry-After``
+        #: (0: no hold). See :meth:`held_ns`.
+        self.held_until_ns = 0
+        self._clock = clock
 
     def has_room(self, ticket: Ticket) -> bool:
         """Whether ``ticket`` could start here now: it :meth:`fits`, and the replica's
@@ -110,6 +116,20 @@ class ReplicaState:
             or self.in_flight == 0  # one request always fits, or it would never run
             or self.tokens_in_flight + ticket.tokens <= lim.kv_tokens
         )
+
+    def held_ns(self) -> int:
+        """Nanoseconds left of the hold its last ``Retry-After`` put on it (0: none).
+
+        While held, the router sends it nothing as long as another healthy replica
+        exists (a preference, like failover's exclusion: never a reason to wait)."""
+        until = self.held_until_ns
+        if not until:
+            return 0
+        left = until - self._clock()
+        if left <= 0:
+            self.held_until_ns = 0
+            return 0
+        return left
 
     def start(self, ticket: Ticket) -> bool:
         """``ticket`` was dispatched here; returns whether it is the breaker's probe."""

@@ -8,7 +8,9 @@ turn). Never retried: other 4xx (the request itself is wrong), malformed streams
 (opt in), tool errors, context overflows and cancellation.
 
 Waits: the server's ``Retry-After`` when given (capped), otherwise jittered
-exponential backoff (tenacity's ``wait_random_exponential``, "full jitter").
+exponential backoff (tenacity's ``wait_random_exponential``, "full jitter"). With
+``failover``, a retry that can go to another healthy replica waits the backoff, not
+the ``Retry-After`` of the replica it leaves.
 
 Giving up: after ``max_attempts`` tries; and while every replica is down, once
 ``give_up_after_s`` has passed since the turn's first attempt began (the runner checks
@@ -121,11 +123,20 @@ class RetryPolicy:
             ConnectError | ServerError | StreamInterrupted | StreamTimeout | StreamProtocolError,
         ) or (isinstance(exc, APIStatusError) and exc.status >= 500)
 
-    def wait_s(self, state: RetryCallState) -> float:
-        """Seconds to wait before the next attempt (a tenacity ``wait``)."""
+    def wait_s(self, state: RetryCallState, *, elsewhere: bool = False) -> float:
+        """Seconds to wait before the next attempt (a tenacity ``wait``).
+
+        ``elsewhere``: with ``failover``, the retry can go to another healthy replica.
+        A ``Retry-After`` speaks for the replica that sent it, so it is then not waited
+        out (the router avoids that replica until then): the usual backoff is.
+        """
         outcome = state.outcome
         exc = outcome.exception() if outcome is not None else None
-        if isinstance(exc, APIStatusError) and exc.retry_after is not None:
+        if (
+            isinstance(exc, APIStatusError)
+            and exc.retry_after is not None
+            and not (elsewhere and self.failover)
+        ):
             return min(max(exc.retry_after, 0.0), self.max_retry_after_s)
         backoff = (
             wait_random_exponential(multiplier=self.backoff_s, max=self.max_backoff_s)
@@ -140,11 +151,13 @@ class RetryPolicy:
         sleep: Callable[[float], Awaitable[None]],
         before_sleep: Callable[[RetryCallState], None] | None = None,
         stop: Callable[[RetryCallState], bool] | None = None,
+        elsewhere: Callable[[], bool] | None = None,
     ) -> AsyncRetrying:
         """A tenacity ``AsyncRetrying`` for one turn, sleeping with ``sleep``.
 
         ``stop`` is asked too (after the wait is chosen, before it is taken): ``True``
-        gives up with the last error.
+        gives up with the last error. ``elsewhere`` says, when a wait is chosen, whether
+        the retry can fail over to another healthy replica (see :meth:`wait_s`).
         """
         attempts = stop_after_attempt(self.max_attempts)
         stops: Callable[[RetryCallState], bool] = (
@@ -153,7 +166,9 @@ class RetryPolicy:
         return AsyncRetrying(
             retry=retry_if_exception(self.retryable),
             stop=stops,
-            wait=self.wait_s,
+            wait=self.wait_s
+            if elsewhere is None
+            else lambda state: self.wait_s(state, elsewhere=elsewhere()),
             sleep=sleep,
             before_sleep=before_sleep,
             reraise=True,

@@ -13,7 +13,9 @@ is due), not excluded for this attempt, and have room:
 A session whose sticky replica is full moves to one with room (work-conserving: an
 idle replica is never left idle while turns wait) and sticks there. Excluding a
 replica (failover after an error) is a preference: if every healthy replica is
-excluded, the excluded ones are used.
+excluded, the excluded ones are used. So is a replica's hold after it answered with a
+``Retry-After`` (with failover on): it gets nothing until then while another healthy
+replica exists.
 """
 
 from __future__ import annotations
@@ -67,13 +69,20 @@ class Router:
             return only if only.breaker.allows() and only.has_room(ticket) else None
         if self.sticky and not ticket.exclude:  # the common case: back to its home replica
             home = self._session.get(ticket.session_id)
-            if home is not None and home.breaker.allows() and home.has_room(ticket):
+            if (
+                home is not None
+                and home.breaker.allows()
+                and not home.held_ns()
+                and home.has_room(ticket)
+            ):
                 self.sticky_hits += 1
                 return home
         healthy = [r for r in replicas if r.breaker.allows()]
         if ticket.exclude:
             preferred = [r for r in healthy if r.name not in ticket.exclude]
             healthy = preferred or healthy
+        free = [r for r in healthy if not r.held_ns()]
+        healthy = free or healthy
         room = [r for r in healthy if r.has_room(ticket)]
         if not room:
             return None

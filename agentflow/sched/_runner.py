@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from tenacity import RetryCallState
 
-from agentflow._errors import AllReplicasDown, TransportError
+from agentflow._errors import AllReplicasDown, APIStatusError, TransportError
 from agentflow._trace import TurnTrace
 from agentflow.sched._retry import RetryPolicy
 from agentflow.sched._scheduler import Grant, Scheduler
@@ -201,7 +201,12 @@ class TurnRunner:
                 if not scheduler.all_down():
                     await self._sleep(seconds - max(before_limit, 0.0))
 
-        retrying = policy.retrying(sleep=sleep, before_sleep=before_sleep, stop=give_up)
+        def elsewhere() -> bool:
+            return bool(where) and scheduler.elsewhere(where[-1])
+
+        retrying = policy.retrying(
+            sleep=sleep, before_sleep=before_sleep, stop=give_up, elsewhere=elsewhere
+        )
         try:
             trace: TurnTrace = await retrying(attempt)
         except TransportError as exc:
@@ -231,6 +236,13 @@ class TurnRunner:
         if key is not None:
             extra["prompt_cache_key"] = key
         return replace(request, headers={**have, **headers}, extra_body=extra)
+
+    def _hold(self, grant: Grant, retry_after: float) -> None:
+        """With failover, the replica that said ``Retry-After`` gets nothing until then
+        while another healthy replica exists (capped like the wait)."""
+        policy = self.retry
+        if policy is not None and policy.failover:
+            self.scheduler.hold(grant.replica, min(retry_after, policy.max_retry_after_s))
 
     def _down(self, exc: TransportError) -> AllReplicasDown | None:
         """``AllReplicasDown`` if ``exc`` blames its replica and every replica is down."""
@@ -280,6 +292,9 @@ class TurnRunner:
         except TransportError as exc:
             ok = not RetryPolicy.blames_replica(exc)
             error = exc
+            retry_after = exc.retry_after if isinstance(exc, APIStatusError) else None
+            if retry_after is not None and retry_after > 0:
+                self._hold(grant, retry_after)
             raise
         finally:
             scheduler.release(grant, used_tokens=used, ok=ok, error=error)

@@ -250,6 +250,17 @@ class Scheduler:
         """An :class:`AllReplicasDown` naming every replica and its last error."""
         return AllReplicasDown({r.name: r.last_error for r in self.replicas}, endpoint=endpoint)
 
+    def hold(self, replica: ReplicaState, seconds: float) -> None:
+        """``replica`` asked for ``seconds`` of quiet (a ``Retry-After``): the router
+        sends it nothing until then while another healthy replica exists."""
+        until = self._clock() + int(seconds * 1e9)
+        replica.held_until_ns = max(replica.held_until_ns, until)
+
+    def elsewhere(self, name: str) -> bool:
+        """Whether a healthy replica other than ``name``, and not held, could take a turn
+        (a retry failing over from ``name`` need not wait out its ``Retry-After``)."""
+        return any(r.name != name and r.breaker.allows() and not r.held_ns() for r in self.replicas)
+
     def forget(self, session_id: str) -> None:
         """The session ended: drop what was kept about it."""
         self.state.attained_ns.pop(session_id, None)
@@ -384,7 +395,9 @@ class Scheduler:
         """When ``ticket`` cannot be placed, how long to sleep: until the first open
         breaker lets a probe through (its replica may have room while the closed ones are
         full), or until the first replica with room whose rate bucket is empty has
-        refilled enough for ``ticket``; else until a release wakes the dispatcher.
+        refilled enough for ``ticket``, or until a replica's ``Retry-After`` hold ends
+        (the router passes over a held one while another is healthy); else until a
+        release wakes the dispatcher.
 
         A half-open breaker whose probe is out lets nothing through until that probe
         ends, and its release wakes the dispatcher: it sets no timer. Neither does a
@@ -392,6 +405,7 @@ class Scheduler:
         for a preference (failover), and only a release changes that.
         """
         waits = [r.breaker.opens_in_ns() * 1e-9 for r in self.replicas if r.breaker.state == "open"]
+        waits += [held * 1e-9 for r in self.replicas if (held := r.held_ns())]
         cap = self.limits.max_in_flight
         if cap is None or self.in_flight < cap:
             for r in self.replicas:

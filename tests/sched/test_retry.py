@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import pytest
+from tenacity import RetryCallState
 
 from agentflow import (
     Agent,
@@ -468,3 +469,50 @@ def test_a_lone_replicas_breaker_never_holds_its_turns_back() -> None:
     (replica,) = result.replicas
     assert replica.breaker_opened == 0 and replica.breaker_held == 2  # 3rd and 4th failure
     assert replica.failures == 4 and replica.served == 1
+
+
+def test_a_retry_that_fails_over_does_not_wait_out_the_retry_after_it_leaves() -> None:
+    """Over real HTTP on the virtual clock: replica ``a`` answers 503 with
+    ``Retry-After: 120``, ``b`` is healthy (one request at a time, fleet-wide). The retry
+    goes to ``b`` after the usual backoff (0.25 s), not 120 s; and ``a`` gets nothing
+    more until its 120 s are up — the next sessions go to ``b`` though ``a`` is idle and
+    listed first."""
+
+    async def main() -> tuple[FleetResult, int, int, float]:
+        loop = asyncio.get_running_loop()
+        unavailable = Reply.error(503, headers={"Retry-After": "120"})
+        async with (
+            ScriptedServer([unavailable] * 3) as sa,
+            ScriptedServer([Reply.text(f"ok {i}") for i in range(3)]) as sb,
+            HTTPTransport(sa.base_url, clock=loop_clock) as ta,
+            HTTPTransport(sb.base_url, clock=loop_clock) as tb,
+        ):
+            fleet = Fleet(
+                [Replica(transport=ta, name="a"), Replica(transport=tb, name="b")],
+                max_concurrency=1,
+                clock=loop_clock,
+                retry=RetryPolicy(backoff_s=0.25, jitter=False),
+                probe_slots=False,
+            )
+            start = loop.time()
+            agent = Agent(name="p", model="m")
+            result = await fleet.run([agent.session(f"task {i}") for i in range(3)])
+            return result, len(sa.requests), len(sb.requests), loop.time() - start
+
+    result, to_a, to_b, took = run_virtual(main())
+    assert not result.failed and (to_a, to_b) == (1, 3)
+    (failed,) = [f for s in result.sessions for t in s.turns for f in t.failed_attempts]
+    assert failed.replica == "a" and failed.wait_s == 0.25
+    assert took < 5.0  # (virtual) not 120 s
+
+
+def test_the_retry_after_is_waited_out_when_the_retry_cannot_go_elsewhere() -> None:
+    """The wait chosen for a 503 with ``Retry-After: 7``: 7 s when no other healthy
+    replica can take the retry, or without failover; the backoff when one can."""
+    error = ServerError("unavailable", status=503, body=None, retry_after=7.0)
+    policy = RetryPolicy(jitter=False, backoff_s=0.25)
+    state = RetryCallState(policy.retrying(sleep=Waits()), None, (), {})
+    state.set_exception((ServerError, error, None))
+    assert policy.wait_s(state) == 7.0
+    assert policy.wait_s(state, elsewhere=True) == 0.25
+    assert RetryPolicy(jitter=False, failover=False).wait_s(state, elsewhere=True) == 7.0

@@ -12,7 +12,8 @@ import asyncio
 import pytest
 
 from agentflow import Agent, Event, Fleet, HTTPTransport, Limits, Replica, RetryPolicy, TurnEndEvent
-from agentflow.sched import ReplicaState, Router
+from agentflow.embedded import loop_clock, run_virtual
+from agentflow.sched import ReplicaState, Router, Scheduler
 from agentflow.typing import Transport
 from tests.sched.conftest import (
     FakeClock,
@@ -21,6 +22,8 @@ from tests.sched.conftest import (
     peak_overlap,
     ticket,
 )
+
+_NS = 1_000_000_000
 
 
 def lookup(key: str) -> str:
@@ -285,6 +288,48 @@ def test_exclusion_and_open_breakers() -> None:
     assert router.choose(ticket("s2"), [a, b]) is None  # nothing healthy: wait
     clock.advance(5.0)
     assert router.choose(ticket("s2"), [a, b]) is not None  # a probe may go
+
+
+def test_a_replica_held_by_its_retry_after_is_avoided_until_then() -> None:
+    """A replica that answered with ``Retry-After`` (held) gets nothing — not even its
+    sticky session's turn — while another healthy one has room; it is used when it is
+    all there is, and again once the hold is over."""
+    clock = FakeClock()
+    a, b = states("a", "b", clock=clock)
+    router = Router()
+    router.placed(ticket("s"), a)
+    a.held_until_ns = clock() + 10 * _NS
+    assert router.choose(ticket("s", turn=1), [a, b]) is b
+    assert router.choose(ticket("new"), [a, b]) is b
+    b.breaker.threshold = 1
+    b.breaker.on_failure()
+    assert router.choose(ticket("new"), [a, b]) is a  # a preference: never a reason to wait
+    clock.advance(10.0)
+    assert a.held_ns() == 0 and router.choose(ticket("s", turn=2), [a, b]) is a
+
+
+def test_the_dispatcher_wakes_when_a_hold_ends() -> None:
+    """``a`` is held for 2 s and ``b`` is full: the next turn goes to ``a`` when its
+    hold ends, with no release to wake the dispatcher."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        a = Replica(transport=IdleTransport("a"), name="a")
+        b = Replica(transport=IdleTransport("b"), name="b", limits=Limits(max_in_flight=1))
+        sched = Scheduler([a, b], clock=loop_clock, prefix_warmup=False)
+        hog = await sched.acquire(ticket("hog"))
+        assert hog.replica.name == "a"
+        sched.hold(sched.replicas[0], 2.0)
+        sched.release(hog, used_tokens=None, ok=True)
+        busy = await sched.acquire(ticket("busy"))
+        assert busy.replica.name == "b"
+        grant = await sched.acquire(ticket("next"))
+        assert grant.replica.name == "a" and 2.0 <= loop.time() <= 2.0 + 1e-3
+        for g in (busy, grant):
+            sched.release(g, used_tokens=None, ok=True)
+        await sched.aclose()
+
+    run_virtual(main())
 
 
 def test_prefix_affinity_within_the_slack() -> None:

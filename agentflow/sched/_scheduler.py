@@ -51,7 +51,8 @@ class Grant:
     Attributes:
         ticket: the turn.
         replica: where it goes.
-        started_ns: when it was dispatched.
+        started_ns: when it was granted, after any wait on a rate bucket (the session's
+            service, which PLAS counts and ``give_up_after_s`` runs from, starts then).
         leader: whether it is the first request of a cold shared prefix (the others
             sharing it wait for its first token).
         probe: whether it is the replica's circuit-breaker probe (only the probe's
@@ -375,6 +376,7 @@ class Scheduler:
             if fut.done():
                 self.release(grant, used_tokens=None, ok=None)
             else:
+                grant.started_ns = self._clock()  # the bucket wait is not model service
                 fut.set_result(grant)
 
     def _pump_ended(self, task: asyncio.Task[None]) -> None:

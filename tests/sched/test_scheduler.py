@@ -285,6 +285,30 @@ def test_when_every_replica_is_out_of_rate_the_first_refill_wakes_the_dispatcher
 # --- Attained service --------------------------------------------------------------------
 
 
+def test_a_wait_on_a_bucket_is_not_counted_as_service() -> None:
+    """The fleet's bucket lets one 1,000-token turn through every 10 s: ``s2`` is
+    granted at 10 s, and that is when its service starts — its streams took 0 s, so it
+    has attained nothing (PLAS would otherwise rank its next turn 100 s later)."""
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        sched = scheduler(tpm=6000.0, burst_s=10.0)
+        granted: dict[str, tuple[int, float]] = {}
+
+        async def one(sid: str) -> None:
+            grant = await sched.acquire(ticket(sid, prompt_tokens=500, max_output_tokens=500))
+            granted[sid] = (grant.started_ns, loop.time())
+            sched.release(grant, used_tokens=None, ok=True)  # a stream of 0 s
+
+        await asyncio.gather(one("s1"), one("s2"))
+        started_ns, at = granted["s2"]
+        assert 10.0 <= at <= 10.0 + 1e-3 and abs(started_ns - at * _NS) < 1_000
+        assert sched.state.attained_ns == {"s1": 0, "s2": 0}
+        await sched.aclose()
+
+    run_virtual(main())
+
+
 async def test_attained_service_accumulates_per_session_and_forget_drops_it() -> None:
     clock = FakeClock()
     sched = scheduler(clock=clock)

@@ -4,6 +4,7 @@ and what it says (:class:`ChatRequest`)."""
 from __future__ import annotations
 
 import base64
+import datetime
 import email.utils
 import time
 from collections.abc import Mapping
@@ -169,7 +170,12 @@ class Timeouts:
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date).
+
+    Every HTTP date is GMT (RFC 9110), also the asctime form, which has no zone, and a
+    ``-0000`` zone: ``parsedate_to_datetime`` returns those naive, and a naive
+    datetime's ``timestamp()`` would read it as this machine's local time.
+    """
     if not value:
         return None
     value = value.strip()
@@ -181,4 +187,6 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))

@@ -7,8 +7,10 @@ Every wire test runs twice, against :class:`AiohttpTransport` (aiohttp) and
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
 from typing import Any, TypeAlias
 
 import pytest
@@ -27,7 +29,7 @@ from agentflow import (
 )
 from agentflow.llamacpp import free_port
 from agentflow.testing import Reply, ScriptedServer, sse_frames
-from agentflow.transport import AiohttpTransport, ChatRequest
+from agentflow.transport import AiohttpTransport, ChatRequest, parse_retry_after
 
 from ..wait import eventually
 
@@ -279,3 +281,32 @@ def test_request_body_always_streams_with_usage() -> None:
     assert body["stream"] is True
     assert body["stream_options"] == {"x": 1, "include_usage": True}
     assert json.dumps(body)
+
+
+@pytest.fixture(params=["America/New_York", "Asia/Tokyo"])
+def local_zone(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """This process's local time zone set to one far from GMT, and restored after."""
+    monkeypatch.setenv("TZ", request.param)
+    time.tzset()
+    try:
+        yield request.param
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+
+
+def test_retry_after_dates_are_gmt_whatever_the_local_zone(local_zone: str) -> None:
+    """All three HTTP-date forms (RFC 9110), and a ``-0000`` zone, are GMT: 120 s from
+    ``now`` in every local zone. The asctime form has no zone: read as local time it
+    was off by the zone's offset (0 s in New York, 9 h in Tokyo)."""
+    now = 1_700_000_000.0
+    when = datetime.datetime.fromtimestamp(now + 120, datetime.UTC)
+    forms = [
+        when.strftime("%a, %d %b %Y %H:%M:%S GMT"),  # IMF-fixdate
+        when.strftime("%A, %d-%b-%y %H:%M:%S GMT"),  # rfc850
+        when.strftime("%a %b %e %H:%M:%S %Y"),  # asctime
+        when.strftime("%a, %d %b %Y %H:%M:%S -0000"),
+        when.strftime("%a, %d %b %Y %H:%M:%S +0000"),
+    ]
+    assert time.localtime(now).tm_gmtoff != 0, local_zone
+    assert [parse_retry_after(v, now=now) for v in forms] == [120.0] * len(forms)

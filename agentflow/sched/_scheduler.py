@@ -130,6 +130,9 @@ class Scheduler:
         self._pump: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._busy = False
+        # The ticket the dispatcher popped and waits on a bucket for: in no queue, so
+        # aclose and a crashed dispatcher must settle its waiter from here.
+        self._granting: Waiter | None = None
         self.state = SchedulerState()
         #: Requests streaming now, fleet-wide, and the most there ever were.
         self.in_flight = 0
@@ -268,12 +271,16 @@ class Scheduler:
         self.router.forget(session_id)
 
     async def aclose(self) -> None:
-        """Stop the dispatcher; queued tickets are cancelled."""
+        """Stop the dispatcher; queued tickets are cancelled, and so is the one it was
+        waiting on a rate bucket for."""
         if self._pump is not None:
             self._pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pump
             self._pump = None
+        granting, self._granting = self._granting, None
+        if granting is not None:
+            granting.cancel()
         for _, _, _, fut in itertools.chain(self._heap, *self._parked.values()):
             fut.cancel()
         self._heap.clear()
@@ -364,15 +371,17 @@ class Scheduler:
             heapq.heappop(heap)
             grant = self._start(ticket, replica, rank)
             self._busy = True
+            self._granting = fut
             try:
                 for rates in (self._rates, replica.rates):
                     if rates is not None:
                         await rates.take(ticket.tokens)
-            except BaseException:
+            except BaseException:  # aclose cancels the waiter; _pump_ended fails it
                 self.release(grant, used_tokens=None, ok=None)
                 raise
             finally:
                 self._busy = False
+            self._granting = None
             if fut.done():
                 self.release(grant, used_tokens=None, ok=None)
             else:
@@ -386,6 +395,9 @@ class Scheduler:
         exc = task.exception()
         _log.error("dispatcher.crashed", error=repr(exc))
         waiting = [e[3] for e in self._heap] + [e[3] for p in self._parked.values() for e in p]
+        if self._granting is not None:
+            waiting.append(self._granting)
+            self._granting = None
         self._heap.clear()
         self._parked.clear()
         self._pump = None

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from agentflow import Agent, Fleet, HTTPTransport, TurnTrace
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
-from agentflow.sched import Limits, Replica, ReplicaState, Router, Scheduler, Ticket
+from agentflow.sched import Limits, RateGate, Replica, ReplicaState, Router, Scheduler, Ticket
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
 from agentflow.sim.records import RequestRecord
@@ -465,6 +467,58 @@ def test_aclose_cancels_queued_and_parked_tickets() -> None:
         done, pending = await asyncio.wait([*parked, queued], timeout=10.0)
         assert not pending and all(t.cancelled() for t in done)
         assert sched.waiting == 0
+
+    run_virtual(main())
+
+
+def test_aclose_cancels_the_ticket_the_dispatcher_waits_on_a_bucket_for() -> None:
+    """One request a minute: ``s2`` is popped and waits on the bucket (in no queue),
+    ``s3`` is queued behind it. aclose cancels both, the first included, and leaves no
+    slot held."""
+
+    async def main() -> None:
+        sched = scheduler(rpm=1.0)
+        first = await sched.acquire(ticket("s1"))
+        head = asyncio.create_task(sched.acquire(ticket("s2")))
+        queued = asyncio.create_task(sched.acquire(ticket("s3")))
+        await asyncio.sleep(1.0)
+        assert sched.in_flight == 2 and sched.waiting == 1  # s2 holds its slot, waiting
+        await sched.aclose()
+        _, pending = await asyncio.wait({head, queued}, timeout=3600.0)
+        assert not pending and head.cancelled() and queued.cancelled()
+        sched.release(first, used_tokens=None, ok=True)
+        assert sched.in_flight == 0 and sched.waiting == 0
+
+    run_virtual(main())
+
+
+class _BrokenBucket(RateGate):
+    """A fleet bucket that fails after a while: a bug in the dispatcher's wait."""
+
+    def ready(self, tokens: int) -> bool:
+        return False  # every ticket goes through the dispatcher
+
+    async def take(self, tokens: int) -> None:
+        await asyncio.sleep(1.0)
+        raise RuntimeError("bucket broke")
+
+
+def test_a_dispatcher_that_dies_in_a_bucket_wait_fails_that_ticket_too() -> None:
+    """The dispatcher crashes while it waits on a bucket for ``s1`` (popped, in no
+    queue): ``s1`` fails with the crash, as the queued ``s2`` does, instead of hanging."""
+
+    async def main() -> None:
+        sched = scheduler()
+        sched._rates = _BrokenBucket(None, None, 1.0)
+        head = asyncio.create_task(sched.acquire(ticket("s1")))
+        queued = asyncio.create_task(sched.acquire(ticket("s2")))
+        _, pending = await asyncio.wait({head, queued}, timeout=3600.0)
+        assert not pending
+        for task in (head, queued):
+            with pytest.raises(RuntimeError, match=r"dispatcher failed.*bucket broke"):
+                task.result()
+        assert sched.in_flight == 0
+        await sched.aclose()
 
     run_virtual(main())
 

@@ -20,6 +20,9 @@ class ReplicaStats:
         name: the replica.
         served: requests that finished on it.
         failures: requests that failed on it in a way that blames it.
+        rejected: requests it answered with an error that does not blame it (a 429,
+            another 4xx): neither served nor failures; its breaker counts them as
+            answers.
         peak_in_flight: the most requests it streamed at once.
         breaker_opened: how many times its circuit breaker took it out of rotation.
         breaker_held: how many times its breaker would have opened but was held closed,
@@ -32,6 +35,7 @@ class ReplicaStats:
     peak_in_flight: int
     breaker_opened: int
     breaker_held: int = 0
+    rejected: int = 0
 
     @classmethod
     def of(cls, state: ReplicaState) -> ReplicaStats:
@@ -43,6 +47,7 @@ class ReplicaStats:
             peak_in_flight=state.peak_in_flight,
             breaker_opened=state.breaker.opened,
             breaker_held=state.breaker.held,
+            rejected=state.rejected,
         )
 
 
@@ -56,7 +61,7 @@ class FleetResult:
         peak_in_flight: the most model requests that were in flight at once.
         callback_errors: every callback that raised, with the event it was handling.
         retries: attempts that failed and were sent again.
-        replicas: per replica: served, failed, peak in flight, breaker trips.
+        replicas: per replica: served, failed, rejected, peak in flight, breaker trips.
         run_id: the run's id in the fleet's store (``None`` without a store).
     """
 

@@ -38,6 +38,7 @@ def merge_replicas(per_worker: list[list[Any]], cls: Any, cap: int | None = None
                     peak_in_flight=m.peak_in_flight + r.peak_in_flight,
                     breaker_opened=m.breaker_opened + r.breaker_opened,
                     breaker_held=m.breaker_held + r.breaker_held,
+                    rejected=m.rejected + r.rejected,
                 )
             )
     out = list(merged.values())

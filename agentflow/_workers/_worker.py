@@ -382,6 +382,7 @@ class WorkerRun:
                 peak_in_flight=r.peak_in_flight,
                 breaker_opened=r.breaker_opened,
                 breaker_held=r.breaker_held,
+                rejected=r.rejected,
             )
             for r in stats.get("replicas", [])
         ]

@@ -57,6 +57,7 @@ class ReplicaState:
         "name",
         "peak_in_flight",
         "rates",
+        "rejected",
         "served",
         "sessions",
         "tokens_in_flight",
@@ -83,8 +84,10 @@ class ReplicaState:
         self.tokens_in_flight = 0
         #: Sessions routed here (sticky), now.
         self.sessions = 0
-        #: Requests it finished, and requests that failed on it.
+        #: Requests it finished; requests it answered with an error that does not blame
+        #: it (a 429, another 4xx); requests that failed on it in a way that does.
         self.served = 0
+        self.rejected = 0
         self.failures = 0
         #: The last error that blamed it (kept after later successes).
         self.last_error: TransportError | None = None

@@ -201,7 +201,9 @@ class Scheduler:
             used_tokens: prompt + output tokens the server reported, to settle token limits.
             ok: ``True`` the replica answered; ``False`` it failed in a way that blames it
                 (opens its breaker after enough); ``None`` no verdict (cancelled).
-            error: what failed, when ``ok`` is ``False`` (kept as the replica's last error).
+            error: what failed: with ``ok`` ``False``, kept as the replica's last error;
+                with ``ok`` ``True``, an answer that does not blame it (a 429, another
+                4xx), which counts as ``rejected``, not ``served``.
         """
         ticket, replica = grant.ticket, grant.replica
         replica.finish(ticket)
@@ -210,7 +212,10 @@ class Scheduler:
         attained = self.state.attained_ns
         attained[ticket.session_id] = attained.get(ticket.session_id, 0) + now - grant.started_ns
         if ok:
-            replica.served += 1
+            if error is None:
+                replica.served += 1
+            else:
+                replica.rejected += 1
             replica.breaker.on_success(grant.probe)
         elif ok is False:
             replica.failures += 1

@@ -289,6 +289,8 @@ async def test_client_errors_are_not_retried(status: int) -> None:
     (session,) = result.sessions
     assert isinstance(session.error, BadRequestError) and session.error.status == status
     assert len(srv.requests) == 1 and not waits.waits
+    (replica,) = result.replicas
+    assert (replica.served, replica.rejected, replica.failures) == (0, 1, 0)
 
 
 async def test_a_tool_error_is_not_retried() -> None:
@@ -425,7 +427,8 @@ def test_breaker_rejects_bad_config() -> None:
 
 
 async def test_a_rate_limit_does_not_open_the_breaker() -> None:
-    """429s are the server working as designed: they do not count against the replica."""
+    """429s are the server working as designed: they do not count against the replica,
+    nor as served: each turn was served once, after three 429s (rejected)."""
     async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
         faults = Faulty(http, *["rate_limit; retry_after=0"] * 3)
         policy = RetryPolicy(max_attempts=4, jitter=False)
@@ -433,7 +436,8 @@ async def test_a_rate_limit_does_not_open_the_breaker() -> None:
     assert not result.failed
     (replica,) = result.replicas
     assert replica.breaker_opened == 0 and replica.failures == 0
-    assert replica.served == len(sim.seen) == 4 * 2 * 4
+    assert len(sim.seen) == 4 * 2 * 4
+    assert replica.served == 4 * 2 and replica.rejected == 4 * 2 * 3
 
 
 def test_a_lone_replicas_breaker_never_holds_its_turns_back() -> None:

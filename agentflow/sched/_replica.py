@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from agentflow._errors import ConfigError, TransportError
 from agentflow._redact import display_url, redact
 from agentflow.sched._breaker import CircuitBreaker
-from agentflow.sched._limits import Limits, RateGate
+from agentflow.sched._limits import Limits, RateGate, _number
 from agentflow.sched._ticket import Ticket
 from agentflow.typing import Clock, Transport
 
 __all__ = ["Replica", "ReplicaState"]
+
+#: The breaker's longest cooldown by default (CircuitBreaker's ``max_cooldown_s``).
+_MAX_COOLDOWN_S = 60.0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,6 +33,11 @@ class Replica:
             be failures for the breaker to open.
         breaker_window: how many of its most recent outcomes the breaker judges.
         breaker_cooldown_s: how long it stays out before one probe request is let through.
+        breaker_max_cooldown_s: the longest the cooldown grows to as probes fail (it
+            doubles each time); ``None``: 60 s, or ``breaker_cooldown_s`` if longer.
+
+    The breaker settings are checked here (a ``ConfigError`` naming the field), not
+    when a run builds the breaker.
 
     The breaker of the last replica whose breaker is closed never opens (the router
     would have nowhere to send); see :class:`~agentflow.sched.CircuitBreaker`.
@@ -41,6 +50,34 @@ class Replica:
     breaker_failure_rate: float = 0.5
     breaker_window: int = 20
     breaker_cooldown_s: float = 5.0
+    breaker_max_cooldown_s: float | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("breaker_threshold", "breaker_window"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"Replica.{name} must be an int ≥ 1, got {value!r}")
+        rate = self.breaker_failure_rate
+        if not _number(rate) or not 0 < rate <= 1:
+            raise ConfigError(f"Replica.breaker_failure_rate must be in (0, 1], got {rate!r}")
+        cooldown = self.breaker_cooldown_s
+        if not _number(cooldown) or not 0 < cooldown < math.inf:
+            raise ConfigError(
+                f"Replica.breaker_cooldown_s must be a finite number > 0, got {cooldown!r}"
+            )
+        most = self.breaker_max_cooldown_s
+        if most is not None and (not _number(most) or not cooldown <= most < math.inf):
+            raise ConfigError(
+                "Replica.breaker_max_cooldown_s must be a finite number ≥ breaker_cooldown_s "
+                f"({cooldown!r}), or None (60 s, or the cooldown if longer), got {most!r}"
+            )
+
+    @property
+    def max_cooldown_s(self) -> float:
+        """The breaker's longest cooldown: ``breaker_max_cooldown_s``, or by default
+        60 s (or ``breaker_cooldown_s`` if longer)."""
+        most = self.breaker_max_cooldown_s
+        return most if most is not None else max(_MAX_COOLDOWN_S, self.breaker_cooldown_s)
 
 
 class ReplicaState:
@@ -75,6 +112,7 @@ class ReplicaState:
             failure_rate=replica.breaker_failure_rate,
             window=replica.breaker_window,
             cooldown_s=replica.breaker_cooldown_s,
+            max_cooldown_s=replica.max_cooldown_s,
         )
         #: Requests streaming on it now.
         self.in_flight = 0

@@ -1,8 +1,9 @@
 """Scheduling settings a run cannot work with are a ConfigError naming the setting, made
 when they are: an infinite burst used to stall the dispatcher for ever (a NaN drain
 rate), an infinite or NaN priority boost or SLO scrambled the queue (NaN ranks), NaN
-turned fairness off, an infinite backoff or Retry-After cap allowed an endless wait, and
-a bool or a fraction passed for a count."""
+turned fairness off, an infinite backoff or Retry-After cap allowed an endless wait, a
+bool or a fraction passed for a count, and a Replica's breaker settings were checked only
+when a run built the breaker (a cooldown over 60 s failed every run)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,11 @@ from collections.abc import Callable
 
 import pytest
 
-from agentflow import ConfigError, Limits, RetryPolicy
-from agentflow.sched import Deadline, FairShare, Priority
+from agentflow import Agent, ConfigError, Fleet, Limits, Replica, RetryPolicy
+from agentflow.sched import Deadline, FairShare, Priority, ReplicaState
+from agentflow.testing import Reply, ScriptedServer
+from agentflow.transport import HTTPTransport
+from tests.sched.conftest import FakeClock, IdleTransport
 
 BAD: dict[str, tuple[Callable[[], object], str]] = {
     "burst inf": (lambda: Limits(rpm=60, burst_s=math.inf), "Limits.burst_s"),
@@ -31,6 +35,32 @@ BAD: dict[str, tuple[Callable[[], object], str]] = {
         lambda: RetryPolicy(max_retry_after_s=math.inf),
         "RetryPolicy.max_retry_after_s",
     ),
+    "breaker threshold 0": (
+        lambda: Replica(transport=IdleTransport(), breaker_threshold=0),
+        "Replica.breaker_threshold",
+    ),
+    "breaker window bool": (
+        lambda: Replica(transport=IdleTransport(), breaker_window=True),
+        "Replica.breaker_window",
+    ),
+    "breaker rate 0": (
+        lambda: Replica(transport=IdleTransport(), breaker_failure_rate=0.0),
+        "Replica.breaker_failure_rate",
+    ),
+    "breaker cooldown nan": (
+        lambda: Replica(transport=IdleTransport(), breaker_cooldown_s=math.nan),
+        "Replica.breaker_cooldown_s",
+    ),
+    "breaker cooldown inf": (
+        lambda: Replica(transport=IdleTransport(), breaker_cooldown_s=math.inf),
+        "Replica.breaker_cooldown_s",
+    ),
+    "breaker max below cooldown": (
+        lambda: Replica(
+            transport=IdleTransport(), breaker_cooldown_s=120.0, breaker_max_cooldown_s=60.0
+        ),
+        "Replica.breaker_max_cooldown_s",
+    ),
 }
 
 
@@ -47,3 +77,26 @@ def test_the_finite_edges_are_accepted() -> None:
     Deadline(default_slo_s=0, slo_s={"batch": 3600})
     FairShare(1e-3)
     RetryPolicy(backoff_s=0, max_backoff_s=0, max_retry_after_s=0)
+
+
+async def test_a_breaker_cooldown_over_60_s_is_a_longer_maximum_not_a_failed_run() -> None:
+    """A cooldown longer than the breaker's default cap (60 s) used to be accepted by
+    Replica and fail every run when the breaker was built; it now raises the cap."""
+    replica = Replica(transport=IdleTransport(), breaker_cooldown_s=120.0)
+    assert replica.max_cooldown_s == 120.0
+    assert Replica(transport=IdleTransport()).max_cooldown_s == 60.0
+    longer = Replica(transport=IdleTransport(), breaker_max_cooldown_s=600.0)
+    breaker = ReplicaState(longer, FakeClock()).breaker
+    breaker.threshold = 1
+    for _ in range(10):  # open, then every probe fails: 5 s doubling, up to 600 s
+        breaker.on_failure(probe=True)
+    assert breaker.opens_in_ns() == 600 * 1_000_000_000
+    async with (
+        ScriptedServer([Reply.text("ok")]) as srv,
+        HTTPTransport(srv.base_url) as http,
+    ):
+        slow_probe = Replica(transport=http, breaker_cooldown_s=120.0)
+        result = await Fleet(slow_probe, probe_slots=False).run(
+            [Agent(name="a", model="m").session("hi")]
+        )
+    assert not result.failed

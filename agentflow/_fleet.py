@@ -22,7 +22,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agentflow._config import fleet_concurrency
 from agentflow._errors import ConfigError
@@ -289,12 +289,18 @@ class Fleet:
         """
         with self._one_run("stream"):  # until the run's task has ended
             bus = EventBus(self._callbacks)
-            queue: asyncio.Queue[Event] = asyncio.Queue()
-            bus.add_queue(queue)
+            queue: asyncio.Queue[Event | None] = asyncio.Queue()
+            bus.add_queue(cast("asyncio.Queue[Event]", queue))
             task = asyncio.create_task(self._run(list(sessions), bus, None, None))
+            # A run that fails before its end event (sessions refused, a store that
+            # cannot be opened) ends the stream too: ``None`` after its last event, and
+            # its error is raised below; else the loop would wait for events forever.
+            task.add_done_callback(lambda _: queue.put_nowait(None))
             try:
                 while True:
                     event = await queue.get()
+                    if event is None:
+                        break
                     yield event
                     if isinstance(event, FleetEndEvent):
                         break

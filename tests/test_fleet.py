@@ -19,6 +19,8 @@ from agentflow import (
 )
 from agentflow.testing import Reply, ScriptedServer
 
+from .wait import GUARD_S
+
 AGENT = Agent(name="writer", model="m")
 
 
@@ -233,3 +235,18 @@ async def test_a_second_run_at_once_is_refused_so_the_cap_holds() -> None:
         end = events[-1]
         assert isinstance(end, FleetEndEvent) and all(s.ok for s in end.result.sessions)
     assert srv.peak_in_flight == 2
+
+
+async def test_a_stream_whose_run_fails_before_its_end_event_raises() -> None:
+    """``Fleet.stream`` over sessions the run refuses (two with one id) raises the run's
+    error; it waited for events forever."""
+    session = AGENT.session("q")
+    async with ScriptedServer([]) as srv, HTTPTransport(srv.base_url) as t:
+        fleet = Fleet(t)
+
+        async def drain() -> list[Event]:
+            return [event async for event in fleet.stream([session, session])]
+
+        with pytest.raises(ConfigError, match="session_id"):
+            await asyncio.wait_for(drain(), GUARD_S)
+        assert srv.requests == []

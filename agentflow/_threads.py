@@ -18,6 +18,7 @@ test machine, against 35–90 µs for this pool and for asyncio's default one.)
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import itertools
 import queue
@@ -25,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-__all__ = ["TOOL_THREADS", "DaemonThreadExecutor"]
+__all__ = ["TOOL_THREADS", "DaemonThreadExecutor", "thread_result"]
 
 T = TypeVar("T")
 
@@ -104,3 +105,17 @@ class DaemonThreadExecutor(concurrent.futures.Executor):
 
 #: The executor sync tools run in (``Tool(in_thread=True)``, the default).
 TOOL_THREADS = DaemonThreadExecutor()
+
+
+def thread_result(future: concurrent.futures.Future[T]) -> asyncio.Future[T]:
+    """``asyncio.wrap_future(future)`` on the running loop, for a thread's answer awaited
+    without ``run_in_executor`` (a store's writer thread): a loop that counts thread work
+    (:meth:`~agentflow.embedded.VirtualTimeLoop.thread_work`) counts it, so virtual time
+    does not jump from timer to timer while the thread works, as it would for an await on
+    nothing the loop can see."""
+    loop = asyncio.get_running_loop()
+    wrapped = asyncio.wrap_future(future, loop=loop)
+    count: Callable[[asyncio.Future[Any]], None] | None = getattr(loop, "thread_work", None)
+    if count is not None:
+        count(wrapped)
+    return wrapped

@@ -11,14 +11,14 @@ Real I/O still works (the loop polls it), but takes no virtual time — and a pe
 another process (a server, a subprocess) is not waited for: while it works on its answer
 the clock jumps to the next timer, so a time limit fires at once. Keep every peer in the
 loop (``SimTransport``, ``ScriptedServer``) or in a thread. Work in a thread
-(``asyncio.to_thread``, ``loop.run_in_executor``, agentflow's sync tools) takes zero
-virtual time too, but while any such call runs the clock never runs ahead of real
-time: the loop waits for the thread, for real, up to the next timer's delay, and
-jumps only if the thread is still busy then. So a timer — a tool's time limit, say —
-does not fire just because a thread had not finished yet, and a stuck thread still
-meets its limit. The loop blocks for real also when nothing at all is scheduled. For
-deterministic runs keep the simulated world on timers: tools that "take" time should
-``await asyncio.sleep(...)``.
+(``asyncio.to_thread``, ``loop.run_in_executor``, agentflow's sync tools, a store's
+reads and lease changes on its writer thread) takes zero virtual time too, but while
+any such call runs the clock never runs ahead of real time: the loop waits for the
+thread, for real, up to the next timer's delay, and jumps only if the thread is still
+busy then. So a timer — a tool's time limit, say — does not fire just because a thread
+had not finished yet, and a stuck thread still meets its limit. The loop blocks for real
+also when nothing at all is scheduled. For deterministic runs keep the simulated world
+on timers: tools that "take" time should ``await asyncio.sleep(...)``.
 """
 
 from __future__ import annotations
@@ -78,9 +78,16 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     ) -> asyncio.Future[T]:
         """As the base loop's; while the call runs, the clock does not run ahead of real time."""
         future = super().run_in_executor(executor, func, *args)
+        self.thread_work(future)
+        return future
+
+    def thread_work(self, future: asyncio.Future[Any]) -> None:
+        """Count ``future`` as work in a thread until it is done, as :meth:`run_in_executor`
+        counts its calls: a thread's answer awaited some other way (a store's writer
+        thread, through ``agentflow._threads.thread_result``) then keeps the clock from
+        jumping to the next timer while the thread works."""
         self._threads += 1
         future.add_done_callback(self._thread_done)
-        return future
 
     def _thread_done(self, _: asyncio.Future[Any]) -> None:
         self._threads -= 1

@@ -15,7 +15,6 @@ thread in the order it was asked for: a read sees every record written before it
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import secrets
@@ -27,6 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentflow._errors import ConfigError, RecordsLeftOut, StoreError
 from agentflow._logging import get_logger
 from agentflow._redact import redact, register_secret, register_url
+from agentflow._threads import thread_result
 from agentflow.store import _pg_io as io
 from agentflow.store._pg_schema import check_pg_schema
 from agentflow.store._protocol import LeaseOwner, RunSummary
@@ -181,7 +181,7 @@ class PostgresStore(BatchWriter[Conn]):
             return
         stop: Call[Conn] = Call(lambda conn: STOP, stop=True)
         self._put_stop(stop)
-        await asyncio.wrap_future(stop.future)
+        await thread_result(stop.future)
         self._thread.join(timeout=self.statement_timeout_s)
         self._raise_error()
 

@@ -21,7 +21,6 @@ written before it.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import sqlite3
 import threading
@@ -32,6 +31,7 @@ from typing import TypeVar
 
 from agentflow._errors import RecordsLeftOut, StoreError
 from agentflow._logging import get_logger
+from agentflow._threads import thread_result
 from agentflow.store import _journal, _journal_ingest
 from agentflow.store import _sqlite_io as io
 from agentflow.store._journaled import JournaledWriter
@@ -167,7 +167,7 @@ class SQLiteStore(JournaledWriter):
         stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
         self._put_stop(stop)
         try:
-            await asyncio.wrap_future(stop.future)
+            await thread_result(stop.future)
             self._thread.join(timeout=self.busy_timeout_s)
         finally:
             self._run_locks.release_all()

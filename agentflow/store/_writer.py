@@ -39,6 +39,7 @@ from typing import Any, Generic, Self, TypeVar
 
 from agentflow._errors import RecordsLeftOut, StoreError
 from agentflow._logging import get_logger
+from agentflow._threads import thread_result
 from agentflow.store._records import Record
 
 __all__ = ["STOP", "Batch", "BatchWriter", "Call", "Item"]
@@ -226,7 +227,7 @@ class BatchWriter(Generic[C]):
                 raise self._closed_error()
             self._queue.put(call)
         self._urgent.set()
-        result: T = await asyncio.wrap_future(call.future)
+        result: T = await thread_result(call.future)
         return result
 
     def _hold(self, records: list[Item], error: BaseException) -> None:

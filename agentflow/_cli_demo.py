@@ -98,6 +98,12 @@ def add_demo_parsers(sub: Any) -> None:
         default=os.environ.get("OPENAI_API_KEY"),
         help="API key for the run's server (default: $OPENAI_API_KEY; never stored)",
     )
+    resume.add_argument(
+        "--base-url",
+        default=None,
+        help="the run's server again, with the user:password@ its URL had (never stored); "
+        "it must name the server the run was recorded against",
+    )
     resume.add_argument("--no-live", action="store_true", help="no live view, summary only")
     resume.set_defaults(func=_resume)
 
@@ -148,7 +154,7 @@ def _resume(args: argparse.Namespace) -> int:
 
     config = resume_config(
         asyncio.run(recorded()), args.run_id, store=args.store, report=args.report,
-        live=not args.no_live, api_key=args.api_key,
+        live=not args.no_live, api_key=args.api_key, base_url=args.base_url,
     )  # fmt: skip
     return _demo_status(run_demo(config))
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from agentflow._errors import ConfigError
 from agentflow._fleet import Fleet, FleetResult
+from agentflow._redact import display_url
 from agentflow.demo._config import DemoConfig
 from agentflow.demo._stop import Stopper, run_stoppable
 from agentflow.stats import SLO
@@ -22,31 +23,80 @@ __all__ = ["recorded_config", "resume_config", "run_recorded"]
 def recorded_config(config: DemoConfig) -> dict[str, Any]:
     """What a recorded demo run keeps of its configuration (no key, no output paths):
     enough for :func:`resume_config` to rebuild the same workload, and to run the rest of
-    it as the run began — its SLOs, fault rate and time limits."""
+    it as the run began — its SLOs, fault rate and time limits.
+
+    The server's URL is kept without its userinfo (``http://user:password@host/v1`` is a
+    Basic-auth password): ``base_url_userinfo`` says there was one, so that a resume
+    asks for it again (``--base-url``) rather than run without it."""
     keep = ("agents", "profile", "seed", "time_scale", "max_concurrency", "turns",
             "max_tokens", "base_url", "model", "virtual", "fault_rate")  # fmt: skip
     demo: dict[str, Any] = {k: getattr(config, k) for k in keep}
+    if config.base_url is not None:
+        demo["base_url"] = display_url(config.base_url)
+        if demo["base_url"] != config.base_url:
+            demo["base_url_userinfo"] = True
     demo["slos"] = [asdict(slo) for slo in config.slos]
     demo["timeouts"] = None if config.timeouts is None else asdict(config.timeouts)
     return {"kind": "agentflow-demo", "demo": demo}
 
 
-def resume_config(recorded: dict[str, Any] | None, run_id: str, **overrides: Any) -> DemoConfig:
+def resume_config(
+    recorded: dict[str, Any] | None,
+    run_id: str,
+    *,
+    base_url: str | None = None,
+    **overrides: Any,
+) -> DemoConfig:
     """The :class:`DemoConfig` that resumes recorded demo run ``run_id``: the recorded
     settings (a run recorded before SLOs, fault rate and time limits were kept resumes
     with none), then ``overrides``.
 
+    Args:
+        base_url: the run's server again, with the userinfo (``user:password@``) the
+            store does not keep; it must name the recorded server.
+
     Raises:
-        ConfigError: the run was not recorded by ``agentflow demo``.
+        ConfigError: the run was not recorded by ``agentflow demo``; its server's URL
+            had userinfo and ``base_url`` is not given; ``base_url`` is not the run's
+            server (or the run had none).
     """
     if not recorded or recorded.get("kind") != "agentflow-demo":
         raise ConfigError(f"resume: run {run_id!r} was not recorded by `agentflow demo --store`")
     values = dict(recorded["demo"])
+    values["base_url"] = _server(values, run_id, base_url)
     values["turns"] = tuple(values["turns"])
     values["slos"] = tuple(SLO(**slo) for slo in values.get("slos") or ())
     timeouts = values.get("timeouts")
     values["timeouts"] = None if timeouts is None else Timeouts(**timeouts)
     return DemoConfig(**{**values, "resume": run_id, **overrides})
+
+
+def _server(values: dict[str, Any], run_id: str, given: str | None) -> str | None:
+    """The server URL a resume of ``run_id`` runs against: ``given`` if it names the
+    recorded one (it may add userinfo), else the recorded one — unless that one had
+    userinfo, which was not stored: then the resume is refused, rather than sent
+    without its credentials."""
+    recorded: str | None = values.get("base_url")
+    userinfo = bool(values.pop("base_url_userinfo", False))
+    if given is None:
+        if userinfo:
+            raise ConfigError(
+                f"resume: run {run_id!r} ran against {recorded} with credentials in its URL "
+                "(user:password@), which the store does not keep: give the URL again with "
+                "them, --base-url http://USER:PASSWORD@HOST/…"
+            )
+        return recorded
+    if recorded is None:
+        raise ConfigError(
+            f"resume: run {run_id!r} ran on the embedded simulator, not against a server; "
+            "drop --base-url"
+        )
+    if display_url(given) != display_url(recorded):
+        raise ConfigError(
+            f"resume: --base-url {display_url(given)} is not the server run {run_id!r} "
+            f"was recorded against ({display_url(recorded)})"
+        )
+    return given
 
 
 async def run_recorded(

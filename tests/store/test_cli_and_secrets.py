@@ -3,9 +3,13 @@ HTTP: an API key never reaches the database file."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sqlite3
+import threading
 from pathlib import Path
+
+import pytest
 
 from agentflow import Fleet
 from agentflow.cli import main
@@ -71,3 +75,58 @@ def test_demo_store_resume_and_report(tmp_path: Path, capsys: object) -> None:
     assert resumed["fleet"]["turns"] == report["fleet"]["turns"]
     assert main(["resume", "no-such-run", "--store", str(db), "--no-live"]) == 1
     assert main(["report", "--store", str(tmp_path / "missing.db"), run_id]) == 2
+
+
+def _serve_sim(ready: threading.Event, stop: threading.Event, url: list[str]) -> None:
+    """A simulator over loopback HTTP in its own thread (``main`` runs its own loop)."""
+
+    async def serve() -> None:
+        textgen = TextGenConfig(tool_rounds=1, answer_tokens=(4, 8))
+        async with SimServer("deepseek-v4.1-flash-gb300", textgen=textgen, time_scale=0.01) as sim:
+            url.append(sim.base_url)
+            ready.set()
+            await asyncio.to_thread(stop.wait)
+
+    asyncio.run(serve())
+
+
+def test_a_base_url_password_is_never_stored_and_resume_asks_for_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`agentflow demo --base-url http://user:PASSWORD@host/v1 --store`: the password
+    (Basic auth) is in no file of the store — the run's config keeps the URL without it —
+    and `agentflow resume` refuses to go on without it, saying how to give it
+    (`--base-url`, which must name the recorded server)."""
+    password = "pw-agentflow-basic-0123456789"
+    ready, stop = threading.Event(), threading.Event()
+    url: list[str] = []
+    server = threading.Thread(target=_serve_sim, args=(ready, stop, url), daemon=True)
+    server.start()
+    try:
+        assert ready.wait(60)
+        plain = url[0].rstrip("/").removesuffix("/v1") + "/v1"
+        with_auth = plain.replace("http://", f"http://alice:{password}@")
+        db, first = tmp_path / "runs.db", tmp_path / "first.json"
+        argv = ["demo", "--base-url", with_auth, "--model", "agentflow-sim", "--agents", "2",
+                "--turns", "1:1", "--max-tokens", "16", "--no-live"]  # fmt: skip
+        assert main([*argv, "--store", str(db), "--report", str(first)]) == 0
+        run_id = json.loads(first.read_text())["run"]["run_id"]
+        raw = b"".join(p.read_bytes() for p in tmp_path.glob("runs.db*"))
+        assert password.encode() not in raw and b"alice" not in raw
+        conn = sqlite3.connect(db)
+        ((config,),) = conn.execute("SELECT config FROM runs")
+        conn.close()
+        assert json.loads(config)["demo"]["base_url"] == plain
+        capsys.readouterr()
+
+        resume = ["resume", run_id, "--store", str(db), "--no-live"]
+        assert main(resume) == 2
+        err = capsys.readouterr().err
+        assert "--base-url" in err and "credentials" in err and password not in err
+        other = with_auth.replace("127.0.0.1", "localhost")
+        assert main([*resume, "--base-url", other]) == 2
+        assert "is not the server" in capsys.readouterr().err
+        assert main([*resume, "--base-url", with_auth]) == 0
+    finally:
+        stop.set()
+        server.join(30)

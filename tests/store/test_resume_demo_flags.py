@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from agentflow._errors import ConfigError
 from agentflow.cli import main
 from agentflow.demo.run import DemoConfig, recorded_config, resume_config
 from agentflow.stats import SLO
@@ -98,3 +99,28 @@ def test_a_resumed_http_demo_keeps_its_slo_fault_rate_and_limits(tmp_path: Path)
         db, f"SELECT retries FROM run_attempts WHERE run_id = '{run_id}' AND attempt = 1"
     )
     assert ran >= 10 and retries > 0, (ran, retries)
+
+
+def test_a_base_url_keeps_no_userinfo_and_a_resume_gives_it_again() -> None:
+    """The recorded config keeps the server's URL without `user:password@` (a Basic-auth
+    password), noting it had one; a resume without `base_url` is refused (not run without
+    credentials), one with it runs against it, one naming another server is refused.
+    A URL without userinfo, and one recorded with it before, resume as before."""
+    secret = "http://alice:pw-0123456789@example.test:8000/v1"
+    recorded = json.loads(json.dumps(recorded_config(DemoConfig(base_url=secret))))
+    assert "pw-0123456789" not in json.dumps(recorded) and "alice" not in json.dumps(recorded)
+    assert recorded["demo"]["base_url"] == "http://example.test:8000/v1"
+    with pytest.raises(ConfigError, match="--base-url") as refused:
+        resume_config(recorded, "run-1", store=Path("x.db"))
+    assert "pw-0123456789" not in str(refused.value)
+    back = resume_config(recorded, "run-1", store=Path("x.db"), base_url=secret)
+    assert back.base_url == secret
+    with pytest.raises(ConfigError, match="is not the server"):
+        resume_config(recorded, "run-1", base_url="http://a:b@other.test:8000/v1")
+    plain = recorded_config(DemoConfig(base_url="http://example.test:8000/v1"))
+    assert "base_url_userinfo" not in plain["demo"]
+    assert resume_config(plain, "run-1", store=Path("x.db")).base_url == plain["demo"]["base_url"]
+    old = {"kind": "agentflow-demo", "demo": {**plain["demo"], "base_url": secret}}
+    assert resume_config(old, "run-1", store=Path("x.db")).base_url == secret
+    with pytest.raises(ConfigError, match="embedded simulator"):
+        resume_config(recorded_config(DemoConfig()), "run-1", base_url=secret)

@@ -16,6 +16,7 @@ tokens/s).
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import msgspec
@@ -259,9 +260,10 @@ class TraceBuilder:
         else:
             tokens, exact = (1,) * n, False
         tools = tuple(
-            ToolCall(index=i, id=p.id or f"call_{i}", name=p.name, arguments="".join(p.args))
+            ToolCall(index=i, id=p.id or self._fallback_id(p, i), name=p.name,
+                     arguments="".join(p.args))
             for i, p in sorted(self._tools.items())
-        )
+        )  # fmt: skip
         return TurnTrace(
             endpoint=self.endpoint,
             model=self.model,
@@ -284,6 +286,15 @@ class TraceBuilder:
             response_headers=headers or {},
             reconnects=reconnects,
         )
+
+    @staticmethod
+    def _fallback_id(parts: _ToolCallParts, index: int) -> str:
+        """An id for a tool call the server sent none for: ``call_<random>_<index>``,
+        unique in the conversation (a bare ``call_<index>`` recurs in every turn, and a
+        tool result is known by its call's id — in the transcript and in a run store).
+        Kept on ``parts``, so every :meth:`finish` of the stream names the call alike."""
+        parts.id = f"call_{secrets.token_hex(6)}_{index}"
+        return parts.id
 
 
 def apportion(total: int, weights: tuple[int, ...] | list[int]) -> tuple[int, ...]:

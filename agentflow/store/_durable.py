@@ -9,6 +9,7 @@ import contextlib
 import functools
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -138,7 +139,7 @@ class DurableRun:
         # Numbered by the store: another worker may be starting an attempt right now.
         attempt = await store.start_attempt(run_id, wall, now)
         self = cls(store, run_id, attempt, lease_ttl_s, clock)
-        self.prior_retries = sum(t.failed_attempts for s in run.sessions for t in s.turns)
+        self.prior_retries = _stored_retries(run)
         self.prior_wall_s = _active_wall_s(run)
         restore(run.policy_state, by_name.values())  # the calibrators' fits continue
         self.recorder.track_policies(by_name.values())
@@ -218,7 +219,12 @@ class DurableRun:
             r.status in FINAL_STATUSES for r in self.merge(result).sessions
         )
         wall_s = result.wall_s if result is not None else (self.clock() - self.start_ns) * 1e-9
-        self.recorder.end_run(finished, wall_s)
+        # The runner's count has the retries of turns that finally failed too (no turn
+        # records them); without a result, those of the turns recorded are all known.
+        retries = self.recorder.retries
+        if result is not None:
+            retries = max(retries, result.retries)
+        self.recorder.end_run(finished, wall_s, retries)
         try:
             await asyncio.shield(self._close())
         except asyncio.CancelledError:
@@ -258,6 +264,21 @@ def _ended(run_id: str, r: SessionResult) -> SessionEnded:
         error=None,
         turns=len(r.turns),
     )
+
+
+def _stored_retries(run: StoredRun) -> int:
+    """The retries of the run's attempts so far: what one that ended cleanly recorded
+    at its end (every retry, those of turns that finally failed included); for one that
+    was killed, the failed attempts of the turns it recorded."""
+    in_turns: Counter[int] = Counter()
+    for s in run.sessions:
+        for t in s.turns:
+            in_turns[t.attempt] += t.failed_attempts
+    total = 0
+    for a in run.attempts:
+        n = in_turns.pop(a.attempt, 0)
+        total += max(n, a.retries) if a.status is not None else n
+    return total + sum(in_turns.values())
 
 
 def _active_wall_s(run: StoredRun) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from agentflow.store._durable import _active_wall_s
+from agentflow.store._durable import _active_wall_s, _stored_retries
 from agentflow.store._protocol import Store
 from agentflow.store._records import StoredRun
 from agentflow.store._resume import stored_result
@@ -27,7 +27,7 @@ def result_of(run: StoredRun) -> FleetResult:
         sessions=sessions,
         wall_s=_active_wall_s(run),
         peak_in_flight=_peak(sessions),
-        retries=sum(t.failed_attempts for s in run.sessions for t in s.turns),
+        retries=_stored_retries(run),
         run_id=run.run_id,
     )
 

@@ -118,9 +118,10 @@ class Recorder:
                     )
                 )
 
-    def end_run(self, finished: bool, wall_s: float) -> None:
+    def end_run(self, finished: bool, wall_s: float, retries: int | None = None) -> None:
         """Record that this attempt ended cleanly (``finished``: every session final)
-        after ``wall_s`` seconds on the fleet's clock."""
+        after ``wall_s`` seconds on the fleet's clock, with ``retries`` retries (default:
+        those of the turns it recorded)."""
         for key, cal in self._calibrators.values():
             self._policy_state(key, cal)
         self.store.write(
@@ -129,7 +130,7 @@ class Recorder:
                 attempt=self.attempt,
                 wall_ns=time.time_ns(),
                 status="finished" if finished else "partial",
-                retries=self.retries,
+                retries=self.retries if retries is None else retries,
                 wall_s=wall_s,
             )
         )

@@ -214,6 +214,8 @@ class StoredTurn:
     prompt: PromptInfo | None
     failed_attempts: int
     tool_results: dict[str, StoredToolResult] = field(default_factory=dict)
+    #: One line per failed attempt, ``"<replica>: <error>"`` (:attr:`TurnFinished.failures`).
+    failures: tuple[str, ...] = ()
 
     @property
     def calls(self) -> tuple[ToolCall, ...]:

@@ -14,9 +14,16 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from agentflow._errors import AgentflowError, ConfigError, MaxTurnsExceeded, StoreError
+from agentflow._errors import (
+    AgentflowError,
+    ConfigError,
+    MaxTurnsExceeded,
+    StoreError,
+    TransportError,
+)
 from agentflow._metrics import turn_metrics
 from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
+from agentflow.sched import FailedAttempt
 from agentflow.store._codec import fingerprints, shift_trace
 from agentflow.store._records import StoredRun, StoredSession, StoredTurn
 
@@ -28,6 +35,10 @@ __all__ = ["ResumePlan", "agents_by_name", "plan_resume", "rebuild", "stored_res
 
 class _Recorded(AgentflowError):
     """The error a stored session ended with (its text; the exception itself is gone)."""
+
+
+class _RecordedFailure(TransportError):
+    """The error of a failed attempt at a stored turn (its text; the exception is gone)."""
 
 
 def rebuild(
@@ -70,7 +81,23 @@ def _turn_record(run: StoredRun, t: StoredTurn, to_attempt: int | None) -> TurnR
     delta = run.clock_offset(t.attempt, to_attempt)
     trace = shift_trace(t.trace, delta)
     metrics = turn_metrics(trace, ready_ns=t.ready_ns + delta)
-    return TurnRecord(t.turn, metrics, trace, t.prompt)
+    return TurnRecord(t.turn, metrics, trace, t.prompt, _failed_attempts(t))
+
+
+def _failed_attempts(t: StoredTurn) -> tuple[FailedAttempt, ...]:
+    """The turn's failed attempts as far as the store keeps them — how many, and each
+    one's replica and error text (``"<replica>: <error>"``); not what arrived before it
+    failed, nor the wait after it — so that the per-session retries of a stored or
+    resumed run count them as the live run did."""
+    out = []
+    for i in range(t.failed_attempts):
+        line = t.failures[i] if i < len(t.failures) else ""
+        replica, sep, text = line.partition(": ")
+        if not sep:
+            replica, text = "", line
+        error = _RecordedFailure(text or "(not recorded)", endpoint=replica or None)
+        out.append(FailedAttempt(attempt=i, replica=replica, error=error, trace=None, wait_s=0.0))
+    return tuple(out)
 
 
 def stored_result(run: StoredRun, s: StoredSession, to_attempt: int | None = None) -> SessionResult:

@@ -105,15 +105,15 @@ def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = No
             sticky_replica=sticky,
         )  # fmt: skip
     turns: dict[tuple[str, int], StoredTurn] = {}
-    for sid, n, att, msg, rewrite, ready, failed, prompt, trace in conn.execute(
-        "SELECT session_id, turn, attempt, message, rewrite, ready_ns, failed_attempts, prompt,"
-        f" trace FROM turns WHERE run_id=?{picked} ORDER BY session_id, turn",
+    for sid, n, att, msg, rewrite, ready, failed, failures, prompt, trace in conn.execute(
+        "SELECT session_id, turn, attempt, message, rewrite, ready_ns, failed_attempts, failures,"
+        f" prompt, trace FROM turns WHERE run_id=?{picked} ORDER BY session_id, turn",
         (run_id, *sel),
     ):
         st_turn = StoredTurn(
             turn=n, attempt=att, message=decode_json(msg), rewrite=decode_json(rewrite),
             ready_ns=ready, trace=decode_trace(trace), prompt=decode_prompt(prompt),
-            failed_attempts=failed,
+            failed_attempts=failed, failures=tuple(decode_json(failures) or ()),
         )  # fmt: skip
         turns[sid, n] = st_turn
         if sid in sessions:

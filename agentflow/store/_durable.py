@@ -135,9 +135,12 @@ class DurableRun:
         run.attempts.append(RunAttempt(attempt=provisional, wall_ns=wall, clock_ns=now))
         started = {s.session_id: (s.status, len(s.turns)) for s in run.sessions}
         plan = plan_resume(run, by_name, provisional)  # checks the agents before recording
-        recharge(run, by_name)  # budgets continue: what the run spent so far
         # Numbered by the store: another worker may be starting an attempt right now.
         attempt = await store.start_attempt(run_id, wall, now)
+        # Budgets continue: what the run spent so far — charged only once the attempt is
+        # the store's, so that a resume it refuses (another writer's run lock) charges
+        # nothing, and trying again does not charge the run twice.
+        recharge(run, by_name)
         self = cls(store, run_id, attempt, lease_ttl_s, clock)
         self.prior_retries = _stored_retries(run)
         self.prior_wall_s = _active_wall_s(run)

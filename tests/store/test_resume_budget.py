@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentflow import Agent, Event, FleetResult
+from agentflow import Agent, Event, FleetResult, StoreError
 from agentflow.context import BudgetEvent, FleetBudget, Prices
 from agentflow.embedded import run_virtual
 from agentflow.store import SQLiteStore
@@ -84,3 +84,30 @@ def test_a_budget_spent_before_the_cut_stops_the_resumed_run(tmp_path: Path) -> 
     assert all("budget" in str(s.error) for s in unfinished), [s.error for s in unfinished]
     # The recharge sent no threshold events of its own (they went out when the turns ran).
     assert not [e for e in events if isinstance(e, BudgetEvent)]
+
+
+def test_a_resume_the_store_refuses_charges_nothing(tmp_path: Path) -> None:
+    """A resume refused because another live store writes the run (its run lock) leaves
+    the budget as it was: tried again once that writer is gone, the budget ends where
+    an uninterrupted run's ends (it used to have the run's spend charged twice)."""
+    whole = FleetBudget(prices=PRICES)
+    assert run_virtual(run_cut(tmp_path / "whole.db", team(whole), N, None)) is not None
+    path = tmp_path / "cut.db"
+    assert run_virtual(run_cut(path, team(FleetBudget(prices=PRICES)), N, 20)) is None
+    again = FleetBudget(prices=PRICES)
+
+    async def main() -> FleetResult:
+        holder = SQLiteStore(path)  # another writer of the run: it holds the run lock
+        await holder.open()
+        await holder.start_attempt("run-1", 0, 0)
+        try:
+            with pytest.raises(StoreError, match="another live process"):
+                await resume(path, team(again))
+            assert (again.tokens, again.requests) == (0, 0)
+        finally:
+            await holder.aclose()
+        return await resume(path, team(again))
+
+    result = run_virtual(main())
+    assert all(s.status == "completed" for s in result.sessions)
+    assert (again.tokens, again.requests) == (whole.tokens, whole.requests)

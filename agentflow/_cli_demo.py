@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from agentflow._cli_timeouts import _add_timeout_arguments, _timeouts
+from agentflow._cliargs import check_store_file
 from agentflow._errors import ConfigError
 
 __all__ = ["add_demo_parsers"]
@@ -145,8 +146,7 @@ def _resume(args: argparse.Namespace) -> int:
     from agentflow.demo.run import resume_config, run_demo
     from agentflow.store import SQLiteStore
 
-    if not args.store.is_file():
-        raise ConfigError(f"resume: --store {str(args.store)!r} is not a file")
+    check_store_file(args.store, "resume")
 
     async def recorded() -> dict[str, Any] | None:
         async with SQLiteStore(args.store, journal=False) as store:  # reads only

@@ -132,6 +132,18 @@ def check_output_file(path: Path, flag: str) -> None:
         raise ConfigError(f"{flag} {path}: cannot write: {_reason(exc)}") from None
 
 
+def check_store_file(path: Path, command: str) -> None:
+    """Raise :class:`ConfigError` unless ``path`` can be a store to read: a file, not an
+    empty one (opening that would make it a new, empty store — a command that only reads
+    must not write; a store's file has its first page as soon as it is made, or its
+    ``-wal`` file holds them)."""
+    if not path.is_file():
+        raise ConfigError(f"{command}: --store {str(path)!r} is not a file")
+    wal = path.with_name(path.name + "-wal")
+    if path.stat().st_size == 0 and not (wal.is_file() and wal.stat().st_size > 0):
+        raise ConfigError(f"{command}: --store {str(path)!r} is empty: no agentflow store")
+
+
 def check_output_dir(path: Path, flag: str) -> None:
     """Raise :class:`ConfigError` unless files can be written in directory ``path``
     (created with its parents if missing)."""

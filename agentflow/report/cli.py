@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentflow._cliargs import check_output_dir, check_output_file
+from agentflow._cliargs import check_output_dir, check_output_file, check_store_file
 from agentflow._errors import ConfigError
 
 __all__ = ["add_parser", "run"]
@@ -160,8 +160,7 @@ def _from_store(args: argparse.Namespace) -> int:
     from agentflow.report._runs import Run
     from agentflow.store import SQLiteStore, export_report
 
-    if not args.store.is_file():
-        raise ConfigError(f"report: --store {str(args.store)!r} is not a file")
+    check_store_file(args.store, "report")
     ids = [str(r) for r in args.runs]
     if args.json is not None and len(ids) != 1:
         raise ConfigError(f"report: --json writes one run, got {len(ids)} run ids")

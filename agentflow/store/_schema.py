@@ -8,7 +8,7 @@ import sqlite3
 
 from agentflow._errors import StoreError
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "check_schema"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "check_schema", "refuse_other_version"]
 
 #: Bumped whenever a table or column changes meaning; a store of another version is
 #: refused with a :class:`StoreError` rather than misread.
@@ -117,8 +117,26 @@ CREATE TABLE IF NOT EXISTS conflicts (
 """
 
 
+def refuse_other_version(conn: sqlite3.Connection, where: str) -> None:
+    """Refuse a store of another schema version before anything is written to it (a
+    store of a newer agentflow must not get this version's tables, nor be put in WAL
+    mode, by a command that then refuses it). Reads only: a new store passes."""
+    has_meta = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+    ).fetchone()
+    if has_meta is None:
+        return
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is not None and row[0] != str(SCHEMA_VERSION):
+        raise StoreError(
+            f"{where}: store schema version {row[0]}, this agentflow reads version {SCHEMA_VERSION}"
+        )
+
+
 def check_schema(conn: sqlite3.Connection, where: str) -> None:
-    """Create the tables in a new store; refuse a store of another schema version."""
+    """Create the tables in a new store; refuse a store of another schema version (see
+    :func:`refuse_other_version`, which the opener runs first, before writing)."""
+    refuse_other_version(conn, where)
     conn.executescript(SCHEMA)
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     if row is None:  # a new store (another opener may be making it too: the first wins)

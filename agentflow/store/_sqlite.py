@@ -38,7 +38,7 @@ from agentflow.store._journaled import JournaledWriter
 from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import Record, StoredRun
 from agentflow.store._runlock import RunLocks
-from agentflow.store._schema import check_schema
+from agentflow.store._schema import check_schema, refuse_other_version
 from agentflow.store._sqlite_write import describe
 from agentflow.store._writer import STOP, Call
 
@@ -281,6 +281,7 @@ class SQLiteStore(JournaledWriter):
             # system calls per page — ~7% less of the writer's CPU on the demo
             # (``docs/store.md``, "Cost"). A no-op on a file that has pages already.
             conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
+            refuse_other_version(conn, str(self.path))  # before anything is written
             _wal(conn, self.busy_timeout_s)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")

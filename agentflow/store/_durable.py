@@ -20,7 +20,7 @@ from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
 from agentflow.store._budgets import recharge
 from agentflow.store._claims import SessionGate, Ticker
-from agentflow.store._policies import restore
+from agentflow.store._policies import restore_keys
 from agentflow.store._protocol import Store
 from agentflow.store._recorder import LeaseKeeper, Recorder
 from agentflow.store._records import FINAL_STATUSES, RunAttempt, SessionEnded, StoredRun
@@ -144,8 +144,9 @@ class DurableRun:
         self = cls(store, run_id, attempt, lease_ttl_s, clock)
         self.prior_retries = _stored_retries(run)
         self.prior_wall_s = _active_wall_s(run)
-        restore(run.policy_state, by_name.values())  # the calibrators' fits continue
-        self.recorder.track_policies(by_name.values())
+        # The calibrators' fits continue, recorded where they were found.
+        restored = restore_keys(run.policy_state, by_name.values())
+        self.recorder.track_policies(by_name.values(), restored)
         for done in plan.newly_done:
             store.write(_ended(run_id, done))
         self.entries = plan.entries

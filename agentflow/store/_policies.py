@@ -10,15 +10,19 @@ last one written (:meth:`Calibrator.load_state`) before its sessions start.
 
 A calibrator is found through an agent's context: the ``calibrator`` attribute of the
 context, or of the first link of its chain that has one (a
-:class:`~agentflow.context.ContextBudget`'s); one shared by several agents
-is keyed ``calibrator:<name>`` by the first of their names in sorted order, so the
-key is the same in the process that recorded it and the one resuming.
+:class:`~agentflow.context.ContextBudget`'s). Its state is keyed ``calibrator:<name>`` by
+the first of its agents' names in sorted order; each of its other agents' names gets an
+alias, ``calibrator:<other>`` → ``{"alias": "calibrator:<name>"}`` (a few bytes, once per
+attempt), so that a resume given only some of the agents — those whose sessions are not
+done — still finds it. A resumed attempt goes on recording under the key it restored
+from, so that key stays the newest. (A run recorded before aliases is found through
+the first name, as it was then.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
@@ -27,19 +31,47 @@ from agentflow.context._calibration import Calibrator
 if TYPE_CHECKING:
     from agentflow._agent import Agent
 
-__all__ = ["calibrators", "restore"]
+__all__ = ["Tracked", "alias", "calibrator_of", "calibrators", "restore", "restore_keys"]
 
 _log = get_logger("agentflow.store")
 
 
-def calibrators(agents: Iterable[Agent]) -> dict[int, tuple[str, Calibrator]]:
-    """The calibrators ``agents`` use, by ``id``: their key and the calibrator."""
-    found: dict[int, tuple[str, Calibrator]] = {}
+class Tracked(NamedTuple):
+    """A calibrator whose state a run keeps: its key, and the aliases that name it."""
+
+    key: str
+    calibrator: Calibrator
+    aliases: tuple[str, ...]
+
+
+def calibrators(
+    agents: Iterable[Agent], keys: Mapping[int, str] | None = None
+) -> dict[int, Tracked]:
+    """The calibrators ``agents`` use, by ``id``: the key each is kept under (``keys``'
+    when it has one — where a resume found it —, else that of its first agent in sorted
+    order) and an alias for each other agent's name."""
+    names: dict[int, list[str]] = {}
+    found: dict[int, Calibrator] = {}
     for agent in sorted(agents, key=lambda a: a.name):
         cal = calibrator_of(agent)
-        if cal is not None and id(cal) not in found:
-            found[id(cal)] = (f"calibrator:{agent.name}", cal)
-    return found
+        if cal is not None:
+            found[id(cal)] = cal
+            names.setdefault(id(cal), []).append(_key(agent.name))
+    out: dict[int, Tracked] = {}
+    for cid, cal in found.items():
+        own = names[cid]
+        key = (keys or {}).get(cid, own[0])
+        out[cid] = Tracked(key, cal, tuple(dict.fromkeys(k for k in own if k != key)))
+    return out
+
+
+def _key(name: str) -> str:
+    return f"calibrator:{name}"
+
+
+def alias(key: str) -> dict[str, str]:
+    """The state an alias of ``key`` is kept as."""
+    return {"alias": key}
 
 
 def calibrator_of(agent: Agent) -> Calibrator | None:
@@ -57,18 +89,42 @@ def calibrator_of(agent: Agent) -> Calibrator | None:
 
 
 def restore(states: Mapping[str, Any], agents: Iterable[Agent]) -> int:
-    """Load each recorded calibrator state into the calibrator ``agents`` use under the
-    same key; returns how many were restored. A state that cannot be loaded is logged
-    and skipped (that calibrator starts afresh, as it did before states were kept)."""
-    restored = 0
-    for key, cal in calibrators(agents).values():
-        state = states.get(key)
-        if state is None:
-            continue
-        try:
-            cal.load_state(state)
-        except ConfigError as exc:
-            _log.warning("store.policy_state_skipped", key=key, error=str(exc))
-            continue
-        restored += 1
+    """Load each recorded calibrator state into the calibrator ``agents`` use; returns
+    how many were restored (see :func:`restore_keys`)."""
+    return len(restore_keys(states, agents))
+
+
+def restore_keys(states: Mapping[str, Any], agents: Iterable[Agent]) -> dict[int, str]:
+    """Load each recorded calibrator state into the calibrator ``agents`` use: the state
+    under the key of the first of its agents' names (in sorted order) that has one,
+    through its alias. Returns, by calibrator ``id``, the key each was restored from
+    (where the resumed attempt goes on recording it). A state that cannot be loaded is
+    logged and skipped (that calibrator starts afresh, as it did before states were
+    kept)."""
+    restored: dict[int, str] = {}
+    for cid, tracked in calibrators(agents).items():
+        for name in sorted((tracked.key, *tracked.aliases)):
+            key, state = _resolve(states, name)
+            if state is None:
+                continue
+            try:
+                tracked.calibrator.load_state(state)
+            except ConfigError as exc:
+                _log.warning("store.policy_state_skipped", key=key, error=str(exc))
+                break
+            restored[cid] = key
+            break
     return restored
+
+
+def _resolve(states: Mapping[str, Any], key: str) -> tuple[str, Any]:
+    """The key and state ``key`` names, following aliases (``None`` if there is none)."""
+    seen = {key}
+    state = states.get(key)
+    while isinstance(state, Mapping) and set(state) == {"alias"}:
+        key = str(state["alias"])
+        if key in seen:
+            return key, None
+        seen.add(key)
+        state = states.get(key)
+    return key, state

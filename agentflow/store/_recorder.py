@@ -11,14 +11,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import StoreError
 from agentflow._logging import get_logger
 from agentflow._trace import ToolCall
 from agentflow.store._codec import agent_info, session_task
-from agentflow.store._policies import calibrator_of, calibrators
+from agentflow.store._policies import Tracked, alias, calibrator_of, calibrators
 from agentflow.store._protocol import LeaseOwner, Store
 from agentflow.store._records import (
     AgentInfo,
@@ -53,6 +53,7 @@ class Recorder:
 
     __slots__ = (
         "_agents",
+        "_aliased",
         "_calibrators",
         "_policy_saved",
         "attempt",
@@ -70,21 +71,33 @@ class Recorder:
         self.retries = 0
         # id(agent) -> (the agent, kept so that its id stays its own; its AgentInfo).
         self._agents: dict[int, tuple[Agent, AgentInfo]] = {}
-        # id(calibrator) -> (key, calibrator): the learnt state kept with the run.
-        self._calibrators: dict[int, tuple[str, Any]] = {}
+        # id(calibrator) -> its key, the calibrator, its aliases: the learnt state kept
+        # with the run.
+        self._calibrators: dict[int, Tracked] = {}
+        # id(calibrator) of those whose aliases this attempt has written.
+        self._aliased: set[int] = set()
         # id(calibrator) -> time.monotonic() of its last PolicyState.
         self._policy_saved: dict[int, float] = {}
         #: Called with a session's id once its end is written (a fresh run gives its
         #: lease back then: ``DurableRun``).
         self.on_session_end: Callable[[str], None] | None = None
 
-    def track_policies(self, agents: Iterable[Agent]) -> None:
+    def track_policies(
+        self, agents: Iterable[Agent], keys: Mapping[int, str] | None = None
+    ) -> None:
         """Keep the learnt state of the calibrators ``agents`` use (``store/_policies.py``):
-        recorded when a session of theirs ends and when the attempt ends."""
-        self._calibrators = calibrators(agents)
+        recorded when a session of theirs ends and when the attempt ends — under the key
+        ``keys`` gives a calibrator (where a resume restored it from), else its own."""
+        self._calibrators = calibrators(agents, keys)
 
-    def _policy_state(self, key: str, calibrator: Any) -> None:
-        self.store.write(PolicyState(run_id=self.run_id, key=key, state=calibrator.to_state()))
+    def _policy_state(self, tracked: Tracked) -> None:
+        write, run_id = self.store.write, self.run_id
+        write(PolicyState(run_id=run_id, key=tracked.key, state=tracked.calibrator.to_state()))
+        cid = id(tracked.calibrator)
+        if tracked.aliases and cid not in self._aliased:
+            self._aliased.add(cid)
+            for name in tracked.aliases:
+                write(PolicyState(run_id=run_id, key=name, state=alias(tracked.key)))
 
     def start_run(
         self,
@@ -122,8 +135,8 @@ class Recorder:
         """Record that this attempt ended cleanly (``finished``: every session final)
         after ``wall_s`` seconds on the fleet's clock, with ``retries`` retries (default:
         those of the turns it recorded)."""
-        for key, cal in self._calibrators.values():
-            self._policy_state(key, cal)
+        for tracked in self._calibrators.values():
+            self._policy_state(tracked)
         self.store.write(
             RunEnded(
                 run_id=self.run_id,
@@ -218,7 +231,7 @@ class Recorder:
                 POLICY_EVERY_S
             ):
                 self._policy_saved[id(cal)] = now
-                self._policy_state(*tracked)
+                self._policy_state(tracked)
         if self.on_session_end is not None:
             self.on_session_end(session.session_id)
 

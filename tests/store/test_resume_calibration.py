@@ -116,7 +116,10 @@ def test_the_resumed_run_starts_from_the_calibration_the_cut_run_had(
     assert learnt["models"]  # the cut run learnt something
     # What the store kept is the calibrator as it was when the attempt ended.
     run = _load(tmp_path / "cut.db")
-    assert run.policy_state == {"calibrator:agent-0": learnt}
+    alias = {"alias": "calibrator:agent-0"}  # the other agents' names lead to it
+    assert run.policy_state == {
+        "calibrator:agent-0": learnt, "calibrator:agent-1": alias, "calibrator:agent-2": alias,
+    }  # fmt: skip
     # A fresh process's calibrator, restored: the same state, the same estimates.
     fresh = budget()
     assert restore(run.policy_state, team(fresh, chain)) == 1
@@ -158,3 +161,57 @@ def test_without_the_recorded_state_a_resumed_calibrator_starts_untrained(
     assert restore({}, team(fresh)) == 0
     assert fresh.calibrator.models == []
     assert first.calibrator.models
+
+
+def test_a_resume_given_only_some_agents_restores_their_shared_calibrator(
+    tmp_path: Path,
+) -> None:
+    """agent-0's sessions (one turn each) are all done when the run is cut, so the resume
+    is given agent-1 and agent-2 only: their shared calibrator is restored all the same
+    (its state is kept under agent-0's name, which they reach through their aliases; it
+    used to be looked for under agent-1's alone, and started untrained), and the resumed
+    attempt records it where it found it."""
+
+    def members(shared: ContextBudget) -> list[Agent]:
+        out = team(shared)
+        out[0] = dataclasses.replace(out[0], max_turns=1)
+        return out
+
+    path = tmp_path / "cut.db"
+    first = budget()
+    assert run_virtual(run_cut(path, members(first), N, 20)) is None
+    run = _load(path)
+    assert all(s.done for s in run.sessions if s.agent == "agent-0")
+    assert not all(s.done for s in run.sessions)
+    learnt = first.calibrator.to_state()
+    assert run.policy_state["calibrator:agent-0"] == learnt
+    assert run.policy_state["calibrator:agent-1"] == {"alias": "calibrator:agent-0"}
+
+    again = budget()
+    result = run_virtual(resume(path, members(again)[1:]))
+    assert all(s.status in ("completed", "max_turns") for s in result.sessions)
+    (model,) = again.calibrator.models
+    done = again.calibrator.stats(model)
+    assert done is not None
+    resumed_turns = sum(len(s.turns) for s in result.sessions) - sum(
+        len(s.turns) for s in run.sessions
+    )
+    assert resumed_turns > 0
+    assert done.samples == learnt["models"][model]["n"] + resumed_turns
+    after = _load(path).policy_state
+    assert after["calibrator:agent-0"] == again.calibrator.to_state()
+    assert after["calibrator:agent-1"] == {"alias": "calibrator:agent-0"}
+
+
+def test_a_state_recorded_without_aliases_is_still_restored() -> None:
+    """A run recorded before aliases keeps the state under the first agent's name only:
+    a resume given that agent restores it as before; an alias that leads nowhere (to
+    itself) restores nothing."""
+    trained = Calibrator(window=8)
+    _observe(trained, random.Random(3), 20)
+    state = trained.to_state()
+    shared = budget()
+    assert restore({"calibrator:agent-0": state}, team(shared)) == 1
+    assert shared.calibrator.to_state() == state
+    loop = {"calibrator:agent-1": {"alias": "calibrator:agent-1"}}
+    assert restore(loop, team(budget())[1:]) == 0

@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from agentflow.bench._bench_config import BenchConfig
+from agentflow.bench._level_entry import level_failed
 from agentflow.bench._targets import Target
 
 __all__ = ["BENCH_SCHEMA_VERSION"]
@@ -29,9 +30,10 @@ def _report(
     from agentflow._redact import redact_data
     from agentflow._version import __version__
 
+    # The knee is a level the server kept up with: one where sessions failed is not.
     knee = None
     for entry in levels:
-        if entry["saturation"]["saturated"]:
+        if entry["saturation"]["saturated"] or level_failed(entry):
             break
         knee = entry["load"]
     run: dict[str, Any] = {

@@ -53,12 +53,22 @@ class Saturation:
 
 
 class _Window:
-    """Feeds a FleetStats the turns ready in ``[lo_ns, hi_ns)``."""
+    """Feeds a FleetStats the turns ready in ``[lo_ns, hi_ns)``, and the ends of the
+    sessions that had such a turn or started in that window (``started_ns``: session
+    id → start): a session that failed on its first turn has no turn to count, but its
+    failure must show in the level's statuses."""
 
-    def __init__(self, stats: FleetStats, lo_ns: int, hi_ns: int) -> None:
+    def __init__(
+        self,
+        stats: FleetStats,
+        lo_ns: int,
+        hi_ns: int,
+        started_ns: Mapping[str, int] | None = None,
+    ) -> None:
         self.stats = stats
         self.lo_ns = lo_ns
         self.hi_ns = hi_ns
+        self.started_ns: Mapping[str, int] = started_ns if started_ns is not None else {}
         self.sessions: set[str] = set()
         #: (ready_ns, queue wait + TTFT in seconds) of each turn in the window.
         self.first_token: list[tuple[int, float]] = []
@@ -81,7 +91,10 @@ class _Window:
                 self.first_token.append((ready, m.queue_wait_s + m.ttft_s))
             self.stats(event)
         elif isinstance(event, SessionEndEvent):
-            if event.session_id in self.sessions:
+            sid = event.session_id
+            start = self.started_ns.get(sid)
+            if sid in self.sessions or (start is not None and self.lo_ns <= start < self.hi_ns):
+                self.sessions.add(sid)
                 self.stats(event)
         elif isinstance(event, ErrorEvent) or event.type == "retry":
             self.stats(event)
@@ -173,7 +186,7 @@ async def run_level(
     hi_ns = c0 + round(duration_s * 1e9) if duration_s is not None else 2**62
     lo_ns = c0 + round(warmup_s * 1e9)
     stats = FleetStats(slos=slos, per="session", start_ns=lo_ns)
-    window = _Window(stats, lo_ns, hi_ns)
+    window = _Window(stats, lo_ns, hi_ns, run.started_ns)
     tap._window = window
     sessions = [BenchSession(s, run) for s in scripts]
     task = asyncio.create_task(fleet.run(sessions))

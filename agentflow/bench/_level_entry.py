@@ -17,7 +17,7 @@ from agentflow.bench._bench_config import BenchConfig
 from agentflow.bench._level import LevelResult
 from agentflow.bench._load import Load
 
-__all__ = ["confidence_interval"]
+__all__ = ["confidence_interval", "level_failed"]
 
 #: Figures that get a confidence interval over repeats: (key in the summary, sub-key).
 _CI_FIGURES: tuple[tuple[str, str | None], ...] = (
@@ -101,6 +101,17 @@ def _level_entry(load: Load, runs: list[LevelResult]) -> dict[str, Any]:
         for i, (s, r) in enumerate(zip(summaries, runs, strict=True))
     ]
     return entry
+
+
+def level_failed(entry: Mapping[str, Any]) -> bool:
+    """Whether a session of the level failed in any of its runs: ended in error or at
+    ``max_turns`` in the window, or failed at any time of the run (the fleet's
+    ``errors.session`` counts failures in the warm-up too)."""
+    runs = entry.get("repeats") or [entry]
+    return any(
+        s["statuses"].get("error", 0) + s["statuses"].get("max_turns", 0) + s["errors"]["session"]
+        for s in runs
+    )
 
 
 def _slim(report: dict[str, Any]) -> dict[str, Any]:

@@ -70,6 +70,10 @@ class BenchRun:
         self.starts: list[float] = []
         #: Loop times at which top-level sessions ended.
         self.ends: list[float] = []
+        #: When each session (sub-agents too) started, on the fleet's clock (ns): a
+        #: level counts the end of a session that started in its window even when no
+        #: turn of it finished (it failed on its first).
+        self.started_ns: dict[str, int] = {}
         #: Sessions that never started (the run ended first).
         self.not_started = 0
         #: Sessions that stopped before their script's end because the run ended.
@@ -208,6 +212,7 @@ class BenchSession(Session):
                 run.starts.append(loop.time())
             else:
                 run.subagents += 1
+            run.started_ns[self.session_id] = clock()
             first = self.script.turns[0]
             task = self.script.turn_text(0)
             if first.subagents:

@@ -263,11 +263,9 @@ def _bench(args: argparse.Namespace) -> int:
     if recorder is not None:
         n = write_recording(recorder, args.record)
         console.print(f"{n} requests recorded to {args.record}")
-    failed = sum(
-        lvl["statuses"].get("error", 0) + lvl["statuses"].get("max_turns", 0)
-        for lvl in report["levels"]
-    )
-    return 1 if failed else 0
+    from agentflow.bench._level_entry import level_failed
+
+    return 1 if any(level_failed(lvl) for lvl in report["levels"]) else 0
 
 
 def bench_html(report: dict[str, Any], path: Path) -> int:

@@ -61,6 +61,28 @@ def test_bench_command_writes_levels_and_a_table(
     assert "rate=8/s" in text and "knee" in text and "decode tok/s/agent" in text
 
 
+def test_sessions_failing_on_their_first_turn_count_and_fail_the_run(tmp_path: Path) -> None:
+    """Every request too long for the server (cpu-tiny's 2,048-token context): each session
+    fails on its first turn, with no turn to place it in the window. Its end still counts
+    in the level's statuses, the run exits 1 and no level is the knee."""
+    wl = tmp_path / "w.json"
+    too_long = {**SMALL, "templates": [{**SMALL["templates"][0], "prompt_tokens": 4000}]}  # type: ignore[dict-item]
+    wl.write_text(json.dumps(too_long))
+    out = tmp_path / "bench.json"
+    status = main([
+        "bench", "--profile", "cpu-tiny", "--workload", str(wl), "--rate", "2",
+        "--arrival", "constant", "--duration", "10", "--report", str(out),
+    ])  # fmt: skip
+    assert status == 1
+    report = json.loads(out.read_text())
+    (lvl,) = report["levels"]
+    assert lvl["turns"] == 0
+    # Sessions started in the window [1 s, 10 s): one every 0.5 s from 1.0 to 9.5.
+    assert lvl["statuses"]["error"] == lvl["sessions"]["in_window"] == 18
+    assert lvl["errors"]["session"] == 20  # the two of the warm-up too
+    assert report["knee"] is None
+
+
 def test_show_workload(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--workload", "fanout", "--show-workload"]) == 0
     shown = json.loads(capsys.readouterr().out)

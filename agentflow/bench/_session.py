@@ -15,6 +15,7 @@ their turns are in the events and therefore in every figure).
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -260,12 +261,20 @@ class BenchSession(Session):
             return self._cut()
         turn = turns[k]
         wait = turn.tool_s + turn.think_s
+        # A wait that ends after the run's end leads to no turn: sleep only until the end
+        # (the session stays alive until then, as scripted, and keeps its live-session
+        # slot), then stop. Sleeping it all would hold the level open past its end, to be
+        # cancelled at the drain's end as if a turn were still in flight.
+        end = run.end if run.end is not None else math.inf
+        past_end = loop.time() + wait >= end
+        if past_end:
+            wait = max(0.0, end - loop.time())
         answers = ""
         if turn.subagents:
             _, answers = await asyncio.gather(asyncio.sleep(wait), self._fork(turn.subagents))
         elif wait > 0:
             await asyncio.sleep(wait)
-        if run.ended(loop.time()):
+        if past_end or run.ended(loop.time()):
             return self._cut()
         self.messages.append({"role": "user", "content": self.script.turn_text(k) + answers})
         return True

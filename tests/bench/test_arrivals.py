@@ -14,6 +14,7 @@ from agentflow.bench import SessionTemplate, Workload
 from agentflow.bench._bench import SimTarget
 from agentflow.bench._level import LevelResult, LevelTap, run_level
 from agentflow.bench._load import Load, arrival_times, plan_sessions
+from agentflow.bench._script import SessionScript, TurnScript
 from agentflow.embedded import run_virtual
 
 TINY = Workload(
@@ -138,6 +139,46 @@ def test_level_end_stops_new_turns() -> None:
     assert s["sessions"]["drained"]
     # Session k arrived at k s and sent a turn a second (think time 1 s + ~7 ms of turn).
     assert 0 < s["turns"] <= sum(range(1, 11))
+
+
+def test_a_wait_past_the_end_ends_the_session_at_the_end() -> None:
+    """A think time that would end after the level's end leads to no turn: the session
+    sleeps until the end and is cut there, and the level ends with it — drained, not
+    held open for the whole think time and cancelled as if turns were in flight."""
+    scripts = [
+        SessionScript(
+            session_id=f"s{i}",
+            arrival_s=float(i),
+            turns=(
+                TurnScript(tokens=50, max_tokens=20),
+                TurnScript(tokens=50, max_tokens=20, think_s=300.0),
+            ),
+        )
+        for i in range(5)
+    ]
+    target = SimTarget(profile="cpu-tiny")
+
+    async def main() -> LevelResult:
+        tap = LevelTap()
+        async with target.open(scripts, 0) as transport:
+            fleet = Fleet(transport, callbacks=[tap], clock=target.clock())
+            return await run_level(
+                fleet,
+                tap,
+                scripts,
+                load=Load(scale=1.0),
+                model="cpu-tiny",
+                params={},
+                duration_s=10.0,
+                clock=target.clock(),
+            )
+
+    level = run_virtual(main())
+    s = level.summary
+    assert s["sessions"]["drained"] and not s["saturation"]["saturated"]
+    assert s["sessions"]["cut_at_end"] == 5 and s["turns"] == 5
+    # Each session lived until the level's end (its slot was not freed early), no later.
+    assert [t - level.run.t0 for t in level.run.ends] == [pytest.approx(10.0)] * 5
 
 
 def test_the_fleets_own_limits_apply() -> None:

@@ -32,7 +32,13 @@ from agentflow.bench._level_entry import _T95 as _T95
 from agentflow.bench._level_entry import _figure as _figure
 from agentflow.bench._level_entry import _level_entry, _plateau, confidence_interval
 from agentflow.bench._level_entry import _slim as _slim
-from agentflow.bench._load import Load, plan_sessions, replay_sessions
+from agentflow.bench._load import (
+    Load,
+    SessionStream,
+    plan_sessions,
+    replay_sessions,
+    session_stream,
+)
 from agentflow.bench._script import SessionScript
 from agentflow.bench._targets import HTTPTarget, SimTarget, Target
 from agentflow.bench._targets import _longest_output as _longest_output
@@ -136,12 +142,20 @@ async def arun_bench(
     return _report(config, target, model, params, levels, stopped)
 
 
-def _scripts(config: BenchConfig, load: Load, seed: int) -> list[SessionScript]:
+def _scripts(config: BenchConfig, load: Load, seed: int) -> list[SessionScript] | SessionStream:
     if config.scripts is not None:
         return replay_sessions(
             config.scripts, load, duration_s=config.duration_s, max_sessions=config.max_sessions
         )
     assert config.workload is not None
+    if load.concurrency is not None:  # drawn as the level's sessions end: it never runs out
+        return session_stream(
+            config.workload,
+            load,
+            duration_s=config.duration_s,
+            max_sessions=config.max_sessions,
+            seed=seed,
+        )
     return plan_sessions(
         config.workload,
         load,

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -145,7 +146,7 @@ class LevelResult:
 async def run_level(
     fleet: Fleet,
     tap: LevelTap,
-    scripts: Sequence[SessionScript],
+    scripts: Iterable[SessionScript],
     *,
     load: Load,
     model: str,
@@ -164,8 +165,10 @@ async def run_level(
         fleet: the fleet (its transport, scheduler, limits); ``tap`` subscribed to it.
         tap: the fleet's :class:`LevelTap`.
         scripts: the level's sessions (from :func:`~agentflow.bench.plan_sessions`, or a
-            trace).
-        load: the level; with ``concurrency``, that many sessions live at once.
+            trace); for a concurrency level, any iterable (an endless
+            ``SessionStream`` of ``agentflow.bench._load``), drawn as sessions end.
+        load: the level; with ``concurrency``, that many sessions live at once: each
+            that ends before the level's end is followed at once by the next script.
         model: the model to request.
         params: body fields of every request.
         duration_s: after this, no session starts and no turn is sent; ``None``: every
@@ -182,13 +185,21 @@ async def run_level(
     t0 = loop.time()
     c0 = clock()
     end = None if duration_s is None else t0 + duration_s
-    run = BenchRun(model=model, params=params, t0=t0, end=end, live=load.concurrency)
+    run = BenchRun(model=model, params=params, t0=t0, end=end)
     hi_ns = c0 + round(duration_s * 1e9) if duration_s is not None else 2**62
     lo_ns = c0 + round(warmup_s * 1e9)
     stats = FleetStats(slos=slos, per="session", start_ns=lo_ns)
     window = _Window(stats, lo_ns, hi_ns, run.started_ns)
     tap._window = window
-    sessions = [BenchSession(s, run) for s in scripts]
+    feed: _Counted | None = None
+    if load.concurrency is None:
+        sessions = [BenchSession(s, run) for s in scripts]
+    else:
+        # Fixed concurrency: one session per slot; each is followed by the next script
+        # the moment it ends, so the level holds ``concurrency`` sessions to its end.
+        feed = _Counted(scripts)
+        heads = list(itertools.islice(feed, load.concurrency))
+        sessions = [BenchSession(s, run, successors=feed) for s in heads]
     task = asyncio.create_task(fleet.run(sessions))
     peak: int | None = None  # the fleet's, known when the run ended by itself
     try:
@@ -205,7 +216,13 @@ async def run_level(
         if not task.done():
             task.cancel()
     elapsed = loop.time() - t0
-    cut = sum(s.cut for s in sessions)
+    planned, ran_out_s = len(sessions), None
+    if feed is not None:
+        planned = len(scripts) if isinstance(scripts, Sized) else feed.drawn
+        run.not_started += planned - feed.drawn  # the scripts left at the level's end
+        if duration_s is not None and feed.exhausted and drained and run.ends:
+            last = max(run.ends) - t0
+            ran_out_s = last if last < duration_s else None
     report = stats.report(
         run={**(run_info or {}), "level": load.label, "label": load.label}, cdf_points=20
     )
@@ -214,15 +231,37 @@ async def run_level(
         report=report,
         run=run,
         window=window,
-        planned=len(scripts),
+        planned=planned,
         warmup_s=warmup_s,
         duration_s=duration_s if duration_s is not None else elapsed,
         drained=drained,
-        cut=cut,
+        cut=run.cut_top_level,
+        ran_out_s=ran_out_s,
         saturation=saturation,
         peak_in_flight=peak,
     )
     return LevelResult(load=load, summary=summary, stats=stats, run=run, report=report)
+
+
+class _Counted:
+    """An iterator over scripts that counts what it gave and knows when it ran out."""
+
+    def __init__(self, scripts: Iterable[SessionScript]) -> None:
+        self._it = iter(scripts)
+        self.drawn = 0
+        self.exhausted = False
+
+    def __iter__(self) -> _Counted:
+        return self
+
+    def __next__(self) -> SessionScript:
+        try:
+            script = next(self._it)
+        except StopIteration:
+            self.exhausted = True
+            raise
+        self.drawn += 1
+        return script
 
 
 def _waiting_at(window: _Window, t_ns: int) -> int:
@@ -245,6 +284,7 @@ def _summary(
     duration_s: float,
     drained: bool,
     cut: int,
+    ran_out_s: float | None,
     saturation: Saturation,
     peak_in_flight: int | None,
 ) -> dict[str, Any]:
@@ -274,7 +314,8 @@ def _summary(
     if not drained:
         reasons.append("turns were still in flight when the drain time ran out")
     starts_all = sum(1 for s in run.starts if s < hi)
-    measured = max(duration_s - warmup_s, 0.0)
+    # A concurrency level whose scripts ran out had no load after its last session.
+    measured = max(min(duration_s, ran_out_s or duration_s) - warmup_s, 0.0)
     return {
         "load": {
             "mode": load.mode,
@@ -288,6 +329,7 @@ def _summary(
             "started": len(run.starts),
             "not_started": run.not_started,
             "cut_at_end": cut,
+            "ran_out_s": ran_out_s,
             "subagents": run.subagents,
             "in_window": len(window.sessions),
             "drained": drained,

@@ -11,11 +11,13 @@ Two kinds of load, as load generators name them:
   turns follow its script's tool latencies and think times).
 
 :func:`plan_sessions` turns a workload and a load into the run's scripts, bounded by a
-duration and a session limit.
+duration and a session limit; :func:`session_stream` gives a fixed-concurrency level's
+scripts one at a time, as its slots free up, for as long as the level lasts.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Iterator, Sequence
@@ -27,13 +29,23 @@ import msgspec
 from agentflow._errors import ConfigError
 from agentflow.bench._spec import SessionScript, Workload
 
-__all__ = ["Arrival", "Load", "arrival_times", "plan_sessions", "replay_sessions"]
+__all__ = [
+    "Arrival",
+    "Load",
+    "SessionStream",
+    "arrival_times",
+    "plan_sessions",
+    "replay_sessions",
+    "session_stream",
+]
 
 #: How open-loop sessions are spaced: exponential gaps, or equal ones.
 Arrival = Literal["poisson", "constant"]
 
-#: Sessions prepared for a fixed-concurrency run with a duration and no session
-#: limit, per live session (they run back to back; the run ends at its duration).
+#: Sessions :func:`plan_sessions` prepares for a fixed-concurrency run with a duration
+#: and no session limit, per live session (they run back to back; the run ends at its
+#: duration). A bench level draws its sessions from a :class:`SessionStream` instead, which
+#: does not run out.
 SESSIONS_PER_SLOT = 64
 
 
@@ -139,12 +151,7 @@ def plan_sessions(
     Raises:
         ConfigError: neither a duration nor a session limit bounds the run.
     """
-    if duration_s is None and max_sessions is None:
-        raise ConfigError("a run needs a duration or a session limit (or both)")
-    if max_sessions is not None and max_sessions < 1:
-        raise ConfigError(f"max_sessions must be ≥ 1, got {max_sessions!r}")
-    if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
-        raise ConfigError(f"duration must be a finite number of seconds > 0, got {duration_s!r}")
+    _check_bounds(duration_s, max_sessions)
     if load.concurrency is not None:
         n = max_sessions or SESSIONS_PER_SLOT * load.concurrency
         return [workload.sample(i, seed=seed) for i in range(n)]
@@ -158,6 +165,74 @@ def plan_sessions(
             break
         out.append(workload.sample(i, seed=seed, arrival_s=t))
     return out
+
+
+class SessionStream:
+    """A fixed-concurrency level's scripts, drawn one at a time as its live-session slots
+    free up: script ``i`` is ``workload.sample(i, seed=seed)``, as :func:`plan_sessions`
+    would give it. Endless unless ``limit`` is given, so a level holds its sessions for
+    its whole duration however short they are, and holds only the live ones in memory.
+    Each iteration starts again from script 0 (a target sizes itself on
+    :meth:`preview`: iterating an endless stream does not end).
+
+    Attributes:
+        workload: what it samples.
+        concurrency: the level's live sessions.
+        seed: the run's seed.
+        limit: the most scripts it gives (``None``: no end).
+    """
+
+    def __init__(
+        self, workload: Workload, *, concurrency: int, seed: int = 0, limit: int | None = None
+    ) -> None:
+        self.workload = workload
+        self.concurrency = concurrency
+        self.seed = seed
+        self.limit = limit
+
+    def __iter__(self) -> Iterator[SessionScript]:
+        indices = itertools.count() if self.limit is None else range(self.limit)
+        for i in indices:
+            yield self.workload.sample(i, seed=self.seed)
+
+    def preview(self) -> list[SessionScript]:
+        """Its first scripts (``SESSIONS_PER_SLOT`` per live session, at most ``limit``),
+        without drawing them: what a target sizes itself on (the simulator, its answers'
+        length)."""
+        n = SESSIONS_PER_SLOT * self.concurrency
+        if self.limit is not None:
+            n = min(n, self.limit)
+        return [self.workload.sample(i, seed=self.seed) for i in range(n)]
+
+
+def session_stream(
+    workload: Workload,
+    load: Load,
+    *,
+    duration_s: float | None,
+    max_sessions: int | None = None,
+    seed: int = 0,
+) -> SessionStream:
+    """A fixed-concurrency level's scripts (:class:`SessionStream`): endless with a
+    duration, at most ``max_sessions``.
+
+    Raises:
+        ConfigError: ``load`` is not a concurrency, or neither a duration nor a session
+            limit bounds the run.
+    """
+    if load.concurrency is None:
+        raise ConfigError(f"{load.label}: a session stream is for a concurrency level")
+    _check_bounds(duration_s, max_sessions)
+    return SessionStream(workload, concurrency=load.concurrency, seed=seed, limit=max_sessions)
+
+
+def _check_bounds(duration_s: float | None, max_sessions: int | None) -> None:
+    if duration_s is None and max_sessions is None:
+        raise ConfigError("a run needs a duration or a session limit (or both)")
+    if max_sessions is not None and max_sessions < 1:
+        raise ConfigError(f"max_sessions must be ≥ 1, got {max_sessions!r}")
+    if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
+        raise ConfigError(f"duration must be a finite number of seconds > 0, got {duration_s!r}")
 
 
 def replay_sessions(

@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from agentflow._agent import Agent
@@ -79,6 +79,8 @@ class BenchRun:
         self.not_started = 0
         #: Sessions that stopped before their script's end because the run ended.
         self.cut = 0
+        #: Those of them that were top-level sessions.
+        self.cut_top_level = 0
         #: Sub-agent sessions run.
         self.subagents = 0
 
@@ -114,6 +116,11 @@ class BenchSession(Session):
         start_at: loop time at which it starts; default ``run.t0 + script.arrival_s``.
         top_level: counted against ``run``'s live-session slots and in its start and
             end times (sub-agents are not).
+        successors: fixed concurrency: when it ends before the run's end, it runs the
+            next script of these in its place (at once, in its live-session slot), and so
+            on until the run's end or theirs. Several sessions may share one iterator:
+            each of them is one slot. Those sessions are not in the fleet's session list
+            (their turns and ends are in the events, as sub-agents' are).
     """
 
     def __init__(
@@ -123,6 +130,7 @@ class BenchSession(Session):
         *,
         start_at: float | None = None,
         top_level: bool = True,
+        successors: Iterator[SessionScript] | None = None,
     ) -> None:
         # The task's text is made when the session starts: a level plans every session
         # up front, and synthetic text is most of what a waiting session would hold.
@@ -136,6 +144,7 @@ class BenchSession(Session):
         self.bench = run
         self.start_at = run.t0 + script.arrival_s if start_at is None else start_at
         self.top_level = top_level
+        self.successors = successors
         #: Whether the run's end stopped it before its script's end.
         self.cut = False
         self._fleet: tuple[TurnRunner, EventBus, asyncio.Semaphore | None, Clock] | None = None
@@ -196,6 +205,20 @@ class BenchSession(Session):
                 _turn_log=_turn_log,
             )
         self._fleet = (_runner, _bus, _tool_limit, clock)
+        result = await self._run_script(_runner, _bus, _tool_limit, clock, _turn_log)
+        if self.successors is not None:
+            await self._hand_on(self.successors, _runner, _bus, _tool_limit, clock, _turn_log)
+        return result
+
+    async def _run_script(
+        self,
+        runner: TurnRunner,
+        bus: EventBus,
+        tool_limit: asyncio.Semaphore | None,
+        clock: Clock,
+        turn_log: TurnLog | None,
+    ) -> SessionResult:
+        """Wait for its start, then run its script (see :meth:`run`)."""
         run = self.bench
         loop = asyncio.get_running_loop()
         delay = self.start_at - loop.time()
@@ -221,11 +244,11 @@ class BenchSession(Session):
             self.messages[-1]["content"] = task
             try:
                 return await super().run(
-                    _bus=_bus,
-                    _runner=_runner,
-                    _tool_limit=_tool_limit,
+                    _bus=bus,
+                    _runner=runner,
+                    _tool_limit=tool_limit,
                     clock=clock,
-                    _turn_log=_turn_log,
+                    _turn_log=turn_log,
                 )
             finally:
                 if self.top_level:
@@ -233,6 +256,27 @@ class BenchSession(Session):
         finally:
             if slots is not None:
                 slots.release()
+
+    async def _hand_on(
+        self,
+        successors: Iterator[SessionScript],
+        runner: TurnRunner,
+        bus: EventBus,
+        tool_limit: asyncio.Semaphore | None,
+        clock: Clock,
+        turn_log: TurnLog | None,
+    ) -> None:
+        """Run the next scripts of ``successors`` in this session's slot, one after
+        another, until the run's end or the scripts' end."""
+        loop = asyncio.get_running_loop()
+        while not self.bench.ended(loop.time()):
+            script = next(successors, None)
+            if script is None:
+                return
+            successor = BenchSession(script, self.bench, start_at=loop.time())
+            await successor.run(
+                _runner=runner, _bus=bus, _tool_limit=tool_limit, clock=clock, _turn_log=turn_log
+            )
 
     def _not_started(self) -> SessionResult:
         self.bench.not_started += 1
@@ -282,6 +326,7 @@ class BenchSession(Session):
     def _cut(self) -> bool:
         self.cut = True
         self.bench.cut += 1
+        self.bench.cut_top_level += self.top_level
         return False
 
     async def _fork(self, scripts: tuple[SessionScript, ...]) -> str:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from agentflow.bench._load import SessionStream
 from agentflow.bench._script import SessionScript
 from agentflow.typing import Clock, Transport
 
@@ -37,9 +38,10 @@ class Target(Protocol):
         ...
 
     def open(
-        self, scripts: Sequence[SessionScript], seed: int
+        self, scripts: Sequence[SessionScript] | SessionStream, seed: int
     ) -> contextlib.AbstractAsyncContextManager[Transport]:
-        """A transport for one level run of ``scripts``."""
+        """A transport for one level run of ``scripts`` (a concurrency level of a
+        workload: a ``SessionStream``, endless — see its ``preview()``)."""
         ...
 
 
@@ -77,14 +79,18 @@ class SimTarget:
         return loop_clock
 
     @contextlib.asynccontextmanager
-    async def open(self, scripts: Sequence[SessionScript], seed: int) -> AsyncIterator[Transport]:
-        """A fresh engine whose answers run to ``max_tokens``."""
+    async def open(
+        self, scripts: Sequence[SessionScript] | SessionStream, seed: int
+    ) -> AsyncIterator[Transport]:
+        """A fresh engine whose answers run to ``max_tokens`` (of a stream's sessions: up
+        to the longest ``max_tokens`` of its first ones, :meth:`SessionStream.preview`)."""
         from agentflow.embedded import SimTransport
         from agentflow.sim import Engine
         from agentflow.sim.driver import EngineDriver
         from agentflow.sim.textgen import TextGenConfig
 
-        longest = max((_longest_output(s) for s in scripts), default=1)
+        sized = scripts.preview() if isinstance(scripts, SessionStream) else scripts
+        longest = max((_longest_output(s) for s in sized), default=1)
         textgen = TextGenConfig(tool_rounds=0, answer_tokens=(longest, longest))
         transport = SimTransport(EngineDriver(Engine(self._profile(), seed=seed, textgen=textgen)))
         try:
@@ -142,7 +148,9 @@ class HTTPTarget:
         return time.perf_counter_ns
 
     @contextlib.asynccontextmanager
-    async def open(self, scripts: Sequence[SessionScript], seed: int) -> AsyncIterator[Transport]:
+    async def open(
+        self, scripts: Sequence[SessionScript] | SessionStream, seed: int
+    ) -> AsyncIterator[Transport]:
         """One transport (one connection pool) for the level run."""
         from agentflow.transport import Endpoint, HTTPTransport
 

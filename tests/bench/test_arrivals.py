@@ -10,8 +10,8 @@ import statistics
 import pytest
 
 from agentflow import Fleet
-from agentflow.bench import SessionTemplate, Workload
-from agentflow.bench._bench import SimTarget
+from agentflow.bench import SessionTemplate, Workload, get_workload
+from agentflow.bench._bench import BenchConfig, SimTarget, run_bench
 from agentflow.bench._level import LevelResult, LevelTap, run_level
 from agentflow.bench._load import Load, arrival_times, plan_sessions
 from agentflow.bench._script import SessionScript, TurnScript
@@ -119,6 +119,52 @@ def test_fixed_concurrency_keeps_n_sessions_alive() -> None:
     assert level.summary["sessions"]["not_started"] == level.summary["sessions"]["planned"] - len(
         run.starts
     )
+
+
+def test_short_sessions_keep_a_concurrency_level_loaded_to_its_end() -> None:
+    """``--concurrency 4 --duration 60`` with one-turn sessions of a few milliseconds:
+    thousands of sessions, drawn as slots free up, keep 4 alive for the whole level (a
+    fixed plan of 64 per slot ran out after ~15 s, and the sess/s figure divided those
+    sessions by the whole window)."""
+    report = run_bench(
+        BenchConfig(
+            workload=get_workload("short"),
+            levels=(Load(concurrency=4),),
+            duration_s=60.0,
+            warmup_s=6.0,
+        ),
+        SimTarget(),
+    )
+    (lvl,) = report["levels"]
+    sessions = lvl["sessions"]
+    assert sessions["started"] == sessions["planned"] > 4 * 64
+    assert sessions["ran_out_s"] is None and sessions["not_started"] == 0
+    # Turns ran until the end of the window (54 s after its start)…
+    assert lvl["repeats"][0]["report"]["fleet"]["duration_s"] == pytest.approx(54.0, abs=0.5)
+    # … and one-turn sessions arrive as fast as requests are served.
+    assert lvl["window_arrival_rate"] == pytest.approx(lvl["req_per_s"], rel=0.02)
+
+
+def test_a_concurrency_level_that_runs_out_says_so() -> None:
+    """With a session limit a concurrency level can run out before its end: the report
+    says when, and its arrival rate is over the time it had sessions, not the window."""
+    report = run_bench(
+        BenchConfig(
+            workload=get_workload("short"),
+            levels=(Load(concurrency=4),),
+            duration_s=60.0,
+            warmup_s=1.0,
+            max_sessions=200,
+        ),
+        SimTarget(),
+    )
+    (lvl,) = report["levels"]
+    sessions = lvl["sessions"]
+    assert sessions["started"] == sessions["planned"] == 200
+    ran_out = sessions["ran_out_s"]
+    assert ran_out is not None and 1.0 < ran_out < 60.0
+    in_window = sessions["in_window"]
+    assert lvl["window_arrival_rate"] == pytest.approx(in_window / (ran_out - 1.0), rel=0.02)
 
 
 def test_level_end_stops_new_turns() -> None:

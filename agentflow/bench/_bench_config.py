@@ -136,14 +136,18 @@ class BenchConfig:
 
     def level_loads(self) -> Iterator[Load]:
         """The levels to run, in order (a sweep's, endless until ``max_levels``): rates
-        for a workload, replay speeds for ``scripts``, or concurrencies."""
+        for a workload, replay speeds for ``scripts``, or concurrencies — each at least
+        one more than the last, so rounding never runs one level twice (a repeat would
+        look like a throughput plateau)."""
         if self.sweep is None:
             yield from self.levels
             return
         value = self.sweep.start
+        last = 0
         for _ in range(self.sweep.max_levels):
             if self.concurrency_sweep:
-                yield Load(concurrency=max(1, round(value)))
+                last = max(last + 1, round(value))
+                yield Load(concurrency=last)
             elif self.scripts is not None:
                 yield Load(scale=value)
             else:

@@ -121,8 +121,15 @@ def _slim(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _plateau(config: BenchConfig, entry: dict[str, Any], previous: dict[str, Any] | None) -> None:
-    """Fixed-concurrency levels: a throughput plateau with rising latency is saturation."""
+    """Fixed-concurrency levels: a throughput plateau with rising latency is saturation —
+    against a previous level of fewer sessions (the same load again, or less, is no
+    plateau: its throughput need not grow)."""
     if previous is None or entry["load"]["mode"] != "concurrency":
+        return
+    if (
+        previous["load"]["mode"] != "concurrency"
+        or entry["load"]["value"] <= previous["load"]["value"]
+    ):
         return
     min_gain = config.sweep.min_gain if config.sweep is not None else 0.05
     tps, prev_tps = entry.get("output_tps"), previous.get("output_tps")

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentflow.bench._bench import BenchConfig, SimTarget, Sweep, confidence_interval, run_bench
+from agentflow.bench._level_entry import _plateau
 from agentflow.bench._load import Load
 from agentflow.bench._spec import SessionTemplate, Workload
 from agentflow.bench.cli import parse_slo
@@ -146,6 +148,52 @@ def test_concurrency_sweep_stops_at_the_throughput_plateau() -> None:
     assert report["stopped"] == "over-saturated"
     last = report["levels"][-1]
     assert any("grew" in r for r in last["saturation"]["reasons"])
+
+
+@pytest.mark.parametrize(
+    ("start", "factor", "expected"),
+    [
+        (1, 1.5, [1, 2, 3, 4, 5, 8, 11, 17]),
+        (1, 1.2, [1, 2, 3, 4, 5, 6, 7, 8]),
+        (4, 1.1, [4, 5, 6, 7, 8, 9, 10, 11]),
+        (2, 2.0, [2, 4, 8, 16, 32, 64, 128, 256]),
+    ],
+)
+def test_a_concurrency_sweep_never_repeats_a_level(
+    start: int, factor: float, expected: list[int]
+) -> None:
+    """Rounding a slow-growing sweep gave the same concurrency twice, and the repeat could
+    stop the sweep as a throughput plateau; each level is now at least the last + 1."""
+    w = Workload(name="x", templates=(SessionTemplate(name="r", prompt_tokens=8, output_tokens=4),))
+    config = BenchConfig(
+        workload=w,
+        sweep=Sweep(start=start, factor=factor, max_levels=8),
+        concurrency_sweep=True,
+    )
+    assert [load.concurrency for load in config.level_loads()] == expected
+
+
+def test_the_same_concurrency_again_is_no_plateau() -> None:
+    """``--concurrency 8,8`` (or 8,4): output tok/s need not grow, so a little TTFT noise
+    does not make the second level over-saturated."""
+    w = Workload(name="x", templates=(SessionTemplate(name="r", prompt_tokens=8, output_tokens=4),))
+    config = BenchConfig(workload=w, levels=(Load(concurrency=8), Load(concurrency=8)))
+
+    def entry(value: int, tps: float, ttft: float) -> dict[str, Any]:
+        return {
+            "load": {"mode": "concurrency", "value": value},
+            "output_tps": tps,
+            "ttft_s": {"p50": ttft},
+            "saturation": {"saturated": False, "reasons": []},
+        }
+
+    for value in (8, 4):
+        later = entry(value, 100.5, 0.201)
+        _plateau(config, later, entry(8, 100.0, 0.200))
+        assert later["saturation"] == {"saturated": False, "reasons": []}
+    more = entry(16, 100.5, 0.201)
+    _plateau(config, more, entry(8, 100.0, 0.200))
+    assert more["saturation"]["saturated"]
 
 
 def test_explicit_levels_run_in_order_and_fixed_levels_do_not_stop() -> None:

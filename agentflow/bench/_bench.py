@@ -86,9 +86,7 @@ async def arun_bench(
 ) -> dict[str, Any]:
     """:func:`run_bench` on the running loop (a virtual target needs a VirtualTimeLoop)."""
     model = config.model or await target.model_name()
-    params = dict(config.params)
-    if config.workload is not None and config.workload.ignore_eos:
-        params.setdefault("ignore_eos", True)
+    params = _params(config)
     clock = target.clock()
     tap = LevelTap()
     levels: list[dict[str, Any]] = []
@@ -140,6 +138,24 @@ async def arun_bench(
         else:
             over = 0
     return _report(config, target, model, params, levels, stopped)
+
+
+def _params(config: BenchConfig) -> dict[str, Any]:
+    """The body fields every request of the run carries."""
+    params = dict(config.params)
+    if config.workload is not None and config.workload.ignore_eos:
+        params.setdefault("ignore_eos", True)
+    return params
+
+
+def partial_report(
+    config: BenchConfig, target: Target, levels: list[dict[str, Any]], stopped: str
+) -> dict[str, Any]:
+    """The bench report of the levels measured before the run stopped early (their
+    entries, as ``on_level`` got them; at least one), ``stopped`` saying why (e.g.
+    ``"interrupted"``)."""
+    model = levels[0]["repeats"][0]["report"]["run"]["model"]
+    return _report(config, target, model, _params(config), levels, stopped)
 
 
 def _scripts(config: BenchConfig, load: Load, seed: int) -> list[SessionScript] | SessionStream:

@@ -171,7 +171,14 @@ def _bench(args: argparse.Namespace) -> int:
         raise ConfigError(
             "bench needs rich (its tables), which is not installed: pip install 'agentflow[demo]'"
         )
-    from agentflow.bench._bench import BenchConfig, HTTPTarget, SimTarget, Sweep, run_bench
+    from agentflow.bench._bench import (
+        BenchConfig,
+        HTTPTarget,
+        SimTarget,
+        Sweep,
+        partial_report,
+        run_bench,
+    )
     from agentflow.bench._load import Load
     from agentflow.bench._spec import load_workload
     from agentflow.bench._workloads import WORKLOADS
@@ -187,6 +194,9 @@ def _bench(args: argparse.Namespace) -> int:
         check_output_file(args.report, "--report")
     if args.html is not None:
         check_output_file(args.html, "--html")
+        from agentflow.report._canvas import _matplotlib
+
+        _matplotlib()  # the report extra: missing is a ConfigError now, not after every level
     if args.rate and args.concurrency:
         raise ConfigError("--rate and --concurrency: give one (the kind of load)")
     rates = _numbers("--rate", args.rate) if args.rate else None
@@ -243,7 +253,10 @@ def _bench(args: argparse.Namespace) -> int:
     title = workload.name if config.workload is not None else f"trace {args.trace}"
     console.print(f"agentflow bench: {title} on {target.label}")
 
+    measured: list[dict[str, Any]] = []  # each level's entry as soon as it is measured
+
     def show(entry: dict[str, Any]) -> None:
+        measured.append(entry)
         s = entry
         console.print(
             f"  {s['load']['label']}: {_n(s['output_tps'])} out tok/s, "
@@ -251,21 +264,38 @@ def _bench(args: argparse.Namespace) -> int:
             + ("  [over-saturated]" if s["saturation"]["saturated"] else "")
         )
 
-    report = run_bench(config, target, on_level=show)
+    try:
+        report = run_bench(config, target, on_level=show)
+    except KeyboardInterrupt:
+        # Ctrl-C (or SIGTERM): keep what was measured — the levels that finished and the
+        # sessions that ended — then stop as interrupted (130 / 143).
+        console.print("interrupted: writing what was measured")
+        if recorder is not None:
+            n = write_recording(recorder, args.record)
+            console.print(f"{n} requests recorded to {args.record}")
+        if measured and args.report is not None:
+            _write_report(partial_report(config, target, measured, "interrupted"), args.report)
+            console.print(f"report of {len(measured)} finished levels written to {args.report}")
+        raise
     console.print(bench_table(report))
+    # Cheapest and most irreplaceable first: a failure in a later step loses nothing.
+    if recorder is not None:
+        n = write_recording(recorder, args.record)
+        console.print(f"{n} requests recorded to {args.record}")
     if args.report is not None:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        _write_report(report, args.report)
         console.print(f"report written to {args.report}")
     if args.html is not None:
         figures = bench_html(report, args.html)
         console.print(f"{figures} figures written to {args.html}")
-    if recorder is not None:
-        n = write_recording(recorder, args.record)
-        console.print(f"{n} requests recorded to {args.record}")
     from agentflow.bench._level_entry import level_failed
 
     return 1 if any(level_failed(lvl) for lvl in report["levels"]) else 0
+
+
+def _write_report(report: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
 
 def bench_html(report: dict[str, Any], path: Path) -> int:

@@ -4,6 +4,9 @@ repeats with confidence intervals, and its one-line argument errors."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -219,3 +222,47 @@ def test_html_page_draws_the_levels(tmp_path: Path) -> None:
     html = page.read_text()
     assert "Interactivity vs throughput" in html
     assert "rate=10/s" in html and "rate=30/s" in html
+
+
+def test_html_without_matplotlib_fails_before_any_level(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without the ``report`` extra, ``--html`` is a bad argument at once — not found out
+    after every level ran, losing the run (and the ``--record`` trace written after it)."""
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # a user without agentflow[report]
+    record = tmp_path / "rec.jsonl"
+    status = main([
+        "bench", "--profile", "cpu-tiny", "--workload", "short", "--rate", "10",
+        "--duration", "5", "--html", str(tmp_path / "b.html"), "--record", str(record),
+    ])  # fmt: skip
+    assert status == 2
+    out, err = capsys.readouterr()
+    assert "matplotlib" in err and "rate=10/s" not in out  # no level ran
+
+
+def test_ctrl_c_keeps_the_levels_already_measured(tmp_path: Path) -> None:
+    """SIGINT during the third level: the two finished levels are written to ``--report``
+    (stopped: interrupted) and every session that ended to ``--record``; exit 130."""
+    report, record = tmp_path / "bench.json", tmp_path / "rec.jsonl"
+    cmd = [
+        sys.executable, "-m", "agentflow.cli", "bench", "--profile", "cpu-tiny",
+        "--workload", "short", "--rate", "2,4,1000", "--duration", "60",
+        "--report", str(report), "--record", str(record),
+    ]  # fmt: skip
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, cwd=tmp_path) as proc:
+        assert proc.stdout is not None
+        try:
+            for line in proc.stdout:  # each level's line as soon as it is measured
+                if "rate=4/s:" in line:
+                    proc.send_signal(signal.SIGINT)  # the third level has begun
+                    break
+            status = proc.wait(timeout=120)
+        finally:
+            proc.kill()
+    assert status == 130
+    written = json.loads(report.read_text())
+    assert written["stopped"] == "interrupted"
+    assert [lvl["load"]["label"] for lvl in written["levels"]] == ["rate=2/s", "rate=4/s"]
+    assert len(record.read_text().splitlines()) >= sum(
+        lvl["sessions"]["started"] for lvl in written["levels"]
+    )

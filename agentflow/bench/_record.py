@@ -23,7 +23,7 @@ first turn's ``input_tokens`` is then its whole prompt (system prompt included).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentflow._events import Event, SessionEndEvent
 from agentflow.bench._trace import TraceMessage, TraceRecord
@@ -47,6 +47,10 @@ class TraceRecorder:
     Args:
         with_text: record the messages (else lengths only).
     """
+
+    #: Only these events reach it: with it subscribed, the bus still builds no token
+    #: event per streamed delta (``--record`` must not slow the client down).
+    event_types: ClassVar[frozenset[str]] = frozenset({"session_end"})
 
     def __init__(self, *, with_text: bool = True) -> None:
         self.with_text = with_text

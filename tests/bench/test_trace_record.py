@@ -5,11 +5,13 @@ stored run's trace; ``--trace`` refuses a load level of its own."""
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from agentflow import Agent, Fleet
+from agentflow._events import Event
 from agentflow.bench import (
     BenchConfig,
     FanOut,
@@ -146,3 +148,22 @@ def test_trace_export_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 def test_trace_with_a_rate_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["bench", "--trace", "agentic-small", "--rate", "2"]) == 2
     assert "--trace replays the trace's own arrivals" in capsys.readouterr().err
+
+
+def test_the_recorder_asks_for_session_ends_only() -> None:
+    """``--record`` reads only session ends: with it subscribed the bus still builds no
+    token event per streamed delta, and a level delivers it nothing else."""
+    seen: Counter[str] = Counter()
+
+    class Counting(TraceRecorder):
+        def __call__(self, event: Event) -> None:
+            seen[event.type] += 1
+            super().__call__(event)
+
+    recorder = Counting()
+    run_bench(
+        BenchConfig(workload=FAN, levels=(Load(rate=1.0),), duration_s=5.0, callbacks=(recorder,)),
+        SimTarget(profile="cpu-tiny"),
+    )
+    assert set(seen) == {"session_end"}
+    assert seen["session_end"] == len(recorder.sessions) > 0

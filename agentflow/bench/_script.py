@@ -17,12 +17,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Sequence
+from functools import lru_cache
 
 import msgspec
 
 from agentflow._errors import ConfigError
 
-__all__ = ["SessionScript", "TurnScript", "scripts_output_tokens", "synth_text"]
+__all__ = ["SessionScript", "TurnScript", "blocks_text", "scripts_output_tokens", "synth_text"]
 
 #: "No wait": the default of ``arrival_s``, ``tool_s`` and ``think_s``, and what the
 #: workload's sampling hands out for no wait — one object, because msgspec's
@@ -82,8 +83,12 @@ class SessionScript(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
             sub-agent, after its fork.
         agent: its label in per-agent figures (the template's name).
         system: the system prompt (the shared prefix); ``""``: none.
-        system_key: identifies ``system`` among scripts that share it (equal keys, equal
-            text): sessions with one key share one :class:`~agentflow.Agent`, so the
+        prefix_blocks: the system prompt as blocks of ``block_tokens`` synthetic tokens
+            (:func:`blocks_text`), instead of ``system``: the text is made when the
+            session starts, so a long trace does not hold every session's prefix up front.
+        block_tokens: tokens per block of ``prefix_blocks``.
+        system_key: identifies the system prompt among scripts that share it (equal keys,
+            equal text): sessions with one key share one :class:`~agentflow.Agent`, so the
             scheduler and router see them as one prefix. ``None``: the script's own.
         seed: seeds the synthetic text of its turns (distinct sessions, distinct text).
         turns: its model turns, at least one.
@@ -93,6 +98,8 @@ class SessionScript(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
     arrival_s: float = _NO_WAIT
     agent: str = "bench"
     system: str = ""
+    prefix_blocks: tuple[int, ...] = ()
+    block_tokens: int = 512
     system_key: str | None = None
     seed: int = 0
     turns: tuple[TurnScript, ...]
@@ -107,6 +114,20 @@ class SessionScript(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=Tru
             )
         if not self.turns:
             raise ConfigError(f"session {self.session_id!r}: turns must not be empty")
+        if self.prefix_blocks and self.system:
+            raise ConfigError(
+                f"session {self.session_id!r}: give system or prefix_blocks, not both"
+            )
+        if self.block_tokens < 1:
+            raise ConfigError(
+                f"session {self.session_id!r}: block_tokens must be ≥ 1, got {self.block_tokens!r}"
+            )
+
+    def system_text(self) -> str:
+        """The system prompt: ``system``, or the text of ``prefix_blocks`` (made now)."""
+        if self.prefix_blocks:
+            return blocks_text(self.prefix_blocks, self.block_tokens)
+        return self.system
 
     @property
     def output_tokens(self) -> int:
@@ -149,3 +170,20 @@ def synth_text(tokens: int, seed: str | int) -> str:
     rng = random.Random(seed)
     words = rng.choices(_WORDS, k=tokens)
     return " " + " ".join(words)
+
+
+def blocks_text(blocks: Sequence[int], block_tokens: int = 512) -> str:
+    """The text of a prompt made of blocks: block ``b`` is always the same
+    ``block_tokens`` synthetic tokens, so prompts whose ids start alike start with the
+    same bytes."""
+    return "".join(_block_text(b, block_tokens) for b in blocks).lstrip()
+
+
+#: Blocks whose text is kept: the shared ones are met again and again (the rest of a
+#: long trace's blocks are made once each, and need not all stay in memory).
+_BLOCK_CACHE = 4096
+
+
+@lru_cache(maxsize=_BLOCK_CACHE)
+def _block_text(block: int, block_tokens: int) -> str:
+    return synth_text(block_tokens, f"block|{block}")

@@ -67,6 +67,7 @@ class BenchRun:
         self.end = end
         self.slots = asyncio.Semaphore(live) if live is not None else None
         self._agents: dict[tuple[str, str | None], Agent] = {}
+        self._bare: dict[str, Agent] = {}
         #: Loop times at which top-level sessions started (after arrival and slot).
         self.starts: list[float] = []
         #: Loop times at which top-level sessions ended.
@@ -88,6 +89,15 @@ class BenchRun:
         """Whether the run's end has passed at loop time ``now``."""
         return self.end is not None and now >= self.end
 
+    def bare_agent(self, label: str) -> Agent:
+        """The agent a session of ``label`` has until it starts: no system prompt yet."""
+        agent = self._bare.get(label)
+        if agent is None:
+            agent = self._bare[label] = Agent(
+                name=label, model=self.model, params=self.params, max_turns=_MAX_TURNS
+            )
+        return agent
+
     def agent_for(self, script: SessionScript) -> Agent:
         """The :class:`Agent` a script talks to: one per (label, shared prefix), so
         sessions that share a prefix share its ``prefix_key`` for the scheduler and
@@ -98,7 +108,7 @@ class BenchRun:
             agent = Agent(
                 name=script.agent,
                 model=self.model,
-                instructions=script.system,
+                instructions=script.system_text(),
                 params=self.params,
                 max_turns=_MAX_TURNS,
             )
@@ -132,10 +142,11 @@ class BenchSession(Session):
         top_level: bool = True,
         successors: Iterator[SessionScript] | None = None,
     ) -> None:
-        # The task's text is made when the session starts: a level plans every session
-        # up front, and synthetic text is most of what a waiting session would hold.
+        # The task's text and the system prompt are made when the session starts
+        # (:meth:`_bind`): a level plans every session up front, and synthetic text is
+        # most of what a waiting session would hold.
         super().__init__(
-            run.agent_for(script),
+            run.bare_agent(script.agent),
             "",
             session_id=script.session_id,
             metadata={"bench_agent": script.agent},
@@ -237,6 +248,7 @@ class BenchSession(Session):
             else:
                 run.subagents += 1
             run.started_ns[self.session_id] = clock()
+            self._bind()
             first = self.script.turns[0]
             task = self.script.turn_text(0)
             if first.subagents:
@@ -256,6 +268,13 @@ class BenchSession(Session):
         finally:
             if slots is not None:
                 slots.release()
+
+    def _bind(self) -> None:
+        """Give the starting session its agent (its system prompt: made now, or shared
+        with the sessions of its ``system_key``)."""
+        self.agent = self.bench.agent_for(self.script)
+        if self.agent.instructions:
+            self.messages.insert(0, {"role": "system", "content": self.agent.instructions})
 
     async def _hand_on(
         self,

@@ -27,13 +27,13 @@ import hashlib
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
 from pathlib import Path
 from typing import IO, Literal
 
 import msgspec
 
 from agentflow._errors import ConfigError
+from agentflow.bench._script import blocks_text
 from agentflow.bench._spec import SessionScript, TurnScript, synth_text
 
 __all__ = [
@@ -319,7 +319,15 @@ def trace_scripts(
     for sid, items in sessions.items():
         reqs = _ordered(sid, items)
         first = reqs[0]
-        system, key = _system(first, prefixes)
+        if first.system is None and first.prefix_blocks and first.prefix_key is None:
+            # Blocks alone (Mooncake's): the ids are the key, the text is made when the
+            # session starts — a trace's every prefix up front is (requests × prefix).
+            size = first.block_tokens or DEFAULT_BLOCK_TOKENS
+            blocks, system = first.prefix_blocks, ""
+            key: str | None = f"blocks:{size}:" + "-".join(map(str, blocks))
+        else:
+            blocks, size = (), DEFAULT_BLOCK_TOKENS
+            system, key = _system(first, prefixes)
         turns: list[TurnScript] = []
         for k, r in enumerate(reqs):
             tool_s = think_s = 0.0
@@ -350,6 +358,8 @@ def trace_scripts(
                 arrival_s=(first.timestamp - origin) * time_scale,
                 agent=first.agent or "trace",
                 system=system,
+                prefix_blocks=blocks,
+                block_tokens=size,
                 system_key=key,
                 turns=tuple(turns),
             )
@@ -373,13 +383,6 @@ def _ordered(sid: str, items: list[tuple[int, TraceRecord]]) -> list[TraceRecord
 
 def _system(first: TraceRecord, prefixes: dict[str, str]) -> tuple[str, str | None]:
     """A session's system prompt and its sharing key (one string per key, shared)."""
-    if first.system is None and first.prefix_blocks and first.prefix_key is None:
-        size = first.block_tokens or DEFAULT_BLOCK_TOKENS
-        key = f"blocks:{size}:" + "-".join(map(str, first.prefix_blocks))
-        system = prefixes.get(key)
-        if system is None:
-            system = prefixes[key] = blocks_text(first.prefix_blocks, size)
-        return system, key
     if first.system is not None:
         system = first.system
     elif first.prefix_blocks:
@@ -400,15 +403,3 @@ def _system(first: TraceRecord, prefixes: dict[str, str]) -> tuple[str, str | No
             f"a different system prompt than an earlier session's"
         )
     return seen, f"key:{first.prefix_key}"
-
-
-def blocks_text(blocks: Sequence[int], block_tokens: int = 512) -> str:
-    """The text of a prompt made of blocks: block ``b`` is always the same
-    ``block_tokens`` synthetic tokens, so prompts whose ids start alike start with the
-    same bytes."""
-    return "".join(_block_text(b, block_tokens) for b in blocks).lstrip()
-
-
-@cache
-def _block_text(block: int, block_tokens: int) -> str:
-    return synth_text(block_tokens, f"block|{block}")

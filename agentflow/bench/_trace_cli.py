@@ -198,7 +198,8 @@ def _show(args: argparse.Namespace) -> int:
             + (f" after {t.tool_s + t.think_s:.3g}s" if k else "")
             for k, t in enumerate(s.turns)
         )
-        prefix = f", prefix ~{len(s.system.split())} tok" if s.system else ""
+        system = s.system_text()
+        prefix = f", prefix ~{len(system.split())} tok" if system else ""
         out.write(f"{s.session_id} @ {s.arrival_s:.3f}s [{s.agent}{prefix}]: {turns}\n")
     out.write(f"{len(scripts)} sessions, {sum(len(s.turns) for s in scripts)} requests\n")
     return 0

@@ -197,10 +197,13 @@ def test_prefix_blocks_share_their_common_start() -> None:
         )
     )  # fmt: skip
     a, b, c, d = trace_scripts(recs)
-    assert len(a.system.split()) == 48 and len(b.system.split()) == 32
-    assert a.system.startswith(b.system) and a.system is c.system  # one string per key
+    # The scripts name the blocks; their text is made when a session starts.
+    assert a.system == "" and a.prefix_blocks == (4, 5, 6) and a.block_tokens == 16
+    sa, sb, sc, sd = (s.system_text() for s in (a, b, c, d))
+    assert len(sa.split()) == 48 and len(sb.split()) == 32
+    assert sa.startswith(sb) and sa == sc
     assert a.system_key == c.system_key != b.system_key
-    assert len(d.system.split()) == 512  # the default block size
+    assert len(sd.split()) == 512  # the default block size
     with pytest.raises(ConfigError, match="block_tokens must be ≥ 1"):
         read_trace(_lines({"session_id": "a", "timestamp": 0, "text": "x", "block_tokens": 0}))
 
@@ -243,18 +246,20 @@ def test_mooncake_keeps_prefix_sharing() -> None:
     # The converted trace names blocks, it does not spell them out.
     assert [r.prefix_blocks for r in recs] == [(1, 2), (1, 2), (1,), None, (1, 2)]
     assert all(r.system is None for r in recs)
-    a, b, c, d, e = trace_scripts(recs)
-    blocks = {len(s.system.split()) for s in (a, b, c, d, e)}
+    scripts = trace_scripts(recs)
+    a, b, c, d, e = (s.system_text() for s in scripts)
+    assert all(s.system == "" for s in scripts)  # no text before a session starts
+    blocks = {len(s.split()) for s in (a, b, c, d, e)}
     assert blocks <= {0, 512, 1024}
     # [1,2,3] and [1,2,3] share 3 blocks, but 1100 tokens leave room for only 2 full ones
-    assert len(a.system.split()) == 1024 and len(e.system.split()) == 1024
-    assert len(b.system.split()) == 1024  # [1,2] shared with a and e
-    assert len(c.system.split()) == 512  # [1] shared
-    assert d.system == "" and d.system_key is None  # block 5 is its own
-    assert a.system == b.system == e.system and c.system == a.system[: len(c.system)]
-    assert b.system.startswith(c.system)  # byte-identical prefixes: the cache sees them
-    for s, row in zip((a, b, c, d, e), MOONCAKE, strict=True):
-        assert len(s.system.split()) + s.turns[0].tokens == row["input_length"]
+    assert len(a.split()) == 1024 and len(e.split()) == 1024
+    assert len(b.split()) == 1024  # [1,2] shared with a and e
+    assert len(c.split()) == 512  # [1] shared
+    assert d == "" and scripts[3].system_key is None  # block 5 is its own
+    assert a == b == e and c == a[: len(c)]
+    assert b.startswith(c)  # byte-identical prefixes: the cache sees them
+    for s, row in zip(scripts, MOONCAKE, strict=True):
+        assert len(s.system_text().split()) + s.turns[0].tokens == row["input_length"]
         assert s.turns[0].max_tokens == max(1, int(row["output_length"]))  # type: ignore[call-overload]
 
 

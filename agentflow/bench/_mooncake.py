@@ -153,7 +153,10 @@ def mooncake_records(
                 agent="mooncake",
             )
         else:
-            ts = row.timestamp / 1e3 if row.timestamp is not None else prev.timestamp
+            if row.timestamp is not None:
+                ts = row.timestamp / 1e3
+            else:  # sent ``delay`` after the previous response: not before this
+                ts = prev.timestamp + (row.delay or 0.0) / 1e3
             rec = TraceRecord(
                 session_id=sid,
                 timestamp=max(ts, prev.timestamp),

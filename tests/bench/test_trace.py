@@ -263,6 +263,22 @@ def test_mooncake_keeps_prefix_sharing() -> None:
         assert s.turns[0].max_tokens == max(1, int(row["output_length"]))  # type: ignore[call-overload]
 
 
+def test_mooncake_delay_places_a_turn_after_the_previous_one() -> None:
+    """A later AIPerf turn given by ``delay`` alone arrives at least that long after the
+    previous one; a following turn given by ``timestamp`` then waits only the rest of its
+    gap (the delay used to be counted twice: turn 2 at 10 s instead of 9 s)."""
+    recs = read_mooncake(
+        _lines(
+            {"session_id": "a", "timestamp": 1000, "input_length": 100, "output_length": 10},
+            {"session_id": "a", "delay": 2000, "input_length": 50, "output_length": 10},
+            {"session_id": "a", "timestamp": 9000, "input_length": 50, "output_length": 10},
+        )
+    )
+    assert [r.timestamp for r in recs] == [1.0, 3.0, 9.0]
+    (s,) = trace_scripts(recs)
+    assert [t.tool_s + t.think_s for t in s.turns] == [0.0, 2.0, 6.0]
+
+
 def test_mooncake_sessions_and_errors() -> None:
     """AIPerf's session_id groups rows into turns (later input_length is appended;
     delay in ms is think time); a bad row names its line and field."""

@@ -121,6 +121,10 @@ class BenchConfig:
             raise ConfigError(
                 f"bench: warm-up must be ≥ 0 s and shorter than the duration, got {self.warmup_s!r}"
             )
+        if self.max_sessions is not None and self.max_sessions < 1:
+            raise ConfigError(
+                f"bench: max_sessions (--sessions) must be ≥ 1, got {self.max_sessions!r}"
+            )
         if self.max_in_flight < 1:
             raise ConfigError(f"bench: max_in_flight must be ≥ 1, got {self.max_in_flight!r}")
         if self.arrival not in ("poisson", "constant"):

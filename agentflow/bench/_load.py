@@ -249,8 +249,11 @@ def replay_sessions(
     arriving after ``duration_s`` are left out; at most ``max_sessions``.
 
     Raises:
-        ConfigError: a ``rate`` level (scripts bring their own arrivals).
+        ConfigError: a ``rate`` level (scripts bring their own arrivals), or
+            ``max_sessions`` < 1.
     """
+    if max_sessions is not None and max_sessions < 1:
+        raise ConfigError(f"max_sessions must be ≥ 1, got {max_sessions!r}")
     if load.rate is not None:
         raise ConfigError(
             f"{load.label}: scripts bring their own arrivals; use a replay speed "

@@ -77,16 +77,21 @@ def apply_trace_arguments(args: argparse.Namespace, config: Any) -> tuple[Any, A
         config = dataclasses.replace(config, callbacks=(*config.callbacks, recorder))
     if args.trace is None:
         return config, recorder
-    if args.rate or args.concurrency:
+    if args.rate or args.concurrency or args.sweep:
         raise ConfigError(
-            "--trace replays the trace's own arrivals: drop --rate and --concurrency "
-            "(--time-scale speeds it up or slows it down)"
+            "--trace replays the trace's own arrivals as one level: drop --rate, "
+            "--concurrency and --sweep (--time-scale speeds it up or slows it down)"
+        )
+    duration_given = not isinstance(getattr(args, "duration", None), _DefaultFloat)
+    if getattr(args, "warmup", None) is not None and not duration_given:
+        raise ConfigError(
+            "--warmup with --trace needs --duration: without it the replay runs to its end "
+            "and every request counts"
         )
     records = load_trace(args.trace, format=args.trace_format)
     scripts = trace_scripts(records, time_scale=args.time_scale)
     # ignore_eos: the trace's output lengths, exactly.
     params = dict(config.params) if args.no_ignore_eos else {**config.params, "ignore_eos": True}
-    duration_given = not isinstance(getattr(args, "duration", None), _DefaultFloat)
     duration = config.duration_s if duration_given else None
     config = dataclasses.replace(
         config,

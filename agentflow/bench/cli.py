@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import math
 import os
 import re
 import sys
@@ -67,8 +68,8 @@ def _numbers(flag: str, text: str) -> list[float]:
         raise ConfigError(
             f"{flag} must be a number or a comma-separated list, got {text!r}"
         ) from None
-    if not values or any(not v > 0 for v in values):
-        raise ConfigError(f"{flag} values must be > 0, got {text!r}")
+    if not values or any(not (math.isfinite(v) and v > 0) for v in values):
+        raise ConfigError(f"{flag} values must be finite numbers > 0, got {text!r}")
     return values
 
 
@@ -203,12 +204,13 @@ def _bench(args: argparse.Namespace) -> int:
     concs = _numbers("--concurrency", args.concurrency) if args.concurrency else None
     if concs is not None and any(c != int(c) for c in concs):
         raise ConfigError(f"--concurrency values must be whole numbers, got {args.concurrency!r}")
+    sweeping = args.sweep  # as given: --trace refuses it (apply_trace_arguments)
     if rates is None and concs is None:
         rates = [1.0]
-        args.sweep = True
+        sweeping = True
     sweep = None
     levels: tuple[Load, ...] = ()
-    if args.sweep:
+    if sweeping:
         start = (rates or concs or [1.0])[0]
         sweep = Sweep(start=start, factor=args.sweep_factor, max_levels=args.max_levels)
     elif rates is not None:

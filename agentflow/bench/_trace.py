@@ -35,6 +35,7 @@ import msgspec
 from agentflow._errors import ConfigError
 from agentflow.bench._script import blocks_text
 from agentflow.bench._spec import SessionScript, TurnScript, synth_text
+from agentflow.bench._workload_spec import MAX_TOKENS
 
 __all__ = [
     "SHIPPED_TRACES",
@@ -151,6 +152,9 @@ class TraceRecord(
 _NONNEG_FLOATS = ("tool_s", "think_s", "duration_s")
 _POS_INTS = ("input_tokens", "output_tokens", "block_tokens")
 _NONNEG_INTS = ("turn", "prompt_tokens", "prefix_tokens")
+#: Lengths a replay synthesises or asks for: bounded as a workload's are (a typo there
+#: would hang the bench building text or exhaust its memory).
+_BOUNDED = ("input_tokens", "output_tokens", "prefix_tokens", "block_tokens")
 
 
 def _check(record: TraceRecord, where: str) -> None:
@@ -171,6 +175,10 @@ def _check(record: TraceRecord, where: str) -> None:
         value = getattr(record, name)
         if value is not None and value < 0:
             raise ConfigError(f"{where}: {name} must be ≥ 0, got {value!r}")
+    for name in _BOUNDED:
+        value = getattr(record, name)
+        if value is not None and value > MAX_TOKENS:
+            raise ConfigError(f"{where}: {name} must be ≤ {MAX_TOKENS:,}, got {value:,}")
     if record.message_text() is None and record.input_tokens is None:
         raise ConfigError(f"{where}: give text, messages or input_tokens (the request's input)")
 

@@ -63,6 +63,13 @@ def test_round_trip_through_jsonl(tmp_path: Path) -> None:
         ('{"session_id": "a", "timestamp": 0, "input_tokens": 0}', "input_tokens must be ≥ 1"),
         ('{"session_id": "a", "timestamp": 0, "text": "x", "output_tokens": 0}', "output_tokens"),
         ('{"session_id": "a", "timestamp": 0, "text": "x", "bogus": 1}', "bogus"),
+        (
+            '{"session_id": "a", "timestamp": 0, "input_tokens": 1000000000000}',
+            "input_tokens must be ≤ 10,000,000, got 1,000,000,000,000",
+        ),
+        ('{"session_id": "a", "timestamp": 0, "text": "x", "output_tokens": 10000001}', "output"),
+        ('{"session_id": "a", "timestamp": 0, "text": "x", "prefix_tokens": 20000000}', "prefix"),
+        ('{"session_id": "a", "timestamp": 0, "text": "x", "block_tokens": 20000000}', "block"),
         ("[1, 2]", "Expected `object`"),
         ('{"session_id": "a",', "not a JSON object"),
     ],
@@ -296,6 +303,11 @@ def test_mooncake_sessions_and_errors() -> None:
         read_mooncake(_lines(MOONCAKE[0], {"timestamp": 1, "output_length": 2}))
     with pytest.raises(ConfigError, match=r":1: timestamp is required"):
         read_mooncake(_lines({"input_length": 5, "output_length": 2}))
+    for field in ("input_length", "output_length"):  # a workload's bound: 10,000,000
+        row: dict[str, object] = {"timestamp": 0, "input_length": 5, "output_length": 2}
+        row[field] = 10**12
+        with pytest.raises(ConfigError, match=rf":1: {field} must be ≤ 10,000,000"):
+            read_mooncake(_lines(row))
 
 
 # ---- CLI ---------------------------------------------------------------------------

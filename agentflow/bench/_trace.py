@@ -230,16 +230,21 @@ def _read_lines(
 
 
 def _lines(source: str | Path | IO[str] | Iterable[str], what: str) -> tuple[str, list[str]]:
+    """A trace's name and lines; a UTF-8 byte-order mark (Windows editors, PowerShell's
+    ``Out-File``) is not part of the first line."""
     if isinstance(source, str | Path):
         path = Path(source)
         try:
-            return path.name, path.read_text(encoding="utf-8").splitlines()
+            return path.name, path.read_text(encoding="utf-8-sig").splitlines()
         except OSError as exc:
             raise ConfigError(f"{what} file {str(source)!r}: {exc.strerror}") from None
         except UnicodeDecodeError as exc:
             raise ConfigError(f"{what} file {str(source)!r}: not UTF-8 text: {exc}") from None
     name = getattr(source, "name", what)
-    return (name if isinstance(name, str) else what), list(source)
+    lines = list(source)
+    if lines and lines[0].startswith("\ufeff"):  # a text file opened as utf-8
+        lines[0] = lines[0][1:]
+    return (name if isinstance(name, str) else what), lines
 
 
 def write_trace(records: Iterable[TraceRecord], dest: str | Path | IO[str]) -> int:

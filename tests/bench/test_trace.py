@@ -85,6 +85,24 @@ def test_bad_lines_name_the_line_and_field(tmp_path: Path, line: str, needle: st
     assert needle in str(info.value)
 
 
+@pytest.mark.parametrize("fmt", ["agentflow", "mooncake"])
+def test_a_byte_order_mark_is_not_part_of_line_1(tmp_path: Path, fmt: str) -> None:
+    """A trace saved with a UTF-8 BOM (Windows editors, PowerShell) reads as without it,
+    from a path or from a file opened as utf-8."""
+    line = (
+        '{"session_id": "a", "timestamp": 0, "text": "x"}'
+        if fmt == "agentflow"
+        else '{"timestamp": 0, "input_length": 10, "output_length": 5}'
+    )
+    path = tmp_path / "bom.jsonl"
+    path.write_text("\ufeff" + line + "\n", encoding="utf-8")
+    (record,) = load_trace(path, format=fmt)  # type: ignore[arg-type]
+    assert record.timestamp == 0
+    with path.open(encoding="utf-8") as f:
+        read = read_trace if fmt == "agentflow" else read_mooncake
+        assert read(f) == [record]
+
+
 def test_unknown_fields_are_rejected_not_ignored() -> None:
     """A misspelt field (``tool_sec``) is an error, not a silently lost tool delay."""
     with pytest.raises(ConfigError, match="tool_sec"):

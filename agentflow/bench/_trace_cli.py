@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentflow._cliargs import check_output_file
+from agentflow._cliargs import check_output_file, check_store_file
 from agentflow._errors import ConfigError
 
 __all__ = ["add_trace_arguments", "add_trace_parser", "apply_trace_arguments"]
@@ -175,8 +175,7 @@ def _export(args: argparse.Namespace) -> int:
     from agentflow.bench._trace import write_trace
     from agentflow.store import SQLiteStore
 
-    if not args.store.is_file():
-        raise ConfigError(f"--store {args.store}: no such file")
+    check_store_file(args.store, "trace export")
     check_output_file(args.output, "--output")
 
     async def main() -> int:

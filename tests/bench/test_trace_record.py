@@ -143,6 +143,10 @@ def test_trace_export_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     missing = tmp_path / "missing.db"
     assert main(["trace", "export", "--store", str(missing), run_id, "-o", str(bare)]) == 2
     assert "missing.db" in capsys.readouterr().err
+    empty = tmp_path / "empty.db"
+    empty.touch()  # read commands must not make it a store
+    assert main(["trace", "export", "--store", str(empty), run_id, "-o", str(bare)]) == 2
+    assert "is empty" in capsys.readouterr().err and empty.stat().st_size == 0
 
 
 def test_trace_with_a_rate_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,6 +13,7 @@ costs; ``docs/report.md`` gives the figures.
 from __future__ import annotations
 
 import heapq
+import logging
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
     from agentflow._fleet import Fleet
 
 __all__ = ["LiveView"]
+
+_log = logging.getLogger("agentflow.report")
 
 _ROW = "{:<4} {:<24} {:>5} {:>9} {:>24} {:>9} {:>7}  {}"
 
@@ -133,6 +136,9 @@ class LiveView:
         self._recent: deque[tuple[float | None, float | None]] = deque(maxlen=ROLLING_TURNS)
         #: (clock, turns seen) at each :meth:`rolling` call of the last window.
         self._marks: deque[tuple[float, int]] = deque()
+        #: What :meth:`_safe_render` shows when a redraw fails.
+        self._last_view: RenderableType = Text("")
+        self._render_errors = 0
 
     # ---- events (the hot path) -----------------------------------------------------
 
@@ -201,9 +207,15 @@ class LiveView:
         return (self.output_tokens - n0) / (now - t0) if now > t0 else 0.0
 
     def ranked(self) -> tuple[list[tuple[str, _Row]], list[tuple[str, _Row]]]:
-        """The ``top`` slowest and fastest agents by decode speed (slowest first in each)."""
-        agents = self.agents
-        speeds = [(r.decode_tokens / r.decode_s, a) for a, r in agents.items() if r.decode_s > 0]
+        """The ``top`` slowest and fastest agents by decode speed (slowest first in each).
+
+        Runs on rich's refresh thread while the loop's thread adds rows: it iterates a
+        copy of the rows (``list()`` of a dict view runs in C, under the GIL, so the copy
+        is taken at one instant), never the dict itself.
+        """
+        items = list(self.agents.items())
+        agents = dict(items)
+        speeds = [(r.decode_tokens / r.decode_s, a) for a, r in items if r.decode_s > 0]
         k = self.top
         if len(speeds) <= 2 * k:
             speeds.sort()
@@ -258,7 +270,7 @@ class LiveView:
             if self.cache_prompt_tokens
             else "not reported"
         )
-        errors = sum(self.errors.values())
+        errors = sum(list(self.errors.values()))
         sessions = f"sessions {self.done}/{self.total_sessions}"
         if self.failed:
             sessions += f" (failed {self.failed})"
@@ -326,10 +338,25 @@ class LiveView:
         lines.append(Text("\n".join(rows), no_wrap=True, overflow="ellipsis"))
         return Group(*lines)
 
+    def _safe_render(self) -> RenderableType:
+        """:meth:`render`, but an error in it is logged and the last good view is shown.
+
+        rich's refresh thread does not catch errors: one exception from a redraw would
+        end the thread, and the view would freeze for the rest of the run without a word.
+        """
+        try:
+            self._last_view = self.render()
+        except Exception:
+            self._render_errors += 1
+            if self._render_errors == 1 or self._render_errors % 100 == 0:
+                _log.exception("live view: redraw %d failed", self._render_errors)
+        return self._last_view
+
     def live(self) -> Live:
-        """A rich ``Live`` that redraws :meth:`render` ``refresh_per_second`` times a second."""
+        """A rich ``Live`` that redraws :meth:`render` ``refresh_per_second`` times a second
+        (through :meth:`_safe_render`)."""
         return Live(
-            get_renderable=self.render,
+            get_renderable=self._safe_render,
             console=self.console,
             refresh_per_second=self.refresh_per_second,
             transient=False,

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 
+import pytest
 from rich.console import Console
 
 from agentflow import ErrorEvent, RetryEvent, TokenEvent, TurnEndEvent
 from agentflow._errors import ServerError
 from agentflow.report import LiveView, LoopLagProbe
+from agentflow.report._live import _Row
 from agentflow.sched._runner import FailedAttempt
 from tests.stats.traces import session_end, trace, turn_end
 
@@ -122,3 +125,62 @@ async def test_loop_lag_probe_measures_one_loop_iteration() -> None:
     assert s["count"] >= 20
     assert s["max_s"] == 0.001 and s["p50_s"] == 0.001 and s["mean_s"] == 0.001
     assert probe.take_window_max() == 0.001 and probe.take_window_max() == 0.0
+
+
+def test_ranking_reads_a_copy_of_the_rows_while_the_loop_adds_agents() -> None:
+    """rich redraws on its own thread while the loop's thread adds rows. A row whose
+    speed, when read, adds an agent (what the loop thread does between two bytecodes of
+    the redraw) must not break the ranking: it ranks the rows as they were."""
+    view, _ = _view(top=1)
+    view(_turn("a", 10.0))
+    view(_turn("b", 20.0))
+
+    class Intruding(_Row):
+        __slots__ = ()
+
+        @property
+        def decode_s(self) -> float:
+            view(_turn(f"new{len(view.agents)}", 5.0))
+            return 1.0
+
+        @decode_s.setter
+        def decode_s(self, value: float) -> None:
+            pass
+
+    row = Intruding()
+    row.decode_tokens = 500  # 500 tok/s: the fastest
+    view.agents["c"] = row
+    slow, fast = view.ranked()
+    assert [n for n, _ in slow] == ["b"] and [n for n, _ in fast] == ["c"]
+    assert len(view.agents) > 3
+
+
+def test_a_failing_redraw_is_logged_and_does_not_end_the_live_view(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """rich's refresh thread has no ``try``: an error from the renderable would end it,
+    freezing the view. The live view's renderable logs the error and keeps the last view."""
+
+    class BrokenFleet:
+        broken = False
+
+        @property
+        def in_flight(self) -> int:
+            if self.broken:
+                raise RuntimeError("dictionary changed size during iteration")
+            return 3
+
+        queued = 1
+
+    fleet = BrokenFleet()
+    view, out = _view(fleet=fleet)
+    view(_turn("a", 10.0))
+    live = view.live()
+    good = live.get_renderable()
+    fleet.broken = True
+    with caplog.at_level(logging.ERROR, logger="agentflow.report"):
+        assert live.get_renderable() is good
+    assert "redraw 1 failed" in caplog.text and "dictionary changed size" in caplog.text
+    fleet.broken = False
+    view.console.print(live.get_renderable())
+    assert "in flight 3" in out.getvalue()

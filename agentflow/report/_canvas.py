@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure as MplFigure
 
-__all__ = ["COLORS", "Figure", "empty_note", "new_figure", "to_png"]
+__all__ = ["COLORS", "Figure", "empty_note", "new_figure", "plain", "to_png"]
 
 #: Run colours, in order (colour-blind-safe, Okabe–Ito).
 COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
@@ -75,6 +75,20 @@ def to_png(fig: MplFigure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     return buf.getvalue()
+
+
+def plain(text: str) -> str:
+    """``text`` (a run label, session id, tool name: anything from a report or a user)
+    escaped so that matplotlib draws it as written.
+
+    matplotlib reads a string with an even number of unescaped ``$`` as mathtext: ``cost $5 vs
+    $10`` would be drawn in math italics, and ``$\\foo$`` would stop the whole report with
+    a parse error. Every ``$`` escaped (``\\$``) makes the string plain text, which
+    matplotlib then draws with the escapes removed (an ``\\$`` already in ``text`` stays
+    ``\\$``). This, rather than switching mathtext off, keeps matplotlib's own tick
+    labels, which may use it.
+    """
+    return text.replace("$", r"\$")
 
 
 def empty_note(ax: Axes, text: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentflow.report._canvas import Figure, color, finite, new_figure, style, to_png
+from agentflow.report._canvas import Figure, color, finite, new_figure, plain, style, to_png
 from agentflow.report._runs import Run
 from agentflow.stats._sketch import nearest_rank
 
@@ -81,7 +81,7 @@ def compare_runs(runs: Sequence[Run]) -> Figure | None:
             vals = [get(run) for _, get in items]
             xs = [k + (i - (n - 1) / 2) * w for k in range(len(items))]
             heights = [v if v is not None else 0.0 for v in vals]
-            bars = ax.bar(xs, heights, w, color=color(i), label=run.label)
+            bars = ax.bar(xs, heights, w, color=color(i), label=plain(run.label))
             for b, v in zip(bars, vals, strict=True):
                 ax.annotate(
                     "—" if v is None else _fmt(v),
@@ -100,7 +100,7 @@ def compare_runs(runs: Sequence[Run]) -> Figure | None:
         style(ax, title=title, ylabel=unit)
         ax.legend(fontsize=8)
     names = " vs ".join(r.label for r in runs)
-    fig.suptitle(f"Run comparison: {names}", fontsize=12)
+    fig.suptitle(plain(f"Run comparison: {names}"), fontsize=12)
     return Figure(
         "compare",
         "Run comparison, side by side",

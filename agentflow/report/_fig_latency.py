@@ -18,6 +18,7 @@ from agentflow.report._canvas import (
     finite,
     log_axis,
     new_figure,
+    plain,
     style,
     to_png,
 )
@@ -73,7 +74,7 @@ def latency_cdf(runs: Sequence[Run]) -> Figure:
             if not pts:
                 continue
             xs, ys = zip(*pts, strict=True)
-            ax.plot(xs, ys, color=color(i), lw=1.8, label=f"{run.label} (n={d['count']:,})")
+            ax.plot(xs, ys, color=color(i), lw=1.8, label=plain(f"{run.label} (n={d['count']:,})"))
             for q, marker in ((0.5, "o"), (0.99, "^")):
                 v = d.get("p50" if q == 0.5 else "p99")
                 if isinstance(v, int | float) and v > 0:
@@ -95,7 +96,7 @@ def latency_cdf(runs: Sequence[Run]) -> Figure:
                     lw=1.0,
                     marker="s",
                     ms=4,
-                    label=f"server /metrics, bucket edges ({run.label})",
+                    label=plain(f"server /metrics, bucket edges ({run.label})"),
                 )
                 server_drawn = True
             break
@@ -163,7 +164,7 @@ def decode_distribution(runs: Sequence[Run]) -> Figure:
                 bins=bins,
                 color=color(i),
                 alpha=0.45,
-                label=f"{run.label}: {len(vs):,} agents, median {med:,.0f} tok/s",
+                label=plain(f"{run.label}: {len(vs):,} agents, median {med:,.0f} tok/s"),
             )
             ax.hist(vs, bins=bins, color=color(i), histtype="step", lw=1.5)
             ax.axvline(med, color=color(i), ls="--", lw=1.5)
@@ -242,7 +243,9 @@ def client_vs_server(runs: Sequence[Run]) -> Figure | None:
         ax.legend(fontsize=8)
     src = run.server.get("source") or {}
     fig.suptitle(
-        f"Client vs server latency ({run.label}; server: {src.get('dialect', '?')} /metrics)",
+        plain(
+            f"Client vs server latency ({run.label}; server: {src.get('dialect', '?')} /metrics)"
+        ),
         fontsize=12,
     )
     return Figure(

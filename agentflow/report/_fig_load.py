@@ -12,6 +12,7 @@ from agentflow.report._canvas import (
     empty_note,
     gaps,
     new_figure,
+    plain,
     style,
     to_png,
 )
@@ -55,7 +56,7 @@ def interactivity(runs: Sequence[Run], *, gpus: float | None = None) -> Figure:
                 color=color(i),
                 alpha=0.35,
                 lw=0,
-                label=f"{run.label}: each {width:g} s of the run",
+                label=plain(f"{run.label}: each {width:g} s of the run"),
             )
             any_drawn = True
         x = run.fleet.get("output_tps")
@@ -69,10 +70,12 @@ def interactivity(runs: Sequence[Run], *, gpus: float | None = None) -> Figure:
                 color=color(i),
                 edgecolor="black",
                 zorder=3,
-                label=f"{run.label}: whole run",
+                label=plain(f"{run.label}: whole run"),
             )
             note = run.label + (f" ({peak} in flight)" if peak else "")
-            ax.annotate(note, (x / div, y), textcoords="offset points", xytext=(6, 6), fontsize=8)
+            ax.annotate(
+                plain(note), (x / div, y), textcoords="offset points", xytext=(6, 6), fontsize=8
+            )
             points.append((x / div, y, run.label))
             any_drawn = True
     same_scale = len({r.time_scale for r in runs}) == 1
@@ -130,7 +133,7 @@ def throughput(runs: Sequence[Run]) -> Figure:
             where="post",
             color=color(i),
             lw=1.8,
-            label=f"{run.label}: output tok/s",
+            label=plain(f"{run.label}: output tok/s"),
         )
         ax2.step(
             *bucket_steps(t, dt, tp.get("in_flight") or []),
@@ -138,7 +141,7 @@ def throughput(runs: Sequence[Run]) -> Figure:
             color=color(i),
             lw=1,
             ls=":",
-            label=f"{run.label}: requests in flight",
+            label=plain(f"{run.label}: requests in flight"),
         )
         series = (run.server or {}).get("series") or {}
         xs, ys = gaps(series.get("t_s") or [], series.get("generation_tps") or [])
@@ -150,7 +153,7 @@ def throughput(runs: Sequence[Run]) -> Figure:
                 color=SERVER_COLOR,
                 lw=1,
                 ls="--",
-                label=f"{run.label}: server generation tok/s (between scrapes)",
+                label=plain(f"{run.label}: server generation tok/s (between scrapes)"),
             )
         drawn = True
     if not drawn:
@@ -235,12 +238,12 @@ def cache_kv_over_time(runs: Sequence[Run]) -> Figure:
                 label="cache hit rate (server counters, between scrapes)",
             )
         if not pts and not kv and not sh:
-            empty_note(ax, f"{run.label}: no cache figures reported")
+            empty_note(ax, plain(f"{run.label}: no cache figures reported"))
             continue
         ax.set_ylim(0, 1.05)
         style(
             ax,
-            title=run.label,
+            title=plain(run.label),
             xlabel="seconds since the run started",
             ylabel="cache hit rate (fraction)",
         )
@@ -308,7 +311,7 @@ def context_growth(runs: Sequence[Run], *, max_lines: int = 100) -> Figure:
                 lw=2.2,
                 marker="o",
                 ms=3,
-                label=f"{run.label}: median session (band: p10–p90)",
+                label=plain(f"{run.label}: median session (band: p10–p90)"),
             )
             first, last = p50[0], p50[-1]
             if isinstance(first, int | float) and isinstance(last, int | float):

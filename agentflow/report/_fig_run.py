@@ -14,6 +14,7 @@ from agentflow.report._canvas import (
     empty_note,
     log_axis,
     new_figure,
+    plain,
     style,
     to_png,
 )
@@ -71,7 +72,12 @@ def lengths(runs: Sequence[Run]) -> Figure:
                     if not vs:
                         continue
                     ax.hist(
-                        vs, bins=edges, histtype="step", lw=1.8, color=color(i), label=run.label
+                        vs,
+                        bins=edges,
+                        histtype="step",
+                        lw=1.8,
+                        color=color(i),
+                        label=plain(run.label),
                     )
                     med = sorted(vs)[(len(vs) - 1) // 2]
                     ax.axvline(med, color=color(i), ls="--", lw=1)
@@ -87,7 +93,7 @@ def lengths(runs: Sequence[Run]) -> Figure:
                 pts = [(float(v), float(q)) for q, v in cdf if isinstance(v, int | float)]
                 if pts:
                     ax.step([p[0] for p in pts], [p[1] for p in pts], where="post",
-                            color=color(i), lw=1.8, label=run.label)  # fmt: skip
+                            color=color(i), lw=1.8, label=plain(run.label))  # fmt: skip
                     xs += [p[0] for p in pts]
                     drawn = True
             if xs and min(xs) > 0 and max(xs) / min(xs) > 20:
@@ -163,9 +169,9 @@ def errors_retries(runs: Sequence[Run]) -> Figure:
         drawn = True
         any_event = any_event or any(retries) or any(errors)
         ax.step(*bucket_steps(t, dt, retries), where="post", color=color(i), lw=1.8,
-                label=f"{run.label}: retries")  # fmt: skip
+                label=plain(f"{run.label}: retries"))  # fmt: skip
         ax.step(*bucket_steps(t, dt, errors), where="post", color=color(i), lw=1.2, ls="--",
-                label=f"{run.label}: errors")  # fmt: skip
+                label=plain(f"{run.label}: errors"))  # fmt: skip
     if not drawn:
         empty_note(ax, "no time series of errors and retries in the reports")
     else:
@@ -267,7 +273,7 @@ def session_timeline(runs: Sequence[Run], *, max_sessions: int = 30) -> Figure:
                         linewidth=0.6,  # each turn's bar outlined: turns stay apart
                     )
         ax.set_yticks(range(len(picked)))
-        ax.set_yticklabels([_short(s) for s in picked], fontsize=7)
+        ax.set_yticklabels([plain(_short(s)) for s in picked], fontsize=7)
         ax.invert_yaxis()
         style(ax, xlabel="seconds since the first turn became ready", ylabel="session")
         from matplotlib.patches import Patch
@@ -368,7 +374,7 @@ def tool_durations(runs: Sequence[Run]) -> Figure:
         )
     else:
         ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels(rows, fontsize=8)
+        ax.set_yticklabels([plain(r) for r in rows], fontsize=8)
         ax.invert_yaxis()
         style(ax, xlabel="seconds per call (dot: p50, bar: to p99, tick: longest)")
         log_axis(ax, "x")

@@ -4,15 +4,18 @@ nothing fetched from elsewhere; figures drawn from thin reports say what is miss
 from __future__ import annotations
 
 import base64
+import copy
 import io
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
+from matplotlib.cbook import is_math_text
 from matplotlib.image import imread
 
 from agentflow.report import FIGURE_KEYS, Figure, Run, make_figures, write_report
+from agentflow.report._canvas import plain
 from agentflow.stats import FleetStats
 from tests.report.runs import virtual_report
 
@@ -139,3 +142,25 @@ def test_an_empty_report_still_draws() -> None:
     figures = make_figures([Run("empty", report)])
     assert {f.key for f in figures} >= {"latency_cdf", "decode_tps", "interactivity"}
     assert all(f.png.startswith(PNG_MAGIC) for f in figures)
+
+
+def test_dollar_signs_in_labels_ids_and_names_are_drawn_as_written(
+    two_runs: list[dict[str, Any]],
+) -> None:
+    """matplotlib reads text between two ``$`` as math: an invalid formula stopped the
+    report, a valid one was drawn garbled. Every string that reaches a figure from a run
+    (labels, session ids, tool names, the server's dialect) is drawn as plain text."""
+    evil = r"$\bad{$"
+    runs = []
+    for i, original in enumerate(two_runs):
+        report = copy.deepcopy(original)
+        for s in report["samples"]:
+            s["session_id"] = evil + s["session_id"]
+        report["tools"] = {evil + name: t for name, t in report["tools"].items()}
+        report["server"]["source"]["dialect"] = evil
+        runs.append(Run(f"{evil} run {i}", report))
+    figures = make_figures(runs)
+    assert [f.key for f in figures] == list(FIGURE_KEYS)
+    for text in ("cost $5 vs $10", evil, r"a\$b", "$"):
+        assert not is_math_text(plain(text))
+        assert plain(text).replace(r"\$", "$") == text  # what matplotlib draws of plain text

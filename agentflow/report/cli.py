@@ -6,11 +6,13 @@
     agentflow report c16.json c64.json c256.json --html sweep.html --png-dir figs/
     agentflow report run.json --server-metrics before.prom after.prom --html report.html
     agentflow report --store runs.db RUN_ID --json run.json     # a recorded run, even partial
+    agentflow report --store runs.db RUN_ID --server-metrics before.prom after.prom --html r.html
 
 ``agentflow.cli`` wires it in with :func:`add_parser`; :func:`run` does the work and
 returns the exit status. Bad input raises :class:`~agentflow.ConfigError` (the entry
 point prints it on one line and exits 2); output paths are checked before any figure
-is drawn.
+is drawn. Runs read from a ``--store`` are drawn like report files (labels, server
+metrics, ``--write-json``).
 """
 
 from __future__ import annotations
@@ -56,8 +58,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--json",
         type=Path,
         metavar="OUT.json",
-        help="with --store: write the run's report JSON here (without --html/--png-dir/--json "
-        "it goes to standard output)",
+        help="with --store: write the run's report JSON here (with its server section when "
+        "--server-metrics is given); without --html, --png-dir, --json or --write-json it "
+        "goes to standard output",
     )
     p.add_argument("--html", type=Path, help="write the HTML page here")
     p.add_argument("--png-dir", type=Path, help="also write each figure as DIR/KEY.png")
@@ -65,7 +68,8 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         "--label",
         action="append",
         default=[],
-        help="legend name of each run, in order (default: run.label, else the file name)",
+        help="legend name of each run, in order (default: run.label, else the file name; "
+        "with --store, the run id)",
     )
     p.add_argument("--title", default="agentflow report", help="the page's title")
     p.add_argument(
@@ -97,26 +101,39 @@ def run(args: argparse.Namespace) -> int:
     from agentflow.report._build import write_report
     from agentflow.report._runs import Run, load_run
 
-    if args.store is not None:
-        return _from_store(args)
-    if args.json is not None:
+    store = args.store is not None
+    what = "run ids" if store else "runs"
+    if args.json is not None and not store:
         raise ConfigError("report: --json writes a run read from a --store")
-    if args.html is None and args.png_dir is None:
+    if not store and args.html is None and args.png_dir is None:
         raise ConfigError("report: give --html OUT.html and/or --png-dir DIR")
     labels: list[str] = list(args.label or [])
     if len(labels) > len(args.runs):
-        raise ConfigError(f"report: {len(labels)} --label for {len(args.runs)} runs")
+        raise ConfigError(f"report: {len(labels)} --label for {len(args.runs)} {what}")
     if args.write_json is not None and not args.server_metrics:
         raise ConfigError("report: --write-json needs --server-metrics")
-    if args.html is not None:
-        check_output_file(args.html, "--html")
-    if args.write_json is not None:
-        check_output_file(args.write_json, "--write-json")
+    if store:
+        check_store_file(args.store, "report")
+        if args.json is not None and len(args.runs) != 1:
+            raise ConfigError(f"report: --json writes one run, got {len(args.runs)} run ids")
+    for out, flag in (
+        (args.json, "--json"),
+        (args.html, "--html"),
+        (args.write_json, "--write-json"),
+    ):
+        if out is not None:
+            check_output_file(out, flag)
     if args.png_dir is not None:
         check_output_dir(args.png_dir, "--png-dir")
-    runs = [
-        load_run(path, labels[i] if i < len(labels) else None) for i, path in enumerate(args.runs)
-    ]
+    if store:
+        ids = [str(r) for r in args.runs]
+        reports = _from_store(args.store, ids)
+        runs = [Run(labels[i] if i < len(labels) else ids[i], r) for i, r in enumerate(reports)]
+    else:
+        runs = [
+            load_run(path, labels[i] if i < len(labels) else None)
+            for i, path in enumerate(args.runs)
+        ]
     if args.server_metrics:
         first = runs[0]
         report = dict(first.report)
@@ -124,6 +141,13 @@ def run(args: argparse.Namespace) -> int:
         runs[0] = Run(first.label, report, first.path)
         if args.write_json is not None:
             args.write_json.write_text(json.dumps(report, indent=2) + "\n", "utf-8")
+    if args.json is not None:
+        args.json.write_text(json.dumps(runs[0].report, indent=2) + "\n", "utf-8")
+    if args.html is None and args.png_dir is None:
+        if args.json is None and args.write_json is None:  # --store alone: the JSON, printed
+            reports_out = [r.report for r in runs]
+            print(json.dumps(reports_out[0] if len(runs) == 1 else reports_out, indent=2))
+        return 0
     figures = write_report(runs, args.html, png_dir=args.png_dir, title=args.title, gpus=args.gpus)
     out = []
     if args.html is not None:
@@ -151,37 +175,17 @@ def _server_from_files(before: Path, after: Path, *, client: dict[str, Any]) -> 
     return section
 
 
-def _from_store(args: argparse.Namespace) -> int:
-    """``agentflow report --store PATH RUN_ID...``: export recorded runs (finished or
-    partial) to report JSON, and draw them like report files."""
+def _from_store(path: Path, ids: list[str]) -> list[dict[str, Any]]:
+    """``agentflow report --store PATH RUN_ID...``: the recorded runs (finished or
+    partial) exported to report JSON; they are then drawn (and joined with
+    ``--server-metrics``) like report files."""
     import asyncio
 
-    from agentflow.report._build import write_report
-    from agentflow.report._runs import Run
     from agentflow.store import SQLiteStore, export_report
-
-    check_store_file(args.store, "report")
-    ids = [str(r) for r in args.runs]
-    if args.json is not None and len(ids) != 1:
-        raise ConfigError(f"report: --json writes one run, got {len(ids)} run ids")
-    for out in (args.json, args.html):
-        if out is not None:
-            check_output_file(out, "--json" if out is args.json else "--html")
-    if args.png_dir is not None:
-        check_output_dir(args.png_dir, "--png-dir")
 
     async def export() -> list[dict[str, Any]]:
         # Reads only: no journal (its first segment, 8 MiB, would be made and deleted).
-        async with SQLiteStore(args.store, journal=False) as store:
+        async with SQLiteStore(path, journal=False) as store:
             return [await export_report(store, run_id) for run_id in ids]
 
-    reports = asyncio.run(export())
-    if args.json is not None:
-        args.json.write_text(json.dumps(reports[0], indent=2) + "\n", "utf-8")
-    elif args.html is None and args.png_dir is None:
-        print(json.dumps(reports[0] if len(reports) == 1 else reports, indent=2))
-    if args.html is not None or args.png_dir is not None:
-        labels = list(args.label or [])
-        runs = [Run(labels[i] if i < len(labels) else ids[i], r) for i, r in enumerate(reports)]
-        write_report(runs, args.html, png_dir=args.png_dir, title=args.title, gpus=args.gpus)
-    return 0
+    return asyncio.run(export())

@@ -26,9 +26,12 @@ def _run(*argv: str) -> int:
 
 @pytest.fixture(scope="module")
 def demo_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """What ``agentflow demo --virtual --report`` writes."""
+    """What ``agentflow demo --virtual --report`` writes (its run is also recorded in
+    ``demo.db`` beside it)."""
     path = tmp_path_factory.mktemp("demo") / "demo.json"
-    config = DemoConfig(agents=6, turns=(2, 4), virtual=True, live=False, report=path)
+    config = DemoConfig(
+        agents=6, turns=(2, 4), virtual=True, live=False, report=path, store=path.with_suffix(".db")
+    )
     run_demo(config, console=Console(file=io.StringIO(), width=100))
     return path
 
@@ -69,3 +72,29 @@ def test_errors(demo_json: Path, tmp_path: Path) -> None:
         _run(str(tmp_path / "missing.json"), "--html", str(tmp_path / "x.html"))
     with pytest.raises(ConfigError, match="2 --label for 1 runs"):
         _run(str(demo_json), "--html", "x.html", "--label", "a", "--label", "b")
+
+
+def test_a_stored_run_takes_server_metrics_write_json_and_labels(
+    demo_json: Path, tmp_path: Path
+) -> None:
+    """With ``--store`` the run is drawn like a report file: ``--server-metrics`` joins it,
+    ``--write-json`` saves it so, ``--label`` names it (these were silently ignored)."""
+    db, run_id = demo_json.with_suffix(".db"), json.loads(demo_json.read_text())["run"]["run_id"]
+    before, after = tmp_path / "before.prom", tmp_path / "after.prom"
+    before.write_text(VLLM_BEFORE)
+    after.write_text(VLLM_AFTER)
+    out_json, html = tmp_path / "with-server.json", tmp_path / "r.html"
+    argv = ["--store", str(db), run_id, "--html", str(html), "--label", "stored demo"]
+    argv += ["--server-metrics", str(before), str(after), "--write-json", str(out_json)]
+    assert _run(*argv) == 0
+    report = json.loads(out_json.read_text())
+    assert report["run"]["run_id"] == run_id
+    assert report["server"]["counters"]["generation_tokens"] == 80
+    page = html.read_text("utf-8")
+    assert 'id="server"' in page and "stored demo" in page
+    with pytest.raises(ConfigError, match="2 --label for 1 run ids"):
+        _run("--store", str(db), run_id, "--html", str(html), "--label", "a", "--label", "b")
+    with pytest.raises(ConfigError, match="--write-json needs --server-metrics"):
+        _run("--store", str(db), run_id, "--write-json", str(out_json))
+    with pytest.raises(ConfigError, match="cannot read"):
+        _run("--store", str(db), run_id, "--server-metrics", str(tmp_path / "no"), str(after))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -30,6 +31,8 @@ from agentflow.report._server import (
 )
 
 __all__ = ["ServerWatch", "metrics_url", "scrape", "scrape_text"]
+
+_log = logging.getLogger("agentflow.report")
 
 _HINT = (
     "vLLM serves /metrics by default; SGLang needs --enable-metrics; llama.cpp's server "
@@ -51,11 +54,19 @@ async def scrape_text(session: aiohttp.ClientSession, url: str, timeout_s: float
     """GET ``url`` and return the body.
 
     Raises:
-        TransportError: no answer, or not a 200 (a 404 says how to turn metrics on).
+        TransportError: no answer, not a 200 (a 404 says how to turn metrics on), or a
+            body that does not decode (Prometheus' text format is UTF-8).
     """
     try:
         async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as r:
-            body = await r.text()
+            try:
+                body = await r.text()
+            except UnicodeDecodeError as exc:
+                raise TransportError(
+                    f"GET {url}: the page is not {exc.encoding} text: {exc.reason} at byte "
+                    f"{exc.start}",
+                    endpoint=url,
+                ) from exc
             if r.status != 200:
                 hint = f" ({_HINT})" if r.status == 404 else ""
                 raise TransportError(f"GET {url}: HTTP {r.status}{hint}", endpoint=url)
@@ -125,6 +136,7 @@ class ServerWatch:
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._names: dict[str, tuple[str, ...]] = {}
+        self._unexpected = False
 
     async def start(self) -> None:
         """Take the *before* scrape and start sampling.
@@ -145,13 +157,18 @@ class ServerWatch:
             self._task = asyncio.get_running_loop().create_task(self._sample_loop())
 
     async def stop(self) -> None:
-        """Stop sampling and take the *after* scrape."""
+        """Stop sampling and take the *after* scrape; the HTTP session is closed whatever
+        happens.
+
+        Raises:
+            TransportError: the *after* scrape failed.
+        """
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
         try:
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
             if self._session is not None:
                 self.after = await self._full()
         finally:
@@ -166,7 +183,15 @@ class ServerWatch:
     async def __aexit__(
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
-        await self.stop()
+        """Stop; when the body raised, a failure to stop is noted on the body's exception,
+        which goes on (it is the one that says what went wrong with the run)."""
+        if e is None:
+            await self.stop()
+            return
+        try:
+            await self.stop()
+        except Exception as exc:
+            e.add_note(f"and ServerWatch.stop() failed: {type(exc).__name__}: {exc}")
 
     def section(
         self, client: Mapping[str, Any] | None = None, *, origin_ns: int | None = None
@@ -208,11 +233,20 @@ class ServerWatch:
             next_t += interval
             try:
                 text = await scrape_text(session, self.url, self.timeout_s)
+                t = self.clock()
+                raw = quick_values(text, flat, means)
             except TransportError:
                 self.failed_scrapes += 1
                 continue
-            t = self.clock()
-            raw = quick_values(text, flat, means)
+            except Exception:
+                # Sampling must not end on an error nobody expected: the task would die
+                # quietly, the samples stop, and stop() would raise it instead of the
+                # after scrape. It is a failed scrape; the first one is logged.
+                self.failed_scrapes += 1
+                if not self._unexpected:
+                    self._unexpected = True
+                    _log.exception("ServerWatch: sampling %s failed unexpectedly", self.url)
+                continue
             values: dict[str, float] = {}
             for key, ns in names.items():
                 if all(n in raw for n in ns):

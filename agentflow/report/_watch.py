@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from types import TracebackType
@@ -229,7 +230,10 @@ class ServerWatch:
         loop = asyncio.get_running_loop()
         next_t = loop.time() + interval
         while True:
-            await asyncio.sleep(max(0.0, next_t - loop.time()))
+            now = loop.time()
+            if next_t < now:  # a slow scrape: skip the ticks it missed (no burst after it)
+                next_t += math.ceil((now - next_t) / interval) * interval
+            await asyncio.sleep(next_t - now)
             next_t += interval
             try:
                 text = await scrape_text(session, self.url, self.timeout_s)

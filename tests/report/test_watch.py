@@ -1,6 +1,7 @@
 """ServerWatch's sampling against a real /metrics server on loopback, in virtual time: a
 bad page during the run is a failed scrape (not the end of sampling, a leaked session or
-the run's own error replaced)."""
+the run's own error replaced), and a slow scrape does not set off a burst of catch-up
+scrapes."""
 
 from __future__ import annotations
 
@@ -86,6 +87,37 @@ def test_a_failed_after_scrape_without_an_error_in_the_body_is_raised() -> None:
         return watch
 
     assert run_virtual(main)._session is None
+
+
+def test_a_slow_scrape_skips_the_ticks_it_missed() -> None:
+    """Every 0.5 s; the third sample takes 3 s to answer. The samples after it keep the
+    0.5 s grid and never come closer than 0.5 s: the missed ticks are skipped, not fired
+    back to back."""
+    starts: list[float] = []
+
+    async def page(n: int) -> bytes:
+        loop = asyncio.get_running_loop()
+        starts.append(loop.time())
+        if n == 4:  # before-scrape, then samples 1, 2, 3 (slow)
+            await asyncio.sleep(3.0)
+        return PAGE
+
+    async def main() -> ServerWatch:
+        runner, url = await _serve(page)
+        loop = asyncio.get_running_loop()
+        watch = ServerWatch(url, interval_s=0.5, clock=lambda: int(loop.time() * 1e9))
+        try:
+            async with watch:
+                await asyncio.sleep(5.75)
+        finally:
+            await runner.cleanup()
+        return watch
+
+    watch = run_virtual(main)
+    origin = starts[0]
+    sampled = [round(t - origin, 6) for t in starts[1:-1]]
+    assert sampled == [0.5, 1.0, 1.5, 4.5, 5.0, 5.5]
+    assert len(watch.samples) == len(sampled) and watch.failed_scrapes == 0
 
 
 def test_an_unexpected_error_while_sampling_is_a_failed_scrape(

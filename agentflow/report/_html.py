@@ -51,7 +51,8 @@ def _pct(v: Any) -> str:
 
 def lag_warning(run: Run) -> str | None:
     """A warning when the client's loop lag (``run.loop_lag``) could inflate its latencies:
-    its p99 above 0.5 ms and above 2 % of the median TTFT, or above 10 % of the median ITL."""
+    its p99 above 0.5 ms and above 2 % of the median TTFT, or above 10 % of the median ITL
+    (a median of 0 — a server that answered at once — is no yardstick and is skipped)."""
     lag = run.run.get("loop_lag")
     if not isinstance(lag, Mapping):
         return None
@@ -61,7 +62,7 @@ def lag_warning(run: Run) -> str | None:
     ttft = (run.distribution("ttft_s") or {}).get("p50")
     itl = (run.distribution("itl_s") or {}).get("p50")
     reasons = []
-    if p99 > 5e-4 and isinstance(ttft, int | float) and p99 > 0.02 * ttft:
+    if p99 > 5e-4 and isinstance(ttft, int | float) and ttft > 0 and p99 > 0.02 * ttft:
         reasons.append(f"{p99 / ttft:.1%} of the median TTFT")
     if isinstance(itl, int | float) and itl > 0 and p99 > 0.1 * itl:
         reasons.append(f"{p99 / itl:.0%} of the median ITL")

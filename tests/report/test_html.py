@@ -16,6 +16,7 @@ from matplotlib.image import imread
 
 from agentflow.report import FIGURE_KEYS, Figure, Run, make_figures, write_report
 from agentflow.report._canvas import plain
+from agentflow.report._html import lag_warning
 from agentflow.stats import FleetStats
 from tests.report.runs import virtual_report
 
@@ -164,3 +165,16 @@ def test_dollar_signs_in_labels_ids_and_names_are_drawn_as_written(
     for text in ("cost $5 vs $10", evil, r"a\$b", "$"):
         assert not is_math_text(plain(text))
         assert plain(text).replace(r"\$", "$") == text  # what matplotlib draws of plain text
+
+
+def test_the_lag_warning_skips_a_zero_median() -> None:
+    """A median TTFT of 0 (a server that answered at once) is no yardstick for the lag:
+    no division by it; the ITL, when there is one, still is."""
+    report: dict[str, Any] = {
+        "run": {"loop_lag": {"p99_s": 0.002}},
+        "distributions": {"ttft_s": {"count": 5, "p50": 0.0}},
+    }
+    assert lag_warning(Run("x", report)) is None
+    report["distributions"]["itl_s"] = {"count": 5, "p50": 0.001}
+    warning = lag_warning(Run("x", report))
+    assert warning is not None and "200% of the median ITL" in warning and "TTFT" not in warning

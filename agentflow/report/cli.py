@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,7 @@ def run(args: argparse.Namespace) -> int:
         check_store_file(args.store, "report")
         if args.json is not None and len(args.runs) != 1:
             raise ConfigError(f"report: --json writes one run, got {len(args.runs)} run ids")
+    _check_no_overwrite(args)
     for out, flag in (
         (args.json, "--json"),
         (args.html, "--html"),
@@ -156,6 +158,53 @@ def run(args: argparse.Namespace) -> int:
         out.append(f"{len(figures)} PNGs in {args.png_dir}")
     print(f"report: {len(figures)} figures → {', '.join(out)}", file=sys.stderr)
     return 0
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (through links and ``..`` too)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet): then they differ
+        return False
+
+
+def _check_no_overwrite(args: argparse.Namespace) -> None:
+    """Raise :class:`ConfigError` if an output would overwrite an input or another output.
+
+    ``agentflow report run.json --html run.json`` (a slip) would replace the measured
+    report with the page; nothing is written until this passes.
+    """
+    from agentflow.report._build import FIGURE_KEYS
+
+    inputs: list[tuple[str, Path]] = []
+    if args.store is not None:
+        inputs.append(("--store", args.store))
+    else:
+        inputs += [("the report", p) for p in args.runs]
+    if args.server_metrics:
+        inputs += [("--server-metrics", p) for p in args.server_metrics]
+    outputs = [
+        (flag, p)
+        for flag, p in (
+            ("--html", args.html),
+            ("--json", args.json),
+            ("--write-json", args.write_json),
+        )
+        if p is not None
+    ]
+    if args.png_dir is not None:
+        outputs += [("--png-dir", args.png_dir / f"{key}.png") for key in FIGURE_KEYS]
+    for i, (flag, out) in enumerate(outputs):
+        for what, path in inputs:
+            if _same_file(out, path):
+                raise ConfigError(
+                    f"report: {flag} {out} is {what} {path}: writing it would overwrite the input"
+                )
+        for other, earlier in outputs[:i]:
+            if _same_file(out, earlier):
+                raise ConfigError(f"report: {flag} {out} and {other} {earlier} are the same file")
 
 
 def _server_from_files(before: Path, after: Path, *, client: dict[str, Any]) -> dict[str, Any]:

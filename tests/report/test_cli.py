@@ -98,3 +98,38 @@ def test_a_stored_run_takes_server_metrics_write_json_and_labels(
         _run("--store", str(db), run_id, "--write-json", str(out_json))
     with pytest.raises(ConfigError, match="cannot read"):
         _run("--store", str(db), run_id, "--server-metrics", str(tmp_path / "no"), str(after))
+
+
+def test_an_output_that_is_an_input_or_another_output_is_refused(
+    demo_json: Path, tmp_path: Path
+) -> None:
+    """``--html run.json`` (a slip) would replace the measured report with the page: every
+    output is checked against the inputs and the other outputs before anything is written
+    (through links and ``..`` too)."""
+    run = tmp_path / "run.json"
+    run.write_bytes(demo_json.read_bytes())
+    link = tmp_path / "link.json"
+    link.symlink_to(run)
+    before, after = tmp_path / "before.prom", tmp_path / "after.prom"
+    before.write_text(VLLM_BEFORE)
+    after.write_text(VLLM_AFTER)
+    metrics = ["--server-metrics", str(before), str(after)]
+    cases = [
+        ([str(run), "--html", str(run)], "--html .* is the report .*overwrite the input"),
+        ([str(run), "--html", str(tmp_path / "x" / ".." / "link.json")], "overwrite the input"),
+        ([str(run), "--html", str(tmp_path / "x.html"), *metrics, "--write-json", str(before)],
+         "--server"),
+        ([str(run), "--html", str(tmp_path / "o.json"), *metrics, "--write-json",
+          str(tmp_path / "o.json")], "--write-json .* and --html .* are the same file"),
+        ([str(link), "--png-dir", str(tmp_path), "--html", str(tmp_path / "latency_cdf.png")],
+         "--png-dir .*latency_cdf.png and --html"),
+    ]  # fmt: skip
+    db = demo_json.with_suffix(".db")
+    run_id = json.loads(demo_json.read_text())["run"]["run_id"]
+    cases.append((["--store", str(db), run_id, "--json", str(db)], "--json .* is --store"))
+    for argv, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            _run(*argv)
+    assert run.read_bytes() == demo_json.read_bytes()
+    assert before.read_text() == VLLM_BEFORE
+    assert not (tmp_path / "o.json").exists() and not (tmp_path / "x.html").exists()

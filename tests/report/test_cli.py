@@ -133,3 +133,16 @@ def test_an_output_that_is_an_input_or_another_output_is_refused(
     assert run.read_bytes() == demo_json.read_bytes()
     assert before.read_text() == VLLM_BEFORE
     assert not (tmp_path / "o.json").exists() and not (tmp_path / "x.html").exists()
+
+
+def test_swapped_scrapes_or_a_restart_are_refused(demo_json: Path, tmp_path: Path) -> None:
+    """Counters only grow while a server runs: BEFORE and AFTER given the other way round
+    (or a restart between them) made every delta negative, drawn as the server's figures."""
+    before, after = tmp_path / "before.prom", tmp_path / "after.prom"
+    before.write_text(VLLM_BEFORE)
+    after.write_text(VLLM_AFTER)
+    html = tmp_path / "r.html"
+    argv = [str(demo_json), "--html", str(html), "--server-metrics", str(after), str(before)]
+    with pytest.raises(ConfigError, match=r"counters went down .*generation_tokens.*swapped"):
+        _run(*argv)
+    assert not html.exists()

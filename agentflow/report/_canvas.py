@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure as MplFigure
 
-__all__ = ["COLORS", "Figure", "empty_note", "new_figure", "plain", "to_png"]
+__all__ = ["COLORS", "Figure", "empty_note", "new_figure", "number", "plain", "to_png"]
 
 #: Run colours, in order (colour-blind-safe, Okabe–Ito).
 COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
@@ -75,6 +75,17 @@ def to_png(fig: MplFigure) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=DPI)
     return buf.getvalue()
+
+
+def number(x: float, digits: int = 3) -> str:
+    """``x`` for a reader: ``digits`` significant digits below 1000, whole numbers with
+    thousands separators from there (``12.3``, ``999``, ``1,000``, ``25,310``).
+
+    ``{:,.3g}`` alone turns a value in [999.5, 1000) into ``1e+03`` (it rounds to four
+    digits); such a value is written as the whole number it rounds to.
+    """
+    s = f"{x:,.{digits}g}"
+    return f"{x:,.0f}" if abs(x) >= 1000 or "e+" in s else s
 
 
 def plain(text: str) -> str:

@@ -5,15 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from agentflow.report._canvas import Figure, color, finite, new_figure, plain, style, to_png
+from agentflow.report._canvas import (
+    Figure,
+    color,
+    finite,
+    new_figure,
+    number,
+    plain,
+    style,
+    to_png,
+)
 from agentflow.report._runs import Run
 from agentflow.stats._sketch import nearest_rank
 
 __all__ = ["compare_runs"]
-
-
-def _fmt(v: float) -> str:
-    return f"{v:,.3g}" if abs(v) < 1000 else f"{v:,.0f}"
 
 
 def _compare_panels() -> list[tuple[str, str, list[tuple[str, Any]]]]:
@@ -84,7 +89,7 @@ def compare_runs(runs: Sequence[Run]) -> Figure | None:
             bars = ax.bar(xs, heights, w, color=color(i), label=plain(run.label))
             for b, v in zip(bars, vals, strict=True):
                 ax.annotate(
-                    "—" if v is None else _fmt(v),
+                    "—" if v is None else number(v),
                     (b.get_x() + b.get_width() / 2, b.get_height()),
                     ha="center",
                     va="bottom",

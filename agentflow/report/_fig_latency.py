@@ -18,6 +18,7 @@ from agentflow.report._canvas import (
     finite,
     log_axis,
     new_figure,
+    number,
     plain,
     style,
     to_png,
@@ -232,7 +233,7 @@ def client_vs_server(runs: Sequence[Run]) -> Figure | None:
                     b.set_edgecolor("white")
                 if v is not None:
                     ax.annotate(
-                        f"{v:,.3g}" if v < 1000 else f"{v:,.0f}",
+                        number(v),
                         (b.get_x() + b.get_width() / 2, b.get_height()),
                         ha="center",
                         va="bottom",

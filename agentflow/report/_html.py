@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentflow._redact import redact
-from agentflow.report._canvas import Figure
+from agentflow.report._canvas import Figure, number
 from agentflow.report._runs import Run
 
 __all__ = ["lag_warning", "render_html"]
@@ -40,9 +40,7 @@ def _e(x: Any) -> str:
 def _num(v: Any, digits: int = 3, scale: float = 1.0, unit: str = "") -> str:
     if isinstance(v, bool) or not isinstance(v, int | float):
         return "—"
-    x = v * scale
-    s = f"{x:,.{digits}g}" if abs(x) < 1000 else f"{x:,.0f}"
-    return f"{s}{unit}"
+    return f"{number(v * scale, digits)}{unit}"
 
 
 def _pct(v: Any) -> str:

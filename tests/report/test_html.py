@@ -15,8 +15,8 @@ from matplotlib.cbook import is_math_text
 from matplotlib.image import imread
 
 from agentflow.report import FIGURE_KEYS, Figure, Run, make_figures, write_report
-from agentflow.report._canvas import plain
-from agentflow.report._html import lag_warning
+from agentflow.report._canvas import number, plain
+from agentflow.report._html import _num, lag_warning, render_html
 from agentflow.stats import FleetStats
 from tests.report.runs import virtual_report
 
@@ -178,3 +178,17 @@ def test_the_lag_warning_skips_a_zero_median() -> None:
     report["distributions"]["itl_s"] = {"count": 5, "p50": 0.001}
     warning = lag_warning(Run("x", report))
     assert warning is not None and "200% of the median ITL" in warning and "TTFT" not in warning
+
+
+def test_numbers_just_under_1000_are_not_in_scientific_notation() -> None:
+    """``{:,.3g}`` rounds 999.7 to four digits and writes ``1e+03``; the one formatter of
+    tables, bar labels and captions writes ``1,000``."""
+    values = (12.345, 0.5, 999.4, 999.5, 999.7, -999.7, 1234.5, 25_310.0)
+    expected = ["12.3", "0.5", "999", "1,000", "1,000", "-1,000", "1,234", "25,310"]
+    assert [number(v) for v in values] == expected
+    assert number(999.96, 4) == "1,000" and number(999.94, 4) == "999.9"
+    assert _num(0.9997, scale=1e3, unit=" ms") == "1,000 ms" and _num(None) == "—"
+    report = copy.deepcopy(FleetStats().report())
+    report["fleet"]["output_tps"] = 999.7
+    page = render_html([Run("x", report)], [], title="t")
+    assert "e+03" not in page and "<td>1,000</td>" in page

@@ -54,20 +54,18 @@ def lengths(runs: Sequence[Run]) -> Figure:
     fig, axes = new_figure(1, 2, size=(11.0, 4.8))
     histograms = all(_samples(r) for r in runs)
     medians: list[str] = []
+    off_axis: list[str] = []
     for ax, (key, fields, title) in zip(axes, _LENGTHS, strict=True):
         drawn = False
         if histograms:
             values = [_sample_values(r, fields) for r in runs]
             flat = [v for vs in values for v in vs]
             if flat:
-                lo, hi = max(1.0, min(flat)), max(1.0, max(flat))
-                log = hi / lo > 20
-                if log:
-                    edges = [lo * (hi / lo) ** (k / 40) for k in range(41)]
-                    edges[-1] *= 1.0001
-                else:
-                    step = max(1.0, (hi - lo) / 40)
-                    edges = [lo + step * k for k in range(42)]
+                edges, log = _edges(flat)
+                zeros = sum(v < edges[0] for v in flat)
+                if zeros:
+                    what = title.split(" per")[0]
+                    off_axis.append(f"{zeros:,} turns with 0 {what} are not on the log axis")
                 for i, (run, vs) in enumerate(zip(runs, values, strict=True)):
                     if not vs:
                         continue
@@ -80,7 +78,8 @@ def lengths(runs: Sequence[Run]) -> Figure:
                         label=plain(run.label),
                     )
                     med = sorted(vs)[(len(vs) - 1) // 2]
-                    ax.axvline(med, color=color(i), ls="--", lw=1)
+                    if med >= edges[0]:  # (a median of 0 is not on a log axis)
+                        ax.axvline(med, color=color(i), ls="--", lw=1)
                     drawn = True
                 if drawn and log:
                     log_axis(ax, "x")
@@ -115,7 +114,7 @@ def lengths(runs: Sequence[Run]) -> Figure:
     fig.suptitle("Prompt and output lengths per turn", fontsize=12)
     how = (
         "Histograms of every turn (40 bins, log-spaced when the range is wide); dashed "
-        "lines are medians."
+        "lines are medians." + "".join(f" {n[0].upper()}{n[1:]}." for n in off_axis)
         if histograms
         else "CDFs from the report's sketches (each quantile within ±1 %); histograms need "
         "each turn kept (FleetStats(keep_samples=True), report(include_samples=True))."
@@ -131,6 +130,22 @@ def lengths(runs: Sequence[Run]) -> Figure:
         f"final answers long. {how}" + (f" {'; '.join(medians)}." if medians else ""),
         to_png(fig),
     )
+
+
+def _edges(flat: Sequence[float]) -> tuple[list[float], bool]:
+    """The 40 bins of a length histogram, and whether they are log-spaced (when the
+    positive values span more than 20×). Linear bins start at the smallest value, so
+    turns of 0 tokens (a stream that ended without output) are counted; log bins start
+    at the smallest positive value, and the caller says how many turns they leave out."""
+    positive = [v for v in flat if v > 0]
+    lo, hi = max(1.0, min(positive, default=1.0)), max(1.0, max(positive, default=1.0))
+    if hi / lo > 20:
+        edges = [lo * (hi / lo) ** (k / 40) for k in range(41)]
+        edges[-1] *= 1.0001
+        return edges, True
+    first = min(lo, min(flat))
+    step = max(1.0, (hi - first) / 40)
+    return [first + step * k for k in range(42)], False
 
 
 def errors_retries(runs: Sequence[Run]) -> Figure:

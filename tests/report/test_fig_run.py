@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentflow.report import Run, make_figures
-from agentflow.report._fig_run import _spans
+from agentflow.report._fig_run import _spans, lengths
 from tests.report.runs import virtual_report
 
 
@@ -78,3 +78,35 @@ def test_per_agent_figures_use_the_reports_nearest_rank_quantiles() -> None:
     run = Run("r", report)
     assert _agent_q(run, 0.5) == pytest.approx(per_agent["p50"]) == pytest.approx(50.0)
     assert _agent_q(run, 0.9) == pytest.approx(per_agent["p90"]) == pytest.approx(90.0)
+
+
+def test_turns_without_output_are_in_the_length_histogram(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Turns of 0 output tokens (a stream that ended without output) fell left of every
+    bin: the 'turns' histogram silently lost them. Linear bins now start at 0; log bins
+    cannot, so the caption counts those turns."""
+    from matplotlib.axes import Axes
+
+    drawn: list[int] = []
+    real_hist = Axes.hist
+
+    def counting_hist(self: Axes, x: Any, *args: Any, **kw: Any) -> Any:
+        n, bins, patches = real_hist(self, x, *args, **kw)
+        drawn.append(int(sum(n)))
+        return n, bins, patches
+
+    monkeypatch.setattr(Axes, "hist", counting_hist)
+    report = virtual_report(6, concurrency=2, server=False)
+    samples = report["samples"]
+    for k, s in enumerate(samples):  # 0–9 tokens, every tenth turn none: linear bins
+        s["output_tokens"] = k % 10
+    figure = lengths([Run("r", report)])
+    assert drawn[1] == len(samples) and "not on the log axis" not in figure.caption
+
+    drawn.clear()
+    for k, s in enumerate(samples):  # 0, or 1 to 260 tokens: log bins
+        s["output_tokens"] = 0 if k < 3 else 1 if k == 3 else 10 * k
+    figure = lengths([Run("r", report)])
+    assert drawn[1] == len(samples) - 3
+    assert "3 turns with 0 output tokens are not on the log axis." in figure.caption

@@ -179,8 +179,9 @@ class LiveView:
             self.retries += 1
             self.last_retry = f"{event.agent}: {type(event.attempt.error).__name__}"
             row = self.agents.get(event.agent)
-            if row is not None:
-                row.retries += 1
+            if row is None:  # its first turn may be the one retried
+                row = self.agents[event.agent] = _Row()
+            row.retries += 1
         elif isinstance(event, ToolCallEvent):
             self.tools_running += 1
         elif isinstance(event, ToolResultEvent):

@@ -184,3 +184,18 @@ def test_a_failing_redraw_is_logged_and_does_not_end_the_live_view(
     fleet.broken = False
     view.console.print(live.get_renderable())
     assert "in flight 3" in out.getvalue()
+
+
+def test_retries_before_an_agents_first_turn_count_in_its_row() -> None:
+    """A retry came before the agent had a row (its first turn was the one retried) and
+    was dropped from the row: the table said 'retries 0' while the fleet counted them."""
+    view, out = _view(top=1)
+    err = ServerError("busy", status=503, body=None, endpoint="http://x")
+    attempt = FailedAttempt(attempt=0, replica="r0", error=err, trace=None, wait_s=0.1)
+    for _ in range(3):
+        view(RetryEvent(agent="a", session_id="a-s", turn=0, attempt=attempt))
+    view(_turn("a", 10.0))
+    assert view.retries == 3 and view.agents["a"].retries == 3
+    view.console.print(view.render())
+    row = out.getvalue().splitlines()[-1]
+    assert row.split()[:2] == ["slow", "a"] and row.split()[-2:] == ["3", "running"]

@@ -52,8 +52,9 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    """:class:`LiveView` is imported when first asked for: it needs rich (the ``demo``
-    extra), and ``agentflow report`` does not."""
+    """:class:`LiveView` is imported when first asked for (``agentflow report`` does not
+    need it); rich, the ``demo`` extra it draws with, only when a view is made — so
+    ``from agentflow.report import *`` works without rich."""
     if name == "LiveView":
         from agentflow.report._live import LiveView
 

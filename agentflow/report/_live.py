@@ -8,6 +8,9 @@ Everything else — the fleet's recent token rate, the slowest and fastest agent
 ``heapq`` pass over the rows), the table — is computed when the view is drawn, a few
 times a second, by rich's refresh thread. ``tests/report/bench_live.py`` measures both
 costs; ``docs/report.md`` gives the figures.
+
+rich (the ``demo`` extra) is imported when a view is made, not with this module, so that
+``agentflow.report`` — names, ``from agentflow.report import *`` — works without it.
 """
 
 from __future__ import annotations
@@ -19,10 +22,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from rich.console import Console, Group, RenderableType
-from rich.live import Live
-from rich.text import Text
-
+from agentflow._errors import ConfigError
 from agentflow._events import (
     ErrorEvent,
     Event,
@@ -37,6 +37,10 @@ from agentflow.report._lag import LoopLagProbe
 from agentflow.stats._sketch import nearest_rank
 
 if TYPE_CHECKING:
+    from rich.console import Console, RenderableType
+    from rich.live import Live
+    from rich.text import Text
+
     from agentflow._fleet import Fleet
 
 __all__ = ["LiveView"]
@@ -97,6 +101,9 @@ class LiveView:
         refresh_per_second: redraws per second (by rich's refresh thread).
         lag: a running probe whose lag to show.
         clock: seconds, for elapsed time and rates.
+
+    Raises:
+        ConfigError: rich (the ``demo`` extra) is not installed.
     """
 
     def __init__(
@@ -112,6 +119,14 @@ class LiveView:
         lag: LoopLagProbe | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        try:
+            from rich.console import Console
+            from rich.text import Text
+        except ImportError as exc:
+            raise ConfigError(
+                "the live view draws with rich, which is not installed: "
+                "pip install 'agentflow[demo]'"
+            ) from exc
         self.total_sessions = total_sessions
         self.total_turns = total_turns
         self.fleet = fleet
@@ -264,6 +279,9 @@ class LiveView:
 
     def render(self) -> RenderableType:
         """The current view."""
+        from rich.console import Group
+        from rich.text import Text
+
         elapsed = self.clock() - self.started
         tps = self.fleet_tps()
         hit = (
@@ -356,6 +374,8 @@ class LiveView:
     def live(self) -> Live:
         """A rich ``Live`` that redraws :meth:`render` ``refresh_per_second`` times a second
         (through :meth:`_safe_render`)."""
+        from rich.live import Live
+
         return Live(
             get_renderable=self._safe_render,
             console=self.console,
@@ -395,6 +415,8 @@ def _rank(ordered: list[float], q: float) -> float | None:
 
 def _bar_line(label: str, width: int, done: int, total: int | None) -> Text:
     """``label`` padded to ``width``, a bar of :data:`BAR_WIDTH` characters, the percentage."""
+    from rich.text import Text
+
     total = max(1, total or 1)
     frac = min(1.0, done / total)
     filled = round(frac * BAR_WIDTH)

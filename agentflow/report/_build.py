@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentflow._errors import ConfigError
 from agentflow.report._canvas import Figure
 from agentflow.report._fig_compare import compare_runs
 from agentflow.report._fig_latency import client_vs_server, decode_distribution, latency_cdf
@@ -60,9 +62,11 @@ def make_figures(
             each report's ``run.gpus``, else the fleet's throughput).
 
     Raises:
-        ConfigError: matplotlib (the ``report`` extra) is missing, or a document is not a
-            report this version reads.
+        ConfigError: matplotlib (the ``report`` extra) is missing, a document is not a
+            report this version reads, or ``gpus`` is not more than 0.
     """
+    if gpus is not None and not (math.isfinite(gpus) and gpus > 0):
+        raise ConfigError(f"gpus must be more than 0, got {gpus!r}")
     rs = _runs(runs)
     if not rs:
         raise ValueError("make_figures needs at least one run")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -75,7 +76,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--title", default="agentflow report", help="the page's title")
     p.add_argument(
         "--gpus",
-        type=float,
+        type=_gpus,
         help="divide throughput by this many GPUs in the interactivity plot "
         "(default: each report's run.gpus)",
     )
@@ -95,6 +96,18 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     )
     p.set_defaults(func=run)
     return p
+
+
+def _gpus(text: str) -> float:
+    """``argparse`` type of ``--gpus``: a number of GPUs, more than 0 (fractions allowed:
+    a share of one)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from rich.console import Console
 
 from agentflow._errors import ConfigError
 from agentflow.demo.run import DemoConfig, run_demo
+from agentflow.report import make_figures
 from agentflow.report.cli import add_parser
 from tests.report.test_server import VLLM_AFTER, VLLM_BEFORE
 
@@ -146,3 +147,19 @@ def test_swapped_scrapes_or_a_restart_are_refused(demo_json: Path, tmp_path: Pat
     with pytest.raises(ConfigError, match=r"counters went down .*generation_tokens.*swapped"):
         _run(*argv)
     assert not html.exists()
+
+
+def test_gpus_must_be_more_than_0(
+    demo_json: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--gpus 0`` (or less) was accepted and silently ignored: the plot fell back to the
+    fleet's throughput, not even each report's own ``run.gpus``."""
+    for bad in ("0", "-2", "nan", "two"):
+        with pytest.raises(SystemExit) as exited:
+            _run(str(demo_json), "--html", str(tmp_path / "r.html"), "--gpus", bad)
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "argument --gpus:" in err and bad in err
+    with pytest.raises(ConfigError, match="gpus must be more than 0, got 0"):
+        make_figures([json.loads(demo_json.read_text())], gpus=0)
+    assert not (tmp_path / "r.html").exists()

@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -111,7 +112,8 @@ def _gpus(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``agentflow report``; returns the exit status (0)."""
+    """Run ``agentflow report``; returns the exit status (0; 141 when the reader of the
+    JSON printed to standard output went away)."""
     from agentflow.report._build import write_report
     from agentflow.report._runs import Run, load_run
 
@@ -161,7 +163,9 @@ def run(args: argparse.Namespace) -> int:
     if args.html is None and args.png_dir is None:
         if args.json is None and args.write_json is None:  # --store alone: the JSON, printed
             reports_out = [r.report for r in runs]
-            print(json.dumps(reports_out[0] if len(runs) == 1 else reports_out, indent=2))
+            return _to_stdout(
+                json.dumps(reports_out[0] if len(runs) == 1 else reports_out, indent=2)
+            )
         return 0
     figures = write_report(runs, args.html, png_dir=args.png_dir, title=args.title, gpus=args.gpus)
     out = []
@@ -170,6 +174,25 @@ def run(args: argparse.Namespace) -> int:
     if args.png_dir is not None:
         out.append(f"{len(figures)} PNGs in {args.png_dir}")
     print(f"report: {len(figures)} figures → {', '.join(out)}", file=sys.stderr)
+    return 0
+
+
+def _to_stdout(text: str) -> int:
+    """Print ``text``; returns the exit status.
+
+    When the reader has gone (``agentflow report --store … | head``) the rest is dropped
+    quietly and the status is a SIGPIPE death's (141), as a C tool's would be — not a
+    ``BrokenPipeError`` traceback. Standard output is pointed at ``os.devnull`` so the
+    interpreter's own flush at exit does not fail again.
+    """
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 128 + getattr(signal, "SIGPIPE", 13)  # (13 on POSIX; Windows has none)
     return 0
 
 

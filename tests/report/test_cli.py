@@ -6,6 +6,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -163,3 +166,22 @@ def test_gpus_must_be_more_than_0(
     with pytest.raises(ConfigError, match="gpus must be more than 0, got 0"):
         make_figures([json.loads(demo_json.read_text())], gpus=0)
     assert not (tmp_path / "r.html").exists()
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly(demo_json: Path) -> None:
+    """``agentflow report --store DB ID | head``: the reader closes the pipe. The command
+    stops quietly with a SIGPIPE death's status (141), not a BrokenPipeError traceback."""
+    db, run_id = demo_json.with_suffix(".db"), json.loads(demo_json.read_text())["run"]["run_id"]
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first byte
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "agentflow.cli", "report", "--store", str(db), run_id],
+            stdout=write,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        os.close(write)
+    assert proc.stderr == "" and proc.returncode == 141

@@ -28,6 +28,9 @@ _LENGTHS = (
     ("output_tokens", ("output_tokens",), "output tokens per turn"),
 )
 
+#: Seconds: tool durations below it are drawn at it (the log axis has no 0).
+FLOOR_S = 1e-6
+
 #: Timeline colours: queue wait, model (request sent → end of stream), tools.
 QUEUE_COLOR, MODEL_COLOR, TOOLS_COLOR = "#E69F00", "#0072B2", "#009E73"
 
@@ -351,6 +354,7 @@ def tool_durations(runs: Sequence[Run]) -> Figure:
     names = sorted({n for r in runs for n in _tools(r)})
     totals: list[str] = []
     rows: list[str] = []
+    floored = 0  # rows with a value drawn at FLOOR_S rather than where it is
     y = 0
     for i, run in enumerate(runs):
         tools = _tools(run)
@@ -369,10 +373,11 @@ def tool_durations(runs: Sequence[Run]) -> Figure:
             p50, p99, top = (_num(d.get(k)) for k in ("p50", "p99", "max"))
             if p50 is None or p99 is None or top is None:
                 continue
-            lo = max(p50, 1e-6)
+            lo = max(p50, FLOOR_S)
+            floored += min(p50, p99, top) < FLOOR_S
             ax.barh(y, max(p99, lo) - lo, left=lo, height=0.6, color=color(i), alpha=0.45)
             ax.plot([lo], [y], marker="o", color=color(i), ms=5)
-            ax.plot([max(top, 1e-6)], [y], marker="|", color=color(i), ms=12, mew=2)
+            ax.plot([max(top, FLOOR_S)], [y], marker="|", color=color(i), ms=12, mew=2)
             n, bad = int(t.get("calls") or 0), int(t.get("errors") or 0)
             rows.append(
                 f"{name} ({n:,} calls"
@@ -402,6 +407,13 @@ def tool_durations(runs: Sequence[Run]) -> Figure:
         "Each tool call's own run time, as the agent timed it (ToolResultEvent.duration_s; "
         "the timeline's green spans are the wall time from a turn's end to the next turn, "
         "its calls together). A long tail here holds sessions back between turns. "
+        + (
+            f"On {floored:,} of the rows, durations under 1 µs (0 s: a call that took no "
+            "measurable time, as in-memory tools do in virtual time) are drawn at 1 µs, "
+            "the log axis' floor. "
+            if floored
+            else ""
+        )
         + "; ".join(totals)
         + ".",
         to_png(fig),

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentflow.report import Run, make_figures
-from agentflow.report._fig_run import _spans, lengths
+from agentflow.report._fig_run import _spans, lengths, tool_durations
 from tests.report.runs import virtual_report
 
 
@@ -110,3 +110,18 @@ def test_turns_without_output_are_in_the_length_histogram(
     figure = lengths([Run("r", report)])
     assert drawn[1] == len(samples) - 3
     assert "3 turns with 0 output tokens are not on the log axis." in figure.caption
+
+
+def test_tool_calls_of_0_seconds_are_said_to_be_drawn_at_the_floor() -> None:
+    """In virtual time in-memory tools take 0 s; the log axis draws them at 1 µs, and the
+    caption says so (it did not: a reader saw calls of 1 µs)."""
+    report = virtual_report(4, samples=False, server=False)
+    assert report["tools"] and all(t["duration_s"]["max"] == 0 for t in report["tools"].values())
+    n = len(report["tools"])
+    caption = tool_durations([Run("r", report)]).caption
+    assert f"On {n} of the rows, durations under 1 µs (0 s:" in caption
+    report["tools"] = {
+        name: {**t, "duration_s": {**t["duration_s"], "p50": 0.01, "p99": 0.02, "max": 0.03}}
+        for name, t in report["tools"].items()
+    }
+    assert "under 1 µs" not in tool_durations([Run("r", report)]).caption

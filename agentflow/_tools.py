@@ -219,7 +219,8 @@ class Tool:
 
         Raises:
             ToolTimeout: the call did not return in time (a :class:`ToolError`).
-            ToolError: the arguments do not fit the schema, or the tool raised.
+            ToolError: the arguments do not fit the schema, or the tool raised (any
+                exception, ``SystemExit`` included; not ``KeyboardInterrupt``).
             ConfigError: ``default_timeout_s`` is not a number of seconds > 0.
         """
         import pydantic
@@ -258,6 +259,13 @@ class Tool:
                 raise  # the session (or the run) is cancelled
             raise self._raised(exc) from exc  # the tool's own: an inner task it awaited
         except Exception as exc:
+            raise self._raised(exc) from exc
+        except (KeyboardInterrupt, GeneratorExit):
+            raise  # the user's Ctrl-C, or the tool's generator closed: not the tool's failure
+        except BaseException as exc:
+            # SystemExit above all (argparse on bad arguments, ``sys.exit()`` in a CLI-style
+            # tool, raised in the worker thread and re-raised here): the tool failed, and
+            # the model hears of it; left alone it would end every session and the process.
             raise self._raised(exc) from exc
         if isinstance(result, str):
             return result

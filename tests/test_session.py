@@ -174,3 +174,31 @@ async def test_a_raised_tool_error_cancels_the_sibling_calls() -> None:
     assert result.status == "error" and isinstance(result.error, ToolError)
     assert events[-1] == "session_end"
     assert "tool_result" not in events
+
+
+async def test_a_tool_that_exits_fails_only_its_call() -> None:
+    """A tool raising ``SystemExit`` (argparse on bad arguments) in a fleet: the model
+    gets the error and goes on, and the other sessions complete; it used to cancel the
+    whole run and exit the process."""
+    import argparse
+
+    from agentflow import Fleet
+
+    def grep(command_line: str) -> str:
+        """Run a grep-like CLI."""
+        parser = argparse.ArgumentParser(prog="grep")
+        parser.add_argument("--count", type=int)
+        parser.parse_args(command_line.split())  # "--count x": parser.error -> SystemExit(2)
+        return "searched"
+
+    agent = Agent(name="a", model="m", tools=[grep], max_turns=3)
+    replies = [
+        Reply.tool_call("grep", {"command_line": "--count x"}, call_id="c0"),
+        Reply.text("two"),
+        Reply.text("recovered"),
+    ]
+    async with ScriptedServer(replies) as srv, HTTPTransport(srv.base_url) as t:
+        result = await Fleet(t, max_concurrency=1).run([agent.session(f"s{i}") for i in range(2)])
+    assert [s.status for s in result.sessions] == ["completed", "completed"]
+    (tool_msg,) = [m for m in result.sessions[0].messages if m["role"] == "tool"]
+    assert tool_msg["content"].startswith("Error: tool 'grep' raised SystemExit: 2")

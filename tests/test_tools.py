@@ -237,3 +237,42 @@ async def test_a_result_that_cannot_be_text_is_a_tool_error() -> None:
 
     with pytest.raises(ToolError, match="'cyclic' returned a list that cannot be made text"):
         await cyclic.invoke("{}")
+
+
+def _exits(code: str) -> str:
+    """Exit like a CLI given bad arguments (argparse's ``parser.error``)."""
+    raise SystemExit(f"usage: grep PATTERN: bad {code}")
+
+
+async def _exits_async(code: str) -> str:
+    """The same, from a coroutine."""
+    raise SystemExit(2)
+
+
+@pytest.mark.parametrize(
+    ("fn", "in_thread", "message"),
+    [
+        (_exits, True, "usage: grep PATTERN: bad x"),  # raised in the worker thread
+        (_exits, False, "usage: grep PATTERN: bad x"),  # raised on the event loop
+        (_exits_async, True, "2"),
+    ],
+)
+async def test_a_tool_that_exits_is_a_tool_error(fn: object, in_thread: bool, message: str) -> None:
+    """``SystemExit`` from a tool (argparse, ``sys.exit()``) is the tool's failure, which
+    the model hears of: it used to end every session of the run, and the process."""
+    t = Tool.from_function(fn, name="grep", in_thread=in_thread)  # type: ignore[arg-type]
+    with pytest.raises(ToolError, match=f"'grep' raised SystemExit: {message}") as info:
+        await t.invoke('{"code": "x"}')
+    assert info.value.tool == "grep" and isinstance(info.value.__cause__, SystemExit)
+
+
+async def test_keyboard_interrupt_in_a_tool_is_not_swallowed() -> None:
+    """The user's Ctrl-C is theirs, not the tool's failure: it goes on up."""
+
+    @tool(in_thread=False)
+    def interrupted() -> str:
+        """Interrupted."""
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        await interrupted.invoke("{}")

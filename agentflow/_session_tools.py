@@ -72,6 +72,9 @@ async def _run_tool(
         if tool is None:
             raise ToolError(f"the model called unknown tool {call.name!r}", tool=call.name)
         async with limit if limit is not None else nullcontext():
+            # From here: the call's duration is the call's, not the wait for a
+            # max_tool_concurrency slot behind other sessions' tools.
+            start = clock()
             output = await tool.invoke(
                 call.arguments, default_timeout_s=session.agent.tool_timeout_s
             )

@@ -250,3 +250,41 @@ async def test_a_stream_whose_run_fails_before_its_end_event_raises() -> None:
         with pytest.raises(ConfigError, match="session_id"):
             await asyncio.wait_for(drain(), GUARD_S)
         assert srv.requests == []
+
+
+def test_a_tools_duration_leaves_out_its_wait_for_a_tool_slot() -> None:
+    """Three sessions each call a 1 s tool at once, one tool slot: each call's
+    ``duration_s`` is its 1 s, though they finish at 1, 2 and 3 s (it used to be 1, 2 and
+    3 s, the wait for the slot counted as the tool's time). Virtual time: exact."""
+    from agentflow import ToolResultEvent, tool
+    from agentflow.embedded import loop_clock, run_virtual
+    from agentflow.testing import capture_events
+
+    @tool
+    async def work(n: int) -> str:
+        """Take exactly 1 s."""
+        await asyncio.sleep(1.0)
+        return f"done {n}"
+
+    agent = Agent(name="a", model="m", tools=[work])
+    replies = [Reply.tool_call("work", {"n": i}, call_id=f"c{i}") for i in range(3)]
+    replies += [Reply.text("ok")] * 3
+    events = capture_events("tool_result")
+
+    async def main() -> float:
+        async with (
+            ScriptedServer(replies) as srv,
+            HTTPTransport(srv.base_url, kernel_timestamps=False) as t,
+        ):
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            fleet = Fleet(t, max_tool_concurrency=1, clock=loop_clock, callbacks=[events])
+            result = await fleet.run(agent.session(f"s{i}") for i in range(3))
+            assert all(s.ok for s in result.sessions), [s.error for s in result.sessions]
+            return loop.time() - start
+
+    elapsed = run_virtual(main())
+    results = [e for e in events if isinstance(e, ToolResultEvent)]
+    assert len(results) == 3 and not any(e.is_error for e in results)
+    assert [e.duration_s for e in results] == [1.0, 1.0, 1.0]
+    assert elapsed >= 3.0  # the calls did wait for one another

@@ -410,7 +410,20 @@ def _strip_titles(schema: Any) -> Any:
 
 
 def _to_text(value: Any) -> str:
+    """A tool's non-``str`` result as the text the model reads.
+
+    Bytes (``subprocess.check_output``, a file read in ``"rb"``) are text in UTF-8, an
+    undecodable byte becoming U+FFFD: as JSON they would be base64 in quotes. Objects,
+    lists and models are JSON. A scalar JSON has no form for but a string (a ``Path``, a
+    ``Decimal``, a ``UUID``, a ``datetime``) is that string's text, without the quotes a
+    JSON string would add; ``None``, booleans and numbers stay JSON (``null``, ``true``).
+    """
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", errors="replace")
     pd = sys.modules.get("pydantic")  # no pydantic loaded: no pydantic model either
     if pd is not None and isinstance(value, pd.BaseModel):
         return str(value.model_dump_json())
-    return msgspec.json.encode(value, enc_hook=str).decode()
+    text = msgspec.json.encode(value, enc_hook=str).decode()
+    if text.startswith('"'):  # a scalar that became a JSON string: its text
+        return msgspec.json.decode(text, type=str)
+    return text

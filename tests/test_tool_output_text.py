@@ -1,15 +1,21 @@
 """A tool's output holding a lone surrogate — what ``os.fsdecode`` makes of a file
 name's undecodable bytes — is sent with U+FFFD in its place: the session goes on (it
 used to end in an error, the request could not be encoded), and the run's store keeps
-the result (it used to fail the commit)."""
+the result (it used to fail the commit). A result that is not a ``str`` is made text the
+model can read: bytes decoded, a ``Path`` or ``Decimal`` unquoted, containers as JSON."""
 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import sqlite3
+import uuid
+from decimal import Decimal
 from pathlib import Path
 
-from agentflow import Agent, Fleet, HTTPTransport
+import pytest
+
+from agentflow import Agent, Fleet, HTTPTransport, Tool
 from agentflow._sendable import sendable_text
 from agentflow.store import SQLiteStore
 from agentflow.testing import Reply, ScriptedServer
@@ -52,3 +58,53 @@ async def test_a_tool_output_with_a_lone_surrogate_is_sent_and_stored(tmp_path: 
         )
     )
     assert rows == [(msg["content"],)]
+
+
+def read_raw(path: str) -> bytes:
+    """Read a file's bytes.
+
+    Args:
+        path: the file.
+    """
+    return b"caf\xc3\xa9 \xff\n"  # UTF-8, then a byte no UTF-8 text holds
+
+
+async def test_a_tool_returning_bytes_sends_their_text() -> None:
+    """Bytes (``subprocess.check_output``, a file read in ``"rb"``) reach the model as
+    their UTF-8 text, a byte that is not UTF-8 as U+FFFD; they used to be base64 in
+    JSON quotes (``"Y2Fmw6kg/wo="``)."""
+    agent = Agent(name="a", model="m", tools=[read_raw])
+    async with (
+        ScriptedServer([Reply.tool_call("read_raw", {"path": "f"}), Reply.text("ok")]) as srv,
+        HTTPTransport(srv.base_url) as http,
+    ):
+        result = await agent.run("go", http)
+        srv.assert_complete()
+    assert result.ok, result.error
+    (msg,) = [m for m in srv.requests[1].body["messages"] if m["role"] == "tool"]
+    assert msg["content"] == "caf\u00e9 \ufffd\n"
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (bytearray(b"rows: 3"), "rows: 3"),
+        (memoryview(b"rows: 4"), "rows: 4"),
+        (Path("src/main.py"), "src/main.py"),
+        (Decimal("9.50"), "9.50"),
+        (uuid.UUID(int=7), "00000000-0000-0000-0000-000000000007"),
+        (datetime.date(2024, 5, 17), "2024-05-17"),
+        # JSON-native values and containers stay JSON, as before
+        (None, "null"),
+        (True, "true"),
+        (42, "42"),
+        ({"path": Path("a"), "size": Decimal("2")}, '{"path":"a","size":"2"}'),
+        ([Path("a"), 1], '["a",1]'),
+    ],
+)
+async def test_a_scalar_result_is_its_text_and_a_container_is_json(
+    value: object, text: str
+) -> None:
+    """A ``Path`` or a ``Decimal`` arrives as its text, not in JSON quotes (``"9.50"``)."""
+    t = Tool.from_function(lambda: value, name="get", in_thread=False)
+    assert await t.invoke("{}") == text

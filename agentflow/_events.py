@@ -273,15 +273,15 @@ class EventBus:
     def subscribe(self, callback: Callback) -> None:
         """Add a sync or async callback.
 
-        A callback object may declare ``event_types``, a set of the ``type`` strings it
-        reads; it then receives only those. Token events are built only when some
+        A callback is async when it is an ``async def``, an object with an async
+        ``__call__``, or a sync wrapper of one made with ``functools.wraps`` (an ordinary
+        decorator: its ``__wrapped__`` is followed). A callback object may declare
+        ``event_types``, a set of the ``type`` strings it reads; it then receives only
+        those. Token events are built only when some
         subscriber reads them, so a callback that declares no ``"token"`` costs nothing
         per streamed delta.
         """
-        is_async = inspect.iscoroutinefunction(callback) or inspect.iscoroutinefunction(
-            getattr(callback, "__call__", None)  # noqa: B004 - async __call__ on an object
-        )
-        (self._async if is_async else self._sync).append(callback)
+        (self._async if _is_async(callback) else self._sync).append(callback)
         self._routes.clear()
         self._async_routes.clear()
         self._token_sync = tuple(cb for cb in self._sync if _reads(cb, "token"))
@@ -328,7 +328,8 @@ class EventBus:
             targets = self._routes[event.type] = [cb for cb in self._sync if _reads(cb, event.type)]
         for cb in targets:
             try:
-                cb(event)
+                if (returned := cb(event)) is not None:  # cheap: see never_awaited
+                    self.never_awaited(cb, event, returned)
             except Exception as exc:
                 self.callback_failed(cb, event, exc)
         if self._async or self._queues:
@@ -346,7 +347,9 @@ class EventBus:
                 targets = routes[event.type] = [cb for cb in self._async if _reads(cb, event.type)]
             for cb in targets:
                 try:
-                    await cb(event)
+                    returned = cb(event)
+                    if inspect.isawaitable(returned):  # not for a wrapper that returns None
+                        await returned
                 except Exception as exc:
                     self.callback_failed(cb, event, exc)
             for q in self._queues:
@@ -358,6 +361,26 @@ class EventBus:
             self._pending.put_nowait(None)
             await self._task
             self._pending = self._task = None
+
+    def never_awaited(self, cb: Any, event: Event, returned: object) -> None:
+        """Sync callback ``cb`` returned ``returned`` on ``event``. When it is an
+        awaitable (a lambda, or a wrapper :meth:`subscribe` could not see through, around
+        an ``async def``), nothing would ever run it: report that as the callback's
+        failure (it used to be dropped without a word) and close a coroutine, so it does
+        not warn "never awaited" later. Any other value is ignored."""
+        if not inspect.isawaitable(returned):
+            return
+        if inspect.iscoroutine(returned):
+            returned.close()
+        self.callback_failed(
+            cb,
+            event,
+            TypeError(
+                f"callback {getattr(cb, '__qualname__', cb)!r} is sync but returned "
+                f"{type(returned).__name__}, which was never run: subscribe the async "
+                "function itself (or a functools.wraps wrapper of it)"
+            ),
+        )
 
     def callback_failed(self, cb: Any, event: Event, exc: Exception) -> None:
         """``cb`` raised ``exc`` on ``event``: record, log and report it (never raises)."""
@@ -379,6 +402,16 @@ class EventBus:
                 error=exc,
             )
         )
+
+
+def _is_async(callback: Any) -> bool:
+    """Whether ``callback`` must be awaited: an ``async def`` (a ``functools.wraps``
+    wrapper of one too, ``inspect.iscoroutinefunction`` does not follow ``__wrapped__``),
+    or an object whose ``__call__`` is one."""
+    if inspect.iscoroutinefunction(inspect.unwrap(callback)):
+        return True
+    call = getattr(callback, "__call__", None)  # noqa: B004 - async __call__ on an object
+    return call is not None and inspect.iscoroutinefunction(inspect.unwrap(call))
 
 
 def _reads(callback: Any, event_type: str) -> bool:

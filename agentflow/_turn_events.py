@@ -69,7 +69,8 @@ class _TokenSink:
             return
         for cb in callbacks:
             try:
-                cb(event)
+                if (returned := cb(event)) is not None:
+                    self._bus.never_awaited(cb, event, returned)
             except Exception as exc:
                 self._bus.callback_failed(cb, event, exc)
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -288,3 +290,55 @@ def test_a_tools_duration_leaves_out_its_wait_for_a_tool_slot() -> None:
     assert len(results) == 3 and not any(e.is_error for e in results)
     assert [e.duration_s for e in results] == [1.0, 1.0, 1.0]
     assert elapsed >= 3.0  # the calls did wait for one another
+
+
+def _logged(fn: Callable[[Event], Awaitable[None]]) -> Callable[[Event], Awaitable[None]]:
+    """An ordinary decorator: a sync wrapper that returns the coroutine."""
+
+    @functools.wraps(fn)
+    def wrapper(event: Event) -> Awaitable[None]:
+        return fn(event)
+
+    return wrapper
+
+
+async def test_an_async_callback_behind_a_plain_decorator_runs() -> None:
+    """A ``functools.wraps`` wrapper around an ``async def`` is awaited on the
+    dispatcher; it used to be called as a sync callback and its coroutine dropped, so it
+    saw nothing and no error was reported."""
+    seen: list[str] = []
+
+    @_logged
+    async def on_event(event: Event) -> None:
+        await asyncio.sleep(0)
+        seen.append(event.type)
+
+    async with ScriptedServer([Reply.text("hello there")]) as srv, HTTPTransport(srv.base_url) as t:
+        result = await Fleet(t, callbacks=[on_event]).run([AGENT.session("hi")])
+    assert result.sessions[0].ok and not result.callback_errors
+    assert seen[0] == "fleet_start" and "token" in seen and "session_end" in seen
+
+
+async def test_a_sync_callback_returning_a_coroutine_is_a_callback_error() -> None:
+    """A lambda around an ``async def`` cannot be seen through: the coroutine it returns
+    is closed (it never runs, and does not warn) and reported as the callback's failure,
+    on the token path and off it; it used to be dropped without a word."""
+    ran: list[str] = []
+
+    async def handle(event: Event) -> None:
+        ran.append(event.type)
+
+    def only_turns(event: Event) -> Awaitable[None]:
+        return handle(event)
+
+    wrapped_tokens = lambda event: handle(event)  # noqa: E731 - what the test is about
+    only_turns.event_types = frozenset({"turn_end"})  # type: ignore[attr-defined]
+    async with ScriptedServer([Reply.text("a b")]) as srv, HTTPTransport(srv.base_url) as t:
+        result = await Fleet(t, callbacks=[wrapped_tokens, only_turns]).run([AGENT.session("x")])
+    gc.collect()  # a coroutine left open would warn "never awaited" here (an error in tests)
+    assert result.sessions[0].ok and ran == []
+    failures = result.callback_errors
+    assert {f.event.type for f in failures if f.callback is wrapped_tokens} >= {"token", "turn_end"}
+    assert [f.event.type for f in failures if f.callback is only_turns] == ["turn_end"]
+    assert all(isinstance(f.error, TypeError) for f in failures)
+    assert "is sync but returned coroutine, which was never run" in str(failures[0].error)

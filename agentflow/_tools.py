@@ -131,28 +131,56 @@ class Tool:
     ) -> Tool:
         """Describe ``fn`` as a tool from its signature, type hints and docstring.
 
+        A ``functools.partial`` is described by the function it wraps (its name, hints
+        and docstring), less the arguments it binds: those are fixed, not the model's.
+
         Raises:
-            ConfigError: a parameter has no type hint, or is ``*args``/``**kwargs``; or
-                ``timeout_s`` / ``max_output_chars`` is not a positive number.
+            ConfigError: a parameter has no type hint, is ``*args``/``**kwargs``, is
+                positional-only (the model's arguments are passed by name) or starts with
+                ``_`` (no schema field can); or ``timeout_s`` / ``max_output_chars`` is
+                not a positive number.
         """
         import pydantic  # here, not at import: `import agentflow` does not load it
 
         if not callable(fn):
             raise ConfigError(f"tool {name or fn!r}: {fn!r} is not callable")
-        described = fn
-        if not hasattr(fn, "__name__"):  # a callable object: described by its __call__
-            described = getattr(fn, "__call__")  # noqa: B004, B009 - mypy sees only Callable
-        tool_name = name or getattr(fn, "__name__", None) or type(fn).__name__
-        doc = docstring_parser.parse(inspect.getdoc(fn) or "")
+        target = fn  # what the name, docstring and hints come from
+        bound: frozenset[str] = frozenset()
+        while isinstance(target, functools.partial):
+            bound |= set(target.keywords)
+            target = target.func
+        described = target
+        if not hasattr(target, "__name__"):  # a callable object: described by its __call__
+            described = getattr(target, "__call__")  # noqa: B004, B009 - mypy sees only Callable
+        tool_name = name or getattr(target, "__name__", None) or type(target).__name__
+        doc = docstring_parser.parse(inspect.getdoc(target) or "")
         param_docs = {p.arg_name: p.description or "" for p in doc.params}
         try:
             hints = get_type_hints(described)
         except NameError as exc:
             raise ConfigError(f"tool {tool_name!r}: cannot resolve a type hint: {exc}") from exc
+        # A partial's signature leaves out the arguments it binds by position; those it
+        # binds by keyword stay in it (as defaults) and are left out here.
+        try:
+            signature = inspect.signature(fn if target is not fn else described)
+        except (TypeError, ValueError) as exc:  # a partial binding what fn does not take
+            raise ConfigError(f"tool {tool_name!r}: cannot read the signature: {exc}") from exc
         fields: dict[str, Any] = {}
-        for pname, param in inspect.signature(described).parameters.items():
+        for pname, param in signature.parameters.items():
+            if pname in bound:
+                continue
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
                 raise ConfigError(f"tool {tool_name!r}: *{pname} parameters cannot be described")
+            if param.kind is param.POSITIONAL_ONLY:
+                raise ConfigError(
+                    f"tool {tool_name!r}: parameter {pname!r} is positional-only (before '/'); "
+                    "a tool's arguments are passed by name: drop the '/'"
+                )
+            if pname.startswith("_"):
+                raise ConfigError(
+                    f"tool {tool_name!r}: parameter {pname!r} starts with '_', which no "
+                    "schema field can: rename it"
+                )
             if pname not in hints:
                 raise ConfigError(f"tool {tool_name!r}: parameter {pname!r} needs a type hint")
             default = ... if param.default is param.empty else param.default

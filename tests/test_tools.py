@@ -276,3 +276,57 @@ async def test_keyboard_interrupt_in_a_tool_is_not_swallowed() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         await interrupted.invoke("{}")
+
+
+def test_parameters_no_call_could_fill_are_config_errors() -> None:
+    """A positional-only parameter (the model's arguments are passed by name: every call
+    used to fail) and one named with a leading ``_`` (it used to be pydantic's own
+    error) are refused when the tool is made, naming the parameter."""
+
+    def posonly(path: str, /, limit: int = 5) -> str:
+        return path
+
+    def private(_path: str) -> str:
+        return _path
+
+    with pytest.raises(ConfigError, match=r"tool 'posonly': parameter 'path' is positional-only"):
+        Tool.from_function(posonly)
+    with pytest.raises(ConfigError, match=r"tool 'private': parameter '_path' starts with '_'"):
+        Tool.from_function(private)
+
+
+def _search(query: str, limit: int, *, site: str = "docs") -> str:
+    """Search the index.
+
+    Args:
+        query: what to look for.
+        limit: how many hits.
+        site: which site.
+    """
+    return f"{query}:{limit}:{site}"
+
+
+async def _fetch_page(base: str, path: str) -> str:
+    """Fetch a page."""
+    return base + path
+
+
+async def test_a_partial_is_described_by_its_function_less_what_it_binds() -> None:
+    """``functools.partial`` used to be refused as a ``*args`` function. Its name, hints
+    and docstring are the function's; what it binds, by keyword or position, is fixed and
+    not in the schema; an async function's partial is awaited."""
+    t = Tool.from_function(functools.partial(_search, limit=5))
+    assert (t.name, t.description) == ("_search", "Search the index.")
+    params = t.spec()["function"]["parameters"]
+    assert list(params["properties"]) == ["query", "site"] and params["required"] == ["query"]
+    assert params["properties"]["query"]["description"] == "what to look for."
+    assert await t.invoke('{"query": "x"}') == "x:5:docs"
+    with pytest.raises(ToolError, match="limit"):  # fixed: the model cannot set it
+        await t.invoke('{"query": "x", "limit": 50}')
+    nested = Tool.from_function(functools.partial(functools.partial(_search, "q"), site="w"))
+    assert list(nested.parameters["properties"]) == ["limit"]
+    assert await nested.invoke('{"limit": 2}') == "q:2:w"
+    fetch = Tool.from_function(functools.partial(_fetch_page, "https://x"), name="fetch")
+    assert await fetch.invoke('{"path": "/a"}') == "https://x/a"
+    with pytest.raises(ConfigError, match="tool '_search': cannot read the signature"):
+        Tool.from_function(functools.partial(_search, nope=1))  # type: ignore[call-arg]

@@ -270,6 +270,9 @@ class Session:
         final: str | None = None
         agent_var, session_var, turn_var = _log_vars()
         bound_agent, bound_session = agent_var.set(agent.name), session_var.set(self.session_id)
+        # The turn being worked on, which a failure names: the model turn, or the turn
+        # whose tools are running (a tool's error with tool_errors="raise").
+        working = self._next_turn
         try:
             if agent.context is not None and self._context is None:
                 # Inside: a budget that cannot bind (no window known for the model) ends
@@ -287,12 +290,14 @@ class Session:
                 await prepare()
             if self._pending_calls:  # resumed after the model asked for tools
                 calls, self._pending_calls = self._pending_calls, ()
-                bound = turn_var.set(self._next_turn - 1)
+                working = self._next_turn - 1
+                bound = turn_var.set(working)
                 try:
                     await run_tools(self, self._next_turn - 1, calls, bus, tool_limit, clock)
                 finally:
                     turn_var.reset(bound)
             for index in range(self._next_turn, agent.max_turns):
+                working = index
                 bound = turn_var.set(index)  # a turn's log lines, its tools' too, carry it
                 try:
                     trace = await model_turn(self, index, runner, bus, clock, first)
@@ -320,7 +325,7 @@ class Session:
                 ErrorEvent(
                     agent=agent.name,
                     session_id=self.session_id,
-                    turn=len(self.turns),
+                    turn=working,
                     where="session",
                     error=exc,
                 )

@@ -202,3 +202,27 @@ async def test_a_tool_that_exits_fails_only_its_call() -> None:
     assert [s.status for s in result.sessions] == ["completed", "completed"]
     (tool_msg,) = [m for m in result.sessions[0].messages if m["role"] == "tool"]
     assert tool_msg["content"].startswith("Error: tool 'grep' raised SystemExit: 2")
+
+
+async def test_a_session_error_names_the_turn_that_failed() -> None:
+    """``ErrorEvent(where="session").turn`` is the turn being worked on: the turn whose
+    tool ended the session (it used to name the next turn, which never ran), or the
+    model turn that failed."""
+    events: list[Event] = []
+    strict = Agent(name="strict", model="m", tools=[add, explode], tool_errors="raise")
+    replies = [
+        Reply.tool_call("add", {"a": 1, "b": 1}),
+        Reply.tool_call("explode", {"reason": "x"}),  # turn 1's tool ends the session
+        Reply.tool_call("add", {"a": 1, "b": 1}),
+        Reply.error(500),  # turn 1's request fails
+    ]
+    async with ScriptedServer(replies) as srv, HTTPTransport(srv.base_url) as t:
+        by_tool = await strict.session("go").run(t, callbacks=[events.append])
+        by_model = await strict.session("go").run(t, callbacks=[events.append], retry=None)
+    assert isinstance(by_tool.error, ToolError) and len(by_tool.turns) == 2
+    assert isinstance(by_model.error, ServerError) and len(by_model.turns) == 1
+    failed = [e for e in events if isinstance(e, ErrorEvent) and e.where == "session"]
+    assert [(e.session_id, e.turn) for e in failed] == [
+        (by_tool.session_id, 1),
+        (by_model.session_id, 1),
+    ]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentflow._config import session_run_internals
 from agentflow._context_chain import bind_context, end_session
-from agentflow._errors import ContextOverflow, MaxTurnsExceeded
+from agentflow._errors import ConfigError, ContextOverflow, MaxTurnsExceeded
 from agentflow._events import ErrorEvent, EventBus, SessionEndEvent
 from agentflow._logging import get_logger
 from agentflow._sendable import check_sendable
@@ -170,12 +170,29 @@ class Session:
         ``_bus``, ``_runner``, ``_tool_limit`` and ``_turn_log``; their old public names
         ``bus=``, ``runner=``, ``tool_limit=``, ``turn_log=`` still work, deprecated).
 
+        A session runs once: its turn numbers, ``max_turns`` budget, run store record
+        and result belong to that run. To go on with a conversation, start a new session
+        from its messages.
+
         Args:
             transport: where model turns go.
             callbacks: called with every event of this session.
             retry: how failed turns are retried; ``None`` never retries.
             clock: nanosecond monotonic clock.
+
+        Raises:
+            ConfigError: the session has already run (a fleet refuses it too).
         """
+        if self.result is not None:
+            # A second run used to start again at turn 0 with a fresh max_turns budget:
+            # two turns numbered 0 in one session's events, store and result.
+            raise ConfigError(
+                f"session {self.session_id!r} has already run (status "
+                f"{self.result.status!r}); a session runs once: to go on with the "
+                "conversation, start a new one from its messages, e.g. "
+                "agent.session(history + [{'role': 'user', 'content': ...}]) with history "
+                "its messages after the agent's instructions"
+            )
         if deprecated:
             wiring = session_run_internals(
                 deprecated,
@@ -353,7 +370,9 @@ class Session:
             agent=self.agent.name,
             status=status,
             final_output=final,
-            messages=self.messages,
+            # A copy, like turns: the conversation as it ended, whatever is done to the
+            # session's list afterwards (a message appended for a next session, say).
+            messages=list(self.messages),
             turns=list(self.turns),
             error=error,
             metadata=self.metadata,

@@ -226,3 +226,31 @@ async def test_a_session_error_names_the_turn_that_failed() -> None:
         (by_tool.session_id, 1),
         (by_model.session_id, 1),
     ]
+
+
+async def test_a_session_runs_once() -> None:
+    """Running a session again (a chat loop appending a user message) is a ConfigError:
+    it used to start over at turn 0 with a fresh ``max_turns`` budget, two turns 0 in one
+    session. A new session from its messages goes on with the conversation; the result's
+    messages are the conversation as it ended (they were the session's live list)."""
+    agent = Agent(name="chat", model="m", instructions="Be brief.", max_turns=2)
+    async with (
+        ScriptedServer([Reply.text("first"), Reply.text("second")]) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        session = agent.session("hi")
+        first = await session.run(t)
+        session.messages.append({"role": "user", "content": "more"})
+        with pytest.raises(ConfigError, match=r"session 'chat-\d+' has already run \(status "):
+            await session.run(t)
+        assert session.result is first and len(srv.requests) == 1  # nothing was sent
+        assert first.messages[-1] == {"role": "assistant", "content": "first"}  # as it ended
+        history = [*first.messages[1:], {"role": "user", "content": "more"}]
+        second = await agent.session(history).run(t)
+    assert second.ok and second.final_output == "second"
+    assert [m["role"] for m in srv.requests[1].body["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+        "user",
+    ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from agentflow.sched._runner import FailedAttempt
 
 __all__ = [
+    "DEFAULT_CALLBACK_DRAIN_S",
     "AttemptDiscardedEvent",
     "CallbackFailure",
     "ErrorEvent",
@@ -52,6 +54,10 @@ __all__ = [
 ]
 
 _log = get_logger("agentflow.events")
+
+#: How long, in seconds, the end of a run waits for async callbacks to take the events
+#: still queued for them (``Fleet(callback_drain_s=...)``).
+DEFAULT_CALLBACK_DRAIN_S = 30.0
 
 
 class TokenEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):
@@ -242,7 +248,10 @@ Event: TypeAlias = (
 
 @dataclass(frozen=True, slots=True)
 class CallbackFailure:
-    """A callback raised while handling ``event``."""
+    """A callback raised while handling ``event``, or did not take it before the run's
+    end waited ``callback_drain_s`` for it (``error`` a :class:`TimeoutError`;
+    ``callback`` the async callback that was stuck, ``None`` for an event queued behind
+    it that no callback had yet)."""
 
     callback: Any
     event: Event
@@ -252,7 +261,15 @@ class CallbackFailure:
 class EventBus:
     """Fans events out to sync callbacks (inline) and async consumers (one task, in order)."""
 
-    def __init__(self, callbacks: list[Callback] | tuple[Callback, ...] = ()) -> None:
+    def __init__(
+        self,
+        callbacks: list[Callback] | tuple[Callback, ...] = (),
+        *,
+        drain_s: float = DEFAULT_CALLBACK_DRAIN_S,
+    ) -> None:
+        self._drain_s = drain_s  # checked where it is given (Fleet: callback_drain_s)
+        # What the dispatcher is handling now: named when the drain at close runs out.
+        self._handling: tuple[Any, Event] | None = None
         self._sync: list[Any] = []
         self._async: list[Any] = []
         # Per event type, the sync callbacks that read it (filled as types are first seen)
@@ -335,32 +352,76 @@ class EventBus:
         if self._async or self._queues:
             if self._pending is None:
                 self._pending = asyncio.Queue()
-                self._task = asyncio.get_running_loop().create_task(self._dispatch())
+                self._task = asyncio.get_running_loop().create_task(self._dispatch(self._pending))
             self._pending.put_nowait(event)
 
-    async def _dispatch(self) -> None:
-        assert self._pending is not None
+    async def _dispatch(self, pending: asyncio.Queue[Event | None]) -> None:
         routes = self._async_routes
-        while (event := await self._pending.get()) is not None:
+        while (event := await pending.get()) is not None:
             targets = routes.get(event.type)
             if targets is None:
                 targets = routes[event.type] = [cb for cb in self._async if _reads(cb, event.type)]
             for cb in targets:
+                self._handling = (cb, event)
                 try:
                     returned = cb(event)
                     if inspect.isawaitable(returned):  # not for a wrapper that returns None
                         await returned
                 except Exception as exc:
                     self.callback_failed(cb, event, exc)
+            self._handling = None
             for q in self._queues:
                 q.put_nowait(event)
 
     async def aclose(self) -> None:
-        """Wait until every emitted event reached every async consumer."""
-        if self._pending is not None and self._task is not None:
-            self._pending.put_nowait(None)
-            await self._task
-            self._pending = self._task = None
+        """Wait until every emitted event reached every async consumer, for at most the
+        bus's ``drain_s`` seconds.
+
+        A stalled async callback (an HTTP post with no timeout) used to hang the run's
+        end forever. When the bound runs out, the dispatcher is cancelled and each event
+        it did not deliver is recorded as a callback failure (a :class:`TimeoutError`,
+        with the callback it was stuck in), logged once; no event reports it, the run
+        is over.
+        """
+        pending, task = self._pending, self._task
+        if pending is None or task is None:
+            return
+        self._pending = self._task = None
+        pending.put_nowait(None)
+        limit = self._drain_s
+        try:
+            await asyncio.wait({task}, timeout=None if math.isinf(limit) else limit)
+        except asyncio.CancelledError:
+            task.cancel()  # the run is cancelled: so is the delivery
+            raise
+        if task.done():
+            await task  # (what a callback raised that was no Exception, as before)
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        self._undelivered(pending, limit)
+
+    def _undelivered(self, pending: asyncio.Queue[Event | None], limit: float) -> None:
+        """Record what a dispatcher cancelled at close did not deliver."""
+        stuck = self._handling
+        self._handling = None
+        left = [(stuck[0], stuck[1])] if stuck is not None else []
+        while not pending.empty():
+            event = pending.get_nowait()
+            if event is not None:
+                left.append((None, event))
+        error = TimeoutError(
+            f"async callbacks did not finish within callback_drain_s={limit:g} s of the run's "
+            f"end: {len(left)} event(s) not delivered"
+        )
+        for cb, event in left:
+            self.callback_errors.append(CallbackFailure(cb, event, error))
+        _log.warning(
+            "callback.drain_timeout",
+            callback=getattr(stuck[0], "__qualname__", repr(stuck[0])) if stuck else None,
+            undelivered=len(left),
+            drain_s=limit,
+        )
 
     def never_awaited(self, cb: Any, event: Event, returned: object) -> None:
         """Sync callback ``cb`` returned ``returned`` on ``event``. When it is an

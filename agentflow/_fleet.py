@@ -26,8 +26,14 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agentflow._config import fleet_concurrency
 from agentflow._errors import ConfigError
-from agentflow._events import Event, EventBus, FleetEndEvent
-from agentflow._fleet_checks import _check_clock, _check_unique, _replicas, check_scale_out
+from agentflow._events import DEFAULT_CALLBACK_DRAIN_S, Event, EventBus, FleetEndEvent
+from agentflow._fleet_checks import (
+    _check_clock,
+    _check_unique,
+    _replicas,
+    check_drain,
+    check_scale_out,
+)
 from agentflow._fleet_queued import _Queued as _Queued
 from agentflow._fleet_queued import _Starter as _Starter
 from agentflow._fleet_run import _results as _results
@@ -112,6 +118,11 @@ class Fleet:
             their last recorded turn). With ``"ray"``,
             ``workers=N`` is the number of actors, one is allowed; see
             ``docs/scale-out.md``.
+        callback_drain_s: how long the end of a run waits for async callbacks to take
+            the events still queued for them, in seconds (``math.inf``: no bound). Then
+            the delivery is cancelled and each event not delivered is in
+            ``result.callback_errors`` (a ``TimeoutError``): a stalled callback cannot
+            hang the run.
     """
 
     def __init__(
@@ -136,6 +147,7 @@ class Fleet:
         heartbeat_timeout_s: float | None = 60.0,
         backend: Literal["processes", "ray"] = "processes",
         probe_slots: bool = True,
+        callback_drain_s: float = DEFAULT_CALLBACK_DRAIN_S,
     ) -> None:
         max_concurrency, limits = fleet_concurrency(max_concurrency, limits or Limits())
         if not isinstance(max_tool_concurrency, int) or max_tool_concurrency < 1:
@@ -151,6 +163,8 @@ class Fleet:
         self.retry = retry
         self.prefix_warmup = prefix_warmup
         self._callbacks = list(callbacks)
+        check_drain(callback_drain_s)
+        self.callback_drain_s = callback_drain_s
         self._clock = clock
         self._sleep = sleep
         self.freeze_gc = freeze_gc
@@ -225,7 +239,12 @@ class Fleet:
                 rebuilds its workload on resume); never put credentials here.
         """
         with self._one_run("run"):
-            return await self._run(list(sessions), EventBus(self._callbacks), run_id, run_config)
+            return await self._run(
+                list(sessions),
+                EventBus(self._callbacks, drain_s=self.callback_drain_s),
+                run_id,
+                run_config,
+            )
 
     async def resume(
         self,
@@ -280,7 +299,9 @@ class Fleet:
             except BaseException:
                 await durable.finish(None)
                 raise
-        return await self._run_durable(durable, EventBus(self._callbacks))
+        return await self._run_durable(
+            durable, EventBus(self._callbacks, drain_s=self.callback_drain_s)
+        )
 
     async def stream(self, sessions: Iterable[Session]) -> AsyncIterator[Event]:
         """Run the sessions and yield every event; the last is a :class:`FleetEndEvent`.
@@ -288,7 +309,7 @@ class Fleet:
         Leaving the loop early cancels the run.
         """
         with self._one_run("stream"):  # until the run's task has ended
-            bus = EventBus(self._callbacks)
+            bus = EventBus(self._callbacks, drain_s=self.callback_drain_s)
             queue: asyncio.Queue[Event | None] = asyncio.Queue()
             bus.add_queue(cast("asyncio.Queue[Event]", queue))
             task = asyncio.create_task(self._run(list(sessions), bus, None, None))

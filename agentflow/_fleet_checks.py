@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from agentflow._session import Session
     from agentflow.typing import Clock, Transport
 
-__all__ = ["check_scale_out"]
+__all__ = ["check_drain", "check_scale_out"]
 
 
 def check_scale_out(
@@ -69,6 +69,13 @@ def _replicas(
     if not items:
         raise ConfigError("Fleet needs at least one transport or Replica")
     return [t if isinstance(t, Replica) else Replica(transport=t) for t in items]
+
+
+def check_drain(value: object) -> None:
+    """Raise :class:`ConfigError` unless ``value`` is a number of seconds > 0 (``inf``: no
+    bound), as ``callback_drain_s`` must be."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigError(f"callback_drain_s must be a number of seconds > 0, got {value!r}")
 
 
 def _check_unique(sessions: list[Session]) -> None:

@@ -16,6 +16,7 @@ from agentflow import (
     Event,
     Fleet,
     FleetEndEvent,
+    FleetResult,
     HTTPTransport,
     TokenEvent,
 )
@@ -342,3 +343,72 @@ async def test_a_sync_callback_returning_a_coroutine_is_a_callback_error() -> No
     assert [f.event.type for f in failures if f.callback is only_turns] == ["turn_end"]
     assert all(isinstance(f.error, TypeError) for f in failures)
     assert "is sync but returned coroutine, which was never run" in str(failures[0].error)
+
+
+def test_a_stalled_async_callback_cannot_hang_the_run() -> None:
+    """An async callback that never returns (a post with no timeout) used to keep
+    ``Fleet.run`` from returning. The end of the run waits ``callback_drain_s`` for it,
+    then cancels the delivery; what was not delivered is in ``callback_errors``.
+    Virtual time: the run ends exactly at the bound."""
+    from agentflow.embedded import loop_clock, run_virtual
+
+    cancelled: list[str] = []
+
+    async def stuck(event: Event) -> None:
+        if event.type == "session_end":
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.append(event.type)
+                raise
+
+    async def main() -> tuple[float, FleetResult]:
+        async with (
+            ScriptedServer([Reply.text("hello")]) as srv,
+            HTTPTransport(srv.base_url, kernel_timestamps=False) as t,
+        ):
+            loop = asyncio.get_running_loop()
+            start = loop.time()
+            fleet = Fleet(t, callbacks=[stuck], clock=loop_clock, callback_drain_s=5)
+            result = await fleet.run([AGENT.session("hi")])
+            return loop.time() - start, result
+
+    elapsed, result = run_virtual(main())
+    assert result.sessions[0].ok and cancelled == ["session_end"]
+    assert 5.0 <= elapsed < 6.0
+    failures = [(f.callback, f.event.type) for f in result.callback_errors]
+    assert failures == [(stuck, "session_end"), (None, "fleet_end")]
+    assert all(isinstance(f.error, TimeoutError) for f in result.callback_errors)
+    assert "callback_drain_s=5 s" in str(result.callback_errors[0].error)
+
+
+def test_the_callback_drain_waits_30_s_by_default_and_no_more_than_needed() -> None:
+    """An :class:`EventBus` closes when its async callbacks have taken every event, or
+    after 30 s; a slow callback that finishes in time loses nothing."""
+    from agentflow._events import EventBus, FleetStartEvent
+    from agentflow.embedded import run_virtual
+
+    async def slow(event: Event) -> None:
+        await asyncio.sleep(10)
+
+    async def never(event: Event) -> None:
+        await asyncio.sleep(3600)
+
+    async def close_after(cb: Callable[[Event], Awaitable[None]]) -> tuple[float, int]:
+        bus = EventBus([cb])
+        for i in range(2):
+            bus.emit(FleetStartEvent(sessions=1, start_ns=i))
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await bus.aclose()
+        return loop.time() - start, len(bus.callback_errors)
+
+    assert run_virtual(close_after(slow)) == (20.0, 0)
+    assert run_virtual(close_after(never)) == (30.0, 2)  # it used to wait the hour
+
+    from agentflow._events import DEFAULT_CALLBACK_DRAIN_S
+
+    assert DEFAULT_CALLBACK_DRAIN_S == 30.0
+    for bad in (0, -1.0, float("nan"), True, "30"):
+        with pytest.raises(ConfigError, match="callback_drain_s must be a number of seconds"):
+            Fleet(HTTPTransport("http://127.0.0.1:9/v1"), callback_drain_s=bad)  # type: ignore[arg-type]

@@ -115,9 +115,9 @@ class Fleet:
             processes on this machine) or ``"ray"`` (Ray actors, on this machine or a
             Ray cluster: ``pip install 'agentflow[ray]'``; a worker whose actor is lost
             has its unfinished sessions run again on a new one — with a ``store``, from
-            their last recorded turn). With ``"ray"``,
-            ``workers=N`` is the number of actors, one is allowed; see
-            ``docs/scale-out.md``.
+            their last recorded turn). With ``"ray"``, ``workers=N`` is the number of
+            actors: one is allowed, and more than the cluster's CPUs (one each) is a
+            :class:`ConfigError` when the run starts; see ``docs/scale-out.md``.
         callback_drain_s: how long the end of a run waits for async callbacks to take
             the events still queued for them, in seconds (``math.inf``: no bound). Then
             the delivery is cancelled and each event not delivered is in

@@ -81,7 +81,10 @@ async def run_in_workers(
     if fleet.backend == "ray":
         from agentflow._workers._ray import RayLauncher
 
-        return await run_sharded(fleet, sessions, bus, RayLauncher(), durable)
+        assert fleet.workers is not None
+        launcher = RayLauncher()
+        launcher.check_cpus(fleet.workers)
+        return await run_sharded(fleet, sessions, bus, launcher, durable)
     return await run_sharded(fleet, sessions, bus, ProcessLauncher(), durable)
 
 

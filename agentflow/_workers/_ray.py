@@ -19,6 +19,10 @@ start, or with a store from their last recorded turn (at most
 on its own (its sessions do not unpickle there) is not replaced: its sessions fail with a
 :class:`~agentflow.WorkerError` that says why.
 
+A run with more workers than the cluster has CPUs is refused (a :class:`ConfigError`)
+before any actor starts: each actor takes one CPU, and one that finished keeps it until
+the run ends, so an actor without one would never be placed.
+
 ``ray`` is imported here only, when such a run starts.
 """
 
@@ -30,6 +34,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
 from agentflow._workers._broker import WorkerHandle
 from agentflow._workers._worker import WorkerRun
@@ -141,6 +146,20 @@ class RayLauncher:
         self._actor_cls: Any = ray.remote(RayWorker)
         self._run = uuid.uuid4().hex[:8]
         self._names: dict[int, str] = {}
+
+    def check_cpus(self, workers: int) -> None:
+        """A :class:`ConfigError` unless the cluster has a CPU for each of the ``workers``
+        actors: an actor Ray cannot place would hold its sessions back for the whole
+        start timeout and then fail them (a finished actor keeps its CPU until the run
+        ends, so the others never free one for it)."""
+        resources: Any = self._ray.cluster_resources  # untyped in Ray
+        cpus = float(resources().get("CPU", 0))
+        if workers > cpus:
+            fewer = f"workers={int(cpus)} or fewer, or " if cpus >= 1 else ""
+            raise ConfigError(
+                f"Fleet(workers={workers}, backend='ray'): each actor takes one CPU, and the "
+                f"Ray cluster has {cpus:g}: use {fewer}a cluster with more CPUs"
+            )
 
     def name(self, index: int) -> str:
         """The actor's name (``agentflow-<run>-<index>``, in the job's namespace):

@@ -278,6 +278,23 @@ async def test_a_killed_actor_has_its_sessions_run_again_elsewhere() -> None:
     assert not agentflow_actors()
 
 
+async def test_more_workers_than_the_cluster_has_cpus_is_refused_naming_both() -> None:
+    """Each actor takes one CPU: workers=3 on this 2-CPU Ray is refused with a
+    ConfigError naming both numbers and the ways out, before any actor starts or any
+    request is sent (it used to wait the 300 s start timeout for a CPU none of the
+    finished actors gave back, then fail the third actor's sessions)."""
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        fleet = Fleet(http, workers=3, backend="ray")
+        with pytest.raises(
+            ConfigError,
+            match=r"workers=3, backend='ray'.*Ray cluster has 2: use workers=2 or fewer, "
+            "or a cluster with more CPUs",
+        ):
+            await fleet.run(workload(6))
+    assert not sim.seen
+    assert not agentflow_actors()
+
+
 async def test_cancel_stops_the_actors_and_keeps_partial_results() -> None:
     """Cancelling the run after its first turn: every actor's run stops in order, every
     session has a result (completed or cancelled), and no actor is left."""

@@ -166,7 +166,7 @@ def _model(base: ModelSpec, args: argparse.Namespace, notes: list[str]) -> Model
             "give GQA fields (--kv-heads, --head-dim) or MLA fields (--kv-lora-rank, "
             "--qk-rope-head-dim), not both"
         )
-    heads = {"attention_heads": args.attention_heads} if args.attention_heads else {}
+    heads = {} if args.attention_heads is None else {"attention_heads": args.attention_heads}
     if gqa_set:
         if isinstance(attn, GQAAttention):
             attn = dataclasses.replace(attn, **gqa_set, **heads)

@@ -155,6 +155,9 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
         (("--kv-heads", "8"), "switching to GQA needs both"),
         (("--kv-heads", "8", "--kv-lora-rank", "512"), "not both"),
         (("--context", "0"), "context_tokens must be ≥ 1"),
+        # 0 was falsy, so it was ignored and the deployment's 128 heads planned with.
+        (("--attention-heads", "0"), "attention_heads must be an integer ≥ 1, got 0"),
+        (("--attention-heads", "-8"), "attention_heads must be an integer ≥ 1, got -8"),
     ],
 )
 def test_bad_input_is_a_config_error(argv: tuple[str, ...], match: str) -> None:

@@ -40,6 +40,8 @@ from ._render import plan_to_dict, render_plan
 from ._specs import (
     DEFAULT_RESERVE_GIB,
     KV_DTYPES,
+    MAX_COUNT,
+    MAX_GPU_MEMORY_GIB,
     WEIGHT_DTYPES,
     Attention,
     Deployment,
@@ -59,6 +61,8 @@ __all__ = [
     "GIB",
     "HARDWARE",
     "KV_DTYPES",
+    "MAX_COUNT",
+    "MAX_GPU_MEMORY_GIB",
     "MODELS",
     "WEIGHT_DTYPES",
     "Attention",

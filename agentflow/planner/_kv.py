@@ -34,7 +34,7 @@ from fractions import Fraction
 from agentflow._errors import ConfigError
 
 from ._assumptions import assumptions_for
-from ._specs import Attention, Deployment, GQAAttention, kv_dtype_bytes
+from ._specs import MAX_COUNT, Attention, Deployment, GQAAttention, kv_dtype_bytes
 
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",
@@ -217,9 +217,9 @@ def plan(deployment: Deployment, *, context_tokens: int | None = None) -> KVPlan
             ``max_model_len`` when that is shorter. A longer one is counted, with a warning.
 
     Raises:
-        ConfigError: ``context_tokens`` < 1; the weights and reserve do not fit in
-            ``memory × gpu_memory_utilization`` on some GPU (the message names the stage and
-            the figures); or not one KV block fits.
+        ConfigError: ``context_tokens`` < 1 or > 10¹⁸; the weights and reserve do not fit
+            in ``memory × gpu_memory_utilization`` on some GPU (the message names the stage
+            and the figures); or not one KV block fits.
     """
     if context_tokens is None:
         context_tokens = min(DEFAULT_CONTEXT_TOKENS, deployment.context_limit)
@@ -227,6 +227,8 @@ def plan(deployment: Deployment, *, context_tokens: int | None = None) -> KVPlan
         raise ConfigError(f"context_tokens must be an integer, got {context_tokens!r}")
     if context_tokens < 1:
         raise ConfigError(f"context_tokens must be ≥ 1, got {context_tokens}")
+    if context_tokens > MAX_COUNT:
+        raise ConfigError(f"context_tokens must be at most {MAX_COUNT:.0e}, got a larger one")
     d = deployment
     model, attn = d.model, d.model.attention
     heads, copies = kv_heads_per_gpu(attn, d.tp)

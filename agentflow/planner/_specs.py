@@ -25,6 +25,8 @@ from agentflow._errors import ConfigError
 __all__ = [
     "DEFAULT_RESERVE_GIB",
     "KV_DTYPES",
+    "MAX_COUNT",
+    "MAX_GPU_MEMORY_GIB",
     "WEIGHT_DTYPES",
     "Attention",
     "Deployment",
@@ -74,7 +76,19 @@ WEIGHT_DTYPES: dict[str, int] = {
 DEFAULT_RESERVE_GIB = 5.0
 
 
+#: The largest count a spec takes (layers, parameters, GPUs, parallel sizes, block size,
+#: context): far past any model, window or fleet (10¹⁸). Past it the figures printed run to
+#: hundreds of digits.
+MAX_COUNT = 10**18
+
+#: The most memory per GPU, in GiB, a spec takes (and the most it can reserve): 64 TiB,
+#: hundreds of times today's largest GPU, and bounded so the token figures stay printable.
+MAX_GPU_MEMORY_GIB = 64 * 1024
+
+
 def _lookup_dtype(table: dict[str, int], value: str, field: str) -> int:
+    if not isinstance(value, str):
+        raise ConfigError(f"{field} must be a dtype name (a string), got {value!r}")
     try:
         return table[value.lower()]
     except KeyError:
@@ -103,6 +117,27 @@ def weight_dtype_bits(name: str) -> int:
 def _positive_int(owner: str, field: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{owner}: {field} must be an integer ≥ 1, got {value!r}")
+    if value > MAX_COUNT:
+        # A number past Python's limit on int digits has no repr: say how long it is.
+        got = repr(value) if value.bit_length() <= 256 else f"{value.bit_length()} bits"
+        raise ConfigError(f"{owner}: {field} must be at most {MAX_COUNT:.0e}, got {got}")
+
+
+def _gib(owner: str, field: str, value: object, *, zero: bool) -> None:
+    """``value`` is a finite number of GiB, > 0 (≥ 0 with ``zero``) and at most
+    :data:`MAX_GPU_MEMORY_GIB`; a :class:`ConfigError` naming ``field`` otherwise."""
+    least = "≥ 0" if zero else "> 0"
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or not (value >= 0 if zero else value > 0)
+        or value > MAX_GPU_MEMORY_GIB
+    ):
+        raise ConfigError(
+            f"{owner}: {field} must be {least} GiB and at most {MAX_GPU_MEMORY_GIB} GiB "
+            f"(64 TiB), got {value!r}"
+        )
 
 
 def _optional_positive_int(owner: str, field: str, value: object) -> None:
@@ -275,11 +310,11 @@ class HardwareSpec:
     def __post_init__(self) -> None:
         owner = f"hardware {self.name!r}"
         _positive_int(owner, "gpus", self.gpus)
-        if not math.isfinite(self.gpu_memory_gib) or self.gpu_memory_gib <= 0:
-            raise ConfigError(f"{owner}: gpu_memory_gib must be > 0, got {self.gpu_memory_gib!r}")
+        _gib(owner, "gpu_memory_gib", self.gpu_memory_gib, zero=False)
         visible = self.gpu_memory_visible_gib
         if visible is not None and not (
             isinstance(visible, int | float)
+            and not isinstance(visible, bool)
             and math.isfinite(visible)
             and 0 < visible <= self.gpu_memory_gib
         ):
@@ -345,10 +380,9 @@ class Deployment:
         _optional_positive_int(owner, "max_model_len", self.max_model_len)
         kv_dtype_bytes(self.kv_dtype)
         util = self.gpu_memory_utilization
-        if not (isinstance(util, int | float) and 0 < util <= 1):
+        if isinstance(util, bool) or not (isinstance(util, int | float) and 0 < util <= 1):
             raise ConfigError(f"{owner}: gpu_memory_utilization must be in (0, 1], got {util!r}")
-        if not (math.isfinite(self.reserve_gib) and self.reserve_gib >= 0):
-            raise ConfigError(f"{owner}: reserve_gib must be ≥ 0, got {self.reserve_gib!r}")
+        _gib(owner, "reserve_gib", self.reserve_gib, zero=True)
         used = self.tp * self.pp * self.dp
         if used > self.gpu_count:
             raise ConfigError(

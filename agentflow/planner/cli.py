@@ -28,7 +28,7 @@ from agentflow._errors import ConfigError
 from ._catalog import DEFAULT_DEPLOYMENT, get_deployment, get_hardware, get_model
 from ._kv import plan
 from ._render import catalog_to_dict, plan_to_dict, render_catalog, render_plan
-from ._specs import Deployment, GQAAttention, MLAAttention, ModelSpec
+from ._specs import MAX_COUNT, Deployment, GQAAttention, MLAAttention, ModelSpec
 
 __all__ = ["add_parser", "build_parser", "deployment_from_args", "main", "parse_count", "run"]
 
@@ -37,8 +37,6 @@ _DESCRIPTION = (
     "sessions of a given length fit at once. Every assumption is printed with the result."
 )
 
-#: The largest count taken: far past any model, window or fleet (10¹⁸).
-MAX_COUNT = 10**18
 _SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "b": 10**9, "g": 10**9, "t": 10**12}
 _COUNT = re.compile(r"^\s*([0-9][0-9_]*(?:\.[0-9]+)?(?:e[0-9]+)?)\s*([kmbgt]?)\s*$", re.I)
 

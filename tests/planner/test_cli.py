@@ -158,6 +158,9 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
         # 0 was falsy, so it was ignored and the deployment's 128 heads planned with.
         (("--attention-heads", "0"), "attention_heads must be an integer ≥ 1, got 0"),
         (("--attention-heads", "-8"), "attention_heads must be an integer ≥ 1, got -8"),
+        # The plan printed 300-digit token counts.
+        (("--gpu-mem-gib", "1.7e308"), r"gpu_memory_gib must be > 0 GiB and at most 65536 GiB"),
+        (("--reserve-gib", "1e300"), r"reserve_gib must be ≥ 0 GiB and at most 65536 GiB"),
     ],
 )
 def test_bad_input_is_a_config_error(argv: tuple[str, ...], match: str) -> None:

@@ -290,6 +290,14 @@ def test_not_one_block_is_an_error() -> None:
         ({"pp_partition": (7, 7)}, "has 2 stages, pp=9"),
         ({"pp_partition": (7,) * 9}, "sums to 63, the model has 61 layers"),
         ({"tp": 3, "pp": 1}, "tp=3 does not divide the model's 128 attention heads"),
+        # Wrong types were a TypeError or an AttributeError, or (a bool) taken as a number.
+        ({"reserve_gib": "5"}, "reserve_gib must be ≥ 0 GiB .*, got '5'"),
+        ({"reserve_gib": True}, "reserve_gib must be ≥ 0 GiB .*, got True"),
+        ({"reserve_gib": 1e300}, r"reserve_gib must be .* at most 65536 GiB \(64 TiB\)"),
+        ({"kv_dtype": None}, r"kv_dtype must be a dtype name \(a string\), got None"),
+        ({"gpu_memory_utilization": True}, r"gpu_memory_utilization must be in \(0, 1\]"),
+        ({"dp": 10**300}, r"dp must be at most 1e\+18, got 997 bits"),
+        ({"block_size": 10**18 + 1}, r"block_size must be at most 1e\+18, got 1000000000000000001"),
     ],
 )
 def test_bad_deployments_name_the_field(changes: dict[str, Any], match: str) -> None:
@@ -323,6 +331,27 @@ def test_kv_heads_and_tp_must_divide_one_another() -> None:
             "gpu_memory_visible_gib must be > 0",
         ),
         (lambda: dataclasses.replace(GB300, gpus=0), "gpus must be an integer ≥ 1"),
+        (
+            lambda: dataclasses.replace(GB300, gpu_memory_gib="80"),  # type: ignore[arg-type]
+            "hardware 'gb300-nvl72': gpu_memory_gib must be > 0 GiB .*, got '80'",
+        ),
+        (
+            lambda: dataclasses.replace(GB300, gpu_memory_gib=True),
+            "gpu_memory_gib must be > 0 GiB .*, got True",
+        ),
+        (  # the plan printed a 306-digit token count
+            lambda: dataclasses.replace(GB300, gpu_memory_gib=1e300, gpu_memory_visible_gib=None),
+            r"gpu_memory_gib must be > 0 GiB and at most 65536 GiB \(64 TiB\), got 1e\+300",
+        ),
+        (
+            lambda: dataclasses.replace(GB300, gpu_memory_visible_gib=True),
+            "gpu_memory_visible_gib must be > 0",
+        ),
+        (lambda: dataclasses.replace(GB300, gpus=10**19), r"gpus must be at most 1e\+18"),
+        (
+            lambda: dataclasses.replace(QWEN, weight_dtype=16),  # type: ignore[arg-type]
+            r"weight_dtype must be a dtype name \(a string\), got 16",
+        ),
     ],
 )
 def test_bad_specs_name_the_field(make: Callable[[], object], match: str) -> None:
@@ -333,6 +362,17 @@ def test_bad_specs_name_the_field(make: Callable[[], object], match: str) -> Non
 def test_bad_context_is_refused() -> None:
     with pytest.raises(ConfigError, match="context_tokens must be ≥ 1"):
         plan(qwen_on(tp=8), context_tokens=0)
+    with pytest.raises(ConfigError, match=r"context_tokens must be at most 1e\+18"):
+        plan(qwen_on(tp=8), context_tokens=10**300)
+
+
+def test_the_largest_memory_and_counts_are_taken() -> None:
+    """The bounds are inclusive: 64 TiB per GPU and a reserve of as much plan (the
+    reserve then leaves nothing: an error about fit, not about the field)."""
+    big = dataclasses.replace(GB300, gpu_memory_gib=65536, gpu_memory_visible_gib=None)
+    assert plan(qwen_on(hardware=big, tp=8)).kv_tokens_total > 0
+    with pytest.raises(ConfigError, match="do not fit"):
+        plan(qwen_on(hardware=big, tp=8, reserve_gib=65536.0))
 
 
 def test_warnings_for_sessions_longer_than_max_model_len_and_a_cache_too_small() -> None:

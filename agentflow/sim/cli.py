@@ -156,7 +156,12 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
             metavar="RATE",
             help=f"{kind}: {_FAULT_HELP[kind]}",
         )
-    g.add_argument("--retry-after", type=_seconds, default=1.0, help="Retry-After of 429/503, s")
+    g.add_argument(
+        "--retry-after",
+        type=_seconds,
+        default=1.0,
+        help="Retry-After of 429/503, s (sent whole: a fraction rounds up)",
+    )
     g.add_argument("--stall-seconds", type=_positive, default=30.0, help="length of a stall, s")
     g.add_argument("--fault-seed", type=int, default=None, help="seed of the draws (--seed)")
     g.add_argument(

@@ -5,6 +5,7 @@ flags and the ``X-Agentflow-Fault`` request header):
 
 ==================== =========================================================================
 ``rate_limit``       HTTP 429 before the stream, with ``Retry-After: <retry_after_s>``
+                     (whole seconds: a fraction rounds up)
 ``server_error``     HTTP 500 before the stream
 ``unavailable``      HTTP 503 before the stream (with ``Retry-After``)
 ``reset_mid_stream`` the connection is reset (TCP RST) after some output
@@ -102,7 +103,8 @@ class FaultConfig:
         stall_mid_stream: rate of streams that stall for ``stall_s`` after some output.
         malformed_chunk: rate of streams with one malformed payload after some output.
         cut_stream: rate of streams cut (no finish, no ``[DONE]``) after some output.
-        retry_after_s: the ``Retry-After`` of 429 and 503 answers, in seconds.
+        retry_after_s: the ``Retry-After`` of 429 and 503 answers, in seconds; sent as
+            HTTP's delta-seconds, a whole number, so a fraction rounds up (2.5 → ``3``).
         stall_s: how long a stall lasts, in (loop) seconds.
         seed: fixes every draw.
         honour_header: obey the ``X-Agentflow-Fault`` request header.
@@ -311,7 +313,8 @@ def fault_answer(fault: Fault) -> tuple[int, str, dict[str, str]] | None:
         return None
     headers = {}
     if status in (429, 503):
-        headers["Retry-After"] = f"{fault.retry_after_s:g}"
+        # HTTP's delta-seconds: a whole number (``:g`` made 1234567 "1.23457e+06").
+        headers["Retry-After"] = str(math.ceil(fault.retry_after_s))
     return status, _ANSWERS[status], headers
 
 

@@ -60,9 +60,38 @@ async def test_rate_limit_with_retry_after(sim: SimServer) -> None:
     async with HTTPTransport(sim.base_url) as t:
         with pytest.raises(RateLimitError) as ei:
             await t.stream(req("rate_limit; retry_after=2.5"))
-    assert ei.value.status == 429 and ei.value.retry_after == 2.5
+    # Sent as whole seconds (HTTP's delta-seconds): a fraction rounds up.
+    assert ei.value.status == 429 and ei.value.retry_after == 3
     assert ei.value.body["error"]["type"] == "RateLimitError"
     assert sim.driver.stats().submitted == 0  # never reached the engine
+
+
+@pytest.mark.parametrize(
+    ("retry_after", "header"),
+    [
+        ("0", "0"),
+        ("0.5", "1"),
+        ("2", "2"),
+        ("2.01", "3"),
+        ("1234567", "1234567"),
+        ("1e7", "10000000"),
+    ],
+)
+async def test_retry_after_is_sent_as_whole_seconds(
+    sim: SimServer, retry_after: str, header: str
+) -> None:
+    """HTTP's delta-seconds are digits only: a fraction rounds up, and a large value is
+    written out (``:g`` sent 1234567 as "1.23457e+06": another value, and not valid)."""
+    for kind, status in (("rate_limit", 429), ("unavailable", 503)):
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(
+                f"{sim.base_url}/chat/completions",
+                json={"messages": user("x"), "max_tokens": 3},
+                headers={"X-Agentflow-Fault": f"{kind}; retry_after={retry_after}"},
+            ) as r,
+        ):
+            assert (r.status, r.headers["Retry-After"]) == (status, header)
 
 
 @pytest.mark.parametrize(("kind", "status"), [("server_error", 500), ("unavailable", 503)])

@@ -11,6 +11,7 @@ from typing import Any
 
 from agentflow._agent import Agent
 from agentflow._cli_timeouts import _add_timeout_arguments, _timeouts
+from agentflow._cliargs import non_negative
 from agentflow._events import Event, TokenEvent
 from agentflow.transport import Endpoint, HTTPTransport
 
@@ -35,7 +36,10 @@ def add_chat_parser(sub: Any) -> None:
         "--max-tokens", type=int, default=256, help="most output tokens (default 256)"
     )
     chat.add_argument(
-        "--temperature", type=float, default=0.0, help="sampling temperature (default 0)"
+        "--temperature",
+        type=non_negative,
+        default=0.0,
+        help="sampling temperature, a finite number ≥ 0 (default 0)",
     )
     _add_timeout_arguments(chat)
     chat.set_defaults(func=_chat)

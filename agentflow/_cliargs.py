@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import errno
 import ipaddress
+import math
 import os
 import socket
 import sys
@@ -30,6 +31,7 @@ __all__ = [
     "check_output_dir",
     "check_output_file",
     "fail",
+    "non_negative",
     "port",
 ]
 
@@ -52,6 +54,18 @@ def port(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"a port is 0–65535, got {value}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    """An ``argparse`` type: a finite number ≥ 0 (``nan`` and ``inf`` parse as floats,
+    but no server takes them: JSON has no such numbers)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not (math.isfinite(value) and value >= 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text}")
     return value
 
 

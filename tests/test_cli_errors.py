@@ -86,6 +86,8 @@ def not_a_dir(tmp_path: Path) -> Path:
         (["demo", "--time-scale", "inf"], ["--time-scale", "inf"]),
         (["demo", "--virtual", "--store", "/"], ["--store", "is a directory"]),
         (["chat", "--model", "m", "--max-tokens", "0", "hi"], ["max_tokens", "0"]),
+        (["chat", "--model", "m", "--temperature", "-1", "hi"], ["--temperature", "-1"]),
+        (["chat", "--model", "m", "--temperature", "hot", "hi"], ["--temperature", "'hot'"]),
         (["demo", "--profile", "nope"], ["'nope'"]),
         (["demo", "--turns", "x"], ["--turns", "'x'"]),
         (["demo", "--agents", "0"], ["--agents", "0"]),
@@ -99,6 +101,20 @@ def test_a_bad_value_is_one_line_naming_it(argv: list[str], names: list[str]) ->
     code, err = run(*argv)
     assert code == 2
     assert_one_line(err, f"agentflow {argv[0]}", *names)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "NaN", "1e999"])
+def test_chat_refuses_a_temperature_json_cannot_carry(listener: socket.socket, value: str) -> None:
+    """``float()`` takes nan and inf, and they went out as ``"temperature": null``: now
+    refused like any bad argument, before the server is contacted."""
+    base = f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    guard = ("--first-token-timeout", "0.5")  # were it sent: the listener never answers
+    code, err = run(
+        "chat", "--base-url", base, "--model", "m", *guard, "--temperature", value, "hi"
+    )
+    assert code == 2
+    assert_one_line(err, "agentflow chat", "--temperature", f"finite number ≥ 0, got {value}")
+    assert_no_connection(listener)
 
 
 def test_a_port_in_use(listener: socket.socket) -> None:

@@ -17,7 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentflow._cliargs import OneLineParser, check_listen, fail, port
+from agentflow._cliargs import OneLineParser, check_listen, fail, non_negative, port
 from agentflow._errors import ConfigError
 from agentflow.sim.faults import FaultConfig
 from agentflow.sim.profiles import Profile, get_profile, profile_names
@@ -72,7 +72,7 @@ def _positive(text: str) -> float:
 
 def _seconds(text: str) -> float:
     """A finite number ≥ 0 (a header's ``Retry-After`` must be one)."""
-    return _number(text, lambda v: v >= 0 and math.isfinite(v), "must be a finite number ≥ 0")
+    return non_negative(text)
 
 
 def _range(text: str) -> tuple[int, int]:

@@ -53,6 +53,9 @@ def _chat(args: argparse.Namespace) -> int:
     discarded on a line of its own and the retry's answer starts on the next line.
     When stdout is not a terminal nothing streams: only the final answer is written,
     once, so a pipe or a file gets exactly the answer. Retries are noted on stderr.
+    Interrupted (Ctrl-C) once some of the answer streamed, it ends that line and says
+    ``agentflow chat: interrupted`` on stderr (the exit status is 130, as for any
+    interrupted command).
     """
     from agentflow._events import AttemptDiscardedEvent, RetryEvent
 
@@ -63,17 +66,22 @@ def _chat(args: argparse.Namespace) -> int:
         params={"max_tokens": args.max_tokens, "temperature": args.temperature},
     )
     live = sys.stdout.isatty()
+    streamed = False  # some of an answer was shown on the terminal
+    midline = False  # ... and its line is not ended
 
     def show(event: Event) -> None:
+        nonlocal streamed, midline
         if isinstance(event, TokenEvent):
-            if live and event.kind == "content":
+            if live and event.kind == "content" and event.text:
                 sys.stdout.write(event.text)
                 sys.stdout.flush()
+                streamed = midline = True
         elif isinstance(event, AttemptDiscardedEvent):
             if live and event.content_chars:
                 then = "; the answer restarts below" if event.retried else ""
                 sys.stdout.write(f"\n[discarded: that attempt failed{then}]\n")
                 sys.stdout.flush()
+                midline = False
         elif isinstance(event, RetryEvent):
             a = event.attempt
             print(
@@ -84,11 +92,13 @@ def _chat(args: argparse.Namespace) -> int:
             )
 
     async def run() -> int:
+        nonlocal midline
         endpoint = Endpoint(base_url=args.base_url, api_key=args.api_key)
         async with HTTPTransport(endpoint, timeouts=_timeouts(args)) as transport:
             result = await agent.session(args.prompt).run(transport, callbacks=[show])
         if live:
             print()
+            midline = False
         elif result.final_output is not None:
             print(result.final_output)
         if not result.turns:
@@ -105,4 +115,12 @@ def _chat(args: argparse.Namespace) -> int:
         )
         return 0 if result.ok else 1
 
-    return asyncio.run(run())
+    try:
+        return asyncio.run(run())
+    except KeyboardInterrupt:  # the caller exits 130; the terminal gets its line back
+        if midline:
+            sys.stdout.write("\n")
+            sys.stdout.flush()
+        if streamed:
+            print("agentflow chat: interrupted", file=sys.stderr, flush=True)
+        raise

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import pty
+import signal
 import sys
 from pathlib import Path
 
@@ -149,3 +150,58 @@ async def test_the_idle_timeout_flag_reaches_the_transport() -> None:
     text = err.decode()
     assert proc.returncode != 0
     assert "StreamTimeout" in text and "0.2" in text, text[-2000:]
+
+
+def read_until(fd: int, marker: bytes) -> bytes:
+    """What is written to a pty up to and including the read that shows ``marker``
+    (everything, if its writer closes it first)."""
+    got = b""
+    while marker not in got:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the child closed its end
+            break
+        if not chunk:
+            break
+        got += chunk
+    return got
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pty semantics of Linux")
+async def test_ctrl_c_mid_answer_ends_the_line_and_says_so() -> None:
+    """Ctrl-C while the answer streams to a terminal: the CLI ends the half-written line
+    and says it was interrupted on stderr, then exits 130 (it used to leave the cursor
+    mid-line with no word). The server sends "The" at once and holds the rest back for
+    the hang guard; SIGINT goes once "The" is on the terminal."""
+    whole = Reply.text(ANSWER)
+    held = Reply(
+        frames=[whole.frames[0] + whole.frames[1], *whole.frames[2:]], frame_delay_s=GUARD_S
+    )
+    main_fd, child_fd = pty.openpty()
+    try:
+        async with ScriptedServer([held]) as srv:
+            proc = await asyncio.create_subprocess_exec(
+                *command(srv.base_url), stdout=child_fd, stderr=asyncio.subprocess.PIPE, env=ENV
+            )
+            os.close(child_fd)
+            child_fd = -1
+            assert proc.stderr is not None
+            try:
+                first = await asyncio.wait_for(asyncio.to_thread(read_until, main_fd, b"The"), 60)
+                assert b"The" in first, first
+                proc.send_signal(signal.SIGINT)
+            except BaseException:
+                proc.kill()
+                raise
+            rest, err = await finish(
+                proc,
+                asyncio.ensure_future(asyncio.to_thread(read_all, main_fd)),
+                asyncio.ensure_future(proc.stderr.read()),
+            )
+    finally:
+        os.close(main_fd)
+        if child_fd >= 0:
+            os.close(child_fd)
+    assert proc.returncode == 128 + signal.SIGINT, err.decode()
+    assert (first + rest).decode().replace("\r\n", "\n") == "The\n"
+    assert err.decode() == "agentflow chat: interrupted\n"

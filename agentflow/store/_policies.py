@@ -11,12 +11,13 @@ last one written (:meth:`Calibrator.load_state`) before its sessions start.
 A calibrator is found through an agent's context: the ``calibrator`` attribute of the
 context, or of the first link of its chain that has one (a
 :class:`~agentflow.context.ContextBudget`'s). Its state is keyed ``calibrator:<name>`` by
-the first of its agents' names in sorted order; each of its other agents' names gets an
-alias, ``calibrator:<other>`` → ``{"alias": "calibrator:<name>"}`` (a few bytes, once per
-attempt), so that a resume given only some of the agents — those whose sessions are not
-done — still finds it. A resumed attempt goes on recording under the key it restored
-from, so that key stays the newest. (A run recorded before aliases is found through
-the first name, as it was then.)
+the first of its agents' names in sorted order; its other agents' names are kept in one
+more record, ``calibrator:<name>#aliases`` → ``{"aliases": [...], "of":
+"calibrator:<name>"}`` (once per attempt: one record, not one per agent — the demo's 64
+agents share one calibrator), so that a resume given only some of the agents — those
+whose sessions are not done — still finds it. A resumed attempt goes on recording under
+the key it restored from, so that key stays the newest. (A run recorded before aliases
+is found through the first name, as it was then.)
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from agentflow.context._calibration import Calibrator
 if TYPE_CHECKING:
     from agentflow._agent import Agent
 
-__all__ = ["Tracked", "alias", "calibrator_of", "calibrators", "restore", "restore_keys"]
+__all__ = ["Tracked", "aliases", "calibrator_of", "calibrators", "restore", "restore_keys"]
 
 _log = get_logger("agentflow.store")
 
@@ -69,9 +70,9 @@ def _key(name: str) -> str:
     return f"calibrator:{name}"
 
 
-def alias(key: str) -> dict[str, str]:
-    """The state an alias of ``key`` is kept as."""
-    return {"alias": key}
+def aliases(tracked: Tracked) -> tuple[str, dict[str, Any]]:
+    """The key and state of the record that names ``tracked``'s other agents' keys."""
+    return f"{tracked.key}#aliases", {"aliases": list(tracked.aliases), "of": tracked.key}
 
 
 def calibrator_of(agent: Agent) -> Calibrator | None:
@@ -118,13 +119,18 @@ def restore_keys(states: Mapping[str, Any], agents: Iterable[Agent]) -> dict[int
 
 
 def _resolve(states: Mapping[str, Any], key: str) -> tuple[str, Any]:
-    """The key and state ``key`` names, following aliases (``None`` if there is none)."""
-    seen = {key}
+    """The key and state ``key`` names: its own, else the state of the key whose aliases
+    record lists it (``None`` if there is none)."""
     state = states.get(key)
-    while isinstance(state, Mapping) and set(state) == {"alias"}:
-        key = str(state["alias"])
-        if key in seen:
-            return key, None
-        seen.add(key)
-        state = states.get(key)
-    return key, state
+    if state is not None and not _is_aliases(state):
+        return key, state
+    for record in states.values():
+        if _is_aliases(record) and key in record["aliases"]:
+            target = str(record["of"])
+            found = states.get(target)
+            return target, None if _is_aliases(found) else found
+    return key, None
+
+
+def _is_aliases(state: Any) -> bool:
+    return isinstance(state, Mapping) and set(state) == {"aliases", "of"}

@@ -18,7 +18,7 @@ from agentflow._errors import StoreError
 from agentflow._logging import get_logger
 from agentflow._trace import ToolCall
 from agentflow.store._codec import agent_info, session_task
-from agentflow.store._policies import Tracked, alias, calibrator_of, calibrators
+from agentflow.store._policies import Tracked, aliases, calibrator_of, calibrators
 from agentflow.store._protocol import LeaseOwner, Store
 from agentflow.store._records import (
     AgentInfo,
@@ -96,8 +96,8 @@ class Recorder:
         cid = id(tracked.calibrator)
         if tracked.aliases and cid not in self._aliased:
             self._aliased.add(cid)
-            for name in tracked.aliases:
-                write(PolicyState(run_id=run_id, key=name, state=alias(tracked.key)))
+            key, state = aliases(tracked)
+            write(PolicyState(run_id=run_id, key=key, state=state))
 
     def start_run(
         self,

@@ -116,9 +116,10 @@ def test_the_resumed_run_starts_from_the_calibration_the_cut_run_had(
     assert learnt["models"]  # the cut run learnt something
     # What the store kept is the calibrator as it was when the attempt ended.
     run = _load(tmp_path / "cut.db")
-    alias = {"alias": "calibrator:agent-0"}  # the other agents' names lead to it
+    # The other agents' names lead to it: one record names them all.
+    aliases = {"aliases": ["calibrator:agent-1", "calibrator:agent-2"], "of": "calibrator:agent-0"}
     assert run.policy_state == {
-        "calibrator:agent-0": learnt, "calibrator:agent-1": alias, "calibrator:agent-2": alias,
+        "calibrator:agent-0": learnt, "calibrator:agent-0#aliases": aliases,
     }  # fmt: skip
     # A fresh process's calibrator, restored: the same state, the same estimates.
     fresh = budget()
@@ -185,7 +186,7 @@ def test_a_resume_given_only_some_agents_restores_their_shared_calibrator(
     assert not all(s.done for s in run.sessions)
     learnt = first.calibrator.to_state()
     assert run.policy_state["calibrator:agent-0"] == learnt
-    assert run.policy_state["calibrator:agent-1"] == {"alias": "calibrator:agent-0"}
+    assert "calibrator:agent-1" in run.policy_state["calibrator:agent-0#aliases"]["aliases"]
 
     again = budget()
     result = run_virtual(resume(path, members(again)[1:]))
@@ -200,18 +201,21 @@ def test_a_resume_given_only_some_agents_restores_their_shared_calibrator(
     assert done.samples == learnt["models"][model]["n"] + resumed_turns
     after = _load(path).policy_state
     assert after["calibrator:agent-0"] == again.calibrator.to_state()
-    assert after["calibrator:agent-1"] == {"alias": "calibrator:agent-0"}
+    assert after["calibrator:agent-0#aliases"]["of"] == "calibrator:agent-0"
 
 
 def test_a_state_recorded_without_aliases_is_still_restored() -> None:
     """A run recorded before aliases keeps the state under the first agent's name only:
-    a resume given that agent restores it as before; an alias that leads nowhere (to
-    itself) restores nothing."""
+    a resume given that agent restores it as before; aliases that lead nowhere (to
+    themselves, or to no state) restore nothing."""
     trained = Calibrator(window=8)
     _observe(trained, random.Random(3), 20)
     state = trained.to_state()
     shared = budget()
     assert restore({"calibrator:agent-0": state}, team(shared)) == 1
     assert shared.calibrator.to_state() == state
-    loop = {"calibrator:agent-1": {"alias": "calibrator:agent-1"}}
+    to_itself = {"aliases": ["calibrator:agent-1"], "of": "calibrator:agent-0#aliases"}
+    loop = {"calibrator:agent-0#aliases": to_itself}
     assert restore(loop, team(budget())[1:]) == 0
+    nowhere = {"calibrator:agent-0#aliases": {"aliases": ["calibrator:agent-1"], "of": "x"}}
+    assert restore(nowhere, team(budget())[1:]) == 0

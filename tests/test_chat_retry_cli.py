@@ -86,16 +86,7 @@ async def test_piped_output_is_exactly_the_answer() -> None:
 
 def read_all(fd: int) -> bytes:
     """Everything written to a pty until its last writer closes it."""
-    chunks: list[bytes] = []
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except OSError:  # EIO: the child closed its end
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return read_until(fd, None)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="pty semantics of Linux")
@@ -152,11 +143,11 @@ async def test_the_idle_timeout_flag_reaches_the_transport() -> None:
     assert "StreamTimeout" in text and "0.2" in text, text[-2000:]
 
 
-def read_until(fd: int, marker: bytes) -> bytes:
+def read_until(fd: int, marker: bytes | None) -> bytes:
     """What is written to a pty up to and including the read that shows ``marker``
-    (everything, if its writer closes it first)."""
+    (everything, if its writer closes it first; ``None``: everything)."""
     got = b""
-    while marker not in got:
+    while marker is None or marker not in got:
         try:
             chunk = os.read(fd, 4096)
         except OSError:  # EIO: the child closed its end

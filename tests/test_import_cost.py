@@ -19,8 +19,9 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_import_agentflow_loads_no_heavy_library() -> None:
-    """After `import agentflow` none of the lazily imported libraries is loaded; after
-    building a tool (pydantic) and reading the live view (rich) they are."""
+    """After `import agentflow` none of the lazily imported libraries is loaded, nor after
+    importing the live view's name (rich is the `demo` extra's); after building a tool
+    (pydantic) and making a live view (rich) they are."""
     code = (
         "import sys, agentflow\n"
         f"print(sorted(m for m in {LAZY!r} if m in sys.modules))\n"
@@ -28,9 +29,11 @@ def test_import_agentflow_loads_no_heavy_library() -> None:
         "agentflow.Tool.from_function(double)\n"
         "from agentflow.report import LiveView\n"
         "print(sorted(m for m in ('pydantic', 'rich') if m in sys.modules))\n"
+        "LiveView(total_sessions=1)\n"
+        "print(sorted(m for m in ('pydantic', 'rich') if m in sys.modules))\n"
     )
     lines = _run(code).stdout.splitlines()
-    assert lines == ["[]", "['pydantic', 'rich']"]
+    assert lines == ["[]", "['pydantic']", "['pydantic', 'rich']"]
 
 
 def test_warnings_do_not_print_without_logging_configured() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agentflow import StoreError
-from agentflow.store import SQLiteStore, _journal
+from agentflow.store import SQLiteStore, _journal, _journal_segment
 
 from ..wait import GUARD_S
 from .journal_child import tool_result
@@ -100,7 +100,9 @@ def test_a_segment_being_made_at_the_fork_is_not_kept_locked_by_the_child(
     must not keep that segment's descriptors (they share the parent's lock, and a child
     outliving its killed parent would keep the segment from the next open). It used to:
     only segments a journal held were let go of."""
-    seg = _journal._Segment(tmp_path / ".x.af-journal-1-00.tmp", 1 << 16, 1 << 16)  # no journal's
+    seg = _journal_segment._Segment(
+        tmp_path / ".x.af-journal-1-00.tmp", 1 << 16, 1 << 16
+    )  # no journal's
 
     def child() -> None:
         with pytest.raises(OSError, match="Bad file descriptor"):

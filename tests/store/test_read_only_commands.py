@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentflow.cli import main
-from agentflow.store import _journal
+from agentflow.store import _journal, _journal_segment
 
 from .test_journal import _kill_child, _segments
 
@@ -26,13 +26,13 @@ def test_a_reading_command_reads_a_killed_run_without_making_a_segment(
     _kill_child("fleet", str(db), "7")  # kills itself at its 7th turn end
     assert len(_segments(db)) == 1
     made: list[Path] = []
-    real_init = _journal._Segment.__init__
+    real_init = _journal_segment._Segment.__init__
 
-    def counted(self: _journal._Segment, tmp: Path, size: int, fill: int) -> None:
+    def counted(self: _journal_segment._Segment, tmp: Path, size: int, fill: int) -> None:
         made.append(tmp)
         real_init(self, tmp, size, fill)
 
-    monkeypatch.setattr(_journal._Segment, "__init__", counted)
+    monkeypatch.setattr(_journal_segment._Segment, "__init__", counted)
     out = tmp_path / "out.json"
     if command == "report":
         assert main(["report", "--store", str(db), "run-1", "--json", str(out)]) == 0

@@ -164,15 +164,9 @@ def _scripts(config: BenchConfig, load: Load, seed: int) -> list[SessionScript] 
             config.scripts, load, duration_s=config.duration_s, max_sessions=config.max_sessions
         )
     assert config.workload is not None
-    if load.concurrency is not None:  # drawn as the level's sessions end: it never runs out
-        return session_stream(
-            config.workload,
-            load,
-            duration_s=config.duration_s,
-            max_sessions=config.max_sessions,
-            seed=seed,
-        )
-    return plan_sessions(
+    # A fixed-concurrency level's are drawn as its sessions end: it never runs out.
+    make = session_stream if load.concurrency is not None else plan_sessions
+    return make(
         config.workload,
         load,
         duration_s=config.duration_s,

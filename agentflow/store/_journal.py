@@ -187,9 +187,16 @@ class Journal:
         Raises:
             OSError: the zeros could not be written (a full disk): nothing was copied.
         """
+        if end > seg.filled:
+            self._fill_to(seg, min(seg.size, max(_page_up(end), seg.filled + FILL_BYTES)))
+
+    def _fill_to(self, seg: _Segment, target: int) -> None:
+        """Write zeros from ``seg.filled`` up to ``target``, then move ``filled`` there:
+        under the fill lock, which the loop (:meth:`_extend`) and the writer thread
+        (:meth:`fill_ahead`) both take, so that neither writes zeros the other has copied
+        a record over (``filled`` is read again under it)."""
         with self._fill_lock:
-            if end > seg.filled:
-                target = min(seg.size, max(_page_up(end), seg.filled + FILL_BYTES))
+            if target > seg.filled:
                 _fill(seg.fd, seg.filled, target)
                 seg.filled = target
 
@@ -259,10 +266,7 @@ class Journal:
             self._ahead = max(FILL_BYTES, 2 * (self.journaled - self._journaled_at_fill))
             self._journaled_at_fill = self.journaled
             target = min(seg.size, _page_up(offset + self._ahead))
-        with self._fill_lock:  # (the loop may extend it meanwhile: never the same bytes)
-            if target > seg.filled:
-                _fill(seg.fd, seg.filled, target)
-                seg.filled = target
+        self._fill_to(seg, target)
         start = max(seg.faulted, offset & ~(mmap.PAGESIZE - 1))
         if target - start >= FILL_BYTES // 4:  # else most of it is mapped in already
             seg.populate(start, target)

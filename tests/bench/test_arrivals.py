@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import statistics
+from typing import Any
 
 import pytest
 
@@ -25,20 +26,31 @@ TINY = Workload(
 
 def _run(workload: Workload, load: Load, duration_s: float, seed: int = 0) -> LevelResult:
     scripts = plan_sessions(workload, load, duration_s=duration_s, seed=seed)
+    return _level(
+        scripts, load, duration_s, seed=seed, max_concurrency=100_000, prefix_warmup=False
+    )
+
+
+def _level(
+    scripts: list[SessionScript],
+    load: Load,
+    duration_s: float,
+    *,
+    seed: int = 0,
+    drain_s: float = 60.0,
+    **fleet: Any,
+) -> LevelResult:
+    """One level of ``scripts`` on the simulator in virtual time (``fleet``: the
+    ``Fleet``'s settings; ``drain_s``: the level's, ``run_level``'s default unless
+    given)."""
     target = SimTarget(profile="cpu-tiny")
 
     async def main() -> LevelResult:
         tap = LevelTap()
         async with target.open(scripts, seed) as transport:
-            fleet = Fleet(
-                transport,
-                max_concurrency=100_000,
-                callbacks=[tap],
-                clock=target.clock(),
-                prefix_warmup=False,
-            )
+            fleet_ = Fleet(transport, callbacks=[tap], clock=target.clock(), **fleet)
             return await run_level(
-                fleet,
+                fleet_,
                 tap,
                 scripts,
                 load=load,
@@ -46,6 +58,7 @@ def _run(workload: Workload, load: Load, duration_s: float, seed: int = 0) -> Le
                 params={},
                 duration_s=duration_s,
                 clock=target.clock(),
+                drain_s=drain_s,
             )
 
     return run_virtual(main())
@@ -202,24 +215,7 @@ def test_a_wait_past_the_end_ends_the_session_at_the_end() -> None:
         )
         for i in range(5)
     ]
-    target = SimTarget(profile="cpu-tiny")
-
-    async def main() -> LevelResult:
-        tap = LevelTap()
-        async with target.open(scripts, 0) as transport:
-            fleet = Fleet(transport, callbacks=[tap], clock=target.clock())
-            return await run_level(
-                fleet,
-                tap,
-                scripts,
-                load=Load(scale=1.0),
-                model="cpu-tiny",
-                params={},
-                duration_s=10.0,
-                clock=target.clock(),
-            )
-
-    level = run_virtual(main())
+    level = _level(scripts, Load(scale=1.0), 10.0)
     s = level.summary
     assert s["sessions"]["drained"] and not s["saturation"]["saturated"]
     assert s["sessions"]["cut_at_end"] == 5 and s["turns"] == 5
@@ -235,24 +231,7 @@ def test_the_fleets_own_limits_apply() -> None:
         templates=(SessionTemplate(name="req", turns=1, prompt_tokens=8, output_tokens=100),),
     )
     scripts = plan_sessions(longer, Load(rate=50.0, arrival="constant"), duration_s=4.0)
-    target = SimTarget(profile="cpu-tiny")
-
-    async def main() -> LevelResult:
-        tap = LevelTap()
-        async with target.open(scripts, 0) as transport:
-            fleet = Fleet(transport, max_concurrency=2, callbacks=[tap], clock=target.clock())
-            return await run_level(
-                fleet,
-                tap,
-                scripts,
-                load=Load(rate=50.0),
-                model="cpu-tiny",
-                params={},
-                duration_s=4.0,
-                clock=target.clock(),
-            )
-
-    s = run_virtual(main()).summary
+    s = _level(scripts, Load(rate=50.0), 4.0, max_concurrency=2).summary
     assert s["peak_in_flight"] == 2
     assert s["turns"] == 200 and s["sessions"]["drained"]
     # ~10 requests/s fit through 2 slots of ~0.1 s each: the other arrivals queue.
@@ -267,25 +246,7 @@ def test_an_undrained_level_is_cancelled_and_over_saturated() -> None:
     )
     load = Load(rate=200.0, arrival="constant")
     scripts = plan_sessions(heavy, load, duration_s=5.0)
-    target = SimTarget(profile="cpu-tiny")
-
-    async def main() -> LevelResult:
-        tap = LevelTap()
-        async with target.open(scripts, 0) as transport:
-            fleet = Fleet(transport, max_concurrency=10_000, callbacks=[tap], clock=target.clock())
-            return await run_level(
-                fleet,
-                tap,
-                scripts,
-                load=load,
-                model="cpu-tiny",
-                params={},
-                duration_s=5.0,
-                drain_s=1.0,
-                clock=target.clock(),
-            )
-
-    s = run_virtual(main()).summary
+    s = _level(scripts, load, 5.0, drain_s=1.0, max_concurrency=10_000).summary
     assert not s["sessions"]["drained"]
     assert s["saturation"]["saturated"]
     assert any("drain" in r for r in s["saturation"]["reasons"])

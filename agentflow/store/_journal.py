@@ -2,7 +2,7 @@
 memory-mapped journal file beside the database.
 
 Why: on this machine a SQLite commit costs ~250–450 µs of CPU when it follows an idle
-gap (cold caches; ``docs/store.md``, "Cost"), so committing every 10 ms cost the demo
+gap (cold caches; ``docs/store-cost.md``), so committing every 10 ms cost the demo
 ~12% of its client CPU, while committing rarely widened what a ``kill -9`` loses. The
 journal removes that trade: :meth:`Journal.append` encodes the record (``msgspec``
 MessagePack) and copies it into a shared mapping of the file — no system call, no thread
@@ -91,14 +91,14 @@ Mark = tuple[int, int]
 SEGMENT_BYTES = 8 << 20
 #: ``SQLiteStore``'s default commit interval with a journal, in seconds. The journal
 #: keeps every record meanwhile, so the interval only sets how often SQLite is written:
-#: a commit costs ~0.8 ms of CPU in a run here (``docs/store.md``, "Cost"), and another
+#: a commit costs ~0.8 ms of CPU in a run here (``docs/store-cost.md``), and another
 #: process reading a live store sees its records up to this much later.
 JOURNAL_INTERVAL_S = 5.0
 #: Bytes of a new segment written with zeros as it is made, and the least that
 #: :meth:`Journal.fill_ahead` keeps written ahead of the last record; it keeps twice
 #: what was journaled since its last call ahead (it runs at each commit), up to the
 #: segment's end. The demo journals ~1.9 MiB in a run: it writes ~3 MiB of zeros instead
-#: of a whole 8 MiB segment (``docs/store.md``, "Cost").
+#: of a whole 8 MiB segment (``docs/store-cost.md``).
 FILL_BYTES = 1 << 20
 
 

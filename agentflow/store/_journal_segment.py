@@ -40,7 +40,7 @@ def _fill(fd: int, start: int, end: int) -> None:
     copy), and the loop's copies over them are plain page-cache writes. (Blocks only
     reserved with ``posix_fallocate`` are "unwritten" on ext4 and XFS: the first store to
     each page through the mapping then faults into the filesystem to convert them, ~3–4
-    ms per 8 MiB here; written with ``pwrite``, ~1–2 ms; ``docs/store.md``, "Cost".)"""
+    ms per 8 MiB here; written with ``pwrite``, ~1–2 ms; ``docs/store-cost.md``.)"""
     if not _ZEROS:
         _ZEROS.append(bytes(1 << 20))
     zeros = memoryview(_ZEROS[0])

@@ -134,7 +134,7 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
             super().write(record)  # starts the writer thread, or says the store is closed
             return
         # Inline, not through BatchWriter.write: this runs on the event loop once per
-        # record, and on this path every call frame is paid cold (docs/store.md, "Cost").
+        # record, and on this path every call frame is paid cold (docs/store-cost.md).
         with self._batch_lock:
             journaled = self.journal  # else closed, or failed, meanwhile: the batch path
             if journaled:

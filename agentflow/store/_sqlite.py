@@ -279,7 +279,7 @@ class SQLiteStore(JournaledWriter):
             # A new file's pages are 16 KiB (SQLite's default is 4): a turn's row is ~2 KB,
             # and a commit writes each page to the WAL and again at the checkpoint, a few
             # system calls per page — ~7% less of the writer's CPU on the demo
-            # (``docs/store.md``, "Cost"). A no-op on a file that has pages already.
+            # (``docs/store-cost.md``). A no-op on a file that has pages already.
             conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
             refuse_other_version(conn, str(self.path))  # before anything is written
             _wal(conn, self.busy_timeout_s)

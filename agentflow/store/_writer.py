@@ -6,7 +6,7 @@ wakeup); the first record of a batch arms one timer on the loop, and when
 list to the writer thread with one queue put. So the thread wakes once per batch,
 on a batch that is complete, and commits it at once — not once per record and again
 when its own timer runs out (that cost ~200 µs of CPU per batch here, more than the
-commit's inserts; ``docs/store.md``, "Cost"). A record written outside a running loop (a
+commit's inserts; ``docs/store-cost.md``). A record written outside a running loop (a
 plain thread) is queued alone, and the thread gathers what follows for
 ``batch_interval_s`` as before.
 

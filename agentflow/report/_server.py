@@ -112,12 +112,19 @@ def server_section(
     scale = after.value(_TIME_SCALE) or 1.0
     resolved = dialect.resolve(after) if dialect else {}
     counters: dict[str, float | None] = {}
+    # A counter only grows while the server runs: one that went down (a restart between
+    # the scrapes) has no meaningful difference, and is left out — named in the notes —
+    # rather than reported as a negative count.
+    reset: list[str] = []
     if dialect is not None:
         for key in dialect.counters:
             names = resolved.get(key)
             a = counter_value(after, names) if names else None
             b = counter_value(before, names) if names else None
             counters[key] = None if a is None else a - (b or 0.0)
+            if a is not None and b is not None and a < b:
+                counters[key] = None
+                reset.append(key)
     latency: dict[str, Any] = {}
     if dialect is not None:
         for key in dialect.histograms:
@@ -127,7 +134,14 @@ def server_section(
             h_after = after.histogram(names[0])
             if h_after is None:
                 continue
-            h = h_after.delta(before.histogram(names[0]))
+            try:
+                h = h_after.delta(before.histogram(names[0]))
+            except ValueError:  # its buckets changed: another server, or a restart
+                reset.append(key)
+                continue
+            if h.count < 0 or any(c < 0 for c in h.cumulative):
+                reset.append(key)
+                continue
             latency[key] = _hist_summary(names[0], h.scaled(scale), quantiles)
     hits, queries = counters.get("cache_hits"), counters.get("cache_queries")
     gen, gen_s = counters.get("generation_tokens"), counters.get("generation_seconds")
@@ -150,6 +164,11 @@ def server_section(
     }
     section["comparison"] = _comparison(section, client) if client is not None else []
     section["notes"] = _notes(section, dialect)
+    if reset:
+        section["notes"].append(
+            "The server's metrics went down between the scrapes (it restarted during the "
+            f"run?): {', '.join(reset)} left out."
+        )
     return section
 
 
@@ -201,8 +220,10 @@ def _series(
 
 
 def _diff(a: GaugeSample, b: GaugeSample, key: str) -> float | None:
+    """How much counter ``key`` grew from ``b`` to ``a``; ``None`` unknown, or when it
+    went down (the server restarted between them)."""
     x, y = a.values.get(key), b.values.get(key)
-    return None if x is None or y is None else x - y
+    return None if x is None or y is None or x < y else x - y
 
 
 def _point(snap: MetricsSnapshot, dialect: Dialect) -> GaugeSample:

@@ -284,3 +284,33 @@ def test_an_older_vllms_per_token_histogram_is_an_itl_not_a_tpot() -> None:
     s = valid(server_section(before, after))
     assert s["latency"]["itl_s"]["count"] == 1000
     assert "tpot_s" not in s["latency"]
+
+
+def test_a_restart_between_the_scrapes_leaves_the_counters_out_not_negative() -> None:
+    """A server that restarted during the run (its counters and histograms start again
+    from 0): ``ServerWatch.section()`` reported every difference negative — −10
+    generation tokens, a histogram of −2 observations — as the server's figures. They
+    are left out now, and a note says why; the gauges are kept."""
+    restarted = parse_metrics(
+        VLLM_BEFORE.replace(" 100.0", " 3.0")
+        .replace(" 50.0", " 1.0")
+        .replace('_total{model_name="m"} 10.0', '_total{model_name="m"} 2.0')
+        .replace('le="+Inf",model_name="m"} 2.0', 'le="+Inf",model_name="m"} 0.0')
+        .replace('_count{model_name="m"} 2.0', '_count{model_name="m"} 0.0')
+        .replace('le="0.2",model_name="m"} 2.0', 'le="0.2",model_name="m"} 0.0')
+        .replace('le="0.4",model_name="m"} 2.0', 'le="0.4",model_name="m"} 0.0')
+        .replace('le="0.1",model_name="m"} 1.0', 'le="0.1",model_name="m"} 0.0'),
+        t_ns=10**9,
+    )
+    before = parse_metrics(VLLM_AFTER, t_ns=0)
+    s = valid(server_section(before, restarted))
+    c = s["counters"]
+    assert c["generation_tokens"] is None and c["prompt_tokens"] is None
+    assert all(v is None or v >= 0 for v in c.values())
+    assert "ttft_s" not in s["latency"]
+    assert s["cache_hit_rate"] is None and s["decode_tps"] is None
+    assert s["series"]["generation_tps"] == [None, None]
+    assert s["series"]["cache_hit_rate"] == [None, None]
+    assert s["series"]["kv_cache_usage"] == [0.3, 0.1]
+    (note,) = [n for n in s["notes"] if "went down" in n]
+    assert "generation_tokens" in note and "ttft_s" in note

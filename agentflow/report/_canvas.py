@@ -98,8 +98,13 @@ def plain(text: str) -> str:
     matplotlib then draws with the escapes removed (an ``\\$`` already in ``text`` stays
     ``\\$``). This, rather than switching mathtext off, keeps matplotlib's own tick
     labels, which may use it.
+
+    A text that starts with ``_`` (a run labelled ``_baseline``, an agent ``_helper``) is
+    one matplotlib leaves out of every legend; a zero-width space before it keeps it in,
+    drawn as written.
     """
-    return text.replace("$", r"\$")
+    text = text.replace("$", r"\$")
+    return "\u200b" + text if text.startswith("_") else text
 
 
 def empty_note(ax: Axes, text: str) -> None:

@@ -167,6 +167,20 @@ def test_dollar_signs_in_labels_ids_and_names_are_drawn_as_written(
         assert plain(text).replace(r"\$", "$") == text  # what matplotlib draws of plain text
 
 
+def test_a_label_that_starts_with_an_underscore_stays_in_the_legend() -> None:
+    """matplotlib leaves a label that starts with ``_`` out of the legend: a run labelled
+    ``_baseline`` (or an agent ``_helper``) vanished from every legend of the report."""
+    from matplotlib.figure import Figure as MplFigure
+
+    ax = MplFigure().subplots()
+    for label in ("_baseline", "candidate", "_$x$"):
+        ax.plot([0, 1], [0, 1], label=plain(label))
+    legend = ax.legend()
+    drawn = [t.get_text().replace("\u200b", "").replace(r"\$", "$") for t in legend.get_texts()]
+    assert drawn == ["_baseline", "candidate", "_$x$"]
+    assert plain("run_1") == "run_1"  # only a leading underscore is touched
+
+
 def test_the_lag_warning_skips_a_zero_median() -> None:
     """A median TTFT of 0 (a server that answered at once) is no yardstick for the lag:
     no division by it; the ITL, when there is one, still is."""

@@ -58,9 +58,11 @@ if _typing.TYPE_CHECKING:
     from agentflow._agent import (
         Agent,
     )
+    from agentflow._event_bus import (
+        CallbackFailure,
+    )
     from agentflow._events import (
         AttemptDiscardedEvent,
-        CallbackFailure,
         ErrorEvent,
         Event,
         FleetEndEvent,
@@ -194,7 +196,7 @@ _LAZY: dict[str, str] = {
     "Agent": "agentflow._agent",
     "AttemptDiscardedEvent": "agentflow._events",
     "CacheSource": "agentflow._trace",
-    "CallbackFailure": "agentflow._events",
+    "CallbackFailure": "agentflow._event_bus",
     "ContextBudget": "agentflow.context",
     "DEFAULT_TOOL_TIMEOUT_S": "agentflow._tools",
     "Endpoint": "agentflow.transport",

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agentflow._config import fleet_concurrency
 from agentflow._errors import ConfigError
-from agentflow._events import DEFAULT_CALLBACK_DRAIN_S, Event, EventBus, FleetEndEvent
+from agentflow._event_bus import DEFAULT_CALLBACK_DRAIN_S, EventBus
+from agentflow._events import Event, FleetEndEvent
 from agentflow._fleet_checks import (
     _check_clock,
     _check_unique,

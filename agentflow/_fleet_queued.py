@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from agentflow.sched import Grant
 
 if TYPE_CHECKING:
-    from agentflow._events import EventBus
+    from agentflow._event_bus import EventBus
     from agentflow._session import Session
     from agentflow.sched import TurnRunner
     from agentflow.typing import Clock

@@ -23,7 +23,7 @@ from agentflow._logging import get_logger
 from agentflow.sched import TurnRunner
 
 if TYPE_CHECKING:
-    from agentflow._events import EventBus
+    from agentflow._event_bus import EventBus
     from agentflow._fleet import Fleet
     from agentflow._session import Session
     from agentflow._session_types import SessionResult, TurnLog

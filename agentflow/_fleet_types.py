@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from agentflow._events import CallbackFailure
+from agentflow._event_bus import CallbackFailure
 from agentflow._session_types import SessionResult
 from agentflow.sched import ReplicaState
 

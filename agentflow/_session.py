@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 from agentflow._config import session_run_internals
 from agentflow._context_chain import bind_context, end_session
 from agentflow._errors import ConfigError, ContextOverflow, MaxTurnsExceeded
-from agentflow._events import ErrorEvent, EventBus, SessionEndEvent
+from agentflow._event_bus import EventBus
+from agentflow._events import ErrorEvent, SessionEndEvent
 from agentflow._logging import get_logger
 from agentflow._sendable import check_sendable
 from agentflow._session_tools import run_tools

@@ -20,7 +20,7 @@ from agentflow._gather import gather_or_cancel
 from agentflow._sendable import sendable_text
 
 if TYPE_CHECKING:
-    from agentflow._events import EventBus
+    from agentflow._event_bus import EventBus
     from agentflow._session import Session
     from agentflow._trace import ToolCall
     from agentflow.typing import Clock

@@ -22,7 +22,7 @@ from agentflow._turn_events import TurnEvents
 from agentflow.sched import Grant
 
 if TYPE_CHECKING:
-    from agentflow._events import EventBus
+    from agentflow._event_bus import EventBus
     from agentflow._session import Session
     from agentflow._trace import TurnTrace
     from agentflow.sched import TurnRunner

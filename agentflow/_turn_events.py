@@ -10,7 +10,8 @@ last attempt — so a consumer of tokens knows to drop them.
 
 from __future__ import annotations
 
-from agentflow._events import AttemptDiscardedEvent, EventBus, RetryEvent, TokenEvent
+from agentflow._event_bus import EventBus
+from agentflow._events import AttemptDiscardedEvent, RetryEvent, TokenEvent
 from agentflow._logging import get_logger
 from agentflow.sched import FailedAttempt, Ticket
 from agentflow.typing import DeltaKind

@@ -1,7 +1,8 @@
 """The events modules and the chain below the context package (issue 17, part 3).
 
-``_events.py`` (the Event union) and ``_context_events.py`` (the context seam's events)
-import nothing of ``agentflow.context`` at run time, nor does the chain the agent and the
+``_events.py`` (the Event union), ``_event_bus.py`` (what delivers it) and
+``_context_events.py`` (the context seam's events) import nothing of ``agentflow.context``
+at run time, nor does the chain the agent and the
 session use (``_context_chain.py``): a fleet whose agents bring their own context links
 never imports the tokenizers. Checked in a fresh interpreter, where nothing was imported
 before.
@@ -29,7 +30,13 @@ def modules_after_import(module: str) -> list[str]:
 
 
 @pytest.mark.parametrize(
-    "module", ["agentflow._events", "agentflow._context_events", "agentflow._context_chain"]
+    "module",
+    [
+        "agentflow._events",
+        "agentflow._event_bus",
+        "agentflow._context_events",
+        "agentflow._context_chain",
+    ],
 )
 def test_imports_nothing_of_the_context_package(module: str) -> None:
     loaded = modules_after_import(module)

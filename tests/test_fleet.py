@@ -385,7 +385,8 @@ def test_a_stalled_async_callback_cannot_hang_the_run() -> None:
 def test_the_callback_drain_waits_30_s_by_default_and_no_more_than_needed() -> None:
     """An :class:`EventBus` closes when its async callbacks have taken every event, or
     after 30 s; a slow callback that finishes in time loses nothing."""
-    from agentflow._events import EventBus, FleetStartEvent
+    from agentflow._event_bus import EventBus
+    from agentflow._events import FleetStartEvent
     from agentflow.embedded import run_virtual
 
     async def slow(event: Event) -> None:
@@ -406,7 +407,7 @@ def test_the_callback_drain_waits_30_s_by_default_and_no_more_than_needed() -> N
     assert run_virtual(close_after(slow)) == (20.0, 0)
     assert run_virtual(close_after(never)) == (30.0, 2)  # it used to wait the hour
 
-    from agentflow._events import DEFAULT_CALLBACK_DRAIN_S
+    from agentflow._event_bus import DEFAULT_CALLBACK_DRAIN_S
 
     assert DEFAULT_CALLBACK_DRAIN_S == 30.0
     for bad in (0, -1.0, float("nan"), True, "30"):

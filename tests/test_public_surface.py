@@ -190,10 +190,13 @@ def test_typing_imports_nothing_of_the_package() -> None:
 
 def test_the_events_module_imports_nothing_above_it() -> None:
     """The events module imports only the layers below it (no context, scheduler,
-    transport, session or fleet); the context seam's events live in _context_events.py,
-    which imports only the trace. Old paths still work."""
+    transport, session or fleet), and the event bus only those and the events; the
+    context seam's events live in _context_events.py, which imports only the trace. Old
+    paths still work."""
     runtime, _ = _imports(ROOT / "agentflow" / "_events.py")
     assert runtime <= BELOW_EVENTS
+    bus, _ = _imports(ROOT / "agentflow" / "_event_bus.py")
+    assert bus <= BELOW_EVENTS | {"agentflow._events"}
     assert _imports(ROOT / "agentflow" / "_context_events.py")[0] == {"agentflow._trace"}
     assert _imports(ROOT / "agentflow" / "_request.py")[0] == set()
     loaded = set(_agentflow_modules("import agentflow._events"))

@@ -28,7 +28,7 @@ from agentflow import (
     RetryPolicy,
     TokenEvent,
 )
-from agentflow._events import EventBus
+from agentflow._event_bus import EventBus
 from agentflow._turn_events import TurnEvents
 from tests.sched.conftest import Faulty, RecordingSim
 from tests.test_attempt_discard import Waits, replica

@@ -13,7 +13,7 @@ import asyncio
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
-from agentflow._events import EventBus
+from agentflow._event_bus import EventBus
 from agentflow._session import Session
 from agentflow._workers._broker import WorkerHandle
 from agentflow._workers._checks import check_picklable

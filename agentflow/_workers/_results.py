@@ -10,7 +10,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import WorkerError
-from agentflow._events import ErrorEvent, EventBus, SessionEndEvent
+from agentflow._event_bus import EventBus
+from agentflow._events import ErrorEvent, SessionEndEvent
 from agentflow._session import Session, SessionResult
 from agentflow._workers._broker import WorkerHandle
 

@@ -9,7 +9,8 @@ import pickle
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
-from agentflow._events import EventBus, FleetEndEvent, FleetStartEvent, SessionEndEvent
+from agentflow._event_bus import EventBus
+from agentflow._events import FleetEndEvent, FleetStartEvent, SessionEndEvent
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
 from agentflow._workers._broker import Broker, WorkerHandle

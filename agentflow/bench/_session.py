@@ -22,7 +22,7 @@ from typing import Any
 
 from agentflow._agent import Agent
 from agentflow._config import session_run_internals
-from agentflow._events import EventBus
+from agentflow._event_bus import EventBus
 from agentflow._session import Session
 from agentflow._session_types import SessionResult, TurnLog
 from agentflow._trace import TurnTrace

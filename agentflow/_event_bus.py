@@ -1,0 +1,262 @@
+"""The event bus: hands each event to the run's callbacks and :meth:`Fleet.stream` iterators.
+
+Sync callbacks are called inline, where the event happens (for tokens: on the stream's
+hot path); async callbacks and :meth:`Fleet.stream` iterators are fed, in order, by one
+dispatcher task. A callback that raises is reported (an :class:`ErrorEvent` with
+``where="callback"``, a log line, and :attr:`EventBus.callback_errors`) and the run goes
+on. Like the events (``_events.py``), it imports nothing above them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from agentflow._events import ErrorEvent, Event
+from agentflow._logging import get_logger
+from agentflow.typing import Callback
+
+__all__ = ["DEFAULT_CALLBACK_DRAIN_S", "CallbackFailure", "EventBus"]
+
+_log = get_logger("agentflow.events")
+
+#: How long, in seconds, the end of a run waits for async callbacks to take the events
+#: still queued for them (``Fleet(callback_drain_s=...)``).
+DEFAULT_CALLBACK_DRAIN_S = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackFailure:
+    """A callback raised while handling ``event``, or did not take it before the run's
+    end waited ``callback_drain_s`` for it (``error`` a :class:`TimeoutError`;
+    ``callback`` the async callback that was stuck, ``None`` for an event queued behind
+    it that no callback had yet)."""
+
+    callback: Any
+    event: Event
+    error: BaseException
+
+
+class EventBus:
+    """Fans events out to sync callbacks (inline) and async consumers (one task, in order)."""
+
+    def __init__(
+        self,
+        callbacks: list[Callback] | tuple[Callback, ...] = (),
+        *,
+        drain_s: float = DEFAULT_CALLBACK_DRAIN_S,
+    ) -> None:
+        self._drain_s = drain_s  # checked where it is given (Fleet: callback_drain_s)
+        # What the dispatcher is handling now: named when the drain at close runs out.
+        self._handling: tuple[Any, Event] | None = None
+        self._sync: list[Any] = []
+        self._async: list[Any] = []
+        # Per event type, the sync callbacks that read it (filled as types are first seen)
+        # and the async ones: the type filter runs once per type, not once per event.
+        self._routes: dict[str, list[Any]] = {}
+        self._async_routes: dict[str, list[Any]] = {}
+        # Who reads tokens: the sync callbacks, and whether any async one or queue does.
+        self._token_sync: tuple[Any, ...] = ()
+        self._token_fanout = False
+        self._queues: list[asyncio.Queue[Event]] = []
+        self._pending: asyncio.Queue[Event | None] | None = None
+        self._task: asyncio.Task[None] | None = None
+        #: Every callback failure so far.
+        self.callback_errors: list[CallbackFailure] = []
+        for cb in callbacks:
+            self.subscribe(cb)
+
+    def subscribe(self, callback: Callback) -> None:
+        """Add a sync or async callback.
+
+        A callback is async when it is an ``async def``, an object with an async
+        ``__call__``, or a sync wrapper of one made with ``functools.wraps`` (an ordinary
+        decorator: its ``__wrapped__`` is followed). A callback object may declare
+        ``event_types``, a set of the ``type`` strings it reads; it then receives only
+        those. Token events are built only when some
+        subscriber reads them, so a callback that declares no ``"token"`` costs nothing
+        per streamed delta.
+        """
+        (self._async if _is_async(callback) else self._sync).append(callback)
+        self._routes.clear()
+        self._async_routes.clear()
+        self._token_sync = tuple(cb for cb in self._sync if _reads(cb, "token"))
+        self._token_fanout = bool(self._queues) or any(_reads(cb, "token") for cb in self._async)
+
+    def add_queue(self, queue: asyncio.Queue[Event]) -> None:
+        """Feed every event to ``queue`` as well (used by :meth:`Fleet.stream`)."""
+        self._queues.append(queue)
+        self._token_fanout = True
+
+    @property
+    def active(self) -> bool:
+        """Whether anyone listens at all."""
+        return bool(self._sync or self._async or self._queues)
+
+    @property
+    def wants_tokens(self) -> bool:
+        """Whether anyone reads token events; when not, they are not even built."""
+        return bool(self._token_sync) or self._token_fanout
+
+    def token_callbacks(self) -> tuple[Any, ...] | None:
+        """The sync callbacks that read token events, in subscription order, or ``None``
+        when an async callback or a :meth:`Fleet.stream` queue reads them too.
+
+        A turn's token sink takes this once, when the turn starts, and then calls these
+        directly for each delta (no routing per event); a callback that raises is
+        reported through :meth:`callback_failed`. ``None`` means tokens must go through
+        :meth:`emit`, which keeps the async consumers' order.
+        """
+        return None if self._token_fanout else self._token_sync
+
+    def wants(self, event_type: str) -> bool:
+        """Whether anyone would receive an event of ``event_type`` (the hot path skips
+        building the ones nobody reads)."""
+        targets = self._routes.get(event_type)
+        if targets is None:
+            targets = self._routes[event_type] = [cb for cb in self._sync if _reads(cb, event_type)]
+        return bool(targets) or bool(self._async) or bool(self._queues)
+
+    def emit(self, event: Event) -> None:
+        """Deliver ``event``: sync callbacks now, async consumers soon and in order."""
+        targets = self._routes.get(event.type)
+        if targets is None:
+            targets = self._routes[event.type] = [cb for cb in self._sync if _reads(cb, event.type)]
+        for cb in targets:
+            try:
+                if (returned := cb(event)) is not None:  # cheap: see never_awaited
+                    self.never_awaited(cb, event, returned)
+            except Exception as exc:
+                self.callback_failed(cb, event, exc)
+        if self._async or self._queues:
+            if self._pending is None:
+                self._pending = asyncio.Queue()
+                self._task = asyncio.get_running_loop().create_task(self._dispatch(self._pending))
+            self._pending.put_nowait(event)
+
+    async def _dispatch(self, pending: asyncio.Queue[Event | None]) -> None:
+        routes = self._async_routes
+        while (event := await pending.get()) is not None:
+            targets = routes.get(event.type)
+            if targets is None:
+                targets = routes[event.type] = [cb for cb in self._async if _reads(cb, event.type)]
+            for cb in targets:
+                self._handling = (cb, event)
+                try:
+                    returned = cb(event)
+                    if inspect.isawaitable(returned):  # not for a wrapper that returns None
+                        await returned
+                except Exception as exc:
+                    self.callback_failed(cb, event, exc)
+            self._handling = None
+            for q in self._queues:
+                q.put_nowait(event)
+
+    async def aclose(self) -> None:
+        """Wait until every emitted event reached every async consumer, for at most the
+        bus's ``drain_s`` seconds.
+
+        A stalled async callback (an HTTP post with no timeout) used to hang the run's
+        end forever. When the bound runs out, the dispatcher is cancelled and each event
+        it did not deliver is recorded as a callback failure (a :class:`TimeoutError`,
+        with the callback it was stuck in), logged once; no event reports it, the run
+        is over.
+        """
+        pending, task = self._pending, self._task
+        if pending is None or task is None:
+            return
+        self._pending = self._task = None
+        pending.put_nowait(None)
+        limit = self._drain_s
+        try:
+            await asyncio.wait({task}, timeout=None if math.isinf(limit) else limit)
+        except asyncio.CancelledError:
+            task.cancel()  # the run is cancelled: so is the delivery
+            raise
+        if task.done():
+            await task  # (what a callback raised that was no Exception, as before)
+            return
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        self._undelivered(pending, limit)
+
+    def _undelivered(self, pending: asyncio.Queue[Event | None], limit: float) -> None:
+        """Record what a dispatcher cancelled at close did not deliver."""
+        stuck = self._handling
+        self._handling = None
+        left = [(stuck[0], stuck[1])] if stuck is not None else []
+        while not pending.empty():
+            event = pending.get_nowait()
+            if event is not None:
+                left.append((None, event))
+        error = TimeoutError(
+            f"async callbacks did not finish within callback_drain_s={limit:g} s of the run's "
+            f"end: {len(left)} event(s) not delivered"
+        )
+        for cb, event in left:
+            self.callback_errors.append(CallbackFailure(cb, event, error))
+        _log.warning(
+            "callback.drain_timeout",
+            callback=getattr(stuck[0], "__qualname__", repr(stuck[0])) if stuck else None,
+            undelivered=len(left),
+            drain_s=limit,
+        )
+
+    def never_awaited(self, cb: Any, event: Event, returned: object) -> None:
+        """Sync callback ``cb`` returned ``returned`` on ``event``. When it is an
+        awaitable (a lambda, or a wrapper :meth:`subscribe` could not see through, around
+        an ``async def``), nothing would ever run it: report that as the callback's
+        failure (it used to be dropped without a word) and close a coroutine, so it does
+        not warn "never awaited" later. Any other value is ignored."""
+        if not inspect.isawaitable(returned):
+            return
+        if inspect.iscoroutine(returned):
+            returned.close()
+        self.callback_failed(
+            cb,
+            event,
+            TypeError(
+                f"callback {getattr(cb, '__qualname__', cb)!r} is sync but returned "
+                f"{type(returned).__name__}, which was never run: subscribe the async "
+                "function itself (or a functools.wraps wrapper of it)"
+            ),
+        )
+
+    def callback_failed(self, cb: Any, event: Event, exc: Exception) -> None:
+        """``cb`` raised ``exc`` on ``event``: record, log and report it (never raises)."""
+        self.callback_errors.append(CallbackFailure(cb, event, exc))
+        _log.warning(
+            "callback.failed",
+            callback=getattr(cb, "__qualname__", repr(cb)),
+            event_type=event.type,
+            error=repr(exc),
+        )
+        if isinstance(event, ErrorEvent) and event.where == "callback":
+            return  # never report a failure to report a failure
+        self.emit(
+            ErrorEvent(
+                agent=getattr(event, "agent", None),
+                session_id=getattr(event, "session_id", None),
+                turn=getattr(event, "turn", None),
+                where="callback",
+                error=exc,
+            )
+        )
+
+
+def _is_async(callback: Any) -> bool:
+    """Whether ``callback`` must be awaited: an ``async def`` (a ``functools.wraps``
+    wrapper of one too, ``inspect.iscoroutinefunction`` does not follow ``__wrapped__``),
+    or an object whose ``__call__`` is one."""
+    if inspect.iscoroutinefunction(inspect.unwrap(callback)):
+        return True
+    call = getattr(callback, "__call__", None)  # noqa: B004 - async __call__ on an object
+    return call is not None and inspect.iscoroutinefunction(inspect.unwrap(call))
+
+
+def _reads(callback: Any, event_type: str) -> bool:
+    types = getattr(callback, "event_types", None)
+    return types is None or event_type in types

@@ -1,13 +1,11 @@
-"""Tools from typed Python callables.
+"""Tools from typed Python callables: the :class:`Tool`, the :func:`tool` decorator, and
+calling one (arguments validated, a time limit, the result made text).
 
-The JSON schema comes from the signature (through a pydantic model, which also
-validates the model's arguments) and the descriptions from the docstring (its
-summary, and an ``Args:`` / ``:param`` / numpydoc section for each parameter).
-
-A tool's ``tools`` entry is built once, canonically (keys sorted at every level), so
-an agent sends byte-identical tool schemas on every turn of every session however
-the schema was put together — the server's prefix cache keeps hitting them
-(``docs/prefix-reuse.md``).
+How a callable is described (its JSON schema, from the signature and the docstring) is
+in ``_tool_schema.py``. A tool's ``tools`` entry is built once, canonically (keys sorted
+at every level), so an agent sends byte-identical tool schemas on every turn of every
+session however the schema was put together — the server's prefix cache keeps hitting
+them (``docs/prefix-reuse.md``).
 """
 
 from __future__ import annotations
@@ -20,14 +18,14 @@ import math
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, get_type_hints, overload
+from typing import TYPE_CHECKING, Any, overload
 
-import docstring_parser
 import msgspec
 
 from agentflow._errors import ConfigError, ToolError, ToolTimeout
 from agentflow._logging import get_logger
 from agentflow._threads import TOOL_THREADS
+from agentflow._tool_schema import canonical_json_value, describe
 
 if TYPE_CHECKING:
     import pydantic
@@ -140,72 +138,17 @@ class Tool:
                 ``_`` (no schema field can); or ``timeout_s`` / ``max_output_chars`` is
                 not a positive number.
         """
-        import pydantic  # here, not at import: `import agentflow` does not load it
-
-        if not callable(fn):
-            raise ConfigError(f"tool {name or fn!r}: {fn!r} is not callable")
-        target = fn  # what the name, docstring and hints come from
-        bound: frozenset[str] = frozenset()
-        while isinstance(target, functools.partial):
-            bound |= set(target.keywords)
-            target = target.func
-        described = target
-        if not hasattr(target, "__name__"):  # a callable object: described by its __call__
-            described = getattr(target, "__call__")  # noqa: B004, B009 - mypy sees only Callable
-        tool_name = name or getattr(target, "__name__", None) or type(target).__name__
-        doc = docstring_parser.parse(inspect.getdoc(target) or "")
-        param_docs = {p.arg_name: p.description or "" for p in doc.params}
-        try:
-            hints = get_type_hints(described)
-        except NameError as exc:
-            raise ConfigError(f"tool {tool_name!r}: cannot resolve a type hint: {exc}") from exc
-        # A partial's signature leaves out the arguments it binds by position; those it
-        # binds by keyword stay in it (as defaults) and are left out here.
-        try:
-            signature = inspect.signature(fn if target is not fn else described)
-        except (TypeError, ValueError) as exc:  # a partial binding what fn does not take
-            raise ConfigError(f"tool {tool_name!r}: cannot read the signature: {exc}") from exc
-        fields: dict[str, Any] = {}
-        for pname, param in signature.parameters.items():
-            if pname in bound:
-                continue
-            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-                raise ConfigError(f"tool {tool_name!r}: *{pname} parameters cannot be described")
-            if param.kind is param.POSITIONAL_ONLY:
-                raise ConfigError(
-                    f"tool {tool_name!r}: parameter {pname!r} is positional-only (before '/'); "
-                    "a tool's arguments are passed by name: drop the '/'"
-                )
-            if pname.startswith("_"):
-                raise ConfigError(
-                    f"tool {tool_name!r}: parameter {pname!r} starts with '_', which no "
-                    "schema field can: rename it"
-                )
-            if pname not in hints:
-                raise ConfigError(f"tool {tool_name!r}: parameter {pname!r} needs a type hint")
-            default = ... if param.default is param.empty else param.default
-            fields[pname] = (
-                hints[pname],
-                pydantic.Field(default, description=param_docs.get(pname) or None),
-            )
-        model = pydantic.create_model(
-            f"{tool_name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
-        )
-        schema = _strip_titles(model.model_json_schema())
-        schema.setdefault("properties", {})
-        desc = description or "\n\n".join(
-            s for s in (doc.short_description, doc.long_description) if s
-        )
+        described = describe(fn, name=name, description=description)
         return cls(
-            name=tool_name,
-            description=desc,
-            parameters=schema,
+            name=described.name,
+            description=described.description,
+            parameters=described.parameters,
             fn=fn,
             in_thread=in_thread,
             timeout_s=timeout_s,
             max_output_chars=max_output_chars,
             replay_on_resume=replay_on_resume,
-            _args_model=model,
+            _args_model=described.args_model,
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -403,38 +346,6 @@ def check_output_cap(value: object, where: str) -> None:
     """Raise :class:`ConfigError` unless ``value`` is an int ≥ 1."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ConfigError(f"{where} must be an int ≥ 1 (characters), got {value!r}")
-
-
-def canonical_json_value(value: Any, *, where: str = "value") -> Any:
-    """A deep copy of a JSON value with every object's keys in sorted order.
-
-    Lists and tuples become lists in their own order (order is meaning there); strings,
-    numbers, booleans and ``None`` are kept. Encoded by msgspec (compact separators, dict
-    order preserved), equal values give equal bytes.
-
-    Raises:
-        ConfigError: an object key is not a string (JSON has no other keys).
-    """
-    if isinstance(value, dict):
-        for key in value:
-            if not isinstance(key, str):
-                raise ConfigError(f"{where}: JSON object keys must be strings, got {key!r}")
-        return {k: canonical_json_value(value[k], where=where) for k in sorted(value)}
-    if isinstance(value, list | tuple):
-        return [canonical_json_value(v, where=where) for v in value]
-    return value
-
-
-def _strip_titles(schema: Any) -> Any:
-    if isinstance(schema, dict):
-        return {
-            k: _strip_titles(v)
-            for k, v in schema.items()
-            if not (k == "title" and isinstance(v, str))
-        }
-    if isinstance(schema, list):
-        return [_strip_titles(v) for v in schema]
-    return schema
 
 
 def _to_text(value: Any) -> str:

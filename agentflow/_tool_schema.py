@@ -1,0 +1,137 @@
+"""What the model sees of a tool: a typed callable described as a JSON schema, canonically.
+
+The schema comes from the signature (through a pydantic model, which also validates the
+model's arguments) and the descriptions from the docstring (its summary, and an
+``Args:`` / ``:param`` / numpydoc section for each parameter). A tool's ``tools`` entry
+is built from :func:`canonical_json_value` (keys sorted at every level), so equal
+schemas encode to equal bytes (``docs/prefix-reuse.md``). Calling a tool is
+``_tools.py``'s.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, NamedTuple, get_type_hints
+
+import docstring_parser
+
+from agentflow._errors import ConfigError
+
+if TYPE_CHECKING:
+    import pydantic
+
+__all__ = ["Description", "canonical_json_value", "describe"]
+
+
+class Description(NamedTuple):
+    """A callable described as a tool: what :meth:`Tool.from_function` builds it from."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    args_model: type[pydantic.BaseModel]
+
+
+def describe(
+    fn: Callable[..., Any], *, name: str | None = None, description: str | None = None
+) -> Description:
+    """Describe ``fn`` as a tool from its signature, type hints and docstring.
+
+    A ``functools.partial`` is described by the function it wraps (its name, hints and
+    docstring), less the arguments it binds: those are fixed, not the model's. ``name``
+    and ``description``, when given, replace the ones found.
+
+    Raises:
+        ConfigError: ``fn`` is not callable; a parameter has no type hint, is
+            ``*args``/``**kwargs``, is positional-only (the model's arguments are passed
+            by name) or starts with ``_`` (no schema field can).
+    """
+    import pydantic  # here, not at import: `import agentflow` does not load it
+
+    if not callable(fn):
+        raise ConfigError(f"tool {name or fn!r}: {fn!r} is not callable")
+    target = fn  # what the name, docstring and hints come from
+    bound: frozenset[str] = frozenset()
+    while isinstance(target, functools.partial):
+        bound |= set(target.keywords)
+        target = target.func
+    described = target
+    if not hasattr(target, "__name__"):  # a callable object: described by its __call__
+        described = getattr(target, "__call__")  # noqa: B004, B009 - mypy sees only Callable
+    tool_name = name or getattr(target, "__name__", None) or type(target).__name__
+    doc = docstring_parser.parse(inspect.getdoc(target) or "")
+    param_docs = {p.arg_name: p.description or "" for p in doc.params}
+    try:
+        hints = get_type_hints(described)
+    except NameError as exc:
+        raise ConfigError(f"tool {tool_name!r}: cannot resolve a type hint: {exc}") from exc
+    # A partial's signature leaves out the arguments it binds by position; those it
+    # binds by keyword stay in it (as defaults) and are left out here.
+    try:
+        signature = inspect.signature(fn if target is not fn else described)
+    except (TypeError, ValueError) as exc:  # a partial binding what fn does not take
+        raise ConfigError(f"tool {tool_name!r}: cannot read the signature: {exc}") from exc
+    fields: dict[str, Any] = {}
+    for pname, param in signature.parameters.items():
+        if pname in bound:
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ConfigError(f"tool {tool_name!r}: *{pname} parameters cannot be described")
+        if param.kind is param.POSITIONAL_ONLY:
+            raise ConfigError(
+                f"tool {tool_name!r}: parameter {pname!r} is positional-only (before '/'); "
+                "a tool's arguments are passed by name: drop the '/'"
+            )
+        if pname.startswith("_"):
+            raise ConfigError(
+                f"tool {tool_name!r}: parameter {pname!r} starts with '_', which no "
+                "schema field can: rename it"
+            )
+        if pname not in hints:
+            raise ConfigError(f"tool {tool_name!r}: parameter {pname!r} needs a type hint")
+        default = ... if param.default is param.empty else param.default
+        fields[pname] = (
+            hints[pname],
+            pydantic.Field(default, description=param_docs.get(pname) or None),
+        )
+    model = pydantic.create_model(
+        f"{tool_name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+    )
+    schema = _strip_titles(model.model_json_schema())
+    schema.setdefault("properties", {})
+    desc = description or "\n\n".join(s for s in (doc.short_description, doc.long_description) if s)
+    return Description(tool_name, desc, schema, model)
+
+
+def canonical_json_value(value: Any, *, where: str = "value") -> Any:
+    """A deep copy of a JSON value with every object's keys in sorted order.
+
+    Lists and tuples become lists in their own order (order is meaning there); strings,
+    numbers, booleans and ``None`` are kept. Encoded by msgspec (compact separators, dict
+    order preserved), equal values give equal bytes.
+
+    Raises:
+        ConfigError: an object key is not a string (JSON has no other keys).
+    """
+    if isinstance(value, dict):
+        for key in value:
+            if not isinstance(key, str):
+                raise ConfigError(f"{where}: JSON object keys must be strings, got {key!r}")
+        return {k: canonical_json_value(value[k], where=where) for k in sorted(value)}
+    if isinstance(value, list | tuple):
+        return [canonical_json_value(v, where=where) for v in value]
+    return value
+
+
+def _strip_titles(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {
+            k: _strip_titles(v)
+            for k, v in schema.items()
+            if not (k == "title" and isinstance(v, str))
+        }
+    if isinstance(schema, list):
+        return [_strip_titles(v) for v in schema]
+    return schema

@@ -7,6 +7,7 @@ The pieces, in the order a turn meets them::
       → Scheduler (_scheduler.py)   one heap, one dispatcher task; fleet Limits (_limits.py)
       → Router (_router.py)  sticky → prefix-affine → least-loaded Replica (_replica.py),
                              skipping replicas whose CircuitBreaker (_breaker.py) is open
+      → Grant (_ticket.py)   the replica and a slot on it, for the ticket's Waiter
       → TurnRunner (_runner.py)     stream on the replica; RetryPolicy (_retry.py) on failure
 """
 
@@ -26,8 +27,8 @@ from agentflow.sched._replica import Replica, ReplicaState
 from agentflow.sched._retry import RetryPolicy
 from agentflow.sched._router import Router
 from agentflow.sched._runner import FailedAttempt, TurnRunner
-from agentflow.sched._scheduler import Grant, Scheduler, Waiter
-from agentflow.sched._ticket import SchedulerState, Ticket
+from agentflow.sched._scheduler import Scheduler
+from agentflow.sched._ticket import Grant, SchedulerState, Ticket, Waiter
 
 __all__ = [
     "FCFS",

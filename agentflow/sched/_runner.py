@@ -22,8 +22,8 @@ from tenacity import RetryCallState
 from agentflow._errors import AllReplicasDown, APIStatusError, TransportError
 from agentflow._trace import TurnTrace
 from agentflow.sched._retry import RetryPolicy
-from agentflow.sched._scheduler import Grant, Scheduler
-from agentflow.sched._ticket import Ticket
+from agentflow.sched._scheduler import Scheduler
+from agentflow.sched._ticket import Grant, Ticket
 from agentflow.transport._request import ChatRequest
 from agentflow.typing import DeltaKind, DeltaSink
 

@@ -24,8 +24,6 @@ import contextlib
 import heapq
 import itertools
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
 
 from agentflow._errors import AllReplicasDown, ConfigError, TransportError
 from agentflow._logging import get_logger
@@ -33,56 +31,15 @@ from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._policy import FCFS, Policy
 from agentflow.sched._replica import Replica, ReplicaState, check_unique
 from agentflow.sched._router import Router
-from agentflow.sched._ticket import SchedulerState, Ticket
+from agentflow.sched._ticket import Grant, SchedulerState, Ticket, Waiter
 from agentflow.typing import Clock
 
-__all__ = ["Grant", "Scheduler", "Waiter"]
+__all__ = ["Scheduler"]
 
 _log = get_logger("agentflow.sched")
 
 _WARMING, _WARM = 1, 2
-_Entry = tuple[float, int, Ticket, "Waiter"]
-
-
-@dataclass(slots=True, eq=False)
-class Grant:
-    """Permission to send one turn: where, and since when.
-
-    Attributes:
-        ticket: the turn.
-        replica: where it goes.
-        started_ns: when it was granted, after any wait on a rate bucket (the session's
-            service, which PLAS counts and ``give_up_after_s`` runs from, starts then).
-        leader: whether it is the first request of a cold shared prefix (the others
-            sharing it wait for its first token).
-        probe: whether it is the replica's circuit-breaker probe (only the probe's
-            outcome closes or re-opens an open circuit).
-    """
-
-    ticket: Ticket
-    replica: ReplicaState
-    started_ns: int
-    leader: bool = False
-    probe: bool = False
-
-
-class Waiter(Protocol):
-    """What waits for a queued ticket's grant: the future :meth:`Scheduler.acquire`
-    awaits, or what :meth:`Scheduler.offer` was given (a fleet's queued session,
-    which starts its task only when granted). ``done`` once it has an outcome or no
-    longer wants one."""
-
-    def done(self) -> bool:
-        """Whether it was granted, failed or cancelled (a queued one is then skipped)."""
-
-    def cancel(self) -> bool:
-        """It will not be granted (the scheduler is closing)."""
-
-    def set_result(self, grant: Grant, /) -> None:
-        """Granted: the receiver must :meth:`Scheduler.release` it."""
-
-    def set_exception(self, exc: BaseException, /) -> None:
-        """The dispatcher failed: the ticket will never be granted."""
+_Entry = tuple[float, int, Ticket, Waiter]
 
 
 class Scheduler:

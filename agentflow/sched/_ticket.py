@@ -1,10 +1,19 @@
-"""A :class:`Ticket`: one model turn waiting to be dispatched, and what policies see."""
+"""What a turn is to the scheduler: the :class:`Ticket` it waits as, what policies see
+when they rank it, the :class:`Grant` it gets, and the :class:`Waiter` that gets it.
+
+These are the types that cross the scheduler's boundary (sessions, the runner and the
+fleet hold them); how the scheduler orders and grants tickets is ``_scheduler.py``'s.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["SchedulerState", "Ticket"]
+if TYPE_CHECKING:
+    from agentflow.sched._replica import ReplicaState
+
+__all__ = ["Grant", "SchedulerState", "Ticket", "Waiter"]
 
 
 @dataclass(slots=True, eq=False, kw_only=True)
@@ -65,3 +74,44 @@ class SchedulerState:
     last_key: float = 0.0
     attained_ns: dict[str, int] = field(default_factory=dict)
     dispatched: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True, eq=False)
+class Grant:
+    """Permission to send one turn: where, and since when.
+
+    Attributes:
+        ticket: the turn.
+        replica: where it goes.
+        started_ns: when it was granted, after any wait on a rate bucket (the session's
+            service, which PLAS counts and ``give_up_after_s`` runs from, starts then).
+        leader: whether it is the first request of a cold shared prefix (the others
+            sharing it wait for its first token).
+        probe: whether it is the replica's circuit-breaker probe (only the probe's
+            outcome closes or re-opens an open circuit).
+    """
+
+    ticket: Ticket
+    replica: ReplicaState
+    started_ns: int
+    leader: bool = False
+    probe: bool = False
+
+
+class Waiter(Protocol):
+    """What waits for a queued ticket's grant: the future :meth:`Scheduler.acquire`
+    awaits, or what :meth:`Scheduler.offer` was given (a fleet's queued session,
+    which starts its task only when granted). ``done`` once it has an outcome or no
+    longer wants one."""
+
+    def done(self) -> bool:
+        """Whether it was granted, failed or cancelled (a queued one is then skipped)."""
+
+    def cancel(self) -> bool:
+        """It will not be granted (the scheduler is closing)."""
+
+    def set_result(self, grant: Grant, /) -> None:
+        """Granted: the receiver must :meth:`Scheduler.release` it."""
+
+    def set_exception(self, exc: BaseException, /) -> None:
+        """The dispatcher failed: the ticket will never be granted."""

@@ -1,11 +1,12 @@
 """The :class:`Fleet`: many sessions at once — one scheduler, one router, one event bus.
 
-Here: its options, its entry points (:meth:`Fleet.run`, :meth:`Fleet.stream`,
-:meth:`Fleet.resume`) and which way a run goes — in this process (``_fleet_run.py``; a
-session waiting as its first turn's ticket: ``_fleet_queued.py``), in worker processes or
-Ray actors (``agentflow._workers``), recorded in a run store (``agentflow.store``). The
-checks of its options and of a run's sessions are in ``_fleet_checks.py``; what a run
-returns, in ``_fleet_types.py``. Names that moved out are still importable from here.
+Here: its options and its entry points (:meth:`Fleet.run`, :meth:`Fleet.stream`,
+:meth:`Fleet.resume`), one run at a time. Which way a run goes is ``_fleet_launch.py``'s
+— in this process (``_fleet_run.py``; a session waiting as its first turn's ticket:
+``_fleet_queued.py``), in worker processes or Ray actors (``agentflow._workers``),
+recorded in a run store (``agentflow.store``). The checks of its options and of a run's
+sessions are in ``_fleet_checks.py``; what a run returns, in ``_fleet_types.py``. Names
+that moved out are still importable from here.
 """
 
 from __future__ import annotations
@@ -28,19 +29,12 @@ from agentflow._config import fleet_concurrency
 from agentflow._errors import ConfigError
 from agentflow._event_bus import DEFAULT_CALLBACK_DRAIN_S, EventBus
 from agentflow._events import Event, FleetEndEvent
-from agentflow._fleet_checks import (
-    _check_clock,
-    _check_unique,
-    _replicas,
-    check_drain,
-    check_scale_out,
-)
+from agentflow._fleet_checks import _replicas, check_drain, check_scale_out
+from agentflow._fleet_launch import launch_run, resume_run
 from agentflow._fleet_queued import _Queued as _Queued
 from agentflow._fleet_queued import _Starter as _Starter
 from agentflow._fleet_run import _results as _results
-from agentflow._fleet_run import _stop_probe, run_in_process
 from agentflow._fleet_types import FleetResult, ReplicaStats
-from agentflow._gcfreeze import frozen_gc
 from agentflow._session import Session
 from agentflow.sched import (
     Limits,
@@ -56,7 +50,6 @@ from agentflow.typing import Callback, Clock, Transport
 if TYPE_CHECKING:
     from agentflow._agent import Agent
     from agentflow.store import Store
-    from agentflow.store._durable import DurableRun
 
 __all__ = ["Fleet", "FleetResult", "ReplicaStats"]
 
@@ -240,7 +233,8 @@ class Fleet:
                 rebuilds its workload on resume); never put credentials here.
         """
         with self._one_run("run"):
-            return await self._run(
+            return await launch_run(
+                self,
                 list(sessions),
                 EventBus(self._callbacks, drain_s=self.callback_drain_s),
                 run_id,
@@ -275,34 +269,7 @@ class Fleet:
                 the one the run recorded (the message names it).
         """
         with self._one_run("resume"):
-            return await self._resume(run_id, agents, store)
-
-    async def _resume(
-        self, run_id: str, agents: Iterable[Agent] | Mapping[str, Agent], store: Store | None
-    ) -> FleetResult:
-        from agentflow.store._durable import DurableRun
-
-        store = store if store is not None else self.store
-        if store is None:
-            raise ConfigError("Fleet.resume needs a store: Fleet(store=...) or store=")
-        durable = await DurableRun.resumed(
-            store,
-            run_id,
-            agents,
-            clock=self._clock,
-            lease_ttl_s=self.lease_ttl_s,
-            window=2 * self.max_concurrency,
-        )
-        if self.workers is not None:
-            # The parent hands each worker its sessions at once: all are claimed now.
-            try:
-                await durable.admit_all()
-            except BaseException:
-                await durable.finish(None)
-                raise
-        return await self._run_durable(
-            durable, EventBus(self._callbacks, drain_s=self.callback_drain_s)
-        )
+            return await resume_run(self, run_id, agents, store)
 
     async def stream(self, sessions: Iterable[Session]) -> AsyncIterator[Event]:
         """Run the sessions and yield every event; the last is a :class:`FleetEndEvent`.
@@ -313,7 +280,7 @@ class Fleet:
             bus = EventBus(self._callbacks, drain_s=self.callback_drain_s)
             queue: asyncio.Queue[Event | None] = asyncio.Queue()
             bus.add_queue(cast("asyncio.Queue[Event]", queue))
-            task = asyncio.create_task(self._run(list(sessions), bus, None, None))
+            task = asyncio.create_task(launch_run(self, list(sessions), bus, None, None))
             # A run that fails before its end event (sessions refused, a store that
             # cannot be opened) ends the stream too: ``None`` after its last event, and
             # its error is raised below; else the loop would wait for events forever.
@@ -354,64 +321,6 @@ class Fleet:
             yield
         finally:
             self._running = False
-
-    async def _run(
-        self,
-        sessions: list[Session],
-        bus: EventBus,
-        run_id: str | None,
-        run_config: Mapping[str, Any] | None,
-    ) -> FleetResult:
-        _check_unique(sessions)
-        _check_clock(self._clock)
-        if self.workers is not None and self.store is None:
-            if run_id is not None or run_config is not None:
-                raise ConfigError("run_id and run_config need a store: Fleet(store=...)")
-            return await self._run_in_workers(sessions, bus, None)
-        if self.store is None:
-            if run_id is not None or run_config is not None:
-                raise ConfigError("run_id and run_config need a store: Fleet(store=...)")
-            with frozen_gc(self.freeze_gc):
-                return await run_in_process(self, sessions, bus, None)
-        from agentflow.store._durable import DurableRun
-
-        durable = await DurableRun.fresh(
-            self.store,
-            sessions,
-            run_id=run_id,
-            config=run_config,
-            clock=self._clock,
-            lease_ttl_s=self.lease_ttl_s,
-        )
-        return await self._run_durable(durable, bus)
-
-    async def _run_durable(self, durable: DurableRun, bus: EventBus) -> FleetResult:
-        """Run an attempt at a recorded run; whatever happens, its end is recorded and
-        committed before this returns (or re-raises)."""
-        result: FleetResult | None = None
-        try:
-            if self.workers is not None and durable.to_run:
-                # The workers forward what they record; this process writes it.
-                result = await self._run_in_workers(durable.to_run, bus, durable)
-            else:
-                with frozen_gc(self.freeze_gc):
-                    result = await run_in_process(
-                        self, durable.to_run, bus, durable.recorder, durable.gate
-                    )
-        finally:
-            await durable.finish(result)
-        return durable.merge(result)
-
-    async def _run_in_workers(
-        self, sessions: list[Session], bus: EventBus, durable: DurableRun | None
-    ) -> FleetResult:
-        from agentflow._workers import run_in_workers
-
-        probe = self._probe_slots(len(sessions))
-        try:
-            return await run_in_workers(self, sessions, bus, durable)
-        finally:
-            _stop_probe(probe)
 
     #: Whether a run asks its HTTP endpoints for their llama.cpp slots (a worker of
     #: ``Fleet(workers=N)`` does not: its parent does, once).

@@ -3,9 +3,9 @@ session (or, when no session runs anything before its first turn, each queued as
 turn's ticket: ``_fleet_queued.py``), the events at its start and end, and the
 :class:`FleetResult`.
 
-:class:`~agentflow.Fleet` (``_fleet.py``) chooses the path a run takes — this process,
-its workers (``agentflow._workers``, each worker running this), a recorded run — and
-calls :func:`run_in_process` inside ``frozen_gc``.
+``_fleet_launch.py`` chooses the path a :class:`~agentflow.Fleet`'s run takes — this
+process, its workers (``agentflow._workers``, each worker running this), a recorded run —
+and calls :func:`run_in_process` inside ``frozen_gc``.
 """
 
 from __future__ import annotations

@@ -1,0 +1,127 @@
+"""Which way a fleet's run goes: in this process, in worker processes or Ray actors, or
+recorded in a run store — a fresh run, or one resumed.
+
+:class:`~agentflow.Fleet` (``_fleet.py``) holds the options and the entry points; each
+entry point hands its sessions and event bus here. A run in this process is
+``_fleet_run.py``'s (inside ``frozen_gc``); one in workers, ``agentflow._workers``'s; a
+recorded run goes through a ``DurableRun`` (``agentflow.store``), whose end is recorded
+and committed whatever happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from agentflow._errors import ConfigError
+from agentflow._event_bus import EventBus
+from agentflow._fleet_checks import _check_clock, _check_unique
+from agentflow._fleet_run import _stop_probe, run_in_process
+from agentflow._gcfreeze import frozen_gc
+
+if TYPE_CHECKING:
+    from agentflow._agent import Agent
+    from agentflow._fleet import Fleet
+    from agentflow._fleet_types import FleetResult
+    from agentflow._session import Session
+    from agentflow.store import Store
+    from agentflow.store._durable import DurableRun
+
+__all__ = ["launch_run", "resume_run"]
+
+
+async def launch_run(
+    fleet: Fleet,
+    sessions: list[Session],
+    bus: EventBus,
+    run_id: str | None,
+    run_config: Mapping[str, Any] | None,
+) -> FleetResult:
+    """Run ``sessions`` (checked here) in workers when the fleet has them, else in this
+    process; with the fleet's store, as a new recorded run (:meth:`Fleet.run`,
+    :meth:`Fleet.stream`)."""
+    _check_unique(sessions)
+    _check_clock(fleet._clock)
+    if fleet.workers is not None and fleet.store is None:
+        if run_id is not None or run_config is not None:
+            raise ConfigError("run_id and run_config need a store: Fleet(store=...)")
+        return await _run_in_workers(fleet, sessions, bus, None)
+    if fleet.store is None:
+        if run_id is not None or run_config is not None:
+            raise ConfigError("run_id and run_config need a store: Fleet(store=...)")
+        with frozen_gc(fleet.freeze_gc):
+            return await run_in_process(fleet, sessions, bus, None)
+    from agentflow.store._durable import DurableRun
+
+    durable = await DurableRun.fresh(
+        fleet.store,
+        sessions,
+        run_id=run_id,
+        config=run_config,
+        clock=fleet._clock,
+        lease_ttl_s=fleet.lease_ttl_s,
+    )
+    return await _run_durable(fleet, durable, bus)
+
+
+async def resume_run(
+    fleet: Fleet,
+    run_id: str,
+    agents: Iterable[Agent] | Mapping[str, Agent],
+    store: Store | None,
+) -> FleetResult:
+    """Continue the recorded run ``run_id`` of ``store`` (default: the fleet's), in
+    workers when the fleet has them (:meth:`Fleet.resume`)."""
+    from agentflow.store._durable import DurableRun
+
+    store = store if store is not None else fleet.store
+    if store is None:
+        raise ConfigError("Fleet.resume needs a store: Fleet(store=...) or store=")
+    durable = await DurableRun.resumed(
+        store,
+        run_id,
+        agents,
+        clock=fleet._clock,
+        lease_ttl_s=fleet.lease_ttl_s,
+        window=2 * fleet.max_concurrency,
+    )
+    if fleet.workers is not None:
+        # The parent hands each worker its sessions at once: all are claimed now.
+        try:
+            await durable.admit_all()
+        except BaseException:
+            await durable.finish(None)
+            raise
+    return await _run_durable(
+        fleet, durable, EventBus(fleet._callbacks, drain_s=fleet.callback_drain_s)
+    )
+
+
+async def _run_durable(fleet: Fleet, durable: DurableRun, bus: EventBus) -> FleetResult:
+    """Run an attempt at a recorded run; whatever happens, its end is recorded and
+    committed before this returns (or re-raises)."""
+    result: FleetResult | None = None
+    try:
+        if fleet.workers is not None and durable.to_run:
+            # The workers forward what they record; this process writes it.
+            result = await _run_in_workers(fleet, durable.to_run, bus, durable)
+        else:
+            with frozen_gc(fleet.freeze_gc):
+                result = await run_in_process(
+                    fleet, durable.to_run, bus, durable.recorder, durable.gate
+                )
+    finally:
+        await durable.finish(result)
+    return durable.merge(result)
+
+
+async def _run_in_workers(
+    fleet: Fleet, sessions: list[Session], bus: EventBus, durable: DurableRun | None
+) -> FleetResult:
+    from agentflow._workers import run_in_workers
+
+    probe = fleet._probe_slots(len(sessions))
+    try:
+        return await run_in_workers(fleet, sessions, bus, durable)
+    finally:
+        _stop_probe(probe)

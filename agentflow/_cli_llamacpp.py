@@ -34,8 +34,9 @@ def add_llamacpp_parser(sub: Any) -> None:
         "--n-ctx",
         type=_context,
         default=None,
-        help="context tokens, shared by all slots (default SLOTS × 8192: each slot can hold "
-        "a session as long as SmolLM2's window at once)",
+        help="context tokens, shared by all slots (default SLOTS × 8192, at most 2**20 = "
+        "1,048,576: each slot can hold a session as long as SmolLM2's window at once; past "
+        "128 slots each still gets 4,096 or more at once)",
     )
     ll.set_defaults(func=_llamacpp)
 

@@ -92,7 +92,9 @@ class LlamaCppServer:
             ``n_parallel × 8192`` (:data:`SLOT_CONTEXT`), so that every slot can hold a
             session as long as SmolLM2's own window at once — llama.cpp caps each slot's
             window there anyway, and with a smaller total, sessions decoded together
-            run out of it ("Context size has been exceeded").
+            run out of it ("Context size has been exceeded") — but at most 2**20
+            (:data:`MAX_CONTEXT`): past 128 slots the default is 2**20, which still gives
+            every slot 4,096 tokens at once (at 256 slots) and any one slot up to 8,192.
         n_parallel: slots, i.e. requests decoded together (1–256).
         threads: CPU threads for decode and prompt processing.
         alias: the model name the server answers to.
@@ -110,7 +112,7 @@ class LlamaCppServer:
     def __post_init__(self) -> None:
         check_slots(self.n_parallel, "LlamaCppServer.n_parallel")
         if self.n_ctx is None:
-            self.n_ctx = self.n_parallel * SLOT_CONTEXT
+            self.n_ctx = min(self.n_parallel * SLOT_CONTEXT, MAX_CONTEXT)
         check_context(self.n_ctx, "LlamaCppServer.n_ctx")
 
     @property

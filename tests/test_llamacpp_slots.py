@@ -113,3 +113,16 @@ def test_a_servers_slots_and_context_are_checked_and_sized_per_slot() -> None:
                 {"n_parallel": 100_000}, {"n_parallel": True}):  # fmt: skip
         with pytest.raises(ConfigError, match=r"LlamaCppServer\.n_"):
             LlamaCppServer(**bad)
+
+
+def test_default_context_is_capped_for_many_slots() -> None:
+    """Past 128 slots, n_parallel × 8192 exceeds MAX_CONTEXT: the default is MAX_CONTEXT
+    (LlamaCppServer(n_parallel=129) raised a ConfigError naming n_ctx, which the user never
+    passed), and every slot still gets at least half of SmolLM2's window at once."""
+    from agentflow._llamacpp_server import MAX_CONTEXT, SLOT_CONTEXT
+
+    assert LlamaCppServer(n_parallel=128).n_ctx == 128 * SLOT_CONTEXT == MAX_CONTEXT
+    for n in (129, 200, 256):
+        server = LlamaCppServer(n_parallel=n)
+        assert server.n_ctx == MAX_CONTEXT, n
+        assert server.n_ctx // n >= SLOT_CONTEXT // 2, n

@@ -7,7 +7,8 @@ client's event loop (and, on a multi-core machine, off its core).
 The child must not outlive its parent, however the parent ends:
 
 - **The parent stops it** (:meth:`ChildServer.stop`, the context manager's exit): SIGTERM
-  to the child's process group, SIGKILL after ``stop_timeout_s``. The ``agentflow``
+  to the child's process group, SIGKILL after ``stop_timeout_s`` (or at once when that
+  wait is interrupted: a second Ctrl-C never leaves the child running). The ``agentflow``
   commands turn SIGTERM into the same orderly exit as Ctrl-C, so SIGTERM reaches the
   child this way.
 - **The parent is killed** (``kill -9``, an OOM kill, a crash): on Linux the child is
@@ -168,7 +169,8 @@ class ChildServer:
 
     def stop(self) -> None:
         """Stop the child: ``stop_signal`` (SIGTERM) to its process group, SIGKILL after
-        ``stop_timeout_s``."""
+        ``stop_timeout_s``, or at once if the wait is interrupted (a second Ctrl-C: the
+        interrupt is raised again once the child is gone)."""
         proc, self._proc = self._proc, None
         _running.discard(self)
         if proc is None:
@@ -180,6 +182,11 @@ class ChildServer:
             except subprocess.TimeoutExpired:
                 _signal_group(proc, signal.SIGKILL)
                 proc.wait()
+            except BaseException:  # interrupted while waiting (a second Ctrl-C): no orphan
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait()
+                self._close(proc)
+                raise
         self._close(proc)
 
     def kill(self) -> None:

@@ -7,6 +7,7 @@ Real processes and ports throughout.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -151,6 +152,59 @@ def test_stop_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
     assert pid is not None and healthy(port)
     child.stop()  # SIGTERM is ignored; SIGKILL follows
     assert not alive(pid) and not listening(port)
+
+
+def test_an_interrupt_while_stopping_kills_the_child(tmp_path: Path) -> None:
+    """A second Ctrl-C while stop() waits for a slow child to end: the child is killed
+    before the interrupt goes on (it was left running, and forgotten by the exit hook)."""
+    script = tmp_path / "slow_to_stop.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import http.server, signal, sys
+            signal.signal(signal.SIGTERM, lambda *_: print("got SIGTERM", flush=True))
+
+            class Health(http.server.BaseHTTPRequestHandler):
+                def do_GET(self):
+                    self.send_response(200)
+                    self.end_headers()
+
+                def log_message(self, *args):
+                    pass
+
+            http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
+            """
+        )
+    )
+    port = free_port()
+    child = ChildServer(
+        [sys.executable, str(script), str(port)],
+        port=port,
+        name="slow",
+        startup_timeout_s=GUARD_S,
+        stop_timeout_s=GUARD_S * 10,  # only the interrupt ends the wait
+    )
+    child.start()
+    pid = child.pid
+    assert pid is not None
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        if "got SIGTERM" not in child.log_tail():  # stop() has not signalled it yet
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            return
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGALRM, interrupt)
+    signal.setitimer(signal.ITIMER_REAL, 0.05)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            child.stop()
+        assert not alive(pid) and not listening(port)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if alive(pid):  # the old behaviour: clean up after the failed assertion
+            os.killpg(pid, signal.SIGKILL)
 
 
 def test_stop_stops_the_whole_process_group() -> None:

@@ -1,14 +1,19 @@
-"""`agentflow llamacpp`: SIGTERM stops its llama.cpp child; ``kill -9`` leaves none either."""
+"""`agentflow llamacpp`: SIGTERM stops its llama.cpp child; ``kill -9`` leaves none either.
+And a busy server (a stream in flight) exits on SIGTERM by itself, not by SIGKILL."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
+import threading
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
 
+from agentflow.llamacpp import LlamaCppServer
 from tests.procutil import GUARD_S, alive, healthy, listening, one_child, wait_for
 from tests.wait import read_line
 
@@ -57,3 +62,45 @@ def test_kill_9_leaves_no_llamacpp_child(serving: tuple[subprocess.Popen[str], i
     proc.kill()
     assert proc.wait(GUARD_S) == -signal.SIGKILL
     child_gone(child, port)
+
+
+def test_a_busy_server_exits_on_sigterm() -> None:
+    """stop() while a long completion streams: the child exits by itself on SIGTERM (exit
+    status 0). It used to wait for the request in flight, and was SIGKILLed (-9) after
+    ChildServer's 10 s; so were `agentflow llamacpp` on SIGTERM or Ctrl-C, and fixtures."""
+    server = LlamaCppServer(n_parallel=1, n_ctx=8192).start()
+    streaming, done = threading.Event(), threading.Event()
+    body = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": "Write a long story."}],
+        "max_tokens": 8000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    request = urllib.request.Request(
+        f"{server.base_url}/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+
+    def stream() -> None:
+        direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        try:
+            with direct.open(request, timeout=GUARD_S) as answer:
+                for line in answer:
+                    streaming.set()
+                    if b"[DONE]" in line:
+                        done.set()
+        except OSError:
+            pass  # the server went away mid-stream
+
+    assert server._child is not None
+    proc = server._child._proc
+    assert proc is not None
+    threading.Thread(target=stream, daemon=True).start()
+    try:
+        assert streaming.wait(GUARD_S), "no token streamed"
+    finally:
+        server.stop()
+    assert not done.is_set()  # it was stopped mid-stream, not after
+    assert proc.returncode == 0  # exited on SIGTERM by itself, not SIGKILLed (-9)

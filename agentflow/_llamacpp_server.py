@@ -25,6 +25,7 @@ __all__ = [
     "LlamaCppServer",
     "check_context",
     "check_slots",
+    "check_threads",
     "smollm2_path",
 ]
 
@@ -73,6 +74,17 @@ def check_context(value: object, what: str) -> int:
     return _int_in(value, what, 512, MAX_CONTEXT)
 
 
+def check_threads(value: object, what: str) -> int:
+    """``value`` as a thread count (an int ≥ 1; llama.cpp aborts on 0).
+
+    Raises:
+        ConfigError: it is not one (the message names ``what``).
+    """
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{what} must be an int ≥ 1, got {value!r}")
+    return value
+
+
 def _int_in(value: object, what: str, lo: int, hi: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
         raise ConfigError(f"{what} must be an int in [{lo:,}, {hi:,}], got {value!r}")
@@ -96,7 +108,7 @@ class LlamaCppServer:
             (:data:`MAX_CONTEXT`): past 128 slots the default is 2**20, which still gives
             every slot 4,096 tokens at once (at 256 slots) and any one slot up to 8,192.
         n_parallel: slots, i.e. requests decoded together (1–256).
-        threads: CPU threads for decode and prompt processing.
+        threads: CPU threads for decode and prompt processing (an int ≥ 1).
         alias: the model name the server answers to.
     """
 
@@ -111,6 +123,7 @@ class LlamaCppServer:
 
     def __post_init__(self) -> None:
         check_slots(self.n_parallel, "LlamaCppServer.n_parallel")
+        check_threads(self.threads, "LlamaCppServer.threads")
         if self.n_ctx is None:
             self.n_ctx = min(self.n_parallel * SLOT_CONTEXT, MAX_CONTEXT)
         check_context(self.n_ctx, "LlamaCppServer.n_ctx")
@@ -200,6 +213,14 @@ def _serve(args: argparse.Namespace) -> None:  # pragma: no cover - runs in the 
     os._exit(0)
 
 
+def _threads(text: str) -> int:
+    """``--threads``: an int ≥ 1 (llama.cpp aborts with a backtrace on 0)."""
+    try:
+        return check_threads(int(text), "--threads")
+    except (ValueError, ConfigError) as exc:
+        raise argparse.ArgumentTypeError(f"must be an int ≥ 1, got {text!r}") from exc
+
+
 def main(argv: list[str] | None = None) -> None:  # pragma: no cover - runs in the child
     """``python -m agentflow._llamacpp_server``: serve until SIGTERM."""
     ap = argparse.ArgumentParser(prog="python -m agentflow._llamacpp_server")
@@ -207,7 +228,7 @@ def main(argv: list[str] | None = None) -> None:  # pragma: no cover - runs in t
     ap.add_argument("--port", type=int, default=8080)
     ap.add_argument("--n-ctx", type=int, default=4 * SLOT_CONTEXT)
     ap.add_argument("--n-parallel", type=int, default=4)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=_threads, default=2)
     ap.add_argument("--alias", default="smollm2")
     args = ap.parse_args(argv)
     args.model = args.model or str(smollm2_path())

@@ -126,3 +126,26 @@ def test_default_context_is_capped_for_many_slots() -> None:
         server = LlamaCppServer(n_parallel=n)
         assert server.n_ctx == MAX_CONTEXT, n
         assert server.n_ctx // n >= SLOT_CONTEXT // 2, n
+
+
+def test_threads_are_checked_before_anything_starts() -> None:
+    """threads=0 made llama.cpp abort (GGML_ASSERT) with a 31-line backtrace as the
+    ServerStartError, never naming threads; -3 and "2" were accepted. Now anything but an
+    int ≥ 1 is a ConfigError naming the field and the value; so is the child's flag."""
+    import subprocess
+    import sys
+
+    from agentflow._process import free_port
+    from tests.wait import GUARD_S
+
+    assert LlamaCppServer(threads=1).threads == 1
+    for bad in (0, -3, "2", True, 1.5, None):
+        with pytest.raises(ConfigError) as caught:
+            LlamaCppServer(threads=bad)  # type: ignore[arg-type]
+        assert str(caught.value) == f"LlamaCppServer.threads must be an int ≥ 1, got {bad!r}"
+    cmd = [sys.executable, "-m", "agentflow._llamacpp_server", "--port", str(free_port())]
+    child = subprocess.run(
+        [*cmd, "--threads", "0"], capture_output=True, text=True, timeout=GUARD_S * 5
+    )
+    assert child.returncode == 2, child.stderr[-2000:]
+    assert "argument --threads: must be an int ≥ 1, got '0'" in child.stderr

@@ -291,9 +291,9 @@ async def _http_fleet(
 ) -> FleetResult:
     view = LiveView(total_sessions=config.agents, time_scale=scale, console=console)
     if config.base_url:  # a llama.cpp server with fewer slots than the fleet's concurrency
-        warning = await oversubscription(
-            endpoint.base_url, config.max_concurrency, api_key=endpoint.api_key
-        )
+        # As many in flight as the fleet can have: one session per agent, as its own probe.
+        most = min(config.max_concurrency, config.agents)
+        warning = await oversubscription(endpoint.base_url, most, api_key=endpoint.api_key)
         if warning is not None:
             print(f"agentflow demo: warning: {warning}", file=sys.stderr, flush=True)
     watch = ServerWatch(endpoint.base_url, interval_s=0.5)

@@ -231,11 +231,13 @@ def fleet_endpoints(
     """The HTTP endpoints of a run's replicas (those whose transport has an
     :class:`~agentflow.Endpoint` as ``config``: ``HTTPTransport``, ``AiohttpTransport``)
     not yet probed by this process, each with its endpoint and the most requests the run
-    can have in flight there: the fleet's ``max_concurrency``, the replica's own
-    ``max_in_flight`` and the number of sessions, whichever is least."""
+    can have in flight there: the fleet's ``max_concurrency``, the number of sessions, and
+    the sum of the ``max_in_flight`` of the replicas on that endpoint (an uncapped one
+    counts as ``max_concurrency``), whichever is least."""
     from agentflow.transport import Endpoint
 
-    out: dict[str, tuple[Any, int]] = {}
+    configs: dict[str, Any] = {}
+    caps: dict[str, int] = {}
     for r in replicas:
         config = getattr(r.transport, "config", None)
         if not isinstance(config, Endpoint):
@@ -246,10 +248,9 @@ def fleet_endpoints(
             if slots is None or label in _warned:
                 continue
         cap = r.limits.max_in_flight
-        most = min(max_concurrency, sessions, cap if cap is not None else max_concurrency)
-        if label not in out or out[label][1] < most:
-            out[label] = (config, most)
-    return out
+        configs.setdefault(label, config)  # replicas on one endpoint add up there
+        caps[label] = caps.get(label, 0) + (cap if cap is not None else max_concurrency)
+    return {k: (c, min(max_concurrency, sessions, caps[k])) for k, c in configs.items()}
 
 
 async def watch_fleet_slots(

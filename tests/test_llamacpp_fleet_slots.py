@@ -136,6 +136,32 @@ async def test_sessions_and_replica_caps_bound_what_counts(
         assert "concurrency=3" in warning  # the replica's own cap
 
 
+async def test_replicas_on_one_endpoint_add_up(caplog: pytest.LogCaptureFixture) -> None:
+    """Two replicas capped at 3 on one 4-slot server can have 6 in flight there: warned with
+    6 (the larger cap, 3, was taken, and no warning came)."""
+    caplog.set_level(logging.WARNING, logger="agentflow")
+    async with FakeLlama(slots=4) as srv:
+        async with HTTPTransport(srv.base_url) as a, HTTPTransport(srv.base_url) as b:
+            replicas = [
+                Replica(transport=t, name=n, limits=Limits(max_in_flight=3))
+                for n, t in (("a", a), ("b", b))
+            ]
+            await run(replicas, 8, max_concurrency=64)
+        (warning,) = warnings_of(caplog)
+        assert "slots=4" in warning and "concurrency=6" in warning
+        lc._probed.clear()
+        async with HTTPTransport(srv.base_url) as a, HTTPTransport(srv.base_url) as b:
+            capped = Replica(transport=a, name="a", limits=Limits(max_in_flight=3))
+            free = Replica(transport=b, name="b")  # uncapped: counts as max_concurrency
+            bound = lc.fleet_endpoints([capped, free], max_concurrency=10, sessions=100)
+            assert {k: v[1] for k, v in bound.items()} == {srv.base_url: 10}
+            bound = lc.fleet_endpoints([capped, free], max_concurrency=10, sessions=5)
+            assert {k: v[1] for k, v in bound.items()} == {srv.base_url: 5}
+            other = Replica(transport=b, name="b", limits=Limits(max_in_flight=2))
+            bound = lc.fleet_endpoints([capped, other], max_concurrency=10, sessions=100)
+            assert {k: v[1] for k, v in bound.items()} == {srv.base_url: 5}
+
+
 async def test_a_props_that_never_answers_does_not_hold_the_run(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -90,10 +90,12 @@ async def server_slots(
         headers: other headers to send (an endpoint's own, e.g. ``api-key``).
 
     Raises:
-        ConfigError: ``timeout_s`` is not > 0.
+        ConfigError: ``base_url`` is not an http(s) URL with a host, or ``timeout_s`` is
+            not > 0.
         ConnectError: the server could not be reached.
         StreamTimeout: it did not answer within ``timeout_s``.
     """
+    _check_url(base_url, "server_slots")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
         raise ConfigError(f"server_slots: timeout_s must be > 0 seconds, got {timeout_s!r}")
     root = base_url.rstrip("/").removesuffix("/v1")
@@ -109,6 +111,23 @@ async def server_slots(
         return None
     slots = props.get("total_slots") if isinstance(props, dict) else None
     return slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None
+
+
+def _check_url(base_url: object, where: str) -> None:
+    """``base_url`` is an ``http://`` or ``https://`` URL with a host and a valid port."""
+    try:
+        ok = isinstance(base_url, str)
+        if isinstance(base_url, str):
+            parts = urlsplit(base_url)
+            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+            _ = parts.port  # a ValueError when it is not a port
+    except ValueError:
+        ok = False
+    if not ok:
+        shown = display_url(base_url) if isinstance(base_url, str) else base_url
+        raise ConfigError(
+            f"{where}: base_url must be an http(s) URL with a host and a valid port, got {shown!r}"
+        )
 
 
 async def _get(url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
@@ -194,7 +213,15 @@ async def oversubscription(
     """A warning if ``concurrency`` (a fleet's requests in flight) exceeds the server's
     slots (:func:`server_slots`), else ``None``; the warning is also logged once on
     ``agentflow.llamacpp`` (and a fleet's run on this endpoint then logs no second one).
-    A server that cannot be asked gets no warning."""
+    A server that cannot be asked gets no warning.
+
+    Raises:
+        ConfigError: ``concurrency`` is not an int ≥ 1, ``base_url`` is not an http(s)
+            URL with a host, or ``timeout_s`` is not > 0.
+    """
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ConfigError(f"oversubscription: concurrency must be an int ≥ 1, got {concurrency!r}")
+    _check_url(base_url, "oversubscription")
     try:
         slots = await server_slots(base_url, api_key=api_key, timeout_s=timeout_s)
     except (ConnectError, StreamTimeout):

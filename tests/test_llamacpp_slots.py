@@ -149,3 +149,22 @@ def test_threads_are_checked_before_anything_starts() -> None:
     )
     assert child.returncode == 2, child.stderr[-2000:]
     assert "argument --threads: must be an int ≥ 1, got '0'" in child.stderr
+
+
+async def test_a_bad_url_or_concurrency_is_a_config_error_naming_it() -> None:
+    """A malformed base URL raised a bare ValueError ("Invalid IPv6 URL") naming no
+    argument, and a concurrency of 0 or -5 quietly got no warning; both are ConfigErrors
+    naming the argument and the value (a URL's credentials left out)."""
+    for url in ("http://[::1/v1", "ftp://host/v1", "not a url", "http:///v1",
+                "http://u:secret@127.0.0.1:99999/v1", 5):  # fmt: skip
+        shown = "'http://127.0.0.1:99999/v1'" if "secret" in str(url) else repr(url)
+        for ask in (server_slots(url), oversubscription(url, 8)):  # type: ignore[arg-type]
+            with pytest.raises(ConfigError) as caught:
+                await ask
+            assert "base_url must be an http(s) URL" in str(caught.value)
+            assert str(caught.value).endswith(f"got {shown}")
+            assert "secret" not in str(caught.value)
+    for bad in (0, -5, True, "8", 2.5):
+        with pytest.raises(ConfigError) as caught:
+            await oversubscription("http://127.0.0.1:1/v1", bad)  # type: ignore[arg-type]
+        assert str(caught.value) == f"oversubscription: concurrency must be an int ≥ 1, got {bad!r}"

@@ -137,10 +137,16 @@ class LlamaCppServer:
         """Start the child process and wait until ``GET /health`` answers 200.
 
         Raises:
-            ConfigError: xllamacpp or the model is missing.
+            ConfigError: xllamacpp or the model is missing, or this server is running
+                already (a second child would have been left running, unstopped).
             ServerStartError: the server exited or did not come up in time (its log's last
                 lines are in the message).
         """
+        if self._child is not None and self._child.pid is not None:
+            raise ConfigError(
+                f"LlamaCppServer.start: already running at {self.base_url} (pid "
+                f"{self._child.pid}); stop() it first"
+            )
         if importlib.util.find_spec("xllamacpp") is None:
             raise ConfigError("xllamacpp is not installed: pip install 'agentflow[llamacpp]'")
         model = self.model or smollm2_path()

@@ -104,3 +104,21 @@ def test_a_busy_server_exits_on_sigterm() -> None:
         server.stop()
     assert not done.is_set()  # it was stopped mid-stream, not after
     assert proc.returncode == 0  # exited on SIGTERM by itself, not SIGKILLed (-9)
+
+
+def test_a_second_start_is_refused_and_stop_stops_the_first() -> None:
+    """start() on a running server used to replace its child with a new one (which failed:
+    the port was in use), so stop() never stopped the first: it ran until the interpreter
+    exited. Now the second start() is a ConfigError and stop() stops the one child."""
+    from agentflow import ConfigError
+
+    server = LlamaCppServer(n_parallel=1, n_ctx=2048).start()
+    try:
+        pid = server._child.pid if server._child is not None else None
+        assert pid is not None
+        with pytest.raises(ConfigError, match=r"LlamaCppServer\.start: already running at"):
+            server.start()
+        assert healthy(server.port)
+    finally:
+        server.stop()
+    child_gone(pid, server.port)

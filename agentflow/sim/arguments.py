@@ -8,16 +8,22 @@ included at random), ``items``/``prefixItems``/``minItems``/``maxItems``/
 ``pattern`` when one of a few simple candidates matches it, ``anyOf``/``oneOf``/
 ``allOf``, and local ``$ref`` into ``$defs``/``definitions``. Never adds properties
 the schema does not name. Deterministic for a given :class:`random.Random` state.
+
+The value is built on the server's event loop, so its size is bounded: the characters of
+its strings plus its array items and object properties may not exceed
+:data:`MAX_ARGUMENT_SIZE`; a schema that demands more (a ``minLength``, ``minItems`` or
+``minProperties`` beyond what is left) is a :class:`SchemaError`, not minutes of work.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["SchemaError", "generate_value"]
+__all__ = ["MAX_ARGUMENT_SIZE", "SchemaError", "generate_value"]
 
 _WORDS = (
     "alpha",
@@ -49,6 +55,9 @@ _FORMATS: dict[str, tuple[str, ...]] = {
     "hostname": ("node-1.example.com", "localhost"),
 }
 _MAX_DEPTH = 8
+#: The most one generated value may hold: characters of its strings, plus its array items
+#: and object properties (64 Ki; a tool call's arguments are a few hundred in practice).
+MAX_ARGUMENT_SIZE = 1 << 16
 
 
 class SchemaError(ValueError):
@@ -73,6 +82,17 @@ class _Gen:
     def __init__(self, rng: random.Random, root: Any) -> None:
         self.rng = rng
         self.root = root
+        #: What the value may still hold (see MAX_ARGUMENT_SIZE).
+        self.left = MAX_ARGUMENT_SIZE
+
+    def spend(self, n: int, what: str) -> None:
+        """Take ``n`` of the size left, or raise :class:`SchemaError` naming ``what``."""
+        if n > self.left:
+            raise SchemaError(
+                f"{what} asks for more than the simulator generates: a tool call's arguments "
+                f"may hold at most {MAX_ARGUMENT_SIZE} characters, items and properties"
+            )
+        self.left -= n
 
     def resolve(self, ref: str) -> Any:
         if not ref.startswith("#"):
@@ -209,10 +229,17 @@ class _Gen:
         raise SchemaError(f"no number found in ({lo}, {hi})")
 
     def _string(self, schema: Mapping[str, Any], depth: int) -> str:
-        lo = int(schema.get("minLength", 0))
-        hi = int(schema.get("maxLength", max(lo, 24)))
+        lo = _count(schema, "minLength", 0)
+        hi = _count(schema, "maxLength", max(lo, 24))
         if lo > hi:
             raise SchemaError(f"minLength {lo} > maxLength {hi}")
+        if lo > self.left:
+            self.spend(lo, f"minLength {lo}")
+        text = self._text(schema, lo, hi)
+        self.spend(len(text), "the strings")
+        return text
+
+    def _text(self, schema: Mapping[str, Any], lo: int, hi: int) -> str:
         fmt = schema.get("format")
         if isinstance(fmt, str) and fmt in _FORMATS:
             candidate = self.rng.choice(_FORMATS[fmt])
@@ -224,10 +251,11 @@ class _Gen:
                 if re.search(pattern, cand):
                     return cand
         words = [self.rng.choice(_WORDS) for _ in range(self.rng.randint(1, 3))]
-        text = "_".join(words)
-        while len(text) < lo:
-            text += "_" + self.rng.choice(_WORDS)
-        return text[:hi]
+        size = sum(map(len, words)) + len(words) - 1
+        while size < lo:  # a list joined once: growing a str by += is quadratic
+            words.append(self.rng.choice(_WORDS))
+            size += 1 + len(words[-1])
+        return "_".join(words)[:hi]
 
     def _pattern_candidates(self, lo: int, hi: int) -> list[str]:
         out = []
@@ -242,14 +270,17 @@ class _Gen:
         items = schema.get("items", True)
         if isinstance(items, list):  # draft-4 tuple form
             prefix, items = items, schema.get("additionalItems", True)
-        lo = int(schema.get("minItems", 0))
-        hi = int(schema.get("maxItems", max(lo, 3)))
+        lo = _count(schema, "minItems", 0)
+        hi = _count(schema, "maxItems", max(lo, 3))
         if lo > hi:
             raise SchemaError(f"minItems {lo} > maxItems {hi}")
+        if lo > self.left:
+            self.spend(lo, f"minItems {lo}")
         lower = lo if depth >= _MAX_DEPTH else max(lo, min(1, hi))
         n = self.rng.randint(lower, max(lower, min(hi, 3)))
         out: list[Any] = []
         unique = bool(schema.get("uniqueItems"))
+        seen: set[str] = set()
         attempts = 0
         while len(out) < n:
             i = len(out)
@@ -257,13 +288,17 @@ class _Gen:
             if sub is False:
                 break
             v = self.value(sub, depth + 1)
-            if unique and v in out:
-                attempts += 1
-                if attempts > 50:
-                    if len(out) >= lo:
-                        break
-                    raise SchemaError("cannot find enough unique items")
-                continue
+            if unique:
+                key = json.dumps(v, sort_keys=True)
+                if key in seen:
+                    attempts += 1
+                    if attempts > 50:
+                        if len(out) >= lo:
+                            break
+                        raise SchemaError("cannot find enough unique items")
+                    continue
+                seen.add(key)
+            self.spend(1, f"minItems {lo}" if i < lo else "the arrays' items")
             out.append(v)
         return out
 
@@ -271,21 +306,36 @@ class _Gen:
         props: Mapping[str, Any] = schema.get("properties") or {}
         required = [r for r in schema.get("required") or () if isinstance(r, str)]
         out: dict[str, Any] = {}
-        min_props = int(schema.get("minProperties", 0))
-        optional = [k for k in props if k not in required]
+        min_props = _count(schema, "minProperties", 0)
+        if min_props > self.left:
+            self.spend(min_props, f"minProperties {min_props}")
+        required_set = set(required)
+        optional = [k for k in props if k not in required_set]
         chosen = list(required)
         if depth < _MAX_DEPTH:
             chosen += [k for k in optional if self.rng.random() < 0.5]
+        chosen_set = set(chosen)
         for k in optional:
             if len(chosen) >= min_props:
                 break
-            if k not in chosen:
+            if k not in chosen_set:
                 chosen.append(k)
-        for key in [k for k in props if k in chosen] + [k for k in chosen if k not in props]:
+                chosen_set.add(k)
+        for key in [k for k in props if k in chosen_set] + [k for k in chosen if k not in props]:
+            self.spend(1, "the objects' properties")
             out[key] = self.value(
                 props.get(key, schema.get("additionalProperties", True)), depth + 1
             )
         return out
+
+
+def _count(schema: Mapping[str, Any], key: str, default: int) -> int:
+    """``schema[key]`` (a length or a count) as an int."""
+    value = schema.get(key, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError, OverflowError):
+        raise SchemaError(f"{key} must be a non-negative integer, got {value!r}") from None
 
 
 def _merge(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:

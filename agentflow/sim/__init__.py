@@ -40,6 +40,8 @@ The serving layer on top of it:
 - :mod:`~agentflow.sim.stream` — the SSE stream writer: one chunked frame per step.
 - :mod:`~agentflow.sim.metrics` — ``/metrics`` in Prometheus text with vLLM's names.
 - :mod:`~agentflow.sim.server` — :class:`SimServer`: the OpenAI-compatible HTTP server.
+- :mod:`~agentflow.sim.httperrors` — its error answers in vLLM's JSON shape (a JSON 500
+  for any exception a handler lets escape).
 - :mod:`~agentflow.sim.cli` — ``agentflow sim`` and ``python -m agentflow.sim``.
 """
 

@@ -94,7 +94,9 @@ class _Gen:
             )
         self.left -= n
 
-    def resolve(self, ref: str) -> Any:
+    def resolve(self, ref: Any) -> Any:
+        if not isinstance(ref, str):
+            raise SchemaError(f"$ref must be a string, got {ref!r}")
         if not ref.startswith("#"):
             raise SchemaError(f"only local $ref is supported, got {ref!r}")
         node = self.root
@@ -115,7 +117,7 @@ class _Gen:
         if not isinstance(schema, Mapping):
             raise SchemaError(f"not a schema: {schema!r}")
         if "$ref" in schema:
-            target = self.resolve(str(schema["$ref"]))
+            target = self.resolve(schema["$ref"])
             rest = {k: v for k, v in schema.items() if k != "$ref"}
             schema = _merge(target, rest) if rest and isinstance(target, Mapping) else target
             return self.value(schema, depth + 1)
@@ -303,7 +305,9 @@ class _Gen:
         return out
 
     def _object(self, schema: Mapping[str, Any], depth: int) -> dict[str, Any]:
-        props: Mapping[str, Any] = schema.get("properties") or {}
+        props = schema.get("properties") or {}
+        if not isinstance(props, Mapping):
+            raise SchemaError(f"properties must be an object, got {props!r}")
         required = [r for r in schema.get("required") or () if isinstance(r, str)]
         out: dict[str, Any] = {}
         min_props = _count(schema, "minProperties", 0)
@@ -355,13 +359,20 @@ def _is_null(schema: Any) -> bool:
 
 
 def _ceil(x: float) -> int:
-    i = int(x)
+    i = _int(x)
     return i if i >= x else i + 1
 
 
 def _floor(x: float) -> int:
-    i = int(x)
+    i = _int(x)
     return i if i <= x else i - 1
+
+
+def _int(x: float) -> int:
+    try:
+        return int(x)
+    except OverflowError:  # ±inf (1e400 in the JSON); NaN is a ValueError
+        raise SchemaError(f"an integer bound must be finite, got {x!r}") from None
 
 
 def _number_ok(schema: Mapping[str, Any], x: float) -> bool:

@@ -21,7 +21,8 @@ Routes:
 Every response carries ``x-agentflow-time-scale`` (wall seconds per engine second);
 chat responses carry ``x-agentflow-request-id``. Faults are decided and applied by
 :mod:`agentflow.sim.faults`; request bodies are decoded and checked, and the JSON
-answers shaped, by :mod:`agentflow.sim.api`.
+answers shaped, by :mod:`agentflow.sim.api`; error answers (any exception a handler lets
+escape included) are JSON, by :mod:`agentflow.sim.httperrors`.
 
 The streaming path writes HTTP/1.1 chunked-encoding frames straight onto the transport
 once the headers are out (:mod:`agentflow.sim.stream`: one chunk, one
@@ -35,7 +36,6 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -61,6 +61,8 @@ from agentflow.sim.faults import (
     fault_answer,
     reset_connection,
 )
+from agentflow.sim.httperrors import error_response as _error
+from agentflow.sim.httperrors import json_errors as _json_errors
 from agentflow.sim.metrics import CONTENT_TYPE, SimMetrics
 from agentflow.sim.profiles import Profile
 from agentflow.sim.request import SimRequest
@@ -77,34 +79,6 @@ TIME_SCALE_HEADER = "x-agentflow-time-scale"
 REQUEST_ID_HEADER = "x-agentflow-request-id"
 
 _encode = msgspec.json.encode
-
-
-def _error(
-    status: int, message: str, param: str | None = None, headers: Mapping[str, str] | None = None
-) -> web.Response:
-    return web.Response(
-        status=status,
-        body=_encode(error_body(status, message, param)),
-        content_type="application/json",
-        headers=headers,
-    )
-
-
-@web.middleware
-async def _json_errors(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
-    """aiohttp's own 404/405/413 answers, in vLLM's JSON error shape."""
-    try:
-        return await handler(request)
-    except web.HTTPException as exc:
-        if exc.status < 400:
-            raise
-        return _error(
-            exc.status,
-            exc.reason,
-            headers={"Allow": exc.headers["Allow"]} if "Allow" in exc.headers else None,
-        )
 
 
 class SimServer:

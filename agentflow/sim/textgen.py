@@ -318,7 +318,7 @@ class TextGenerator:
         for fn in chosen:
             try:
                 args = generate_value(fn.get("parameters") or {"type": "object"}, rng)
-            except (SchemaError, RecursionError, TypeError, ValueError) as exc:
+            except (SchemaError, RecursionError, TypeError, ValueError, ArithmeticError) as exc:
                 # A schema no value satisfies (an empty enum, a $ref loop, a minLength
                 # that is no number): the request's fault, a 400 as guided decoding gives.
                 raise RequestRejected(

@@ -4,6 +4,7 @@ server that stops answering while it works on one request."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import AsyncIterator
 from typing import Any
@@ -79,3 +80,63 @@ def test_arguments_up_to_the_limit_are_generated() -> None:
     assert len(many) == lo
     with pytest.raises(SchemaError, match="minLength 65537"):
         generate_value({"type": "string", "minLength": MAX_ARGUMENT_SIZE + 1}, rng)
+
+
+@pytest.mark.parametrize(
+    ("schema", "words"),
+    [
+        ({"type": "object", "properties": ["a"], "required": ["a"]}, "properties must be"),
+        ({"type": "object", "properties": "xy", "required": ["a"]}, "properties must be"),
+        ({"type": "object", "properties": {"a": {"allOf": [{"$ref": 5}]}}, "required": ["a"]},
+         "$ref must be a string"),
+    ],
+)  # fmt: skip
+async def test_a_malformed_schema_is_a_400_naming_tools(
+    sim: SimServer, schema: Any, words: str
+) -> None:
+    """docs/simulator.md promises a 400 naming the field; these were aiohttp's plain-text
+    500 (an AttributeError or OverflowError out of the argument generator)."""
+    tool = {"type": "function", "function": {"name": "f", "parameters": schema}}
+    body = {"messages": MSGS, "max_tokens": 5, "tool_choice": "required", "tools": [tool]}
+    status, answer = await post(sim, "/v1/chat/completions", body)
+    assert status == 400, answer
+    assert answer["error"]["param"] == "tools" and words in answer["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("schema", "words"),
+    [
+        ({"type": "integer", "minimum": math.inf}, "must be finite"),
+        ({"type": "integer", "maximum": -math.inf}, "must be finite"),
+        ({"type": "string", "minLength": math.inf}, "minLength must be"),
+        ({"type": "array", "maxItems": math.inf}, "maxItems must be"),
+    ],
+)
+def test_an_infinite_bound_is_a_schema_error(schema: Any, words: str) -> None:
+    """Over HTTP msgspec refuses 1e400; in process (SimTransport) a float inf reaches the
+    generator, whose int(inf) was an OverflowError that escaped as a 500."""
+    with pytest.raises(SchemaError, match=words):
+        generate_value(schema, random.Random(0))
+
+
+async def test_an_unexpected_error_is_a_json_500(
+    sim: SimServer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whatever escapes a handler is still answered in vLLM's shape (and logged), not as
+    aiohttp's plain-text 500."""
+
+    def broken(*args: Any, **kwargs: Any) -> list[int]:
+        raise AttributeError("a bug")
+
+    monkeypatch.setattr(sim.engine.tokenizer, "render_chat", broken)
+    status, answer = await post(sim, "/tokenize", {"messages": MSGS})
+    assert status == 500
+    assert answer["error"] == {
+        "message": "Internal server error: AttributeError: a bug",
+        "type": "InternalServerError",
+        "param": None,
+        "code": 500,
+    }
+    assert "POST /tokenize failed" in caplog.text
+    status, _ = await post(sim, "/tokenize", {"prompt": "x"})
+    assert status == 200  # and the server goes on serving

@@ -25,8 +25,9 @@ No HTTP and no asyncio: the engine is a discrete-event core whose caller owns th
 The serving layer on top of it:
 
 - :mod:`~agentflow.sim.api` — request bodies decoded into msgspec Structs and checked
-  (:func:`parse_chat_body` → :class:`ChatParams`; a bad field is a 400 naming it), and
-  the JSON answers' shapes.
+  (:func:`parse_chat_body` → :class:`ChatParams`; a bad field is a 400 naming it).
+- :mod:`~agentflow.sim.answers` — the JSON answers' shapes (vLLM's error body,
+  ``/v1/models``, a request's ground truth).
 - :mod:`~agentflow.sim.frames` — :class:`ChunkEncoder`: a request's output as vLLM-shaped
   ``chat.completion.chunk`` payloads (or the non-streamed body).
 - :mod:`~agentflow.sim.request` — :class:`SimRequest` (a submitted request's handle) and

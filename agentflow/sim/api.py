@@ -9,9 +9,9 @@ choice only, a ``role`` in every message, a ``tool_choice`` that names a given t
 follow in :func:`parse_chat_body`, worded as vLLM words them. The result is a
 :class:`ChatParams`: what the engine and the chunk encoder need.
 
-The answers' shapes are here too: vLLM's error body (:func:`error_body`), the
-``/v1/models`` document (:func:`models_document`) and one request's ground truth
-(:func:`record_json`).
+The answers' shapes — vLLM's error body (:func:`error_body`), the ``/v1/models``
+document (:func:`models_document`) and one request's ground truth (:func:`record_json`)
+— are :mod:`agentflow.sim.answers`'s, importable from here too.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ from typing import Any
 
 import msgspec
 
+from agentflow.sim.answers import error_body, models_document, record_json
 from agentflow.sim.errors import RequestRejected
-from agentflow.sim.records import RequestRecord
 
 __all__ = [
+    "MAX_NESTING",
     "ChatBody",
     "ChatParams",
     "TokenizeBody",
@@ -104,6 +105,35 @@ def _bad(message: str, param: str | None = None) -> RequestRejected:
     return RequestRejected(message, status=400, param=param)
 
 
+#: The most levels of arrays and objects ``messages`` and ``tools`` may nest (the list
+#: itself is the first): far beyond any real schema or message, and far below the
+#: recursion limit of the chat template's ``json.dumps``.
+MAX_NESTING = 64
+
+
+def _too_deep_json() -> RequestRejected:
+    return _bad("Invalid JSON body: JSON nested too deep.")
+
+
+def _check_nesting(value: Any, field: str) -> None:
+    """A 400 naming ``field`` if ``value`` nests more than :data:`MAX_NESTING` levels."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, Mapping):
+            children: Any = node.values()
+        elif isinstance(node, list | tuple):
+            children = node
+        else:
+            continue
+        if depth > MAX_NESTING:
+            raise _bad(
+                f"{field} is nested too deep: at most {MAX_NESTING} levels of arrays and objects.",
+                field,
+            )
+        stack.extend((child, depth + 1) for child in children)
+
+
 def _rejected(exc: msgspec.ValidationError) -> RequestRejected:
     """A msgspec validation error as a 400 naming the field it is about."""
     text = str(exc)
@@ -131,6 +161,8 @@ def decode_chat_body(raw: bytes) -> ChatParams:
         raise _rejected(exc) from None
     except msgspec.DecodeError as exc:
         raise _bad(f"Invalid JSON body: {exc}") from None
+    except RecursionError:
+        raise _too_deep_json() from None
     return _check(body)
 
 
@@ -156,6 +188,8 @@ def _check(body: ChatBody) -> ChatParams:
     messages = body.messages
     if not messages:
         raise _bad("messages must be a non-empty list of message objects.", "messages")
+    _check_nesting(messages, "messages")
+    _check_nesting(body.tools, "tools")
     _check_messages(messages)
     n = body.n
     if n is not None and n != 1:
@@ -276,6 +310,10 @@ def decode_tokenize_body(raw: bytes) -> TokenizeBody:
         raise _rejected(exc) from None
     except msgspec.DecodeError as exc:
         raise _bad(f"Invalid JSON body: {exc}") from None
+    except RecursionError:
+        raise _too_deep_json() from None
+    _check_nesting(body.messages, "messages")
+    _check_nesting(body.tools, "tools")
     if body.messages is not None:
         _check_messages(body.messages)
     elif body.prompt is None:
@@ -289,78 +327,3 @@ def parse_request_id(request_id: str | int) -> int | None:
         return request_id
     s = request_id.removeprefix("chatcmpl-")
     return int(s) if s.isdigit() else None
-
-
-_ERROR_TYPES = {
-    400: "BadRequestError",
-    404: "NotFoundError",
-    405: "MethodNotAllowed",
-    429: "RateLimitError",
-    500: "InternalServerError",
-    503: "ServiceUnavailableError",
-}
-
-
-def error_body(status: int, message: str, param: str | None = None) -> dict[str, Any]:
-    """vLLM's JSON error body."""
-    return {
-        "error": {
-            "message": message,
-            "type": _ERROR_TYPES.get(status, "BadRequestError" if status < 500 else "ServerError"),
-            "param": param,
-            "code": status,
-        }
-    }
-
-
-def models_document(model: str, max_model_len: int, created: int) -> dict[str, Any]:
-    """The ``GET /v1/models`` answer, vLLM's shape: one model with its ``max_model_len``."""
-    entry = {
-        "id": model,
-        "object": "model",
-        "created": created,
-        "owned_by": "agentflow-sim",
-        "root": model,
-        "parent": None,
-        "max_model_len": max_model_len,
-        "permission": [],
-    }
-    return {"object": "list", "data": [entry]}
-
-
-def record_json(
-    record: RequestRecord, *, time_scale: float, loop_origin_s: float | None = None
-) -> dict[str, Any]:
-    """A request's ground truth as JSON (times in engine seconds).
-
-    ``loop_origin_s`` is the server loop's time at engine time 0: on a normal loop that
-    is ``time.monotonic()``, so a client on the same host can place every engine time
-    on its own monotonic clock as ``loop_origin_s + t × time_scale``.
-    """
-    return {
-        "id": f"chatcmpl-{record.request_id}",
-        "request_id": record.request_id,
-        "time_scale": time_scale,
-        "loop_origin_s": loop_origin_s,
-        "finished": record.finished,
-        "finish_reason": record.finish_reason,
-        "prompt_tokens": record.prompt_tokens,
-        "cached_tokens": record.cached_tokens,
-        "completion_tokens": record.completion_tokens,
-        "max_tokens": record.max_tokens,
-        "arrival_s": record.arrival_s,
-        "admitted_s": record.admitted_s,
-        "prefill_start_s": record.prefill_start_s,
-        "prefill_end_s": record.prefill_end_s,
-        "finished_s": record.finished_s,
-        "queue_s": record.queue_s,
-        "prefill_s": record.prefill_s,
-        "ttft_s": record.ttft_s,
-        "tpot_s": record.tpot_s,
-        "e2e_s": record.e2e_s,
-        "num_preemptions": record.num_preemptions,
-        "preempted_at_s": record.preempted_at_s,
-        "recomputed_tokens": record.recomputed_tokens,
-        "token_times_s": record.token_times_s,
-        "timings": record.timings(),
-    }

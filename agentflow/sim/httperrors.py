@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable, Mapping
 import msgspec
 from aiohttp import web
 
-from agentflow.sim.api import error_body
+from agentflow.sim.answers import error_body
 
 __all__ = ["error_response", "json_errors"]
 

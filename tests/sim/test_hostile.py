@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from agentflow.sim.api import MAX_NESTING
 from agentflow.sim.arguments import MAX_ARGUMENT_SIZE, SchemaError, generate_value
 from agentflow.sim.server import SimServer
 
@@ -140,3 +141,60 @@ async def test_an_unexpected_error_is_a_json_500(
     assert "POST /tokenize failed" in caplog.text
     status, _ = await post(sim, "/tokenize", {"prompt": "x"})
     assert status == 200  # and the server goes on serving
+
+
+def nested(depth: int) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def chat_raw(field: bytes, value: bytes) -> bytes:
+    return (
+        b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, '
+        + field
+        + value
+        + b"}"
+    )
+
+
+def tool_raw(value: bytes) -> bytes:
+    """A tool whose schema holds ``value``."""
+    return (b'[{"type": "function", "function": {"name": "f", "parameters": '
+            b'{"type": "object", "x": ' + value + b"}}}]")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("path", "raw", "param"),
+    [
+        # Too deep for msgspec: a RecursionError, not a DecodeError.
+        ("/v1/chat/completions", chat_raw(b'"metadata": ', nested(100_000)), None),
+        ("/tokenize", b'{"prompt": "x", "extra": ' + nested(100_000) + b"}", None),
+        # msgspec reads these; the chat template's json.dumps (or repr) fails at ~990 levels.
+        ("/v1/chat/completions", chat_raw(b'"tools": ', tool_raw(nested(500))), "tools"),
+        ("/v1/chat/completions", chat_raw(b'"tools": ', tool_raw(nested(70))), "tools"),
+        (
+            "/v1/chat/completions",
+            b'{"messages": [{"role": "user", "content": ' + nested(500) + b"}]}",
+            "messages",
+        ),
+        ("/tokenize", b'{"prompt": "x", "tools": ' + tool_raw(nested(500)) + b"}", "tools"),
+        ("/tokenize", b'{"messages": [{"role": "user", "content": [' + nested(500) + b"]}]}",
+         "messages"),
+    ],
+)  # fmt: skip
+async def test_json_nested_too_deep_is_a_400(
+    sim: SimServer, path: str, raw: bytes, param: str | None
+) -> None:
+    status, answer = await post(sim, path, raw=raw)
+    assert status == 400, answer
+    err = answer["error"]
+    assert err["param"] == param and err["type"] == "BadRequestError"
+    assert "nested too deep" in err["message"]
+    assert sim.driver.stats().submitted == 0
+
+
+async def test_nesting_up_to_the_limit_is_served(sim: SimServer) -> None:
+    schema = nested(MAX_NESTING - 5)  # tools, the tool, function, parameters: 4 levels
+    status, answer = await post(
+        sim, "/v1/chat/completions", raw=chat_raw(b'"tools": ', tool_raw(schema))
+    )
+    assert status == 200, answer

@@ -24,6 +24,7 @@ reports quote.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from agentflow._errors import ConfigError
@@ -76,6 +77,9 @@ class Profile:
     sources: str
 
     def __post_init__(self) -> None:
+        """Checks every figure; the error (a :class:`~agentflow.ConfigError`, also a
+        ``ValueError``) names the field. NaN and infinity are refused: an infinite step
+        would stop the engine's clock for good, a NaN one would make every time null."""
         for fname in (
             "block_size",
             "kv_capacity_tokens",
@@ -85,28 +89,40 @@ class Profile:
         ):
             value = getattr(self, fname)
             if not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"profile {self.name!r}: {fname} must be an int ≥ 1, got {value!r}"
-                )
+                raise self._bad(f"{fname} must be an int ≥ 1, got {value!r}")
         if self.kv_capacity_tokens // self.block_size * self.block_size < self.max_model_len:
-            raise ValueError(
-                f"profile {self.name!r}: the KV cache ({self.kv_capacity_tokens} tokens) cannot "
+            raise self._bad(
+                f"the KV cache ({self.kv_capacity_tokens} tokens) cannot "
                 f"hold one sequence of max_model_len={self.max_model_len} tokens"
             )
-        if self.prefill_tps <= 0 or self.per_agent_tps <= 0:
-            raise ValueError(f"profile {self.name!r}: prefill_tps and per_agent_tps must be > 0")
-        if (
-            min(self.prefill_per_ctx_token_s, self.decode_per_seq_s, self.decode_per_ctx_token_s)
-            < 0
-        ):
-            raise ValueError(f"profile {self.name!r}: per-unit step costs must be ≥ 0")
-        if self.calibration_context_tokens < 0:
-            raise ValueError(f"profile {self.name!r}: calibration_context_tokens must be ≥ 0")
-        if self.decode_base_s <= 0:
-            raise ValueError(
-                f"profile {self.name!r}: per-sequence and context costs exceed the single-agent "
+        for fname in ("prefill_tps", "per_agent_tps"):
+            value = getattr(self, fname)
+            if not (0 < value < math.inf):  # written so that NaN fails too
+                raise self._bad(f"{fname} must be a finite number > 0, got {value!r}")
+        for fname in ("prefill_per_ctx_token_s", "decode_per_seq_s", "decode_per_ctx_token_s"):
+            value = getattr(self, fname)
+            if not (0 <= value < math.inf):
+                raise self._bad(
+                    f"{fname} must be a finite number ≥ 0 (a per-unit step cost), got {value!r}"
+                )
+        if not (self.calibration_context_tokens >= 0):
+            raise self._bad("calibration_context_tokens must be an int ≥ 0")
+        if not (self.decode_base_s > 0):
+            raise self._bad(
+                f"per-sequence and context costs exceed the single-agent "
                 f"step time 1/{self.per_agent_tps} s; lower them"
             )
+        n, ctx = self.max_num_seqs, self.max_model_len
+        worst = self.step_s(
+            n, n * ctx, self.max_num_batched_tokens, self.max_num_batched_tokens * ctx
+        )
+        if not (worst < math.inf):
+            raise self._bad(
+                "the step-time figures overflow: a full batch's step would take forever"
+            )
+
+    def _bad(self, what: str) -> ConfigError:
+        return ConfigError(f"profile {self.name!r}: {what}")
 
     @property
     def num_blocks(self) -> int:

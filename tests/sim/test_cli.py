@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import re
 import signal
+import subprocess
 import sys
 
 import aiohttp
@@ -15,6 +16,7 @@ from agentflow import ConfigError, HTTPTransport, ServerError
 from agentflow.sim.cli import add_sim_parser, server_from_args
 from agentflow.transport import ChatRequest
 
+from ..wait import GUARD_S
 from .simhttp import user
 
 
@@ -65,11 +67,24 @@ def test_parser_defaults_and_server_config() -> None:
         (["--profile-set", "max_num_seqs=0"], "max_num_seqs must be an int ≥ 1"),
         (["--fault-rate-limit", "0.7", "--fault-cut", "0.7"], "add up to 1.4"),
         (["--tokens-per-chunk", "0"], "tokens_per_chunk"),
+        (["--profile-set", "prefill_per_ctx_token_s=inf"], "prefill_per_ctx_token_s must be"),
+        (["--profile-set", "per_agent_tps=nan"], "per_agent_tps must be a finite number"),
+        (["--profile-set", "decode_per_seq_s=nan"], "decode_per_seq_s must be a finite"),
     ],
 )
 def test_bad_configuration_exits_with_a_message(argv: list[str], message: str) -> None:
     with pytest.raises(ConfigError, match=message):  # the CLI prints it on one line, exit 2
         server_from_args(parse(*argv))
+
+
+def test_an_infinite_step_cost_exits_2_before_serving() -> None:
+    """It used to start, then never finish a request (the driver slept forever)."""
+    cmd = [sys.executable, "-m", "agentflow.sim", "--port", "0", "--quiet",
+           "--profile-set", "prefill_per_ctx_token_s=inf"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=GUARD_S)
+    assert done.returncode == 2 and done.stdout == ""
+    assert "prefill_per_ctx_token_s must be a finite number ≥ 0" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
 
 
 def test_bad_flag_values_are_argparse_errors(capsys: pytest.CaptureFixture[str]) -> None:

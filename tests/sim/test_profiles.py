@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 
+from agentflow import ConfigError
 from agentflow.sim import PROFILES, Profile, UnknownProfileError, get_profile, profile_names
 
 from .util import TINY
@@ -62,12 +64,35 @@ def test_step_time_adds_every_term() -> None:
         ({"kv_capacity_tokens": 1000}, "cannot hold one sequence"),
         ({"max_num_seqs": 0}, "max_num_seqs"),
         ({"decode_per_seq_s": 0.01}, "exceed the single-agent step time"),
-        ({"prefill_tps": 0.0}, "must be > 0"),
+        ({"prefill_tps": 0.0}, "prefill_tps must be a finite number > 0"),
     ],
 )
 def test_invalid_profiles_are_refused(changes: dict[str, object], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         dataclasses.replace(TINY, **changes)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+@pytest.mark.parametrize(
+    "field",
+    [
+        "prefill_tps",
+        "per_agent_tps",
+        "prefill_per_ctx_token_s",
+        "decode_per_seq_s",
+        "decode_per_ctx_token_s",
+    ],
+)
+def test_an_infinite_or_nan_figure_is_refused_naming_it(field: str, value: float) -> None:
+    """prefill_per_ctx_token_s=inf was accepted: the driver then slept forever and the
+    engine clock read inf; a NaN made every time null."""
+    with pytest.raises(ConfigError, match=f"profile 'cpu-tiny': {field} must be a finite"):
+        dataclasses.replace(TINY, **{field: value})  # type: ignore[arg-type]
+
+
+def test_figures_whose_step_time_overflows_are_refused() -> None:
+    with pytest.raises(ConfigError, match="overflow"):
+        dataclasses.replace(TINY, prefill_tps=1e-320)  # finite and > 0, yet 1/x is inf
 
 
 def test_profiles_are_frozen() -> None:

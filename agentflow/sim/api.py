@@ -98,6 +98,7 @@ _decode_body = msgspec.json.Decoder(ChatBody).decode
 _convert = msgspec.convert
 #: ``… - at `$.max_tokens` `` / ``… - at `$.messages[0].role` ``: the field is the first name.
 _AT = re.compile(r"^(?P<why>.*?) - at `\$\.(?P<field>[A-Za-z_][A-Za-z0-9_]*)(?P<rest>[^`]*)`$")
+_REQUEST_ID = re.compile(r"[0-9]{1,18}")
 _MISSING = re.compile(r"missing required field `(?P<field>[^`]+)`")
 
 
@@ -322,8 +323,12 @@ def decode_tokenize_body(raw: bytes) -> TokenizeBody:
 
 
 def parse_request_id(request_id: str | int) -> int | None:
-    """The engine id in ``chatcmpl-<n>`` (or ``<n>``), or ``None`` if it is not one."""
+    """The engine id in ``chatcmpl-<n>`` (or ``<n>``), or ``None`` if it is not one.
+
+    ``<n>`` is 1 to 18 ASCII digits: ``str.isdigit`` also takes ``'²'`` or ``'①'``,
+    which ``int`` refuses, and ``int`` refuses more than 4,300 digits.
+    """
     if isinstance(request_id, int):
         return request_id
     s = request_id.removeprefix("chatcmpl-")
-    return int(s) if s.isdigit() else None
+    return int(s) if _REQUEST_ID.fullmatch(s) else None

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from agentflow.sim.api import MAX_NESTING
+from agentflow.sim.api import MAX_NESTING, parse_request_id
 from agentflow.sim.arguments import MAX_ARGUMENT_SIZE, SchemaError, generate_value
 from agentflow.sim.server import SimServer
 
@@ -198,3 +198,18 @@ async def test_nesting_up_to_the_limit_is_served(sim: SimServer) -> None:
         sim, "/v1/chat/completions", raw=chat_raw(b'"tools": ', tool_raw(schema))
     )
     assert status == 200, answer
+
+
+@pytest.mark.parametrize(
+    "rid", ["chatcmpl-%C2%B2", "%E2%91%A0", "chatcmpl-x", "9" * 5000, "1" * 19, "chatcmpl-"]
+)
+async def test_a_request_id_that_is_no_number_is_a_404(sim: SimServer, rid: str) -> None:
+    """'²' and '①' pass str.isdigit() but not int(), nor do 5,000 digits: a 500."""
+    timeout = aiohttp.ClientTimeout(total=GUARD_S)
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as s,
+        s.get(f"{sim.url}/agentflow/requests/{rid}") as r,
+    ):
+        assert (r.status, r.content_type) == (404, "application/json"), await r.text()
+        assert (await r.json())["error"]["param"] == "id"
+    assert parse_request_id("chatcmpl-42") == 42 == parse_request_id("42")

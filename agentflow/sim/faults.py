@@ -247,6 +247,9 @@ def parse_fault_header(value: str, config: FaultConfig | None = None) -> Fault |
 class FaultInjector:
     """Decides each request's fault from a :class:`FaultConfig`; counts what it injected.
 
+    :meth:`decide` only decides; the server calls :meth:`count` once the fault is applied
+    (its 429/500/503 sent, or the request it strikes accepted): a 400 counts none.
+
     Args:
         config: rates and parameters (no faults if ``None``).
         memory: distinct request bodies whose occurrence counts are remembered.
@@ -256,8 +259,12 @@ class FaultInjector:
         self.config = config or FaultConfig()
         self._seen: OrderedDict[bytes, int] = OrderedDict()
         self._memory = memory
-        #: Faults decided so far, by kind.
+        #: Faults injected so far, by kind (see :meth:`count`).
         self.counts: dict[str, int] = dict.fromkeys(FAULT_KINDS, 0)
+
+    def count(self, fault: Fault) -> None:
+        """Count ``fault`` as injected."""
+        self.counts[fault.kind] += 1
 
     def decide(self, body: bytes, header: str | None = None) -> Fault | None:
         """The fault for one request, from its raw body and its fault header.
@@ -267,10 +274,7 @@ class FaultInjector:
         """
         cfg = self.config
         if header is not None and cfg.honour_header:
-            fault = parse_fault_header(header, cfg)
-            if fault is not None:
-                self.counts[fault.kind] += 1
-            return fault
+            return parse_fault_header(header, cfg)
         total = cfg.total_rate
         if total <= 0:
             return None
@@ -286,7 +290,6 @@ class FaultInjector:
         for kind in FAULT_KINDS:
             acc += getattr(cfg, kind)
             if u < acc:
-                self.counts[kind] += 1
                 return Fault(
                     kind=kind,
                     position=position,

@@ -256,26 +256,29 @@ class SimServer:
             fault = self.faults.decide(raw, request.headers.get(FAULT_HEADER))
         except ValueError as exc:
             return _error(400, str(exc), FAULT_HEADER)
-        if fault is not None:
-            self.metrics.faults[fault.kind] = self.metrics.faults.get(fault.kind, 0) + 1
-            answer = fault_answer(fault)
-            if answer is not None:
-                status, msg, headers = answer
-                return _error(status, msg, headers=headers)
+        if fault is not None and (answer := fault_answer(fault)) is not None:
+            self._injected(fault)
+            status, msg, headers = answer
+            return _error(status, msg, headers=headers)
         session = request.headers.get(self.session_header) if self.session_header else None
-        if params.stream:
-            stream = SSEStream(loop, fault, self._max_write_buffer, self._dirty)
-            try:
-                req = self.driver.submit(params, stream, arrival=arrival, session_id=session)
-            except RequestRejected as exc:
-                return _error(exc.status, exc.message, exc.param)
-            return await self._stream(request, req, stream)
-        collector = BodyCollector(loop)
+        consumer: SSEStream | BodyCollector = (
+            SSEStream(loop, fault, self._max_write_buffer, self._dirty)
+            if params.stream
+            else BodyCollector(loop)
+        )
         try:
-            req = self.driver.submit(params, collector, arrival=arrival, session_id=session)
+            req = self.driver.submit(params, consumer, arrival=arrival, session_id=session)
         except RequestRejected as exc:
             return _error(exc.status, exc.message, exc.param)
-        return await self._complete(request, req, collector, fault)
+        if fault is not None:  # counted once the request runs: a 400 injects nothing
+            self._injected(fault)
+        if isinstance(consumer, SSEStream):
+            return await self._stream(request, req, consumer)
+        return await self._complete(request, req, consumer, fault)
+
+    def _injected(self, fault: Fault) -> None:
+        self.faults.count(fault)
+        self.metrics.faults[fault.kind] = self.metrics.faults.get(fault.kind, 0) + 1
 
     async def _stream(
         self, request: web.Request, req: SimRequest, stream: SSEStream

@@ -276,3 +276,33 @@ def test_fault_header_parsing() -> None:
     for pos in (0.0, 0.5, 0.999):
         assert 1 <= Fault(kind="cut_stream", position=pos).after_tokens(10) <= 9
     assert Fault(kind="cut_stream", position=0.7).after_tokens(1) == 1
+
+
+async def test_a_fault_counts_only_once_applied(sim: SimServer) -> None:
+    """A request the engine refuses (400) injects no fault, so counts none: it was counted
+    in /agentflow/stats and agentflow_sim:faults_injected_total before the 400."""
+    too_long = {"messages": user("word " * 5000), "max_tokens": 3}
+    async with aiohttp.ClientSession() as s:
+        for fault in ("reset_mid_stream", "cut_stream; after=1", "malformed_chunk"):
+            for stream in (True, False):
+                async with s.post(
+                    f"{sim.base_url}/chat/completions",
+                    json={**too_long, "stream": stream},
+                    headers={"X-Agentflow-Fault": fault},
+                ) as r:
+                    assert r.status == 400
+        assert set(sim.faults.counts.values()) == {0}
+        async with s.get(f"{sim.url}/metrics") as r:
+            assert "faults_injected_total" not in await r.text()
+        # Applied faults count: a 429 sent, a stream struck.
+        for fault in ("rate_limit", "cut_stream; after=1"):
+            async with s.post(
+                f"{sim.base_url}/chat/completions",
+                json={"messages": user("x"), "max_tokens": 3, "stream": True},
+                headers={"X-Agentflow-Fault": fault},
+            ) as r:
+                await r.read()
+        async with s.get(f"{sim.url}/agentflow/stats") as r:
+            counted = (await r.json())["faults"]
+    assert {k: n for k, n in counted.items() if n} == {"rate_limit": 1, "cut_stream": 1}
+    assert sim.metrics.faults == {"rate_limit": 1, "cut_stream": 1}

@@ -30,6 +30,7 @@ __all__ = [
     "MAX_NESTING",
     "ChatBody",
     "ChatParams",
+    "StreamOptions",
     "TokenizeBody",
     "decode_chat_body",
     "decode_tokenize_body",
@@ -39,6 +40,13 @@ __all__ = [
     "parse_request_id",
     "record_json",
 ]
+
+
+class StreamOptions(msgspec.Struct, kw_only=True):
+    """``stream_options``: the field the simulator reads, typed (``"false"`` is a 400,
+    not a true value); other fields are skipped."""
+
+    include_usage: bool | None = None
 
 
 class ChatBody(msgspec.Struct, kw_only=True):
@@ -51,7 +59,7 @@ class ChatBody(msgspec.Struct, kw_only=True):
     model: str | None = None
     n: int | None = 1
     stream: bool | None = False
-    stream_options: dict[str, Any] | None = None
+    stream_options: StreamOptions | None = None
     max_tokens: int | None = None
     max_completion_tokens: int | None = None
     tools: list[dict[str, Any]] | None = None
@@ -201,7 +209,7 @@ def _check(body: ChatBody) -> ChatParams:
     if options is not None:
         if not stream:
             raise _bad("Stream options can only be defined when `stream=True`.", "stream_options")
-        include_usage = bool(options.get("include_usage", False))
+        include_usage = bool(options.include_usage)
     max_tokens = body.max_completion_tokens
     if max_tokens is None:
         max_tokens = body.max_tokens

@@ -36,6 +36,12 @@ MSGS = [{"role": "user", "content": "x"}]
         ({"tools": {"a": 1}}, "tools", "got `object`"),
         ({"tool_choice": 3}, "tool_choice", "got `int`"),
         ({"stream_options": []}, "stream_options", "got `array`"),
+        (  # bool("false") is True: it was read as a request for usage
+            {"stream": True, "stream_options": {"include_usage": "false"}},
+            "stream_options",
+            "`stream_options.include_usage`: Expected `bool | null`, got `str`",
+        ),
+        ({"stream": True, "stream_options": {"include_usage": 1}}, "stream_options", "got `int`"),
         ({"parallel_tool_calls": "no"}, "parallel_tool_calls", "got `str`"),
         ({"agentflow_tool_rounds": "2"}, "agentflow_tool_rounds", "got `str`"),
         ({"messages": "hi"}, "messages", "got `str`"),
@@ -88,6 +94,14 @@ def test_unknown_fields_are_ignored_and_the_result_is_checked_params() -> None:
     p = decode_chat_body(raw)
     assert (p.max_tokens, p.stream, p.include_usage, p.tool_rounds) == (7, True, True, 2)
     assert p.messages == MSGS and p.tools == TOOLS
+    for options, usage in (
+        ({}, False),
+        ({"include_usage": None}, False),
+        ({"include_usage": False, "continuous_usage_stats": True}, False),
+    ):
+        body = {"messages": MSGS, "stream": True, "stream_options": options}
+        assert decode_chat_body(json.dumps(body).encode()).include_usage is usage
+        assert parse_chat_body(body).include_usage is usage
     # A body already decoded to the Struct is checked the same way.
     assert parse_chat_body(ChatBody(messages=list(MSGS), n=1)).messages == MSGS
     with pytest.raises(RequestRejected) as ei:

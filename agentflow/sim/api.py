@@ -218,6 +218,11 @@ def _check(body: ChatBody) -> ChatParams:
         if not all(isinstance(t.get("function"), Mapping) for t in body.tools):
             raise _bad("tools must be a list of {'type': 'function', 'function': {...}}.", "tools")
         for i, t in enumerate(body.tools):
+            name = t["function"].get("name")
+            if not isinstance(name, str) or not name:
+                raise _bad(
+                    f"tools[{i}].function.name must be a non-empty string, got {name!r}.", "tools"
+                )
             params = t["function"].get("parameters")
             if params is not None and not isinstance(params, Mapping | bool):
                 raise _bad(f"tools[{i}].function.parameters must be a JSON schema object.", "tools")

@@ -158,6 +158,22 @@ def _schema(params: Any) -> dict[str, Any]:
             "messages[1].tool_calls",
         ),
         ({"tools": [_schema("x")]}, "tools", "tools[0].function.parameters"),
+        # vLLM requires function.name; the model "called" a tool '' (or '5' for name: 5).
+        (
+            {"tools": [TOOL_F, {"type": "function", "function": {}}]},
+            "tools",
+            "tools[1].function.name must be a non-empty string, got None",
+        ),
+        (
+            {"tools": [{"type": "function", "function": {"name": 5}}]},
+            "tools",
+            "tools[0].function.name must be a non-empty string, got 5",
+        ),
+        (
+            {"tools": [{"type": "function", "function": {"name": ""}}]},
+            "tools",
+            "tools[0].function.name must be a non-empty string, got ''",
+        ),
     ],
 )
 def test_a_malformed_message_or_schema_is_a_400_naming_it(

@@ -18,6 +18,7 @@ from agentflow.transport import ChatRequest
 
 from ..wait import GUARD_S
 from .simhttp import user
+from .simproc import dies_with_parent
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -81,7 +82,9 @@ def test_an_infinite_step_cost_exits_2_before_serving() -> None:
     """It used to start, then never finish a request (the driver slept forever)."""
     cmd = [sys.executable, "-m", "agentflow.sim", "--port", "0", "--quiet",
            "--profile-set", "prefill_per_ctx_token_s=inf"]  # fmt: skip
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=GUARD_S)
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=GUARD_S, **dies_with_parent()
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert "prefill_per_ctx_token_s must be a finite number ≥ 0" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
@@ -107,7 +110,11 @@ async def test_python_dash_m_serves_until_sigterm() -> None:
         "--fault-server-error", "1.0", "--no-fault-header",
     ]  # fmt: skip
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, *cmd, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
+        sys.executable,
+        *cmd,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        **dies_with_parent(),  # killed with this process, however it ends
     )
     try:
         assert proc.stdout is not None

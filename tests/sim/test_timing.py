@@ -20,20 +20,18 @@ asserted here: a single real-time sample on a busy 2-core machine says nothing r
 from __future__ import annotations
 
 import asyncio
-import re
 import statistics
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 
 import aiohttp
 import pytest
 
 from agentflow import HTTPTransport, TurnTrace, turn_metrics
+from agentflow._process import ChildServer
 from agentflow.transport import ChatRequest
-from tests.wait import read_line
 
 from .simhttp import STEPPY, user
+from .simproc import sim_child
 
 #: Output tokens per request (plus 0–6, so that streams do not all end in one step).
 TOKENS = 40
@@ -46,12 +44,13 @@ CASES = [(1, 1.0, 0.0), (16, 1.0, 0.0005), (16, 4.0, 0.002)]
 
 @pytest.fixture(scope="module")
 def sim_url() -> Iterator[Callable[[float], str]]:
-    """``python -m agentflow.sim`` with the STEPPY profile, one child process per time scale."""
-    procs: dict[float, tuple[subprocess.Popen[str], str]] = {}
+    """``python -m agentflow.sim`` with the STEPPY profile, one child process per time scale
+    (each dies with the test process, however it ends: :func:`.simproc.sim_child`)."""
+    children: dict[float, tuple[ChildServer, str]] = {}
 
     def url(scale: float) -> str:
-        if scale not in procs:
-            cmd = [sys.executable, "-m", "agentflow.sim", "--port", "0", "--profile", "cpu-tiny"]
+        if scale not in children:
+            args = ["--profile", "cpu-tiny"]
             for field in (
                 "kv_capacity_tokens",
                 "max_num_seqs",
@@ -61,30 +60,16 @@ def sim_url() -> Iterator[Callable[[float], str]]:
                 "decode_per_seq_s",
                 "decode_per_ctx_token_s",
             ):
-                cmd += ["--profile-set", f"{field}={getattr(STEPPY, field)}"]
-            cmd += ["--answer-tokens", "200", "--time-scale", str(scale), "--quiet"]
-            proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True
-            )
-            assert proc.stdout is not None
-            line = read_line(proc.stdout, "the simulator's address line")
-            m = re.search(r"(http://\S+)/v1", line)
-            if m is None:
-                proc.kill()
-                proc.wait()
-                proc.stdout.close()
-                raise AssertionError(f"the simulator did not start: {line!r}")
-            procs[scale] = (proc, m.group(1))
-        return procs[scale][1]
+                args += ["--profile-set", f"{field}={getattr(STEPPY, field)}"]
+            args += ["--answer-tokens", "200", "--time-scale", str(scale), "--quiet"]
+            children[scale] = sim_child(*args)
+        return children[scale][1]
 
     try:
         yield url
     finally:
-        for proc, _ in procs.values():
-            proc.terminate()
-            proc.wait(10)
-            if proc.stdout is not None:
-                proc.stdout.close()
+        for child, _ in children.values():
+            child.stop()
 
 
 async def measure(url: str, streams: int, stagger: float) -> list[dict[str, float]]:

@@ -24,7 +24,13 @@ from typing import Any
 from agentflow.report._dialects import DIALECTS, MEAN_GAUGES, Dialect
 from agentflow.report._prom import HistogramData, MetricsSnapshot
 
-__all__ = ["GaugeSample", "detect_dialect", "server_section", "server_section_schema"]
+__all__ = [
+    "GaugeSample",
+    "detect_dialect",
+    "server_section",
+    "server_section_schema",
+    "went_down",
+]
 
 #: The version of the ``server`` section's shape.
 SERVER_SECTION_VERSION = 1
@@ -110,39 +116,7 @@ def server_section(
     """
     dialect = detect_dialect(after)
     scale = after.value(_TIME_SCALE) or 1.0
-    resolved = dialect.resolve(after) if dialect else {}
-    counters: dict[str, float | None] = {}
-    # A counter only grows while the server runs: one that went down (a restart between
-    # the scrapes) has no meaningful difference, and is left out — named in the notes —
-    # rather than reported as a negative count.
-    reset: list[str] = []
-    if dialect is not None:
-        for key in dialect.counters:
-            names = resolved.get(key)
-            a = counter_value(after, names) if names else None
-            b = counter_value(before, names) if names else None
-            counters[key] = None if a is None else a - (b or 0.0)
-            if a is not None and b is not None and a < b:
-                counters[key] = None
-                reset.append(key)
-    latency: dict[str, Any] = {}
-    if dialect is not None:
-        for key in dialect.histograms:
-            names = resolved.get(key)
-            if not names:
-                continue
-            h_after = after.histogram(names[0])
-            if h_after is None:
-                continue
-            try:
-                h = h_after.delta(before.histogram(names[0]))
-            except ValueError:  # its buckets changed: another server, or a restart
-                reset.append(key)
-                continue
-            if h.count < 0 or any(c < 0 for c in h.cumulative):
-                reset.append(key)
-                continue
-            latency[key] = _hist_summary(names[0], h.scaled(scale), quantiles)
+    counters, latency, reset = _differences(before, after, dialect, quantiles, scale)
     hits, queries = counters.get("cache_hits"), counters.get("cache_queries")
     gen, gen_s = counters.get("generation_tokens"), counters.get("generation_seconds")
     origin = before.t_ns if origin_ns is None else origin_ns
@@ -170,6 +144,57 @@ def server_section(
             f"run?): {', '.join(reset)} left out."
         )
     return section
+
+
+def went_down(before: MetricsSnapshot, after: MetricsSnapshot) -> list[str]:
+    """The counters and histograms (canonical keys) that went down from ``before`` to
+    ``after``: the server restarted between the scrapes, or the two are swapped.
+    :func:`server_section` leaves them out; ``agentflow report --server-metrics`` refuses
+    such a pair of files."""
+    return _differences(before, after, detect_dialect(after), (), 1.0)[2]
+
+
+def _differences(
+    before: MetricsSnapshot,
+    after: MetricsSnapshot,
+    dialect: Dialect | None,
+    quantiles: Sequence[float],
+    scale: float,
+) -> tuple[dict[str, float | None], dict[str, Any], list[str]]:
+    """Counters and histograms, after − before; and the keys of those that went down.
+
+    A counter only grows while the server runs: one that went down (a restart between
+    the scrapes) has no meaningful difference, and is left out (``None``) rather than
+    reported as a negative count; a histogram likewise (or one whose buckets changed)."""
+    counters: dict[str, float | None] = {}
+    latency: dict[str, Any] = {}
+    reset: list[str] = []
+    if dialect is None:
+        return counters, latency, reset
+    resolved = dialect.resolve(after)
+    for key in dialect.counters:
+        names = resolved.get(key)
+        a = counter_value(after, names) if names else None
+        b = counter_value(before, names) if names else None
+        counters[key] = None if a is None else a - (b or 0.0)
+        if a is not None and b is not None and a < b:
+            counters[key] = None
+            reset.append(key)
+    for key in dialect.histograms:
+        names = resolved.get(key)
+        h_after = after.histogram(names[0]) if names else None
+        if not names or h_after is None:
+            continue
+        try:
+            h = h_after.delta(before.histogram(names[0]))
+        except ValueError:  # its buckets changed: another server, or a restart
+            reset.append(key)
+            continue
+        if h.count < 0 or any(c < 0 for c in h.cumulative):
+            reset.append(key)
+            continue
+        latency[key] = _hist_summary(names[0], h.scaled(scale), quantiles)
+    return counters, latency, reset
 
 
 def _hist_summary(metric: str, h: HistogramData, quantiles: Sequence[float]) -> dict[str, Any]:

@@ -245,7 +245,7 @@ def _check_no_overwrite(args: argparse.Namespace) -> None:
 
 def _server_from_files(before: Path, after: Path, *, client: dict[str, Any]) -> dict[str, Any]:
     from agentflow.report._prom import parse_metrics
-    from agentflow.report._server import server_section
+    from agentflow.report._server import server_section, went_down
 
     snaps = []
     for path in (before, after):
@@ -256,20 +256,17 @@ def _server_from_files(before: Path, after: Path, *, client: dict[str, Any]) -> 
         except ValueError as exc:
             raise ConfigError(f"report: {path} is not a Prometheus text page: {exc}") from None
     flags = f"--server-metrics {before} {after}"
-    try:
-        section = server_section(snaps[0], snaps[1], client=client, url=str(after))
-    except ValueError as exc:  # a histogram's buckets changed: another server, or restarted
-        raise ConfigError(f"report: {flags}: {exc}") from None
     # A counter only grows while a server runs: one that went down means the files are in
-    # the wrong order or the server restarted between them, and every delta is nonsense.
-    down = [k for k, v in section["counters"].items() if v is not None and v < 0]
-    down += [f"{k} count" for k, h in section["latency"].items() if h.get("count", 0) < 0]
+    # the wrong order or the server restarted between them (or, for a histogram whose
+    # buckets changed, another server), and every difference is nonsense.
+    down = went_down(snaps[0], snaps[1])
     if down:
         raise ConfigError(
             f"report: {flags}: counters went down from the first scrape to the second "
             f"({', '.join(down)}): the scrapes are swapped (BEFORE first, then AFTER) or "
             "the server restarted between them"
         )
+    section = server_section(snaps[0], snaps[1], client=client, url=str(after))
     section["series"] = {k: [] for k in section["series"]}  # no times in a file
     return section
 

@@ -127,11 +127,14 @@ class AgentStats:
             if m.cached_tokens is not None:
                 self.cached_tokens += m.cached_tokens
                 self.cache_prompt_tokens += p
-        if context is not None and trace.end_ns >= self.context_ns:
-            self.context_tokens = context
-            self.context_ns = trace.end_ns
+        if context is not None:
+            # The largest over every turn, whatever the order turns are folded in
+            # (from_result folds session by session); the latest by end time only.
             mc = self.max_context_tokens
             self.max_context_tokens = context if mc is None or context > mc else mc
+            if trace.end_ns >= self.context_ns:
+                self.context_tokens = context
+                self.context_ns = trace.end_ns
         t = m.ttft_s
         if t is not None:
             self.ttft_sum_s += t

@@ -184,6 +184,19 @@ def test_rows_per_session() -> None:
     assert list(t.agents) == ["x"] and t.agents["x"].turns == 2
 
 
+def test_max_context_whatever_the_order() -> None:
+    """A turn that ended before the row's latest one still counts toward its largest
+    context (from_result and merges fold turns out of end order); the last is the latest."""
+    small_late = turn_end("a", "s1", 0, trace(sent_ms=0, chunks_ms=[10], end_ms=500, prompt=100), 0)
+    big_early = turn_end("a", "s2", 0, trace(sent_ms=0, chunks_ms=[10], end_ms=200, prompt=5000), 0)
+    for order in ([small_late, big_early], [big_early, small_late]):
+        s = FleetStats()
+        for e in order:
+            s(e)
+        row = s.agents["a"]
+        assert (row.max_context_tokens, row.context_tokens) == (5000, 100)
+
+
 def test_throughput_over_time() -> None:
     """1 s buckets from 0: output tokens spread over each decode phase, prompt over prefill.
 

@@ -149,3 +149,25 @@ def test_from_result_equals_subscribing() -> None:
         for row in r["agents"]:
             row["tool_s"] = 0.0
     assert_same(b, a)
+
+
+def test_from_result_equals_subscribing_per_agent() -> None:
+    """The same with one row per agent (the default), whose sessions overlap in time:
+    from_result folds session by session, yet every row's figures are the subscribed ones
+    (the largest context was lost when a session ended before the row's latest turn)."""
+    live = FleetStats(per="agent")
+    result = run_fleet(live)
+    after = FleetStats.from_result(result, per="agent")
+    a, b = live.report(), after.report()
+    for r in (a, b):
+        r["fleet"]["tool_s"] = 0.0
+        r["tools"] = {}
+        for row in r["agents"]:
+            row["tool_s"] = 0.0
+            row["session_id"] = None  # the last seen: by event order (see the merge fix)
+    truth: dict[str, int] = {}
+    for s in result.sessions:
+        for t in s.turns:
+            truth[s.agent] = max(truth.get(s.agent, 0), t.metrics.prompt_tokens or 0)
+    assert {row["agent"]: row["max_context_tokens"] for row in b["agents"]} == truth
+    assert_same(b, a)

@@ -20,19 +20,13 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from agentflow._errors import ConfigError
-from agentflow._events import (
-    ErrorEvent,
-    Event,
-    FleetEndEvent,
-    SessionEndEvent,
-    ToolResultEvent,
-    TurnEndEvent,
-)
+from agentflow._events import Event, TurnEndEvent
 from agentflow._metrics import TurnMetrics
-from agentflow._redact import redact
 from agentflow._trace import PromptInfo, TurnTrace
 from agentflow.stats._agents import AgentStats
 from agentflow.stats._by_turn import ByTurnIndex
+from agentflow.stats._fleet_events import _error_text as _error_text
+from agentflow.stats._fleet_events import fold_event
 from agentflow.stats._rows import TurnRow, ready_ns, turn_row
 from agentflow.stats._sketch import DEFAULT_RELATIVE_ACCURACY, Sketch, quantile_name
 from agentflow.stats._slo import SLO, check_slos
@@ -41,7 +35,6 @@ from agentflow.stats._tool_figures import ToolFigures
 
 if TYPE_CHECKING:
     from agentflow._fleet import FleetResult
-    from agentflow._session import SessionResult
     from agentflow.stats._journal import RunJournal
     from agentflow.typing import Clock
 
@@ -190,56 +183,14 @@ class FleetStats:
             self.observe_turn(
                 event.agent, event.session_id, event.turn, event.metrics, event.trace, prompt
             )
-        elif isinstance(event, ToolResultEvent):
-            row = self._row(event.agent, event.session_id)
-            row.tool_calls += 1
-            row.tool_s += event.duration_s
-            self.tool_calls += 1
-            self.tool_s += event.duration_s
-            if event.is_error:
-                row.tool_errors += 1
-                self.tool_errors += 1
-            self._tool(event.name).add(event.duration_s, event.is_error)
-        elif isinstance(event, SessionEndEvent):
-            self._session_ended(event.agent, event.session_id, event.result)
-        elif isinstance(event, ErrorEvent):
-            self.errors[event.where] += 1
-            self._at("errors", None)
-        elif event.type == "retry":  # a failed attempt that will be sent again
-            self.retries += 1
-            self._row(
-                getattr(event, "agent", None), getattr(event, "session_id", None)
-            ).retries += 1
-            trace = getattr(getattr(event, "attempt", None), "trace", None)
-            self._at("retries", None if trace is None else trace.end_ns)
-        elif isinstance(event, FleetEndEvent):
-            result = event.result
-            self.wall_s = result.wall_s
-            self.peak_in_flight = result.peak_in_flight
-            self.callback_errors = len(result.callback_errors)
+        else:
+            fold_event(self, event)
 
     def _tool(self, name: str) -> ToolFigures:
         figures = self.tools.get(name)
         if figures is None:
             figures = self.tools[name] = ToolFigures(self.relative_accuracy)
         return figures
-
-    def _at(self, name: str, t_ns: int | None) -> None:
-        """Count one event of series ``name`` at the clock's time, else at ``t_ns``, else
-        at the latest turn end seen (not placed before any turn ended)."""
-        t = self.clock() if self.clock is not None else t_ns
-        if t is None:
-            t = self.last_ns
-        if t is not None:
-            self.series.add(name, t, 1.0)
-
-    def _session_ended(self, agent: str, session_id: str, result: SessionResult) -> None:
-        row = self._row(agent, session_id)
-        row.sessions += 1
-        row.sessions_ok += result.status == "completed"
-        row.status = result.status
-        row.error = None if result.error is None else _error_text(result.error)
-        self.sessions[result.status] += 1
 
     def observe_turn(
         self,
@@ -425,8 +376,3 @@ class FleetStats:
         from agentflow.stats._report import build_report
 
         return build_report(self, run=run, cdf_points=cdf_points, include_samples=include_samples)
-
-
-def _error_text(error: BaseException) -> str:
-    text = redact(f"{type(error).__name__}: {error}")
-    return text if len(text) <= 300 else text[:299] + "…"

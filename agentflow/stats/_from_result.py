@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from agentflow.stats._fleet_events import session_ended
+
 if TYPE_CHECKING:
     from agentflow._fleet import FleetResult
     from agentflow.stats._fleet_stats import FleetStats
@@ -57,7 +59,7 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
             for a in t.failed_attempts[noted[s.session_id, t.index] :]:
                 row.retries += 1
                 series.add("retries", t.trace.sent_ns if a.trace is None else a.trace.end_ns, 1)
-        stats._session_ended(s.agent, s.session_id, s)
+        session_ended(stats, s.agent, s.session_id, s)
         if s.status == "error":
             stats.errors["session"] += 1
             at = failed_at.get(s.session_id)

@@ -1,0 +1,79 @@
+"""What :class:`~agentflow.stats.FleetStats` does with every event but a turn's end.
+
+Tool results, session ends, errors, retries and the fleet's end are rare next to turns
+(and tokens, which the stats skip at once), so they are folded here, one call away from
+``FleetStats.__call__``, which keeps the turn's hot path inline.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from agentflow._events import (
+    ErrorEvent,
+    Event,
+    FleetEndEvent,
+    SessionEndEvent,
+    ToolResultEvent,
+)
+from agentflow._redact import redact
+
+if TYPE_CHECKING:
+    from agentflow._session import SessionResult
+    from agentflow.stats._fleet_stats import FleetStats
+
+__all__ = ["fold_event", "session_ended"]
+
+
+def fold_event(stats: FleetStats, event: Event) -> None:
+    """Fold one event other than a token or a turn end into ``stats``."""
+    if isinstance(event, ToolResultEvent):
+        row = stats._row(event.agent, event.session_id)
+        row.tool_calls += 1
+        row.tool_s += event.duration_s
+        stats.tool_calls += 1
+        stats.tool_s += event.duration_s
+        if event.is_error:
+            row.tool_errors += 1
+            stats.tool_errors += 1
+        stats._tool(event.name).add(event.duration_s, event.is_error)
+    elif isinstance(event, SessionEndEvent):
+        session_ended(stats, event.agent, event.session_id, event.result)
+    elif isinstance(event, ErrorEvent):
+        stats.errors[event.where] += 1
+        _at(stats, "errors", None)
+    elif event.type == "retry":  # a failed attempt that will be sent again
+        stats.retries += 1
+        stats._row(getattr(event, "agent", None), getattr(event, "session_id", None)).retries += 1
+        trace = getattr(getattr(event, "attempt", None), "trace", None)
+        _at(stats, "retries", None if trace is None else trace.end_ns)
+    elif isinstance(event, FleetEndEvent):
+        result = event.result
+        stats.wall_s = result.wall_s
+        stats.peak_in_flight = result.peak_in_flight
+        stats.callback_errors = len(result.callback_errors)
+
+
+def session_ended(stats: FleetStats, agent: str, session_id: str, result: SessionResult) -> None:
+    """Count a session that ended, on the fleet and on its row."""
+    row = stats._row(agent, session_id)
+    row.sessions += 1
+    row.sessions_ok += result.status == "completed"
+    row.status = result.status
+    row.error = None if result.error is None else _error_text(result.error)
+    stats.sessions[result.status] += 1
+
+
+def _at(stats: FleetStats, name: str, t_ns: int | None) -> None:
+    """Count one event of series ``name`` at the clock's time, else at ``t_ns``, else
+    at the latest turn end seen (not placed before any turn ended)."""
+    t = stats.clock() if stats.clock is not None else t_ns
+    if t is None:
+        t = stats.last_ns
+    if t is not None:
+        stats.series.add(name, t, 1.0)
+
+
+def _error_text(error: BaseException) -> str:
+    text = redact(f"{type(error).__name__}: {error}")
+    return text if len(text) <= 300 else text[:299] + "…"

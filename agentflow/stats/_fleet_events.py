@@ -1,6 +1,6 @@
 """What :class:`~agentflow.stats.FleetStats` does with every event but a turn's end.
 
-Tool results, session ends, errors, retries and the fleet's end are rare next to turns
+Tool results, session ends, errors, retries and the fleet's start and end are rare next to turns
 (and tokens, which the stats skip at once), so they are folded here, one call away from
 ``FleetStats.__call__``, which keeps the turn's hot path inline.
 """
@@ -13,6 +13,7 @@ from agentflow._events import (
     ErrorEvent,
     Event,
     FleetEndEvent,
+    FleetStartEvent,
     SessionEndEvent,
     ToolResultEvent,
 )
@@ -47,6 +48,9 @@ def fold_event(stats: FleetStats, event: Event) -> None:
         stats._row(getattr(event, "agent", None), getattr(event, "session_id", None)).retries += 1
         trace = getattr(getattr(event, "attempt", None), "trace", None)
         _at(stats, "retries", None if trace is None else trace.end_ns)
+    elif isinstance(event, FleetStartEvent):
+        start = stats.fleet_start_ns
+        stats.fleet_start_ns = event.start_ns if start is None else min(start, event.start_ns)
     elif isinstance(event, FleetEndEvent):
         result = event.result
         stats.wall_s = result.wall_s

@@ -76,8 +76,9 @@ class FleetStats:
         keep_samples: also keep one :class:`TurnRow` per turn (~350 bytes each).
         itl: aggregate inter-chunk latencies (the costliest part: ~0.4–0.7 µs per chunk).
         start_ns: the run's start on the trace clock: the origin of report times and of
-            the time buckets. When not given, the first turn's ready time is the origin
-            and buckets are aligned on multiples of ``bucket_s``.
+            the time buckets. When not given, the fleet's start (its ``FleetStartEvent``),
+            else the first turn's ready time, is the origin, and buckets are aligned on
+            multiples of ``bucket_s``.
         max_turn_index: rows of the by-turn-index table.
         clock: the fleet's clock (``Fleet(clock=…)``), read to place error and retry
             events in the time series (they carry no time). Without it a retry is placed
@@ -88,7 +89,7 @@ class FleetStats:
     #: The event types this callback reads; it returns at once on every other one (a bus
     #: that honours this could skip building token events for it: ``docs/stats.md``).
     event_types: ClassVar[frozenset[str]] = frozenset(
-        {"turn_end", "tool_result", "session_end", "error", "retry", "fleet_end"}
+        {"turn_end", "tool_result", "session_end", "error", "retry", "fleet_start", "fleet_end"}
     )
 
     def __init__(
@@ -166,6 +167,7 @@ class FleetStats:
         self.first_ns: int | None = None
         self.last_ns: int | None = None
         self.wall_s: float | None = None
+        self.fleet_start_ns: int | None = None  # the FleetStartEvent's, when seen
         self.peak_in_flight: int | None = None
         self.callback_errors = 0
         self.workers = 1
@@ -347,10 +349,12 @@ class FleetStats:
 
     @property
     def origin_ns(self) -> int:
-        """The origin of report times: ``start_ns``, else the first turn's ready time."""
-        if self.start_ns is not None:
-            return self.start_ns
-        return self.first_ns if self.first_ns is not None else 0
+        """The origin of report times: ``start_ns``, else the fleet's start, else the first
+        turn's ready time."""
+        for t in (self.start_ns, self.fleet_start_ns, self.first_ns):
+            if t is not None:
+                return t
+        return 0
 
     @property
     def duration_s(self) -> float:

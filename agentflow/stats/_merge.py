@@ -10,9 +10,10 @@ the sketches' relative accuracy of the true one.
 
 What cannot be merged exactly is said so: the wall time becomes the longest worker's
 (workers run side by side), or — when they did not start together — the span from the
-earliest turn's ready time to the latest turn's end if that is longer (on the shared
-clock below), and ``peak_in_flight`` becomes unknown (the peaks of
-different workers need not coincide; the merged in-flight series shows the load).
+earliest fleet start to the latest fleet end, or from the earliest turn's ready time to
+the latest turn's end, if that is longer (on the shared clock below), and
+``peak_in_flight`` becomes unknown (the peaks of different workers need not coincide;
+the merged in-flight series shows the load).
 Time series line up only on a shared clock: on one Linux host ``perf_counter_ns`` is
 CLOCK_MONOTONIC, shared by every process; across hosts, give every worker's fleet and
 transport a wall clock (``time.time_ns``) and the same ``start_ns``.
@@ -70,14 +71,25 @@ def merge_stats(into: FleetStats, other: FleetStats) -> None:
     into.slo_tokens = [a + b for a, b in zip(into.slo_tokens, other.slo_tokens, strict=True)]
     for mine_c, theirs in zip(into.slo_failed_bounds, other.slo_failed_bounds, strict=True):
         mine_c.update(theirs)
+    spans = [_span(into), _span(other)]
+    into.fleet_start_ns = _min(into.fleet_start_ns, other.fleet_start_ns)
     into.first_ns = _min(into.first_ns, other.first_ns)
     into.last_ns = _max(into.last_ns, other.last_ns)
     into.start_ns = _min(into.start_ns, other.start_ns)
     walls = [w for w in (into.wall_s, other.wall_s) if w is not None]
     if walls and into.first_ns is not None and into.last_ns is not None:
         walls.append((into.last_ns - into.first_ns) * 1e-9)  # workers started apart
+    if spans[0] is not None and spans[1] is not None and into.fleet_start_ns is not None:
+        # both fleets' starts known: the first start to the last end
+        walls.append((max(spans[0][1], spans[1][1]) - into.fleet_start_ns) * 1e-9)
     into.wall_s = max(walls) if walls else None
     into.peak_in_flight = None
+
+
+def _span(stats: FleetStats) -> tuple[int, int] | None:
+    """The fleet's start and end on the trace clock, when both are known."""
+    start, wall = stats.fleet_start_ns, stats.wall_s
+    return None if start is None or wall is None else (start, start + round(wall * 1e9))
 
 
 def _min(a: int | None, b: int | None) -> int | None:

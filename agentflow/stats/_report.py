@@ -87,7 +87,7 @@ def build_report(
         },
         "per_agent": _per_agent(stats),
         "goodput": _goodput(stats, duration),
-        "throughput": _throughput(stats, origin, duration),
+        "throughput": _throughput(stats, origin),
         "context": {"by_turn": stats.by_turn.to_report()},
         "provenance": _provenance(stats),
         "agents": [row.to_report(labels, origin) for _, row in sorted(stats.agents.items())],
@@ -247,7 +247,7 @@ def _goodput(stats: FleetStats, duration: float) -> list[dict[str, Any]]:
     return out
 
 
-def _throughput(stats: FleetStats, origin: int, duration: float) -> dict[str, Any]:
+def _throughput(stats: FleetStats, origin: int) -> dict[str, Any]:
     ts = stats.series
     start, width = ts.start_ns, ts.width_ns
     out: dict[str, Any] = {"bucket_s": width * _NS, "t_s": [], "dt_s": []}
@@ -258,11 +258,13 @@ def _throughput(stats: FleetStats, origin: int, duration: float) -> dict[str, An
     if start is None:
         return out
     vals = {name: ts.values(name) for name in ts.names}
-    end_of_run = origin + round(duration * 1e9) if duration > 0 else None
-    if end_of_run is not None and stats.last_ns is not None:
-        # The origin may precede the fleet's start (a caller's start_ns), while the
-        # fleet's wall time runs from its start: the run ends no earlier than its last turn.
-        end_of_run = max(end_of_run, stats.last_ns)
+    # The fleet's wall time runs from its start: the run ends at start + wall time when
+    # both are known (a caller's start_ns or the first turn's ready time may be later or
+    # earlier than the fleet's start), else at its last turn's end — never before that.
+    fleet_start, wall, last = stats.fleet_start_ns, stats.wall_s, stats.last_ns
+    end_of_run = fleet_start + round(wall * 1e9) if fleet_start is not None and wall else last
+    if end_of_run is not None and last is not None:
+        end_of_run = max(end_of_run, last)
     for i in range(len(ts)):
         # A bucket's rate is over the part of it inside the run (the first and last
         # buckets may stick out of it); a bucket wholly outside keeps its full width.

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from agentflow import FleetEndEvent, FleetResult, PromptInfo
+from agentflow import FleetEndEvent, FleetResult, FleetStartEvent, PromptInfo
 from agentflow.stats import SLO, FleetStats, exact_distribution, nearest_rank
 from tests.stats.traces import MS, fixed_run, session_end, trace, turn_end
 
@@ -232,6 +232,32 @@ def test_the_last_bucket_runs_to_the_last_turn() -> None:
     assert tp["dt_s"][-1] == pytest.approx(0.4)
     assert tp["in_flight"][-3:] == pytest.approx([1.0, 1.0, 1.0])
     assert tp["output_tps"][-1] == pytest.approx(tp["output_tps"][-2])
+
+
+def test_open_loop_arrival_the_last_bucket_ends_with_the_run() -> None:
+    """The fleet starts at 0, its one turn becomes ready at 600 ms and streams 100 tokens
+    evenly over [700, 1200) ms; the fleet ends at 1.2 s. The last bucket is 0.2 s long
+    (40 tokens: 200 tok/s), not origin + wall time = 1.8 s past the first ready time."""
+    tr = trace(
+        sent_ms=600, chunks_ms=[700 + 5 * i for i in range(101)], end_ms=1200, completion=100
+    )
+    end = FleetEndEvent(result=FleetResult(sessions=[], wall_s=1.2, peak_in_flight=1))
+    s = FleetStats(bucket_s=1.0)
+    s(FleetStartEvent(sessions=1, start_ns=0))
+    s(turn_end("a", "s", 0, tr, ready_ms=600))
+    s(end)
+    r = s.report()
+    tp = r["throughput"]
+    assert (tp["t_s"], tp["dt_s"]) == ([0.0, 1.0], [1.0, pytest.approx(0.2)])
+    assert tp["output_tps"] == pytest.approx([60.0, 200.0])
+    assert r["agents"][0]["first_s"] == pytest.approx(0.6)  # from the fleet's start
+    # Fleet start unknown (a result, or no FleetStartEvent): the run ends at its last turn.
+    unknown = FleetStats(bucket_s=1.0)
+    unknown(turn_end("a", "s", 0, tr, ready_ms=600))
+    unknown(end)
+    tp = unknown.report()["throughput"]
+    assert (tp["t_s"], tp["dt_s"]) == ([0.0, pytest.approx(0.4)], pytest.approx([0.4, 0.2]))
+    assert tp["output_tps"] == pytest.approx([150.0, 200.0])
 
 
 def test_context_by_turn_index() -> None:

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from agentflow import TurnEndEvent
+from agentflow import FleetEndEvent, FleetResult, FleetStartEvent, TurnEndEvent
 from agentflow.stats import DEFAULT_RELATIVE_ACCURACY, SLO, FleetStats, nearest_rank
-from tests.stats.traces import session_end, trace, turn_end
+from tests.stats.traces import MS, session_end, trace, turn_end
 
 SLOS = [SLO(ttft_s=0.3, tpot_s=0.02), SLO(e2e_s=2.0)]
 
@@ -156,3 +156,17 @@ def test_workers_that_started_apart_span_the_whole_run() -> None:
     merged, one = a.report()["fleet"], whole.report()["fleet"]
     assert merged["duration_s"] == pytest.approx(one["duration_s"]) == pytest.approx(40.0)
     assert merged["output_tps"] == pytest.approx(one["output_tps"]) == pytest.approx(50.0)
+
+
+def test_workers_that_started_apart_span_first_start_to_last_end() -> None:
+    """Fleet A runs [0, 1.0] s, fleet B [0.5, 1.5] s: merged, the run is 1.5 s from A's
+    start, and the last bucket ends with B's fleet (1.5 s), not at 1.0 s."""
+    a, b = FleetStats(bucket_s=1.0), FleetStats(bucket_s=1.0)
+    for stats, start_ms in ((a, 0), (b, 500)):
+        stats(FleetStartEvent(sessions=1, start_ns=start_ms * MS))
+        t = trace(sent_ms=start_ms, chunks_ms=[start_ms + 10], end_ms=start_ms + 900, completion=1)
+        stats(turn_end("x", f"s{start_ms}", 0, t, start_ms))
+        stats(FleetEndEvent(result=FleetResult(sessions=[], wall_s=1.0, peak_in_flight=1)))
+    a.merge(b)
+    assert a.wall_s == pytest.approx(1.5) and a.origin_ns == 0
+    assert a.report()["throughput"]["dt_s"] == pytest.approx([1.0, 0.5])

@@ -270,8 +270,8 @@ class FleetStats:
             self.cacheable_prompt_tokens += prompt.estimated_tokens
 
         # over time
-        if first is not None and out:
-            ts.spread("output_tokens", first, end, out)
+        if out:  # no output chunk (usage only: hidden reasoning): over the whole request
+            ts.spread("output_tokens", sent if first is None else first, end, out)
         ts.spread("in_flight_s", sent, end, (end - sent) * 1e-9)
         at_end = [("turns", 1.0)]
         if m.decode_tps is not None:

@@ -260,6 +260,23 @@ def test_open_loop_arrival_the_last_bucket_ends_with_the_run() -> None:
     assert tp["output_tps"] == pytest.approx([150.0, 200.0])
 
 
+def test_output_without_an_output_chunk_is_in_the_series() -> None:
+    """Usage says 512 output tokens but no chunk carried output (hidden reasoning that hit
+    max_tokens): they are spread over the request, [40, 900) ms, so the series still
+    integrates back to the fleet's output tokens."""
+    s = FleetStats(start_ns=0, bucket_s=0.5)
+    s(turn_end("a", "s", 0, trace(sent_ms=0, chunks_ms=[10, 20], end_ms=30, completion=2), 0))
+    hidden = trace(sent_ms=40, chunks_ms=[], end_ms=900, completion=512, finish="length")
+    s(turn_end("a", "s", 1, hidden, 40))
+    r = s.report()
+    tp = r["throughput"]
+    assert r["fleet"]["output_tokens"] == 514
+    assert sum(v * dt for v, dt in zip(tp["output_tps"], tp["dt_s"], strict=True)) == (
+        pytest.approx(514)
+    )
+    assert tp["output_tps"][1] * tp["dt_s"][1] == pytest.approx(512 * 400 / 860)
+
+
 def test_context_by_turn_index() -> None:
     """Turn 0: a's 1000 (b/T0 unreported); turn 1: 1200 and 1500."""
     by_turn = stats_of_fixed_run().report()["context"]["by_turn"]

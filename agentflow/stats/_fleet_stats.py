@@ -265,8 +265,8 @@ class FleetStats:
                 prefill = (("prompt_tokens", p),)
             ts.spread_many(sent, end if first is None else first, prefill)
         if prompt is not None and prompt.max_cacheable_tokens is not None:
-            # both in the client's token units: what any prefix cache could have served
-            self.cacheable_tokens += prompt.max_cacheable_tokens
+            # what any prefix cache could have served, at most the (calibrated) prompt
+            self.cacheable_tokens += min(prompt.max_cacheable_tokens, prompt.estimated_tokens)
             self.cacheable_prompt_tokens += prompt.estimated_tokens
 
         # over time

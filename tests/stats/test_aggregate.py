@@ -20,6 +20,7 @@ import pytest
 
 from agentflow import FleetEndEvent, FleetResult, FleetStartEvent, PromptInfo
 from agentflow.stats import SLO, FleetStats, exact_distribution, nearest_rank
+from tests.stats.test_report_schema import validate
 from tests.stats.traces import MS, fixed_run, session_end, trace, turn_end
 
 ALPHA = 0.01
@@ -275,6 +276,20 @@ def test_output_without_an_output_chunk_is_in_the_series() -> None:
         pytest.approx(514)
     )
     assert tp["output_tps"][1] * tp["dt_s"][1] == pytest.approx(512 * 400 / 860)
+
+
+def test_max_cache_hit_rate_is_at_most_one() -> None:
+    """A turn's cacheable tokens above its (calibrated) estimate count as the estimate: the
+    rate stays ≤ 1 and the report valid against its schema."""
+    s = FleetStats()
+    ev = fixed_run()[0]
+    over = PromptInfo(estimated_tokens=1000, raw_estimate=1000, max_cacheable_tokens=1040)
+    under = PromptInfo(estimated_tokens=1000, raw_estimate=1000, max_cacheable_tokens=500)
+    s.observe_turn(ev.agent, ev.session_id, ev.turn, ev.metrics, ev.trace, over)
+    s.observe_turn(ev.agent, ev.session_id, ev.turn, ev.metrics, ev.trace, under)
+    r = s.report()
+    assert r["fleet"]["max_cache_hit_rate"] == pytest.approx(1500 / 2000)
+    validate(r)
 
 
 def test_context_by_turn_index() -> None:

@@ -7,6 +7,7 @@ vLLM's benchmark define it. An agent meets an SLO when every one of its turns di
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -53,8 +54,11 @@ class SLO:
         if not bounds:
             raise ConfigError("an SLO needs at least one bound (ttft_s, tpot_s, e2e_s, …)")
         for key, value in bounds.items():
-            if not (isinstance(value, int | float) and value > 0):
-                raise ConfigError(f"SLO {key} must be a number > 0, got {value!r}")
+            # finite: an infinite bound bounds nothing and would put Infinity in the
+            # report's JSON (and 'e2e<=infs' in its label); leave the bound out instead
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if not (ok and math.isfinite(value) and value > 0):
+                raise ConfigError(f"SLO {key} must be a finite number > 0, got {value!r}")
 
     def bounds(self) -> dict[str, float]:
         """The bounds this SLO sets, by figure name."""

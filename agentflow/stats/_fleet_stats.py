@@ -28,7 +28,7 @@ from agentflow.stats._by_turn import ByTurnIndex
 from agentflow.stats._fleet_events import _error_text as _error_text
 from agentflow.stats._fleet_events import fold_event
 from agentflow.stats._rows import TurnRow, ready_ns, turn_row
-from agentflow.stats._sketch import DEFAULT_RELATIVE_ACCURACY, Sketch, quantile_name
+from agentflow.stats._sketch import DEFAULT_RELATIVE_ACCURACY, Sketch, check_quantiles
 from agentflow.stats._slo import SLO, check_slos
 from agentflow.stats._timeseries import TimeSeries
 from agentflow.stats._tool_figures import ToolFigures
@@ -113,9 +113,7 @@ class FleetStats:
             raise ConfigError(f"relative_accuracy must be in (0, 1), got {relative_accuracy!r}")
         if not bucket_s > 0:
             raise ConfigError(f"bucket_s must be > 0, got {bucket_s!r}")
-        qs = sorted({*DEFAULT_QUANTILES, *quantiles})
-        for q in qs:
-            quantile_name(q)  # validates
+        qs = check_quantiles((*DEFAULT_QUANTILES, *quantiles))  # distinct report keys
         self.slos = check_slos(slos)
         self.quantiles = tuple(qs)
         self.relative_accuracy = relative_accuracy

@@ -28,7 +28,16 @@ from collections.abc import Iterable, Sequence
 
 from ddsketch import DDSketch, LogarithmicMapping
 
-__all__ = ["DEFAULT_RELATIVE_ACCURACY", "FLUSH_AT", "Sketch", "nearest_rank", "quantile_name"]
+from agentflow._errors import ConfigError
+
+__all__ = [
+    "DEFAULT_RELATIVE_ACCURACY",
+    "FLUSH_AT",
+    "Sketch",
+    "check_quantiles",
+    "nearest_rank",
+    "quantile_name",
+]
 
 #: DDSketch's relative accuracy α: every quantile is within ±α of the true value.
 DEFAULT_RELATIVE_ACCURACY = 0.01
@@ -38,10 +47,36 @@ FLUSH_AT = 1024
 
 
 def quantile_name(q: float) -> str:
-    """The report key of quantile ``q`` (0–1): ``0.5 → "p50"``, ``0.999 → "p99.9"``."""
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"a quantile is in [0, 1], got {q!r}")
-    return f"p{round(q * 100, 6):g}"
+    """The report key of quantile ``q`` (0–1): ``0.5 → "p50"``, ``0.999 → "p99.9"``.
+
+    The percentage in fixed point, to 10 decimals: ``0.9999999 → "p99.99999"``,
+    ``1e-7 → "p0.00001"`` — never an exponent, and never rounded to a neighbour's key.
+
+    Raises:
+        ConfigError: ``q`` is not a number in [0, 1].
+    """
+    if not (isinstance(q, int | float) and 0.0 <= q <= 1.0):
+        raise ConfigError(f"a quantile is a number in [0, 1], got {q!r}")
+    return "p" + f"{q * 100:.10f}".rstrip("0").rstrip(".")
+
+
+def check_quantiles(qs: Iterable[float]) -> tuple[float, ...]:
+    """``qs`` valid, sorted and without repeats; no two may share a report key.
+
+    Raises:
+        ConfigError: a quantile outside [0, 1], or two whose keys collide (they differ
+            only past the key's 10th decimal of a percent).
+    """
+    out = tuple(sorted(set(qs)))
+    names: dict[str, float] = {}
+    for q in out:
+        name = quantile_name(q)
+        if name in names:
+            raise ConfigError(
+                f"quantiles {names[name]!r} and {q!r} would both be reported as {name!r}"
+            )
+        names[name] = q
+    return out
 
 
 def nearest_rank(q: float, n: int) -> int:

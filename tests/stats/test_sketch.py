@@ -9,8 +9,11 @@ import random
 import pytest
 from ddsketch import DDSketch, LogarithmicMapping
 
-from agentflow.stats import Sketch, exact_distribution, nearest_rank, quantile_name
+from agentflow import ConfigError
+from agentflow.stats import FleetStats, Sketch, exact_distribution, nearest_rank, quantile_name
 from agentflow.stats._sketch import FLUSH_AT
+from tests.stats.test_report_schema import validate
+from tests.stats.traces import fixed_run
 
 QS = (0.0, 0.01, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 1.0)
 
@@ -117,6 +120,26 @@ def test_quantile_names_and_exact_distribution() -> None:
     assert [quantile_name(q) for q in (0.5, 0.9, 0.99, 0.999, 0.9999, 1.0)] == [
         "p50", "p90", "p99", "p99.9", "p99.99", "p100",
     ]  # fmt: skip
+    assert [quantile_name(q) for q in (0.9999999, 0.99999999, 1e-7, 0.1234567, 0.07, 0.29)] == [
+        "p99.99999", "p99.999999", "p0.00001", "p12.34567", "p7", "p29",
+    ]  # fmt: skip
     assert exact_distribution([], [0.5]) == {
         "count": 0, "mean": None, "min": None, "max": None, "p50": None,
     }  # fmt: skip
+
+
+def test_extra_quantiles_have_distinct_schema_valid_keys() -> None:
+    """Keys never in exponent form (the schema's ``^p[0-9]+(\\.[0-9]+)?$``), never two alike:
+    0.9999999 is not p100 (q = 1's key), and quantiles one key apart are refused."""
+    stats = FleetStats(quantiles=[0.9999999, 1.0, 1e-7])
+    for e in fixed_run():
+        stats(e)
+    report = stats.report()
+    validate(report)
+    assert report["settings"]["quantiles"] == [
+        "p0.00001", "p50", "p90", "p99", "p99.9", "p99.99999", "p100",
+    ]  # fmt: skip
+    with pytest.raises(ConfigError, match=r"0\.5 and 0\.50000000000001 would both be .*'p50'"):
+        FleetStats(quantiles=[0.50000000000001])
+    with pytest.raises(ConfigError, match=r"a quantile is a number in \[0, 1\], got 1\.5"):
+        FleetStats(quantiles=[1.5])

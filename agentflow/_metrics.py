@@ -28,7 +28,8 @@ class TurnMetrics:
             was sent (a retried turn's failed attempts and backoffs are in it).
         ttft_s: request sent → first output-bearing chunk.
         e2e_s: request sent → end of stream (``[DONE]`` or close).
-        tpot_s: (E2E − TTFT) / (output tokens − 1); needs ≥ 2 output tokens.
+        tpot_s: (E2E − TTFT) / (output tokens − 1); needs ≥ 2 output tokens, a TTFT and
+            E2E > TTFT (``None`` when every chunk and the end arrived in one read).
         decode_tps: 1 / TPOT, the per-agent decode speed in tokens/s.
         itl_s: each gap between successive output-bearing chunks (per chunk, not per token).
         tokens_per_chunk: output tokens each output-bearing chunk carried.

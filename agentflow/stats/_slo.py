@@ -25,7 +25,9 @@ class SLO:
 
     A bound on ``ttft_s`` fails a turn that produced no output (it has no TTFT). A bound
     on ``tpot_s`` passes a turn with fewer than two output tokens (it had no decode
-    phase to judge), as in vLLM's benchmark. ``itl_max_s`` bounds the longest gap
+    phase to judge), as in vLLM's benchmark, and fails one with two or more whose TPOT is
+    unknown (no output chunk, or every chunk and the end in one read): a turn that cannot
+    be shown to meet a bound does not meet it. ``itl_max_s`` bounds the longest gap
     between two output chunks of the turn (a stall); a turn with fewer than two chunks
     passes it.
 
@@ -75,7 +77,7 @@ class SLO:
         """Whether turn ``m`` meets every bound."""
         if self.ttft_s is not None and (m.ttft_s is None or m.ttft_s > self.ttft_s):
             return False
-        if self.tpot_s is not None and m.tpot_s is not None and m.tpot_s > self.tpot_s:
+        if self.tpot_s is not None and not _tpot_met(self.tpot_s, m):
             return False
         if self.e2e_s is not None and m.e2e_s > self.e2e_s:
             return False
@@ -102,12 +104,17 @@ def _bound_met(key: str, bound: float, m: TurnMetrics) -> bool:
     if key == "ttft_s":
         return m.ttft_s is not None and m.ttft_s <= bound
     if key == "tpot_s":
-        return m.tpot_s is None or m.tpot_s <= bound
+        return _tpot_met(bound, m)
     if key == "e2e_s":
         return m.e2e_s <= bound
     if key == "queue_wait_s":
         return m.queue_wait_s <= bound
     return not m.itl_s or max(m.itl_s) <= bound
+
+
+def _tpot_met(bound: float, m: TurnMetrics) -> bool:
+    """TPOT within ``bound``; unknown passes only without a decode phase (< 2 tokens)."""
+    return m.output_tokens < 2 if m.tpot_s is None else m.tpot_s <= bound
 
 
 def _secs(v: float) -> str:

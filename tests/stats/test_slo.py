@@ -6,8 +6,9 @@ import math
 
 import pytest
 
-from agentflow import ConfigError
+from agentflow import ConfigError, turn_metrics
 from agentflow.stats import SLO
+from tests.stats.traces import trace
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 0, -1.0, True, "2"])
@@ -16,3 +17,18 @@ def test_a_bound_is_a_finite_number_above_zero(key: str, value: object) -> None:
     """Infinity would reach settings.slos and goodput bounds as non-JSON ``Infinity``."""
     with pytest.raises(ConfigError, match=rf"SLO {key} must be a finite number > 0, got"):
         SLO(**{key: value})  # type: ignore[arg-type]
+
+
+def test_an_unknown_tpot_fails_a_tpot_bound_unless_there_was_no_decode_phase() -> None:
+    """Three tokens whose chunks and end arrived in one read (E2E = TTFT), or usage-only
+    output without a chunk: TPOT unknown, so the bound is not shown met — it fails. One
+    output token had no decode phase and passes, as in vLLM's benchmark."""
+    one_read = turn_metrics(trace(sent_ms=0, chunks_ms=[2000] * 3, end_ms=2000, completion=3))
+    hidden = turn_metrics(trace(sent_ms=0, chunks_ms=[], end_ms=900, completion=512))
+    one_token = turn_metrics(trace(sent_ms=0, chunks_ms=[5], end_ms=10, completion=1))
+    slo = SLO(tpot_s=0.001)
+    for m in (one_read, hidden):
+        assert m.output_tokens >= 2 and m.tpot_s is None
+        assert not slo.met_by(m) and slo.failed_bounds(m) == ["tpot_s"]
+    assert one_token.tpot_s is None
+    assert slo.met_by(one_token) and slo.failed_bounds(one_token) == []

@@ -332,7 +332,8 @@ class FleetStats:
     # ---- combining ---------------------------------------------------------------
 
     def merge(self, other: FleetStats) -> None:
-        """Fold another worker's stats into these (same α, SLOs, ``per`` and buckets).
+        """Fold another worker's stats into these (same settings, else a ``ConfigError``
+        and nothing merged: α, SLOs, ``per``, buckets, ``max_turn_index``, ``itl``, quantiles).
 
         Counters and sums add exactly; the sketches merge exactly; wall time is the
         longest of the two (workers run side by side); ``peak_in_flight`` becomes

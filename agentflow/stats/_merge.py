@@ -23,22 +23,23 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agentflow._errors import ConfigError
 from agentflow.stats._agents import AgentStats
 
 if TYPE_CHECKING:
     from agentflow.stats._fleet_stats import FleetStats
 
-__all__ = ["merge_stats"]
+__all__ = ["check_mergeable", "merge_stats"]
 
 
 def merge_stats(into: FleetStats, other: FleetStats) -> None:
-    """Fold ``other`` into ``into`` (same α, SLOs, ``per``, ``bucket_s`` and ``start_ns``)."""
-    if other.relative_accuracy != into.relative_accuracy:
-        raise ValueError("cannot merge stats of different relative_accuracy")
-    if [s.label for s in other.slos] != [s.label for s in into.slos]:
-        raise ValueError("cannot merge stats with different SLOs")
-    if other.per != into.per:
-        raise ValueError("cannot merge per-agent with per-session stats")
+    """Fold ``other`` into ``into`` (same α, SLOs, ``per``, ``bucket_s``, ``start_ns``,
+    ``max_turn_index``, ``itl`` and quantiles).
+
+    Raises:
+        ConfigError: the two were built with different settings; ``into`` is unchanged.
+    """
+    check_mergeable(into, other)  # everything first: a refused merge changes nothing
     for name, sketch in other.sketches.items():
         into.sketches[name].merge(sketch)
     into.series.merge(other.series)
@@ -84,6 +85,23 @@ def merge_stats(into: FleetStats, other: FleetStats) -> None:
         walls.append((max(spans[0][1], spans[1][1]) - into.fleet_start_ns) * 1e-9)
     into.wall_s = max(walls) if walls else None
     into.peak_in_flight = None
+
+
+def check_mergeable(into: FleetStats, other: FleetStats) -> None:
+    """Raise :class:`ConfigError` naming the first setting ``into`` and ``other`` differ in."""
+    mine, theirs = into.series, other.series
+    for what, a, b in (
+        ("relative_accuracy", into.relative_accuracy, other.relative_accuracy),
+        ("SLOs", [s.label for s in into.slos], [s.label for s in other.slos]),
+        ("per", into.per, other.per),
+        ("time buckets (start_ns anchor)", mine.anchor_ns, theirs.anchor_ns),
+        ("time buckets (bucket_s, in ns)", mine.bucket_ns, theirs.bucket_ns),
+        ("max_turn_index", into.by_turn.max_index, other.by_turn.max_index),
+        ("itl", into.itl, other.itl),
+        ("quantiles", into.quantiles, other.quantiles),
+    ):
+        if a != b:
+            raise ConfigError(f"cannot merge stats of different {what}: {a!r} and {b!r}")
 
 
 def _span(stats: FleetStats) -> tuple[int, int] | None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentflow import FleetEndEvent, FleetResult, FleetStartEvent, TurnEndEvent
+from agentflow import ConfigError, FleetEndEvent, FleetResult, FleetStartEvent, TurnEndEvent
 from agentflow.stats import DEFAULT_RELATIVE_ACCURACY, SLO, FleetStats, nearest_rank
 from tests.stats.traces import MS, session_end, trace, turn_end
 
@@ -123,8 +123,34 @@ def test_merge_refuses_incompatible_stats() -> None:
         base.merge(FleetStats(slos=SLOS, relative_accuracy=0.02))
     with pytest.raises(ValueError, match="SLOs"):
         base.merge(FleetStats())
-    with pytest.raises(ValueError, match="per-session"):
+    with pytest.raises(ValueError, match="per: 'agent' and 'session'"):
         base.merge(FleetStats(slos=SLOS, per="session"))
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("start_ns", 5),
+        ("bucket_s", 2.0),
+        ("max_turn_index", 3),
+        ("itl", False),
+        ("quantiles", [0.75]),
+        ("relative_accuracy", 0.02),
+    ],
+)
+def test_a_refused_merge_changes_nothing(option: str, value: Any) -> None:
+    """Every setting is checked before anything is merged: a refused merge leaves the
+    target as it was (the sketches used to be merged before the time buckets were checked)."""
+    events = workload(6, seed=5)
+    target, other = fed(events), FleetStats(slos=SLOS, **{"start_ns": 0, option: value})
+    for e in events:
+        other(e)
+    before = pickle.dumps(target.report())
+    with pytest.raises(ValueError, match="merge") as refused:
+        target.merge(other)
+    assert pickle.dumps(target.report()) == before
+    assert isinstance(refused.value, ConfigError)
+    assert str(refused.value).startswith("cannot merge stats of different")
 
 
 def test_workers_that_started_apart_span_the_whole_run() -> None:

@@ -48,6 +48,8 @@ class AgentStats:
         slo_met: per SLO (in the stats' order), turns that met it.
         sessions, sessions_ok: sessions that ended, and those that completed.
         status, error: how the last session ended, and its error.
+        ended_ns: when that session ended (trace clock: the stats' clock, else a lower
+            bound), or ``None``; merges keep the status of the session that ended last.
     """
 
     __slots__ = (
@@ -63,6 +65,7 @@ class AgentStats:
         "decode_tps_min",
         "e2e_max_s",
         "e2e_sum_s",
+        "ended_ns",
         "error",
         "first_ns",
         "last_ns",
@@ -113,6 +116,7 @@ class AgentStats:
         self.sessions = self.sessions_ok = 0
         self.status: str | None = None
         self.error: str | None = None
+        self.ended_ns: int | None = None
 
     def observe(self, m: TurnMetrics, trace: TurnTrace, context: int | None) -> None:
         """Fold one finished turn in (``context``: its prompt size, if known)."""
@@ -200,12 +204,20 @@ class AgentStats:
             self.context_tokens is None or other.context_ns > self.context_ns
         ):
             self.context_tokens, self.context_ns = other.context_tokens, other.context_ns
+        # The row's session: the one seen last (a turn's end or a session's end, whichever
+        # is later); its status: that of the session that ended last, by end time when
+        # both are known, else the one whose worker's last turn ended later.
         later = other.last_ns is not None and (self.last_ns is None or other.last_ns > self.last_ns)
+        if _seen(other) > _seen(self):
+            self.session_id = other.session_id or self.session_id
         if later:
             self.last_ns = other.last_ns
-            self.session_id = other.session_id or self.session_id
-        if other.status is not None and (later or self.status is None):
-            self.status, self.error = other.status, other.error
+        mine, theirs = self.ended_ns, other.ended_ns
+        if other.status is not None and (
+            self.status is None
+            or (theirs > mine if theirs is not None and mine is not None else later)
+        ):
+            self.status, self.error, self.ended_ns = other.status, other.error, theirs
         self.slo_met = [a + b for a, b in zip(self.slo_met, other.slo_met, strict=True)]
 
     def to_report(self, slo_labels: list[str], origin_ns: int) -> dict[str, Any]:
@@ -256,3 +268,8 @@ class AgentStats:
                 for label, met in zip(slo_labels, self.slo_met, strict=True)
             },
         }
+
+
+def _seen(row: AgentStats) -> int:
+    """When ``row`` last saw its session: its last turn's end or session's end, if later."""
+    return max(t for t in (row.last_ns, row.ended_ns, -(2**62)) if t is not None)

@@ -39,7 +39,10 @@ def fold_event(stats: FleetStats, event: Event) -> None:
             stats.tool_errors += 1
         stats._tool(event.name).add(event.duration_s, event.is_error)
     elif isinstance(event, SessionEndEvent):
-        session_ended(stats, event.agent, event.session_id, event.result)
+        # when: the clock's time, else the latest turn end seen (a lower bound: the
+        # session ended after every turn seen so far)
+        at = stats.clock() if stats.clock is not None else stats.last_ns
+        session_ended(stats, event.agent, event.session_id, event.result, at)
     elif isinstance(event, ErrorEvent):
         stats.errors[event.where] += 1
         _at(stats, "errors", None)
@@ -58,13 +61,23 @@ def fold_event(stats: FleetStats, event: Event) -> None:
         stats.callback_errors = len(result.callback_errors)
 
 
-def session_ended(stats: FleetStats, agent: str, session_id: str, result: SessionResult) -> None:
-    """Count a session that ended, on the fleet and on its row."""
+def session_ended(
+    stats: FleetStats,
+    agent: str,
+    session_id: str,
+    result: SessionResult,
+    at_ns: int | None,
+) -> None:
+    """Count a session that ended at ``at_ns`` (``None``: unknown), on the fleet and on its
+    row. The row shows the status of the session that ended last (one whose end is unknown
+    only until one whose end is known)."""
     row = stats._row(agent, session_id)
     row.sessions += 1
     row.sessions_ok += result.status == "completed"
-    row.status = result.status
-    row.error = None if result.error is None else _error_text(result.error)
+    if row.ended_ns is None or (at_ns is not None and at_ns >= row.ended_ns):
+        row.status = result.status
+        row.error = None if result.error is None else _error_text(result.error)
+        row.ended_ns = at_ns
     stats.sessions[result.status] += 1
 
 

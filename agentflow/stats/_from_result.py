@@ -49,7 +49,14 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
         else:  # a tool or a callback that raised
             stats.errors[e.where] += 1
             series.add("errors", e.t_ns, 1)
-    for s in result.sessions:
+    # When each session ended: its failure, as the journal saw it, else its last turn's end.
+    ended = [
+        (failed_at.get(s.session_id, s.turns[-1].trace.end_ns if s.turns else None), s)
+        for s in result.sessions
+    ]
+    # In the order the sessions ended (unknown ends first), as a subscribed FleetStats sees
+    # them: a per-agent row's session and status are then those of its last session.
+    for at, s in sorted(ended, key=lambda e: (e[0] is not None, e[0] or 0)):
         row = stats._row(s.agent, s.session_id)
         for t in s.turns:
             stats.observe_turn(s.agent, s.session_id, t.index, t.metrics, t.trace, t.prompt)
@@ -59,12 +66,9 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
             for a in t.failed_attempts[noted[s.session_id, t.index] :]:
                 row.retries += 1
                 series.add("retries", t.trace.sent_ns if a.trace is None else a.trace.end_ns, 1)
-        session_ended(stats, s.agent, s.session_id, s)
+        session_ended(stats, s.agent, s.session_id, s, at)
         if s.status == "error":
             stats.errors["session"] += 1
-            at = failed_at.get(s.session_id)
-            if at is None and s.turns:
-                at = s.turns[-1].trace.end_ns
             if at is not None:
                 series.add("errors", at, 1)
     stats.wall_s = result.wall_s

@@ -154,7 +154,8 @@ def test_from_result_equals_subscribing() -> None:
 def test_from_result_equals_subscribing_per_agent() -> None:
     """The same with one row per agent (the default), whose sessions overlap in time:
     from_result folds session by session, yet every row's figures are the subscribed ones
-    (the largest context was lost when a session ended before the row's latest turn)."""
+    (the largest context was lost when a session ended before the row's latest turn; the
+    row's session was the last one in the result's order, not the last to end)."""
     live = FleetStats(per="agent")
     result = run_fleet(live)
     after = FleetStats.from_result(result, per="agent")
@@ -164,7 +165,6 @@ def test_from_result_equals_subscribing_per_agent() -> None:
         r["tools"] = {}
         for row in r["agents"]:
             row["tool_s"] = 0.0
-            row["session_id"] = None  # the last seen: by event order (see the merge fix)
     truth: dict[str, int] = {}
     for s in result.sessions:
         for t in s.turns:

@@ -6,6 +6,7 @@ exact nearest-rank values computed from every turn.
 
 from __future__ import annotations
 
+import copy
 import pickle
 import random
 from typing import Any
@@ -196,3 +197,28 @@ def test_workers_that_started_apart_span_first_start_to_last_end() -> None:
     a.merge(b)
     assert a.wall_s == pytest.approx(1.5) and a.origin_ns == 0
     assert a.report()["throughput"]["dt_s"] == pytest.approx([1.0, 0.5])
+
+
+def test_a_merged_agent_row_shows_the_session_that_ended_last() -> None:
+    """per='agent': s1's turn ends at 100 ms, s2's at 500 ms; s2 completes at 500 ms, s1
+    fails at 2 s (its next turn never finished). One process shows 'error s1'; merged
+    workers did too, not the session of the worker whose last *turn* ended later."""
+    now = [0]
+    t1 = turn_end("a", "s1", 0, trace(sent_ms=0, chunks_ms=[10], end_ms=100, completion=1), 0)
+    t2 = turn_end("a", "s2", 0, trace(sent_ms=0, chunks_ms=[10], end_ms=500, completion=1), 0)
+    e1, e2 = session_end("a", "s1", "error"), session_end("a", "s2")
+    one, w1, w2 = (FleetStats(clock=lambda: now[0]) for _ in range(3))
+    feed: list[tuple[FleetStats, Any, int]] = [
+        (one, t1, 100), (w1, t1, 100), (one, t2, 500), (w2, t2, 500),
+        (one, e2, 500), (w2, e2, 500), (one, e1, 2000), (w1, e1, 2000),
+    ]  # fmt: skip
+    for stats, e, at_ms in feed:
+        now[0] = at_ms * MS
+        stats(e)
+    for first, second in ((w1, w2), (w2, w1)):
+        merged = copy.deepcopy(first)  # (its clock, a local function, does not pickle)
+        merged.merge(second)
+        (row,) = merged.report()["agents"]
+        assert (row["status"], row["session_id"]) == ("error", "s1")
+    (row,) = one.report()["agents"]
+    assert (row["status"], row["session_id"]) == ("error", "s1")

@@ -16,18 +16,18 @@ thread in the order it was asked for: a read sees every record written before it
 from __future__ import annotations
 
 import contextlib
-import re
 import secrets
 import threading
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentflow._errors import ConfigError, RecordsLeftOut, StoreError
+from agentflow._errors import RecordsLeftOut, StoreError
 from agentflow._logging import get_logger
-from agentflow._redact import redact, register_secret, register_url
+from agentflow._redact import redact
 from agentflow._threads import thread_result
 from agentflow.store import _pg_io as io
+from agentflow.store._pg_conn import check_settings, connect, split_dsn
 from agentflow.store._pg_schema import check_pg_schema
 from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import Record, StoredRun, describe_record
@@ -45,18 +45,6 @@ Conn = Any  # psycopg.Connection, imported lazily (the ``pg`` extra)
 _SESSION_RECORDS = ("TurnFinished", "ToolFinished", "SessionEnded")
 #: Seconds between two tries at a new connection once the store's is lost.
 RECONNECT_EVERY_S = 1.0
-
-
-class _Secret:
-    """A value that never shows in a ``repr`` (the DSN's password, kept to connect)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: str) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return "***"
 
 
 class PostgresStore(BatchWriter[Conn]):
@@ -91,44 +79,14 @@ class PostgresStore(BatchWriter[Conn]):
         connect_timeout_s: float = 30.0,
         statement_timeout_s: float = 60.0,
     ) -> None:
-        try:
-            from psycopg.conninfo import conninfo_to_dict, make_conninfo
-        except ImportError:
-            raise ConfigError(
-                "PostgresStore needs psycopg 3: pip install 'agentflow[pg]'"
-            ) from None
-        if not isinstance(dsn, str):
-            raise ConfigError(f"PostgresStore.dsn must be a string, got {type(dsn).__name__}")
-        register_url(dsn, owner=self)
-        try:
-            params = conninfo_to_dict(dsn)
-        except Exception:  # its message may quote the DSN, password included
-            raise ConfigError("PostgresStore.dsn is not a libpq connection string") from None
-        password = params.pop("password", None)
-        if password is not None:
-            register_secret(str(password), owner=self)
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", schema):
-            raise ConfigError(f"PostgresStore.schema must be an SQL identifier, got {schema!r}")
-        if not 0 <= batch_interval_s <= 10:
-            raise ConfigError(
-                f"PostgresStore.batch_interval_s must be in [0, 10], got {batch_interval_s!r}"
-            )
-        if not isinstance(max_batch, int) or max_batch < 1:
-            raise ConfigError(f"PostgresStore.max_batch must be an int ≥ 1, got {max_batch!r}")
-        for name, value in (
-            ("connect_timeout_s", connect_timeout_s),
-            ("statement_timeout_s", statement_timeout_s),
-        ):
-            if not value > 0:
-                raise ConfigError(f"PostgresStore.{name} must be > 0, got {value!r}")
         #: The DSN without its password (the password lives only in the connection).
-        self.dsn = make_conninfo("", **{k: v for k, v in params.items() if v is not None})
+        self.dsn, self._hidden = split_dsn(dsn, self)
+        check_settings(schema, batch_interval_s, max_batch, connect_timeout_s, statement_timeout_s)
         self.schema = schema
         self.batch_interval_s = batch_interval_s
         self.max_batch = max_batch
         self.connect_timeout_s = connect_timeout_s
         self.statement_timeout_s = statement_timeout_s
-        self._password = None if password is None else _Secret(str(password))
         self._where = redact(f"PostgreSQL {self.dsn} (schema {schema})")
         self._init_writer()
         # (run, session) -> the lease owner this store claimed it for (writer thread only)
@@ -275,19 +233,7 @@ class PostgresStore(BatchWriter[Conn]):
             raise StoreError(f"{self._where}: a write failed: {err}") from None
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
-        import psycopg
-
-        extra: dict[str, Any] = {}
-        if self._password is not None:
-            extra["password"] = self._password.value
-        conn = psycopg.connect(
-            self.dsn,
-            autocommit=True,
-            connect_timeout=max(1, round(self.connect_timeout_s)),
-            application_name="agentflow",
-            options=f"-c statement_timeout={int(self.statement_timeout_s * 1000)}",
-            **extra,
-        )
+        conn = connect(self.dsn, self._hidden, self.connect_timeout_s, self.statement_timeout_s)
         try:
             check_pg_schema(conn, self.schema, self._where)
         except BaseException:

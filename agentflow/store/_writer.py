@@ -370,11 +370,15 @@ class BatchWriter(Generic[C]):
         return self._failed or StoreError(f"{self._where}: the store is closed")
 
     def _fail_all(self, exc: BaseException) -> None:
+        """The store cannot be used (it could not be opened): every call waiting now or
+        later gets a :class:`StoreError` saying why — one of its own, should ``exc`` be
+        another error (a bug, a bad setting), so that ``open()`` says more than that the
+        store is closed."""
         err = self._as_store_error(exc)
+        if not isinstance(err, StoreError):
+            err = StoreError(f"{self._where}: {type(exc).__name__}: {exc}")
         with self._lock:
-            self._error = err
-            if isinstance(err, StoreError):
-                self._failed = err
+            self._error = self._failed = err
             self._closed = True
             self._drain_closed(err)
 

@@ -1,0 +1,64 @@
+"""PostgresStore's settings: a value that could not work is a ConfigError naming it when
+the store is made, not a failure later on the writer thread (or, worse, a timeout that
+is silently none at all)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from agentflow import ConfigError, StoreError
+from agentflow.store import PostgresStore
+
+pytest.importorskip("psycopg")
+
+DSN = "postgresql://worker@db.invalid/runs"
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("statement_timeout_s", 0.0005),  # was sent as statement_timeout=0: no timeout at all
+        ("statement_timeout_s", float("inf")),
+        ("statement_timeout_s", float("nan")),
+        ("statement_timeout_s", 1e7),  # 10^10 ms: more than PostgreSQL's int
+        ("connect_timeout_s", float("inf")),
+        ("connect_timeout_s", 0),
+        ("batch_interval_s", "0.1"),
+        ("batch_interval_s", float("nan")),
+        ("max_batch", True),
+        ("schema", None),
+    ],
+)
+def test_a_setting_that_cannot_work_is_a_config_error_naming_it(setting: str, value: Any) -> None:
+    with pytest.raises(ConfigError, match=setting) as caught:
+        PostgresStore(DSN, **{setting: value})
+    assert repr(value) in str(caught.value)
+
+
+def test_the_smallest_and_largest_timeouts_are_accepted() -> None:
+    PostgresStore(DSN, statement_timeout_s=0.001, connect_timeout_s=0.001)
+    PostgresStore(DSN, statement_timeout_s=2147483.647, connect_timeout_s=2147483.647)
+
+
+def test_an_open_that_fails_for_another_reason_says_why_in_a_store_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A failure on the writer thread that is not psycopg's (a bug, a setting the server
+    # refuses in a way nobody foresaw) used to leave open() saying only "the store is
+    # closed", or raise the bare error: it is a StoreError that keeps the reason.
+    def broken(self: PostgresStore) -> object:
+        raise OverflowError("cannot convert float infinity to integer")
+
+    monkeypatch.setattr(PostgresStore, "_connect", broken)
+
+    async def main() -> None:
+        store = PostgresStore(DSN)
+        with pytest.raises(StoreError, match="OverflowError: cannot convert float infinity"):
+            await asyncio.wait_for(store.open(), 60)
+        with pytest.raises(StoreError, match="cannot convert float infinity"):
+            await store.flush()
+
+    asyncio.run(main())

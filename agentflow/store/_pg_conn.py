@@ -13,7 +13,11 @@ from agentflow._redact import register_secret, register_url
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["MAX_TIMEOUT_S", "Secret", "check_settings", "connect", "split_dsn"]
+__all__ = ["MAX_TIMEOUT_S", "SECRET_KEYS", "Secret", "check_settings", "connect", "split_dsn"]
+
+#: The DSN's keys whose values are secrets: the password, and the passphrase of the
+#: client's SSL key.
+SECRET_KEYS = ("password", "sslpassword")
 
 #: The longest timeout: PostgreSQL's ``statement_timeout`` is an int of milliseconds.
 MAX_TIMEOUT_S = (2**31 - 1) / 1000
@@ -32,8 +36,9 @@ class Secret:
 
 
 def split_dsn(dsn: object, owner: object) -> tuple[str, dict[str, Secret]]:
-    """The DSN without its password, and that password (``{"password": …}``), which is
-    registered with agentflow's redaction (for ``owner``'s lifetime).
+    """The DSN without its secrets (:data:`SECRET_KEYS`), and those secrets
+    (``{"password": …}``), each registered with agentflow's redaction (for ``owner``'s
+    lifetime).
 
     Raises:
         ConfigError: psycopg is not installed, or the DSN cannot be parsed.
@@ -50,10 +55,11 @@ def split_dsn(dsn: object, owner: object) -> tuple[str, dict[str, Secret]]:
     except Exception:  # its message may quote the DSN, password included
         raise ConfigError("PostgresStore.dsn is not a libpq connection string") from None
     hidden: dict[str, Secret] = {}
-    value = params.pop("password", None)
-    if value is not None:
-        register_secret(str(value), owner=owner)
-        hidden["password"] = Secret(str(value))
+    for key in SECRET_KEYS:
+        value = params.pop(key, None)
+        if value is not None:
+            register_secret(str(value), owner=owner)
+            hidden[key] = Secret(str(value))
     return make_conninfo("", **{k: v for k, v in params.items() if v is not None}), hidden
 
 

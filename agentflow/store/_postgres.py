@@ -52,9 +52,10 @@ class PostgresStore(BatchWriter[Conn]):
 
     The DSN is a libpq connection string (``postgresql://USER@HOST/DB`` or
     ``host=… dbname=…``); libpq's environment variables and ``~/.pgpass`` apply. Its
-    password, if it has one, is never stored: not in the database, not on this object
-    (``dsn`` is the DSN without it), not in any message (it is registered with
-    agentflow's redaction). Lease expiry is compared on the database server's clock.
+    password and its SSL key's passphrase (``sslpassword``), if it has them, are never
+    stored: not in the database, not on this object (``dsn`` is the DSN without them),
+    not in any message (they are registered with agentflow's redaction). Lease expiry
+    is compared on the database server's clock.
 
     Args:
         dsn: where the database is.
@@ -79,7 +80,8 @@ class PostgresStore(BatchWriter[Conn]):
         connect_timeout_s: float = 30.0,
         statement_timeout_s: float = 60.0,
     ) -> None:
-        #: The DSN without its password (the password lives only in the connection).
+        #: The DSN without its password and SSL key passphrase (they live only in the
+        #: connection).
         self.dsn, self._hidden = split_dsn(dsn, self)
         check_settings(schema, batch_interval_s, max_batch, connect_timeout_s, statement_timeout_s)
         self.schema = schema

@@ -62,3 +62,41 @@ def test_an_open_that_fails_for_another_reason_says_why_in_a_store_error(
             await store.flush()
 
     asyncio.run(main())
+
+
+def test_the_ssl_key_passphrase_is_a_secret_like_the_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # ``sslpassword`` (the passphrase of the client's SSL key) used to stay in store.dsn,
+    # and so in repr() and every error message naming the store.
+    import psycopg
+
+    from agentflow._redact import redact
+
+    store = PostgresStore(
+        "host=db.invalid dbname=runs user=w password=s3cretpw sslkey=/k.pem"
+        " sslpassword=KeyPassphrase99"
+    )
+    for shown in (store.dsn, repr(store), store._where):
+        assert "KeyPassphrase99" not in shown
+        assert "s3cretpw" not in shown
+    assert "sslkey" in store.dsn
+    assert "KeyPassphrase99" not in redact("failed: sslpassword=KeyPassphrase99")
+
+    seen: dict[str, Any] = {}
+
+    def connect(dsn: str, **kwargs: Any) -> object:  # libpq still gets it, to connect
+        seen.update(kwargs, dsn=dsn)
+        raise psycopg.OperationalError("refused")
+
+    monkeypatch.setattr(psycopg, "connect", connect)
+
+    async def main() -> None:
+        with pytest.raises(StoreError, match="refused") as caught:
+            await asyncio.wait_for(store.open(), 60)
+        assert "KeyPassphrase99" not in str(caught.value)
+
+    asyncio.run(main())
+    assert seen["sslpassword"] == "KeyPassphrase99"
+    assert seen["password"] == "s3cretpw"
+    assert "KeyPassphrase99" not in seen["dsn"]

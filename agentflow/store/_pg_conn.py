@@ -101,15 +101,27 @@ def check_settings(
 def connect(
     dsn: str, hidden: dict[str, Secret], connect_timeout_s: float, statement_timeout_s: float
 ) -> psycopg.Connection[tuple[Any, ...]]:
-    """A new autocommit connection to ``dsn`` (with its ``hidden`` secrets)."""
+    """A new autocommit connection to ``dsn`` (with its ``hidden`` secrets), its
+    statement timeout ``statement_timeout_s``.
+
+    The timeout is set with ``SET`` once connected, not passed as ``options``: that
+    would replace the DSN's own ``options`` (server settings, or a proxy's routing),
+    ``PGOPTIONS`` and a service file's. The application name is ``agentflow`` unless
+    the DSN (or ``PGAPPNAME``) names one.
+    """
     import psycopg
 
     secrets: dict[str, Any] = {k: v.value for k, v in hidden.items()}
-    return psycopg.connect(
+    conn = psycopg.connect(
         dsn,
         autocommit=True,
         connect_timeout=max(1, round(connect_timeout_s)),
-        application_name="agentflow",
-        options=f"-c statement_timeout={int(statement_timeout_s * 1000)}",
+        fallback_application_name="agentflow",
         **secrets,
     )
+    try:
+        conn.execute(f"SET statement_timeout = {int(statement_timeout_s * 1000)}")
+    except BaseException:
+        conn.close()
+        raise
+    return conn

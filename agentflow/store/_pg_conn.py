@@ -1,19 +1,37 @@
 """How :class:`~agentflow.store.PostgresStore` connects: its settings checked, the DSN
-without its secrets, and the connection made with the store's timeouts."""
+without its secrets, the connection made with the store's timeouts and TCP keepalives,
+and the :class:`Watchdog` that cuts a connection whose server stopped answering."""
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import re
+import socket
+import threading
+import time
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import ConfigError
+from agentflow._logging import get_logger
 from agentflow._redact import register_secret, register_url
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["MAX_TIMEOUT_S", "SECRET_KEYS", "Secret", "check_settings", "connect", "split_dsn"]
+__all__ = [
+    "MAX_TIMEOUT_S",
+    "SECRET_KEYS",
+    "WATCHDOG_MARGIN_S",
+    "Secret",
+    "Watchdog",
+    "check_settings",
+    "connect",
+    "split_dsn",
+]
+
+_log = get_logger("agentflow.store")
 
 #: The DSN's keys whose values are secrets: the password, and the passphrase of the
 #: client's SSL key.
@@ -21,6 +39,12 @@ SECRET_KEYS = ("password", "sslpassword")
 
 #: The longest timeout: PostgreSQL's ``statement_timeout`` is an int of milliseconds.
 MAX_TIMEOUT_S = (2**31 - 1) / 1000
+
+
+#: How long past ``statement_timeout_s`` a call or commit may go unanswered before the
+#: :class:`Watchdog` cuts its connection: the server cancels a statement at
+#: ``statement_timeout_s``, so one that has not answered by then cannot be reached.
+WATCHDOG_MARGIN_S = 10.0
 
 
 class Secret:
@@ -110,14 +134,28 @@ def connect(
     the DSN (or ``PGAPPNAME``) names one.
     """
     import psycopg
+    from psycopg.conninfo import conninfo_to_dict
 
-    secrets: dict[str, Any] = {k: v.value for k, v in hidden.items()}
+    # A peer that vanished (a partition, a machine gone) is noticed by the kernel in about
+    # statement_timeout_s: unacknowledged data (tcp_user_timeout), or an idle connection's
+    # unanswered keepalives. What the DSN sets itself stays. (libpq: TCP only.)
+    every = max(1, round(statement_timeout_s / 4))
+    tcp: dict[str, Any] = {
+        "keepalives": 1,
+        "keepalives_idle": every,
+        "keepalives_interval": every,
+        "keepalives_count": 3,
+        "tcp_user_timeout": int(statement_timeout_s * 1000),
+    }
+    given = conninfo_to_dict(dsn)
+    extra: dict[str, Any] = {k: v for k, v in tcp.items() if k not in given}
+    extra.update((k, v.value) for k, v in hidden.items())
     conn = psycopg.connect(
         dsn,
         autocommit=True,
         connect_timeout=max(1, round(connect_timeout_s)),
         fallback_application_name="agentflow",
-        **secrets,
+        **extra,
     )
     try:
         conn.execute(f"SET statement_timeout = {int(statement_timeout_s * 1000)}")
@@ -125,3 +163,93 @@ def connect(
         conn.close()
         raise
     return conn
+
+
+class Watchdog:
+    """Cuts the connection of a call or commit that has waited longer than ``limit_s``.
+
+    The writer thread says when it starts using a connection (:meth:`watch`, again
+    for each new one) and when it is done (:meth:`idle`). Should the server stop
+    answering — a network partition that drops packets silently, a host gone — a
+    libpq call would wait forever: the server's ``statement_timeout`` never fires where
+    the server cannot be reached, and the kernel may take much longer to give up. This
+    thread then shuts the connection's socket down, so the blocked call fails at once
+    and the store's reconnect-and-hold path takes over (the call gets a
+    :class:`StoreError`, a batch waits for the next commit). It sleeps while nothing
+    is watched, and wakes about once per ``limit_s`` while the store is busy.
+    """
+
+    def __init__(self, limit_s: float, where: str) -> None:
+        self.limit_s = limit_s
+        self._where = where
+        self._cond = threading.Condition(threading.Lock())
+        self._conn: Any = None
+        self._since = 0.0
+        self._parked = False
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+        #: Connections cut so far.
+        self.cuts = 0
+
+    def start(self) -> None:
+        """Start the watchdog's thread (once)."""
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="agentflow-store:pg-watchdog", daemon=True
+                )
+                self._thread.start()
+
+    def watch(self, conn: Any) -> None:
+        """``conn`` is used from now on (the deadline starts again)."""
+        with self._cond:
+            self._conn, self._since = conn, time.monotonic()
+            if self._parked:
+                self._cond.notify()
+
+    def idle(self) -> None:
+        """No connection is in use."""
+        with self._cond:
+            self._conn = None
+
+    def stop(self) -> None:
+        """End the watchdog's thread."""
+        with self._cond:
+            self._stopped, self._conn = True, None
+            self._cond.notify()
+
+    def _run(self) -> None:
+        with self._cond:
+            while not self._stopped:
+                if self._conn is None:
+                    self._parked = True
+                    self._cond.wait(3600.0)
+                    self._parked = False
+                    continue
+                left = self._since + self.limit_s - time.monotonic()
+                if left > 0:
+                    self._cond.wait(left)
+                    continue
+                conn, self._conn = self._conn, None
+                if cut(conn):
+                    self.cuts += 1
+                    _log.error("store.connection_cut", store=self._where, waited_s=self.limit_s)
+
+
+def cut(conn: Any) -> bool:
+    """Shut ``conn``'s socket down, so that a libpq call waiting on it fails at once;
+    whether it was open."""
+    try:
+        if conn.closed:
+            return False
+        fd = os.dup(conn.fileno())
+    except Exception:  # closed meanwhile
+        return False
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        os.close(fd)
+        return False
+    with sock, contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    return True

@@ -19,15 +19,16 @@ import contextlib
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentflow._errors import RecordsLeftOut, StoreError
 from agentflow._logging import get_logger
 from agentflow._redact import redact
 from agentflow._threads import thread_result
+from agentflow.store import _pg_conn
 from agentflow.store import _pg_io as io
-from agentflow.store._pg_conn import check_settings, connect, split_dsn
+from agentflow.store._pg_conn import Watchdog, check_settings, connect, split_dsn
 from agentflow.store._pg_schema import check_pg_schema
 from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import Record, StoredRun, describe_record
@@ -91,6 +92,8 @@ class PostgresStore(BatchWriter[Conn]):
         self.statement_timeout_s = statement_timeout_s
         self._where = redact(f"PostgreSQL {self.dsn} (schema {schema})")
         self._init_writer()
+        # Cuts the connection of a call or commit the server no longer answers.
+        self._watchdog = Watchdog(statement_timeout_s + _pg_conn.WATCHDOG_MARGIN_S, self._where)
         # (run, session) -> the lease owner this store claimed it for (writer thread only)
         self._holders: dict[tuple[str, str], str] = {}
         # Writer thread only: the connection (a new one once it is lost: _usable), and
@@ -133,17 +136,33 @@ class PostgresStore(BatchWriter[Conn]):
                     target=self._main, name="agentflow-store:pg", daemon=True
                 )
                 self._thread.start()
+                self._watchdog.start()
 
     async def aclose(self) -> None:
         """Commit what is queued, close the connection (idempotent)."""
         if self._thread is None or self._closed:
             self._closed = True
             return
-        stop: Call[Conn] = Call(lambda conn: STOP, stop=True)
+        stop: Call[Conn] = Call(self._watched(lambda conn: STOP), stop=True)
         self._put_stop(stop)
         await thread_result(stop.future)
         self._thread.join(timeout=self.statement_timeout_s)
         self._raise_error()
+
+    async def _call(self, fn: Callable[[Conn], T]) -> T:
+        return await super()._call(self._watched(fn))
+
+    def _watched(self, fn: Callable[[Conn], T]) -> Callable[[Conn], T]:
+        """``fn``, its use of the connection watched (:class:`Watchdog`)."""
+
+        def watched(conn: Conn) -> T:
+            self._watchdog.watch(conn)
+            try:
+                return fn(conn)
+            finally:
+                self._watchdog.idle()
+
+        return watched
 
     # --- reads and leases (on the writer thread, after what was written before) ---------
 
@@ -236,6 +255,7 @@ class PostgresStore(BatchWriter[Conn]):
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         conn = connect(self.dsn, self._hidden, self.connect_timeout_s, self.statement_timeout_s)
+        self._watchdog.watch(conn)  # (until the call or commit that connected is done)
         try:
             check_pg_schema(conn, self.schema, self._where)
         except BaseException:
@@ -247,36 +267,46 @@ class PostgresStore(BatchWriter[Conn]):
         try:
             self._conn = self._connect()
         except Exception as exc:
+            self._watchdog.stop()
             self._fail_all(exc)
             return
+        self._watchdog.idle()
         try:
             self._loop(self._conn)
         finally:
             with contextlib.suppress(Exception):  # (else one stale row: harmless)
-                io.drop_marker(self._conn, self._marker)
+                self._watched(lambda conn: io.drop_marker(conn, self._marker))(self._conn)
+            self._watchdog.stop()
             self._conn.close()
 
     def _usable(self, conn: Conn) -> Conn:
         """The store's connection, or — once it is lost (the server restarted, the network
         dropped it, an administrator ended it) — a new one, tried at most once a
-        second; while none can be made, the lost one (what uses it fails, and a commit
-        keeps its batch for the next one: :meth:`_commit`)."""
+        second after the last try ended (a try that times out takes
+        ``connect_timeout_s``); while none can be made, the lost one (what uses it fails,
+        and a commit keeps its batch for the next one: :meth:`_commit`)."""
         current = self._conn
         if not current.closed:
             return current
-        now = time.monotonic()
-        if now < self._reconnect_at:
+        if time.monotonic() < self._reconnect_at:
             return current
-        self._reconnect_at = now + RECONNECT_EVERY_S
         try:
             self._conn = self._connect()
         except Exception as exc:
+            self._reconnect_at = time.monotonic() + RECONNECT_EVERY_S
             _log.warning("store.reconnect_failed", store=self._where, error=str(exc))
             return current
         _log.warning("store.reconnected", store=self._where)
         return self._conn
 
     def _commit(self, conn: Conn, records: list[Record], mark: tuple[int, int] | None) -> None:
+        self._watchdog.watch(conn)
+        try:
+            self._commit_watched(conn, records)
+        finally:
+            self._watchdog.idle()
+
+    def _commit_watched(self, conn: Conn, records: list[Record]) -> None:
         if self._pending:  # a batch held (see below) goes first: order is kept
             records = self._pending + records
         if not records:

@@ -11,7 +11,8 @@ import re
 import socket
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
@@ -32,6 +33,7 @@ __all__ = [
 ]
 
 _log = get_logger("agentflow.store")
+T = TypeVar("T")
 
 #: The DSN's keys whose values are secrets: the password, and the passphrase of the
 #: client's SSL key.
@@ -211,6 +213,24 @@ class Watchdog:
         """No connection is in use."""
         with self._cond:
             self._conn = None
+
+    @contextlib.contextmanager
+    def watching(self, conn: Any) -> Iterator[None]:
+        """:meth:`watch` ``conn`` in the block, then :meth:`idle`."""
+        self.watch(conn)
+        try:
+            yield
+        finally:
+            self.idle()
+
+    def wrap(self, fn: Callable[[Any], T]) -> Callable[[Any], T]:
+        """``fn(conn)``, watched."""
+
+        def watched(conn: Any) -> T:
+            with self.watching(conn):
+                return fn(conn)
+
+        return watched
 
     def stop(self) -> None:
         """End the watchdog's thread."""

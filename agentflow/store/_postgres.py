@@ -15,6 +15,8 @@ thread in the order it was asked for: a read sees every record written before it
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
 import secrets
 import threading
@@ -94,6 +96,7 @@ class PostgresStore(BatchWriter[Conn]):
         self._init_writer()
         # Cuts the connection of a call or commit the server no longer answers.
         self._watchdog = Watchdog(statement_timeout_s + _pg_conn.WATCHDOG_MARGIN_S, self._where)
+        self._ended: concurrent.futures.Future[None] = concurrent.futures.Future()  # thread
         # (run, session) -> the lease owner this store claimed it for (writer thread only)
         self._holders: dict[tuple[str, str], str] = {}
         # Writer thread only: the connection (a new one once it is lost: _usable), and
@@ -143,26 +146,24 @@ class PostgresStore(BatchWriter[Conn]):
         if self._thread is None or self._closed:
             self._closed = True
             return
-        stop: Call[Conn] = Call(self._watched(lambda conn: STOP), stop=True)
+        stop: Call[Conn] = Call(self._watchdog.wrap(self._stop), stop=True)
         self._put_stop(stop)
         await thread_result(stop.future)
-        self._thread.join(timeout=self.statement_timeout_s)
+        # What the thread has left to do is close a socket: the loop waits without
+        # blocking (it used to join the thread, which was dropping the marker then).
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(thread_result(self._ended), self.statement_timeout_s)
         self._raise_error()
 
+    def _stop(self, conn: Conn) -> object:
+        """The closing call: drop this store's commit marker (a stale row is harmless)."""
+        if not conn.closed:
+            with contextlib.suppress(Exception):
+                io.drop_marker(conn, self._marker)
+        return STOP
+
     async def _call(self, fn: Callable[[Conn], T]) -> T:
-        return await super()._call(self._watched(fn))
-
-    def _watched(self, fn: Callable[[Conn], T]) -> Callable[[Conn], T]:
-        """``fn``, its use of the connection watched (:class:`Watchdog`)."""
-
-        def watched(conn: Conn) -> T:
-            self._watchdog.watch(conn)
-            try:
-                return fn(conn)
-            finally:
-                self._watchdog.idle()
-
-        return watched
+        return await super()._call(self._watchdog.wrap(fn))
 
     # --- reads and leases (on the writer thread, after what was written before) ---------
 
@@ -265,19 +266,20 @@ class PostgresStore(BatchWriter[Conn]):
 
     def _main(self) -> None:
         try:
-            self._conn = self._connect()
-        except Exception as exc:
-            self._watchdog.stop()
-            self._fail_all(exc)
-            return
-        self._watchdog.idle()
-        try:
-            self._loop(self._conn)
+            try:
+                self._conn = self._connect()
+            except Exception as exc:
+                self._fail_all(exc)
+                return
+            self._watchdog.idle()
+            try:
+                self._loop(self._conn)
+            finally:
+                self._conn.close()
         finally:
-            with contextlib.suppress(Exception):  # (else one stale row: harmless)
-                self._watched(lambda conn: io.drop_marker(conn, self._marker))(self._conn)
             self._watchdog.stop()
-            self._conn.close()
+            with contextlib.suppress(concurrent.futures.InvalidStateError):  # (cancelled)
+                self._ended.set_result(None)
 
     def _usable(self, conn: Conn) -> Conn:
         """The store's connection, or — once it is lost (the server restarted, the network
@@ -300,11 +302,8 @@ class PostgresStore(BatchWriter[Conn]):
         return self._conn
 
     def _commit(self, conn: Conn, records: list[Record], mark: tuple[int, int] | None) -> None:
-        self._watchdog.watch(conn)
-        try:
+        with self._watchdog.watching(conn):
             self._commit_watched(conn, records)
-        finally:
-            self._watchdog.idle()
 
     def _commit_watched(self, conn: Conn, records: list[Record]) -> None:
         if self._pending:  # a batch held (see below) goes first: order is kept

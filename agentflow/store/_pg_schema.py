@@ -10,6 +10,7 @@ written (msgspec decodes them directly; ``jsonb`` would reorder keys and refuse
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from agentflow._errors import StoreError
@@ -18,7 +19,7 @@ from agentflow.store._schema import SCHEMA_VERSION
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PG_SCHEMA", "check_pg_schema"]
+__all__ = ["PG_RELATIONS", "PG_SCHEMA", "check_pg_schema"]
 
 PG_SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -124,26 +125,55 @@ CREATE INDEX IF NOT EXISTS conflicts_run ON conflicts (run_id);
 """
 
 
+#: What :data:`PG_SCHEMA` makes: its tables and its index.
+PG_RELATIONS = tuple(re.findall(r"CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)", PG_SCHEMA))
+
+
 def check_pg_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str, where: str) -> None:
     """Create the schema and its tables in a new database; refuse one of another
     version. Workers opening one database at once take turns (an advisory lock), so
-    two never race to create the same table."""
+    two never race to create the same table.
+
+    Where the schema, every table and index, and the version row exist already, nothing
+    is created (no DDL is run): a role that may only read and write the tables an
+    administrator made can open the store. (``CREATE … IF NOT EXISTS`` checks the
+    privilege to create before it looks whether the object exists.)"""
     from psycopg import sql
 
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentflow.store.schema'))")
-        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-        conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(schema)))
-        conn.execute(PG_SCHEMA)
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        if row is None:
-            conn.execute(
-                "INSERT INTO meta (key, value) VALUES ('schema_version', %s)",
-                (str(SCHEMA_VERSION),),
-            )
-        elif row[0] != str(SCHEMA_VERSION):
-            raise StoreError(
-                f"{where}: store schema version {row[0]}, this agentflow reads version "
-                f"{SCHEMA_VERSION}"
-            )
+    version = _version(conn, schema)
+    if version is None:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentflow.store.schema'))")
+            conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+            conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(schema)))
+            conn.execute(PG_SCHEMA)
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            if row is None:
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES ('schema_version', %s)",
+                    (str(SCHEMA_VERSION),),
+                )
+            version = str(SCHEMA_VERSION) if row is None else str(row[0])
+    if version != str(SCHEMA_VERSION):
+        raise StoreError(
+            f"{where}: store schema version {version}, this agentflow reads version "
+            f"{SCHEMA_VERSION}"
+        )
     conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+
+
+def _version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> str | None:
+    """The store's schema version, if the schema holds every table and index and the
+    version row; else ``None`` (something is to be created)."""
+    from psycopg import sql
+
+    row = conn.execute(
+        "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relname = ANY(%s)",
+        (schema, list(PG_RELATIONS)),
+    ).fetchone()
+    if row is None or row[0] != len(PG_RELATIONS):
+        return None
+    query = sql.SQL("SELECT value FROM {}.meta WHERE key = 'schema_version'")
+    found = conn.execute(query.format(sql.Identifier(schema))).fetchone()
+    return None if found is None else str(found[0])

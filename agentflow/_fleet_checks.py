@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
 from agentflow.sched import Replica
+from agentflow.store._protocol import check_lease_ttl
 
 _log = get_logger("agentflow.fleet")
 
@@ -35,8 +36,7 @@ def check_scale_out(
     """Check the options of a run recorded in a store or spread over workers:
     ``lease_ttl_s``, ``workers``, ``stop_timeout_s``, ``heartbeat_timeout_s`` and
     ``backend`` (``"ray"`` needs ``workers`` and Ray installed)."""
-    if not lease_ttl_s > 0:
-        raise ConfigError(f"lease_ttl_s must be > 0 seconds, got {lease_ttl_s!r}")
+    check_lease_ttl(lease_ttl_s, "lease_ttl_s")
     if workers is not None and (not isinstance(workers, int) or workers < 1):
         raise ConfigError(f"workers must be an int ≥ 1 or None, got {workers!r}")
     if not stop_timeout_s > 0:

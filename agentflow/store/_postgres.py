@@ -32,7 +32,7 @@ from agentflow.store import _pg_conn
 from agentflow.store import _pg_io as io
 from agentflow.store._pg_conn import Watchdog, check_settings, connect, split_dsn
 from agentflow.store._pg_schema import check_pg_schema
-from agentflow.store._protocol import LeaseOwner, RunSummary
+from agentflow.store._protocol import LeaseOwner, RunSummary, check_lease_ttl
 from agentflow.store._records import Record, StoredRun, describe_record
 from agentflow.store._sqlite_io import list_runs, read_run
 from agentflow.store._writer import STOP, BatchWriter, Call
@@ -194,6 +194,7 @@ class PostgresStore(BatchWriter[Conn]):
     ) -> list[str]:
         """Take the free leases among ``session_ids`` for ``ttl_s`` seconds (on the
         server's clock). Free: nobody holds it, it expired, or it is ``owner``'s."""
+        check_lease_ttl(ttl_s, "PostgresStore.claim: ttl_s")
         ids, me = list(session_ids), str(owner)
 
         def take(conn: Conn) -> list[str]:
@@ -205,6 +206,7 @@ class PostgresStore(BatchWriter[Conn]):
 
     async def renew(self, run_id: str, owner: LeaseOwner, ttl_s: float) -> list[str]:
         """Extend ``owner``'s leases in the run; returns the session ids it still holds."""
+        check_lease_ttl(ttl_s, "PostgresStore.renew: ttl_s")
         return await self._call(lambda conn: io.renew(conn, run_id, str(owner), ttl_s))
 
     async def release(

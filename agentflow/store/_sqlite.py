@@ -35,7 +35,7 @@ from agentflow._threads import thread_result
 from agentflow.store import _journal, _journal_ingest
 from agentflow.store import _sqlite_io as io
 from agentflow.store._journaled import JournaledWriter
-from agentflow.store._protocol import LeaseOwner, RunSummary
+from agentflow.store._protocol import LeaseOwner, RunSummary, check_lease_ttl
 from agentflow.store._records import Record, StoredRun
 from agentflow.store._runlock import RunLocks
 from agentflow.store._schema import check_schema, refuse_other_version
@@ -110,8 +110,7 @@ class SQLiteStore(JournaledWriter):
             raise ConfigError(f"SQLiteStore.max_batch must be an int ≥ 1, got {max_batch!r}")
         if not busy_timeout_s > 0:
             raise ConfigError(f"SQLiteStore.busy_timeout_s must be > 0, got {busy_timeout_s!r}")
-        if not lease_ttl_s > 0:
-            raise ConfigError(f"SQLiteStore.lease_ttl_s must be > 0, got {lease_ttl_s!r}")
+        check_lease_ttl(lease_ttl_s, "SQLiteStore.lease_ttl_s")
         self.path = Path(path)
         #: ``path`` with its symbolic links resolved: where SQLite keeps its WAL, and so
         #: where the journal's segments and the run locks go — a process that opens the
@@ -231,6 +230,7 @@ class SQLiteStore(JournaledWriter):
         Raises:
             StoreError: another live process (or open store) writes the run.
         """
+        check_lease_ttl(ttl_s, "SQLiteStore.claim: ttl_s")
         self._run_locks.acquire(run_id, owner)
         ids = list(session_ids)
 
@@ -241,6 +241,7 @@ class SQLiteStore(JournaledWriter):
 
     async def renew(self, run_id: str, owner: LeaseOwner, ttl_s: float) -> list[str]:
         """Extend ``owner``'s leases in the run; returns the session ids it still holds."""
+        check_lease_ttl(ttl_s, "SQLiteStore.renew: ttl_s")
         return await self._call(lambda conn: io.renew(conn, run_id, owner, ttl_s))
 
     async def release(

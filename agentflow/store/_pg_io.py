@@ -87,9 +87,28 @@ def _t(text: str | None) -> str | None:
     return text.replace("\x00", "\ufffd") if text and "\x00" in text else text
 
 
-def write_record(cur: psycopg.Cursor[Any], r: Record, owner: str | None) -> None:
+class _Texts:
+    """A cursor whose every ``str`` parameter goes through :func:`_t`: a NUL in any text
+    of a record (a tool call's id or name, an endpoint, a session id…) is stored as
+    U+FFFD, as SQLite stores the record, instead of the server refusing it."""
+
+    __slots__ = ("cur",)
+
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
+        self.cur = cur
+
+    def execute(self, query: str, params: dict[str, Any] | tuple[Any, ...]) -> None:
+        if isinstance(params, dict):
+            params = {k: _t(v) if type(v) is str else v for k, v in params.items()}
+        else:
+            params = tuple(_t(v) if type(v) is str else v for v in params)
+        self.cur.execute(query, params)
+
+
+def write_record(raw: psycopg.Cursor[Any], r: Record, owner: str | None) -> None:
     """Queue the statement(s) of one record (inside the caller's transaction);
     ``owner``: the lease holder the record's session must still have, or ``None``."""
+    cur = _Texts(raw)
     if isinstance(r, TurnFinished):
         m, t = r.metrics, r.trace
         row = dict(
@@ -122,7 +141,7 @@ def write_record(cur: psycopg.Cursor[Any], r: Record, owner: str | None) -> None
             dict(
                 run=r.run_id, sid=r.session_id, owner=owner, kind="tool_call",
                 key=f"{r.session_id}/{c.id}", cid=c.id, turn=r.turn, name=c.name,
-                args=_t(c.arguments), out=_t(r.output), err=r.is_error, dur=r.duration_s,
+                args=c.arguments, out=r.output, err=r.is_error, dur=r.duration_s,
                 cut=r.truncated_chars,
             ),
         )  # fmt: skip
@@ -135,7 +154,7 @@ def write_record(cur: psycopg.Cursor[Any], r: Record, owner: str | None) -> None
             f" AND {_HELD} RETURNING 1) {_CONFLICT} AND NOT {_HELD}",
             dict(
                 run=r.run_id, sid=r.session_id, owner=owner, kind="session_end",
-                key=r.session_id, st=r.status, out=_t(r.final_output), err=_t(r.error),
+                key=r.session_id, st=r.status, out=r.final_output, err=r.error,
                 n=r.turns,
             ),
         )  # fmt: skip
@@ -169,10 +188,10 @@ def _insert(kind: str, insert: str) -> str:
     )
 
 
-def _session(cur: psycopg.Cursor[Any], r: SessionStarted) -> None:
+def _session(cur: _Texts, r: SessionStarted) -> None:
     a = r.agent
     h = text_hash(a.instructions)
-    cur.execute("INSERT INTO texts VALUES (%s, %s) ON CONFLICT DO NOTHING", (h, _t(a.instructions)))
+    cur.execute("INSERT INTO texts VALUES (%s, %s) ON CONFLICT DO NOTHING", (h, a.instructions))
     cur.execute(
         "WITH ins AS (INSERT INTO agents VALUES (%(run)s, %(name)s, %(fp)s, %(h)s, %(cfg)s)"
         " ON CONFLICT DO NOTHING RETURNING 1) INSERT INTO conflicts SELECT %(run)s, 'agent',"
@@ -193,7 +212,7 @@ def _session(cur: psycopg.Cursor[Any], r: SessionStarted) -> None:
     )  # fmt: skip
 
 
-def _run_started(cur: psycopg.Cursor[Any], r: RunStarted) -> None:
+def _run_started(cur: _Texts, r: RunStarted) -> None:
     if r.attempt == 0:
         insert = "INSERT INTO runs VALUES (%(run)s, %(wall)s, 'running', %(n)s, %(cfg)s)"
         cur.execute(

@@ -119,6 +119,8 @@ class PostgresServer:
         self.dir: Path | None = None
         self._password = secrets.token_urlsafe(24)
         self._child: ChildServer | None = None
+        #: The process that started the server: only it stops it (see :meth:`stop`).
+        self._owner = os.getpid()
 
     @property
     def dsn(self) -> str:
@@ -155,6 +157,7 @@ class PostgresServer:
             raise ConfigError(f"bindir: no initdb and postgres in {str(bindir)!r}")
         user = self._run_as()
         remove_stale(self.base_dir)
+        self._owner = os.getpid()
         self.dir = Path(tempfile.mkdtemp(prefix=_PREFIX, dir=self.base_dir))
         try:
             (self.dir / "owner").write_text(f"{os.getpid()} {_started(os.getpid())}\n")
@@ -272,8 +275,12 @@ class PostgresServer:
 
     def stop(self) -> None:
         """Stop the server (immediate shutdown, SIGKILL after ``stop_timeout_s``), reap it,
-        and remove its directory."""
+        and remove its directory. In a forked child of the process that started it, only
+        forget it: the server and its directory are that process's."""
         _live.discard(self)
+        if self._owner != os.getpid():
+            self._child, self.dir = None, None
+            return
         child, self._child = self._child, None
         if child is not None:
             child.stop()
@@ -355,3 +362,13 @@ def _stop_servers() -> None:
     for server in list(_live):
         with contextlib.suppress(Exception):
             server.stop()
+
+
+def _forget_servers() -> None:
+    """In a forked child: the servers running are the parent's (its exit must not stop
+    them, nor remove their directories)."""
+    _live.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_servers)

@@ -109,6 +109,9 @@ class ChildServer:
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: list[str] = []
         self._drainer: threading.Thread | None = None
+        #: The process that started the child: only it may stop it (a forked child of
+        #: that process inherits this object, not the child process).
+        self._owner = os.getpid()
         #: Whether the kernel will signal the child when this process dies.
         self.dies_with_parent = False
 
@@ -126,6 +129,7 @@ class ChildServer:
                 last lines are in the message); also a ``RuntimeError``.
         """
         check_listen("127.0.0.1", self.port, what=f"{self.name}: port")
+        self._owner = os.getpid()
         arm = _pdeathsig(self.death_signal)
         self.dies_with_parent = arm is not None
         self._proc = subprocess.Popen(
@@ -173,7 +177,7 @@ class ChildServer:
         interrupt is raised again once the child is gone)."""
         proc, self._proc = self._proc, None
         _running.discard(self)
-        if proc is None:
+        if proc is None or not self._owns():
             return
         if proc.poll() is None:  # not reaped yet, so its group id cannot have been reused
             _signal_group(proc, self.stop_signal)
@@ -193,7 +197,7 @@ class ChildServer:
         """Kill the child's process group at once (SIGKILL) and reap it."""
         proc, self._proc = self._proc, None
         _running.discard(self)
-        if proc is None:
+        if proc is None or not self._owns():
             return
         if proc.poll() is None:
             _signal_group(proc, signal.SIGKILL)
@@ -203,6 +207,14 @@ class ChildServer:
     def log_tail(self, lines: int = 30) -> str:
         """The last lines the child printed."""
         return "\n".join(self._log[-lines:])
+
+    def _owns(self) -> bool:
+        """Whether this process started the child. A forked child of the process that
+        did (``os.fork``, a ``multiprocessing`` fork worker) must leave it alone: the
+        child is not its own to signal or reap, and the pipe's reader lock may be held
+        by the parent's drainer thread, which did not come with the fork (closing it
+        hung the forked child's exit)."""
+        return os.getpid() == self._owner
 
     def _close(self, proc: subprocess.Popen[bytes]) -> None:
         if self._drainer is not None and self._drainer.ident is not None:  # it was started
@@ -256,6 +268,15 @@ def kill_children() -> None:
 def _stop_children() -> None:
     for child in list(_running):
         child.stop()
+
+
+def _forget_children() -> None:
+    """In a forked child: the children running are the parent's, not this process's."""
+    _running.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_children)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from agentflow._errors import ConfigError
+from agentflow._lease_ttl import check_lease_ttl
 from agentflow._logging import get_logger
 from agentflow.sched import Replica
-from agentflow.store._protocol import check_lease_ttl
 
 _log = get_logger("agentflow.fleet")
 

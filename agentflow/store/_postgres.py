@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentflow._errors import RecordsLeftOut, StoreError
+from agentflow._lease_ttl import check_lease_ttl
 from agentflow._logging import get_logger
 from agentflow._redact import redact
 from agentflow._threads import thread_result
@@ -32,7 +33,7 @@ from agentflow.store import _pg_conn
 from agentflow.store import _pg_io as io
 from agentflow.store._pg_conn import Watchdog, check_settings, connect, split_dsn
 from agentflow.store._pg_schema import check_pg_schema
-from agentflow.store._protocol import LeaseOwner, RunSummary, check_lease_ttl
+from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import Record, StoredRun, describe_record
 from agentflow.store._sqlite_io import list_runs, read_run
 from agentflow.store._writer import STOP, BatchWriter, Call

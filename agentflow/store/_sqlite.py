@@ -30,12 +30,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from agentflow._errors import RecordsLeftOut, StoreError
+from agentflow._lease_ttl import check_lease_ttl
 from agentflow._logging import get_logger
 from agentflow._threads import thread_result
 from agentflow.store import _journal, _journal_ingest
 from agentflow.store import _sqlite_io as io
 from agentflow.store._journaled import JournaledWriter
-from agentflow.store._protocol import LeaseOwner, RunSummary, check_lease_ttl
+from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import Record, StoredRun
 from agentflow.store._runlock import RunLocks
 from agentflow.store._schema import check_schema, refuse_other_version

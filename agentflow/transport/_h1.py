@@ -20,18 +20,28 @@ from agentflow.transport._pool import ConnectionPool, PooledConnection
 from agentflow.transport._shared import MAX_ERROR_BODY, refused_content_type
 from agentflow.transport._stream import StreamState
 
-__all__: list[str] = []
+__all__ = ["MAX_HEADER_LINE", "MAX_HEAD_BYTES"]
+
+#: The most bytes a response may send outside its body before the body's next byte: its
+#: head (with any ``1xx`` heads before it), or its trailers. aiohttp stops at 8190 bytes
+#: per line; a model server's head is well under 1 KiB.
+MAX_HEAD_BYTES = 64 * 1024
+#: The longest header (or trailer) line accepted, name and value.
+MAX_HEADER_LINE = 8 * 1024
 
 
 class _Exchange:
     """One request on one connection: where its reads go and what its caller awaits."""
 
     __slots__ = (
+        "bare",
+        "bare_mark",
         "complete",
         "done",
         "error_parts",
         "error_size",
         "framed",
+        "head_size",
         "headers",
         "informational",
         "keep",
@@ -62,6 +72,11 @@ class _Exchange:
         self.keep = True  # the connection may be reused afterwards
         self.error_parts: list[bytes] = []
         self.error_size = 0
+        self.head_size = 0  # bytes of the header and trailer lines parsed so far
+        # Bytes of the reads that carried no body since the body last moved on (``bare_mark``
+        # is where it was): a head or trailer that never ends is stopped by this count.
+        self.bare = 0
+        self.bare_mark = 0
 
 
 class _Connection(PooledConnection):
@@ -124,6 +139,8 @@ class _Connection(PooledConnection):
                     return
             elif self._add_error_body(ex, body, now):
                 return
+        elif not ex.complete and self._bare_read(ex, len(data), now):
+            return  # no body in this read: the head (or a trailer) goes on, within its limit
         if ex.complete:
             self._finish(ex, now)
 
@@ -153,9 +170,20 @@ class _Connection(PooledConnection):
             ex.keep = False
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        """httptools: one response header."""
+        """httptools: one response header (or trailer), within the head's limits."""
         ex = self._ex
         if ex is not None and not ex.complete:
+            size = len(name) + len(value)
+            ex.head_size += size
+            if size > MAX_HEADER_LINE:
+                raise self._too_long(
+                    ex, f"a header line of {size} bytes", MAX_HEADER_LINE, self._now
+                )
+            if ex.head_size > MAX_HEAD_BYTES:
+                what = "trailers" if ex.status else "headers"
+                raise self._too_long(
+                    ex, f"{ex.head_size} bytes of {what}", MAX_HEAD_BYTES, self._now
+                )
             ex.raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -169,6 +197,7 @@ class _Connection(PooledConnection):
             ex.raw_headers.clear()
             return
         ex.status = status
+        ex.head_size = 0  # trailers, if any, have a limit of their own
         # As aiohttp decodes them, so both transports report the same header values.
         headers = ex.headers = CIMultiDict(
             (n.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape"))
@@ -256,9 +285,47 @@ class _Connection(PooledConnection):
         err.__cause__ = exc
         return err
 
-    def _invalid(self, ex: _Exchange, exc: Exception, now: int) -> StreamProtocolError:
-        """The error for bytes that are not HTTP/1.1 (a bad status line, chunk size, …)."""
+    def _bare_read(self, ex: _Exchange, size: int, now: int) -> bool:
+        """A read that carried no body byte (off the per-read path of a stream's body):
+        count it; past :data:`MAX_HEAD_BYTES` since the body last moved on, fail the
+        exchange (True). The count starts again once the body has moved on."""
+        mark = ex.stream.builder.n_events + ex.error_size + 1
+        if mark != ex.bare_mark:
+            ex.bare_mark = mark
+            ex.bare = 0
+        ex.bare += size
+        if ex.bare <= MAX_HEAD_BYTES:
+            return False
+        what = "a response head" if not ex.status else "trailers"
+        self._fail(ex, self._too_long(ex, f"{what} of over {ex.bare} bytes", MAX_HEAD_BYTES, now))
+        return True
+
+    def _too_long(self, ex: _Exchange, what: str, limit: int, now: int) -> StreamProtocolError:
         st = ex.stream
+        return StreamProtocolError(
+            f"{st.endpoint} sent {what}, more than the {limit}-byte limit",
+            endpoint=st.endpoint,
+            trace=st.partial(now),
+        )
+
+    def _invalid(self, ex: _Exchange, exc: Exception, now: int) -> Exception:
+        """The error for bytes that are not HTTP/1.1 (a bad status line, chunk size, …);
+        the one a callback of ours raised (a head over its limit), when it was that.
+        The body the read carried before them is read first: its output is on the trace
+        (and its own error, if it has one, came first)."""
+        st = ex.stream
+        pieces = self._pieces
+        if pieces and ex.sse:
+            body = b"".join(pieces)
+            pieces.clear()
+            try:
+                ex.read(body, now)
+            except Exception as first:
+                return first
+        ours = exc.__context__
+        if isinstance(ours, StreamProtocolError):
+            ours.trace = st.partial(now)
+            return ours
         endpoint = st.endpoint
         err = StreamProtocolError(
             f"{endpoint} sent an invalid HTTP response after "

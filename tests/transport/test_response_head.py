@@ -1,0 +1,120 @@
+"""What :class:`HTTPTransport` accepts outside a response body: the head and the trailers
+are bounded, and what they say about the body is checked before it is read.
+
+A raw loopback server writes exact bytes (``rawserver``); each test names what the old
+behaviour was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentflow import StreamProtocolError
+from agentflow.testing import Reply
+from agentflow.transport import ChatRequest
+from agentflow.transport._h1 import MAX_HEAD_BYTES, MAX_HEADER_LINE
+
+from .rawserver import chunk, make_transport, raw_server
+
+REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8})
+BODY = b"".join(Reply.text("fine").frames)
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
+
+
+async def _stream(writes: list[bytes]) -> object:
+    """Stream once from a server that answers with ``writes`` (each written and drained
+    on its own); the outcome, a trace or a :class:`StreamProtocolError`."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            for piece in writes:
+                writer.write(piece)
+                await writer.drain()
+        except ConnectionError:
+            pass  # the client left
+
+    async with raw_server(serve) as srv:
+        t = make_transport("protocol", srv.base_url, connect_retries=0)
+        try:
+            outcome: object = await t.stream(REQ)
+        except StreamProtocolError as exc:
+            outcome = exc
+        finally:
+            await t.aclose()
+    return outcome
+
+
+def _refused(outcome: object, limit: int) -> StreamProtocolError:
+    assert isinstance(outcome, StreamProtocolError), outcome
+    assert f"{limit}-byte limit" in str(outcome)
+    assert outcome.endpoint is not None and outcome.endpoint in str(outcome)
+    assert outcome.trace is not None and outcome.trace.n_events == 0
+    return outcome
+
+
+async def test_an_endless_head_is_refused_at_its_limit() -> None:
+    """Header lines that never end were kept whole (1 MiB here, and read to the end)."""
+    pad = b"X-Pad: " + b"a" * 1000 + b"\r\n"
+    outcome = await _stream([HEAD, *[pad] * 1024, b"\r\n", chunk(BODY), chunk(b"")])
+    _refused(outcome, MAX_HEAD_BYTES)
+
+
+async def test_a_header_value_that_never_ends_is_refused() -> None:
+    """One 1 MiB header value, in 64 KiB reads: each read re-joined the whole value."""
+    value = [b"a" * 65536] * 16
+    outcome = await _stream([HEAD, b"X-Big: ", *value, b"\r\n\r\n", chunk(BODY), chunk(b"")])
+    err = _refused(outcome, MAX_HEAD_BYTES)
+    assert "response head" in str(err)
+
+
+async def test_one_long_header_line_is_refused() -> None:
+    """A whole head in one write, with one line over 8 KiB: aiohttp refuses it too."""
+    line = b"X-Long: " + b"b" * MAX_HEADER_LINE + b"\r\n"
+    outcome = await _stream([HEAD + line + b"\r\n" + chunk(BODY) + chunk(b"")])
+    _refused(outcome, MAX_HEADER_LINE)
+
+
+@pytest.mark.parametrize("writes", ["apart", "together"])
+async def test_endless_trailers_are_refused(writes: str) -> None:
+    """Trailers after the last chunk are bounded as a head is; the output before them is
+    kept on the error, also when it came in the read that went over the limit."""
+    pad = b"X-Trailer: " + b"t" * 1000 + b"\r\n"
+    body = HEAD + b"\r\n" + chunk(BODY) + b"0\r\n"
+    if writes == "apart":
+        outcome = await _stream([body, *[pad] * 1024, b"\r\n"])
+    else:
+        outcome = await _stream([body + pad * 80 + b"\r\n"])
+    assert isinstance(outcome, StreamProtocolError), outcome
+    assert f"{MAX_HEAD_BYTES}-byte limit" in str(outcome) and "trailers" in str(outcome)
+    assert outcome.trace is not None and outcome.trace.content == "fine"
+
+
+async def test_heads_and_trailers_within_the_limits_are_read() -> None:
+    """No false alarm: 40 headers of 1 KiB, a 100 Continue, and trailers, each in
+    writes of their own."""
+    pad = b"X-Pad: " + b"a" * 1000 + b"\r\n"
+    outcome = await _stream(
+        [
+            b"HTTP/1.1 100 Continue\r\n\r\n",
+            HEAD,
+            *[pad] * 40,
+            b"\r\n",
+            *[chunk(BODY[i : i + 50]) for i in range(0, len(BODY), 50)],
+            b"0\r\n",
+            *[b"X-T: " + b"t" * 500 + b"\r\n"] * 40,
+            b"\r\n",
+        ]
+    )
+    assert not isinstance(outcome, Exception), outcome
+    assert outcome.content == "fine"  # type: ignore[attr-defined]
+
+
+async def test_a_long_line_under_the_limit_is_kept() -> None:
+    """A header line just under 8 KiB is an x-* header like any other."""
+    size = MAX_HEADER_LINE - 100
+    line = b"X-Long: " + b"c" * size + b"\r\n"
+    outcome = await _stream([HEAD + line + b"\r\n" + chunk(BODY) + chunk(b"")])
+    assert not isinstance(outcome, Exception), outcome
+    assert outcome.response_headers["x-long"] == "c" * size  # type: ignore[attr-defined]

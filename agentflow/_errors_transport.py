@@ -43,7 +43,13 @@ class TransportError(AgentflowError):
 
 
 class ConnectError(TransportError):
-    """The connection failed or closed before any response byte: resending is safe."""
+    """The request cannot have reached the server: resending is safe.
+
+    The connection could not be opened, or the request went out on a reused kept-alive
+    connection that closed before any response byte (the server had closed it as idle).
+    A new connection that carried the request and then closed is a
+    :class:`StreamInterrupted`: the server may have received it.
+    """
 
 
 class _WithTrace(TransportError):
@@ -55,7 +61,9 @@ class _WithTrace(TransportError):
 
 
 class StreamInterrupted(_WithTrace):
-    """The connection dropped after the response began; ``trace`` holds what arrived."""
+    """The connection dropped after the request was sent — the server may have received
+    it — and before the response ended (or, on a new connection, before it began);
+    ``trace`` holds what arrived."""
 
 
 class StreamProtocolError(_WithTrace):

@@ -9,7 +9,7 @@ how many requests run at once is the fleet's decision, not the pool's.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -30,7 +30,7 @@ from agentflow.transport._shared import (
     status_error,
 )
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES
-from agentflow.transport._stream import finish_stream, open_stream
+from agentflow.transport._stream import StreamState, finish_stream, open_stream
 from agentflow.typing import Clock, DeltaSink
 
 if TYPE_CHECKING:
@@ -47,9 +47,15 @@ class AiohttpTransport(EndpointTransport):
     Args:
         endpoint: an :class:`Endpoint` or a base URL.
         timeouts: connect, first-token, idle and total limits.
-        connect_retries: how many times a request that got *no response byte* is resent
-            on a new connection (llama.cpp's server drops some kept-alive connections
-            after a stream; such a resend cannot duplicate output the client saw).
+        connect_retries: how many times a request that cannot have reached the server is
+            resent: its connection could not be opened, or it went out on a reused
+            kept-alive connection that closed before any response byte (llama.cpp's
+            server drops some kept-alive connections after a stream). A new connection
+            closed after carrying the request, or any response byte before the close,
+            is a :class:`StreamInterrupted` instead, never resent here: the server may
+            have received the request. (With a ``session`` of yours the transport cannot
+            tell a reused connection from a new one: only a failure to connect is
+            resent.)
         session: an ``aiohttp.ClientSession`` to use; the transport then does not close it.
         clock: nanosecond monotonic clock for the trace.
         max_event_bytes: the longest SSE event accepted (default 4 MiB); a longer one is a
@@ -90,6 +96,8 @@ class AiohttpTransport(EndpointTransport):
                 # A 1 MiB buffer keeps a fast stream from pausing and resuming the socket
                 # once per chunk (aiohttp's 64 KiB default did, in the bulk benchmark).
                 read_bufsize=2**20,
+                # Says whether a request went out on a reused connection (once per request).
+                trace_configs=[_reuse_trace()],
             )
             self._owns_session = True
         return self._session
@@ -110,7 +118,7 @@ class AiohttpTransport(EndpointTransport):
         st, limits = open_stream(self, sink, reconnects)
         try:
             async with limits.scope():
-                resp = await self._post(body, headers)
+                resp = await self._post(body, headers, st)
                 # From here on the connection is returned to the pool only after a clean
                 # end of body; an error or a cancellation closes it.
                 clean = False
@@ -145,12 +153,19 @@ class AiohttpTransport(EndpointTransport):
             ) from exc
         return trace
 
-    async def _post(self, body: bytes, headers: dict[str, str]) -> aiohttp.ClientResponse:
+    async def _post(
+        self, body: bytes, headers: dict[str, str], st: StreamState
+    ) -> aiohttp.ClientResponse:
         import aiohttp
 
         t = self._timeouts
+        # Set by the session's trace (only a session this transport made has it): with a
+        # session of the user's, a reused connection cannot be told from a new one.
+        attempt = _Attempt()
         try:
-            return await self._client().post(self._endpoint.chat_url, data=body, headers=headers)
+            return await self._client().post(
+                self._endpoint.chat_url, data=body, headers=headers, trace_request_ctx=attempt
+            )
         except aiohttp.ConnectionTimeoutError:
             raise StreamTimeout(
                 f"{self.endpoint}: no connection within {t.connect} s (connect limit)",
@@ -163,16 +178,61 @@ class AiohttpTransport(EndpointTransport):
                 f"invalid HTTP response from {self.endpoint}: {exc.message}",
                 endpoint=self.endpoint,
             ) from exc
+        except aiohttp.ClientConnectorError as exc:  # no connection: nothing was sent
+            raise self._connect_error(exc) from exc
         except (aiohttp.ClientConnectionError, OSError) as exc:
-            raise ConnectError(
-                f"no response from {self.endpoint}: {type(exc).__name__}: {exc}",
+            # Only a reused kept-alive connection closed before an answer began (the server
+            # had closed it as idle) is resent; on a new one the server may have received
+            # the request: re-raised, a StreamInterrupted for the retry policy to judge.
+            # (aiohttp does not say whether a 1xx came first: that is taken as no answer.)
+            partial_head = isinstance(exc, aiohttp.ServerDisconnectedError) and not isinstance(
+                exc.message, str
+            )
+            if attempt.reused and not partial_head:
+                raise self._connect_error(exc) from exc
+            state = "an unfinished response head" if partial_head else "no response byte"
+            raise StreamInterrupted(
+                f"connection to {self.endpoint} closed after the request was sent, with "
+                f"{state} (the server may have received the request): "
+                f"{type(exc).__name__}: {exc}",
                 endpoint=self.endpoint,
+                trace=st.partial(),
             ) from exc
+
+    def _connect_error(self, exc: BaseException) -> ConnectError:
+        return ConnectError(
+            f"no response from {self.endpoint}: {type(exc).__name__}: {exc}",
+            endpoint=self.endpoint,
+        )
 
     async def aclose(self) -> None:
         """Close the connection pool if this transport opened it."""
         if self._session is not None and self._owns_session and not self._session.closed:
             await self._session.close()
+
+
+class _Attempt:
+    """One request's ``trace_request_ctx``: whether it went out on a reused connection."""
+
+    __slots__ = ("reused",)
+
+    def __init__(self) -> None:
+        self.reused = False
+
+
+async def _on_reuse(_session: object, ctx: Any, _params: object) -> None:
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, _Attempt):
+        attempt.reused = True
+
+
+def _reuse_trace() -> aiohttp.TraceConfig:
+    """A trace that marks a request's :class:`_Attempt` when its connection is reused."""
+    import aiohttp
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_reuseconn.append(_on_reuse)
+    return trace
 
 
 async def _read_error_body(resp: aiohttp.ClientResponse) -> bytes:

@@ -101,7 +101,7 @@ class _Connection(PooledConnection):
         self._pieces.clear()
         tr = self.transport
         if tr is None or tr.is_closing():
-            self._settle(ex, self._dropped(ex, None))
+            self._settle(ex, self._dropped(ex, None, sent=False))
         else:
             tr.write(request)
         return ex
@@ -267,14 +267,31 @@ class _Connection(PooledConnection):
         if not ex.done.done():
             ex.done.set_exception(exc)
 
-    def _dropped(self, ex: _Exchange, exc: BaseException | None) -> Exception:
-        """The error for a connection that closed during the request."""
+    def _dropped(self, ex: _Exchange, exc: BaseException | None, *, sent: bool = True) -> Exception:
+        """The error for a connection that closed during the request.
+
+        Only a request that never left, or one on a reused kept-alive connection that
+        closed before any byte of an answer (the server had closed it as idle: it did not
+        read the request), is a :class:`ConnectError`, resent. A new connection carried
+        the whole request to a server that then closed it — it may have received it, and
+        crashed on it — and a byte received (part of a head, a ``100 Continue``) says it
+        did: that is a :class:`StreamInterrupted`, left to the retry policy.
+        """
         st = ex.stream
         endpoint = st.endpoint
         why = f"{type(exc).__name__}: {exc}" if exc is not None else "the server closed it"
-        if not ex.status:
-            # No response head yet: the server cannot have answered, resending is safe.
+        # Any byte of an answer went through _bare_read (no body yet) or set the status.
+        received = ex.status or ex.bare_mark
+        if not sent or (self.reused and not received):
             err: Exception = ConnectError(f"no response from {endpoint}: {why}", endpoint=endpoint)
+        elif not ex.status:
+            state = "an unfinished response head" if received else "no response byte"
+            err = StreamInterrupted(
+                f"connection to {endpoint} closed after the request was sent, with "
+                f"{state} (the server may have received the request): {why}",
+                endpoint=endpoint,
+                trace=st.partial(),
+            )
         else:
             err = StreamInterrupted(
                 f"connection to {endpoint} dropped mid-stream after "

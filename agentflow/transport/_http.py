@@ -61,9 +61,13 @@ class HTTPTransport(EndpointTransport):
     Args:
         endpoint: an :class:`Endpoint` or a base URL.
         timeouts: connect, first-token, idle and total limits.
-        connect_retries: how many times a request that got *no response byte* is resent
-            on a new connection (llama.cpp's server drops some kept-alive connections
-            after a stream; such a resend cannot duplicate output the client saw).
+        connect_retries: how many times a request that cannot have reached the server is
+            resent: its connection could not be opened, or it went out on a reused
+            kept-alive connection that closed before any response byte (llama.cpp's
+            server drops some kept-alive connections after a stream). A new connection
+            closed after carrying the request, or any response byte before the close,
+            is a :class:`StreamInterrupted` instead, never resent here: the server may
+            have received the request.
         ssl: the TLS context for an https endpoint (default: the system's trust store).
         keepalive_s: idle connections are closed after this many seconds.
         clock: nanosecond monotonic clock for the trace.

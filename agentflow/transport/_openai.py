@@ -143,9 +143,20 @@ class OpenAITransport:
                 trace=st.partial() if phase == "idle" else None,
             ) from None
         except openai.APIConnectionError as exc:
-            raise ConnectError(
-                f"no response from {self.endpoint}: {type(exc).__name__}: {exc}",
+            unsent = httpx2.ConnectError | httpx2.ProxyError | httpx2.UnsupportedProtocol
+            if isinstance(exc.__cause__, unsent):  # no connection: nothing was sent
+                raise ConnectError(
+                    f"no response from {self.endpoint}: {type(exc).__name__}: {exc}",
+                    endpoint=self.endpoint,
+                ) from exc
+            # The request went out (the SDK does not say on which connection): the server
+            # may have received it, and the retry policy judges.
+            raise StreamInterrupted(
+                f"connection to {self.endpoint} closed after the request was sent, before "
+                f"a response (the server may have received the request): "
+                f"{type(exc).__name__}: {exc} ({type(exc.__cause__).__name__})",
                 endpoint=self.endpoint,
+                trace=st.partial(),
             ) from exc
         except httpx2.TimeoutException as exc:
             raise StreamTimeout(

@@ -25,11 +25,13 @@ __all__ = ["ConnectionPool", "PooledConnection"]
 class PooledConnection(asyncio.Protocol):
     """The pool's side of one connection; a subclass parses what arrives on it."""
 
-    __slots__ = ("_lost", "pool", "rx_ns", "transport")
+    __slots__ = ("_lost", "pool", "reused", "rx_ns", "transport")
 
     def __init__(self, pool: ConnectionPool[Any]) -> None:
         self.pool: ConnectionPool[Any] = pool
         self.transport: asyncio.Transport | None = None
+        #: Taken from the idle connections (it carried a whole response before), not new.
+        self.reused = False
         #: The kernel's arrival time of the read being delivered (on a
         #: :class:`~agentflow.transport._kstamp.StampedSocket`); 0 on asyncio's transports.
         self.rx_ns = 0
@@ -137,6 +139,7 @@ class ConnectionPool(Generic[C]):
         while idle:
             conn, _ = idle.popitem()
             if conn.is_open:
+                conn.reused = True
                 return conn
         return await self._connect()
 

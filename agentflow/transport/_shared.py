@@ -41,11 +41,11 @@ MAX_ERROR_BODY = 64 * 1024
 
 class EndpointTransport:
     """What both HTTP transports share: one endpoint, its limits and clock, and the
-    resending of a request that failed before any response byte.
+    resending of a request that cannot have reached the server.
 
-    A plain loop, not tenacity: only such a failure (:class:`ConnectError`) is resent
-    here — it cannot duplicate output the client saw; the retry *policy* lives above
-    the transport.
+    A plain loop, not tenacity: only such a failure (:class:`ConnectError`: no connection,
+    or a reused kept-alive connection closed before any response byte) is resent here —
+    the server did not see the request; the retry *policy* lives above the transport.
     """
 
     def __init__(

@@ -21,9 +21,21 @@ from agentflow import HTTPTransport
 from agentflow.embedded import loop_clock
 from agentflow.transport import AiohttpTransport, OpenAITransport
 
-__all__ = ["KINDS", "RawServer", "chunk", "head", "make_transport", "raw_server"]
+__all__ = [
+    "KINDS",
+    "KeepAliveAnswer",
+    "RawServer",
+    "chunk",
+    "head",
+    "keepalive_server",
+    "make_transport",
+    "raw_server",
+]
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+#: ``(writer, n)`` answers the ``n``-th request (from 0, over all connections); it returns
+#: whether the connection stays open for the next one.
+KeepAliveAnswer = Callable[[asyncio.StreamWriter, int], Awaitable[bool]]
 
 #: The three transports every limit must hold on.
 KINDS = ["protocol", "aiohttp", "openai"]
@@ -97,6 +109,23 @@ async def raw_server(answer: Answer) -> AsyncIterator[RawServer]:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def keepalive_server(answer: KeepAliveAnswer) -> AsyncIterator[RawServer]:
+    """Serve on 127.0.0.1, several requests per connection: each is read, then answered
+    by ``answer(writer, n)``, until it returns False or the client closes."""
+
+    async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # raw_server has read (and counted) the connection's first request.
+        while await answer(writer, srv.requests - 1):
+            await writer.drain()
+            if not await _read_request(reader):
+                return
+            srv.requests += 1
+
+    async with raw_server(on_connection) as srv:
+        yield srv
 
 
 def head(content_type: str | None = "text/event-stream", status: int = 200) -> bytes:

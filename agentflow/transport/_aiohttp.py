@@ -83,24 +83,34 @@ class AiohttpTransport(EndpointTransport):
         )
         self._session = session
         self._owns_session = session is None
+        # For resends: a new connection each (aiohttp cannot be told to skip its idle ones).
+        self._fresh: aiohttp.ClientSession | None = None
 
-    def _client(self) -> aiohttp.ClientSession:
+    def _client(self, *, fresh: bool = False) -> aiohttp.ClientSession:
+        """The session to send with; ``fresh``: one that opens a new connection (a resend
+        after a stale kept-alive connection: the other idle ones may be stale too)."""
+        if self._session is None or self._session.closed:
+            self._session = self._new_session(reuse=True)
+            self._owns_session = True
+        if not fresh or not self._owns_session:
+            return self._session
+        if self._fresh is None or self._fresh.closed:
+            self._fresh = self._new_session(reuse=False)
+        return self._fresh
+
+    def _new_session(self, *, reuse: bool) -> aiohttp.ClientSession:
         import aiohttp
 
-        if self._session is None or self._session.closed:
-            t = self._timeouts
-            self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=0, limit_per_host=0),
-                # Idle is watched by Deadlines (lazily), not by a per-read sock_read timer.
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=t.connect),
-                # A 1 MiB buffer keeps a fast stream from pausing and resuming the socket
-                # once per chunk (aiohttp's 64 KiB default did, in the bulk benchmark).
-                read_bufsize=2**20,
-                # Says whether a request went out on a reused connection (once per request).
-                trace_configs=[_reuse_trace()],
-            )
-            self._owns_session = True
-        return self._session
+        return aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, force_close=not reuse),
+            # Idle is watched by Deadlines (lazily), not by a per-read sock_read timer.
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=self._timeouts.connect),
+            # A 1 MiB buffer keeps a fast stream from pausing and resuming the socket
+            # once per chunk (aiohttp's 64 KiB default did, in the bulk benchmark).
+            read_bufsize=2**20,
+            # Says whether a request went out on a reused connection (once per request).
+            trace_configs=[_reuse_trace()] if reuse else None,
+        )
 
     async def stream(self, request: ChatRequest, sink: DeltaSink | None = None) -> TurnTrace:
         """Stream one request to its end; see :class:`agentflow.typing.Transport`."""
@@ -118,7 +128,7 @@ class AiohttpTransport(EndpointTransport):
         st, limits = open_stream(self, sink, reconnects)
         try:
             async with limits.scope():
-                resp = await self._post(body, headers, st)
+                resp = await self._post(body, headers, st, fresh=reconnects > 0)
                 # From here on the connection is returned to the pool only after a clean
                 # end of body; an error or a cancellation closes it.
                 clean = False
@@ -154,7 +164,7 @@ class AiohttpTransport(EndpointTransport):
         return trace
 
     async def _post(
-        self, body: bytes, headers: dict[str, str], st: StreamState
+        self, body: bytes, headers: dict[str, str], st: StreamState, *, fresh: bool
     ) -> aiohttp.ClientResponse:
         import aiohttp
 
@@ -163,7 +173,7 @@ class AiohttpTransport(EndpointTransport):
         # session of the user's, a reused connection cannot be told from a new one.
         attempt = _Attempt()
         try:
-            return await self._client().post(
+            return await self._client(fresh=fresh).post(
                 self._endpoint.chat_url, data=body, headers=headers, trace_request_ctx=attempt
             )
         except aiohttp.ConnectionTimeoutError:
@@ -209,6 +219,8 @@ class AiohttpTransport(EndpointTransport):
         """Close the connection pool if this transport opened it."""
         if self._session is not None and self._owns_session and not self._session.closed:
             await self._session.close()
+        if self._fresh is not None and not self._fresh.closed:
+            await self._fresh.close()
 
 
 class _Attempt:

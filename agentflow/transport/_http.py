@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
-from agentflow._errors import ConfigError
+from agentflow._errors import ConfigError, ConnectError
 from agentflow._trace import TurnTrace
 from agentflow.transport import _kstamp
 from agentflow.transport._h1 import _Connection as _Connection
@@ -197,13 +197,20 @@ class HTTPTransport(EndpointTransport):
         pool = self._get_pool()
         try:
             async with limits.scope():
-                conn = await pool.acquire()
+                # A resend goes on a new connection: the idle ones may be as stale as the
+                # one that failed (a restarted server, a NAT that forgot them).
+                conn = await pool.acquire(fresh=reconnects > 0)
                 # The connection goes back to the pool only after a clean end of body on
                 # a kept-alive connection; an error or a cancellation closes it.
                 clean = False
                 try:
                     ex = conn.start(payload, st)
-                    await ex.done
+                    try:
+                        await ex.done
+                    except ConnectError:
+                        if conn.reused:  # stale: so is every connection idle for longer
+                            pool.drop_idle(since=conn.idle_since)
+                        raise
                     # Unlike AiohttpTransport, a connection that carried a whole error body
                     # is kept too: a burst of 429s need not cost a burst of reconnects.
                     clean = ex.keep

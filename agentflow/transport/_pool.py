@@ -25,13 +25,15 @@ __all__ = ["ConnectionPool", "PooledConnection"]
 class PooledConnection(asyncio.Protocol):
     """The pool's side of one connection; a subclass parses what arrives on it."""
 
-    __slots__ = ("_lost", "pool", "reused", "rx_ns", "transport")
+    __slots__ = ("_lost", "idle_since", "pool", "reused", "rx_ns", "transport")
 
     def __init__(self, pool: ConnectionPool[Any]) -> None:
         self.pool: ConnectionPool[Any] = pool
         self.transport: asyncio.Transport | None = None
         #: Taken from the idle connections (it carried a whole response before), not new.
         self.reused = False
+        #: When it last went idle (the loop's time), if it was ``reused``.
+        self.idle_since = 0.0
         #: The kernel's arrival time of the read being delivered (on a
         #: :class:`~agentflow.transport._kstamp.StampedSocket`); 0 on asyncio's transports.
         self.rx_ns = 0
@@ -128,18 +130,19 @@ class ConnectionPool(Generic[C]):
         """Idle connections ready for reuse."""
         return len(self._idle)
 
-    async def acquire(self) -> C:
-        """An idle connection if there is one, else a new one.
+    async def acquire(self, *, fresh: bool = False) -> C:
+        """An idle connection if there is one (and not ``fresh``), else a new one.
 
         Raises:
             ConnectError: the connection could not be opened.
             StreamTimeout: ``phase="connect"``, it took longer than ``connect_timeout``.
         """
         idle = self._idle
-        while idle:
-            conn, _ = idle.popitem()
+        while idle and not fresh:
+            conn, since = idle.popitem()
             if conn.is_open:
                 conn.reused = True
+                conn.idle_since = since
                 return conn
         return await self._connect()
 
@@ -191,6 +194,16 @@ class ConnectionPool(Generic[C]):
         self._idle[conn] = self.loop.time()
         if self._sweeper is None:
             self._sweeper = self.loop.call_later(self._keepalive_s, self._sweep)
+
+    def drop_idle(self, *, since: float) -> None:
+        """Close the idle connections that went idle at ``since`` or before: a connection
+        idle since then was found closed by the server, so they likely are too."""
+        idle = self._idle
+        for conn, when in list(idle.items()):
+            if when > since:
+                break  # the rest went idle later (the dict keeps release order)
+            del idle[conn]
+            conn.close()
 
     def forget(self, conn: C) -> None:
         """Drop a closed connection from the books (called from ``connection_lost``)."""

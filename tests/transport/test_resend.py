@@ -109,3 +109,31 @@ async def test_a_reused_connection_closed_before_any_byte_is_resent(kind: str) -
         trace = await t.stream(REQ)
     assert trace.content == "fine" and trace.reconnects == 1 and t.reconnects == 1
     assert srv.requests == 3 and srv.connections == 2
+
+
+@pytest.mark.parametrize("kind", ["protocol", "aiohttp"])
+async def test_a_burst_of_stale_connections_costs_one_resend(kind: str) -> None:
+    """Four idle connections went stale together (a restarted server behind a load
+    balancer: each is reset at its next request). The resend goes on a new connection;
+    it used to take the next stale one, and fail once connect_retries were spent."""
+    stale: set[asyncio.StreamWriter] = set()
+    seen: list[asyncio.StreamWriter] = []
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        if writer in stale:
+            writer.transport.abort()  # the server no longer knows this connection: RST
+            return False
+        seen.append(writer)
+        await asyncio.sleep(0.01)  # the four first requests overlap: four connections
+        writer.write(OK)
+        return True
+
+    async with keepalive_server(answer) as srv, aclosing(make_transport(kind, srv.base_url)) as t:
+        await asyncio.gather(*[t.stream(REQ) for _ in range(4)])
+        assert srv.connections == 4
+        stale.update(seen)
+        trace = await t.stream(REQ)
+        assert trace.content == "fine" and trace.reconnects == 1
+        if kind == "protocol":  # the connections idle for longer than the stale one: closed
+            assert t.pool.size == 1 and t.pool.idle == 1
+    assert srv.connections == 5

@@ -15,7 +15,7 @@ to act on it as attributes, never only in its message::
     │   │   │   └── ContextLengthExceeded  the server refused the prompt as too long;
     │   │   │                              also a ContextOverflow (``.tokens``, ``.limit``)
     │   │   ├── RateLimitError  429
-    │   │   └── ServerError     5xx, or an error object sent inside the stream
+    │   │   └── ServerError     5xx (an error object sent inside the stream: by its code)
     │   ├── StreamTimeout       a time limit ran out; ``.phase``, ``.timeout_s``, ``.trace``
     │   └── AllReplicasDown     every replica is failing; ``.replicas`` (name → last error)
     ├── ToolError               a tool raised or got arguments it cannot take; ``.tool``

@@ -117,14 +117,21 @@ class UnexpectedContentType(StreamProtocolError):
 
 
 class APIStatusError(TransportError):
-    """The server answered with a non-2xx status (or an error object in the stream).
+    """The server answered with a non-2xx status, or sent an error object inside an open
+    stream (whose ``code`` picks the class as a status would: 429 → :class:`RateLimitError`,
+    a "prompt too long" → ``ContextLengthExceeded``; no code → 500).
 
     Attributes:
-        status: the HTTP status code.
+        status: the HTTP status code (for an error in the stream, its ``code``).
         body: the parsed JSON error body, or the raw text when it was not JSON (with
-            credentials masked, as in the message: servers echo rejected keys).
+            credentials masked, as in the message: servers echo rejected keys); for an
+            error in the stream, its error object.
         retry_after: seconds from a ``Retry-After`` header, when one was sent.
+        trace: for an error in the stream, what arrived before it; else ``None``.
     """
+
+    #: What arrived before an error object inside the stream (``None`` for a status).
+    trace: TurnTrace | None = None
 
     def __init__(
         self,
@@ -150,7 +157,7 @@ class RateLimitError(APIStatusError):
 
 
 class ServerError(APIStatusError):
-    """5xx, or an error the server reported inside an open stream."""
+    """5xx, or an error object inside an open stream with a 5xx ``code`` or none."""
 
 
 StreamPhase = Literal["connect", "first_token", "idle", "total"]

@@ -1,7 +1,7 @@
 """Which failures are retried, and how long to wait first (tenacity underneath).
 
 Retried by default: 429 (after its ``Retry-After`` when the server sent one), 500,
-502, 503, 504, an error object sent inside the stream, connection errors, timeouts,
+502, 503, 504 (an error object sent inside the stream: by its code), connection errors, timeouts,
 and a stream cut mid-way — dropped, or ended cleanly with no finish reason and no
 ``[DONE]`` (the turn is re-run; the partial output is discarded and recorded on the
 turn). Never retried: other 4xx (the request itself is wrong), malformed streams

@@ -21,8 +21,9 @@ from typing import Any
 
 import msgspec
 
-from agentflow._errors import ServerError, StreamProtocolError
+from agentflow._errors import APIStatusError, StreamProtocolError
 from agentflow._trace import CacheSource, ToolCall, TurnTrace, Usage
+from agentflow.transport._status import api_status_error, stream_error_status
 from agentflow.typing import DeltaSink
 
 __all__ = ["MAX_REPORTED_TOKENS", "TraceBuilder", "apportion"]
@@ -161,12 +162,7 @@ class TraceBuilder:
             ) from None
         self.n_events += 1
         if chunk.error is not None:
-            raise ServerError(
-                f"server reported an error inside the stream: {chunk.error!r}",
-                status=_error_status(chunk.error),
-                body=chunk.error,
-                endpoint=self.endpoint,
-            )
+            raise self._stream_error(chunk.error, t_ns)
         if self.response_id is None:
             self.response_id = chunk.id
             self.model = chunk.model
@@ -215,6 +211,20 @@ class TraceBuilder:
                         self._token_counts = None
         if choice.finish_reason is not None:
             self.finish_reason = choice.finish_reason
+
+    def _stream_error(self, error: Any, t_ns: int) -> APIStatusError:
+        """The error for an error object sent inside the stream, chosen by its code as an
+        HTTP status would be, with what arrived before it."""
+        status = stream_error_status(error)
+        exc = api_status_error(
+            status,
+            error,
+            self.endpoint,
+            lead=f"{self.endpoint} reported an error (status {status}) inside the stream "
+            f"after {len(self.chunk_ns)} output chunks",
+        )
+        exc.trace = self.finish(t_ns)
+        return exc
 
     def _add_tool_deltas(self, deltas: list[_ToolCallDelta], t_ns: int) -> int:
         chars = 0
@@ -374,11 +384,3 @@ def _usage_problem(u: _Usage) -> str | None:
             f"> completion_tokens={completion}"
         )
     return None
-
-
-def _error_status(error: Any) -> int:
-    if isinstance(error, dict):
-        code = error.get("code")
-        if isinstance(code, int) and 400 <= code < 600:
-            return code
-    return 500

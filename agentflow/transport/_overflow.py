@@ -100,10 +100,11 @@ def parse_context_length(body: Any, message: str) -> tuple[int, int, int | None,
 
 
 def context_length_error(
-    status: int, body: Any, message: str, endpoint: str
+    status: int, body: Any, message: str, endpoint: str, *, lead: str | None = None
 ) -> ContextLengthExceeded | None:
     """The :class:`~agentflow.ContextLengthExceeded` for a 4xx that says the prompt is too
-    long (its numbers read from ``body`` and ``message``), else ``None``."""
+    long (its numbers read from ``body`` and ``message``), else ``None``. Its message
+    starts with ``lead`` (default: ``"<endpoint> answered <status>"``)."""
     if not 400 <= status < 500 or status == 429:
         return None
     parsed = parse_context_length(body, message)
@@ -111,7 +112,8 @@ def context_length_error(
         return None
     tokens, limit, prompt, output = parsed
     return ContextLengthExceeded(
-        f"{endpoint} answered {status}: the request needs {tokens:,} tokens, more than the "
+        f"{lead or f'{endpoint} answered {status}'}: the request needs {tokens:,} tokens, "
+        "more than the "
         f"server's {limit:,}-token context window (its message: {message})",
         status=status,
         tokens=tokens,

@@ -7,20 +7,12 @@ from typing import Any, Self
 
 import msgspec
 
-from agentflow._errors import (
-    APIStatusError,
-    BadRequestError,
-    ConfigError,
-    ConnectError,
-    RateLimitError,
-    ServerError,
-    UnexpectedContentType,
-)
+from agentflow._errors import APIStatusError, ConfigError, ConnectError, UnexpectedContentType
 from agentflow._redact import display_url, redact_headers
 from agentflow._trace import TurnTrace
-from agentflow.transport._overflow import context_length_error
 from agentflow.transport._request import Endpoint, Timeouts, parse_retry_after
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, check_max_event_bytes
+from agentflow.transport._status import api_status_error
 from agentflow.transport._stream import finish_stream
 from agentflow.typing import Clock
 
@@ -155,41 +147,13 @@ async def status_error(
         body = msgspec.json.decode(raw) if raw else None
     except msgspec.DecodeError:
         body = raw.decode("utf-8", "replace")
-    message = _error_message(body) or f"HTTP {status}"
-    too_long = context_length_error(status, body, message, endpoint)
-    if too_long is not None:
-        return too_long
-    cls = (
-        RateLimitError
-        if status == 429
-        else ServerError
-        if status >= 500
-        else BadRequestError
-        if status >= 400
-        else APIStatusError
-    )
-    return cls(
-        f"{endpoint} answered {status}: {message}",
-        status=status,
-        body=body,
+    return api_status_error(
+        status,
+        body,
+        endpoint,
+        lead=f"{endpoint} answered {status}",
         retry_after=parse_retry_after(headers.get("Retry-After")),
-        endpoint=endpoint,
     )
-
-
-def _error_message(body: Any) -> str | None:
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict):
-            msg = err.get("message") or err.get("detail")
-            return str(msg) if msg is not None else None
-        if isinstance(err, str):
-            return err
-        detail = body.get("detail") or body.get("message")
-        return str(detail) if detail is not None else None
-    if isinstance(body, str) and body:
-        return body[:300]
-    return None
 
 
 def keep_headers(headers: Any) -> dict[str, str]:

@@ -1,0 +1,85 @@
+"""An error object a server sends inside an open stream, on the three transports: the
+class its code calls for (as an HTTP status would), the output that came before it,
+and the endpoint in its message."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from contextlib import aclosing
+from typing import Any
+
+import pytest
+
+from agentflow import (
+    APIStatusError,
+    BadRequestError,
+    ContextLengthExceeded,
+    RateLimitError,
+    ServerError,
+)
+from agentflow.sched import RetryPolicy
+from agentflow.transport import ChatRequest
+
+from .rawserver import KINDS, chunk, head, make_transport, raw_server
+
+REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8})
+TOO_LONG = (
+    "This model's maximum context length is 100 tokens. However, you requested 150 tokens "
+    "(120 in the messages, 30 in the completion)."
+)
+
+
+def _event(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+async def _stream_error(kind: str, error: Any) -> APIStatusError:
+    """Stream from a server that sends one output chunk, then ``{"error": error}``."""
+    delta = {"id": "x", "model": "m", "choices": [{"index": 0, "delta": {"content": "partial"}}]}
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        body = _event(delta) + _event({"error": error})
+        writer.write(head() + chunk(body) + chunk(b""))
+        await writer.drain()
+
+    async with raw_server(answer) as srv, aclosing(make_transport(kind, srv.base_url)) as t:
+        with pytest.raises(APIStatusError) as info:
+            await t.stream(REQ)
+    err = info.value
+    assert srv.base_url in str(err) and err.endpoint == srv.base_url
+    assert "inside the stream after 1 output chunks" in str(err)
+    assert err.trace is not None and err.trace.content == "partial"
+    return err
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_429_in_the_stream_is_a_rate_limit_error(kind: str) -> None:
+    """It was a ServerError, blamed on the replica, with no trace and no endpoint."""
+    err = await _stream_error(kind, {"message": "Rate limit exceeded", "code": 429})
+    assert type(err) is RateLimitError and err.status == 429
+    assert RetryPolicy().retryable(err) and not RetryPolicy.blames_replica(err)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_too_long_prompt_in_the_stream_is_context_length_exceeded(kind: str) -> None:
+    err = await _stream_error(kind, {"message": TOO_LONG, "type": "BadRequestError", "code": 400})
+    assert isinstance(err, ContextLengthExceeded)
+    assert (err.status, err.limit, err.tokens, err.prompt_tokens) == (400, 100, 150, 120)
+    assert not RetryPolicy().retryable(err)
+
+
+@pytest.mark.parametrize(
+    ("error", "cls", "status"),
+    [
+        ({"message": "overloaded", "code": 503}, ServerError, 503),
+        ({"message": "bad tool schema", "code": "400"}, BadRequestError, 400),
+        ({"message": "boom"}, ServerError, 500),
+        ({"message": TOO_LONG, "code": "context_length_exceeded"}, ContextLengthExceeded, 400),
+        ("a bare string", ServerError, 500),
+    ],
+    ids=["503", "string-code", "no-code", "too-long-without-status", "string"],
+)
+async def test_the_code_picks_the_class(error: Any, cls: type, status: int) -> None:
+    err = await _stream_error("protocol", error)
+    assert type(err) is cls and err.status == status

@@ -81,7 +81,9 @@ class TurnTrace:
         n_events: every SSE data event received, ``[DONE]`` excluded.
         done: whether ``data: [DONE]`` arrived.
         server_timings: llama.cpp-style ``timings`` object from the final chunk, if any.
-        response_headers: the few response headers reports use (lower-cased names).
+        response_headers: the response's ``x-*`` headers (lower-cased names; credential
+            values masked; a repeated header joined with ``", "``; a value that is not
+            UTF-8 read as Latin-1), alike on every transport.
     """
 
     endpoint: str

@@ -126,7 +126,8 @@ class OpenAITransport:
                     first = await _read_some(raw)
                     raise content_type_error(raw.status_code, refused, first, self.endpoint)
                 await st.read_all(raw.aiter_bytes())
-                headers = keep_headers(response.headers)
+                # The bytes: httpx reads the whole set as Latin-1 if one value is not UTF-8.
+                headers = keep_headers(raw.headers.raw)
         except TimeoutError:
             raise st.timeout() from None
         except openai.APIStatusError as exc:

@@ -158,5 +158,40 @@ async def status_error(
 
 def keep_headers(headers: Any) -> dict[str, str]:
     """The response headers traces keep: every ``x-*`` one, names lower-cased, the values
-    of credential-named ones masked (``redact_headers``)."""
-    return redact_headers(headers.items())
+    of credential-named ones masked (``redact_headers``).
+
+    ``headers``: a mapping with ``items()`` (names and values as text), or name–value
+    pairs of text or bytes (httpx's ``Headers.raw``). The same on every transport: a
+    header sent several times is one value, joined with ``", "`` (as the openai SDK
+    reads them), and each value is UTF-8 if it is valid UTF-8, else Latin-1 (what its
+    bytes say) — never the surrogate escapes aiohttp's and httptools' decoding leave,
+    which no JSON encoder (the run store's) can write.
+    """
+    pairs = headers.items() if hasattr(headers, "items") else headers
+    kept: dict[str, str] = {}
+    for name, value in pairs:
+        if name[:2].lower() in ("x-", b"x-"):
+            key = _text(name).lower()
+            text = _text(value)
+            kept[key] = f"{kept[key]}, {text}" if key in kept else text
+    return redact_headers(kept.items())
+
+
+def _text(s: str | bytes) -> str:
+    """``s`` as text any encoder takes: UTF-8, else Latin-1 (also for the bytes that
+    surrogate escapes stand for)."""
+    if isinstance(s, bytes):
+        try:
+            return s.decode()
+        except UnicodeDecodeError:
+            return s.decode("latin-1")
+    if s.isascii():
+        return s
+    try:
+        s.encode()
+    except UnicodeEncodeError:
+        try:
+            return s.encode("utf-8", "surrogateescape").decode("latin-1")
+        except UnicodeEncodeError:  # a lone surrogate that is not an escaped byte
+            return s.encode("utf-8", "replace").decode()
+    return s

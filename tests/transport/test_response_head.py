@@ -8,7 +8,9 @@ behaviour was.
 from __future__ import annotations
 
 import asyncio
+from contextlib import aclosing
 
+import msgspec
 import pytest
 
 from agentflow import StreamProtocolError
@@ -16,7 +18,7 @@ from agentflow.testing import Reply
 from agentflow.transport import ChatRequest
 from agentflow.transport._h1 import MAX_HEAD_BYTES, MAX_HEADER_LINE
 
-from .rawserver import chunk, make_transport, raw_server
+from .rawserver import KINDS, chunk, make_transport, raw_server
 
 REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8})
 BODY = b"".join(Reply.text("fine").frames)
@@ -118,3 +120,28 @@ async def test_a_long_line_under_the_limit_is_kept() -> None:
     outcome = await _stream([HEAD + line + b"\r\n" + chunk(BODY) + chunk(b"")])
     assert not isinstance(outcome, Exception), outcome
     assert outcome.response_headers["x-long"] == "c" * size  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_x_headers_are_text_and_joined_alike_on_every_transport(kind: str) -> None:
+    """A Latin-1 header value (legal HTTP) was kept as 'caf\\udce9' by HTTPTransport and
+    AiohttpTransport: no JSON encoder takes it, and the run store left the turn out. A
+    repeated header kept its last value there, both joined by the openai SDK."""
+    head = (
+        HEAD + b"X-Req: one\r\nX-Req: two\r\nX-Latin: caf\xe9\r\n"
+        b"X-Utf8: caf\xc3\xa9\r\nX-Api-Key: sekrit\r\n\r\n"
+    )
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(head + chunk(BODY) + chunk(b""))
+        await writer.drain()
+
+    async with raw_server(answer) as srv, aclosing(make_transport(kind, srv.base_url)) as t:
+        trace = await t.stream(REQ)
+    assert trace.response_headers == {
+        "x-req": "one, two",
+        "x-latin": "café",
+        "x-utf8": "café",
+        "x-api-key": "***",
+    }
+    assert msgspec.json.decode(msgspec.json.encode(trace)) is not None

@@ -68,7 +68,9 @@ class TurnTrace:
     """One streamed chat-completions request, timestamped chunk by chunk.
 
     Attributes:
-        sent_ns: when the request was handed to the socket.
+        sent_ns: when the request was handed to the socket, once its connection was open
+            (``OpenAITransport``, and ``AiohttpTransport`` on a session of the user's:
+            when the request was handed to the client, connecting included).
         headers_ns: when the response status line and headers arrived.
         end_ns: when the stream ended (``[DONE]`` or close).
         chunk_ns: the arrival time of every *output-bearing* chunk (content, reasoning

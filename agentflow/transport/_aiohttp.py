@@ -108,8 +108,9 @@ class AiohttpTransport(EndpointTransport):
             # A 1 MiB buffer keeps a fast stream from pausing and resuming the socket
             # once per chunk (aiohttp's 64 KiB default did, in the bulk benchmark).
             read_bufsize=2**20,
-            # Says whether a request went out on a reused connection (once per request).
-            trace_configs=[_reuse_trace()] if reuse else None,
+            # Says whether a request went out on a reused connection, and when it was
+            # written (a few calls per request, none per read).
+            trace_configs=[_request_trace()],
         )
 
     async def stream(self, request: ChatRequest, sink: DeltaSink | None = None) -> TurnTrace:
@@ -169,9 +170,10 @@ class AiohttpTransport(EndpointTransport):
         import aiohttp
 
         t = self._timeouts
-        # Set by the session's trace (only a session this transport made has it): with a
-        # session of the user's, a reused connection cannot be told from a new one.
-        attempt = _Attempt()
+        # Told by the session's trace (only a session this transport made has it) whether
+        # the connection was reused, and when the request was written; with a session of
+        # the user's, neither is known.
+        attempt = _Attempt(st)
         try:
             return await self._client(fresh=fresh).post(
                 self._endpoint.chat_url, data=body, headers=headers, trace_request_ctx=attempt
@@ -224,11 +226,13 @@ class AiohttpTransport(EndpointTransport):
 
 
 class _Attempt:
-    """One request's ``trace_request_ctx``: whether it went out on a reused connection."""
+    """One request's ``trace_request_ctx``: its stream, and whether it went out on a
+    reused connection."""
 
-    __slots__ = ("reused",)
+    __slots__ = ("reused", "stream")
 
-    def __init__(self) -> None:
+    def __init__(self, stream: StreamState) -> None:
+        self.stream = stream
         self.reused = False
 
 
@@ -238,12 +242,21 @@ async def _on_reuse(_session: object, ctx: Any, _params: object) -> None:
         attempt.reused = True
 
 
-def _reuse_trace() -> aiohttp.TraceConfig:
-    """A trace that marks a request's :class:`_Attempt` when its connection is reused."""
+async def _on_headers_sent(_session: object, ctx: Any, _params: object) -> None:
+    attempt = ctx.trace_request_ctx
+    if isinstance(attempt, _Attempt):  # connected: connecting is not the server's time
+        st = attempt.stream
+        st.sent_at(st.clock())
+
+
+def _request_trace() -> aiohttp.TraceConfig:
+    """A trace that tells a request's :class:`_Attempt` that its connection was reused,
+    and when the request head was written (after connecting)."""
     import aiohttp
 
     trace = aiohttp.TraceConfig()
     trace.on_connection_reuseconn.append(_on_reuse)
+    trace.on_request_headers_sent.append(_on_headers_sent)
     return trace
 
 

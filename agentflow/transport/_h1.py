@@ -103,6 +103,7 @@ class _Connection(PooledConnection):
         if tr is None or tr.is_closing():
             self._settle(ex, self._dropped(ex, None, sent=False))
         else:
+            stream.sent_at(stream.clock())  # connected: connecting is not the server's time
             tr.write(request)
         return ex
 

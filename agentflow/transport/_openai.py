@@ -13,6 +13,10 @@ idle (data events only) and total, the SSE event-size limit, the refusal of a 2x
 HTML/JSON body — except ``Timeouts.connect``: connecting (and the SDK's own timeouts and
 retries before a response) is the client's business.
 
+The trace's ``sent_ns`` is when the request is handed to the client: the SDK does not say
+when it writes it, so its connecting (and its own retries) count in TTFT and E2E here, unlike
+on the other transports.
+
 The SDK is imported when a request is first streamed, not with agentflow: it brings
 ~100,000 objects that every full garbage collection of a fleet would then walk.
 """

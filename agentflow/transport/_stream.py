@@ -81,7 +81,7 @@ class StreamState:
     Args:
         endpoint: the label traces and errors carry.
         clock: the transport's nanosecond clock; the request counts as sent when this
-            object is made.
+            object is made, until the transport says when it wrote it (:meth:`sent_at`).
         sink: receives each delta as it is decoded.
         timeouts: the stream's limits; ``None`` for none (the in-process transports).
             With limits, run the stream inside ``async with state.limits:``.
@@ -132,6 +132,13 @@ class StreamState:
     def n_chunks(self) -> int:
         """Output-bearing chunks so far."""
         return len(self.builder.chunk_ns)
+
+    def sent_at(self, t_ns: int) -> None:
+        """The request was handed to the socket at ``t_ns`` (after its connection was
+        opened): the trace's ``sent_ns``, and the start of the wait for the first data
+        event."""
+        b = self.builder
+        b.sent_ns = b.headers_ns = self.last_ns = t_ns
 
     def headers_at(self, t_ns: int) -> None:
         """The response head arrived at ``t_ns``."""

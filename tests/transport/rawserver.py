@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shutil
+import ssl
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import openai
+import pytest
 from openai._base_client import get_platform
 
 from agentflow import HTTPTransport
@@ -30,6 +35,7 @@ __all__ = [
     "keepalive_server",
     "make_transport",
     "raw_server",
+    "self_signed",
 ]
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -126,6 +132,24 @@ async def keepalive_server(answer: KeepAliveAnswer) -> AsyncIterator[RawServer]:
 
     async with raw_server(on_connection) as srv:
         yield srv
+
+
+def self_signed(tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context with a fresh self-signed cert for localhost, and a client that trusts it."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("needs the openssl command")
+    cert, key = tmp / "cert.pem", tmp / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=DNS:localhost"],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server.load_cert_chain(cert, key)
+    client = ssl.create_default_context(cafile=str(cert))
+    return server, client
 
 
 def head(content_type: str | None = "text/event-stream", status: int = 200) -> bytes:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import shutil
 import socket
 import ssl
-import subprocess
 import threading
 import time
 from collections import deque
@@ -39,6 +37,7 @@ from agentflow.transport import AiohttpTransport, ChatRequest, _kstamp
 from agentflow.typing import DeltaKind
 
 from ..wait import GUARD_S, eventually
+from .rawserver import self_signed
 
 REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8})
 
@@ -498,31 +497,13 @@ def test_a_transport_outlives_its_event_loop() -> None:
     assert asyncio.run(once()) == "x"
 
 
-def _self_signed(tmp: Path) -> tuple[ssl.SSLContext, ssl.SSLContext]:
-    """A server context with a fresh self-signed cert for localhost, and a client that trusts it."""
-    openssl = shutil.which("openssl")
-    if openssl is None:
-        pytest.skip("needs the openssl command")
-    cert, key = tmp / "cert.pem", tmp / "key.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-         "-keyout", str(key), "-out", str(cert), "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=DNS:localhost"],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server.load_cert_chain(cert, key)
-    client = ssl.create_default_context(cafile=str(cert))
-    return server, client
-
-
 async def test_https(tmp_path: Path, reads: str) -> None:
     """TLS with the certificate checked against the URL's host name; connections reused."""
     if reads == "kernel":
         with pytest.raises(ConfigError, match="kernel_timestamps=True works on http://"):
             HTTPTransport("https://localhost:1/v1")
         return
-    server_ctx, client_ctx = _self_signed(tmp_path)
+    server_ctx, client_ctx = self_signed(tmp_path)
     replies = [Raw(chunked(sse("secure"))), Raw(chunked(sse("again")))]
     async with (
         RawServer(replies, tls=server_ctx) as srv,

@@ -134,8 +134,7 @@ class HTTPTransport(EndpointTransport):
         self._port = port or default_port
         host = f"[{self._host}]" if ":" in self._host else self._host
         self._host_header = host if self._port == default_port else f"{host}:{self._port}"
-        target = (url.path or "/") + (f"?{url.query}" if url.query else "")
-        self._request_line = f"POST {target} HTTP/1.1\r\n"
+        self._request_line = f"POST {url.path or '/'} HTTP/1.1\r\n"  # no query: Endpoint
         self._ssl = ssl
         self._pool: ConnectionPool[_Connection] | None = None
 

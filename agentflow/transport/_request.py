@@ -35,7 +35,9 @@ class Endpoint:
     Args:
         base_url: up to and including ``/v1``, e.g. ``http://127.0.0.1:8000/v1``. A
             ``user:password@`` in it is never printed: names, errors, traces and ``repr``
-            show the URL without it.
+            show the URL without it. No query string or fragment: ``/chat/completions``
+            is appended to the path (a query, such as ``?api-version=…`` or a key, goes
+            in ``headers`` or ``extra_body``).
         api_key: sent as ``Authorization: Bearer …``; never logged, never in ``repr``.
         headers: extra headers on every request. The values of credential headers (names
             ending in ``key``, ``token``, ``secret``, ``auth``…: ``api-key``,
@@ -58,6 +60,14 @@ class Endpoint:
             raise ConfigError(
                 f"Endpoint.base_url must be an http(s) URL such as http://127.0.0.1:8000/v1, "
                 f"got {self.base_url!r}"
+            )
+        if parts.query or parts.fragment or "?" in self.base_url or "#" in self.base_url:
+            # Its value is not echoed: some providers take keys in the query.
+            bare = display_url(f"{parts.scheme}://{parts.netloc}{parts.path}")
+            raise ConfigError(
+                f"Endpoint.base_url must not have a query string or fragment ({bare!r} has "
+                "one): the request path is base_url + '/chat/completions'; send what it "
+                "carries in Endpoint.headers or Endpoint.extra_body"
             )
         for key in self.headers:
             if key.lower() == "authorization":

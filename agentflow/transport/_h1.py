@@ -206,6 +206,17 @@ class _Connection(PooledConnection):
         )
         ex.refused = refused_content_type(status, headers)
         ex.sse = status < 300 and ex.refused is None
+        coding = headers.get("Content-Encoding", "").strip().lower()
+        if ex.sse and coding not in ("", "identity"):
+            # Asked for none (Accept-Encoding: identity): compressed bytes parse to no event.
+            st = ex.stream
+            raise StreamProtocolError(
+                f"{st.endpoint} sent a stream with Content-Encoding {coding!r}, though the "
+                "request asked for none; HTTPTransport does not decompress (a proxy that "
+                "compresses? AiohttpTransport decompresses)",
+                endpoint=st.endpoint,
+                trace=st.partial(self._now),
+            )
         ex.framed = (
             "chunked" in headers.get("Transfer-Encoding", "").lower()
             or "Content-Length" in headers

@@ -8,12 +8,13 @@ behaviour was.
 from __future__ import annotations
 
 import asyncio
+import gzip
 from contextlib import aclosing
 
 import msgspec
 import pytest
 
-from agentflow import StreamProtocolError
+from agentflow import RateLimitError, StreamProtocolError
 from agentflow.testing import Reply
 from agentflow.transport import ChatRequest
 from agentflow.transport._h1 import MAX_HEAD_BYTES, MAX_HEADER_LINE
@@ -145,3 +146,19 @@ async def test_x_headers_are_text_and_joined_alike_on_every_transport(kind: str)
         "x-api-key": "***",
     }
     assert msgspec.json.decode(msgspec.json.encode(trace)) is not None
+
+
+async def test_a_compressed_stream_is_refused_by_its_encoding() -> None:
+    """A gzip body (a proxy compressing, though the request asked for none) parsed to no
+    event: 'ended after 0 events with neither a finish_reason nor [DONE]', retried as a
+    stream cut mid-way. Now the error names the encoding; an error status keeps its class."""
+    packed = gzip.compress(BODY)
+    head = HEAD.replace(b"Transfer-Encoding: chunked\r\n", b"") + b"Content-Encoding: gzip\r\n"
+    sized = head + b"Content-Length: %d\r\n\r\n" % len(packed) + packed
+    outcome = await _stream([sized])
+    assert isinstance(outcome, StreamProtocolError), outcome
+    assert "Content-Encoding 'gzip'" in str(outcome) and not outcome.unfinished
+    assert outcome.endpoint is not None and outcome.endpoint in str(outcome)
+    limited = sized.replace(b"200 OK", b"429 Too Many Requests")
+    with pytest.raises(RateLimitError):
+        await _stream([limited])

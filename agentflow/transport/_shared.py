@@ -12,7 +12,7 @@ from agentflow._redact import display_url, redact_headers
 from agentflow._trace import TurnTrace
 from agentflow.transport._request import Endpoint, Timeouts, parse_retry_after
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, check_max_event_bytes
-from agentflow.transport._status import api_status_error
+from agentflow.transport._status import api_status_error, redirect_note
 from agentflow.transport._stream import finish_stream
 from agentflow.typing import Clock
 
@@ -147,11 +147,14 @@ async def status_error(
         body = msgspec.json.decode(raw) if raw else None
     except msgspec.DecodeError:
         body = raw.decode("utf-8", "replace")
+    lead = f"{endpoint} answered {status}"
+    if 300 <= status < 400:
+        lead += redirect_note(headers.get("Location"), endpoint)
     return api_status_error(
         status,
         body,
         endpoint,
-        lead=f"{endpoint} answered {status}",
+        lead=lead,
         retry_after=parse_retry_after(headers.get("Retry-After")),
     )
 

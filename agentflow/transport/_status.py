@@ -10,11 +10,13 @@ object a server sends inside an open stream (``TraceBuilder.feed``): a 429 is a
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urljoin, urlsplit
 
 from agentflow._errors import APIStatusError, BadRequestError, RateLimitError, ServerError
+from agentflow._redact import display_url, redact
 from agentflow.transport._overflow import context_length_error, parse_context_length
 
-__all__ = ["api_status_error", "error_message", "stream_error_status"]
+__all__ = ["api_status_error", "error_message", "redirect_note", "stream_error_status"]
 
 
 def api_status_error(
@@ -41,6 +43,22 @@ def api_status_error(
         body=body,
         retry_after=retry_after,
         endpoint=endpoint,
+    )
+
+
+def redirect_note(location: str | None, endpoint: str) -> str:
+    """For a redirect's message: where it points (made absolute; without userinfo, query
+    or fragment, which may carry credentials) and what to do, or ``""`` without one."""
+    if not location:
+        return ""
+    try:
+        parts = urlsplit(urljoin(f"{endpoint}/chat/completions", location.strip()))
+        where = display_url(f"{parts.scheme}://{parts.netloc}{parts.path}")
+    except ValueError:
+        return " (a redirect, with a Location that is not a URL)"
+    more = "?…" if parts.query or parts.fragment else ""
+    return (
+        f" (a redirect to {redact(where)}{more}, not followed: point base_url at the new location)"
     )
 
 

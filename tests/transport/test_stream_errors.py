@@ -83,3 +83,35 @@ async def test_a_too_long_prompt_in_the_stream_is_context_length_exceeded(kind: 
 async def test_the_code_picks_the_class(error: Any, cls: type, status: int) -> None:
     err = await _stream_error("protocol", error)
     assert type(err) is cls and err.status == status
+
+
+@pytest.mark.parametrize(
+    ("location", "shown"),
+    [
+        ("http://u:pw0rd@127.0.0.1:9/v2/chat/completions?token=SECRETQ", "127.0.0.1:9/v2/chat/"),
+        ("/v2/chat/completions", "/v2/chat/completions"),
+    ],
+    ids=["absolute", "relative"],
+)
+async def test_a_redirect_says_where_it_points(location: str, shown: str) -> None:
+    """HTTPTransport does not follow redirects; its error said only 'answered 301: HTTP
+    301'. It names the Location (made absolute, without credentials or query) and what
+    to change."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(
+            b"HTTP/1.1 301 Moved Permanently\r\nLocation: %s\r\nContent-Length: 0\r\n\r\n"
+            % location.encode()
+        )
+        await writer.drain()
+
+    async with raw_server(answer) as srv, aclosing(make_transport("protocol", srv.base_url)) as t:
+        with pytest.raises(APIStatusError) as info:
+            await t.stream(REQ)
+    message = str(info.value)
+    assert info.value.status == 301 and "base_url" in message
+    if location.startswith("/"):
+        assert f"127.0.0.1:{srv.port}{shown}" in message
+    else:
+        assert shown in message and "?…" in message
+    assert "pw0rd" not in message and "SECRETQ" not in message

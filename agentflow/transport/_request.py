@@ -6,6 +6,8 @@ from __future__ import annotations
 import base64
 import datetime
 import email.utils
+import math
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -180,7 +182,12 @@ class Timeouts:
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date).
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date), a
+    finite number ≥ 0, or ``None`` when the value is neither.
+
+    Delta-seconds are ASCII digits (a fraction is taken too); ``float()``'s other forms
+    (``inf``, ``1e400``, ``1_0``, ``nan``, other scripts' digits) are not: an infinite
+    wait is no wait a server can mean.
 
     Every HTTP date is GMT (RFC 9110), also the asctime form, which has no zone, and a
     ``-0000`` zone: ``parsedate_to_datetime`` returns those naive, and a naive
@@ -189,10 +196,9 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     if not value:
         return None
     value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
+    if _DELTA_SECONDS.fullmatch(value):
+        seconds = float(value)
+        return seconds if math.isfinite(seconds) else None  # 400 digits: inf
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
@@ -200,3 +206,7 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     if when.tzinfo is None:
         when = when.replace(tzinfo=datetime.UTC)
     return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+#: Retry-After's delta-seconds: ASCII digits, and a fraction some servers send.
+_DELTA_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)

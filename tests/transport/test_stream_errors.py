@@ -115,3 +115,26 @@ async def test_a_redirect_says_where_it_points(location: str, shown: str) -> Non
     else:
         assert shown in message and "?…" in message
     assert "pw0rd" not in message and "SECRETQ" not in message
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("2", 2.0), ("1.5", 1.5), ("inf", None), ("Infinity", None), ("1e400", None),
+     ("1" * 400, None), ("1_0", None), ("nan", None), ("-5", None), ("١٢", None)],
+)  # fmt: skip
+async def test_retry_after_is_finite_or_none(value: str, seconds: float | None) -> None:
+    """A 429's Retry-After read by float(): 'inf' or '1e400' gave retry_after=inf."""
+    body = b'{"error": {"message": "slow down"}}'
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(
+            b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: %s\r\nContent-Length: %d\r\n\r\n"
+            % (value.encode(), len(body))
+            + body
+        )
+        await writer.drain()
+
+    async with raw_server(answer) as srv, aclosing(make_transport("protocol", srv.base_url)) as t:
+        with pytest.raises(RateLimitError) as info:
+            await t.stream(REQ)
+    assert info.value.retry_after == seconds

@@ -123,13 +123,14 @@ def test_a_child_started_from_another_thread_outlives_that_thread() -> None:
     gone(pid, port)
 
 
-def test_stop_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
-    script = tmp_path / "stubborn.py"
-    script.write_text(
+def health_server(path: Path, on_sigterm: str) -> Path:
+    """A script at ``path`` serving ``GET`` with a 200 on the port given as its argument,
+    with ``on_sigterm`` (Python source) as its SIGTERM handler."""
+    path.write_text(
         textwrap.dedent(
-            """
+            f"""
             import http.server, signal, sys
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            signal.signal(signal.SIGTERM, {on_sigterm})
 
             class Health(http.server.BaseHTTPRequestHandler):
                 def do_GET(self):
@@ -143,6 +144,11 @@ def test_stop_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
             """
         )
     )
+    return path
+
+
+def test_stop_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
+    script = health_server(tmp_path / "stubborn.py", "signal.SIG_IGN")
     port = free_port()
     child = ChildServer(
         [sys.executable, str(script), str(port)], port=port, name="stubborn", stop_timeout_s=0.5
@@ -157,24 +163,8 @@ def test_stop_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None:
 def test_an_interrupt_while_stopping_kills_the_child(tmp_path: Path) -> None:
     """A second Ctrl-C while stop() waits for a slow child to end: the child is killed
     before the interrupt goes on (it was left running, and forgotten by the exit hook)."""
-    script = tmp_path / "slow_to_stop.py"
-    script.write_text(
-        textwrap.dedent(
-            """
-            import http.server, signal, sys
-            signal.signal(signal.SIGTERM, lambda *_: print("got SIGTERM", flush=True))
-
-            class Health(http.server.BaseHTTPRequestHandler):
-                def do_GET(self):
-                    self.send_response(200)
-                    self.end_headers()
-
-                def log_message(self, *args):
-                    pass
-
-            http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Health).serve_forever()
-            """
-        )
+    script = health_server(
+        tmp_path / "slow_to_stop.py", 'lambda *_: print("got SIGTERM", flush=True)'
     )
     port = free_port()
     child = ChildServer(

@@ -36,16 +36,23 @@ def _calls(dsn: str) -> list[str]:
         return [r[0] for r in conn.execute("SELECT call_id FROM tool_calls ORDER BY turn")]
 
 
+async def _cut_after_one(dsn: str, proxy: Proxy) -> PostgresStore:
+    """A store whose first record is committed; then the network is cut, a second
+    record written, and its flush ends in a StoreError (not a hang)."""
+    store = PostgresStore(proxy.dsn(dsn), statement_timeout_s=1, connect_timeout_s=1)
+    await asyncio.wait_for(store.open(), GUARD_S)
+    store.write(tool_result(0))
+    await asyncio.wait_for(store.flush(), GUARD_S)
+    proxy.cut()
+    store.write(tool_result(1))
+    with pytest.raises(StoreError, match="a write failed"):
+        await asyncio.wait_for(store.flush(), GUARD_S)
+    return store
+
+
 def test_a_silent_partition_ends_in_store_errors_not_a_hang(postgres_db: str, proxy: Proxy) -> None:
     async def main() -> PostgresStore:
-        store = PostgresStore(proxy.dsn(postgres_db), statement_timeout_s=1, connect_timeout_s=1)
-        await asyncio.wait_for(store.open(), GUARD_S)
-        store.write(tool_result(0))
-        await asyncio.wait_for(store.flush(), GUARD_S)
-        proxy.cut()
-        store.write(tool_result(1))
-        with pytest.raises(StoreError, match="a write failed"):
-            await asyncio.wait_for(store.flush(), GUARD_S)
+        store = await _cut_after_one(postgres_db, proxy)
         with pytest.raises(StoreError):
             await asyncio.wait_for(store.runs(), GUARD_S)
         with pytest.raises(StoreError, match="a write failed"):  # the held record, reported
@@ -63,14 +70,7 @@ def test_the_records_held_through_a_partition_are_committed_once_it_heals(
     monkeypatch.setattr(_postgres, "RECONNECT_EVERY_S", 0.0)  # the next flush reconnects
 
     async def main() -> None:
-        store = PostgresStore(proxy.dsn(postgres_db), statement_timeout_s=1, connect_timeout_s=1)
-        await asyncio.wait_for(store.open(), GUARD_S)
-        store.write(tool_result(0))
-        await asyncio.wait_for(store.flush(), GUARD_S)
-        proxy.cut()
-        store.write(tool_result(1))
-        with pytest.raises(StoreError):
-            await asyncio.wait_for(store.flush(), GUARD_S)
+        store = await _cut_after_one(postgres_db, proxy)
         proxy.heal()
         store.write(tool_result(2))
         await asyncio.wait_for(store.flush(), GUARD_S)  # on a new connection, in order

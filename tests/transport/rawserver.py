@@ -24,10 +24,13 @@ from openai._base_client import get_platform
 
 from agentflow import HTTPTransport
 from agentflow.embedded import loop_clock
-from agentflow.transport import AiohttpTransport, OpenAITransport
+from agentflow.testing import Reply
+from agentflow.transport import AiohttpTransport, ChatRequest, OpenAITransport
 
 __all__ = [
     "KINDS",
+    "SSE_OK",
+    "TINY_REQUEST",
     "KeepAliveAnswer",
     "RawServer",
     "chunk",
@@ -45,6 +48,17 @@ KeepAliveAnswer = Callable[[asyncio.StreamWriter, int], Awaitable[bool]]
 
 #: The three transports every limit must hold on.
 KINDS = ["protocol", "aiohttp", "openai"]
+
+#: A one-message request, and a whole 200 answer to it (an SSE body with a length).
+TINY_REQUEST = ChatRequest(
+    model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8}
+)
+_BODY = b"".join(Reply.text("fine").frames)
+SSE_OK = (
+    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+    + b"Content-Length: %d\r\n\r\n" % len(_BODY)
+    + _BODY
+)
 
 
 class RawServer:

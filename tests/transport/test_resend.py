@@ -15,17 +15,14 @@ from contextlib import aclosing
 import pytest
 
 from agentflow import StreamInterrupted
-from agentflow.testing import Reply
-from agentflow.transport import ChatRequest
 
-from .rawserver import KINDS, KeepAliveAnswer, keepalive_server, make_transport
-
-REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8})
-BODY = b"".join(Reply.text("fine").frames)
-OK = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-    + b"Content-Length: %d\r\n\r\n" % len(BODY)
-    + BODY
+from .rawserver import (
+    KINDS,
+    SSE_OK,
+    TINY_REQUEST,
+    KeepAliveAnswer,
+    keepalive_server,
+    make_transport,
 )
 
 
@@ -39,7 +36,7 @@ def _first_ok_then(second: bytes) -> KeepAliveAnswer:
             await writer.drain()
             await asyncio.sleep(0.01)  # the bytes go before the close, in reads of their own
             return False
-        writer.write(OK)
+        writer.write(SSE_OK)
         return True
 
     return answer
@@ -59,7 +56,7 @@ async def test_a_new_connection_that_carried_the_request_is_not_resent(kind: str
         aclosing(make_transport(kind, srv.base_url)) as t,
     ):
         with pytest.raises(StreamInterrupted, match="may have received the request") as info:
-            await t.stream(REQ)
+            await t.stream(TINY_REQUEST)
     assert srv.requests == 1 and srv.connections == 1
     assert info.value.trace is not None and info.value.trace.n_events == 0
     assert info.value.endpoint == srv.base_url
@@ -79,9 +76,9 @@ async def test_part_of_an_answer_on_a_reused_connection_is_not_resent(
         keepalive_server(_first_ok_then(second)) as srv,
         aclosing(make_transport(kind, srv.base_url)) as t,
     ):
-        assert (await t.stream(REQ)).content == "fine"
+        assert (await t.stream(TINY_REQUEST)).content == "fine"
         with pytest.raises(StreamInterrupted, match="may have received the request"):
-            await t.stream(REQ)
+            await t.stream(TINY_REQUEST)
     assert srv.requests == 2 and t.reconnects == 0
 
 
@@ -92,9 +89,9 @@ async def test_an_interim_answer_on_a_reused_connection_is_not_resent() -> None:
         keepalive_server(interim) as srv,
         aclosing(make_transport("protocol", srv.base_url)) as t,
     ):
-        await t.stream(REQ)
+        await t.stream(TINY_REQUEST)
         with pytest.raises(StreamInterrupted, match="unfinished response head"):
-            await t.stream(REQ)
+            await t.stream(TINY_REQUEST)
     assert srv.requests == 2 and t.reconnects == 0
 
 
@@ -105,8 +102,8 @@ async def test_a_reused_connection_closed_before_any_byte_is_resent(kind: str) -
         keepalive_server(_first_ok_then(b"")) as srv,
         aclosing(make_transport(kind, srv.base_url)) as t,
     ):
-        await t.stream(REQ)
-        trace = await t.stream(REQ)
+        await t.stream(TINY_REQUEST)
+        trace = await t.stream(TINY_REQUEST)
     assert trace.content == "fine" and trace.reconnects == 1 and t.reconnects == 1
     assert srv.requests == 3 and srv.connections == 2
 
@@ -125,14 +122,14 @@ async def test_a_burst_of_stale_connections_costs_one_resend(kind: str) -> None:
             return False
         seen.append(writer)
         await asyncio.sleep(0.01)  # the four first requests overlap: four connections
-        writer.write(OK)
+        writer.write(SSE_OK)
         return True
 
     async with keepalive_server(answer) as srv, aclosing(make_transport(kind, srv.base_url)) as t:
-        await asyncio.gather(*[t.stream(REQ) for _ in range(4)])
+        await asyncio.gather(*[t.stream(TINY_REQUEST) for _ in range(4)])
         assert srv.connections == 4
         stale.update(seen)
-        trace = await t.stream(REQ)
+        trace = await t.stream(TINY_REQUEST)
         assert trace.content == "fine" and trace.reconnects == 1
         if kind == "protocol":  # the connections idle for longer than the stale one: closed
             assert t.pool.size == 1 and t.pool.idle == 1

@@ -18,18 +18,7 @@ from contextlib import aclosing
 
 import pytest
 
-from agentflow.testing import Reply
-from agentflow.transport import ChatRequest
-
-from .rawserver import make_transport
-
-REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8})
-BODY = b"".join(Reply.text("fine").frames)
-ANSWER = (
-    b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-    + b"Content-Length: %d\r\n\r\n" % len(BODY)
-    + BODY
-)
+from .rawserver import SSE_OK, TINY_REQUEST, make_transport
 
 
 class _FullQueueServer:
@@ -57,7 +46,7 @@ class _FullQueueServer:
             while b"\r\n\r\n" not in data:
                 data += conn.recv(65536)
             self.got_request.set()
-            conn.sendall(ANSWER)
+            conn.sendall(SSE_OK)
             conn.recv(1)  # until the client closes
 
     def close(self) -> None:
@@ -74,7 +63,7 @@ async def test_sent_ns_is_taken_after_the_connection_is_open(kind: str) -> None:
     try:
         url = f"http://127.0.0.1:{srv.port}/v1"
         async with aclosing(make_transport(kind, url, clock=time.perf_counter_ns)) as t:
-            trace = await t.stream(REQ)
+            trace = await t.stream(TINY_REQUEST)
     finally:
         srv.close()
     assert srv.got_request.is_set() and trace.content == "fine"

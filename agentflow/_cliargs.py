@@ -20,6 +20,7 @@ import math
 import os
 import socket
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -28,11 +29,14 @@ from agentflow._errors import ConfigError
 __all__ = [
     "OneLineParser",
     "check_listen",
+    "check_no_overwrite",
     "check_output_dir",
     "check_output_file",
     "fail",
     "non_negative",
     "port",
+    "same_file",
+    "store_inputs",
 ]
 
 
@@ -156,6 +160,51 @@ def check_store_file(path: Path, command: str) -> None:
     wal = path.with_name(path.name + "-wal")
     if path.stat().st_size == 0 and not (wal.is_file() and wal.stat().st_size > 0):
         raise ConfigError(f"{command}: --store {str(path)!r} is empty: no agentflow store")
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (through links and ``..`` too)."""
+    if a.resolve() == b.resolve():
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one does not exist (yet): then they differ
+        return False
+
+
+def store_inputs(path: Path, flag: str = "--store") -> list[tuple[str, Path]]:
+    """A SQLite store as the inputs :func:`check_no_overwrite` guards: its file and the
+    ``-wal`` and ``-shm`` files SQLite keeps beside it (writing over either loses runs as
+    surely as writing over the store)."""
+    label = f"{flag} {path}"
+    return [
+        (label, path),
+        *((f"the {s} file of {label}", path.with_name(path.name + s)) for s in ("-wal", "-shm")),
+    ]
+
+
+def check_no_overwrite(
+    outputs: Sequence[tuple[str, Path]], inputs: Sequence[tuple[str, Path]]
+) -> None:
+    """Raise :class:`ConfigError` if an output would overwrite an input or another output.
+
+    ``agentflow report run.json --html run.json`` or ``agentflow trace export --store
+    runs.db RUN -o runs.db`` (slips) would replace what was measured with what was made
+    from it; a command calls this before it writes anything.
+
+    Args:
+        outputs: ``(flag, path)`` of each file the command will write.
+        inputs: ``(label, path)`` of each file it reads; the label names it in the
+            message (``"--store runs.db"``, ``"the report run.json"``; see
+            :func:`store_inputs`).
+    """
+    for i, (flag, out) in enumerate(outputs):
+        for label, path in inputs:
+            if same_file(out, path):
+                raise ConfigError(f"{flag} {out} is {label}: writing it would overwrite the input")
+        for other, earlier in outputs[:i]:
+            if same_file(out, earlier):
+                raise ConfigError(f"{flag} {out} and {other} {earlier} are the same file")
 
 
 def check_output_dir(path: Path, flag: str) -> None:

@@ -18,7 +18,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentflow._cliargs import check_output_file, check_store_file
+from agentflow._cliargs import (
+    check_no_overwrite,
+    check_output_file,
+    check_store_file,
+    store_inputs,
+)
 from agentflow._errors import ConfigError
 
 __all__ = ["add_trace_arguments", "add_trace_parser", "apply_trace_arguments"]
@@ -164,6 +169,7 @@ def add_trace_parser(sub: Any) -> None:
 def _convert(args: argparse.Namespace) -> int:
     from agentflow.bench._trace import load_trace, write_trace
 
+    check_no_overwrite([("--output", args.output)], [(f"the input {args.input}", args.input)])
     check_output_file(args.output, "--output")
     n = write_trace(load_trace(args.input, format=args.format), args.output)
     print(f"{n} requests written to {args.output}")
@@ -176,6 +182,7 @@ def _export(args: argparse.Namespace) -> int:
     from agentflow.store import SQLiteStore
 
     check_store_file(args.store, "trace export")
+    check_no_overwrite([("--output", args.output)], store_inputs(args.store))
     check_output_file(args.output, "--output")
 
     async def main() -> int:

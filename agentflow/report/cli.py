@@ -26,7 +26,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentflow._cliargs import check_output_dir, check_output_file, check_store_file
+from agentflow._cliargs import (
+    check_no_overwrite,
+    check_output_dir,
+    check_output_file,
+    check_store_file,
+    store_inputs,
+)
 from agentflow._errors import ConfigError
 
 __all__ = ["add_parser", "run"]
@@ -196,16 +202,6 @@ def _to_stdout(text: str) -> int:
     return 0
 
 
-def _same_file(a: Path, b: Path) -> bool:
-    """Whether paths ``a`` and ``b`` name one file (through links and ``..`` too)."""
-    if a.resolve() == b.resolve():
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:  # one does not exist (yet): then they differ
-        return False
-
-
 def _check_no_overwrite(args: argparse.Namespace) -> None:
     """Raise :class:`ConfigError` if an output would overwrite an input or another output.
 
@@ -216,11 +212,11 @@ def _check_no_overwrite(args: argparse.Namespace) -> None:
 
     inputs: list[tuple[str, Path]] = []
     if args.store is not None:
-        inputs.append(("--store", args.store))
+        inputs += store_inputs(args.store)
     else:
-        inputs += [("the report", p) for p in args.runs]
+        inputs += [(f"the report {p}", p) for p in args.runs]
     if args.server_metrics:
-        inputs += [("--server-metrics", p) for p in args.server_metrics]
+        inputs += [(f"--server-metrics {p}", p) for p in args.server_metrics]
     outputs = [
         (flag, p)
         for flag, p in (
@@ -232,15 +228,7 @@ def _check_no_overwrite(args: argparse.Namespace) -> None:
     ]
     if args.png_dir is not None:
         outputs += [("--png-dir", args.png_dir / f"{key}.png") for key in FIGURE_KEYS]
-    for i, (flag, out) in enumerate(outputs):
-        for what, path in inputs:
-            if _same_file(out, path):
-                raise ConfigError(
-                    f"report: {flag} {out} is {what} {path}: writing it would overwrite the input"
-                )
-        for other, earlier in outputs[:i]:
-            if _same_file(out, earlier):
-                raise ConfigError(f"report: {flag} {out} and {other} {earlier} are the same file")
+    check_no_overwrite(outputs, inputs)
 
 
 def _server_from_files(before: Path, after: Path, *, client: dict[str, Any]) -> dict[str, Any]:

@@ -87,10 +87,9 @@ def lookup(key: str) -> str:
     return f"value of {key!r}"
 
 
-def test_trace_export_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """``agentflow trace export --store DB RUN_ID -o FILE`` writes the stored run's trace
-    (with ``--lengths-only``: no text); an unknown run or store is a one-line error."""
-    path = tmp_path / "runs.db"
+def _store_with_a_run(path: Path) -> str:
+    """A store at ``path`` with one run of three sessions of a tool-calling agent on the
+    simulator; the run's id."""
     agent = Agent(
         name="looker",
         model="sim",
@@ -118,7 +117,14 @@ def test_trace_export_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
             await store.aclose()
             await transport.aclose()
 
-    run_id = run_virtual(run())
+    return run_virtual(run())
+
+
+def test_trace_export_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``agentflow trace export --store DB RUN_ID -o FILE`` writes the stored run's trace
+    (with ``--lengths-only``: no text); an unknown run or store is a one-line error."""
+    path = tmp_path / "runs.db"
+    run_id = _store_with_a_run(path)
     out = tmp_path / "t.jsonl"
     assert main(["trace", "export", "--store", str(path), run_id, "-o", str(out)]) == 0
     records = read_trace(out)
@@ -147,6 +153,34 @@ def test_trace_export_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     empty.touch()  # read commands must not make it a store
     assert main(["trace", "export", "--store", str(empty), run_id, "-o", str(bare)]) == 2
     assert "is empty" in capsys.readouterr().err and empty.stat().st_size == 0
+
+
+def test_trace_output_over_its_input_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``trace export --store DB RUN -o DB`` (a slip) would replace every recorded run with
+    the trace, and ``trace convert IN -o IN`` the trace it reads: both are refused (exit 2,
+    one line) before anything is written — the store's ``-wal``/``-shm`` files, a link to
+    it and a ``..`` path to it too."""
+    path = tmp_path / "runs.db"
+    run_id = _store_with_a_run(path)
+    stored = path.read_bytes()
+    link = tmp_path / "link.db"
+    link.symlink_to(path)
+    capsys.readouterr()
+    for out in (path, link, tmp_path / "x" / ".." / "runs.db", tmp_path / "runs.db-wal",
+                tmp_path / "runs.db-shm"):  # fmt: skip
+        assert main(["trace", "export", "--store", str(path), run_id, "-o", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "overwrite the input" in err, err
+    assert path.read_bytes() == stored
+    src = tmp_path / "mc.jsonl"
+    src.write_text('{"timestamp": 0, "input_length": 700, "output_length": 5, "hash_ids": [1]}\n')
+    before = src.read_text()
+    assert main(["trace", "convert", str(src), "-o", str(src)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("agentflow trace: error: --output") and "is the input" in err, err
+    assert src.read_text() == before
 
 
 def test_trace_with_a_rate_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

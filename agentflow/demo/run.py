@@ -24,7 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
-from agentflow._cliargs import check_output_file
+from agentflow._cliargs import check_no_overwrite, check_output_file, store_inputs
 from agentflow._errors import ConfigError, TransportError
 from agentflow._fleet import Fleet, FleetResult
 from agentflow._process import ChildServer, free_port
@@ -55,11 +55,13 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
     written to ``config.report``). A stopped run's report has ``run.interrupted``.
 
     Raises:
-        ConfigError: ``config.report`` or ``config.store`` cannot be written (checked
-            before the run).
+        ConfigError: ``config.report`` or ``config.store`` cannot be written, or the
+            report would be written over the store (checked before the run).
     """
     console = console or Console()
     if config.report is not None:
+        if config.store is not None:  # the report written over the run it records
+            check_no_overwrite([("--report", config.report)], store_inputs(config.store))
         check_output_file(config.report, "--report")
     if config.store is not None:  # before the run: a directory, an unwritable place
         check_output_file(config.store, "--store")

@@ -144,3 +144,37 @@ def test_a_recorded_run_says_its_id_and_failed_sessions_say_why(tmp_path: Path) 
     ]  # fmt: skip
     lines = failure_lines(FleetResult(sessions=failed, wall_s=1.0, peak_in_flight=0))
     assert lines == ["5 sessions failed:", "  3 × ValueError: bad 0", "  2 × ValueError: bad 1"]
+
+
+def test_a_report_over_the_store_is_refused(tmp_path: Path) -> None:
+    """``--store runs.db --report runs.db`` (a slip) would replace the recorded run with
+    the report after telling the user to resume it from there: refused before the run
+    (exit 2, one line, nothing written) — the store's ``-wal``/``-shm`` files too, and on
+    ``agentflow resume``."""
+
+    def agentflow(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "agentflow.cli", *args],
+            capture_output=True, text=True, timeout=240, check=False, cwd=tmp_path,
+        )  # fmt: skip
+
+    demo = ["demo", "--agents", "1", "--turns", "1:1", "--virtual", "--no-live"]
+    new = tmp_path / "new.db"
+    proc = agentflow(*demo, "--store", str(new), "--report", str(new))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.startswith("agentflow demo: error: --report"), proc.stderr
+    assert "overwrite" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert not new.exists()
+
+    store = tmp_path / "runs.db"
+    proc = agentflow(*demo, "--store", str(store))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run_id = proc.stderr.split("recording run ")[1].split()[0]
+    stored = store.read_bytes()
+    for report in (store, tmp_path / "runs.db-wal", tmp_path / "runs.db-shm"):
+        proc = agentflow(*demo, "--store", str(store), "--report", str(report))
+        assert proc.returncode == 2 and "overwrite" in proc.stderr, proc.stderr[-3000:]
+    proc = agentflow("resume", run_id, "--store", "runs.db", "--report", "./runs.db")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.startswith("agentflow resume: error: --report"), proc.stderr
+    assert store.read_bytes() == stored

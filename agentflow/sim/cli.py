@@ -132,7 +132,7 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         type=_range,
         default=None,
         metavar="MIN[:MAX]",
-        help="tokens of a final answer (default 32:256)",
+        help="tokens of a final answer (default 32:256; MAX at most the profile's max_model_len)",
     )
     p.add_argument("--served-model-name", default=None, help="model name (default: profile's)")
     p.add_argument("--no-prefix-caching", action="store_true", help="disable the prefix cache")
@@ -219,7 +219,16 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
         ConfigError: a value is wrong (the message names it).
     """
     textgen_kw: dict[str, Any] = {"tool_rounds": args.tool_rounds, "sessions": args.sessions}
+    profile = _profile(args)
     if args.answer_tokens is not None:
+        # No answer outlives the window; a MAX beyond it is a slip (a digit too many).
+        lo, hi = args.answer_tokens
+        if hi > profile.max_model_len:
+            raise ConfigError(
+                f"--answer-tokens {lo if lo == hi else f'{lo}:{hi}'}: more than the "
+                f"profile's window (max_model_len {profile.max_model_len}), which no answer "
+                "can exceed"
+            )
         textgen_kw["answer_tokens"] = args.answer_tokens
     try:
         textgen = TextGenConfig(**textgen_kw)
@@ -231,7 +240,7 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
             honour_header=not args.no_fault_header,
         )
         return SimServer(
-            _profile(args),
+            profile,
             host=args.host,
             port=args.port,
             seed=args.seed,

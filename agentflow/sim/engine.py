@@ -261,7 +261,7 @@ class Engine(_Scheduler):
             RequestRejected: it does not fit ``max_model_len`` (vLLM's 400 wording).
         """
         prompt_ids = self.tokenizer.render_chat(messages, tools)
-        check_context_length(len(prompt_ids), max_tokens, self.profile.max_model_len)
+        limit = check_context_length(len(prompt_ids), max_tokens, self.profile.max_model_len)
         plan = self.textgen.plan(
             messages,
             prompt_ids,
@@ -272,6 +272,7 @@ class Engine(_Scheduler):
             salt=salt,
             tool_rounds=tool_rounds,
             session_id=session_id,
+            max_tokens=limit,
         )
         return self.add(
             EngineRequest.from_plan(prompt_ids, plan, max_tokens=max_tokens), arrival_s=arrival_s

@@ -28,7 +28,7 @@ import hashlib
 import json
 import random
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -201,6 +201,38 @@ def count_tool_rounds(messages: Sequence[Mapping[str, Any]]) -> int:
     return sum(1 for m in messages if m.get("role") == "assistant" and m.get("tool_calls"))
 
 
+def _answer_parts(rng: random.Random, words: Sequence[str]) -> Iterator[tuple[list[str], int]]:
+    """An answer's text, part after part: sentences of 5–16 words, a blank line every four
+    sentences; with each step's parts, their cost in the running estimate of tokens
+    (words of ≤ 5 letters are one token with their space)."""
+    sentence_left = 0
+    sentences = 0
+    first = True
+    after_break = False
+    while True:
+        parts: list[str] = []
+        cost = 0
+        if sentence_left == 0:
+            sentence_left = rng.randint(5, 16)
+            after_break = False
+            if not first:
+                parts.append(".")
+                sentences += 1
+                cost += 1
+                if sentences % 4 == 0:
+                    parts.append("\n\n")
+                    cost += 1
+                    after_break = True
+            word = rng.choice(words).capitalize()
+            parts.append(word if first or after_break else " " + word)
+        else:
+            parts.append(" " + rng.choice(words))
+        first = False
+        cost += 1 + len(parts[-1]) // 7
+        sentence_left -= 1
+        yield parts, cost
+
+
 class TextGenerator:
     """Plans each request's output, deterministically.
 
@@ -236,6 +268,7 @@ class TextGenerator:
         salt: str = "",
         tool_rounds: int | None = None,
         session_id: str | None = None,
+        max_tokens: int | None = None,
     ) -> OutputPlan:
         """The output of one chat request.
 
@@ -254,6 +287,9 @@ class TextGenerator:
             session_id: the conversation's id (the ``X-Session-ID`` header): its rounds
                 are counted across its requests, so a compacted history does not reset
                 them; ``None`` counts the rounds ``messages`` show.
+            max_tokens: the request's output limit (its effective ``max_tokens``): an
+                answer is made only as far as the limit cuts it (the tokens sent are the
+                same as without it); ``None`` makes the whole answer.
         """
         rng = self.rng_for(prompt_ids, salt)
         rounds = self.config.tool_rounds if tool_rounds is None else tool_rounds
@@ -273,45 +309,54 @@ class TextGenerator:
                 n = 1 if not parallel_tool_calls else rng.randint(lo, hi)
                 chosen = [rng.choice(functions) for _ in range(n)]
             return self._tool_plan(chosen, rng)
-        return self._text_plan(rng, stop)
+        return self._text_plan(rng, stop, max_tokens)
 
     # --- Plans -----------------------------------------------------------------------
 
-    def _text_plan(self, rng: random.Random, stop: str | Sequence[str] | None) -> OutputPlan:
+    def _text_plan(
+        self, rng: random.Random, stop: str | Sequence[str] | None, max_tokens: int | None
+    ) -> OutputPlan:
         lo, hi = self.config.answer_tokens
         target = rng.randint(lo, hi)
-        words = self.config.words
+        stops = [s for s in ([stop] if isinstance(stop, str) else list(stop or ())) if s]
+        stream = _answer_parts(rng, self.config.words)
         parts: list[str] = []
-        # Words of ≤ 5 letters are one token with their space: a cheap running estimate.
-        approx = 0
-        sentence_left = 0
-        sentences = 0
-        while approx < target:
-            if sentence_left == 0:
-                sentence_left = rng.randint(5, 16)
-                if parts:
-                    parts.append(".")
-                    sentences += 1
-                    approx += 1
-                    if sentences % 4 == 0:
-                        parts.append("\n\n")
-                        approx += 1
-                word = rng.choice(words).capitalize()
-                parts.append(word if not parts or parts[-1] == "\n\n" else " " + word)
-            else:
-                parts.append(" " + rng.choice(words))
-            approx += 1 + len(parts[-1]) // 7
-            sentence_left -= 1
+        approx = 0  # the running estimate of the answer's tokens
+        # An answer longer than the request's max_tokens is cut there ("length"): only as
+        # much of it is made as that cut needs — a --answer-tokens of billions must not
+        # build billions of words for a max_tokens of 5 — doubling the estimate until
+        # enough is made. The parts come from one stream, so those made are the whole
+        # answer's first ones, and the tokens sent are the same as with the whole answer.
+        goal = target if max_tokens is None else min(target, 2 * max_tokens + 16)
+        while True:
+            while approx < goal:
+                more, cost = next(stream)
+                parts += more
+                approx += cost
+            if goal == target or self._covers(parts, max_tokens or 0, stops):
+                break
+            goal = min(target, 2 * goal)
         text = "".join(parts) + "."
         pieces = self.tokenizer.pieces(text)
         if len(pieces) > target:
             text = "".join(pieces[:target])
-        if stop:
-            stops = [stop] if isinstance(stop, str) else list(stop)
-            cuts = [i for i in (text.find(s) for s in stops if s) if i >= 0]
+        if stops:
+            cuts = [i for i in (text.find(s) for s in stops) if i >= 0]
             if cuts:
                 text = text[: min(cuts)]
         return self._finish(text, content=text, calls=(), spans=(), reason="stop")
+
+    def _covers(self, parts: Sequence[str], max_tokens: int, stops: Sequence[str]) -> bool:
+        """Whether an answer begun with ``parts`` is sure to be cut at ``max_tokens``
+        tokens, those tokens (and the stop strings' first match within them) the same
+        however the answer goes on: more than ``max_tokens + 1`` tokens before the last
+        part, then the longest stop string's length of text (a token at the end of what
+        is made may still grow with the next part; a stop string may reach across)."""
+        pieces = self.tokenizer.pieces("".join(parts[:-1]))[:-1]  # settled: not the last
+        if len(pieces) <= max_tokens + 1:
+            return False
+        tail = sum(len(p) for p in pieces[max_tokens + 1 :])
+        return tail >= max((len(s) for s in stops), default=0)
 
     def _tool_plan(self, chosen: Sequence[Mapping[str, Any]], rng: random.Random) -> OutputPlan:
         calls: list[PlannedToolCall] = []

@@ -71,6 +71,8 @@ def test_parser_defaults_and_server_config() -> None:
         (["--profile-set", "prefill_per_ctx_token_s=inf"], "prefill_per_ctx_token_s must be"),
         (["--profile-set", "per_agent_tps=nan"], "per_agent_tps must be a finite number"),
         (["--profile-set", "decode_per_seq_s=nan"], "decode_per_seq_s must be a finite"),
+        (["--answer-tokens", "99999999999"], r"--answer-tokens .*max_model_len \d+"),
+        (["--answer-tokens", "8:9000", "--profile-set", "max_model_len=4096"], "4096"),
     ],
 )
 def test_bad_configuration_exits_with_a_message(argv: list[str], message: str) -> None:

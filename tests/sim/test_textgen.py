@@ -279,3 +279,33 @@ def test_same_seed_same_plan_and_salt_or_seed_change_it() -> None:
     assert a == b
     assert TextGenerator(TOK, seed=10).plan(msgs, ids, tools=TOOLS) != a
     assert TextGenerator(TOK, seed=9).plan(msgs, ids, tools=TOOLS, salt="x") != a
+
+
+def test_an_answer_is_made_only_as_far_as_max_tokens_cuts_it() -> None:
+    """``agentflow sim --answer-tokens 99999999999`` and a request with ``max_tokens`` 5:
+    the plan was the whole answer — billions of words, the event loop blocked, GBs of
+    memory — before ``max_tokens`` cut it. The plan now ends not long after the cut."""
+    engine = Engine("cpu-tiny", seed=1, textgen=TextGenConfig(answer_tokens=(10**6, 10**6)))
+    rid = engine.add_chat([{"role": "user", "content": "hi"}], max_tokens=5)
+    plan = engine.record(rid).plan
+    assert plan is not None and 5 < len(plan) < 1000
+    assert engine.record(rid).max_tokens == 5
+
+
+@pytest.mark.parametrize("stop", [None, ".", " a", ["zz", "e. T"], "a stop longer than a word"])
+@pytest.mark.parametrize("max_tokens", [1, 2, 7, 64, 700])
+def test_a_cut_short_answer_sends_what_the_whole_answer_would(
+    stop: str | list[str] | None, max_tokens: int
+) -> None:
+    """Made only as far as ``max_tokens`` cuts it, an answer's first ``max_tokens`` tokens
+    and its finish reason are those of the whole answer, whatever the seed and stop."""
+    for seed in range(20):
+        gen = TextGenerator(TOK, seed=seed, config=TextGenConfig(answer_tokens=(1, 3000)))
+        msgs = [{"role": "user", "content": f"task {seed}"}]
+        ids = TOK.render_chat(msgs)
+        whole = gen.plan(msgs, ids, stop=stop)
+        cut = gen.plan(msgs, ids, stop=stop, max_tokens=max_tokens)
+        assert cut.token_ids[:max_tokens] == whole.token_ids[:max_tokens]
+        assert (len(cut) > max_tokens) == (len(whole) > max_tokens)
+        if len(whole) <= max_tokens:
+            assert cut == whole

@@ -26,7 +26,6 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
-from types import FrameType
 from typing import Any
 
 from agentflow._cli_chat import _chat as _chat
@@ -40,6 +39,8 @@ from agentflow._cli_llamacpp import _LLAMACPP_DESCRIPTION as _LLAMACPP_DESCRIPTI
 from agentflow._cli_llamacpp import _llamacpp as _llamacpp
 from agentflow._cli_llamacpp import _slots as _slots
 from agentflow._cli_llamacpp import add_llamacpp_parser
+from agentflow._cli_signals import Terminated as _Terminated
+from agentflow._cli_signals import on_sigterm as _on_sigterm
 from agentflow._cli_timeouts import _TIMEOUT_HELP as _TIMEOUT_HELP
 from agentflow._cli_timeouts import _add_timeout_arguments as _add_timeout_arguments
 from agentflow._cli_timeouts import _seconds as _seconds
@@ -48,15 +49,6 @@ from agentflow._cliargs import OneLineParser, fail
 from agentflow._errors import AgentflowError, ConfigError
 
 __all__ = ["main"]
-
-
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where Ctrl-C raises :class:`KeyboardInterrupt`, so that every
-    ``with`` block unwinds and stops the child process it started."""
-
-
-def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise _Terminated
 
 
 def main(argv: Sequence[str] | None = None) -> int:

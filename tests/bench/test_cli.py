@@ -20,6 +20,8 @@ from agentflow.bench.cli import parse_slo
 from agentflow.cli import main
 from agentflow.stats import SLO
 
+from ..wait import GUARD_S
+
 SMALL = {
     "name": "small",
     "templates": [
@@ -272,3 +274,64 @@ def test_ctrl_c_keeps_the_levels_already_measured(tmp_path: Path) -> None:
     assert len(record.read_text().splitlines()) >= sum(
         lvl["sessions"]["started"] for lvl in written["levels"]
     )
+
+
+# The bench, with a fleet callback that sends this process SIGTERM at its K-th event: the
+# signal then lands inside the run's tasks (the fleet's for K=1, a session's after),
+# at the same place on every run — what a `kill` at a random moment does now and then.
+_SIGTERM_AT_EVENT = """
+import dataclasses, os, signal, sys
+import agentflow.bench._trace_cli as trace_cli
+from agentflow.cli import main
+
+at = int(sys.argv[1])
+apply = trace_cli.apply_trace_arguments
+
+def with_kill(args, config):
+    config, recorder = apply(args, config)
+    seen = [0]
+    def kill(event):
+        seen[0] += 1
+        if seen[0] == at:
+            os.kill(os.getpid(), signal.SIGTERM)
+    return dataclasses.replace(config, callbacks=(*config.callbacks, kill)), recorder
+
+trace_cli.apply_trace_arguments = with_kill
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("at", [0, 1, 2, 3000, 6000, 9000])
+def test_sigterm_stops_the_bench_like_ctrl_c(tmp_path: Path, at: int) -> None:
+    """SIGTERM stops the bench as Ctrl-C does: the run is cancelled and unwinds, what was
+    measured is written, exit 143 — with nothing on stderr. It used to be raised in
+    whichever task ran at that moment, which died with it: "Task exception was never
+    retrieved … _Terminated()" (80 lines) or "coroutine … was never awaited". ``at``: the
+    fleet event the signal comes at (0: from outside, once the bench has said it starts).
+    """
+    report = tmp_path / "bench.json"
+    argv = ["bench", "--profile", "cpu-tiny", "--workload", "short", "--rate", "2,4",
+            "--duration", "10", "--report", str(report)]  # fmt: skip
+    if at:
+        cmd = [sys.executable, "-c", _SIGTERM_AT_EVENT, str(at), *argv]
+    else:
+        cmd = [sys.executable, "-m", "agentflow.cli", *argv]
+    with subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            if not at:
+                assert "agentflow bench:" in proc.stdout.readline()
+                proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=GUARD_S)
+        finally:
+            proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    if at:  # (from outside, it may come before the run began: nothing to write then)
+        assert "interrupted: writing what was measured" in out
+    for noise in ("Traceback", "never retrieved", "never awaited", "Error"):
+        assert noise not in err, err[-3000:]
+    assert err == "", err[-3000:]
+    if report.exists():
+        assert json.loads(report.read_text())["stopped"] == "interrupted"

@@ -1,4 +1,6 @@
-"""SIGTERM for the ``agentflow`` commands: handled like Ctrl-C.
+"""SIGTERM and SIGPIPE for the ``agentflow`` commands.
+
+SIGTERM is handled like Ctrl-C.
 
 :func:`on_sigterm` (the handler ``agentflow.cli.main`` installs) raises
 :class:`Terminated` — a :class:`KeyboardInterrupt` — wherever the program is, so every
@@ -9,18 +11,27 @@ the task that awaited it pending and prints "Task exception was never retrieved"
 "coroutine … was never awaited" on the way out. :func:`run_terminable` runs a coroutine
 so that SIGTERM cancels its task instead, as :class:`asyncio.Runner` does for SIGINT:
 the run unwinds in order and :class:`Terminated` is raised once it has.
+
+A reader of standard output that goes away early (``agentflow plan | head -3``) is
+Python's ``BrokenPipeError``, not the SIGPIPE death a C tool dies; :func:`stdout_gone`
+tells one on standard output from another pipe's, and :func:`drop_stdout` ends the
+command as that death would — quietly, status 141 (``128 + SIGPIPE``) — as
+``agentflow.cli.main`` does for every command.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import select
 import signal
+import sys
 import threading
 from collections.abc import Callable, Coroutine
 from types import FrameType
 from typing import Any, TypeVar, cast
 
-__all__ = ["Terminated", "on_sigterm", "run_terminable"]
+__all__ = ["Terminated", "drop_stdout", "on_sigterm", "run_terminable", "stdout_gone"]
 
 T = TypeVar("T")
 
@@ -95,3 +106,29 @@ class _Run:
     def stopped(self) -> bool:
         """Whether SIGTERM has come (read anew each time: a signal handler sets it)."""
         return self.signals > 0
+
+
+def stdout_gone() -> bool:
+    """Whether standard output is a pipe (or socket) whose reader has gone: writing to it
+    is what raised ``BrokenPipeError``, not a child's pipe or a connection."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # replaced by a non-file (tests)
+        return False
+    if not hasattr(select, "poll"):  # (Windows) nothing to ask: the error said so
+        return True
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(mask & (select.POLLERR | select.POLLHUP) for _, mask in poller.poll(0))
+
+
+def drop_stdout() -> int:
+    """End with standard output's reader gone: point standard output at ``os.devnull``
+    (so what is still buffered, and the interpreter's own flush at exit, go nowhere
+    instead of failing again) and return the status a SIGPIPE death has, 141."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    finally:
+        os.close(devnull)
+    return 128 + getattr(signal, "SIGPIPE", 13)  # (13 on POSIX; Windows has none)

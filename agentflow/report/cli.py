@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -118,8 +116,9 @@ def _gpus(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run ``agentflow report``; returns the exit status (0; 141 when the reader of the
-    JSON printed to standard output went away)."""
+    """Run ``agentflow report``; returns the exit status (0; a reader of the JSON printed
+    to standard output that went away raises ``BrokenPipeError``, which
+    ``agentflow.cli.main`` turns into 141)."""
     from agentflow.report._build import write_report
     from agentflow.report._runs import Run, load_run
 
@@ -184,21 +183,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _to_stdout(text: str) -> int:
-    """Print ``text``; returns the exit status.
-
-    When the reader has gone (``agentflow report --store … | head``) the rest is dropped
-    quietly and the status is a SIGPIPE death's (141), as a C tool's would be — not a
-    ``BrokenPipeError`` traceback. Standard output is pointed at ``os.devnull`` so the
-    interpreter's own flush at exit does not fail again.
-    """
-    try:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-        return 128 + getattr(signal, "SIGPIPE", 13)  # (13 on POSIX; Windows has none)
+    """Print ``text``; returns the exit status, 0. A reader that has gone
+    (``agentflow report --store … | head``) is ``agentflow.cli.main``'s to handle, as for
+    every command: the rest is dropped quietly, status 141."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
     return 0
 
 

@@ -37,6 +37,7 @@ def closed_pipe() -> int:
         ["plan", "--list", "--json"],
         ["trace", "show", "agentic-small"],
         ["bench", "--show-workload"],
+        ["bench", "--profile", "cpu-tiny", "--workload", "short", "--rate", "2", "--duration", "2"],
     ],
     ids=" ".join,
 )

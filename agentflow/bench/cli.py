@@ -252,9 +252,9 @@ def _bench(args: argparse.Namespace) -> int:
         get_profile(args.profile)  # an UnknownProfileError names it
         target = SimTarget(profile=args.profile)
     # A table of a dozen figures per level: wide, also when printed to a pipe or a file.
-    from rich.console import Console
+    from agentflow._cli_console import CliConsole
 
-    console = Console(width=None if sys.stdout.isatty() else 200)
+    console = CliConsole(width=None if sys.stdout.isatty() else 200)
     title = workload.name if config.workload is not None else f"trace {args.trace}"
     console.print(f"agentflow bench: {title} on {target.label}")
 

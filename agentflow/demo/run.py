@@ -24,6 +24,7 @@ from typing import Any
 
 from rich.console import Console
 
+from agentflow._cli_console import CliConsole
 from agentflow._cliargs import check_no_overwrite, check_output_file, store_inputs
 from agentflow._errors import ConfigError, TransportError
 from agentflow._fleet import Fleet, FleetResult
@@ -58,7 +59,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         ConfigError: ``config.report`` or ``config.store`` cannot be written, or the
             report would be written over the store (checked before the run).
     """
-    console = console or Console()
+    console = console or CliConsole()
     if config.report is not None:
         if config.store is not None:  # the report written over the run it records
             check_no_overwrite([("--report", config.report)], store_inputs(config.store))
@@ -70,38 +71,46 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
     with stopper.guarding():  # once stopped, a second signal exits at once until we return
         result, scale = _run(config, console, watched, stopper)
         report = _report(config, result, scale, watched, stopper, console)
-        console.print(summary_table(report))
-        scale = float(report["run"].get("time_scale") or 1.0)
-        for g in report["goodput"]:  # one line per --slo
-            console.print(goodput_line(g, scale), highlight=False)
-        for line in failure_lines(result):
-            console.print(line, highlight=False, markup=False)
-        if config.store is not None and result.run_id:
-            console.print(
-                f"run {result.run_id} recorded in {config.store}; resume or read it with "
-                f"agentflow resume {result.run_id} --store {config.store} / "
-                f"agentflow report --store {config.store} {result.run_id}",
-                highlight=False,
-                markup=False,
-            )
-        if stopper.signal is not None and not stopper.after_run:
-            console.print(
-                f"[bold]stopped by {stopper.signal.name}[/bold]: the report covers what ran"
-            )
         if config.report is not None:
-            # Marked with any signal so far, and written again if one came meanwhile: the
-            # file and the exit status (cli.py reads the report returned) agree. A signal
-            # once it is written cuts nothing short and changes neither.
-            while True:
-                seen = stopper.signal
-                _mark_interrupted(report, result, stopper)
-                _write_json(config.report, report)
-                if stopper.signal is seen:
-                    break
+            # Written before the summary is printed: a reader of it that goes away
+            # (`agentflow demo --report r.json | head`) must not cost the report.
+            _write_report(config.report, report, result, stopper)
+        seen = stopper.signal
+        _print_summary(config, report, result, stopper, console)
+        if config.report is not None:
+            if stopper.signal is not seen:  # came while the summary was printed
+                _write_report(config.report, report, result, stopper)
             console.print(f"report written to {config.report}")
             return report
     _mark_interrupted(report, result, stopper)  # the exit status says so (cli.py)
     return report
+
+
+def _print_summary(
+    config: DemoConfig,
+    report: dict[str, Any],
+    result: FleetResult,
+    stopper: Stopper,
+    console: Console,
+) -> None:
+    """The summary table, goodput and failures, where the run is recorded, and whether a
+    signal stopped it."""
+    console.print(summary_table(report))
+    scale = float(report["run"].get("time_scale") or 1.0)
+    for g in report["goodput"]:  # one line per --slo
+        console.print(goodput_line(g, scale), highlight=False)
+    for line in failure_lines(result):
+        console.print(line, highlight=False, markup=False)
+    if config.store is not None and result.run_id:
+        console.print(
+            f"run {result.run_id} recorded in {config.store}; resume or read it with "
+            f"agentflow resume {result.run_id} --store {config.store} / "
+            f"agentflow report --store {config.store} {result.run_id}",
+            highlight=False,
+            markup=False,
+        )
+    if stopper.signal is not None and not stopper.after_run:
+        console.print(f"[bold]stopped by {stopper.signal.name}[/bold]: the report covers what ran")
 
 
 def _run(
@@ -165,6 +174,20 @@ def _mark_interrupted(report: dict[str, Any], result: FleetResult, stopper: Stop
         "sessions_cancelled": statuses.count("cancelled"),
         "after_run": stopper.after_run,
     }
+
+
+def _write_report(
+    path: Path, report: dict[str, Any], result: FleetResult, stopper: Stopper
+) -> None:
+    """Write ``report``, marked with any signal so far, and again if one came meanwhile:
+    the file and the exit status (cli.py reads the report returned) agree. A signal once
+    the summary is printed and the file written cuts nothing short and changes neither."""
+    while True:
+        seen = stopper.signal
+        _mark_interrupted(report, result, stopper)
+        _write_json(path, report)
+        if stopper.signal is seen:
+            return
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

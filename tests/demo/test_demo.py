@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -178,3 +179,22 @@ def test_a_report_over_the_store_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.startswith("agentflow resume: error: --report"), proc.stderr
     assert store.read_bytes() == stored
+
+
+def test_a_reader_of_the_summary_gone_costs_no_report(tmp_path: Path) -> None:
+    """``agentflow demo --report r.json | head``: the report is written before the summary
+    is printed, and the reader going away ends the demo quietly with 141 (rich used to
+    exit 1 with no message before the report was written: the run was lost)."""
+    report = tmp_path / "r.json"
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the summary's first byte
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "agentflow.cli", "demo", "--agents", "2", "--turns", "2:3",
+             "--virtual", "--no-live", "--report", str(report)],
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=240, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")
+    check_report(json.loads(report.read_text()), 2)

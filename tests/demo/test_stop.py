@@ -146,9 +146,9 @@ def test_a_signal_after_the_demos_run_still_writes_its_whole_report(
     during: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``agentflow demo`` interrupted once its fleet has ended — while the report is built,
-    or printed before it is written: the report of the whole run is written, marked
-    ``interrupted`` with ``after_run``, and the command's status is 130 (it used to exit
-    130 with no report)."""
+    or its summary printed (after the file is written): the report of the whole run is
+    written, marked ``interrupted`` with ``after_run``, and the command's status is 130
+    (it used to exit 130 with no report)."""
     real = getattr(demo_run, during)
 
     def interrupted(*args: Any, **kwargs: Any) -> Any:

@@ -15,8 +15,8 @@ import asyncio
 import contextlib
 import json
 import os
+import secrets
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -191,9 +191,21 @@ def _write_report(
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` whole or not at all (a temporary file, then a rename)."""
+    """Write ``data`` to ``path`` whole or not at all (a temporary file, then a rename).
+
+    The file's mode is what a new file gets here (``0o666`` less the umask, as for every
+    other file the commands write): the temporary file is made with ``os.open``, not
+    ``tempfile.mkstemp``, whose ``0o600`` the rename would keep whatever the umask.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o666)
+        except FileExistsError:  # (one in 2^48: another name)
+            continue
+        break
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(json.dumps(data, indent=2) + "\n")

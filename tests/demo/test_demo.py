@@ -198,3 +198,20 @@ def test_a_reader_of_the_summary_gone_costs_no_report(tmp_path: Path) -> None:
         os.close(write)
     assert (proc.returncode, proc.stderr) == (141, "")
     check_report(json.loads(report.read_text()), 2)
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_the_report_file_follows_the_umask(tmp_path: Path, umask: int) -> None:
+    """The report is written whole or not at all (a temporary file, then a rename), and
+    its mode is what any new file gets (``0o666`` less the umask), like bench's report
+    — not ``0o600`` always, the temporary file's mode from ``tempfile.mkstemp``."""
+    report = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentflow.cli", "demo", "--agents", "1", "--turns", "1:1",
+         "--virtual", "--no-live", "--report", str(report)],
+        capture_output=True, text=True, timeout=240, check=False,
+        umask=umask,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert report.stat().st_mode & 0o777 == 0o666 & ~umask
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left

@@ -67,8 +67,8 @@ def stream_error_status(error: Any) -> int:
     that is one (an int or a numeric string, 400–599); without one, 400 if its message
     is a "prompt too long" refusal, else 500."""
     code = error.get("code") if isinstance(error, dict) else None
-    if isinstance(code, str) and code.isdigit():
-        code = int(code)
+    if isinstance(code, str) and code.isascii() and code.isdigit() and len(code) <= 3:
+        code = int(code)  # (not '²': str.isdigit() takes it, int() does not)
     if isinstance(code, int) and not isinstance(code, bool) and 400 <= code < 600:
         return code
     message = error_message(error)

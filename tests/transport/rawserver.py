@@ -29,6 +29,7 @@ from agentflow.transport import AiohttpTransport, ChatRequest, OpenAITransport
 
 __all__ = [
     "KINDS",
+    "SSE_BODY",
     "SSE_OK",
     "TINY_REQUEST",
     "KeepAliveAnswer",
@@ -53,11 +54,12 @@ KINDS = ["protocol", "aiohttp", "openai"]
 TINY_REQUEST = ChatRequest(
     model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8}
 )
-_BODY = b"".join(Reply.text("fine").frames)
+#: The SSE body of a short text answer ("fine").
+SSE_BODY = b"".join(Reply.text("fine").frames)
 SSE_OK = (
     b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-    + b"Content-Length: %d\r\n\r\n" % len(_BODY)
-    + _BODY
+    + b"Content-Length: %d\r\n\r\n" % len(SSE_BODY)
+    + SSE_BODY
 )
 
 

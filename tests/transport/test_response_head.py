@@ -15,14 +15,10 @@ import msgspec
 import pytest
 
 from agentflow import RateLimitError, StreamProtocolError
-from agentflow.testing import Reply
-from agentflow.transport import ChatRequest
 from agentflow.transport._h1 import MAX_HEAD_BYTES, MAX_HEADER_LINE
 
-from .rawserver import KINDS, chunk, make_transport, raw_server
+from .rawserver import KINDS, SSE_BODY, TINY_REQUEST, chunk, make_transport, raw_server
 
-REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8})
-BODY = b"".join(Reply.text("fine").frames)
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n"
 
 
@@ -41,7 +37,7 @@ async def _stream(writes: list[bytes]) -> object:
     async with raw_server(serve) as srv:
         t = make_transport("protocol", srv.base_url, connect_retries=0)
         try:
-            outcome: object = await t.stream(REQ)
+            outcome: object = await t.stream(TINY_REQUEST)
         except StreamProtocolError as exc:
             outcome = exc
         finally:
@@ -60,14 +56,14 @@ def _refused(outcome: object, limit: int) -> StreamProtocolError:
 async def test_an_endless_head_is_refused_at_its_limit() -> None:
     """Header lines that never end were kept whole (1 MiB here, and read to the end)."""
     pad = b"X-Pad: " + b"a" * 1000 + b"\r\n"
-    outcome = await _stream([HEAD, *[pad] * 1024, b"\r\n", chunk(BODY), chunk(b"")])
+    outcome = await _stream([HEAD, *[pad] * 1024, b"\r\n", chunk(SSE_BODY), chunk(b"")])
     _refused(outcome, MAX_HEAD_BYTES)
 
 
 async def test_a_header_value_that_never_ends_is_refused() -> None:
     """One 1 MiB header value, in 64 KiB reads: each read re-joined the whole value."""
     value = [b"a" * 65536] * 16
-    outcome = await _stream([HEAD, b"X-Big: ", *value, b"\r\n\r\n", chunk(BODY), chunk(b"")])
+    outcome = await _stream([HEAD, b"X-Big: ", *value, b"\r\n\r\n", chunk(SSE_BODY), chunk(b"")])
     err = _refused(outcome, MAX_HEAD_BYTES)
     assert "response head" in str(err)
 
@@ -75,7 +71,7 @@ async def test_a_header_value_that_never_ends_is_refused() -> None:
 async def test_one_long_header_line_is_refused() -> None:
     """A whole head in one write, with one line over 8 KiB: aiohttp refuses it too."""
     line = b"X-Long: " + b"b" * MAX_HEADER_LINE + b"\r\n"
-    outcome = await _stream([HEAD + line + b"\r\n" + chunk(BODY) + chunk(b"")])
+    outcome = await _stream([HEAD + line + b"\r\n" + chunk(SSE_BODY) + chunk(b"")])
     _refused(outcome, MAX_HEADER_LINE)
 
 
@@ -84,7 +80,7 @@ async def test_endless_trailers_are_refused(writes: str) -> None:
     """Trailers after the last chunk are bounded as a head is; the output before them is
     kept on the error, also when it came in the read that went over the limit."""
     pad = b"X-Trailer: " + b"t" * 1000 + b"\r\n"
-    body = HEAD + b"\r\n" + chunk(BODY) + b"0\r\n"
+    body = HEAD + b"\r\n" + chunk(SSE_BODY) + b"0\r\n"
     if writes == "apart":
         outcome = await _stream([body, *[pad] * 1024, b"\r\n"])
     else:
@@ -104,7 +100,7 @@ async def test_heads_and_trailers_within_the_limits_are_read() -> None:
             HEAD,
             *[pad] * 40,
             b"\r\n",
-            *[chunk(BODY[i : i + 50]) for i in range(0, len(BODY), 50)],
+            *[chunk(SSE_BODY[i : i + 50]) for i in range(0, len(SSE_BODY), 50)],
             b"0\r\n",
             *[b"X-T: " + b"t" * 500 + b"\r\n"] * 40,
             b"\r\n",
@@ -118,7 +114,7 @@ async def test_a_long_line_under_the_limit_is_kept() -> None:
     """A header line just under 8 KiB is an x-* header like any other."""
     size = MAX_HEADER_LINE - 100
     line = b"X-Long: " + b"c" * size + b"\r\n"
-    outcome = await _stream([HEAD + line + b"\r\n" + chunk(BODY) + chunk(b"")])
+    outcome = await _stream([HEAD + line + b"\r\n" + chunk(SSE_BODY) + chunk(b"")])
     assert not isinstance(outcome, Exception), outcome
     assert outcome.response_headers["x-long"] == "c" * size  # type: ignore[attr-defined]
 
@@ -134,11 +130,11 @@ async def test_x_headers_are_text_and_joined_alike_on_every_transport(kind: str)
     )
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(head + chunk(BODY) + chunk(b""))
+        writer.write(head + chunk(SSE_BODY) + chunk(b""))
         await writer.drain()
 
     async with raw_server(answer) as srv, aclosing(make_transport(kind, srv.base_url)) as t:
-        trace = await t.stream(REQ)
+        trace = await t.stream(TINY_REQUEST)
     assert trace.response_headers == {
         "x-req": "one, two",
         "x-latin": "café",
@@ -152,7 +148,7 @@ async def test_a_compressed_stream_is_refused_by_its_encoding() -> None:
     """A gzip body (a proxy compressing, though the request asked for none) parsed to no
     event: 'ended after 0 events with neither a finish_reason nor [DONE]', retried as a
     stream cut mid-way. Now the error names the encoding; an error status keeps its class."""
-    packed = gzip.compress(BODY)
+    packed = gzip.compress(SSE_BODY)
     head = HEAD.replace(b"Transfer-Encoding: chunked\r\n", b"") + b"Content-Encoding: gzip\r\n"
     sized = head + b"Content-Length: %d\r\n\r\n" % len(packed) + packed
     outcome = await _stream([sized])

@@ -19,11 +19,9 @@ from agentflow import (
     ServerError,
 )
 from agentflow.sched import RetryPolicy
-from agentflow.transport import ChatRequest
 
-from .rawserver import KINDS, chunk, head, make_transport, raw_server
+from .rawserver import KINDS, TINY_REQUEST, chunk, head, make_transport, raw_server
 
-REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}], params={"max_tokens": 8})
 TOO_LONG = (
     "This model's maximum context length is 100 tokens. However, you requested 150 tokens "
     "(120 in the messages, 30 in the completion)."
@@ -45,7 +43,7 @@ async def _stream_error(kind: str, error: Any) -> APIStatusError:
 
     async with raw_server(answer) as srv, aclosing(make_transport(kind, srv.base_url)) as t:
         with pytest.raises(APIStatusError) as info:
-            await t.stream(REQ)
+            await t.stream(TINY_REQUEST)
     err = info.value
     assert srv.base_url in str(err) and err.endpoint == srv.base_url
     assert "inside the stream after 1 output chunks" in str(err)
@@ -77,8 +75,9 @@ async def test_a_too_long_prompt_in_the_stream_is_context_length_exceeded(kind: 
         ({"message": "boom"}, ServerError, 500),
         ({"message": TOO_LONG, "code": "context_length_exceeded"}, ContextLengthExceeded, 400),
         ("a bare string", ServerError, 500),
+        ({"message": "odd", "code": "²"}, ServerError, 500),
     ],
-    ids=["503", "string-code", "no-code", "too-long-without-status", "string"],
+    ids=["503", "string-code", "no-code", "too-long-without-status", "string", "unicode-digit"],
 )
 async def test_the_code_picks_the_class(error: Any, cls: type, status: int) -> None:
     err = await _stream_error("protocol", error)
@@ -107,7 +106,7 @@ async def test_a_redirect_says_where_it_points(location: str, shown: str) -> Non
 
     async with raw_server(answer) as srv, aclosing(make_transport("protocol", srv.base_url)) as t:
         with pytest.raises(APIStatusError) as info:
-            await t.stream(REQ)
+            await t.stream(TINY_REQUEST)
     message = str(info.value)
     assert info.value.status == 301 and "base_url" in message
     if location.startswith("/"):
@@ -136,5 +135,5 @@ async def test_retry_after_is_finite_or_none(value: str, seconds: float | None) 
 
     async with raw_server(answer) as srv, aclosing(make_transport("protocol", srv.base_url)) as t:
         with pytest.raises(RateLimitError) as info:
-            await t.stream(REQ)
+            await t.stream(TINY_REQUEST)
     assert info.value.retry_after == seconds

@@ -119,14 +119,18 @@ class TraceBuilder:
         "headers_ns",
         "model",
         "n_events",
+        "reconnects",
         "response_id",
         "sent_ns",
         "timings",
         "usage",
     )
 
-    def __init__(self, *, endpoint: str, sent_ns: int, sink: DeltaSink | None = None) -> None:
+    def __init__(
+        self, *, endpoint: str, sent_ns: int, sink: DeltaSink | None = None, reconnects: int = 0
+    ) -> None:
         self.endpoint = endpoint
+        self.reconnects = reconnects  # on the trace of an error raised while feeding
         self.sent_ns = sent_ns
         self.headers_ns = sent_ns
         self._sink = sink
@@ -223,7 +227,7 @@ class TraceBuilder:
             lead=f"{self.endpoint} reported an error (status {status}) inside the stream "
             f"after {len(self.chunk_ns)} output chunks",
         )
-        exc.trace = self.finish(t_ns)
+        exc.trace = self.finish(t_ns, reconnects=self.reconnects)
         return exc
 
     def _add_tool_deltas(self, deltas: list[_ToolCallDelta], t_ns: int) -> int:

@@ -116,7 +116,9 @@ class StreamState:
         self.endpoint = endpoint
         self.clock = clock
         self.reconnects = reconnects
-        self.builder = builder = TraceBuilder(endpoint=endpoint, sent_ns=sent, sink=sink)
+        self.builder = builder = TraceBuilder(
+            endpoint=endpoint, sent_ns=sent, sink=sink, reconnects=reconnects
+        )
         self._feed = builder.feed
         self.decoder = decoder = SSEDecoder(max_event_bytes, endpoint=endpoint)
         self._decode = decoder.feed

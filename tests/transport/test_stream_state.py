@@ -8,7 +8,7 @@ import itertools
 
 import pytest
 
-from agentflow._errors import StreamProtocolError, StreamTimeout
+from agentflow._errors import APIStatusError, StreamProtocolError, StreamTimeout
 from agentflow.embedded import run_virtual
 from agentflow.transport import Timeouts
 from agentflow.transport._stream import StreamState
@@ -144,3 +144,13 @@ async def test_limits_drop_the_stream_when_the_scope_ends() -> None:
         st.read(CHUNK + FINISH, 5)
     assert limits._stream is None
     assert gc.get_referents(limits).count(st) == 0
+
+
+def test_an_error_object_in_the_stream_carries_the_resends_on_its_trace() -> None:
+    """Its trace said 0 resends, whatever happened: every other error's says how many."""
+    st = StreamState("http://x", _clock().__next__, reconnects=2)
+    st.read(CHUNK, 10)
+    with pytest.raises(APIStatusError) as info:
+        st.read(b'data: {"error": {"message": "overloaded", "code": 503}}\n\n', 20)
+    trace = info.value.trace
+    assert trace is not None and trace.chunk_ns == (10,) and trace.reconnects == 2

@@ -6,7 +6,7 @@ to act on it as attributes, never only in its message::
     AgentflowError
     ├── ConfigError             user misconfiguration (also a ValueError)
     ├── TransportError          anything on the wire; ``.endpoint``
-    │   ├── ConnectError        no response byte arrived: safe to resend
+    │   ├── ConnectError        the request cannot have reached the server: safe to resend
     │   ├── StreamInterrupted   dropped mid-stream; ``.trace`` keeps the partial turn
     │   ├── StreamProtocolError malformed SSE or JSON, or an unfinished stream; ``.trace``
     │   │   └── UnexpectedContentType  a 2xx that is not an event stream (HTML, JSON)

@@ -55,7 +55,9 @@ class MockTransport:
     the HTTP transports' error mapping (a 429 is a :class:`~agentflow.RateLimitError`
     with its ``Retry-After``, a 5xx a :class:`~agentflow.ServerError`, a "too long" 400 a
     :class:`~agentflow.ContextLengthExceeded`); ``drop=True`` is a
-    :class:`~agentflow.ConnectError` and ``cut=True`` a
+    :class:`~agentflow.ConnectError` (as a stale kept-alive connection's drop is; over
+    real HTTP a *new* connection dropped after carrying the request is a
+    :class:`~agentflow.StreamInterrupted`: the server may have read it) and ``cut=True`` a
     :class:`~agentflow.StreamInterrupted` with the partial trace. ``frame_delay_s``
     sleeps on the event loop between frames (virtual time under ``VirtualTimeLoop``).
 

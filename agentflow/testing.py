@@ -105,7 +105,10 @@ class Reply:
         frame_delay_s: pause between frames, to make separate reads likely.
         cut: close the connection after the frames instead of ending the body.
         drop: close the connection at once, before any response byte (as a server
-            that drops a kept-alive connection does).
+            that drops a kept-alive connection does). The transports resend the request
+            (a :class:`~agentflow.ConnectError` if it keeps happening) only when the
+            connection was a reused kept-alive one; on a new connection the server may
+            have read the request, so it is a :class:`~agentflow.StreamInterrupted`.
     """
 
     frames: Sequence[bytes] = ()

@@ -55,7 +55,7 @@ def quantile_name(q: float) -> str:
     Raises:
         ConfigError: ``q`` is not a number in [0, 1].
     """
-    if not (isinstance(q, int | float) and 0.0 <= q <= 1.0):
+    if isinstance(q, bool) or not (isinstance(q, int | float) and 0.0 <= q <= 1.0):
         raise ConfigError(f"a quantile is a number in [0, 1], got {q!r}")
     return "p" + f"{q * 100:.10f}".rstrip("0").rstrip(".")
 

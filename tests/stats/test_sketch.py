@@ -126,6 +126,8 @@ def test_quantile_names_and_exact_distribution() -> None:
     assert exact_distribution([], [0.5]) == {
         "count": 0, "mean": None, "min": None, "max": None, "p50": None,
     }  # fmt: skip
+    with pytest.raises(ConfigError, match="got True"):  # not 1.0: "p100"
+        quantile_name(True)
 
 
 def test_extra_quantiles_have_distinct_schema_valid_keys() -> None:

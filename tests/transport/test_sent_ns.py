@@ -4,9 +4,11 @@ connecting (TCP, TLS) is not the server's time, and counted in neither TTFT nor 
 The server here holds the client's connection back, as a server whose accept queue is
 full does: the kernel drops the client's SYN until the server has made room (by taking
 the connection waiting before it), so the connection cannot be complete — nor the
-request written — before the server's own clock reading when it made that room. The
-order of the two readings (one clock, ``time.perf_counter_ns``, on both sides) is the
-test; no duration is.
+request written — before the server's own clock reading when it made that room. It
+makes that room only once the transport has read its clock for the first time (the
+stream has begun), so a ``sent_ns`` read before connecting is always before it. The
+order of the readings (one clock, ``time.perf_counter_ns``, on both sides) is the
+test; no duration is, and no sleep decides it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ import pytest
 
 from .rawserver import SSE_OK, TINY_REQUEST, make_transport
 
+GUARD_S = 60.0  # a hang guard only
+
 
 class _FullQueueServer:
     """A loopback server whose accept queue (of one) is taken by a connection of its own
@@ -27,6 +31,8 @@ class _FullQueueServer:
     accepts the client's and answers one request."""
 
     def __init__(self) -> None:
+        #: Set by the transport's first clock reading: the stream has begun.
+        self.began = threading.Event()
         self._sock = socket.create_server(("127.0.0.1", 0), backlog=0)
         self.port = self._sock.getsockname()[1]
         # Fills the queue: later SYNs are dropped (and retried by the client's kernel).
@@ -37,7 +43,7 @@ class _FullQueueServer:
         self._thread.start()
 
     def _serve(self) -> None:
-        time.sleep(0.05)  # the client has sent its SYN meanwhile (or will, into a full queue)
+        self.began.wait(GUARD_S)
         self.room_ns = time.perf_counter_ns()
         filler, _ = self._sock.accept()
         conn, _ = self._sock.accept()
@@ -48,6 +54,11 @@ class _FullQueueServer:
             self.got_request.set()
             conn.sendall(SSE_OK)
             conn.recv(1)  # until the client closes
+
+    def clock(self) -> int:
+        """The transport's clock: ``perf_counter_ns``, noting that the stream began."""
+        self.began.set()
+        return time.perf_counter_ns()
 
     def close(self) -> None:
         self._filler.close()
@@ -62,7 +73,7 @@ async def test_sent_ns_is_taken_after_the_connection_is_open(kind: str) -> None:
     srv = _FullQueueServer()
     try:
         url = f"http://127.0.0.1:{srv.port}/v1"
-        async with aclosing(make_transport(kind, url, clock=time.perf_counter_ns)) as t:
+        async with aclosing(make_transport(kind, url, clock=srv.clock)) as t:
             trace = await t.stream(TINY_REQUEST)
     finally:
         srv.close()

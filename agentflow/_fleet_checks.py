@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
 from agentflow._errors import ConfigError
-from agentflow._lease_ttl import check_lease_ttl
 from agentflow._logging import get_logger
+from agentflow._seconds import check_lease_ttl
 from agentflow.sched import Replica
 
 _log = get_logger("agentflow.fleet")

@@ -5,7 +5,6 @@ and the :class:`Watchdog` that cuts a connection whose server stopped answering.
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import re
 import socket
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
 from agentflow._redact import register_secret, register_url
+from agentflow._seconds import check_seconds
 
 if TYPE_CHECKING:
     import psycopg
@@ -89,21 +89,6 @@ def split_dsn(dsn: object, owner: object) -> tuple[str, dict[str, Secret]]:
     return make_conninfo("", **{k: v for k, v in params.items() if v is not None}), hidden
 
 
-def _seconds(name: str, value: object, low: float, high: float) -> float:
-    """``value``, a finite real number of seconds in [low, high]; else a ConfigError."""
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int | float)
-        or not math.isfinite(value)
-        or not low <= value <= high
-    ):
-        raise ConfigError(
-            f"PostgresStore.{name} must be a finite number of seconds in [{low:g}, {high:g}],"
-            f" got {value!r}"
-        )
-    return float(value)
-
-
 def check_settings(
     schema: object,
     batch_interval_s: object,
@@ -117,11 +102,11 @@ def check_settings(
     :data:`MAX_TIMEOUT_S`."""
     if not isinstance(schema, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", schema):
         raise ConfigError(f"PostgresStore.schema must be an SQL identifier, got {schema!r}")
-    _seconds("batch_interval_s", batch_interval_s, 0, 10)
+    check_seconds(batch_interval_s, "PostgresStore.batch_interval_s", 0, 10)
     if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
         raise ConfigError(f"PostgresStore.max_batch must be an int ≥ 1, got {max_batch!r}")
-    _seconds("connect_timeout_s", connect_timeout_s, 0.001, MAX_TIMEOUT_S)
-    _seconds("statement_timeout_s", statement_timeout_s, 0.001, MAX_TIMEOUT_S)
+    check_seconds(connect_timeout_s, "PostgresStore.connect_timeout_s", 0.001, MAX_TIMEOUT_S)
+    check_seconds(statement_timeout_s, "PostgresStore.statement_timeout_s", 0.001, MAX_TIMEOUT_S)
 
 
 def connect(

@@ -25,9 +25,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentflow._errors import RecordsLeftOut, StoreError
-from agentflow._lease_ttl import check_lease_ttl
 from agentflow._logging import get_logger
 from agentflow._redact import redact
+from agentflow._seconds import check_lease_ttl
 from agentflow._threads import thread_result
 from agentflow.store import _pg_conn
 from agentflow.store import _pg_io as io

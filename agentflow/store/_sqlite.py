@@ -30,8 +30,8 @@ from pathlib import Path
 from typing import TypeVar
 
 from agentflow._errors import RecordsLeftOut, StoreError
-from agentflow._lease_ttl import check_lease_ttl
 from agentflow._logging import get_logger
+from agentflow._seconds import check_lease_ttl
 from agentflow._threads import thread_result
 from agentflow.store import _journal, _journal_ingest
 from agentflow.store import _sqlite_io as io

@@ -27,6 +27,7 @@ from agentflow.transport._shared import (
     content_type_error,
     keep_headers,
     refused_content_type,
+    sent_then_closed,
     status_error,
 )
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES
@@ -203,13 +204,8 @@ class AiohttpTransport(EndpointTransport):
             if attempt.reused and not partial_head:
                 raise self._connect_error(exc) from exc
             state = "an unfinished response head" if partial_head else "no response byte"
-            raise StreamInterrupted(
-                f"connection to {self.endpoint} closed after the request was sent, with "
-                f"{state} (the server may have received the request): "
-                f"{type(exc).__name__}: {exc}",
-                endpoint=self.endpoint,
-                trace=st.partial(),
-            ) from exc
+            why = f"{type(exc).__name__}: {exc}"
+            raise sent_then_closed(self.endpoint, state, why, st.partial()) from exc
 
     def _connect_error(self, exc: BaseException) -> ConnectError:
         return ConnectError(

@@ -17,7 +17,7 @@ from multidict import CIMultiDict
 
 from agentflow._errors import ConnectError, StreamInterrupted, StreamProtocolError
 from agentflow.transport._pool import ConnectionPool, PooledConnection
-from agentflow.transport._shared import MAX_ERROR_BODY, refused_content_type
+from agentflow.transport._shared import MAX_ERROR_BODY, refused_content_type, sent_then_closed
 from agentflow.transport._stream import StreamState
 
 __all__ = ["MAX_HEADER_LINE", "MAX_HEAD_BYTES"]
@@ -298,12 +298,7 @@ class _Connection(PooledConnection):
             err: Exception = ConnectError(f"no response from {endpoint}: {why}", endpoint=endpoint)
         elif not ex.status:
             state = "an unfinished response head" if received else "no response byte"
-            err = StreamInterrupted(
-                f"connection to {endpoint} closed after the request was sent, with "
-                f"{state} (the server may have received the request): {why}",
-                endpoint=endpoint,
-                trace=st.partial(),
-            )
+            err = sent_then_closed(endpoint, state, why, st.partial())
         else:
             err = StreamInterrupted(
                 f"connection to {endpoint} dropped mid-stream after "

@@ -43,6 +43,7 @@ from agentflow.transport._shared import (
     content_type_error,
     keep_headers,
     refused_content_type,
+    sent_then_closed,
     status_error,
 )
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, check_max_event_bytes
@@ -156,13 +157,8 @@ class OpenAITransport:
                 ) from exc
             # The request went out (the SDK does not say on which connection): the server
             # may have received it, and the retry policy judges.
-            raise StreamInterrupted(
-                f"connection to {self.endpoint} closed after the request was sent, before "
-                f"a response (the server may have received the request): "
-                f"{type(exc).__name__}: {exc} ({type(exc.__cause__).__name__})",
-                endpoint=self.endpoint,
-                trace=st.partial(),
-            ) from exc
+            why = f"{type(exc).__name__}: {exc} ({type(exc.__cause__).__name__})"
+            raise sent_then_closed(self.endpoint, "no response", why, st.partial()) from exc
         except httpx2.TimeoutException as exc:
             raise StreamTimeout(
                 f"read timeout mid-stream on {self.endpoint}",

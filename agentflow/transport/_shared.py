@@ -7,7 +7,13 @@ from typing import Any, Self
 
 import msgspec
 
-from agentflow._errors import APIStatusError, ConfigError, ConnectError, UnexpectedContentType
+from agentflow._errors import (
+    APIStatusError,
+    ConfigError,
+    ConnectError,
+    StreamInterrupted,
+    UnexpectedContentType,
+)
 from agentflow._redact import display_url, redact_headers
 from agentflow._trace import TurnTrace
 from agentflow.transport._request import Endpoint, Timeouts, parse_retry_after
@@ -24,6 +30,7 @@ __all__ = [
     "finish_stream",
     "keep_headers",
     "refused_content_type",
+    "sent_then_closed",
     "status_error",
 ]
 
@@ -101,6 +108,18 @@ def check_connect_retries(value: object, owner: str) -> int:
 #: not an event stream. Others (``text/event-stream``, a missing header, ``text/plain``…)
 #: are parsed as SSE and fail later, as malformed, if they are not.
 _REFUSED_TYPES = frozenset({"text/html", "application/xhtml+xml", "text/xml", "application/xml"})
+
+
+def sent_then_closed(endpoint: str, state: str, why: str, trace: TurnTrace) -> StreamInterrupted:
+    """The error for a connection closed after carrying the request, before a whole
+    response head (``state`` says how far one got; ``why`` how it closed): the server may
+    have received the request, so it is not resent here — the retry policy judges."""
+    return StreamInterrupted(
+        f"connection to {endpoint} closed after the request was sent, with {state} "
+        f"(the server may have received the request): {why}",
+        endpoint=endpoint,
+        trace=trace,
+    )
 
 
 def refused_content_type(status: int, headers: Any) -> str | None:

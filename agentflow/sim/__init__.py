@@ -10,6 +10,8 @@ side imports nothing from here. The pieces, bottom up:
   prefix cache, reference counts, LRU eviction.
 - :mod:`~agentflow.sim.arguments` — values that satisfy a JSON schema (tool arguments).
 - :mod:`~agentflow.sim.textgen` — :class:`TextGenerator`: each request's output plan.
+- :mod:`~agentflow.sim.plan` — :class:`OutputPlan`: a request's whole output, and the
+  streaming delta of any run of its tokens.
 - :mod:`~agentflow.sim.errors` — :class:`RequestRejected` with vLLM's wording.
 - :mod:`~agentflow.sim.records` — ground truth: :class:`RequestRecord`,
   :class:`StepResult`, :class:`EngineStats`.
@@ -56,6 +58,13 @@ from agentflow.sim.errors import RequestRejected, check_context_length
 from agentflow.sim.faults import FAULT_KINDS, Fault, FaultConfig, FaultInjector
 from agentflow.sim.frames import ChunkEncoder
 from agentflow.sim.kv import BlockManager, extend_block_hashes
+from agentflow.sim.plan import (
+    FinishReason,
+    OutputDelta,
+    OutputPlan,
+    PlannedToolCall,
+    ToolCallDelta,
+)
 from agentflow.sim.profiles import (
     PROFILES,
     Profile,
@@ -67,16 +76,7 @@ from agentflow.sim.records import DecodeRun, DriverStats, EngineStats, RequestRe
 from agentflow.sim.request import SimRequest, StreamConsumer
 from agentflow.sim.server import SimServer
 from agentflow.sim.sessions import SESSION_HEADER, SessionRounds
-from agentflow.sim.textgen import (
-    FinishReason,
-    OutputDelta,
-    OutputPlan,
-    PlannedToolCall,
-    TextGenConfig,
-    TextGenerator,
-    ToolCallDelta,
-    count_tool_rounds,
-)
+from agentflow.sim.textgen import TextGenConfig, TextGenerator, count_tool_rounds
 from agentflow.sim.tokenizer import Tokenizer
 
 __all__ = [

@@ -40,11 +40,12 @@ from typing import Any
 
 from agentflow.sim.errors import RequestRejected, check_context_length
 from agentflow.sim.kv import BlockManager
+from agentflow.sim.plan import FinishReason
 from agentflow.sim.profiles import Profile, get_profile
 from agentflow.sim.records import EngineStats, RequestRecord
 from agentflow.sim.scheduler import _Scheduler
 from agentflow.sim.sequence import EngineRequest, SeqState
-from agentflow.sim.textgen import FinishReason, TextGenConfig, TextGenerator
+from agentflow.sim.textgen import TextGenConfig, TextGenerator
 from agentflow.sim.tokenizer import Tokenizer
 
 __all__ = ["Engine", "EngineRequest", "RequestRejected"]

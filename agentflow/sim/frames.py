@@ -38,8 +38,8 @@ from typing import Any
 
 import msgspec
 
+from agentflow.sim.plan import OutputPlan
 from agentflow.sim.records import RequestRecord
-from agentflow.sim.textgen import OutputPlan
 
 __all__ = ["DONE", "ChunkEncoder", "malformed_payload", "usage_of"]
 

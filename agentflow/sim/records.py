@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentflow.sim.textgen import FinishReason, OutputPlan
+from agentflow.sim.plan import FinishReason, OutputPlan
 
 __all__ = [
     "DecodeRun",

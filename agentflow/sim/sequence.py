@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from agentflow.sim.plan import FinishReason, OutputPlan
 from agentflow.sim.records import RequestRecord
-from agentflow.sim.textgen import FinishReason, OutputPlan
 
 __all__ = ["EngineRequest", "SeqState"]
 

@@ -25,6 +25,7 @@ from ._catalog import (
     get_hardware,
     get_model,
 )
+from ._dtypes import KV_DTYPES, WEIGHT_DTYPES, kv_dtype_bytes, weight_dtype_bits
 from ._kv import (
     DEFAULT_CONTEXT_TOKENS,
     GIB,
@@ -39,18 +40,14 @@ from ._kv import (
 from ._render import plan_to_dict, render_plan
 from ._specs import (
     DEFAULT_RESERVE_GIB,
-    KV_DTYPES,
     MAX_COUNT,
     MAX_GPU_MEMORY_GIB,
-    WEIGHT_DTYPES,
     Attention,
     Deployment,
     GQAAttention,
     HardwareSpec,
     MLAAttention,
     ModelSpec,
-    kv_dtype_bytes,
-    weight_dtype_bits,
 )
 
 __all__ = [

@@ -7,7 +7,8 @@ each one. They go into :attr:`KVPlan.assumptions` and are printed with every pla
 
 from __future__ import annotations
 
-from ._specs import Deployment, GQAAttention, kv_dtype_bytes, weight_dtype_bits
+from ._dtypes import kv_dtype_bytes, weight_dtype_bits
+from ._specs import Deployment, GQAAttention
 
 __all__ = ["assumptions_for"]
 

@@ -34,7 +34,8 @@ from fractions import Fraction
 from agentflow._errors import ConfigError
 
 from ._assumptions import assumptions_for
-from ._specs import MAX_COUNT, Attention, Deployment, GQAAttention, kv_dtype_bytes
+from ._dtypes import kv_dtype_bytes
+from ._specs import MAX_COUNT, Attention, Deployment, GQAAttention
 
 __all__ = [
     "DEFAULT_CONTEXT_TOKENS",

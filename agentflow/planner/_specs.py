@@ -11,8 +11,8 @@ Three frozen records, validated when built (a bad field raises
   sizes, ``gpu_memory_utilization``, the KV-cache dtype, the block size, ``max_model_len`` and
   the memory reserved per GPU for everything that is neither weights nor KV.
 
-Dtype names follow vLLM's ``--dtype`` / ``--kv-cache-dtype`` spellings; :data:`KV_DTYPES` and
-:data:`WEIGHT_DTYPES` map each to its width in bits.
+Dtype names follow vLLM's ``--dtype`` / ``--kv-cache-dtype`` spellings; their tables are in
+:mod:`agentflow.planner._dtypes`.
 """
 
 from __future__ import annotations
@@ -22,50 +22,19 @@ from dataclasses import dataclass
 
 from agentflow._errors import ConfigError
 
+from ._dtypes import kv_dtype_bytes, weight_dtype_bits
+
 __all__ = [
     "DEFAULT_RESERVE_GIB",
-    "KV_DTYPES",
     "MAX_COUNT",
     "MAX_GPU_MEMORY_GIB",
-    "WEIGHT_DTYPES",
     "Attention",
     "Deployment",
     "GQAAttention",
     "HardwareSpec",
     "MLAAttention",
     "ModelSpec",
-    "kv_dtype_bytes",
-    "weight_dtype_bits",
 ]
-
-#: Bits per cached value for each KV-cache dtype (vLLM's ``--kv-cache-dtype`` names and the
-#: torch aliases). vLLM stores every fp8 variant as one byte (its ``STR_DTYPE_TO_TORCH_DTYPE``
-#: maps ``fp8``, ``fp8_e4m3`` and ``fp8_e5m2`` to ``torch.uint8``); per-tensor fp8 scales are
-#: one per layer, not per token, so they add nothing per token.
-KV_DTYPES: dict[str, int] = {
-    "fp32": 32,
-    "float32": 32,
-    "float": 32,
-    "bf16": 16,
-    "bfloat16": 16,
-    "fp16": 16,
-    "float16": 16,
-    "half": 16,
-    "fp8": 8,
-    "fp8_e4m3": 8,
-    "fp8_e5m2": 8,
-}
-
-#: Bits per parameter for each weight dtype. Quantisation scales (e.g. one fp32 per 128×128
-#: block of DeepSeek-V3's fp8 weights, +0.02%) are not counted.
-WEIGHT_DTYPES: dict[str, int] = {
-    **KV_DTYPES,
-    "int8": 8,
-    "int4": 4,
-    "fp4": 4,
-    "nvfp4": 4,
-    "mxfp4": 4,
-}
 
 #: Default memory reserved per GPU for what is neither weights nor KV cache (activation peak,
 #: NCCL buffers, the CUDA context; the driver's own share is not visible to CUDA and is taken
@@ -84,34 +53,6 @@ MAX_COUNT = 10**18
 #: The most memory per GPU, in GiB, a spec takes (and the most it can reserve): 64 TiB,
 #: hundreds of times today's largest GPU, and bounded so the token figures stay printable.
 MAX_GPU_MEMORY_GIB = 64 * 1024
-
-
-def _lookup_dtype(table: dict[str, int], value: str, field: str) -> int:
-    if not isinstance(value, str):
-        raise ConfigError(f"{field} must be a dtype name (a string), got {value!r}")
-    try:
-        return table[value.lower()]
-    except KeyError:
-        known = ", ".join(sorted(table))
-        raise ConfigError(f"{field}={value!r} is not a known dtype; known: {known}") from None
-
-
-def kv_dtype_bytes(name: str) -> int:
-    """Bytes per cached value for the KV-cache dtype ``name`` (e.g. ``"fp8_e4m3"`` → 1).
-
-    Raises:
-        ConfigError: unknown dtype (the message lists the known ones).
-    """
-    return _lookup_dtype(KV_DTYPES, name, "kv_dtype") // 8
-
-
-def weight_dtype_bits(name: str) -> int:
-    """Bits per parameter for the weight dtype ``name`` (e.g. ``"bf16"`` → 16, ``"fp4"`` → 4).
-
-    Raises:
-        ConfigError: unknown dtype (the message lists the known ones).
-    """
-    return _lookup_dtype(WEIGHT_DTYPES, name, "weight_dtype")
 
 
 def _positive_int(owner: str, field: str, value: object) -> None:
@@ -239,7 +180,8 @@ class ModelSpec:
         attention: the KV layout of every layer.
         total_params: parameters held in GPU memory (all experts of a MoE).
         active_params: parameters used per token (for the record; memory needs all of them).
-        weight_dtype: dtype of the served weights (a key of :data:`WEIGHT_DTYPES`).
+        weight_dtype: dtype of the served weights (a key of
+            :data:`~agentflow.planner.WEIGHT_DTYPES`).
         max_context: the longest context the model supports, in tokens.
         description: one line for humans.
         sources: where each figure comes from, and what is assumed.
@@ -345,7 +287,7 @@ class Deployment:
             not exceed it.
         pp_partition: layers per pipeline stage (like ``VLLM_PP_LAYER_PARTITION``); ``None``
             splits them the way vLLM does by default.
-        kv_dtype: ``--kv-cache-dtype`` (a key of :data:`KV_DTYPES`).
+        kv_dtype: ``--kv-cache-dtype`` (a key of :data:`~agentflow.planner.KV_DTYPES`).
         gpu_memory_utilization: ``--gpu-memory-utilization``, in (0, 1].
         block_size: tokens per KV block (``--block-size``).
         max_model_len: ``--max-model-len``; ``None`` means the model's ``max_context``.

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
     from matplotlib.figure import Figure as MplFigure
 
-__all__ = ["COLORS", "Figure", "empty_note", "new_figure", "number", "plain", "to_png"]
+__all__ = ["COLORS", "Figure", "empty_note", "new_figure", "number", "plain", "tick", "to_png"]
 
 #: Run colours, in order (colour-blind-safe, Okabe–Ito).
 COLORS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
@@ -88,6 +88,34 @@ def number(x: float, digits: int = 3) -> str:
     return f"{x:,.0f}" if abs(x) >= 1000 or "e+" in s else s
 
 
+#: A log axis' large ticks: the scale each suffix stands for, largest first.
+_SUFFIXES = ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k"))
+_SUPERSCRIPT = str.maketrans("-0123456789", "⁻⁰¹²³⁴⁵⁶⁷⁸⁹")
+
+
+def tick(v: float) -> str:
+    """A log axis' tick label: short, to three significant digits, never ``1e+06``.
+
+    From 0.0001 to 9,999 it is :func:`number` (``0.001``, ``2``, ``50``, ``1,000``,
+    ``5,000``), as the report's tables write numbers; from 10,000 a suffix keeps it short
+    (``10k``, ``250k``, ``1M``, ``2.5G``, up to ``999T``); beyond either end, a power of ten
+    (``10⁻⁵``, ``2×10¹⁵``). ``v`` is rounded first, so 999,999 is ``1M``, not ``1,000k``.
+    """
+    if not math.isfinite(v):
+        return ""
+    r = float(f"{v:.3g}")
+    a = abs(r)
+    if a == 0 or 1e-4 <= a < 1e4:
+        return number(r)
+    if 1e4 <= a < 1e15:
+        scale, suffix = next((s, x) for s, x in _SUFFIXES if a >= s)
+        return f"{r / scale:.3g}{suffix}"
+    mantissa, exponent = f"{r:.2e}".split("e")
+    m = f"{float(mantissa):g}"
+    power = "10" + str(int(exponent)).translate(_SUPERSCRIPT)
+    return m[:-1] + power if m in ("1", "-1") else f"{m}×{power}"
+
+
 def plain(text: str) -> str:
     """``text`` (a run label, session id, tool name: anything from a report or a user)
     escaped so that matplotlib draws it as written.
@@ -153,7 +181,8 @@ def gaps(t: Sequence[Any], y: Sequence[Any]) -> tuple[list[float], list[float]]:
 
 
 def log_axis(ax: Axes, axis: str = "x") -> None:
-    """A log scale labelled with plain numbers (``2``, ``50``, ``1000``); on an axis
+    """A log scale labelled with :func:`tick`'s short numbers (``2``, ``50``, ``1,000``,
+    ``100k``, ``1M``); on an axis
     spanning less than about two decades, minor ticks at 2× and 5× are labelled too, and
     inside one decade every minor tick is."""
     from matplotlib.ticker import FuncFormatter, NullFormatter
@@ -162,14 +191,14 @@ def log_axis(ax: Axes, axis: str = "x") -> None:
         if v <= 0:
             return ""
         mantissa = round(v / 10 ** math.floor(math.log10(v)))
-        return f"{v:g}" if mantissa in (2, 5) else ""
+        return tick(v) if mantissa in (2, 5) else ""
 
     a = ax.xaxis if axis == "x" else ax.yaxis
     (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
-    a.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    a.set_major_formatter(FuncFormatter(lambda v, _: tick(v)))
     lo, hi = ax.get_xlim() if axis == "x" else ax.get_ylim()
     if lo > 0 and hi / lo < 10:  # inside one decade there may be no major tick: label all
-        a.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:.3g}"))
+        a.set_minor_formatter(FuncFormatter(lambda v, _: tick(v)))
     else:
         a.set_minor_formatter(FuncFormatter(minor) if lo > 0 and hi / lo < 150 else NullFormatter())
 

@@ -9,6 +9,7 @@ from agentflow.report._canvas import (
     Figure,
     color,
     finite,
+    log_axis,
     new_figure,
     number,
     plain,
@@ -98,7 +99,7 @@ def compare_runs(runs: Sequence[Run]) -> Figure | None:
                 )
         ax.set_xticks(range(len(items)), [label for label, _ in items], rotation=30, ha="right")
         if unit == "ms":
-            ax.set_yscale("log")
+            log_axis(ax, "y")
         ax.margins(y=0.25)
         if unit == "%":
             ax.set_ylim(0, 119)

@@ -109,7 +109,9 @@ async def run_in_process(
                 # too; then, now and then, whatever the run has kept since.
                 refreezer.start(asyncio.get_running_loop())
         result = FleetResult(
-            sessions=[t.result() for t in tasks] if tasks is not None else _results(sessions),
+            sessions=_with_followers(
+                sessions, [t.result() for t in tasks] if tasks is not None else _results(sessions)
+            ),
             wall_s=(fleet._clock() - start) * 1e-9,
             peak_in_flight=scheduler.peak_in_flight,
             callback_errors=bus.callback_errors,
@@ -138,4 +140,15 @@ def _results(sessions: list[Session]) -> list[SessionResult]:
     for s in sessions:
         assert s.result is not None  # every session ran to its end
         out.append(s.result)
+    return out
+
+
+def _with_followers(sessions: list[Session], results: list[SessionResult]) -> list[SessionResult]:
+    """Each session's result, followed by those of the sessions that ran in its place
+    after it (``Session._followers``: a bench concurrency level's slot)."""
+    out: list[SessionResult] = []
+    for s, r in zip(sessions, results, strict=True):
+        out.append(r)
+        if s._followers:
+            out += _with_followers(list(s._followers), _results(list(s._followers)))
     return out

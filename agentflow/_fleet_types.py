@@ -56,7 +56,9 @@ class FleetResult:
     """Every session's result, in the order the sessions were given.
 
     Attributes:
-        sessions: one :class:`SessionResult` per session.
+        sessions: one :class:`SessionResult` per session; a session that handed its
+            place on to others when it ended (each slot of an ``agentflow.bench``
+            concurrency level) is followed by theirs, in the order they ran.
         wall_s: wall time of the run.
         peak_in_flight: the most model requests that were in flight at once.
         callback_errors: every callback that raised, with the event it was handling.

@@ -97,6 +97,10 @@ class Session:
     _request: ChatRequest | None = None
     #: Messages counted by the prompt estimate so far: how many, the last, their chars.
     _counted: tuple[int, object, int] = (0, None, 0)
+    #: Sessions that ran after this one, in its place, within its run, in the order they
+    #: ran (a bench concurrency level's slot: ``agentflow.bench``); each ended before
+    #: this one's run returned. The fleet's result lists their results after this one's.
+    _followers: Sequence[Session] = ()
 
     def __init__(
         self,

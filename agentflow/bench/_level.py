@@ -19,9 +19,10 @@ from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from agentflow._errors import ConfigError
 from agentflow._events import ErrorEvent, Event, SessionEndEvent, TurnEndEvent
-from agentflow._fleet import Fleet
-from agentflow.bench._load import Load
+from agentflow._fleet import Fleet, FleetResult
+from agentflow.bench._load import CountedScripts, Load
 from agentflow.bench._session import BenchRun, BenchSession
 from agentflow.bench._spec import SessionScript
 from agentflow.stats import SLO, FleetStats
@@ -129,6 +130,10 @@ class LevelResult:
         summary: its figures (see ``docs/bench.md``): JSON-able, no NaN.
         stats: the FleetStats of its measurement window.
         run: the shared state of its sessions (start and end times, counts).
+        report: its ``agentflow.report/2`` report (of the measurement window).
+        result: the fleet's result: every top-level session the level started (a
+            concurrency level's too: each slot's sessions in the order they ran);
+            ``None`` when the level was cancelled at the end of its drain time.
     """
 
     load: Load
@@ -136,6 +141,7 @@ class LevelResult:
     stats: FleetStats
     run: BenchRun
     report: dict[str, Any] = field(default_factory=dict)
+    result: FleetResult | None = None
 
     @property
     def saturated(self) -> bool:
@@ -180,7 +186,17 @@ async def run_level(
         clock: the fleet's clock (nanoseconds; the traces' clock).
         saturation: when the level counts as over-saturated.
         run_info: copied into the level report's ``run`` section.
+
+    Raises:
+        ConfigError: a concurrency level on a fleet with a run store (it records the
+            sessions a run starts with, not those a slot starts later).
     """
+    if load.concurrency is not None and fleet.store is not None:
+        raise ConfigError(
+            f"{load.label}: a concurrency level starts sessions as its slots free up, and "
+            "a run store records only the sessions a run starts with; run it on a Fleet "
+            "without a store (its result and events have every session)"
+        )
     loop = asyncio.get_running_loop()
     t0 = loop.time()
     c0 = clock()
@@ -191,17 +207,17 @@ async def run_level(
     stats = FleetStats(slos=slos, per="session", start_ns=lo_ns)
     window = _Window(stats, lo_ns, hi_ns, run.started_ns)
     tap._window = window
-    feed: _Counted | None = None
+    feed: CountedScripts | None = None
     if load.concurrency is None:
         sessions = [BenchSession(s, run) for s in scripts]
     else:
         # Fixed concurrency: one session per slot; each is followed by the next script
         # the moment it ends, so the level holds ``concurrency`` sessions to its end.
-        feed = _Counted(scripts)
+        feed = CountedScripts(scripts)
         heads = list(itertools.islice(feed, load.concurrency))
         sessions = [BenchSession(s, run, successors=feed) for s in heads]
     task = asyncio.create_task(fleet.run(sessions))
-    peak: int | None = None  # the fleet's, known when the run ended by itself
+    result: FleetResult | None = None  # known when the run ended by itself
     try:
         timeout = None if duration_s is None else duration_s + drain_s
         done, _ = await asyncio.wait({task}, timeout=timeout)
@@ -210,7 +226,6 @@ async def run_level(
             task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             result = await task
-            peak = result.peak_in_flight
     finally:
         tap._window = None
         if not task.done():
@@ -238,30 +253,11 @@ async def run_level(
         cut=run.cut_top_level,
         ran_out_s=ran_out_s,
         saturation=saturation,
-        peak_in_flight=peak,
+        peak_in_flight=None if result is None else result.peak_in_flight,
     )
-    return LevelResult(load=load, summary=summary, stats=stats, run=run, report=report)
-
-
-class _Counted:
-    """An iterator over scripts that counts what it gave and knows when it ran out."""
-
-    def __init__(self, scripts: Iterable[SessionScript]) -> None:
-        self._it = iter(scripts)
-        self.drawn = 0
-        self.exhausted = False
-
-    def __iter__(self) -> _Counted:
-        return self
-
-    def __next__(self) -> SessionScript:
-        try:
-            script = next(self._it)
-        except StopIteration:
-            self.exhausted = True
-            raise
-        self.drawn += 1
-        return script
+    return LevelResult(
+        load=load, summary=summary, stats=stats, run=run, report=report, result=result
+    )
 
 
 def _waiting_at(window: _Window, t_ns: int) -> int:

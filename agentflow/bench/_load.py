@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,6 +31,7 @@ from agentflow.bench._spec import SessionScript, Workload
 
 __all__ = [
     "Arrival",
+    "CountedScripts",
     "Load",
     "SessionStream",
     "arrival_times",
@@ -203,6 +204,28 @@ class SessionStream:
         if self.limit is not None:
             n = min(n, self.limit)
         return [self.workload.sample(i, seed=self.seed) for i in range(n)]
+
+
+class CountedScripts:
+    """An iterator over scripts that counts what it gave and knows when it ran out (a
+    concurrency level's slots draw from one)."""
+
+    def __init__(self, scripts: Iterable[SessionScript]) -> None:
+        self._it = iter(scripts)
+        self.drawn = 0
+        self.exhausted = False
+
+    def __iter__(self) -> CountedScripts:
+        return self
+
+    def __next__(self) -> SessionScript:
+        try:
+            script = next(self._it)
+        except StopIteration:
+            self.exhausted = True
+            raise
+        self.drawn += 1
+        return script
 
 
 def session_stream(

@@ -9,7 +9,9 @@ latency, think time), the sub-agents it forks and waits for, and the next messag
 
 Sub-agents are :class:`BenchSession` s too, run on the parent's fleet runner, bus and
 clock (they are not in the fleet's session list, so not in ``FleetResult.sessions``;
-their turns are in the events and therefore in every figure).
+their turns are in the events and therefore in every figure). The sessions a
+concurrency level's slot runs after its first are in ``FleetResult.sessions``, each
+after the one it followed (``Session._followers``).
 """
 
 from __future__ import annotations
@@ -129,8 +131,9 @@ class BenchSession(Session):
         successors: fixed concurrency: when it ends before the run's end, it runs the
             next script of these in its place (at once, in its live-session slot), and so
             on until the run's end or theirs. Several sessions may share one iterator:
-            each of them is one slot. Those sessions are not in the fleet's session list
-            (their turns and ends are in the events, as sub-agents' are).
+            each of them is one slot. Those sessions are not in the list the fleet was
+            given, but the fleet's result has theirs, after this one's (in the order
+            they ran).
     """
 
     def __init__(
@@ -288,6 +291,8 @@ class BenchSession(Session):
         """Run the next scripts of ``successors`` in this session's slot, one after
         another, until the run's end or the scripts' end."""
         loop = asyncio.get_running_loop()
+        followers: list[Session] = []
+        self._followers = followers  # in the fleet's result after this one's
         while not self.bench.ended(loop.time()):
             script = next(successors, None)
             if script is None:
@@ -296,6 +301,7 @@ class BenchSession(Session):
             await successor.run(
                 _runner=runner, _bus=bus, _tool_limit=tool_limit, clock=clock, _turn_log=turn_log
             )
+            followers.append(successor)
 
     def _not_started(self) -> SessionResult:
         self.bench.not_started += 1

@@ -117,6 +117,7 @@ async def run_in_process(
             callback_errors=bus.callback_errors,
             retries=runner.retries,
             replicas=[ReplicaStats.of(r) for r in scheduler.replicas],
+            start_ns=start,
         )
         _log.info("fleet.end", wall_s=result.wall_s, failed=len(result.failed))
         bus.emit(FleetEndEvent(result=result))

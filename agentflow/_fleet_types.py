@@ -65,6 +65,10 @@ class FleetResult:
         retries: attempts that failed and were sent again.
         replicas: per replica: served, failed, rejected, peak in flight, breaker trips.
         run_id: the run's id in the fleet's store (``None`` without a store).
+        start_ns: the run's start on the fleet's clock (its ``FleetStartEvent``'s
+            ``start_ns``): with ``wall_s``, when it ran. ``None`` when not known (a
+            resumed run, whose sessions span several attempts; a run read back from a
+            run store).
     """
 
     sessions: list[SessionResult]
@@ -74,6 +78,7 @@ class FleetResult:
     retries: int = 0
     replicas: list[ReplicaStats] = field(default_factory=list)
     run_id: str | None = None
+    start_ns: int | None = None
 
     @property
     def output_tokens(self) -> int:

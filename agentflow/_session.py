@@ -381,6 +381,7 @@ class Session:
             turns=list(self.turns),
             error=error,
             metadata=self.metadata,
+            end_ns=runner.scheduler.clock(),
         )
         self.result = result
         if self._log is not None:

@@ -82,6 +82,9 @@ class SessionResult:
         messages: the whole conversation, system prompt first.
         turns: every model turn that finished, with its metrics and trace.
         error: what ended the session, unless it completed.
+        metadata: what was given as ``Agent.session(..., metadata=...)``.
+        end_ns: when it ended, on the fleet's clock (the traces' clock); ``None`` when not
+            known (a result read back from a run store, which keeps no end time).
     """
 
     session_id: str
@@ -92,6 +95,7 @@ class SessionResult:
     turns: list[TurnRecord]
     error: BaseException | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    end_ns: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -192,6 +192,7 @@ class ShardedRun:
             callback_errors=bus.callback_errors,
             retries=sum(s.get("retries", 0) for s in stats),
             replicas=replicas,
+            start_ns=self.start_ns,
         )
         # The limits' cost: messages between broker and workers (benchmarks read it).
         fleet._lease_messages = broker.messages

@@ -48,8 +48,9 @@ class AgentStats:
         slo_met: per SLO (in the stats' order), turns that met it.
         sessions, sessions_ok: sessions that ended, and those that completed.
         status, error: how the last session ended, and its error.
-        ended_ns: when that session ended (trace clock: the stats' clock, else a lower
-            bound), or ``None``; merges keep the status of the session that ended last.
+        ended_ns: when that session ended (trace clock: its result's ``end_ns``, else the
+            stats' clock, else a lower bound), or ``None``; merges keep the status of the
+            session that ended last.
     """
 
     __slots__ = (

@@ -39,9 +39,11 @@ def fold_event(stats: FleetStats, event: Event) -> None:
             stats.tool_errors += 1
         stats._tool(event.name).add(event.duration_s, event.is_error)
     elif isinstance(event, SessionEndEvent):
-        # when: the clock's time, else the latest turn end seen (a lower bound: the
-        # session ended after every turn seen so far)
-        at = stats.clock() if stats.clock is not None else stats.last_ns
+        # when: the result's end (the fleet's clock), else the stats' clock, else the
+        # latest turn end seen (a lower bound: the session ended after every turn seen)
+        at = event.result.end_ns
+        if at is None:
+            at = stats.clock() if stats.clock is not None else stats.last_ns
         session_ended(stats, event.agent, event.session_id, event.result, at)
     elif isinstance(event, ErrorEvent):
         stats.errors[event.where] += 1

@@ -76,14 +76,16 @@ class FleetStats:
         keep_samples: also keep one :class:`TurnRow` per turn (~350 bytes each).
         itl: aggregate inter-chunk latencies (the costliest part: ~0.4–0.7 µs per chunk).
         start_ns: the run's start on the trace clock: the origin of report times and of
-            the time buckets. When not given, the fleet's start (its ``FleetStartEvent``),
-            else the first turn's ready time, is the origin, and buckets are aligned on
-            multiples of ``bucket_s``.
+            the time buckets. When not given, the fleet's start (its ``FleetStartEvent``;
+            with :meth:`from_result`, the result's ``start_ns``), else the first turn's
+            ready time, is the origin, and buckets are aligned on multiples of
+            ``bucket_s``.
         max_turn_index: rows of the by-turn-index table.
         clock: the fleet's clock (``Fleet(clock=…)``), read to place error and retry
             events in the time series (they carry no time). Without it a retry is placed
             at its failed attempt's end when anything arrived, and an error at the
-            latest turn end seen.
+            latest turn end seen. A session's end is its result's ``end_ns`` (the
+            fleet's clock), so rows and merges need no clock for it.
     """
 
     #: The event types this callback reads; it returns at once on every other one (a bus
@@ -308,12 +310,15 @@ class FleetStats:
 
         The figures are those subscribing would give, except what a result does not
         keep: tool and callback errors, and tool outcomes and durations (tool calls are
-        counted from the traces). Sessions that ended in an error count as ``session``
-        errors, placed in time at their last turn's end; retries are each turn's failed
-        attempts, placed at the attempt's end when anything arrived, else when the turn
-        was finally sent. A session that failed before finishing a turn, and the retries
-        of a turn that never finished, have no time in a result: they are counted but
-        not placed.
+        counted from the traces). The origin is the result's ``start_ns`` (the fleet's
+        start, as a subscribed ``FleetStats`` has it) unless ``start_ns`` is given.
+        Sessions that ended in an error count as ``session`` errors, placed in time at
+        their end (``SessionResult.end_ns``; a result read back from a store has none:
+        at their last turn's end); retries are each turn's failed attempts, placed at
+        the attempt's end when anything arrived, else when the turn was finally sent.
+        The retries of a turn that never finished have no time in a result (nor, from a
+        store, does a session that failed before finishing a turn): they are counted
+        but not placed.
 
         Args:
             result: the run's result.

@@ -49,9 +49,15 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
         else:  # a tool or a callback that raised
             stats.errors[e.where] += 1
             series.add("errors", e.t_ns, 1)
-    # When each session ended: its failure, as the journal saw it, else its last turn's end.
+    # When each session ended: its result's end, else its failure as the journal saw it,
+    # else its last turn's end (a lower bound).
     ended = [
-        (failed_at.get(s.session_id, s.turns[-1].trace.end_ns if s.turns else None), s)
+        (
+            s.end_ns
+            if s.end_ns is not None
+            else failed_at.get(s.session_id, s.turns[-1].trace.end_ns if s.turns else None),
+            s,
+        )
         for s in result.sessions
     ]
     # In the order the sessions ended (unknown ends first), as a subscribed FleetStats sees
@@ -69,8 +75,11 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
         session_ended(stats, s.agent, s.session_id, s, at)
         if s.status == "error":
             stats.errors["session"] += 1
-            if at is not None:
-                series.add("errors", at, 1)
+            failed = failed_at.get(s.session_id, at)  # the journal's time, as subscribed
+            if failed is not None:
+                series.add("errors", failed, 1)
+    if stats.fleet_start_ns is None:  # the origin, as a FleetStartEvent would give it
+        stats.fleet_start_ns = getattr(result, "start_ns", None)
     stats.wall_s = result.wall_s
     stats.peak_in_flight = result.peak_in_flight
     stats.callback_errors = len(result.callback_errors)

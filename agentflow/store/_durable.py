@@ -247,7 +247,8 @@ class DurableRun:
 
     def merge(self, result: FleetResult) -> FleetResult:
         """The result of the whole run: this attempt's sessions among the done ones, in
-        the run's order; retries and wall time of earlier attempts added."""
+        the run's order; retries and wall time of earlier attempts added (a resumed run's
+        start is then unknown: its sessions span several attempts)."""
         ran = iter(result.sessions)
         sessions = [next(ran) if isinstance(e, Session) else e for e in self.entries]
         return replace(
@@ -256,6 +257,7 @@ class DurableRun:
             retries=result.retries + self.prior_retries,
             wall_s=result.wall_s + self.prior_wall_s,
             run_id=self.run_id,
+            start_ns=result.start_ns if self.attempt == 0 else None,
         )
 
 

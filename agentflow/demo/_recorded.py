@@ -19,6 +19,12 @@ from agentflow.typing import Clock
 
 __all__ = ["recorded_config", "resume_config", "run_recorded"]
 
+#: The :class:`DemoConfig` fields a recorded run keeps as they are.
+_KEPT = ("agents", "profile", "seed", "time_scale", "max_concurrency", "turns",
+         "max_tokens", "base_url", "model", "virtual", "fault_rate")  # fmt: skip
+#: Keys a run recorded by an earlier release may lack (it resumes without them).
+_LATER = frozenset({"fault_rate", "slos", "timeouts", "base_url_userinfo"})
+
 
 def recorded_config(config: DemoConfig) -> dict[str, Any]:
     """What a recorded demo run keeps of its configuration (no key, no output paths):
@@ -28,9 +34,7 @@ def recorded_config(config: DemoConfig) -> dict[str, Any]:
     The server's URL is kept without its userinfo (``http://user:password@host/v1`` is a
     Basic-auth password): ``base_url_userinfo`` says there was one, so that a resume
     asks for it again (``--base-url``) rather than run without it."""
-    keep = ("agents", "profile", "seed", "time_scale", "max_concurrency", "turns",
-            "max_tokens", "base_url", "model", "virtual", "fault_rate")  # fmt: skip
-    demo: dict[str, Any] = {k: getattr(config, k) for k in keep}
+    demo: dict[str, Any] = {k: getattr(config, k) for k in _KEPT}
     if config.base_url is not None:
         demo["base_url"] = display_url(config.base_url)
         if demo["base_url"] != config.base_url:
@@ -60,15 +64,48 @@ def resume_config(
             had userinfo and ``base_url`` is not given; ``base_url`` is not the run's
             server (or the run had none).
     """
-    if not recorded or recorded.get("kind") != "agentflow-demo":
+    if not isinstance(recorded, dict) or recorded.get("kind") != "agentflow-demo":
         raise ConfigError(f"resume: run {run_id!r} was not recorded by `agentflow demo --store`")
-    values = dict(recorded["demo"])
+    values = _recorded_values(recorded.get("demo"), run_id)
     values["base_url"] = _server(values, run_id, base_url)
-    values["turns"] = tuple(values["turns"])
-    values["slos"] = tuple(SLO(**slo) for slo in values.get("slos") or ())
-    timeouts = values.get("timeouts")
-    values["timeouts"] = None if timeouts is None else Timeouts(**timeouts)
-    return DemoConfig(**{**values, "resume": run_id, **overrides})
+    try:
+        values["turns"] = tuple(values["turns"])
+        values["slos"] = tuple(SLO(**slo) for slo in values.get("slos") or ())
+        timeouts = values.get("timeouts")
+        values["timeouts"] = None if timeouts is None else Timeouts(**timeouts)
+        return DemoConfig(**{**values, "resume": run_id, **overrides})
+    except (TypeError, ValueError) as e:  # a ConfigError names its own field
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(
+            f"resume: run {run_id!r}'s recorded demo configuration is not one this "
+            f"agentflow reads ({e}); resume it with the release that recorded it"
+        ) from None
+
+
+def _recorded_values(demo: object, run_id: str) -> dict[str, Any]:
+    """The recorded run's settings, checked to be the ones :func:`recorded_config` keeps
+    (a run from an earlier release may lack :data:`_LATER`'s): a key a later release
+    added, or one missing, is a :class:`ConfigError` that names it, not a traceback."""
+    if not isinstance(demo, dict):
+        raise ConfigError(
+            f"resume: run {run_id!r}'s recorded demo configuration is not an object "
+            f"(got {type(demo).__name__})"
+        )
+    unknown = sorted(set(demo) - set(_KEPT) - _LATER)
+    if unknown:
+        raise ConfigError(
+            f"resume: run {run_id!r} was recorded with settings this agentflow does not "
+            f"know ({', '.join(map(repr, unknown))}); resume it with the release that "
+            "recorded it"
+        )
+    missing = sorted(set(_KEPT) - _LATER - set(demo))
+    if missing:
+        raise ConfigError(
+            f"resume: run {run_id!r}'s recorded demo configuration lacks "
+            f"{', '.join(map(repr, missing))}"
+        )
+    return dict(demo)
 
 
 def _server(values: dict[str, Any], run_id: str, given: str | None) -> str | None:

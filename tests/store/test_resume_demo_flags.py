@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,29 @@ def test_the_recorded_config_round_trips_and_old_records_resume() -> None:
         del recorded["demo"][key]
     old = resume_config(recorded, "run-1", store=Path("x.db"))
     assert (old.slos, old.fault_rate, old.timeouts) == ((), 0.0, None)
+
+
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        (lambda d: d["demo"].update(new_option=1), "does not know \\('new_option'\\)"),
+        (lambda d: d["demo"].pop("turns"), "lacks 'turns'"),
+        (lambda d: d["demo"].update(timeouts={"connect_s": 1, "new_s": 2}), "not one this"),
+        (lambda d: d["demo"].update(slos=[{"bogus": 1}]), "not one this"),
+        (lambda d: d["demo"].update(turns=5), "not one this"),
+        (lambda d: d.update(demo=[1]), "not an object \\(got list\\)"),
+    ],
+)
+def test_a_recorded_config_this_release_cannot_read_is_a_config_error(
+    change: Callable[[dict[str, Any]], object], match: str
+) -> None:
+    """A recorded demo configuration with a key a later release added, one missing, or a
+    field of the wrong shape: a ConfigError naming the run, not a TypeError/KeyError."""
+    recorded = json.loads(json.dumps(recorded_config(DemoConfig(agents=3))))
+    change(recorded)
+    with pytest.raises(ConfigError, match=match) as refused:
+        resume_config(recorded, "run-1", store=Path("x.db"))
+    assert "'run-1'" in str(refused.value)
 
 
 def test_a_resumed_http_demo_keeps_its_slo_fault_rate_and_limits(tmp_path: Path) -> None:

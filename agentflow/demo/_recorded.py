@@ -78,7 +78,7 @@ def resume_config(
         if isinstance(e, ConfigError):
             raise
         raise ConfigError(
-            f"resume: run {run_id!r}'s recorded demo configuration is not one this "
+            f"resume: the demo configuration recorded with run {run_id!r} is not one this "
             f"agentflow reads ({e}); resume it with the release that recorded it"
         ) from None
 
@@ -89,7 +89,7 @@ def _recorded_values(demo: object, run_id: str) -> dict[str, Any]:
     added, or one missing, is a :class:`ConfigError` that names it, not a traceback."""
     if not isinstance(demo, dict):
         raise ConfigError(
-            f"resume: run {run_id!r}'s recorded demo configuration is not an object "
+            f"resume: the demo configuration recorded with run {run_id!r} is not an object "
             f"(got {type(demo).__name__})"
         )
     unknown = sorted(set(demo) - set(_KEPT) - _LATER)
@@ -102,7 +102,7 @@ def _recorded_values(demo: object, run_id: str) -> dict[str, Any]:
     missing = sorted(set(_KEPT) - _LATER - set(demo))
     if missing:
         raise ConfigError(
-            f"resume: run {run_id!r}'s recorded demo configuration lacks "
+            f"resume: the demo configuration recorded with run {run_id!r} lacks "
             f"{', '.join(map(repr, missing))}"
         )
     return dict(demo)

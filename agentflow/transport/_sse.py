@@ -6,8 +6,11 @@ event are joined with ``\\n``). Comments (``: ping``), other fields, events with
 payload is JSON or ``[DONE]``) yield nothing. A last event with no blank line after
 it is still yielded by :meth:`SSEDecoder.flush` (the spec drops it; llama.cpp ends
 its streams that way). Line ends may be ``\\n``, ``\\r\\n`` or ``\\r``, and any event
-or line may be split across reads. The common case — one ``data:`` line per event,
-LF line ends — takes one ``split`` and one slice per event.
+or line may be split across reads. One UTF-8 byte order mark at the very start of the
+stream is dropped, as the spec says (also when its three bytes come in more than one
+read); anywhere else it is data. The common case — one ``data:`` line per event, LF line
+ends — takes one ``split`` and one slice per event: the stream's start is looked at in
+the first read only (it is held as the CR state is, so the reads after it pay nothing).
 
 **Linear, bounded.** Each byte is looked at a constant number of times however it
 is cut into reads: an unfinished event is kept as a list of its reads and joined
@@ -25,6 +28,13 @@ from __future__ import annotations
 from agentflow._errors import ConfigError, StreamProtocolError
 
 __all__ = ["DEFAULT_MAX_EVENT_BYTES", "SSEDecoder", "check_max_event_bytes"]
+
+#: The UTF-8 byte order mark (U+FEFF), which a stream may start with (WHATWG HTML, "event
+#: stream interpretation": one leading BOM is stripped).
+_BOM = b"\xef\xbb\xbf"
+#: ``SSEDecoder._cr`` before any byte: the first read goes through ``_normalise``, which
+#: drops a BOM; 1 there means a CR is held back.
+_START = 2
 
 #: The default longest SSE event, 4 MiB: far above any chat chunk (a whole tool call's
 #: arguments in one event included), far below what would hurt a client holding
@@ -48,7 +58,7 @@ class SSEDecoder:
         endpoint: named in that error.
     """
 
-    __slots__ = ("_cr", "_endpoint", "_parts", "_pending", "max_event_bytes", "scanned")
+    __slots__ = ("_bom", "_cr", "_endpoint", "_parts", "_pending", "max_event_bytes", "scanned")
 
     def __init__(
         self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, *, endpoint: str | None = None
@@ -58,7 +68,10 @@ class SSEDecoder:
         self._endpoint = endpoint
         self._parts: list[bytes] = []  # the unfinished event's bytes, line ends normalised
         self._pending = 0  # their total length
-        self._cr = False  # the last read ended with a CR, held back: it may start a CRLF
+        # 1: the last read ended with a CR, held back (it may start a CRLF); _START: no
+        # bytes yet (the first read is looked at for a BOM); 0: neither.
+        self._cr = _START
+        self._bom = b""  # the stream's first bytes while they may still be a BOM's start
         #: Bytes the general path has searched (for the blank line, for CRs), summed over
         #: reads: a work counter for tests and benchmarks. It grows with the input, not
         #: with the input times the reads. Reads taken by the fast path (exactly one
@@ -86,14 +99,32 @@ class SSEDecoder:
         return self._split(data)
 
     def _normalise(self, data: bytes) -> bytes:
-        """CRLF and lone CR → LF, holding back a final CR (its LF may be in the next read)."""
-        if self._cr:
-            data = b"\r" + data
-            self._cr = False
+        """CRLF and lone CR → LF, holding back a final CR (its LF may be in the next read);
+        at the stream's start, a BOM dropped first."""
+        held = self._cr
+        if held:
+            self._cr = 0
+            if held == _START:
+                data = self._start(data)
+                if b"\r" not in data:
+                    return data
+            else:
+                data = b"\r" + data
         if data.endswith(b"\r"):
             data = data[:-1]
-            self._cr = True
+            self._cr = 1
         return data.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+
+    def _start(self, data: bytes) -> bytes:
+        """The stream's first bytes without a leading BOM; nothing while they could still
+        be the start of one (they are held, and looked at again with the next read)."""
+        data = self._bom + data
+        if len(data) < len(_BOM) and _BOM.startswith(data):
+            self._bom = data
+            self._cr = _START
+            return b""
+        self._bom = b""
+        return data[len(_BOM) :] if data.startswith(_BOM) else data
 
     def _split(self, data: bytes) -> list[bytes]:
         """Nothing held: split ``data`` into whole events and a held-back rest."""
@@ -154,16 +185,17 @@ class SSEDecoder:
         rest = b"".join(self._parts)
         self._parts.clear()
         self._pending = 0
-        if self._cr:
+        if self._cr == 1:
             rest += b"\n"
-            self._cr = False
+        self._cr = 0
+        self._bom = b""  # a BOM's first bytes alone: no event
         rest = rest.strip(b"\n")
         return _payloads([rest]) if rest else []
 
     @property
     def pending(self) -> int:
         """Bytes held back waiting for the rest of an event."""
-        return self._pending + self._cr
+        return self._pending + (self._cr == 1) + len(self._bom)
 
 
 def _payloads(events: list[bytes]) -> list[bytes]:

@@ -77,3 +77,47 @@ def test_any_split_into_reads_gives_the_same_payloads(
     points = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
     reads = [stream[a:b] for a, b in itertools.pairwise(points)]
     assert feed_all(reads) == payloads
+
+
+BOM = b"\xef\xbb\xbf"
+
+
+def test_a_bom_at_the_start_is_dropped_however_the_reads_cut_it() -> None:
+    """One UTF-8 BOM may start a stream (WHATWG "event stream interpretation"): it was
+    taken as part of the first line's field name ("\\ufeffdata"), so the first event was
+    dropped. Its three bytes may come in separate reads, with or without CRLF line ends."""
+    for body in (b'data: {"a":1}\n\ndata: 2\n\n', b'data: {"a":1}\r\n\r\ndata: 2\r\n\r\n'):
+        stream = BOM + body
+        for a in range(len(BOM) + 2):
+            for b in range(a, len(BOM) + 3):
+                reads = [stream[:a], stream[a:b], stream[b:]]
+                assert feed_all(reads) == [b'{"a":1}', b"2"], reads
+
+
+def test_only_one_bom_and_only_at_the_start_is_dropped() -> None:
+    """A second BOM, or one after the first byte, is data: the line it starts is no
+    ``data`` field (as the spec has it)."""
+    assert feed_all([BOM + BOM + b"data: 1\n\ndata: 2\n\n"]) == [b"2"]
+    assert feed_all([b"data: 1\n\n" + BOM + b"data: 2\n\ndata: 3\n\n"]) == [b"1", b"3"]
+    assert feed_all([b"data: " + BOM + b"x\n\n"]) == [BOM + b"x"]  # in a value: data
+    assert feed_all([BOM[:2] + b"data: 1\n\n"]) == []  # half a BOM is no BOM
+    assert feed_all([BOM[:2]]) == [] and feed_all([BOM]) == []
+
+
+def test_pending_counts_the_start_of_a_bom() -> None:
+    dec = SSEDecoder()
+    assert dec.feed(BOM[:2]) == []
+    assert dec.pending == 2
+    assert dec.feed(BOM[2:] + b"data: 1\n\n") == [b"1"]
+    assert dec.pending == 0
+
+
+@given(
+    payloads=st.lists(_payload, min_size=1, max_size=10),
+    cuts=st.lists(st.integers(min_value=0, max_value=500), max_size=10),
+)
+def test_a_leading_bom_never_changes_the_payloads(payloads: list[bytes], cuts: list[int]) -> None:
+    stream = BOM + b"".join(b"data: " + p + b"\n\n" for p in payloads)
+    points = sorted({c % (len(stream) + 1) for c in cuts} | {0, len(stream)})
+    reads = [stream[a:b] for a, b in itertools.pairwise(points)]
+    assert feed_all(reads) == payloads

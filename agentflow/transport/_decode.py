@@ -24,6 +24,7 @@ import msgspec
 from agentflow._errors import APIStatusError, StreamProtocolError
 from agentflow._trace import CacheSource, ToolCall, TurnTrace, Usage
 from agentflow.transport._status import api_status_error, stream_error_status
+from agentflow.transport._surrogates import PairingSink, lenient_decode, mended, pairing
 from agentflow.typing import DeltaSink
 
 __all__ = ["MAX_REPORTED_TOKENS", "TraceBuilder", "apportion"]
@@ -106,6 +107,7 @@ class TraceBuilder:
 
     __slots__ = (
         "_content",
+        "_mend",
         "_reasoning",
         "_sink",
         "_token_counts",
@@ -140,6 +142,7 @@ class TraceBuilder:
         self._content: list[str] = []
         self._reasoning: list[str] = []
         self._tools: dict[int, _ToolCallParts] = {}
+        self._mend: PairingSink | None = None  # set by a lone surrogate: finish() mends
         self.n_events = 0
         self.done = False
         self.done_ns = 0
@@ -158,12 +161,16 @@ class TraceBuilder:
         try:
             chunk = _decode_chunk(payload)
         except msgspec.DecodeError as exc:
-            raise StreamProtocolError(
-                f"malformed chunk from {self.endpoint}: {exc}",
-                endpoint=self.endpoint,
-                trace=self.finish(t_ns),
-                payload=payload[:500],
-            ) from None
+            lenient = lenient_decode(payload, _Chunk)  # a lone UTF-16 surrogate: _surrogates.py
+            if lenient is None:
+                raise StreamProtocolError(
+                    f"malformed chunk from {self.endpoint}: {exc}",
+                    endpoint=self.endpoint,
+                    trace=self.finish(t_ns),
+                    payload=payload[:500],
+                ) from None
+            chunk = lenient
+            self._sink = self._mend = pairing(self._sink)
         self.n_events += 1
         if chunk.error is not None:
             raise self._stream_error(chunk.error, t_ns)
@@ -278,7 +285,7 @@ class TraceBuilder:
                      arguments="".join(p.args))
             for i, p in sorted(self._tools.items())
         )  # fmt: skip
-        return TurnTrace(
+        trace = TurnTrace(
             endpoint=self.endpoint,
             model=self.model,
             response_id=self.response_id,
@@ -300,6 +307,7 @@ class TraceBuilder:
             response_headers=headers or {},
             reconnects=reconnects,
         )
+        return trace if self._mend is None else mended(trace, self._mend, end_ns)
 
     @staticmethod
     def _fallback_id(parts: _ToolCallParts, index: int) -> str:

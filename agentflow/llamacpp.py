@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from agentflow._base_url import check_base_url
 from agentflow._errors import ConfigError, ConnectError, StreamTimeout
 from agentflow._llamacpp_server import (
     SLOT_CONTEXT,
@@ -90,12 +91,12 @@ async def server_slots(
         headers: other headers to send (an endpoint's own, e.g. ``api-key``).
 
     Raises:
-        ConfigError: ``base_url`` is not an http(s) URL with a host, or ``timeout_s`` is
-            not > 0.
+        ConfigError: ``base_url`` is not an http(s) base URL (``Endpoint``'s check), or
+            ``timeout_s`` is not > 0.
         ConnectError: the server could not be reached.
         StreamTimeout: it did not answer within ``timeout_s``.
     """
-    _check_url(base_url, "server_slots")
+    check_base_url(base_url, "server_slots: base_url")
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
         raise ConfigError(f"server_slots: timeout_s must be > 0 seconds, got {timeout_s!r}")
     root = base_url.rstrip("/").removesuffix("/v1")
@@ -111,23 +112,6 @@ async def server_slots(
         return None
     slots = props.get("total_slots") if isinstance(props, dict) else None
     return slots if isinstance(slots, int) and not isinstance(slots, bool) and slots > 0 else None
-
-
-def _check_url(base_url: object, where: str) -> None:
-    """``base_url`` is an ``http://`` or ``https://`` URL with a host and a valid port."""
-    try:
-        ok = isinstance(base_url, str)
-        if isinstance(base_url, str):
-            parts = urlsplit(base_url)
-            ok = parts.scheme in ("http", "https") and bool(parts.hostname)
-            _ = parts.port  # a ValueError when it is not a port
-    except ValueError:
-        ok = False
-    if not ok:
-        shown = display_url(base_url) if isinstance(base_url, str) else base_url
-        raise ConfigError(
-            f"{where}: base_url must be an http(s) URL with a host and a valid port, got {shown!r}"
-        )
 
 
 async def _get(url: str, headers: Mapping[str, str], timeout_s: float) -> tuple[int, bytes]:
@@ -217,11 +201,11 @@ async def oversubscription(
 
     Raises:
         ConfigError: ``concurrency`` is not an int ≥ 1, ``base_url`` is not an http(s)
-            URL with a host, or ``timeout_s`` is not > 0.
+            base URL (``Endpoint``'s check), or ``timeout_s`` is not > 0.
     """
     if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
         raise ConfigError(f"oversubscription: concurrency must be an int ≥ 1, got {concurrency!r}")
-    _check_url(base_url, "oversubscription")
+    check_base_url(base_url, "oversubscription: base_url")
     try:
         slots = await server_slots(base_url, api_key=api_key, timeout_s=timeout_s)
     except (ConnectError, StreamTimeout):

@@ -125,13 +125,9 @@ class HTTPTransport(EndpointTransport):
             if kernel_timestamps is not None
             else _kstamp.SUPPORTED and not self._https and clock in _REAL_CLOCKS
         )
-        try:
-            port = url.port
-        except ValueError as exc:
-            raise ConfigError(f"Endpoint.base_url has a bad port: {exc}") from None
         default_port = 443 if self._https else 80
         self._host = url.hostname or ""
-        self._port = port or default_port
+        self._port = url.port or default_port  # a valid one: Endpoint checked base_url
         host = f"[{self._host}]" if ":" in self._host else self._host
         self._host_header = host if self._port == default_port else f"{host}:{self._port}"
         self._request_line = f"POST {url.path or '/'} HTTP/1.1\r\n"  # no query: Endpoint

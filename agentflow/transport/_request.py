@@ -12,8 +12,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote
 
+from agentflow._base_url import check_base_url
 from agentflow._errors import ConfigError
 from agentflow._redact import (
     MASK,
@@ -39,7 +40,8 @@ class Endpoint:
             ``user:password@`` in it is never printed: names, errors, traces and ``repr``
             show the URL without it. No query string or fragment: ``/chat/completions``
             is appended to the path (a query, such as ``?api-version=…`` or a key, goes
-            in ``headers`` or ``extra_body``).
+            in ``headers`` or ``extra_body``). A host, a port from 1 to 65535 if one is
+            given, no space or control character (``check_base_url``).
         api_key: sent as ``Authorization: Bearer …``; never logged, never in ``repr``.
         headers: extra headers on every request. The values of credential headers (names
             ending in ``key``, ``token``, ``secret``, ``auth``…: ``api-key``,
@@ -57,20 +59,7 @@ class Endpoint:
     _basic_auth: str | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        parts = urlsplit(self.base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(
-                f"Endpoint.base_url must be an http(s) URL such as http://127.0.0.1:8000/v1, "
-                f"got {self.base_url!r}"
-            )
-        if parts.query or parts.fragment or "?" in self.base_url or "#" in self.base_url:
-            # Its value is not echoed: some providers take keys in the query.
-            bare = display_url(f"{parts.scheme}://{parts.netloc}{parts.path}")
-            raise ConfigError(
-                f"Endpoint.base_url must not have a query string or fragment ({bare!r} has "
-                "one): the request path is base_url + '/chat/completions'; send what it "
-                "carries in Endpoint.headers or Endpoint.extra_body"
-            )
+        parts = check_base_url(self.base_url, "Endpoint.base_url")
         for key in self.headers:
             if key.lower() == "authorization":
                 raise ConfigError("Endpoint.headers must not carry Authorization; use api_key")

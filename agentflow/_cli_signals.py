@@ -1,16 +1,23 @@
 """SIGTERM and SIGPIPE for the ``agentflow`` commands.
 
-SIGTERM is handled like Ctrl-C.
+SIGTERM is handled like Ctrl-C, by one :class:`SigtermHandler` that ``agentflow.cli.main``
+installs for every command, whatever it runs:
 
-:func:`on_sigterm` (the handler ``agentflow.cli.main`` installs) raises
-:class:`Terminated` — a :class:`KeyboardInterrupt` — wherever the program is, so every
-``with`` block unwinds and stops the child process it started; the exit status is then
-143. Within an event loop that is the wrong place to raise: the exception lands in
-whichever task runs at that moment (a fleet's, a session's), which dies with it, leaves
-the task that awaited it pending and prints "Task exception was never retrieved" or
-"coroutine … was never awaited" on the way out. :func:`run_terminable` runs a coroutine
-so that SIGTERM cancels its task instead, as :class:`asyncio.Runner` does for SIGINT:
-the run unwinds in order and :class:`Terminated` is raised once it has.
+- Outside an event loop it raises :class:`Terminated` — a :class:`KeyboardInterrupt` —
+  where the program is, so every ``with`` block unwinds and stops the child process it
+  started; the exit status is then 143.
+- Inside one that is the wrong place to raise: the exception would land in whichever task
+  runs at that moment (a fleet's, a session's), which dies with it, leaves the task that
+  awaited it pending and prints "Task exception was never retrieved" or "coroutine … was
+  never awaited" on the way out. So there the handler cancels the task the loop runs to
+  completion — the future ``loop.run_until_complete`` waits for: ``asyncio.run``'s,
+  ``run_virtual``'s, any :class:`asyncio.Runner`'s main task — as :class:`asyncio.Runner`
+  does for SIGINT. The run unwinds in order, every ``finally`` and ``async with`` done,
+  and once that task has ended :class:`Terminated` is raised from the loop, out of
+  ``asyncio.run`` (whose shutdown still runs). A command does nothing for this: no loop,
+  whoever starts it, can miss it.
+- A second SIGTERM raises :class:`Terminated` at once (a run that does not stop when
+  cancelled).
 
 A reader of standard output that goes away early (``agentflow plan | head -3``) is
 Python's ``BrokenPipeError``, not the SIGPIPE death a C tool dies; :func:`stdout_gone`
@@ -22,18 +29,15 @@ command as that death would — quietly, status 141 (``128 + SIGPIPE``) — as
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import select
 import signal
 import sys
-import threading
-from collections.abc import Callable, Coroutine
 from types import FrameType
-from typing import Any, TypeVar, cast
+from typing import Any
 
-__all__ = ["Terminated", "drop_stdout", "on_sigterm", "run_terminable", "stdout_gone"]
-
-T = TypeVar("T")
+__all__ = ["SigtermHandler", "Terminated", "drop_stdout", "stdout_gone"]
 
 
 class Terminated(KeyboardInterrupt):
@@ -41,71 +45,67 @@ class Terminated(KeyboardInterrupt):
     ``with`` block unwinds and stops the child process it started."""
 
 
-def on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """The SIGTERM handler of the ``agentflow`` commands: raise :class:`Terminated`."""
-    raise Terminated
+class SigtermHandler:
+    """The SIGTERM handler of the ``agentflow`` commands (one per command); see the module.
 
-
-def run_terminable(run: Callable[[Coroutine[Any, Any, T]], T], main: Coroutine[Any, Any, T]) -> T:
-    """``run(main)`` (``asyncio.run``, ``run_virtual``), with SIGTERM cancelling ``main``'s
-    task rather than raising where the loop happens to be.
-
-    The first SIGTERM cancels the task (one before it starts: it does not start); once
-    ``run`` has returned, :class:`Terminated` is raised — the run unwound in order, every
-    ``finally`` and ``async with`` done. A second SIGTERM raises :class:`Terminated` at
-    once (a run that does not stop when cancelled). The handler that was there is put
-    back. Outside the main thread, where no signal arrives, this is ``run(main)``.
-
-    Raises:
-        Terminated: SIGTERM came during the run.
+    Attributes:
+        signals: the SIGTERMs it has had.
     """
-    if threading.current_thread() is not threading.main_thread():
-        return run(main)
-    state = _Run()
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        state.signals += 1
-        if state.signals > 1:
-            raise Terminated
-        task, loop = state.task, state.loop
-        if task is not None and loop is not None and not task.done():
-            loop.call_soon_threadsafe(task.cancel)  # wakes the loop from its select
-
-    async def cancellable() -> T | None:
-        task = state.task = asyncio.current_task()
-        state.loop = asyncio.get_running_loop()
-        if state.stopped():  # before the run began
-            main.close()
-            return None
-        try:
-            return await main
-        except asyncio.CancelledError:
-            if state.stopped() and task is not None and task.uncancel() == 0:
-                return None  # cancelled by SIGTERM alone: Terminated, below
-            raise
-
-    previous = signal.signal(signal.SIGTERM, on_term)
-    try:
-        result = run(cast(Coroutine[Any, Any, T], cancellable()))
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    if state.stopped():
-        raise Terminated
-    return result
-
-
-class _Run:
-    """What :func:`run_terminable`'s handler needs: the signals so far, and the task to
-    cancel on its loop once it runs."""
 
     def __init__(self) -> None:
         self.signals = 0
-        self.task: asyncio.Task[Any] | None = None
-        self.loop: asyncio.AbstractEventLoop | None = None
 
-    def stopped(self) -> bool:
-        """Whether SIGTERM has come (read anew each time: a signal handler sets it)."""
-        return self.signals > 0
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        """Raise :class:`Terminated`, or, within an event loop, cancel its run.
+
+        Raises:
+            Terminated: outside an event loop, or at the second SIGTERM.
+        """
+        self.signals += 1
+        try:
+            loop = asyncio.get_running_loop()  # (a handler runs on the main thread's)
+        except RuntimeError:
+            raise Terminated from None
+        if self.signals > 1:
+            raise Terminated
+        loop.call_soon_threadsafe(_cancel_run)  # on the loop, between its callbacks
+
+
+#: ``run_until_complete``'s code: its frame on the stack holds the future the loop runs.
+_RUN_UNTIL_COMPLETE = asyncio.BaseEventLoop.run_until_complete.__code__
+
+
+def _cancel_run() -> None:
+    """(A loop callback.) Cancel the future the running ``run_until_complete`` waits for;
+    :func:`_terminate` once it is done. Without one (a loop written in C, such as uvloop's,
+    has no frame to find it in) :class:`Terminated` is raised now: the loop stops, and
+    :class:`asyncio.Runner` cancels what is left and waits for it."""
+    run = _awaited(inspect.currentframe())
+    if run is None:
+        raise Terminated
+    if run.done():
+        _terminate(run)
+        return
+    run.cancel()
+    run.add_done_callback(_terminate)
+
+
+def _awaited(frame: FrameType | None) -> asyncio.Future[Any] | None:
+    """The future of the innermost ``run_until_complete`` on ``frame``'s stack, if any."""
+    while frame is not None:
+        if frame.f_code is _RUN_UNTIL_COMPLETE:
+            future = frame.f_locals.get("future")
+            return future if asyncio.isfuture(future) else None
+        frame = frame.f_back
+    return None
+
+
+def _terminate(run: asyncio.Future[Any]) -> None:
+    """(A done callback of the cancelled run.) Raise :class:`Terminated` out of the loop —
+    unless the run failed with an error of its own, which ``run_until_complete`` then
+    raises as usual (the command reports it)."""
+    if run.cancelled() or run.exception() is None:
+        raise Terminated
 
 
 def stdout_gone() -> bool:

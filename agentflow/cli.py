@@ -16,7 +16,9 @@ Exit status: 0 success; 1 a run that ended with failed sessions, or an error at 
 starts); 130 / 143 stopped by SIGINT / SIGTERM (``128 + signal``; ``agentflow demo``
 still writes its report of what ran). ``agentflow sim`` and ``agentflow llamacpp`` are
 servers: SIGINT and SIGTERM are how they stop, with status 0. SIGTERM is handled like
-Ctrl-C everywhere, so every command stops its child processes on its way out. 141 the
+Ctrl-C everywhere, so every command stops its child processes on its way out; within an
+event loop it cancels the loop's run, which unwinds in order before the command exits
+(``agentflow/_cli_signals.py``: one handler for every command). 141 the
 reader of standard output went away (``agentflow plan | head``): the rest is dropped
 quietly, as a SIGPIPE death's would be (``agentflow/_cli_signals.py``).
 """
@@ -41,9 +43,8 @@ from agentflow._cli_llamacpp import _LLAMACPP_DESCRIPTION as _LLAMACPP_DESCRIPTI
 from agentflow._cli_llamacpp import _llamacpp as _llamacpp
 from agentflow._cli_llamacpp import _slots as _slots
 from agentflow._cli_llamacpp import add_llamacpp_parser
+from agentflow._cli_signals import SigtermHandler, drop_stdout, stdout_gone
 from agentflow._cli_signals import Terminated as _Terminated
-from agentflow._cli_signals import drop_stdout, stdout_gone
-from agentflow._cli_signals import on_sigterm as _on_sigterm
 from agentflow._cli_timeouts import _TIMEOUT_HELP as _TIMEOUT_HELP
 from agentflow._cli_timeouts import _add_timeout_arguments as _add_timeout_arguments
 from agentflow._cli_timeouts import _seconds as _seconds
@@ -63,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     prog = f"agentflow {args.command}"
     on_main = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if on_main else None
+    previous = signal.signal(signal.SIGTERM, SigtermHandler()) if on_main else None
     try:
         status = int(args.func(args))
         sys.stdout.flush()  # a reader gone shows here, not as an error at the interpreter's exit

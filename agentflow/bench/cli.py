@@ -28,11 +28,7 @@ from agentflow._errors import ConfigError
 from agentflow.stats import SLO
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from rich.table import Table
-
-    from agentflow.bench._bench import BenchConfig, Target
 
 __all__ = ["add_parser", "bench_html", "bench_table", "parse_slo"]
 
@@ -182,6 +178,7 @@ def _bench(args: argparse.Namespace) -> int:
         SimTarget,
         Sweep,
         partial_report,
+        run_bench,
     )
     from agentflow.bench._load import Load
     from agentflow.bench._spec import load_workload
@@ -270,7 +267,9 @@ def _bench(args: argparse.Namespace) -> int:
         )
 
     try:
-        report = _run(config, target, show)
+        # SIGTERM cancels the run as Ctrl-C does (agentflow/_cli_signals.py): it unwinds in
+        # order, then Terminated, a KeyboardInterrupt, comes out of run_bench.
+        report = run_bench(config, target, on_level=show)
     except KeyboardInterrupt:
         # Ctrl-C (or SIGTERM): keep what was measured — the levels that finished and the
         # sessions that ended — then stop as interrupted (130 / 143).
@@ -296,24 +295,6 @@ def _bench(args: argparse.Namespace) -> int:
     from agentflow.bench._level_entry import level_failed
 
     return 1 if any(level_failed(lvl) for lvl in report["levels"]) else 0
-
-
-def _run(
-    config: BenchConfig, target: Target, on_level: Callable[[dict[str, Any]], None]
-) -> dict[str, Any]:
-    """``run_bench``, with SIGTERM cancelling the run as Ctrl-C does (not raised in
-    whichever of its tasks runs at that moment); a stopped run raises
-    :class:`~agentflow._cli_signals.Terminated` once it has unwound."""
-    import asyncio
-
-    from agentflow._cli_signals import run_terminable
-    from agentflow.bench._bench import arun_bench
-
-    if target.virtual:
-        from agentflow.embedded import run_virtual
-
-        return run_terminable(run_virtual, arun_bench(config, target, on_level=on_level))
-    return run_terminable(asyncio.run, arun_bench(config, target, on_level=on_level))
 
 
 def _write_report(report: dict[str, Any], path: Path) -> None:

@@ -23,7 +23,10 @@ A reader of standard output that goes away early (``agentflow plan | head -3``) 
 Python's ``BrokenPipeError``, not the SIGPIPE death a C tool dies; :func:`stdout_gone`
 tells one on standard output from another pipe's, and :func:`drop_stdout` ends the
 command as that death would — quietly, status 141 (``128 + SIGPIPE``) — as
-``agentflow.cli.main`` does for every command.
+``agentflow.cli.main`` does for every command. A command that was asked to write files
+(``bench --report``) drops standard output at once instead and goes on to write them
+(``agentflow/_cli_console.py``): :func:`stdout_dropped` then tells ``agentflow.cli.main``
+to end with 141 once it is done.
 """
 
 from __future__ import annotations
@@ -37,7 +40,17 @@ import sys
 from types import FrameType
 from typing import Any
 
-__all__ = ["SigtermHandler", "Terminated", "drop_stdout", "stdout_gone"]
+__all__ = [
+    "STDOUT_GONE_STATUS",
+    "SigtermHandler",
+    "Terminated",
+    "drop_stdout",
+    "stdout_dropped",
+    "stdout_gone",
+]
+
+#: The exit status once standard output's reader has gone: a SIGPIPE death's, ``128 + 13``.
+STDOUT_GONE_STATUS = 128 + getattr(signal, "SIGPIPE", 13)  # (Windows has no SIGPIPE)
 
 
 class Terminated(KeyboardInterrupt):
@@ -123,12 +136,25 @@ def stdout_gone() -> bool:
 
 
 def drop_stdout() -> int:
-    """End with standard output's reader gone: point standard output at ``os.devnull``
-    (so what is still buffered, and the interpreter's own flush at exit, go nowhere
-    instead of failing again) and return the status a SIGPIPE death has, 141."""
+    """Standard output's reader has gone: point standard output at ``os.devnull`` (so
+    what is still buffered, what is printed from now on and the interpreter's own flush
+    at exit go nowhere instead of failing again) and return the status a SIGPIPE death
+    has, 141, for the command to end with — now, or once it has written its files
+    (:func:`stdout_dropped` says it happened)."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(devnull, sys.stdout.fileno())
     finally:
         os.close(devnull)
-    return 128 + getattr(signal, "SIGPIPE", 13)  # (13 on POSIX; Windows has none)
+    _dropped.append(True)
+    return STDOUT_GONE_STATUS
+
+
+def stdout_dropped() -> bool:
+    """Whether :func:`drop_stdout` has pointed this process's standard output at
+    ``os.devnull`` (its reader went away): the command ends with 141 when it is done."""
+    return bool(_dropped)
+
+
+#: Not empty once standard output is dropped (a process has one standard output).
+_dropped: list[bool] = []

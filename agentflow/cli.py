@@ -20,7 +20,8 @@ Ctrl-C everywhere, so every command stops its child processes on its way out; wi
 event loop it cancels the loop's run, which unwinds in order before the command exits
 (``agentflow/_cli_signals.py``: one handler for every command). 141 the
 reader of standard output went away (``agentflow plan | head``): the rest is dropped
-quietly, as a SIGPIPE death's would be (``agentflow/_cli_signals.py``).
+quietly, as a SIGPIPE death's would be (``agentflow/_cli_signals.py``) — a command asked
+to write files (``bench --report``, ``demo --report``) still writes them first.
 """
 
 from __future__ import annotations
@@ -43,7 +44,13 @@ from agentflow._cli_llamacpp import _LLAMACPP_DESCRIPTION as _LLAMACPP_DESCRIPTI
 from agentflow._cli_llamacpp import _llamacpp as _llamacpp
 from agentflow._cli_llamacpp import _slots as _slots
 from agentflow._cli_llamacpp import add_llamacpp_parser
-from agentflow._cli_signals import SigtermHandler, drop_stdout, stdout_gone
+from agentflow._cli_signals import (
+    STDOUT_GONE_STATUS,
+    SigtermHandler,
+    drop_stdout,
+    stdout_dropped,
+    stdout_gone,
+)
 from agentflow._cli_signals import Terminated as _Terminated
 from agentflow._cli_timeouts import _TIMEOUT_HELP as _TIMEOUT_HELP
 from agentflow._cli_timeouts import _add_timeout_arguments as _add_timeout_arguments
@@ -68,7 +75,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         status = int(args.func(args))
         sys.stdout.flush()  # a reader gone shows here, not as an error at the interpreter's exit
-        return status
+        # A reader gone while a command went on to write its files (bench --report): 141.
+        return STDOUT_GONE_STATUS if stdout_dropped() else status
     except BrokenPipeError:
         if not stdout_gone():
             raise

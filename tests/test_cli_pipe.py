@@ -2,15 +2,21 @@
 command stops quietly with the status a SIGPIPE death has, 141 — not a
 ``BrokenPipeError`` traceback and status 1 (``agentflow.cli.main`` handles it once for
 all of them). The reader here is gone before the command starts: its first write fails.
+
+A command asked to write files (``bench --report``, ``demo --report``) still writes them
+— the run goes on, printing nowhere — and then exits 141: a reader that stopped at the
+first lines (``agentflow bench --report r.json | head -1``) does not cost the run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,3 +96,92 @@ def test_only_standard_output_s_reader_counts(monkeypatch: pytest.MonkeyPatch) -
         os.close(write)
         if read >= 0:
             os.close(read)
+
+
+BENCH = [
+    "bench",
+    "--profile",
+    "cpu-tiny",
+    "--workload",
+    "short",
+    "--rate",
+    "2,3",
+    "--duration",
+    "3",
+]
+
+
+def bench_report(path: Path) -> dict[str, Any]:
+    """A whole bench report: both levels measured, not interrupted."""
+    report: dict[str, Any] = json.loads(path.read_text())
+    assert [lvl["load"]["label"] for lvl in report["levels"]] == ["rate=2/s", "rate=3/s"]
+    assert report["stopped"] == "levels done"
+    return report
+
+
+def demo_report(path: Path) -> dict[str, Any]:
+    """A whole demo report: its 4 sessions completed, not interrupted."""
+    report: dict[str, Any] = json.loads(path.read_text())
+    assert report["fleet"]["statuses"]["completed"] == report["fleet"]["sessions"] == 4
+    assert "interrupted" not in report["run"]
+    return report
+
+
+DEMO = ["demo", "--agents", "4", "--turns", "1:2"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "check"),
+    [
+        pytest.param([*BENCH, "--report", "out.json"], bench_report, id="bench --report"),
+        pytest.param(
+            [*BENCH, "--record", "out.jsonl"],
+            lambda p: len(p.read_text().splitlines()) >= 4,
+            id="bench --record",
+        ),
+        # The HTTP demo's live view prints first, as the fleet ends: before the report.
+        pytest.param(
+            [*DEMO, "--time-scale", "1", "--report", "out.json"], demo_report, id="demo --report"
+        ),
+        pytest.param(
+            [*DEMO, "--virtual", "--no-live", "--report", "out.json"],
+            demo_report,
+            id="demo --virtual --report",
+        ),
+    ],
+)
+def test_a_reader_gone_still_gets_the_files_written(
+    tmp_path: Path, argv: list[str], check: Any
+) -> None:
+    write = closed_pipe()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "agentflow.cli", *argv],
+            stdout=write, stderr=subprocess.PIPE, text=True, timeout=GUARD_S * 2, env=ENV,
+            cwd=tmp_path,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stderr) == (141, "")
+    assert check(tmp_path / argv[-1])
+
+
+def test_bench_report_piped_to_head_keeps_its_measurements(tmp_path: Path) -> None:
+    """``agentflow bench --report r.json | head -1``: the reader takes the first line and
+    goes; the bench runs its levels, writes the report whole, and exits 141, quietly.
+    (It used to exit 141 at its next line, with no report.)"""
+    report = tmp_path / "r.json"
+    with subprocess.Popen(
+        [sys.executable, "-m", "agentflow.cli", *BENCH, "--report", str(report)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV,
+    ) as proc:  # fmt: skip
+        try:
+            assert proc.stdout is not None and proc.stderr is not None
+            assert proc.stdout.readline().startswith("agentflow bench:")
+            proc.stdout.close()  # `head -1` is done
+            err = proc.stderr.read()
+            proc.wait(GUARD_S)
+        finally:
+            proc.kill()
+    assert (proc.returncode, err) == (141, "")
+    bench_report(report)

@@ -251,7 +251,12 @@ def _bench(args: argparse.Namespace) -> int:
     # A table of a dozen figures per level: wide, also when printed to a pipe or a file.
     from agentflow._cli_console import CliConsole
 
-    console = CliConsole(width=None if sys.stdout.isatty() else 200)
+    # Asked to write files, it writes them even if the reader of its lines goes away
+    # (`agentflow bench --report r.json | head -1`): it then exits 141 (CliConsole).
+    files = (args.report, args.record, args.html)
+    console = CliConsole(
+        width=None if sys.stdout.isatty() else 200, finish=any(f is not None for f in files)
+    )
     title = workload.name if config.workload is not None else f"trace {args.trace}"
     console.print(f"agentflow bench: {title} on {target.label}")
 

@@ -59,7 +59,9 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         ConfigError: ``config.report`` or ``config.store`` cannot be written, or the
             report would be written over the store (checked before the run).
     """
-    console = console or CliConsole()
+    # With a --report to write, a reader of the summary or live view that goes away
+    # (`agentflow demo --report r.json | head -1`) does not cost it: exit 141 once written.
+    console = console or CliConsole(finish=config.report is not None)
     if config.report is not None:
         if config.store is not None:  # the report written over the run it records
             check_no_overwrite([("--report", config.report)], store_inputs(config.store))

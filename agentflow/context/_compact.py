@@ -32,6 +32,9 @@ DEFAULT_SUMMARY_PROMPT = (
 
 # Tool results in a transcript are never cut below this many tokens to make it fit.
 _MIN_TOOL_TOKENS = 32
+# Between a transcript's paragraphs; after a tool result's head where the rest was cut.
+_SEPARATOR = "\n\n"
+_CUT_MARK = " […]"
 
 
 def _content_text(content: Any) -> str:
@@ -46,6 +49,76 @@ def _content_text(content: Any) -> str:
     return json.dumps(content, ensure_ascii=False)
 
 
+def _content_tokens(estimator: TokenEstimator, message: Mapping[str, Any]) -> int:
+    """The estimate of ``message``'s string content, from counts the session has: the
+    message's less that of the same message with nothing in it (its role and name only:
+    one such message stands for every message of a role, and is counted once). No
+    tokenizing: the session counted the message when it was appended."""
+    empty = {k: v for k, v in message.items() if k in ("role", "name")}
+    empty["content"] = ""
+    return max(0, estimator.message(message) - estimator.message(empty))
+
+
+@dataclass(frozen=True, slots=True)
+class _Part:
+    """One message of a transcript: its heading, its text and that text's estimate
+    (``exact``: the text's own, not its message's less an empty one's)."""
+
+    head: str
+    text: str
+    tokens: int
+    tool: bool
+    exact: bool
+
+
+def _parts(messages: Sequence[Mapping[str, Any]], estimator: TokenEstimator) -> list[_Part]:
+    """The transcript's paragraphs, each with its text's estimate: a message's own count
+    where its content is a plain string (no tokenizing), else its text counted."""
+    parts: list[_Part] = []
+    for m in messages:
+        role = str(m.get("role", "user"))
+        content = m.get("content")
+        text = _content_text(content)
+        plain = isinstance(content, str) and not m.get("tool_calls")
+        if role == "tool":
+            head = f"[tool result {m.get('tool_call_id', '')}]\n"
+            tokens = _content_tokens(estimator, m) if plain else estimator.text(text)
+            parts.append(_Part(head, text, tokens, True, not plain))
+            continue
+        calls = [
+            f"→ calls {c.get('function', {}).get('name', '?')}"
+            f"({c.get('function', {}).get('arguments', '')}) as {c.get('id', '')}"
+            for c in m.get("tool_calls") or ()
+        ]
+        body = "\n".join([text, *calls] if text else calls)
+        tokens = _content_tokens(estimator, m) if plain else estimator.text(body)
+        parts.append(_Part(f"[{role}]\n", body, tokens, False, not plain))
+    return parts
+
+
+def _render(
+    parts: Sequence[_Part], estimator: TokenEstimator, tool_output_tokens: int
+) -> tuple[str, int]:
+    """The transcript of ``parts``, tool results cut to ``tool_output_tokens``, and its
+    estimate: the sum of its pieces' (only the heads kept of long results are tokenized)."""
+    est = estimator
+    out: list[str] = []
+    size = est.text(_SEPARATOR) * max(0, len(parts) - 1)
+    for p in parts:
+        text, tokens = p.text, p.tokens
+        if p.tool and not p.exact and tokens in (tool_output_tokens, tool_output_tokens + 1):
+            # The message's count less an empty one's may be a token off the text's own
+            # (each is rounded after calibration): at the boundary, count the text.
+            tokens = est.text(text)
+        if p.tool and tokens > tool_output_tokens:
+            head = est.cut(text, tool_output_tokens)
+            tokens = est.text(head) + est.text(_CUT_MARK)  # the head's count is kept: free
+            text = head + _CUT_MARK
+        out.append(p.head + text)
+        size += est.text(p.head) + tokens
+    return _SEPARATOR.join(out), size
+
+
 def render_transcript(
     messages: Sequence[Mapping[str, Any]],
     estimator: TokenEstimator,
@@ -56,24 +129,11 @@ def render_transcript(
 
     One paragraph per message, headed by its role; tool calls show their name and
     arguments; tool results longer than ``tool_output_tokens`` keep only their head.
+    A result's length is its message's estimate less an empty message's (as
+    :class:`~agentflow.context.TruncateToolOutputs` reckons it): a long output is never
+    tokenized whole, only the head it keeps.
     """
-    parts: list[str] = []
-    for m in messages:
-        role = str(m.get("role", "user"))
-        text = _content_text(m.get("content"))
-        if role == "tool":
-            if estimator.text(text) > tool_output_tokens:
-                text = estimator.cut(text, tool_output_tokens) + " […]"
-            parts.append(f"[tool result {m.get('tool_call_id', '')}]\n{text}")
-            continue
-        calls = [
-            f"→ calls {c.get('function', {}).get('name', '?')}"
-            f"({c.get('function', {}).get('arguments', '')}) as {c.get('id', '')}"
-            for c in m.get("tool_calls") or ()
-        ]
-        body = "\n".join([text, *calls] if text else calls)
-        parts.append(f"[{role}]\n{body}")
-    return "\n\n".join(parts)
+    return _render(_parts(messages, estimator), estimator, tool_output_tokens)[0]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -165,7 +225,11 @@ class Compact:
         """The summary request for ``older`` (its transcript cut to fit the window)."""
         est = view.estimator
         tool_tokens = self.tool_output_tokens
-        transcript = render_transcript(older, est, tool_output_tokens=tool_tokens)
+        # Each message's text and its estimate, once; each rendering below tokenizes only
+        # the heads it keeps of long tool results, and sums the transcript's estimate
+        # from its pieces' (never the whole transcript, which may be ~1M tokens).
+        parts = _parts(older, est)
+        transcript, size = _render(parts, est, tool_tokens)
         room = self.max_input_tokens
         if room is None:
             # The summariser shares the session's window by default; 10% slack for the
@@ -173,12 +237,10 @@ class Compact:
             room = int((view.window - self.max_summary_tokens) * 0.9) - est.text(self.prompt)
             if room < 1:
                 room = max(1, view.limit // 2)
-        size = est.text(transcript)
         while size > room and tool_tokens > _MIN_TOOL_TOKENS:
             # Too long: cut tool results harder before losing whole messages.
             tool_tokens = max(_MIN_TOOL_TOKENS, tool_tokens // 2)
-            transcript = render_transcript(older, est, tool_output_tokens=tool_tokens)
-            size = est.text(transcript)
+            transcript, size = _render(parts, est, tool_tokens)
         if size > room:
             # Still too long: keep the end, the most recent facts matter most.
             cut = size - room

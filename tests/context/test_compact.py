@@ -19,6 +19,7 @@ from .budget_util import (
     Completer,
     ReadFile,
     WordEstimator,
+    call,
     conversation,
     prompt_tokens,
     sim_agent,
@@ -126,6 +127,48 @@ async def test_a_transcript_too_long_cuts_tool_results_harder_then_its_start() -
     transcript = completer.requests[1].messages[1]["content"]
     assert transcript.startswith("[… the first ~") and "[tool result r4-0]" in transcript
     assert len(transcript.split()) <= 100 + 15
+
+
+def _output(turn: int, lines: int = 500) -> str:
+    """A distinct tool output (~7,500 tokens)."""
+    return "\n".join(
+        f"line {turn}-{i}: the value of x{i} is {i * 7919 % 1000}" for i in range(lines)
+    )
+
+
+async def test_a_compaction_tokenizes_only_the_heads_it_keeps(encoded: list[str]) -> None:
+    """The transcript's tool results are sized by their messages' counts (taken when they
+    were appended) and its length summed from its pieces: tiktoken is never handed a whole
+    output, nor the transcript — only the heads kept — and each result is cut exactly."""
+    budget = ContextBudget(window=100_000, reserve_output=1000, margin=0, cache_buster=False,
+                           overflow=[Compact(), Fail()])  # fmt: skip
+    session = budget.bind(session_id="s", agent="a", emit=lambda e: None, model="m")
+    msgs: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are careful."},
+        {"role": "user", "content": "Read every file."},
+    ]
+    completer = Completer("s")
+    outputs: list[str] = []
+    for turn in range(40):
+        seen = len(encoded)
+        await session.before_turn(turn, msgs, [], completer)
+        if completer.requests:
+            break
+        msgs.append({"role": "assistant", "content": None, "tool_calls": [call(f"c{turn}")]})
+        outputs.append(_output(turn))
+        msgs.append({"role": "tool", "tool_call_id": f"c{turn}", "content": outputs[-1]})
+    (request,) = completer.requests
+    during = [t for t in encoded[seen:] if t != outputs[-1]]  # (the newest is counted)
+    assert during and max(map(len, during)) < min(map(len, outputs)) // 2
+    transcript = request.messages[1]["content"]
+    counter = TiktokenCounter()
+    summarised = [o for o in outputs if f"{o[:40]}" in transcript]
+    assert len(summarised) >= 5
+    for output in summarised:
+        start = transcript.index(output[:40])
+        head = transcript[start : transcript.index(" […]", start)]
+        assert output.startswith(head)
+        assert counter.count(head) <= 1024 < counter.count(output[: len(head) + 1])
 
 
 async def test_compact_needs_a_model() -> None:

@@ -75,7 +75,7 @@ class SessionEstimates:
     ) -> int:
         """The uncalibrated prompt count (incremental: only what changed is counted)."""
         raw = self._prompt.count(messages, tools)
-        self._tally.update(self._prompt, messages, self._counter.count_message)
+        self._tally.update(self._prompt, messages, self.raw_message)
         if self._heads is not None:
             self._keep_heads(messages[self._prompt.first_changed :])
         return raw
@@ -90,7 +90,7 @@ class SessionEstimates:
             content = m.get("content")
             if m.get("role") != "tool" or type(content) is not str:
                 continue
-            if counter.count_message(m) <= 2 * _HEAD_IDS or hash(content) in heads:
+            if self.raw_message(m) <= 2 * _HEAD_IDS or hash(content) in heads:
                 continue
             ids = counter.recent(m)
             if ids is None:
@@ -136,9 +136,18 @@ class SessionEstimates:
         # template's fixed cost, paid once per prompt, not once per message.
         return round(raw * self._calibrator.slope(self._model))
 
+    def raw_message(self, message: Mapping[str, Any]) -> int:
+        """One message's uncalibrated count: the session's own, kept by its
+        :class:`PromptCounter`, for a message of the history last counted (no lookup in
+        the counter's cache shared by every session, which may have evicted it); else
+        the shared counter's."""
+        n = self._prompt.count_of(message)
+        return n if n is not None else self._counter.count_message(message)
+
     def message(self, message: Mapping[str, Any]) -> int:
-        """One message's estimate, scaled by the calibrated slope."""
-        return self._scale(self._counter.count_message(message))
+        """One message's estimate, scaled by the calibrated slope (its count is the
+        session's own for a message of the history: no tokenizing)."""
+        return self._scale(self.raw_message(message))
 
     def text(self, text: str) -> int:
         """A bare text's estimate, scaled by the calibrated slope."""

@@ -17,7 +17,9 @@ an entry, and any edit, nested ones included, makes a new key. A lookup costs a 
 microseconds per message (the strings are shared, not copied, and Python caches
 a string's hash on the string), so a stateless :meth:`MessageCounter.count_prompt`
 costs O(messages) lookups plus tokenization of the messages it has never seen. The
-cache is an LRU of ``cache_size`` entries.
+cache is an LRU of ``cache_size`` entries, shared by every session of a budget; a
+session's :class:`~agentflow.context.PromptCounter` keeps the counts of its own history
+(by the message objects), so an eviction never makes it tokenize one of them again.
 
 :meth:`MessageCounter.session` makes a :class:`~agentflow.context.PromptCounter`, which
 follows one session's history and counts, each turn, only what changed since the last.

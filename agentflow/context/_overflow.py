@@ -75,7 +75,8 @@ class OverflowView:
         window: the context window.
         complete: runs an extra model request for this session (a summary), through the
             same admission gate as its turns; its usage counts toward fleet budgets.
-        estimator: calibrated token estimates (cached per message).
+        estimator: calibrated token estimates (a message of the history: the session's
+            own count of it, kept by the object — replace a message, never mutate it).
         emit: sends an event to the fleet's callbacks.
     """
 
@@ -226,11 +227,12 @@ class TruncateToolOutputs:
     15% of the prompt tokens cached after the first overflow, against 94% by default;
     ``tests/context/test_truncation_cache.py``, ``benchmarks/token_accounting.py``).
 
-    **Cost.** A result's length comes from its message's cached count, and only heads of
-    it are tokenized to find the cut, so a cut costs O(``max_tokens``) whatever the
-    output's size. With tiktoken one head is tokenized per result: the counts that
-    confirm the cut, and the cut message's own count, reuse its tokens up to a space
-    shortly before the cut (:meth:`~agentflow.context.TiktokenCounter.head_split`).
+    **Cost.** A result's length comes from its message's count (the session's own, taken
+    when it was appended), and only heads of it are tokenized to find the cut, so a cut
+    costs O(``max_tokens``) whatever the output's size. With tiktoken one head is
+    tokenized per result: the counts that confirm the cut, and the cut message's own
+    count, reuse its tokens up to a space shortly before the cut
+    (:meth:`~agentflow.context.TiktokenCounter.head_split`).
 
     Args:
         max_tokens: the most tokens a tool result keeps (the marker not counted).
@@ -297,7 +299,7 @@ class TruncateToolOutputs:
                 break
             msg = messages[i]
             content: str = msg["content"]
-            before = est.message(msg)  # counted when it was appended: a cache hit
+            before = est.message(msg)  # the session's own count, taken when it was appended
             if before <= self.max_tokens or self.was_cut(content):
                 continue
             # The output's own tokens, without tokenizing it again: the message less

@@ -23,6 +23,14 @@ agentflow's own writers — the session loop and the overflow policies — only 
 replace and remove messages, never edit one in place; code that edits messages in place
 should pick ``"values"`` or ``"deep"``. The snapshots share the session's objects; a
 :class:`PromptCounter` is freed with its session.
+
+**Its own counts.** With ``"identity"``, a message is known by the object itself: the
+counts of the messages it holds are kept by their ``id()`` (one entry per message of
+the history, never more; an ``id()`` is unique while its object is held). A rewrite —
+messages dropped, one replaced — recounts from the first change, but a message still
+there (the same object) keeps its count: only the new ones are tokenized, whatever the
+shared :class:`MessageCounter` cache has evicted meanwhile (other sessions' messages);
+:meth:`PromptCounter.count_of` gives an overflow policy the same counts.
 """
 
 from __future__ import annotations
@@ -94,6 +102,7 @@ class PromptCounter:
 
     __slots__ = (
         "_anchor_len",
+        "_by_id",
         "_counts",
         "_low",
         "_prefix",
@@ -122,6 +131,9 @@ class PromptCounter:
         self._low = -1
         self._snaps: list[Any] = []
         self._counts: list[int] = []
+        #: ``id(message) → count`` of the messages in ``_snaps`` ("identity" only): each key
+        #: is the id of an object held there, so it is that object's alone.
+        self._by_id: dict[int, int] | None = {} if check == "identity" else None
         self._prefix: list[int] = [0]
         self._tools_snap: list[Any] | None = None
         self._tools_count = 0
@@ -174,7 +186,11 @@ class PromptCounter:
         self.generation += 1
         if first < self._low:
             self._low = first
+        by_id = self._by_id
+        gone: list[Any] = []
         if first < len(self._snaps):
+            # Held until the loop below is done, so that no id among them is reused yet.
+            gone = self._snaps[first:]
             del self._snaps[first:]
             del self._counts[first:]
             del self._prefix[first + 1 :]
@@ -183,11 +199,24 @@ class PromptCounter:
         snaps, counts, prefix = self._snaps, self._counts, self._prefix
         total = prefix[-1]
         for m in messages[first:]:
-            n = count(m)
+            # A message still there after a rewrite keeps its count: no cache lookup.
+            n = by_id.get(id(m)) if by_id is not None else None
+            if n is None:
+                n = count(m)
             snaps.append(snap(m))
             counts.append(n)
             total += n
             prefix.append(total)
+        if by_id is not None:
+            if gone:
+                # Forget the ones dropped (and any duplicate of them kept before ``first``:
+                # it is counted again if asked for — never a stale count).
+                kept = {id(m) for m in messages[first:]}
+                for g in gone:
+                    if id(g) not in kept:
+                        by_id.pop(id(g), None)
+            for m, n in zip(messages[first:], counts[first:], strict=True):
+                by_id[id(m)] = n
         tools_list = list(tools)
         if tools_list != self._tools_snap:
             self._tools_count = self.counter.count_tools(tools_list)
@@ -220,6 +249,12 @@ class PromptCounter:
     def tools(self) -> list[Any]:
         """The tool schemas of the last :meth:`count` (its snapshot; do not modify)."""
         return self._tools_snap or []
+
+    def count_of(self, message: Mapping[str, Any]) -> int | None:
+        """The count of ``message`` if it is one of the messages last counted (the same
+        object; ``"identity"`` check only), else ``None``: a dict lookup, no tokenizing."""
+        by_id = self._by_id
+        return by_id.get(id(message)) if by_id is not None else None
 
     def message_counts(self) -> list[int]:
         """Each message's count at the last :meth:`count` (a copy)."""

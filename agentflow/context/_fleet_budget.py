@@ -112,7 +112,8 @@ class FleetBudget(Link["_FleetSession"]):
         max_tokens: prompt + output tokens over all requests; ``None``: no token budget.
         max_cost: total cost in the prices' currency; needs ``prices``.
         prices: one :class:`Prices` for every model, or a mapping from model name to
-            prices (a model missing from it fails its session with a :class:`ConfigError`).
+            prices (a session whose model, or whose compaction's summary model, is missing
+            from it fails with a :class:`ConfigError` when it binds, before any request).
         warn_at: fractions of each budget at which a :class:`BudgetEvent` is emitted
             (one more is emitted, with ``exceeded=True``, when a budget is spent).
     """
@@ -241,9 +242,32 @@ class FleetBudget(Link["_FleetSession"]):
             )
         return spend
 
+    def priced(self, model: str | None, used_by: str) -> None:
+        """Refuse, before any request, a model the per-model prices do not have (else its
+        requests would be served, then fail their session uncharged); ``used_by`` says
+        what uses it. Nothing to check without prices, one for every model, or a model
+        not known yet (``None`` or empty: the server's reported one prices it).
+
+        Raises:
+            ConfigError: ``prices`` is a mapping without ``model``.
+        """
+        prices = self.prices
+        if not model or prices is None or isinstance(prices, Prices) or model in prices:
+            return
+        raise ConfigError(
+            f"FleetBudget.prices has no entry for model {model!r}, {used_by} (it has "
+            f"{sorted(prices)}); add its Prices, or give one Prices for every model"
+        )
+
     def session_for(self, at: Binding) -> _FleetSession:
         """A per-session context that checks and charges this budget (``at.model`` picks
-        the prices from a per-model mapping; the server's model when it is ``None``)."""
+        the prices from a per-model mapping; the server's model when it is ``None``).
+
+        Raises:
+            ConfigError: the per-model prices have no entry for ``at.model``: the session
+                fails before it sends anything.
+        """
+        self.priced(at.model, f"the model of session {at.session_id!r}")
         return _FleetSession(at, self)
 
 
@@ -262,13 +286,24 @@ class _FleetSession(LinkSession):
         self._sent: tuple[list[dict[str, Any]], int, Sequence[Mapping[str, Any]]] | None = None
 
     def join(self, sessions: Sequence[object]) -> None:
-        """Charge a turn without usage with the estimate of a budget in the chain."""
+        """Charge a turn without usage with the estimate of a budget in the chain; refuse
+        a summary model of its :class:`~agentflow.context.Compact` policies that the
+        per-model prices do not have, before any request.
+
+        Raises:
+            ConfigError: a summary model without prices.
+        """
+        from agentflow.context._compact import Compact
         from agentflow.context._session_budget import SessionBudget
 
         for session in sessions:
             if isinstance(session, SessionBudget):
-                self._prompts = session
-                return
+                for policy in session.budget.policies:
+                    if isinstance(policy, Compact):
+                        used_by = f"the summary model of session {session.session_id!r}'s Compact"
+                        self._budget.priced(policy.model or session.model, used_by)
+                if self._prompts is None:
+                    self._prompts = session
 
     def wrap_complete(self, turn: int, complete: Complete) -> Complete:
         """``complete``, checking the budget before each extra request and charging it."""
@@ -276,6 +311,7 @@ class _FleetSession(LinkSession):
 
         async def charged(request: ChatRequest) -> TurnTrace:
             budget.check()
+            budget.priced(request.model, f"an extra request of session {self.at.session_id!r}")
             trace = await complete(request)
             self._charge(trace, turn, request.model)
             return trace

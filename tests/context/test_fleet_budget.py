@@ -10,6 +10,8 @@ from agentflow import BudgetExceeded, ConfigError, Fleet, FleetResult
 from agentflow.context._budget import ContextBudget
 from agentflow.context._events import BudgetEvent
 from agentflow.context._fleet_budget import FleetBudget, Prices, spend_of
+from agentflow.context._overflow import Fail
+from agentflow.transport import ChatRequest
 from agentflow.typing import ContextPolicy
 
 from .budget_util import ReadFile, sim_agent, simulator, trace
@@ -200,3 +202,50 @@ async def test_alone_it_charges_a_prompt_the_server_did_not_count() -> None:
         result = await agent.session(task).run(http)
     assert result.status == "completed" and result.turns[0].trace.usage is None
     assert 8_000 <= fleet.tokens <= 9_000
+
+
+async def test_a_model_the_prices_miss_fails_its_session_before_any_request() -> None:
+    """Per-model prices without the agent's model, or without a compaction's summary
+    model: the session fails when it binds, and the server never sees a request (it used
+    to answer the first turn, which then was neither recorded nor charged)."""
+    from agentflow import Agent, HTTPTransport
+    from agentflow.context import Compact
+    from agentflow.testing import ScriptedServer
+
+    prices = {"m": PRICES}
+    cases = [
+        (Agent(name="a", model="unpriced", context=FleetBudget(max_cost=1.0, prices=prices)),
+         "model 'unpriced', the model of session"),
+        (Agent(name="b", model="m", context=[
+            FleetBudget(max_cost=1.0, prices=prices),
+            ContextBudget(window=4096, overflow=[Compact(model="summariser"), Fail()]),
+        ]), "model 'summariser', the summary model of session"),
+    ]  # fmt: skip
+    async with ScriptedServer() as srv, HTTPTransport(srv.base_url) as http:
+        for agent, match in cases:
+            result = await agent.session("hello").run(http)
+            assert result.status == "error" and isinstance(result.error, ConfigError)
+            assert match in str(result.error) and "it has ['m']" in str(result.error)
+            assert result.turns == []
+        # A priced model and a Compact without a model of its own bind as before.
+        fine = FleetBudget(prices=prices)
+        fine.bind(session_id="s", agent="a", emit=lambda e: None, model="m")
+    assert srv.requests == []
+
+
+async def test_an_extra_request_of_an_unpriced_model_is_refused_before_it_is_sent() -> None:
+    ctx = FleetBudget(prices={"m": PRICES}).bind(
+        session_id="s", agent="a", emit=lambda e: None, model="m"
+    )
+    sent: list[ChatRequest] = []
+
+    async def complete(request: ChatRequest) -> Any:
+        sent.append(request)
+        return trace(prompt=1, output=1, model=request.model)
+
+    wrapped = ctx.wrap_complete(0, complete)
+    with pytest.raises(ConfigError, match="model 'x', an extra request of session 's'"):
+        await wrapped(ChatRequest(model="x", messages=[{"role": "user", "content": "hi"}]))
+    assert sent == []
+    await wrapped(ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}]))
+    assert len(sent) == 1

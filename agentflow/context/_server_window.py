@@ -82,11 +82,17 @@ def _window_of(entry: Mapping[str, Any]) -> tuple[int, str] | None:
 
 
 def _names(entry: Mapping[str, Any]) -> set[str]:
-    names = {entry.get("id"), entry.get("root")}
+    """The names a models-list entry answers to: its ``id``, ``root`` and ``aliases`` —
+    the strings among them (a malformed entry's other JSON values name nothing)."""
     aliases = entry.get("aliases")
-    if isinstance(aliases, list):
-        names.update(aliases)
+    names = [entry.get("id"), entry.get("root"), *(aliases if isinstance(aliases, list) else ())]
     return {n for n in names if isinstance(n, str) and n}
+
+
+def _id_of(entry: Mapping[str, Any]) -> str | None:
+    """The entry's ``id``, if it is a string."""
+    value = entry.get("id")
+    return value if isinstance(value, str) and value else None
 
 
 def _pick_window(document: Any, model: str | None, endpoint: str) -> ServerWindow | None:
@@ -104,7 +110,7 @@ def _pick_window(document: Any, model: str | None, endpoint: str) -> ServerWindo
     if not found:
         return None
     if len({w[0] for _, w in found}) > 1:
-        served = ", ".join(f"{e.get('id')!r}: {w[0]:,}" for e, w in found)
+        served = ", ".join(f"{_id_of(e)!r}: {w[0]:,}" for e, w in found)
         ask = (
             f"model {model!r} is none of them; pass one of their ids"
             if model is not None
@@ -114,7 +120,7 @@ def _pick_window(document: Any, model: str | None, endpoint: str) -> ServerWindo
             f"{endpoint} serves several models with different windows ({served}); {ask}"
         )
     entry, (tokens, field) = found[0]
-    return ServerWindow(tokens, str(entry.get("id") or model or ""), field, endpoint)
+    return ServerWindow(tokens, _id_of(entry) or model or "", field, endpoint)
 
 
 async def _get_json(

@@ -134,6 +134,28 @@ async def test_several_models_need_a_name() -> None:
     assert small is not None and (small.tokens, small.model) == (32_768, "small")
 
 
+async def test_names_that_are_not_strings_name_nothing() -> None:
+    """A malformed entry — an object among its aliases, an id that is a list — is read for
+    its string names only (it was a bare TypeError: the names went into a set)."""
+    listing = {"object": "list", "data": [
+        {"id": ["big"], "aliases": [{"name": "x"}, "big-alias"], "max_model_len": 1_000_000},
+        {"id": "small", "root": {"org": "small"}, "aliases": [["s"]], "max_model_len": 32_768},
+    ]}  # fmt: skip
+    async with serve({"/v1/models": json_answer(listing)}) as url:
+        big = await server_window(url, model="big-alias")
+        small = await server_window(url, model="small")
+        budget = await ContextBudget.from_server(url, model="small")
+        with pytest.raises(ConfigError, match=r"\(None: 1,000,000, 'small': 32,768\)"):
+            await server_window(url)
+    assert big is not None and (big.tokens, big.model) == (1_000_000, "big-alias")
+    assert small is not None and (small.tokens, small.model) == (32_768, "small")
+    assert budget.window == 32_768
+    one = {"object": "list", "data": [{"id": ["m"], "max_model_len": 8192}]}
+    async with serve({"/v1/models": json_answer(one)}) as url:
+        found = await server_window(url, model="m")  # a one-model server: its window
+    assert found is not None and (found.tokens, found.model) == (8192, "m")
+
+
 async def test_the_key_goes_with_the_request() -> None:
     seen: list[web.Request] = []
     listing = {"object": "list", "data": [{"id": "m", "max_model_len": 4096}]}

@@ -14,6 +14,7 @@ import msgspec
 
 from agentflow._errors import ConfigError, ConnectError, StreamProtocolError, StreamTimeout
 from agentflow._redact import display_url, register_secret, register_url
+from agentflow._seconds import check_seconds
 from agentflow.transport._shared import MAX_ERROR_BODY, status_error
 
 if TYPE_CHECKING:
@@ -36,6 +37,14 @@ class _Tokenized(msgspec.Struct):
 
 _decode_tokenized = msgspec.json.Decoder(_Tokenized)
 
+#: The longest ``timeout_s`` (a finite number: ~31 years).
+_MAX_TIMEOUT_S = 1e9
+
+
+def _llamacpp_body(text: str) -> dict[str, Any]:
+    """llama.cpp's ``/tokenize`` body: the text, without special tokens (BOS)."""
+    return {"content": text, "add_special": False}
+
 
 class ServerCounter:
     """The server's own token count, from its ``POST /tokenize``; asynchronous.
@@ -43,8 +52,12 @@ class ServerCounter:
     vLLM (and agentflow's simulator) take ``{"model", "prompt"}`` and answer
     ``{"tokens": [...], "count": n}``; llama.cpp takes ``{"content"}`` and answers
     ``{"tokens": [...]}``. With ``dialect="auto"`` the first request is vLLM's, and an
-    answer without ``count`` switches this counter to llama.cpp's shape for good. No
-    special tokens (BOS) are added to the text.
+    answer without ``count`` switches this counter to llama.cpp's shape for good.
+
+    No special tokens (BOS) are added to the text, and each server is told so in its own
+    words: vLLM gets ``"add_special_tokens": false`` (its ``/tokenize`` adds them by
+    default), llama.cpp ``"add_special": false`` (its default, said anyway); the
+    simulator adds none either way.
 
     Args:
         base_url: the server, with or without a trailing ``/v1`` (``/tokenize`` is at
@@ -57,7 +70,8 @@ class ServerCounter:
             by default one is created on first use.
 
     Raises:
-        ConfigError: a malformed ``base_url``, unknown ``dialect`` or non-positive timeout.
+        ConfigError: a malformed ``base_url``, unknown ``dialect``, or a ``timeout_s``
+            that is not a finite number of seconds of at least 1 ms.
     """
 
     def __init__(
@@ -78,8 +92,7 @@ class ServerCounter:
             )
         if dialect not in _DIALECTS:
             raise ConfigError(f"ServerCounter.dialect must be one of {_DIALECTS}, got {dialect!r}")
-        if not timeout_s > 0:
-            raise ConfigError(f"ServerCounter.timeout_s must be > 0, got {timeout_s!r}")
+        timeout_s = check_seconds(timeout_s, "ServerCounter.timeout_s", 0.001, _MAX_TIMEOUT_S)
         root = base_url.rstrip("/").removesuffix("/v1")
         self.url = f"{root}/tokenize"
         register_url(root, owner=self)
@@ -109,15 +122,15 @@ class ServerCounter:
             StreamTimeout: ``timeout_s`` ran out (``phase="total"``).
         """
         if self.dialect == "llamacpp":
-            return (await self._post({"content": text})).tokens
-        body: dict[str, Any] = {"prompt": text}
+            return (await self._post(_llamacpp_body(text))).tokens
+        body: dict[str, Any] = {"prompt": text, "add_special_tokens": False}
         if self.model is not None:
             body["model"] = self.model
         answer = await self._post(body)
         if self.dialect == "auto":
             if answer.count is None:
                 self.dialect = "llamacpp"
-                return (await self._post({"content": text})).tokens
+                return (await self._post(_llamacpp_body(text))).tokens
             self.dialect = "vllm"
         return answer.tokens
 

@@ -276,10 +276,43 @@ async def test_server_counter_detects_llamacpps_shape() -> None:
         assert not session.closed  # not ours to close
     await runner.cleanup()
     assert bodies == [
-        {"prompt": "one two three"},
-        {"content": "one two three"},
-        {"content": "four five"},
+        {"prompt": "one two three", "add_special_tokens": False},
+        {"content": "one two three", "add_special": False},
+        {"content": "four five", "add_special": False},
     ]
+
+
+#: The id a server puts first when it adds special tokens.
+BOS = 1
+
+
+async def test_server_counter_asks_each_server_for_no_bos() -> None:
+    """What each server's /tokenize does with special tokens: vLLM adds a BOS unless
+    ``add_special_tokens`` is false (its default is true), llama.cpp only when
+    ``add_special`` is true. The counter's count is the text's alone on both."""
+
+    async def handler(request: web.Request) -> web.Response:
+        body = await request.json()
+        if "prompt" in body:  # vLLM's TokenizeCompletionRequest
+            ids = [10 + i for i, _ in enumerate(body["prompt"].split())]
+            if body.get("add_special_tokens", True):
+                ids.insert(0, BOS)
+            return web.json_response({"tokens": ids, "count": len(ids), "max_model_len": 99})
+        ids = [10 + i for i, _ in enumerate(body["content"].split())]  # llama.cpp's
+        if body.get("add_special", False):
+            ids.insert(0, BOS)
+        return web.json_response({"tokens": ids})
+
+    runner, url = await _serve(handler)
+    vllm, llamacpp = ServerCounter(url, model="m"), ServerCounter(url, dialect="llamacpp")
+    try:
+        assert await vllm.encode("one two three") == [10, 11, 12]
+        assert vllm.dialect == "vllm"
+        assert await llamacpp.count("one two three") == 3
+    finally:
+        await vllm.aclose()
+        await llamacpp.aclose()
+        await runner.cleanup()
 
 
 async def test_server_counter_wire_failures_are_transport_errors() -> None:
@@ -328,8 +361,10 @@ def test_server_counter_config_errors() -> None:
         ServerCounter("localhost:8000")
     with pytest.raises(ConfigError, match="dialect"):
         ServerCounter("http://h", dialect="tgi")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="timeout_s"):
-        ServerCounter("http://h", timeout_s=0)
+    for bad in (0, -1, float("inf"), float("nan"), "5", None, True):
+        with pytest.raises(ConfigError, match=r"ServerCounter\.timeout_s must be a finite number"):
+            ServerCounter("http://h", timeout_s=bad)  # type: ignore[arg-type]
+    assert ServerCounter("http://h", timeout_s=2)._timeout_s == 2.0
     assert ServerCounter("http://h:1/v1/").url == "http://h:1/tokenize"
 
 

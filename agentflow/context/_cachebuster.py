@@ -41,7 +41,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from agentflow._context_chain import Binding, Link, LinkSession
+from agentflow._context_chain import Binding, Link
 from agentflow._errors import ConfigError
 from agentflow.context import _bustdiff
 from agentflow.context._bustdiff import CacheBusterKind, Finding, Prefix, message_texts
@@ -54,10 +54,10 @@ from agentflow.context._bustreport import (
     measured_loss,
     warnings_of,
 )
+from agentflow.context._cachebuster_link import CheckContext
 
 if TYPE_CHECKING:
-    from agentflow._trace import PromptInfo, TurnTrace
-    from agentflow.typing import Complete
+    from agentflow._trace import TurnTrace
 
 __all__ = ["CacheBusterCheck", "CacheBusterKind", "CacheBusterScope", "CacheBusterWarning"]
 
@@ -89,7 +89,7 @@ class _AgentState:
     logged: set[tuple[str, str, str]] = field(default_factory=set)
 
 
-class CacheBusterCheck(Link["_CheckContext"]):
+class CacheBusterCheck(Link["CheckContext"]):
     """Warns when prefixes that should match differ only by something volatile.
 
     Call :meth:`check` once per turn, just before the request is sent, with the messages
@@ -275,11 +275,11 @@ class CacheBusterCheck(Link["_CheckContext"]):
         if state is not None and state.pending is not None:
             self._report(state, None)
 
-    def session_for(self, at: Binding) -> _CheckContext:
+    def session_for(self, at: Binding) -> CheckContext:
         """A per-session context that runs this check (a link of the agent's context);
         after a :class:`~agentflow.context.ContextBudget` in a chain it compares the
         budget's pinned prefix turn to turn."""
-        return _CheckContext(at, self)
+        return CheckContext(at, self)
 
     def _key(self, agent: str) -> str:
         return agent if self._group is None else self._group(agent)
@@ -349,59 +349,3 @@ class CacheBusterCheck(Link["_CheckContext"]):
 
 def _same_objects(a: Sequence[Any], b: tuple[Any, ...]) -> bool:
     return len(a) == len(b) and all(x is y for x, y in zip(a, b, strict=True))
-
-
-class _CheckContext(LinkSession):
-    """The per-session context of a :class:`CacheBusterCheck` (a link of the chain)."""
-
-    __slots__ = ("_check", "_pinned")
-
-    def __init__(self, at: Binding, check: CacheBusterCheck) -> None:
-        super().__init__(at)
-        self._check = check
-        self._pinned: Callable[[Sequence[Mapping[str, Any]]], int] | None = None
-
-    def join(self, sessions: Sequence[object]) -> None:
-        """Compare the pinned prefix of the nearest budget before this check, turn to turn;
-        the chain's budgets run no default check of their own beside this one."""
-        from agentflow.context._session_budget import SessionBudget
-
-        budgets = [s for s in self.earlier(sessions) if isinstance(s, SessionBudget)]
-        if budgets:
-            self._pinned = budgets[0].pinned_of
-        for session in sessions:
-            if (
-                isinstance(session, SessionBudget)
-                and session.budget.cache_buster is not self._check
-            ):
-                session.without_check()
-
-    async def before_turn(
-        self,
-        turn: int,
-        messages: list[dict[str, Any]],
-        tools: Sequence[Mapping[str, Any]],
-        complete: Complete,
-    ) -> PromptInfo | None:
-        """Run the check on the prompt about to be sent; nothing is rewritten."""
-        pinned, at = self._pinned, self.at
-        self._check.check(
-            at.session_id,
-            at.agent,
-            messages,
-            tools,
-            at.emit,
-            turn=turn,
-            pinned=pinned(messages) if pinned is not None else None,
-            defer=True,  # reported after the turn, with the loss the server shows
-        )
-        return None
-
-    def after_turn(self, turn: int, trace: TurnTrace) -> None:
-        """Report the turn's bust, if any, with the loss the server's usage shows."""
-        self._check.observe_turn(self.at.session_id, trace)
-
-    def end(self) -> None:
-        """The session ended: a bust its last turn did not measure (it failed) is reported
-        with its estimate, and the session is forgotten."""
-        self._check.forget(self.at.session_id)

@@ -23,7 +23,7 @@ a cache-buster check and a prefix index are links of their own beside it. It run
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -75,6 +75,18 @@ def _positive_int(owner: str, value: object, *, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ConfigError(f"{owner} must be an int ≥ {minimum}, got {value!r}")
     return value
+
+
+def _policies(overflow: object) -> tuple[Any, ...]:
+    """``overflow`` as a chain of policies: one policy, or an iterable of them."""
+    if callable(overflow):
+        return (overflow,)
+    if isinstance(overflow, str | bytes | Mapping) or not isinstance(overflow, Iterable):
+        raise ConfigError(
+            f"ContextBudget.overflow must be a policy or a sequence of policies (e.g. "
+            f"[TruncateToolOutputs(), Compact(), Fail()]), got {overflow!r}"
+        )
+    return tuple(overflow)
 
 
 class ContextBudget(Link[SessionBudget]):
@@ -153,7 +165,7 @@ class ContextBudget(Link[SessionBudget]):
                 f"(float), got {margin!r}"
             )
         _positive_int("ContextBudget.pin_first", pin_first, minimum=0)
-        policies = (overflow,) if callable(overflow) else tuple(overflow)
+        policies = _policies(overflow)
         for p in policies:
             if isinstance(p, type):  # overflow=[DropOldest]: the class, not a policy
                 raise ConfigError(

@@ -146,6 +146,9 @@ class CacheBusterCheck(Link["CheckContext"]):
                 f"CacheBusterCheck.shared_messages must be an int ≥ 0 or None, "
                 f"got {shared_messages!r}"
             )
+        for name, fn in (("group", group), ("count", count)):
+            if fn is not None and not callable(fn):
+                raise ConfigError(f"CacheBusterCheck.{name} must be a function or None, got {fn!r}")
         for name, value in (
             ("block_size", block_size),
             ("max_sessions", max_sessions),

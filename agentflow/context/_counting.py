@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agentflow._errors import ConfigError
-from agentflow.context._encodings import encoding
+from agentflow.context._encodings import ENCODING_NAMES, encoding
 
 if TYPE_CHECKING:
     import tokenizers
@@ -66,6 +66,11 @@ class TiktokenCounter:
     __slots__ = ("_decode", "_encode", "_heads", "_known", "_name", "_token_bytes")
 
     def __init__(self, encoding_name: str = "cl100k_base") -> None:
+        if not isinstance(encoding_name, str) or encoding_name not in ENCODING_NAMES:
+            raise ConfigError(
+                f"TiktokenCounter.encoding_name must be one of {list(ENCODING_NAMES)}, "
+                f"got {encoding_name!r}"
+            )
         enc = encoding(encoding_name)
         self._encode = enc.encode_ordinary
         self._decode = enc.decode_bytes

@@ -107,10 +107,10 @@ def encoding(name: str = "cl100k_base") -> tiktoken.Encoding:
     Raises:
         ConfigError: ``name`` is not a shipped encoding, or its file is damaged.
     """
-    enc = _loaded.get(name)
+    enc = _loaded.get(name) if isinstance(name, str) else None
     if enc is not None:
         return enc
-    spec = _SPECS.get(name)
+    spec = _SPECS.get(name) if isinstance(name, str) else None
     if spec is None:
         raise ConfigError(f"encoding name must be one of {list(ENCODING_NAMES)}, got {name!r}")
     with _lock:

@@ -23,7 +23,7 @@ server sent no usage for is charged with the budget's estimate of its prompt.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -137,9 +137,21 @@ class FleetBudget(Link["_FleetSession"]):
             if prices is None:
                 raise ConfigError("FleetBudget.max_cost needs prices (FleetBudget.prices is None)")
         if prices is not None and not isinstance(prices, Prices):
+            if not isinstance(prices, Mapping):
+                raise ConfigError(
+                    f"FleetBudget.prices must be a Prices, a mapping of model names to "
+                    f"Prices, or None, got {prices!r}"
+                )
             for model, p in prices.items():
+                if not isinstance(model, str):
+                    raise ConfigError(f"FleetBudget.prices keys must be model names, got {model!r}")
                 if not isinstance(p, Prices):
                     raise ConfigError(f"FleetBudget.prices[{model!r}] must be a Prices, got {p!r}")
+        if isinstance(warn_at, str | bytes | Mapping) or not isinstance(warn_at, Iterable):
+            raise ConfigError(
+                f"FleetBudget.warn_at must be a sequence of fractions in (0, 1), got {warn_at!r}"
+            )
+        warn_at = tuple(warn_at)
         for f in warn_at:
             if isinstance(f, bool) or not isinstance(f, int | float) or not 0 < f < 1:
                 raise ConfigError(f"FleetBudget.warn_at values must be in (0, 1), got {f!r}")

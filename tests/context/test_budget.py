@@ -86,6 +86,10 @@ def test_window_reserve_margin_and_limit() -> None:
         ({"model": 123}, r"ContextBudget\.model must be a non-empty string, got 123"),
         ({"window": 10, "overflow": [DropOldest]}, r"DropOldest is a class; give a policy"),
         ({"window": 10, "overflow": Fail}, r"Fail is a class; give a policy: Fail\(\)"),
+        # Neither a policy nor a sequence of them: a bare TypeError from tuple() before.
+        ({"window": 10, "overflow": None}, r"ContextBudget\.overflow must be a policy or a seq"),
+        ({"window": 10, "overflow": 5}, r"ContextBudget\.overflow must be a policy or a seq"),
+        ({"window": 10, "overflow": "fail"}, r"ContextBudget\.overflow must be a policy or a seq"),
     ],
 )
 def test_config_errors(kwargs: dict[str, Any], match: str) -> None:

@@ -316,3 +316,8 @@ def test_bad_settings_are_config_errors() -> None:
         CacheBusterCheck(block_size=0)
     with pytest.raises(ConfigError, match="max_warnings"):
         CacheBusterCheck(max_warnings=True)
+    # Not functions: accepted before, then a TypeError at the session's first check.
+    with pytest.raises(ConfigError, match=r"CacheBusterCheck\.group must be a function or None"):
+        CacheBusterCheck(group="coder")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"CacheBusterCheck\.count must be a function or None"):
+        CacheBusterCheck(count=4)  # type: ignore[arg-type]

@@ -127,8 +127,11 @@ def test_counts_equal_tiktokens(monkeypatch: pytest.MonkeyPatch, name: str) -> N
 def test_unknown_encoding_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="r50k_base"):
         encoding("r50k_base")
-    with pytest.raises(ConfigError, match="encoding name"):
-        TiktokenCounter("nope")
+    with pytest.raises(ConfigError, match="encoding name must be one of"):
+        encoding(["cl100k_base"])  # type: ignore[arg-type]
+    for bad in ("nope", None, ["x"]):  # an unhashable one was a bare TypeError
+        with pytest.raises(ConfigError, match=r"TiktokenCounter\.encoding_name must be one of"):
+            TiktokenCounter(bad)  # type: ignore[arg-type]
 
 
 def test_encoding_for_models() -> None:

@@ -86,6 +86,11 @@ def test_cost_budget_with_prices_per_model() -> None:
         ({"max_cost": -1.0, "prices": Prices(prompt=1, output=1)}, "FleetBudget.max_cost"),
         ({"prices": {"m": 3}}, r"FleetBudget.prices\['m'\]"),
         ({"warn_at": (1.5,)}, "FleetBudget.warn_at"),
+        # A bare TypeError / AttributeError before:
+        ({"warn_at": 0.5}, r"FleetBudget\.warn_at must be a sequence of fractions"),
+        ({"warn_at": "0.5"}, r"FleetBudget\.warn_at must be a sequence of fractions"),
+        ({"prices": [Prices(prompt=1, output=1)]}, r"FleetBudget\.prices must be a Prices, a"),
+        ({"prices": {None: Prices(prompt=1, output=1)}}, r"FleetBudget\.prices keys must be"),
     ],
 )
 def test_fleet_budget_config_errors(kwargs: dict[str, Any], match: str) -> None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit
 
 import msgspec
 
+from agentflow._base_url import check_base_url
 from agentflow._errors import ConfigError, ConnectError, StreamProtocolError, StreamTimeout
 from agentflow._redact import display_url, register_secret, register_url
 from agentflow._seconds import check_seconds
@@ -84,12 +84,7 @@ class ServerCounter:
         timeout_s: float = 30.0,
         session: aiohttp.ClientSession | None = None,
     ) -> None:
-        parts = urlsplit(base_url)
-        if parts.scheme not in ("http", "https") or not parts.netloc:
-            raise ConfigError(
-                f"ServerCounter.base_url must be an http(s) URL such as "
-                f"http://127.0.0.1:8000, got {base_url!r}"
-            )
+        check_base_url(base_url, "ServerCounter.base_url")
         if dialect not in _DIALECTS:
             raise ConfigError(f"ServerCounter.dialect must be one of {_DIALECTS}, got {dialect!r}")
         timeout_s = check_seconds(timeout_s, "ServerCounter.timeout_s", 0.001, _MAX_TIMEOUT_S)

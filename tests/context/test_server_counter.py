@@ -165,6 +165,10 @@ async def test_server_counter_wire_failures_are_transport_errors() -> None:
 def test_server_counter_config_errors() -> None:
     with pytest.raises(ConfigError, match="base_url"):
         ServerCounter("localhost:8000")
+    # The one base-URL check the transports use: a port 0, a query string, a newline.
+    for bad_url in ("http://h:0", "http://h/?key=k", "http://h\n"):
+        with pytest.raises(ConfigError, match=r"ServerCounter\.base_url"):
+            ServerCounter(bad_url)
     with pytest.raises(ConfigError, match="dialect"):
         ServerCounter("http://h", dialect="tgi")  # type: ignore[arg-type]
     for bad in (0, -1, float("inf"), float("nan"), "5", None, True):

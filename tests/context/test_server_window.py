@@ -186,7 +186,14 @@ async def test_every_read_has_a_limit() -> None:
 @pytest.mark.parametrize(
     ("call", "match"),
     [
-        (lambda: server_window("http://127.0.0.1:1/v1", timeout_s=0), "timeout_s must be > 0"),
+        (
+            lambda: server_window("http://127.0.0.1:1/v1", timeout_s=0),
+            "timeout_s must be a finite number",
+        ),
+        (
+            lambda: server_window("http://127.0.0.1:1/v1", timeout_s=float("inf")),
+            "timeout_s must be a finite number",
+        ),
         (lambda: server_window(42), "source must be a base URL"),
         (lambda: server_window("ftp://host/v1"), "base_url must be an http"),
         (

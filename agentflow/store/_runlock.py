@@ -9,8 +9,12 @@ not). So :class:`~agentflow.store.SQLiteStore` refuses a second live writer of a
 instead: the store that records an attempt at a run (``Fleet.run``'s first claim, or
 ``Fleet.resume``'s :meth:`start_attempt`) takes an exclusive ``flock`` on
 ``<db>.af-run-<digest of run id>.lock`` (holding its pid, for the error message) and
-keeps it until every lease owner that claimed through this store has given its leases
-back (the attempt ended), or the store closes. The kernel drops
+keeps it until the attempt's lease owner has given its leases back (the attempt ended), or
+the store closes. One attempt at a time through the store, too: a second attempt at a
+run while one through the same store still writes it (a second ``start_attempt``, or a
+claim by another lease owner) is a ``StoreError`` as well — the leases would not split
+the sessions between them (a lease of this process whose owner is live is not free, but
+two attempts would still both record the run). The kernel drops
 the lock when the process dies, ``kill -9`` included, so a killed run is resumed at
 once. Where there is no ``flock`` (Windows), no run lock is taken: one writer per run is
 then the user's to keep. Workers that share a run need :class:`~agentflow.store.PostgresStore`.
@@ -31,7 +35,7 @@ try:
 except ImportError:  # not POSIX (Windows): no run lock there, as documented
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["RunLocks"]
+__all__ = ["RunLocks", "live_owner"]
 
 
 class RunLocks:
@@ -40,7 +44,10 @@ class RunLocks:
     def __init__(self, db: Path) -> None:
         self.db = db
         self._held: dict[str, tuple[int, Path]] = {}
-        self._owners: dict[str, set[object]] = {}
+        #: The lease owner of the attempt writing each run through this store.
+        self._owners: dict[str, str] = {}
+        #: Runs whose attempt started here (``start_attempt``) and has not claimed yet.
+        self._starting: set[str] = set()
         _live.add(self)
 
     def path(self, run_id: str) -> Path:
@@ -48,17 +55,47 @@ class RunLocks:
         digest = hashlib.blake2b(run_id.encode("utf-8", "surrogatepass"), digest_size=8)
         return self.db.with_name(f"{self.db.name}.af-run-{digest.hexdigest()}.lock")
 
-    def acquire(self, run_id: str, owner: object = None) -> None:
-        """Hold ``run_id``'s lock (no-op if this store holds it already), for ``owner``
-        (a lease owner) if given: the lock is kept until each owner has let go.
+    def begin(self, run_id: str) -> None:
+        """An attempt at ``run_id`` starts through this store (``start_attempt``): hold
+        the run's lock; its first claim's owner is then the attempt's.
 
         Raises:
-            StoreError: another live process (or another open store) writes the run.
+            StoreError: another attempt through this store, another live process or
+                another open store writes the run.
         """
+        self._refuse_second(run_id)
         if run_id not in self._held and fcntl is not None:
             self._lock(run_id)
-        if owner is not None:  # only once the lock is held: a refused owner holds nothing
-            self._owners.setdefault(run_id, set()).add(owner)
+        self._starting.add(run_id)
+
+    def acquire(self, run_id: str, owner: object) -> None:
+        """Hold ``run_id``'s lock (no-op if this store holds it already) for ``owner``
+        (a lease owner, claiming): the lock is kept until it lets go.
+
+        Raises:
+            StoreError: another attempt through this store (another lease owner),
+                another live process or another open store writes the run.
+        """
+        me = str(owner)
+        if self._owners.get(run_id) == me:
+            return
+        if run_id not in self._starting:
+            self._refuse_second(run_id)
+        if run_id not in self._held and fcntl is not None:
+            self._lock(run_id)
+        # Only once the lock is held: a refused owner holds nothing.
+        self._starting.discard(run_id)
+        self._owners[run_id] = me
+        _live_owners.add(me)
+
+    def _refuse_second(self, run_id: str) -> None:
+        if run_id in self._starting or run_id in self._owners:
+            raise StoreError(
+                f"{self.db}: run {run_id!r} is being written by another attempt through this "
+                "store (a Fleet.run or Fleet.resume of it that has not ended); a SQLite store "
+                "has one writer per run — wait for it to end, or share the run between "
+                "workers with PostgresStore"
+            )
 
     def _lock(self, run_id: str) -> None:
         """Take the run's lock file (see :meth:`acquire`)."""
@@ -99,14 +136,16 @@ class RunLocks:
         return fd
 
     def release(self, run_id: str, owner: object = None) -> None:
-        """``owner`` let go of the run; once no owner is left (or with ``owner=None``),
-        let go of ``run_id``'s lock, if held (the file is removed)."""
-        owners = self._owners.get(run_id)
-        if owner is not None and owners:
-            owners.discard(owner)
-            if owners:
-                return  # another attempt through this store still writes the run
+        """``owner`` let go of the run (the attempt ended; one that never claimed ends an
+        attempt that started without claiming); with ``owner=None``, whatever holds it.
+        Then let go of ``run_id``'s lock, if held (the file is removed)."""
+        held_by = self._owners.get(run_id)
+        if owner is not None and held_by is not None and held_by != str(owner):
+            return  # not the attempt that writes the run
+        if held_by is not None:
+            _live_owners.discard(held_by)
         self._owners.pop(run_id, None)
+        self._starting.discard(run_id)
         held = self._held.pop(run_id, None)
         if held is None:
             return
@@ -117,7 +156,7 @@ class RunLocks:
 
     def release_all(self) -> None:
         """Let go of every lock this store holds."""
-        for run_id in list(self._held):
+        for run_id in {*self._held, *self._owners, *self._starting}:
             self.release(run_id)
 
     def _forget_in_child(self) -> None:
@@ -131,14 +170,25 @@ class RunLocks:
                 os.close(fd)
         self._held.clear()
         self._owners.clear()
+        self._starting.clear()
 
 
 _live: weakref.WeakSet[RunLocks] = weakref.WeakSet()
+#: The lease owners (``str(LeaseOwner)``) of the attempts live in this process, whatever
+#: their store: a lease one of them holds is not free (``_sqlite_io``), though its pid is
+#: this process's.
+_live_owners: set[str] = set()
+
+
+def live_owner(holder: str) -> bool:
+    """Whether ``holder`` (a lease's owner) is a live attempt of this process."""
+    return holder in _live_owners
 
 
 def _after_fork_in_child() -> None:
     for locks in list(_live):
         locks._forget_in_child()
+    _live_owners.clear()
 
 
 if hasattr(os, "register_at_fork"):

@@ -204,16 +204,21 @@ class SQLiteStore(JournaledWriter):
         """Record the next attempt at ``run_id`` and return its number.
 
         Raises:
-            StoreError: another live process (or open store) writes the run: a SQLite
-                store has one writer per run (``store/_runlock.py``).
+            StoreError: another attempt through this store, another live process or
+                another open store writes the run: a SQLite store has one writer per run
+                (``store/_runlock.py``).
         """
-        self._run_locks.acquire(run_id)
+        self._run_locks.begin(run_id)
 
         def start(conn: sqlite3.Connection) -> int:
             self._ingest_orphans(conn)  # a writer killed since this store opened
             return io.start_attempt(conn, run_id, wall_ns, clock_ns, str(self.path))
 
-        return await self._call(start)
+        try:
+            return await self._call(start)
+        except BaseException:
+            self._run_locks.release(run_id)  # no attempt started: nothing writes the run
+            raise
 
     async def runs(self) -> list[RunSummary]:
         """Every stored run, newest first."""
@@ -225,11 +230,13 @@ class SQLiteStore(JournaledWriter):
         """Take the free leases among ``session_ids`` for ``ttl_s`` seconds.
 
         A lease is free when nobody holds it, it expired, it is ``owner``'s, or its
-        holder was a process on this host that no longer exists (a killed run's leases
-        are taken over at once, without waiting for them to expire).
+        holder was a process on this host that no longer exists, or an attempt of this
+        process that has ended (a killed run's leases are taken over at once, without
+        waiting for them to expire).
 
         Raises:
-            StoreError: another live process (or open store) writes the run.
+            StoreError: another attempt through this store (another ``owner``), another
+                live process or another open store writes the run.
         """
         check_lease_ttl(ttl_s, "SQLiteStore.claim: ttl_s")
         self._run_locks.acquire(run_id, owner)
@@ -250,9 +257,11 @@ class SQLiteStore(JournaledWriter):
     ) -> None:
         """Give back every lease ``owner`` holds in the run (or those of ``sessions``)."""
         ids = None if sessions is None else list(sessions)
-        await self._call(lambda conn: io.release(conn, run_id, owner, ids))
-        if ids is None:  # the attempt ended: another process may write the run now
-            self._run_locks.release(run_id, owner)
+        try:
+            await self._call(lambda conn: io.release(conn, run_id, owner, ids))
+        finally:
+            if ids is None:  # the attempt ended (should its leases stay in the file, they
+                self._run_locks.release(run_id, owner)  # are free: their owner is gone)
 
     async def conflicts(self, run_id: str) -> list[str]:
         """Writes refused because their key was already recorded (``kind key`` lines)."""

@@ -22,6 +22,7 @@ from agentflow.store._records import (
     StoredToolResult,
     StoredTurn,
 )
+from agentflow.store._runlock import live_owner
 from agentflow.store._sqlite_write import (
     FINISHED_SQL,
     TOOL,
@@ -199,8 +200,8 @@ def _free(holder: str | None, expires: int | None, me: str, now: int) -> bool:
         return False
     if other.host != socket.gethostname():
         return False
-    if other.pid == os.getpid():
-        return True  # an earlier run in this very process, which has ended or been cancelled
+    if other.pid == os.getpid():  # an earlier attempt in this very process: free once it
+        return not live_owner(holder)  # ended or was cancelled, not while it runs
     try:
         os.kill(other.pid, 0)
     except ProcessLookupError:

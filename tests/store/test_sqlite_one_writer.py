@@ -128,11 +128,12 @@ def test_two_stores_in_one_process_are_two_writers_too(tmp_path: Path) -> None:
     asyncio.run(main())
 
 
-def test_the_lock_stays_while_any_attempt_through_the_store_holds_leases(
+def test_a_second_attempt_through_the_store_is_refused_and_the_first_keeps_the_lock(
     tmp_path: Path,
 ) -> None:
-    """Two lease owners write one run through one store: the first one's end must not free
-    the run for another store while the second still writes it."""
+    """A second lease owner claiming a run that another attempt through the same store
+    writes is refused (both would run every session: a lease of this process counted as
+    free); the first's lock stays until it lets go, and then the run is free again."""
     db = tmp_path / "owners.db"
 
     async def main() -> None:
@@ -142,14 +143,14 @@ def test_the_lock_stays_while_any_attempt_through_the_store_holds_leases(
             first.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
             a, b = LeaseOwner(), LeaseOwner()
             await first.claim("r", [], a, 60)
-            await first.claim("r", [], b, 60)
+            with pytest.raises(StoreError, match="another attempt through this store"):
+                await first.claim("r", [], b, 60)
+            with pytest.raises(StoreError, match="another attempt through this store"):
+                await first.start_attempt("r", 2, 0)
+            await first.release("r", b)  # an owner that was refused: no effect
+            with pytest.raises(StoreError, match=f"pid {os.getpid()}"):
+                await second.start_attempt("r", 2, 0)
             await first.release("r", a)
-            with pytest.raises(StoreError, match=f"pid {os.getpid()}"):
-                await second.start_attempt("r", 2, 0)
-            await first.release("r", LeaseOwner())  # an owner that never claimed: no effect
-            with pytest.raises(StoreError, match=f"pid {os.getpid()}"):
-                await second.start_attempt("r", 2, 0)
-            await first.release("r", b)
             assert await second.start_attempt("r", 2, 0) == 1
         finally:
             await first.aclose()

@@ -235,8 +235,8 @@ class RunNotFound(StoreError):
 class RecordsLeftOut(StoreError):
     """Records a store's commit left out, each because it failed on its own — a text
     holding a lone surrogate, which neither SQLite nor PostgreSQL can take, say — while
-    the rest of their batch was committed. The store's next ``flush()`` (and ``aclose()``)
-    raises it; an earlier loss stays the one reported.
+    the rest of their batch was committed. The store's next ``flush()`` (or ``aclose()``)
+    raises it once, naming every record left out since the last one it raised.
 
     Attributes:
         lost: each record left out: what it is (its kind, key and run), and its error.

@@ -75,7 +75,7 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
                 self._hold(records, exc)
                 self._pending_mark = mark
             else:
-                self._error = exc
+                self._lost(exc)
             _log.error(
                 "store.write_failed", path=str(self.path), records=len(records), error=repr(exc)
             )

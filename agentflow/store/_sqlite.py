@@ -171,7 +171,7 @@ class SQLiteStore(JournaledWriter):
             self._thread.join(timeout=self.busy_timeout_s)
         finally:
             self._run_locks.release_all()
-        self._raise_error()
+        self._report()
 
     def close(self) -> None:
         """:meth:`aclose` for code without an event loop (blocks until it is done)."""
@@ -185,7 +185,7 @@ class SQLiteStore(JournaledWriter):
             self._thread.join(timeout=self.busy_timeout_s)
         finally:
             self._run_locks.release_all()
-        self._raise_error()
+        self._report()
 
     # --- reads and leases (on the writer thread, after what was written before) ---------
 

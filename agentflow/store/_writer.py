@@ -37,10 +37,11 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Generic, Self, TypeVar
 
-from agentflow._errors import RecordsLeftOut, StoreError
+from agentflow._errors import StoreError
 from agentflow._logging import get_logger
 from agentflow._threads import thread_result
 from agentflow.store._records import Record
+from agentflow.store._writer_errors import WriterErrors
 
 __all__ = ["STOP", "Batch", "BatchWriter", "Call", "Item"]
 
@@ -85,7 +86,7 @@ class Call(Generic[C]):
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
 
-class BatchWriter(Generic[C]):
+class BatchWriter(WriterErrors, Generic[C]):
     """The queue and the loop of a store's writer thread (see the module).
 
     A subclass sets ``_where`` (how messages name the store), ``batch_interval_s`` and
@@ -103,10 +104,7 @@ class BatchWriter(Generic[C]):
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._urgent = threading.Event()
         self._thread: threading.Thread | None = None
-        self._error: BaseException | None = None
-        #: Why the store cannot be used at all (it could not be opened, or its writer
-        #: thread failed); an error a flush reports (a batch that failed) is not that.
-        self._failed: StoreError | None = None
+        self._init_errors()
         self._closed = False
         self._lock = threading.Lock()
         # The batch being gathered on an event loop, and that loop (see _enqueue).
@@ -117,10 +115,6 @@ class BatchWriter(Generic[C]):
         #: a journal sets it, under ``_batch_lock``); it goes with each batch handed over.
         self._mark: tuple[int, int] | None = None
         self._batch_lock = threading.Lock()
-        # Writer thread: a batch that failed for its database's or connection's reason
-        # (not its records'), committed first by the next commit, and that failure.
-        self._pending: list[Item] = []
-        self._pending_error: BaseException | None = None
         self._pid = os.getpid()
         _writers.add(self)
 
@@ -201,13 +195,12 @@ class BatchWriter(Generic[C]):
         """Return once every record written before the call is committed.
 
         Raises:
-            StoreError: an earlier batch failed to commit.
+            StoreError: an earlier batch failed to commit (until one succeeds), or —
+                :class:`RecordsLeftOut` — records were left out since the last flush
+                that said so (each loss is reported once).
         """
         await self._call(lambda conn: None)
-        self._raise_error()
-
-    def _raise_error(self) -> None:
-        raise NotImplementedError
+        self._report()
 
     def _commit(self, conn: C, records: list[Item], mark: tuple[int, int] | None) -> None:
         raise NotImplementedError
@@ -229,29 +222,6 @@ class BatchWriter(Generic[C]):
         self._urgent.set()
         result: T = await thread_result(call.future)
         return result
-
-    def _hold(self, records: list[Item], error: BaseException) -> None:
-        """Keep ``records``, whose commit failed for the database's or the connection's
-        reason, for the next commit to commit first; flushes report ``error`` until one
-        succeeds (an earlier loss stays the one reported)."""
-        self._pending = records
-        if self._error is None or self._error is self._pending_error:
-            self._error = error
-        self._pending_error = error
-
-    def _held_committed(self) -> None:
-        """A commit succeeded, with what :meth:`_hold` kept: nothing of it was lost."""
-        if self._pending_error is not None and self._error is self._pending_error:
-            self._error = None
-        self._pending, self._pending_error = [], None
-
-    def _left_out(self, lost: list[tuple[str, Exception]]) -> None:
-        """Report records a commit left out, each failing on its own (named, with its
-        error): the next flush raises it (an earlier loss stays the one reported)."""
-        left_out = RecordsLeftOut(lost, self._where)
-        if self._error is None or self._error is self._pending_error:
-            self._error = left_out
-        _log.error("store.records_left_out", store=self._where, error=str(left_out))
 
     def _usable(self, conn: C) -> C:
         """The connection to run the next commit or call on: ``conn``. A store whose

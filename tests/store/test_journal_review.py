@@ -94,8 +94,7 @@ def test_metadata_whose_repr_fails_is_the_commits_error_not_the_writers(
         store.write(session({"x": _ReprFails()}))
         with pytest.raises(StoreError, match="no repr"):
             await store.flush()
-        with pytest.raises(StoreError):
-            await store.aclose()
+        await store.aclose()  # the flush reported it: once
 
     asyncio.run(main())
 
@@ -164,8 +163,7 @@ def test_a_record_that_fails_on_its_own_is_left_out_and_nothing_else(tmp_path: P
             await store.flush()
         store.write(tool_result(1))
         runs = [r.run_id for r in await store.runs()]
-        with pytest.raises(StoreError):
-            await store.aclose()
+        await store.aclose()  # the flush reported it: once
         return runs
 
     assert asyncio.run(main()) == ["r"]

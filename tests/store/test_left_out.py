@@ -14,9 +14,11 @@ import msgspec
 import psycopg
 import pytest
 
-from agentflow import RecordsLeftOut, StoreError
-from agentflow.store import PostgresStore, SQLiteStore
+from agentflow import Fleet, RecordsLeftOut, StoreError
+from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow.store import PostgresStore, SQLiteStore, ToolFinished
 
+from .fleets import agents, driver
 from .journal_child import tool_result
 
 LEFT_OUT = r"1 record\(s\) left out.*tool call s/call-3 of run r.*surrogates not allowed"
@@ -33,8 +35,10 @@ async def _write_a_batch_with_one_bad_record(store: SQLiteStore | PostgresStore)
     assert what == "tool call s/call-3 of run r" and isinstance(exc, UnicodeEncodeError)
     assert isinstance(err.value, StoreError) and err.value.where in str(err.value)
     store.write(tool_result(6))  # later records go on being committed
-    with pytest.raises(StoreError, match=LEFT_OUT):  # the loss stays reported
-        await store.aclose()
+    # Reported once: it used to stay, and every later flush (so every later run, resume
+    # and close of the store) raised it again.
+    await store.flush()
+    await store.aclose()
     # Closed: a use now says so (it used to raise the loss again, as if it were why).
     with pytest.raises(StoreError, match="the store is closed"):
         await store.runs()
@@ -54,3 +58,59 @@ def test_postgres_leaves_out_only_the_record_that_fails(postgres_db: str) -> Non
     with psycopg.connect(postgres_db) as conn:
         rows = conn.execute("SELECT call_id FROM tool_calls ORDER BY turn").fetchall()
     assert rows == [(f"call-{i}",) for i in (0, 1, 2, 4, 5, 6)]
+
+
+def _bad(i: int) -> ToolFinished:
+    return msgspec.structs.replace(tool_result(i), output="caf\udce9")
+
+
+@pytest.mark.parametrize("journal", [True, False], ids=["journal", "no-journal"])
+def test_losses_before_a_flush_are_all_named_then_cleared(tmp_path: Path, journal: bool) -> None:
+    """Two commits each leave a record out before a flush: the flush names both (the
+    second used to be only logged), the next one raises nothing, and a later loss is
+    reported again."""
+
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "s.db", journal=journal)
+        await store.open()
+        store.write(_bad(1))
+        await store.runs()  # a call: what was written before it is committed
+        store.write(_bad(2))
+        await store.runs()
+        with pytest.raises(RecordsLeftOut) as err:
+            await store.flush()
+        assert [what for what, _ in err.value.lost] == [
+            "tool call s/call-1 of run r",
+            "tool call s/call-2 of run r",
+        ]
+        await store.flush()
+        store.write(_bad(3))
+        with pytest.raises(RecordsLeftOut, match="s/call-3"):
+            await store.flush()
+        await store.aclose()
+
+    asyncio.run(main())
+
+
+def test_a_loss_does_not_fail_a_later_run_on_the_store(tmp_path: Path) -> None:
+    """The run that lost a record is told (its flush); a later run, and its resume, on
+    the same store are not."""
+
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "s.db")
+        transport = SimTransport(driver())
+        try:
+            await store.open()
+            store.write(_bad(0))
+            with pytest.raises(RecordsLeftOut):
+                await store.flush()
+            (a,) = agents(1)
+            fleet = Fleet(transport, clock=loop_clock, store=store)
+            result = await fleet.run([a.session("hi", session_id="x")], run_id="later")
+            assert [s.status for s in result.sessions] == ["completed"]
+            await fleet.resume("later", agents=[a])
+        finally:
+            await transport.aclose()
+            await store.aclose()
+
+    run_virtual(main())

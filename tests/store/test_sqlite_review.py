@@ -39,8 +39,7 @@ def test_a_killed_writers_record_sqlite_cannot_bind_is_left_out_at_the_next_open
         await asyncio.wait_for(store.open(), GUARD_S)
         with pytest.raises(RecordsLeftOut) as info:
             await asyncio.wait_for(store.flush(), GUARD_S)
-        with pytest.raises(RecordsLeftOut):
-            await store.aclose()
+        await store.aclose()  # the flush reported it: once
         return info.value
 
     error = asyncio.run(main())
@@ -77,8 +76,7 @@ def test_a_turn_whose_encoding_raises_is_left_out_not_raised_by_write(
         store.write(tool_result(1))
         with pytest.raises(RecordsLeftOut) as info:
             await store.flush()
-        with pytest.raises(RecordsLeftOut):
-            await store.aclose()
+        await store.aclose()  # the flush reported it: once
         return info.value
 
     error = asyncio.run(main())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentflow import RecordsLeftOut, StoreError
+from agentflow import RecordsLeftOut
 from agentflow.store import RunStarted, SQLiteStore
 
 from ..wait import GUARD_S
@@ -39,8 +39,7 @@ def test_an_unencodable_record_is_a_store_error_and_the_writer_lives_on(
             store.write(RunStarted(run_id="ok", attempt=0, wall_ns=2, clock_ns=0, sessions=0))
             runs = [r.run_id for r in await asyncio.wait_for(store.runs(), GUARD_S)]
         finally:
-            with pytest.raises(StoreError):  # closing reports the failed batch too
-                await store.aclose()
+            await store.aclose()  # the flush reported the loss: it is not raised again
         return info.value, runs
 
     error, runs = asyncio.run(main())

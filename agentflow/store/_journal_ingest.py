@@ -11,12 +11,13 @@ import mmap
 import os
 import sqlite3
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 
 import msgspec
 
 from agentflow._errors import StoreError
+from agentflow._logging import get_logger
 from agentflow.store._journal import AVAILABLE, _glob
 from agentflow.store._journal_format import (
     _AGENT,
@@ -44,12 +45,15 @@ try:
 except ImportError:  # not POSIX (Windows): no journal there, so none to ingest
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["frames", "ingest_orphans"]
+__all__ = ["ASIDE", "clean_stop", "frames", "ingest_orphans"]
+
+_log = get_logger("agentflow.store")
 
 
-def frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record | Row]]:
+def frames(data: bytes | mmap.mmap, start: int) -> Generator[tuple[int, Record | Row], None, int]:
     """The intact items of a segment's bytes from ``start``, each with the offset after
-    it; stops at the first frame that is empty or cut short. The agents' frames are read
+    it; stops at the first frame that is empty or cut short, and returns where (see
+    :func:`clean_stop`). The agents' frames are read
     from the segment's start (a session's frame after ``start`` may refer to one before
     it) and yield nothing themselves, nor do the frames of their instructions' texts. A
     session's frame whose agent's frame (or that agent's text's) was lost to damage before
@@ -73,7 +77,7 @@ def frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record | 
             if pos < start:  # damage in what was committed already: go on from there
                 pos, lost = start, True
                 continue
-            return
+            return pos
         kind, raw = _frame_decoder.decode(payload)
         if kind == _TEXT:
             ref, text = _text_decoder.decode(raw)
@@ -93,7 +97,7 @@ def frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record | 
             ref, session = _session_decoder.decode(raw)
             if ref not in agents:
                 if lost:
-                    return
+                    return pos
                 raise ValueError(f"a session's frame at byte {pos} refers to no agent ({ref})")
             yield end, msgspec.structs.replace(session, agent=agents[ref])
         elif kind >= _ROWS:
@@ -101,6 +105,16 @@ def frames(data: bytes | mmap.mmap, start: int) -> Iterator[tuple[int, Record | 
         else:
             yield end, _decoders[kind].decode(raw)
         pos = end
+    return pos
+
+
+def clean_stop(data: bytes, stop: int) -> bool:
+    """Whether a segment whose frames stopped at ``stop`` ends there as its writer left
+    it: nothing but zeros after (the writer writes zeros ahead of its records), or no
+    room for a frame. Else a frame was damaged (an OS crash lost a page, a byte flipped)
+    and what follows it is lost — so are the writer's later segments' records, which
+    would leave a gap (``ingest_orphans`` keeps them aside)."""
+    return len(data) - stop < _FRAME.size or data.count(0, stop) == len(data) - stop
 
 
 def ingest_orphans(
@@ -124,7 +138,10 @@ def ingest_orphans(
         return 0
     assert fcntl is not None
     total = 0
-    for p in sorted(glob.glob(_glob(db))):
+    paths = sorted(glob.glob(_glob(db)))  # a writer's segments in order (zero-padded)
+    writers = [_writer(p) for p in paths]
+    broken: dict[str, list[str]] = {}  # writer -> its segments kept aside
+    for i, p in enumerate(paths):
         try:
             fd = os.open(p, os.O_RDWR)
         except FileNotFoundError:
@@ -134,7 +151,14 @@ def ingest_orphans(
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 continue  # a live store's
-            total += _ingest_one(conn, fd, Path(p), write, left_out)
+            if writers[i] in broken:  # after a damaged one: ingesting it leaves a gap
+                broken[writers[i]].append(_set_aside(Path(p)))
+                continue
+            later = writers[i] in writers[i + 1 :]
+            count, clean = _ingest_one(conn, fd, Path(p), write, left_out, aside=later)
+            total += count
+            if not clean and later:
+                broken[writers[i]] = [str(_aside_path(Path(p)))]
         except (OSError, ValueError, msgspec.DecodeError, sqlite3.Error) as exc:
             raise StoreError(
                 f"{db}: cannot ingest the journal segment {p} left by a run that did not "
@@ -143,6 +167,12 @@ def ingest_orphans(
             ) from exc
         finally:
             os.close(fd)
+    for kept in broken.values():
+        _log.warning(
+            "store.journal_set_aside", path=str(db), segments=kept,
+            reason="a damaged frame in the first: its records after it are lost, and the "
+            "later segments' records would follow a gap (a resume runs them again)",
+        )  # fmt: skip
     # A segment being made when its process died (before its rename): empty; delete it.
     for p in glob.glob(glob.escape(str(db.parent / f".{db.name}.af-journal-")) + "*.tmp"):
         _remove_unlocked(p)
@@ -178,12 +208,17 @@ def _ingest_one(
     path: Path,
     write: Callable[[sqlite3.Connection, list[Record | Row]], None],
     left_out: list[tuple[Record | Row, Exception]] | None,
-) -> int:
+    *,
+    aside: bool,
+) -> tuple[int, bool]:
+    """Ingest one segment (locked: ``fd``); how many records it committed, and whether
+    it stopped clean (:func:`clean_stop`). Then it is deleted — or, with ``aside`` when
+    it did not stop clean, kept aside (:func:`_set_aside`)."""
     conn.execute("BEGIN IMMEDIATE")  # one ingester at a time, and the marker is current
     try:
         if os.fstat(fd).st_nlink == 0:  # another opener ingested and deleted it
             conn.execute("ROLLBACK")
-            return 0
+            return 0, True
         data = os.pread(fd, os.fstat(fd).st_size, 0)
         if data[: len(_MAGIC)] not in _READS:
             raise ValueError(
@@ -195,7 +230,13 @@ def _ingest_one(
         start = max(len(_MAGIC), int(row[0]) if row is not None else 0)
         end = start
         records: list[Record | Row] = []
-        for end, record in frames(data, start):  # noqa: B007 (``end``: where they stop)
+        read = frames(data, start)
+        while True:
+            try:
+                end, record = next(read)
+            except StopIteration as stopped:
+                clean = clean_stop(data, stopped.value)
+                break
             records.append(record)
         lost = write_each(conn, records, write)
         if left_out is not None:
@@ -206,5 +247,30 @@ def _ingest_one(
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    os.unlink(path)
-    return count
+    if aside and not clean:
+        _set_aside(path)
+    else:
+        os.unlink(path)
+    return count, clean
+
+
+#: What a segment kept aside is renamed to: ``<db>.af-journal-…`` becomes
+#: ``<db>.af-aside-…``, which no open ingests (move it back to ingest it).
+ASIDE = ".af-aside-"
+
+
+def _writer(path: str) -> str:
+    """The writer a segment's path names (all but its sequence number)."""
+    return path.rsplit("-", 1)[0]
+
+
+def _aside_path(path: Path) -> Path:
+    head, _, tail = path.name.rpartition(".af-journal-")
+    return path.with_name(head + ASIDE + tail)
+
+
+def _set_aside(path: Path) -> str:
+    """Rename ``path`` (locked by the caller) so that no open ingests it; its new path."""
+    new = _aside_path(path)
+    os.rename(path, new)
+    return str(new)

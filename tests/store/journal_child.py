@@ -5,9 +5,10 @@ known moment, so what it recorded is known exactly.
     python -m tests.store.journal_child fleet DB TURNS
         runs the store tests' fleet (run ``run-1``) and kills itself in the callback of
         its TURNS-th ``turn_end`` (a turn is recorded before that event).
-    python -m tests.store.journal_child records DB N K
+    python -m tests.store.journal_child records DB N K [SEGMENT_BYTES]
         writes run ``r``'s start and N tool results, flushes after the first K (so the
-        journal's first K records are committed and marked), then kills itself.
+        journal's first K records are committed and marked), then kills itself; with
+        SEGMENT_BYTES, in segments of that size.
     python -m tests.store.journal_child spare DB
         claims a session (the writer makes the journal's first segment ahead), then kills
         itself before writing anything.
@@ -24,7 +25,7 @@ from pathlib import Path
 from agentflow import Event, Fleet
 from agentflow._trace import ToolCall
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
-from agentflow.store import LeaseOwner, RunStarted, SQLiteStore, ToolFinished
+from agentflow.store import LeaseOwner, RunStarted, SQLiteStore, ToolFinished, _journal
 
 from .fleets import agents, driver
 
@@ -92,4 +93,6 @@ if __name__ == "__main__":
     elif mode == "fleet":
         run_virtual(fleet(path, int(sys.argv[3])))
     else:
+        if len(sys.argv) > 5:
+            _journal.SEGMENT_BYTES = int(sys.argv[5])
         asyncio.run(records(path, int(sys.argv[3]), int(sys.argv[4])))

@@ -38,7 +38,7 @@ from agentflow.store._journal_format import (
     marker_key,
 )
 from agentflow.store._records import AgentInfo, Record
-from agentflow.store._sqlite_write import Row, write_each
+from agentflow.store._sqlite_write import Row, rollback, write_each
 
 try:
     import fcntl
@@ -181,8 +181,12 @@ def ingest_orphans(
     gone = [(k,) for k in keys if not (db.parent / k.removeprefix("journal:")).exists()]
     if gone:
         conn.execute("BEGIN IMMEDIATE")
-        conn.executemany("DELETE FROM meta WHERE key=?", gone)
-        conn.execute("COMMIT")
+        try:
+            conn.executemany("DELETE FROM meta WHERE key=?", gone)
+            conn.execute("COMMIT")
+        except BaseException:
+            rollback(conn)
+            raise
     return total
 
 
@@ -245,7 +249,7 @@ def _ingest_one(
         conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", (key, str(end)))
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        rollback(conn)
         raise
     if aside and not clean:
         _set_aside(path)

@@ -117,7 +117,7 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
                 conn.executemany("DELETE FROM meta WHERE key=?", [(k,) for k in self._stale_keys])
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            io.rollback(conn)
             raise
         return lost
 

@@ -29,6 +29,7 @@ from agentflow.store._sqlite_write import (
     TURN,
     Row,
     prepare,
+    rollback,
     write_record,
     write_records,
 )
@@ -61,7 +62,8 @@ def load_run(
     try:
         return read_run(conn, run_id, where, only)
     finally:
-        conn.execute("COMMIT")
+        if conn.in_transaction:  # (an I/O error may have ended it)
+            conn.execute("COMMIT")
 
 
 def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = None) -> StoredRun:
@@ -169,7 +171,7 @@ def start_attempt(
         conn.execute("UPDATE runs SET status='running' WHERE run_id=?", (run_id,))
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        rollback(conn)
         raise
     return int(attempt)
 
@@ -236,7 +238,7 @@ def claim(
             got.append(sid)
         conn.execute("COMMIT")
     except BaseException:
-        conn.execute("ROLLBACK")
+        rollback(conn)
         raise
     return got
 

@@ -5,6 +5,7 @@ thread, inside its transaction; :func:`prepare` runs where the record is written
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sqlite3
 import time
@@ -35,6 +36,7 @@ __all__ = [
     "describe",
     "prepare",
     "records_fault",
+    "rollback",
     "write_each",
     "write_record",
     "write_records",
@@ -52,6 +54,17 @@ FINISHED_SQL = (
 
 _TURN_SQL = "INSERT INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 _TOOL_SQL = "INSERT INTO tool_calls VALUES (?,?,?,?,?,?,?,?,?,?)"
+
+
+def rollback(conn: sqlite3.Connection) -> None:
+    """Roll back the caller's transaction after a failure — if there still is one: on a
+    full disk or an I/O error SQLite has rolled it back itself, and a ``ROLLBACK`` then
+    raised "cannot rollback - no transaction is active", which the store reported in
+    place of the real cause. Should the rollback fail too, the caller's error is still
+    the one raised."""
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("ROLLBACK")
 
 
 def records_fault(exc: Exception) -> bool:

@@ -34,6 +34,7 @@ __all__ = [
     "TURN",
     "Row",
     "describe",
+    "duplicate",
     "prepare",
     "records_fault",
     "rollback",
@@ -73,8 +74,24 @@ def records_fault(exc: Exception) -> bool:
     past 64 bits) — rather than SQLite's (locked, full, I/O, a damaged file), which fails
     any record."""
     return not isinstance(exc, sqlite3.Error) or isinstance(
-        exc, sqlite3.ProgrammingError | sqlite3.InterfaceError | sqlite3.DataError
-    )
+        exc,
+        # (an IntegrityError that reaches here is not a duplicate, which _insert files
+        # as a conflict: a NOT NULL column the record leaves empty — a NaN binds as NULL)
+        sqlite3.ProgrammingError | sqlite3.InterfaceError | sqlite3.DataError
+        | sqlite3.IntegrityError,
+    )  # fmt: skip
+
+
+#: The constraint errors of a key already recorded (:func:`_insert`'s conflicts).
+_DUPLICATE = frozenset({"SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE"})
+
+
+def duplicate(exc: sqlite3.IntegrityError) -> bool:
+    """Whether ``exc`` says the row's key is recorded already — not that a value breaks
+    another constraint (NOT NULL: a NaN binds as NULL), which is the record's own fault
+    (it used to be filed as a duplicate conflict, and the record dropped without a
+    word)."""
+    return getattr(exc, "sqlite_errorname", None) in _DUPLICATE
 
 
 def write_record(conn: sqlite3.Connection, r: Record) -> None:
@@ -117,7 +134,9 @@ def _insert(
 ) -> bool:
     try:
         conn.execute(sql, row)
-    except sqlite3.IntegrityError:
+    except sqlite3.IntegrityError as exc:
+        if not duplicate(exc):
+            raise
         conn.execute("INSERT INTO conflicts VALUES (?,?,?,?)", (run_id, kind, key, time.time_ns()))
         return False
     return True

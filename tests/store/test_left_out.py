@@ -114,3 +114,32 @@ def test_a_loss_does_not_fail_a_later_run_on_the_store(tmp_path: Path) -> None:
             await store.aclose()
 
     run_virtual(main())
+
+
+@pytest.mark.parametrize("journal", [True, False], ids=["journal", "no-journal"])
+def test_a_record_breaking_not_null_is_left_out_not_filed_as_a_duplicate(
+    tmp_path: Path, journal: bool
+) -> None:
+    """A NaN binds as NULL: a tool result with ``duration_s=nan`` fails the column's NOT
+    NULL. It used to be filed as a duplicate conflict (any IntegrityError was one) and
+    dropped without a word; it is the record's own fault, left out and named. A real
+    duplicate is still a conflict."""
+
+    async def main() -> tuple[list[str], RecordsLeftOut]:
+        store = SQLiteStore(tmp_path / "n.db", journal=journal)
+        await store.open()
+        try:
+            store.write(tool_result(0))
+            store.write(msgspec.structs.replace(tool_result(1), duration_s=float("nan")))
+            store.write(tool_result(0))  # a duplicate
+            with pytest.raises(RecordsLeftOut) as err:
+                await store.flush()
+            return await store.conflicts("r"), err.value
+        finally:
+            await store.aclose()
+
+    conflicts, error = asyncio.run(main())
+    assert conflicts == ["tool_call s/call-0"]
+    ((what, exc),) = error.lost
+    assert what == "tool call s/call-1 of run r"
+    assert isinstance(exc, sqlite3.IntegrityError) and "NOT NULL" in str(exc)

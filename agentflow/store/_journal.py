@@ -115,7 +115,9 @@ class Journal:
     the writer thread never write the same bytes: the loop copies a record only below
     ``filled``, which moves once the zeros under it are written."""
 
-    def __init__(self, db: Path, lock: threading.Lock) -> None:
+    def __init__(self, db: Path, lock: threading.Lock, header: bytes) -> None:
+        #: Each segment's header: the format's version and the database's id.
+        self.header = header
         self._stem = f"{db.name}.af-journal-{os.getpid()}-{secrets.token_hex(4)}"
         self._dir = db.parent
         self._lock = lock
@@ -221,10 +223,10 @@ class Journal:
         fill = max(fill, FILL_BYTES)
         for _ in range(2):
             try:
-                return _Segment(self._tmp_path(), size, fill)
+                return _Segment(self._tmp_path(), size, fill, self.header)
             except FileNotFoundError:  # an opener's cleanup, between its creation and lock
                 continue
-        return _Segment(self._tmp_path(), size, fill)
+        return _Segment(self._tmp_path(), size, fill, self.header)
 
     def _tmp_path(self) -> Path:
         return self._dir / f".{self._stem}-{secrets.token_hex(4)}.tmp"

@@ -2,8 +2,9 @@
 ``meta`` key that holds how much of a segment SQLite has. What writes it is
 ``store/_journal.py``; what reads a killed writer's back, ``store/_journal_ingest.py``.
 
-A segment is an 8-byte header naming its format (:data:`_MAGIC`), then frames: payload
-length and CRC-32 (:data:`_FRAME`), then the payload, MessagePack of ``(kind, value)``.
+A segment is an 8-byte header — its format's version (:data:`_VERSION`) and the id of
+the database it was written for (:func:`header`) —, then frames: payload length and
+CRC-32 (:data:`_FRAME`), then the payload, MessagePack of ``(kind, value)``.
 """
 
 from __future__ import annotations
@@ -25,14 +26,28 @@ from agentflow.store._records import (
     TurnFinished,
 )
 
-__all__ = ["marker_key", "session_frames"]
+__all__ = ["header", "marker_key", "session_frames"]
 
-_MAGIC = b"AFJ4\0\0\0\0"  # 8 bytes: a segment's header, and its format's version
-#: The formats this version reads: its own, AFJ3's (agents' frames hold their prompt) and
-#: AFJ2's (no agent or session-reference frames), so that a journal left by a killed run
-#: of an earlier release is ingested. An older release refuses a newer segment by its
-#: header (a ``StoreError`` naming it).
-_READS = (_MAGIC, b"AFJ3\0\0\0\0", b"AFJ2\0\0\0\0")
+#: A segment's format's version: the first 4 bytes of its header. AFJ5's header holds,
+#: in its other 4, the id of the database it was written for (kept in ``meta``): a
+#: segment left beside a new database at the same path is not ingested into it.
+_VERSION = b"AFJ5"
+#: A header with no database's id: the header's size (the first frame's offset).
+_MAGIC = _VERSION + bytes(4)
+#: The headers of the earlier formats this version reads, which carry no id: AFJ4's (the
+#: frames AFJ5 writes), AFJ3's (agents' frames hold their prompt) and AFJ2's (no agent or
+#: session-reference frames), so that a journal left by a killed run of an earlier
+#: release is ingested (beside a database that existed before the open: not one it
+#: creates). An older release refuses a newer segment by its header (a ``StoreError``
+#: naming it).
+_LEGACY = (b"AFJ4\0\0\0\0", b"AFJ3\0\0\0\0", b"AFJ2\0\0\0\0")
+
+
+def header(db_id: bytes) -> bytes:
+    """The header of a segment written for the database whose id is ``db_id`` (4 bytes)."""
+    return _VERSION + db_id
+
+
 _FRAME = struct.Struct("<II")  # payload length, CRC-32 of the payload
 _KINDS: tuple[type[Any], ...] = (
     TurnFinished,

@@ -23,11 +23,12 @@ from agentflow.store._journal_format import (
     _AGENT,
     _AGENT_TEXT,
     _FRAME,
+    _LEGACY,
     _MAGIC,
-    _READS,
     _ROWS,
     _SESSION,
     _TEXT,
+    _VERSION,
     _agent_decoder,
     _agent_text_decoder,
     _decoders,
@@ -45,7 +46,7 @@ try:
 except ImportError:  # not POSIX (Windows): no journal there, so none to ingest
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["ASIDE", "clean_stop", "frames", "ingest_orphans"]
+__all__ = ["ASIDE", "ID_KEY", "clean_stop", "database_id", "frames", "ingest_orphans"]
 
 _log = get_logger("agentflow.store")
 
@@ -117,19 +118,43 @@ def clean_stop(data: bytes, stop: int) -> bool:
     return len(data) - stop < _FRAME.size or data.count(0, stop) == len(data) - stop
 
 
+#: The ``meta`` key of the database's id, which each journal segment's header carries.
+ID_KEY = "journal_db_id"
+
+
+def database_id(conn: sqlite3.Connection) -> bytes:
+    """The database's id (4 random bytes, never all zeros), made on its first open by a
+    version that writes it into its journal's segments (``_journal_format.header``)."""
+    while True:
+        row = conn.execute("SELECT value FROM meta WHERE key=?", (ID_KEY,)).fetchone()
+        if row is not None:
+            return bytes.fromhex(row[0])
+        made = os.urandom(4)
+        if any(made):  # (two openers at once: the first one's stays)
+            conn.execute(
+                "INSERT OR IGNORE INTO meta (key, value) VALUES (?,?)", (ID_KEY, made.hex())
+            )
+
+
 def ingest_orphans(
     conn: sqlite3.Connection,
     db: Path,
     write: Callable[[sqlite3.Connection, list[Record | Row]], None],
     left_out: list[tuple[Record | Row, Exception]] | None = None,
+    *,
+    db_id: bytes | None = None,
+    legacy: bool = True,
 ) -> int:
     """Commit every journal segment of ``db`` that no open store holds (its writer was
     killed, or could not commit), then delete it; returns how many records it committed.
 
     Each segment is committed in one transaction that also moves its ``meta`` marker, so
-    a segment met again is not ingested twice. A record that fails on its own (a value
-    SQLite cannot bind, say) is left out, as a live commit leaves it out, and added to
-    ``left_out`` with its error.
+    a segment met again is not ingested twice. A segment written for another database
+    (its header's id is not ``db_id``; or, unless ``legacy``, an earlier format's, with no
+    id: the open that creates the database passes ``legacy=False``) is not ingested: it
+    is kept aside (renamed ``<db>.af-aside-…``) and named in a warning. A record that
+    fails on its own (a value SQLite cannot bind, say) is left out, as a live commit
+    leaves it out, and added to ``left_out`` with its error.
 
     Raises:
         StoreError: a segment cannot be read, decoded or written (it is kept).
@@ -141,6 +166,7 @@ def ingest_orphans(
     paths = sorted(glob.glob(_glob(db)))  # a writer's segments in order (zero-padded)
     writers = [_writer(p) for p in paths]
     broken: dict[str, list[str]] = {}  # writer -> its segments kept aside
+    foreign: list[str] = []  # segments of another database, kept aside
     for i, p in enumerate(paths):
         try:
             fd = os.open(p, os.O_RDWR)
@@ -153,6 +179,9 @@ def ingest_orphans(
                 continue  # a live store's
             if writers[i] in broken:  # after a damaged one: ingesting it leaves a gap
                 broken[writers[i]].append(_set_aside(Path(p)))
+                continue
+            if not _ours(os.pread(fd, len(_MAGIC), 0), db_id, legacy):
+                foreign.append(_set_aside(Path(p)))
                 continue
             later = writers[i] in writers[i + 1 :]
             count, clean = _ingest_one(conn, fd, Path(p), write, left_out, aside=later)
@@ -172,6 +201,12 @@ def ingest_orphans(
             "store.journal_set_aside", path=str(db), segments=kept,
             reason="a damaged frame in the first: its records after it are lost, and the "
             "later segments' records would follow a gap (a resume runs them again)",
+        )  # fmt: skip
+    if foreign:
+        _log.warning(
+            "store.journal_set_aside", path=str(db), segments=foreign,
+            reason="written for another database at this path (one removed since): not "
+            "ingested into this one",
         )  # fmt: skip
     # A segment being made when its process died (before its rename): empty; delete it.
     for p in glob.glob(glob.escape(str(db.parent / f".{db.name}.af-journal-")) + "*.tmp"):
@@ -224,7 +259,7 @@ def _ingest_one(
             conn.execute("ROLLBACK")
             return 0, True
         data = os.pread(fd, os.fstat(fd).st_size, 0)
-        if data[: len(_MAGIC)] not in _READS:
+        if data[: len(_VERSION)] != _VERSION and data[: len(_MAGIC)] not in _LEGACY:
             raise ValueError(
                 "not an agentflow journal segment, or one of a format this version does "
                 f"not read (header {data[: len(_MAGIC)]!r})"
@@ -256,6 +291,16 @@ def _ingest_one(
     else:
         os.unlink(path)
     return count, clean
+
+
+def _ours(head: bytes, db_id: bytes | None, legacy: bool) -> bool:
+    """Whether a segment whose header is ``head`` is to be ingested into the database
+    whose id is ``db_id``: one of this format written for it, or, with ``legacy``, one of
+    an earlier format (no id); one of a format this version does not read is (its ingest
+    says so)."""
+    if head[: len(_VERSION)] == _VERSION:
+        return db_id is None or head[len(_VERSION) :] == db_id
+    return legacy or head not in _LEGACY
 
 
 #: What a segment kept aside is renamed to: ``<db>.af-journal-…`` becomes

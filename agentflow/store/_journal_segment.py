@@ -80,7 +80,7 @@ class _Segment:
         "seq", "size", "texts",
     )  # fmt: skip
 
-    def __init__(self, tmp: Path, size: int, fill: int) -> None:
+    def __init__(self, tmp: Path, size: int, fill: int, header: bytes = _MAGIC) -> None:
         # Made under a name the orphan scan does not match (``.…tmp``), locked, its first
         # ``fill`` bytes written, sized (the rest a hole) and mapped whole; :meth:`publish`
         # renames it: an opener never sees a segment that is not yet locked. The writer
@@ -97,7 +97,7 @@ class _Segment:
             _fill(fd, 0, fill)
             os.ftruncate(fd, size)  # the rest a hole, written before a record goes there
             self.mm = mmap.mmap(fd, size)
-            self.mm[: len(_MAGIC)] = _MAGIC
+            self.mm[: len(_MAGIC)] = header
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

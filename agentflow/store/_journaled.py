@@ -45,6 +45,10 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         # commit's, committed first by the next: its markers cannot skip it; writer thread).
         self._pending_mark: Mark | None = None
         self._stale_keys: list[str] = []  # markers of deleted segments (writer thread)
+        #: Each segment's header (``_journal_format.header``: the database's id), set by
+        #: the writer thread once it has opened the database; until then — records
+        #: written before ``open()`` returns — there is no journal to copy them into.
+        self._journal_header: bytes | None = None
 
     def _commit(
         self, conn: sqlite3.Connection, records: list[Record | io.Row], mark: Mark | None
@@ -144,9 +148,12 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
                     item = io.prepare(record)  # a turn's or tool result's row, encoded now
                     prepared = True
                     journal = self._journal
-                    if journal is None:
-                        journal = self._journal = Journal(self.real_path, self._batch_lock)
-                    self._mark = journal.append(item)
+                    if journal is None and self._journal_header is not None:
+                        journal = self._journal = Journal(
+                            self.real_path, self._batch_lock, self._journal_header
+                        )  # (else the writer has not opened the database yet)
+                    if journal is not None:
+                        self._mark = journal.append(item)
                 except Exception as exc:
                     if prepared and isinstance(exc, OSError):  # no segment (a full disk)
                         self.journal = False
@@ -189,12 +196,13 @@ class JournaledWriter(BatchWriter[sqlite3.Connection]):
         """Writer thread: make the journal's next segment ahead of time, and write and map
         in the pages the loop copies its next records to, so that the loop pays for
         neither."""
-        if not self.journal:
+        header = self._journal_header
+        if not self.journal or header is None:
             return
         with self._batch_lock:
             journal = self._journal
             if journal is None:
-                journal = self._journal = Journal(self.real_path, self._batch_lock)
+                journal = self._journal = Journal(self.real_path, self._batch_lock, header)
         for ready in (journal.fill_ahead, journal.make_spare):
             try:
                 ready()

@@ -35,6 +35,7 @@ from agentflow._seconds import check_lease_ttl
 from agentflow._threads import thread_result
 from agentflow.store import _journal, _journal_ingest
 from agentflow.store import _sqlite_io as io
+from agentflow.store._journal_format import header
 from agentflow.store._journaled import JournaledWriter
 from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import Record, StoredRun
@@ -58,7 +59,8 @@ class SQLiteStore(JournaledWriter):
     its ``-wal`` and ``-shm`` files the same mode, and the journal's segments are made
     ``0600``). It is opened in WAL mode with ``synchronous=NORMAL``: a commit survives the
     process being killed; an operating system crash may lose the last ones. With the
-    journal, a record survives the process being killed as soon as :meth:`write` returns.
+    journal, a record survives the process being killed as soon as :meth:`write` returns
+    (once the writer has opened the database: the journal's segments carry its id).
     One live writer per run (``store/_runlock.py``).
 
     Args:
@@ -125,6 +127,7 @@ class SQLiteStore(JournaledWriter):
         self.lease_ttl_s = lease_ttl_s
         self._where = str(self.path)
         self._run_locks = RunLocks(self.real_path)
+        self._db_id: bytes | None = None  # the database's (writer thread, once opened)
         self._init_writer()
         self._init_journal(defaulted=defaulted)
 
@@ -296,20 +299,27 @@ class SQLiteStore(JournaledWriter):
             _wal(conn, self.busy_timeout_s)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
+            made = conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None
             check_schema(conn, str(self.path))
-            # What a killed writer's journal holds goes in before anything is read.
-            self._ingest_orphans(conn)
+            self._db_id = _journal_ingest.database_id(conn)
+            self._journal_header = header(self._db_id)
+            # What a killed writer's journal holds goes in before anything is read (not
+            # an earlier format's, with no id, beside a database this open made).
+            self._ingest_orphans(conn, legacy=not made)
         except BaseException:
             conn.close()
             raise
         return conn
 
-    def _ingest_orphans(self, conn: sqlite3.Connection) -> None:
+    def _ingest_orphans(self, conn: sqlite3.Connection, *, legacy: bool = True) -> None:
         """Commit what the journals of writers that died hold (writer thread): at open,
         and again before a run is loaded or an attempt starts — a store open for long
-        may outlive a writer killed meanwhile."""
+        may outlive a writer killed meanwhile. Only segments written for this database
+        (``legacy``: and those of an earlier format, which carry no id)."""
         lost: list[tuple[Record | io.Row, Exception]] = []
-        _journal_ingest.ingest_orphans(conn, self.real_path, io.write_records, lost)
+        _journal_ingest.ingest_orphans(
+            conn, self.real_path, io.write_records, lost, db_id=self._db_id, legacy=legacy
+        )
         if lost:  # the next flush names them, as it does a live commit's
             self._left_out([(describe(r), e) for r, e in lost])
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import glob
+import sqlite3
 import zlib
 from pathlib import Path
 
@@ -63,6 +64,19 @@ def _kinds(data: bytes) -> list[int]:
         out.append(_frame_decoder.decode(payload)[0])
         pos += _FRAME.size + n
     return out
+
+
+def _existing(db: Path) -> bytes:
+    """Make the database ``db`` (an empty store); the header of its journal's segments."""
+    asyncio.run(_write(db, []))
+    conn = sqlite3.connect(db)
+    try:
+        (value,) = conn.execute(
+            "SELECT value FROM meta WHERE key=?", (_journal_ingest.ID_KEY,)
+        ).fetchone()
+    finally:
+        conn.close()
+    return _journal_format.header(bytes.fromhex(value))
 
 
 async def _write(db: Path, items: list[SessionStarted], *, close: bool = True) -> SQLiteStore:
@@ -184,7 +198,8 @@ def test_a_session_frame_without_its_agent_is_a_store_error(tmp_path: Path) -> N
     db = tmp_path / "lost.db"
     body = _encoder.encode((_journal_format._SESSION, (5, _session(0, _journal_format._NO_AGENT))))
     segment = Path(f"{db}.af-journal-999999-dead-00000001")
-    segment.write_bytes(_journal_format._MAGIC + _FRAME.pack(len(body), zlib.crc32(body)) + body)
+    head = _existing(db)
+    segment.write_bytes(head + _FRAME.pack(len(body), zlib.crc32(body)) + body)
     with pytest.raises(StoreError, match="af-journal-999999-dead-00000001"):
         asyncio.run(_write(db, []))
     assert segment.exists()
@@ -209,6 +224,7 @@ def test_a_segment_of_the_previous_format_is_still_ingested(tmp_path: Path) -> N
     ]  # fmt: skip
     kind, values = prepare(tool_result(0))  # type: ignore[misc]
     frames.append(_frame(_ROWS + kind, values))
+    _existing(db)  # (beside a database the open makes, a segment with no id is foreign)
     Path(f"{db}.af-journal-999999-beef-00000001").write_bytes(b"AFJ2\0\0\0\0" + b"".join(frames))
     asyncio.run(_write(db, []))  # opening ingests it
     assert [s[0] for s in _stored(db)] == ["s0", "s1"]
@@ -256,6 +272,7 @@ def test_a_segment_whose_agents_hold_their_prompt_is_still_ingested(tmp_path: Pa
     data = b"AFJ3\0\0\0\0" + b"".join(frames)
     read = [r for _, r in _journal_ingest.frames(data, len(_journal_format._MAGIC))]
     assert [r.agent for r in read if isinstance(r, SessionStarted)] == [agent, agent]
+    _existing(db)
     Path(f"{db}.af-journal-999999-f00d-00000001").write_bytes(data)
     asyncio.run(_write(db, []))  # opening ingests it
     assert [s[:2] for s in _stored(db)] == [("s0", "reviewer"), ("s1", "reviewer")]

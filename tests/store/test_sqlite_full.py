@@ -30,10 +30,10 @@ class _Small(SQLiteStore):
 
     room = 2
 
-    def _ingest_orphans(self, conn: sqlite3.Connection) -> None:
+    def _ingest_orphans(self, conn: sqlite3.Connection, *, legacy: bool = True) -> None:
         (pages,) = conn.execute("PRAGMA page_count").fetchone()
         conn.execute(f"PRAGMA max_page_count={pages + self.room}")
-        super()._ingest_orphans(conn)
+        super()._ingest_orphans(conn, legacy=legacy)
 
 
 @pytest.mark.parametrize("journal", [True, False], ids=["journal", "no-journal"])

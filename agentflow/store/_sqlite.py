@@ -166,6 +166,9 @@ class SQLiteStore(JournaledWriter):
         """Commit what is queued and stop the writer (idempotent)."""
         if self._thread is None or self._closed:
             self._closed = True
+            # (A writer thread that failed closed the store: its run locks went on being
+            # held until the process ended, and no other process could resume its runs.)
+            self._run_locks.release_all()
             return
         stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
         self._put_stop(stop)
@@ -180,6 +183,7 @@ class SQLiteStore(JournaledWriter):
         """:meth:`aclose` for code without an event loop (blocks until it is done)."""
         if self._thread is None or self._closed:
             self._closed = True
+            self._run_locks.release_all()  # (see aclose)
             return
         stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
         self._put_stop(stop)

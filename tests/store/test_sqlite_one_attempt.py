@@ -131,3 +131,32 @@ def test_a_refused_start_keeps_no_run_lock(tmp_path: Path) -> None:
             await store.aclose()
 
     asyncio.run(main())
+
+
+def test_a_store_whose_writer_failed_lets_go_of_its_run_locks_when_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The writer thread fails on its own (a bug): ``aclose()`` returned at once — the
+    store was closed already — without letting go of the run's lock, so no other
+    process (or store) could resume the run until this process ended."""
+    db = tmp_path / "failed.db"
+
+    async def main() -> None:
+        store, other = SQLiteStore(db), SQLiteStore(db)
+        try:
+            await store.open()
+            store.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
+            await store.claim("r", [], LeaseOwner(), 60)
+
+            def broken(conn: object, batch: object) -> bool:
+                raise RuntimeError("a bug in the writer")
+
+            monkeypatch.setattr(store, "_run_batch", broken)
+            with pytest.raises(StoreError, match="writer thread failed"):
+                await store.flush()
+            await store.aclose()
+            assert await other.start_attempt("r", 2, 0) == 1
+        finally:
+            await other.aclose()
+
+    asyncio.run(main())

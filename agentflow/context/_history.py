@@ -10,6 +10,7 @@ message is a unit of its own.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -77,26 +78,28 @@ def check_pairing(messages: Sequence[Mapping[str, Any]]) -> str | None:
     Every ``tool`` message must answer a call of the nearest assistant message before
     it (with only other results in between), and every call of an assistant message
     that is followed by another message must have its result. A trailing assistant
-    message whose calls are still running is valid.
+    message whose calls are still running is valid. Call ids are counted, not merely
+    collected: some servers give two calls of one turn the same id, and then two
+    results answer it.
     """
-    open_ids: set[str] = set()
+    open_ids: Counter[str] = Counter()
     open_at = -1
     for i, m in enumerate(messages):
         role = m.get("role")
         if role == "tool":
-            call_id = m.get("tool_call_id")
-            if call_id not in open_ids:
+            call_id: Any = m.get("tool_call_id")
+            if open_ids.get(call_id, 0) <= 0:
                 return (
                     f"messages[{i}] is a tool result for {call_id!r}, which no call before it made"
                 )
-            open_ids.discard(str(call_id))
+            open_ids[call_id] -= 1
             continue
-        if open_ids:
+        if +open_ids:
             return (
-                f"messages[{open_at}] calls {sorted(open_ids)} but messages[{i}] "
+                f"messages[{open_at}] calls {sorted(+open_ids)} but messages[{i}] "
                 "follows before their results"
             )
         if role == "assistant":
-            open_ids = set(_call_ids(m))
+            open_ids = Counter(_call_ids(m))
             open_at = i
     return None

@@ -170,6 +170,9 @@ class SessionBudget(LinkSession):
             estimator=self._est,
             emit=self._emit,
         )
+        # A policy is blamed for broken pairing only if the pairing was whole before it
+        # ran: a history the session was given unpaired is the server's to judge.
+        paired = check_pairing(messages[pinned:]) is None
         for policy in self.budget.policies:
             prefix = messages[:pinned]
             count = len(messages)
@@ -180,8 +183,9 @@ class SessionBudget(LinkSession):
             if messages[:pinned] != prefix:
                 raise AgentflowError(f"overflow policy {name!r} changed the pinned prefix")
             problem = check_pairing(messages[pinned:])
-            if problem is not None:
+            if problem is not None and paired:
                 raise AgentflowError(f"overflow policy {name!r} broke tool-call pairing: {problem}")
+            paired = problem is None
             raw = self._est.raw_prompt(messages, tools)
             forecast = self._est.forecast()
             after = forecast.bound

@@ -194,11 +194,18 @@ class ContextChain(Link["SessionContext"]):
 
     @property
     def fleet(self) -> FleetBudget | None:
-        """The first :class:`~agentflow.context.FleetBudget` of the chain, if any (a
-        resumed run charges it with what the run spent)."""
+        """The first :class:`~agentflow.context.FleetBudget` of the chain, if any."""
+        fleets = self.fleets
+        return fleets[0] if fleets else None
+
+    @property
+    def fleets(self) -> tuple[FleetBudget, ...]:
+        """Every :class:`~agentflow.context.FleetBudget` of the chain, in order (each
+        turn is charged to all of them; a resumed run charges each with what the run
+        spent)."""
         from agentflow.context._fleet_budget import FleetBudget
 
-        return next((x for x in self.links if isinstance(x, FleetBudget)), None)
+        return tuple(x for x in self.links if isinstance(x, FleetBudget))
 
     def session_for(self, at: Binding) -> SessionContext:
         """Bind every link for one session; one link's session is returned as it is."""

@@ -7,6 +7,10 @@ that is one), with the usage the server reported then, priced as the turn was â€
 ``max_tokens`` / ``max_cost`` hold for the whole run, not per attempt. The threshold
 events those charges cross are not sent again (they were, when the turns ran).
 
+A turn the server sent no prompt count for is charged the estimate it was charged live:
+the chain's ``ContextBudget``'s, recorded with the turn, or without one the rough count (4
+characters a token) of its prompt, rebuilt from the record as it was sent.
+
 What is not recorded is not charged: a compaction's summary request (it is no turn),
 and the turns another worker records after this one loaded the run. Workers sharing a
 run each keep their own in-memory budget, as they would without a store.
@@ -14,15 +18,20 @@ run each keep their own in-memory budget, as they would without a store.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from agentflow._context_chain import ContextChain
+from agentflow._session_turn import _rough_tokens
+from agentflow.context._budget import ContextBudget
 from agentflow.context._fleet_budget import FleetBudget
+from agentflow.store._resume import turn_prompts
 
 if TYPE_CHECKING:
     from agentflow._agent import Agent
-    from agentflow.store._records import StoredRun
+    from agentflow.store._records import StoredRun, StoredSession, StoredTurn
 
 __all__ = ["fleet_budgets_of", "recharge"]
 
@@ -31,12 +40,7 @@ def fleet_budgets_of(agent: Agent) -> tuple[FleetBudget, ...]:
     """The fleet budgets ``agent``'s turns are charged to, in its chain's order: its
     context when that is one, else every one of its context's links that is one (a
     per-agent budget and a fleet-wide one, say; or a ``ContextBudget``'s ``fleet=``)."""
-    ctx: Any = agent.context
-    if ctx is None:
-        return ()
-    if isinstance(ctx, FleetBudget):
-        return (ctx,)
-    return ContextChain.of(ctx).fleets
+    return tuple(link for link in _links(agent) if isinstance(link, FleetBudget))
 
 
 def recharge(run: StoredRun, agents: Mapping[str, Agent]) -> int:
@@ -48,7 +52,7 @@ def recharge(run: StoredRun, agents: Mapping[str, Agent]) -> int:
         budgets = fleet_budgets_of(agent) if agent is not None else ()
         if agent is None or not budgets:
             continue
-        for t in s.turns:
+        for t, estimate in _prompt_estimates(run, s, agent):
             for budget in budgets:
                 budget.charge(
                     t.trace,
@@ -57,10 +61,46 @@ def recharge(run: StoredRun, agents: Mapping[str, Agent]) -> int:
                     session_id=s.session_id,
                     turn=t.turn,
                     emit=_already_sent,
-                    prompt_estimate=t.prompt.estimated_tokens if t.prompt is not None else 0,
+                    prompt_estimate=estimate,
                 )
             charged += 1
     return charged
+
+
+def _prompt_estimates(
+    run: StoredRun, s: StoredSession, agent: Agent
+) -> Iterator[tuple[StoredTurn, int]]:
+    """Each recorded turn of ``s`` with the prompt estimate a fleet budget charged it live
+    (used where the server gave no prompt count): the estimate of the chain's
+    ``ContextBudget``, recorded with the turn; without one, the same rough count (4
+    characters a token) of the prompt as sent, rebuilt from the record."""
+    if any(isinstance(link, ContextBudget) for link in _links(agent)):
+        for t in s.turns:
+            yield t, t.prompt.estimated_tokens if t.prompt is not None else 0
+        return
+    if all(_counted(t) for t in s.turns):
+        for t in s.turns:
+            yield t, 0
+        return
+    tools = agent.tool_specs
+    tool_chars = len(msgspec.json.encode(list(tools))) if tools else 0
+    for t, prompt in turn_prompts(run, s):
+        yield t, 0 if _counted(t) else _rough_tokens(prompt, tool_chars)
+
+
+def _counted(t: StoredTurn) -> bool:
+    """Whether the server gave the turn's prompt count (then no estimate is charged)."""
+    usage = t.trace.usage
+    return usage is not None and usage.prompt_tokens is not None
+
+
+def _links(agent: Agent) -> tuple[object, ...]:
+    ctx: Any = agent.context
+    if ctx is None:
+        return ()
+    if isinstance(ctx, FleetBudget):
+        return (ctx,)
+    return ContextChain.of(ctx).links
 
 
 def _already_sent(event: object) -> None:

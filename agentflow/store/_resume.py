@@ -10,7 +10,7 @@ running only the calls whose results were not recorded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,15 @@ from agentflow.store._records import StoredRun, StoredSession, StoredTurn
 if TYPE_CHECKING:
     from agentflow._agent import Agent
 
-__all__ = ["ResumePlan", "agents_by_name", "plan_resume", "rebuild", "stored_result"]
+__all__ = [
+    "ResumePlan",
+    "agents_by_name",
+    "opening",
+    "plan_resume",
+    "rebuild",
+    "stored_result",
+    "turn_prompts",
+]
 
 
 class _Recorded(AgentflowError):
@@ -47,17 +55,39 @@ def rebuild(
     """A session's messages and turns as recorded, times moved onto ``to_attempt``'s
     clock (default the first attempt's). The last turn's tool results are left out when
     it asked for tools (see the module)."""
+    messages: list[dict[str, Any]] | None = None
+    turns: list[TurnRecord] = []
+    for t, prompt in turn_prompts(run, s):
+        # The list the next step appends the turn's message to (and, but after the
+        # last turn, its tool results): after the loop, the whole conversation.
+        messages = prompt
+        turns.append(_turn_record(run, t, to_attempt))
+    return (messages if messages is not None else opening(run, s)), turns
+
+
+def opening(run: StoredRun, s: StoredSession) -> list[dict[str, Any]]:
+    """The messages a session started with: its agent's system prompt, then its task."""
     info = run.agents.get(s.agent)
     system = info.instructions if info is not None else ""
     messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     messages.extend(dict(m) for m in s.task)
-    turns: list[TurnRecord] = []
+    return messages
+
+
+def turn_prompts(
+    run: StoredRun, s: StoredSession
+) -> Iterator[tuple[StoredTurn, list[dict[str, Any]]]]:
+    """Each recorded turn of ``s`` with its prompt as it was sent (the recorded
+    ``rewrite`` applied). The list is one the next step goes on building: read it
+    before asking for the next turn."""
+    messages = opening(run, s)
     last = len(s.turns) - 1
     for i, t in enumerate(s.turns):
         if t.turn != i:
             raise StoreError(f"run {run.run_id!r}, session {s.session_id!r}: turn {i} is missing")
         if t.rewrite is not None:
             messages = [dict(m) for m in t.rewrite]
+        yield t, messages
         messages.append(dict(t.message))
         if i < last:
             if t.missing:
@@ -66,8 +96,6 @@ def rebuild(
                     f"but no recorded result for tool calls {[c.id for c in t.missing]}"
                 )
             messages.extend(_tool_messages(t))
-        turns.append(_turn_record(run, t, to_attempt))
-    return messages, turns
 
 
 def _tool_messages(t: StoredTurn) -> list[dict[str, Any]]:

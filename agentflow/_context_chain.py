@@ -8,7 +8,7 @@ messages and say what it knows of the prompt — and ``after_turn`` in reverse, 
 first link is the outermost: a :class:`~agentflow.context.FleetBudget` placed first
 refuses a turn before any other link works on it, and is charged last.
 
-Four optional hooks let links that belong together find each other, without another
+Five optional hooks let links that belong together find each other, without another
 signature for users to implement:
 
 - ``wrap_complete(turn, complete) -> complete`` on a session context: every link's extra
@@ -24,6 +24,11 @@ signature for users to implement:
   of every link of the chain, in order — a cache-buster check learns the budget's pinned
   prefix, a prefix index fingerprints with the budget's counts, a fleet budget charges a
   turn the server sent no usage for with the budget's estimate.
+- ``resume(resumed)`` on a session context: called once, after ``join``, when the session
+  resumes a conversation a run store recorded, with a
+  :class:`~agentflow._context_resumed.Resumed` (the last
+  recorded prompt and its usage, the messages the session started with) — a budget
+  anchors its next forecast on the server's count, as the uninterrupted session's is.
 
 And one on a link, ``chain_links(chain) -> links``: what it stands for in the chain it is
 given in (a :class:`~agentflow.context.ContextBudget` puts the fleet budget its deprecated
@@ -41,6 +46,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
+from agentflow._context_resumed import Resumed, resume_session
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
 
@@ -294,6 +300,11 @@ class _ChainContext:
         """Run every link's ``end`` (those that have one), the last link's first."""
         for session in self._reversed:
             end_session(session)
+
+    def resume(self, resumed: Resumed) -> None:
+        """Run every link's ``resume`` (those that have one), in order."""
+        for session in self._sessions:
+            resume_session(session, resumed)
 
 
 def end_session(context: object) -> None:

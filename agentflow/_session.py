@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentflow._config import session_run_internals
 from agentflow._context_chain import bind_context, end_session
+from agentflow._context_resumed import Resumed, resume_session
 from agentflow._errors import ConfigError, ContextOverflow, MaxTurnsExceeded
 from agentflow._event_bus import EventBus
 from agentflow._events import ErrorEvent, SessionEndEvent
@@ -90,6 +91,8 @@ class Session:
     # max_tokens) sets this, and its request is built for every turn, not once.
     _request_per_turn = False
     _known_outputs: Mapping[str, str] = MappingProxyType({})
+    #: Where its recorded conversation stands, for its context once bound (``_restore``).
+    _resumed: Resumed | None = None
     # Run first, inside the session (its failure is the session's): a resumed session's
     # replay of in-memory tool effects (``agentflow.store``).
     _prepare: Callable[[], Awaitable[object]] | None = None
@@ -140,6 +143,13 @@ class Session:
         (recorded results, used as they are: a recorded call never runs twice);
         ``home``: the endpoint its last turn went to (a fleet routes it back there)."""
         self.home = home
+        if turns and self.agent.context is not None:  # told to its context once bound
+            a, last = self.agent, turns[-1]  # its prompt: all before its reply
+            prompt = messages[:-1]
+            opening = self.messages  # the system prompt and task, as the session began
+            self._resumed = Resumed(
+                opening, last.index, prompt, a.tool_specs, last.trace, last.prompt
+            )
         self.messages = messages
         self.turns = list(turns)
         self._next_turn = len(turns)
@@ -307,6 +317,8 @@ class Session:
                     model=agent.model,
                     params=agent.params,
                 )
+                if self._resumed is not None:
+                    resume_session(self._context, self._resumed)
             if self._prepare is not None:
                 prepare, self._prepare = self._prepare, None
                 await prepare()

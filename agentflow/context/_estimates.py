@@ -128,7 +128,13 @@ class SessionEstimates:
             self._calibrator.observe(
                 self._model, prompt.tokens, reported, shape=shape, forecast=forecast
             )
-        prompt.anchor(reported)
+        self.anchor(reported)
+
+    def anchor(self, reported: int | None) -> None:
+        """Anchor the next estimate on the server's count of the prompt counted last,
+        teaching the calibrator nothing (a resumed session's last recorded prompt: the
+        calibrator, restored, learnt it when the turn ran)."""
+        self._prompt.anchor(reported)
         self._tally.anchored()
 
     def _scale(self, raw: int) -> int:

@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentflow._context_chain import Binding, LinkSession
+from agentflow._context_resumed import Resumed
 from agentflow._errors import AgentflowError
 from agentflow._trace import PromptInfo
 from agentflow.context._cacheable import CacheableTracker
@@ -225,6 +226,17 @@ class SessionBudget(LinkSession):
             self._tracker.reply(trace)  # the server cached its reply with the prompt
         if self._check is not None:
             self._check.after_turn(turn, trace)
+
+    def resume(self, resumed: Resumed) -> None:
+        """The session resumes a recorded conversation: anchor the next forecast on the
+        server's count of the last recorded prompt, as the uninterrupted session's is
+        (else the first forecast would carry the whole prompt's error margin)."""
+        if resumed.trace.model:
+            self._served_model = resumed.trace.model
+        usage = resumed.trace.usage
+        if usage is not None and usage.prompt_tokens:
+            self._est.raw_prompt(resumed.prompt, resumed.tools)
+            self._est.anchor(usage.prompt_tokens)
 
     def end(self) -> None:
         """The session ended: the budget's own cache-buster check reports a bust the last

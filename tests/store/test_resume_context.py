@@ -1,0 +1,140 @@
+"""A resumed session's context budget goes on from where the recorded conversation
+stands, as the uninterrupted session's would: its next forecast is anchored on the
+server's count of the last recorded prompt (the store has it: the turn's usage), so a
+session near its limit that finishes uninterrupted finishes resumed too."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentflow import Agent, Event, Fleet, FleetResult, Tool
+from agentflow._context_chain import Binding, Link, LinkSession
+from agentflow.context import ContextBudget, Fail, SessionBudget
+from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow.store import SQLiteStore
+from agentflow.typing import Complete
+
+from .fleets import driver
+
+ROUNDS = 5
+#: Per turn: the forecast's tokens, margin, bound and whether it was anchored.
+Row = tuple[int, int, int, bool]
+
+
+def read_file(path: str) -> str:
+    """Read a file.
+
+    Args:
+        path: the file's path.
+    """
+    words = ("cache", "entry", "lookup", "evict", "policy", "size", "hit", "miss")
+    return " ".join(words[(len(path) + 3 * i) % len(words)] for i in range(300))
+
+
+class Forecasts(Link["_Watch"]):
+    """A link after the budget that notes the budget's forecast of every turn."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, Row] = {}
+
+    def session_for(self, at: Binding) -> _Watch:
+        return _Watch(at, self)
+
+
+class _Watch(LinkSession):
+    def __init__(self, at: Binding, link: Forecasts) -> None:
+        super().__init__(at)
+        self.link = link
+        self.budget: SessionBudget | None = None
+
+    def join(self, sessions: Sequence[object]) -> None:
+        self.budget = next(s for s in sessions if isinstance(s, SessionBudget))
+
+    async def before_turn(
+        self,
+        turn: int,
+        messages: list[dict[str, Any]],
+        tools: Sequence[Mapping[str, Any]],
+        complete: Complete,
+    ) -> None:
+        assert self.budget is not None and self.budget.forecast is not None
+        f = self.budget.forecast
+        self.link.rows[turn] = (f.tokens, f.margin, f.bound, f.anchored)
+
+
+def reader(limit: int, watch: Forecasts) -> Agent:
+    """An agent whose prompts may be ``limit`` tokens at most; ``watch`` notes them."""
+    budget = ContextBudget(window=limit + 32, reserve_output=32, margin=0, overflow=[Fail()])
+    return Agent(
+        name="reader",
+        model="sim",
+        instructions="You read files and say what they hold. " * 4,
+        tools=[Tool.from_function(read_file, in_thread=False)],
+        params={"max_tokens": 32},
+        max_turns=20,
+        context=[budget, watch],
+    )
+
+
+async def _run(path: Path, agent: Agent, *, cut_after: int | None = None) -> FleetResult | None:
+    """Session ``s0`` of ``agent`` as run ``r`` on the simulator, in virtual time; with
+    ``cut_after``, cancelled at that turn's end (``None`` is returned)."""
+    transport = SimTransport(driver(rounds=ROUNDS))
+    store = SQLiteStore(path)
+    task: asyncio.Task[FleetResult] | None = None
+
+    def cut(event: Event) -> None:
+        if event.type == "turn_end" and event.turn == cut_after and task is not None:
+            task.cancel()
+
+    fleet = Fleet(transport, clock=loop_clock, store=store, callbacks=[cut])
+    try:
+        task = asyncio.ensure_future(
+            fleet.run([agent.session("Read them.", session_id="s0")], run_id="r")
+        )
+        try:
+            return await task
+        except asyncio.CancelledError:
+            return None
+    finally:
+        await store.aclose()
+        await transport.aclose()
+
+
+async def _resume(path: Path, agent: Agent) -> FleetResult:
+    transport = SimTransport(driver(rounds=ROUNDS))
+    store = SQLiteStore(path)
+    try:
+        return await Fleet(transport, clock=loop_clock, store=store).resume("r", agents=[agent])
+    finally:
+        await store.aclose()
+        await transport.aclose()
+
+
+def test_a_resumed_session_near_its_limit_finishes_as_the_uninterrupted_one(
+    tmp_path: Path,
+) -> None:
+    roomy = Forecasts()
+    done = run_virtual(_run(tmp_path / "roomy.db", reader(1_000_000, roomy)))
+    assert done is not None and done.sessions[0].status == "completed"
+    last = len(done.sessions[0].turns) - 1
+    assert last >= 3 and all(roomy.rows[t][3] for t in range(1, last + 1))
+    # The limit is the last prompt's forecast: uninterrupted, every turn just fits.
+    limit = roomy.rows[last][2]
+    whole = Forecasts()
+    done = run_virtual(_run(tmp_path / "whole.db", reader(limit, whole)))
+    assert done is not None and done.sessions[0].status == "completed"
+    assert whole.rows == roomy.rows
+    # Cut before the last turn, resumed: that turn is forecast as it was uninterrupted,
+    # anchored on the server's count of the turn before (it used to be unanchored, with
+    # the whole prompt's error margin, and the session ended in ContextOverflow).
+    path = tmp_path / "cut.db"
+    assert run_virtual(_run(path, reader(limit, Forecasts()), cut_after=last - 1)) is None
+    resumed = Forecasts()
+    result = run_virtual(_resume(path, reader(limit, resumed)))
+    session = result.sessions[0]
+    assert session.status == "completed", session.error
+    assert resumed.rows == {last: whole.rows[last]}

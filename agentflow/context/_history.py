@@ -14,12 +14,22 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["check_pairing", "pinned_length", "split_units"]
+__all__ = ["check_pairing", "pinned_length", "split_units", "system_length"]
 
 _SYSTEM_ROLES = frozenset({"system", "developer"})
 
 
-def pinned_length(messages: Sequence[Mapping[str, Any]], pin_first: int) -> int:
+def system_length(messages: Sequence[Mapping[str, Any]]) -> int:
+    """How many of ``messages`` are leading system (or developer) messages."""
+    n = 0
+    while n < len(messages) and messages[n].get("role") in _SYSTEM_ROLES:
+        n += 1
+    return n
+
+
+def pinned_length(
+    messages: Sequence[Mapping[str, Any]], pin_first: int, *, system: int | None = None
+) -> int:
     """How many leading messages are pinned: the system messages, then ``pin_first`` more.
 
     Args:
@@ -27,10 +37,11 @@ def pinned_length(messages: Sequence[Mapping[str, Any]], pin_first: int) -> int:
         pin_first: messages after the leading system message(s) that are pinned too
             (1 pins the task a user gave first). A pinned assistant tool call takes its
             results into the prefix with it.
+        system: how many leading messages are the system prompt, when known from how the
+            conversation began (a system-role summary a policy put after them is not
+            part of it); ``None``: the leading system messages of ``messages``.
     """
-    n_system = 0
-    while n_system < len(messages) and messages[n_system].get("role") in _SYSTEM_ROLES:
-        n_system += 1
+    n_system = system_length(messages) if system is None else min(system, len(messages))
     n = min(len(messages), n_system + pin_first)
     if n > n_system:
         # Never end inside a unit: a pinned tool call takes its results along.

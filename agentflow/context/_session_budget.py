@@ -28,7 +28,7 @@ from agentflow.context._calibration import TokenEstimate
 from agentflow.context._estimates import SessionEstimates
 from agentflow.context._events import ContextTrimmedEvent
 from agentflow.context._fingerprint import PrefixIndex
-from agentflow.context._history import check_pairing, pinned_length
+from agentflow.context._history import check_pairing, pinned_length, system_length
 from agentflow.context._overflow import OverflowView, overflow_error, policy_name
 
 if TYPE_CHECKING:
@@ -87,6 +87,7 @@ class SessionBudget(LinkSession):
         if self._check is not None:
             self._check.join((self, self._check))  # it compares this budget's pinned prefix
         self._pinned: int | None = None
+        self._system: int | None = None  # a resumed session's opening system messages
         self._served_model: str | None = None
         self.forecast: TokenEstimate | None = None
 
@@ -111,9 +112,11 @@ class SessionBudget(LinkSession):
         ``pin_first`` more (a cache-buster check after the budget compares them turn to
         turn)."""
         # Append-only until a policy first runs, so recomputing is safe until then; after,
-        # the boundary is frozen (a system-role summary must not join the prefix).
+        # the boundary is frozen (a system-role summary must not join the prefix). A
+        # resumed session counts only the system messages it began with (``_system``):
+        # a summary a policy put after them before the cut is not one of them either.
         if self._pinned is None:
-            return pinned_length(messages, self.budget.pin_first)
+            return pinned_length(messages, self.budget.pin_first, system=self._system)
         return self._pinned
 
     async def before_turn(
@@ -228,9 +231,12 @@ class SessionBudget(LinkSession):
             self._check.after_turn(turn, trace)
 
     def resume(self, resumed: Resumed) -> None:
-        """The session resumes a recorded conversation: anchor the next forecast on the
-        server's count of the last recorded prompt, as the uninterrupted session's is
-        (else the first forecast would carry the whole prompt's error margin)."""
+        """The session resumes a recorded conversation: pin the system messages it began
+        with (not a system-role summary a policy put after them), and anchor the next
+        forecast on the server's count of the last recorded prompt, as the uninterrupted
+        session's is (else the first forecast would carry the whole prompt's error
+        margin)."""
+        self._system = system_length(resumed.opening)
         if resumed.trace.model:
             self._served_model = resumed.trace.model
         usage = resumed.trace.usage

@@ -1,18 +1,20 @@
 """A resumed session's context budget goes on from where the recorded conversation
 stands, as the uninterrupted session's would: its next forecast is anchored on the
 server's count of the last recorded prompt (the store has it: the turn's usage), so a
-session near its limit that finishes uninterrupted finishes resumed too."""
+session near its limit that finishes uninterrupted finishes resumed too; and its pinned
+prefix is the system prompt it began with, not a system-role summary after it."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from agentflow import Agent, Event, Fleet, FleetResult, Tool
 from agentflow._context_chain import Binding, Link, LinkSession
-from agentflow.context import ContextBudget, Fail, SessionBudget
+from agentflow.context import Compact, CompactionEvent, ContextBudget, Fail, SessionBudget
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.store import SQLiteStore
 from agentflow.typing import Complete
@@ -79,18 +81,28 @@ def reader(limit: int, watch: Forecasts) -> Agent:
     )
 
 
-async def _run(path: Path, agent: Agent, *, cut_after: int | None = None) -> FleetResult | None:
-    """Session ``s0`` of ``agent`` as run ``r`` on the simulator, in virtual time; with
-    ``cut_after``, cancelled at that turn's end (``None`` is returned)."""
-    transport = SimTransport(driver(rounds=ROUNDS))
+async def _run(
+    path: Path,
+    agent: Agent,
+    *,
+    rounds: int = ROUNDS,
+    cut: Callable[[Event], bool] | None = None,
+    events: list[Event] | None = None,
+) -> FleetResult | None:
+    """Session ``s0`` of ``agent`` as run ``r`` on the simulator, in virtual time, its
+    events in ``events``; cancelled at the first event ``cut`` is true of (``None`` is
+    returned then)."""
+    transport = SimTransport(driver(rounds=rounds))
     store = SQLiteStore(path)
+    seen = events if events is not None else []
     task: asyncio.Task[FleetResult] | None = None
 
-    def cut(event: Event) -> None:
-        if event.type == "turn_end" and event.turn == cut_after and task is not None:
+    def watch(event: Event) -> None:
+        seen.append(event)
+        if cut is not None and cut(event) and task is not None:
             task.cancel()
 
-    fleet = Fleet(transport, clock=loop_clock, store=store, callbacks=[cut])
+    fleet = Fleet(transport, clock=loop_clock, store=store, callbacks=[watch])
     try:
         task = asyncio.ensure_future(
             fleet.run([agent.session("Read them.", session_id="s0")], run_id="r")
@@ -104,14 +116,22 @@ async def _run(path: Path, agent: Agent, *, cut_after: int | None = None) -> Fle
         await transport.aclose()
 
 
-async def _resume(path: Path, agent: Agent) -> FleetResult:
-    transport = SimTransport(driver(rounds=ROUNDS))
+async def _resume(
+    path: Path, agent: Agent, *, rounds: int = ROUNDS, events: list[Event] | None = None
+) -> FleetResult:
+    transport = SimTransport(driver(rounds=rounds))
     store = SQLiteStore(path)
+    callbacks = [events.append] if events is not None else []
     try:
-        return await Fleet(transport, clock=loop_clock, store=store).resume("r", agents=[agent])
+        fleet = Fleet(transport, clock=loop_clock, store=store, callbacks=callbacks)
+        return await fleet.resume("r", agents=[agent])
     finally:
         await store.aclose()
         await transport.aclose()
+
+
+def _turn_end(turn: int) -> Callable[[Event], bool]:
+    return lambda e: e.type == "turn_end" and e.turn == turn
 
 
 def test_a_resumed_session_near_its_limit_finishes_as_the_uninterrupted_one(
@@ -132,9 +152,52 @@ def test_a_resumed_session_near_its_limit_finishes_as_the_uninterrupted_one(
     # anchored on the server's count of the turn before (it used to be unanchored, with
     # the whole prompt's error margin, and the session ended in ContextOverflow).
     path = tmp_path / "cut.db"
-    assert run_virtual(_run(path, reader(limit, Forecasts()), cut_after=last - 1)) is None
+    assert run_virtual(_run(path, reader(limit, Forecasts()), cut=_turn_end(last - 1))) is None
     resumed = Forecasts()
     result = run_virtual(_resume(path, reader(limit, resumed)))
     session = result.sessions[0]
     assert session.status == "completed", session.error
     assert resumed.rows == {last: whole.rows[last]}
+
+
+def compacting(watch: Forecasts) -> Agent:
+    """An agent whose history is compacted into a system-role summary, again and again."""
+    compact = Compact(max_summary_tokens=48, role="system", keep_last=1)
+    budget = ContextBudget(window=1500, reserve_output=32, overflow=[compact, Fail()])
+    return dataclasses.replace(reader(1_000_000, watch), context=[budget, watch], max_turns=40)
+
+
+def _summaries(messages: Sequence[Mapping[str, Any]]) -> int:
+    return sum(m["role"] == "system" for m in messages[1:])
+
+
+def test_a_resumed_session_replaces_its_system_role_summary(tmp_path: Path) -> None:
+    """Cut after a compaction into a system-role summary, then resumed: the next
+    compaction replaces that summary, as uninterrupted (the summary used to join the
+    pinned prefix after the resume — a leading system message — and stay there for good,
+    the next summary stacked after it)."""
+    events: list[Event] = []
+    done = run_virtual(
+        _run(tmp_path / "whole.db", compacting(Forecasts()), rounds=14, events=events)
+    )
+    assert done is not None and done.sessions[0].status == "completed"
+    assert sum(isinstance(e, CompactionEvent) for e in events) >= 3
+    assert _summaries(done.sessions[0].messages) == 1
+
+    path = tmp_path / "cut.db"
+    first: list[CompactionEvent] = []
+
+    def after_first_compaction(event: Event) -> bool:
+        if isinstance(event, CompactionEvent):
+            first.append(event)
+        return bool(first) and _turn_end(first[0].turn + 1)(event)
+
+    cut = _run(path, compacting(Forecasts()), rounds=14, cut=after_first_compaction)
+    assert run_virtual(cut) is None
+    again: list[Event] = []
+    result = run_virtual(_resume(path, compacting(Forecasts()), rounds=14, events=again))
+    session = result.sessions[0]
+    assert session.status == "completed", session.error
+    assert sum(isinstance(e, CompactionEvent) for e in again) >= 2
+    assert session.messages[0]["content"].startswith("You read files")
+    assert _summaries(session.messages) == 1  # it used to be 2: one pinned for good

@@ -32,9 +32,10 @@ from agentflow._events import ErrorEvent, SessionEndEvent
 from agentflow._logging import get_logger
 from agentflow._sendable import check_sendable
 from agentflow._session_tools import run_tools
-from agentflow._session_turn import _message_chars, model_turn
+from agentflow._session_turn import DEFAULT_MAX_OUTPUT_TOKENS as DEFAULT_MAX_OUTPUT_TOKENS
 from agentflow._session_turn import _rough_tokens as _rough_tokens
 from agentflow._session_turn import _same_items as _same_items
+from agentflow._session_turn import model_turn, rough_estimate, turn_ticket
 from agentflow._session_types import SessionResult, SessionStatus, TurnLog, TurnRecord
 from agentflow._trace import ToolCall, TurnTrace
 from agentflow.sched import Grant, Replica, RetryPolicy, Scheduler, Ticket, TurnRunner
@@ -67,9 +68,6 @@ def _log_vars() -> tuple[contextvars.ContextVar[Any], ...]:
 
 
 _ids = itertools.count(1)
-
-#: Output tokens a turn is charged for by token limits when its agent sets no max_tokens.
-DEFAULT_MAX_OUTPUT_TOKENS = 1024
 
 
 class Session:
@@ -259,32 +257,11 @@ class Session:
         """The first turn's ticket, as :func:`~agentflow._session_turn.model_turn` would
         make it now."""
         ready = clock()
-        return self._ticket(self._next_turn, ready, self._estimate())
-
-    def _estimate(self) -> int:
-        """:func:`_rough_tokens` of the messages and tools, counting only the messages
-        added since the last turn (all of them again if the history was rewritten)."""
-        messages = self.messages
-        n, last, chars = self._counted
-        if n > len(messages) or (n and messages[n - 1] is not last):
-            n, chars = 0, 0
-        if n < len(messages):
-            chars += _message_chars(messages, n)
-            self._counted = (len(messages), messages[-1], chars)
-        return (chars + self.agent.tool_chars) // 4 + 4 * len(messages)
+        return self._ticket(self._next_turn, ready, rough_estimate(self))
 
     def _ticket(self, index: int, ready: int, prompt_tokens: int) -> Ticket:
-        agent = self.agent
-        return Ticket(
-            session_id=self.session_id,
-            agent=agent.name,
-            turn=index,
-            ready_ns=ready,
-            prompt_tokens=prompt_tokens,
-            max_output_tokens=agent.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,
-            priority=agent.priority,
-            prefix_key=agent.prefix_key,
-        )
+        """Turn ``index``'s ticket (``agentflow.bench`` charges its own ``max_tokens``)."""
+        return turn_ticket(self, index, ready, prompt_tokens)
 
     async def _run(
         self,

@@ -19,7 +19,7 @@ from agentflow._logging import get_logger
 from agentflow._metrics import turn_metrics
 from agentflow._session_types import TurnRecord
 from agentflow._turn_events import TurnEvents
-from agentflow.sched import Grant
+from agentflow.sched import Grant, Ticket
 
 if TYPE_CHECKING:
     from agentflow._event_bus import EventBus
@@ -29,7 +29,10 @@ if TYPE_CHECKING:
     from agentflow.transport._request import ChatRequest
     from agentflow.typing import Clock
 
-__all__ = ["model_turn"]
+__all__ = ["DEFAULT_MAX_OUTPUT_TOKENS", "model_turn", "rough_estimate", "turn_ticket"]
+
+#: Output tokens a turn is charged for by token limits when its agent sets no max_tokens.
+DEFAULT_MAX_OUTPUT_TOKENS = 1024
 
 _log = get_logger("agentflow.session")
 _debug = logging.getLogger("agentflow.session")
@@ -62,7 +65,7 @@ async def model_turn(
         ready = ticket.ready_ns
     else:
         ready = clock()
-        estimate = prompt.estimated_tokens if prompt else session._estimate()
+        estimate = prompt.estimated_tokens if prompt else rough_estimate(session)
         ticket = session._ticket(index, ready, estimate)
     request = session._request
     if request is None or session._request_per_turn or request.messages is not session.messages:
@@ -120,6 +123,35 @@ def _completer(
         return trace
 
     return complete
+
+
+def turn_ticket(session: Session, index: int, ready: int, prompt_tokens: int) -> Ticket:
+    """The scheduler's ticket for ``session``'s turn ``index``, ready at ``ready``."""
+    agent = session.agent
+    return Ticket(
+        session_id=session.session_id,
+        agent=agent.name,
+        turn=index,
+        ready_ns=ready,
+        prompt_tokens=prompt_tokens,
+        max_output_tokens=agent.max_output_tokens or DEFAULT_MAX_OUTPUT_TOKENS,
+        priority=agent.priority,
+        prefix_key=agent.prefix_key,
+    )
+
+
+def rough_estimate(session: Session) -> int:
+    """:func:`_rough_tokens` of ``session``'s messages and tools, counting only the
+    messages added since the last turn (all of them again if the history was rewritten:
+    ``Session._counted`` remembers how far it got)."""
+    messages = session.messages
+    n, last, chars = session._counted
+    if n > len(messages) or (n and messages[n - 1] is not last):
+        n, chars = 0, 0
+    if n < len(messages):
+        chars += _message_chars(messages, n)
+        session._counted = (len(messages), messages[-1], chars)
+    return (chars + session.agent.tool_chars) // 4 + 4 * len(messages)
 
 
 def _same_items(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> bool:

@@ -9,6 +9,9 @@ Everything else — the fleet's recent token rate, the slowest and fastest agent
 times a second, by rich's refresh thread. ``tests/report/bench_live.py`` measures both
 costs; ``docs/report.md`` gives the figures.
 
+This module is the view's totals and figures; how a redraw lays them out is
+``_live_draw`` (its names are importable from here, as before).
+
 rich (the ``demo`` extra) is imported when a view is made, not with this module, so that
 ``agentflow.report`` — names, ``from agentflow.report import *`` — works without it.
 """
@@ -34,12 +37,18 @@ from agentflow._events import (
 )
 from agentflow._redact import redact
 from agentflow.report._lag import LoopLagProbe
+from agentflow.report._live_draw import _ROW as _ROW
+from agentflow.report._live_draw import BAR_WIDTH as BAR_WIDTH
+from agentflow.report._live_draw import _bar_line as _bar_line
+from agentflow.report._live_draw import _ms as _ms
+from agentflow.report._live_draw import _ms_fine as _ms_fine
+from agentflow.report._live_draw import _tps as _tps
+from agentflow.report._live_draw import draw
 from agentflow.stats._sketch import nearest_rank
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.live import Live
-    from rich.text import Text
 
     from agentflow._fleet import Fleet
 
@@ -47,16 +56,12 @@ __all__ = ["LiveView"]
 
 _log = logging.getLogger("agentflow.report")
 
-_ROW = "{:<4} {:<24} {:>5} {:>9} {:>24} {:>9} {:>7}  {}"
-
 #: Seconds over which "fleet tok/s" is measured.
 RATE_WINDOW_S = 5.0
 #: Seconds over which the rolling TTFT and TPOT are taken (at most :data:`ROLLING_TURNS`).
 ROLLING_WINDOW_S = 10.0
 #: The most recent turns the rolling TTFT and TPOT keep.
 ROLLING_TURNS = 512
-#: Characters of a progress bar.
-BAR_WIDTH = 40
 
 
 class _Row:
@@ -278,84 +283,8 @@ class LiveView:
         }
 
     def render(self) -> RenderableType:
-        """The current view."""
-        from rich.console import Group
-        from rich.text import Text
-
-        elapsed = self.clock() - self.started
-        tps = self.fleet_tps()
-        hit = (
-            f"{self.cached_tokens / self.cache_prompt_tokens:.1%}"
-            if self.cache_prompt_tokens
-            else "not reported"
-        )
-        errors = sum(list(self.errors.values()))
-        sessions = f"sessions {self.done}/{self.total_sessions}"
-        if self.failed:
-            sessions += f" (failed {self.failed})"
-        total_turns = self.total_turns
-        turns = f"turns {self.turns}" + (f"/{total_turns}" if total_turns else "")
-        width = max(len(sessions), len(turns)) + 2
-        progress = [_bar_line(sessions, width, self.done, self.total_sessions)]
-        progress.append(
-            _bar_line(turns, width, self.turns, total_turns)
-            if total_turns
-            else Text(turns, style="bold")
-        )
-        in_flight, queued = self.load()
-        fleet = (
-            f"fleet {_tps(tps, self.time_scale)} output tok/s · cache hit {hit} · {elapsed:,.1f} s"
-        )
-        now = f"now: tools running {self.tools_running}"
-        if in_flight is not None:
-            now = (
-                f"now: in flight {in_flight} · queued {queued} · tools running {self.tools_running}"
-            )
-        roll = self.rolling()
-        latency = (
-            f"last {ROLLING_WINDOW_S:g} s ({roll['turns']} turns): "
-            f"TTFT p50 {_ms_fine(roll['ttft_p50_s'])} p90 {_ms_fine(roll['ttft_p90_s'])} · "
-            f"TPOT p50 {_ms_fine(roll['tpot_p50_s'])} p90 {_ms_fine(roll['tpot_p90_s'])}"
-        )
-        lines: list[RenderableType] = [
-            *progress,
-            Text(fleet),
-            Text(now),
-            Text(latency),
-            Text(f"errors {errors} · retries {self.retries}"),
-        ]
-        if self.lag is not None:
-            worst = self.lag.take_window_max()
-            lines.append(Text(f"event-loop lag (worst since last redraw) {worst * 1e3:,.2f} ms"))
-        if self.last_error:
-            lines.append(Text(f"last error: {self.last_error}", style="red"))
-        if self.last_retry:
-            lines.append(Text(f"last retry: {self.last_retry}", style="yellow"))
-        slow, fast = self.ranked()
-        # Plain aligned text, not a rich Table: a Table costs ~10 ms to lay out per
-        # redraw; these lines cost well under 1 ms (tests/report/bench_live.py).
-        rows = [
-            _ROW.format(
-                "", "agent", "turns", "last TTFT", "decode tok/s", "context", "retries", "status"
-            )
-        ]
-        for label, group in (("slow", slow), ("fast", fast)):
-            for name, r in group:
-                rows.append(
-                    _ROW.format(
-                        label,
-                        name if len(name) <= 24 else name[:23] + "…",
-                        r.turns,
-                        _ms(r.ttft_s),
-                        _tps(r.decode_tps, self.time_scale),
-                        "—" if r.context is None else f"{r.context:,}",
-                        r.retries,
-                        r.status,
-                    )
-                )
-        lines.append(Text("slowest and fastest agents (decode speed)", style="bold"))
-        lines.append(Text("\n".join(rows), no_wrap=True, overflow="ellipsis"))
-        return Group(*lines)
+        """The current view (drawn by ``_live_draw``)."""
+        return draw(self, ROLLING_WINDOW_S)
 
     def _safe_render(self) -> RenderableType:
         """:meth:`render`, but an error in it is logged and the last good view is shown.
@@ -398,35 +327,8 @@ class LiveView:
         }
 
 
-def _ms(s: float | None) -> str:
-    return "—" if s is None else f"{s * 1e3:,.0f} ms"
-
-
-def _ms_fine(s: float | None) -> str:
-    return "—" if s is None else f"{s * 1e3:,.1f} ms"
-
-
 def _rank(ordered: list[float], q: float) -> float | None:
     """The nearest-rank quantile ``q`` of sorted values (``None`` when empty)."""
     if not ordered:
         return None
     return ordered[nearest_rank(q, len(ordered))]
-
-
-def _bar_line(label: str, width: int, done: int, total: int | None) -> Text:
-    """``label`` padded to ``width``, a bar of :data:`BAR_WIDTH` characters, the percentage."""
-    from rich.text import Text
-
-    total = max(1, total or 1)
-    frac = min(1.0, done / total)
-    filled = round(frac * BAR_WIDTH)
-    return Text.assemble(
-        (label.ljust(width), "bold"),
-        ("━" * filled, "green"),
-        ("━" * (BAR_WIDTH - filled), "grey37"),
-        f" {frac:>4.0%}",
-    )
-
-
-def _tps(tps: float, scale: float) -> str:
-    return f"{tps:,.0f}" if scale == 1 else f"{tps:,.0f} (×{scale:g} = {tps * scale:,.0f})"

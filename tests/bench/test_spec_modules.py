@@ -1,7 +1,8 @@
-"""The bench spec, the bench runner and FleetStats were split into modules of one idea each:
-every name still imports from its old module (as the same object), and sampled scripts
-still encode without their zero waits (msgspec's ``omit_defaults`` compares by identity,
-so the samplers must hand out the records' own default object, ``_script._NO_WAIT``)."""
+"""The bench spec, the bench runner, FleetStats and the live view were split into modules
+of one idea each: every name still imports from its old module (as the same object), and
+sampled scripts still encode without their zero waits (msgspec's ``omit_defaults``
+compares by identity, so the samplers must hand out the records' own default object,
+``_script._NO_WAIT``)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ OLD_NAMES = {
     "agentflow.stats._fleet_stats": (
         "DEFAULT_QUANTILES DISTRIBUTIONS SERIES FleetStats ToolFigures _STATUSES _error_text"
     ),
+    "agentflow.report._live": (
+        "LiveView BAR_WIDTH RATE_WINDOW_S ROLLING_TURNS ROLLING_WINDOW_S _ROW _Row _bar_line "
+        "_log _ms _ms_fine _rank _tps"
+    ),
 }
 
 # Their __all__ before the split.
@@ -40,6 +45,7 @@ OLD_ALL = {
         "FleetStats",
         "ToolFigures",
     ],
+    "agentflow.report._live": ["LiveView"],
 }
 
 

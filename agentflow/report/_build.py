@@ -17,7 +17,8 @@ from agentflow.report._fig_load import (
     interactivity,
     throughput,
 )
-from agentflow.report._fig_run import errors_retries, lengths, session_timeline, tool_durations
+from agentflow.report._fig_run import errors_retries, lengths
+from agentflow.report._fig_sessions import session_timeline, tool_durations
 from agentflow.report._html import render_html
 from agentflow.report._runs import Run, check_report, default_label
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from agentflow._errors import ConfigError
 
-__all__ = ["SUPPORTED_SCHEMAS", "Run", "load_run", "runs_from_reports"]
+__all__ = ["SUPPORTED_SCHEMAS", "Run", "load_run", "run_samples", "runs_from_reports"]
 
 #: The report schema versions ``agentflow report`` reads.
 SUPPORTED_SCHEMAS = ("agentflow.report/2",)
@@ -61,6 +61,12 @@ class Run:
         """``distributions[key]`` when it holds at least one value."""
         d = (self.report.get("distributions") or {}).get(key)
         return d if isinstance(d, Mapping) and d.get("count") else None
+
+
+def run_samples(run: Run) -> list[Mapping[str, Any]]:
+    """The report's kept turns (``samples``; none when it keeps none)."""
+    s = run.report.get("samples")
+    return [x for x in s if isinstance(x, Mapping)] if isinstance(s, list) else []
 
 
 def check_report(report: Any, where: str) -> Mapping[str, Any]:

@@ -1,8 +1,8 @@
-"""The bench spec, the bench runner, FleetStats and the live view were split into modules
-of one idea each: every name still imports from its old module (as the same object), and
-sampled scripts still encode without their zero waits (msgspec's ``omit_defaults``
-compares by identity, so the samplers must hand out the records' own default object,
-``_script._NO_WAIT``)."""
+"""The bench spec, the bench runner, FleetStats, the live view and the run figures were
+split into modules of one idea each: every name still imports from its old module (as
+the same object), and sampled scripts still encode without their zero waits (msgspec's
+``omit_defaults`` compares by identity, so the samplers must hand out the records' own
+default object, ``_script._NO_WAIT``)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,10 @@ OLD_NAMES = {
         "LiveView BAR_WIDTH RATE_WINDOW_S ROLLING_TURNS ROLLING_WINDOW_S _ROW _Row _bar_line "
         "_log _ms _ms_fine _rank _tps"
     ),
+    "agentflow.report._fig_run": (
+        "errors_retries lengths session_timeline tool_durations FLOOR_S MODEL_COLOR QUEUE_COLOR "
+        "TOOLS_COLOR _LENGTHS _edges _num _sample_values _samples _short _spans _tools"
+    ),
 }
 
 # Their __all__ before the split.
@@ -46,6 +50,7 @@ OLD_ALL = {
         "ToolFigures",
     ],
     "agentflow.report._live": ["LiveView"],
+    "agentflow.report._fig_run": OLD_NAMES["agentflow.report._fig_run"].split()[:4],
 }
 
 

@@ -57,7 +57,8 @@ from agentflow.bench._spec import (
     sample_value,
     synth_text,
 )
-from agentflow.bench._trace import (
+from agentflow.bench._trace import trace_scripts
+from agentflow.bench._trace_format import (
     SHIPPED_TRACES,
     TRACE_FORMATS,
     TraceMessage,
@@ -65,7 +66,6 @@ from agentflow.bench._trace import (
     load_trace,
     read_trace,
     shipped_trace,
-    trace_scripts,
     write_trace,
 )
 from agentflow.bench._workloads import WORKLOADS, get_workload, workload_names

@@ -31,7 +31,7 @@ from typing import IO
 import msgspec
 
 from agentflow._errors import ConfigError
-from agentflow.bench._trace import DEFAULT_BLOCK_TOKENS, TraceRecord, TraceSource, _lines
+from agentflow.bench._trace_format import DEFAULT_BLOCK_TOKENS, TraceRecord, TraceSource, _lines
 from agentflow.bench._workload_spec import MAX_TOKENS
 
 __all__ = ["MOONCAKE_BLOCK_TOKENS", "MooncakeRecord", "mooncake_records", "read_mooncake"]
@@ -96,7 +96,7 @@ def _check(row: MooncakeRecord, where: TraceSource) -> None:
         raise ConfigError(f"{where}: input_length must be ≥ 1, got {row.input_length}")
     if row.output_length < 0:
         raise ConfigError(f"{where}: output_length must be ≥ 0, got {row.output_length}")
-    for name in ("input_length", "output_length"):  # a workload's bound (see _trace._check)
+    for name in ("input_length", "output_length"):  # a workload's bound (see _trace_format._check)
         value = getattr(row, name)
         if value > MAX_TOKENS:
             raise ConfigError(f"{where}: {name} must be ≤ {MAX_TOKENS:,}, got {value:,}")

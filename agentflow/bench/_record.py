@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentflow._events import Event, SessionEndEvent
-from agentflow.bench._trace import TraceMessage, TraceRecord
+from agentflow.bench._trace_format import TraceMessage, TraceRecord
 
 if TYPE_CHECKING:
     from agentflow._fleet import FleetResult

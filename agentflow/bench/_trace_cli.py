@@ -31,7 +31,7 @@ __all__ = ["add_trace_arguments", "add_trace_parser", "apply_trace_arguments"]
 
 def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     """``agentflow bench``'s trace flags."""
-    from agentflow.bench._trace import TRACE_FORMATS
+    from agentflow.bench._trace_format import TRACE_FORMATS
 
     p.add_argument(
         "--trace",
@@ -73,7 +73,8 @@ def apply_trace_arguments(args: argparse.Namespace, config: Any) -> tuple[Any, A
     """
     from agentflow.bench._load import Load
     from agentflow.bench._record import TraceRecorder
-    from agentflow.bench._trace import load_trace, trace_scripts
+    from agentflow.bench._trace import trace_scripts
+    from agentflow.bench._trace_format import load_trace
 
     recorder = None
     if args.record is not None:
@@ -121,7 +122,7 @@ def apply_trace_arguments(args: argparse.Namespace, config: Any) -> tuple[Any, A
 
 def write_recording(recorder: Any, path: Path) -> int:
     """Write ``--record``'s trace; the number of requests written."""
-    from agentflow.bench._trace import write_trace
+    from agentflow.bench._trace_format import write_trace
 
     path.parent.mkdir(parents=True, exist_ok=True)
     return write_trace(recorder.records(), path)
@@ -129,7 +130,7 @@ def write_recording(recorder: Any, path: Path) -> int:
 
 def add_trace_parser(sub: Any) -> None:
     """Add ``agentflow trace`` (convert, export, show) to the command's subparsers."""
-    from agentflow.bench._trace import TRACE_FORMATS
+    from agentflow.bench._trace_format import TRACE_FORMATS
 
     p = sub.add_parser(
         "trace", help="agentflow traces: convert Mooncake's, export a stored run, show one"
@@ -167,7 +168,7 @@ def add_trace_parser(sub: Any) -> None:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    from agentflow.bench._trace import load_trace, write_trace
+    from agentflow.bench._trace_format import load_trace, write_trace
 
     check_no_overwrite([("--output", args.output)], [(f"the input {args.input}", args.input)])
     check_output_file(args.output, "--output")
@@ -178,7 +179,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from agentflow.bench._record import record_store
-    from agentflow.bench._trace import write_trace
+    from agentflow.bench._trace_format import write_trace
     from agentflow.store import SQLiteStore
 
     check_store_file(args.store, "trace export")
@@ -199,7 +200,8 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from agentflow.bench._trace import load_trace, trace_scripts
+    from agentflow.bench._trace import trace_scripts
+    from agentflow.bench._trace_format import load_trace
 
     scripts = trace_scripts(load_trace(args.input, format=args.format), time_scale=args.time_scale)
     out = sys.stdout

@@ -1,8 +1,8 @@
-"""The bench spec, the bench runner, FleetStats, the live view and the run figures were
-split into modules of one idea each: every name still imports from its old module (as
-the same object), and sampled scripts still encode without their zero waits (msgspec's
-``omit_defaults`` compares by identity, so the samplers must hand out the records' own
-default object, ``_script._NO_WAIT``)."""
+"""The bench spec, the bench runner, FleetStats, the live view, the run figures and trace
+replay were split into modules of one idea each: every name still imports from its old
+module (as the same object), and sampled scripts still encode without their zero waits
+(msgspec's ``omit_defaults`` compares by identity, so the samplers must hand out the
+records' own default object, ``_script._NO_WAIT``)."""
 
 from __future__ import annotations
 
@@ -37,6 +37,12 @@ OLD_NAMES = {
         "errors_retries lengths session_timeline tool_durations FLOOR_S MODEL_COLOR QUEUE_COLOR "
         "TOOLS_COLOR _LENGTHS _edges _num _sample_values _samples _short _spans _tools"
     ),
+    "agentflow.bench._trace": (
+        "SHIPPED_TRACES TRACE_FORMATS TraceMessage TraceRecord TraceSource blocks_text "
+        "load_trace read_trace shipped_trace trace_scripts write_trace DEFAULT_BLOCK_TOKENS "
+        "DEFAULT_OUTPUT_TOKENS _BOUNDED _NONNEG_FLOATS _NONNEG_INTS _POS_INTS _TRACES _check "
+        "_lines _ordered _read_lines _system"
+    ),
 }
 
 # Their __all__ before the split.
@@ -51,6 +57,7 @@ OLD_ALL = {
     ],
     "agentflow.report._live": ["LiveView"],
     "agentflow.report._fig_run": OLD_NAMES["agentflow.report._fig_run"].split()[:4],
+    "agentflow.bench._trace": OLD_NAMES["agentflow.bench._trace"].split()[:11],
 }
 
 

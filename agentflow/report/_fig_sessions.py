@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentflow._errors import ConfigError
 from agentflow.report._canvas import (
     Figure,
     color,
@@ -32,7 +33,7 @@ def _spans(
     rows: Sequence[Mapping[str, Any]],
 ) -> tuple[list[tuple[float, float]], list[tuple[float, float]], list[tuple[float, float]]]:
     """One session's (start, length) spans, ns, of queue wait, model time and tool time."""
-    rows = sorted(rows, key=lambda r: int(r.get("turn") or 0))
+    rows = sorted(rows, key=lambda r: r["turn"] if isinstance(r.get("turn"), int) else 0)
     queue: list[tuple[float, float]] = []
     model: list[tuple[float, float]] = []
     tools: list[tuple[float, float]] = []
@@ -51,7 +52,15 @@ def _spans(
 
 def session_timeline(runs: Sequence[Run], *, max_sessions: int = 30) -> Figure:
     """A sample of sessions (the first run that keeps its turns): each a row of queue
-    wait, model time and tool time, from its turns' ``ready``, ``sent`` and ``end``."""
+    wait, model time and tool time, from its turns' ``ready``, ``sent`` and ``end``.
+
+    Raises:
+        ConfigError: ``max_sessions`` is not an integer ≥ 1.
+    """
+    if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+        raise ConfigError(
+            f"session_timeline: max_sessions must be an integer ≥ 1, got {max_sessions!r}"
+        )
     run = next((r for r in runs if run_samples(r)), None)
     fig, (ax,) = new_figure(size=(11.0, 6.0))
     caption = (
@@ -88,7 +97,7 @@ def session_timeline(runs: Sequence[Run], *, max_sessions: int = 30) -> Figure:
         picked = (
             order
             if n <= max_sessions
-            else [order[round(k * (n - 1) / (max_sessions - 1))] for k in range(max_sessions)]
+            else [order[round(k * (n - 1) / max(1, max_sessions - 1))] for k in range(max_sessions)]
         )
         for y, sid in enumerate(picked):
             for part, c in zip(spans[sid], (QUEUE_COLOR, MODEL_COLOR, TOOLS_COLOR), strict=True):

@@ -52,6 +52,20 @@ def test_the_figures_with_and_without_samples() -> None:
     assert "CDFs from the report's sketches" in thin["lengths"].caption
 
 
+def test_a_timeline_of_one_session_and_a_malformed_turn() -> None:
+    """max_sessions=1 of several sessions divided by zero; a sample whose turn is not a
+    number (a hand-edited report) raised where other bad fields are skipped."""
+    from agentflow._errors import ConfigError
+    from agentflow.report._fig_sessions import session_timeline
+
+    report = virtual_report(3, server=False)
+    assert "1 of 3 sessions" in session_timeline([Run("r", report)], max_sessions=1).caption
+    report["samples"][0]["turn"] = "x"
+    assert "3 of 3 sessions" in session_timeline([Run("r", report)]).caption
+    with pytest.raises(ConfigError, match="max_sessions"):
+        session_timeline([Run("r", report)], max_sessions=0)
+
+
 def test_a_report_from_before_the_new_fields_still_draws() -> None:
     """A report written without throughput.errors/retries and fleet.total_tps."""
     report = virtual_report(3, samples=False, server=False)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from agentflow._tools import Tool
 from agentflow._trace import PromptInfo, TurnTrace
 from agentflow.store._records import AgentInfo
 
@@ -79,7 +80,8 @@ def _context_name(context: object) -> str | None:
 
 
 def _settings(agent: Agent, context: str | None = None) -> dict[str, Any]:
-    """An agent's configuration but its tool schemas (:func:`_config`)."""
+    """An agent's configuration but its tool schemas and its tools' own limits
+    (:func:`_config`)."""
     timeout = agent.tool_timeout_s
     return {
         "model": agent.model,
@@ -93,38 +95,72 @@ def _settings(agent: Agent, context: str | None = None) -> dict[str, Any]:
     }
 
 
-def _config(agent: Agent, context: str | None = None) -> dict[str, Any]:
-    return {**_settings(agent, context), "tools": agent.tool_specs}
+def _tool_limits(agent: Agent) -> dict[str, dict[str, float | int | None]]:
+    """Per tool (by name), the limits its calls run under: its own ``timeout_s`` and
+    ``max_output_chars``, else the agent's (``None``: no limit)."""
+    limits: dict[str, dict[str, float | int | None]] = {}
+    for t in agent.tools:
+        if isinstance(t, Tool):
+            timeout = t.timeout_s if t.timeout_s is not None else agent.tool_timeout_s
+            chars = t.max_output_chars
+            limits[t.name] = {
+                "timeout_s": None if math.isinf(timeout) else timeout,
+                "max_output_chars": chars if chars is not None else agent.max_tool_output_chars,
+            }
+    return limits
 
 
-def _config_json(agent: Agent, context: str | None = None) -> str:
-    """``_dumps(_config(agent, context))``, with the tool schemas' JSON the agent made
-    once (``Agent.tool_specs_json``): ``"tools"`` sorts after every other key."""
-    settings = _dumps(_settings(agent, context))
-    return f'{settings[:-1]},"tools":{agent.tool_specs_json}}}'
+def _config(agent: Agent, context: str | None = None, *, limits: bool = True) -> dict[str, Any]:
+    """What the store keeps of ``agent``'s configuration (and fingerprints): its
+    settings, its tools' limits (``limits``: the definitions before :func:`fingerprint`'s
+    3 had none) and its tool schemas."""
+    settings = _settings(agent, context)
+    if limits:
+        settings["tool_limits"] = _tool_limits(agent)
+    return {**settings, "tools": agent.tool_specs}
+
+
+def _config_json(agent: Agent, context: str | None = None, *, limits: bool = True) -> str:
+    """``_dumps(_config(agent, context, limits=limits))``, with the tool schemas' JSON the
+    agent made once (``Agent.tool_specs_json``): ``"tools"`` sorts after every other key."""
+    settings = _settings(agent, context)
+    if limits:
+        settings["tool_limits"] = _tool_limits(agent)
+    return f'{_dumps(settings)[:-1]},"tools":{agent.tool_specs_json}}}'
 
 
 def fingerprint(agent: Agent, *, context: str | None = None) -> str:
     """A digest of everything about ``agent`` that shapes its conversations: name, model,
-    instructions, tool schemas, params, limits, tool-error handling, priority and the
-    context's type (a chain's: its links' types, in order); ``context`` stands in for
-    that type's name. Tool *code* cannot be fingerprinted; its schema is.
+    instructions, tool schemas, params, limits (its own and each tool's ``timeout_s`` and
+    ``max_output_chars``), tool-error handling, priority and the context's type (a
+    chain's: its links' types, in order); ``context`` stands in for that type's name.
+    Tool *code* cannot be fingerprinted; its schema is.
 
-    It is the BLAKE2b-128 of the compact, key-sorted JSON of ``[2, name,
+    It is the BLAKE2b-128 of the compact, key-sorted JSON of ``[3, name,
     text_hash(instructions), config]``: the instructions count by their digest, the one
     they are stored under, which :func:`text_hash` remembers — a fleet's agents share a
-    prompt of tens of KB, hashed once rather than once per agent (the 2 tells this
-    definition from the one runs recorded before it, :func:`fingerprints`)."""
+    prompt of tens of KB, hashed once rather than once per agent. The 3 tells this
+    definition from those runs were recorded with before (:func:`fingerprints`)."""
+    return _digest(3, agent, _config_json(agent, context))
+
+
+def _fingerprint_v2(agent: Agent, context: str | None = None) -> str:
+    """The fingerprint runs recorded before the tools' own limits counted hold:
+    :func:`fingerprint`'s definition with a 2 and without ``tool_limits``."""
+    return _digest(2, agent, _config_json(agent, context, limits=False))
+
+
+def _digest(version: int, agent: Agent, config_json: str) -> str:
     name, ref = _dumps(agent.name), _dumps(text_hash(agent.instructions))
-    blob = f"[2,{name},{ref},{_config_json(agent, context)}]"
+    blob = f"[{version},{name},{ref},{config_json}]"
     return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 def _fingerprint_v1(agent: Agent, context: str | None = None) -> str:
     """The fingerprint runs recorded by earlier versions hold: the BLAKE2b-128 of the compact,
     key-sorted JSON of ``[name, instructions, config]`` — the whole prompt hashed once per
-    agent."""
-    blob = _dumps([agent.name, agent.instructions, _config(agent, context)])
+    agent, without the tools' own limits."""
+    blob = _dumps([agent.name, agent.instructions, _config(agent, context, limits=False)])
     return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
@@ -134,11 +170,14 @@ def _dumps(value: Any) -> str:
 
 def fingerprints(agent: Agent) -> set[str]:
     """The fingerprints a recorded run may hold for ``agent``: its own, and the ones of
-    definitions runs were recorded with before — the whole prompt hashed
-    (:func:`_fingerprint_v1`) and, when its context is a chain holding a
-    ``ContextBudget``, the context named ``ContextBudget`` (before the context chain
-    existed, ``ContextBudget(fleet=, prefix_index=, cache_buster=)`` was the way to write
-    such a chain, and its type alone was fingerprinted)."""
+    definitions runs were recorded with before — without the tools' own limits
+    (:func:`_fingerprint_v2`), the whole prompt hashed (:func:`_fingerprint_v1`) and,
+    when its context is a chain holding a ``ContextBudget``, the context named
+    ``ContextBudget`` (before the context chain existed,
+    ``ContextBudget(fleet=, prefix_index=, cache_buster=)`` was the way to write such a
+    chain, and its type alone was fingerprinted). A run recorded with an earlier
+    definition therefore resumes with a tool's own limits changed unnoticed, as it
+    would have before."""
     contexts: list[str | None] = [None]
     links = getattr(agent.context, "given", None)
     if isinstance(links, tuple) and any(
@@ -148,6 +187,7 @@ def fingerprints(agent: Agent) -> set[str]:
     found = set()
     for context in contexts:
         found.add(fingerprint(agent, context=context))
+        found.add(_fingerprint_v2(agent, context))
         found.add(_fingerprint_v1(agent, context))
     return found
 

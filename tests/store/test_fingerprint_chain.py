@@ -13,7 +13,7 @@ import pytest
 from agentflow import Agent, ConfigError, FleetResult
 from agentflow.context import ContextBudget, FleetBudget
 from agentflow.embedded import run_virtual
-from agentflow.store._codec import _fingerprint_v1, fingerprint, fingerprints
+from agentflow.store._codec import _fingerprint_v1, _fingerprint_v2, fingerprint, fingerprints
 
 from .fleets import agents, resume, run_cut
 
@@ -46,7 +46,8 @@ def test_the_legacy_fingerprint_is_accepted_only_for_a_chain_with_a_budget() -> 
     legacy = fingerprint(team(old)[0])
     assert legacy in fingerprints(team([fleet, budget])[0])
     assert legacy not in fingerprints(team([fleet])[0])
-    assert fingerprints(team(budget)[0]) == {legacy, _fingerprint_v1(team(old)[0])}
+    earlier = {_fingerprint_v2(team(old)[0]), _fingerprint_v1(team(old)[0])}
+    assert fingerprints(team(budget)[0]) == {legacy, *earlier}
 
 
 def test_a_run_recorded_with_the_deprecated_spelling_resumes_with_the_chain(

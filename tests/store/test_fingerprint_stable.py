@@ -1,23 +1,35 @@
 """An agent's fingerprint is the BLAKE2b-128 of the compact, key-sorted JSON of
-``[2, name, text_hash(instructions), config]``; runs recorded before it hold the one of
-``[name, instructions, config]`` (the whole prompt), which a resume still accepts. These
-tests pin both to their one-``json.dumps`` definitions, byte for byte, and resume a run
-whose store holds the earlier ones."""
+``[3, name, text_hash(instructions), config]``, its config holding each tool's own limits
+(``tool_limits``); runs recorded before it hold the one of ``[2, name,
+text_hash(instructions), config]`` without them, or of ``[name, instructions, config]``
+(the whole prompt), which a resume still accepts. These tests pin all three to their
+one-``json.dumps`` definitions, byte for byte, and resume a run whose store holds the
+earlier ones."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import math
 import sqlite3
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentflow import Agent, ConfigError, ContextBudget, FleetResult, tool
+from agentflow import Agent, ConfigError, ContextBudget, FleetResult, Tool, tool
 from agentflow.embedded import run_virtual
-from agentflow.store._codec import _config, _fingerprint_v1, fingerprint, fingerprints, text_hash
+from agentflow.store._codec import (
+    _config,
+    _fingerprint_v1,
+    _fingerprint_v2,
+    fingerprint,
+    fingerprints,
+    text_hash,
+)
 
+from . import fleets
 from .fleets import agents, resume, run_cut
 
 
@@ -33,12 +45,18 @@ def _blake(blob: str) -> str:
 
 def _reference(agent: Agent, context: str | None = None) -> str:
     digest = _blake(agent.instructions)
-    value = [2, agent.name, digest, _config(agent, context)]
+    value = [3, agent.name, digest, _config(agent, context)]
+    return _blake(json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr))
+
+
+def _reference_v2(agent: Agent, context: str | None = None) -> str:
+    digest = _blake(agent.instructions)
+    value = [2, agent.name, digest, _config(agent, context, limits=False)]
     return _blake(json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr))
 
 
 def _reference_v1(agent: Agent, context: str | None = None) -> str:
-    value = [agent.name, agent.instructions, _config(agent, context)]
+    value = [agent.name, agent.instructions, _config(agent, context, limits=False)]
     return _blake(json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr))
 
 
@@ -61,9 +79,10 @@ def test_the_fingerprints_are_their_one_dumps_definitions(name: str, instruction
     assert fingerprint(agent, context="ContextBudget") == _reference(agent, "ContextBudget")
     budgeted = Agent(name=name, model="m", instructions=instructions, context=ContextBudget())
     assert fingerprint(budgeted) == _reference(budgeted)
-    # The earlier definition, which runs recorded before hold, is accepted at a resume.
+    # The earlier definitions, which runs recorded before hold, are accepted at a resume.
+    assert _fingerprint_v2(agent) == _reference_v2(agent)
     assert _fingerprint_v1(agent) == _reference_v1(agent)
-    assert fingerprints(agent) == {_reference(agent), _reference_v1(agent)}
+    assert fingerprints(agent) == {_reference(agent), _reference_v2(agent), _reference_v1(agent)}
 
 
 def test_agents_sharing_instructions_keep_their_own_fingerprints() -> None:
@@ -95,10 +114,11 @@ def _set_fingerprints(path: Path, to: dict[str, str]) -> None:
     conn.close()
 
 
-def test_a_run_recorded_with_the_earlier_fingerprints_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("earlier", [_reference_v2, _reference_v1], ids=["v2", "v1"])
+def test_a_run_recorded_with_the_earlier_fingerprints_resumes(tmp_path: Path, earlier: Any) -> None:
     db, team = tmp_path / "cut.db", agents()
     assert run_virtual(run_cut(db, team, 9, 6)) is None
-    _set_fingerprints(db, {a.name: _reference_v1(a) for a in team})
+    _set_fingerprints(db, {a.name: earlier(a) for a in team})
     result = run_virtual(resume(db, team))
     assert isinstance(result, FleetResult)
     assert [s.status for s in result.sessions] == ["completed"] * 9
@@ -122,3 +142,38 @@ def test_the_prefix_key_is_its_one_dumps_definition(instructions: str) -> None:
         blob = json.dumps([instructions, agent.tool_specs], sort_keys=True, separators=(",", ":"))
         want = hashlib.blake2b(blob.encode(), digest_size=12).hexdigest()
         assert agent.prefix_key == (want if instructions or tools else None)
+
+
+def _with_tool(agent: Agent, **limits: Any) -> Agent:
+    return dataclasses.replace(agent, tools=[Tool.from_function(fleets.lookup, **limits)])
+
+
+@pytest.mark.parametrize(
+    "limits",
+    [{"timeout_s": 30.0}, {"timeout_s": math.inf}, {"max_output_chars": 100}],
+    ids=["timeout", "no-timeout", "output-cap"],
+)
+def test_a_tools_own_limits_are_in_the_fingerprint(limits: dict[str, Any]) -> None:
+    """A tool's own ``timeout_s`` or ``max_output_chars`` changes its agent's fingerprint
+    (it did not: a run resumed with a tool's limit changed went on unnoticed); a limit
+    equal to the agent's, which the calls ran under anyway, does not."""
+    agent = agents(1)[0]
+    changed = _with_tool(agent, **limits)
+    assert fingerprint(changed) != fingerprint(agent)
+    assert fingerprint(changed) not in fingerprints(agent)
+    assert fingerprint(agent) not in fingerprints(changed)
+    # The definitions before had no tool limits: they stay equal.
+    assert _fingerprint_v2(changed) == _fingerprint_v2(agent)
+    same = _with_tool(
+        agent, timeout_s=agent.tool_timeout_s, max_output_chars=agent.max_tool_output_chars
+    )
+    assert fingerprint(same) == fingerprint(agent)
+
+
+def test_a_run_resumed_with_a_tools_timeout_changed_does_not_resume(tmp_path: Path) -> None:
+    db, team = tmp_path / "cut.db", agents()
+    assert run_virtual(run_cut(db, team, 9, 6)) is None
+    with pytest.raises(ConfigError, match="not configured as it was"):
+        run_virtual(resume(db, [_with_tool(a, timeout_s=30.0) for a in team]))
+    result = run_virtual(resume(db, team))  # the run as it was recorded: it resumes
+    assert [s.status for s in result.sessions] == ["completed"] * 9

@@ -23,7 +23,13 @@ from agentflow.store._claims import SessionGate, Ticker
 from agentflow.store._policies import restore_keys
 from agentflow.store._protocol import Store
 from agentflow.store._recorder import LeaseKeeper, Recorder
-from agentflow.store._records import FINAL_STATUSES, RunAttempt, SessionEnded, StoredRun
+from agentflow.store._records import (
+    FINAL_STATUSES,
+    RunAttempt,
+    SessionEnded,
+    StoredRun,
+    check_name,
+)
 from agentflow.store._replay import replay_tools
 from agentflow.store._resume import agents_by_name, plan_resume, stored_result
 from agentflow.typing import Clock
@@ -86,12 +92,18 @@ class DurableRun:
         """Record a new run and its sessions, and take their leases.
 
         Raises:
-            ConfigError: ``run_id`` is already in the store, or is empty.
+            ConfigError: ``run_id`` is already in the store, or is empty; it, a session
+                id or an agent name holds a NUL (:func:`check_name`).
         """
-        await store.open()
         if run_id is not None:
             if not isinstance(run_id, str) or not run_id.strip():
                 raise ConfigError(f"run_id must be a non-empty string, got {run_id!r}")
+            check_name(run_id, "run_id")
+        for s in sessions:
+            check_name(s.session_id, f"session {s.session_id!r}: session_id")
+            check_name(s.agent.name, f"session {s.session_id!r}: its agent's name")
+        await store.open()
+        if run_id is not None:
             with contextlib.suppress(RunNotFound):
                 await store.load(run_id)
                 raise ConfigError(
@@ -124,8 +136,10 @@ class DurableRun:
 
         Raises:
             RunNotFound: no such run.
-            ConfigError: an agent is missing or differs from the one recorded.
+            ConfigError: an agent is missing or differs from the one recorded, or
+                ``run_id`` holds a NUL (:func:`check_name`).
         """
+        check_name(run_id, "run_id")
         by_name = agents_by_name(agents)  # once: ``agents`` may be an iterator
         await store.open()
         await store.flush()

@@ -22,6 +22,7 @@ from typing import Any, Literal, TypeAlias
 
 import msgspec
 
+from agentflow._errors import ConfigError
 from agentflow._metrics import TurnMetrics
 from agentflow._trace import PromptInfo, ToolCall, TurnTrace
 
@@ -40,6 +41,7 @@ __all__ = [
     "StoredTurn",
     "ToolFinished",
     "TurnFinished",
+    "check_name",
     "describe_record",
 ]
 
@@ -182,6 +184,24 @@ def describe_record(r: Record) -> str:
     key = getattr(r, "session_id", None) or getattr(r, "key", None)
     what = type(r).__name__ if key is None else f"{type(r).__name__} {key}"
     return f"{what} of run {r.run_id}"
+
+
+def check_name(value: object, what: str) -> None:
+    """Refuse ``value`` as a run id, session id or agent name in a store: it must be a
+    string without NUL. PostgreSQL's ``TEXT`` cannot hold NUL (the store would keep it as
+    U+FFFD, and a lookup by the given name would not find it) and SQLite's can: refused
+    up front, the two stores behave the same.
+
+    Raises:
+        ConfigError: it is not such a string (``what`` names it).
+    """
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a string, got {type(value).__name__}")
+    if "\x00" in value:
+        raise ConfigError(
+            f"{what} must not hold a NUL character (a run store cannot keep it as it is), "
+            f"got {value!r}"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

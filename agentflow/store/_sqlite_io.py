@@ -21,6 +21,7 @@ from agentflow.store._records import (
     StoredSession,
     StoredToolResult,
     StoredTurn,
+    check_name,
 )
 from agentflow.store._runlock import live_owner
 from agentflow.store._sqlite_write import (
@@ -68,7 +69,9 @@ def load_run(
 
 def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = None) -> StoredRun:
     """The queries of :func:`load_run`, on any DB-API-like connection whose ``execute``
-    takes ``?`` placeholders (the PostgreSQL store passes an adapter)."""
+    takes ``?`` placeholders (the PostgreSQL store passes an adapter). A ``run_id``
+    holding a NUL is a :class:`ConfigError` on either store (:func:`check_name`)."""
+    check_name(run_id, "run_id")
     picked, sel = "", tuple[str, ...]()
     if only is not None:
         picked, sel = f" AND session_id IN ({','.join('?' * len(only))})", tuple(only)

@@ -1,0 +1,107 @@
+"""A NUL in a run id, a session id or an agent name is refused up front, the same on
+both stores: PostgreSQL's TEXT cannot hold NUL, so PostgresStore kept such an id as
+U+FFFD, and a lookup by the id given (a resume, a load) did not find the run — it raised,
+where SQLiteStore, which keeps the NUL, found it."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentflow import ConfigError, Fleet, RunNotFound
+from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow.store import PostgresStore, SQLiteStore, Store
+
+from .fleets import agents, driver
+
+GUARD_S = 60.0
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
+    """A function making a new store on one database (SQLite, or PostgreSQL)."""
+    if request.param == "sqlite":
+        return lambda: SQLiteStore(tmp_path / "runs.db")
+    dsn: str = request.getfixturevalue("postgres_db")
+    return lambda: PostgresStore(dsn)
+
+
+async def _run(store: Store, sessions: list[Any], run_id: str | None) -> None:
+    transport = SimTransport(driver())
+    try:
+        fleet = Fleet(transport, max_concurrency=4, clock=loop_clock, store=store)
+        await fleet.run(sessions, run_id=run_id)
+    finally:
+        await store.aclose()
+        await transport.aclose()
+
+
+async def _runs(store: Store) -> list[str]:
+    try:
+        await store.open()
+        return [r.run_id for r in await store.runs()]
+    finally:
+        await store.aclose()
+
+
+def test_a_nul_in_a_run_id_is_refused_before_anything_is_recorded(
+    make_store: Callable[[], Store],
+) -> None:
+    team = agents()
+    with pytest.raises(ConfigError, match=r"run_id must not hold a NUL.*'r\\x00un'"):
+        run_virtual(_run(make_store(), [team[0].session("task")], "r\x00un"))
+    assert asyncio.run(_runs(make_store())) == []
+
+
+@pytest.mark.parametrize("where", ["session_id", "agent"])
+def test_a_nul_in_a_session_id_or_agent_name_is_refused_before_anything_is_recorded(
+    make_store: Callable[[], Store], where: str
+) -> None:
+    team = agents()
+    if where == "session_id":
+        bad = team[0].session("task", session_id="s\x001")
+        match = r"session 's\\x001': session_id must not hold a NUL"
+    else:
+        agent = dataclasses.replace(team[0], name="agent\x00-0")
+        bad = agent.session("task", session_id="s1")
+        match = r"session 's1': its agent's name must not hold a NUL.*'agent\\x00-0'"
+    sessions = [team[1].session("task", session_id="s0"), bad]
+    with pytest.raises(ConfigError, match=match):
+        run_virtual(_run(make_store(), sessions, "run-1"))
+    assert asyncio.run(_runs(make_store())) == []
+
+
+def test_a_run_id_with_a_nul_is_refused_by_resume_and_load(
+    make_store: Callable[[], Store],
+) -> None:
+    """What was recorded is still found by its id; an id with a NUL is a ConfigError
+    on both stores (PostgreSQL's raised a StoreError for the server's refusal of it,
+    SQLite's a RunNotFound or the run whose id held it)."""
+    team = agents()
+    run_virtual(_run(make_store(), [team[0].session("task", session_id="s0")], "run-1"))
+
+    async def main() -> None:
+        store = make_store()
+        try:
+            await store.open()
+            assert (await store.load("run-1")).run_id == "run-1"
+            with pytest.raises(RunNotFound):
+                await store.load("run-2")
+            with pytest.raises(ConfigError, match=r"run_id must not hold a NUL"):
+                await asyncio.wait_for(store.load("run-1\x00"), GUARD_S)
+            transport = SimTransport(driver())
+            try:
+                fleet = Fleet(transport, clock=loop_clock, store=store)
+                with pytest.raises(ConfigError, match=r"run_id must not hold a NUL"):
+                    await fleet.resume("run-1\x00", agents=team)
+            finally:
+                await transport.aclose()
+        finally:
+            await store.aclose()
+
+    run_virtual(main())

@@ -258,8 +258,10 @@ class PostgresStore(BatchWriter[Conn]):
             raise StoreError(f"{self._where}: a write failed: {err}") from None
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
-        conn = connect(self.dsn, self._hidden, self.connect_timeout_s, self.statement_timeout_s)
-        self._watchdog.watch(conn)  # (until the call or commit that connected is done)
+        # Watched from its first statement (until the call or commit that connected is done).
+        conn = connect(
+            self.dsn, self._hidden, self.connect_timeout_s, self.statement_timeout_s, self._watchdog
+        )
         try:
             check_pg_schema(conn, self.schema, self._where)
         except BaseException:

@@ -25,7 +25,10 @@ to act on it as attributes, never only in its message::
     ├── BudgetExceeded          a fleet-wide token or cost budget is spent; ``.budget``
     ├── StoreError              a run store cannot be opened, read or written (``agentflow.store``)
     │   ├── RunNotFound         no run with that id in the store; ``.run_id``
-    │   └── RecordsLeftOut      records a commit left out, each failing on its own; ``.lost``
+    │   ├── RecordsLeftOut      records a commit left out, each failing on its own; ``.lost``
+    │   └── StoreBacklogFull    a turn or tool result refused: as many as the store holds
+    │                           wait to be committed (its server unreachable); ``.waiting``,
+    │                           ``.limit``
     ├── WorkerError             a ``Fleet(workers=N)`` worker process ended before its
     │                           sessions did (``.worker``, ``.exitcode``), or an error
     │                           from a worker that could not be sent as itself
@@ -78,6 +81,7 @@ __all__ = [
     "RunNotFound",
     "ServerError",
     "ServerStartError",
+    "StoreBacklogFull",
     "StoreError",
     "StreamInterrupted",
     "StreamPhase",
@@ -251,6 +255,29 @@ class RecordsLeftOut(StoreError):
         super().__init__(
             f"{where}: {len(lost)} record(s) left out, each failing on its own (the rest of "
             f"their batch was committed): {named}{more}"
+        )
+
+
+class StoreBacklogFull(StoreError):
+    """A turn or tool result refused by a store's ``write``: as many as it may hold wait
+    to be committed — its server has been unreachable (or refusing them) that long.
+    Those are kept, in order, and committed once the server takes them; this record is
+    not. In a fleet, the session whose record it was fails with this error.
+
+    Attributes:
+        waiting: the turns and tool results written and not committed yet.
+        limit: how many the store may hold (``PostgresStore(max_held=...)``).
+        where: the store (its redacted DSN).
+    """
+
+    def __init__(self, waiting: int, limit: int, where: str, why: str = "") -> None:
+        self.waiting = waiting
+        self.limit = limit
+        self.where = where
+        because = f" ({why})" if why else ""
+        super().__init__(
+            f"{where}: record refused: {waiting} record(s) already wait to be committed, "
+            f"the most this store holds (max_held={limit}){because}"
         )
 
 

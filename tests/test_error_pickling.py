@@ -52,6 +52,7 @@ SAMPLES: dict[str, E.AgentflowError] = {
     "StoreError": E.StoreError("store"),
     "RunNotFound": E.RunNotFound("run-1", "runs.db"),
     "RecordsLeftOut": E.RecordsLeftOut([("turn s/1", ValueError("x"))], "runs.db"),
+    "StoreBacklogFull": E.StoreBacklogFull(5, 5, "PostgreSQL db", "the server is down"),
     "WorkerError": E.WorkerError("gone", worker=1, exitcode=-9),
     "ServerStartError": E.ServerStartError("exited", server="llama.cpp", exitcode=3),
 }

@@ -96,16 +96,18 @@ def check_settings(
     max_batch: object,
     connect_timeout_s: object,
     statement_timeout_s: object,
+    max_held: object = 1,
 ) -> None:
     """Refuse a setting that could not work (a ConfigError naming it and its value):
     numbers are finite reals; the timeouts at least 1 ms (a statement timeout under 1 ms
     would be sent as 0, which PostgreSQL reads as *no* timeout) and at most
-    :data:`MAX_TIMEOUT_S`."""
+    :data:`MAX_TIMEOUT_S`; counts are ints ≥ 1."""
     if not isinstance(schema, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", schema):
         raise ConfigError(f"PostgresStore.schema must be an SQL identifier, got {schema!r}")
     check_seconds(batch_interval_s, "PostgresStore.batch_interval_s", 0, 10)
-    if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-        raise ConfigError(f"PostgresStore.max_batch must be an int ≥ 1, got {max_batch!r}")
+    for name, count in (("max_batch", max_batch), ("max_held", max_held)):
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ConfigError(f"PostgresStore.{name} must be an int ≥ 1, got {count!r}")
     check_seconds(connect_timeout_s, "PostgresStore.connect_timeout_s", 0.001, MAX_TIMEOUT_S)
     check_seconds(statement_timeout_s, "PostgresStore.statement_timeout_s", 0.001, MAX_TIMEOUT_S)
 

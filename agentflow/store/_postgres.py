@@ -18,13 +18,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import secrets
 import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentflow._errors import RecordsLeftOut, StoreError
+from agentflow._errors import StoreError
 from agentflow._logging import get_logger
 from agentflow._redact import redact
 from agentflow._seconds import check_lease_ttl
@@ -33,10 +32,11 @@ from agentflow.store import _pg_conn
 from agentflow.store import _pg_io as io
 from agentflow.store._pg_conn import Watchdog, check_settings, connect, split_dsn
 from agentflow.store._pg_schema import check_pg_schema
+from agentflow.store._pg_writer import MAX_HELD, PgWriter
 from agentflow.store._protocol import LeaseOwner, RunSummary
-from agentflow.store._records import Record, StoredRun, describe_record
+from agentflow.store._records import StoredRun
 from agentflow.store._sqlite_io import list_runs, read_run
-from agentflow.store._writer import STOP, BatchWriter, Call
+from agentflow.store._writer import STOP, Call
 
 if TYPE_CHECKING:
     import psycopg
@@ -46,12 +46,11 @@ __all__ = ["PostgresStore"]
 _log = get_logger("agentflow.store")
 T = TypeVar("T")
 Conn = Any  # psycopg.Connection, imported lazily (the ``pg`` extra)
-_SESSION_RECORDS = ("TurnFinished", "ToolFinished", "SessionEnded")
 #: Seconds between two tries at a new connection once the store's is lost.
 RECONNECT_EVERY_S = 1.0
 
 
-class PostgresStore(BatchWriter[Conn]):
+class PostgresStore(PgWriter):
     """A run store in a PostgreSQL database (schema: ``docs/store.md``).
 
     The DSN is a libpq connection string (``postgresql://USER@HOST/DB`` or
@@ -68,6 +67,11 @@ class PostgresStore(BatchWriter[Conn]):
         max_batch: records that make the writer commit at once, interval or not.
         connect_timeout_s: how long connecting may take.
         statement_timeout_s: how long one statement may wait (locks included).
+        max_held: turns and tool results that may wait to be committed — held in
+            memory, in order, while the server cannot be reached or refuses them; once
+            that many wait, ``write`` refuses the next with
+            :class:`~agentflow.StoreBacklogFull` instead of holding more (default
+            100,000). A run's and a session's start and end are always taken.
 
     Raises:
         ConfigError: psycopg is not installed (``pip install 'agentflow[pg]'``), the DSN
@@ -83,18 +87,23 @@ class PostgresStore(BatchWriter[Conn]):
         max_batch: int = 1024,
         connect_timeout_s: float = 30.0,
         statement_timeout_s: float = 60.0,
+        max_held: int = MAX_HELD,
     ) -> None:
         #: The DSN without its password and SSL key passphrase (they live only in the
         #: connection).
         self.dsn, self._hidden = split_dsn(dsn, self)
-        check_settings(schema, batch_interval_s, max_batch, connect_timeout_s, statement_timeout_s)
+        check_settings(
+            schema, batch_interval_s, max_batch, connect_timeout_s, statement_timeout_s, max_held
+        )
         self.schema = schema
         self.batch_interval_s = batch_interval_s
         self.max_batch = max_batch
         self.connect_timeout_s = connect_timeout_s
         self.statement_timeout_s = statement_timeout_s
+        self.max_held = max_held
         self._where = redact(f"PostgreSQL {self.dsn} (schema {schema})")
         self._init_writer()
+        self._init_commits()
         # Cuts the connection of a call or commit the server no longer answers.
         self._watchdog = Watchdog(statement_timeout_s + _pg_conn.WATCHDOG_MARGIN_S, self._where)
         self._ended: concurrent.futures.Future[None] = concurrent.futures.Future()  # thread
@@ -104,17 +113,6 @@ class PostgresStore(BatchWriter[Conn]):
         # when the next reconnection may be tried.
         self._conn: Conn = None
         self._reconnect_at = 0.0
-        # Writer thread only: this store's commit marker in ``meta`` (one row, removed
-        # at close), the number of the last try at a commit, and the tries whose
-        # connection was lost before their outcome was known: (number, how many of the
-        # held batch's leading records it wrote, those it left out).
-        self._marker = f"writer:{secrets.token_hex(8)}"
-        self._seq = 0
-        self._tries: list[tuple[int, int, list[tuple[Record, Exception]]]] = []
-        #: Records committed so far (by this process).
-        self.committed = 0
-        #: Transactions committed so far (by this process).
-        self.commits = 0
 
     def __repr__(self) -> str:
         return redact(f"PostgresStore({self.dsn!r}, schema={self.schema!r})")
@@ -250,13 +248,6 @@ class PostgresStore(BatchWriter[Conn]):
 
     # --- the writer thread ------------------------------------------------------------
 
-    def _raise_error(self) -> None:
-        err = self._error
-        if isinstance(err, RecordsLeftOut):  # the records named; the others are committed
-            raise RecordsLeftOut(err.lost, err.where)
-        if err is not None:
-            raise StoreError(f"{self._where}: a write failed: {err}") from None
-
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
         # Watched from its first statement (until the call or commit that connected is done).
         conn = connect(
@@ -305,98 +296,3 @@ class PostgresStore(BatchWriter[Conn]):
             return current
         _log.warning("store.reconnected", store=self._where)
         return self._conn
-
-    def _commit(self, conn: Conn, records: list[Record], mark: tuple[int, int] | None) -> None:
-        with self._watchdog.watching(conn):
-            self._commit_watched(conn, records)
-
-    def _commit_watched(self, conn: Conn, records: list[Record]) -> None:
-        if self._pending:  # a batch held (see below) goes first: order is kept
-            records = self._pending + records
-        if not records:
-            return
-        conn = self._usable(conn)
-        lost: list[tuple[Record, Exception]] = []
-        try:
-            if self._tries and not conn.closed:
-                records = self._settle(conn, records)
-            try:
-                self._try(conn, records, lost)
-            except Exception:
-                fresh = self._usable(conn) if conn.closed else conn
-                if fresh is conn:
-                    raise
-                # Lost just now: once more at once, on the new connection — without what
-                # the lost try committed if it did (only its reply lost): writing those
-                # rows again would note each as a conflict.
-                records = self._settle(fresh, records)
-                self._try(fresh, records, lost)
-        except Exception as exc:  # the connection's, or the server's
-            # The batch, less what a lost try committed, waits for the next commit (on a
-            # new connection if this one was lost), which clears the error once it
-            # succeeds; until then flushes report it. So does a batch the server
-            # refused (a statement timeout, a read-only server after a failover).
-            self._hold(records, self._as_store_error(exc))
-            _log.error(
-                "store.write_failed", store=self._where, records=len(records), error=str(exc)
-            )
-            return
-        self._held_committed()
-        if records:
-            self._count(len(records), lost)
-
-    def _try(self, conn: Conn, records: list[Record], lost: list[tuple[Record, Exception]]) -> None:
-        """One try at committing ``records`` (with the marker of a new try number); what
-        it left out goes to ``lost``. Should the connection be lost meanwhile, the try is
-        kept in ``_tries`` until a new connection learns whether it committed."""
-        if not records:
-            return
-        self._seq += 1
-        left_out: list[tuple[Record, Exception]] = []
-        try:
-            self._write(conn, records, self._seq, left_out)
-        except Exception:
-            if conn.closed:
-                self._tries.append((self._seq, len(records), left_out))
-            raise
-        lost.extend(left_out)
-
-    def _settle(self, conn: Conn, records: list[Record]) -> list[Record]:
-        """``records`` (the batch held) without the leading ones that a try whose
-        connection was lost committed: the server may have committed it and lost only
-        its reply, and the marker its transaction set says so. That try is counted, and
-        what it left out reported, here. Every try so far is settled by this one answer:
-        their connections are gone."""
-        committed = io.marker(conn, self._marker)
-        tries, self._tries = self._tries, []
-        for seq, n, left_out in tries:
-            if seq == committed:
-                self._count(n, left_out)
-                return records[n:]
-        return records
-
-    def _count(self, n: int, lost: list[tuple[Record, Exception]]) -> None:
-        """A commit of ``n`` records happened, which left ``lost`` out."""
-        if lost:
-            self._left_out([(describe_record(r), e) for r, e in lost])
-        self.committed += n - len(lost)
-        self.commits += 1
-
-    def _write(
-        self, conn: Conn, records: list[Record], seq: int, lost: list[tuple[Record, Exception]]
-    ) -> None:
-        """Commit ``records`` and the marker of try ``seq`` (:func:`_pg_io.commit`)."""
-        io.commit(conn, records, self._owner, (self._marker, seq), lost, self._where)
-
-    def _owner(self, r: Record) -> str | None:
-        """The lease holder ``r``'s session must still have (``None``: not checked)."""
-        if type(r).__name__ in _SESSION_RECORDS:
-            return self._holders.get((r.run_id, r.session_id))  # type: ignore[union-attr]
-        return None
-
-    def _as_store_error(self, exc: BaseException) -> BaseException:
-        if isinstance(exc, StoreError):
-            return exc
-        if isinstance(exc, Exception) and type(exc).__module__.startswith("psycopg"):
-            return StoreError(f"{self._where}: {type(exc).__name__}: {exc}")
-        return exc

@@ -36,8 +36,13 @@ class Proxy:
         self._cut.set()
 
     def heal(self) -> None:
-        """Connections made from now on work (those open during the cut stay dead)."""
+        """Connections made from now on work; those open during the cut are ended, both
+        ways (shut down first: a socket closed while a thread waits in ``recv`` on it
+        stays open, and the server's end would stay idle in its transaction, its locks
+        held)."""
         for s in self._socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
             with contextlib.suppress(OSError):
                 s.close()
         self._socks.clear()

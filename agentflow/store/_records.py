@@ -188,9 +188,12 @@ def describe_record(r: Record) -> str:
 
 def check_name(value: object, what: str) -> None:
     """Refuse ``value`` as a run id, session id or agent name in a store: it must be a
-    string without NUL. PostgreSQL's ``TEXT`` cannot hold NUL (the store would keep it as
-    U+FFFD, and a lookup by the given name would not find it) and SQLite's can: refused
-    up front, the two stores behave the same.
+    string without NUL or a lone surrogate. PostgreSQL's ``TEXT`` cannot hold NUL (the
+    store would keep it as U+FFFD, and a lookup by the given name would not find it) and
+    SQLite's can: refused up front, the two stores behave the same. Neither can keep a
+    lone surrogate (text is UTF-8; a non-UTF-8 byte of a command-line argument is one):
+    refused up front, it is not a bare ``UnicodeEncodeError`` from the store, or a record
+    left out at the run's end.
 
     Raises:
         ConfigError: it is not such a string (``what`` names it).
@@ -202,6 +205,14 @@ def check_name(value: object, what: str) -> None:
             f"{what} must not hold a NUL character (a run store cannot keep it as it is), "
             f"got {value!r}"
         )
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ConfigError(
+                f"{what} must not hold a lone surrogate (U+{ord(value[e.start]):04X} at index "
+                f"{e.start}; a run store keeps UTF-8 text), got {value!r}"
+            ) from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -105,3 +105,37 @@ def test_a_run_id_with_a_nul_is_refused_by_resume_and_load(
             await store.aclose()
 
     run_virtual(main())
+
+
+@pytest.mark.parametrize("where", ["run_id", "session_id", "agent"])
+def test_a_lone_surrogate_in_an_id_is_refused_before_anything_is_recorded(
+    make_store: Callable[[], Store], where: str
+) -> None:
+    """A lone surrogate (a non-UTF-8 byte of a command-line argument decodes to one)
+    raised a bare UnicodeEncodeError from the store, or — in an agent's name — the fleet
+    ran and ended with its SessionStarted record left out (not resumable)."""
+    team = agents()
+    run_id, sessions = "run-1", [team[0].session("task", session_id="s0")]
+    if where == "run_id":
+        run_id, match = "r\udcffun", r"run_id must not hold a lone surrogate \(U\+DCFF at index 1"
+    elif where == "session_id":
+        sessions.append(team[1].session("task", session_id="s\ud8001"))
+        match = r"session_id must not hold a lone surrogate \(U\+D800"
+    else:
+        agent = dataclasses.replace(team[1], name="agent\ud800")
+        sessions.append(agent.session("task", session_id="s1"))
+        match = r"its agent's name must not hold a lone surrogate"
+    with pytest.raises(ConfigError, match=match):
+        run_virtual(_run(make_store(), sessions, run_id))
+    assert asyncio.run(_runs(make_store())) == []
+
+    async def load() -> None:
+        store = make_store()
+        try:
+            await store.open()
+            with pytest.raises(ConfigError, match="lone surrogate"):
+                await store.load("r\udcffun")
+        finally:
+            await store.aclose()
+
+    asyncio.run(load())

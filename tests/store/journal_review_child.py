@@ -67,13 +67,18 @@ async def fork(db: Path) -> None:
     # Something in the child still referring to a segment (a frame another thread left,
     # here a list) must not keep it locked: its mapping's own descriptor shares the lock.
     held = list(store._journal._segments) if store._journal is not None else []
+    ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the forked child: lives on after its parent's kill
         try:
             assert held
+            # Here the fork's hooks have run (they let go of the segments): say so, or
+            # a loaded machine lets the test open the store before they have.
+            os.write(ready_w, b"x")
             sys.stdin.read()
         finally:
             os._exit(0)
+    os.read(ready_r, 1)
     print(pid, flush=True)
     _die()
 

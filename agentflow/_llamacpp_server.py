@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._process import ChildServer, free_port
 
@@ -62,7 +63,7 @@ def check_slots(value: object, what: str) -> int:
     Raises:
         ConfigError: it is not one (the message names ``what``).
     """
-    return _int_in(value, what, 1, MAX_SLOTS)
+    return check_count(value, what, 1, MAX_SLOTS)
 
 
 def check_context(value: object, what: str) -> int:
@@ -71,7 +72,7 @@ def check_context(value: object, what: str) -> int:
     Raises:
         ConfigError: it is not one (the message names ``what``).
     """
-    return _int_in(value, what, 512, MAX_CONTEXT)
+    return check_count(value, what, 512, MAX_CONTEXT)
 
 
 def check_threads(value: object, what: str) -> int:
@@ -80,15 +81,7 @@ def check_threads(value: object, what: str) -> int:
     Raises:
         ConfigError: it is not one (the message names ``what``).
     """
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{what} must be an int ≥ 1, got {value!r}")
-    return value
-
-
-def _int_in(value: object, what: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise ConfigError(f"{what} must be an int in [{lo:,}, {hi:,}], got {value!r}")
-    return value
+    return check_count(value, what)
 
 
 @dataclass(kw_only=True)

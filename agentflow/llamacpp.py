@@ -35,6 +35,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from agentflow._base_url import check_base_url
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError, ConnectError, StreamTimeout
 from agentflow._llamacpp_server import (
     SLOT_CONTEXT,
@@ -203,8 +204,7 @@ async def oversubscription(
         ConfigError: ``concurrency`` is not an int ≥ 1, ``base_url`` is not an http(s)
             base URL (``Endpoint``'s check), or ``timeout_s`` is not > 0.
     """
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ConfigError(f"oversubscription: concurrency must be an int ≥ 1, got {concurrency!r}")
+    check_count(concurrency, "oversubscription: concurrency")
     check_base_url(base_url, "oversubscription: base_url")
     try:
         slots = await server_slots(base_url, api_key=api_key, timeout_s=timeout_s)

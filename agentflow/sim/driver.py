@@ -41,6 +41,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from agentflow._counts import check_count
 from agentflow.sim.api import ChatParams, parse_chat_body, parse_request_id
 from agentflow.sim.driver_loop import _DriverLoop
 from agentflow.sim.engine import Engine
@@ -100,10 +101,8 @@ class EngineDriver(_DriverLoop):
     ) -> None:
         if not (time_scale > 0 and math.isfinite(time_scale)):
             raise ValueError(f"time_scale must be a finite number > 0, got {time_scale!r}")
-        if tokens_per_chunk < 1:
-            raise ValueError(f"tokens_per_chunk must be ≥ 1, got {tokens_per_chunk!r}")
-        if keep_records < 0:
-            raise ValueError(f"keep_records must be ≥ 0, got {keep_records!r}")
+        check_count(tokens_per_chunk, "tokens_per_chunk")
+        check_count(keep_records, "keep_records", 0)
         if resync_s < 0:
             raise ValueError(f"resync_s must be ≥ 0, got {resync_s!r}")
         if max_batch_s < 0:

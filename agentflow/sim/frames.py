@@ -38,6 +38,7 @@ from typing import Any
 
 import msgspec
 
+from agentflow._counts import check_count
 from agentflow.sim.plan import OutputPlan
 from agentflow.sim.records import RequestRecord
 
@@ -123,8 +124,7 @@ class ChunkEncoder:
         include_usage: bool = False,
         tokens_per_chunk: int = 1,
     ) -> None:
-        if tokens_per_chunk < 1:
-            raise ValueError(f"tokens_per_chunk must be ≥ 1, got {tokens_per_chunk}")
+        check_count(tokens_per_chunk, "tokens_per_chunk")
         self.request_id = request_id
         self.stream = stream
         self.include_usage = include_usage

@@ -30,6 +30,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Sequence
 
+from agentflow._counts import check_count
+
 __all__ = ["ANON", "BlockManager", "extend_block_hashes"]
 
 #: A held block that carries no prefix-cache key (partial, or a duplicate of a cached one).
@@ -82,8 +84,8 @@ class BlockManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, *, enable_caching: bool = True) -> None:
-        if num_blocks < 1 or block_size < 1:
-            raise ValueError("num_blocks and block_size must be ≥ 1")
+        check_count(num_blocks, "num_blocks")
+        check_count(block_size, "block_size")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_caching = enable_caching

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow.planner import KVPlan, get_deployment, plan
 
@@ -87,9 +88,7 @@ class Profile:
             "max_model_len",
             "max_num_batched_tokens",
         ):
-            value = getattr(self, fname)
-            if not isinstance(value, int) or value < 1:
-                raise self._bad(f"{fname} must be an int ≥ 1, got {value!r}")
+            check_count(getattr(self, fname), f"profile {self.name!r}: {fname}")
         if self.kv_capacity_tokens // self.block_size * self.block_size < self.max_model_len:
             raise self._bad(
                 f"the KV cache ({self.kv_capacity_tokens} tokens) cannot "
@@ -105,8 +104,9 @@ class Profile:
                 raise self._bad(
                     f"{fname} must be a finite number ≥ 0 (a per-unit step cost), got {value!r}"
                 )
-        if not (self.calibration_context_tokens >= 0):
-            raise self._bad("calibration_context_tokens must be an int ≥ 0")
+        check_count(
+            self.calibration_context_tokens, f"profile {self.name!r}: calibration_context_tokens", 0
+        )
         if not (self.decode_base_s > 0):
             raise self._bad(
                 f"per-sequence and context costs exceed the single-agent "

@@ -31,6 +31,8 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from agentflow._counts import check_count
+
 __all__ = ["SESSION_HEADER", "SessionRounds", "round_keys"]
 
 #: The request header that names a conversation (what agentflow's router sends).
@@ -70,16 +72,15 @@ class SessionRounds:
             from memory (the visible count still applies).
 
     Raises:
-        ValueError: a limit below 0 (``max_sessions``) or 1 (``max_rounds``).
+        ConfigError: a limit that is no int, or below 0 (``max_sessions``) or 1
+            (``max_rounds``) (a ``ValueError`` too).
     """
 
     __slots__ = ("_sessions", "max_rounds", "max_sessions")
 
     def __init__(self, max_sessions: int = 10_000, *, max_rounds: int = 1024) -> None:
-        if max_sessions < 0:
-            raise ValueError(f"max_sessions must be ≥ 0, got {max_sessions}")
-        if max_rounds < 1:
-            raise ValueError(f"max_rounds must be ≥ 1, got {max_rounds}")
+        check_count(max_sessions, "max_sessions", 0)
+        check_count(max_rounds, "max_rounds")
         self.max_sessions = max_sessions
         self.max_rounds = max_rounds
         self._sessions: OrderedDict[str, set[str]] = OrderedDict()

@@ -32,6 +32,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agentflow._counts import check_count
 from agentflow.sim.arguments import SchemaError, generate_value
 from agentflow.sim.errors import RequestRejected
 from agentflow.sim.plan import OutputPlan, PlannedToolCall
@@ -84,10 +85,8 @@ class TextGenConfig:
     sessions: int = 10_000
 
     def __post_init__(self) -> None:
-        if self.tool_rounds < 0:
-            raise ValueError("tool_rounds must be ≥ 0")
-        if self.sessions < 0:
-            raise ValueError("sessions must be ≥ 0")
+        check_count(self.tool_rounds, "TextGenConfig.tool_rounds", 0)
+        check_count(self.sessions, "TextGenConfig.sessions", 0)
         for fname in ("answer_tokens", "tool_calls_per_turn"):
             lo, hi = getattr(self, fname)
             if not 0 < lo <= hi:

@@ -198,5 +198,5 @@ def test_the_cli_sets_the_header_and_the_memory() -> None:
     server = server_from_args(p.parse_args(["sim", "--session-header", "", "--sessions", "5"]))
     assert server.session_header is None
     assert server.engine.textgen.sessions.max_sessions == 5
-    with pytest.raises(ConfigError, match="sessions must be ≥ 0"):
+    with pytest.raises(ConfigError, match=r"TextGenConfig.sessions must be an int ≥ 0, got -1"):
         server_from_args(p.parse_args(["sim", "--sessions", "-1"]))

@@ -1,0 +1,29 @@
+"""Counts a user gives — slots, threads, tokens per chunk, a fleet's concurrency — checked
+alike: :func:`check_count`, an int (never a bool) in a range, the error naming the field
+and the value. The sibling of :mod:`agentflow._seconds`; it imports only the exception, so
+that the simulator (a server, :mod:`agentflow.sim`) can share it with the client side."""
+
+from __future__ import annotations
+
+from agentflow._errors import ConfigError
+
+__all__ = ["check_count"]
+
+
+def check_count(value: object, name: str, low: int = 1, high: int | None = None) -> int:
+    """``value``, if it is an int (not a bool) in [low, high] — at least ``low`` when
+    ``high`` is ``None``.
+
+    Raises:
+        ConfigError: ``{name} must be an int ≥ {low}, got {value!r}`` (``an int in
+            [low, high]`` when there is a ``high``).
+    """
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < low
+        or (high is not None and value > high)
+    ):
+        need = f"an int ≥ {low:,}" if high is None else f"an int in [{low:,}, {high:,}]"
+        raise ConfigError(f"{name} must be {need}, got {value!r}")
+    return value

@@ -221,17 +221,11 @@ def server_from_args(args: argparse.Namespace) -> SimServer:
     textgen_kw: dict[str, Any] = {"tool_rounds": args.tool_rounds, "sessions": args.sessions}
     profile = _profile(args)
     if args.answer_tokens is not None:
-        # No answer outlives the window; a MAX beyond it is a slip (a digit too many).
-        lo, hi = args.answer_tokens
-        if hi > profile.max_model_len:
-            raise ConfigError(
-                f"--answer-tokens {lo if lo == hi else f'{lo}:{hi}'}: more than the "
-                f"profile's window (max_model_len {profile.max_model_len}), which no answer "
-                "can exceed"
-            )
         textgen_kw["answer_tokens"] = args.answer_tokens
     try:
         textgen = TextGenConfig(**textgen_kw)
+        # The engine's own check, in the flag's name.
+        textgen.check_window(profile.max_model_len, "--answer-tokens")
         faults = FaultConfig(
             **{kind: getattr(args, f"fault_{kind}") for kind in _FAULT_FLAGS},
             retry_after_s=args.retry_after,

@@ -57,7 +57,9 @@ class Engine(_Scheduler):
     Args:
         profile: a :class:`Profile` or a registry name.
         seed: fixes every output (with each request's prompt).
-        textgen: how the model behaves (tool rounds, answer lengths).
+        textgen: how the model behaves (tool rounds, answer lengths); its longest answer
+            at most the profile's ``max_model_len`` (:meth:`TextGenConfig.check_window`).
+            The default (up to 256 tokens) is not checked: a small window cuts it, as any.
         enable_prefix_caching: reuse cached blocks across requests (on, as in vLLM v1).
         start_s: the engine clock's starting value.
 
@@ -68,6 +70,9 @@ class Engine(_Scheduler):
         while engine.has_work:
             step = engine.step()          # sleep step.duration_s here in real time
             for r in step.emitted: ...    # engine.record(r).token_times_s[-1] == step.end_s
+
+    Raises:
+        ConfigError: ``textgen.answer_tokens`` allows answers longer than the window.
     """
 
     def __init__(
@@ -83,6 +88,7 @@ class Engine(_Scheduler):
         self.seed = seed
         self.tokenizer = Tokenizer()
         self.textgen = TextGenerator(self.tokenizer, seed=seed, config=textgen)
+        self.textgen.config.check_window(self.profile.max_model_len)
         self.kv = BlockManager(
             self.profile.num_blocks, self.profile.block_size, enable_caching=enable_prefix_caching
         )

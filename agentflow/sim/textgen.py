@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agentflow._counts import check_count
+from agentflow._errors import ConfigError
 from agentflow.sim.arguments import SchemaError, generate_value
 from agentflow.sim.errors import RequestRejected
 from agentflow.sim.plan import OutputPlan, PlannedToolCall
@@ -60,6 +61,8 @@ since also only then than just still even most many much few
 
 #: The default vocabulary of final answers.
 DEFAULT_WORDS: tuple[str, ...] = tuple(_WORDS_TEXT.split())
+#: The default ``(min, max)`` tokens of a final answer.
+_ANSWER_TOKENS = (32, 256)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -70,7 +73,8 @@ class TextGenConfig:
         tool_rounds: tool-calling turns a conversation gets before the final answer
             (counted as assistant messages with ``tool_calls`` in the request, and, for
             a request with a session id, in that session's earlier requests).
-        answer_tokens: ``(min, max)`` tokens of a final answer before its end token.
+        answer_tokens: ``(min, max)`` tokens of a final answer before its end token; the
+            max at most the window of the engine it runs on (:meth:`check_window`).
         tool_calls_per_turn: ``(min, max)`` calls in a tool-calling turn (1 when the
             request sets ``parallel_tool_calls: false``).
         words: the vocabulary of answers.
@@ -79,7 +83,7 @@ class TextGenConfig:
     """
 
     tool_rounds: int = 3
-    answer_tokens: tuple[int, int] = (32, 256)
+    answer_tokens: tuple[int, int] = _ANSWER_TOKENS
     tool_calls_per_turn: tuple[int, int] = (1, 1)
     words: tuple[str, ...] = DEFAULT_WORDS
     sessions: int = 10_000
@@ -88,11 +92,39 @@ class TextGenConfig:
         check_count(self.tool_rounds, "TextGenConfig.tool_rounds", 0)
         check_count(self.sessions, "TextGenConfig.sessions", 0)
         for fname in ("answer_tokens", "tool_calls_per_turn"):
-            lo, hi = getattr(self, fname)
-            if not 0 < lo <= hi:
-                raise ValueError(f"{fname} must be (min, max) with 0 < min ≤ max")
+            pair = _range(getattr(self, fname), f"TextGenConfig.{fname}")
+            object.__setattr__(self, fname, pair)  # a list given becomes the tuple it names
         if not self.words:
             raise ValueError("words must not be empty")
+
+    def check_window(self, max_model_len: int, name: str = "TextGenConfig.answer_tokens") -> None:
+        """Refuse an ``answer_tokens`` max beyond a model's window: no answer can be longer
+        than ``max_model_len``, so a larger max is a slip (a digit too many) — but not the
+        default's, which a small window cuts as it cuts any answer. The engine checks its
+        configuration so; ``agentflow sim`` names its flag (``name``).
+
+        Raises:
+            ConfigError: naming ``name`` and the max.
+        """
+        hi = self.answer_tokens[1]
+        if hi > max_model_len and self.answer_tokens != _ANSWER_TOKENS:
+            raise ConfigError(
+                f"{name} max {hi}: more than the profile's window (max_model_len "
+                f"{max_model_len}), which no answer can exceed"
+            )
+
+
+def _range(value: object, name: str) -> tuple[int, int]:
+    """``value`` as ``(min, max)``: two ints (no bools) with 0 < min ≤ max.
+
+    Raises:
+        ConfigError: naming ``name`` and the value.
+    """
+    if isinstance(value, tuple | list) and len(value) == 2:
+        lo, hi = value
+        if all(isinstance(v, int) and not isinstance(v, bool) for v in value) and 0 < lo <= hi:
+            return lo, hi
+    raise ConfigError(f"{name} must be (min, max), ints with 0 < min ≤ max, got {value!r}")
 
 
 def count_tool_rounds(messages: Sequence[Mapping[str, Any]]) -> int:

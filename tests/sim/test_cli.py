@@ -71,7 +71,11 @@ def test_parser_defaults_and_server_config() -> None:
         (["--profile-set", "prefill_per_ctx_token_s=inf"], "prefill_per_ctx_token_s must be"),
         (["--profile-set", "per_agent_tps=nan"], "per_agent_tps must be a finite number"),
         (["--profile-set", "decode_per_seq_s=nan"], "decode_per_seq_s must be a finite"),
-        (["--answer-tokens", "99999999999"], r"--answer-tokens .*max_model_len \d+"),
+        (
+            ["--answer-tokens", "99999999999"],
+            r"^--answer-tokens max 99999999999: more than the profile's window \(max_model_len "
+            r"2048\), which no answer can exceed$",
+        ),
         (["--answer-tokens", "8:9000", "--profile-set", "max_model_len=4096"], "4096"),
     ],
 )
@@ -90,6 +94,24 @@ def test_an_infinite_step_cost_exits_2_before_serving() -> None:
     assert done.returncode == 2 and done.stdout == ""
     assert "prefill_per_ctx_token_s must be a finite number ≥ 0" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+def test_a_small_window_without_answer_tokens_serves() -> None:
+    """The default answers (up to 256 tokens) are no slip on a 128-token window: cut there."""
+    server = server_from_args(parse("--profile-set", "max_model_len=128"))
+    assert server.engine.profile.max_model_len == 128
+
+
+def test_answer_tokens_beyond_the_window_exit_2_in_one_line() -> None:
+    cmd = [sys.executable, "-m", "agentflow.sim", "--port", "0", "--answer-tokens", "1:99999"]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=GUARD_S, **dies_with_parent()
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "python -m agentflow.sim: error: --answer-tokens max 99999: more than the profile's "
+        "window (max_model_len 2048), which no answer can exceed"
+    ]
 
 
 def test_bad_flag_values_are_argparse_errors(capsys: pytest.CaptureFixture[str]) -> None:

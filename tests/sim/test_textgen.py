@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import random
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agentflow import ConfigError
 from agentflow.sim import (
     Engine,
     TextGenConfig,
@@ -19,6 +21,7 @@ from agentflow.sim import (
     Tokenizer,
     count_tool_rounds,
     generate_value,
+    get_profile,
 )
 from agentflow.sim.tokenizer import IM_END
 
@@ -285,7 +288,10 @@ def test_an_answer_is_made_only_as_far_as_max_tokens_cuts_it() -> None:
     """``agentflow sim --answer-tokens 99999999999`` and a request with ``max_tokens`` 5:
     the plan was the whole answer — billions of words, the event loop blocked, GBs of
     memory — before ``max_tokens`` cut it. The plan now ends not long after the cut."""
-    engine = Engine("cpu-tiny", seed=1, textgen=TextGenConfig(answer_tokens=(10**6, 10**6)))
+    window = dataclasses.replace(
+        get_profile("cpu-tiny"), kv_capacity_tokens=2 * 10**6, max_model_len=10**6
+    )  # an answer as long as the window: allowed, and only as much made as max_tokens cuts
+    engine = Engine(window, seed=1, textgen=TextGenConfig(answer_tokens=(10**6, 10**6)))
     rid = engine.add_chat([{"role": "user", "content": "hi"}], max_tokens=5)
     plan = engine.record(rid).plan
     assert plan is not None and 5 < len(plan) < 1000
@@ -309,3 +315,42 @@ def test_a_cut_short_answer_sends_what_the_whole_answer_would(
         assert (len(cut) > max_tokens) == (len(whole) > max_tokens)
         if len(whole) <= max_tokens:
             assert cut == whole
+
+
+def test_answer_tokens_beyond_the_window_are_refused_by_the_api_too() -> None:
+    """`agentflow sim --answer-tokens` refused a max beyond the window, but
+    SimServer/Engine(textgen=TextGenConfig(answer_tokens=(1, 10**9))) took it: the check
+    was the CLI's. It is the config's now, run by the engine (the CLI's names its flag)."""
+    from agentflow.sim import SimServer
+
+    huge = TextGenConfig(answer_tokens=(1, 10**9))
+    words = r"^TextGenConfig\.answer_tokens max 1000000000: more than the profile's window "
+    for make in (lambda: Engine("cpu-tiny", textgen=huge), lambda: SimServer(textgen=huge)):
+        with pytest.raises(ConfigError, match=words + r"\(max_model_len 2048\)"):
+            make()
+    Engine("cpu-tiny", textgen=TextGenConfig(answer_tokens=(2048, 2048)))  # the window: fine
+    small = dataclasses.replace(get_profile("cpu-tiny"), max_model_len=128)
+    for textgen in (None, TextGenConfig(tool_rounds=1)):  # agentflow sim always passes one
+        Engine(small, textgen=textgen)  # the default answers (≤ 256 tokens): nobody's slip
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("answer_tokens", (0, 5)),
+        ("answer_tokens", (5, 2)),
+        ("answer_tokens", (1.5, 3)),
+        ("answer_tokens", (True, 3)),
+        ("answer_tokens", "ab"),
+        ("answer_tokens", (1, 2, 3)),
+        ("tool_calls_per_turn", (1, None)),
+    ],
+)
+def test_a_range_that_is_no_pair_of_ints_is_named_with_its_value(field: str, value: Any) -> None:
+    with pytest.raises(ConfigError) as caught:
+        TextGenConfig(**{field: value})
+    assert str(caught.value) == (
+        f"TextGenConfig.{field} must be (min, max), ints with 0 < min ≤ max, got {value!r}"
+    )
+    pair: Any = [2, 4]  # a list (JSON has no tuples) is taken as its tuple
+    assert getattr(TextGenConfig(**{field: pair}), field) == (2, 4)

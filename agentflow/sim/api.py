@@ -25,6 +25,7 @@ import msgspec
 
 from agentflow.sim.answers import error_body, models_document, record_json
 from agentflow.sim.errors import RequestRejected
+from agentflow.sim.nesting import MAX_NESTING, check_nesting
 
 __all__ = [
     "MAX_NESTING",
@@ -114,33 +115,8 @@ def _bad(message: str, param: str | None = None) -> RequestRejected:
     return RequestRejected(message, status=400, param=param)
 
 
-#: The most levels of arrays and objects ``messages`` and ``tools`` may nest (the list
-#: itself is the first): far beyond any real schema or message, and far below the
-#: recursion limit of the chat template's ``json.dumps``.
-MAX_NESTING = 64
-
-
 def _too_deep_json() -> RequestRejected:
     return _bad("Invalid JSON body: JSON nested too deep.")
-
-
-def _check_nesting(value: Any, field: str) -> None:
-    """A 400 naming ``field`` if ``value`` nests more than :data:`MAX_NESTING` levels."""
-    stack = [(value, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, Mapping):
-            children: Any = node.values()
-        elif isinstance(node, list | tuple):
-            children = node
-        else:
-            continue
-        if depth > MAX_NESTING:
-            raise _bad(
-                f"{field} is nested too deep: at most {MAX_NESTING} levels of arrays and objects.",
-                field,
-            )
-        stack.extend((child, depth + 1) for child in children)
 
 
 def _rejected(exc: msgspec.ValidationError) -> RequestRejected:
@@ -197,8 +173,8 @@ def _check(body: ChatBody) -> ChatParams:
     messages = body.messages
     if not messages:
         raise _bad("messages must be a non-empty list of message objects.", "messages")
-    _check_nesting(messages, "messages")
-    _check_nesting(body.tools, "tools")
+    check_nesting(messages, "messages")
+    check_nesting(body.tools, "tools")
     _check_messages(messages)
     n = body.n
     if n is not None and n != 1:
@@ -326,8 +302,8 @@ def decode_tokenize_body(raw: bytes) -> TokenizeBody:
         raise _bad(f"Invalid JSON body: {exc}") from None
     except RecursionError:
         raise _too_deep_json() from None
-    _check_nesting(body.messages, "messages")
-    _check_nesting(body.tools, "tools")
+    check_nesting(body.messages, "messages")
+    check_nesting(body.tools, "tools")
     if body.messages is not None:
         _check_messages(body.messages)
     elif body.prompt is None:

@@ -5,7 +5,8 @@ a list), ``enum``, ``const``, ``properties``/``required`` (optional properties a
 included at random), ``items``/``prefixItems``/``minItems``/``maxItems``/
 ``uniqueItems``, numeric bounds (``minimum``, ``maximum``, the exclusive forms,
 ``multipleOf``), ``minLength``/``maxLength``, common string ``format`` values, a
-``pattern`` when one of a few simple candidates matches it, ``anyOf``/``oneOf``/
+``pattern`` (a string generated from it, never by running it: :mod:`agentflow.sim.pattern`;
+one with lookarounds or ``\\b`` is ignored), ``anyOf``/``oneOf``/
 ``allOf``, and local ``$ref`` into ``$defs``/``definitions``. Never adds properties
 the schema does not name. Deterministic for a given :class:`random.Random` state.
 
@@ -19,9 +20,10 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections.abc import Mapping
 from typing import Any
+
+from agentflow.sim.pattern import PatternError, pattern_string
 
 __all__ = ["MAX_ARGUMENT_SIZE", "SchemaError", "generate_value"]
 
@@ -249,23 +251,19 @@ class _Gen:
                 return candidate
         pattern = schema.get("pattern")
         if isinstance(pattern, str):
-            for cand in self._pattern_candidates(lo, hi):
-                if re.search(pattern, cand):
-                    return cand
+            most = hi if "maxLength" in schema else None
+            try:
+                text = pattern_string(pattern, self.rng, lo, most)
+            except PatternError as exc:
+                raise SchemaError(str(exc)) from None
+            if text is not None:
+                return text
         words = [self.rng.choice(_WORDS) for _ in range(self.rng.randint(1, 3))]
         size = sum(map(len, words)) + len(words) - 1
         while size < lo:  # a list joined once: growing a str by += is quadratic
             words.append(self.rng.choice(_WORDS))
             size += 1 + len(words[-1])
         return "_".join(words)[:hi]
-
-    def _pattern_candidates(self, lo: int, hi: int) -> list[str]:
-        out = []
-        for n in range(max(lo, 1), max(lo, min(hi, 16)) + 1):
-            letters = "".join(self.rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n))
-            digits = "".join(self.rng.choice("0123456789") for _ in range(n))
-            out += [letters, digits, letters.upper(), letters[: n // 2] + digits[: n - n // 2]]
-        return out
 
     def _array(self, schema: Mapping[str, Any], depth: int) -> list[Any]:
         prefix = list(schema.get("prefixItems") or ())

@@ -7,8 +7,9 @@ from __future__ import annotations
 import sqlite3
 
 from agentflow._errors import StoreError
+from agentflow.store._sqlite_write import rollback
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "check_schema", "refuse_other_version"]
+__all__ = ["SCHEMA", "SCHEMA_VERSION", "TABLES", "check_schema", "refuse_other_version"]
 
 #: Bumped whenever a table or column changes meaning; a store of another version is
 #: refused with a :class:`StoreError` rather than misread.
@@ -117,36 +118,93 @@ CREATE TABLE IF NOT EXISTS conflicts (
 """
 
 
-def refuse_other_version(conn: sqlite3.Connection, where: str) -> None:
-    """Refuse a store of another schema version before anything is written to it (a
-    store of a newer agentflow must not get this version's tables, nor be put in WAL
-    mode, by a command that then refuses it). Reads only: a new store passes."""
-    has_meta = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
-    ).fetchone()
-    if has_meta is None:
-        return
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is not None and row[0] != str(SCHEMA_VERSION):
-        raise StoreError(
-            f"{where}: store schema version {row[0]}, this agentflow reads version {SCHEMA_VERSION}"
+#: The tables of :data:`SCHEMA`: a database holding nothing else (and no schema version
+#: yet) is a store whose making was cut short, not another application's.
+TABLES = frozenset(
+    line.split()[5] for line in SCHEMA.splitlines() if line.startswith("CREATE TABLE")
+)
+
+
+def _statements(script: str) -> list[str]:
+    out, lines = [], list[str]()
+    for line in script.splitlines(keepends=True):
+        lines.append(line)
+        if sqlite3.complete_statement("".join(lines)):
+            out.append("".join(lines))
+            lines.clear()
+    return out
+
+
+#: :data:`SCHEMA` one statement at a time (``executescript`` would commit the
+#: transaction they are made in).
+_STATEMENTS = _statements(SCHEMA)
+
+
+def refuse_other_version(conn: sqlite3.Connection, where: str) -> bool:
+    """Refuse a database this agentflow must not open, before anything is written to it:
+    a store of another schema version (a store of a newer agentflow must not get this
+    version's tables, nor be put in WAL mode, by a command that then refuses it), and a
+    database that is not an agentflow store at all (another application's: it must not
+    get agentflow's tables). Reads only.
+
+    Returns:
+        whether the database is new: empty, or holding only agentflow's tables and no
+        schema version yet (its making was cut short) — :func:`check_schema` makes it.
+
+    Raises:
+        StoreError: another schema version, or not an agentflow store.
+    """
+    names = {
+        name
+        for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'"
         )
+    }
+    if not names:
+        return True
+    if "meta" in names:
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.OperationalError:  # another application's table named meta
+            row = None
+        if row is not None:
+            _same_version(row[0], where)
+            return False
+    if names <= TABLES:
+        return True
+    raise StoreError(
+        f"{where}: not an agentflow store (it holds {', '.join(sorted(names)[:5])}"
+        f"{', ...' if len(names) > 5 else ''} and no agentflow schema version)"
+    )
 
 
-def check_schema(conn: sqlite3.Connection, where: str) -> None:
-    """Create the tables in a new store; refuse a store of another schema version (see
-    :func:`refuse_other_version`, which the opener runs first, before writing)."""
-    refuse_other_version(conn, where)
-    conn.executescript(SCHEMA)
-    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row is None:  # a new store (another opener may be making it too: the first wins)
+def check_schema(conn: sqlite3.Connection, where: str, *, new: bool) -> None:
+    """Make the tables of a new store (``new``, as :func:`refuse_other_version` found it,
+    which the opener runs first, before writing) in one transaction with its schema
+    version, so that another opener sees either no store or a whole one; add any table
+    an existing store of this version lacks."""
+    if not new:
+        conn.executescript(SCHEMA)  # (IF NOT EXISTS: nothing, for a whole store)
+        return
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for statement in _STATEMENTS:
+            conn.execute(statement)
+        # (Another opener may have made it meanwhile: the first wins.)
         conn.execute(
             "INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)",
             (str(SCHEMA_VERSION),),
         )
-        conn.commit()
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    if row[0] != str(SCHEMA_VERSION):
+        (value,) = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        conn.execute("COMMIT")
+    except BaseException:
+        rollback(conn)
+        raise
+    _same_version(value, where)
+
+
+def _same_version(value: str, where: str) -> None:
+    if value != str(SCHEMA_VERSION):
         raise StoreError(
-            f"{where}: store schema version {row[0]}, this agentflow reads version {SCHEMA_VERSION}"
+            f"{where}: store schema version {value}, this agentflow reads version {SCHEMA_VERSION}"
         )

@@ -146,8 +146,9 @@ class SQLiteStore(JournaledWriter):
         """Create the file (``0600``) and its tables, or open them; start the writer.
 
         Raises:
-            StoreError: the file cannot be created or opened, is not a store, or holds
-                another schema version.
+            StoreError: the file cannot be created or opened, is not an agentflow store
+                (a database with other tables and no agentflow schema version: it is left
+                as it was), or holds another schema version.
         """
         self._start()
         await self._call(lambda conn: None)
@@ -299,12 +300,13 @@ class SQLiteStore(JournaledWriter):
             # system calls per page — ~7% less of the writer's CPU on the demo
             # (``docs/store-cost.md``). A no-op on a file that has pages already.
             conn.execute(f"PRAGMA page_size={PAGE_SIZE}")
-            refuse_other_version(conn, str(self.path))  # before anything is written
+            # Before anything is written: another version's store, or another
+            # application's database, is left as it was (no WAL mode, no tables).
+            made = refuse_other_version(conn, str(self.path))
             _wal(conn, self.busy_timeout_s)
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
-            made = conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None
-            check_schema(conn, str(self.path))
+            check_schema(conn, str(self.path), new=made)
             self._db_id = _journal_ingest.database_id(conn)
             self._journal_header = header(self._db_id)
             # What a killed writer's journal holds goes in before anything is read (not

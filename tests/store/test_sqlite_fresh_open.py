@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentflow.store._schema import SCHEMA_VERSION, check_schema
+from agentflow.store._schema import SCHEMA_VERSION, check_schema, refuse_other_version
 
 from ..wait import GUARD_S
 
@@ -52,37 +52,44 @@ def test_stores_opening_a_new_database_at_once_all_open_it(tmp_path: Path) -> No
         assert [p.returncode for p in procs] == [0] * 4, errors
 
 
-class _Interleaved:
-    """A connection on which another opener writes the schema version right after this
-    one found none (the window two openers of a new file share)."""
-
-    def __init__(self, conn: sqlite3.Connection, other: sqlite3.Connection) -> None:
-        self.conn, self.other = conn, other
-        self.reads = 0
-
-    def executescript(self, sql: str) -> Any:
-        return self.conn.executescript(sql)
-
-    def commit(self) -> None:
-        self.conn.commit()
-
-    def execute(self, sql: str, *args: Any) -> Any:
-        cur = self.conn.execute(sql, *args)
-        if sql.startswith("SELECT value FROM meta"):
-            self.reads += 1
-            if self.reads == 1:
-                check_schema(self.other, "other")  # the other opener, now
-        return cur
-
-
-def test_two_openers_writing_the_schema_version_at_once_both_open(tmp_path: Path) -> None:
+def test_two_openers_making_one_new_store_at_once_both_open(tmp_path: Path) -> None:
     db = tmp_path / "race.db"
     mine = sqlite3.connect(db, isolation_level=None)
     other = sqlite3.connect(db, isolation_level=None)
-    conn = _Interleaved(mine, other)
-    check_schema(conn, str(db))  # type: ignore[arg-type]
-    assert conn.reads == 2  # it found none, then the other's
+    assert refuse_other_version(mine, str(db)) is True  # both found it new ...
+    assert refuse_other_version(other, str(db)) is True
+    check_schema(other, "other", new=True)  # ... the other made it first
+    check_schema(mine, str(db), new=True)
     rows = mine.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchall()
     assert rows == [(str(SCHEMA_VERSION),)]
+    assert refuse_other_version(mine, str(db)) is False  # a store now
     mine.close()
     other.close()
+
+
+def test_a_store_being_made_is_seen_whole_or_not_at_all(tmp_path: Path) -> None:
+    """The tables and the schema version are made in one transaction: an opener never
+    finds agentflow's tables without the version (which, for a file holding other
+    tables too, would make it another application's database)."""
+    db = tmp_path / "half.db"
+    maker = sqlite3.connect(db, isolation_level=None)
+    maker.execute("PRAGMA journal_mode=WAL")
+    reader = sqlite3.connect(db, isolation_level=None)
+    real = maker.execute
+    seen: list[list[str]] = []
+
+    class Watched:
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql.startswith("INSERT OR IGNORE INTO meta"):  # the tables are made
+                rows = reader.execute("SELECT name FROM sqlite_master").fetchall()
+                seen.append([r[0] for r in rows])
+            return real(sql, *args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(maker, name)
+
+    check_schema(Watched(), str(db), new=True)  # type: ignore[arg-type]
+    assert seen == [[]]
+    assert refuse_other_version(reader, str(db)) is False
+    maker.close()
+    reader.close()

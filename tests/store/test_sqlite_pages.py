@@ -32,7 +32,9 @@ def test_an_existing_file_keeps_its_page_size_and_records_a_run(tmp_path: Path) 
     db = tmp_path / "old.db"
     conn = sqlite3.connect(db)
     conn.execute("PRAGMA page_size=4096")
-    conn.execute("CREATE TABLE before (x)")  # the file now has pages of 4 KiB
+    # The file now has pages of 4 KiB (a table of agentflow's: another application's
+    # database is refused, tests/store/test_other_stores_untouched.py).
+    conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
     conn.commit()
     conn.close()
     result = run_virtual(run_cut(db, agents(), 6, None))

@@ -8,10 +8,10 @@ import os
 import socket
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentflow._errors import RunNotFound
+from agentflow._errors import RunNotFound, StoreError
 from agentflow.store._codec import decode_json, decode_prompt, decode_trace
 from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import (
@@ -81,6 +81,7 @@ def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = No
     if row is None:
         raise RunNotFound(run_id, where)
     status, config = row
+    run_config = _read(where, run_id, "", ("runs.config", decode_json, config))
     attempts = [
         RunAttempt(
             attempt=a, wall_ns=w, clock_ns=c, ended_wall_ns=e, status=s, retries=n, wall_s=ws
@@ -91,24 +92,26 @@ def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = No
             (run_id,),
         )
     ]
-    agents = {
-        name: AgentInfo(name=name, fingerprint=fp, instructions=text, config=decode_json(cfg))
-        for name, fp, text, cfg in conn.execute(
-            "SELECT a.name, a.fingerprint, t.text, a.config FROM agents a "
-            "JOIN texts t ON t.hash = a.instructions_hash WHERE a.run_id=?",
-            (run_id,),
-        )
-    }
+    agents: dict[str, AgentInfo] = {}
+    for name, fp, text, cfg in conn.execute(
+        "SELECT a.name, a.fingerprint, t.text, a.config FROM agents a "
+        "JOIN texts t ON t.hash = a.instructions_hash WHERE a.run_id=?",
+        (run_id,),
+    ):
+        cfg_v = _read(where, run_id, f", agent {name!r}", ("agents.config", decode_json, cfg))
+        agents[name] = AgentInfo(name=name, fingerprint=fp, instructions=text, config=cfg_v)
     sessions: dict[str, StoredSession] = {}
     for sid, pos, agent, fp, task, meta, st, final, err, sticky in conn.execute(
         "SELECT session_id, position, agent, fingerprint, task, metadata, status, final_output,"
         f" error, sticky_replica FROM sessions WHERE run_id=?{picked} ORDER BY position",
         (run_id, *sel),
     ):
+        task_v, meta_v = _read(where, run_id, f", session {sid!r}",
+                               ("sessions.task", decode_json, task),
+                               ("sessions.metadata", decode_json, meta))  # fmt: skip
         sessions[sid] = StoredSession(
-            session_id=sid, position=pos, agent=agent, fingerprint=fp, task=decode_json(task),
-            metadata=decode_json(meta), status=st, final_output=final, error=err,
-            sticky_replica=sticky,
+            session_id=sid, position=pos, agent=agent, fingerprint=fp, task=task_v,
+            metadata=meta_v, status=st, final_output=final, error=err, sticky_replica=sticky,
         )  # fmt: skip
     turns: dict[tuple[str, int], StoredTurn] = {}
     for sid, n, att, msg, rewrite, ready, failed, failures, prompt, trace in conn.execute(
@@ -116,11 +119,18 @@ def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = No
         f" prompt, trace FROM turns WHERE run_id=?{picked} ORDER BY session_id, turn",
         (run_id, *sel),
     ):
-        st_turn = StoredTurn(
-            turn=n, attempt=att, message=decode_json(msg), rewrite=decode_json(rewrite),
-            ready_ns=ready, trace=decode_trace(trace), prompt=decode_prompt(prompt),
-            failed_attempts=failed, failures=tuple(decode_json(failures) or ()),
-        )  # fmt: skip
+        try:
+            st_turn = StoredTurn(
+                turn=n, attempt=att, message=decode_json(msg), rewrite=decode_json(rewrite),
+                ready_ns=ready, trace=decode_trace(trace), prompt=decode_prompt(prompt),
+                failed_attempts=failed, failures=_failures(failures),
+            )  # fmt: skip
+        except _UNREADABLE:  # (named only then: a load of a whole run pays nothing)
+            _read(where, run_id, f", session {sid!r}, turn {n}",
+                  ("turns.message", decode_json, msg), ("turns.rewrite", decode_json, rewrite),
+                  ("turns.failures", _failures, failures), ("turns.prompt", decode_prompt, prompt),
+                  ("turns.trace", decode_trace, trace))  # fmt: skip
+            raise
         turns[sid, n] = st_turn
         if sid in sessions:
             sessions[sid].turns.append(st_turn)
@@ -139,20 +149,47 @@ def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = No
                 duration_s=dur, truncated_chars=cut,
             )  # fmt: skip
     policy = {
-        key: decode_json(state)
-        for key, state in conn.execute(
-            "SELECT key, state FROM policy_state WHERE run_id=?", (run_id,)
-        )
+        key: _read(where, run_id, f", policy state {key!r}", ("policy_state.state", decode_json, v))
+        for key, v in conn.execute("SELECT key, state FROM policy_state WHERE run_id=?", (run_id,))
     }
     return StoredRun(
         run_id=run_id,
-        config=decode_json(config),
+        config=run_config,
         status=status,
         attempts=attempts,
         agents=agents,
         sessions=list(sessions.values()),
         policy_state=policy,
     )
+
+
+#: What a column that is not the JSON its reader expects raises as it is decoded.
+_UNREADABLE = (ValueError, TypeError)  # (msgspec's DecodeError is a ValueError)
+
+
+def _failures(text: str | None) -> tuple[str, ...]:
+    return tuple(decode_json(text) or ())
+
+
+def _read(
+    where: str, run_id: str, place: str, *columns: tuple[str, Callable[[Any], Any], Any]
+) -> Any:
+    """Each of ``columns`` (name, decoder, text) decoded; one value, or a tuple of them.
+
+    Raises:
+        StoreError: naming the run, ``place`` in it and the column, when one cannot be
+            decoded (a damaged row, or one another program wrote): a bare decoder error
+            named none of them.
+    """
+    out = []
+    for name, decode, text in columns:
+        try:
+            out.append(decode(text))
+        except _UNREADABLE as exc:
+            raise StoreError(
+                f"{where}: run {run_id!r}{place}: column {name} cannot be read: {exc}"
+            ) from exc
+    return out[0] if len(out) == 1 else tuple(out)
 
 
 def start_attempt(

@@ -45,6 +45,11 @@ __all__ = ["SessionGate", "Ticker"]
 
 _log = get_logger("agentflow.store")
 
+#: Claims (one a tick: a third of a lease's time to live) the store may refuse in a row
+#: before the gate gives up: then it is taken to be broken, not passing through an
+#: outage (5 minutes with the default ``lease_ttl_s`` of 60 s).
+CLAIM_TRIES = 15
+
 
 class Ticker:
     """Wakes :meth:`wait`-ers every ``period_s`` seconds of real time (a daemon thread
@@ -134,6 +139,9 @@ class SessionGate:
         self.waited: set[str] = set()
         self._running = 0
         self._holding = False
+        #: Claims the store refused in a row (see :data:`CLAIM_TRIES`).
+        self.failures = 0
+        self.tries = CLAIM_TRIES
 
     async def run(
         self, session: Session, start: Callable[[Session], Awaitable[SessionResult]]
@@ -228,7 +236,13 @@ class SessionGate:
         """Claim ``sid`` (with whatever else is asked now); the stored run holding only
         it when its lease is now this attempt's, else ``None`` — also when the store
         cannot be asked now (a lost connection): the next tick asks again, as a fresh
-        run rides out such an outage, rather than the whole attempt failing."""
+        run rides out such an outage, rather than the whole attempt failing.
+
+        Raises:
+            StoreError: the store refused :attr:`tries` claims in a row — a fault that
+                lasts (a row it cannot read, a query it refuses) was asked about again
+                at every tick, for ever.
+        """
         fut: asyncio.Future[StoredRun | None] = asyncio.get_running_loop().create_future()
         if not self._asked:
             asyncio.get_running_loop().call_soon(self._go)
@@ -236,6 +250,8 @@ class SessionGate:
         try:
             return await fut
         except StoreError as exc:
+            if self.failures >= self.tries:
+                raise  # (logged once, by the claim)
             _log.warning("store.claim_failed", run_id=self.leases.run_id, error=str(exc))
             return None
 
@@ -257,10 +273,18 @@ class SessionGate:
             got = await self.leases.claim(list(asked))
             run = await self.leases.store.load(self.leases.run_id, got) if got else None
         except BaseException as exc:
+            if isinstance(exc, StoreError):
+                self.failures += 1
+                if self.failures == self.tries:
+                    _log.error(
+                        "store.claims_given_up", run_id=self.leases.run_id, tries=self.tries,
+                        error=str(exc),
+                    )  # fmt: skip
             for fut in asked.values():
                 if not fut.done():
                     fut.set_exception(exc)
             raise
+        self.failures = 0
         held = set(got)
         for sid, fut in asked.items():
             if not fut.done():

@@ -8,7 +8,7 @@ import os
 import socket
 import sqlite3
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from agentflow._errors import RunNotFound, StoreError
@@ -54,29 +54,37 @@ __all__ = [
 ]
 
 
+#: How many sessions :func:`read_run` asks for in one query, unless told (SQLite
+#: builds before 3.32 took 999 parameters a statement).
+CHUNK = 900
+
+
 def load_run(
     conn: sqlite3.Connection, run_id: str, where: str, only: Sequence[str] | None = None
 ) -> StoredRun:
     """Read a run, or only the sessions ``only`` of it (one read transaction: a
     consistent snapshot)."""
     conn.execute("BEGIN")
-    try:
-        return read_run(conn, run_id, where, only)
+    try:  # (each query's ids fewer than this build of SQLite takes in one statement)
+        chunk = max(1, conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) - 1)
+        return read_run(conn, run_id, where, only, chunk=chunk)
     finally:
         if conn.in_transaction:  # (an I/O error may have ended it)
             conn.execute("COMMIT")
 
 
-def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = None) -> StoredRun:
+def read_run(
+    conn: Any, run_id: str, where: str, only: Sequence[str] | None = None, *, chunk: int = CHUNK
+) -> StoredRun:
     """The queries of :func:`load_run`, on any DB-API-like connection whose ``execute``
     takes ``?`` placeholders (the PostgreSQL store passes an adapter). A ``run_id``
-    holding a NUL is a :class:`ConfigError` on either store (:func:`check_name`)."""
+    holding a NUL or a lone surrogate is a :class:`ConfigError` on either store
+    (:func:`check_name`). The sessions of ``only`` are asked for ``chunk`` at a time: a
+    database takes a bounded number of parameters in one statement (SQLite 32,766 by
+    default, PostgreSQL 65,535), and a resume with workers loads every session it runs
+    at once."""
     check_name(run_id, "run_id")
-    picked, sel = "", tuple[str, ...]()
-    if only is not None:
-        picked, sel = f" AND session_id IN ({','.join('?' * len(only))})", tuple(only)
-        if not only:
-            picked = " AND 0=1"
+    ids = None if only is None else list(dict.fromkeys(only))
     row = conn.execute("SELECT status, config FROM runs WHERE run_id=?", (run_id,)).fetchone()
     if row is None:
         raise RunNotFound(run_id, where)
@@ -101,11 +109,12 @@ def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = No
         cfg_v = _read(where, run_id, f", agent {name!r}", ("agents.config", decode_json, cfg))
         agents[name] = AgentInfo(name=name, fingerprint=fp, instructions=text, config=cfg_v)
     sessions: dict[str, StoredSession] = {}
-    for sid, pos, agent, fp, task, meta, st, final, err, sticky in conn.execute(
+    for sid, pos, agent, fp, task, meta, st, final, err, sticky in _select(
+        conn,
         "SELECT session_id, position, agent, fingerprint, task, metadata, status, final_output,"
-        f" error, sticky_replica FROM sessions WHERE run_id=?{picked} ORDER BY position",
-        (run_id, *sel),
-    ):
+        " error, sticky_replica FROM sessions WHERE run_id=?{picked} ORDER BY position",
+        run_id, ids, chunk,
+    ):  # fmt: skip
         task_v, meta_v = _read(where, run_id, f", session {sid!r}",
                                ("sessions.task", decode_json, task),
                                ("sessions.metadata", decode_json, meta))  # fmt: skip
@@ -114,11 +123,12 @@ def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = No
             metadata=meta_v, status=st, final_output=final, error=err, sticky_replica=sticky,
         )  # fmt: skip
     turns: dict[tuple[str, int], StoredTurn] = {}
-    for sid, n, att, msg, rewrite, ready, failed, failures, prompt, trace in conn.execute(
+    for sid, n, att, msg, rewrite, ready, failed, failures, prompt, trace in _select(
+        conn,
         "SELECT session_id, turn, attempt, message, rewrite, ready_ns, failed_attempts, failures,"
-        f" prompt, trace FROM turns WHERE run_id=?{picked} ORDER BY session_id, turn",
-        (run_id, *sel),
-    ):
+        " prompt, trace FROM turns WHERE run_id=?{picked} ORDER BY session_id, turn",
+        run_id, ids, chunk,
+    ):  # fmt: skip
         try:
             st_turn = StoredTurn(
                 turn=n, attempt=att, message=decode_json(msg), rewrite=decode_json(rewrite),
@@ -137,11 +147,12 @@ def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = No
     for s in sessions.values():  # the endpoint of its last turn (SQLite updates the
         if s.turns:  # column only when the session ends)
             s.sticky_replica = s.turns[-1].trace.endpoint or s.sticky_replica
-    for sid, call_id, n, name, args, out, is_err, dur, cut in conn.execute(
+    for sid, call_id, n, name, args, out, is_err, dur, cut in _select(
+        conn,
         "SELECT session_id, call_id, turn, name, arguments, output, is_error, duration_s,"
-        f" truncated_chars FROM tool_calls WHERE run_id=?{picked}",
-        (run_id, *sel),
-    ):
+        " truncated_chars FROM tool_calls WHERE run_id=?{picked}",
+        run_id, ids, chunk,
+    ):  # fmt: skip
         owner = turns.get((sid, n))
         if owner is not None:
             owner.tool_results[call_id] = StoredToolResult(
@@ -158,9 +169,22 @@ def read_run(conn: Any, run_id: str, where: str, only: Sequence[str] | None = No
         status=status,
         attempts=attempts,
         agents=agents,
-        sessions=list(sessions.values()),
+        # (In the run's order: each chunk's are, not the chunks.)
+        sessions=sorted(sessions.values(), key=lambda s: s.position),
         policy_state=policy,
     )
+
+
+def _select(conn: Any, sql: str, run_id: str, ids: list[str] | None, chunk: int) -> Iterator[Any]:
+    """The rows of ``sql`` (its ``{picked}``: where the sessions are picked) for the whole
+    run, or for the sessions ``ids``, ``chunk`` of them a query."""
+    if ids is None:
+        yield from conn.execute(sql.replace("{picked}", ""), (run_id,))
+        return
+    for i in range(0, len(ids), chunk):
+        part = ids[i : i + chunk]
+        picked = f" AND session_id IN ({','.join('?' * len(part))})"
+        yield from conn.execute(sql.replace("{picked}", picked), (run_id, *part))
 
 
 #: What a column that is not the JSON its reader expects raises as it is decoded.

@@ -35,6 +35,7 @@ from agentflow._seconds import check_lease_ttl
 from agentflow._threads import thread_result
 from agentflow.store import _journal, _journal_ingest
 from agentflow.store import _sqlite_io as io
+from agentflow.store._closing import wait_through_cancel
 from agentflow.store._journal_format import header
 from agentflow.store._journaled import JournaledWriter
 from agentflow.store._protocol import LeaseOwner, RunSummary
@@ -164,7 +165,10 @@ class SQLiteStore(JournaledWriter):
                 self._thread.start()
 
     async def aclose(self) -> None:
-        """Commit what is queued and stop the writer (idempotent)."""
+        """Commit what is queued and stop the writer (idempotent), waiting at most
+        ``busy_timeout_s`` + 60 s. Cancelled meanwhile, it still waits for the writer to
+        close the database (no longer), then raises the cancellation: the database
+        closed (no ``-wal`` or ``-shm`` file left) and the run locks given back."""
         if self._thread is None or self._closed:
             self._closed = True
             # (A writer thread that failed closed the store: its run locks went on being
@@ -174,10 +178,15 @@ class SQLiteStore(JournaledWriter):
         stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
         self._put_stop(stop)
         try:
-            await thread_result(stop.future)
-            self._thread.join(timeout=self.busy_timeout_s)
+            await wait_through_cancel(thread_result(stop.future), self.busy_timeout_s + 60)
+        except TimeoutError:
+            raise StoreError(f"{self.path}: the writer did not close in time") from None
         finally:
-            self._run_locks.release_all()
+            try:  # what the writer does after the closing call: close the connection
+                if stop.future.done():
+                    self._thread.join(timeout=self.busy_timeout_s)
+            finally:
+                self._run_locks.release_all()
         self._report()
 
     def close(self) -> None:

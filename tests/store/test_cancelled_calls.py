@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from agentflow.store import PostgresStore, SQLiteStore
+from agentflow.embedded import run_virtual
+from agentflow.store import PostgresStore, RunStarted, SQLiteStore
+from agentflow.store._closing import wait_through_cancel
 
 from ..wait import GUARD_S
 
@@ -72,3 +74,69 @@ def test_a_cancelled_close_still_closes(tmp_path: Path, cancel: bool) -> None:
         return thread.is_alive()
 
     assert asyncio.run(main()) is False
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_a_close_cancelled_at_its_await_waits_for_the_writer(tmp_path: Path) -> None:
+    """A SIGTERM cancels a command's main task, maybe while it awaits ``aclose()``: the
+    cancellation used to return at once, the writer thread still closing the database
+    in the background (racing the process's exit: the ``-wal`` and ``-shm`` files left
+    behind) and the run locks given back while it wrote. Now the close goes on — through
+    a second cancellation too — and the cancellation is raised once the store is closed."""
+    db = tmp_path / "c.db"
+
+    async def main() -> None:
+        store = SQLiteStore(db)
+        await store.open()
+        store.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
+        assert await store.start_attempt("r", 2, 0) == 1  # the run's lock is held
+        busy, go = threading.Event(), threading.Event()
+
+        def hold(conn: Any) -> None:
+            busy.set()
+            go.wait(GUARD_S)
+
+        held = asyncio.ensure_future(store._call(hold))
+        await asyncio.to_thread(busy.wait, GUARD_S)
+        closing = asyncio.ensure_future(store.aclose())  # queued behind the held call
+        for _ in range(2):
+            await asyncio.sleep(0)
+            closing.cancel()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not closing.done()  # still waiting for the writer, which is held
+        go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        await held
+        thread = store._thread
+        assert thread is not None and not thread.is_alive()
+        assert _names(tmp_path) == ["c.db"]  # no -wal, -shm, journal segment
+        async with SQLiteStore(db) as other:  # the run's lock was given back
+            assert await other.start_attempt("r", 3, 0) == 2
+
+    asyncio.run(main())
+
+
+def test_the_wait_through_a_cancellation_is_bounded() -> None:
+    """A close that never ends is waited for ``timeout_s`` (virtual time here: the
+    loop's clock), cancelled or not — then the cancellation, or a TimeoutError."""
+
+    async def main() -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        never: asyncio.Future[None] = loop.create_future()
+        start = loop.time()
+        with pytest.raises(TimeoutError):
+            await wait_through_cancel(never, 30.0)
+        waited = loop.time() - start
+        task = asyncio.ensure_future(wait_through_cancel(never, 30.0))
+        await asyncio.sleep(1.0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return waited, loop.time() - start - waited
+
+    assert run_virtual(main()) == (30.0, 30.0)

@@ -151,21 +151,34 @@ class DurableRun:
         plan = plan_resume(run, by_name, provisional)  # checks the agents before recording
         # Numbered by the store: another worker may be starting an attempt right now.
         attempt = await store.start_attempt(run_id, wall, now)
-        # Budgets continue: what the run spent so far — charged only once the attempt is
-        # the store's, so that a resume it refuses (another writer's run lock) charges
-        # nothing, and trying again does not charge the run twice.
-        recharge(run, by_name)
         self = cls(store, run_id, attempt, lease_ttl_s, clock)
-        self.prior_retries = _stored_retries(run)
-        self.prior_wall_s = _active_wall_s(run)
-        # The calibrators' fits continue, recorded where they were found.
-        restored = restore_keys(run.policy_state, by_name.values())
-        self.recorder.track_policies(by_name.values(), restored)
-        for done in plan.newly_done:
-            store.write(_ended(run_id, done))
-        self.entries = plan.entries
-        self.gate = SessionGate(self.leases, by_name, attempt, started, window, self.ticker)
+        try:
+            # Budgets continue: what the run spent so far — charged only once the attempt
+            # is the store's, so that a resume it refuses (another writer's run lock)
+            # charges nothing, and trying again does not charge the run twice.
+            recharge(run, by_name)
+            self.prior_retries = _stored_retries(run)
+            self.prior_wall_s = _active_wall_s(run)
+            # The calibrators' fits continue, recorded where they were found.
+            restored = restore_keys(run.policy_state, by_name.values())
+            self.recorder.track_policies(by_name.values(), restored)
+            for done in plan.newly_done:
+                store.write(_ended(run_id, done))
+            self.entries = plan.entries
+            self.gate = SessionGate(self.leases, by_name, attempt, started, window, self.ticker)
+        except BaseException:
+            # The attempt started: end it (recorded, its run lock given back), or the
+            # lock stayed held until the store closed, refusing every later resume.
+            await self._abandon()
+            raise
         return self
+
+    async def _abandon(self) -> None:
+        """End an attempt that failed before it ran anything (see :meth:`resumed`)."""
+        try:
+            await self.finish(None)
+        except Exception as exc:  # (the failure that ended it is the one raised)
+            _log.warning("store.attempt_end_failed", run_id=self.run_id, error=repr(exc))
 
     async def admit_all(self) -> None:
         """For ``Fleet(workers=N).resume``: every session to run is claimed and read

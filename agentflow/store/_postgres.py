@@ -30,6 +30,7 @@ from agentflow._seconds import check_lease_ttl
 from agentflow._threads import thread_result
 from agentflow.store import _pg_conn
 from agentflow.store import _pg_io as io
+from agentflow.store._closing import wait_through_cancel
 from agentflow.store._pg_conn import Watchdog, check_settings, connect, split_dsn
 from agentflow.store._pg_schema import check_pg_schema
 from agentflow.store._pg_writer import MAX_HELD, PgWriter
@@ -141,13 +142,26 @@ class PostgresStore(PgWriter):
                 self._watchdog.start()
 
     async def aclose(self) -> None:
-        """Commit what is queued, close the connection (idempotent)."""
+        """Commit what is queued, close the connection (idempotent).
+
+        Cancelled meanwhile (a SIGTERM cancels a command's main task), it still waits
+        for the writer's closing call — at most ``statement_timeout_s`` + 60 s, which
+        the watchdog's cut of a silent server keeps it within — then raises the
+        cancellation: what was queued is committed, not left to a thread racing the
+        process's exit.
+
+        Raises:
+            StoreError: the writer did not close within that time.
+        """
         if self._thread is None or self._closed:
             self._closed = True
             return
         stop: Call[Conn] = Call(self._watchdog.wrap(self._stop), stop=True)
         self._put_stop(stop)
-        await thread_result(stop.future)
+        try:
+            await wait_through_cancel(thread_result(stop.future), self.statement_timeout_s + 60)
+        except TimeoutError:
+            raise StoreError(f"{self._where}: the writer did not close in time") from None
         # What the thread has left to do is close a socket: the loop waits without
         # blocking (it used to join the thread, which was dropping the marker then).
         with contextlib.suppress(TimeoutError):

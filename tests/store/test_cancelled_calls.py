@@ -121,6 +121,40 @@ def test_a_close_cancelled_at_its_await_waits_for_the_writer(tmp_path: Path) -> 
     asyncio.run(main())
 
 
+def test_a_postgres_close_cancelled_at_its_await_commits_first(postgres_db: str) -> None:
+    """The same for PostgreSQL: a cancellation of ``aclose()`` while the writer is busy
+    used to return at once, the records queued before it committed (or not) by a
+    thread racing the process's exit; now they are committed when it raises."""
+
+    async def main() -> list[str]:
+        store = PostgresStore(postgres_db)
+        await store.open()
+        busy, go = threading.Event(), threading.Event()
+
+        def hold(conn: Any) -> None:
+            busy.set()
+            go.wait(GUARD_S)
+
+        held = asyncio.ensure_future(store._call(hold))
+        await asyncio.to_thread(busy.wait, GUARD_S)
+        store.write(RunStarted(run_id="pg-r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
+        closing = asyncio.ensure_future(store.aclose())  # queued behind the held call
+        for _ in range(2):
+            await asyncio.sleep(0)
+            closing.cancel()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not closing.done()  # still waiting for the writer, which is held
+        go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        await held
+        async with PostgresStore(postgres_db) as other:
+            return [r.run_id for r in await other.runs()]
+
+    assert "pg-r" in asyncio.run(main())
+
+
 def test_the_wait_through_a_cancellation_is_bounded() -> None:
     """A close that never ends is waited for ``timeout_s`` (virtual time here: the
     loop's clock), cancelled or not — then the cancellation, or a TimeoutError."""

@@ -1,7 +1,6 @@
 """How :class:`~agentflow.store.PostgresStore` connects: its settings checked, the DSN
 without its secrets, the connection made with the store's timeouts and TCP keepalives,
-and the :class:`Watchdog` that cuts a connection whose server stopped answering (told by
-the connection each time its socket moves data: :func:`connect`)."""
+and the :class:`Watchdog` that cuts a connection whose server stopped answering."""
 
 from __future__ import annotations
 
@@ -44,8 +43,8 @@ SECRET_KEYS = ("password", "sslpassword")
 MAX_TIMEOUT_S = (2**31 - 1) / 1000
 
 
-#: How long past ``statement_timeout_s`` a call or commit may go without an answer before
-#: the :class:`Watchdog` cuts its connection: the server cancels a statement at
+#: How long past ``statement_timeout_s`` a call or commit may go unanswered before the
+#: :class:`Watchdog` cuts its connection: the server cancels a statement at
 #: ``statement_timeout_s``, so one that has not answered by then cannot be reached.
 WATCHDOG_MARGIN_S = 10.0
 
@@ -113,22 +112,17 @@ def check_settings(
 
 
 def connect(
-    dsn: str,
-    hidden: dict[str, Secret],
-    connect_timeout_s: float,
-    statement_timeout_s: float,
-    watchdog: Watchdog | None = None,
+    dsn: str, hidden: dict[str, Secret], connect_timeout_s: float, statement_timeout_s: float
 ) -> psycopg.Connection[tuple[Any, ...]]:
     """A new autocommit connection to ``dsn`` (with its ``hidden`` secrets), its
-    statement timeout ``statement_timeout_s``; with a ``watchdog``, watched from then on
-    (:meth:`Watchdog.watch`, before its first statement), and telling it each time its
-    socket moves data (:meth:`Watchdog.answered`).
+    statement timeout ``statement_timeout_s``.
 
     The timeout is set with ``SET`` once connected, not passed as ``options``: that
     would replace the DSN's own ``options`` (server settings, or a proxy's routing),
     ``PGOPTIONS`` and a service file's. The application name is ``agentflow`` unless
     the DSN (or ``PGAPPNAME``) names one.
     """
+    import psycopg
     from psycopg.conninfo import conninfo_to_dict
 
     # A peer that vanished (a partition, a machine gone) is noticed by the kernel in about
@@ -145,18 +139,13 @@ def connect(
     given = conninfo_to_dict(dsn)
     extra: dict[str, Any] = {k: v for k, v in tcp.items() if k not in given}
     extra.update((k, v.value) for k, v in hidden.items())
-    from agentflow.store._pg_watched import WatchedConnection
-
-    conn = WatchedConnection.connect(
+    conn = psycopg.connect(
         dsn,
         autocommit=True,
         connect_timeout=max(1, round(connect_timeout_s)),
         fallback_application_name="agentflow",
         **extra,
     )
-    if watchdog is not None:
-        watchdog.watch(conn)
-        conn.watchdog = watchdog
     try:
         conn.execute(f"SET statement_timeout = {int(statement_timeout_s * 1000)}")
     except BaseException:
@@ -166,13 +155,10 @@ def connect(
 
 
 class Watchdog:
-    """Cuts the connection of a call or commit whose server has not answered for
-    ``limit_s``.
+    """Cuts the connection of a call or commit that has waited longer than ``limit_s``.
 
     The writer thread says when it starts using a connection (:meth:`watch`, again
-    for each new one) and when it is done (:meth:`idle`); the connection says each time
-    its socket moves data — the server's answer to a statement, or a statement sent
-    (:meth:`answered`, from :func:`connect`'s connection). Should the server stop
+    for each new one) and when it is done (:meth:`idle`). Should the server stop
     answering — a network partition that drops packets silently, a host gone — a
     libpq call would wait forever: the server's ``statement_timeout`` never fires where
     the server cannot be reached, and the kernel may take much longer to give up. This
@@ -180,12 +166,6 @@ class Watchdog:
     and the store's reconnect-and-hold path takes over (the call gets a
     :class:`StoreError`, a batch waits for the next commit). It sleeps while nothing
     is watched, and wakes about once per ``limit_s`` while the store is busy.
-
-    The deadline is per answer, not per call: a call of many statements (a batch's
-    commit, a load) may take longer than ``limit_s`` in all, as long as the server
-    answers each statement within it (it used to be cut once the whole call had taken
-    ``limit_s``). A pipelined commit asks the server to answer each statement as it ends
-    (``_pg_io.commit``), so it too is cut only when one statement goes unanswered.
     """
 
     def __init__(self, limit_s: float, where: str) -> None:
@@ -215,13 +195,6 @@ class Watchdog:
             self._conn, self._since = conn, time.monotonic()
             if self._parked:
                 self._cond.notify()
-
-    def answered(self, conn: Any) -> None:
-        """``conn``'s socket moved data: if it is the one watched, its deadline starts
-        again."""
-        with self._cond:
-            if self._conn is conn:
-                self._since = time.monotonic()
 
     def idle(self) -> None:
         """No connection is in use."""

@@ -90,16 +90,12 @@ def _t(text: str | None) -> str | None:
 class _Texts:
     """A cursor whose every ``str`` parameter goes through :func:`_t`: a NUL in any text
     of a record (a tool call's id or name, an endpoint, a session id…) is stored as
-    U+FFFD, as SQLite stores the record, instead of the server refusing it. With
-    ``flush`` (in a pipeline), each statement is followed by a request that the server
-    send its answer as the statement ends, rather than all of them at the pipeline's end:
-    the store's watchdog then hears from the server once per statement."""
+    U+FFFD, as SQLite stores the record, instead of the server refusing it."""
 
-    __slots__ = ("cur", "flush")
+    __slots__ = ("cur",)
 
-    def __init__(self, cur: psycopg.Cursor[Any], flush: bool) -> None:
+    def __init__(self, cur: psycopg.Cursor[Any]) -> None:
         self.cur = cur
-        self.flush = flush
 
     def execute(self, query: str, params: dict[str, Any] | tuple[Any, ...]) -> None:
         if isinstance(params, dict):
@@ -107,17 +103,12 @@ class _Texts:
         else:
             params = tuple(_t(v) if type(v) is str else v for v in params)
         self.cur.execute(query, params)
-        if self.flush:
-            self.cur.connection.pgconn.send_flush_request()
 
 
-def write_record(
-    raw: psycopg.Cursor[Any], r: Record, owner: str | None, *, flush: bool = False
-) -> None:
+def write_record(raw: psycopg.Cursor[Any], r: Record, owner: str | None) -> None:
     """Queue the statement(s) of one record (inside the caller's transaction);
-    ``owner``: the lease holder the record's session must still have, or ``None``;
-    ``flush``: in a pipeline, ask for each statement's answer as it ends (:class:`_Texts`)."""
-    cur = _Texts(raw, flush)
+    ``owner``: the lease holder the record's session must still have, or ``None``."""
+    cur = _Texts(raw)
     if isinstance(r, TurnFinished):
         m, t = r.metrics, r.trace
         row = dict(
@@ -341,17 +332,16 @@ def commit(
     where: str,
 ) -> None:
     """Commit ``records`` (each fenced by its ``owner(r)``) and set the commit marker
-    (key, try number) in one transaction, as one pipeline — the server answering each
-    statement as it ends, so that the store's watchdog sees it alive however long the
-    batch takes; should one of them fail on its own (it cannot be encoded or bound: a
-    lone surrogate in a text, say), again one by one, each in a savepoint, leaving out
-    those that fail — added to ``lost`` with their errors, before the commit. The
-    connection's errors, and the server's own, fail it."""
+    (key, try number) in one transaction, as one pipeline; should one of them fail on
+    its own (it cannot be encoded or bound: a lone surrogate in a text, say), again one
+    by one, each in a savepoint, leaving out those that fail — added to ``lost`` with
+    their errors, before the commit. The connection's errors, and the server's own,
+    fail it."""
     try:
         with conn.pipeline(), conn.transaction():
             cur = conn.cursor()
             for r in records:
-                write_record(cur, r, owner(r), flush=True)
+                write_record(cur, r, owner(r))
             set_marker(cur, *marker)
     except Exception as exc:
         if not records_fault(exc):

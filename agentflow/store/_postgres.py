@@ -263,10 +263,8 @@ class PostgresStore(PgWriter):
     # --- the writer thread ------------------------------------------------------------
 
     def _connect(self) -> psycopg.Connection[tuple[Any, ...]]:
-        # Watched from its first statement (until the call or commit that connected is done).
-        conn = connect(
-            self.dsn, self._hidden, self.connect_timeout_s, self.statement_timeout_s, self._watchdog
-        )
+        conn = connect(self.dsn, self._hidden, self.connect_timeout_s, self.statement_timeout_s)
+        self._watchdog.watch(conn)  # (until the call or commit that connected is done)
         try:
             check_pg_schema(conn, self.schema, self._where)
         except BaseException:

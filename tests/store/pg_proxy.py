@@ -1,14 +1,12 @@
 """A TCP proxy in front of the test server that can cut the network silently: from
 :meth:`Proxy.cut` on, what either side sends is dropped (nothing is reset, nothing
-answers), as in a network partition; :meth:`Proxy.heal` lets new connections through.
-:attr:`Proxy.on_data` sees what passes before it is passed on."""
+answers), as in a network partition; :meth:`Proxy.heal` lets new connections through."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
-from collections.abc import Callable
 
 
 class Proxy:
@@ -16,9 +14,6 @@ class Proxy:
 
     def __init__(self, target: int) -> None:
         self.target = target
-        #: Called with (to the server?, the bytes) before a read is passed on, on the
-        #: thread that passes it (one per connection and direction).
-        self.on_data: Callable[[bool, bytes], None] | None = None
         self._cut = threading.Event()
         self._listener = socket.socket()
         self._listener.bind(("127.0.0.1", 0))
@@ -61,17 +56,15 @@ class Proxy:
                 return
             dead = self._cut.is_set()
             self._socks += [client, server]
-            for a, b, up in ((client, server, True), (server, client, False)):
-                threading.Thread(target=self._pipe, args=(a, b, dead, up), daemon=True).start()
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b, dead), daemon=True).start()
 
-    def _pipe(self, a: socket.socket, b: socket.socket, dead: bool, up: bool) -> None:
+    def _pipe(self, a: socket.socket, b: socket.socket, dead: bool) -> None:
         try:
             while data := a.recv(65536):
                 if dead or self._cut.is_set():
                     dead = True  # a connection that met the cut never carries data again
                     continue
-                if self.on_data is not None:
-                    self.on_data(up, data)
                 b.sendall(data)
         except OSError:
             pass

@@ -1,6 +1,6 @@
 """A server that stops answering — a network partition that drops packets silently —
 does not hang PostgresStore: the server's statement_timeout cannot fire where it cannot
-be reached, so a watchdog cuts a connection whose server has not answered a call or commit for
+be reached, so a watchdog cuts a connection whose call or commit has waited past
 ``statement_timeout_s`` + a margin, and the store's reconnect-and-hold path takes over:
 flush, reads and aclose end with a StoreError (the records held, and reported), and once
 the network is back the held records are committed. They used to wait forever."""

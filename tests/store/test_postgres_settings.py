@@ -72,7 +72,6 @@ def test_the_ssl_key_passphrase_is_a_secret_like_the_password(
     import psycopg
 
     from agentflow._redact import redact
-    from agentflow.store._pg_watched import WatchedConnection
 
     store = PostgresStore(
         "host=db.invalid dbname=runs user=w password=s3cretpw sslkey=/k.pem"
@@ -90,7 +89,7 @@ def test_the_ssl_key_passphrase_is_a_secret_like_the_password(
         seen.update(kwargs, dsn=dsn)
         raise psycopg.OperationalError("refused")
 
-    monkeypatch.setattr(WatchedConnection, "connect", connect)  # (psycopg's connection)
+    monkeypatch.setattr(psycopg, "connect", connect)
 
     async def main() -> None:
         with pytest.raises(StoreError, match="refused") as caught:

@@ -166,7 +166,7 @@ class PostgresStore(PgWriter):
         # blocking (it used to join the thread, which was dropping the marker then).
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(thread_result(self._ended), self.statement_timeout_s)
-        self._raise_error()
+        self._report()
 
     def _stop(self, conn: Conn) -> object:
         """The closing call: drop this store's commit marker (a stale row is harmless)."""

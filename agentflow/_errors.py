@@ -260,7 +260,8 @@ class RecordsLeftOut(StoreError):
 
 class StoreBacklogFull(StoreError):
     """A turn or tool result refused by a store's ``write``: as many as it may hold wait
-    to be committed — its server has been unreachable (or refusing them) that long.
+    to be committed — its server has been unreachable (or refusing them) that long, or a
+    burst larger than the limit is still on its way to it.
     Those are kept, in order, and committed once the server takes them; this record is
     not. In a fleet, the session whose record it was fails with this error.
 

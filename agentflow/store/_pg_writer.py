@@ -75,13 +75,15 @@ class PgWriter(BatchWriter[Conn]):
         return max(0, self._written - self._settled)
 
     def write(self, record: Record) -> None:
-        """Add ``record`` to the next batch (on an event loop: one list append).
+        """Add ``record`` to the next batch (on an event loop: a list append and a count).
 
         Raises:
             StoreBacklogFull: ``record`` is a turn or a tool result, and ``max_held`` of
-                them already wait to be committed (the server has been unreachable, or
-                refusing them, that long): those are kept, and committed first once it
-                takes them; this one is refused.
+                them already wait to be committed — held while the server is unreachable
+                or refusing them, or still on their way to it (a burst larger than
+                ``max_held`` within one batch counts too: keep ``max_held`` well above
+                ``max_batch``): those are kept, and committed first once it takes them;
+                this one is refused.
             StoreError: the store is closed.
         """
         if type(record) not in _BOUNDED:

@@ -1,7 +1,7 @@
 """The run store on PostgreSQL, for workers on several machines sharing one run.
 
 Why a thread with a synchronous psycopg connection rather than psycopg's async one: the
-event loop's share of a record is then one list append, as with SQLite.
+event loop's share of a record is then a list append (and a count: `max_held`), as with SQLite.
 An async connection would cost the loop a task wakeup per statement, compete with the
 fleet's streams for it, and — on a :class:`~agentflow.embedded.VirtualTimeLoop` — let
 virtual time jump past lease renewals while a query is out. The writer thread wakes

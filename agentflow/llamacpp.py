@@ -47,6 +47,7 @@ from agentflow._llamacpp_server import (
 from agentflow._logging import get_logger
 from agentflow._process import free_port
 from agentflow._redact import display_url
+from agentflow._seconds import check_seconds
 
 if TYPE_CHECKING:
     from agentflow.sched import Replica
@@ -93,13 +94,12 @@ async def server_slots(
 
     Raises:
         ConfigError: ``base_url`` is not an http(s) base URL (``Endpoint``'s check), or
-            ``timeout_s`` is not > 0.
+            ``timeout_s`` is not a finite number of seconds > 0.
         ConnectError: the server could not be reached.
         StreamTimeout: it did not answer within ``timeout_s``.
     """
     check_base_url(base_url, "server_slots: base_url")
-    if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or not timeout_s > 0:
-        raise ConfigError(f"server_slots: timeout_s must be > 0 seconds, got {timeout_s!r}")
+    timeout_s = check_seconds(timeout_s, "server_slots: timeout_s", 0.001, 1e9)
     root = base_url.rstrip("/").removesuffix("/v1")
     sent = dict(headers or {})
     if api_key:

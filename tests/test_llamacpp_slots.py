@@ -86,9 +86,10 @@ async def test_implausible_slots_are_ignored() -> None:
 
 
 async def test_bad_timeout_is_a_config_error() -> None:
-    """timeout_s must be > 0; the error names it."""
-    with pytest.raises(ConfigError, match="timeout_s"):
-        await server_slots("http://127.0.0.1:1/v1", timeout_s=0)
+    """timeout_s must be a finite number > 0 (inf waited for ever); the error names it."""
+    for bad in (0, float("inf"), float("nan"), "5"):
+        with pytest.raises(ConfigError, match="server_slots: timeout_s"):
+            await server_slots("http://127.0.0.1:1/v1", timeout_s=bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.llamacpp

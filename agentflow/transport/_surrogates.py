@@ -121,5 +121,16 @@ def mended(trace: TurnTrace, sink: PairingSink, end_ns: int) -> TurnTrace:
         for c in trace.tool_calls
     )
     return replace(
-        trace, content=mend(trace.content), reasoning=mend(trace.reasoning), tool_calls=calls
+        trace,
+        content=mend(trace.content),
+        reasoning=mend(trace.reasoning),
+        tool_calls=calls,
+        # A lone half elsewhere too: a run store keeps UTF-8 text, and left the turn out.
+        model=_mend_opt(trace.model),
+        response_id=_mend_opt(trace.response_id),
+        finish_reason=_mend_opt(trace.finish_reason),
     )
+
+
+def _mend_opt(text: str | None) -> str | None:
+    return None if text is None else mend(text)

@@ -54,6 +54,15 @@ def test_a_lone_half_is_u_fffd_in_the_trace_and_for_the_sink() -> None:
     assert b.finish(9500).content == trace.content and len(rec.deltas) == 5  # given once
 
 
+def test_a_lone_half_in_the_id_or_model_is_mended_too() -> None:
+    """Not only the text: a run store keeps UTF-8, and left a turn whose response id or
+    model held a lone half out of the store."""
+    b = build([payload({"content": "x"}, "stop", id="id" + HIGH, model="m" + LOW)], Recorder())
+    trace = b.finish(9000)
+    assert (trace.response_id, trace.model) == ("id\ufffd", "m\ufffd")
+    msgspec.json.encode(trace)
+
+
 def test_reasoning_and_tool_calls_are_mended_too() -> None:
     rec = Recorder()
     call = {"index": 0, "id": "c", "function": {"name": "say", "arguments": '{"x": "' + HIGH}}

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._sendable import check_sendable
 from agentflow._tools import (
@@ -87,10 +88,7 @@ class Agent:
             raise ConfigError("Agent.name must be a non-empty string")
         if not self.model:
             raise ConfigError(f"Agent {self.name!r}: model must be a non-empty string")
-        if not isinstance(self.max_turns, int) or self.max_turns < 1:
-            raise ConfigError(
-                f"Agent {self.name!r}: max_turns must be an int ≥ 1, got {self.max_turns!r}"
-            )
+        check_count(self.max_turns, f"Agent {self.name!r}: max_turns")
         if self.tool_errors not in ("return", "raise"):
             raise ConfigError(
                 f"Agent {self.name!r}: tool_errors must be 'return' or 'raise', "

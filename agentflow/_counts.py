@@ -5,19 +5,32 @@ that the simulator (a server, :mod:`agentflow.sim`) can share it with the client
 
 from __future__ import annotations
 
+from typing import overload
+
 from agentflow._errors import ConfigError
 
 __all__ = ["check_count"]
 
 
-def check_count(value: object, name: str, low: int = 1, high: int | None = None) -> int:
+@overload
+def check_count(value: object, name: str, low: int = 1, high: int | None = None) -> int: ...
+@overload
+def check_count(
+    value: object, name: str, low: int = 1, high: int | None = None, *, none: str
+) -> int | None: ...
+def check_count(
+    value: object, name: str, low: int = 1, high: int | None = None, *, none: str | None = None
+) -> int | None:
     """``value``, if it is an int (not a bool) in [low, high] — at least ``low`` when
-    ``high`` is ``None``.
+    ``high`` is ``None``; with ``none`` (what ``None`` means there: ``"no cap"``), ``None``
+    too.
 
     Raises:
         ConfigError: ``{name} must be an int ≥ {low}, got {value!r}`` (``an int in
-            [low, high]`` when there is a ``high``).
+            [low, high]`` when there is a ``high``; ``… or None (no cap)`` with ``none``).
     """
+    if value is None and none is not None:
+        return None
     if (
         isinstance(value, bool)
         or not isinstance(value, int)
@@ -25,5 +38,7 @@ def check_count(value: object, name: str, low: int = 1, high: int | None = None)
         or (high is not None and value > high)
     ):
         need = f"an int ≥ {low:,}" if high is None else f"an int in [{low:,}, {high:,}]"
+        if none is not None:
+            need += f" or None ({none})"
         raise ConfigError(f"{name} must be {need}, got {value!r}")
     return value

@@ -26,6 +26,7 @@ from collections.abc import (
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agentflow._config import fleet_concurrency
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._event_bus import DEFAULT_CALLBACK_DRAIN_S, EventBus
 from agentflow._events import Event, FleetEndEvent
@@ -144,10 +145,7 @@ class Fleet:
         callback_drain_s: float = DEFAULT_CALLBACK_DRAIN_S,
     ) -> None:
         max_concurrency, limits = fleet_concurrency(max_concurrency, limits or Limits())
-        if not isinstance(max_tool_concurrency, int) or max_tool_concurrency < 1:
-            raise ConfigError(
-                f"max_tool_concurrency must be an int ≥ 1, got {max_tool_concurrency!r}"
-            )
+        check_count(max_tool_concurrency, "Fleet.max_tool_concurrency")
         self.replicas = _replicas(transport)
         self.max_concurrency = max_concurrency
         self.max_tool_concurrency = max_tool_concurrency

@@ -11,6 +11,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
 from agentflow._seconds import check_lease_ttl
@@ -37,8 +38,7 @@ def check_scale_out(
     ``lease_ttl_s``, ``workers``, ``stop_timeout_s``, ``heartbeat_timeout_s`` and
     ``backend`` (``"ray"`` needs ``workers`` and Ray installed)."""
     check_lease_ttl(lease_ttl_s, "lease_ttl_s")
-    if workers is not None and (not isinstance(workers, int) or workers < 1):
-        raise ConfigError(f"workers must be an int ≥ 1 or None, got {workers!r}")
+    check_count(workers, "Fleet.workers", none="this process only")
     if not stop_timeout_s > 0:
         raise ConfigError(f"stop_timeout_s must be > 0 seconds, got {stop_timeout_s!r}")
     if heartbeat_timeout_s is not None and (

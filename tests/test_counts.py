@@ -1,21 +1,30 @@
-"""One check of a count (agentflow/_counts.py), shared by the llama.cpp modules and the
-simulator: an int, never a bool, in its range, the error naming the field and the value."""
+"""One check of a count (agentflow/_counts.py), shared by the llama.cpp modules, the
+simulator and the client's constructors (fleet, agent, scheduler, stores, context links,
+demo, bench): an int, never a bool, in its range, the error naming the field and the value."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentflow import ConfigError
+from agentflow import Agent, ConfigError, Fleet
 from agentflow._counts import check_count
+from agentflow.bench import Load
+from agentflow.demo._config import DemoConfig
 from agentflow.llamacpp import check_context, check_slots
+from agentflow.sched import CircuitBreaker, RetryPolicy
 from agentflow.sim import Engine, TextGenConfig, get_profile
 from agentflow.sim.driver import EngineDriver
 from agentflow.sim.kv import BlockManager
 from agentflow.sim.sessions import SessionRounds
+from agentflow.store import SQLiteStore
+from agentflow.testing import MockTransport, Reply
 
 
 def test_an_int_in_range_is_returned_anything_else_is_named() -> None:
@@ -35,6 +44,14 @@ def test_an_int_in_range_is_returned_anything_else_is_named() -> None:
         check_count(511, "n", 512, 1 << 20)
     with pytest.raises(ConfigError, match=r"^n must be an int ≥ 0, got -1$"):
         check_count(-1, "n", 0)
+
+
+def test_none_is_taken_only_where_it_means_something_and_the_error_says_what() -> None:
+    assert check_count(None, "n", none="no cap") is None and check_count(3, "n", none="x") == 3
+    with pytest.raises(ConfigError, match=r"^n must be an int ≥ 1, got None$"):
+        check_count(None, "n")
+    with pytest.raises(ConfigError, match=r"^n must be an int ≥ 1 or None \(no cap\), got True$"):
+        check_count(True, "n", none="no cap")
 
 
 def test_the_llama_cpp_checks_keep_their_words() -> None:
@@ -69,3 +86,42 @@ TINY = get_profile("cpu-tiny")
 def test_the_simulators_counts_refuse_bools_and_floats(make: Callable[[], Any], words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         make()
+
+
+def _transport() -> MockTransport:
+    return MockTransport(lambda _: Reply.text("unused"))
+
+
+#: A client-side count, built with a value: (its field as the error names it, build it, the
+#: lowest it takes). Each refuses a bool, a float and one below its lowest value.
+Site = tuple[str, Callable[[Any, Path], object], int]
+
+#: These took ``True`` (an int: ``value < 1`` is False) before they used check_count; a
+#: float was refused by their ``isinstance(value, int)``, which a bool passes.
+TOOK_A_BOOL: list[Site] = [
+    ("Fleet.max_tool_concurrency", lambda v, _: Fleet(_transport(), max_tool_concurrency=v), 1),
+    ("Fleet.workers", lambda v, _: Fleet(_transport(), workers=v), 1),
+    ("Agent 'a': max_turns", lambda v, _: Agent(name="a", model="m", max_turns=v), 1),
+    ("RetryPolicy.max_attempts", lambda v, _: RetryPolicy(max_attempts=v), 1),
+    ("CircuitBreaker.threshold", lambda v, _: CircuitBreaker(time.perf_counter_ns, threshold=v), 1),
+    ("CircuitBreaker.window", lambda v, _: CircuitBreaker(time.perf_counter_ns, window=v), 1),
+    ("SQLiteStore.max_batch", lambda v, tmp: SQLiteStore(tmp / "runs.db", max_batch=v), 1),
+    ("demo: --agents", lambda v, _: DemoConfig(agents=v), 1),
+    ("demo: --max-concurrency", lambda v, _: DemoConfig(max_concurrency=v), 1),
+    ("demo: --max-tokens", lambda v, _: DemoConfig(max_tokens=v), 1),
+    ("Load.concurrency", lambda v, _: Load(concurrency=v), 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "make", "low"),
+    [pytest.param(*site, id=site[0]) for site in TOOK_A_BOOL],
+)
+@pytest.mark.parametrize("kind", ["bool", "float", "below"])
+def test_a_count_refuses_a_bool_a_float_and_too_few_by_name(
+    field: str, make: Callable[[Any, Path], object], low: int, kind: str, tmp_path: Path
+) -> None:
+    bad = {"bool": True, "float": low + 1.5, "below": low - 1}[kind]
+    with pytest.raises(ConfigError, match=rf"^{re.escape(field)} must be an int ≥ {low}\b") as e:
+        make(bad, tmp_path)
+    assert str(e.value).endswith(f", got {bad!r}")

@@ -26,6 +26,7 @@ from typing import Literal
 
 import msgspec
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow.bench._spec import SessionScript, Workload
 
@@ -81,10 +82,8 @@ class Load:
             raise ConfigError(f"rate must be a finite number > 0 sessions/s, got {self.rate!r}")
         if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
             raise ConfigError(f"scale must be a finite number > 0, got {self.scale!r}")
-        if self.concurrency is not None and (
-            not isinstance(self.concurrency, int) or self.concurrency < 1
-        ):
-            raise ConfigError(f"concurrency must be an int ≥ 1, got {self.concurrency!r}")
+        if self.concurrency is not None:
+            check_count(self.concurrency, "Load.concurrency")
         if self.arrival not in ("poisson", "constant"):
             raise ConfigError(f"arrival must be 'poisson' or 'constant', got {self.arrival!r}")
 

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow.sim.profiles import get_profile
 from agentflow.stats import SLO
@@ -68,9 +69,7 @@ class DemoConfig:
 
     def __post_init__(self) -> None:
         for name in ("agents", "max_concurrency", "max_tokens"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ConfigError(f"demo: --{name.replace('_', '-')} must be ≥ 1, got {value!r}")
+            check_count(getattr(self, name), f"demo: --{name.replace('_', '-')}")
         if not (math.isfinite(self.time_scale) and 1e-6 <= self.time_scale <= 1e6):
             raise ConfigError(
                 f"demo: --time-scale must be a finite number in [1e-06, 1e+06], got "

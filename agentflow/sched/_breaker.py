@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Literal
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow.typing import Clock
 
@@ -77,12 +78,10 @@ class CircuitBreaker:
         cooldown_s: float = 5.0,
         max_cooldown_s: float = 60.0,
     ) -> None:
-        if not isinstance(threshold, int) or threshold < 1:
-            raise ConfigError(f"breaker threshold must be an int ≥ 1, got {threshold!r}")
+        check_count(threshold, "CircuitBreaker.threshold")
         if isinstance(failure_rate, bool) or not 0 < failure_rate <= 1:
             raise ConfigError(f"breaker failure_rate must be in (0, 1], got {failure_rate!r}")
-        if not isinstance(window, int) or window < 1:
-            raise ConfigError(f"breaker window must be an int ≥ 1, got {window!r}")
+        check_count(window, "CircuitBreaker.window")
         if not 0 < cooldown_s <= max_cooldown_s:
             raise ConfigError(
                 f"breaker cooldown_s must be > 0 and ≤ max_cooldown_s, got {cooldown_s!r}"

@@ -32,6 +32,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
+from agentflow._counts import check_count
 from agentflow._errors import (
     APIStatusError,
     BadRequestError,
@@ -82,10 +83,7 @@ class RetryPolicy:
     give_up_after_s: float | None = 120.0
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_attempts, int) or self.max_attempts < 1:
-            raise ConfigError(
-                f"RetryPolicy.max_attempts must be an int ≥ 1, got {self.max_attempts!r}"
-            )
+        check_count(self.max_attempts, "RetryPolicy.max_attempts")
         for name in ("backoff_s", "max_backoff_s", "max_retry_after_s"):
             if not 0 <= getattr(self, name) < math.inf:  # every wait has a finite bound
                 raise ConfigError(

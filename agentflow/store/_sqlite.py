@@ -29,6 +29,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TypeVar
 
+from agentflow._counts import check_count
 from agentflow._errors import RecordsLeftOut, StoreError
 from agentflow._logging import get_logger
 from agentflow._seconds import check_lease_ttl
@@ -110,8 +111,7 @@ class SQLiteStore(JournaledWriter):
             raise ConfigError(
                 f"SQLiteStore.batch_interval_s must be in [0, 10], got {batch_interval_s!r}"
             )
-        if not isinstance(max_batch, int) or max_batch < 1:
-            raise ConfigError(f"SQLiteStore.max_batch must be an int ≥ 1, got {max_batch!r}")
+        check_count(max_batch, "SQLiteStore.max_batch")
         if not busy_timeout_s > 0:
             raise ConfigError(f"SQLiteStore.busy_timeout_s must be > 0, got {busy_timeout_s!r}")
         check_lease_ttl(lease_ttl_s, "SQLiteStore.lease_ttl_s")

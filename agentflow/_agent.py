@@ -136,13 +136,9 @@ class Agent:
             )
         check_sendable(dict(self.params), f"Agent {self.name!r}: params")
         for key in ("max_tokens", "max_completion_tokens"):
-            value = self.params.get(key)
-            if value is not None and (
-                isinstance(value, bool) or not isinstance(value, int) or value < 1
-            ):  # the budget reserves it, the scheduler charges it: a server would refuse it
-                raise ConfigError(
-                    f"Agent {self.name!r}: params[{key!r}] must be an int ≥ 1, got {value!r}"
-                )
+            # The budget reserves it, the scheduler charges it: a server would refuse it.
+            if (value := self.params.get(key)) is not None:
+                check_count(value, f"Agent {self.name!r}: params[{key!r}]")
         tools = tuple(sorted((as_tool(t) for t in self.tools), key=lambda t: t.name))
         names = [t.name for t in tools]
         dupes = sorted({n for n in names if names.count(n) > 1})

@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 
 if TYPE_CHECKING:
@@ -33,10 +34,8 @@ def fleet_concurrency(max_concurrency: int | None, limits: Limits) -> tuple[int,
     the way to bound one :class:`~agentflow.Replica`.
     """
     given = limits.max_in_flight
-    if max_concurrency is not None and (
-        isinstance(max_concurrency, bool) or not isinstance(max_concurrency, int)
-    ):
-        raise ConfigError(f"max_concurrency must be an int ≥ 1, got {max_concurrency!r}")
+    if max_concurrency is not None:
+        check_count(max_concurrency, "Fleet.max_concurrency")
     if given is not None:
         if max_concurrency is not None and max_concurrency != given:
             raise ConfigError(
@@ -51,10 +50,8 @@ def fleet_concurrency(max_concurrency: int | None, limits: Limits) -> tuple[int,
             stacklevel=3,
         )
         max_concurrency = given
-    if max_concurrency is None:
+    if max_concurrency is None:  # (a given max_in_flight is an int ≥ 1: Limits checks it)
         max_concurrency = DEFAULT_MAX_CONCURRENCY
-    if max_concurrency < 1:
-        raise ConfigError(f"max_concurrency must be an int ≥ 1, got {max_concurrency!r}")
     return max_concurrency, dataclasses.replace(limits, max_in_flight=max_concurrency)
 
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import msgspec
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError, ToolError, ToolTimeout
 from agentflow._logging import get_logger
 from agentflow._threads import TOOL_THREADS
@@ -343,9 +344,8 @@ def check_timeout(value: object, where: str) -> None:
 
 
 def check_output_cap(value: object, where: str) -> None:
-    """Raise :class:`ConfigError` unless ``value`` is an int ≥ 1."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{where} must be an int ≥ 1 (characters), got {value!r}")
+    """Raise :class:`ConfigError` unless ``value`` is an int ≥ 1 (a number of characters)."""
+    check_count(value, where)
 
 
 def _to_text(value: Any) -> str:

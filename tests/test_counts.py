@@ -13,17 +13,25 @@ from typing import Any
 
 import pytest
 
-from agentflow import Agent, ConfigError, Fleet
+from agentflow import Agent, ConfigError, Fleet, Tool
 from agentflow._counts import check_count
 from agentflow.bench import Load
+from agentflow.context import (
+    CacheBusterCheck,
+    Compact,
+    FleetBudget,
+    MessageCounter,
+    PrefixIndex,
+    TiktokenCounter,
+)
 from agentflow.demo._config import DemoConfig
 from agentflow.llamacpp import check_context, check_slots
-from agentflow.sched import CircuitBreaker, RetryPolicy
+from agentflow.sched import CircuitBreaker, Limits, Replica, RetryPolicy
 from agentflow.sim import Engine, TextGenConfig, get_profile
 from agentflow.sim.driver import EngineDriver
 from agentflow.sim.kv import BlockManager
 from agentflow.sim.sessions import SessionRounds
-from agentflow.store import SQLiteStore
+from agentflow.store import PostgresStore, SQLiteStore
 from agentflow.testing import MockTransport, Reply
 
 
@@ -92,6 +100,10 @@ def _transport() -> MockTransport:
     return MockTransport(lambda _: Reply.text("unused"))
 
 
+def _tool() -> None:
+    """A tool that is never called."""
+
+
 #: A client-side count, built with a value: (its field as the error names it, build it, the
 #: lowest it takes). Each refuses a bool, a float and one below its lowest value.
 Site = tuple[str, Callable[[Any, Path], object], int]
@@ -112,10 +124,68 @@ TOOK_A_BOOL: list[Site] = [
     ("Load.concurrency", lambda v, _: Load(concurrency=v), 1),
 ]
 
+#: These refused a bool and a float already, in their own words.
+REFUSED_BOTH: list[Site] = [
+    (
+        "tool '_tool': max_output_chars",
+        lambda v, _: Tool.from_function(_tool, max_output_chars=v),
+        1,
+    ),
+    (
+        "Agent 'a': max_tool_output_chars",
+        lambda v, _: Agent(name="a", model="m", max_tool_output_chars=v),
+        1,
+    ),
+    (
+        "Agent 'a': params['max_tokens']",
+        lambda v, _: Agent(name="a", model="m", params={"max_tokens": v}),
+        1,
+    ),
+    (
+        "Agent 'a': params['max_completion_tokens']",
+        lambda v, _: Agent(name="a", model="m", params={"max_completion_tokens": v}),
+        1,
+    ),
+    ("Fleet.max_concurrency", lambda v, _: Fleet(_transport(), max_concurrency=v), 1),
+    ("Limits.max_in_flight", lambda v, _: Limits(max_in_flight=v), 1),
+    ("Limits.kv_tokens", lambda v, _: Limits(kv_tokens=v), 1),
+    (
+        "Replica.breaker_threshold",
+        lambda v, _: Replica(transport=_transport(), breaker_threshold=v),
+        1,
+    ),
+    ("Replica.breaker_window", lambda v, _: Replica(transport=_transport(), breaker_window=v), 1),
+    ("PostgresStore.max_batch", lambda v, _: PostgresStore("postgresql:///x", max_batch=v), 1),
+    ("PostgresStore.max_held", lambda v, _: PostgresStore("postgresql:///x", max_held=v), 1),
+    ("PrefixIndex.block_size", lambda v, _: PrefixIndex(block_size=v), 1),
+    ("CacheBusterCheck.shared_messages", lambda v, _: CacheBusterCheck(shared_messages=v), 0),
+    ("CacheBusterCheck.block_size", lambda v, _: CacheBusterCheck(block_size=v), 1),
+    ("CacheBusterCheck.max_sessions", lambda v, _: CacheBusterCheck(max_sessions=v), 1),
+    ("CacheBusterCheck.max_warnings", lambda v, _: CacheBusterCheck(max_warnings=v), 1),
+    *[
+        (
+            f"MessageCounter.{field}",
+            lambda v, _, f=field: MessageCounter(TiktokenCounter(), **{f: v}),
+            0,
+        )
+        for field in ("per_message", "per_name", "reply_priming", "per_image")
+    ],
+    (
+        "MessageCounter.cache_size",
+        lambda v, _: MessageCounter(TiktokenCounter(), cache_size=v),
+        1,
+    ),
+    *[
+        (f"Compact.{field}", lambda v, _, f=field: Compact(**{f: v}), 1)
+        for field in ("max_summary_tokens", "keep_last", "tool_output_tokens", "max_input_tokens")
+    ],
+    ("FleetBudget.max_tokens", lambda v, _: FleetBudget(max_tokens=v), 1),
+]
+
 
 @pytest.mark.parametrize(
     ("field", "make", "low"),
-    [pytest.param(*site, id=site[0]) for site in TOOK_A_BOOL],
+    [pytest.param(*site, id=site[0]) for site in TOOK_A_BOOL + REFUSED_BOTH],
 )
 @pytest.mark.parametrize("kind", ["bool", "float", "below"])
 def test_a_count_refuses_a_bool_a_float_and_too_few_by_name(

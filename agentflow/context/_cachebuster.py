@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from agentflow._context_chain import Binding, Link
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow.context import _bustdiff
 from agentflow.context._bustdiff import CacheBusterKind, Finding, Prefix, message_texts
@@ -137,25 +138,18 @@ class CacheBusterCheck(Link["CheckContext"]):
         max_sessions: int = 4096,
         max_warnings: int = 10_000,
     ) -> None:
-        if shared_messages is not None and (
-            isinstance(shared_messages, bool)
-            or not isinstance(shared_messages, int)
-            or shared_messages < 0
-        ):
-            raise ConfigError(
-                f"CacheBusterCheck.shared_messages must be an int ≥ 0 or None, "
-                f"got {shared_messages!r}"
-            )
+        check_count(
+            shared_messages,
+            "CacheBusterCheck.shared_messages",
+            0,
+            none="the leading system/developer messages",
+        )
         for name, fn in (("group", group), ("count", count)):
             if fn is not None and not callable(fn):
                 raise ConfigError(f"CacheBusterCheck.{name} must be a function or None, got {fn!r}")
-        for name, value in (
-            ("block_size", block_size),
-            ("max_sessions", max_sessions),
-            ("max_warnings", max_warnings),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"CacheBusterCheck.{name} must be an int ≥ 1, got {value!r}")
+        check_count(block_size, "CacheBusterCheck.block_size")
+        check_count(max_sessions, "CacheBusterCheck.max_sessions")
+        check_count(max_warnings, "CacheBusterCheck.max_warnings")
         self._group = group
         self._shared = shared_messages
         self._count = count or default_count

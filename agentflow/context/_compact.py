@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow.context._events import CompactionEvent
 from agentflow.context._overflow import OverflowView, TokenEstimator
@@ -176,12 +177,9 @@ class Compact:
     name: str = "compact"
 
     def __post_init__(self) -> None:
-        for fname in ("max_summary_tokens", "keep_last", "tool_output_tokens", "max_input_tokens"):
-            v = getattr(self, fname)
-            if fname == "max_input_tokens" and v is None:
-                continue
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ConfigError(f"Compact.{fname} must be an int ≥ 1, got {v!r}")
+        for fname in ("max_summary_tokens", "keep_last", "tool_output_tokens"):
+            check_count(getattr(self, fname), f"Compact.{fname}")
+        check_count(self.max_input_tokens, "Compact.max_input_tokens", none="from the window")
         kf = self.keep_fraction
         if isinstance(kf, bool) or not isinstance(kf, int | float) or not 0 < kf <= 1:
             raise ConfigError(f"Compact.keep_fraction must be a number in (0, 1], got {kf!r}")

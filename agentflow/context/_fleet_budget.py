@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import msgspec
 
 from agentflow._context_chain import Binding, Link, LinkSession
+from agentflow._counts import check_count
 from agentflow._errors import BudgetExceeded, ConfigError
 from agentflow.context._events import BudgetEvent
 
@@ -126,12 +127,7 @@ class FleetBudget(Link["_FleetSession"]):
         prices: Prices | Mapping[str, Prices] | None = None,
         warn_at: Sequence[float] = (0.5, 0.8, 0.9),
     ) -> None:
-        if max_tokens is not None and (
-            isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1
-        ):
-            raise ConfigError(
-                f"FleetBudget.max_tokens must be an int ≥ 1 or None, got {max_tokens!r}"
-            )
+        check_count(max_tokens, "FleetBudget.max_tokens", none="no token budget")
         if max_cost is not None:
             _check_price("FleetBudget", "max_cost", max_cost)
             if prices is None:

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Final
 
-from agentflow._errors import ConfigError
+from agentflow._counts import check_count
 from agentflow.context._counting import TokenCounter
 from agentflow.context._prompt import ChangeCheck, PromptCounter
 
@@ -76,9 +76,7 @@ def _freeze(obj: Any) -> Hashable:
 
 
 def _nonneg(field: str, value: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"MessageCounter.{field} must be an int >= 0, got {value!r}")
-    return value
+    return check_count(value, f"MessageCounter.{field}", 0)
 
 
 class MessageCounter:
@@ -114,9 +112,7 @@ class MessageCounter:
         self.per_name = _nonneg("per_name", per_name)
         self.reply_priming = _nonneg("reply_priming", reply_priming)
         self.per_image = _nonneg("per_image", per_image)
-        if isinstance(cache_size, bool) or not isinstance(cache_size, int) or cache_size < 1:
-            raise ConfigError(f"MessageCounter.cache_size must be an int >= 1, got {cache_size!r}")
-        self.cache_size = cache_size
+        self.cache_size = check_count(cache_size, "MessageCounter.cache_size")
         self._encode = counter.encode
         self._counts: OrderedDict[Hashable, int] = OrderedDict()
         # The token ids of the last few messages rendered, so that a fingerprint taken

@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow.context._counting import TiktokenCounter
 from agentflow.context._messages import MessageCounter
@@ -86,8 +87,7 @@ class PrefixIndex:
         block_size: int = 16,
         capacity_tokens: int = DEFAULT_CAPACITY_TOKENS,
     ) -> None:
-        if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
-            raise ConfigError(f"PrefixIndex.block_size must be an int >= 1, got {block_size!r}")
+        check_count(block_size, "PrefixIndex.block_size")
         if (
             isinstance(capacity_tokens, bool)
             or not isinstance(capacity_tokens, int)

@@ -26,6 +26,7 @@ from typing import Any
 
 from aiolimiter import AsyncLimiter
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 
 __all__ = ["Limits", "RateGate"]
@@ -52,23 +53,14 @@ class Limits:
     burst_s: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.max_in_flight is not None and (
-            not isinstance(self.max_in_flight, int)
-            or isinstance(self.max_in_flight, bool)
-            or self.max_in_flight < 1
-        ):
-            raise ConfigError(
-                f"Limits.max_in_flight must be an int ≥ 1, got {self.max_in_flight!r}"
-            )
+        check_count(self.max_in_flight, "Limits.max_in_flight", none="no cap")
         for name in ("rpm", "tpm"):
             value = getattr(self, name)
             if value is not None and not (_number(value) and 0 < value < math.inf):
                 raise ConfigError(
                     f"Limits.{name} must be a finite number > 0 (None: no cap), got {value!r}"
                 )
-        k = self.kv_tokens
-        if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
-            raise ConfigError(f"Limits.kv_tokens must be an int ≥ 1 (None: no cap), got {k!r}")
+        check_count(self.kv_tokens, "Limits.kv_tokens", none="no cap")
         if not (_number(self.burst_s) and 0 < self.burst_s < math.inf):
             raise ConfigError(f"Limits.burst_s must be a finite number > 0, got {self.burst_s!r}")
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError, TransportError
 from agentflow._redact import display_url, redact
 from agentflow.sched._breaker import CircuitBreaker
@@ -54,9 +55,7 @@ class Replica:
 
     def __post_init__(self) -> None:
         for name in ("breaker_threshold", "breaker_window"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"Replica.{name} must be an int ≥ 1, got {value!r}")
+            check_count(getattr(self, name), f"Replica.{name}")
         rate = self.breaker_failure_rate
         if not _number(rate) or not 0 < rate <= 1:
             raise ConfigError(f"Replica.breaker_failure_rate must be in (0, 1], got {rate!r}")

@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
 from agentflow._redact import register_secret, register_url
@@ -104,9 +105,8 @@ def check_settings(
     if not isinstance(schema, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", schema):
         raise ConfigError(f"PostgresStore.schema must be an SQL identifier, got {schema!r}")
     check_seconds(batch_interval_s, "PostgresStore.batch_interval_s", 0, 10)
-    for name, count in (("max_batch", max_batch), ("max_held", max_held)):
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ConfigError(f"PostgresStore.{name} must be an int ≥ 1, got {count!r}")
+    check_count(max_batch, "PostgresStore.max_batch")
+    check_count(max_held, "PostgresStore.max_held")
     check_seconds(connect_timeout_s, "PostgresStore.connect_timeout_s", 0.001, MAX_TIMEOUT_S)
     check_seconds(statement_timeout_s, "PostgresStore.statement_timeout_s", 0.001, MAX_TIMEOUT_S)
 

@@ -80,6 +80,32 @@ def _names(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir())
 
 
+async def _close_cancelled_while_held(store: Any, record: RunStarted) -> None:
+    """Hold ``store``'s writer in a call, write ``record``, start ``aclose()`` (queued
+    behind the held call) and cancel it twice: it must go on waiting; once the writer
+    is let go, it raises the cancellation."""
+    busy, go = threading.Event(), threading.Event()
+
+    def hold(conn: Any) -> None:
+        busy.set()
+        go.wait(GUARD_S)
+
+    held = asyncio.ensure_future(store._call(hold))
+    await asyncio.to_thread(busy.wait, GUARD_S)
+    store.write(record)
+    closing = asyncio.ensure_future(store.aclose())  # queued behind the held call
+    for _ in range(2):
+        await asyncio.sleep(0)
+        closing.cancel()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    assert not closing.done()  # still waiting for the writer, which is held
+    go.set()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    await held
+
+
 def test_a_close_cancelled_at_its_await_waits_for_the_writer(tmp_path: Path) -> None:
     """A SIGTERM cancels a command's main task, maybe while it awaits ``aclose()``: the
     cancellation used to return at once, the writer thread still closing the database
@@ -93,30 +119,14 @@ def test_a_close_cancelled_at_its_await_waits_for_the_writer(tmp_path: Path) -> 
         await store.open()
         store.write(RunStarted(run_id="r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
         assert await store.start_attempt("r", 2, 0) == 1  # the run's lock is held
-        busy, go = threading.Event(), threading.Event()
-
-        def hold(conn: Any) -> None:
-            busy.set()
-            go.wait(GUARD_S)
-
-        held = asyncio.ensure_future(store._call(hold))
-        await asyncio.to_thread(busy.wait, GUARD_S)
-        closing = asyncio.ensure_future(store.aclose())  # queued behind the held call
-        for _ in range(2):
-            await asyncio.sleep(0)
-            closing.cancel()
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert not closing.done()  # still waiting for the writer, which is held
-        go.set()
-        with pytest.raises(asyncio.CancelledError):
-            await closing
-        await held
+        second = RunStarted(run_id="r2", attempt=0, wall_ns=1, clock_ns=0, sessions=0)
+        await _close_cancelled_while_held(store, second)
         thread = store._thread
         assert thread is not None and not thread.is_alive()
         assert _names(tmp_path) == ["c.db"]  # no -wal, -shm, journal segment
         async with SQLiteStore(db) as other:  # the run's lock was given back
             assert await other.start_attempt("r", 3, 0) == 2
+            assert {r.run_id for r in await other.runs()} == {"r", "r2"}
 
     asyncio.run(main())
 
@@ -129,26 +139,8 @@ def test_a_postgres_close_cancelled_at_its_await_commits_first(postgres_db: str)
     async def main() -> list[str]:
         store = PostgresStore(postgres_db)
         await store.open()
-        busy, go = threading.Event(), threading.Event()
-
-        def hold(conn: Any) -> None:
-            busy.set()
-            go.wait(GUARD_S)
-
-        held = asyncio.ensure_future(store._call(hold))
-        await asyncio.to_thread(busy.wait, GUARD_S)
-        store.write(RunStarted(run_id="pg-r", attempt=0, wall_ns=1, clock_ns=0, sessions=0))
-        closing = asyncio.ensure_future(store.aclose())  # queued behind the held call
-        for _ in range(2):
-            await asyncio.sleep(0)
-            closing.cancel()
-        for _ in range(5):
-            await asyncio.sleep(0)
-        assert not closing.done()  # still waiting for the writer, which is held
-        go.set()
-        with pytest.raises(asyncio.CancelledError):
-            await closing
-        await held
+        record = RunStarted(run_id="pg-r", attempt=0, wall_ns=1, clock_ns=0, sessions=0)
+        await _close_cancelled_while_held(store, record)
         async with PostgresStore(postgres_db) as other:
             return [r.run_id for r in await other.runs()]
 

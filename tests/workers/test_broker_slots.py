@@ -1,5 +1,5 @@
 """Slots reclaimed from a worker go to the worker that waits for them: the owing worker
-neither dispatches into them (``_LeasedScheduler._place``) nor gets them straight back
+neither dispatches into them (``LeasedScheduler._place``) nor gets them straight back
 from the broker (``Broker._serve_pending``). Plain objects, no processes."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from agentflow._workers._broker import Broker
-from agentflow._workers._worker import _LeasedScheduler
+from agentflow._workers._leased import LeasedScheduler
 from agentflow.sched import Limits
 
 
@@ -39,7 +39,7 @@ def test_an_owing_worker_does_not_dispatch_into_owed_slots() -> None:
     asked: list[int] = []
     client = SimpleNamespace(slotted=True, slots=4, owed=2, need_slots=asked.append)
     sched = SimpleNamespace(_client=client, in_flight=2, waiting=5, router=None)
-    assert _LeasedScheduler._place(sched, object()) is None  # type: ignore[arg-type]
+    assert LeasedScheduler._place(sched, object()) is None  # type: ignore[arg-type]
     assert asked == [6]
 
 
@@ -64,7 +64,7 @@ def test_a_leased_take_cancelled_while_it_waits_keeps_the_debt() -> None:
     by the next request after a take was cancelled waiting for more budget."""
     import asyncio
 
-    from agentflow._workers._worker import _LeasedRates
+    from agentflow._workers._leased import LeasedRates
 
     class Client:
         def __init__(self) -> None:
@@ -77,7 +77,7 @@ def test_a_leased_take_cancelled_while_it_waits_keeps_the_debt() -> None:
 
     async def main() -> list[float]:
         client = Client()
-        gate = _LeasedRates(client)  # type: ignore[arg-type]
+        gate = LeasedRates(client)  # type: ignore[arg-type]
         gate.settle(reserved=10, used=60)  # 50 owed
         waiting = asyncio.ensure_future(gate.take(5))
         await asyncio.sleep(0)
@@ -125,7 +125,7 @@ def test_a_debt_settled_while_a_leased_take_waits_is_kept_for_the_next() -> None
     next take's, not wiped when this one is granted."""
     import asyncio
 
-    from agentflow._workers._worker import _LeasedRates
+    from agentflow._workers._leased import LeasedRates
 
     class Client:
         def __init__(self) -> None:
@@ -138,7 +138,7 @@ def test_a_debt_settled_while_a_leased_take_waits_is_kept_for_the_next() -> None
 
     async def main() -> float:
         client = Client()
-        gate = _LeasedRates(client)  # type: ignore[arg-type]
+        gate = LeasedRates(client)  # type: ignore[arg-type]
         waiting = asyncio.ensure_future(gate.take(5))
         await asyncio.sleep(0)
         gate.settle(reserved=10, used=40)  # 30 owed by a request that just ended

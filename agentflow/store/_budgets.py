@@ -40,7 +40,8 @@ def fleet_budgets_of(agent: Agent) -> tuple[FleetBudget, ...]:
     """The fleet budgets ``agent``'s turns are charged to, in its chain's order: its
     context when that is one, else every one of its context's links that is one (a
     per-agent budget and a fleet-wide one, say; or a ``ContextBudget``'s ``fleet=``)."""
-    return tuple(link for link in _links(agent) if isinstance(link, FleetBudget))
+    ctx: Any = agent.context
+    return () if ctx is None else ContextChain.of(ctx).fleets
 
 
 def recharge(run: StoredRun, agents: Mapping[str, Agent]) -> int:
@@ -96,11 +97,7 @@ def _counted(t: StoredTurn) -> bool:
 
 def _links(agent: Agent) -> tuple[object, ...]:
     ctx: Any = agent.context
-    if ctx is None:
-        return ()
-    if isinstance(ctx, FleetBudget):
-        return (ctx,)
-    return ContextChain.of(ctx).links
+    return () if ctx is None else ContextChain.of(ctx).links
 
 
 def _already_sent(event: object) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from agentflow import Agent, ConfigError, Fleet, Tool
 from agentflow._counts import check_count
-from agentflow.bench import Load
+from agentflow.bench import BenchConfig, Load, Sweep, replay_sessions
 from agentflow.context import (
     CacheBusterCheck,
     Compact,
@@ -26,7 +26,7 @@ from agentflow.context import (
 )
 from agentflow.demo._config import DemoConfig
 from agentflow.llamacpp import check_context, check_slots
-from agentflow.sched import CircuitBreaker, Limits, Replica, RetryPolicy
+from agentflow.sched import CircuitBreaker, Limits, Replica, RetryPolicy, Router
 from agentflow.sim import Engine, TextGenConfig, get_profile
 from agentflow.sim.driver import EngineDriver
 from agentflow.sim.kv import BlockManager
@@ -108,8 +108,9 @@ def _tool() -> None:
 #: lowest it takes). Each refuses a bool, a float and one below its lowest value.
 Site = tuple[str, Callable[[Any, Path], object], int]
 
-#: These took ``True`` (an int: ``value < 1`` is False) before they used check_count; a
-#: float was refused by their ``isinstance(value, int)``, which a bool passes.
+#: These took ``True`` (an int: ``value < 1`` is False) before they used check_count; most
+#: refused a float by ``isinstance(value, int)``, which a bool passes — the router's and the
+#: bench's (the last seven) took a float too.
 TOOK_A_BOOL: list[Site] = [
     ("Fleet.max_tool_concurrency", lambda v, _: Fleet(_transport(), max_tool_concurrency=v), 1),
     ("Fleet.workers", lambda v, _: Fleet(_transport(), workers=v), 1),
@@ -122,7 +123,19 @@ TOOK_A_BOOL: list[Site] = [
     ("demo: --max-concurrency", lambda v, _: DemoConfig(max_concurrency=v), 1),
     ("demo: --max-tokens", lambda v, _: DemoConfig(max_tokens=v), 1),
     ("Load.concurrency", lambda v, _: Load(concurrency=v), 1),
+    ("Router.balance_slack", lambda v, _: Router(balance_slack=v), 0),
+    ("Sweep.max_levels", lambda v, _: Sweep(start=1.0, max_levels=v), 1),
+    ("Sweep.stop_after", lambda v, _: Sweep(start=1.0, stop_after=v), 1),
+    ("bench: repeats", lambda v, _: _bench(repeats=v), 1),
+    ("bench: max_sessions (--sessions)", lambda v, _: _bench(max_sessions=v), 1),
+    ("bench: max_in_flight", lambda v, _: _bench(max_in_flight=v), 1),
+    ("max_sessions", lambda v, _: replay_sessions([], Load(scale=1.0), max_sessions=v), 1),
 ]
+
+
+def _bench(**kw: Any) -> BenchConfig:
+    return BenchConfig(scripts=(), levels=(Load(concurrency=1),), **kw)
+
 
 #: These refused a bool and a float already, in their own words.
 REFUSED_BOTH: list[Site] = [

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow.bench._level import Saturation
 from agentflow.bench._load import Arrival, Load
@@ -45,8 +46,8 @@ class Sweep:
             raise ConfigError(f"sweep start must be > 0, got {self.start!r}")
         if not (math.isfinite(self.factor) and self.factor > 1):
             raise ConfigError(f"sweep factor must be > 1, got {self.factor!r}")
-        if self.max_levels < 1 or self.stop_after < 1:
-            raise ConfigError("sweep max_levels and stop_after must be ≥ 1")
+        check_count(self.max_levels, "Sweep.max_levels")
+        check_count(self.stop_after, "Sweep.stop_after")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -111,8 +112,7 @@ class BenchConfig:
             raise ConfigError("bench: give a workload or scripts")
         if not self.levels and self.sweep is None:
             raise ConfigError("bench: give levels (--rate/--concurrency) or a sweep")
-        if self.repeats < 1:
-            raise ConfigError(f"bench: repeats must be ≥ 1, got {self.repeats!r}")
+        check_count(self.repeats, "bench: repeats")
         if self.duration_s is not None and not self.duration_s > 0:
             raise ConfigError(f"bench: duration must be > 0 s, got {self.duration_s!r}")
         if not self.warmup_s >= 0 or (
@@ -121,12 +121,8 @@ class BenchConfig:
             raise ConfigError(
                 f"bench: warm-up must be ≥ 0 s and shorter than the duration, got {self.warmup_s!r}"
             )
-        if self.max_sessions is not None and self.max_sessions < 1:
-            raise ConfigError(
-                f"bench: max_sessions (--sessions) must be ≥ 1, got {self.max_sessions!r}"
-            )
-        if self.max_in_flight < 1:
-            raise ConfigError(f"bench: max_in_flight must be ≥ 1, got {self.max_in_flight!r}")
+        check_count(self.max_sessions, "bench: max_sessions (--sessions)", none="no limit")
+        check_count(self.max_in_flight, "bench: max_in_flight")
         if self.arrival not in ("poisson", "constant"):
             raise ConfigError(f"bench: arrival must be poisson or constant, got {self.arrival!r}")
         for load in self.levels:

@@ -251,8 +251,7 @@ def session_stream(
 def _check_bounds(duration_s: float | None, max_sessions: int | None) -> None:
     if duration_s is None and max_sessions is None:
         raise ConfigError("a run needs a duration or a session limit (or both)")
-    if max_sessions is not None and max_sessions < 1:
-        raise ConfigError(f"max_sessions must be ≥ 1, got {max_sessions!r}")
+    check_count(max_sessions, "max_sessions", none="no limit")
     if duration_s is not None and not (math.isfinite(duration_s) and duration_s > 0):
         raise ConfigError(f"duration must be a finite number of seconds > 0, got {duration_s!r}")
 
@@ -274,8 +273,7 @@ def replay_sessions(
         ConfigError: a ``rate`` level (scripts bring their own arrivals), or
             ``max_sessions`` < 1.
     """
-    if max_sessions is not None and max_sessions < 1:
-        raise ConfigError(f"max_sessions must be ≥ 1, got {max_sessions!r}")
+    check_count(max_sessions, "max_sessions", none="no limit")
     if load.rate is not None:
         raise ConfigError(
             f"{load.label}: scripts bring their own arrivals; use a replay speed "

@@ -20,7 +20,7 @@ replica exists.
 
 from __future__ import annotations
 
-from agentflow._errors import ConfigError
+from agentflow._counts import check_count
 from agentflow.sched._replica import ReplicaState
 from agentflow.sched._ticket import Ticket
 
@@ -49,8 +49,7 @@ class Router:
         session_header: str | None = "X-Session-ID",
         prompt_cache_key: bool = False,
     ) -> None:
-        if not isinstance(balance_slack, int) or balance_slack < 0:
-            raise ConfigError(f"Router balance_slack must be an int ≥ 0, got {balance_slack!r}")
+        check_count(balance_slack, "Router.balance_slack", 0)
         self.sticky = sticky
         self.prefix_affinity = prefix_affinity
         self.balance_slack = balance_slack

@@ -109,7 +109,7 @@ def test_show_workload(capsys: pytest.CaptureFixture[str]) -> None:
         (["--duration", "5", "--warmup", "6", "--rate", "1"], "warm-up"),
         (["--concurrency", "inf"], "--concurrency values must be finite"),
         (["--rate", "nan"], "--rate values must be finite"),
-        (["--rate", "1", "--sessions", "0"], "max_sessions (--sessions) must be ≥ 1"),
+        (["--rate", "1", "--sessions", "0"], "max_sessions (--sessions) must be an int ≥ 1"),
         (["--trace", "agentic-small", "--sessions", "-3"], "max_sessions (--sessions)"),
         (["--trace", "agentic-small", "--sweep"], "--sweep"),
         (["--trace", "agentic-small", "--warmup", "1"], "--warmup with --trace needs --duration"),

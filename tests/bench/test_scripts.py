@@ -110,7 +110,9 @@ def test_scripts_and_rates_do_not_mix() -> None:
 @pytest.mark.parametrize("n", [0, -3])
 def test_a_replay_limit_below_one_is_refused(n: int) -> None:
     """``max_sessions`` 0 or less used to replay one session without a word."""
-    with pytest.raises(ConfigError, match=f"max_sessions must be ≥ 1, got {n}"):
+    with pytest.raises(
+        ConfigError, match=rf"max_sessions must be an int ≥ 1 or None \(no limit\), got {n}"
+    ):
         replay_sessions(recorded(3), Load(scale=1.0), max_sessions=n)
     with pytest.raises(ConfigError, match="max_sessions"):
         BenchConfig(scripts=tuple(recorded(3)), levels=(Load(scale=1.0),), max_sessions=n)

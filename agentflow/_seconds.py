@@ -9,11 +9,15 @@ import math
 
 from agentflow._errors import ConfigError
 
-__all__ = ["MAX_LEASE_TTL_S", "check_lease_ttl", "check_seconds"]
+__all__ = ["MAX_LEASE_TTL_S", "MAX_TIMEOUT_S", "check_lease_ttl", "check_seconds"]
 
 #: The longest lease, in seconds (~31 years): an expiry is stored as integer nanoseconds
 #: since the epoch, which must fit a 64-bit integer (``BIGINT``).
 MAX_LEASE_TTL_S = 1e9
+
+#: The longest timeout a client call takes, in seconds (~31 years): finite, as every wait
+#: must be (``inf`` would wait for ever).
+MAX_TIMEOUT_S = 1e9
 
 
 def check_seconds(value: object, name: str, low: float, high: float) -> float:

@@ -47,7 +47,7 @@ from agentflow._llamacpp_server import (
 from agentflow._logging import get_logger
 from agentflow._process import free_port
 from agentflow._redact import display_url
-from agentflow._seconds import check_seconds
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 
 if TYPE_CHECKING:
     from agentflow.sched import Replica
@@ -99,7 +99,7 @@ async def server_slots(
         StreamTimeout: it did not answer within ``timeout_s``.
     """
     check_base_url(base_url, "server_slots: base_url")
-    timeout_s = check_seconds(timeout_s, "server_slots: timeout_s", 0.001, 1e9)
+    timeout_s = check_seconds(timeout_s, "server_slots: timeout_s", 0.001, MAX_TIMEOUT_S)
     root = base_url.rstrip("/").removesuffix("/v1")
     sent = dict(headers or {})
     if api_key:

@@ -14,7 +14,7 @@ import msgspec
 from agentflow._base_url import check_base_url
 from agentflow._errors import ConfigError, ConnectError, StreamProtocolError, StreamTimeout
 from agentflow._redact import display_url, register_secret, register_url
-from agentflow._seconds import check_seconds
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 from agentflow.transport._shared import MAX_ERROR_BODY, status_error
 
 if TYPE_CHECKING:
@@ -36,9 +36,6 @@ class _Tokenized(msgspec.Struct):
 
 
 _decode_tokenized = msgspec.json.Decoder(_Tokenized)
-
-#: The longest ``timeout_s`` (a finite number: ~31 years).
-_MAX_TIMEOUT_S = 1e9
 
 
 def _llamacpp_body(text: str) -> dict[str, Any]:
@@ -87,7 +84,7 @@ class ServerCounter:
         check_base_url(base_url, "ServerCounter.base_url")
         if dialect not in _DIALECTS:
             raise ConfigError(f"ServerCounter.dialect must be one of {_DIALECTS}, got {dialect!r}")
-        timeout_s = check_seconds(timeout_s, "ServerCounter.timeout_s", 0.001, _MAX_TIMEOUT_S)
+        timeout_s = check_seconds(timeout_s, "ServerCounter.timeout_s", 0.001, MAX_TIMEOUT_S)
         root = base_url.rstrip("/").removesuffix("/v1")
         self.url = f"{root}/tokenize"
         register_url(root, owner=self)

@@ -27,7 +27,7 @@ import msgspec
 
 from agentflow._errors import ConfigError, ConnectError, StreamProtocolError, StreamTimeout
 from agentflow._redact import display_url, register_url
-from agentflow._seconds import check_seconds
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 from agentflow.transport._request import Endpoint
 from agentflow.transport._shared import MAX_ERROR_BODY
 
@@ -38,8 +38,6 @@ __all__ = ["DEFAULT_WINDOW_TIMEOUT_S", "ModelsSource", "ServerWindow", "server_w
 
 #: How long :func:`server_window` waits for each answer, connection included.
 DEFAULT_WINDOW_TIMEOUT_S = 10.0
-#: The longest ``timeout_s`` taken (finite: ``inf`` would wait for ever).
-_MAX_TIMEOUT_S = 1e9
 
 # A models list or a props document is small; a larger answer is not one.
 _MAX_ANSWER = 4 * 1024 * 1024
@@ -212,7 +210,7 @@ async def server_window(
         ConnectError: the server could not be reached.
         StreamTimeout: it did not answer within ``timeout_s``.
     """
-    timeout_s = check_seconds(timeout_s, "server_window: timeout_s", 0.001, _MAX_TIMEOUT_S)
+    timeout_s = check_seconds(timeout_s, "server_window: timeout_s", 0.001, MAX_TIMEOUT_S)
     if isinstance(source, ModelsSource) and not isinstance(source, str):
         label = str(getattr(source, "endpoint", type(source).__name__))
         return _pick_window(await source.models(), model, label)

@@ -4,12 +4,12 @@ stdout and its latency figures to stderr."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 from typing import Any
 
 from agentflow._agent import Agent
+from agentflow._cli_signals import run_command
 from agentflow._cli_timeouts import _add_timeout_arguments, _timeouts
 from agentflow._cliargs import non_negative
 from agentflow._events import Event, TokenEvent
@@ -116,7 +116,7 @@ def _chat(args: argparse.Namespace) -> int:
         return 0 if result.ok else 1
 
     try:
-        return asyncio.run(run())
+        return run_command(run())
     except KeyboardInterrupt:  # the caller exits 130; the terminal gets its line back
         if midline:
             sys.stdout.write("\n")

@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from agentflow._cli_signals import run_command
 from agentflow._cli_timeouts import _add_timeout_arguments, _timeouts
 from agentflow._cliargs import check_store_file
 from agentflow._errors import ConfigError
@@ -140,8 +141,6 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    import asyncio
-
     _need_demo_extra("resume")
     from agentflow.demo.run import resume_config, run_demo
     from agentflow.store import SQLiteStore
@@ -153,7 +152,7 @@ def _resume(args: argparse.Namespace) -> int:
             return (await store.load(args.run_id)).config
 
     config = resume_config(
-        asyncio.run(recorded()), args.run_id, store=args.store, report=args.report,
+        run_command(recorded()), args.run_id, store=args.store, report=args.report,
         live=not args.no_live, api_key=args.api_key, base_url=args.base_url,
     )  # fmt: skip
     return _demo_status(run_demo(config))

@@ -9,13 +9,23 @@ installs for every command, whatever it runs:
 - Inside one that is the wrong place to raise: the exception would land in whichever task
   runs at that moment (a fleet's, a session's), which dies with it, leaves the task that
   awaited it pending and prints "Task exception was never retrieved" or "coroutine … was
-  never awaited" on the way out. So there the handler cancels the task the loop runs to
-  completion — the future ``loop.run_until_complete`` waits for: ``asyncio.run``'s,
-  ``run_virtual``'s, any :class:`asyncio.Runner`'s main task — as :class:`asyncio.Runner`
-  does for SIGINT. The run unwinds in order, every ``finally`` and ``async with`` done,
-  and once that task has ended :class:`Terminated` is raised from the loop, out of
-  ``asyncio.run`` (whose shutdown still runs). A command does nothing for this: no loop,
-  whoever starts it, can miss it.
+  never awaited" on the way out. So every command runs its coroutine with
+  :func:`run_command` (``asyncio.run``'s work, on the loop its ``loop_factory`` makes:
+  asyncio's, :class:`~agentflow.embedded.VirtualTimeLoop`, uvloop's; ``run_bench`` and
+  ``run_demo`` too, and without the handler it is just that), which makes the main task
+  and registers it with the handler; a SIGTERM then cancels exactly that task
+  (``loop.call_soon_threadsafe(task.cancel)``, between the loop's callbacks), as
+  :class:`asyncio.Runner` does for SIGINT. The run unwinds in order, every ``finally`` and
+  ``async with`` done, the runner shuts the loop down as usual, and :class:`Terminated` is
+  then raised out of :func:`run_command` — unless the run failed with an error of its own
+  while it unwound, which is raised instead (the command reports it). A SIGTERM that comes
+  once the main task is done (while the runner cancels what is left, shuts down the async
+  generators and the default executor) cuts nothing: it is remembered, and
+  :class:`Terminated` is raised once the runner has returned. ``tests/test_cli_sigterm.py``
+  checks that no command module starts a loop any other way.
+- A loop not started by :func:`run_command` (none in the commands) is not known to the
+  handler: there it raises :class:`Terminated` where it comes, as Ctrl-C's
+  :class:`KeyboardInterrupt` does.
 - A second SIGTERM raises :class:`Terminated` at once (a run that does not stop when
   cancelled).
 
@@ -32,22 +42,26 @@ to end with 141 once it is done.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import os
 import select
 import signal
 import sys
+import threading
+from collections.abc import Callable, Coroutine
 from types import FrameType
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "STDOUT_GONE_STATUS",
     "SigtermHandler",
     "Terminated",
     "drop_stdout",
+    "run_command",
     "stdout_dropped",
     "stdout_gone",
 ]
+
+T = TypeVar("T")
 
 #: The exit status once standard output's reader has gone: a SIGPIPE death's, ``128 + 13``.
 STDOUT_GONE_STATUS = 128 + getattr(signal, "SIGPIPE", 13)  # (Windows has no SIGPIPE)
@@ -56,6 +70,57 @@ STDOUT_GONE_STATUS = 128 + getattr(signal, "SIGPIPE", 13)  # (Windows has no SIG
 class Terminated(KeyboardInterrupt):
     """SIGTERM, raised where Ctrl-C raises :class:`KeyboardInterrupt`, so that every
     ``with`` block unwinds and stops the child process it started."""
+
+
+def run_command(
+    main: Coroutine[Any, Any, T],
+    *,
+    loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+) -> T:
+    """Run a command's coroutine to completion on a new event loop and close the loop, as
+    ``asyncio.run`` does (``loop_factory``: as :class:`asyncio.Runner`'s — pass
+    :class:`~agentflow.embedded.VirtualTimeLoop` for ``run_virtual``'s run).
+
+    Under the commands' :class:`SigtermHandler` (on the main thread), SIGTERM cancels the
+    run's main task; see the module.
+
+    Raises:
+        Terminated: SIGTERM came during the run (after its shutdown, which still ran), and
+            the run did not fail with an error of its own.
+    """
+    handler = signal.getsignal(signal.SIGTERM)
+    if (
+        isinstance(handler, SigtermHandler)
+        and threading.current_thread() is threading.main_thread()
+    ):
+        return handler.run(main, loop_factory=loop_factory)
+    with asyncio.Runner(loop_factory=loop_factory) as runner:
+        return runner.run(main)
+
+
+class _Run:
+    """One :func:`run_command` run, as its :class:`SigtermHandler` knows it."""
+
+    __slots__ = ("loop", "task", "terminated")
+
+    def __init__(self) -> None:
+        self.loop: asyncio.AbstractEventLoop | None = None  # once the runner made it
+        self.task: asyncio.Task[Any] | None = None  # the main task, once it runs
+        self.terminated = False  # a SIGTERM came
+
+    async def main(self, main: Coroutine[Any, Any, T]) -> T:
+        """The main task's coroutine: ``main``, with the task known to the handler."""
+        self.task = asyncio.current_task()
+        if self.terminated and self.task is not None:  # came before it started
+            self.task.cancel()
+        return await main
+
+    def cancel(self) -> None:
+        """(A loop callback.) Cancel the main task, unless it is done by now (the signal
+        came as it ended: the shutdown is left alone) or not started yet (:meth:`main`
+        cancels it as it starts)."""
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
 
 
 class SigtermHandler:
@@ -67,58 +132,47 @@ class SigtermHandler:
 
     def __init__(self) -> None:
         self.signals = 0
+        self._run: _Run | None = None
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
-        """Raise :class:`Terminated`, or, within an event loop, cancel its run.
+        """Raise :class:`Terminated`, or, within a :func:`run_command` run, cancel its main
+        task (or, once that has ended, note the signal for :meth:`run` to raise).
 
         Raises:
-            Terminated: outside an event loop, or at the second SIGTERM.
+            Terminated: outside a :func:`run_command` run, or at the second SIGTERM.
         """
         self.signals += 1
-        try:
-            loop = asyncio.get_running_loop()  # (a handler runs on the main thread's)
-        except RuntimeError:
-            raise Terminated from None
-        if self.signals > 1:
+        run = self._run
+        if run is None or self.signals > 1:
             raise Terminated
-        loop.call_soon_threadsafe(_cancel_run)  # on the loop, between its callbacks
+        run.terminated = True
+        loop, task = run.loop, run.task
+        if loop is not None and not loop.is_closed() and (task is None or not task.done()):
+            loop.call_soon_threadsafe(run.cancel)  # on the loop, between its callbacks
 
-
-#: ``run_until_complete``'s code: its frame on the stack holds the future the loop runs.
-_RUN_UNTIL_COMPLETE = asyncio.BaseEventLoop.run_until_complete.__code__
-
-
-def _cancel_run() -> None:
-    """(A loop callback.) Cancel the future the running ``run_until_complete`` waits for;
-    :func:`_terminate` once it is done. Without one (a loop written in C, such as uvloop's,
-    has no frame to find it in) :class:`Terminated` is raised now: the loop stops, and
-    :class:`asyncio.Runner` cancels what is left and waits for it."""
-    run = _awaited(inspect.currentframe())
-    if run is None:
-        raise Terminated
-    if run.done():
-        _terminate(run)
-        return
-    run.cancel()
-    run.add_done_callback(_terminate)
-
-
-def _awaited(frame: FrameType | None) -> asyncio.Future[Any] | None:
-    """The future of the innermost ``run_until_complete`` on ``frame``'s stack, if any."""
-    while frame is not None:
-        if frame.f_code is _RUN_UNTIL_COMPLETE:
-            future = frame.f_locals.get("future")
-            return future if asyncio.isfuture(future) else None
-        frame = frame.f_back
-    return None
-
-
-def _terminate(run: asyncio.Future[Any]) -> None:
-    """(A done callback of the cancelled run.) Raise :class:`Terminated` out of the loop —
-    unless the run failed with an error of its own, which ``run_until_complete`` then
-    raises as usual (the command reports it)."""
-    if run.cancelled() or run.exception() is None:
-        raise Terminated
+    def run(
+        self,
+        main: Coroutine[Any, Any, T],
+        *,
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] | None = None,
+    ) -> T:
+        """:func:`run_command`'s run, registered with this handler until the runner has
+        shut its loop down."""
+        run = _Run()
+        outer, self._run = self._run, run
+        try:
+            with asyncio.Runner(loop_factory=loop_factory) as runner:
+                run.loop = runner.get_loop()
+                try:
+                    result = runner.run(run.main(main))
+                except asyncio.CancelledError:
+                    if not run.terminated:
+                        raise
+        finally:
+            self._run = outer
+        if run.terminated:  # (or came during the shutdown: raised now, after it)
+            raise Terminated
+        return result
 
 
 def stdout_gone() -> bool:

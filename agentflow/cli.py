@@ -17,8 +17,9 @@ starts); 130 / 143 stopped by SIGINT / SIGTERM (``128 + signal``; ``agentflow de
 still writes its report of what ran). ``agentflow sim`` and ``agentflow llamacpp`` are
 servers: SIGINT and SIGTERM are how they stop, with status 0. SIGTERM is handled like
 Ctrl-C everywhere, so every command stops its child processes on its way out; within an
-event loop it cancels the loop's run, which unwinds in order before the command exits
-(``agentflow/_cli_signals.py``: one handler for every command). 141 the
+event loop it cancels the run's main task, which unwinds in order before the command exits
+(``agentflow/_cli_signals.py``: one handler for every command, and ``run_command``, which
+every command runs its coroutine with). 141 the
 reader of standard output went away (``agentflow plan | head``): the rest is dropped
 quietly, as a SIGPIPE death's would be (``agentflow/_cli_signals.py``) — a command asked
 to write files (``bench --report``, ``demo --report``) still writes them first.

@@ -1,7 +1,8 @@
 """SIGTERM to the ``agentflow`` commands that run an event loop, as real processes: each
 ends it cleanly — the run cancelled and unwound in order, what it was writing finished,
 exit status 143 and nothing on stderr — through the one handler ``agentflow.cli.main``
-installs (``agentflow/_cli_signals.py``); no command wraps its own loop for it.
+installs and the ``run_command`` each runs its loop with (``agentflow/_cli_signals.py``);
+no command handles SIGTERM itself.
 
 The signal comes once the run is demonstrably under way: for ``chat``, once the simulator
 is decoding its request; for the commands that read a run store, from inside the run's

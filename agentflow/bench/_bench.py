@@ -19,10 +19,10 @@ This module is the run loop; what it runs is ``_bench_config`` (:class:`BenchCon
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from agentflow._cli_signals import run_command
 from agentflow._fleet import Fleet
 from agentflow.bench._bench_config import BenchConfig, Sweep
 from agentflow.bench._bench_report import BENCH_SCHEMA_VERSION, _report
@@ -72,10 +72,12 @@ def run_bench(
     """
     chosen: Target = target if target is not None else SimTarget()
     if chosen.virtual:
-        from agentflow.embedded import run_virtual
+        from agentflow.embedded import VirtualTimeLoop
 
-        return run_virtual(arun_bench(config, chosen, on_level=on_level))
-    return asyncio.run(arun_bench(config, chosen, on_level=on_level))
+        return run_command(
+            arun_bench(config, chosen, on_level=on_level), loop_factory=VirtualTimeLoop
+        )
+    return run_command(arun_bench(config, chosen, on_level=on_level))
 
 
 async def arun_bench(

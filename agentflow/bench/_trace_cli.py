@@ -12,12 +12,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import sys
 from pathlib import Path
 from typing import Any
 
+from agentflow._cli_signals import run_command
 from agentflow._cliargs import (
     check_no_overwrite,
     check_output_file,
@@ -194,7 +194,7 @@ def _export(args: argparse.Namespace) -> int:
             await store.aclose()
         return write_trace(records, args.output)
 
-    n = asyncio.run(main())
+    n = run_command(main())
     print(f"{n} requests written to {args.output}")
     return 0
 

@@ -272,8 +272,8 @@ def _bench(args: argparse.Namespace) -> int:
         )
 
     try:
-        # SIGTERM cancels the run as Ctrl-C does (agentflow/_cli_signals.py): it unwinds in
-        # order, then Terminated, a KeyboardInterrupt, comes out of run_bench.
+        # SIGTERM cancels the run as Ctrl-C does (run_command, agentflow/_cli_signals.py):
+        # it unwinds in order, then Terminated, a KeyboardInterrupt, comes out of run_bench.
         report = run_bench(config, target, on_level=show)
     except KeyboardInterrupt:
         # Ctrl-C (or SIGTERM): keep what was measured — the levels that finished and the

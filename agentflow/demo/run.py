@@ -11,7 +11,6 @@ what finished, marked ``run.interrupted``; a second signal exits at once
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -25,6 +24,7 @@ from typing import Any
 from rich.console import Console
 
 from agentflow._cli_console import CliConsole
+from agentflow._cli_signals import run_command
 from agentflow._cliargs import check_no_overwrite, check_output_file, store_inputs
 from agentflow._errors import ConfigError, TransportError
 from agentflow._fleet import Fleet, FleetResult
@@ -121,13 +121,15 @@ def _run(
     """The fleet's run, with the simulator child around it (stopped when it returns)."""
     with contextlib.ExitStack() as stack:
         if config.virtual:
-            from agentflow.embedded import run_virtual
+            from agentflow.embedded import VirtualTimeLoop
 
-            return run_virtual(_virtual_fleet(config, stopper, watched))
+            return run_command(
+                _virtual_fleet(config, stopper, watched), loop_factory=VirtualTimeLoop
+            )
         url = config.base_url or _start_simulator(config, stack).rstrip("/") + "/v1"
         scale = 1.0 if config.base_url else config.time_scale
         endpoint = Endpoint(base_url=url, api_key=config.api_key)
-        result = asyncio.run(_http_fleet(config, endpoint, scale, console, watched, stopper))
+        result = run_command(_http_fleet(config, endpoint, scale, console, watched, stopper))
         return result, scale
 
 

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from agentflow._cli_signals import run_command
 from agentflow._cliargs import (
     check_no_overwrite,
     check_output_dir,
@@ -252,8 +253,6 @@ def _from_store(path: Path, ids: list[str]) -> list[dict[str, Any]]:
     """``agentflow report --store PATH RUN_ID...``: the recorded runs (finished or
     partial) exported to report JSON; they are then drawn (and joined with
     ``--server-metrics``) like report files."""
-    import asyncio
-
     from agentflow.store import SQLiteStore, export_report
 
     async def export() -> list[dict[str, Any]]:
@@ -261,4 +260,4 @@ def _from_store(path: Path, ids: list[str]) -> list[dict[str, Any]]:
         async with SQLiteStore(path, journal=False) as store:
             return [await export_report(store, run_id) for run_id in ids]
 
-    return asyncio.run(export())
+    return run_command(export())

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentflow._cli_signals import run_command
 from agentflow._cliargs import OneLineParser, check_listen, fail, non_negative, port
 from agentflow._errors import ConfigError
 from agentflow.sim.faults import FaultConfig
@@ -303,9 +304,9 @@ def run_sim(args: argparse.Namespace) -> int:
             import uvloop  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
             raise ConfigError("--uvloop needs the uvloop package") from None
-        uvloop.run(_serve(server, args.quiet))
+        run_command(_serve(server, args.quiet), loop_factory=uvloop.new_event_loop)
     else:
-        asyncio.run(_serve(server, args.quiet))
+        run_command(_serve(server, args.quiet))
     return 0
 
 

@@ -14,8 +14,9 @@ Only a payload msgspec has refused comes here, so a stream without one pays noth
 - :func:`lenient_decode` reads it with the standard library's parser, which keeps a lone
   surrogate in the string (still refusing ``NaN``, ``Infinity`` and numbers out of
   range, as msgspec does), then builds the same struct from it;
-- :func:`mend` joins, in text put together from such strings, each high half with the
-  low half that follows it, and turns a half left alone into U+FFFD;
+- :func:`~agentflow._sendable.sendable_text` (the one a tool's output goes through too)
+  joins, in text put together from such strings, each high half with the low half that
+  follows it, and turns a half left alone into U+FFFD;
 - :class:`PairingSink` does that for a sink's deltas as they go (the builder's sink is
   wrapped in one from the first such payload on, :func:`pairing`): a delta that ends with
   a high half keeps it back for the next delta of its kind;
@@ -32,10 +33,11 @@ from typing import TypeVar
 
 import msgspec
 
+from agentflow._sendable import sendable_text
 from agentflow._trace import TurnTrace
 from agentflow.typing import DeltaKind, DeltaSink
 
-__all__ = ["PairingSink", "lenient_decode", "mend", "mended", "pairing"]
+__all__ = ["PairingSink", "lenient_decode", "mended", "pairing"]
 
 T = TypeVar("T")
 
@@ -70,11 +72,6 @@ def lenient_decode(payload: bytes, into: type[T]) -> T | None:
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
-def mend(text: str) -> str:
-    """``text`` with each surrogate pair made one character and each lone half U+FFFD."""
-    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
-
-
 class PairingSink:
     """A sink's deltas, mended: a high half that ends a delta waits for the next delta
     of its kind (whose low half it pairs with); :meth:`flush` gives what still waits,
@@ -97,7 +94,7 @@ class PairingSink:
             self._held[kind] = text[-1]
             text = text[:-1]
         if text:
-            self._sink.on_delta(kind, mend(text), t_ns)
+            self._sink.on_delta(kind, sendable_text(text), t_ns)
 
     def flush(self, t_ns: int) -> None:
         """The stream ended: each high half still held is passed on as U+FFFD."""
@@ -117,13 +114,18 @@ def mended(trace: TurnTrace, sink: PairingSink, end_ns: int) -> TurnTrace:
     ``sink`` still holds given to it, as of ``end_ns``."""
     sink.flush(end_ns)
     calls = tuple(
-        replace(c, id=mend(c.id), name=mend(c.name), arguments=mend(c.arguments))
+        replace(
+            c,
+            id=sendable_text(c.id),
+            name=sendable_text(c.name),
+            arguments=sendable_text(c.arguments),
+        )
         for c in trace.tool_calls
     )
     return replace(
         trace,
-        content=mend(trace.content),
-        reasoning=mend(trace.reasoning),
+        content=sendable_text(trace.content),
+        reasoning=sendable_text(trace.reasoning),
         tool_calls=calls,
         # A lone half elsewhere too: a run store keeps UTF-8 text, and left the turn out.
         model=_mend_opt(trace.model),
@@ -133,4 +135,4 @@ def mended(trace: TurnTrace, sink: PairingSink, end_ns: int) -> TurnTrace:
 
 
 def _mend_opt(text: str | None) -> str | None:
-    return None if text is None else mend(text)
+    return None if text is None else sendable_text(text)

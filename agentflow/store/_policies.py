@@ -133,4 +133,11 @@ def _resolve(states: Mapping[str, Any], key: str) -> tuple[str, Any]:
 
 
 def _is_aliases(state: Any) -> bool:
-    return isinstance(state, Mapping) and set(state) == {"aliases", "of"}
+    """Whether ``state`` is an aliases record, well formed (a damaged one, its fields of
+    other types, names nothing)."""
+    return (
+        isinstance(state, Mapping)
+        and set(state) == {"aliases", "of"}
+        and isinstance(state["aliases"], list)
+        and isinstance(state["of"], str)
+    )

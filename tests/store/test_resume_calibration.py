@@ -219,3 +219,27 @@ def test_a_state_recorded_without_aliases_is_still_restored() -> None:
     assert restore(loop, team(budget())[1:]) == 0
     nowhere = {"calibrator:agent-0#aliases": {"aliases": ["calibrator:agent-1"], "of": "x"}}
     assert restore(nowhere, team(budget())[1:]) == 0
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        {"aliases": 7, "of": "calibrator:agent-0"},
+        {"aliases": None, "of": "calibrator:agent-0"},
+        {"aliases": ["calibrator:agent-1"], "of": ["calibrator:agent-0"]},
+    ],
+)
+def test_a_damaged_aliases_record_restores_nothing_and_raises_nothing(
+    damaged: dict[str, object],
+) -> None:
+    """An aliases record whose fields have the wrong types (a damaged or hand-edited
+    store) is no alias: the calibrators it would name start afresh, and the state
+    beside it still restores the agent it belongs to."""
+    trained = Calibrator(window=8)
+    _observe(trained, random.Random(5), 20)
+    states = {"calibrator:agent-0#aliases": damaged}
+    assert restore(states, team(budget())[1:]) == 0
+    shared = budget()
+    states["calibrator:agent-0"] = trained.to_state()
+    assert restore(states, team(shared)) == 1
+    assert shared.calibrator.to_state() == trained.to_state()

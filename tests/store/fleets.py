@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from agentflow.embedded import SimTransport, loop_clock
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
 from agentflow.store import SQLiteStore
+from agentflow.typing import Transport
 
 
 def lookup(key: str, count: int = 1) -> str:
@@ -81,50 +83,85 @@ def contents(path: Path, run_id: str) -> dict[str, Any]:
     return {"sessions": sessions, "turns": turns, "tools": tools}
 
 
+async def stored(
+    path: Path,
+    transports: Transport | Sequence[Transport],
+    go: Callable[[Fleet], Awaitable[FleetResult]],
+    *,
+    cut: Callable[[Event], bool] | None = None,
+    events: list[Event] | None = None,
+    **fleet: Any,
+) -> FleetResult | None:
+    """``go(fleet)`` (its ``run`` or ``resume``) on a fleet of ``transports`` (closed
+    after) recording into a ``SQLiteStore`` at ``path``, with the fleet's keyword
+    arguments ``fleet`` and the loop's clock; every event is appended to ``events``.
+    Cancelled at the first event ``cut`` is true of: ``None`` is returned then."""
+    store = SQLiteStore(path)
+    task: asyncio.Task[FleetResult] | None = None
+
+    def watch(event: Event) -> None:
+        if events is not None:
+            events.append(event)
+        if cut is not None and cut(event) and task is not None:
+            task.cancel()
+
+    fleet.setdefault("clock", loop_clock)
+    members = list(transports) if isinstance(transports, Sequence) else [transports]
+    try:
+        task = asyncio.ensure_future(go(Fleet(transports, store=store, callbacks=[watch], **fleet)))
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if cut is None:
+                raise
+            return None
+    finally:
+        await store.aclose()
+        for transport in members:
+            await transport.aclose()
+
+
+def after_turn_ends(n: int | None) -> Callable[[Event], bool] | None:
+    """A ``cut`` for :func:`stored`: true at the ``n``-th turn end (``None``: never)."""
+    if n is None:
+        return None
+    ended = 0
+
+    def cut(event: Event) -> bool:
+        nonlocal ended
+        ended += event.type == "turn_end"
+        return event.type == "turn_end" and ended == n
+
+    return cut
+
+
 async def run_cut(
     path: Path, members: list[Agent], sessions: int, stop_after: int | None
 ) -> FleetResult | None:
     """Run ``sessions`` sessions of ``members`` (round robin) as run ``run-1`` in a
     SQLite store on the simulator; with ``stop_after``, cancel the run after that many
     turn ends and return ``None``."""
-    transport = SimTransport(driver())
-    store = SQLiteStore(path)
-    ended = 0
-    task: asyncio.Task[FleetResult] | None = None
-
-    def count(event: Event) -> None:
-        nonlocal ended
-        if event.type == "turn_end":
-            ended += 1
-            if ended == stop_after and task is not None:
-                task.cancel()
-
     n = len(members)
     todo = [members[i % n].session(f"task {i}", session_id=f"s{i:02d}") for i in range(sessions)]
-    fleet = Fleet(transport, max_concurrency=4, clock=loop_clock, store=store, callbacks=[count])
-    try:
-        task = asyncio.ensure_future(fleet.run(todo, run_id="run-1"))
-        try:
-            return await task
-        except asyncio.CancelledError:
-            return None
-    finally:
-        await store.aclose()
-        await transport.aclose()
+    return await stored(
+        path,
+        SimTransport(driver()),
+        lambda fleet: fleet.run(todo, run_id="run-1"),
+        cut=after_turn_ends(stop_after),
+        max_concurrency=4,
+    )
 
 
 async def resume(
     path: Path, members: list[Agent], events: list[Event] | None = None
 ) -> FleetResult:
     """Resume run ``run-1`` of the SQLite store at ``path`` on a fresh simulator."""
-    transport = SimTransport(driver())
-    store = SQLiteStore(path)
-    callbacks = [] if events is None else [events.append]
-    try:
-        fleet = Fleet(
-            transport, max_concurrency=4, clock=loop_clock, store=store, callbacks=callbacks
-        )
-        return await fleet.resume("run-1", agents=members)
-    finally:
-        await store.aclose()
-        await transport.aclose()
+    result = await stored(
+        path,
+        SimTransport(driver()),
+        lambda fleet: fleet.resume("run-1", agents=members),
+        events=events,
+        max_concurrency=4,
+    )
+    assert result is not None
+    return result

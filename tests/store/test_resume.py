@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from agentflow import Agent, ConfigError, Event, Fleet, FleetResult, StoreError, tool
+from agentflow import Agent, ConfigError, Fleet, FleetResult, StoreError, tool
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.store import SQLiteStore
 
-from .fleets import agents, contents, driver, resume, run_cut
+from .fleets import after_turn_ends, agents, contents, driver, resume, run_cut, stored
 
 N = 24
 
@@ -24,43 +24,27 @@ def _sessions(team: list[Agent]) -> list[Any]:
 
 async def _fleet_run(
     path: Path, team: list[Agent], stop_after_turns: int | None
-) -> FleetResult | str:
-    """Run the fleet; with ``stop_after_turns``, cancel it after that many turn ends and
-    return its run id."""
-    transport = SimTransport(driver())
-    store = SQLiteStore(path)
-    ended = 0
-    task: asyncio.Task[FleetResult] | None = None
-
-    def count(event: Event) -> None:
-        nonlocal ended
-        if event.type == "turn_end":
-            ended += 1
-            if stop_after_turns is not None and ended == stop_after_turns and task is not None:
-                task.cancel()
-
-    fleet = Fleet(transport, max_concurrency=6, clock=loop_clock, store=store, callbacks=[count])
-    try:
-        task = asyncio.ensure_future(fleet.run(_sessions(team), run_id="run-1"))
-        try:
-            return await task
-        except asyncio.CancelledError:
-            return "run-1"
-    finally:
-        await store.aclose()
-        await transport.aclose()
+) -> FleetResult | None:
+    """Run the fleet; with ``stop_after_turns``, cancel it after that many turn ends
+    (``None`` is returned then)."""
+    return await stored(
+        path,
+        SimTransport(driver()),
+        lambda fleet: fleet.run(_sessions(team), run_id="run-1"),
+        cut=after_turn_ends(stop_after_turns),
+        max_concurrency=6,
+    )
 
 
 async def _resume(path: Path, team: list[Agent]) -> FleetResult:
-    transport = SimTransport(driver())
-    store = SQLiteStore(path)
-    try:
-        return await Fleet(transport, max_concurrency=6, clock=loop_clock, store=store).resume(
-            "run-1", agents=team
-        )
-    finally:
-        await store.aclose()
-        await transport.aclose()
+    result = await stored(
+        path,
+        SimTransport(driver()),
+        lambda fleet: fleet.resume("run-1", agents=team),
+        max_concurrency=6,
+    )
+    assert result is not None
+    return result
 
 
 @pytest.mark.parametrize("stop_after", [1, 17, 40])
@@ -70,7 +54,7 @@ def test_a_cancelled_run_resumes_to_the_same_transcripts(tmp_path: Path, stop_af
     whole = run_virtual(_fleet_run(tmp_path / "whole.db", agents(), None))
     assert isinstance(whole, FleetResult)
     cut = tmp_path / "cut.db"
-    assert run_virtual(_fleet_run(cut, agents(), stop_after)) == "run-1"
+    assert run_virtual(_fleet_run(cut, agents(), stop_after)) is None
     partial = contents(cut, "run-1")
     assert 0 < len(partial["turns"]) < sum(len(s.turns) for s in whole.sessions)
     resumed = run_virtual(_resume(cut, agents()))
@@ -214,7 +198,7 @@ def test_a_resume_rides_out_a_store_it_cannot_ask_for_a_while(
     whole = run_virtual(_fleet_run(tmp_path / "whole.db", agents(), None))
     assert isinstance(whole, FleetResult)
     cut = tmp_path / "cut.db"
-    assert run_virtual(_fleet_run(cut, agents(), 17)) == "run-1"
+    assert run_virtual(_fleet_run(cut, agents(), 17)) is None
     refused = {"claim": 1, "release": 1}
 
     def refusing(name: str) -> Any:

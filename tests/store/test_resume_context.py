@@ -6,20 +6,18 @@ prefix is the system prompt it began with, not a system-role summary after it.""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentflow import Agent, Event, Fleet, FleetResult, Tool
+from agentflow import Agent, Event, FleetResult, Tool
 from agentflow._context_chain import Binding, Link, LinkSession
 from agentflow.context import Compact, CompactionEvent, ContextBudget, Fail, SessionBudget
-from agentflow.embedded import SimTransport, loop_clock, run_virtual
-from agentflow.store import SQLiteStore
+from agentflow.embedded import SimTransport, run_virtual
 from agentflow.typing import Complete
 
-from .fleets import driver
+from .fleets import driver, stored
 
 ROUNDS = 5
 #: Per turn: the forecast's tokens, margin, bound and whether it was anchored.
@@ -92,42 +90,27 @@ async def _run(
     """Session ``s0`` of ``agent`` as run ``r`` on the simulator, in virtual time, its
     events in ``events``; cancelled at the first event ``cut`` is true of (``None`` is
     returned then)."""
-    transport = SimTransport(driver(rounds=rounds))
-    store = SQLiteStore(path)
-    seen = events if events is not None else []
-    task: asyncio.Task[FleetResult] | None = None
-
-    def watch(event: Event) -> None:
-        seen.append(event)
-        if cut is not None and cut(event) and task is not None:
-            task.cancel()
-
-    fleet = Fleet(transport, clock=loop_clock, store=store, callbacks=[watch])
-    try:
-        task = asyncio.ensure_future(
-            fleet.run([agent.session("Read them.", session_id="s0")], run_id="r")
-        )
-        try:
-            return await task
-        except asyncio.CancelledError:
-            return None
-    finally:
-        await store.aclose()
-        await transport.aclose()
+    session = agent.session("Read them.", session_id="s0")
+    return await stored(
+        path,
+        SimTransport(driver(rounds=rounds)),
+        lambda fleet: fleet.run([session], run_id="r"),
+        cut=cut,
+        events=events,
+    )
 
 
 async def _resume(
     path: Path, agent: Agent, *, rounds: int = ROUNDS, events: list[Event] | None = None
 ) -> FleetResult:
-    transport = SimTransport(driver(rounds=rounds))
-    store = SQLiteStore(path)
-    callbacks = [events.append] if events is not None else []
-    try:
-        fleet = Fleet(transport, clock=loop_clock, store=store, callbacks=callbacks)
-        return await fleet.resume("r", agents=[agent])
-    finally:
-        await store.aclose()
-        await transport.aclose()
+    result = await stored(
+        path,
+        SimTransport(driver(rounds=rounds)),
+        lambda fleet: fleet.resume("r", agents=[agent]),
+        events=events,
+    )
+    assert result is not None
+    return result
 
 
 def _turn_end(turn: int) -> Callable[[Event], bool]:

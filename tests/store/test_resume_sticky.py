@@ -3,17 +3,16 @@ its last turn's endpoint): that server may still hold its prefix in cache."""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Awaitable
 from pathlib import Path
 
 from agentflow import Event, Fleet, FleetResult
-from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow.embedded import SimTransport, run_virtual
 from agentflow.sched import Router
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
-from agentflow.store import SQLiteStore
 
-from .fleets import agents
+from .fleets import agents, stored
 
 N = 12
 PROFILES = ("deepseek-v4.1-flash-gb300", "deepseek-v4-gb300")  # two endpoints: sim://…
@@ -31,35 +30,26 @@ def _transports() -> list[SimTransport]:
 
 
 async def _run(path: Path, stop_after: int | None, turns: list[tuple[str, int, str]]) -> object:
-    transports = _transports()
-    store = SQLiteStore(path)
-    task: asyncio.Task[FleetResult] | None = None
+    """Run ``run-1`` and cancel it after ``stop_after`` turn ends, or (``None``) resume
+    it; each turn's session, number and endpoint go to ``turns``."""
 
-    def seen(event: Event) -> None:
+    def seen(event: Event) -> bool:
         if event.type == "turn_end":
             turns.append((event.session_id, event.turn, event.trace.endpoint))
-            if len(turns) == stop_after and task is not None:
-                task.cancel()
+        return stop_after is not None and len(turns) == stop_after and event.type == "turn_end"
 
     team = agents()
     sessions = [team[i % 3].session(f"task {i}", session_id=f"s{i:02d}") for i in range(N)]
-    # No prefix affinity: placement is sticky, else least-loaded.
-    fleet = Fleet(
-        transports, max_concurrency=4, clock=loop_clock, store=store, callbacks=[seen],
-        router=Router(prefix_affinity=False),
-    )  # fmt: skip
-    try:
+
+    def go(fleet: Fleet) -> Awaitable[FleetResult]:
         if stop_after is None:
-            return await fleet.resume("run-1", agents=team)
-        task = asyncio.ensure_future(fleet.run(sessions, run_id="run-1"))
-        try:
-            return await task
-        except asyncio.CancelledError:
-            return None
-    finally:
-        await store.aclose()
-        for t in transports:
-            await t.aclose()
+            return fleet.resume("run-1", agents=team)
+        return fleet.run(sessions, run_id="run-1")
+
+    # No prefix affinity: placement is sticky, else least-loaded.
+    return await stored(
+        path, _transports(), go, cut=seen, max_concurrency=4, router=Router(prefix_affinity=False)
+    )
 
 
 def test_resumed_sessions_go_back_to_their_replica(tmp_path: Path) -> None:

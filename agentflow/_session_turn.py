@@ -17,6 +17,7 @@ import msgspec
 from agentflow._events import TurnEndEvent
 from agentflow._logging import get_logger
 from agentflow._metrics import turn_metrics
+from agentflow._rewrite import rewrite_delta
 from agentflow._session_types import TurnRecord
 from agentflow._turn_events import TurnEvents
 from agentflow.sched import Grant, Ticket
@@ -58,7 +59,9 @@ async def model_turn(
             index, session.messages, agent.tool_specs, _completer(session, index, runner, clock)
         )
         if before is not None and not _same_items(before, session.messages):
-            rewrite = list(session.messages)  # the policy rewrote history: record it whole
+            # The policy rewrote history: recorded as what changed against ``before``
+            # (agentflow/_rewrite.py), not the whole history again on every such turn.
+            rewrite = rewrite_delta(before, session.messages)
     events = TurnEvents(bus, agent.name, session.session_id, index)
     if isinstance(first, Grant):  # queued by the fleet before the session started
         ticket = first.ticket

@@ -13,6 +13,7 @@ from agentflow._trace import PromptInfo, ToolCall, TurnTrace
 from agentflow.sched import FailedAttempt
 
 if TYPE_CHECKING:
+    from agentflow._rewrite import RewriteItem
     from agentflow._session import Session
 
 __all__ = ["SessionResult", "SessionStatus", "TurnLog", "TurnRecord"]
@@ -51,10 +52,13 @@ class TurnLog(Protocol):
         session: Session,
         record: TurnRecord,
         ready_ns: int,
-        rewrite: list[dict[str, Any]] | None,
+        rewrite: list[RewriteItem] | None,
     ) -> None:
         """A turn finished and its assistant message (``session.messages[-1]``) was
-        appended; ``rewrite`` is the history as sent when the context policy rewrote it."""
+        appended. ``rewrite``: when the context policy rewrote the history before this
+        turn, what it changed, as a run store records it — a list of messages and
+        ``(start, stop)`` runs of the history before the policy ran (``docs/store.md``);
+        else ``None``. The prompt as sent is ``session.messages[:-1]`` either way."""
 
     def tool_finished(
         self,

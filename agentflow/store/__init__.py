@@ -33,6 +33,7 @@ from agentflow.store._records import (
     ToolFinished,
     TurnFinished,
 )
+from agentflow.store._resume import stored_prompts
 from agentflow.store._schema import SCHEMA_VERSION
 from agentflow.store._sqlite import SQLiteStore
 
@@ -60,6 +61,7 @@ __all__ = [
     "export_report",
     "load_result",
     "new_run_id",
+    "stored_prompts",
 ]
 
 # Exported classes report this namespace as their module (agentflow._public).

@@ -13,8 +13,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from agentflow._errors import StoreError
-from agentflow.store._schema import SCHEMA_VERSION
+from agentflow.store._schema import OLDER_VERSIONS, SCHEMA_VERSION, check_version
 
 if TYPE_CHECKING:
     import psycopg
@@ -137,7 +136,10 @@ def check_pg_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str, w
     Where the schema, every table and index, and the version row exist already, nothing
     is created (no DDL is run): a role that may only read and write the tables an
     administrator made can open the store. (``CREATE … IF NOT EXISTS`` checks the
-    privilege to create before it looks whether the object exists.)"""
+    privilege to create before it looks whether the object exists.) A store of an older
+    version this agentflow reads (``OLDER_VERSIONS``) is marked ``SCHEMA_VERSION`` (an
+    ``UPDATE`` of its version row), so that an agentflow of that version, which would
+    misread what this one records, refuses it from then on."""
     from psycopg import sql
 
     version = _version(conn, schema)
@@ -154,12 +156,13 @@ def check_pg_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str, w
                     (str(SCHEMA_VERSION),),
                 )
             version = str(SCHEMA_VERSION) if row is None else str(row[0])
-    if version != str(SCHEMA_VERSION):
-        raise StoreError(
-            f"{where}: store schema version {version}, this agentflow reads version "
-            f"{SCHEMA_VERSION}"
-        )
+    check_version(version, where)
     conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+    if version in OLDER_VERSIONS:  # (an autocommit connection: committed at once)
+        conn.execute(
+            "UPDATE meta SET value = %s WHERE key = 'schema_version' AND value = ANY(%s)",
+            (str(SCHEMA_VERSION), sorted(OLDER_VERSIONS)),
+        )
 
 
 def _version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> str | None:

@@ -33,6 +33,7 @@ from agentflow.store._records import (
 
 if TYPE_CHECKING:
     from agentflow._agent import Agent
+    from agentflow._rewrite import RewriteItem
     from agentflow._session import Session, SessionResult, TurnRecord
     from agentflow.store._claims import Ticker
 
@@ -163,9 +164,10 @@ class Recorder:
         session: Session,
         record: TurnRecord,
         ready_ns: int,
-        rewrite: list[dict[str, Any]] | None,
+        rewrite: list[RewriteItem] | None,
     ) -> None:
-        """Record a finished turn: only the assistant message it appended."""
+        """Record a finished turn: only the assistant message it appended, and what the
+        context policy changed in the history before it (``rewrite``, a delta)."""
         failed = record.failed_attempts
         self.retries += len(failed)
         self.store.write(

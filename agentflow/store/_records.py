@@ -95,8 +95,11 @@ class TurnFinished(msgspec.Struct, frozen=True, kw_only=True):
 
     Attributes:
         message: the one message the turn appended (the assistant's).
-        rewrite: the whole conversation as sent, when the context policy rewrote the
-            history before this turn (trimmed, truncated, compacted); else ``None``.
+        rewrite: when the context policy rewrote the history before this turn (trimmed,
+            truncated, compacted), what it changed: the history sent as a list of
+            messages (new or changed ones) and ``(start, stop)`` runs of the history
+            before the policy ran, kept as they were (``agentflow/_rewrite.py``); else
+            ``None``.
         ready_ns: when the turn became ready to send (its queue wait starts there).
         failed_attempts: how many attempts failed and were retried first.
         failures: one line per failed attempt (its error).
@@ -107,7 +110,7 @@ class TurnFinished(msgspec.Struct, frozen=True, kw_only=True):
     turn: int
     attempt: int
     message: Mapping[str, Any]
-    rewrite: Sequence[Mapping[str, Any]] | None
+    rewrite: Sequence[Mapping[str, Any] | tuple[int, int]] | None
     ready_ns: int
     trace: TurnTrace
     metrics: TurnMetrics
@@ -234,12 +237,20 @@ class StoredTurn:
 
     Times in ``trace`` and ``ready_ns`` are on the clock of the attempt that recorded
     the turn (see :meth:`StoredRun.clock_offset`).
+
+    ``rewrite`` is ``None`` unless the context policy rewrote the history before this
+    turn; then it is what the policy changed, as stored (:attr:`TurnFinished.rewrite`):
+    a list whose items are messages and ``[start, stop]`` runs of the history before
+    the policy ran — not the prompt itself. (A store written by agentflow before schema
+    version 2 holds the whole history there: a list of messages only, which reads the
+    same way.) Each turn's prompt as it was sent, the rewrite applied, is what
+    :func:`~agentflow.store.stored_prompts` gives.
     """
 
     turn: int
     attempt: int
     message: dict[str, Any]
-    rewrite: list[dict[str, Any]] | None
+    rewrite: list[dict[str, Any] | list[int]] | None
     ready_ns: int
     trace: TurnTrace
     prompt: PromptInfo | None

@@ -2,10 +2,11 @@
 check that the agents given are the ones that ran, and decide what still has to run.
 
 A session's messages are rebuilt as ``system prompt + task``, then per recorded turn
-(its history first replaced by the recorded ``rewrite`` if the context policy rewrote
-it) the assistant message and the tool results in call order. The last turn's tool
-results are not appended here: the session appends them itself when it resumes,
-running only the calls whose results were not recorded.
+(its history first rewritten by the recorded ``rewrite`` if the context policy rewrote
+it: a delta against the history so far, ``agentflow/_rewrite.py``) the assistant message
+and the tool results in call order. The last turn's tool results are not appended here:
+the session appends them itself when it resumes, running only the calls whose results
+were not recorded.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from agentflow._errors import (
     TransportError,
 )
 from agentflow._metrics import turn_metrics
+from agentflow._rewrite import apply_rewrite
 from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
 from agentflow.sched import FailedAttempt
 from agentflow.store._codec import fingerprints, shift_trace
@@ -36,6 +38,7 @@ __all__ = [
     "opening",
     "plan_resume",
     "rebuild",
+    "stored_prompts",
     "stored_result",
     "turn_prompts",
 ]
@@ -79,14 +82,29 @@ def turn_prompts(
 ) -> Iterator[tuple[StoredTurn, list[dict[str, Any]]]]:
     """Each recorded turn of ``s`` with its prompt as it was sent (the recorded
     ``rewrite`` applied). The list is one the next step goes on building: read it
-    before asking for the next turn."""
+    before asking for the next turn (:func:`stored_prompts` gives each its own).
+
+    Raises:
+        StoreError: a turn is missing, a turn with later ones lacks a tool result, or a
+            recorded rewrite cannot be applied (damaged: it names the run, the session
+            and the turn).
+    """
     messages = opening(run, s)
     last = len(s.turns) - 1
     for i, t in enumerate(s.turns):
         if t.turn != i:
             raise StoreError(f"run {run.run_id!r}, session {s.session_id!r}: turn {i} is missing")
         if t.rewrite is not None:
-            messages = [dict(m) for m in t.rewrite]
+            # ``messages`` is here what the live session held before its policy ran:
+            # the previous prompt, its reply and its tool results (or, at turn 0, the
+            # system prompt and the task).
+            try:
+                messages = apply_rewrite(t.rewrite, messages)
+            except ValueError as exc:
+                raise StoreError(
+                    f"run {run.run_id!r}, session {s.session_id!r}, turn {i}: its recorded "
+                    f"rewrite (column turns.rewrite) cannot be applied: {exc}"
+                ) from None
         yield t, messages
         messages.append(dict(t.message))
         if i < last:
@@ -96,6 +114,22 @@ def turn_prompts(
                     f"but no recorded result for tool calls {[c.id for c in t.missing]}"
                 )
             messages.extend(_tool_messages(t))
+
+
+def stored_prompts(
+    run: StoredRun, session: StoredSession
+) -> Iterator[tuple[StoredTurn, list[dict[str, Any]]]]:
+    """Each recorded turn of ``session`` (of ``run``, from :meth:`Store.load`) with its
+    prompt as it was sent: the messages before its reply, every recorded rewrite applied
+    — :attr:`StoredTurn.rewrite` holds only what the context policy changed. Each list is
+    the caller's own; the messages in it may be shared with other turns' lists.
+
+    Raises:
+        StoreError: a turn is missing, or a recorded rewrite cannot be applied (damaged;
+            the message names the run, the session and the turn).
+    """
+    for t, prompt in turn_prompts(run, session):
+        yield t, list(prompt)
 
 
 def _tool_messages(t: StoredTurn) -> list[dict[str, Any]]:

@@ -9,11 +9,27 @@ import sqlite3
 from agentflow._errors import StoreError
 from agentflow.store._sqlite_write import rollback
 
-__all__ = ["SCHEMA", "SCHEMA_VERSION", "TABLES", "check_schema", "refuse_other_version"]
+__all__ = [
+    "OLDER_VERSIONS",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "TABLES",
+    "check_schema",
+    "check_version",
+    "refuse_other_version",
+]
 
 #: Bumped whenever a table or column changes meaning; a store of another version is
-#: refused with a :class:`StoreError` rather than misread.
-SCHEMA_VERSION = 1
+#: refused with a :class:`StoreError` rather than misread. Version 2: ``turns.rewrite``
+#: holds what the context policy changed (messages and ``[start, stop]`` runs of the
+#: history before it), no longer the whole history (version 1).
+SCHEMA_VERSION = 2
+
+#: Earlier versions this agentflow reads as they are (a version 1 store's rewrites are
+#: whole histories: deltas with no runs). Opening one marks it :data:`SCHEMA_VERSION`
+#: before anything is written, so that an agentflow of that version, which would
+#: misread what this one records, then refuses it.
+OLDER_VERSIONS = frozenset({"1"})
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -142,8 +158,9 @@ _STATEMENTS = _statements(SCHEMA)
 
 def refuse_other_version(conn: sqlite3.Connection, where: str) -> bool:
     """Refuse a database this agentflow must not open, before anything is written to it:
-    a store of another schema version (a store of a newer agentflow must not get this
-    version's tables, nor be put in WAL mode, by a command that then refuses it), and a
+    a store of a schema version it does not read (a store of a newer agentflow must not
+    get this version's tables, nor be put in WAL mode, by a command that then refuses
+    it; :data:`OLDER_VERSIONS` are read, and marked by :func:`check_schema`), and a
     database that is not an agentflow store at all (another application's: it must not
     get agentflow's tables). Reads only.
 
@@ -168,7 +185,7 @@ def refuse_other_version(conn: sqlite3.Connection, where: str) -> bool:
         except sqlite3.OperationalError:  # another application's table named meta
             row = None
         if row is not None:
-            _same_version(row[0], where)
+            check_version(row[0], where)
             return False
     if names <= TABLES:
         return True
@@ -182,9 +199,13 @@ def check_schema(conn: sqlite3.Connection, where: str, *, new: bool) -> None:
     """Make the tables of a new store (``new``, as :func:`refuse_other_version` found it,
     which the opener runs first, before writing) in one transaction with its schema
     version, so that another opener sees either no store or a whole one; add any table
-    an existing store of this version lacks."""
+    an existing store of this version lacks. A store of an older version this agentflow
+    reads (:data:`OLDER_VERSIONS`) is marked :data:`SCHEMA_VERSION`, before anything is
+    recorded in it: what this process records, an agentflow of that version would
+    misread."""
     if not new:
         conn.executescript(SCHEMA)  # (IF NOT EXISTS: nothing, for a whole store)
+        _mark_older(conn)
         return
     conn.execute("BEGIN IMMEDIATE")
     try:
@@ -200,11 +221,33 @@ def check_schema(conn: sqlite3.Connection, where: str, *, new: bool) -> None:
     except BaseException:
         rollback(conn)
         raise
-    _same_version(value, where)
+    check_version(value, where)
+    if value in OLDER_VERSIONS:  # an older agentflow made it first
+        _mark_older(conn)
 
 
-def _same_version(value: str, where: str) -> None:
-    if value != str(SCHEMA_VERSION):
+def _mark_older(conn: sqlite3.Connection) -> None:
+    """Mark a store of one of :data:`OLDER_VERSIONS` as :data:`SCHEMA_VERSION` (one
+    autocommitted statement; a store of this version is not written to)."""
+    row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    if row is not None and row[0] in OLDER_VERSIONS:
+        conn.execute(
+            "UPDATE meta SET value = ? WHERE key = 'schema_version' AND value = ?",
+            (str(SCHEMA_VERSION), row[0]),
+        )
+
+
+def check_version(value: str, where: str) -> None:
+    """Refuse a store whose ``meta.schema_version`` is ``value`` unless this agentflow
+    reads it: :data:`SCHEMA_VERSION`, or one of :data:`OLDER_VERSIONS` (which the opener
+    then marks :data:`SCHEMA_VERSION`). Shared by the SQLite and PostgreSQL stores.
+
+    Raises:
+        StoreError: another version (``where`` names the store).
+    """
+    if value != str(SCHEMA_VERSION) and value not in OLDER_VERSIONS:
         raise StoreError(
-            f"{where}: store schema version {value}, this agentflow reads version {SCHEMA_VERSION}"
+            f"{where}: store schema version {value}, this agentflow reads version "
+            f"{SCHEMA_VERSION} (or {' or '.join(sorted(OLDER_VERSIONS))}, marked "
+            f"{SCHEMA_VERSION} as it is opened)"
         )

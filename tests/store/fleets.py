@@ -13,7 +13,7 @@ from agentflow import Agent, Event, Fleet, FleetResult
 from agentflow.embedded import SimTransport, loop_clock
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
-from agentflow.store import SQLiteStore
+from agentflow.store import SQLiteStore, Store
 from agentflow.typing import Transport
 
 
@@ -84,7 +84,7 @@ def contents(path: Path, run_id: str) -> dict[str, Any]:
 
 
 async def stored(
-    path: Path,
+    path: Path | Store,
     transports: Transport | Sequence[Transport],
     go: Callable[[Fleet], Awaitable[FleetResult]],
     *,
@@ -93,10 +93,11 @@ async def stored(
     **fleet: Any,
 ) -> FleetResult | None:
     """``go(fleet)`` (its ``run`` or ``resume``) on a fleet of ``transports`` (closed
-    after) recording into a ``SQLiteStore`` at ``path``, with the fleet's keyword
-    arguments ``fleet`` and the loop's clock; every event is appended to ``events``.
-    Cancelled at the first event ``cut`` is true of: ``None`` is returned then."""
-    store = SQLiteStore(path)
+    after) recording into a ``SQLiteStore`` at ``path`` (or into ``path``, a store:
+    closed after too), with the fleet's keyword arguments ``fleet`` and the loop's
+    clock; every event is appended to ``events``. Cancelled at the first event ``cut``
+    is true of: ``None`` is returned then."""
+    store = SQLiteStore(path) if isinstance(path, Path) else path
     task: asyncio.Task[FleetResult] | None = None
 
     def watch(event: Event) -> None:

@@ -13,7 +13,7 @@ import pytest
 from agentflow import StoreError
 from agentflow.cli import main
 from agentflow.store import SQLiteStore
-from agentflow.store._schema import SCHEMA
+from agentflow.store._schema import SCHEMA, SCHEMA_VERSION
 
 
 def _v9(path: Path) -> bytes:
@@ -32,7 +32,7 @@ def _files(tmp_path: Path) -> list[str]:
 async def test_a_store_of_another_version_is_refused_untouched(tmp_path: Path) -> None:
     path = tmp_path / "v9.db"
     before = _v9(path)
-    with pytest.raises(StoreError, match="schema version 9, this agentflow reads version 1"):
+    with pytest.raises(StoreError, match="schema version 9, this agentflow reads version 2"):
         async with SQLiteStore(path, journal=False):
             pass
     assert path.read_bytes() == before
@@ -120,5 +120,5 @@ async def test_a_store_whose_making_was_cut_short_is_made(tmp_path: Path) -> Non
         assert await store.runs() == []
     conn = sqlite3.connect(path)
     row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    assert row == ("1",)
+    assert row == (str(SCHEMA_VERSION),)
     conn.close()

@@ -96,7 +96,8 @@ def test_the_store_file_is_its_owners_only(tmp_path: Path) -> None:
 
 
 def test_a_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:
-    """An old or newer store is an error naming both versions, not misread."""
+    """A store of a version this agentflow does not read (a newer one's) is an error
+    naming both versions, not misread (version 1 is read: ``test_rewrite_delta.py``)."""
     path = tmp_path / "runs.db"
     _run(path, n=1)
     conn = sqlite3.connect(path)
@@ -111,7 +112,7 @@ def test_a_store_of_another_schema_version_is_refused(tmp_path: Path) -> None:
         finally:
             await store.aclose()
 
-    with pytest.raises(StoreError, match=r"999.*version 1"):
+    with pytest.raises(StoreError, match=r"999.*version 2"):
         run_virtual(main())
 
 

@@ -16,15 +16,15 @@ tokens/s).
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 import msgspec
 
 from agentflow._errors import APIStatusError, StreamProtocolError
-from agentflow._trace import CacheSource, ToolCall, TurnTrace, Usage
+from agentflow._trace import CacheSource, TurnTrace, Usage
 from agentflow.transport._status import api_status_error, stream_error_status
 from agentflow.transport._surrogates import PairingSink, lenient_decode, mended, pairing
+from agentflow.transport._tool_deltas import ToolCallDelta, ToolCalls
 from agentflow.typing import DeltaSink
 
 __all__ = ["MAX_REPORTED_TOKENS", "TraceBuilder", "apportion"]
@@ -34,22 +34,11 @@ __all__ = ["MAX_REPORTED_TOKENS", "TraceBuilder", "apportion"]
 MAX_REPORTED_TOKENS = 100_000_000
 
 
-class _Function(msgspec.Struct):
-    name: str | None = None
-    arguments: str | None = None
-
-
-class _ToolCallDelta(msgspec.Struct):
-    index: int = 0
-    id: str | None = None
-    function: _Function | None = None
-
-
 class _Delta(msgspec.Struct):
     content: str | None = None
     reasoning_content: str | None = None  # DeepSeek, SGLang, llama.cpp
     reasoning: str | None = None  # vLLM ≥ 0.10, OpenRouter
-    tool_calls: list[_ToolCallDelta] | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class _Logprobs(msgspec.Struct):
@@ -93,15 +82,6 @@ class _Chunk(msgspec.Struct):
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
 
 
-class _ToolCallParts:
-    __slots__ = ("args", "id", "name")
-
-    def __init__(self) -> None:
-        self.id = ""
-        self.name = ""
-        self.args: list[str] = []
-
-
 class TraceBuilder:
     """Accumulates one stream; :meth:`feed` per payload, :meth:`finish` at the end."""
 
@@ -141,7 +121,7 @@ class TraceBuilder:
         self._token_counts: list[int] | None = []  # None once a chunk lacks logprobs
         self._content: list[str] = []
         self._reasoning: list[str] = []
-        self._tools: dict[int, _ToolCallParts] = {}
+        self._tools = ToolCalls()  # the tool calls' deltas, put together: _tool_deltas.py
         self._mend: PairingSink | None = None  # set by a lone surrogate: finish() mends
         self.n_events = 0
         self.done = False
@@ -209,7 +189,7 @@ class TraceBuilder:
                 if sink is not None:
                     sink.on_delta("reasoning", text, t_ns)
             if delta.tool_calls:
-                chars += self._add_tool_deltas(delta.tool_calls, t_ns)
+                chars += self._tools.add(delta.tool_calls, t_ns, sink)
             if chars or delta.tool_calls:
                 self.chunk_ns.append(t_ns)
                 self.chunk_chars.append(chars)
@@ -237,26 +217,6 @@ class TraceBuilder:
         exc.trace = self.finish(t_ns, reconnects=self.reconnects)
         return exc
 
-    def _add_tool_deltas(self, deltas: list[_ToolCallDelta], t_ns: int) -> int:
-        chars = 0
-        for d in deltas:
-            parts = self._tools.get(d.index)
-            if parts is None:
-                parts = self._tools[d.index] = _ToolCallParts()
-            if d.id:
-                parts.id = d.id
-            fn = d.function
-            if fn is not None:
-                if fn.name:
-                    parts.name += fn.name
-                    chars += len(fn.name)
-                if fn.arguments:
-                    parts.args.append(fn.arguments)
-                    chars += len(fn.arguments)
-                    if self._sink is not None:
-                        self._sink.on_delta("tool_call", fn.arguments, t_ns)
-        return chars
-
     @property
     def has_output(self) -> bool:
         """Whether any output-bearing chunk has arrived."""
@@ -280,11 +240,7 @@ class TraceBuilder:
             tokens = (1,) * n if exact else apportion(total, self.chunk_chars)
         else:
             tokens, exact = (1,) * n, False
-        tools = tuple(
-            ToolCall(index=i, id=p.id or self._fallback_id(p, i), name=p.name,
-                     arguments="".join(p.args))
-            for i, p in sorted(self._tools.items())
-        )  # fmt: skip
+        tools = self._tools.calls()
         trace = TurnTrace(
             endpoint=self.endpoint,
             model=self.model,
@@ -308,15 +264,6 @@ class TraceBuilder:
             reconnects=reconnects,
         )
         return trace if self._mend is None else mended(trace, self._mend, end_ns)
-
-    @staticmethod
-    def _fallback_id(parts: _ToolCallParts, index: int) -> str:
-        """An id for a tool call the server sent none for: ``call_<random>_<index>``,
-        unique in the conversation (a bare ``call_<index>`` recurs in every turn, and a
-        tool result is known by its call's id — in the transcript and in a run store).
-        Kept on ``parts``, so every :meth:`finish` of the stream names the call alike."""
-        parts.id = f"call_{secrets.token_hex(6)}_{index}"
-        return parts.id
 
 
 def apportion(total: int, weights: tuple[int, ...] | list[int]) -> tuple[int, ...]:

@@ -89,6 +89,8 @@ class Session:
     # max_tokens) sets this, and its request is built for every turn, not once.
     _request_per_turn = False
     _known_outputs: Mapping[str, str] = MappingProxyType({})
+    #: The tool call ids the session has used, once a turn asked for tools (``_call_ids.py``).
+    _call_ids: set[str] | None = None
     #: Where its recorded conversation stands, for its context once bound (``_restore``).
     _resumed: Resumed | None = None
     # Run first, inside the session (its failure is the session's): a resumed session's

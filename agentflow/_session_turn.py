@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from agentflow._call_ids import unique_call_ids
 from agentflow._events import TurnEndEvent
 from agentflow._logging import get_logger
 from agentflow._metrics import turn_metrics
@@ -83,6 +84,7 @@ async def model_turn(
         if ticket.sent > events.attempts:
             events.discard(exc, retried=False)
         raise
+    trace = unique_call_ids(session, index, trace)  # before anything sees its calls
     if ctx is not None:
         ctx.after_turn(index, trace)
     metrics = turn_metrics(trace, ready_ns=ready)

@@ -9,6 +9,7 @@ import contextlib
 import multiprocessing
 import multiprocessing.connection
 import os
+import pickle
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,9 @@ from agentflow._workers._worker import worker_entry
 __all__ = ["ProcessLauncher"]
 
 _log = get_logger("agentflow.workers")
+
+#: How long a worker's reader waits, once it was killed, for the process's exit code.
+_EXIT_WAIT_S = 2.0
 
 
 class ProcessLauncher:
@@ -118,18 +122,50 @@ def _read_parent_side(
     on_message: Callable[[WorkerHandle, Any], None],
     on_exit: Callable[[WorkerHandle, bool], None],
 ) -> None:
+    """Hand each of ``w``'s messages to ``on_message`` on the run's loop, then
+    ``on_exit``: lost when its pipe ended (it exited or was killed); not lost, with
+    ``w.crash`` saying why, when a message did not load here."""
     try:
-        while True:
-            msg = w.conn.recv()
-            loop.call_soon_threadsafe(on_message, w, msg)
-    except (EOFError, OSError, ValueError):
-        pass
-    except Exception as exc:  # a message that does not unpickle: the worker is lost
-        _log.error("worker.bad_message", worker=w.index, error=repr(exc))
-        with contextlib.suppress(Exception):  # and stopped: unread, it would run on,
-            w.process.kill()  # sending requests past the slots given back for it
-    if w.hung:  # killed by the watchdog: wait (here, not on the loop) for its exit code
+        bad = _read_messages(w, loop, on_message)
+    except RuntimeError:  # the run's loop is closed: the run is over
+        return
+    if bad is not None:  # it runs on, sending requests past the slots given back for it
+        _log.error("worker.bad_message", worker=w.index, error=bad)
         with contextlib.suppress(Exception):
-            w.process.join(2.0)
+            w.process.kill()
+    if bad is not None or w.hung:  # killed here or by the watchdog: wait (here, not on
+        with contextlib.suppress(Exception):  # the loop) for its exit code
+            w.process.join(_EXIT_WAIT_S)
+
+    def ended() -> None:
+        if bad is not None:
+            w.crash = f"sent a message the parent could not read: {bad}"
+        on_exit(w, bad is None)
+
     with contextlib.suppress(RuntimeError):  # the loop is closed: the run is over
-        loop.call_soon_threadsafe(on_exit, w, True)
+        loop.call_soon_threadsafe(ended)
+
+
+def _read_messages(
+    w: WorkerHandle,
+    loop: asyncio.AbstractEventLoop,
+    on_message: Callable[[WorkerHandle, Any], None],
+) -> str | None:
+    """Read ``w``'s pipe until it ends (``None``) or a message does not load (the
+    error's ``repr``); a ``RuntimeError`` once the run's loop is closed. Reading and
+    loading are apart: an error from the pipe is its end, but one from a message's
+    pickle — a ``ValueError`` as well as any other — is that message's, and the worker
+    still runs."""
+    conn = w.conn
+    while True:
+        try:
+            data = conn.recv_bytes()
+        except (EOFError, OSError):  # it exited, or the reap closed this end
+            return None
+        except Exception as exc:  # closed by the reap in the middle of a read
+            return None if conn.closed else repr(exc)
+        try:
+            msg = pickle.loads(data)
+        except Exception as exc:
+            return repr(exc)
+        loop.call_soon_threadsafe(on_message, w, msg)

@@ -1,0 +1,62 @@
+"""What a worker sends that the parent cannot take as it is: a message that does not load
+here (its worker is stopped and its sessions fail saying why)."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentflow import Fleet, HTTPTransport, Session, WorkerError
+from agentflow.store import SQLiteStore
+from tests.sched.conftest import RecordingSim, peak_overlap
+from tests.workers.test_workers import intervals, workers_now
+from tests.workers.tools import PLAIN, TOOL
+from tests.workers.wire_tools import Unreadable
+
+
+def with_metadata(n: int, first: dict[str, Any]) -> list[Session]:
+    """``n`` sessions as :func:`~tests.workers.tools.workload` deals them, the first
+    (on worker 0) with ``first`` as its metadata."""
+    agents = (PLAIN, TOOL)
+    return [
+        agents[i % 2].session(
+            f"question {i}", session_id=f"s{i}", metadata=first if i == 0 else None
+        )
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("recorded", [False, True], ids=["no-store", "store"])
+async def test_a_message_the_parent_cannot_read_stops_its_worker_and_says_why(
+    tmp_path: Path, recorded: bool
+) -> None:
+    """Session s0's result (on worker 0) does not load in the parent: a ValueError, which
+    was taken for a closed pipe — the worker ran on while its slots were handed out again
+    (and, with a store, its sessions re-run elsewhere at the same time), and they failed
+    with "exit code None" and no reason. Now the worker is killed, its unfinished sessions
+    fail with a WorkerError that says why (not re-run: the message would fail again), and
+    worker 1's all complete."""
+    store = SQLiteStore(tmp_path / "run.db") if recorded else None
+    try:
+        async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+            fleet = Fleet(http, max_concurrency=2, workers=2, store=store)
+            result = await fleet.run(with_metadata(12, {"x": Unreadable()}))
+    finally:
+        if store is not None:
+            await store.aclose()
+    by_id = {s.session_id: s for s in result.sessions}
+    assert all(by_id[f"s{k}"].ok for k in range(1, 12, 2))  # worker 1's
+    assert not by_id["s0"].ok
+    for s in result.failed:
+        assert isinstance(s.error, WorkerError), s.error
+        assert s.error.worker == 0
+        assert s.error.exitcode == -signal.SIGKILL
+        assert str(s.error).endswith(
+            f"before session {s.session_id!r} did: sent a message the parent could not "
+            "read: ValueError('this object cannot be rebuilt in the parent')"
+        ), str(s.error)
+    assert peak_overlap(intervals(sim.records)) <= 2
+    assert not workers_now()

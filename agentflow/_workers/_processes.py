@@ -22,7 +22,8 @@ __all__ = ["ProcessLauncher"]
 
 _log = get_logger("agentflow.workers")
 
-#: How long a worker's reader waits, once it was killed, for the process's exit code.
+#: How long a worker's reader waits, once its pipe has ended, for the process's exit
+#: code (it is exiting: its pipe closed as it did, or it was killed).
 _EXIT_WAIT_S = 2.0
 
 
@@ -133,9 +134,10 @@ def _read_parent_side(
         _log.error("worker.bad_message", worker=w.index, error=bad)
         with contextlib.suppress(Exception):
             w.process.kill()
-    if bad is not None or w.hung:  # killed here or by the watchdog: wait (here, not on
-        with contextlib.suppress(Exception):  # the loop) for its exit code
-            w.process.join(_EXIT_WAIT_S)
+    # Its exit code, for its sessions' WorkerError: its pipe ends as it exits, a moment
+    # before the kernel has its status (waited for here, not on the loop).
+    with contextlib.suppress(Exception):
+        w.process.join(_EXIT_WAIT_S)
 
     def ended() -> None:
         if bad is not None:

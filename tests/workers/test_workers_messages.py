@@ -1,8 +1,11 @@
 """What a worker sends that the parent cannot take as it is: a message that does not load
-here (its worker is stopped and its sessions fail saying why)."""
+here (its worker is stopped and its sessions fail saying why), and the exit code a
+worker's sessions are failed with once its pipe has ended."""
 
 from __future__ import annotations
 
+import asyncio
+import multiprocessing
 import signal
 from pathlib import Path
 from typing import Any
@@ -10,6 +13,8 @@ from typing import Any
 import pytest
 
 from agentflow import Fleet, HTTPTransport, Session, WorkerError
+from agentflow._workers._broker import WorkerHandle
+from agentflow._workers._processes import ProcessLauncher
 from agentflow.store import SQLiteStore
 from tests.sched.conftest import RecordingSim, peak_overlap
 from tests.workers.test_workers import intervals, workers_now
@@ -60,3 +65,38 @@ async def test_a_message_the_parent_cannot_read_stops_its_worker_and_says_why(
         ), str(s.error)
     assert peak_overlap(intervals(sim.records)) <= 2
     assert not workers_now()
+
+
+class _Exiting:
+    """A worker process whose pipe has ended but which the kernel has not reaped yet (a
+    moment that cannot be held open in a real one): its exit code is known once it is
+    joined."""
+
+    pid = 4242
+    exitcode: int | None = None
+
+    def join(self, timeout: float | None = None) -> None:
+        self.exitcode = -signal.SIGKILL
+
+    def kill(self) -> None:
+        raise AssertionError("a worker whose pipe ended is not killed")
+
+
+async def test_a_worker_s_sessions_fail_with_its_exit_code_once_its_pipe_ended() -> None:
+    """The reader found the pipe's end and reported the worker gone at once, so its
+    sessions' WorkerError could say "exit code None" (the race that it now waits out,
+    bounded, by joining the process first)."""
+    mine, theirs = multiprocessing.Pipe()
+    w = WorkerHandle(0, [], send=mine.send, process=_Exiting(), conn=mine)
+    launcher = ProcessLauncher()
+    ended: asyncio.Future[tuple[str, bool]] = asyncio.get_running_loop().create_future()
+
+    def on_exit(w: WorkerHandle, lost: bool) -> None:
+        ended.set_result((launcher.ended(w)[0], lost))
+
+    launcher.listen(w, lambda w, msg: None, on_exit)
+    theirs.close()
+    assert await asyncio.wait_for(ended, 60) == ("worker 0 (pid 4242) ended (exit code -9)", True)
+    assert w.reader is not None
+    w.reader.join(60)
+    mine.close()

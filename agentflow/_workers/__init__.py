@@ -40,7 +40,7 @@ workers, their messages, the broker's wiring, re-running a lost worker's session
 ``_watchdog`` (the heartbeat), ``_results`` (merged counts, the sessions no worker
 finished, the cancel path), ``_broker`` (the leases), ``_worker`` (a worker: its fleet on
 leased limits; the process entry point), ``_processes`` (the process launcher), ``_ray``
-(the Ray actor and launcher), ``_wire`` (event batches).
+(the Ray actor and launcher), ``_wire`` (a worker's configuration, event batches).
 """
 
 from agentflow._workers._parent import check_picklable, run_in_workers, run_sharded

@@ -1,9 +1,11 @@
-"""What crosses a worker's pipe: event batches, token events msgpack-encoded."""
+"""What crosses a worker's pipe: the configuration it is sent with its sessions, and its
+event batches (token events msgpack-encoded)."""
 
 from __future__ import annotations
 
 import pickle
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -17,7 +19,56 @@ from agentflow._events import (
     TokenEvent,
 )
 
-__all__ = ["decode", "encode"]
+if TYPE_CHECKING:
+    from agentflow._event_bus import EventBus
+    from agentflow._fleet import Fleet
+    from agentflow.store._durable import DurableRun
+
+__all__ = ["decode", "encode", "worker_config"]
+
+#: Every event type a worker may forward (the fleet's own start/end come from the parent).
+_FORWARDABLE = (
+    "token",
+    "tool_call",
+    "tool_result",
+    "turn_end",
+    "session_end",
+    "attempt_discarded",
+    "retry",
+    "context_trimmed",
+    "compaction",
+    "budget",
+    "cache_buster",
+    "error",
+)
+
+
+def worker_config(fleet: Fleet, bus: EventBus, durable: DurableRun | None) -> dict[str, Any]:
+    """What every worker is sent with its sessions: the fleet's settings, the events the
+    parent's bus wants, which limits it leases, where it records (the broker's share of
+    the slots is filled in per worker when it starts)."""
+    wanted = {t for t in _FORWARDABLE if t != "token" and bus.wants(t)}
+    if bus.wants_tokens:
+        wanted.add("token")
+    wanted.add("session_end")  # the results travel in it
+    return {
+        "replicas": fleet.replicas,
+        "policy": fleet.policy,
+        "retry": fleet.retry,
+        "router": fleet.router,
+        "prefix_warmup": fleet.prefix_warmup,
+        "max_tool_concurrency": fleet.max_tool_concurrency,
+        "freeze_gc": fleet.freeze_gc,
+        "wanted": wanted,
+        "slots": fleet.limits.max_in_flight is not None,
+        "slot_batch": 1,
+        "initial_slots": 0,
+        "rates": fleet.limits.rpm is not None or fleet.limits.tpm is not None,
+        "rpm": fleet.limits.rpm is not None,
+        "tpm": fleet.limits.tpm is not None,
+        "record": None if durable is None else (durable.run_id, durable.attempt),
+    }
+
 
 _tokens_encoder = msgspec.msgpack.Encoder()
 _tokens_decoder = msgspec.msgpack.Decoder(list[TokenEvent])

@@ -40,6 +40,9 @@ class WorkerHandle:
     #: (the lead of its sessions' WorkerError), and why it was declared hung.
     hung: str = ""
     hung_why: str = ""
+    #: Given up by a cancel (not stopped within ``stop_timeout_s``): killed, its sessions
+    #: ended on the parent, and what it still sends but records is dropped.
+    cut: bool = False
 
 
 class Broker:

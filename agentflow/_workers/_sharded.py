@@ -119,9 +119,14 @@ class ShardedRun:
         ``stop_timeout_s`` for their partial results; the sessions left end cancelled."""
         self.cancelling = True
         await stop_workers(self.workers, self.fleet.stop_timeout_s)
-        for w in self.workers:  # not stopped in time (a blocked loop): not waited for again
-            if w.alive and w.done is not None and not w.done.done():
-                self.launcher.kill(w)
+        for w in self.workers:
+            if w.done is not None and not w.done.done():
+                # Not stopped in time (a blocked loop; or its last messages are not read
+                # yet): killed, not waited for again, and its sessions end below, once —
+                # a result of its that is read later is dropped (see on_message).
+                w.cut = True
+                if w.alive:
+                    self.launcher.kill(w)
         fail_missing(
             self.sessions, self.results, self.workers, self.bus, "cancelled", self.launcher
         )
@@ -222,11 +227,20 @@ class ShardedRun:
         w.heard = self.loop.time()
         broker = self.broker
         kind = msg[0]
+        if (w.cut or self.over) and kind != "records":
+            # Given up by a cancel, or the run has returned: its sessions ended already
+            # (each has one session_end, and its result does not change after the run).
+            if kind == "events":
+                _log.warning("workers.late_events", worker=w.index)
+            return
         if kind == "events":
             for event in decode(msg[1]):
                 if isinstance(event, SessionEndEvent):
                     k = self.index.get(event.session_id)
                     if k is not None:  # the caller's Session ends as if it ran here
+                        if self.results[k] is not None:  # it ended already: once only
+                            _log.warning("workers.second_end", session=event.session_id)
+                            continue
                         self.results[k] = s = event.result
                         session = self.sessions[k]
                         session.result, session.messages, session.turns = s, s.messages, s.turns

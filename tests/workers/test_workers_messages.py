@@ -1,25 +1,28 @@
 """What a worker sends that the parent cannot take as it is: a message that does not load
-here (its worker is stopped and its sessions fail saying why), and the exit code a
-worker's sessions are failed with once its pipe has ended."""
+here (its worker is stopped and its sessions fail saying why), a result read after a
+cancel gave its worker up (dropped: a session ends once), and the exit code a worker's
+sessions are failed with once its pipe has ended."""
 
 from __future__ import annotations
 
 import asyncio
 import multiprocessing
 import signal
+import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from agentflow import Fleet, HTTPTransport, Session, WorkerError
+from agentflow import Event, Fleet, HTTPTransport, Session, WorkerError
 from agentflow._workers._broker import WorkerHandle
 from agentflow._workers._processes import ProcessLauncher
 from agentflow.store import SQLiteStore
 from tests.sched.conftest import RecordingSim, peak_overlap
 from tests.workers.test_workers import intervals, workers_now
 from tests.workers.tools import PLAIN, TOOL
-from tests.workers.wire_tools import Unreadable
+from tests.workers.wire_tools import HELD, RELEASE, Gated, Unreadable
 
 
 def with_metadata(n: int, first: dict[str, Any]) -> list[Session]:
@@ -100,3 +103,46 @@ async def test_a_worker_s_sessions_fail_with_its_exit_code_once_its_pipe_ended()
     assert w.reader is not None
     w.reader.join(60)
     mine.close()
+
+
+async def test_a_result_read_after_a_cancel_gave_its_worker_up_is_dropped() -> None:
+    """Worker 0's reader is held loading s0's result (its metadata) when the run is
+    cancelled: after stop_timeout_s the worker is given up and s0 ends cancelled here.
+    That result, read once the run has returned, used to be emitted too — a second
+    session_end, and session.result changed after run() returned. Now it is dropped."""
+    RELEASE.clear()
+    HELD.clear()
+    ends: Counter[str] = Counter()
+
+    def on_end(event: Event) -> None:
+        if event.type == "session_end":
+            ends[event.session_id] += 1
+
+    sessions = [
+        PLAIN.session("question 0", session_id="s0", metadata={"g": Gated()}),
+        PLAIN.session("question 1", session_id="s1"),
+    ]
+    loop = asyncio.get_running_loop()
+    try:
+        async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+            fleet = Fleet(http, workers=2, stop_timeout_s=0.5, callbacks=[on_end])
+            task = asyncio.create_task(fleet.run(sessions))
+            assert await loop.run_in_executor(None, HELD.wait, 60)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            cancelled = sessions[0].result
+            assert cancelled is not None and cancelled.status == "cancelled"
+            assert ends == {"s0": 1, "s1": 1}
+            readers = [t for t in threading.enumerate() if t.name == "agentflow-worker-0-reader"]
+            assert len(readers) == 1
+            RELEASE.set()  # s0's real result is read now, then its pipe's end
+            for reader in readers:  # each hands its message to this loop before it ends
+                await loop.run_in_executor(None, reader.join, 60)
+                assert not reader.is_alive()
+    finally:
+        RELEASE.set()
+    assert ends == {"s0": 1, "s1": 1}
+    assert sessions[0].result is cancelled
+    assert sessions[1].result is not None and sessions[1].result.ok
+    assert not workers_now()

@@ -44,6 +44,7 @@ from agentflow.sched import (
     RetryPolicy,
     Router,
     Scheduler,
+    TurnRunner,
     policy_by_name,
 )
 from agentflow.typing import Callback, Clock, Transport
@@ -351,3 +352,8 @@ class Fleet:
             clock=self._clock,
             prefix_warmup=self.prefix_warmup,
         )
+
+    def _new_runner(self, scheduler: Scheduler) -> TurnRunner:
+        """The run's turn runner (a worker of ``Fleet(workers=N)`` keeps it, to report
+        its retries to the parent while the run goes)."""
+        return TurnRunner(scheduler, self.retry, sleep=self._sleep)

@@ -20,7 +20,6 @@ from agentflow._fleet_queued import _Queued, _Starter, if_never_ran
 from agentflow._fleet_types import FleetResult, ReplicaStats
 from agentflow._gcfreeze import Refreezer
 from agentflow._logging import get_logger
-from agentflow.sched import TurnRunner
 
 if TYPE_CHECKING:
     from agentflow._event_bus import EventBus
@@ -44,7 +43,7 @@ async def run_in_process(
     """Run ``sessions`` in this process, each to its end, and return their results
     (``turn_log``, ``gate``: a recorded run's recorder and session leases)."""
     scheduler = fleet._new_scheduler()
-    runner = TurnRunner(scheduler, fleet.retry, sleep=fleet._sleep)
+    runner = fleet._new_runner(scheduler)
     probe = fleet._probe_slots(len(sessions))
     tool_limit = asyncio.Semaphore(fleet.max_tool_concurrency)
     fleet._scheduler = scheduler

@@ -107,10 +107,10 @@ async def run_sharded(
     try:
         run.spawn_workers()
         try:
-            stats = await run.run_workers()
+            await run.run_workers()
         except asyncio.CancelledError:
             await run.cancel()
             raise
-        return run.finish(stats)
+        return run.finish()
     finally:
         await run.close()

@@ -65,6 +65,8 @@ class ShardedRun:
         self.starting: set[asyncio.Task[None]] = set()
         # Per worker, its last (in flight, queued): Fleet.in_flight and .queued sum them.
         self.live = [(0, 0)] * n
+        # Per worker, the counts it last sent (cumulative: see WorkerRun.counts).
+        self.counts: list[dict[str, Any]] = [{} for _ in range(n)]
         self.config = worker_config(fleet, bus, durable)
         self.recorder = durable.recorder if durable is not None else None
         self.start_ns = 0
@@ -99,9 +101,8 @@ class ShardedRun:
             self.spawn(shards[i])
         self.broker = Broker(self.fleet.limits, self.workers, self.live)
 
-    async def run_workers(self) -> list[dict[str, Any]]:
-        """Start every worker, wait until each has ended (replacements included); their
-        final counts."""
+    async def run_workers(self) -> None:
+        """Start every worker, wait until each has ended (replacements included)."""
         broker = self.broker
         assert broker is not None
         # Each starts with its fair share of the slots (a large start blocks until the
@@ -112,7 +113,6 @@ class ShardedRun:
             if not waits:
                 break
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        return [w.done.result() for w in self.workers if w.done is not None]
 
     async def cancel(self) -> None:
         """The run was cancelled: the workers' runs are cancelled and given
@@ -131,15 +131,17 @@ class ShardedRun:
             self.sessions, self.results, self.workers, self.bus, "cancelled", self.launcher
         )
 
-    def finish(self, stats: list[dict[str, Any]]) -> FleetResult:
+    def finish(self) -> FleetResult:
         """The run's result: the sessions no worker finished fail, the workers' counts are
-        merged, the fleet's end event is sent."""
+        merged (each one's last: a lost worker's as of its last message), the fleet's end
+        event is sent."""
         from agentflow._fleet import FleetResult, ReplicaStats
 
         fleet, bus, broker = self.fleet, self.bus, self.broker
         assert broker is not None
         fail_missing(self.sessions, self.results, self.workers, bus, "error", self.launcher)
         final = [r for r in self.results if r is not None]
+        stats = self.counts
         assert len(final) == len(self.sessions)
         replicas = merge_replicas(
             [s.get("replicas", []) for s in stats], ReplicaStats, fleet.limits.max_in_flight
@@ -189,6 +191,7 @@ class ShardedRun:
         self.workers.append(w)
         if len(self.live) < len(self.workers):
             self.live.append((0, 0))
+            self.counts.append({})
         broker = self.broker
         if broker is not None and len(broker.held) < len(self.workers):
             broker.add_worker()
@@ -234,6 +237,7 @@ class ShardedRun:
                 _log.warning("workers.late_events", worker=w.index)
             return
         if kind == "events":
+            self.counts[w.index] = msg[2]
             for event in decode(msg[1]):
                 if isinstance(event, SessionEndEvent):
                     k = self.index.get(event.session_id)
@@ -272,6 +276,7 @@ class ShardedRun:
             w.crash = msg[1]
         elif kind == "status":
             self.live[w.index] = (msg[1], msg[2])
+            self.counts[w.index] = msg[3]
             if broker is not None:
                 broker.idle_check(w.index)
         elif kind == "want_rates":
@@ -283,6 +288,8 @@ class ShardedRun:
                 broker.worker_gone(w.index)
             w.alive = False
             self.live[w.index] = (0, 0)
+            if msg[1]:  # its final counts ({}: its run never started)
+                self.counts[w.index] = msg[1]
             if w.done is not None and not w.done.done():
                 w.done.set_result(msg[1])
 

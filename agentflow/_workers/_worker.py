@@ -20,7 +20,7 @@ from agentflow._logging import get_logger
 from agentflow._session import Session
 from agentflow._workers._leased import LeaseClient, LeasedScheduler
 from agentflow._workers._wire import encode
-from agentflow.sched import Limits, Scheduler
+from agentflow.sched import Limits, Scheduler, TurnRunner
 
 if TYPE_CHECKING:
     from agentflow.store import Store
@@ -116,7 +116,8 @@ class _Forwarder:
             self._timer = None
         if self._batch:
             batch, self._batch = self._batch, []
-            self._run.send(("events", encode(batch)))
+            # With what the run has counted so far: a worker lost later keeps those.
+            self._run.send(("events", encode(batch), self._run.counts()))
 
 
 class _Records:
@@ -144,6 +145,24 @@ class WorkerRun:
         self.sessions: list[Session] = [pickle.loads(b) for b in blobs]
         self.send = send
         self._status: asyncio.TimerHandle | None = None
+        self._scheduler: Scheduler | None = None  # its fleet's, once the run started
+        self._runner: TurnRunner | None = None
+
+    def counts(self) -> dict[str, Any]:
+        """What the run has counted so far — its peak in flight, its retries, each
+        replica's :class:`~agentflow.ReplicaStats` — as its ``FleetResult`` has them at
+        the end. Sent with every event batch and status, and at the end (``done``): the
+        parent sums each worker's last (``{}`` before the run started)."""
+        from agentflow._fleet import ReplicaStats
+
+        scheduler, runner = self._scheduler, self._runner
+        if scheduler is None:
+            return {}
+        return {
+            "peak_in_flight": scheduler.peak_in_flight,
+            "retries": runner.retries if runner is not None else 0,
+            "replicas": [ReplicaStats.of(r) for r in scheduler.replicas],
+        }
 
     async def main(
         self,
@@ -153,9 +172,10 @@ class WorkerRun:
     ) -> None:
         """Run the sessions; tell the parent ``("done", stats)`` at the end. With
         ``sigterm``, a SIGTERM to this process cancels the run in order."""
-        from agentflow._fleet import Fleet, ReplicaStats
+        from agentflow._fleet import Fleet
 
         config = self.config
+        run = self
         loop = asyncio.get_running_loop()
         client = LeaseClient(self, config)
         forwarder = _Forwarder(self, config["wanted"])
@@ -164,7 +184,7 @@ class WorkerRun:
             _probes_slots = False  # the parent asked the endpoints already
 
             def _new_scheduler(self) -> Scheduler:
-                return LeasedScheduler(
+                run._scheduler = LeasedScheduler(
                     self.replicas,
                     policy=self.policy,
                     limits=Limits(),
@@ -173,6 +193,11 @@ class WorkerRun:
                     prefix_warmup=self.prefix_warmup,
                     client=client,
                 )
+                return run._scheduler
+
+            def _new_runner(self, scheduler: Scheduler) -> TurnRunner:
+                run._runner = super()._new_runner(scheduler)
+                return run._runner
 
         fleet = _WorkerFleet(
             config["replicas"],
@@ -205,7 +230,7 @@ class WorkerRun:
                 task.cancel()
 
         def status() -> None:  # what Fleet.in_flight / queued read in the parent
-            self.send(("status", fleet.in_flight, fleet.queued))
+            self.send(("status", fleet.in_flight, fleet.queued, self.counts()))
             self._status = loop.call_later(_STATUS_S, status)
 
         self._status = loop.call_later(_STATUS_S, status)
@@ -224,14 +249,8 @@ class WorkerRun:
                 task.cancel()
 
         attach(loop, on_message)
-        stats: dict[str, Any] = {}
         try:
-            result = await task
-            stats = {
-                "peak_in_flight": result.peak_in_flight,
-                "retries": result.retries,
-                "replicas": result.replicas,
-            }
+            await task
         except asyncio.CancelledError:
             pass  # its sessions ended as cancelled: their session_end events carry them
         finally:
@@ -240,19 +259,8 @@ class WorkerRun:
             for t in fleet.replicas:
                 with contextlib.suppress(Exception):
                     await t.transport.aclose()
-        stats["replicas"] = [
-            ReplicaStats(
-                name=r.name,
-                served=r.served,
-                failures=r.failures,
-                peak_in_flight=r.peak_in_flight,
-                breaker_opened=r.breaker_opened,
-                breaker_held=r.breaker_held,
-                rejected=r.rejected,
-            )
-            for r in stats.get("replicas", [])
-        ]
-        self.send(("done", stats))
+        # Its counts whichever way the run ended (a cancelled one's too).
+        self.send(("done", self.counts()))
 
 
 def _read_worker_side(

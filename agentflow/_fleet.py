@@ -92,7 +92,8 @@ class Fleet:
             here; the limits hold across them). Transports, agents and tools must
             pickle; see ``docs/scale-out.md``. ``None`` or 1: this process only.
         stop_timeout_s: with ``workers``: how long a cancelled run waits for the
-            workers' partial results (and each worker to exit) before killing it.
+            workers' partial results (and each worker to exit) before killing it; a
+            finite number of seconds in [0.001, 1e9].
         heartbeat_timeout_s: with ``workers``: a worker whose loop is blocked longer
             than this (nothing heard from it, though a running worker reports every
             0.25 s) is declared hung: it is killed and handled as a worker that died

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
-from agentflow._seconds import check_lease_ttl
+from agentflow._seconds import MAX_TIMEOUT_S, check_lease_ttl, check_seconds
 from agentflow.sched import Replica
 
 _log = get_logger("agentflow.fleet")
@@ -39,16 +39,16 @@ def check_scale_out(
     ``backend`` (``"ray"`` needs ``workers`` and Ray installed)."""
     check_lease_ttl(lease_ttl_s, "lease_ttl_s")
     check_count(workers, "Fleet.workers", none="this process only")
-    if not stop_timeout_s > 0:
-        raise ConfigError(f"stop_timeout_s must be > 0 seconds, got {stop_timeout_s!r}")
+    # Finite: a cancel waits this long for a worker whose loop is blocked.
+    check_seconds(stop_timeout_s, "stop_timeout_s", 0.001, MAX_TIMEOUT_S)
     if heartbeat_timeout_s is not None and (
         isinstance(heartbeat_timeout_s, bool)
         or not isinstance(heartbeat_timeout_s, int | float)
-        or not 1 <= heartbeat_timeout_s < float("inf")
+        or not 1 <= heartbeat_timeout_s <= MAX_TIMEOUT_S
     ):
         raise ConfigError(
-            "heartbeat_timeout_s must be a finite number of seconds ≥ 1 (a worker "
-            f"reports every 0.25 s) or None, got {heartbeat_timeout_s!r}"
+            f"heartbeat_timeout_s must be a finite number of seconds in [1, {MAX_TIMEOUT_S:g}] "
+            f"(a worker reports every 0.25 s) or None, got {heartbeat_timeout_s!r}"
         )
     if backend not in ("processes", "ray"):
         raise ConfigError(f"backend must be 'processes' or 'ray', got {backend!r}")

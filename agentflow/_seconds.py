@@ -30,13 +30,21 @@ def check_seconds(value: object, name: str, low: float, high: float) -> float:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
+        or not low <= value <= high  # first: an int too large for a float compares exactly
         or not math.isfinite(value)
-        or not low <= value <= high
     ):
         raise ConfigError(
-            f"{name} must be a finite number of seconds in [{low:g}, {high:g}], got {value!r}"
+            f"{name} must be a finite number of seconds in [{low:g}, {high:g}], got {_shown(value)}"
         )
     return float(value)
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, but a huge int by its size (its digits could be thousands, past
+    what ``repr`` converts)."""
+    if isinstance(value, int) and value.bit_length() > 64:
+        return f"an int of {value.bit_length()} bits"
+    return repr(value)
 
 
 def check_lease_ttl(ttl_s: object, name: str) -> float:

@@ -95,24 +95,32 @@ def _send_quietly(conn: multiprocessing.connection.Connection, msg: tuple[Any, .
 async def _reap(workers: list[WorkerHandle], timeout_s: float) -> None:
     """Every worker process ends: joined, else terminated, else killed — all of them
     against one deadline each time (one by one, blocked workers took twice
-    ``stop_timeout_s`` each)."""
+    ``stop_timeout_s`` each); killed at once should the reap itself be cancelled."""
     loop = asyncio.get_running_loop()
-    for w in workers:
-        with contextlib.suppress(OSError, ValueError):
-            w.conn.send(("exit",))
-    for stop, wait_s in (("", timeout_s), ("terminate", 2.0), ("kill", 2.0)):
-        left = [w for w in workers if w.process.exitcode is None]
-        if not left:
-            break
-        for w in left if stop else ():
+    try:
+        for w in workers:
             with contextlib.suppress(OSError, ValueError):
-                getattr(w.process, stop)()
-        deadline = loop.time() + wait_s
-        # exitcode polls waitpid(WNOHANG): no thread per worker blocks in a join
-        while any(w.process.exitcode is None for w in left) and loop.time() < deadline:  # noqa: ASYNC110
-            await asyncio.sleep(0.02)
-    for w in workers:
-        w.conn.close()
+                w.conn.send(("exit",))
+        for stop, wait_s in (("", timeout_s), ("terminate", 2.0), ("kill", 2.0)):
+            left = [w for w in workers if w.process.exitcode is None]
+            if not left:
+                break
+            for w in left if stop else ():
+                with contextlib.suppress(OSError, ValueError):
+                    getattr(w.process, stop)()
+            deadline = loop.time() + wait_s
+            # exitcode polls waitpid(WNOHANG): no thread per worker blocks in a join
+            while any(w.process.exitcode is None for w in left) and loop.time() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+    finally:
+        # Cancelled (or failed) while it waited: none is left running (each one's reader
+        # then finds its pipe's end and joins it).
+        for w in workers:
+            if w.process.exitcode is None:
+                with contextlib.suppress(OSError, ValueError):
+                    w.process.kill()
+        for w in workers:
+            w.conn.close()
     readers = [w.reader for w in workers if w.reader is not None]
     await asyncio.gather(*(loop.run_in_executor(None, r.join, 2.0) for r in readers))
 

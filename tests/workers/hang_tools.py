@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import time
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event as EventType
 
 from agentflow import Agent, Session
 from tests.workers.tools import PLAIN
@@ -43,3 +45,11 @@ def hang_workload(n: int) -> list[Session]:
     once, the odd ones (worker 1) call :func:`stall` first."""
     agents = (PLAIN, HANG)
     return [agents[i % 2].session(f"question {i}", session_id=f"s{i}") for i in range(n)]
+
+
+def deaf_worker(conn: Connection, heard: EventType) -> None:
+    """A worker process that takes the parent's ``("exit",)``, says so (``heard``), and
+    does not exit: only a kill ends it."""
+    conn.recv()
+    heard.set()
+    time.sleep(600)

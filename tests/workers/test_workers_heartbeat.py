@@ -114,7 +114,11 @@ async def test_with_a_store_a_hung_worker_s_sessions_continue_on_a_new_worker(
     assert all(gone(pid) for pid in pids.seen)
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, 0.5, float("nan"), float("inf"), True, "60"])
+@pytest.mark.parametrize(
+    "bad",
+    [0, -1.0, 0.5, float("nan"), float("inf"), 2e9, 10**400, True, "60"],
+    ids=lambda bad: repr(bad)[:8],
+)
 def test_a_bad_heartbeat_timeout_is_a_config_error_naming_it(bad: object) -> None:
     with pytest.raises(ConfigError, match=r"heartbeat_timeout_s .* got " + re.escape(repr(bad))):
         Fleet(HTTPTransport("http://127.0.0.1:1"), workers=2, heartbeat_timeout_s=bad)  # type: ignore[arg-type]

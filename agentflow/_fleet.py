@@ -89,8 +89,9 @@ class Fleet:
             stops renewing it (renewed every third of it while the run goes).
         workers: with N ≥ 2, :meth:`run` and :meth:`stream` shard the sessions over N
             worker processes (each with its own loop and connections; callbacks run
-            here; the limits hold across them). Transports, agents and tools must
-            pickle; see ``docs/scale-out.md``. ``None`` or 1: this process only.
+            here; the limits hold across them) — no more than there are sessions.
+            Transports, agents and tools must pickle; see ``docs/scale-out.md``.
+            ``None`` or 1: this process only. At most 256.
         stop_timeout_s: with ``workers``: how long a cancelled run waits for the
             workers' partial results (and each worker to exit) before killing it; a
             finite number of seconds in [0.001, 1e9].

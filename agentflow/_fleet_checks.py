@@ -23,7 +23,12 @@ if TYPE_CHECKING:
     from agentflow._session import Session
     from agentflow.typing import Clock, Transport
 
-__all__ = ["check_drain", "check_scale_out"]
+__all__ = ["MAX_WORKERS", "check_drain", "check_scale_out"]
+
+#: The most workers a fleet takes (``Fleet(workers=N)``): the parent's one loop reads
+#: every worker (its events, its status every 0.25 s; a worker process has a reader thread
+#: and a pipe), and it, not the workers, bounds a run long before this many.
+MAX_WORKERS = 256
 
 
 def check_scale_out(
@@ -38,7 +43,7 @@ def check_scale_out(
     ``lease_ttl_s``, ``workers``, ``stop_timeout_s``, ``heartbeat_timeout_s`` and
     ``backend`` (``"ray"`` needs ``workers`` and Ray installed)."""
     check_lease_ttl(lease_ttl_s, "lease_ttl_s")
-    check_count(workers, "Fleet.workers", none="this process only")
+    check_count(workers, "Fleet.workers", 1, MAX_WORKERS, none="this process only")
     # Finite: a cancel waits this long for a worker whose loop is blocked.
     check_seconds(stop_timeout_s, "stop_timeout_s", 0.001, MAX_TIMEOUT_S)
     if heartbeat_timeout_s is not None and (

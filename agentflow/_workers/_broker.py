@@ -62,7 +62,7 @@ class Broker:
         self.free = 0
         self.pending: dict[int, int] = {}
         self.reclaiming = [0] * n
-        self.slot_batch = max(1, (self.cap or 1) // (2 * n))
+        self.slot_batch = max(1, (self.cap or 1) // (2 * max(n, 1)))  # (none: empty run)
         self._req = _bucket(limits.rpm, limits.burst_s, 1.0) if limits.rpm is not None else None
         self._tok = _bucket(limits.tpm, limits.burst_s, 1.0) if limits.tpm is not None else None
         self._rate_lock = asyncio.Lock()

@@ -76,9 +76,9 @@ async def run_in_workers(
     fleet: Fleet, sessions: list[Session], bus: EventBus, durable: DurableRun | None = None
 ) -> FleetResult:
     """Run ``sessions`` on ``fleet.workers`` worker processes (or Ray actors, with
-    ``backend="ray"``), recording them in ``durable``'s store if given; see the module
-    docstring."""
-    if fleet.backend == "ray":
+    ``backend="ray"``; no more than there are sessions), recording them in ``durable``'s
+    store if given; see the module docstring."""
+    if fleet.backend == "ray" and sessions:  # (an empty run starts no worker anywhere)
         from agentflow._workers._ray import RayLauncher
 
         assert fleet.workers is not None

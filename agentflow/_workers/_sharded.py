@@ -48,9 +48,10 @@ class ShardedRun:
         launcher: Launcher,
         durable: DurableRun | None = None,
     ) -> None:
-        n = fleet.workers
-        assert n is not None
-        self.n = n
+        assert fleet.workers is not None
+        # No more workers than sessions (none for an empty run): each would start, import
+        # agentflow and its sessions' tools, and end with nothing to run.
+        n = self.n = min(fleet.workers, len(sessions))
         self.fleet, self.sessions, self.bus = fleet, sessions, bus
         self.launcher, self.durable = launcher, durable
         self.blobs = check_picklable(fleet, sessions)

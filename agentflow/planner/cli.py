@@ -210,12 +210,14 @@ def deployment_from_args(args: argparse.Namespace) -> Deployment:
     if args.deployment or not (args.model or args.hardware):
         base = get_deployment(args.deployment or DEFAULT_DEPLOYMENT)
     else:
-        if not (args.model and args.hardware):
+        # A name that is wrong is said first: it is wrong either way.
+        model = get_model(args.model) if args.model else None
+        hardware = get_hardware(args.hardware) if args.hardware else None
+        if model is None or hardware is None:
             raise ConfigError(
                 "--model and --hardware go together when no --deployment is given "
                 f"(or start from one: --deployment {DEFAULT_DEPLOYMENT})"
             )
-        model, hardware = get_model(args.model), get_hardware(args.hardware)
         base = Deployment(name=f"{model.name} on {hardware.name}", model=model, hardware=hardware)
     notes: list[str] = []
     changes: dict[str, Any] = {}

@@ -151,6 +151,9 @@ def test_list(capsys: pytest.CaptureFixture[str]) -> None:
         (("--kv-dtype", "int3"), "kv_dtype='int3'"),
         (("--gpu-mem-util", "1.5"), "gpu_memory_utilization"),
         (("--model", "qwen2.5-coder-32b"), "--model and --hardware go together"),
+        # An unknown name alone was told it needs the other flag, not that it is unknown.
+        (("--model", "nope"), r"^unknown model 'nope'; known: .*qwen2\.5-coder-32b"),
+        (("--hardware", "nope"), r"^unknown hardware 'nope'; known: "),
         (("--deployment", "nope"), "unknown deployment 'nope'"),
         (("--kv-heads", "8"), "switching to GQA needs both"),
         (("--kv-heads", "8", "--kv-lora-rank", "512"), "not both"),

@@ -4,7 +4,9 @@ Sync callbacks are called inline, where the event happens (for tokens: on the st
 hot path); async callbacks and :meth:`Fleet.stream` iterators are fed, in order, by one
 dispatcher task. A callback that raises is reported (an :class:`ErrorEvent` with
 ``where="callback"``, a log line, and :attr:`EventBus.callback_errors`) and the run goes
-on. Like the events (``_events.py``), it imports nothing above them.
+on — a ``CancelledError`` of its own too (one it got from something it awaited that was
+cancelled), unlike the cancellation of the run. Like the events (``_events.py``), it
+imports nothing above them.
 """
 
 from __future__ import annotations
@@ -129,7 +131,7 @@ class EventBus:
             try:
                 if (returned := cb(event)) is not None:  # cheap: see never_awaited
                     self.never_awaited(cb, event, returned)
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:  # a sync call: never the task's
                 self.callback_failed(cb, event, exc)
         if self._async or self._queues:
             if self._pending is None:
@@ -150,6 +152,12 @@ class EventBus:
                     if inspect.isawaitable(returned):  # not for a wrapper that returns None
                         await returned
                 except Exception as exc:
+                    self.callback_failed(cb, event, exc)
+                except asyncio.CancelledError as exc:
+                    if _being_cancelled():
+                        raise  # the delivery is: the drain ran out, or the run was cancelled
+                    # The callback's own (it awaited something that was cancelled): it
+                    # used to end the dispatcher, and every later event with it.
                     self.callback_failed(cb, event, exc)
             self._handling = None
             for q in self._queues:
@@ -225,7 +233,7 @@ class EventBus:
             ),
         )
 
-    def callback_failed(self, cb: Any, event: Event, exc: Exception) -> None:
+    def callback_failed(self, cb: Any, event: Event, exc: BaseException) -> None:
         """``cb`` raised ``exc`` on ``event``: record, log and report it (never raises)."""
         self.callback_errors.append(CallbackFailure(cb, event, exc))
         _log.warning(
@@ -245,6 +253,13 @@ class EventBus:
                 error=exc,
             )
         )
+
+
+def _being_cancelled() -> bool:
+    """Whether the running task has been asked to cancel (a ``CancelledError`` caught in
+    it is then that request's, not one a callback raised of its own)."""
+    task = asyncio.current_task()
+    return task is not None and task.cancelling() > 0
 
 
 def _is_async(callback: Any) -> bool:

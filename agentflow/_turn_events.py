@@ -10,6 +10,8 @@ last attempt — so a consumer of tokens knows to drop them.
 
 from __future__ import annotations
 
+import asyncio
+
 from agentflow._event_bus import EventBus
 from agentflow._events import AttemptDiscardedEvent, RetryEvent, TokenEvent
 from agentflow._logging import get_logger
@@ -72,7 +74,7 @@ class _TokenSink:
             try:
                 if (returned := cb(event)) is not None:
                     self._bus.never_awaited(cb, event, returned)
-            except Exception as exc:
+            except (Exception, asyncio.CancelledError) as exc:  # a sync call: never the task's
                 self._bus.callback_failed(cb, event, exc)
 
     def take(self) -> tuple[int, int, int]:

@@ -35,7 +35,8 @@ class CallbackFailure:
     """A callback raised while handling ``event``, or did not take it before the run's
     end waited ``callback_drain_s`` for it (``error`` a :class:`TimeoutError`;
     ``callback`` the async callback that was stuck, ``None`` for an event queued behind
-    it that no callback had yet)."""
+    it that no callback had yet), or before the run was cancelled (the same, ``error``
+    a ``CancelledError``)."""
 
     callback: Any
     event: Event
@@ -163,21 +164,27 @@ class EventBus:
             for q in self._queues:
                 q.put_nowait(event)
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, cancelled: bool = False) -> None:
         """Wait until every emitted event reached every async consumer, for at most the
-        bus's ``drain_s`` seconds.
+        bus's ``drain_s`` seconds; ``cancelled``: the run was cancelled, so wait for
+        nothing.
 
         A stalled async callback (an HTTP post with no timeout) used to hang the run's
         end forever. When the bound runs out, the dispatcher is cancelled and each event
         it did not deliver is recorded as a callback failure (a :class:`TimeoutError`,
         with the callback it was stuck in), logged once; no event reports it, the run
-        is over.
+        is over. A cancelled run (a timeout around it, SIGTERM, Ctrl-C) does not wait
+        the drain out for a stalled callback: the dispatcher is cancelled at once and
+        what it did not deliver is recorded the same way, with a ``CancelledError``.
         """
         pending, task = self._pending, self._task
         if pending is None or task is None:
             return
         self._pending = self._task = None
         pending.put_nowait(None)
+        if cancelled:
+            await self._stop(task, pending, None)
+            return
         limit = self._drain_s
         try:
             await asyncio.wait({task}, timeout=None if math.isinf(limit) else limit)
@@ -187,12 +194,15 @@ class EventBus:
         if task.done():
             await task  # (what a callback raised that was no Exception, as before)
             return
+        await self._stop(task, pending, limit)
+
+    async def _stop(
+        self, task: asyncio.Task[None], pending: asyncio.Queue[Event | None], limit: float | None
+    ) -> None:
+        """Cancel the dispatcher ``task`` and record what it did not deliver: the drain
+        ran out after ``limit`` seconds, or (``None``) the run was cancelled."""
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-        self._undelivered(pending, limit)
-
-    def _undelivered(self, pending: asyncio.Queue[Event | None], limit: float) -> None:
-        """Record what a dispatcher cancelled at close did not deliver."""
         stuck = self._handling
         self._handling = None
         left = [(stuck[0], stuck[1])] if stuck is not None else []
@@ -200,14 +210,22 @@ class EventBus:
             event = pending.get_nowait()
             if event is not None:
                 left.append((None, event))
-        error = TimeoutError(
-            f"async callbacks did not finish within callback_drain_s={limit:g} s of the run's "
-            f"end: {len(left)} event(s) not delivered"
-        )
+        if not left:
+            return
+        error: BaseException
+        if limit is None:
+            error = asyncio.CancelledError(
+                f"the run was cancelled: {len(left)} event(s) not delivered to async callbacks"
+            )
+        else:
+            error = TimeoutError(
+                f"async callbacks did not finish within callback_drain_s={limit:g} s of the "
+                f"run's end: {len(left)} event(s) not delivered"
+            )
         for cb, event in left:
             self.callback_errors.append(CallbackFailure(cb, event, error))
         _log.warning(
-            "callback.drain_timeout",
+            "callback.drain_timeout" if limit is not None else "callback.undelivered",
             callback=getattr(stuck[0], "__qualname__", repr(stuck[0])) if stuck else None,
             undelivered=len(left),
             drain_s=limit,

@@ -120,7 +120,7 @@ class Fleet:
             the events still queued for them, in seconds (``math.inf``: no bound). Then
             the delivery is cancelled and each event not delivered is in
             ``result.callback_errors`` (a ``TimeoutError``): a stalled callback cannot
-            hang the run.
+            hang the run. A cancelled run does not wait for them at all.
     """
 
     def __init__(

@@ -76,6 +76,7 @@ async def run_in_process(
         )
 
     tasks: list[asyncio.Task[SessionResult]] | None = None
+    cancelled = False
     try:
         async with asyncio.TaskGroup() as tg:
             if gate is None and all(s._queues_lazily() for s in sessions):
@@ -120,11 +121,14 @@ async def run_in_process(
         )
         _log.info("fleet.end", wall_s=result.wall_s, failed=len(result.failed))
         bus.emit(FleetEndEvent(result=result))
+    except asyncio.CancelledError:
+        cancelled = True  # a stalled async callback does not hold that up
+        raise
     finally:
         _stop_probe(probe)
         refreezer.stop()
         await scheduler.aclose()
-        await bus.aclose()
+        await bus.aclose(cancelled=cancelled)
         fleet._scheduler = None
     return result
 

@@ -233,12 +233,16 @@ class Session:
                 await scheduler.aclose()
         if _bus is None:
             bus = EventBus(list(callbacks))
+            cancelled = False
             try:
                 return await self.run(
                     _runner=_runner, _bus=bus, _tool_limit=_tool_limit, clock=clock
                 )
+            except asyncio.CancelledError:
+                cancelled = True  # a stalled async callback does not hold that up
+                raise
             finally:
-                await bus.aclose()
+                await bus.aclose(cancelled=cancelled)
         return await self._run(_runner, _bus, _tool_limit, clock)
 
     def _queues_lazily(self) -> bool:

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+import pytest
 
 from agentflow import Agent, Event, Fleet, HTTPTransport
 from agentflow.testing import Reply, ScriptedServer
+from agentflow.typing import Callback
 
 AGENT = Agent(name="writer", model="m")
 
@@ -54,3 +59,83 @@ async def test_a_callbacks_own_cancelled_error_is_its_failure_not_the_runs() -> 
 
         streamed = [e.type async for e in Fleet(t, callbacks=[hooked]).stream([AGENT.session("x")])]
         assert "session_end" in streamed and streamed[-1] == "fleet_end"
+
+
+def test_a_cancelled_run_does_not_wait_for_a_stalled_async_callback() -> None:
+    """Cancelling a run (a timeout around it, SIGTERM, Ctrl-C) while an async callback
+    was stalled used to wait the whole ``callback_drain_s`` (30 s by default) for it.
+    Now the delivery is cancelled at once. Virtual time: the old code's wait shows as
+    the drain's 5 s; the run is cancelled by an event, not a timer."""
+    from agentflow.embedded import loop_clock, run_virtual
+
+    stuck_at: list[str] = []
+
+    async def stalled(event: Event) -> None:
+        if event.type == "fleet_start" or event.type == "turn_end":
+            stuck_at.append(event.type)
+            await asyncio.Event().wait()
+
+    async def cancelled_at_first_turn(
+        run: Callable[[Callback], Coroutine[Any, Any, object]],
+    ) -> float:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        task: asyncio.Task[object] | None = None
+
+        def cancel(event: Event) -> None:
+            if event.type == "turn_end" and task is not None:
+                task.cancel()
+
+        task = asyncio.create_task(run(cancel))
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return loop.time() - start
+
+    async def main() -> tuple[float, float]:
+        async with (
+            ScriptedServer([Reply.text("hello")] * 2) as srv,
+            HTTPTransport(srv.base_url, kernel_timestamps=False) as t,
+        ):
+            fleet = await cancelled_at_first_turn(
+                lambda cancel: Fleet(
+                    t, callbacks=[stalled, cancel], clock=loop_clock, callback_drain_s=5
+                ).run([AGENT.session("hi")])
+            )
+            alone = await cancelled_at_first_turn(
+                lambda cancel: AGENT.session("hi").run(
+                    t, callbacks=[stalled, cancel], clock=loop_clock
+                )
+            )
+            return fleet, alone
+
+    fleet, alone = run_virtual(main())
+    assert stuck_at == ["fleet_start", "turn_end"]
+    assert fleet < 5.0 and alone < 30.0  # the drains: 5 s, and Session.run's 30 s
+
+
+def test_a_cancelled_runs_undelivered_events_are_recorded() -> None:
+    """What the cancelled delivery did not hand over is in ``callback_errors`` (a
+    ``CancelledError`` each, the stalled callback named on the event it was stuck in)."""
+    from agentflow._event_bus import EventBus
+    from agentflow._events import FleetStartEvent
+    from agentflow.embedded import run_virtual
+
+    async def never(event: Event) -> None:
+        await asyncio.Event().wait()
+
+    async def main() -> tuple[float, EventBus]:
+        bus = EventBus([never])
+        bus.emit(FleetStartEvent(sessions=1, start_ns=0))
+        bus.emit(FleetStartEvent(sessions=1, start_ns=1))
+        await asyncio.sleep(0)  # the dispatcher takes the first
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        await bus.aclose(cancelled=True)
+        return loop.time() - start, bus
+
+    elapsed, bus = run_virtual(main())
+    assert elapsed == 0.0
+    failures = [(f.callback, getattr(f.event, "start_ns", None)) for f in bus.callback_errors]
+    assert failures == [(never, 0), (None, 1)]
+    assert all(isinstance(f.error, asyncio.CancelledError) for f in bus.callback_errors)
+    assert "2 event(s) not delivered" in str(bus.callback_errors[0].error)

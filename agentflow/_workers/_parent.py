@@ -104,13 +104,15 @@ async def run_sharded(
     the new one from their last recorded turn."""
     run = ShardedRun(fleet, sessions, bus, launcher, durable)  # the checks; nothing starts
     run.open()
+    cancelled = False
     try:
         run.spawn_workers()
         try:
             await run.run_workers()
         except asyncio.CancelledError:
+            cancelled = True
             await run.cancel()
             raise
         return run.finish()
     finally:
-        await run.close()
+        await run.close(cancelled=cancelled)

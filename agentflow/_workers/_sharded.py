@@ -165,9 +165,10 @@ class ShardedRun:
         bus.emit(FleetEndEvent(result=result))
         return result
 
-    async def close(self) -> None:
+    async def close(self, *, cancelled: bool = False) -> None:
         """Whatever ended the run: nothing more is started or re-run, the broker and the
-        bus are closed, every worker is reaped."""
+        bus are closed (``cancelled``: with no drain, see :meth:`EventBus.aclose`), every
+        worker is reaped."""
         self.cancelling = True
         self.fleet._live = None
         if self.watch is not None:
@@ -176,7 +177,9 @@ class ShardedRun:
             t.cancel()
         if self.broker is not None:
             await self.broker.aclose()
-        await self.bus.aclose()  # async callbacks and stream() queues have had every event
+        # Async callbacks and stream() queues have had every event (a cancelled run's:
+        # those they could take before it was).
+        await self.bus.aclose(cancelled=cancelled)
         try:
             await self.launcher.reap(self.workers, self.fleet.stop_timeout_s)
         finally:

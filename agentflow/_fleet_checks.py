@@ -15,6 +15,7 @@ from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
 from agentflow._seconds import MAX_TIMEOUT_S, check_lease_ttl, check_seconds
+from agentflow._session_checks import refused
 from agentflow.sched import Replica
 
 _log = get_logger("agentflow.fleet")
@@ -84,13 +85,24 @@ def check_drain(value: object) -> None:
 
 
 def _check_unique(sessions: list[Session]) -> None:
+    """Refuse a run of ``sessions`` when two share an id, or one has run or is running
+    (in another run: ``_session_checks.refused``); else hold them all for this run (the
+    run releases them with :func:`_release`)."""
     seen: set[str] = set()
     for s in sessions:
         if s.session_id in seen:
             raise ConfigError(f"two sessions share session_id {s.session_id!r}")
-        if s.result is not None:
-            raise ConfigError(f"session {s.session_id!r} has already run")
+        if s.result is not None or s._running:
+            raise refused(s)
         seen.add(s.session_id)
+    for s in sessions:
+        s._running = True
+
+
+def _release(sessions: list[Session]) -> None:
+    """The run that held ``sessions`` (:func:`_check_unique`) ended."""
+    for s in sessions:
+        s._running = False
 
 
 def _check_clock(clock: Clock) -> None:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import ConfigError
 from agentflow._event_bus import EventBus
-from agentflow._fleet_checks import _check_clock, _check_unique
+from agentflow._fleet_checks import _check_clock, _check_unique, _release
 from agentflow._fleet_run import _stop_probe, run_in_process
 from agentflow._gcfreeze import frozen_gc
 
@@ -37,10 +37,23 @@ async def launch_run(
     run_id: str | None,
     run_config: Mapping[str, Any] | None,
 ) -> FleetResult:
-    """Run ``sessions`` (checked here) in workers when the fleet has them, else in this
-    process; with the fleet's store, as a new recorded run (:meth:`Fleet.run`,
-    :meth:`Fleet.stream`)."""
+    """Run ``sessions`` (checked here, and held until the run ends) in workers when the
+    fleet has them, else in this process; with the fleet's store, as a new recorded run
+    (:meth:`Fleet.run`, :meth:`Fleet.stream`)."""
     _check_unique(sessions)
+    try:
+        return await _launch(fleet, sessions, bus, run_id, run_config)
+    finally:
+        _release(sessions)
+
+
+async def _launch(
+    fleet: Fleet,
+    sessions: list[Session],
+    bus: EventBus,
+    run_id: str | None,
+    run_config: Mapping[str, Any] | None,
+) -> FleetResult:
     _check_clock(fleet._clock)
     if fleet.workers is not None and fleet.store is None:
         if run_id is not None or run_config is not None:

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 from agentflow._config import session_run_internals
 from agentflow._context_chain import bind_context, end_session
 from agentflow._context_resumed import Resumed, resume_session
-from agentflow._errors import ConfigError, ContextOverflow, MaxTurnsExceeded
+from agentflow._errors import ContextOverflow, MaxTurnsExceeded
 from agentflow._event_bus import EventBus
 from agentflow._events import ErrorEvent, SessionEndEvent
 from agentflow._logging import get_logger
 from agentflow._sendable import check_sendable
+from agentflow._session_checks import hold, refused
 from agentflow._session_tools import run_tools
 from agentflow._session_turn import DEFAULT_MAX_OUTPUT_TOKENS as DEFAULT_MAX_OUTPUT_TOKENS
 from agentflow._session_turn import _rough_tokens as _rough_tokens
@@ -104,6 +105,9 @@ class Session:
     #: ran (a bench concurrency level's slot: ``agentflow.bench``); each ended before
     #: this one's run returned. The fleet's result lists their results after this one's.
     _followers: Sequence[Session] = ()
+    #: Set while a run holds the session (``_session_checks.hold``): a second run at once
+    #: is refused.
+    _running = False
 
     def __init__(
         self,
@@ -185,9 +189,9 @@ class Session:
         ``_bus``, ``_runner``, ``_tool_limit`` and ``_turn_log``; their old public names
         ``bus=``, ``runner=``, ``tool_limit=``, ``turn_log=`` still work, deprecated).
 
-        A session runs once: its turn numbers, ``max_turns`` budget, run store record
-        and result belong to that run. To go on with a conversation, start a new session
-        from its messages.
+        A session runs once, in one run: its turn numbers, ``max_turns`` budget, run
+        store record and result belong to that run. To go on with a conversation, start a
+        new session from its messages.
 
         Args:
             transport: where model turns go.
@@ -196,18 +200,11 @@ class Session:
             clock: nanosecond monotonic clock.
 
         Raises:
-            ConfigError: the session has already run (a fleet refuses it too).
+            ConfigError: the session has already run, or is running now (in another
+                ``run`` or a fleet's run); a fleet refuses it too.
         """
         if self.result is not None:
-            # A second run used to start again at turn 0 with a fresh max_turns budget:
-            # two turns numbered 0 in one session's events, store and result.
-            raise ConfigError(
-                f"session {self.session_id!r} has already run (status "
-                f"{self.result.status!r}); a session runs once: to go on with the "
-                "conversation, start a new one from its messages, e.g. "
-                "agent.session(history + [{'role': 'user', 'content': ...}]) with history "
-                "its messages after the agent's instructions"
-            )
+            raise refused(self)
         if deprecated:
             wiring = session_run_internals(
                 deprecated,
@@ -217,9 +214,10 @@ class Session:
             _tool_limit, _turn_log = wiring["tool_limit"], wiring["turn_log"]
         if _turn_log is not None:
             self._log = _turn_log
-        if _runner is None:
+        if _runner is None:  # run alone (a fleet holds its sessions when its run starts)
             if transport is None:
                 raise TypeError("Session.run needs a transport (or a fleet's runner)")
+            hold(self)
             scheduler = Scheduler([Replica(transport=transport)], clock=clock)
             try:
                 return await self.run(
@@ -230,6 +228,7 @@ class Session:
                     clock=clock,
                 )
             finally:
+                self._running = False
                 await scheduler.aclose()
         if _bus is None:
             bus = EventBus(list(callbacks))
@@ -244,6 +243,13 @@ class Session:
             finally:
                 await bus.aclose(cancelled=cancelled)
         return await self._run(_runner, _bus, _tool_limit, clock)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A worker of Fleet(workers=N) gets its sessions pickled while the parent's run
+        # holds them: the copy is not held.
+        state = dict(self.__dict__)
+        state.pop("_running", None)
+        return state
 
     def _queues_lazily(self) -> bool:
         """Whether nothing has to run before the first turn's ticket is queued, so a

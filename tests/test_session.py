@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import pickle
+import re
+
 import pytest
 
 from agentflow import (
@@ -9,9 +13,12 @@ from agentflow import (
     ConfigError,
     ErrorEvent,
     Event,
+    Fleet,
+    FleetResult,
     HTTPTransport,
     MaxTurnsExceeded,
     ServerError,
+    SessionResult,
     TokenEvent,
     Tool,
     ToolError,
@@ -254,3 +261,35 @@ async def test_a_session_runs_once() -> None:
         "assistant",
         "user",
     ]
+
+
+async def test_a_session_runs_in_one_run_at_a_time() -> None:
+    """Two runs of one session at once (two ``Session.run``, two fleets, or one of each)
+    used to both run it, interleaving their turns in one conversation (turns 0, 0, 1, 1;
+    each run's tool results after the other's calls). The second is a ConfigError now,
+    before it sends anything; a fleet that fails before running leaves its sessions free."""
+    agent = Agent(name="twice", model="m", tools=[add], max_turns=3)
+    script = [Reply.tool_call("add", {"a": 1, "b": 2}), Reply.text("3")]
+    async with ScriptedServer(script * 3) as srv, HTTPTransport(srv.base_url) as t:
+        session = agent.session("1+2?")
+        first, second = await asyncio.gather(session.run(t), session.run(t), return_exceptions=True)
+        assert isinstance(first, SessionResult) and first.ok
+        assert isinstance(second, ConfigError)
+        assert re.match(r"session 'twice-\d+' is already running \(in another", str(second))
+        assert [r.index for r in session.turns] == [0, 1]
+
+        held = agent.session("1+2?")
+        results = await asyncio.gather(
+            Fleet(t).run([held]), Fleet(t).run([held]), held.run(t), return_exceptions=True
+        )
+        assert isinstance(results[0], FleetResult) and results[0].sessions[0].ok
+        assert [type(r) for r in results[1:]] == [ConfigError, ConfigError]
+        assert all("is already running" in str(r) for r in results[1:])
+        assert [r.index for r in held.turns] == [0, 1]
+        assert not pickle.loads(pickle.dumps(held))._running  # a worker's copy is not held
+
+        free = agent.session("1+2?")
+        with pytest.raises(ConfigError, match="run_id and run_config need a store"):
+            await Fleet(t).run([free], run_id="r1")
+        assert (await free.run(t)).ok
+    assert len(srv.requests) == 6

@@ -31,7 +31,7 @@ from agentflow._event_bus import EventBus
 from agentflow._events import ErrorEvent, SessionEndEvent
 from agentflow._logging import get_logger
 from agentflow._sendable import check_sendable
-from agentflow._session_checks import hold, refused
+from agentflow._session_checks import check_session_id, hold, refused, task_messages
 from agentflow._session_tools import run_tools
 from agentflow._session_turn import DEFAULT_MAX_OUTPUT_TOKENS as DEFAULT_MAX_OUTPUT_TOKENS
 from agentflow._session_turn import _rough_tokens as _rough_tokens
@@ -118,19 +118,20 @@ class Session:
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
         self.agent = agent
+        if session_id is not None and session_id != "":
+            check_session_id(session_id)
         self.session_id = session_id or f"{agent.name}-{next(_ids)}"
         self.metadata = dict(metadata or {})
+        # Here, not at its first request: a task that is not messages, or a text no
+        # request can carry (a lone surrogate), is a ConfigError naming it, not an error
+        # deep in a turn or the transport.
+        where = f"session {self.session_id!r}: task"
+        given = task_messages(task, where)
+        check_sendable(task if isinstance(task, str) else given, where)
         self.messages: list[dict[str, Any]] = []
         if agent.instructions:
             self.messages.append({"role": "system", "content": agent.instructions})
-        if isinstance(task, str):
-            self.messages.append({"role": "user", "content": task})
-        else:
-            self.messages.extend(dict(m) for m in task)
-        # Here, not at its first request: a text no request can carry (a lone surrogate)
-        # is a ConfigError naming it, not an encoding error deep in the transport.
-        given = task if isinstance(task, str) else self.messages[1 if agent.instructions else 0 :]
-        check_sendable(given, f"session {self.session_id!r}: task")
+        self.messages += given
         self.turns: list[TurnRecord] = []
 
     def _restore(

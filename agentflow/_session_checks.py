@@ -1,5 +1,7 @@
-"""Whether a :class:`~agentflow.Session` may start a run: not when it has run, nor while
-a run has it (:func:`hold`; the run clears ``Session._running`` when it ends).
+"""What a :class:`~agentflow.Session` is checked for: what it is given, when it is made
+(its ``session_id`` and ``task``: :func:`check_session_id`, :func:`task_messages`), and
+whether it may start a run — not when it has run, nor while a run has it (:func:`hold`;
+the run clears ``Session._running`` when it ends).
 
 :meth:`Session.run` holds a session it runs alone; a fleet's run holds all of its
 sessions when it starts (``_fleet_checks.py``), before any of them is queued, so a second
@@ -9,14 +11,82 @@ first.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import ConfigError
+from agentflow._sendable import check_sendable
 
 if TYPE_CHECKING:
     from agentflow._session import Session
 
-__all__ = ["hold", "refused"]
+__all__ = ["check_session_id", "hold", "refused", "task_messages"]
+
+#: What a header value cannot hold (the session id is the router's ``X-Session-ID``).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_session_id(session_id: object) -> None:
+    """Raise :class:`ConfigError` unless ``session_id`` is text a request can carry, in
+    its body and in the router's ``X-Session-ID`` header: a ``str`` with no lone
+    surrogate and no control character. (An int from a database row failed every turn
+    with a bare ``TypeError``; a lone surrogate with a ``UnicodeEncodeError``.)"""
+    if not isinstance(session_id, str):
+        raise ConfigError(
+            f"session_id must be a str, got {type(session_id).__name__} {session_id!r}"
+        )
+    check_sendable(session_id, f"session_id {session_id!r}")
+    if (bad := _CONTROL.search(session_id)) is not None:
+        raise ConfigError(
+            f"session_id {session_id!r} holds a control character (U+{ord(bad.group()):04X}), "
+            "which the X-Session-ID header cannot carry"
+        )
+
+
+def task_messages(task: object, where: str) -> list[dict[str, Any]]:
+    """``task`` as a session's first messages, each a copy: a ``str`` is one user
+    message; else ``task`` is an iterable of messages, each a mapping whose
+    ``tool_calls``, when set, is a list of mappings, each with its ``function`` a
+    mapping — what the session reads of a history (its prompt estimate, its context
+    links). Anything else is a :class:`ConfigError` naming the item, at
+    :meth:`Agent.session`, not a bare ``AttributeError`` at every turn."""
+    if isinstance(task, str):
+        return [{"role": "user", "content": task}]
+    if isinstance(task, bytes | bytearray | Mapping) or not isinstance(task, Iterable):
+        raise ConfigError(
+            f"{where} must be a str or a list of messages (mappings), got {type(task).__name__}"
+        )
+    messages = []
+    for i, m in enumerate(task):
+        if not isinstance(m, Mapping):
+            raise ConfigError(
+                f"{where}[{i}] must be a message (a mapping such as {{'role': 'user', "
+                f"'content': ...}}), got {type(m).__name__} {m!r:.60}"
+            )
+        message = dict(m)
+        _check_tool_calls(message.get("tool_calls"), f"{where}[{i}]['tool_calls']")
+        messages.append(message)
+    return messages
+
+
+def _check_tool_calls(calls: object, where: str) -> None:
+    if calls is None:
+        return
+    if not isinstance(calls, list | tuple):
+        raise ConfigError(f"{where} must be a list of tool calls, got {type(calls).__name__}")
+    for k, call in enumerate(calls):
+        if not isinstance(call, Mapping):
+            raise ConfigError(
+                f"{where}[{k}] must be a tool call (a mapping with 'id', 'type' and "
+                f"'function'), got {type(call).__name__}"
+            )
+        function = call.get("function", {})
+        if not isinstance(function, Mapping):
+            raise ConfigError(
+                f"{where}[{k}]['function'] must be a mapping with 'name' and 'arguments', "
+                f"got {type(function).__name__}"
+            )
 
 
 def refused(session: Session) -> ConfigError:

@@ -64,7 +64,8 @@ def test_a_nul_in_a_session_id_or_agent_name_is_refused_before_anything_is_recor
 ) -> None:
     team = agents()
     if where == "session_id":
-        bad = team[0].session("task", session_id="s\x001")
+        bad = team[0].session("task", session_id="s1")
+        bad.session_id = "s\x001"  # (Agent.session refuses it: this is the store's own check)
         match = r"session 's\\x001': session_id must not hold a NUL"
     else:
         agent = dataclasses.replace(team[0], name="agent\x00-0")
@@ -119,7 +120,8 @@ def test_a_lone_surrogate_in_an_id_is_refused_before_anything_is_recorded(
     if where == "run_id":
         run_id, match = "r\udcffun", r"run_id must not hold a lone surrogate \(U\+DCFF at index 1"
     elif where == "session_id":
-        sessions.append(team[1].session("task", session_id="s\ud8001"))
+        sessions.append(team[1].session("task", session_id="s1"))
+        sessions[-1].session_id = "s\ud8001"  # (as above: Agent.session refuses it)
         match = r"session_id must not hold a lone surrogate \(U\+D800"
     else:
         agent = dataclasses.replace(team[1], name="agent\ud800")

@@ -25,6 +25,7 @@ import msgspec
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError, ToolError, ToolTimeout
 from agentflow._logging import get_logger
+from agentflow._sendable import sendable_text
 from agentflow._threads import TOOL_THREADS
 from agentflow._tool_schema import canonical_json_value, describe
 
@@ -361,8 +362,30 @@ def _to_text(value: Any) -> str:
         return bytes(value).decode("utf-8", errors="replace")
     pd = sys.modules.get("pydantic")  # no pydantic loaded: no pydantic model either
     if pd is not None and isinstance(value, pd.BaseModel):
-        return str(value.model_dump_json())
-    text = msgspec.json.encode(value, enc_hook=str).decode()
+        from pydantic_core import PydanticSerializationError  # loaded with pydantic
+
+        try:
+            return str(value.model_dump_json())
+        except PydanticSerializationError:  # a lone surrogate, say: mended below
+            value = value.model_dump(mode="json")
+    try:
+        text = msgspec.json.encode(value, enc_hook=str).decode()
+    except UnicodeEncodeError:
+        # A lone surrogate (os.listdir of an undecodable file name) is mended as in a str
+        # result, U+FFFD (it used to make the result an error); the rest as it would be.
+        text = msgspec.json.encode(_sendable(msgspec.to_builtins(value, enc_hook=str))).decode()
     if text.startswith('"'):  # a scalar that became a JSON string: its text
         return msgspec.json.decode(text, type=str)
     return text
+
+
+def _sendable(value: Any) -> Any:
+    """``value`` (``msgspec.to_builtins``' output) with each string, keys too, made
+    :func:`~agentflow._sendable.sendable_text`."""
+    if isinstance(value, str):
+        return sendable_text(value)
+    if isinstance(value, dict):
+        return {_sendable(k): _sendable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_sendable(v) for v in value]
+    return value

@@ -13,6 +13,7 @@ import uuid
 from decimal import Decimal
 from pathlib import Path
 
+import pydantic
 import pytest
 
 from agentflow import Agent, Fleet, HTTPTransport, Tool
@@ -107,4 +108,27 @@ async def test_a_scalar_result_is_its_text_and_a_container_is_json(
 ) -> None:
     """A ``Path`` or a ``Decimal`` arrives as its text, not in JSON quotes (``"9.50"``)."""
     t = Tool.from_function(lambda: value, name="get", in_thread=False)
+    assert await t.invoke("{}") == text
+
+
+class Listing(pydantic.BaseModel):
+    names: list[str]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (["caf\udce9.txt", "b.md"], '["caf\ufffd.txt","b.md"]'),  # os.listdir's
+        ({"caf\udce9": ("\ud83d\ude00", 1, None)}, '{"caf\ufffd":["\U0001f600",1,null]}'),
+        (Path("src/caf\udce9.txt"), "src/caf\ufffd.txt"),
+        (Listing(names=["caf\udce9"]), '{"names":["caf\ufffd"]}'),
+    ],
+)
+async def test_a_json_result_with_a_lone_surrogate_is_mended_as_text_is(
+    value: object, text: str
+) -> None:
+    """A list, dict or model holding a lone surrogate (``os.listdir`` of a directory
+    with an undecodable file name) used to be an error result, "cannot be made text:
+    UnicodeEncodeError", while the same names returned as a ``str`` were mended."""
+    t = Tool.from_function(lambda: value, name="ls", in_thread=False)
     assert await t.invoke("{}") == text

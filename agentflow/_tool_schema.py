@@ -44,9 +44,10 @@ def describe(
     and ``description``, when given, replace the ones found.
 
     Raises:
-        ConfigError: ``fn`` is not callable; a parameter has no type hint, is
-            ``*args``/``**kwargs``, is positional-only (the model's arguments are passed
-            by name) or starts with ``_`` (no schema field can).
+        ConfigError: ``fn`` is not callable; a parameter has no type hint, or one no
+            JSON schema can describe (a socket, a callable), is ``*args``/``**kwargs``,
+            is positional-only (the model's arguments are passed by name) or starts with
+            ``_`` (no schema field can).
     """
     import pydantic  # here, not at import: `import agentflow` does not load it
 
@@ -96,13 +97,40 @@ def describe(
             hints[pname],
             pydantic.Field(default, description=param_docs.get(pname) or None),
         )
-    model = pydantic.create_model(
-        f"{tool_name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
-    )
-    schema = _strip_titles(model.model_json_schema())
+    try:
+        model, schema = _model(pydantic, tool_name, fields)
+    except pydantic.PydanticUserError as exc:  # a type pydantic cannot describe
+        raise ConfigError(_undescribable(pydantic, tool_name, fields, exc)) from exc
     schema.setdefault("properties", {})
     desc = description or "\n\n".join(s for s in (doc.short_description, doc.long_description) if s)
     return Description(tool_name, desc, schema, model)
+
+
+def _model(
+    pydantic: Any, tool_name: str, fields: dict[str, Any]
+) -> tuple[type[pydantic.BaseModel], dict[str, Any]]:
+    """The arguments' model of ``fields`` and its JSON schema (titles left out)."""
+    model = pydantic.create_model(
+        f"{tool_name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+    )
+    return model, _strip_titles(model.model_json_schema())
+
+
+def _undescribable(pydantic: Any, tool_name: str, fields: dict[str, Any], exc: Exception) -> str:
+    """Why ``fields`` have no schema, naming the first parameter that has none on its own
+    (pydantic's own message names a type, and advises a model setting a tool has not)."""
+    for pname, (hint, info) in fields.items():
+        try:
+            _model(pydantic, tool_name, {pname: (hint, info)})
+        except pydantic.PydanticUserError:
+            shown = f"{hint.__module__}.{hint.__qualname__}" if isinstance(hint, type) else hint
+            return (
+                f"tool {tool_name!r}: parameter {pname!r} has a type no JSON schema can "
+                f"describe, {shown} ({type(exc).__name__}): the model sends JSON arguments — "
+                "use str, int, float, bool, a list or dict of those, a Literal, an Enum, a "
+                "dataclass or a pydantic model"
+            )
+    return f"tool {tool_name!r}: its parameters have no JSON schema: {exc}"
 
 
 def canonical_json_value(value: Any, *, where: str = "value") -> Any:

@@ -135,10 +135,11 @@ class Tool:
         and docstring), less the arguments it binds: those are fixed, not the model's.
 
         Raises:
-            ConfigError: a parameter has no type hint, is ``*args``/``**kwargs``, is
-                positional-only (the model's arguments are passed by name) or starts with
-                ``_`` (no schema field can); or ``timeout_s`` / ``max_output_chars`` is
-                not a positive number.
+            ConfigError: a parameter has no type hint, or one no JSON schema can describe
+                (a socket, a callable: it used to be pydantic's own error), is
+                ``*args``/``**kwargs``, is positional-only (the model's arguments are
+                passed by name) or starts with ``_`` (no schema field can); or
+                ``timeout_s`` / ``max_output_chars`` is not a positive number.
         """
         described = describe(fn, name=name, description=description)
         return cls(

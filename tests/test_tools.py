@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import socket
 import threading
+from collections.abc import Callable
 from typing import Literal
 
 import jsonschema
@@ -12,7 +14,7 @@ import msgspec
 import pydantic
 import pytest
 
-from agentflow import ConfigError, Tool, ToolError, tool
+from agentflow import Agent, ConfigError, Tool, ToolError, tool
 
 
 class Point(pydantic.BaseModel):
@@ -100,6 +102,35 @@ def test_undescribable_functions_are_config_errors() -> None:
         Tool.from_function(no_hint)
     with pytest.raises(ConfigError, match=r"\*xs"):
         Tool.from_function(star)
+
+
+def _takes_a_socket(sock: socket.socket) -> str:
+    """Send on a socket."""
+    return ""
+
+
+def _takes_a_callable(n: int, then: Callable[[int], int] | None = None) -> str:
+    """Apply a function."""
+    return ""
+
+
+@pytest.mark.parametrize(
+    ("fn", "says"),
+    [
+        (_takes_a_socket, r"parameter 'sock' has a type .*socket\.socket \(PydanticSchema"),
+        (_takes_a_callable, r"parameter 'then' has a type .*Callable\[\[int\], int\] \| None"),
+    ],
+)
+def test_a_parameter_type_no_schema_describes_is_a_config_error(
+    fn: Callable[..., str], says: str
+) -> None:
+    """A type pydantic cannot describe (a socket, a callable) was pydantic's own error,
+    from ``@tool`` and from ``Agent(tools=...)``, naming neither tool nor parameter."""
+    name = fn.__name__
+    with pytest.raises(ConfigError, match=f"^tool '{name}': {says}"):
+        tool(fn)
+    with pytest.raises(ConfigError, match=f"^tool '{name}': {says}"):
+        Agent(name="a", model="m", tools=[fn])
 
 
 def test_decorator_with_options() -> None:

@@ -2,7 +2,8 @@
 calling one (arguments validated, a time limit, the result made text).
 
 How a callable is described (its JSON schema, from the signature and the docstring) is
-in ``_tool_schema.py``. A tool's ``tools`` entry is built once, canonically (keys sorted
+in ``_tool_schema.py``; how a result that is not a ``str`` is made text, in
+``_tool_text.py``. A tool's ``tools`` entry is built once, canonically (keys sorted
 at every level), so an agent sends byte-identical tool schemas on every turn of every
 session however the schema was put together — the server's prefix cache keeps hitting
 them (``docs/prefix-reuse.md``).
@@ -15,7 +16,6 @@ import contextvars
 import functools
 import inspect
 import math
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
@@ -25,9 +25,9 @@ import msgspec
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError, ToolError, ToolTimeout
 from agentflow._logging import get_logger
-from agentflow._sendable import sendable_text
 from agentflow._threads import TOOL_THREADS
 from agentflow._tool_schema import canonical_json_value, describe
+from agentflow._tool_text import to_text
 
 if TYPE_CHECKING:
     import pydantic
@@ -244,7 +244,7 @@ class Tool:
         if isinstance(result, str):
             return result
         try:
-            return _to_text(result)
+            return to_text(result)
         except Exception as exc:  # a cycle, a value whose str() raises
             raise ToolError(
                 f"tool {self.name!r} returned a {type(result).__name__} that cannot be made "
@@ -348,45 +348,3 @@ def check_timeout(value: object, where: str) -> None:
 def check_output_cap(value: object, where: str) -> None:
     """Raise :class:`ConfigError` unless ``value`` is an int ≥ 1 (a number of characters)."""
     check_count(value, where)
-
-
-def _to_text(value: Any) -> str:
-    """A tool's non-``str`` result as the text the model reads.
-
-    Bytes (``subprocess.check_output``, a file read in ``"rb"``) are text in UTF-8, an
-    undecodable byte becoming U+FFFD: as JSON they would be base64 in quotes. Objects,
-    lists and models are JSON. A scalar JSON has no form for but a string (a ``Path``, a
-    ``Decimal``, a ``UUID``, a ``datetime``) is that string's text, without the quotes a
-    JSON string would add; ``None``, booleans and numbers stay JSON (``null``, ``true``).
-    """
-    if isinstance(value, bytes | bytearray | memoryview):
-        return bytes(value).decode("utf-8", errors="replace")
-    pd = sys.modules.get("pydantic")  # no pydantic loaded: no pydantic model either
-    if pd is not None and isinstance(value, pd.BaseModel):
-        from pydantic_core import PydanticSerializationError  # loaded with pydantic
-
-        try:
-            return str(value.model_dump_json())
-        except PydanticSerializationError:  # a lone surrogate, say: mended below
-            value = value.model_dump(mode="json")
-    try:
-        text = msgspec.json.encode(value, enc_hook=str).decode()
-    except UnicodeEncodeError:
-        # A lone surrogate (os.listdir of an undecodable file name) is mended as in a str
-        # result, U+FFFD (it used to make the result an error); the rest as it would be.
-        text = msgspec.json.encode(_sendable(msgspec.to_builtins(value, enc_hook=str))).decode()
-    if text.startswith('"'):  # a scalar that became a JSON string: its text
-        return msgspec.json.decode(text, type=str)
-    return text
-
-
-def _sendable(value: Any) -> Any:
-    """``value`` (``msgspec.to_builtins``' output) with each string, keys too, made
-    :func:`~agentflow._sendable.sendable_text`."""
-    if isinstance(value, str):
-        return sendable_text(value)
-    if isinstance(value, dict):
-        return {_sendable(k): _sendable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_sendable(v) for v in value]
-    return value

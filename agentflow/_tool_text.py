@@ -1,0 +1,56 @@
+"""A tool's result that is not a ``str``, as the text the model reads (``_tools.py``
+calls it after the tool returns): bytes decoded, scalars as their text, the rest JSON,
+with any lone surrogate mended (:func:`~agentflow._sendable.sendable_text`)."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import msgspec
+
+from agentflow._sendable import sendable_text
+
+__all__ = ["to_text"]
+
+
+def to_text(value: Any) -> str:
+    """A tool's non-``str`` result as the text the model reads.
+
+    Bytes (``subprocess.check_output``, a file read in ``"rb"``) are text in UTF-8, an
+    undecodable byte becoming U+FFFD: as JSON they would be base64 in quotes. Objects,
+    lists and models are JSON. A scalar JSON has no form for but a string (a ``Path``, a
+    ``Decimal``, a ``UUID``, a ``datetime``) is that string's text, without the quotes a
+    JSON string would add; ``None``, booleans and numbers stay JSON (``null``, ``true``).
+    """
+    if isinstance(value, bytes | bytearray | memoryview):
+        return bytes(value).decode("utf-8", errors="replace")
+    pd = sys.modules.get("pydantic")  # no pydantic loaded: no pydantic model either
+    if pd is not None and isinstance(value, pd.BaseModel):
+        from pydantic_core import PydanticSerializationError  # loaded with pydantic
+
+        try:
+            return str(value.model_dump_json())
+        except PydanticSerializationError:  # a lone surrogate, say: mended below
+            value = value.model_dump(mode="json")
+    try:
+        text = msgspec.json.encode(value, enc_hook=str).decode()
+    except UnicodeEncodeError:
+        # A lone surrogate (os.listdir of an undecodable file name) is mended as in a str
+        # result, U+FFFD (it used to make the result an error); the rest as it would be.
+        text = msgspec.json.encode(_sendable(msgspec.to_builtins(value, enc_hook=str))).decode()
+    if text.startswith('"'):  # a scalar that became a JSON string: its text
+        return msgspec.json.decode(text, type=str)
+    return text
+
+
+def _sendable(value: Any) -> Any:
+    """``value`` (``msgspec.to_builtins``' output) with each string, keys too, made
+    :func:`~agentflow._sendable.sendable_text`."""
+    if isinstance(value, str):
+        return sendable_text(value)
+    if isinstance(value, dict):
+        return {_sendable(k): _sendable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_sendable(v) for v in value]
+    return value

@@ -194,7 +194,8 @@ class Tool:
         Raises:
             ToolTimeout: the call did not return in time (a :class:`ToolError`).
             ToolError: the arguments do not fit the schema, or the tool raised (any
-                exception, ``SystemExit`` included; not ``KeyboardInterrupt``).
+                exception, ``SystemExit`` included; not ``KeyboardInterrupt``, unless a
+                sync tool raised it in its worker thread, where no Ctrl-C arrives).
             ConfigError: ``default_timeout_s`` is not a number of seconds > 0.
         """
         import pydantic
@@ -215,7 +216,9 @@ class Tool:
                     result = await self.fn(**kwargs)
                 elif self.in_thread:
                     threaded = True
-                    call = functools.partial(contextvars.copy_context().run, self.fn, **kwargs)
+                    call = functools.partial(
+                        contextvars.copy_context().run, _in_thread, self.fn, **kwargs
+                    )
                     result = await asyncio.get_running_loop().run_in_executor(TOOL_THREADS, call)
                 else:
                     result = self.fn(**kwargs)
@@ -232,6 +235,8 @@ class Tool:
             if task is not None and task.cancelling():
                 raise  # the session (or the run) is cancelled
             raise self._raised(exc) from exc  # the tool's own: an inner task it awaited
+        except _RaisedInThread as exc:
+            raise self._raised(exc.error) from exc.error
         except Exception as exc:
             raise self._raised(exc) from exc
         except (KeyboardInterrupt, GeneratorExit):
@@ -310,6 +315,26 @@ def tool(
         )
 
     return wrap if fn is None else wrap(fn)
+
+
+class _RaisedInThread(Exception):
+    """A ``KeyboardInterrupt`` or ``GeneratorExit`` a sync tool raised in its worker
+    thread (``error``), on its way to the event loop as the tool's failure."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+def _in_thread(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
+    """Call a sync tool in its worker thread. Ctrl-C reaches only the main thread, so a
+    ``KeyboardInterrupt`` raised here is the tool's own (a ``GeneratorExit`` too: no
+    coroutine of the session is being closed): it comes back a :class:`_RaisedInThread`,
+    the tool's failure. As itself it stopped the session's task, the run and the process."""
+    try:
+        return fn(**kwargs)
+    except (KeyboardInterrupt, GeneratorExit) as exc:
+        raise _RaisedInThread(exc) from exc
 
 
 def _unpickle_tool(

@@ -14,7 +14,8 @@ import msgspec
 import pydantic
 import pytest
 
-from agentflow import Agent, ConfigError, Tool, ToolError, tool
+from agentflow import Agent, ConfigError, HTTPTransport, Tool, ToolError, tool
+from agentflow.testing import Reply, ScriptedServer
 
 
 class Point(pydantic.BaseModel):
@@ -307,6 +308,35 @@ async def test_keyboard_interrupt_in_a_tool_is_not_swallowed() -> None:
 
     with pytest.raises(KeyboardInterrupt):
         await interrupted.invoke("{}")
+
+
+@pytest.mark.parametrize("raised", [KeyboardInterrupt, GeneratorExit])
+async def test_an_interrupt_a_sync_tool_raises_in_its_thread_is_its_failure(
+    raised: type[BaseException],
+) -> None:
+    """Ctrl-C is delivered to the main thread only, so a ``KeyboardInterrupt`` (or a
+    ``GeneratorExit``) raised in a sync tool's worker thread is the tool's own: a
+    ``ToolError`` the model hears of. It used to stop the session's task, the run and
+    the process."""
+
+    @tool
+    def interrupted() -> str:
+        """Interrupted."""
+        raise raised("in the tool's thread")
+
+    with pytest.raises(ToolError, match=f"'interrupted' raised {raised.__name__}") as info:
+        await interrupted.invoke("{}")
+    assert isinstance(info.value.__cause__, raised)
+
+    agent = Agent(name="a", model="m", tools=[interrupted])
+    async with (
+        ScriptedServer([Reply.tool_call("interrupted", {}), Reply.text("ok")]) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        result = await agent.run("go", t)
+    assert result.ok
+    (sent,) = [m for m in srv.requests[1].body["messages"] if m["role"] == "tool"]
+    assert sent["content"].startswith(f"Error: tool 'interrupted' raised {raised.__name__}")
 
 
 def test_parameters_no_call_could_fill_are_config_errors() -> None:

@@ -21,13 +21,18 @@ from agentflow._events import ErrorEvent, Event
 from agentflow._logging import get_logger
 from agentflow.typing import Callback
 
-__all__ = ["DEFAULT_CALLBACK_DRAIN_S", "CallbackFailure", "EventBus"]
+__all__ = ["CALLBACK_FAILURES_KEPT", "DEFAULT_CALLBACK_DRAIN_S", "CallbackFailure", "EventBus"]
 
 _log = get_logger("agentflow.events")
 
 #: How long, in seconds, the end of a run waits for async callbacks to take the events
 #: still queued for them (``Fleet(callback_drain_s=...)``).
 DEFAULT_CALLBACK_DRAIN_S = 30.0
+
+#: How many failures of one callback are kept, logged and reported (an ErrorEvent each);
+#: later ones are only counted (:attr:`EventBus.callback_errors_dropped`), so a token
+#: callback that fails on every token costs neither memory nor a log line per token.
+CALLBACK_FAILURES_KEPT = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +72,14 @@ class EventBus:
         self._queues: list[asyncio.Queue[Event]] = []
         self._pending: asyncio.Queue[Event | None] | None = None
         self._task: asyncio.Task[None] | None = None
-        #: Every callback failure so far.
+        #: Callback failures so far: each callback's first :data:`CALLBACK_FAILURES_KEPT`
+        #: (only the first of a callback keeps its traceback), and what the end of the
+        #: run did not deliver.
         self.callback_errors: list[CallbackFailure] = []
+        #: Failures of a callback after its first :data:`CALLBACK_FAILURES_KEPT`: counted,
+        #: not kept, logged (but at 100, 1,000, ... of them) or reported.
+        self.callback_errors_dropped = 0
+        self._failures: dict[int, int] = {}  # id(callback) → its failures so far
         for cb in callbacks:
             self.subscribe(cb)
 
@@ -252,7 +263,27 @@ class EventBus:
         )
 
     def callback_failed(self, cb: Any, event: Event, exc: BaseException) -> None:
-        """``cb`` raised ``exc`` on ``event``: record, log and report it (never raises)."""
+        """``cb`` raised ``exc`` on ``event``: record, log and report it (never raises).
+
+        Only a callback's first :data:`CALLBACK_FAILURES_KEPT` failures are: later ones
+        are counted in :attr:`callback_errors_dropped` (a sync token callback failing on
+        every token kept ~2.4 KB a token, its traceback's frames, and logged and
+        reported each). Only its first failure keeps its traceback.
+        """
+        n = self._failures[id(cb)] = self._failures.get(id(cb), 0) + 1
+        if n > CALLBACK_FAILURES_KEPT:
+            self.callback_errors_dropped += 1
+            if n == CALLBACK_FAILURES_KEPT + 1 or _power_of_ten(n):
+                _log.warning(
+                    "callback.failing",
+                    callback=getattr(cb, "__qualname__", repr(cb)),
+                    failures=n,
+                    hint=f"failures after the first {CALLBACK_FAILURES_KEPT} are only counted "
+                    "(FleetResult.callback_errors_dropped); logged again at 100, 1000, ...",
+                )
+            return
+        if n > 1:
+            exc = exc.with_traceback(None)  # its frames: the first failure's will do
         self.callback_errors.append(CallbackFailure(cb, event, exc))
         _log.warning(
             "callback.failed",
@@ -271,6 +302,12 @@ class EventBus:
                 error=exc,
             )
         )
+
+
+def _power_of_ten(n: int) -> bool:
+    while n and n % 10 == 0:
+        n //= 10
+    return n == 1
 
 
 def _being_cancelled() -> bool:

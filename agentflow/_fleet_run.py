@@ -115,6 +115,7 @@ async def run_in_process(
             wall_s=(fleet._clock() - start) * 1e-9,
             peak_in_flight=scheduler.peak_in_flight,
             callback_errors=bus.callback_errors,
+            callback_errors_dropped=bus.callback_errors_dropped,
             retries=runner.retries,
             replicas=[ReplicaStats.of(r) for r in scheduler.replicas],
             start_ns=start,

@@ -61,7 +61,11 @@ class FleetResult:
             concurrency level) is followed by theirs, in the order they ran.
         wall_s: wall time of the run.
         peak_in_flight: the most model requests that were in flight at once.
-        callback_errors: every callback that raised, with the event it was handling.
+        callback_errors: callbacks that raised, with the event each was handling: each
+            callback's first ``CALLBACK_FAILURES_KEPT`` (10) failures (only the first
+            keeps its traceback), and the events the end of the run could not deliver.
+        callback_errors_dropped: failures of a callback after its first 10, counted but
+            not kept (nor logged, nor reported by an ``ErrorEvent``).
         retries: attempts that failed and were sent again.
         replicas: per replica: served, failed, rejected, peak in flight, breaker trips.
         run_id: the run's id in the fleet's store (``None`` without a store).
@@ -75,6 +79,7 @@ class FleetResult:
     wall_s: float
     peak_in_flight: int
     callback_errors: list[CallbackFailure] = field(default_factory=list)
+    callback_errors_dropped: int = 0
     retries: int = 0
     replicas: list[ReplicaStats] = field(default_factory=list)
     run_id: str | None = None

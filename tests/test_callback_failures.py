@@ -1,14 +1,18 @@
-"""A callback's failure is the callback's: recorded and reported, never the run's end."""
+"""A callback's failure is the callback's: recorded and reported, never the run's end —
+nor, when it fails on every token, a cost per token."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Coroutine
 from typing import Any
 
 import pytest
 
 from agentflow import Agent, Event, Fleet, HTTPTransport
+from agentflow._event_bus import CALLBACK_FAILURES_KEPT
+from agentflow.stats import FleetStats
 from agentflow.testing import Reply, ScriptedServer
 from agentflow.typing import Callback
 
@@ -139,3 +143,48 @@ def test_a_cancelled_runs_undelivered_events_are_recorded() -> None:
     assert failures == [(never, 0), (None, 1)]
     assert all(isinstance(f.error, asyncio.CancelledError) for f in bus.callback_errors)
     assert "2 event(s) not delivered" in str(bus.callback_errors[0].error)
+
+
+class _Printer:
+    """A token printer with a bug: it raises on every token."""
+
+    event_types = frozenset({"token"})
+
+    def __call__(self, event: Event) -> None:
+        raise KeyError("oops")
+
+
+async def test_a_callback_failing_on_every_token_is_only_counted_after_ten(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each failure used to be kept with its traceback (its frames: ~2.4 KB a token),
+    logged and reported by an ``ErrorEvent``: 100k tokens took 305 MB and 9x the time.
+    Now a callback's first 10 failures are (only the first keeps its traceback), and
+    the rest are counted in ``callback_errors_dropped``, logged at 11, 100, 1000."""
+    caplog.set_level(logging.WARNING, logger="agentflow")
+    printer = _Printer()
+    reported: list[Event] = []
+
+    def on_error(event: Event) -> None:
+        reported.append(event)
+
+    on_error.event_types = frozenset({"error"})  # type: ignore[attr-defined]
+    reply = Reply.text(" ".join(["w"] * 500))
+    async with ScriptedServer([reply, reply]) as srv, HTTPTransport(srv.base_url) as t:
+        result = await Fleet(t, callbacks=[printer, on_error]).run(
+            [AGENT.session("a"), AGENT.session("b")]
+        )
+    assert all(s.ok for s in result.sessions)
+    assert [f.callback for f in result.callback_errors] == [printer] * CALLBACK_FAILURES_KEPT
+    assert result.callback_errors_dropped == 1000 - CALLBACK_FAILURES_KEPT
+    first, *later = (f.error for f in result.callback_errors)
+    assert first.__traceback__ is not None and all(e.__traceback__ is None for e in later)
+    assert len(reported) == CALLBACK_FAILURES_KEPT
+    logged = [r.getMessage() for r in caplog.records if r.name == "agentflow.events"]
+    assert sum("callback.failed" in m for m in logged) == CALLBACK_FAILURES_KEPT
+    assert [m.split("failures=")[1].split()[0] for m in logged if "callback.failing" in m] == [
+        "11",
+        "100",
+        "1000",
+    ]
+    assert FleetStats.from_result(result).callback_errors == 1000

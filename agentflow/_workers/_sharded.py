@@ -155,6 +155,7 @@ class ShardedRun:
             wall_s=(fleet._clock() - self.start_ns) * 1e-9,
             peak_in_flight=peak,
             callback_errors=bus.callback_errors,
+            callback_errors_dropped=bus.callback_errors_dropped,
             retries=sum(s.get("retries", 0) for s in stats),
             replicas=replicas,
             start_ns=self.start_ns,

@@ -60,7 +60,7 @@ def fold_event(stats: FleetStats, event: Event) -> None:
         result = event.result
         stats.wall_s = result.wall_s
         stats.peak_in_flight = result.peak_in_flight
-        stats.callback_errors = len(result.callback_errors)
+        stats.callback_errors = len(result.callback_errors) + result.callback_errors_dropped
 
 
 def session_ended(

@@ -82,5 +82,7 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
         stats.fleet_start_ns = getattr(result, "start_ns", None)
     stats.wall_s = result.wall_s
     stats.peak_in_flight = result.peak_in_flight
-    stats.callback_errors = len(result.callback_errors)
+    stats.callback_errors = len(result.callback_errors) + getattr(
+        result, "callback_errors_dropped", 0
+    )
     stats.retries = getattr(result, "retries", 0)

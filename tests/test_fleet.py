@@ -50,8 +50,14 @@ async def test_queue_wait_is_measured() -> None:
         HTTPTransport(srv.base_url) as t,
     ):
         result = await Fleet(t, max_concurrency=1).run([AGENT.session("1"), AGENT.session("2")])
-    waits = sorted(s.turns[0].metrics.queue_wait_s for s in result.sessions)
-    assert waits[0] < 0.005 and waits[1] >= 0.015
+    # Ordered by the clock's own readings, never by wall-clock thresholds: with one slot,
+    # the second request goes out only after the first stream ended, so its wait holds
+    # the first turn's whole time on the wire, and the first waits less than that.
+    first, second = sorted((s.turns[0] for s in result.sessions), key=lambda t: t.trace.sent_ns)
+    assert second.trace.sent_ns >= first.trace.end_ns
+    on_the_wire = (first.trace.end_ns - first.trace.sent_ns) / 1e9
+    assert second.metrics.queue_wait_s >= on_the_wire - 1e-9 > 0
+    assert first.metrics.queue_wait_s < second.metrics.queue_wait_s
 
 
 async def test_raising_callbacks_are_reported_not_fatal() -> None:

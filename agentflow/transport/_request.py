@@ -180,7 +180,8 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 
     Every HTTP date is GMT (RFC 9110), also the asctime form, which has no zone, and a
     ``-0000`` zone: ``parsedate_to_datetime`` returns those naive, and a naive
-    datetime's ``timestamp()`` would read it as this machine's local time.
+    datetime's ``timestamp()`` would read it as this machine's local time. A date
+    Python cannot hold (a year of eleven digits) is garbage too: ``None``.
     """
     if not value:
         return None
@@ -188,13 +189,14 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     if _DELTA_SECONDS.fullmatch(value):
         seconds = float(value)
         return seconds if math.isfinite(seconds) else None  # 400 digits: inf
-    try:
+    try:  # a year past what a C int holds is an OverflowError, not a ValueError
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
+        if when.tzinfo is None:
+            when = when.replace(tzinfo=datetime.UTC)
+        at = when.timestamp()
+    except (TypeError, ValueError, OverflowError):
         return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=datetime.UTC)
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return max(0.0, at - (time.time() if now is None else now))
 
 
 #: Retry-After's delta-seconds: ASCII digits, and a fraction some servers send.

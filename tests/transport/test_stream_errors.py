@@ -119,10 +119,12 @@ async def test_a_redirect_says_where_it_points(location: str, shown: str) -> Non
 @pytest.mark.parametrize(
     ("value", "seconds"),
     [("2", 2.0), ("1.5", 1.5), ("inf", None), ("Infinity", None), ("1e400", None),
-     ("1" * 400, None), ("1_0", None), ("nan", None), ("-5", None), ("١٢", None)],
+     ("1" * 400, None), ("1_0", None), ("nan", None), ("-5", None), ("١٢", None),
+     ("Mon, 01 Jan 99999999999 00:00:00 GMT", None)],
 )  # fmt: skip
 async def test_retry_after_is_finite_or_none(value: str, seconds: float | None) -> None:
-    """A 429's Retry-After read by float(): 'inf' or '1e400' gave retry_after=inf."""
+    """A 429's Retry-After read by float(): 'inf' or '1e400' gave retry_after=inf. An
+    HTTP date whose year overflows a C int escaped as a bare OverflowError."""
     body = b'{"error": {"message": "slow down"}}'
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

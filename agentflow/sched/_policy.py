@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from agentflow._errors import ConfigError
+from agentflow.sched._limits import _number
 from agentflow.sched._ticket import SchedulerState, Ticket
 
 __all__ = [
@@ -75,8 +76,8 @@ class FairShare:
     name = "fair"
 
     def __init__(self, quantum_s: float = 0.1) -> None:
-        if not 0 < quantum_s < math.inf:  # (NaN fails too)
-            raise ConfigError(f"FairShare quantum_s must be finite and > 0, got {quantum_s!r}")
+        if not (_number(quantum_s) and 0 < quantum_s < math.inf):  # (NaN fails too)
+            raise ConfigError(f"FairShare quantum_s must be a finite number > 0, got {quantum_s!r}")
         self._quantum = quantum_s * _NS
         self._finish: dict[str, float] = {}
 
@@ -102,8 +103,8 @@ class PLAS:
     name = "plas"
 
     def __init__(self, weight: float = 10.0) -> None:
-        if not weight > 0:
-            raise ConfigError(f"PLAS weight must be > 0, got {weight!r}")
+        if not (_number(weight) and weight > 0):  # (NaN fails too; inf is pure PLAS)
+            raise ConfigError(f"PLAS weight must be a number > 0, got {weight!r}")
         self.weight = weight
 
     def __call__(self, ticket: Ticket, state: SchedulerState, /) -> float:
@@ -124,8 +125,8 @@ class Priority:
     name = "priority"
 
     def __init__(self, boost_s: float = 30.0) -> None:
-        if not 0 <= boost_s < math.inf:  # (NaN fails too; inf would rank 0 * inf = NaN)
-            raise ConfigError(f"Priority boost_s must be finite and ≥ 0, got {boost_s!r}")
+        if not (_number(boost_s) and 0 <= boost_s < math.inf):  # (NaN fails; inf: 0 * inf)
+            raise ConfigError(f"Priority boost_s must be a finite number ≥ 0, got {boost_s!r}")
         self._boost = boost_s * _NS
 
     def __call__(self, ticket: Ticket, state: SchedulerState, /) -> float:
@@ -145,11 +146,13 @@ class Deadline:
     name = "deadline"
 
     def __init__(self, default_slo_s: float = 10.0, slo_s: Mapping[str, float] | None = None):
+        if slo_s is not None and not isinstance(slo_s, Mapping):
+            raise ConfigError(f"Deadline slo_s must be a mapping agent → seconds, got {slo_s!r}")
         targets = dict(slo_s or {})
         for agent, value in [("default_slo_s", default_slo_s), *targets.items()]:
-            if not 0 <= value < math.inf:  # (NaN fails too)
+            if not (_number(value) and 0 <= value < math.inf):  # (NaN fails too)
                 raise ConfigError(
-                    f"Deadline SLO for {agent!r} must be finite and ≥ 0, got {value!r}"
+                    f"Deadline SLO for {agent!r} must be a finite number ≥ 0, got {value!r}"
                 )
         self._default = default_slo_s * _NS
         self._slo = {k: v * _NS for k, v in targets.items()}

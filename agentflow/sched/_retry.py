@@ -44,6 +44,7 @@ from agentflow._errors import (
     StreamProtocolError,
     StreamTimeout,
 )
+from agentflow.sched._limits import _number
 
 __all__ = ["RetryPolicy"]
 
@@ -85,14 +86,14 @@ class RetryPolicy:
     def __post_init__(self) -> None:
         check_count(self.max_attempts, "RetryPolicy.max_attempts")
         for name in ("backoff_s", "max_backoff_s", "max_retry_after_s"):
-            if not 0 <= getattr(self, name) < math.inf:  # every wait has a finite bound
-                raise ConfigError(
-                    f"RetryPolicy.{name} must be finite and ≥ 0, got {getattr(self, name)!r}"
-                )
+            value = getattr(self, name)
+            if not (_number(value) and 0 <= value < math.inf):  # every wait has a finite bound
+                raise ConfigError(f"RetryPolicy.{name} must be a finite number ≥ 0, got {value!r}")
         g = self.give_up_after_s
-        if g is not None and not (0 < g < math.inf):
+        if g is not None and not (_number(g) and 0 < g < math.inf):
             raise ConfigError(
-                f"RetryPolicy.give_up_after_s must be > 0 and finite, or None (no limit), got {g!r}"
+                "RetryPolicy.give_up_after_s must be a finite number > 0, or None (no limit), "
+                f"got {g!r}"
             )
 
     def retryable(self, exc: BaseException) -> bool:

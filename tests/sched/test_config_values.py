@@ -2,7 +2,8 @@
 when they are: an infinite burst used to stall the dispatcher for ever (a NaN drain
 rate), an infinite or NaN priority boost or SLO scrambled the queue (NaN ranks), NaN
 turned fairness off, an infinite backoff or Retry-After cap allowed an endless wait, a
-bool or a fraction passed for a count, and a Replica's breaker settings were checked only
+bool or a fraction passed for a count (a string, None or a bool for a number of seconds
+or a weight: a bare TypeError, or taken), and a Replica's breaker settings were checked only
 when a run built the breaker (a cooldown over 60 s failed every run)."""
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 import pytest
 
 from agentflow import Agent, ConfigError, Fleet, Limits, Replica, RetryPolicy
-from agentflow.sched import Deadline, FairShare, Priority, ReplicaState
+from agentflow.sched import PLAS, Deadline, FairShare, Priority, ReplicaState
 from agentflow.testing import Reply, ScriptedServer
 from agentflow.transport import HTTPTransport
 from tests.sched.conftest import FakeClock, IdleTransport
@@ -35,6 +36,24 @@ BAD: dict[str, tuple[Callable[[], object], str]] = {
         lambda: RetryPolicy(max_retry_after_s=math.inf),
         "RetryPolicy.max_retry_after_s",
     ),
+    # A string, None or a bool used to be a bare TypeError, or accepted (a bool).
+    "backoff str": (lambda: RetryPolicy(backoff_s="0.5"), "RetryPolicy.backoff_s"),  # type: ignore[arg-type]
+    "backoff bool": (lambda: RetryPolicy(backoff_s=True), "RetryPolicy.backoff_s"),
+    "retry-after cap None": (
+        lambda: RetryPolicy(max_retry_after_s=None),  # type: ignore[arg-type]
+        "RetryPolicy.max_retry_after_s",
+    ),
+    "give up str": (lambda: RetryPolicy(give_up_after_s="60"), "RetryPolicy.give_up_after_s"),  # type: ignore[arg-type]
+    "give up bool": (lambda: RetryPolicy(give_up_after_s=True), "RetryPolicy.give_up_after_s"),
+    "plas weight str": (lambda: PLAS(weight="10"), "PLAS weight"),  # type: ignore[arg-type]
+    "plas weight bool": (lambda: PLAS(weight=True), "PLAS weight"),
+    "plas weight nan": (lambda: PLAS(weight=math.nan), "PLAS weight"),
+    "boost str": (lambda: Priority(boost_s="30"), "Priority boost_s"),  # type: ignore[arg-type]
+    "quantum str": (lambda: FairShare("0.1"), "FairShare quantum_s"),  # type: ignore[arg-type]
+    "quantum bool": (lambda: FairShare(True), "FairShare quantum_s"),
+    "agent slo str": (lambda: Deadline(slo_s={"chat": "0.5"}), "'chat'"),  # type: ignore[dict-item]
+    "slo None": (lambda: Deadline(default_slo_s=None), "'default_slo_s'"),  # type: ignore[arg-type]
+    "slo not a mapping": (lambda: Deadline(slo_s=[("chat", 0.5)]), "Deadline slo_s"),  # type: ignore[arg-type]
     "breaker threshold 0": (
         lambda: Replica(transport=IdleTransport(), breaker_threshold=0),
         "Replica.breaker_threshold",

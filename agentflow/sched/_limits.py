@@ -63,6 +63,13 @@ class Limits:
         check_count(self.kv_tokens, "Limits.kv_tokens", none="no cap")
         if not (_number(self.burst_s) and 0 < self.burst_s < math.inf):
             raise ConfigError(f"Limits.burst_s must be a finite number > 0, got {self.burst_s!r}")
+        for name in ("rpm", "tpm"):  # each finite, yet their bucket may not be
+            value = getattr(self, name)
+            if value is not None and not _shape_ok(*_shape(value, self.burst_s)):
+                raise ConfigError(
+                    f"Limits.{name}={value!r} with burst_s={self.burst_s!r} makes a bucket "
+                    "whose capacity or drain rate overflows (or underflows) a float"
+                )
 
     def gate(self) -> RateGate | None:
         """A fresh runtime for the rate limits, or ``None`` when there are none."""
@@ -105,9 +112,22 @@ class _Bucket(AsyncLimiter):
         await self.acquire(amount)  # it fits: returns without waiting
 
 
-def _bucket(per_minute: float, burst_s: float, floor: float) -> _Bucket:
+def _shape(per_minute: float, burst_s: float, floor: float = 1.0) -> tuple[float, float]:
+    """A bucket's capacity (``burst_s`` seconds of the rate, at least ``floor``) and the
+    seconds it takes to drain."""
     capacity = max(per_minute / 60.0 * burst_s, floor)
-    return _Bucket(capacity, capacity / (per_minute / 60.0))
+    return capacity, capacity / (per_minute / 60.0)
+
+
+def _shape_ok(capacity: float, period_s: float) -> bool:
+    """Whether a bucket's capacity and drain time are finite and it drains at all: a
+    finite rate and burst whose product overflows gave a capacity of inf and a drain
+    rate of NaN, and a rate under ~1e-300 a drain time of inf (the run never ended)."""
+    return math.isfinite(capacity) and math.isfinite(period_s) and capacity / period_s > 0
+
+
+def _bucket(per_minute: float, burst_s: float, floor: float) -> _Bucket:
+    return _Bucket(*_shape(per_minute, burst_s, floor))
 
 
 class RateGate:

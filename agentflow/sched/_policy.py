@@ -78,7 +78,7 @@ class FairShare:
     def __init__(self, quantum_s: float = 0.1) -> None:
         if not (_number(quantum_s) and 0 < quantum_s < math.inf):  # (NaN fails too)
             raise ConfigError(f"FairShare quantum_s must be a finite number > 0, got {quantum_s!r}")
-        self._quantum = quantum_s * _NS
+        self._quantum = _ns(quantum_s, "FairShare quantum_s")
         self._finish: dict[str, float] = {}
 
     def __call__(self, ticket: Ticket, state: SchedulerState, /) -> float:
@@ -127,7 +127,7 @@ class Priority:
     def __init__(self, boost_s: float = 30.0) -> None:
         if not (_number(boost_s) and 0 <= boost_s < math.inf):  # (NaN fails; inf: 0 * inf)
             raise ConfigError(f"Priority boost_s must be a finite number ≥ 0, got {boost_s!r}")
-        self._boost = boost_s * _NS
+        self._boost = _ns(boost_s, "Priority boost_s")
 
     def __call__(self, ticket: Ticket, state: SchedulerState, /) -> float:
         return ticket.ready_ns - ticket.priority * self._boost
@@ -154,13 +154,22 @@ class Deadline:
                 raise ConfigError(
                     f"Deadline SLO for {agent!r} must be a finite number ≥ 0, got {value!r}"
                 )
-        self._default = default_slo_s * _NS
-        self._slo = {k: v * _NS for k, v in targets.items()}
+        self._default = _ns(default_slo_s, "Deadline SLO for 'default_slo_s'")
+        self._slo = {k: _ns(v, f"Deadline SLO for {k!r}") for k, v in targets.items()}
 
     def __call__(self, ticket: Ticket, state: SchedulerState, /) -> float:
         if ticket.deadline_ns is not None:
             return float(ticket.deadline_ns)
         return ticket.ready_ns + self._slo.get(ticket.agent, self._default)
+
+
+def _ns(seconds: float, what: str) -> float:
+    """``seconds`` (finite, checked) in nanoseconds, which must be finite too: a boost of
+    1e300 s is inf ns, and a priority-0 ticket then ranks 0 × inf = NaN."""
+    ns = seconds * _NS
+    if not math.isfinite(ns):
+        raise ConfigError(f"{what} is too large: {seconds!r} s overflows in nanoseconds")
+    return ns
 
 
 _BY_NAME: dict[str, type[FCFS] | type[FairShare] | type[PLAS] | type[Priority] | type[Deadline]] = {

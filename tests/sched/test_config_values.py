@@ -1,6 +1,7 @@
 """Scheduling settings a run cannot work with are a ConfigError naming the setting, made
 when they are: an infinite burst used to stall the dispatcher for ever (a NaN drain
-rate), an infinite or NaN priority boost or SLO scrambled the queue (NaN ranks), NaN
+rate; so did a finite rate and burst whose bucket overflowed), an infinite or NaN priority
+boost or SLO (or a finite one whose nanoseconds overflowed) scrambled the queue (NaN ranks), NaN
 turned fairness off, an infinite backoff or Retry-After cap allowed an endless wait, a
 bool or a fraction passed for a count (a string, None or a bool for a number of seconds
 or a weight: a bare TypeError, or taken), and a Replica's breaker settings were checked only
@@ -36,6 +37,15 @@ BAD: dict[str, tuple[Callable[[], object], str]] = {
         lambda: RetryPolicy(max_retry_after_s=math.inf),
         "RetryPolicy.max_retry_after_s",
     ),
+    # Each finite, but what the run computes from them is not: a bucket of inf tokens
+    # draining at NaN a second (the run never ended), a drain time of inf, inf ns of
+    # boost (priority-0 tickets ranked 0 × inf = NaN), of SLO or of quantum.
+    "bucket overflows": (lambda: Limits(tpm=1e200, burst_s=1e200), "Limits.tpm"),
+    "drain underflows": (lambda: Limits(rpm=1e-320), "Limits.rpm"),
+    "boost ns overflow": (lambda: Priority(boost_s=1e300), "Priority boost_s"),
+    "slo ns overflow": (lambda: Deadline(default_slo_s=1e300), "'default_slo_s'"),
+    "agent slo ns overflow": (lambda: Deadline(slo_s={"chat": 1e300}), "'chat'"),
+    "quantum ns overflow": (lambda: FairShare(1e300), "FairShare quantum_s"),
     # A string, None or a bool used to be a bare TypeError, or accepted (a bool).
     "backoff str": (lambda: RetryPolicy(backoff_s="0.5"), "RetryPolicy.backoff_s"),  # type: ignore[arg-type]
     "backoff bool": (lambda: RetryPolicy(backoff_s=True), "RetryPolicy.backoff_s"),
@@ -93,6 +103,8 @@ def test_a_setting_no_run_can_work_with_is_a_config_error_naming_it(case: str) -
 def test_the_finite_edges_are_accepted() -> None:
     Limits(max_in_flight=1, rpm=0.5, tpm=1e9, kv_tokens=1, burst_s=0.01)
     Priority(boost_s=0)
+    Priority(boost_s=1e299)  # 1e308 ns: finite
+    Limits(rpm=1e-300, tpm=1e300, burst_s=1e5)
     Deadline(default_slo_s=0, slo_s={"batch": 3600})
     FairShare(1e-3)
     RetryPolicy(backoff_s=0, max_backoff_s=0, max_retry_after_s=0)

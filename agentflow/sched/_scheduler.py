@@ -6,7 +6,8 @@ policy, the limits and the router agree. When nothing is queued and everything h
 room, the grant is immediate (no task switch). Otherwise the ticket is ranked once by
 the policy and pushed on a heap, and the single dispatcher task (the only waiter on
 rate buckets, whatever the number of sessions) pops the best ticket whenever a slot
-frees, a bucket refills, or a breaker lets a probe through.
+frees, a bucket refills, or a breaker lets a probe through (that task and the queue
+it grants from are the scheduler's base class, ``_dispatch.py``).
 
 Slots are held until the stream ends — never released when the request is sent —
 so ``max_in_flight`` counts streaming requests exactly.
@@ -26,7 +27,7 @@ import itertools
 from collections.abc import Sequence
 
 from agentflow._errors import AllReplicasDown, ConfigError, TransportError
-from agentflow._logging import get_logger
+from agentflow.sched._dispatch import WARM, WARMING, Dispatcher
 from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._policy import FCFS, Policy
 from agentflow.sched._replica import Replica, ReplicaState, check_unique
@@ -36,13 +37,8 @@ from agentflow.typing import Clock
 
 __all__ = ["Scheduler"]
 
-_log = get_logger("agentflow.sched")
 
-_WARMING, _WARM = 1, 2
-_Entry = tuple[float, int, Ticket, Waiter]
-
-
-class Scheduler:
+class Scheduler(Dispatcher):
     """Orders ready turns by ``policy`` and dispatches them under the limits.
 
     Args:
@@ -65,6 +61,7 @@ class Scheduler:
         clock: Clock,
         prefix_warmup: bool = True,
     ) -> None:
+        super().__init__()
         if not replicas:
             raise ConfigError("a fleet needs at least one replica (transport)")
         self.replicas = [ReplicaState(r, clock) for r in replicas]
@@ -80,16 +77,7 @@ class Scheduler:
         self.prefix_warmup = prefix_warmup
         self._clock = clock
         self._rates: RateGate | None = self.limits.gate()
-        self._heap: list[_Entry] = []
         self._seq = itertools.count()
-        self._warm: dict[str, int] = {}
-        self._parked: dict[str, list[_Entry]] = {}
-        self._pump: asyncio.Task[None] | None = None
-        self._wakeup: asyncio.Future[None] | None = None
-        self._busy = False
-        # The ticket the dispatcher popped and waits on a bucket for: in no queue, so
-        # aclose and a crashed dispatcher must settle its waiter from here.
-        self._granting: Waiter | None = None
         self.state = SchedulerState()
         #: Requests streaming now, fleet-wide, and the most there ever were.
         self.in_flight = 0
@@ -194,9 +182,9 @@ class Scheduler:
 
     def warmed(self, prefix_key: str) -> None:
         """The prefix's first request has its first token: release the sessions waiting on it."""
-        if self._warm.get(prefix_key) == _WARM:
+        if self._warm.get(prefix_key) == WARM:
             return
-        self._warm[prefix_key] = _WARM
+        self._warm[prefix_key] = WARM
         parked = self._parked.pop(prefix_key, None)
         if parked:
             for entry in parked:
@@ -253,7 +241,7 @@ class Scheduler:
     async def _try_now(self, ticket: Ticket, rank: float) -> Grant | None:
         """Grant at once if nothing is queued, a replica has room and no bucket is empty."""
         key = ticket.prefix_key
-        if self.prefix_warmup and key is not None and self._warm.get(key) == _WARMING:
+        if self.prefix_warmup and key is not None and self._warm.get(key) == WARMING:
             return None
         replica = self._place(ticket)
         if replica is None:
@@ -284,120 +272,15 @@ class Scheduler:
         leader = False
         key = ticket.prefix_key
         if self.prefix_warmup and key is not None and key not in self._warm:
-            self._warm[key] = _WARMING
+            self._warm[key] = WARMING
             leader = True
         return Grant(ticket, replica, self._clock(), leader, probe)
 
-    def _kick(self) -> None:
-        if self._pump is None:
-            if not self._heap:
-                return
-            self._pump = asyncio.get_running_loop().create_task(
-                self._run_pump(), name="agentflow-dispatcher"
-            )
-            self._pump.add_done_callback(self._pump_ended)
-        waiter = self._wakeup
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
-
-    async def _sleep(self, timeout_s: float | None) -> None:
-        loop = asyncio.get_running_loop()
-        self._wakeup = waiter = loop.create_future()
-        handle = loop.call_later(timeout_s, _wake, waiter) if timeout_s is not None else None
-        try:
-            await waiter
-        finally:
-            self._wakeup = None
-            if handle is not None:
-                handle.cancel()
-
-    async def _run_pump(self) -> None:
-        heap = self._heap
-        while True:
-            if not heap:
-                await self._sleep(None)
-                continue
-            rank, _, ticket, fut = entry = heap[0]
-            if fut.done():  # its session was cancelled while queued
-                heapq.heappop(heap)
-                continue
-            key = ticket.prefix_key
-            if self.prefix_warmup and key is not None and self._warm.get(key) == _WARMING:
-                heapq.heappop(heap)
-                self._parked.setdefault(key, []).append(entry)
-                continue
-            replica = self._place(ticket)
-            if replica is None:
-                await self._sleep(self._wake_in_s(ticket))
-                continue
-            heapq.heappop(heap)
-            grant = self._start(ticket, replica, rank)
-            self._busy = True
-            self._granting = fut
-            try:
-                for rates in (self._rates, replica.rates):
-                    if rates is not None:
-                        await rates.take(ticket.tokens)
-            except BaseException:  # aclose cancels the waiter; _pump_ended fails it
-                self.release(grant, used_tokens=None, ok=None)
-                raise
-            finally:
-                self._busy = False
-            self._granting = None
-            if fut.done():
-                self.release(grant, used_tokens=None, ok=None)
-            else:
-                grant.started_ns = self._clock()  # the bucket wait is not model service
-                fut.set_result(grant)
-
-    def _pump_ended(self, task: asyncio.Task[None]) -> None:
-        """If the dispatcher dies of a bug, fail every waiter with it instead of hanging."""
-        if task.cancelled() or task.exception() is None:
-            return
-        exc = task.exception()
-        _log.error("dispatcher.crashed", error=repr(exc))
-        waiting = [e[3] for e in self._heap] + [e[3] for p in self._parked.values() for e in p]
-        if self._granting is not None:
-            waiting.append(self._granting)
-            self._granting = None
-        self._heap.clear()
-        self._parked.clear()
-        self._pump = None
-        for fut in waiting:
-            if not fut.done():
-                fut.set_exception(RuntimeError(f"agentflow's dispatcher failed: {exc!r}"))
-
-    def _wake_in_s(self, ticket: Ticket) -> float | None:
-        """When ``ticket`` cannot be placed, how long to sleep: until the first open
-        breaker lets a probe through (its replica may have room while the closed ones are
-        full), or until the first replica with room whose rate bucket is empty has
-        refilled enough for ``ticket``, or until a replica's ``Retry-After`` hold ends
-        (the router passes over a held one while another is healthy); else until a
-        release wakes the dispatcher.
-
-        A half-open breaker whose probe is out lets nothing through until that probe
-        ends, and its release wakes the dispatcher: it sets no timer. Neither does a
-        replica that could take the ticket now (a wait of 0): the router passed it over
-        for a preference (failover), and only a release changes that.
-        """
-        waits = [r.breaker.opens_in_ns() * 1e-9 for r in self.replicas if r.breaker.state == "open"]
-        waits += [held * 1e-9 for r in self.replicas if (held := r.held_ns())]
-        cap = self.limits.max_in_flight
-        if cap is None or self.in_flight < cap:
-            for r in self.replicas:
-                if r.rates is not None and r.breaker.allows():
-                    wait = r.wait_s(ticket)
-                    if wait:  # (None: full; 0: could go now)
-                        waits.append(wait)
-        return min(waits) + 1e-6 if waits else None
+    def _abandon(self, grant: Grant) -> None:
+        self.release(grant, used_tokens=None, ok=None)
 
     def __repr__(self) -> str:
         return (
             f"Scheduler(policy={type(self.policy).__name__}, in_flight={self.in_flight}, "
             f"waiting={self.waiting}, replicas={len(self.replicas)})"
         )
-
-
-def _wake(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)

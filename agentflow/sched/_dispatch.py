@@ -1,0 +1,180 @@
+"""The dispatcher: the one task that grants the tickets the scheduler queued.
+
+A :class:`~agentflow.sched.Scheduler` that cannot grant a ticket at once ranks it and
+pushes it on its heap; :class:`Dispatcher`, the scheduler's base class, runs the single
+task (started on the first queued ticket) that pops the best one whenever a slot frees,
+a bucket refills, or a breaker lets a probe through, and grants it — the only waiter on
+rate buckets, whatever the number of sessions. When it cannot place the head, it sleeps
+until the first moment something could change (:meth:`Dispatcher._wake_in_s`) or a
+release wakes it; if it dies of a bug, every ticket waiting fails with the error instead
+of hanging.
+
+The scheduler places and starts grants (``_place``, ``_start``, ``_abandon``); this
+module owns the queue they feed: the heap, the tickets parked behind a warming prefix,
+and the task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+
+from agentflow._logging import get_logger
+from agentflow.sched._limits import Limits, RateGate
+from agentflow.sched._replica import ReplicaState
+from agentflow.sched._ticket import Grant, Ticket, Waiter
+from agentflow.typing import Clock
+
+__all__ = ["WARM", "WARMING", "Dispatcher", "Entry"]
+
+_log = get_logger("agentflow.sched")
+
+#: A prefix's warm-up: its first request is out (others park), or it has its first token.
+WARMING, WARM = 1, 2
+#: A queued ticket: its rank, its arrival order (ties), the ticket and who waits for it.
+Entry = tuple[float, int, Ticket, Waiter]
+
+
+class Dispatcher:
+    """The scheduler's queue and the one task that grants from it (a base class)."""
+
+    replicas: list[ReplicaState]
+    limits: Limits
+    prefix_warmup: bool
+    _clock: Clock
+    _rates: RateGate | None
+    in_flight: int
+
+    def __init__(self) -> None:
+        self._heap: list[Entry] = []
+        self._warm: dict[str, int] = {}
+        self._parked: dict[str, list[Entry]] = {}
+        self._pump: asyncio.Task[None] | None = None
+        self._wakeup: asyncio.Future[None] | None = None
+        self._busy = False
+        # The ticket the dispatcher popped and waits on a bucket for: in no queue, so
+        # aclose and a crashed dispatcher must settle its waiter from here.
+        self._granting: Waiter | None = None
+
+    def _place(self, ticket: Ticket) -> ReplicaState | None:
+        """The replica ``ticket`` may go to now, or ``None`` (the scheduler's)."""
+        raise NotImplementedError
+
+    def _start(self, ticket: Ticket, replica: ReplicaState, rank: float) -> Grant:
+        """Count ``ticket`` as dispatched to ``replica`` (the scheduler's)."""
+        raise NotImplementedError
+
+    def _abandon(self, grant: Grant) -> None:
+        """Give back a grant whose waiter is gone (the scheduler's release, no verdict)."""
+        raise NotImplementedError
+
+    def _kick(self) -> None:
+        """Something changed (a ticket queued, a slot freed): start or wake the task."""
+        if self._pump is None:
+            if not self._heap:
+                return
+            self._pump = asyncio.get_running_loop().create_task(
+                self._run_pump(), name="agentflow-dispatcher"
+            )
+            self._pump.add_done_callback(self._pump_ended)
+        waiter = self._wakeup
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def _sleep(self, timeout_s: float | None) -> None:
+        """Wait for a :meth:`_kick`, or ``timeout_s`` (``None``: no timer)."""
+        loop = asyncio.get_running_loop()
+        self._wakeup = waiter = loop.create_future()
+        handle = loop.call_later(timeout_s, _wake, waiter) if timeout_s is not None else None
+        try:
+            await waiter
+        finally:
+            self._wakeup = None
+            if handle is not None:
+                handle.cancel()
+
+    async def _run_pump(self) -> None:
+        """Grant the head of the heap whenever it can be placed; sleep otherwise."""
+        heap = self._heap
+        while True:
+            if not heap:
+                await self._sleep(None)
+                continue
+            rank, _, ticket, fut = entry = heap[0]
+            if fut.done():  # its session was cancelled while queued
+                heapq.heappop(heap)
+                continue
+            key = ticket.prefix_key
+            if self.prefix_warmup and key is not None and self._warm.get(key) == WARMING:
+                heapq.heappop(heap)
+                self._parked.setdefault(key, []).append(entry)
+                continue
+            replica = self._place(ticket)
+            if replica is None:
+                await self._sleep(self._wake_in_s(ticket))
+                continue
+            heapq.heappop(heap)
+            grant = self._start(ticket, replica, rank)
+            self._busy = True
+            self._granting = fut
+            try:
+                for rates in (self._rates, replica.rates):
+                    if rates is not None:
+                        await rates.take(ticket.tokens)
+            except BaseException:  # aclose cancels the waiter; _pump_ended fails it
+                self._abandon(grant)
+                raise
+            finally:
+                self._busy = False
+            self._granting = None
+            if fut.done():
+                self._abandon(grant)
+            else:
+                grant.started_ns = self._clock()  # the bucket wait is not model service
+                fut.set_result(grant)
+
+    def _pump_ended(self, task: asyncio.Task[None]) -> None:
+        """If the dispatcher dies of a bug, fail every waiter with it instead of hanging."""
+        if task.cancelled() or task.exception() is None:
+            return
+        exc = task.exception()
+        _log.error("dispatcher.crashed", error=repr(exc))
+        waiting = [e[3] for e in self._heap] + [e[3] for p in self._parked.values() for e in p]
+        if self._granting is not None:
+            waiting.append(self._granting)
+            self._granting = None
+        self._heap.clear()
+        self._parked.clear()
+        self._pump = None
+        for fut in waiting:
+            if not fut.done():
+                fut.set_exception(RuntimeError(f"agentflow's dispatcher failed: {exc!r}"))
+
+    def _wake_in_s(self, ticket: Ticket) -> float | None:
+        """When ``ticket`` cannot be placed, how long to sleep: until the first open
+        breaker lets a probe through (its replica may have room while the closed ones are
+        full), or until the first replica with room whose rate bucket is empty has
+        refilled enough for ``ticket``, or until a replica's ``Retry-After`` hold ends
+        (the router passes over a held one while another is healthy); else until a
+        release wakes the dispatcher.
+
+        A half-open breaker whose probe is out lets nothing through until that probe
+        ends, and its release wakes the dispatcher: it sets no timer. Neither does a
+        replica that could take the ticket now (a wait of 0): the router passed it over
+        for a preference (failover), and only a release changes that.
+        """
+        waits = [r.breaker.opens_in_ns() * 1e-9 for r in self.replicas if r.breaker.state == "open"]
+        waits += [held * 1e-9 for r in self.replicas if (held := r.held_ns())]
+        cap = self.limits.max_in_flight
+        if cap is None or self.in_flight < cap:
+            for r in self.replicas:
+                if r.rates is not None and r.breaker.allows():
+                    wait = r.wait_s(ticket)
+                    if wait:  # (None: full; 0: could go now)
+                        waits.append(wait)
+        return min(waits) + 1e-6 if waits else None
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

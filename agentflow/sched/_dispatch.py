@@ -52,8 +52,8 @@ class Dispatcher:
         self._pump: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._busy = False
-        # The ticket the dispatcher popped and waits on a bucket for: in no queue, so
-        # aclose and a crashed dispatcher must settle its waiter from here.
+        # The ticket the dispatcher is granting (popped, then waited on a bucket for):
+        # in no queue, so aclose and a crashed dispatcher must settle its waiter from here.
         self._granting: Waiter | None = None
 
     def _place(self, ticket: Ticket) -> ReplicaState | None:
@@ -113,10 +113,12 @@ class Dispatcher:
             if replica is None:
                 await self._sleep(self._wake_in_s(ticket))
                 continue
+            # Once popped it is in no queue: from here on, aclose and a crashed
+            # dispatcher (_pump_ended) settle its waiter through _granting.
+            self._granting = fut
             heapq.heappop(heap)
             grant = self._start(ticket, replica, rank)
             self._busy = True
-            self._granting = fut
             try:
                 for rates in (self._rates, replica.rates):
                     if rates is not None:

@@ -24,6 +24,8 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import math
+import numbers
 from collections.abc import Sequence
 
 from agentflow._errors import AllReplicasDown, ConfigError, TransportError
@@ -129,7 +131,10 @@ class Scheduler(Dispatcher):
         state.now_ns = self._clock()
         ticket.seq = next(self._seq)
         ticket.attained_ns = state.attained_ns.get(ticket.session_id, 0)
-        return self.policy(ticket, state)
+        rank = self.policy(ticket, state)
+        if type(rank) is not float or rank != rank:  # (the common case: one check)
+            _check_rank(rank, self.policy, ticket)
+        return rank
 
     def release(
         self,
@@ -284,3 +289,22 @@ class Scheduler(Dispatcher):
             f"Scheduler(policy={type(self.policy).__name__}, in_flight={self.in_flight}, "
             f"waiting={self.waiting}, replicas={len(self.replicas)})"
         )
+
+
+def _check_rank(rank: object, policy: Policy, ticket: Ticket) -> None:
+    """A rank the heap can order: a real number (not a bool), not NaN.
+
+    ``None`` or a string made the heap's comparisons raise, in the dispatcher (which
+    died of it) or in another session's ``acquire``; a NaN compares false with
+    everything and silently reordered the tickets queued around it.
+
+    Raises:
+        ConfigError: naming the policy, the session and the rank.
+    """
+    if not isinstance(rank, bool) and isinstance(rank, numbers.Real) and not math.isnan(rank):
+        return
+    name = getattr(policy, "__name__", None) or type(policy).__name__
+    raise ConfigError(
+        f"scheduling policy {name} ranked a turn of session {ticket.session_id!r} {rank!r}: "
+        "a rank must be a real number, not NaN"
+    )

@@ -4,7 +4,9 @@ A :class:`~agentflow.sched.Scheduler` that cannot grant a ticket at once ranks i
 pushes it on its heap; :class:`Dispatcher`, the scheduler's base class, runs the single
 task (started on the first queued ticket) that pops the best one whenever a slot frees,
 a bucket refills, or a breaker lets a probe through, and grants it — the only waiter on
-rate buckets, whatever the number of sessions. When it cannot place the head, it sleeps
+the fleet's rate buckets, whatever the number of sessions. A replica's buckets it never
+waits on: one out of rate has no room (the router passes it over), and one with room is
+charged at once. When it cannot place the head, it sleeps
 until the first moment something could change (:meth:`Dispatcher._wake_in_s`) or a
 release wakes it; if it dies of a bug, every ticket waiting fails with the error instead
 of hanging.
@@ -118,20 +120,23 @@ class Dispatcher:
             self._granting = fut
             heapq.heappop(heap)
             grant = self._start(ticket, replica, rank)
-            self._busy = True
-            try:
-                for rates in (self._rates, replica.rates):
-                    if rates is not None:
-                        await rates.take(ticket.tokens)
-            except BaseException:  # aclose cancels the waiter; _pump_ended fails it
-                self._abandon(grant)
-                raise
-            finally:
-                self._busy = False
+            if self._rates is not None:  # the fleet's buckets: waited on, the slot held
+                self._busy = True
+                try:
+                    await self._rates.take(ticket.tokens)
+                except BaseException:  # aclose cancels the waiter; _pump_ended fails it
+                    self._abandon(grant)
+                    raise
+                finally:
+                    self._busy = False
             self._granting = None
             if fut.done():
                 self._abandon(grant)
             else:
+                # The replica's buckets had room (the router checked): charged at once,
+                # overdrawn by a charge bigger than the bucket, never waited on here.
+                if replica.rates is not None:
+                    replica.rates.charge_now(ticket.tokens)
                 grant.started_ns = self._clock()  # the bucket wait is not model service
                 fut.set_result(grant)
 

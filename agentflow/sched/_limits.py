@@ -5,14 +5,16 @@ its runtime. Rates use aiolimiter's leaky bucket, whose ``acquire(amount)`` is t
 weighted acquire token limits need. Only the scheduler's dispatcher ever waits on a
 bucket — never one task per session — so 10,000 queued sessions cost nothing while
 they wait (asyncio-throttle, which the product was first specified with, has every
-waiter poll with ``sleep(0.01)``; see docs/architecture.md).
+waiter poll with ``sleep(0.01)``; see docs/architecture.md). It waits on the fleet's
+buckets only (:meth:`RateGate.take`): a replica's are part of its room, and charged
+without waiting (:meth:`RateGate.charge_now`).
 
 A bucket holds ``burst_s`` seconds of its rate, so over any window of ``W`` seconds
 at most ``rate × W + burst`` units pass.
 
 Token weight: a request is charged its estimated prompt tokens plus its maximum
 output when it is dispatched. When the server's usage says it used more, the
-difference is charged before the next dispatch (a debt), so the long-run rate holds
+difference is charged with the next dispatch (a debt), so the long-run rate holds
 even when estimates are low. Unused reservation is not given back (aiolimiter has no
 release), which errs on the side of staying under the limit.
 """
@@ -105,6 +107,12 @@ class _Bucket(AsyncLimiter):
         self._leak()
         return max(0.0, self._level + amount - self.max_rate) / self._rate_per_sec
 
+    def force(self, amount: float) -> None:
+        """Add ``amount`` to the level now, past the capacity if need be: an overdraft,
+        which drains as any level does (:meth:`wait_s` counts it)."""
+        self._leak()
+        self._level += amount
+
     async def charge(self, amount: float) -> None:
         """Wait until ``amount`` fits, then add it to the level."""
         while (wait := self.wait_s(amount)) > 0:  # noqa: ASYNC110 - a computed wait, not a poll
@@ -155,13 +163,15 @@ class RateGate:
         return self._tokens is None or self._tokens.has_capacity(tokens + self._debt)
 
     def wait_s(self, tokens: int) -> float:
-        """Seconds until a request of ``tokens`` could start its charge (0: now).
+        """Seconds until a request of ``tokens`` could start on a replica with these
+        limits (0: now).
 
         The request bucket must have room for one, and the token bucket for the whole
-        charge (``tokens`` plus any debt) — or, for a charge bigger than the bucket, for
-        a bucket-full, since :meth:`take` charges it in bucket-fulls anyway. The router
-        skips a replica whose wait is not 0, and the dispatcher sleeps until the
-        earliest one's refill when every replica with room is waiting.
+        charge (``tokens`` plus any debt) — or, for a charge bigger than the bucket, be
+        empty: :meth:`charge_now` then overdraws it, and the next request waits here
+        until the overdraft has drained. The router skips a replica whose wait is not 0,
+        and the dispatcher sleeps until the earliest one's refill when every replica
+        with room is waiting.
         """
         wait = 0.0
         if self._requests is not None:
@@ -171,7 +181,8 @@ class RateGate:
         return wait
 
     async def take(self, tokens: int) -> None:
-        """Wait until one request of ``tokens`` may go, and charge it (plus any debt)."""
+        """Wait until one request of ``tokens`` may go, and charge it (plus any debt):
+        how the fleet's charge is taken, by the dispatcher."""
         if self._requests is not None:
             await self._requests.charge(1)
         if self._tokens is not None:
@@ -186,6 +197,23 @@ class RateGate:
             except BaseException:  # cancelled: the debt not charged yet is still owed
                 self._debt += max(0.0, min(debt, amount))
                 raise
+            self.charged_tokens += tokens
+        self.started += 1
+
+    def charge_now(self, tokens: int) -> None:
+        """Charge one request of ``tokens`` (plus any debt) now, never waiting: how a
+        replica's charge is taken, once :meth:`wait_s` is 0.
+
+        A charge bigger than the room left overdraws the bucket (its level goes past
+        its capacity) and :meth:`wait_s` keeps the next request out until that has
+        drained: the same tokens over the same time as :meth:`take`'s waiting for them
+        first, without the dispatcher — and with it every other replica — waiting.
+        """
+        if self._requests is not None:
+            self._requests.force(1)
+        if self._tokens is not None:
+            self._tokens.force(tokens + self._debt)
+            self._debt = 0.0
             self.charged_tokens += tokens
         self.started += 1
 

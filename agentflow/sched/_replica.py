@@ -135,9 +135,15 @@ class ReplicaState:
 
     def has_room(self, ticket: Ticket) -> bool:
         """Whether ``ticket`` could start here now: it :meth:`fits`, and the replica's
-        RPM/TPM buckets can take it without waiting (a replica whose bucket is empty is
-        skipped rather than waited on while another one could take the turn)."""
+        RPM/TPM buckets can take it without waiting — its whole charge, or, for one
+        bigger than the bucket, an empty bucket it then overdraws (a replica out of
+        rate is skipped, never waited on: :meth:`RateGate.charge_now`)."""
         return self.fits(ticket) and (self.rates is None or self.rates.wait_s(ticket.tokens) == 0)
+
+    def takes_whole(self, ticket: Ticket) -> bool:
+        """Whether its RPM/TPM buckets have room for ``ticket``'s whole charge now, with
+        no overdraft (the router prefers such a replica among those with room)."""
+        return self.rates is None or self.rates.ready(ticket.tokens)
 
     def wait_s(self, ticket: Ticket) -> float | None:
         """Seconds until ``ticket`` could start here if nothing else changes (0: now);

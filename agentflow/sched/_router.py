@@ -10,7 +10,9 @@ is due), not excluded for this attempt, and have room:
    ``balance_slack`` requests busier than the least-loaded one;
 3. **least loaded** — fewest requests in flight, then fewest tokens in flight.
 
-A session whose sticky replica is full moves to one with room (work-conserving: an
+Among those with room (after stickiness), one whose rate buckets take the turn's whole
+charge is preferred to one that would be overdrawn by it (a charge bigger than its
+bucket). A session whose sticky replica is full moves to one with room (work-conserving: an
 idle replica is never left idle while turns wait) and sticks there. Excluding a
 replica (failover after an error) is a preference: if every healthy replica is
 excluded, the excluded ones are used. So is a replica's hold after it answered with a
@@ -85,6 +87,8 @@ class Router:
         room = [r for r in healthy if r.has_room(ticket)]
         if not room:
             return None
+        whole = [r for r in room if r.takes_whole(ticket)]  # no bucket overdrawn
+        room = whole or room
         if self.sticky:
             home = self._session.get(ticket.session_id)
             if home is not None and home in room:

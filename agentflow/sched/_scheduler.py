@@ -244,19 +244,21 @@ class Scheduler(Dispatcher):
     # -- dispatch -----------------------------------------------------------------
 
     async def _try_now(self, ticket: Ticket, rank: float) -> Grant | None:
-        """Grant at once if nothing is queued, a replica has room and no bucket is empty."""
+        """Grant at once if nothing is queued, a replica has room and the fleet's
+        buckets can take the whole charge."""
         key = ticket.prefix_key
         if self.prefix_warmup and key is not None and self._warm.get(key) == WARMING:
             return None
         replica = self._place(ticket)
         if replica is None:
             return None
-        for rates in (self._rates, replica.rates):
-            if rates is not None and not rates.ready(ticket.tokens):
+        rates = self._rates
+        if rates is not None:
+            if not rates.ready(ticket.tokens):
                 return None
-        for rates in (self._rates, replica.rates):
-            if rates is not None:
-                await rates.take(ticket.tokens)  # has room: returns without suspending
+            await rates.take(ticket.tokens)  # has room: returns without suspending
+        if replica.rates is not None:  # the router saw room: never waits
+            replica.rates.charge_now(ticket.tokens)
         return self._start(ticket, replica, rank)
 
     def _place(self, ticket: Ticket) -> ReplicaState | None:

@@ -30,7 +30,7 @@ from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._event_bus import DEFAULT_CALLBACK_DRAIN_S, EventBus
 from agentflow._events import Event, FleetEndEvent
-from agentflow._fleet_checks import _replicas, check_drain, check_scale_out
+from agentflow._fleet_checks import _replicas, check_drain, check_parts, check_scale_out
 from agentflow._fleet_launch import launch_run, resume_run
 from agentflow._fleet_queued import _Queued as _Queued
 from agentflow._fleet_queued import _Starter as _Starter
@@ -147,6 +147,7 @@ class Fleet:
         probe_slots: bool = True,
         callback_drain_s: float = DEFAULT_CALLBACK_DRAIN_S,
     ) -> None:
+        check_parts(policy=policy, limits=limits, router=router, retry=retry)
         max_concurrency, limits = fleet_concurrency(max_concurrency, limits or Limits())
         check_count(max_tool_concurrency, "Fleet.max_tool_concurrency")
         self.replicas = _replicas(transport)

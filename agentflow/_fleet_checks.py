@@ -1,7 +1,7 @@
 """What a :class:`~agentflow.Fleet` checks before it runs anything: its options when it
 is built (a bad value is a :class:`ConfigError` naming it; its bound on requests in
-flight is ``_config.py``'s ``fleet_concurrency``), its transports as replicas, and the
-sessions given to a run."""
+flight is ``_config.py``'s ``fleet_concurrency``), its transports as replicas and the
+kinds of its scheduling parts, and the sessions given to a run."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import asyncio
 import importlib.util
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
 from agentflow._seconds import MAX_TIMEOUT_S, check_lease_ttl, check_seconds
 from agentflow._session_checks import refused
-from agentflow.sched import Replica
+from agentflow.sched import Limits, Replica, RetryPolicy, Router
+from agentflow.sched._replica import check_transport
 
 _log = get_logger("agentflow.fleet")
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
     from agentflow._session import Session
     from agentflow.typing import Clock, Transport
 
-__all__ = ["MAX_WORKERS", "check_drain", "check_scale_out"]
+__all__ = ["MAX_WORKERS", "check_drain", "check_parts", "check_scale_out"]
 
 #: The most workers a fleet takes (``Fleet(workers=N)``): the parent's one loop reads
 #: every worker (its events, its status every 0.25 s; a worker process has a reader thread
@@ -71,10 +72,45 @@ def check_scale_out(
 def _replicas(
     target: Transport | Replica | Sequence[Transport | Replica],
 ) -> list[Replica]:
-    items = list(target) if isinstance(target, Sequence) else [target]
+    """``Fleet(transport=...)`` as replicas: one transport or Replica, or a list of them
+    (a URL string is a Sequence too, and was split into one replica per character)."""
+    given: object = target  # (typed loosely: what is passed is what is checked)
+    if isinstance(given, Sequence) and not isinstance(given, str | bytes):
+        items: list[object] = list(given)
+    else:
+        items = [given]
     if not items:
         raise ConfigError("Fleet needs at least one transport or Replica")
-    return [t if isinstance(t, Replica) else Replica(transport=t) for t in items]
+    replicas = []
+    for t in items:
+        if not isinstance(t, Replica):
+            check_transport(t, "Fleet.transport")
+            t = Replica(transport=cast("Transport", t))
+        replicas.append(t)
+    return replicas
+
+
+def check_parts(*, policy: object, limits: object, router: object, retry: object) -> None:
+    """Raise a :class:`ConfigError` naming the argument unless each of a fleet's
+    scheduling parts is of its kind: ``policy`` a name or a callable (an instance, not a
+    policy class), ``limits`` a :class:`Limits`, ``router`` a :class:`Router`, ``retry`` a
+    :class:`RetryPolicy` (each but ``policy`` may be ``None``). Each used to fail later:
+    a dict for ``limits`` with an AttributeError, one for ``router`` when the first
+    session ended, ``policy=123`` in every session, and ``retry="default"`` was taken."""
+    if not isinstance(policy, str) and (isinstance(policy, type) or not callable(policy)):
+        hint = f" (an instance: {policy.__name__}())" if isinstance(policy, type) else ""
+        raise ConfigError(
+            "Fleet.policy must be a policy name or a callable policy(ticket, state)"
+            f"{hint}, got {policy!r}"
+        )
+    kinds: tuple[tuple[str, object, type], ...] = (
+        ("limits", limits, Limits),
+        ("router", router, Router),
+        ("retry", retry, RetryPolicy),
+    )
+    for name, value, kind in kinds:
+        if value is not None and not isinstance(value, kind):
+            raise ConfigError(f"Fleet.{name} must be a {kind.__name__} or None, got {value!r}")
 
 
 def check_drain(value: object) -> None:

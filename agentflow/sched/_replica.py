@@ -13,7 +13,7 @@ from agentflow.sched._limits import Limits, RateGate, _number
 from agentflow.sched._ticket import Ticket
 from agentflow.typing import Clock, Transport
 
-__all__ = ["Replica", "ReplicaState"]
+__all__ = ["Replica", "ReplicaState", "check_transport"]
 
 #: The breaker's longest cooldown by default (CircuitBreaker's ``max_cooldown_s``).
 _MAX_COOLDOWN_S = 60.0
@@ -54,6 +54,7 @@ class Replica:
     breaker_max_cooldown_s: float | None = None
 
     def __post_init__(self) -> None:
+        check_transport(self.transport, "Replica.transport")
         for name in ("breaker_threshold", "breaker_window"):
             check_count(getattr(self, name), f"Replica.{name}")
         rate = self.breaker_failure_rate
@@ -201,3 +202,16 @@ def check_unique(states: list[ReplicaState]) -> None:
     dupes = sorted({n for n in names if names.count(n) > 1})
     if dupes:
         raise ConfigError(f"replica names must be unique; repeated: {dupes} (set Replica.name)")
+
+
+def check_transport(value: object, name: str) -> None:
+    """Raise a :class:`ConfigError` naming ``name`` unless ``value`` is a transport: an
+    object with a ``stream`` method and a string ``endpoint`` (a URL is not one)."""
+    if callable(getattr(value, "stream", None)) and isinstance(
+        getattr(value, "endpoint", None), str
+    ):
+        return
+    hint = ": wrap a URL in HTTPTransport(url)" if isinstance(value, str) else ""
+    raise ConfigError(
+        f"{name} must be a transport (an object with stream() and an endpoint){hint}, got {value!r}"
+    )

@@ -4,8 +4,9 @@ rate; so did a finite rate and burst whose bucket overflowed), an infinite or Na
 boost or SLO (or a finite one whose nanoseconds overflowed) scrambled the queue (NaN ranks), NaN
 turned fairness off, an infinite backoff or Retry-After cap allowed an endless wait, a
 bool or a fraction passed for a count (a string, None or a bool for a number of seconds
-or a weight: a bare TypeError, or taken), and a Replica's breaker settings were checked only
-when a run built the breaker (a cooldown over 60 s failed every run)."""
+or a weight: a bare TypeError, or taken), a Fleet's transport, policy, limits, router or
+retry of the wrong kind was taken and failed later, and a Replica's breaker settings were
+checked only when a run built the breaker (a cooldown over 60 s failed every run)."""
 
 from __future__ import annotations
 
@@ -64,6 +65,21 @@ BAD: dict[str, tuple[Callable[[], object], str]] = {
     "agent slo str": (lambda: Deadline(slo_s={"chat": "0.5"}), "'chat'"),  # type: ignore[dict-item]
     "slo None": (lambda: Deadline(default_slo_s=None), "'default_slo_s'"),  # type: ignore[arg-type]
     "slo not a mapping": (lambda: Deadline(slo_s=[("chat", 0.5)]), "Deadline slo_s"),  # type: ignore[arg-type]
+    # Fleet's parts of the wrong kind used to fail later, or not at all: a URL string
+    # was split into one replica per character, a generator or None failed the run with
+    # an AttributeError, a dict for limits or router with an AttributeError (the
+    # router's when the first session ended), policy=123 failed every session, and
+    # retry="default" was taken.
+    "fleet url": (lambda: Fleet("http://127.0.0.1:8000/v1"), "Fleet.transport.*HTTPTransport"),  # type: ignore[arg-type]
+    "fleet generator": (lambda: Fleet(t for t in [IdleTransport()]), "Fleet.transport"),  # type: ignore[arg-type]
+    "fleet None": (lambda: Fleet(None), "Fleet.transport"),  # type: ignore[arg-type]
+    "fleet list with a url": (lambda: Fleet([IdleTransport(), "http://h/v1"]), "Fleet.transport"),  # type: ignore[list-item]
+    "replica url": (lambda: Replica(transport="http://h/v1"), "Replica.transport"),  # type: ignore[arg-type]
+    "fleet policy int": (lambda: Fleet(IdleTransport(), policy=123), "Fleet.policy"),  # type: ignore[arg-type]
+    "fleet policy class": (lambda: Fleet(IdleTransport(), policy=PLAS), "Fleet.policy.*PLAS()"),  # type: ignore[arg-type]
+    "fleet limits dict": (lambda: Fleet(IdleTransport(), limits={"rpm": 60}), "Fleet.limits"),  # type: ignore[arg-type]
+    "fleet router dict": (lambda: Fleet(IdleTransport(), router={"sticky": False}), "Fleet.router"),  # type: ignore[arg-type]
+    "fleet retry str": (lambda: Fleet(IdleTransport(), retry="default"), "Fleet.retry"),  # type: ignore[arg-type]
     "breaker threshold 0": (
         lambda: Replica(transport=IdleTransport(), breaker_threshold=0),
         "Replica.breaker_threshold",
@@ -98,6 +114,16 @@ def test_a_setting_no_run_can_work_with_is_a_config_error_naming_it(case: str) -
     make, name = BAD[case]
     with pytest.raises(ConfigError, match=name):
         make()
+
+
+def test_a_fleet_takes_its_parts_of_the_right_kind() -> None:
+    """Transports (one, or a list with Replicas), a policy by name, function or object,
+    and each part left to its default."""
+    one, two = IdleTransport("idle://1"), IdleTransport("idle://2")
+    assert len(Fleet(one).replicas) == 1
+    assert len(Fleet((one, Replica(transport=two))).replicas) == 2
+    for policy in ("fair", PLAS(), lambda t, s, /: 0.0):
+        Fleet(one, policy=policy, limits=None, router=None, retry=None)
 
 
 def test_the_finite_edges_are_accepted() -> None:

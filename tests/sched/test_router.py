@@ -1,5 +1,6 @@
 """The router across several simulator replicas on loopback: stickiness, least-loaded
-placement, prefix affinity, session keys on the wire, and failover when one stops.
+placement, prefix affinity, session keys on the wire (and a session id no header can
+carry, refused before the run), and failover when one stops.
 
 Where a turn went is read at the servers: the ``X-Session-ID`` header each received
 (and the body, for ``prompt_cache_key``).
@@ -11,9 +12,20 @@ import asyncio
 
 import pytest
 
-from agentflow import Agent, Event, Fleet, HTTPTransport, Limits, Replica, RetryPolicy, TurnEndEvent
+from agentflow import (
+    Agent,
+    ConfigError,
+    Event,
+    Fleet,
+    HTTPTransport,
+    Limits,
+    Replica,
+    RetryPolicy,
+    TurnEndEvent,
+)
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.sched import ReplicaState, Router, Scheduler
+from agentflow.transport import AiohttpTransport
 from agentflow.typing import Transport
 from tests.sched.conftest import (
     FakeClock,
@@ -166,6 +178,28 @@ async def test_session_keys_on_the_wire(sims: list[RecordingSim]) -> None:
     assert all("X-Affinity" not in s.headers for s in bare)
     assert a.prefix_key is not None
     assert all(s.body["prompt_cache_key"] == a.prefix_key for s in keyed)
+
+
+@pytest.mark.parametrize("make", [HTTPTransport, AiohttpTransport])
+async def test_a_session_id_no_header_can_carry_fails_the_run_before_it_starts(
+    sims: list[RecordingSim], make: type[HTTPTransport] | type[AiohttpTransport]
+) -> None:
+    """A line break in a session id used to fail that session mid-run, differently per
+    transport (a ConfigError over HTTPTransport, a bare ValueError over aiohttp): now
+    the run is refused before any request, with one ConfigError naming the id. With no
+    session header the id never goes on the wire, and is taken; a non-ASCII id goes."""
+    sim, a = sims[0], agent("a", tools=False)
+    async with make(sim.base_url) as t:
+        ids = ["plain", "café-会话-🚀", "line\nbreak"]
+        with pytest.raises(ConfigError, match=r"'line\\nbreak'.*X-Session-ID"):
+            await Fleet(t).run([a.session("x", session_id=i) for i in ids])
+        assert sim.seen == []
+        result = await Fleet(t).run([a.session("x", session_id=i) for i in ids[:2]])
+        bare = await Fleet(t, router=Router(session_header=None)).run(
+            [a.session("x", session_id="line\nbreak")]
+        )
+    assert all(s.ok for s in result.sessions) and bare.sessions[0].ok
+    assert sim.session_ids() == {"plain", "café-会话-🚀"}
 
 
 async def test_a_replicas_own_limits_hold_at_that_server(sims: list[RecordingSim]) -> None:

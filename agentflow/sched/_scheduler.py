@@ -89,7 +89,12 @@ class Scheduler(Dispatcher):
 
     @property
     def waiting(self) -> int:
-        """Tickets queued or parked behind a warming prefix."""
+        """Tickets queued or parked behind a warming prefix.
+
+        An ``acquire`` cancelled while queued is counted until the dispatcher drops it,
+        which it does at once unless a ticket that still waits is ahead of it: so this
+        is 0 whenever nothing waits (a worker gives back spare slots only then).
+        """
         return len(self._heap) + sum(len(p) for p in self._parked.values())
 
     async def acquire(self, ticket: Ticket) -> Grant:
@@ -107,6 +112,8 @@ class Scheduler(Dispatcher):
         except asyncio.CancelledError:
             if fut.done() and not fut.cancelled():  # granted as we were cancelled
                 self.release(fut.result(), used_tokens=None, ok=None)
+            else:  # still queued: wake the dispatcher to drop it, if it is at the head
+                self._kick()
             raise
 
     async def offer(self, ticket: Ticket, waiter: Waiter) -> None:

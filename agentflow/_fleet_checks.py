@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-import re
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, cast
@@ -26,7 +25,7 @@ if TYPE_CHECKING:
     from agentflow._session import Session
     from agentflow.typing import Clock, Transport
 
-__all__ = ["MAX_WORKERS", "check_drain", "check_parts", "check_scale_out", "check_session_headers"]
+__all__ = ["MAX_WORKERS", "check_drain", "check_parts", "check_scale_out"]
 
 #: The most workers a fleet takes (``Fleet(workers=N)``): the parent's one loop reads
 #: every worker (its events, its status every 0.25 s; a worker process has a reader thread
@@ -144,27 +143,6 @@ def _release(sessions: list[Session]) -> None:
 
 #: What no header value can carry: control characters but the tab (RFC 9110 §5.5, as
 #: aiohttp refuses them), and half a surrogate pair (no UTF-8 for it).
-_NOT_IN_A_HEADER = re.compile(r"[\x00-\x08\x0a-\x1f\x7f\ud800-\udfff]")
-
-
-def check_session_headers(sessions: list[Session], router: Router | None) -> None:
-    """Raise a :class:`ConfigError` before the run starts if a session's id cannot go
-    in the router's session header (``X-Session-ID`` by default): a line break failed
-    that session mid-run, as a ConfigError over HTTPTransport and a bare ValueError
-    over AiohttpTransport. With no session header (``Router(session_header=None)``),
-    any id goes."""
-    header = router.session_header if router is not None else Router().session_header
-    if header is None:
-        return
-    for s in sessions:
-        if _NOT_IN_A_HEADER.search(s.session_id):
-            raise ConfigError(
-                f"session_id {s.session_id!r} cannot be sent in the {header} header (a "
-                "control character such as a line break, or half a surrogate pair); choose "
-                "another id, or send none: Fleet(router=Router(session_header=None))"
-            )
-
-
 def _check_clock(clock: Clock) -> None:
     """Say so when a run on virtual time measures on the wall clock: its queue waits
     (trace send time less ready time) would mix two clocks and come out 0."""

@@ -15,12 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import ConfigError
 from agentflow._event_bus import EventBus
-from agentflow._fleet_checks import (
-    _check_clock,
-    _check_unique,
-    _release,
-    check_session_headers,
-)
+from agentflow._fleet_checks import _check_clock, _check_unique, _release
 from agentflow._fleet_run import _stop_probe, run_in_process
 from agentflow._gcfreeze import frozen_gc
 
@@ -59,7 +54,6 @@ async def _launch(
     run_id: str | None,
     run_config: Mapping[str, Any] | None,
 ) -> FleetResult:
-    check_session_headers(sessions, fleet.router)
     _check_clock(fleet._clock)
     if fleet.workers is not None and fleet.store is None:
         if run_id is not None or run_config is not None:

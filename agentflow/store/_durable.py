@@ -29,6 +29,7 @@ from agentflow.store._records import (
     SessionEnded,
     StoredRun,
     check_name,
+    shortened,
 )
 from agentflow.store._replay import replay_tools
 from agentflow.store._resume import agents_by_name, plan_resume, stored_result
@@ -100,8 +101,9 @@ class DurableRun:
                 raise ConfigError(f"run_id must be a non-empty string, got {run_id!r}")
             check_name(run_id, "run_id")
         for s in sessions:
-            check_name(s.session_id, f"session {s.session_id!r}: session_id")
-            check_name(s.agent.name, f"session {s.session_id!r}: its agent's name")
+            label = f"session {shortened(str(s.session_id))!r}"
+            check_name(s.session_id, f"{label}: session_id")
+            check_name(s.agent.name, f"{label}: its agent's name")
         await store.open()
         if run_id is not None:
             with contextlib.suppress(RunNotFound):

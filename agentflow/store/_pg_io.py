@@ -289,12 +289,18 @@ def release(conn: Conn, run_id: str, owner: str, ids: list[str] | None) -> list[
 
 def records_fault(exc: Exception) -> bool:
     """Whether ``exc`` is a record's own fault — it cannot be encoded here (a lone
-    surrogate) or the server refuses its data (``DataError``, ``IntegrityError``) — rather
-    than the connection's or the server's, which fails any record."""
+    surrogate), the server refuses its data (``DataError``, ``IntegrityError``) or finds
+    it past one of its limits (SQLSTATE class 54, ``ProgramLimitExceeded``: a key longer
+    than an index row can hold, ~2,700 bytes — a model's tool-call id, say) — rather
+    than the connection's or the server's, which fails any record. (psycopg files class
+    54 under ``OperationalError``, with the server's own faults: taken for one, such a
+    record was held and tried again at every commit, and nothing after it was ever
+    committed.)"""
     import psycopg
+    from psycopg.errors import ProgramLimitExceeded
 
     return not isinstance(exc, psycopg.Error) or isinstance(
-        exc, psycopg.DataError | psycopg.IntegrityError
+        exc, psycopg.DataError | psycopg.IntegrityError | ProgramLimitExceeded
     )
 
 

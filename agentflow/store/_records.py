@@ -27,6 +27,7 @@ from agentflow._metrics import TurnMetrics
 from agentflow._trace import PromptInfo, ToolCall, TurnTrace
 
 __all__ = [
+    "MAX_NAME_BYTES",
     "AgentInfo",
     "PolicyState",
     "Record",
@@ -43,6 +44,7 @@ __all__ = [
     "TurnFinished",
     "check_name",
     "describe_record",
+    "shortened",
 ]
 
 #: A session's state in the store: ``pending`` until it ends, then how it ended.
@@ -179,24 +181,41 @@ Record: TypeAlias = (
 
 
 def describe_record(r: Record) -> str:
-    """What a log line or an error calls record ``r``: its kind and key."""
+    """What a log line or an error calls record ``r``: its kind and key (a part of the
+    key longer than 80 characters shortened, its length said: a model's 3,000-character
+    tool-call id is not repeated whole in every message about it)."""
+    run = shortened(r.run_id)
     if isinstance(r, TurnFinished):
-        return f"turn {r.session_id}/{r.turn} of run {r.run_id}"
+        return f"turn {shortened(r.session_id)}/{r.turn} of run {run}"
     if isinstance(r, ToolFinished):
-        return f"tool call {r.session_id}/{r.call.id} of run {r.run_id}"
+        return f"tool call {shortened(r.session_id)}/{shortened(r.call.id)} of run {run}"
     key = getattr(r, "session_id", None) or getattr(r, "key", None)
-    what = type(r).__name__ if key is None else f"{type(r).__name__} {key}"
-    return f"{what} of run {r.run_id}"
+    what = type(r).__name__ if key is None else f"{type(r).__name__} {shortened(key)}"
+    return f"{what} of run {run}"
+
+
+def shortened(text: str) -> str:
+    """``text``, or — longer than 80 characters — its start and its length."""
+    return text if len(text) <= 80 else f"{text[:60]}…({len(text)} chars)"
+
+
+#: The longest run id, session id or agent name a store takes, in UTF-8 bytes
+#: (:func:`check_name`): PostgreSQL refuses a key longer than an index row can hold
+#: (~2,700 bytes; a tool result's key is its run id, session id and call id together).
+MAX_NAME_BYTES = 512
 
 
 def check_name(value: object, what: str) -> None:
     """Refuse ``value`` as a run id, session id or agent name in a store: it must be a
-    string without NUL or a lone surrogate. PostgreSQL's ``TEXT`` cannot hold NUL (the
-    store would keep it as U+FFFD, and a lookup by the given name would not find it) and
-    SQLite's can: refused up front, the two stores behave the same. Neither can keep a
-    lone surrogate (text is UTF-8; a non-UTF-8 byte of a command-line argument is one):
-    refused up front, it is not a bare ``UnicodeEncodeError`` from the store, or a record
-    left out at the run's end.
+    string without NUL or a lone surrogate, at most :data:`MAX_NAME_BYTES` bytes in
+    UTF-8. PostgreSQL's ``TEXT`` cannot hold NUL (the store would keep it as U+FFFD, and
+    a lookup by the given name would not find it) and SQLite's can: refused up front,
+    the two stores behave the same. Neither can keep a lone surrogate (text is UTF-8; a
+    non-UTF-8 byte of a command-line argument is one): refused up front, it is not a
+    bare ``UnicodeEncodeError`` from the store, or a record left out at the run's end.
+    PostgreSQL refuses a key longer than an index row (~2,700 bytes) and SQLite does
+    not: a longer name is refused on both, so that a run recorded in one can be kept in
+    the other.
 
     Raises:
         ConfigError: it is not such a string (``what`` names it).
@@ -208,14 +227,20 @@ def check_name(value: object, what: str) -> None:
             f"{what} must not hold a NUL character (a run store cannot keep it as it is), "
             f"got {value!r}"
         )
+    size = len(value)
     if not value.isascii():
         try:
-            value.encode("utf-8")
+            size = len(value.encode("utf-8"))
         except UnicodeEncodeError as e:
             raise ConfigError(
                 f"{what} must not hold a lone surrogate (U+{ord(value[e.start]):04X} at index "
                 f"{e.start}; a run store keeps UTF-8 text), got {value!r}"
             ) from None
+    if size > MAX_NAME_BYTES:
+        raise ConfigError(
+            f"{what} must be at most {MAX_NAME_BYTES} bytes in UTF-8 (a run store's keys "
+            f"are bounded), got {size}: {value[:40]!r}…"
+        )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -94,7 +94,9 @@ class DurableRun:
 
         Raises:
             ConfigError: ``run_id`` is already in the store, or is empty; it, a session
-                id or an agent name holds a NUL (:func:`check_name`).
+                id or an agent name holds a NUL or is too long (:func:`check_name`).
+            StoreError: another worker holds some of the sessions' leases (two runs of
+                one id started at once through a store without ``create_run``).
         """
         if run_id is not None:
             if not isinstance(run_id, str) or not run_id.strip():
@@ -116,8 +118,20 @@ class DurableRun:
         self.recorder.track_policies({id(s.agent): s.agent for s in sessions}.values())
         if getattr(store, "release_each_session", True):
             self.recorder.on_session_end = self._session_ended
-        self.recorder.start_run(sessions, time.time_ns(), clock(), dict(config or {}) or None)
-        await self.leases.claim([s.session_id for s in sessions])
+        await self.recorder.start_run(sessions, time.time_ns(), clock(), dict(config or {}) or None)
+        ids = [s.session_id for s in sessions]
+        got = await self.leases.claim(ids)
+        if len(got) < len(ids):
+            # Another worker holds them (a store without create_run let two runs of one
+            # id through): running them here would run every tool twice.
+            await self.leases.release()
+            await store.flush()  # (a session's start left out says why)
+            taken = sorted(set(ids) - set(got))
+            raise StoreError(
+                f"run {self.run_id!r}: {len(taken)} of its {len(ids)} sessions are held by "
+                f"another worker ({', '.join(map(repr, taken[:3]))}"
+                f"{', ...' if len(taken) > 3 else ''}): nothing was run"
+            )
         return self
 
     @classmethod

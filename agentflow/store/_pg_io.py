@@ -39,10 +39,12 @@ if TYPE_CHECKING:
     Conn = psycopg.Connection[tuple[Any, ...]]
 
 __all__ = [
+    "FREE",
     "NOW_NS",
     "Qmark",
     "claim",
     "commit",
+    "create_run",
     "drop_marker",
     "marker",
     "records_fault",
@@ -58,11 +60,19 @@ _log = get_logger("agentflow.store")
 #: The database server's clock, in integer nanoseconds since the epoch.
 NOW_NS = "(extract(epoch FROM clock_timestamp()) * 1000000000)::bigint"
 
+#: The ``owner`` of a session's record that this store holds no lease of: it is written
+#: only while no other holds a live one (a store that never claimed the session must not
+#: write into one another worker runs).
+FREE = ""
+
 _LEASE = (
-    "lease AS (SELECT 1 FROM sessions WHERE run_id = %(run)s AND session_id = %(sid)s"
-    " AND lease_owner = %(owner)s FOR SHARE)"
+    "lease AS (SELECT lease_expires_ns FROM sessions WHERE run_id = %(run)s"
+    " AND session_id = %(sid)s AND (lease_owner = %(owner)s OR %(owner)s = '') FOR SHARE)"
 )
-_HELD = "(%(owner)s::text IS NULL OR EXISTS (SELECT 1 FROM lease))"
+_HELD = (
+    "(%(owner)s::text IS NULL OR CASE WHEN %(owner)s = '' THEN NOT EXISTS (SELECT 1 FROM"
+    f" lease WHERE lease_expires_ns >= {NOW_NS}) ELSE EXISTS (SELECT 1 FROM lease) END)"
+)
 _CONFLICT = (
     "INSERT INTO conflicts SELECT %(run)s,"
     f" CASE WHEN {_HELD} THEN %(kind)s ELSE 'fenced ' || %(kind)s END, %(key)s, {NOW_NS}"
@@ -107,7 +117,8 @@ class _Texts:
 
 def write_record(raw: psycopg.Cursor[Any], r: Record, owner: str | None) -> None:
     """Queue the statement(s) of one record (inside the caller's transaction);
-    ``owner``: the lease holder the record's session must still have, or ``None``."""
+    ``owner``: the lease holder the record's session must still have, :data:`FREE`
+    (nobody may hold a live lease of it), or ``None`` (not checked)."""
     cur = _Texts(raw)
     if isinstance(r, TurnFinished):
         m, t = r.metrics, r.trace
@@ -231,6 +242,26 @@ def _run_started(cur: _Texts, r: RunStarted) -> None:
         dict(run=r.run_id, key=f"{r.run_id}#{r.attempt}", attempt=r.attempt, wall=r.wall_ns,
              clock=r.clock_ns),
     )  # fmt: skip
+
+
+def create_run(conn: Conn, r: RunStarted) -> bool:
+    """Record a new run's start (``r``, attempt 0): its row and its first attempt's, in
+    one transaction; ``False``, and nothing written, if the run id is already taken — the
+    insert itself says so, so two workers starting one run id at once never both get it."""
+    with conn.transaction():
+        raw = conn.cursor()
+        _Texts(raw).execute(
+            "INSERT INTO runs VALUES (%s, %s, 'running', %s, %s) ON CONFLICT DO NOTHING"
+            " RETURNING 1",
+            (r.run_id, r.wall_ns, r.sessions, None if r.config is None else encode(r.config)),
+        )
+        if raw.fetchone() is None:
+            return False
+        _Texts(raw).execute(
+            "INSERT INTO run_attempts (run_id, attempt, wall_ns, clock_ns) VALUES (%s, 0, %s, %s)",
+            (r.run_id, r.wall_ns, r.clock_ns),
+        )
+    return True
 
 
 def start_attempt(conn: Conn, run_id: str, wall_ns: int, clock_ns: int, where: str) -> int:

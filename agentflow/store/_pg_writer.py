@@ -190,9 +190,18 @@ class PgWriter(BatchWriter[Conn]):
         io.commit(conn, records, self._owner, (self._marker, seq), lost, self._where)
 
     def _owner(self, r: Record) -> str | None:
-        """The lease holder ``r``'s session must still have (``None``: not checked)."""
-        if type(r).__name__ in _SESSION_RECORDS:
-            return self._holders.get((r.run_id, r.session_id))  # type: ignore[union-attr]
+        """The lease holder ``r``'s session must still have; for a turn or tool result of
+        a session this store holds no lease of, :data:`~agentflow.store._pg_io.FREE`: no
+        other may hold a live one (it used to be written unchecked, into a session
+        another worker ran). ``None``: not checked — a record of no session, or the end
+        of one this store does not hold (a resume records the end of a session whose
+        final answer is recorded without claiming it)."""
+        name = type(r).__name__
+        if name in _SESSION_RECORDS:
+            held = self._holders.get((r.run_id, r.session_id))  # type: ignore[union-attr]
+            if held is None and name != "SessionEnded":
+                return io.FREE
+            return held
         return None
 
     def _as_store_error(self, exc: BaseException) -> BaseException:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentflow._errors import StoreError
+from agentflow._errors import ConfigError, StoreError
 from agentflow._logging import get_logger
 from agentflow._redact import redact
 from agentflow._seconds import check_lease_ttl
@@ -35,7 +35,7 @@ from agentflow.store._pg_conn import Watchdog, check_settings, connect, split_ds
 from agentflow.store._pg_schema import check_pg_schema
 from agentflow.store._pg_writer import MAX_HELD, PgWriter
 from agentflow.store._protocol import LeaseOwner, RunSummary
-from agentflow.store._records import StoredRun
+from agentflow.store._records import RunStarted, StoredRun
 from agentflow.store._sqlite_io import list_runs, read_run
 from agentflow.store._writer import STOP, Call
 
@@ -195,6 +195,22 @@ class PostgresStore(PgWriter):
     async def runs(self) -> list[RunSummary]:
         """Every stored run, newest first."""
         return await self._call(lambda conn: list_runs(io.Qmark(conn)))
+
+    async def create_run(self, record: RunStarted) -> None:
+        """Record a new run's start (``record``: attempt 0) now, after what was written
+        before: its row is made, or found taken, in one statement — two workers starting
+        one run id at once do not both get it (``Fleet.run`` checked with a load, then
+        wrote: both passed, and both ran every session).
+
+        Raises:
+            ConfigError: the run id is already in the store.
+        """
+        if record.attempt != 0:
+            raise ValueError(f"create_run takes a run's first attempt, got {record.attempt}")
+        if not await self._call(lambda conn: io.create_run(conn, record)):
+            raise ConfigError(
+                f"run_id {record.run_id!r} is already in {self!r}; resume it with Fleet.resume"
+            )
 
     async def start_attempt(self, run_id: str, wall_ns: int, clock_ns: int) -> int:
         """Record the next attempt at ``run_id`` and return its number."""

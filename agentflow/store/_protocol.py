@@ -26,6 +26,11 @@ and machines. What a backend must guarantee:
   that machines with skewed clocks agree.
 * **One number per attempt.** :meth:`Store.start_attempt` numbers a resumption
   atomically, so that two workers resuming one run at once get different numbers.
+* **One run per id.** A backend shared by several processes may add ``async
+  create_run(record)`` (not part of :class:`Store`: optional): a new run's
+  :class:`~agentflow.store.RunStarted` recorded at once, its row made or found taken in
+  one step (``ConfigError`` if taken), so two ``Fleet.run`` calls with one run id never
+  both run it. Without it, the record is written as any other.
 * **Secrets are not stored.** Records carry no endpoint credentials; backends must not
   add any (headers, URLs with user info).
 """

@@ -100,7 +100,7 @@ class Recorder:
             key, state = aliases(tracked)
             write(PolicyState(run_id=run_id, key=key, state=state))
 
-    def start_run(
+    async def start_run(
         self,
         sessions: Sequence[Session],
         wall_ns: int,
@@ -108,17 +108,22 @@ class Recorder:
         config: dict[str, Any] | None,
     ) -> None:
         """Record the attempt's start (and, for attempt 0, every session's start):
-        ``wall_ns`` and ``clock_ns`` are one moment on the wall clock and the fleet's."""
-        self.store.write(
-            RunStarted(
-                run_id=self.run_id,
-                attempt=self.attempt,
-                wall_ns=wall_ns,
-                clock_ns=clock_ns,
-                sessions=len(sessions),
-                config=config,
-            )
+        ``wall_ns`` and ``clock_ns`` are one moment on the wall clock and the fleet's.
+        A new run (attempt 0) goes through the store's ``create_run`` where it has one
+        (``PostgresStore``: the run's row made, or found taken, in one step)."""
+        started = RunStarted(
+            run_id=self.run_id,
+            attempt=self.attempt,
+            wall_ns=wall_ns,
+            clock_ns=clock_ns,
+            sessions=len(sessions),
+            config=config,
         )
+        create = getattr(self.store, "create_run", None) if self.attempt == 0 else None
+        if create is not None:
+            await create(started)
+        else:
+            self.store.write(started)
         if self.attempt == 0:
             for position, s in enumerate(sessions):
                 self.store.write(

@@ -25,6 +25,8 @@ to act on it as attributes, never only in its message::
     ├── BudgetExceeded          a fleet-wide token or cost budget is spent; ``.budget``
     ├── StoreError              a run store cannot be opened, read or written (``agentflow.store``)
     │   ├── RunNotFound         no run with that id in the store; ``.run_id``
+    │   ├── LeaseLost           a session's lease was taken by another worker: it stopped
+    │   │                       here; ``.run_id``, ``.session_id``
     │   ├── RecordsLeftOut      records a commit left out, each failing on its own; ``.lost``
     │   └── StoreBacklogFull    a turn or tool result refused: as many as the store holds
     │                           wait to be committed (its server unreachable); ``.waiting``,
@@ -75,6 +77,7 @@ __all__ = [
     "ConnectError",
     "ContextLengthExceeded",
     "ContextOverflow",
+    "LeaseLost",
     "MaxTurnsExceeded",
     "RateLimitError",
     "RecordsLeftOut",
@@ -256,6 +259,27 @@ class RecordsLeftOut(StoreError):
             f"{where}: {len(lost)} record(s) left out, each failing on its own (the rest of "
             f"their batch was committed): {named}{more}"
         )
+
+
+class LeaseLost(StoreError):
+    """A recorded session's lease was taken by another worker — this one stalled past
+    ``lease_ttl_s`` (a paused process, a store it could not reach), and the lease
+    expired — as a renewal found. The session stops at its next step here (its next
+    turn's or tool's record): the other worker runs it now, and this one's records of it
+    would be refused anyway (fenced). It is the session's error in the run's result.
+
+    Attributes:
+        run_id: the run.
+        session_id: the session.
+    """
+
+    def __init__(self, run_id: str, session_id: str) -> None:
+        super().__init__(
+            f"run {run_id!r}: session {session_id!r}'s lease was taken by another worker "
+            "(this one's expired): it stopped here, the other runs it"
+        )
+        self.run_id = run_id
+        self.session_id = session_id
 
 
 class StoreBacklogFull(StoreError):

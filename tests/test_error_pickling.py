@@ -51,6 +51,7 @@ SAMPLES: dict[str, E.AgentflowError] = {
     ),
     "StoreError": E.StoreError("store"),
     "RunNotFound": E.RunNotFound("run-1", "runs.db"),
+    "LeaseLost": E.LeaseLost("run-1", "s0"),
     "RecordsLeftOut": E.RecordsLeftOut([("turn s/1", ValueError("x"))], "runs.db"),
     "StoreBacklogFull": E.StoreBacklogFull(5, 5, "PostgreSQL db", "the server is down"),
     "WorkerError": E.WorkerError("gone", worker=1, exitcode=-9),

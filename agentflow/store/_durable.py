@@ -63,6 +63,7 @@ class DurableRun:
         self.recorder = Recorder(store, run_id, attempt)
         self.ticker = Ticker(lease_ttl_s / 3)
         self.leases = LeaseKeeper(store, run_id, lease_ttl_s, self.ticker)
+        self.recorder.lost = self.leases.lost  # a session whose lease is lost stops
         #: A resumed attempt's gate (the sessions it runs are claimed as they start).
         self.gate: SessionGate | None = None
         #: Per session of the run, in order: a Session that runs now (or, resumed, may

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentflow._errors import StoreError
+from agentflow._errors import LeaseLost, StoreError
 from agentflow._logging import get_logger
 from agentflow._trace import ToolCall
 from agentflow.store._codec import agent_info, session_task
@@ -58,6 +58,7 @@ class Recorder:
         "_calibrators",
         "_policy_saved",
         "attempt",
+        "lost",
         "on_session_end",
         "retries",
         "run_id",
@@ -82,6 +83,9 @@ class Recorder:
         #: Called with a session's id once its end is written (a fresh run gives its
         #: lease back then: ``DurableRun``).
         self.on_session_end: Callable[[str], None] | None = None
+        #: Sessions whose lease another worker took (the :class:`LeaseKeeper`'s set):
+        #: their next turn or tool result ends them with :class:`LeaseLost`.
+        self.lost: set[str] = set()
 
     def track_policies(
         self, agents: Iterable[Agent], keys: Mapping[int, str] | None = None
@@ -172,7 +176,15 @@ class Recorder:
         rewrite: list[RewriteItem] | None,
     ) -> None:
         """Record a finished turn: only the assistant message it appended, and what the
-        context policy changed in the history before it (``rewrite``, a delta)."""
+        context policy changed in the history before it (``rewrite``, a delta).
+
+        Raises:
+            LeaseLost: another worker took the session's lease: it stops here (its tools
+                do not run) — it used to go on, calling the model and running tools for
+                the rest of its life, every record refused.
+        """
+        if self.lost and session.session_id in self.lost:
+            raise LeaseLost(self.run_id, session.session_id)
         failed = record.failed_attempts
         self.retries += len(failed)
         self.store.write(
@@ -202,7 +214,14 @@ class Recorder:
         duration_s: float,
         truncated_chars: int,
     ) -> None:
-        """Record a tool's result, before it is appended to the conversation."""
+        """Record a tool's result, before it is appended to the conversation.
+
+        Raises:
+            LeaseLost: another worker took the session's lease (see
+                :meth:`turn_finished`): its other tools are cancelled, no turn follows.
+        """
+        if self.lost and session.session_id in self.lost:
+            raise LeaseLost(self.run_id, session.session_id)
         self.store.write(
             ToolFinished(
                 run_id=self.run_id,
@@ -257,13 +276,15 @@ class LeaseKeeper:
         self._task: asyncio.Task[None] | None = None
         #: Sessions whose lease this attempt holds (as of the last claim or renewal).
         self.held: set[str] = set()
-        #: Sessions whose lease was lost (taken by another worker after expiring).
+        #: Sessions whose lease was lost (taken by another worker after expiring): the
+        #: recorder stops them (it shares this set: ``DurableRun``).
         self.lost: set[str] = set()
 
     async def claim(self, session_ids: Sequence[str]) -> list[str]:
         """Take the free leases among ``session_ids``; renew them from now on."""
         got = await self.store.claim(self.run_id, session_ids, self.owner, self.ttl_s)
         self.held.update(got)
+        self.lost.difference_update(got)
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._renew())
         return got

@@ -21,6 +21,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentflow._errors import ConfigError, StoreError
@@ -190,7 +191,7 @@ class PostgresStore(PgWriter):
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 return read_run(io.Qmark(conn), run_id, self._where, only)
 
-        return await self._call(read)
+        return _nul_call_ids(await self._call(read))
 
     async def runs(self) -> list[RunSummary]:
         """Every stored run, newest first."""
@@ -324,3 +325,23 @@ class PostgresStore(PgWriter):
             return current
         _log.warning("store.reconnected", store=self._where)
         return self._conn
+
+
+def _nul_call_ids(run: StoredRun) -> StoredRun:
+    """``run`` with each tool result keyed by its call's id as the turn's trace has it.
+    A NUL in a call's id is kept as U+FFFD in ``tool_calls.call_id`` (``TEXT`` cannot
+    hold it) and as itself in the trace (JSON): the result no longer matched its call,
+    and a resume failed ("no recorded result") or ran the tool again."""
+    for s in run.sessions:
+        for t in s.turns:
+            calls = t.trace.tool_calls
+            for c in calls:
+                if "\x00" not in c.id or c.id in t.tool_results:
+                    continue
+                stored = c.id.replace("\x00", "\ufffd")  # as _pg_io._t stored it
+                if any(other.id == stored for other in calls):
+                    continue  # (that id's own: never taken for another's)
+                kept = t.tool_results.pop(stored, None)
+                if kept is not None:
+                    t.tool_results[c.id] = replace(kept, call_id=c.id)
+    return run

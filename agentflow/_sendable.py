@@ -12,7 +12,7 @@ the field), and what a *tool* returns, which nobody can fix in time, is repaired
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -37,27 +37,38 @@ def sendable_text(text: str) -> str:
     return text
 
 
-def check_sendable(value: Any, where: str) -> None:
+def check_sendable(
+    value: Any,
+    where: str,
+    *,
+    encode: Callable[[Any], object] = _encode,
+    carrier: str = "a request",
+) -> None:
     """Raise :class:`ConfigError` if ``value`` cannot be part of a request body; the
-    message starts with ``where`` and names the item inside ``value`` that fails."""
+    message starts with ``where`` and names the item inside ``value`` that fails.
+
+    A run store checks what it keeps but never sends (a session's metadata, a run's
+    config) with its own ``encode`` (which stores an object JSON has no form for as its
+    ``repr``) and ``carrier="a run store"``."""
     try:
-        _encode(value)
-    except (TypeError, ValueError, OverflowError) as exc:  # UnicodeEncodeError is a ValueError
-        raise ConfigError(f"{where}{_why(value, '', exc)}") from None
+        encode(value)
+    except Exception as exc:  # UnicodeEncodeError is a ValueError; a repr may raise anything
+        raise ConfigError(f"{where}{_why(value, '', exc, carrier)}") from None
 
 
-def _why(value: Any, path: str, exc: Exception) -> str:
-    """Where in ``value`` (at ``path``) the first text a request cannot carry is, and
+def _why(value: Any, path: str, exc: Exception, carrier: str) -> str:
+    """Where in ``value`` (at ``path``) the first text ``carrier`` cannot carry is, and
     why; else the encoder's own words."""
     found = _lone_surrogate(value, path)
     if found is not None:
         at, char, index = found
         return (
-            f"{at} holds a lone surrogate, U+{ord(char):04X} at index {index}, which a "
-            "request cannot carry (JSON in UTF-8): replace it (or decode the bytes it came "
-            "from with errors='replace')"
+            f"{at} holds a lone surrogate, U+{ord(char):04X} at index {index}, which "
+            f"{carrier} cannot carry (JSON in UTF-8): replace it (or decode the bytes it "
+            "came from with errors='replace')"
         )
-    return f"{path} cannot be sent as JSON: {exc}"
+    done = "sent" if carrier == "a request" else f"kept by {carrier}"
+    return f"{path} cannot be {done} as JSON: {exc}"
 
 
 def _lone_surrogate(value: Any, path: str) -> tuple[str, str, int] | None:

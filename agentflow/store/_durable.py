@@ -17,9 +17,11 @@ from typing import TYPE_CHECKING, Any
 from agentflow._errors import ConfigError, RunNotFound, StoreError
 from agentflow._gather import gather_or_cancel
 from agentflow._logging import get_logger
+from agentflow._sendable import check_sendable
 from agentflow._session import Session, SessionResult
 from agentflow.store._budgets import recharge
 from agentflow.store._claims import SessionGate, Ticker
+from agentflow.store._codec import encode
 from agentflow.store._policies import restore_keys
 from agentflow.store._protocol import Store
 from agentflow.store._recorder import LeaseKeeper, Recorder
@@ -95,7 +97,8 @@ class DurableRun:
 
         Raises:
             ConfigError: ``run_id`` is already in the store, or is empty; it, a session
-                id or an agent name holds a NUL or is too long (:func:`check_name`).
+                id or an agent name holds a NUL or is too long (:func:`check_name`);
+                ``config`` or a session's metadata holds a lone surrogate.
             StoreError: another worker holds some of the sessions' leases (two runs of
                 one id started at once through a store without ``create_run``).
         """
@@ -103,10 +106,15 @@ class DurableRun:
             if not isinstance(run_id, str) or not run_id.strip():
                 raise ConfigError(f"run_id must be a non-empty string, got {run_id!r}")
             check_name(run_id, "run_id")
+        # What is kept but never sent: not checked when made (a session's metadata may
+        # hold objects JSON has no form for — kept as their repr — but no lone surrogate).
+        # Left out at the run's end, the run's row took every session's with it.
+        check_sendable(config, "run_config", encode=encode, carrier="a run store")
         for s in sessions:
             label = f"session {shortened(str(s.session_id))!r}"
             check_name(s.session_id, f"{label}: session_id")
             check_name(s.agent.name, f"{label}: its agent's name")
+            check_sendable(s.metadata, f"{label}: metadata", encode=encode, carrier="a run store")
         await store.open()
         if run_id is not None:
             with contextlib.suppress(RunNotFound):

@@ -6,14 +6,19 @@ the thread), and later records are committed."""
 from __future__ import annotations
 
 import asyncio
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from agentflow import RecordsLeftOut
-from agentflow.store import RunStarted, SQLiteStore
+from agentflow import ConfigError, Fleet, RecordsLeftOut
+from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow.store import PostgresStore, RunStarted, SQLiteStore, Store
 
 from ..wait import GUARD_S
+from .fleets import agents, driver
 
 
 class _Unprintable:
@@ -48,3 +53,60 @@ def test_an_unencodable_record_is_a_store_error_and_the_writer_lives_on(
         ("RunStarted of run bad", "ValueError('no repr')")
     ]
     assert runs == ["ok"]  # the bad record was left out, the writer went on
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
+    if request.param == "sqlite":
+        return lambda: SQLiteStore(tmp_path / "runs.db")
+    dsn: str = request.getfixturevalue("postgres_db")
+    return lambda: PostgresStore(dsn)
+
+
+async def _run(store: Store, metadata: dict[str, Any] | None, config: Any) -> None:
+    transport = SimTransport(driver())
+    try:
+        fleet = Fleet(transport, clock=loop_clock, store=store)
+        sessions = [agents()[0].session(f"task {i}", session_id=f"s{i}") for i in range(3)]
+        sessions.append(agents()[0].session("task", session_id="odd", metadata=metadata))
+        await fleet.run(sessions, run_id="r", run_config=config)
+    finally:
+        await store.aclose()
+        await transport.aclose()
+
+
+async def _runs(store: Store) -> list[str]:
+    try:
+        await store.open()
+        return [r.run_id for r in await store.runs()]
+    finally:
+        await store.aclose()
+
+
+BAD = os.fsdecode(b"report-\xe9.txt")  # 'report-\udce9.txt': an undecodable file name
+
+
+@pytest.mark.parametrize(
+    ("metadata", "config", "refused"),
+    [
+        ({"file": BAD}, None, r"session 'odd': metadata\['file'\] holds a lone surrogate"),
+        (None, {"input": [BAD]}, r"run_config\['input'\]\[0\] holds a lone surrogate"),
+        ({"x": _Unprintable()}, None, r"session 'odd': metadata cannot be kept by a run store"),
+    ],
+    ids=["metadata", "run_config", "unprintable"],
+)
+def test_what_a_run_keeps_but_never_sends_is_checked_before_anything_runs(
+    make_store: Callable[[], Store], metadata: Any, config: Any, refused: str
+) -> None:
+    """A session's metadata or the run's config that the store cannot keep is a
+    ConfigError naming it, before anything is recorded or run: the run's records were
+    left out at its end, after every session ran — with run_config, the run's row, and
+    every session's with it."""
+    with pytest.raises(ConfigError, match=refused):
+        run_virtual(_run(make_store(), metadata, config))
+    assert asyncio.run(_runs(make_store())) == []
+
+
+def test_metadata_json_has_no_form_for_is_still_kept_as_its_repr(tmp_path: Path) -> None:
+    run_virtual(_run(SQLiteStore(tmp_path / "runs.db"), {"when": object()}, None))
+    assert asyncio.run(_runs(SQLiteStore(tmp_path / "runs.db"))) == ["r"]

@@ -130,8 +130,9 @@ PG_RELATIONS = tuple(re.findall(r"CREATE (?:TABLE|INDEX) IF NOT EXISTS (\w+)", P
 
 def check_pg_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str, where: str) -> None:
     """Create the schema and its tables in a new database; refuse one of another
-    version. Workers opening one database at once take turns (an advisory lock), so
-    two never race to create the same table.
+    version, or a schema that holds tables and no agentflow version (another
+    application's: :func:`_refuse_foreign`). Workers opening one database at once take
+    turns (an advisory lock), so two never race to create the same table.
 
     Where the schema, every table and index, and the version row exist already, nothing
     is created (no DDL is run): a role that may only read and write the tables an
@@ -148,6 +149,7 @@ def check_pg_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str, w
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentflow.store.schema'))")
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
             conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(sql.Identifier(schema)))
+            _refuse_foreign(conn, schema, where)
             conn.execute(PG_SCHEMA)
             row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
             if row is None:
@@ -162,6 +164,40 @@ def check_pg_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str, w
         conn.execute(
             "UPDATE meta SET value = %s WHERE key = 'schema_version' AND value = ANY(%s)",
             (str(SCHEMA_VERSION), sorted(OLDER_VERSIONS)),
+        )
+
+
+def _refuse_foreign(conn: psycopg.Connection[tuple[object, ...]], schema: str, where: str) -> None:
+    """Refuse a schema that holds tables and no agentflow schema version: another
+    application's (``schema="public"``, say), whose ``meta`` got this store's version and
+    beside whose tables this store's were made (it used to take it over, then fail on a
+    foreign ``sessions`` table). This store's tables are made in one transaction with
+    the version, so its own schema always has one. Reads only; run in the caller's
+    transaction (the failed read of a foreign ``meta`` in a savepoint)."""
+    import psycopg
+
+    tables = sorted(
+        str(name)
+        for (name,) in conn.execute(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')",
+            (schema,),
+        )
+    )
+    if not tables:
+        return
+    row = None
+    if "meta" in tables:
+        try:
+            with conn.transaction():  # a savepoint: a foreign meta may lack these columns
+                row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except psycopg.Error:
+            row = None
+    if row is None:
+        more = ", ..." if len(tables) > 5 else ""
+        raise StoreError(
+            f"{where}: not an agentflow store (schema {schema} holds {', '.join(tables[:5])}"
+            f"{more} and no agentflow schema version); give PostgresStore a schema of its own"
         )
 
 

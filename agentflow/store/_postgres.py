@@ -10,7 +10,9 @@ in one transaction (one round trip, not one per statement) and commits once; lib
 releases the GIL while it waits for the server.
 
 Everything that touches the database — writes, reads, lease changes — runs on that
-thread in the order it was asked for: a read sees every record written before it.
+thread in the order it was asked for: a read sees every record written before it, or —
+while some of them wait to be committed (the server refused their batch, or cannot be
+reached) — raises a :class:`StoreError` saying so.
 """
 
 from __future__ import annotations
@@ -179,11 +181,37 @@ class PostgresStore(PgWriter):
     async def _call(self, fn: Callable[[Conn], T]) -> T:
         return await super()._call(self._watchdog.wrap(fn))
 
+    async def _read(self, fn: Callable[[Conn], T], refused: str) -> T:
+        """``fn`` (a read, or a claim, which reads the sessions' rows) run after what was
+        written before, as every call is — and refused while some of that waits to be
+        committed (:meth:`_refuse_while_held`): it would not see it. (It answered without
+        it, silently, where a flush would have raised.)"""
+
+        def read(conn: Conn) -> T:
+            self._refuse_while_held(refused)
+            return fn(conn)
+
+        return await self._call(read)
+
+    def _refuse_while_held(self, refused: str) -> None:
+        """On the writer thread: a :class:`StoreError` (``refused``: what is not done) if
+        records written before are held, not committed."""
+        if self._pending:
+            raise StoreError(
+                f"{self._where}: {refused}: {len(self._pending)} record(s) written before "
+                f"are not committed yet ({self._pending_error})"
+            )
+
     # --- reads and leases (on the writer thread, after what was written before) ---------
 
     async def load(self, run_id: str, sessions: Sequence[str] | None = None) -> StoredRun:
         """Everything recorded about ``run_id`` (or only its ``sessions``), from one
-        snapshot; :class:`RunNotFound` if nothing is."""
+        snapshot; :class:`RunNotFound` if nothing is.
+
+        Raises:
+            StoreError: records written before wait to be committed (the server refused
+                their batch, or cannot be reached): the answer would not hold them.
+        """
         only = None if sessions is None else list(sessions)
 
         def read(conn: Conn) -> StoredRun:
@@ -191,11 +219,12 @@ class PostgresStore(PgWriter):
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 return read_run(io.Qmark(conn), run_id, self._where, only)
 
-        return _nul_call_ids(await self._call(read))
+        return _nul_call_ids(await self._read(read, f"run {run_id!r} not read"))
 
     async def runs(self) -> list[RunSummary]:
-        """Every stored run, newest first."""
-        return await self._call(lambda conn: list_runs(io.Qmark(conn)))
+        """Every stored run, newest first (a :class:`StoreError` while records written
+        before wait to be committed, as :meth:`load`)."""
+        return await self._read(lambda conn: list_runs(io.Qmark(conn)), "runs not listed")
 
     async def create_run(self, record: RunStarted) -> None:
         """Record a new run's start (``record``: attempt 0) now, after what was written
@@ -223,7 +252,9 @@ class PostgresStore(PgWriter):
         self, run_id: str, session_ids: Sequence[str], owner: LeaseOwner, ttl_s: float
     ) -> list[str]:
         """Take the free leases among ``session_ids`` for ``ttl_s`` seconds (on the
-        server's clock). Free: nobody holds it, it expired, or it is ``owner``'s."""
+        server's clock). Free: nobody holds it, it expired, or it is ``owner``'s. A
+        :class:`StoreError` while records written before wait to be committed (a session
+        whose start waits would not be found), as :meth:`load`."""
         check_lease_ttl(ttl_s, "PostgresStore.claim: ttl_s")
         ids, me = list(session_ids), str(owner)
 
@@ -232,7 +263,7 @@ class PostgresStore(PgWriter):
             self._holders.update(((run_id, sid), me) for sid in got)
             return got
 
-        return await self._call(take)
+        return await self._read(take, f"sessions of run {run_id!r} not claimed")
 
     async def renew(self, run_id: str, owner: LeaseOwner, ttl_s: float) -> list[str]:
         """Extend ``owner``'s leases in the run; returns the session ids it still holds."""
@@ -253,11 +284,7 @@ class PostgresStore(PgWriter):
         me, ids = str(owner), None if sessions is None else list(sessions)
 
         def give(conn: Conn) -> None:
-            if self._pending:
-                raise StoreError(
-                    f"{self._where}: leases of run {run_id!r} kept: {len(self._pending)} "
-                    f"record(s) written before are not committed yet ({self._pending_error})"
-                )
+            self._refuse_while_held(f"leases of run {run_id!r} kept")
             io.release(conn, run_id, me, ids)
             for key in [k for k, v in self._holders.items() if v == me and k[0] == run_id]:
                 if ids is None or key[1] in ids:
@@ -267,7 +294,9 @@ class PostgresStore(PgWriter):
 
     async def conflicts(self, run_id: str) -> list[str]:
         """Writes refused because their key was already recorded, or because their
-        session's lease was no longer this store's (``fenced …``): ``kind key`` lines."""
+        session's lease was no longer this store's (``fenced …``): ``kind key`` lines (a
+        :class:`StoreError` while records written before wait to be committed, as
+        :meth:`load`)."""
 
         def read(conn: Conn) -> list[str]:
             rows = conn.execute(
@@ -275,7 +304,7 @@ class PostgresStore(PgWriter):
             ).fetchall()
             return [f"{k} {key}" for k, key in rows]
 
-        return await self._call(read)
+        return await self._read(read, f"conflicts of run {run_id!r} not read")
 
     # --- the writer thread ------------------------------------------------------------
 

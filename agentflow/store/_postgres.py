@@ -191,7 +191,28 @@ class PostgresStore(PgWriter):
             self._refuse_while_held(refused)
             return fn(conn)
 
-        return await self._call(read)
+        return await self._call(self._again(read))
+
+    def _again(self, fn: Callable[[Conn], T]) -> Callable[[Conn], T]:
+        """``fn``, an idempotent call (a read, a claim by its owner, a renewal, a
+        release), tried once more on a new connection when it failed because the
+        store's was lost — an idle connection's loss (a server restart, an idle-session
+        timeout, an administrator) is only found by the next statement: the next
+        ``Fleet.run`` failed at once, with the server up (commits already rode such a
+        loss out). Not for :meth:`start_attempt` or :meth:`create_run`: done twice, they
+        would not answer the same."""
+
+        def once_more(conn: Conn) -> T:
+            try:
+                return fn(conn)
+            except Exception:
+                fresh = self._usable(conn) if conn.closed else conn
+                if fresh is conn:
+                    raise
+                _log.warning("store.call_again", store=self._where)
+                return fn(fresh)
+
+        return once_more
 
     def _refuse_while_held(self, refused: str) -> None:
         """On the writer thread: a :class:`StoreError` (``refused``: what is not done) if
@@ -268,7 +289,7 @@ class PostgresStore(PgWriter):
     async def renew(self, run_id: str, owner: LeaseOwner, ttl_s: float) -> list[str]:
         """Extend ``owner``'s leases in the run; returns the session ids it still holds."""
         check_lease_ttl(ttl_s, "PostgresStore.renew: ttl_s")
-        return await self._call(lambda conn: io.renew(conn, run_id, str(owner), ttl_s))
+        return await self._call(self._again(lambda conn: io.renew(conn, run_id, str(owner), ttl_s)))
 
     async def release(
         self, run_id: str, owner: LeaseOwner, sessions: Sequence[str] | None = None
@@ -290,7 +311,7 @@ class PostgresStore(PgWriter):
                 if ids is None or key[1] in ids:
                     del self._holders[key]
 
-        await self._call(give)
+        await self._call(self._again(give))
 
     async def conflicts(self, run_id: str) -> list[str]:
         """Writes refused because their key was already recorded, or because their

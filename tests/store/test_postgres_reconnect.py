@@ -45,9 +45,8 @@ def test_a_lost_connection_is_replaced_and_nothing_is_lost(postgres_db: str, nex
             store.write(tool_result(i))
         await store.flush()
         ended = await asyncio.to_thread(_end_the_stores_connections, postgres_db)
-        if next_use == "read":  # a read meets the loss first: it fails, says so
-            with pytest.raises(Exception, match=r"terminat|closed|connection"):
-                await store.runs()
+        if next_use == "read":  # a read meets the loss first: tried again on a new one
+            assert await store.runs() == []  # (it failed: test_postgres_idle_lost.py)
         for i in range(3, 6):  # a batch meets the loss (or the new connection)
             store.write(tool_result(i))
         await store.flush()  # committed on a new connection: no error left

@@ -23,7 +23,6 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from agentflow._errors import ConfigError, StoreError
@@ -34,9 +33,10 @@ from agentflow._threads import thread_result
 from agentflow.store import _pg_conn
 from agentflow.store import _pg_io as io
 from agentflow.store._closing import wait_through_cancel
+from agentflow.store._pg_calls import PgCalls, nul_call_ids
 from agentflow.store._pg_conn import Watchdog, check_settings, connect, split_dsn
 from agentflow.store._pg_schema import check_pg_schema
-from agentflow.store._pg_writer import MAX_HELD, PgWriter
+from agentflow.store._pg_writer import MAX_HELD
 from agentflow.store._protocol import LeaseOwner, RunSummary
 from agentflow.store._records import RunStarted, StoredRun
 from agentflow.store._sqlite_io import list_runs, read_run
@@ -54,7 +54,7 @@ Conn = Any  # psycopg.Connection, imported lazily (the ``pg`` extra)
 RECONNECT_EVERY_S = 1.0
 
 
-class PostgresStore(PgWriter):
+class PostgresStore(PgCalls):
     """A run store in a PostgreSQL database (schema: ``docs/store.md``).
 
     The DSN is a libpq connection string (``postgresql://USER@HOST/DB`` or
@@ -181,48 +181,6 @@ class PostgresStore(PgWriter):
     async def _call(self, fn: Callable[[Conn], T]) -> T:
         return await super()._call(self._watchdog.wrap(fn))
 
-    async def _read(self, fn: Callable[[Conn], T], refused: str) -> T:
-        """``fn`` (a read, or a claim, which reads the sessions' rows) run after what was
-        written before, as every call is — and refused while some of that waits to be
-        committed (:meth:`_refuse_while_held`): it would not see it. (It answered without
-        it, silently, where a flush would have raised.)"""
-
-        def read(conn: Conn) -> T:
-            self._refuse_while_held(refused)
-            return fn(conn)
-
-        return await self._call(self._again(read))
-
-    def _again(self, fn: Callable[[Conn], T]) -> Callable[[Conn], T]:
-        """``fn``, an idempotent call (a read, a claim by its owner, a renewal, a
-        release), tried once more on a new connection when it failed because the
-        store's was lost — an idle connection's loss (a server restart, an idle-session
-        timeout, an administrator) is only found by the next statement: the next
-        ``Fleet.run`` failed at once, with the server up (commits already rode such a
-        loss out). Not for :meth:`start_attempt` or :meth:`create_run`: done twice, they
-        would not answer the same."""
-
-        def once_more(conn: Conn) -> T:
-            try:
-                return fn(conn)
-            except Exception:
-                fresh = self._usable(conn) if conn.closed else conn
-                if fresh is conn:
-                    raise
-                _log.warning("store.call_again", store=self._where)
-                return fn(fresh)
-
-        return once_more
-
-    def _refuse_while_held(self, refused: str) -> None:
-        """On the writer thread: a :class:`StoreError` (``refused``: what is not done) if
-        records written before are held, not committed."""
-        if self._pending:
-            raise StoreError(
-                f"{self._where}: {refused}: {len(self._pending)} record(s) written before "
-                f"are not committed yet ({self._pending_error})"
-            )
-
     # --- reads and leases (on the writer thread, after what was written before) ---------
 
     async def load(self, run_id: str, sessions: Sequence[str] | None = None) -> StoredRun:
@@ -240,7 +198,7 @@ class PostgresStore(PgWriter):
                 conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 return read_run(io.Qmark(conn), run_id, self._where, only)
 
-        return _nul_call_ids(await self._read(read, f"run {run_id!r} not read"))
+        return nul_call_ids(await self._read(read, f"run {run_id!r} not read"))
 
     async def runs(self) -> list[RunSummary]:
         """Every stored run, newest first (a :class:`StoreError` while records written
@@ -375,23 +333,3 @@ class PostgresStore(PgWriter):
             return current
         _log.warning("store.reconnected", store=self._where)
         return self._conn
-
-
-def _nul_call_ids(run: StoredRun) -> StoredRun:
-    """``run`` with each tool result keyed by its call's id as the turn's trace has it.
-    A NUL in a call's id is kept as U+FFFD in ``tool_calls.call_id`` (``TEXT`` cannot
-    hold it) and as itself in the trace (JSON): the result no longer matched its call,
-    and a resume failed ("no recorded result") or ran the tool again."""
-    for s in run.sessions:
-        for t in s.turns:
-            calls = t.trace.tool_calls
-            for c in calls:
-                if "\x00" not in c.id or c.id in t.tool_results:
-                    continue
-                stored = c.id.replace("\x00", "\ufffd")  # as _pg_io._t stored it
-                if any(other.id == stored for other in calls):
-                    continue  # (that id's own: never taken for another's)
-                kept = t.tool_results.pop(stored, None)
-                if kept is not None:
-                    t.tool_results[c.id] = replace(kept, call_id=c.id)
-    return run

@@ -1,0 +1,88 @@
+"""What :class:`~agentflow.store.PostgresStore`'s reads and lease calls add to a call
+of its writer thread (``store/_writer.py``): refused while records written before it are
+held, not committed (it would not see them); tried once more on a new connection when
+the store's idle one was found lost; and a loaded run's tool results keyed by the ids
+their calls have (a NUL, which ``TEXT`` keeps as U+FFFD)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any, TypeVar
+
+from agentflow._errors import StoreError
+from agentflow._logging import get_logger
+from agentflow.store._pg_writer import PgWriter
+from agentflow.store._records import StoredRun
+
+__all__ = ["PgCalls", "nul_call_ids"]
+
+_log = get_logger("agentflow.store")
+T = TypeVar("T")
+Conn = Any  # psycopg.Connection, imported lazily (the ``pg`` extra)
+
+
+class PgCalls(PgWriter):
+    """The calls' side of :class:`~agentflow.store.PostgresStore` (see the module)."""
+
+    async def _read(self, fn: Callable[[Conn], T], refused: str) -> T:
+        """``fn`` (a read, or a claim, which reads the sessions' rows) run after what was
+        written before, as every call is — and refused while some of that waits to be
+        committed (:meth:`_refuse_while_held`): it would not see it. (It answered without
+        it, silently, where a flush would have raised.)"""
+
+        def read(conn: Conn) -> T:
+            self._refuse_while_held(refused)
+            return fn(conn)
+
+        return await self._call(self._again(read))
+
+    def _again(self, fn: Callable[[Conn], T]) -> Callable[[Conn], T]:
+        """``fn``, an idempotent call (a read, a claim by its owner, a renewal, a
+        release), tried once more on a new connection when it failed because the
+        store's was lost — an idle connection's loss (a server restart, an idle-session
+        timeout, an administrator) is only found by the next statement: the next
+        ``Fleet.run`` failed at once, with the server up (commits already rode such a
+        loss out). Not for ``start_attempt`` or ``create_run``: done twice, they
+        would not answer the same."""
+
+        def once_more(conn: Conn) -> T:
+            try:
+                return fn(conn)
+            except Exception:
+                fresh = self._usable(conn) if conn.closed else conn
+                if fresh is conn:
+                    raise
+                _log.warning("store.call_again", store=self._where)
+                return fn(fresh)
+
+        return once_more
+
+    def _refuse_while_held(self, refused: str) -> None:
+        """On the writer thread: a :class:`StoreError` (``refused``: what is not done) if
+        records written before are held, not committed."""
+        if self._pending:
+            raise StoreError(
+                f"{self._where}: {refused}: {len(self._pending)} record(s) written before "
+                f"are not committed yet ({self._pending_error})"
+            )
+
+
+def nul_call_ids(run: StoredRun) -> StoredRun:
+    """``run`` with each tool result keyed by its call's id as the turn's trace has it.
+    A NUL in a call's id is kept as U+FFFD in ``tool_calls.call_id`` (``TEXT`` cannot
+    hold it) and as itself in the trace (JSON): the result no longer matched its call,
+    and a resume failed ("no recorded result") or ran the tool again."""
+    for s in run.sessions:
+        for t in s.turns:
+            calls = t.trace.tool_calls
+            for c in calls:
+                if "\x00" not in c.id or c.id in t.tool_results:
+                    continue
+                stored = c.id.replace("\x00", "\ufffd")  # as _pg_io._t stored it
+                if any(other.id == stored for other in calls):
+                    continue  # (that id's own: never taken for another's)
+                kept = t.tool_results.pop(stored, None)
+                if kept is not None:
+                    t.tool_results[c.id] = replace(kept, call_id=c.id)
+    return run

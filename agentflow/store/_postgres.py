@@ -178,8 +178,8 @@ class PostgresStore(PgCalls):
                 io.drop_marker(conn, self._marker)
         return STOP
 
-    async def _call(self, fn: Callable[[Conn], T]) -> T:
-        return await super()._call(self._watchdog.wrap(fn))
+    async def _call(self, fn: Callable[[Conn], T], *, unordered: bool = False) -> T:
+        return await super()._call(self._watchdog.wrap(fn), unordered=unordered)
 
     # --- reads and leases (on the writer thread, after what was written before) ---------
 
@@ -245,9 +245,17 @@ class PostgresStore(PgCalls):
         return await self._read(take, f"sessions of run {run_id!r} not claimed")
 
     async def renew(self, run_id: str, owner: LeaseOwner, ttl_s: float) -> list[str]:
-        """Extend ``owner``'s leases in the run; returns the session ids it still holds."""
+        """Extend ``owner``'s leases in the run; returns the session ids it still holds.
+
+        It does not wait for the records written before it to be committed, nor for a
+        held batch to be tried again (either may wait out ``statement_timeout_s``, past
+        the leases' expiry): only for a commit already under way (``docs/store-postgres.md``).
+        """
         check_lease_ttl(ttl_s, "PostgresStore.renew: ttl_s")
-        return await self._call(self._again(lambda conn: io.renew(conn, run_id, str(owner), ttl_s)))
+        me = str(owner)
+        return await self._call(
+            self._again(lambda conn: io.renew(conn, run_id, me, ttl_s)), unordered=True
+        )
 
     async def release(
         self, run_id: str, owner: LeaseOwner, sessions: Sequence[str] | None = None

@@ -13,9 +13,9 @@ plain thread) is queued alone, and the thread gathers what follows for
 Reads, lease changes and flushes hand over the loop's batch first, then put a
 :class:`Call` on the queue and await its answer: the thread writes every record before
 a call in one transaction, then runs the call — so a call sees everything written
-before it. :class:`BatchWriter` is that loop; :class:`~agentflow.store.SQLiteStore` and
-:class:`~agentflow.store.PostgresStore` add their connection, their transaction
-(``_commit``) and their error wording.
+before it (but an unordered one: :attr:`Call.unordered`). :class:`BatchWriter` is that
+loop; :class:`~agentflow.store.SQLiteStore` and :class:`~agentflow.store.PostgresStore`
+add their connection, their transaction (``_commit``) and their error wording.
 
 What a ``kill -9`` loses is unchanged: the records of the batch not yet committed —
 at most ``batch_interval_s`` of them, whether they wait in the loop's list or in the
@@ -77,12 +77,17 @@ class Batch(list[Item]):
 class Call(Generic[C]):
     """Work for the writer thread that answers (a read, a lease change, a flush)."""
 
-    __slots__ = ("fn", "future", "stop")
+    __slots__ = ("fn", "future", "stop", "unordered")
 
-    def __init__(self, fn: Callable[[C], Any], *, stop: bool = False) -> None:
+    def __init__(
+        self, fn: Callable[[C], Any], *, stop: bool = False, unordered: bool = False
+    ) -> None:
         self.fn = fn
         #: The closing call: it runs even when its caller stopped waiting.
         self.stop = stop
+        #: Needs nothing written before it (a lease renewal): run before the records ahead
+        #: of it are committed; a batch of such calls alone tries no commit (nor a held one).
+        self.unordered = unordered
         self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
 
 
@@ -211,9 +216,9 @@ class BatchWriter(WriterErrors, Generic[C]):
     def _start(self) -> None:
         raise NotImplementedError
 
-    async def _call(self, fn: Callable[[C], T]) -> T:
+    async def _call(self, fn: Callable[[C], T], *, unordered: bool = False) -> T:
         self._start()
-        call: Call[C] = Call(fn)
+        call: Call[C] = Call(fn, unordered=unordered)
         self._hand_over()
         with self._lock:  # not after the stop call, or a failed open's drain (_fail_all)
             if self._closed:
@@ -309,9 +314,10 @@ class BatchWriter(WriterErrors, Generic[C]):
             if not isinstance(item, Call):
                 records.append(item)
                 continue
-            conn = self._usable(conn)
-            self._commit(conn, records, mark)
-            records, mark = [], None
+            if not item.unordered:
+                conn = self._usable(conn)
+                self._commit(conn, records, mark)
+                records, mark = [], None
             # A caller that stopped waiting (cancelled) cancelled its future: its call is
             # skipped (no lease taken that nobody knows of), and never answered — setting
             # a cancelled future's result would raise and end this thread, and with it
@@ -331,7 +337,8 @@ class BatchWriter(WriterErrors, Generic[C]):
                 self._drain_closed()
                 return True
             item.future.set_result(value)
-        self._commit(self._usable(conn), records, mark)
+        if records or not all(isinstance(i, Call) and i.unordered for i in batch):
+            self._commit(self._usable(conn), records, mark)
         return False
 
     def _closed_error(self) -> StoreError:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
+from agentflow._errors import StoreError
 from agentflow.store._schema import OLDER_VERSIONS, SCHEMA_VERSION, check_version
 
 if TYPE_CHECKING:

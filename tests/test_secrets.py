@@ -7,8 +7,8 @@ kind of credential: an ``api_key`` (sent as ``Authorization: Bearer``), an ``api
 header and a password in the base URL's userinfo. The run goes through every exit
 path — DEBUG logs, session errors (``str``, ``repr``, tracebacks, ``.body``,
 ``.payload``), every event, the fleet result, replica names, the JSON and HTML
-reports, the CSV, the Prometheus exposition, the live view and the demo's report —
-and none of the secrets may appear in any of them, while the masks (``***``) must.
+reports, the CSV, the Prometheus exposition, the live view, the demo's report and the
+bench's output — and none of the secrets may appear in any of them, while the masks (``***``) must.
 """
 
 from __future__ import annotations
@@ -303,4 +303,31 @@ async def test_demo_report_and_output_hold_no_secret(server: EchoServer, tmp_pat
     for where, text in (("output", output), ("report", report)):
         for secret in (KEY, SECRET):
             assert secret not in text, f"{secret!r} leaked through the demo's {where}"
+        assert f"{USER}:" not in text, where
+
+
+async def test_bench_output_and_report_hold_no_secret(server: EchoServer, tmp_path: Path) -> None:
+    """``agentflow bench --base-url`` with a password in the URL's userinfo: the line
+    it starts with names the server by host, as its report does — it printed the URL as
+    given, password and all."""
+    report_path = tmp_path / "bench.json"
+    url = f"http://{USER}:{SECRET}@127.0.0.1:{server.port}/v1"
+    server.deny_all = True
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "agentflow.cli", "bench", "--base-url", url, "--model", "m",
+        "--workload", "short", "--rate", "2", "--arrival", "constant", "--duration", "1",
+        "--warmup", "0", "--report", str(report_path),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    stdout, stderr = await asyncio.wait_for(proc.communicate(), 120)
+    output = stdout.decode() + stderr.decode()
+    assert proc.returncode == 1, output[-3000:]  # 1: sessions failed (all were refused)
+    assert server.received  # the run did reach the server
+    shown = f"http://127.0.0.1:{server.port}/v1"
+    assert f"agentflow bench: short on {shown}" in output
+    report = report_path.read_text()
+    assert json.loads(report)["run"]["target"] == shown
+    for where, text in (("output", output), ("report", report)):
+        for secret in (SECRET, BASIC):
+            assert secret not in text, f"{secret!r} leaked through the bench's {where}"
         assert f"{USER}:" not in text, where

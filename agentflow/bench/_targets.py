@@ -125,8 +125,11 @@ class HTTPTarget:
 
     @property
     def label(self) -> str:
-        """The base URL (credentials masked in reports)."""
-        return self.base_url
+        """The base URL without its userinfo (``http://u:p@host/v1`` → ``http://host/v1``):
+        what the bench prints and reports, never a password in the URL."""
+        from agentflow._redact import display_url
+
+        return display_url(self.base_url)
 
     async def model_name(self) -> str:
         """``model``, or the model the server serves (asked once, 10 s at most)."""

@@ -238,6 +238,15 @@ async def run_level(
         if duration_s is not None and feed.exhausted and drained and run.ends:
             last = max(run.ends) - t0
             ran_out_s = last if last < duration_s else None
+    length_s = duration_s if duration_s is not None else elapsed
+    # The level's rates are over its window (its loaded part, when a concurrency level
+    # ran out of sessions), or until the last of its turns ended if that was later (an
+    # over-saturated level's backlog served in the drain time): what the server did.
+    # A FleetStats that never sees its fleet's end divides by warm-up end → last turn
+    # end, which inflated the rates of a level whose turns ended well before its end.
+    served_s = 0.0 if stats.last_ns is None else (stats.last_ns - lo_ns) * 1e-9
+    stats.fleet_start_ns = lo_ns
+    stats.wall_s = max(_window_length(length_s, warmup_s, ran_out_s), served_s)
     report = stats.report(
         run={**(run_info or {}), "level": load.label, "label": load.label}, cdf_points=20
     )
@@ -248,7 +257,7 @@ async def run_level(
         window=window,
         planned=planned,
         warmup_s=warmup_s,
-        duration_s=duration_s if duration_s is not None else elapsed,
+        duration_s=length_s,
         drained=drained,
         cut=run.cut_top_level,
         ran_out_s=ran_out_s,
@@ -258,6 +267,12 @@ async def run_level(
     return LevelResult(
         load=load, summary=summary, stats=stats, run=run, report=report, result=result
     )
+
+
+def _window_length(duration_s: float, warmup_s: float, ran_out_s: float | None) -> float:
+    """Seconds of the measurement window under load: warm-up end → the level's end (a
+    concurrency level whose scripts ran out had no load after its last session)."""
+    return max(min(duration_s, ran_out_s or duration_s) - warmup_s, 0.0)
 
 
 def _waiting_at(window: _Window, t_ns: int) -> int:
@@ -310,8 +325,7 @@ def _summary(
     if not drained:
         reasons.append("turns were still in flight when the drain time ran out")
     starts_all = sum(1 for s in run.starts if s < hi)
-    # A concurrency level whose scripts ran out had no load after its last session.
-    measured = max(min(duration_s, ran_out_s or duration_s) - warmup_s, 0.0)
+    measured = _window_length(duration_s, warmup_s, ran_out_s)
     return {
         "load": {
             "mode": load.mode,

@@ -17,6 +17,7 @@ from agentflow.bench._level import LevelResult, LevelTap, run_level
 from agentflow.bench._load import Load, arrival_times, plan_sessions
 from agentflow.bench._script import SessionScript, TurnScript
 from agentflow.embedded import run_virtual
+from agentflow.stats import SLO
 
 TINY = Workload(
     name="tiny",
@@ -252,3 +253,28 @@ def test_an_undrained_level_is_cancelled_and_over_saturated() -> None:
     assert any("drain" in r for r in s["saturation"]["reasons"])
     assert s["turns"] < s["sessions"]["started"]  # the cancelled turns count nowhere
     assert s["peak_in_flight"] is None
+
+
+def test_a_levels_rates_are_per_second_of_its_window() -> None:
+    """One session every 20 s, the window [10 s, 60 s): two one-turn sessions in it, at
+    20 s and 40 s. Each rate is over the window's 50 s — it was over the warm-up's end →
+    the last turn's end (~30 s), which inflated the low end of a sweep by up to ~1.7×."""
+    report = run_bench(
+        BenchConfig(
+            workload=TINY,
+            levels=(Load(rate=0.05, arrival="constant"),),
+            duration_s=60.0,
+            warmup_s=10.0,
+            slos=(SLO(ttft_s=10.0),),
+        ),
+        SimTarget(profile="cpu-tiny"),
+    )
+    (lvl,) = report["levels"]
+    assert lvl["turns"] == 2 and lvl["output_tokens"] == 4
+    assert lvl["req_per_s"] == pytest.approx(2 / 50)
+    assert lvl["output_tps"] == pytest.approx(4 / 50)
+    (good,) = lvl["goodput"]
+    assert good["turn_fraction"] == 1.0
+    assert good["turns_per_s"] == pytest.approx(2 / 50)
+    assert good["output_tps"] == pytest.approx(4 / 50)
+    assert lvl["repeats"][0]["report"]["fleet"]["duration_s"] == pytest.approx(50.0)

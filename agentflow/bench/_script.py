@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 import random
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
-from functools import lru_cache
 
 import msgspec
 
@@ -179,11 +180,33 @@ def blocks_text(blocks: Sequence[int], block_tokens: int = 512) -> str:
     return "".join(_block_text(b, block_tokens) for b in blocks).lstrip()
 
 
-#: Blocks whose text is kept: the shared ones are met again and again (the rest of a
-#: long trace's blocks are made once each, and need not all stay in memory).
-_BLOCK_CACHE = 4096
+#: Characters of block text kept (the most recently used blocks): the shared ones are
+#: met again and again, the rest of a long trace's blocks are made once each and need
+#: not all stay in memory. Bounded in characters, not blocks: a trace's blocks may each
+#: be millions of tokens long. (~7,000 blocks of Mooncake's 512 tokens.)
+_BLOCK_CACHE_CHARS = 16 << 20
+
+_blocks: OrderedDict[tuple[int, int], str] = OrderedDict()
+_blocks_chars = 0
+_blocks_lock = threading.Lock()
 
 
-@lru_cache(maxsize=_BLOCK_CACHE)
 def _block_text(block: int, block_tokens: int) -> str:
-    return synth_text(block_tokens, f"block|{block}")
+    global _blocks_chars
+    key = (block, block_tokens)
+    with _blocks_lock:
+        text = _blocks.get(key)
+        if text is not None:
+            _blocks.move_to_end(key)
+            return text
+    text = synth_text(block_tokens, f"block|{block}")
+    if len(text) > _BLOCK_CACHE_CHARS // 4:  # kept, it would push out most others
+        return text
+    with _blocks_lock:
+        if key not in _blocks:
+            _blocks[key] = text
+            _blocks_chars += len(text)
+            while _blocks_chars > _BLOCK_CACHE_CHARS:
+                _, old = _blocks.popitem(last=False)
+                _blocks_chars -= len(old)
+    return text

@@ -162,6 +162,15 @@ def _check(record: TraceRecord, where: str) -> None:
         value = getattr(record, name)
         if value is not None and value > MAX_TOKENS:
             raise ConfigError(f"{where}: {name} must be ≤ {MAX_TOKENS:,}, got {value:,}")
+    if record.prefix_blocks:
+        size = record.block_tokens or DEFAULT_BLOCK_TOKENS
+        total = len(record.prefix_blocks) * size
+        if total > MAX_TOKENS:
+            raise ConfigError(
+                f"{where}: prefix_blocks: {len(record.prefix_blocks):,} blocks of {size:,} "
+                f"tokens (block_tokens) are {total:,} tokens of system prompt; at most "
+                f"{MAX_TOKENS:,}"
+            )
     if record.message_text() is None and record.input_tokens is None:
         raise ConfigError(f"{where}: give text, messages or input_tokens (the request's input)")
 

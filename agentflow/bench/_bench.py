@@ -19,6 +19,7 @@ This module is the run loop; what it runs is ``_bench_config`` (:class:`BenchCon
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -68,7 +69,9 @@ def run_bench(
     Args:
         config: what to run.
         target: where (default: :class:`SimTarget`).
-        on_level: called with each level's entry as soon as it is measured.
+        on_level: called with each level's entry as soon as it is measured — also with
+            the entry of a level the run was interrupted in (Ctrl-C, SIGTERM: its
+            ``interrupted`` is true; ``docs/bench.md``), before the interruption goes on.
     """
     chosen: Target = target if target is not None else SimTarget()
     if chosen.virtual:
@@ -109,8 +112,8 @@ async def arun_bench(
                     clock=clock,
                     prefix_warmup=False,
                 )
-                runs.append(
-                    await run_level(
+                try:
+                    level = await run_level(
                         fleet,
                         tap,
                         scripts,
@@ -125,7 +128,17 @@ async def arun_bench(
                         saturation=config.saturation,
                         run_info={"target": target.label, "model": model, "seed": seed},
                     )
-                )
+                except asyncio.CancelledError:
+                    # Ctrl-C, SIGTERM: the level's finished repeats, else the run cut
+                    # short, go to on_level as an interrupted entry; the cancel goes on.
+                    cut = tap.interrupted
+                    measured = runs or ([cut] if cut is not None else [])
+                    if on_level is not None and measured:
+                        entry = _level_entry(load, measured)
+                        entry["interrupted"] = True
+                        on_level(entry)
+                    raise
+                runs.append(level)
         entry = _level_entry(load, runs)
         _plateau(config, entry, previous)
         levels.append(entry)
@@ -154,8 +167,8 @@ def partial_report(
     config: BenchConfig, target: Target, levels: list[dict[str, Any]], stopped: str
 ) -> dict[str, Any]:
     """The bench report of the levels measured before the run stopped early (their
-    entries, as ``on_level`` got them; at least one), ``stopped`` saying why (e.g.
-    ``"interrupted"``)."""
+    entries, as ``on_level`` got them — the last one maybe interrupted; at least one),
+    ``stopped`` saying why (e.g. ``"interrupted"``)."""
     model = levels[0]["repeats"][0]["report"]["run"]["model"]
     return _report(config, target, model, _params(config), levels, stopped)
 

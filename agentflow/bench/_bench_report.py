@@ -30,10 +30,11 @@ def _report(
     from agentflow._redact import redact_data
     from agentflow._version import __version__
 
-    # The knee is a level the server kept up with: one where sessions failed is not.
+    # The knee is a level the server kept up with: one where sessions failed is not,
+    # nor one interrupted (measured only in part).
     knee = None
     for entry in levels:
-        if entry["saturation"]["saturated"] or level_failed(entry):
+        if entry["saturation"]["saturated"] or level_failed(entry) or entry.get("interrupted"):
             break
         knee = entry["load"]
     run: dict[str, Any] = {

@@ -12,7 +12,6 @@ report, which the bench report keeps whole.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
@@ -114,6 +113,10 @@ class LevelTap:
 
     def __init__(self) -> None:
         self._window: _Window | None = None
+        #: The level a cancellation stopped (Ctrl-C, SIGTERM, a timeout around
+        #: :func:`run_level`), measured up to then — ``summary["interrupted"]`` is true;
+        #: ``None`` when the last level run was not cancelled.
+        self.interrupted: LevelResult | None = None
 
     def __call__(self, event: Event) -> None:
         """Pass ``event`` to the current window."""
@@ -190,6 +193,9 @@ async def run_level(
     Raises:
         ConfigError: a concurrency level on a fleet with a run store (it records the
             sessions a run starts with, not those a slot starts later).
+        asyncio.CancelledError: the level was cancelled (Ctrl-C, SIGTERM, a timeout
+            around it): the fleet's sessions were cancelled and unwound, and
+            ``tap.interrupted`` is the level measured up to then.
     """
     if load.concurrency is not None and fleet.store is not None:
         raise ConfigError(
@@ -216,21 +222,39 @@ async def run_level(
         feed = CountedScripts(scripts)
         heads = list(itertools.islice(feed, load.concurrency))
         sessions = [BenchSession(s, run, successors=feed) for s in heads]
+    me = asyncio.current_task()
+    cancels = 0 if me is None else me.cancelling()
+    tap.interrupted = None
     task = asyncio.create_task(fleet.run(sessions))
     result: FleetResult | None = None  # known when the run ended by itself
+    cancel: asyncio.CancelledError | None = None  # ours, when this task was cancelled
+    done: set[asyncio.Task[FleetResult]] = set()
     try:
         timeout = None if duration_s is None else duration_s + drain_s
-        done, _ = await asyncio.wait({task}, timeout=timeout)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=timeout)
+        except asyncio.CancelledError as exc:
+            cancel = exc
         drained = bool(done)
         if not done:
             task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            result = await task
+        try:
+            result = await task  # the fleet's sessions unwind (cancelled: in order)
+        except asyncio.CancelledError as exc:
+            if me is not None and me.cancelling() > cancels:
+                cancel = cancel or exc  # this task was cancelled, not only the fleet's
     finally:
         tap._window = None
         if not task.done():
             task.cancel()
     elapsed = loop.time() - t0
+    # Cancelled (Ctrl-C, SIGTERM, a caller's timeout): the window so far is measured,
+    # left on the tap, and the cancellation goes on.
+    interrupted = cancel is not None
+    if interrupted:
+        window.hi_ns = min(window.hi_ns, clock())
+        if duration_s is not None:
+            elapsed = min(elapsed, duration_s)
     planned, ran_out_s = len(sessions), None
     if feed is not None:
         planned = len(scripts) if isinstance(scripts, Sized) else feed.drawn
@@ -238,7 +262,7 @@ async def run_level(
         if duration_s is not None and feed.exhausted and drained and run.ends:
             last = max(run.ends) - t0
             ran_out_s = last if last < duration_s else None
-    length_s = duration_s if duration_s is not None else elapsed
+    length_s = duration_s if duration_s is not None and not interrupted else elapsed
     # The level's rates are over its window (its loaded part, when a concurrency level
     # ran out of sessions), or until the last of its turns ended if that was later (an
     # over-saturated level's backlog served in the drain time): what the server did.
@@ -263,7 +287,12 @@ async def run_level(
         ran_out_s=ran_out_s,
         saturation=saturation,
         peak_in_flight=None if result is None else result.peak_in_flight,
+        interrupted=interrupted,
     )
-    return LevelResult(
+    level = LevelResult(
         load=load, summary=summary, stats=stats, run=run, report=report, result=result
     )
+    if cancel is not None:
+        tap.interrupted = level
+        raise cancel
+    return level

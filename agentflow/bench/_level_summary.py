@@ -44,10 +44,12 @@ def level_summary(
     ran_out_s: float | None,
     saturation: Saturation,
     peak_in_flight: int | None,
+    interrupted: bool = False,
 ) -> dict[str, Any]:
     """The level's entry figures (``docs/bench.md``'s table): from ``report``, its
     window's ``agentflow.report/2``, and from ``run`` and ``window`` what a report does
-    not hold — sessions started, the backlog, the time-to-first-token trend."""
+    not hold — sessions started, the backlog, the time-to-first-token trend.
+    ``interrupted``: the level was cancelled ``duration_s`` after its start."""
     fleet = report["fleet"]
     dist = report["distributions"]
     per_agent = report["per_agent"]
@@ -71,7 +73,7 @@ def level_summary(
             f"{backlog} more turns waited for a first token at the end than at the start "
             f"({backlog_growth:.0%} of the turns ready in the window)"
         )
-    if not drained:
+    if not drained and not interrupted:
         reasons.append("turns were still in flight when the drain time ran out")
     starts_all = sum(1 for s in run.starts if s < hi)
     measured = window_length(duration_s, warmup_s, ran_out_s)
@@ -82,7 +84,9 @@ def level_summary(
             "arrival": load.arrival if load.rate is not None else None,
             "label": load.label,
         },
-        "window_s": [warmup_s, duration_s],
+        # Interrupted in its warm-up: an empty window, at the warm-up's end.
+        "window_s": [warmup_s, max(duration_s, warmup_s)],
+        "interrupted": interrupted,
         "sessions": {
             "planned": planned,
             "started": len(run.starts),

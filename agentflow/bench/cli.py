@@ -269,6 +269,7 @@ def _bench(args: argparse.Namespace) -> int:
             f"  {s['load']['label']}: {_n(s['output_tps'])} out tok/s, "
             f"TTFT p50 {_t(s['ttft_s']['p50'])}"
             + ("  [over-saturated]" if s["saturation"]["saturated"] else "")
+            + ("  [interrupted]" if s.get("interrupted") else "")
         )
 
     try:
@@ -276,15 +277,21 @@ def _bench(args: argparse.Namespace) -> int:
         # it unwinds in order, then Terminated, a KeyboardInterrupt, comes out of run_bench.
         report = run_bench(config, target, on_level=show)
     except KeyboardInterrupt:
-        # Ctrl-C (or SIGTERM): keep what was measured — the levels that finished and the
-        # sessions that ended — then stop as interrupted (130 / 143).
+        # Ctrl-C (or SIGTERM): keep what was measured — the levels that finished, the
+        # one interrupted (its window so far) and the sessions that ended — then stop
+        # as interrupted (130 / 143).
         console.print("interrupted: writing what was measured")
         if recorder is not None:
             n = write_recording(recorder, args.record)
             console.print(f"{n} requests recorded to {args.record}")
         if measured and args.report is not None:
             _write_report(partial_report(config, target, measured, "interrupted"), args.report)
-            console.print(f"report of {len(measured)} finished levels written to {args.report}")
+            n = len(measured)
+            last = "" if n == 1 else "the last one "
+            cut = f" ({last}interrupted)" if measured[-1].get("interrupted") else ""
+            console.print(f"report of {n} level{'s' * (n != 1)}{cut} written to {args.report}")
+        elif args.report is not None:  # before a level began: no figure to report
+            console.print(f"no level was measured: no report written to {args.report}")
         raise
     console.print(bench_table(report))
     # Cheapest and most irreplaceable first: a failure in a later step loses nothing.

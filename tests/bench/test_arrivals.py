@@ -4,6 +4,7 @@ does; and fixed-concurrency levels keep exactly N sessions alive."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import statistics
 from typing import Any
@@ -278,3 +279,46 @@ def test_a_levels_rates_are_per_second_of_its_window() -> None:
     assert good["turns_per_s"] == pytest.approx(2 / 50)
     assert good["output_tps"] == pytest.approx(4 / 50)
     assert lvl["repeats"][0]["report"]["fleet"]["duration_s"] == pytest.approx(50.0)
+
+
+def test_a_cancelled_level_leaves_its_window_so_far_on_the_tap() -> None:
+    """Cancelled 20.25 s into a 60 s level (Ctrl-C, SIGTERM, a caller's timeout): the
+    fleet's sessions unwind, the cancellation goes on, and the tap holds the level measured
+    up to the cancel — its window [10 s, 20.25 s), its rates over it, not over-saturated
+    for the turns the cancel cut. It used to be lost: the bench wrote no report of a
+    trace replay (one level) or of a sweep stopped in its first level."""
+    load = Load(rate=2.0, arrival="constant")
+    scripts = plan_sessions(TINY, load, duration_s=60.0)
+    target = SimTarget(profile="cpu-tiny")
+    tap = LevelTap()
+
+    async def main() -> None:
+        async with target.open(scripts, 0) as transport:
+            fleet = Fleet(transport, callbacks=[tap], clock=target.clock())
+            level = asyncio.ensure_future(
+                run_level(
+                    fleet,
+                    tap,
+                    scripts,
+                    load=load,
+                    model="cpu-tiny",
+                    params={},
+                    duration_s=60.0,
+                    warmup_s=10.0,
+                    clock=target.clock(),
+                )
+            )
+            asyncio.get_running_loop().call_later(20.25, level.cancel)
+            with pytest.raises(asyncio.CancelledError):
+                await level
+
+    run_virtual(main())
+    assert tap.interrupted is not None
+    s = tap.interrupted.summary
+    assert s["interrupted"] and s["window_s"] == [10.0, 20.25]
+    # One session every 0.5 s from 0: 41 started, 21 in the window, each served at once.
+    assert s["sessions"]["started"] == 41 and s["turns"] == 21
+    assert s["req_per_s"] == pytest.approx(21 / 10.25)
+    assert s["output_tps"] == pytest.approx(42 / 10.25)
+    assert s["statuses"]["completed"] == 21
+    assert not s["saturation"]["saturated"]

@@ -249,8 +249,9 @@ def test_html_without_matplotlib_fails_before_any_level(
 
 
 def test_ctrl_c_keeps_the_levels_already_measured(tmp_path: Path) -> None:
-    """SIGINT during the third level: the two finished levels are written to ``--report``
-    (stopped: interrupted) and every session that ended to ``--record``; exit 130."""
+    """SIGINT during the third level: the two finished levels and the third so far
+    (``interrupted``) are written to ``--report`` (stopped: interrupted) and every session
+    that ended to ``--record``; exit 130."""
     report, record = tmp_path / "bench.json", tmp_path / "rec.jsonl"
     cmd = [
         sys.executable, "-m", "agentflow.cli", "bench", "--profile", "cpu-tiny",
@@ -270,9 +271,14 @@ def test_ctrl_c_keeps_the_levels_already_measured(tmp_path: Path) -> None:
     assert status == 130
     written = json.loads(report.read_text())
     assert written["stopped"] == "interrupted"
-    assert [lvl["load"]["label"] for lvl in written["levels"]] == ["rate=2/s", "rate=4/s"]
-    assert len(record.read_text().splitlines()) >= sum(
-        lvl["sessions"]["started"] for lvl in written["levels"]
+    labels = [lvl["load"]["label"] for lvl in written["levels"]]
+    assert labels == ["rate=2/s", "rate=4/s", "rate=1000/s"]
+    assert [lvl["interrupted"] for lvl in written["levels"]] == [False, False, True]
+    assert written["knee"]["label"] == "rate=4/s"  # an interrupted level is never the knee
+    assert (
+        len(record.read_text().splitlines())
+        >= sum(lvl["sessions"]["started"] for lvl in written["levels"][:2])
+        + written["levels"][2]["statuses"]["completed"]
     )
 
 
@@ -328,10 +334,41 @@ def test_sigterm_stops_the_bench_like_ctrl_c(tmp_path: Path, at: int) -> None:
         finally:
             proc.kill()
     assert proc.returncode == 143, err[-3000:]
-    if at:  # (from outside, it may come before the run began: nothing to write then)
+    if at:
         assert "interrupted: writing what was measured" in out
     for noise in ("Traceback", "never retrieved", "never awaited", "Error"):
         assert noise not in err, err[-3000:]
     assert err == "", err[-3000:]
-    if report.exists():
+    # Inside a level (at > 0) that level, measured so far, is written; from outside the
+    # signal may come before the run began, with nothing to write.
+    if at or report.exists():
         assert json.loads(report.read_text())["stopped"] == "interrupted"
+
+
+@pytest.mark.parametrize(
+    ("args", "at"),
+    [
+        (["--trace", "agentic-small"], 20),  # a replay is one level
+        (["--workload", "short", "--rate", "20,40", "--duration", "10"], 20_000),
+    ],
+    ids=["trace replay", "first level"],
+)
+def test_sigterm_in_the_first_level_writes_it_interrupted(
+    tmp_path: Path, args: list[str], at: int
+) -> None:
+    """SIGTERM in a run's first level — a trace replay has no other — writes that level
+    as measured until then, ``interrupted``, and never the knee. No report was written
+    at all: only the levels that had finished were."""
+    report, record = tmp_path / "bench.json", tmp_path / "rec.jsonl"
+    argv = ["bench", "--profile", "cpu-tiny", *args, "--report", str(report),
+            "--record", str(record)]  # fmt: skip
+    cmd = [sys.executable, "-c", _SIGTERM_AT_EVENT, str(at), *argv]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=GUARD_S)
+    assert (done.returncode, done.stderr) == (143, "")
+    assert f"report of 1 level (interrupted) written to {report}" in done.stdout
+    written = json.loads(report.read_text())
+    assert written["stopped"] == "interrupted" and written["knee"] is None
+    (lvl,) = written["levels"]
+    assert lvl["interrupted"] and lvl["repeats"][0]["interrupted"]
+    assert lvl["turns"] > 0
+    assert len(record.read_text().splitlines()) >= lvl["statuses"]["completed"]

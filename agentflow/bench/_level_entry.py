@@ -1,9 +1,10 @@
 """A level's entry in the bench report, assembled from its repeated runs.
 
-The first run's summary, with each figure of :data:`_CI_FIGURES` replaced by its mean
-over the repeats and its 95 % confidence interval (:func:`confidence_interval`, Student's
-t) under ``ci95``; over-saturated when most runs were, or (fixed-concurrency levels) when
-throughput stopped growing over the previous level while latency rose (:func:`_plateau`).
+Every figure of the runs' summaries is its mean over the repeats, and those of
+:data:`_CI_FIGURES` have a 95 % confidence interval (:func:`confidence_interval`,
+Student's t) under ``ci95``; over-saturated when most runs were (for those runs'
+reasons), or (fixed-concurrency levels) when throughput stopped growing over the previous
+level while latency rose (:func:`_plateau`).
 """
 
 from __future__ import annotations
@@ -75,22 +76,19 @@ def _figure(summary: Mapping[str, Any], key: str, sub: str | None) -> float | No
 
 
 def _level_entry(load: Load, runs: list[LevelResult]) -> dict[str, Any]:
-    """One level: the first run's summary, with each CI figure replaced by its mean over
-    the repeats and its interval under ``ci95``; over-saturated when most runs were."""
+    """One level: each figure of its runs' summaries the mean over the repeats
+    (:func:`_mean`), with an interval under ``ci95`` for the main ones; over-saturated
+    when most runs were, for the reasons of the runs that were."""
     summaries = [r.summary for r in runs]
-    entry = dict(summaries[0])
+    entry: dict[str, Any] = _mean(summaries)
     ci: dict[str, Any] = {}
     for key, sub in _CI_FIGURES:
         values = [v for s in summaries if (v := _figure(s, key, sub)) is not None]
-        interval = confidence_interval(values)
-        ci[key if sub is None else f"{key}.{sub}"] = interval
-        if len(values) > 1:
-            if sub is None:
-                entry[key] = interval["mean"]
-            else:
-                entry[key] = {**entry[key], sub: interval["mean"]}
-    saturated = sum(s["saturation"]["saturated"] for s in summaries) * 2 > len(summaries)
-    entry["saturation"] = {**summaries[0]["saturation"], "saturated": saturated}
+        ci[key if sub is None else f"{key}.{sub}"] = confidence_interval(values)
+    entry["load"] = summaries[0]["load"]
+    entry["interrupted"] = any(s.get("interrupted") for s in summaries)
+    entry["sessions"]["drained"] = all(s["sessions"]["drained"] for s in summaries)
+    entry["saturation"] = _saturation(summaries, entry["saturation"])
     entry["ci95"] = ci
     entry["repeats"] = [
         {
@@ -101,6 +99,50 @@ def _level_entry(load: Load, runs: list[LevelResult]) -> dict[str, Any]:
         for i, (s, r) in enumerate(zip(summaries, runs, strict=True))
     ]
     return entry
+
+
+def _mean(values: Sequence[Any]) -> Any:
+    """The mean of one figure over the repeats, figure by figure inside objects and lists
+    (a distribution's quantiles, the goodput of each SLO): numbers (counts too) the mean
+    of those given (``None`` when none is; an int when it is a whole number); anything
+    else — a name, a flag — the first run's."""
+    first = values[0]
+    if len(values) == 1:
+        return first
+    if isinstance(first, Mapping):
+        return {k: _mean([v.get(k) if isinstance(v, Mapping) else None for v in values])
+                for k in first}  # fmt: skip
+    if isinstance(first, list):
+        same = all(isinstance(v, list) and len(v) == len(first) for v in values)
+        return [_mean([v[i] for v in values]) for i in range(len(first))] if same else first
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if isinstance(first, bool) or (first is not None and not numbers):
+        return first
+    if not numbers:
+        return None
+    mean = statistics.fmean(numbers)
+    whole = all(isinstance(v, int) for v in numbers) and mean.is_integer()
+    return int(mean) if whole else mean
+
+
+def _saturation(summaries: Sequence[Mapping[str, Any]], means: dict[str, Any]) -> dict[str, Any]:
+    """The level's verdict: over-saturated when most runs were; its reasons those of the
+    runs that were (each named by its repeat), none when it is not; its figures (TTFT
+    growth, backlog) the means over the runs."""
+    verdicts = [bool(s["saturation"]["saturated"]) for s in summaries]
+    saturated = sum(verdicts) * 2 > len(verdicts)
+    if len(summaries) == 1:
+        reasons = list(summaries[0]["saturation"]["reasons"])
+    elif saturated:
+        reasons = [
+            f"repeat {i}: {reason}"
+            for i, s in enumerate(summaries)
+            if s["saturation"]["saturated"]
+            for reason in s["saturation"]["reasons"]
+        ]
+    else:
+        reasons = []
+    return {**means, "saturated": saturated, "reasons": reasons}
 
 
 def level_failed(entry: Mapping[str, Any]) -> bool:

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from agentflow._errors import ConfigError
+
 __all__ = ["HistogramData", "MetricsSnapshot", "parse_metrics", "quick_values"]
 
 
@@ -154,7 +156,7 @@ class MetricsSnapshot:
             le = dict(labels).get("le")
             if le is None:
                 continue
-            bound = float(le)
+            bound = float(le)  # a number: parse_metrics checked it
             by_le[bound] = by_le.get(bound, 0.0) + v
         if not by_le:
             return None
@@ -172,18 +174,36 @@ class MetricsSnapshot:
 def parse_metrics(text: str, *, t_ns: int = 0) -> MetricsSnapshot:
     """Parse a Prometheus text exposition (``text/plain; version=0.0.4``).
 
+    Values are kept as given, NaN and ±Inf too (:func:`~agentflow.report.server_section`
+    leaves those out of a report); a bucket's ``le`` must be a number (``+Inf`` included).
+
     Raises:
-        ValueError: the text is not in the exposition format.
+        ValueError: the text is not in the exposition format (a :class:`ConfigError`,
+            naming the sample, for a bucket whose ``le`` is not a number).
     """
     types: dict[str, str] = {}
     samples: dict[str, dict[_Labels, float]] = {}
     for family in text_string_to_metric_families(text):
         types[family.name] = family.type
         for s in family.samples:
+            if s.name.endswith("_bucket") and "le" in s.labels:
+                _check_le(s.name, s.labels)
             key = tuple(sorted(s.labels.items()))
             series = samples.setdefault(s.name, {})
             series[key] = series.get(key, 0.0) + float(s.value)
     return MetricsSnapshot(t_ns, types, samples)
+
+
+def _check_le(name: str, labels: dict[str, str]) -> None:
+    """A bucket's upper bound is a number, or ``+Inf``: NaN orders nowhere."""
+    le = labels["le"]
+    try:
+        bound = float(le)
+    except ValueError:
+        bound = math.nan
+    if math.isnan(bound) or bound == -math.inf:
+        shown = ",".join(f'{k}="{v}"' for k, v in labels.items())
+        raise ConfigError(f"sample {name}{{{shown}}}: le {le!r} is not a bucket's upper bound")
 
 
 def quick_values(text: str, names: Sequence[str], means: Iterable[str] = ()) -> dict[str, float]:

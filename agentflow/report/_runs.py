@@ -94,17 +94,24 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     """Read one report file.
 
     Raises:
-        ConfigError: missing, not JSON, or not a report this version reads.
+        ConfigError: missing, not JSON (NaN and infinity are not), or not a report this
+            version reads.
     """
     p = Path(path)
     try:
-        data = json.loads(p.read_text("utf-8"))
+        data = json.loads(p.read_text("utf-8"), parse_constant=_no_constant)
     except FileNotFoundError:
         raise ConfigError(f"{p}: no such file") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # not UTF-8, not JSON, a NaN
         raise ConfigError(f"{p}: cannot read a JSON report: {exc}") from None
     report = check_report(data, str(p))
     return Run(label or default_label(report, p.stem), report, p)
+
+
+def _no_constant(name: str) -> Any:
+    """``json.loads``' ``parse_constant``: a report holds no NaN or infinity (JSON has
+    none; Python's ``json`` reads them unless told not to)."""
+    raise ValueError(f"{name} is not a JSON number (a report holds no NaN or infinity)")
 
 
 def default_label(report: Mapping[str, Any], fallback: str) -> str:

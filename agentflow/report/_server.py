@@ -16,12 +16,14 @@ means and interpolated quantiles, gauges over time, and a client-vs-server table
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 from agentflow.report._dialects import DIALECTS, MEAN_GAUGES, Dialect
+from agentflow.report._finite import leave_out_nonfinite
 from agentflow.report._prom import HistogramData, MetricsSnapshot
 
 __all__ = [
@@ -115,7 +117,8 @@ def server_section(
         quantiles: the quantiles estimated from each histogram.
     """
     dialect = detect_dialect(after)
-    scale = after.value(_TIME_SCALE) or 1.0
+    scale = after.value(_TIME_SCALE)
+    scale = scale if scale is not None and 0 < scale < math.inf else 1.0
     counters, latency, reset = _differences(before, after, dialect, quantiles, scale)
     hits, queries = counters.get("cache_hits"), counters.get("cache_queries")
     gen, gen_s = counters.get("generation_tokens"), counters.get("generation_seconds")
@@ -136,8 +139,14 @@ def server_section(
         "latency": latency,
         "series": _series(before, after, samples, dialect, origin),
     }
+    nonfinite = leave_out_nonfinite(section)
     section["comparison"] = _comparison(section, client) if client is not None else []
     section["notes"] = _notes(section, dialect)
+    if nonfinite:
+        section["notes"].append(
+            "The server's metrics had values that are not numbers (NaN or ±Inf); these "
+            f"figures are left out (null): {', '.join(nonfinite)}."
+        )
     if reset:
         section["notes"].append(
             "The server's metrics went down between the scrapes (it restarted during the "

@@ -21,6 +21,7 @@ import argparse
 import json
 import math
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -163,14 +164,16 @@ def run(args: argparse.Namespace) -> int:
         report["server"] = _server_from_files(*args.server_metrics, client=report)
         runs[0] = Run(first.label, report, first.path)
         if args.write_json is not None:
-            args.write_json.write_text(json.dumps(report, indent=2) + "\n", "utf-8")
+            args.write_json.write_text(_dumps(report), "utf-8")
     if args.json is not None:
-        args.json.write_text(json.dumps(runs[0].report, indent=2) + "\n", "utf-8")
+        args.json.write_text(_dumps(runs[0].report), "utf-8")
     if args.html is None and args.png_dir is None:
         if args.json is None and args.write_json is None:  # --store alone: the JSON, printed
             reports_out = [r.report for r in runs]
             return _to_stdout(
-                json.dumps(reports_out[0] if len(runs) == 1 else reports_out, indent=2)
+                json.dumps(
+                    reports_out[0] if len(runs) == 1 else reports_out, indent=2, allow_nan=False
+                )
             )
         return 0
     figures = write_report(runs, args.html, png_dir=args.png_dir, title=args.title, gpus=args.gpus)
@@ -181,6 +184,12 @@ def run(args: argparse.Namespace) -> int:
         out.append(f"{len(figures)} PNGs in {args.png_dir}")
     print(f"report: {len(figures)} figures → {', '.join(out)}", file=sys.stderr)
     return 0
+
+
+def _dumps(report: Mapping[str, Any]) -> str:
+    """A report as the JSON a report file holds: no NaN or infinity (``allow_nan=False``;
+    a report file with one is refused when it is read)."""
+    return json.dumps(report, indent=2, allow_nan=False) + "\n"
 
 
 def _to_stdout(text: str) -> int:

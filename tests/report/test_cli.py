@@ -152,6 +152,47 @@ def test_swapped_scrapes_or_a_restart_are_refused(demo_json: Path, tmp_path: Pat
     assert not html.exists()
 
 
+@pytest.mark.parametrize("which", ["before", "after"])
+def test_a_bad_bucket_bound_is_one_line_naming_the_file(
+    demo_json: Path, tmp_path: Path, which: str
+) -> None:
+    """``le="abc"`` in the AFTER scrape was a ValueError traceback; in the BEFORE one it
+    was refused as "the scrapes are swapped". Either way: the file, the sample, the value."""
+    before, after = tmp_path / "before.prom", tmp_path / "after.prom"
+    bad = (VLLM_BEFORE if which == "before" else VLLM_AFTER).replace('le="0.2"', 'le="abc"')
+    before.write_text(bad if which == "before" else VLLM_BEFORE)
+    after.write_text(bad if which == "after" else VLLM_AFTER)
+    argv = [str(demo_json), "--html", str(tmp_path / "r.html")]
+    with pytest.raises(ConfigError) as info:
+        _run(*argv, "--server-metrics", str(before), str(after))
+    text = str(info.value)
+    assert f"{which}.prom is not a Prometheus text page" in text and "le 'abc'" in text
+    assert "swapped" not in text
+
+
+def test_write_json_is_plain_json(demo_json: Path, tmp_path: Path) -> None:
+    """A NaN in the AFTER scrape is null in ``--write-json`` (it was a bare NaN token);
+    a report file holding one is refused when read, not passed on."""
+    before, after = tmp_path / "before.prom", tmp_path / "after.prom"
+    before.write_text(VLLM_BEFORE)
+    after.write_text(VLLM_AFTER.replace("850.0", "NaN"))
+    out_json = tmp_path / "with-server.json"
+    argv = [str(demo_json), "--html", str(tmp_path / "r.html")]
+    assert (
+        _run(*argv, "--server-metrics", str(before), str(after), "--write-json", str(out_json)) == 0
+    )
+
+    def no_constant(name: str) -> None:
+        raise AssertionError(f"{name} in --write-json")
+
+    report = json.loads(out_json.read_text(), parse_constant=no_constant)
+    assert report["server"]["counters"]["cache_hits"] is None
+    nan = tmp_path / "nan.json"
+    nan.write_text(demo_json.read_text().replace('"fleet": {', '"fleet": {"bogus": NaN, ', 1))
+    with pytest.raises(ConfigError, match="NaN is not a JSON number"):
+        _run(str(nan), "--html", str(tmp_path / "n.html"))
+
+
 def test_gpus_must_be_more_than_0(
     demo_json: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -210,7 +210,10 @@ def quick_values(text: str, names: Sequence[str], means: Iterable[str] = ()) -> 
     """The values of a few samples, by a line scan (no full parse): for frequent sampling.
 
     Each of ``names`` is summed over its label sets (averaged for those in ``means``);
-    absent names are left out. Costs ~1 µs per line of the page.
+    absent names are left out. It reads what :func:`parse_metrics` reads: a name and its
+    value separated by any whitespace, label values holding ``}`` or ``#``, and not an
+    exemplar's value (``… 100 # {trace_id="a"} 0.5``). Costs ~1 µs per line of the page:
+    only the lines that start with one of ``names`` are read further.
     """
     wanted = tuple(names)
     sums: dict[str, float] = {}
@@ -218,13 +221,20 @@ def quick_values(text: str, names: Sequence[str], means: Iterable[str] = ()) -> 
     for line in text.splitlines():
         if not line.startswith(wanted):
             continue
-        head, _, rest = line.partition("{") if "{" in line else line.partition(" ")
-        name = head.strip()
+        name, brace, rest = line.partition("{")
+        if not brace or " " in name or "\t" in name:  # NAME VALUE, NAME {LABELS} VALUE …
+            name, _, rest = line.replace("\t", " ").partition(" ")
+            rest = rest.lstrip()
+            brace = "{" if rest.startswith("{") else ""
+            rest = rest[len(brace) :]
+        if brace:
+            end = _labels_end(rest)
+            if end < 0:
+                continue
+            rest = rest[end + 1 :]
         if name not in wanted:
             continue
-        if rest and "}" in rest:
-            rest = rest.rpartition("}")[2]
-        parts = rest.split()
+        parts = rest.split(None, 1)  # the value; then a timestamp, an exemplar
         if not parts:
             continue
         try:
@@ -235,3 +245,27 @@ def quick_values(text: str, names: Sequence[str], means: Iterable[str] = ()) -> 
         counts[name] = counts.get(name, 0) + 1
     mean_set = set(means)
     return {k: (v / counts[k] if k in mean_set else v) for k, v in sums.items()}
+
+
+def _labels_end(text: str) -> int:
+    """Where the label set ends in ``text``, what follows its ``{``: the index of its
+    closing ``}`` (its values are quoted, with ``\\`` escapes: a ``}`` inside one is not
+    it); -1 if none closes it."""
+    end = text.find("}")
+    if end >= 0 and text.count('"', 0, end) % 2 == 0 and "\\" not in text[:end]:
+        return end  # the usual case: no value holds a "}"
+    quoted = False
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if quoted:
+            if c == "\\":
+                i += 1  # the next character is escaped
+            elif c == '"':
+                quoted = False
+        elif c == '"':
+            quoted = True
+        elif c == "}":
+            return i
+        i += 1
+    return -1

@@ -368,3 +368,40 @@ def test_values_that_are_no_numbers_are_left_out_and_noted() -> None:
     scaled = VLLM_AFTER + "# TYPE agentflow_sim:time_scale gauge\nagentflow_sim:time_scale NaN\n"
     s = valid(server_section(parse_metrics(VLLM_BEFORE), parse_metrics(scaled, t_ns=10**9)))
     assert s["source"]["time_scale"] == 1.0  # not a scale: none
+
+
+def test_the_quick_scan_reads_odd_lines_as_the_full_parse_does() -> None:
+    """Valid exposition text the line scan misread: a tab between an unlabelled name and
+    its value (the sample was dropped: ServerWatch's series had no `running` between the
+    scrapes), an exemplar after a value (its value, 9999, was read as the counter's: a
+    generation rate of 192,000 tok/s from a counter that never moved), a label value
+    holding ``}`` or `` # ``, a space before the labels, a timestamp."""
+    page = (
+        "# TYPE vllm:num_requests_running gauge\n"
+        "vllm:num_requests_running\t7\n"
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        "vllm:num_requests_waiting 2 1700000000000\n"
+        "# TYPE vllm:generation_tokens counter\n"
+        'vllm:generation_tokens_total{model_name="m"} 100 # {trace_id="abc"} 9999 1.7e9\n'
+        'vllm:generation_tokens_total{model_name="a}b # {c\\"}"} 5\n'
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        'vllm:kv_cache_usage_perc {model_name="m"} 0.25\n'
+        "vllm:kv_cache_usage_perc_other 0.5\n"
+    )
+    names = [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:generation_tokens_total",
+        "vllm:kv_cache_usage_perc",
+    ]
+    snap = parse_metrics(page)
+    assert (
+        quick_values(page, names)
+        == {n: snap.value(n) for n in names}
+        == {
+            "vllm:num_requests_running": 7.0,
+            "vllm:num_requests_waiting": 2.0,
+            "vllm:generation_tokens_total": 105.0,
+            "vllm:kv_cache_usage_perc": 0.25,
+        }
+    )

@@ -254,8 +254,13 @@ def _bench(args: argparse.Namespace) -> int:
     # Asked to write files, it writes them even if the reader of its lines goes away
     # (`agentflow bench --report r.json | head -1`): it then exits 141 (CliConsole).
     files = (args.report, args.record, args.html)
+    # No markup: what it prints holds the user's strings — a workload's name, file paths, a
+    # URL — and its own "[over-saturated]", which rich would take for tags (and drop, or
+    # fail on: "team/[/review]" is a closing tag that matches nothing).
     console = CliConsole(
-        width=None if sys.stdout.isatty() else 200, finish=any(f is not None for f in files)
+        width=None if sys.stdout.isatty() else 200,
+        finish=any(f is not None for f in files),
+        markup=False,
     )
     title = workload.name if config.workload is not None else f"trace {args.trace}"
     console.print(f"agentflow bench: {title} on {target.label}")

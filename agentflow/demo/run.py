@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from agentflow._cli_console import CliConsole
 from agentflow._cli_signals import run_command
@@ -82,7 +83,7 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         if config.report is not None:
             if stopper.signal is not seen:  # came while the summary was printed
                 _write_report(config.report, report, result, stopper)
-            console.print(f"report written to {config.report}")
+            console.print(f"report written to {config.report}", markup=False)
             return report
     _mark_interrupted(report, result, stopper)  # the exit status says so (cli.py)
     return report
@@ -162,7 +163,8 @@ def _report(
     if watched.server is not None:
         report["server"] = watched.server.section(report, origin_ns=watched.start_ns)
     elif watched.server_error:
-        console.print(f"[dim]no server section in the report: {watched.server_error}[/dim]")
+        error = escape(watched.server_error)  # a server's words: "[" is no markup
+        console.print(f"[dim]no server section in the report: {error}[/dim]")
     return report
 
 

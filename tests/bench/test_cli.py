@@ -68,6 +68,32 @@ def test_bench_command_writes_levels_and_a_table(
     assert "rate=8/s" in text and "knee" in text and "decode tok/s/agent" in text
 
 
+def test_what_it_prints_is_never_read_as_markup(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The bench printed through rich with markup on: a workload named ``team/[/review]``
+    was a MarkupError traceback (exit 1), ``calls[tool].jsonl`` printed as ``calls.jsonl``,
+    and its own ``[over-saturated]`` mark was taken for a tag and dropped."""
+    heavy = {"name": "team/[/review]", "templates": [
+        {"name": "req", "turns": 1, "prompt_tokens": 64, "output_tokens": 100}]}  # fmt: skip
+    wl = tmp_path / "w.json"
+    wl.write_text(json.dumps(heavy))
+    report = tmp_path / "r[bold].json"
+    status = main([
+        "bench", "--profile", "cpu-tiny", "--workload", str(wl), "--rate", "130",
+        "--arrival", "constant", "--duration", "5", "--report", str(report),
+    ])  # fmt: skip
+    assert status == 0
+    out = capsys.readouterr().out
+    assert "agentflow bench: team/[/review] on sim://cpu-tiny" in out
+    assert "rate=130/s:" in out and "[over-saturated]" in out
+    assert f"report written to {report}" in out
+    trace = tmp_path / "calls[tool].jsonl"
+    trace.write_text(json.dumps({"session_id": "s", "timestamp": 0, "text": "hi"}) + "\n")
+    assert main(["bench", "--profile", "cpu-tiny", "--trace", str(trace)]) == 0
+    assert f"agentflow bench: trace {trace} on" in capsys.readouterr().out
+
+
 def test_sessions_failing_on_their_first_turn_count_and_fail_the_run(tmp_path: Path) -> None:
     """Every request too long for the server (cpu-tiny's 2,048-token context): each session
     fails on its first turn, with no turn to place it in the window. Its end still counts

@@ -78,6 +78,21 @@ def test_demo_in_virtual_time(tmp_path: Path) -> None:
     check_report(run_demo(tmp_path, "--virtual"), 8)
 
 
+def test_a_report_path_is_printed_as_written(tmp_path: Path) -> None:
+    """The demo prints through rich with markup on: ``--report 'r[/x].json'`` ended a
+    finished run with a MarkupError traceback (its closing tag matches nothing), after
+    writing the report; its path is now printed as given."""
+    report = tmp_path / "r[/x].json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentflow.cli", "demo", "--agents", "2", "--turns", "1:1",
+         "--virtual", "--no-live", "--report", str(report)],
+        capture_output=True, text=True, timeout=240, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"report written to {report}" in " ".join(proc.stdout.split())  # (wrapped)
+    assert json.loads(report.read_text())["fleet"]["sessions"] == 2
+
+
 def test_workload_shares_one_prefix_and_real_tools() -> None:
     """Every agent's instructions and tool schemas are byte-identical; the tools really work."""
     w = make_workload(4, model="m", seed=3)

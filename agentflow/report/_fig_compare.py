@@ -8,7 +8,6 @@ from typing import Any
 from agentflow.report._canvas import (
     Figure,
     color,
-    finite,
     log_axis,
     new_figure,
     number,
@@ -16,7 +15,7 @@ from agentflow.report._canvas import (
     style,
     to_png,
 )
-from agentflow.report._runs import Run
+from agentflow.report._runs import Run, agent_decode_tps
 from agentflow.stats._sketch import nearest_rank
 
 __all__ = ["compare_runs"]
@@ -69,7 +68,7 @@ def _compare_panels() -> list[tuple[str, str, list[tuple[str, Any]]]]:
 
 
 def _agent_q(run: Run, q: float) -> float | None:
-    vs = sorted(finite([(a.get("decode_tps") or {}).get("mean") for a in run.report["agents"]]))
+    vs = sorted(agent_decode_tps(run))
     return vs[nearest_rank(q, len(vs))] if vs else None  # the report's own definition
 
 

@@ -15,7 +15,6 @@ from agentflow.report._canvas import (
     Figure,
     color,
     empty_note,
-    finite,
     log_axis,
     new_figure,
     number,
@@ -23,7 +22,7 @@ from agentflow.report._canvas import (
     style,
     to_png,
 )
-from agentflow.report._runs import Run
+from agentflow.report._runs import Run, agent_decode_tps
 from agentflow.stats._sketch import nearest_rank
 
 __all__ = ["client_vs_server", "decode_distribution", "latency_cdf"]
@@ -138,10 +137,7 @@ def latency_cdf(runs: Sequence[Run]) -> Figure:
 def decode_distribution(runs: Sequence[Run]) -> Figure:
     """A histogram of each agent's decode speed (tok/s), one per run, medians marked."""
     fig, (ax,) = new_figure(size=(10.0, 5.0))
-    values = [
-        finite([(a.get("decode_tps") or {}).get("mean") for a in run.report.get("agents") or []])
-        for run in runs
-    ]
+    values = [agent_decode_tps(run) for run in runs]
     everything = [v for vs in values for v in vs if v > 0]
     if not everything:
         empty_note(ax, "no agent decoded two or more tokens: no decode speed to show")

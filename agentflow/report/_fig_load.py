@@ -16,7 +16,7 @@ from agentflow.report._canvas import (
     style,
     to_png,
 )
-from agentflow.report._runs import Run
+from agentflow.report._runs import Run, run_samples
 
 __all__ = ["cache_kv_over_time", "context_growth", "interactivity", "throughput"]
 
@@ -273,13 +273,16 @@ def cache_kv_over_time(runs: Sequence[Run]) -> Figure:
 
 
 def _session_lines(run: Run) -> dict[str, list[tuple[int, float]]]:
+    """Each session's (turn, prompt tokens) of the kept turns; a row without those as
+    numbers is left out (rows are read field by field: ``check_report``)."""
     lines: dict[str, list[tuple[int, float]]] = {}
-    for s in run.report.get("samples") or []:
+    for s in run_samples(run):
         ctx = s.get("prompt_tokens")
         if ctx is None:
             ctx = s.get("estimated_prompt_tokens")
-        if ctx is not None:
-            lines.setdefault(str(s.get("session_id")), []).append((int(s["turn"]), float(ctx)))
+        turn = s.get("turn")
+        if isinstance(ctx, int | float) and isinstance(turn, int | float):
+            lines.setdefault(str(s.get("session_id")), []).append((int(turn), float(ctx)))
     return lines
 
 

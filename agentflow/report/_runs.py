@@ -7,6 +7,7 @@ that says which version was found.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +16,14 @@ from typing import Any
 
 from agentflow._errors import ConfigError
 
-__all__ = ["SUPPORTED_SCHEMAS", "Run", "load_run", "run_samples", "runs_from_reports"]
+__all__ = [
+    "SUPPORTED_SCHEMAS",
+    "Run",
+    "agent_decode_tps",
+    "load_run",
+    "run_samples",
+    "runs_from_reports",
+]
 
 #: The report schema versions ``agentflow report`` reads.
 SUPPORTED_SCHEMAS = ("agentflow.report/2",)
@@ -69,11 +77,31 @@ def run_samples(run: Run) -> list[Mapping[str, Any]]:
     return [x for x in s if isinstance(x, Mapping)] if isinstance(s, list) else []
 
 
+def agent_decode_tps(run: Run) -> list[float]:
+    """Each ``agents`` row's mean decode tok/s, where it has one (rows are read field by
+    field: :func:`check_report` checks only that each is an object)."""
+    rows = run.report.get("agents")
+    out: list[float] = []
+    for a in rows if isinstance(rows, list) else ():
+        d = a.get("decode_tps") if isinstance(a, Mapping) else None
+        v = d.get("mean") if isinstance(d, Mapping) else None
+        if isinstance(v, int | float) and not isinstance(v, bool):
+            out.append(float(v))
+    return out
+
+
 def check_report(report: Any, where: str) -> Mapping[str, Any]:
-    """``report`` if it is a report this version reads.
+    """``report`` if it is a report this version reads: its schema version, and valid
+    against the shipped schema (``agentflow.stats.report_schema``; of the rows of
+    ``agents`` and ``samples``, that each is an object — the figures read their fields
+    one by one, and checking thousands of rows against the schema would cost more than
+    drawing them).
 
     Raises:
-        ConfigError: not a JSON object, or another schema version.
+        ConfigError: not a JSON object, another schema version, or not valid against the
+            schema; the message gives the JSON path (``r.json: $.fleet.retries: None is
+            not of type 'integer'``). Also when jsonschema (the ``report`` extra) is
+            missing.
     """
     if not isinstance(report, Mapping):
         raise ConfigError(f"{where}: not an agentflow report (a JSON object was expected)")
@@ -87,7 +115,47 @@ def check_report(report: Any, where: str) -> Mapping[str, Any]:
     for key in ("fleet", "distributions", "throughput"):
         if not isinstance(report.get(key), Mapping):
             raise ConfigError(f"{where}: the report has no {key!r} section")
+    _check_schema(report, where)
     return report
+
+
+#: Arrays of one row per session or per turn (thousands): checked to hold objects only.
+_ROWS = ("agents", "samples")
+
+
+def _check_schema(report: Mapping[str, Any], where: str) -> None:
+    from jsonschema.exceptions import best_match
+
+    head = {k: [] if k in _ROWS and isinstance(v, list) else v for k, v in report.items()}
+    error = best_match(_validator().iter_errors(head))
+    if error is not None:
+        raise ConfigError(f"{where}: {error.json_path}: {_short(error.message)}")
+    for key in _ROWS:
+        rows = report.get(key)
+        for i, row in enumerate(rows if isinstance(rows, list) else ()):
+            if not isinstance(row, Mapping):
+                raise ConfigError(f"{where}: $.{key}[{i}]: {_short(repr(row))} is not an object")
+
+
+@functools.cache
+def _validator() -> Any:
+    """The report schema's validator, made once (jsonschema: the ``report`` extra)."""
+    try:
+        from jsonschema import Draft202012Validator
+    except ImportError:
+        raise ConfigError(
+            "agentflow report checks a report against its schema with jsonschema, which is "
+            "not installed: pip install 'agentflow[report]'"
+        ) from None
+    from agentflow.stats import report_schema
+
+    return Draft202012Validator(report_schema())
+
+
+def _short(text: str, limit: int = 200) -> str:
+    """One line of at most ``limit`` characters (a message may quote a whole section)."""
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def load_run(path: str | Path, label: str | None = None) -> Run:

@@ -122,18 +122,18 @@ def mooncake_records(
         r if isinstance(r, tuple) else (r, TraceSource("mooncake", i))
         for i, r in enumerate(rows, 1)
     ]
+    named = {row.session_id for row, _ in items if row.session_id is not None}
+    sids = [_sid(row, where, named) for row, where in items]
     firsts: set[str] = set()
     opening: list[tuple[int, ...]] = []  # the block ids of each session's first row
-    for row, where in items:
-        sid = _sid(row, where)
+    for (row, _), sid in zip(items, sids, strict=True):
         if sid not in firsts:
             firsts.add(sid)
             opening.append(row.hash_ids)
     shared = _SharedPrefixes(opening)
     out: list[TraceRecord] = []
     last: dict[str, TraceRecord] = {}
-    for row, where in items:
-        sid = _sid(row, where)
+    for (row, where), sid in zip(items, sids, strict=True):
         prev = last.get(sid)
         out_tokens = max(1, row.output_length)
         if prev is None:
@@ -177,8 +177,16 @@ def mooncake_records(
     return out
 
 
-def _sid(row: MooncakeRecord, where: TraceSource) -> str:
-    return row.session_id if row.session_id is not None else f"mooncake-{where.line}"
+def _sid(row: MooncakeRecord, where: TraceSource, named: set[str]) -> str:
+    """A row's session: its ``session_id``, else one of its own — ``mooncake-LINE``, or
+    ``mooncake-LINE~K`` if a row names a session that (it would have joined it)."""
+    if row.session_id is not None:
+        return row.session_id
+    sid, k = f"mooncake-{where.line}", 0
+    while sid in named:
+        k += 1
+        sid = f"mooncake-{where.line}~{k}"
+    return sid
 
 
 class _SharedPrefixes:

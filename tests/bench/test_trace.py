@@ -349,6 +349,25 @@ def test_mooncake_delay_places_a_turn_after_the_previous_one() -> None:
     assert [t.tool_s + t.think_s for t in s.turns] == [0.0, 2.0, 6.0]
 
 
+def test_a_row_without_session_id_never_joins_a_named_session() -> None:
+    """A row without ``session_id`` is a session of its own, ``mooncake-LINE``: a row
+    that names its session ``mooncake-2`` made the second line (no id) its second turn,
+    its 5 tokens appended to that conversation instead of sent alone."""
+    recs = read_mooncake(
+        _lines(
+            {"session_id": "mooncake-2", "timestamp": 0, "input_length": 5, "output_length": 2},
+            {"timestamp": 1000, "input_length": 5, "output_length": 2},
+            {"session_id": "mooncake-2~1", "timestamp": 0, "input_length": 5, "output_length": 2},
+        )
+    )
+    assert [(r.session_id, r.turn) for r in recs] == [
+        ("mooncake-2", 0),
+        ("mooncake-2~2", 0),
+        ("mooncake-2~1", 0),
+    ]
+    assert len(trace_scripts(recs)) == 3
+
+
 def test_mooncake_sessions_and_errors() -> None:
     """AIPerf's session_id groups rows into turns (later input_length is appended;
     delay in ms is think time); a bad row names its line and field."""

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,6 @@ from agentflow.bench import (
     SHIPPED_TRACES,
     TraceMessage,
     TraceRecord,
-    _script,
     load_trace,
     read_mooncake,
     read_trace,
@@ -24,7 +22,6 @@ from agentflow.bench import (
     trace_scripts,
     write_trace,
 )
-from agentflow.bench._workload_spec import MAX_TOKENS
 from agentflow.cli import main
 
 
@@ -250,32 +247,6 @@ def test_prefix_blocks_share_their_common_start() -> None:
     assert len(sd.split()) == 512  # the default block size
     with pytest.raises(ConfigError, match="block_tokens must be ≥ 1"):
         read_trace(_lines({"session_id": "a", "timestamp": 0, "text": "x", "block_tokens": 0}))
-
-
-def test_prefix_blocks_up_to_the_bound_are_taken() -> None:
-    """A system prompt of exactly MAX_TOKENS in blocks is read (the bound is on the
-    product, inclusive); its text is made only when a session starts."""
-    line = {"session_id": "a", "timestamp": 0, "text": "x", "prefix_blocks": [1] * 10,
-            "block_tokens": MAX_TOKENS // 10}  # fmt: skip
-    (script,) = trace_scripts(read_trace(_lines(line)))
-    assert len(script.prefix_blocks) * script.block_tokens == MAX_TOKENS
-
-
-def test_the_block_text_cache_is_bounded_in_characters(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Blocks' texts are cached by characters, not by count: 4,096 blocks of a trace's
-    millions of tokens each would hold gigabytes. A block too large for the cache is made
-    each time; the cache keeps the most recent blocks within its budget."""
-    big = _script._block_text(1, 2_000_000)  # ~10 M characters
-    assert sys.getrefcount(big) == 2  # ours and getrefcount's: the cache keeps none
-    assert len(big) > _script._BLOCK_CACHE_CHARS // 4  # (over a quarter of the cache)
-    monkeypatch.setattr(_script, "_BLOCK_CACHE_CHARS", 20_000)
-    texts = [_script._block_text(b, 512) for b in range(100)]  # ~2,800 characters each
-    # A text only the list holds: the list's reference, the loop's and getrefcount's.
-    kept = [sys.getrefcount(t) > 3 for t in texts]
-    cached = sum(kept)
-    assert 3 <= cached < 10  # the latest few, within 20,000 characters
-    assert kept[-cached:] == [True] * cached
-    assert [_script._block_text(b, 512) for b in range(100)] == texts  # the same text
 
 
 def test_the_shipped_trace() -> None:

@@ -2,18 +2,21 @@
 
 ``postgres_dsn`` (the server's ``postgres`` database) and ``postgres_db`` (a new, empty
 database per test) skip, saying why, where PostgreSQL is not installed;
-``scripts/setup`` installs it on Debian when it runs as root.
+``scripts/setup`` installs it on Debian when it runs as root. ``make_store`` runs a test
+once on each store.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from agentflow._pgserver import find_postgres
+from agentflow.store import PostgresStore, SQLiteStore, Store
 from agentflow.testing import PostgresServer
 
 _databases = itertools.count(1)
@@ -55,3 +58,13 @@ def postgres_dsn(postgres_server: PostgresServer) -> str:
 def postgres_db(postgres_server: PostgresServer) -> str:
     """The DSN of a new, empty database on the session server, for one test."""
     return postgres_server.create_database(f"test_{next(_databases)}")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
+    """A function making a new store on one database: SQLite's file, or a new
+    PostgreSQL database (skipped where PostgreSQL is missing)."""
+    if request.param == "sqlite":
+        return lambda: SQLiteStore(tmp_path / "runs.db")
+    dsn: str = request.getfixturevalue("postgres_db")
+    return lambda: PostgresStore(dsn)

@@ -166,3 +166,12 @@ async def resume(
     )
     assert result is not None
     return result
+
+
+async def run_ids(store: Store) -> list[str]:
+    """The ids of the runs ``store`` holds (opened, then closed)."""
+    try:
+        await store.open()
+        return [r.run_id for r in await store.runs()]
+    finally:
+        await store.aclose()

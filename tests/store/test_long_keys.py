@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 from collections.abc import Callable
-from pathlib import Path
 
 import msgspec
 import psycopg
@@ -21,11 +20,11 @@ import pytest
 from agentflow import ConfigError, Fleet, RecordsLeftOut
 from agentflow._trace import ToolCall
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
-from agentflow.store import PostgresStore, SQLiteStore, Store
+from agentflow.store import PostgresStore, Store
 from agentflow.store._records import MAX_NAME_BYTES, check_name
 
 from ..wait import GUARD_S
-from .fleets import agents, driver
+from .fleets import agents, driver, run_ids
 from .journal_child import tool_result
 
 #: Longer than a btree index row (and random: it does not compress below the limit).
@@ -63,14 +62,6 @@ def test_a_tool_result_whose_key_postgres_cannot_index_is_left_out_alone(
     assert [r[0] for r in rows] == [f"call-{i}" for i in range(30) if i != 1]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
-    if request.param == "sqlite":
-        return lambda: SQLiteStore(tmp_path / "runs.db")
-    dsn: str = request.getfixturevalue("postgres_db")
-    return lambda: PostgresStore(dsn)
-
-
 async def _run(store: Store, run_id: str, session_id: str) -> None:
     transport = SimTransport(driver())
     try:
@@ -81,15 +72,7 @@ async def _run(store: Store, run_id: str, session_id: str) -> None:
         await transport.aclose()
 
 
-async def _runs(store: Store) -> list[str]:
-    try:
-        await store.open()
-        return [r.run_id for r in await store.runs()]
-    finally:
-        await store.aclose()
-
-
-def test_a_session_id_longer_than_a_store_keeps_is_refused_before_anything_runs(
+def test_a_session_id_longer_than_a_store_keeps_is_refused_before_anythingrun_ids(
     make_store: Callable[[], Store],
 ) -> None:
     long = "s" * (MAX_NAME_BYTES + 1)
@@ -98,9 +81,9 @@ def test_a_session_id_longer_than_a_store_keeps_is_refused_before_anything_runs(
     assert "(513 chars)" in str(e.value) and long not in str(e.value)  # named, not repeated
     with pytest.raises(ConfigError, match=r"run_id must be at most 512 bytes"):
         run_virtual(_run(make_store(), "r" * 600, "s"))
-    assert asyncio.run(_runs(make_store())) == []
+    assert asyncio.run(run_ids(make_store())) == []
     run_virtual(_run(make_store(), "r" * MAX_NAME_BYTES, "s" * MAX_NAME_BYTES))  # the limit
-    assert asyncio.run(_runs(make_store())) == ["r" * MAX_NAME_BYTES]
+    assert asyncio.run(run_ids(make_store())) == ["r" * MAX_NAME_BYTES]
 
 
 def test_the_limit_is_in_utf8_bytes() -> None:

@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 
 from agentflow import Agent, Event, Fleet
-from agentflow.store import PostgresStore, SQLiteStore, Store
+from agentflow.store import Store
 from agentflow.testing import Reply, ScriptedServer
 from agentflow.transport import HTTPTransport
 
@@ -34,14 +33,6 @@ def look(key: str) -> str:
 
 def _agent() -> Agent:
     return Agent(name="a", model="m", tools=[look], params={"max_tokens": 16})
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
-    if request.param == "sqlite":
-        return lambda: SQLiteStore(tmp_path / "runs.db")
-    dsn: str = request.getfixturevalue("postgres_db")
-    return lambda: PostgresStore(dsn)
 
 
 async def _first(store: Store, calls: int) -> None:

@@ -8,27 +8,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agentflow import ConfigError, Fleet, RunNotFound
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
-from agentflow.store import PostgresStore, SQLiteStore, Store
+from agentflow.store import Store
 
-from .fleets import agents, driver
+from .fleets import agents, driver, run_ids
 
 GUARD_S = 60.0
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
-    """A function making a new store on one database (SQLite, or PostgreSQL)."""
-    if request.param == "sqlite":
-        return lambda: SQLiteStore(tmp_path / "runs.db")
-    dsn: str = request.getfixturevalue("postgres_db")
-    return lambda: PostgresStore(dsn)
 
 
 async def _run(store: Store, sessions: list[Any], run_id: str | None) -> None:
@@ -41,21 +31,13 @@ async def _run(store: Store, sessions: list[Any], run_id: str | None) -> None:
         await transport.aclose()
 
 
-async def _runs(store: Store) -> list[str]:
-    try:
-        await store.open()
-        return [r.run_id for r in await store.runs()]
-    finally:
-        await store.aclose()
-
-
 def test_a_nul_in_a_run_id_is_refused_before_anything_is_recorded(
     make_store: Callable[[], Store],
 ) -> None:
     team = agents()
     with pytest.raises(ConfigError, match=r"run_id must not hold a NUL.*'r\\x00un'"):
         run_virtual(_run(make_store(), [team[0].session("task")], "r\x00un"))
-    assert asyncio.run(_runs(make_store())) == []
+    assert asyncio.run(run_ids(make_store())) == []
 
 
 @pytest.mark.parametrize("where", ["session_id", "agent"])
@@ -74,7 +56,7 @@ def test_a_nul_in_a_session_id_or_agent_name_is_refused_before_anything_is_recor
     sessions = [team[1].session("task", session_id="s0"), bad]
     with pytest.raises(ConfigError, match=match):
         run_virtual(_run(make_store(), sessions, "run-1"))
-    assert asyncio.run(_runs(make_store())) == []
+    assert asyncio.run(run_ids(make_store())) == []
 
 
 def test_a_run_id_with_a_nul_is_refused_by_resume_and_load(
@@ -129,7 +111,7 @@ def test_a_lone_surrogate_in_an_id_is_refused_before_anything_is_recorded(
         match = r"its agent's name must not hold a lone surrogate"
     with pytest.raises(ConfigError, match=match):
         run_virtual(_run(make_store(), sessions, run_id))
-    assert asyncio.run(_runs(make_store())) == []
+    assert asyncio.run(run_ids(make_store())) == []
 
     async def load() -> None:
         store = make_store()

@@ -15,10 +15,10 @@ import pytest
 
 from agentflow import ConfigError, Fleet, RecordsLeftOut
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
-from agentflow.store import PostgresStore, RunStarted, SQLiteStore, Store
+from agentflow.store import RunStarted, SQLiteStore, Store
 
 from ..wait import GUARD_S
-from .fleets import agents, driver
+from .fleets import agents, driver, run_ids
 
 
 class _Unprintable:
@@ -55,14 +55,6 @@ def test_an_unencodable_record_is_a_store_error_and_the_writer_lives_on(
     assert runs == ["ok"]  # the bad record was left out, the writer went on
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], Store]:
-    if request.param == "sqlite":
-        return lambda: SQLiteStore(tmp_path / "runs.db")
-    dsn: str = request.getfixturevalue("postgres_db")
-    return lambda: PostgresStore(dsn)
-
-
 async def _run(store: Store, metadata: dict[str, Any] | None, config: Any) -> None:
     transport = SimTransport(driver())
     try:
@@ -73,14 +65,6 @@ async def _run(store: Store, metadata: dict[str, Any] | None, config: Any) -> No
     finally:
         await store.aclose()
         await transport.aclose()
-
-
-async def _runs(store: Store) -> list[str]:
-    try:
-        await store.open()
-        return [r.run_id for r in await store.runs()]
-    finally:
-        await store.aclose()
 
 
 BAD = os.fsdecode(b"report-\xe9.txt")  # 'report-\udce9.txt': an undecodable file name
@@ -95,7 +79,7 @@ BAD = os.fsdecode(b"report-\xe9.txt")  # 'report-\udce9.txt': an undecodable fil
     ],
     ids=["metadata", "run_config", "unprintable"],
 )
-def test_what_a_run_keeps_but_never_sends_is_checked_before_anything_runs(
+def test_what_a_run_keeps_but_never_sends_is_checked_before_anythingrun_ids(
     make_store: Callable[[], Store], metadata: Any, config: Any, refused: str
 ) -> None:
     """A session's metadata or the run's config that the store cannot keep is a
@@ -104,9 +88,9 @@ def test_what_a_run_keeps_but_never_sends_is_checked_before_anything_runs(
     every session's with it."""
     with pytest.raises(ConfigError, match=refused):
         run_virtual(_run(make_store(), metadata, config))
-    assert asyncio.run(_runs(make_store())) == []
+    assert asyncio.run(run_ids(make_store())) == []
 
 
 def test_metadata_json_has_no_form_for_is_still_kept_as_its_repr(tmp_path: Path) -> None:
     run_virtual(_run(SQLiteStore(tmp_path / "runs.db"), {"when": object()}, None))
-    assert asyncio.run(_runs(SQLiteStore(tmp_path / "runs.db"))) == ["r"]
+    assert asyncio.run(run_ids(SQLiteStore(tmp_path / "runs.db"))) == ["r"]

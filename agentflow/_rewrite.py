@@ -29,6 +29,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeAlias
 
+from agentflow._common_runs import common_prefix, common_suffix
+
 __all__ = ["RewriteItem", "apply_rewrite", "rewrite_delta"]
 
 #: One item of a recorded rewrite: a message, or a ``(start, stop)`` run of the history
@@ -57,8 +59,8 @@ def rewrite_delta(
     b = before if isinstance(before, list) else list(before)
     a = after if isinstance(after, list) else list(after)
     nb, na = len(b), len(a)
-    head = _common_prefix(a, b)
-    tail = _common_suffix(a, b, min(na, nb) - head)
+    head = common_prefix(a, b)
+    tail = common_suffix(a, b, min(na, nb) - head)
     out: list[RewriteItem] = []
     start, stop = 0, head  # the run being extended: before[start:stop]
     if head < na - tail:
@@ -88,35 +90,6 @@ def rewrite_delta(
     if stop > start:
         out.append((start, stop))
     return out
-
-
-def _common_prefix(a: list[Any], b: list[Any]) -> int:
-    """How many leading items ``a`` and ``b`` share (binary search over slices)."""
-    lo, hi = 0, min(len(a), len(b))
-    if a[:hi] == b[:hi]:
-        return hi
-    while hi - lo > 1:  # a[:lo] == b[:lo], a[:hi] != b[:hi]
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def _common_suffix(a: list[Any], b: list[Any], limit: int) -> int:
-    """How many trailing items ``a`` and ``b`` share, at most ``limit``."""
-    na, nb = len(a), len(b)
-    if a[na - limit :] == b[nb - limit :]:
-        return limit
-    lo, hi = 0, limit
-    while hi - lo > 1:  # the last lo items equal, the last hi not
-        mid = (lo + hi) // 2
-        if a[na - mid : na - lo] == b[nb - mid : nb - lo]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def apply_rewrite(delta: object, before: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -25,6 +25,7 @@ from typing import Any, Literal, TypeAlias
 
 import msgspec
 
+from agentflow._common_runs import common_prefix, common_suffix
 from agentflow._context_events import CacheBusterKind
 
 __all__ = [
@@ -180,35 +181,6 @@ def snapshot(messages: Sequence[Mapping[str, Any]], n: int) -> tuple[Any, ...]:
     )
 
 
-def _common_prefix(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    if a[:n] == b[:n]:
-        return n
-    lo, hi = 0, n  # a[:lo] == b[:lo]; a[:hi] != b[:hi]
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[lo:mid] == b[lo:mid]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
-def _common_suffix(a: str, b: str, limit: int) -> int:
-    """The length of the common suffix, at most ``limit``."""
-    la, lb = len(a), len(b)
-    if a[la - limit :] == b[lb - limit :]:
-        return limit
-    lo, hi = 0, limit
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if a[la - mid : la - lo] == b[lb - mid : lb - lo]:
-            lo = mid
-        else:
-            hi = mid
-    return lo
-
-
 @dataclass(frozen=True, slots=True)
 class Finding:
     kind: CacheBusterKind
@@ -329,8 +301,8 @@ def diff(ref: Prefix, cur: Prefix) -> tuple[list[tuple[int, Finding]], int] | No
         if a is b or a == b:
             offset += len(b)
             continue
-        p = _common_prefix(a, b)
-        s = _common_suffix(a, b, min(len(a), len(b)) - p)
+        p = common_prefix(a, b)
+        s = common_suffix(a, b, min(len(a), len(b)) - p)
         if first is None:
             first = offset + p
         offset += len(b)

@@ -63,6 +63,8 @@ async def model_turn(
             # The policy rewrote history: recorded as what changed against ``before``
             # (agentflow/_rewrite.py), not the whole history again on every such turn.
             rewrite = rewrite_delta(before, session.messages)
+    if log is not None:
+        log.turn_starting(session, index)  # (a run store's lease lost: stop before sending)
     events = TurnEvents(bus, agent.name, session.session_id, index)
     if isinstance(first, Grant):  # queued by the fleet before the session started
         ticket = first.ticket

@@ -47,6 +47,11 @@ class TurnLog(Protocol):
     """Told what a session finished, as it finishes it (a run store's recorder,
     ``agentflow.store``). Called on the event loop; must not block."""
 
+    def turn_starting(self, session: Session, turn: int) -> None:
+        """Model turn ``turn`` is about to be sent (after its context links ran). May
+        raise, to stop the session before it costs a request (a run store's recorder:
+        :class:`~agentflow.LeaseLost`, another worker holds the session now)."""
+
     def turn_finished(
         self,
         session: Session,

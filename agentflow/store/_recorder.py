@@ -168,6 +168,16 @@ class Recorder:
 
     # --- TurnLog ------------------------------------------------------------------------
 
+    def turn_starting(self, session: Session, turn: int) -> None:
+        """Raise :class:`LeaseLost` before the turn's request is sent if another worker
+        took the session's lease (the model is not asked, nothing is appended).
+
+        Raises:
+            LeaseLost: as :meth:`turn_finished` would, one request later.
+        """
+        if self.lost and session.session_id in self.lost:
+            raise LeaseLost(self.run_id, session.session_id)
+
     def turn_finished(
         self,
         session: Session,

@@ -7,6 +7,7 @@ reported it completed."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -91,3 +92,30 @@ def test_a_session_whose_lease_is_taken_stops_at_its_next_step(
     with psycopg.connect(postgres_db) as conn:
         row = conn.execute("SELECT status, lease_owner FROM agentflow.sessions").fetchone()
     assert row == ("pending", "other-host:1:abc")  # the other worker's to end
+
+
+def test_a_lease_lost_before_a_turn_is_sent_stops_it_unsent(tmp_path: Path) -> None:
+    """A loss the recorder knows of as a turn is about to go (a renewal between two
+    turns found it) stops the session before its request: the model is not asked
+    again, and nothing is appended."""
+    from agentflow.store import SQLiteStore
+    from agentflow.store._recorder import Recorder
+
+    async def main() -> None:
+        store = SQLiteStore(tmp_path / "runs.db")
+        await store.open()
+        recorder = Recorder(store, "r", 1)
+        transport = MockTransport(lambda request: Reply.text("hi"))
+        agent = Agent(name="a", model="m", max_turns=3)
+        session = agent.session("Go", session_id="s0")
+        session._log = recorder
+        recorder.lost.add("s0")
+        try:
+            result = await session.run(transport)
+        finally:
+            await store.aclose()
+        assert result.status == "error" and isinstance(result.error, LeaseLost)
+        assert transport.requests == [] and result.turns == []
+        assert [m["role"] for m in result.messages] == ["user"]
+
+    asyncio.run(main())

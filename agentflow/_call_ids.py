@@ -15,7 +15,10 @@ or recorded before a resume), or earlier in the same turn — is renamed
 depends only on the session's ids so far and the turn's calls, so a turn run again after
 a kill, given the same answer, names its calls alike. The ids used are gathered once, the
 first time a turn asks for tools, from the messages and the turns; each turn's calls are
-added as they are checked.
+added as they are checked. (One case names a call otherwise on resume: an id of the
+*given* history that a context policy dropped before the cut is not in the rebuilt
+messages, so a later call reusing it keeps it. No stored result is keyed by such an id,
+so nothing is refused or run twice.)
 """
 
 from __future__ import annotations

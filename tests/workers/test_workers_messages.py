@@ -113,10 +113,13 @@ async def test_a_result_read_after_a_cancel_gave_its_worker_up_is_dropped() -> N
     RELEASE.clear()
     HELD.clear()
     ends: Counter[str] = Counter()
+    s1_ended = asyncio.Event()
 
     def on_end(event: Event) -> None:
         if event.type == "session_end":
             ends[event.session_id] += 1
+            if event.session_id == "s1":
+                s1_ended.set()
 
     sessions = [
         PLAIN.session("question 0", session_id="s0", metadata={"g": Gated()}),
@@ -128,6 +131,9 @@ async def test_a_result_read_after_a_cancel_gave_its_worker_up_is_dropped() -> N
             fleet = Fleet(http, workers=2, stop_timeout_s=0.5, callbacks=[on_end])
             task = asyncio.create_task(fleet.run(sessions))
             assert await loop.run_in_executor(None, HELD.wait, 60)
+            # s1 (worker 1) ends first, by its event, not by how fast it happens to run:
+            # the cancel is to find only s0's result still on its way.
+            await asyncio.wait_for(s1_ended.wait(), 60)
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task

@@ -198,13 +198,15 @@ def test_a_writer_that_fails_on_its_own_keeps_the_journal(
     async def main() -> None:
         store = SQLiteStore(db)
         await store.open()
-        store.write(start())
-        store.write(tool_result(0))
 
         def broken(conn: Any, batch: Any) -> bool:
             raise RuntimeError("a bug in the writer")
 
+        # Broken before the records are written: the writer thread may take a batch at
+        # any moment after a write (a busy machine let it commit them first).
         monkeypatch.setattr(store, "_run_batch", broken)
+        store.write(start())
+        store.write(tool_result(0))
         with pytest.raises(StoreError, match="writer thread failed"):
             await asyncio.wait_for(store.flush(), GUARD_S)
         await store.aclose()

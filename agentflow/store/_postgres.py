@@ -18,7 +18,6 @@ reached) — raises a :class:`StoreError` saying so.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import threading
 import time
@@ -110,7 +109,6 @@ class PostgresStore(PgCalls):
         self._init_commits()
         # Cuts the connection of a call or commit the server no longer answers.
         self._watchdog = Watchdog(statement_timeout_s + _pg_conn.WATCHDOG_MARGIN_S, self._where)
-        self._ended: concurrent.futures.Future[None] = concurrent.futures.Future()  # thread
         # (run, session) -> the lease owner this store claimed it for (writer thread only)
         self._holders: dict[tuple[str, str], str] = {}
         # Writer thread only: the connection (a new one once it is lost: _usable), and
@@ -158,6 +156,7 @@ class PostgresStore(PgCalls):
         """
         if self._thread is None or self._closed:
             self._closed = True
+            await self._wait_failed_writer(self.statement_timeout_s)
             return
         stop: Call[Conn] = Call(self._watchdog.wrap(self._stop), stop=True)
         self._put_stop(stop)
@@ -319,8 +318,7 @@ class PostgresStore(PgCalls):
                 self._conn.close()
         finally:
             self._watchdog.stop()
-            with contextlib.suppress(concurrent.futures.InvalidStateError):  # (cancelled)
-                self._ended.set_result(None)
+            self._thread_ended()
 
     def _usable(self, conn: Conn) -> Conn:
         """The store's connection, or — once it is lost (the server restarted, the network

@@ -171,9 +171,13 @@ class SQLiteStore(JournaledWriter):
         closed (no ``-wal`` or ``-shm`` file left) and the run locks given back."""
         if self._thread is None or self._closed:
             self._closed = True
-            # (A writer thread that failed closed the store: its run locks went on being
-            # held until the process ended, and no other process could resume its runs.)
-            self._run_locks.release_all()
+            try:
+                await self._wait_failed_writer(self.busy_timeout_s)
+            finally:
+                # (A writer thread that failed closed the store: its run locks went on
+                # being held until the process ended, and no other process could resume
+                # its runs.)
+                self._run_locks.release_all()
             return
         stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
         self._put_stop(stop)
@@ -193,7 +197,11 @@ class SQLiteStore(JournaledWriter):
         """:meth:`aclose` for code without an event loop (blocks until it is done)."""
         if self._thread is None or self._closed:
             self._closed = True
-            self._run_locks.release_all()  # (see aclose)
+            try:
+                if self._thread is not None and self._thread is not threading.current_thread():
+                    self._thread.join(timeout=self.busy_timeout_s)  # (see aclose)
+            finally:
+                self._run_locks.release_all()
             return
         stop: Call[sqlite3.Connection] = Call(lambda conn: STOP, stop=True)
         self._put_stop(stop)
@@ -346,6 +354,7 @@ class SQLiteStore(JournaledWriter):
             if not isinstance(exc, sqlite3.Error | OSError | StoreError):
                 exc = StoreError(f"{self.path}: cannot be opened: {exc!r}")
             self._fail_all(exc)
+            self._thread_ended()
             return
         # The loop's first segment, made as the writer starts (before open() returns,
         # or at a store's first write): the next ones come with each commit
@@ -362,8 +371,11 @@ class SQLiteStore(JournaledWriter):
             # journal, which the next open then ingests.)
             stopped = self._failed is None
         finally:
-            self._close_journal(conn, delete=stopped)
-            conn.close()
+            try:
+                self._close_journal(conn, delete=stopped)
+                conn.close()
+            finally:
+                self._thread_ended()
 
 
 def _wal(conn: sqlite3.Connection, busy_timeout_s: float) -> None:

@@ -40,6 +40,7 @@ from typing import Any, Generic, Self, TypeVar
 from agentflow._errors import StoreError
 from agentflow._logging import get_logger
 from agentflow._threads import thread_result
+from agentflow.store._closing import wait_through_cancel
 from agentflow.store._records import Record
 from agentflow.store._writer_errors import WriterErrors
 
@@ -109,6 +110,9 @@ class BatchWriter(WriterErrors, Generic[C]):
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._urgent = threading.Event()
         self._thread: threading.Thread | None = None
+        #: Set by the writer thread as it ends, once it has let go of its connection
+        #: (and the journal): a closed store's files are then another opener's.
+        self._ended: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._init_errors()
         self._closed = False
         self._lock = threading.Lock()
@@ -227,6 +231,20 @@ class BatchWriter(WriterErrors, Generic[C]):
         self._urgent.set()
         result: T = await thread_result(call.future)
         return result
+
+    def _thread_ended(self) -> None:
+        """Writer thread, as it ends: say so (:attr:`_ended`)."""
+        with contextlib.suppress(concurrent.futures.InvalidStateError):
+            self._ended.set_result(None)
+
+    async def _wait_failed_writer(self, timeout_s: float) -> None:
+        """Closing a store whose writer failed on its own: wait (at most ``timeout_s``)
+        for its thread to let go of the connection and the journal, as a clean close
+        does. (It returned at once: a store opened next on the same file could find the
+        journal still held, take it for a live writer's, and leave its records out.)"""
+        if self._thread is not None and not self._ended.done():
+            with contextlib.suppress(TimeoutError):
+                await wait_through_cancel(thread_result(self._ended), timeout_s)
 
     def _usable(self, conn: C) -> C:
         """The connection to run the next commit or call on: ``conn``. A store whose
@@ -388,6 +406,7 @@ class BatchWriter(WriterErrors, Generic[C]):
             f"({os.getpid()}): open a store of its own there"
         )
         self._closed = True
+        self._thread_ended()  # (the parent's thread: nothing here to wait for)
 
 
 #: Every store made in this process, told when it forks (:meth:`BatchWriter._forked`).

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +218,40 @@ def test_a_writer_that_fails_on_its_own_keeps_the_journal(
 
     asyncio.run(main())
     assert _rows(db, "SELECT call_id FROM tool_calls") == [("call-0",)]
+
+
+@pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no journal here")
+def test_closing_a_store_whose_writer_failed_waits_for_the_thread_to_let_go(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aclose() of a store whose writer thread failed waits for that thread to let go of
+    the journal and the connection, as a clean close does. It returned at once: a store
+    opened next on the file could find the journal still held (by the thread, still
+    closing it), take it for a live writer's and leave its records out — CI saw it. The
+    thread is made slow to let go here, so that returning early is seen every time."""
+    db = tmp_path / "slow.db"
+    let_go: list[bool] = []
+
+    async def main() -> None:
+        store = SQLiteStore(db)
+        await store.open()
+        close_journal = store._close_journal
+
+        def slow_close(conn: Any, *, delete: bool) -> None:
+            time.sleep(0.3)  # (only slows the thread: nothing waits on the clock)
+            close_journal(conn, delete=delete)
+            let_go.append(delete)
+
+        def broken(conn: Any, batch: Any) -> bool:
+            raise RuntimeError("a bug in the writer")
+
+        monkeypatch.setattr(store, "_close_journal", slow_close)
+        monkeypatch.setattr(store, "_run_batch", broken)
+        store.write(start())
+        with pytest.raises(StoreError, match="writer thread failed"):
+            await asyncio.wait_for(store.flush(), GUARD_S)
+        await asyncio.wait_for(store.aclose(), GUARD_S)
+        assert let_go == [False]  # the journal kept, and let go of before aclose returned
+        store.close()  # (the same, without an event loop: nothing left to wait for)
+
+    asyncio.run(main())

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._sendable import check_sendable
+from agentflow._session_checks import check_header_text
 from agentflow._tools import (
     DEFAULT_TOOL_TIMEOUT_S,
     Tool,
@@ -84,8 +85,10 @@ class Agent:
     tool_specs_json: str = field(init=False, default="[]", compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if not self.name:
-            raise ConfigError("Agent.name must be a non-empty string")
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigError(f"Agent.name must be a non-empty string, got {self.name!r}")
+        # It starts every session id the agent makes ("<name>-<n>"), sent in a header.
+        check_header_text(self.name, f"Agent.name {self.name!r}")
         if not self.model:
             raise ConfigError(f"Agent {self.name!r}: model must be a non-empty string")
         check_count(self.max_turns, f"Agent {self.name!r}: max_turns")

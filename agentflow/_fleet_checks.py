@@ -141,8 +141,6 @@ def _release(sessions: list[Session]) -> None:
         s._running = False
 
 
-#: What no header value can carry: control characters but the tab (RFC 9110 §5.5, as
-#: aiohttp refuses them), and half a surrogate pair (no UTF-8 for it).
 def _check_clock(clock: Clock) -> None:
     """Say so when a run on virtual time measures on the wall clock: its queue waits
     (trace send time less ready time) would mix two clocks and come out 0."""

@@ -21,25 +21,35 @@ from agentflow._sendable import check_sendable
 if TYPE_CHECKING:
     from agentflow._session import Session
 
-__all__ = ["check_session_id", "hold", "refused", "task_messages"]
+__all__ = ["check_header_text", "check_session_id", "hold", "refused", "task_messages"]
 
-#: What a header value cannot hold (the session id is the router's ``X-Session-ID``).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: What a header value cannot hold (the session id is the router's ``X-Session-ID``): a
+#: control character other than a tab (RFC 9110, section 5.5).
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def check_session_id(session_id: object) -> None:
     """Raise :class:`ConfigError` unless ``session_id`` is text a request can carry, in
     its body and in the router's ``X-Session-ID`` header: a ``str`` with no lone
-    surrogate and no control character. (An int from a database row failed every turn
-    with a bare ``TypeError``; a lone surrogate with a ``UnicodeEncodeError``.)"""
+    surrogate and no control character but a tab. (An int from a database row failed
+    every turn with a bare ``TypeError``; a lone surrogate with a
+    ``UnicodeEncodeError``.)"""
     if not isinstance(session_id, str):
         raise ConfigError(
             f"session_id must be a str, got {type(session_id).__name__} {session_id!r}"
         )
-    check_sendable(session_id, f"session_id {session_id!r}")
-    if (bad := _CONTROL.search(session_id)) is not None:
+    check_header_text(session_id, f"session_id {session_id!r}")
+
+
+def check_header_text(text: str, where: str) -> None:
+    """Raise :class:`ConfigError` (its message starting with ``where``) if ``text``
+    cannot go into a request's body and its ``X-Session-ID`` header: a lone surrogate,
+    or a control character other than a tab. ``Agent.name`` is checked so too: it
+    starts every session id the agent makes."""
+    check_sendable(text, where)
+    if (bad := _CONTROL.search(text)) is not None:
         raise ConfigError(
-            f"session_id {session_id!r} holds a control character (U+{ord(bad.group()):04X}), "
+            f"{where} holds a control character (U+{ord(bad.group()):04X}), "
             "which the X-Session-ID header cannot carry"
         )
 

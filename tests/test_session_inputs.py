@@ -88,3 +88,20 @@ async def test_what_passes_runs() -> None:
         "assistant",
         "tool",
     ]
+
+
+@pytest.mark.parametrize("name", ["line\nbreak", "nul\x00", "bad\udce9"])
+def test_an_agent_name_no_header_can_carry_is_refused(name: str) -> None:
+    """The agent's name starts every session id it makes (``<name>-<n>``), which goes
+    into the ``X-Session-ID`` header: a name with a control character or a lone
+    surrogate failed every turn of such a session (differently per transport)."""
+    with pytest.raises(ConfigError, match=r"Agent\.name"):
+        Agent(name=name, model="m")
+
+
+def test_a_tab_is_a_header_character() -> None:
+    """A tab may be in a header value (RFC 9110): a session id or agent name holding one
+    is taken."""
+    agent = Agent(name="a\tb", model="m")
+    assert agent.session("x").session_id.startswith("a\tb-")
+    assert agent.session("x", session_id="s\t1").session_id == "s\t1"

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentflow import ConfigError, Fleet, RunNotFound
+from agentflow import Agent, ConfigError, Fleet, RunNotFound
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.store import Store
 
@@ -50,7 +50,7 @@ def test_a_nul_in_a_session_id_or_agent_name_is_refused_before_anything_is_recor
         bad.session_id = "s\x001"  # (Agent.session refuses it: this is the store's own check)
         match = r"session 's\\x001': session_id must not hold a NUL"
     else:
-        agent = dataclasses.replace(team[0], name="agent\x00-0")
+        agent = _named(team[0], "agent\x00-0")
         bad = agent.session("task", session_id="s1")
         match = r"session 's1': its agent's name must not hold a NUL.*'agent\\x00-0'"
     sessions = [team[1].session("task", session_id="s0"), bad]
@@ -106,7 +106,7 @@ def test_a_lone_surrogate_in_an_id_is_refused_before_anything_is_recorded(
         sessions[-1].session_id = "s\ud8001"  # (as above: Agent.session refuses it)
         match = r"session_id must not hold a lone surrogate \(U\+D800"
     else:
-        agent = dataclasses.replace(team[1], name="agent\ud800")
+        agent = _named(team[1], "agent\ud800")
         sessions.append(agent.session("task", session_id="s1"))
         match = r"its agent's name must not hold a lone surrogate"
     with pytest.raises(ConfigError, match=match):
@@ -123,3 +123,11 @@ def test_a_lone_surrogate_in_an_id_is_refused_before_anything_is_recorded(
             await store.aclose()
 
     asyncio.run(load())
+
+
+def _named(agent: Agent, name: str) -> Agent:
+    """``agent`` under ``name``, which ``Agent()`` refuses (no header can carry it): the
+    store's own check is what is tested."""
+    named = dataclasses.replace(agent)
+    object.__setattr__(named, "name", name)
+    return named

@@ -58,6 +58,7 @@ from agentflow._version import __version__
 
 if _typing.TYPE_CHECKING:
     from agentflow._agent import (
+        MAX_PRIORITY,
         Agent,
     )
     from agentflow._event_bus import (
@@ -125,6 +126,7 @@ if _typing.TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TOOL_TIMEOUT_S",
+    "MAX_PRIORITY",
     "APIStatusError",
     "Agent",
     "AgentflowError",
@@ -212,6 +214,7 @@ _LAZY: dict[str, str] = {
     "FleetStartEvent": "agentflow._events",
     "HTTPTransport": "agentflow.transport",
     "Limits": "agentflow.sched",
+    "MAX_PRIORITY": "agentflow._agent",
     "OutputTokenSource": "agentflow._metrics",
     "PromptInfo": "agentflow._trace",
     "Replica": "agentflow.sched",

@@ -30,6 +30,10 @@ __all__ = ["Agent"]
 _RESERVED = frozenset({"model", "messages", "tools", "stream", "stream_options", "n"})
 
 
+#: The largest :attr:`Agent.priority` (and the most negative, negated): a 32-bit int.
+MAX_PRIORITY = 2**31 - 1
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Agent:
     """A reusable agent definition; sessions are conversations with it.
@@ -61,7 +65,7 @@ class Agent:
             ContextBudget(window=...), CacheBusterCheck()]``; ``None`` sends history
             unchecked. A list is kept as the chain it makes.
         priority: the scheduling class of this agent's turns (higher goes first under
-            priority-aware policies).
+            priority-aware policies): an int of at most :data:`MAX_PRIORITY` either way.
     """
 
     name: str
@@ -108,9 +112,16 @@ class Agent:
                 f"{type(self.instructions).__name__}"
             )
         check_sendable(self.instructions, f"Agent {self.name!r}: instructions")
-        if not isinstance(self.priority, int):
+        if (
+            not isinstance(self.priority, int)
+            or isinstance(self.priority, bool)
+            or abs(self.priority) > MAX_PRIORITY
+        ):
+            # (A huge int raised a bare OverflowError at every turn under Priority, which
+            # ranks turns by priority × boost in float nanoseconds.)
             raise ConfigError(
-                f"Agent {self.name!r}: priority must be an int, got {self.priority!r}"
+                f"Agent {self.name!r}: priority must be an int from {-MAX_PRIORITY} to "
+                f"{MAX_PRIORITY}, got {self.priority!r}"
             )
         if isinstance(self.context, list | tuple):
             from agentflow._context_chain import ContextChain

@@ -24,6 +24,7 @@ import math
 from collections.abc import Mapping
 from typing import Protocol
 
+from agentflow._agent import MAX_PRIORITY
 from agentflow._errors import ConfigError
 from agentflow.sched._limits import _number
 from agentflow.sched._ticket import SchedulerState, Ticket
@@ -128,6 +129,8 @@ class Priority:
         if not (_number(boost_s) and 0 <= boost_s < math.inf):  # (NaN fails; inf: 0 * inf)
             raise ConfigError(f"Priority boost_s must be a finite number ≥ 0, got {boost_s!r}")
         self._boost = _ns(boost_s, "Priority boost_s")
+        # The head start of the highest class must be finite too (inf - inf is NaN).
+        _ns(boost_s * MAX_PRIORITY, f"Priority boost_s × the largest priority ({MAX_PRIORITY})")
 
     def __call__(self, ticket: Ticket, state: SchedulerState, /) -> float:
         return ticket.ready_ns - ticket.priority * self._boost

@@ -44,6 +44,13 @@ BAD: dict[str, tuple[Callable[[], object], str]] = {
     "bucket overflows": (lambda: Limits(tpm=1e200, burst_s=1e200), "Limits.tpm"),
     "drain underflows": (lambda: Limits(rpm=1e-320), "Limits.rpm"),
     "boost ns overflow": (lambda: Priority(boost_s=1e300), "Priority boost_s"),
+    # Finite for one level, inf for the highest (its tickets all ranked -inf).
+    "top boost overflow": (lambda: Priority(boost_s=1e299), "the largest priority"),
+    # A priority huge or a bool: a bare OverflowError at every turn under Priority, or
+    # taken as a class (True).
+    "priority huge": (lambda: Agent(name="a", model="m", priority=10**400), "priority must be"),
+    "priority bool": (lambda: Agent(name="a", model="m", priority=True), "priority must be"),
+    "priority over": (lambda: Agent(name="a", model="m", priority=-(2**31)), "priority must be"),
     "slo ns overflow": (lambda: Deadline(default_slo_s=1e300), "'default_slo_s'"),
     "agent slo ns overflow": (lambda: Deadline(slo_s={"chat": 1e300}), "'chat'"),
     "quantum ns overflow": (lambda: FairShare(1e300), "FairShare quantum_s"),
@@ -129,7 +136,9 @@ def test_a_fleet_takes_its_parts_of_the_right_kind() -> None:
 def test_the_finite_edges_are_accepted() -> None:
     Limits(max_in_flight=1, rpm=0.5, tpm=1e9, kv_tokens=1, burst_s=0.01)
     Priority(boost_s=0)
-    Priority(boost_s=1e299)  # 1e308 ns: finite
+    Priority(boost_s=1e289)  # 1e298 ns, × the largest priority: finite
+    Agent(name="a", model="m", priority=2**31 - 1)
+    Agent(name="a", model="m", priority=-(2**31 - 1))
     Limits(rpm=1e-300, tpm=1e300, burst_s=1e5)
     Deadline(default_slo_s=0, slo_s={"batch": 3600})
     FairShare(1e-3)

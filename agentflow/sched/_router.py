@@ -22,11 +22,20 @@ replica exists.
 
 from __future__ import annotations
 
+import re
+from urllib.parse import quote
+
 from agentflow._counts import check_count
+from agentflow._errors import ConfigError
 from agentflow.sched._replica import ReplicaState
 from agentflow.sched._ticket import Ticket
 
 __all__ = ["Router"]
+
+#: A header name (RFC 9110's token).
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+#: What a session key keeps as it is in the header: printable ASCII and the tab, but ``%``.
+_HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if c != ord("%")) + "\t"
 
 
 class Router:
@@ -38,7 +47,9 @@ class Router:
         balance_slack: how many more requests in flight a prefix's replica may have than
             the least-loaded one before new sessions of that prefix go elsewhere.
         session_header: the header that carries the session key to servers and gateways
-            that route by it (``None`` sends none).
+            that route by it (``None`` sends none). A session id that is not ASCII goes
+            percent-encoded (its UTF-8, and any ``%`` in it), the same on every
+            transport; an ASCII one goes as it is.
         prompt_cache_key: also send the prefix key as OpenAI's ``prompt_cache_key`` body field.
     """
 
@@ -52,6 +63,13 @@ class Router:
         prompt_cache_key: bool = False,
     ) -> None:
         check_count(balance_slack, "Router.balance_slack", 0)
+        if session_header is not None and not (
+            isinstance(session_header, str) and _TOKEN.fullmatch(session_header)
+        ):
+            raise ConfigError(
+                "Router.session_header must be a header name (letters, digits and "
+                f"!#$%&'*+-.^_`|~) or None, got {session_header!r}"
+            )
         self.sticky = sticky
         self.prefix_affinity = prefix_affinity
         self.balance_slack = balance_slack
@@ -134,7 +152,15 @@ class Router:
 
     def headers(self, ticket: Ticket) -> dict[str, str]:
         """Headers that carry the session key for this turn."""
-        return {self.session_header: ticket.session_id} if self.session_header else {}
+        if not self.session_header:
+            return {}
+        key = ticket.session_id
+        if not key.isascii():
+            # Raw UTF-8 went out through aiohttp, while the OpenAI SDK's httpx refused it
+            # (a bare UnicodeEncodeError at every turn): percent-encoded, it is ASCII on
+            # every transport, and one session's key is the same whichever sends it.
+            key = quote(key, safe=_HEADER_SAFE)
+        return {self.session_header: key}
 
 
 def _load(r: ReplicaState) -> tuple[int, int, int]:

@@ -148,8 +148,9 @@ class RecordingSim:
         return self.server.base_url
 
     def session_ids(self) -> set[str]:
-        """The ``X-Session-ID`` values this server received."""
-        return {s.headers["X-Session-ID"] for s in self.seen if "X-Session-ID" in s.headers}
+        """The ``X-Session-ID`` values this server received (the name in any case: the
+        OpenAI SDK's httpx sends it in lower case)."""
+        return {v for s in self.seen for k, v in s.headers.items() if k.lower() == "x-session-id"}
 
     async def __aenter__(self) -> RecordingSim:
         await self.server.start()

@@ -9,7 +9,10 @@ Where a turn went is read at the servers: the ``X-Session-ID`` header each recei
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from urllib.parse import quote, unquote
 
+import openai
 import pytest
 
 from agentflow import (
@@ -25,7 +28,7 @@ from agentflow import (
 )
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.sched import ReplicaState, Router, Scheduler
-from agentflow.transport import AiohttpTransport
+from agentflow.transport import AiohttpTransport, OpenAITransport
 from agentflow.typing import Transport
 from tests.sched.conftest import (
     FakeClock,
@@ -180,22 +183,41 @@ async def test_session_keys_on_the_wire(sims: list[RecordingSim]) -> None:
     assert all(s.body["prompt_cache_key"] == a.prefix_key for s in keyed)
 
 
-@pytest.mark.parametrize("make", [HTTPTransport, AiohttpTransport])
+def _openai_transport(base_url: str) -> OpenAITransport:
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="k", max_retries=0)
+    return OpenAITransport(client, owns_client=True)
+
+
+@pytest.mark.parametrize("make", [HTTPTransport, AiohttpTransport, _openai_transport])
 async def test_a_session_id_no_header_can_carry_is_refused_where_the_session_is_made(
-    sims: list[RecordingSim], make: type[HTTPTransport] | type[AiohttpTransport]
+    sims: list[RecordingSim], make: Callable[[str], Transport]
 ) -> None:
     """A line break in a session id used to fail that session mid-run, differently per
     transport (a ConfigError over HTTPTransport, a bare ValueError over aiohttp): now
-    ``Agent.session`` refuses it, naming the id; a non-ASCII id goes in the header over
-    both transports."""
+    ``Agent.session`` refuses it, naming the id. A non-ASCII id goes in the header
+    percent-encoded (UTF-8), the same over every transport: raw, it went out over aiohttp
+    but failed every turn over the OpenAI SDK (a bare UnicodeEncodeError). An ASCII id
+    goes as it is."""
     sim, a = sims[0], agent("a", tools=False)
     with pytest.raises(ConfigError, match=r"'line\\nbreak'.*X-Session-ID"):
         a.session("x", session_id="line\nbreak")
-    ids = ["plain", "café-会话-🚀"]
-    async with make(sim.base_url) as t:
+    ids = ["plain", "tab\tand 100%", "café-会话-🚀"]
+    t = make(sim.base_url)
+    try:
         result = await Fleet(t).run([a.session("x", session_id=i) for i in ids])
+    finally:
+        await t.aclose()
     assert all(s.ok for s in result.sessions)
-    assert sim.session_ids() == set(ids)
+    # An ASCII id goes as it is, "%" and all.
+    assert sim.session_ids() == {"plain", "tab\tand 100%", "caf%C3%A9-" + quote("会话-🚀")}
+    assert {unquote(i) for i in sim.session_ids()} == set(ids)
+
+
+def test_a_session_header_that_is_no_header_name_is_refused() -> None:
+    for bad in ("", "X Session", "X-Session:", 7):
+        with pytest.raises(ConfigError, match=r"Router\.session_header"):
+            Router(session_header=bad)  # type: ignore[arg-type]
+    assert Router(session_header="X-Affinity").session_header == "X-Affinity"
 
 
 async def test_a_replicas_own_limits_hold_at_that_server(sims: list[RecordingSim]) -> None:

@@ -50,8 +50,8 @@ offset). It adds a margin derived from the errors it has made, out of sample:
 prompt), ``kind`` its dominant kind, and ``q[kind]`` the ``quantile`` (nearest rank; 0.95
 is the largest of fewer than 20) of that kind's last ``window`` relative errors beyond the
 floor, ``(reported − predicted − floor) / part``, at least 0. A kind with fewer than three
-errors recorded takes the largest of ``prior`` and the quantile over all kinds; a model with
-no turn observed, ``prior``. :attr:`TokenEstimate.bound` — prediction plus margin — is what
+errors recorded takes the quantile over all kinds; the part of kinds with no ratio learnt
+yet takes ``prior`` instead (all of it, for a model with no turn observed). :attr:`TokenEstimate.bound` — prediction plus margin — is what
 a budget compares with its limit.
 """
 
@@ -157,9 +157,8 @@ class Calibrator:
             1 is the largest).
         floor: tokens of margin every estimate gets, whatever its size (template text
             that differs per message or per prompt; ≥ 0).
-        prior: the relative margin for a kind with fewer than three errors recorded
-            (at least: the quantile over all kinds applies if larger), and for a model
-            with no turn observed; ≥ 0.
+        prior: the relative margin for the part of a prompt whose kinds have no ratio
+            learnt yet (all of it, for a model with no turn observed); ≥ 0.
 
     Raises:
         ConfigError: a value out of its range (the message names it).
@@ -220,9 +219,12 @@ class Calibrator:
         k = max(range(len(KINDS)), key=counts.__getitem__) if any(counts) else 0
         unknown: float
         if m is None:
-            part = sum(counts)
-            unknown = part
-            tokens = part + (shape.anchor[1] - shape.anchor[0] if shape.anchor else 0)
+            # Nothing learnt: the growth (else the whole prompt) as counted here, on top
+            # of the server's count of the anchored prompt. (A resumed session anchors
+            # before its calibrator saw a turn: the anchored prompt was left out, and a
+            # prompt over the window went out.)
+            part = unknown = sum(counts)
+            tokens = part + (shape.anchor[1] if shape.anchor else 0)
             q, learnt = 0.0, False
         else:
             est = 0.0

@@ -136,6 +136,17 @@ def test_an_unlearnt_kind_gets_the_prior_and_nothing_learnt_gets_it_all() -> Non
     assert stats.kind_ratios["json"] == pytest.approx((260 + 105 - 1.05 * 100) / 200)
 
 
+def test_an_anchored_forecast_with_nothing_learnt_adds_the_growth_to_the_servers_count() -> None:
+    """A resumed session anchors on the server's count of its last prompt before its
+    calibrator has seen a turn: the forecast is that count plus the growth, with the
+    prior's margin on the growth (it was the growth alone, plus the anchor's error)."""
+    cal = Calibrator(floor=10, prior=0.25)
+    shape = PromptShape((51_000, 0, 0, 0), anchor=(50_000, 52_000), growth=(1_000, 0, 0, 0))
+    forecast = cal.forecast("m", shape)
+    assert (forecast.tokens, forecast.part, forecast.anchored) == (53_000, 1_000, True)
+    assert forecast.margin == 10 + 250
+
+
 def test_a_fit_is_not_extrapolated_below_the_prompts_it_saw() -> None:
     # Large prompts whose ratio grows with size give a steep slope and a negative offset.
     cal = Calibrator()

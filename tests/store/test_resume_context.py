@@ -6,14 +6,22 @@ prefix is the system prompt it began with, not a system-role summary after it.""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentflow import Agent, Event, FleetResult, Tool
+from agentflow import Agent, ContextOverflow, Event, FleetResult, Tool
 from agentflow._context_chain import Binding, Link, LinkSession
-from agentflow.context import Compact, CompactionEvent, ContextBudget, Fail, SessionBudget
+from agentflow.context import (
+    Compact,
+    CompactionEvent,
+    ContextBudget,
+    Fail,
+    SessionBudget,
+)
 from agentflow.embedded import SimTransport, run_virtual
 from agentflow.typing import Complete
 
@@ -141,6 +149,43 @@ def test_a_resumed_session_near_its_limit_finishes_as_the_uninterrupted_one(
     session = result.sessions[0]
     assert session.status == "completed", session.error
     assert resumed.rows == {last: whole.rows[last]}
+
+
+def test_a_session_resumed_with_nothing_learnt_forecasts_its_whole_prompt(
+    tmp_path: Path,
+) -> None:
+    """The calibrator's state is recorded when a session or the run ends: a run killed
+    before either (here: its rows deleted after the cut) resumes with a calibrator that
+    has seen no turn. Its first forecast is anchored on the server's count of the last
+    recorded prompt plus the growth since: it was the growth alone, so a prompt over the
+    window went out (and the session ended as if it had fitted)."""
+    roomy = Forecasts()
+    done = run_virtual(_run(tmp_path / "roomy.db", reader(1_000_000, roomy)))
+    assert done is not None
+    turns = done.sessions[0].turns
+    last = len(turns) - 1
+    path = tmp_path / "cut.db"
+    cut = _turn_end(last - 1)
+    assert run_virtual(_run(path, reader(1_000_000, Forecasts()), cut=cut)) is None
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        assert conn.execute("DELETE FROM policy_state").rowcount > 0
+    resumed = Forecasts()
+    result = run_virtual(_resume(path, reader(1_000_000, resumed)))
+    tokens, _, bound, anchored = resumed.rows[last]
+    before = turns[last - 1].trace.usage
+    sent = result.sessions[0].turns[last].trace.usage
+    assert before is not None and sent is not None and anchored
+    assert before.prompt_tokens < tokens <= bound
+    assert bound >= sent.prompt_tokens  # what the server counted is within the bound
+    # And a window that the whole prompt does not fit is refused before it is sent.
+    limit = before.prompt_tokens
+    path = tmp_path / "cut-small.db"
+    assert run_virtual(_run(path, reader(1_000_000, Forecasts()), cut=cut)) is None
+    with contextlib.closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("DELETE FROM policy_state")
+    result = run_virtual(_resume(path, reader(limit, Forecasts())))
+    assert result.sessions[0].status == "error"
+    assert isinstance(result.sessions[0].error, ContextOverflow)
 
 
 def compacting(watch: Forecasts) -> Agent:

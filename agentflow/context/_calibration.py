@@ -51,8 +51,9 @@ prompt), ``kind`` its dominant kind, and ``q[kind]`` the ``quantile`` (nearest r
 is the largest of fewer than 20) of that kind's last ``window`` relative errors beyond the
 floor, ``(reported − predicted − floor) / part``, at least 0. A kind with fewer than three
 errors recorded takes the quantile over all kinds; the part of kinds with no ratio learnt
-yet takes ``prior`` instead (all of it, for a model with no turn observed). :attr:`TokenEstimate.bound` — prediction plus margin — is what
-a budget compares with its limit.
+yet takes ``prior`` instead (all of it, for a model with no turn observed).
+:attr:`TokenEstimate.bound` — prediction plus margin — is what a budget compares with its
+limit.
 """
 
 from __future__ import annotations

@@ -256,7 +256,11 @@ async def run_level(
         if duration_s is not None:
             elapsed = min(elapsed, duration_s)
     planned, ran_out_s = len(sessions), None
-    if feed is not None:
+    if feed is None:
+        # Every planned session that did not start, whether the level's end came first
+        # or a cancel did (sessions waiting for their start were cancelled uncounted).
+        run.not_started = sum(s.session_id not in run.started_ns for s in sessions)
+    else:
         planned = len(scripts) if isinstance(scripts, Sized) else feed.drawn
         run.not_started += planned - feed.drawn  # the scripts left at the level's end
         if duration_s is not None and feed.exhausted and drained and run.ends:

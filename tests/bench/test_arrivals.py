@@ -318,6 +318,8 @@ def test_a_cancelled_level_leaves_its_window_so_far_on_the_tap() -> None:
     assert s["interrupted"] and s["window_s"] == [10.0, 20.25]
     # One session every 0.5 s from 0: 41 started, 21 in the window, each served at once.
     assert s["sessions"]["started"] == 41 and s["turns"] == 21
+    # The 79 planned after the cancel never started (it said 0).
+    assert s["sessions"]["planned"] == 120 and s["sessions"]["not_started"] == 79
     assert s["req_per_s"] == pytest.approx(21 / 10.25)
     assert s["output_tps"] == pytest.approx(42 / 10.25)
     assert s["statuses"]["completed"] == 21

@@ -224,7 +224,8 @@ class Calibrator:
             # of the server's count of the anchored prompt. (A resumed session anchors
             # before its calibrator saw a turn: the anchored prompt was left out, and a
             # prompt over the window went out.)
-            part = unknown = sum(counts)
+            part = sum(counts)
+            unknown = part
             tokens = part + (shape.anchor[1] if shape.anchor else 0)
             q, learnt = 0.0, False
         else:

@@ -175,6 +175,7 @@ def test_a_session_resumed_with_nothing_learnt_forecasts_its_whole_prompt(
     before = turns[last - 1].trace.usage
     sent = result.sessions[0].turns[last].trace.usage
     assert before is not None and sent is not None and anchored
+    assert before.prompt_tokens is not None and sent.prompt_tokens is not None
     assert before.prompt_tokens < tokens <= bound
     assert bound >= sent.prompt_tokens  # what the server counted is within the bound
     # And a window that the whole prompt does not fit is refused before it is sent.

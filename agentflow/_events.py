@@ -195,7 +195,14 @@ class RetryEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FleetStartEvent:
-    """The first event of a fleet run: how many sessions, and the clock at the start."""
+    """The first event of a fleet run: how many sessions, and the clock at the start.
+
+    Attributes:
+        sessions: the sessions the run starts with. Sessions started later by the
+            run's own sessions — a benchmark level's successors and subagents — are not
+            counted.
+        start_ns: the fleet's clock at the start.
+    """
 
     sessions: int
     start_ns: int

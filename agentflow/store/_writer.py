@@ -355,7 +355,13 @@ class BatchWriter(WriterErrors, Generic[C]):
                 self._drain_closed()
                 return True
             item.future.set_result(value)
-        if records or not all(isinstance(i, Call) and i.unordered for i in batch):
+        # Records after the last call; else the closing commit of a batch with ordered
+        # calls (SQLite's journal markers of deleted segments go with it) — but not a
+        # held batch tried again: the commit before each ordered call has just tried it
+        # (a second try waited out another statement timeout, racing the next call).
+        if records or (
+            not self._pending and not all(isinstance(i, Call) and i.unordered for i in batch)
+        ):
             self._commit(self._usable(conn), records, mark)
         return False
 

@@ -79,6 +79,12 @@ def test_a_renewal_does_not_try_a_held_batch_again(postgres_db: str) -> None:
             for _ in range(3):
                 assert await asyncio.wait_for(store.renew("r", owner, 60), GUARD_S) == ["s"]
             assert store._seq == tries  # no try at the held batch: not one statement timeout
+            # A flush tries the held batch once (it tried it again after its call was
+            # answered: another statement timeout, and a try the renewals above raced).
+            with pytest.raises(StoreError, match="a write failed"):
+                await asyncio.wait_for(store.flush(), GUARD_S)
+            assert await asyncio.wait_for(store.renew("r", owner, 60), GUARD_S) == ["s"]
+            assert store._seq == tries + 1
         finally:
             locker.rollback()
             locker.close()

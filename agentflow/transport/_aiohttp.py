@@ -145,8 +145,9 @@ class AiohttpTransport(EndpointTransport):
                         raise content_type_error(
                             resp.status, refused, await _read_error_body(resp), self.endpoint
                         )
-                    await st.read_all(resp.content.iter_any())
-                    clean = True
+                    # After [DONE] the answer is complete; the connection is reused only
+                    # if the body also ended (read_all drains it briefly).
+                    clean = await st.read_all(resp.content.iter_any())
                 finally:
                     limits.cancel()
                     if clean:

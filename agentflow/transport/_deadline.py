@@ -95,6 +95,14 @@ class Deadlines:
         if self._scope is not None:
             self._scope.reschedule(self._total_at)
 
+    def met(self) -> None:
+        """The answer is complete (``[DONE]``): no limit applies to what is left of the
+        exchange (the rest of the body, drained briefly)."""
+        self._first_at = self._total_at = None
+        self.cancel()
+        if self._scope is not None and not self._scope.expired():
+            self._scope.reschedule(None)
+
     def _check_idle(self) -> None:
         idle = self.timeouts.idle
         assert idle is not None

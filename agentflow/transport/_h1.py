@@ -18,7 +18,7 @@ from multidict import CIMultiDict
 from agentflow._errors import ConnectError, StreamInterrupted, StreamProtocolError
 from agentflow.transport._pool import ConnectionPool, PooledConnection
 from agentflow.transport._shared import MAX_ERROR_BODY, refused_content_type, sent_then_closed
-from agentflow.transport._stream import StreamState
+from agentflow.transport._stream import DRAIN_AFTER_DONE_S, StreamState
 
 __all__ = ["MAX_HEADER_LINE", "MAX_HEAD_BYTES"]
 
@@ -38,6 +38,7 @@ class _Exchange:
         "bare_mark",
         "complete",
         "done",
+        "draining",
         "error_parts",
         "error_size",
         "framed",
@@ -68,6 +69,9 @@ class _Exchange:
         self.informational = False  # inside a 1xx response, which precedes the real one
         self.framed = True  # body delimited by chunks or a length, not by the close
         self.complete = False
+        #: Set once ``[DONE]`` arrived before the body's end: the timer that stops waiting
+        #: for that end (:data:`DRAIN_AFTER_DONE_S`).
+        self.draining: asyncio.TimerHandle | None = None
         self.n_pieces = 0  # body pieces of the read that belong to this response
         self.keep = True  # the connection may be reused afterwards
         self.error_parts: list[bytes] = []
@@ -122,6 +126,9 @@ class _Connection(PooledConnection):
         try:
             self._parser.feed_data(data)
         except (httptools.HttpParserError, httptools.HttpParserUpgrade) as exc:
+            if ex.draining is not None:  # junk after [DONE]: the answer stands
+                self._drain_over(ex)
+                return
             if not ex.complete:
                 self._fail(ex, self._invalid(ex, exc, now))
                 return
@@ -133,14 +140,22 @@ class _Connection(PooledConnection):
             body = pieces[0] if len(pieces) == 1 else b"".join(pieces)
             pieces.clear()
             if ex.sse:
-                try:
-                    ex.read(body, now)
-                except Exception as exc:  # the stream's protocol/server errors, a sink's own
-                    self._fail(ex, exc)
-                    return
+                if ex.draining is None:  # (else: the body after [DONE], discarded)
+                    try:
+                        ex.read(body, now)
+                    except Exception as exc:  # the stream's protocol/server errors, a sink's
+                        self._fail(ex, exc)
+                        return
+                    if not ex.complete and ex.stream.builder.done:
+                        # [DONE]: the answer is complete. The rest of the body (its last
+                        # chunk, usually on its way) is waited for briefly, for the
+                        # connection's sake; see _drain_over.
+                        ex.draining = self.pool.loop.call_later(
+                            DRAIN_AFTER_DONE_S, self._drain_over, ex
+                        )
             elif self._add_error_body(ex, body, now):
                 return
-        elif not ex.complete and self._bare_read(ex, len(data), now):
+        elif not ex.complete and ex.draining is None and self._bare_read(ex, len(data), now):
             return  # no body in this read: the head (or a trailer) goes on, within its limit
         if ex.complete:
             self._finish(ex, now)
@@ -151,15 +166,19 @@ class _Connection(PooledConnection):
         ex = self._ex
         if ex is None:
             return
-        if ex.status and not ex.framed and exc is None:
-            ex.keep = False  # a body delimited by the close has just ended: this is success
+        if ex.draining is not None or (ex.status and not ex.framed and exc is None):
+            # A body delimited by the close has just ended, or one closed (or reset) after
+            # [DONE]: this is success.
+            ex.keep = False
             self._finish(ex, ex.stream.clock())
         else:
             self._settle(ex, self._dropped(ex, exc))
 
     def abort(self) -> None:
         """Close at once; a request still on the connection is abandoned, not failed."""
-        self._ex = None
+        ex, self._ex = self._ex, None
+        if ex is not None and ex.draining is not None:
+            ex.draining.cancel()
         super().abort()
 
     # -- httptools callbacks (once per response, not per read) --------------------------
@@ -255,9 +274,19 @@ class _Connection(PooledConnection):
         self._finish(ex, now)
         return True
 
+    def _drain_over(self, ex: _Exchange) -> None:
+        """The body did not end soon after ``[DONE]`` (or went on with junk): the answer
+        stands, the connection is not reused (its body is unfinished)."""
+        if self._ex is ex:
+            ex.keep = False
+            self._finish(ex, ex.stream.clock())
+
     def _finish(self, ex: _Exchange, now: int) -> None:
-        """The response ended cleanly: flush the last event, wake the caller."""
-        if ex.sse:
+        """The response ended cleanly (or after ``[DONE]``): flush the last event, wake
+        the caller."""
+        if ex.draining is not None:
+            ex.draining.cancel()
+        elif ex.sse:
             try:
                 ex.stream.end(now)  # a last event with no blank line after it
             except Exception as exc:

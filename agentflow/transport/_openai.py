@@ -130,6 +130,8 @@ class OpenAITransport:
                 if refused is not None:
                     first = await _read_some(raw)
                     raise content_type_error(raw.status_code, refused, first, self.endpoint)
+                # Up to [DONE], then a brief drain (as the SDK's own Stream): leaving this
+                # block closes the response; httpx drops a connection whose body did not end.
                 await st.read_all(raw.aiter_bytes())
                 # The bytes: httpx reads the whole set as Latin-1 if one value is not UTF-8.
                 headers = keep_headers(raw.headers.raw)

@@ -13,7 +13,11 @@ does the same thing with it, which :class:`StreamState` does once:
   event (what the idle watchdog of :class:`Deadlines` reads; comments do not count),
   and the first output-bearing chunk, which ends the first-token limit;
 - the end: the last event with no blank line after it, then ``[DONE]`` or a finish
-  reason required (:meth:`finish`); a partial trace for every error
+  reason required (:meth:`finish`). ``[DONE]`` itself ends the exchange (:attr:`done`): the
+  rest of the body is waited for only :data:`DRAIN_AFTER_DONE_S`, for the connection's
+  sake — a body that stays open or is reset after ``[DONE]`` does not turn a finished
+  answer into an error (its connection is closed, not reused); a partial trace for every
+  error
   (:meth:`partial`), and a protocol error raised below the builder (the decoder's
   event-size limit) given that partial trace, as the builder's own errors carry one.
 
@@ -25,7 +29,8 @@ reads :attr:`last_ns` from this object.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable
+import asyncio
+from collections.abc import AsyncIterable, AsyncIterator
 from typing import Protocol
 
 from agentflow._errors import StreamProtocolError, StreamTimeout
@@ -36,7 +41,20 @@ from agentflow.transport._request import Timeouts
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, SSEDecoder
 from agentflow.typing import Clock, DeltaSink
 
-__all__ = ["LimitedTransport", "StreamState", "finish_stream", "open_stream"]
+__all__ = [
+    "DRAIN_AFTER_DONE_S",
+    "LimitedTransport",
+    "StreamState",
+    "drain",
+    "finish_stream",
+    "open_stream",
+]
+
+#: How long the rest of a body is waited for after ``[DONE]`` (its last chunk, usually
+#: already on its way), so that the connection can be reused — as the OpenAI SDK does
+#: (``openai._streaming_cleanup``, 0.1 s). A body that does not end by then is left, its
+#: connection closed; the answer is returned either way.
+DRAIN_AFTER_DONE_S = 0.1
 
 
 class LimitedTransport(Protocol):
@@ -131,6 +149,11 @@ class StreamState:
         self.waiting_first = limits is not None and limits.waiting_first
 
     @property
+    def done(self) -> bool:
+        """Whether ``[DONE]`` has arrived: the answer is complete, whatever the body does next."""
+        return self.builder.done
+
+    @property
     def n_chunks(self) -> int:
         """Output-bearing chunks so far."""
         return len(self.builder.chunk_ns)
@@ -158,6 +181,8 @@ class StreamState:
                 if self.waiting_first and self.builder.chunk_ns:
                     self.waiting_first = False
                     self.limits.first_output()  # type: ignore[union-attr]
+                if self.builder.done and self.limits is not None:
+                    self.limits.met()  # the answer is complete: the rest is not timed
         except StreamProtocolError as exc:  # the decoder's size limit, or a sink's
             self._attach(exc, now)
             raise
@@ -172,14 +197,25 @@ class StreamState:
             self.waiting_first = False
             self.limits.first_output()  # type: ignore[union-attr]
 
-    async def read_all(self, body: AsyncIterable[bytes]) -> None:
+    async def read_all(self, body: AsyncIterable[bytes]) -> bool:
         """Read a body whose reads another library delivers (aiohttp, httpx) to its end,
-        each read stamped with this stream's clock when it is taken."""
+        or to ``[DONE]``, each read stamped with this stream's clock when it is taken.
+
+        Returns whether the body ended. After ``[DONE]`` the answer is complete: the rest
+        of the body is drained for at most :data:`DRAIN_AFTER_DONE_S` (what it holds is
+        ignored, and so is an error), and ``False`` if it did not end by then — the
+        connection must not be reused.
+        """
         clock = self.clock
         read = self.read
-        async for data in body:
+        builder = self.builder
+        reads = aiter(body)
+        async for data in reads:
             read(data, clock())
+            if builder.done:
+                return await drain(reads)
         self.end(clock())
+        return True
 
     def end(self, now: int) -> None:
         """The body ended at ``now``: feed a last event that had no blank line after it.
@@ -224,6 +260,18 @@ class StreamState:
         """The :class:`StreamTimeout` for the limit that ran out, with the partial trace."""
         assert self.limits is not None
         return self.limits.error(self.endpoint, self.partial())
+
+
+async def drain(reads: AsyncIterator[bytes]) -> bool:
+    """Discard the rest of a body after ``[DONE]``, for at most :data:`DRAIN_AFTER_DONE_S`;
+    whether it ended (cleanly) in that time. Its errors are not the answer's: ignored."""
+    try:
+        async with asyncio.timeout(DRAIN_AFTER_DONE_S):
+            async for _ in reads:
+                pass
+    except Exception:  # TimeoutError: it did not end; or it was cut (a reset)
+        return False
+    return True
 
 
 def finish_stream(

@@ -1,0 +1,144 @@
+"""``[DONE]`` ends the exchange: what the body does after it cannot undo a complete answer.
+
+A server that sent ``[DONE]`` but never ended its chunked body made every transport wait
+for the end until the idle limit, then raise :class:`StreamTimeout`; one that reset the
+connection right after made it a :class:`StreamInterrupted` — and both were retried, the
+answer generated again. The OpenAI SDK itself stops at ``[DONE]``. Now the answer is
+returned; the rest of the body is drained briefly (``DRAIN_AFTER_DONE_S``) for the
+connection's sake, which is reused only when the body did end.
+
+On the virtual clock (:func:`~agentflow.embedded.run_virtual`): the server's hour-long
+pause costs nothing, and the idle limit would run out on the old code within it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from agentflow import Timeouts, TurnTrace
+from agentflow.embedded import run_virtual
+
+from .rawserver import (
+    KINDS,
+    TINY_REQUEST,
+    chunk,
+    head,
+    keepalive_server,
+    make_transport,
+    raw_server,
+)
+
+
+def _event(text: str | None, finish: str | None = None) -> bytes:
+    delta = {} if text is None else {"content": text}
+    obj = {
+        "id": "x",
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+#: A whole answer, "ab", up to and including [DONE] (the body's last chunk not sent).
+ANSWER = _event("a") + _event("b") + _event(None, "stop") + b"data: [DONE]\n\n"
+
+
+async def _twice(
+    kind: str, answer: object, timeouts: Timeouts | None = None
+) -> tuple[list[object], int]:
+    """Stream twice on one transport; the outcomes (trace or error) and the connections
+    the server saw."""
+    outcomes: list[object] = []
+    async with raw_server(answer) as srv:  # type: ignore[arg-type]
+        t = make_transport(kind, srv.base_url, timeouts=timeouts or Timeouts(idle=5.0))
+        try:
+            for _ in range(2):
+                try:
+                    outcomes.append(await t.stream(TINY_REQUEST))
+                except Exception as exc:
+                    outcomes.append(exc)
+        finally:
+            await t.aclose()
+        return outcomes, srv.connections
+
+
+def _complete(outcome: object) -> None:
+    assert isinstance(outcome, TurnTrace), outcome
+    assert outcome.content == "ab" and outcome.done and outcome.finish_reason == "stop"
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_body_left_open_after_done_returns_the_answer(kind: str) -> None:
+    """[DONE], then the chunked body never ends: the answer, not an idle StreamTimeout;
+    the connection (its body unfinished) is not reused."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(head() + chunk(ANSWER))
+        await writer.drain()
+        await asyncio.sleep(3600.0)
+
+    outcomes, connections = run_virtual(_twice(kind, answer))
+    for outcome in outcomes:
+        _complete(outcome)
+    assert connections == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_no_limit_runs_out_after_done(kind: str) -> None:
+    """An idle and a total limit shorter than the drain after [DONE]: neither cuts it."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(head() + chunk(ANSWER))
+        await writer.drain()
+        await asyncio.sleep(3600.0)
+
+    for timeouts in (Timeouts(idle=0.01), Timeouts(total=0.01)):
+        outcomes, _ = run_virtual(_twice(kind, answer, timeouts))
+        for outcome in outcomes:
+            _complete(outcome)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_reset_after_done_returns_the_answer(kind: str) -> None:
+    """[DONE], then the connection is reset: the answer, not a StreamInterrupted."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(head() + chunk(ANSWER))
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.transport.abort()
+
+    outcomes, connections = run_virtual(_twice(kind, answer))
+    for outcome in outcomes:
+        _complete(outcome)
+    assert connections == 2
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_body_that_ends_just_after_done_keeps_its_connection(kind: str) -> None:
+    """The body's last chunk a moment after [DONE] (a server's separate write): it is
+    waited for, and the connection is reused."""
+
+    async def answer(writer: asyncio.StreamWriter, n: int) -> bool:
+        writer.write(head() + chunk(ANSWER))
+        await writer.drain()
+        await asyncio.sleep(0.01)
+        writer.write(chunk(b""))
+        return True
+
+    async def main() -> tuple[list[TurnTrace], int]:
+        async with keepalive_server(answer) as srv:
+            t = make_transport(kind, srv.base_url, timeouts=Timeouts(idle=5.0))
+            try:
+                traces = [await t.stream(TINY_REQUEST) for _ in range(2)]
+            finally:
+                await t.aclose()
+            return traces, srv.connections
+
+    traces, connections = run_virtual(main())
+    for trace in traces:
+        _complete(trace)
+    assert connections == 1

@@ -8,6 +8,7 @@ how many requests run at once is the fleet's decision, not the pool's.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +17,7 @@ import msgspec
 from agentflow._errors import (
     ConnectError,
     StreamInterrupted,
+    StreamPhase,
     StreamProtocolError,
     StreamTimeout,
 )
@@ -58,6 +60,11 @@ class AiohttpTransport(EndpointTransport):
             tell a reused connection from a new one: only a failure to connect is
             resent.)
         session: an ``aiohttp.ClientSession`` to use; the transport then does not close it.
+            Its own ``ClientTimeout`` applies on top of ``timeouts`` — and aiohttp's default
+            is ``total=300`` s for the whole request, the stream included: a longer answer
+            is cut at 5 minutes. Pass ``aiohttp.ClientTimeout(total=None)`` to leave the
+            limits to ``timeouts``. A timeout of the session's is a :class:`StreamTimeout`
+            that names it (its ``total``: phase ``"total"``; its ``sock_read``: ``"idle"``).
         clock: nanosecond monotonic clock for the trace.
         max_event_bytes: the longest SSE event accepted (default 4 MiB); a longer one is a
             :class:`StreamProtocolError` naming this limit.
@@ -155,8 +162,10 @@ class AiohttpTransport(EndpointTransport):
                     else:
                         resp.close()
                 trace = st.finish(keep_headers(resp.headers))
-        except TimeoutError:
-            raise st.timeout() from None
+        except TimeoutError as exc:
+            if limits.ran_out:
+                raise st.timeout() from None
+            raise self._session_timeout(exc, st) from exc
         except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError) as exc:
             raise StreamInterrupted(
                 f"connection to {self.endpoint} dropped mid-stream after "
@@ -194,6 +203,8 @@ class AiohttpTransport(EndpointTransport):
             ) from exc
         except aiohttp.ClientConnectorError as exc:  # no connection: nothing was sent
             raise self._connect_error(exc) from exc
+        except TimeoutError as exc:  # a session of the user's: its ClientTimeout (ours has none)
+            raise self._session_timeout(exc, st) from exc
         except (aiohttp.ClientConnectionError, OSError) as exc:
             # Only a reused kept-alive connection closed before an answer began (the server
             # had closed it as idle) is resent; on a new one the server may have received
@@ -207,6 +218,29 @@ class AiohttpTransport(EndpointTransport):
             state = "an unfinished response head" if partial_head else "no response byte"
             why = f"{type(exc).__name__}: {exc}"
             raise sent_then_closed(self.endpoint, state, why, st.partial()) from exc
+
+    def _session_timeout(self, exc: TimeoutError, st: StreamState) -> StreamTimeout:
+        """The error for a timeout of the aiohttp session's own ``ClientTimeout`` (a
+        ``sock_read`` one, or its ``total`` — 300 s by aiohttp's default), not of
+        agentflow's :class:`Timeouts`."""
+        import aiohttp
+
+        timeout = self._session.timeout if self._session is not None else None
+        phase: StreamPhase
+        if isinstance(exc, aiohttp.ServerTimeoutError):  # no byte within sock_read
+            phase, part = "idle", "sock_read"
+        else:
+            phase, part = "total", "total"
+        limit = getattr(timeout, part, None)
+        seconds = float(limit) if isinstance(limit, int | float) else math.nan
+        return StreamTimeout(
+            f"{self.endpoint}: the aiohttp session's own timeout ran out "
+            f"(ClientTimeout {part}={limit} s; agentflow's Timeouts did not)",
+            phase=phase,
+            timeout_s=seconds,
+            endpoint=self.endpoint,
+            trace=st.partial(),
+        )
 
     def _connect_error(self, exc: BaseException) -> ConnectError:
         return ConnectError(

@@ -89,6 +89,12 @@ class Deadlines:
         # Turns the cancellation of an expired limit into TimeoutError, as usual.
         await self._scope.__aexit__(exc_type, exc, tb)
 
+    @property
+    def ran_out(self) -> bool:
+        """Whether one of these limits ran out — a ``TimeoutError`` out of the scope is then
+        theirs (:meth:`error`), not one raised by something else inside it."""
+        return self._scope is not None and self._scope.expired()
+
     def first_output(self) -> None:
         """The first output arrived: from now on only the total limit (and idle) apply."""
         self._first_at = None

@@ -107,8 +107,10 @@ class OpenAITransport:
         # The SDK's typed keyword arguments are bypassed on purpose: every field goes in
         # the body exactly as the aiohttp transport would send it.
         model, messages = body.pop("model"), body.pop("messages")
-        for key in ("stream", "stream_options"):
-            body.pop(key)
+        body.pop("stream")
+        # The caller's keys with include_usage (vLLM's continuous_usage_stats, say), as the
+        # other transports send them.
+        stream_options = body.pop("stream_options")
         clock = self._clock
         st, limits = open_stream(self, sink)
         create = self._client.chat.completions.with_streaming_response.create
@@ -119,7 +121,7 @@ class OpenAITransport:
                     model=model,
                     messages=messages,
                     stream=True,
-                    stream_options={"include_usage": True},
+                    stream_options=stream_options,
                     extra_body=body,
                     extra_headers=dict(request.headers),
                 ) as response,

@@ -48,6 +48,26 @@ async def test_same_trace_as_the_default_transport() -> None:
     assert srv.requests[0].headers["Authorization"] == "Bearer sk-test"
 
 
+async def test_the_callers_stream_options_are_sent() -> None:
+    """The body's stream_options (the caller's keys plus include_usage) go out as the other
+    transports send them: the SDK transport sent {"include_usage": True} alone, dropping
+    vLLM's continuous_usage_stats."""
+    req = ChatRequest(
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        params={"stream_options": {"continuous_usage_stats": True}},
+    )
+    async with ScriptedServer([Reply.text("a"), Reply.text("a")]) as srv:
+        client = openai.AsyncOpenAI(base_url=srv.base_url, api_key="sk-test", max_retries=0)
+        await OpenAITransport(client, owns_client=True).stream(req)
+        async with HTTPTransport(srv.base_url) as t:
+            await t.stream(req)
+        await client.close()
+    via_sdk, direct = (r.body for r in srv.requests)
+    assert via_sdk["stream_options"] == {"continuous_usage_stats": True, "include_usage": True}
+    assert via_sdk == direct
+
+
 async def test_status_errors_map_to_agentflow_errors() -> None:
     """The SDK's 429 becomes agentflow's RateLimitError, Retry-After included."""
     async with ScriptedServer([Reply.error(429, "busy", {"Retry-After": "2"})]) as srv:

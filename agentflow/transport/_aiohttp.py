@@ -8,6 +8,7 @@ how many requests run at once is the fleet's decision, not the pool's.
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 from typing import TYPE_CHECKING, Any
@@ -70,6 +71,10 @@ class AiohttpTransport(EndpointTransport):
             :class:`StreamProtocolError` naming this limit.
 
     A 2xx answer declared as HTML, XML or JSON is an :class:`UnexpectedContentType`.
+    The sessions this transport makes belong to the event loop they were made on: used
+    under a new loop (a second ``asyncio.run``) it makes new ones, dropping the old loop's
+    idle connections (``aclose()`` before that loop ends closes them), as
+    :class:`HTTPTransport` does with its pool.
     """
 
     def __init__(
@@ -93,10 +98,18 @@ class AiohttpTransport(EndpointTransport):
         self._owns_session = session is None
         # For resends: a new connection each (aiohttp cannot be told to skip its idle ones).
         self._fresh: aiohttp.ClientSession | None = None
+        # The event loop the sessions this transport made belong to.
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def _client(self, *, fresh: bool = False) -> aiohttp.ClientSession:
         """The session to send with; ``fresh``: one that opens a new connection (a resend
         after a stale kept-alive connection: the other idle ones may be stale too)."""
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            # Sessions belong to the event loop that made them; a transport reused under a
+            # new loop (a second asyncio.run) makes new ones, as HTTPTransport's pool does.
+            self._abandon()
+            self._loop = loop
         if self._session is None or self._session.closed:
             self._session = self._new_session(reuse=True)
             self._owns_session = True
@@ -248,8 +261,27 @@ class AiohttpTransport(EndpointTransport):
             endpoint=self.endpoint,
         )
 
+    def _abandon(self) -> None:
+        """Drop the sessions this transport made on another event loop (it has ended: they
+        cannot be closed there, nor used here). Their connectors are marked closed, so they
+        are not reported as unclosed; their sockets go with the objects."""
+        owned = [self._fresh]
+        if self._owns_session:
+            owned.append(self._session)
+            self._session = None
+        self._fresh = None
+        for session in owned:
+            if session is not None and not session.closed:
+                connector = session.connector
+                session.detach()
+                if connector is not None:
+                    connector._close()  # the sync part of close(): no loop needed
+
     async def aclose(self) -> None:
         """Close the connection pool if this transport opened it."""
+        if self._loop is not None and self._loop is not asyncio.get_running_loop():
+            self._abandon()  # made on an earlier event loop
+            return
         if self._session is not None and self._owns_session and not self._session.closed:
             await self._session.close()
         if self._fresh is not None and not self._fresh.closed:

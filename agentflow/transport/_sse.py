@@ -18,9 +18,10 @@ once, when its blank line arrives; only the new read is searched for that blank 
 (and for CRs). An event longer than ``max_event_bytes`` (its field names and line
 ends included, up to its blank line) is a :class:`StreamProtocolError` as soon as
 that many of its bytes are held — a server that never ends an event cannot grow the
-client's memory without limit. (The decoder it replaced re-joined and re-scanned the
-whole held buffer on every read: 7.3 s of CPU for a 32 MiB unterminated line in
-64 KiB reads; see ``benchmarks/sse_limits.py``.)
+client's memory without limit. The events that ended before it in the same read are kept
+in :attr:`SSEDecoder.completed` (output received, for the error's partial trace). (The
+decoder it replaced re-joined and re-scanned the whole held buffer on every read: 7.3 s of
+CPU for a 32 MiB unterminated line in 64 KiB reads; see ``benchmarks/sse_limits.py``.)
 """
 
 from __future__ import annotations
@@ -58,7 +59,16 @@ class SSEDecoder:
         endpoint: named in that error.
     """
 
-    __slots__ = ("_bom", "_cr", "_endpoint", "_parts", "_pending", "max_event_bytes", "scanned")
+    __slots__ = (
+        "_bom",
+        "_cr",
+        "_endpoint",
+        "_parts",
+        "_pending",
+        "completed",
+        "max_event_bytes",
+        "scanned",
+    )
 
     def __init__(
         self, max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES, *, endpoint: str | None = None
@@ -77,6 +87,9 @@ class SSEDecoder:
         #: with the input times the reads. Reads taken by the fast path (exactly one
         #: whole single-line event) are not counted.
         self.scanned = 0
+        #: After :meth:`feed` raised for a too-long event: the payloads of the events that
+        #: ended in that read before it (output received, for the partial trace).
+        self.completed: list[bytes] = []
 
     def feed(self, data: bytes) -> list[bytes]:
         """Add one read; return the ``data`` payload of every event it completed."""
@@ -131,10 +144,16 @@ class SSEDecoder:
         events = data.split(b"\n\n")
         rest = events.pop()
         if len(data) > self.max_event_bytes:  # only then can one event be too long
-            for event in events:
-                self._check(len(event))
+            limit = self.max_event_bytes
+            for i, event in enumerate(events):
+                if len(event) > limit:
+                    self._refuse(len(event), _payloads(events[:i]))
         if rest:
-            self._hold(rest)
+            try:
+                self._hold(rest)
+            except StreamProtocolError:
+                self.completed = _payloads(events)
+                raise
         return _payloads(events)
 
     def _continue(self, data: bytes) -> list[bytes]:
@@ -160,7 +179,11 @@ class SSEDecoder:
         rest = data[skip:]
         if rest:
             self.scanned += len(rest)
-            out += self._split(rest)
+            try:
+                out += self._split(rest)
+            except StreamProtocolError:
+                self.completed[:0] = out
+                raise
         return out
 
     def _hold(self, data: bytes) -> None:
@@ -169,16 +192,21 @@ class SSEDecoder:
         self._check(self._pending)
 
     def _check(self, size: int) -> None:
-        limit = self.max_event_bytes
-        if size > limit:
-            self._parts.clear()
-            self._pending = 0
-            where = f" from {self._endpoint}" if self._endpoint else ""
-            raise StreamProtocolError(
-                f"an SSE event{where} is longer than max_event_bytes={limit} "
-                f"(at least {size} bytes before its blank line)",
-                endpoint=self._endpoint,
-            )
+        if size > self.max_event_bytes:
+            self._refuse(size, [])
+
+    def _refuse(self, size: int, completed: list[bytes]) -> None:
+        """An event of ``size`` bytes is too long; ``completed``: the payloads of the events
+        that ended before it in this read."""
+        self._parts.clear()
+        self._pending = 0
+        self.completed = completed
+        where = f" from {self._endpoint}" if self._endpoint else ""
+        raise StreamProtocolError(
+            f"an SSE event{where} is longer than max_event_bytes={self.max_event_bytes} "
+            f"(at least {size} bytes before its blank line)",
+            endpoint=self._endpoint,
+        )
 
     def flush(self) -> list[bytes]:
         """End of stream: return the payload of a last event that had no blank line after it."""

@@ -172,7 +172,12 @@ class StreamState:
     def read(self, data: bytes, now: int) -> None:
         """One read of the body, received at ``now``: decode it, feed its events."""
         try:
-            payloads = self._decode(data)
+            try:
+                payloads = self._decode(data)
+            except StreamProtocolError:  # an event too long: the ones before it are output
+                for payload in self.decoder.completed:
+                    self._feed(payload, now)
+                raise
             if payloads:  # only data events hold the idle limit off, not comments
                 self.last_ns = now
                 feed = self._feed

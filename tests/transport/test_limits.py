@@ -37,6 +37,7 @@ from agentflow.transport import (
     SSEDecoder,
     TraceBuilder,
 )
+from agentflow.transport._stream import StreamState
 from tests.transport.rawserver import KINDS, chunk, head, make_transport, raw_server
 
 REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])
@@ -102,6 +103,36 @@ def test_a_whole_event_in_one_read_is_held_to_the_limit_too() -> None:
     with pytest.raises(StreamProtocolError, match="max_event_bytes=1000"):
         dec.feed(b"data: 1\n\ndata: " + b"x" * 2000 + b"\n\n")
     assert SSEDecoder(max_event_bytes=1000).feed(b"data: " + b"x" * 990 + b"\n\n")
+
+
+def _chunk_event(text: str) -> bytes:
+    (frame,) = sse_frames([{"choices": [{"index": 0, "delta": {"content": text}}]}], done=False)
+    return frame
+
+
+_SECOND = _chunk_event("second")
+
+
+@pytest.mark.parametrize(
+    "reads",
+    [
+        [_chunk_event("first"), _SECOND + b"data: " + b"x" * 300 + b"\n\n"],
+        [_chunk_event("first"), _SECOND + b"data: " + b"x" * 300],
+        [_chunk_event("first") + _SECOND[:20], _SECOND[20:] + b"data: " + b"x" * 300 + b"\n\n"],
+    ],
+    ids=["whole", "unended", "after-a-held-event"],
+)
+def test_events_before_a_too_long_one_in_its_read_are_on_the_trace(reads: list[bytes]) -> None:
+    """A read holding whole events and then one over the limit: the whole ones are output
+    received, on the error's partial trace (it held only the reads before: "first")."""
+    state = StreamState("ep", itertools.count().__next__, max_event_bytes=200)
+    *before, last = reads
+    for i, data in enumerate(before):
+        state.read(data, i)
+    with pytest.raises(StreamProtocolError, match="max_event_bytes=200") as info:
+        state.read(last, len(before))
+    trace = info.value.trace
+    assert trace is not None and trace.content == "firstsecond"
 
 
 def test_empty_data_events_are_keep_alives() -> None:

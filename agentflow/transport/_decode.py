@@ -8,10 +8,10 @@ tool calls are worked out once, in :meth:`TraceBuilder.finish`.
 
 Usage figures are checked when they arrive (once per stream, off the per-chunk path):
 a count that is not an integer, is negative, exceeds :data:`MAX_REPORTED_TOKENS`, or
-contradicts another (more cached than prompt tokens, more reasoning than completion
-tokens) is a :class:`StreamProtocolError` naming the field and value — never a figure
-passed on to metrics (a ``completion_tokens`` of 10**20 made a decode speed of 2e23
-tokens/s).
+contradicts another (more cached — ``prompt_tokens_details.cached_tokens`` or DeepSeek's
+``prompt_cache_hit_tokens`` — than prompt tokens, more reasoning than completion tokens)
+is a :class:`StreamProtocolError` naming the field and value — never a figure passed on to
+metrics (a ``completion_tokens`` of 10**20 made a decode speed of 2e23 tokens/s).
 """
 
 from __future__ import annotations
@@ -330,9 +330,13 @@ def _usage_problem(u: _Usage) -> str | None:
             return f"usage.{name}={value} is negative"
         if value > MAX_REPORTED_TOKENS:
             return f"usage.{name}={value} is more than {MAX_REPORTED_TOKENS:,} tokens"
-    prompt, cached = u.prompt_tokens, fields["prompt_tokens_details.cached_tokens"]
+    # The cached count the trace takes (_usage): OpenAI's field, else DeepSeek's.
+    cached_field = "prompt_tokens_details.cached_tokens"
+    if fields[cached_field] is None:
+        cached_field = "prompt_cache_hit_tokens"
+    prompt, cached = u.prompt_tokens, fields[cached_field]
     if prompt is not None and cached is not None and cached > prompt:
-        return f"usage.prompt_tokens_details.cached_tokens={cached} > prompt_tokens={prompt}"
+        return f"usage.{cached_field}={cached} > prompt_tokens={prompt}"
     completion, reasoning = (
         u.completion_tokens,
         fields["completion_tokens_details.reasoning_tokens"],

@@ -244,6 +244,10 @@ def _feed_usage(usage: dict[str, Any]) -> TraceBuilder:
             {"prompt_tokens": 10, "prompt_tokens_details": {"cached_tokens": 11}},
             "cached_tokens=11 > prompt_tokens=10",
         ),
+        (  # DeepSeek's fields: a cache hit rate of 500% passed
+            {"prompt_tokens": 10, "prompt_cache_hit_tokens": 50, "prompt_cache_miss_tokens": 0},
+            "usage.prompt_cache_hit_tokens=50 > prompt_tokens=10",
+        ),
         (
             {"completion_tokens": 4, "completion_tokens_details": {"reasoning_tokens": 9}},
             "reasoning_tokens=9 > completion_tokens=4",

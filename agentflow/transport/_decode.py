@@ -146,7 +146,7 @@ class TraceBuilder:
                 raise StreamProtocolError(
                     f"malformed chunk from {self.endpoint}: {exc}",
                     endpoint=self.endpoint,
-                    trace=self.finish(t_ns),
+                    trace=self.finish(t_ns, reconnects=self.reconnects),
                     payload=payload[:500],
                 ) from None
             chunk = lenient
@@ -163,7 +163,7 @@ class TraceBuilder:
                 raise StreamProtocolError(
                     f"implausible usage from {self.endpoint}: {problem}",
                     endpoint=self.endpoint,
-                    trace=self.finish(t_ns),
+                    trace=self.finish(t_ns, reconnects=self.reconnects),
                     payload=payload[:500],
                 )
             self.usage = chunk.usage

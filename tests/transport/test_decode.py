@@ -9,6 +9,7 @@ import pytest
 
 from agentflow import ServerError, StreamProtocolError
 from agentflow.transport import TraceBuilder, apportion
+from agentflow.transport._stream import StreamState
 from agentflow.typing import DeltaKind
 
 
@@ -205,3 +206,31 @@ def test_error_object_inside_stream() -> None:
             ]
         )
     assert info.value.status == 503
+
+
+_OUTPUT = b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n'
+
+
+@pytest.mark.parametrize(
+    ("bad", "cut"),
+    [
+        (b"data: {x\n\n", False),
+        (b'data: {"choices": [], "usage": {"prompt_tokens": -1}}\n\n', False),
+        (b'data: {"error": {"message": "boom", "code": 500}}\n\n', False),
+        (b'data: {"cho', True),
+    ],
+    ids=["malformed", "implausible-usage", "error-in-stream", "cut-mid-event"],
+)
+def test_an_error_while_feeding_keeps_the_reconnects(bad: bytes, cut: bool) -> None:
+    """The partial trace of an error raised inside the builder (a malformed chunk, bad
+    usage, an event cut by the end of the body) said reconnects=0 after a resend."""
+    state = StreamState("ep", iter(range(100)).__next__, reconnects=1)
+    state.read(_OUTPUT, 1)
+    if cut:
+        state.read(bad, 2)
+    with pytest.raises((StreamProtocolError, ServerError)) as info:
+        state.end(3) if cut else state.read(bad, 2)
+    err = info.value
+    assert isinstance(err, StreamProtocolError | ServerError)
+    trace = err.trace
+    assert trace is not None and trace.content == "a" and trace.reconnects == 1

@@ -14,7 +14,7 @@ from contextlib import aclosing
 import msgspec
 import pytest
 
-from agentflow import RateLimitError, StreamProtocolError
+from agentflow import RateLimitError, StreamInterrupted, StreamProtocolError
 from agentflow.transport._h1 import MAX_HEAD_BYTES, MAX_HEADER_LINE
 
 from .rawserver import KINDS, SSE_BODY, TINY_REQUEST, chunk, make_transport, raw_server
@@ -160,3 +160,17 @@ async def test_a_compressed_stream_is_refused_by_its_encoding() -> None:
     limited = sized.replace(b"200 OK", b"429 Too Many Requests")
     with pytest.raises(RateLimitError):
         await _stream([limited])
+
+
+async def test_an_over_long_head_on_the_openai_transport_is_stream_interrupted() -> None:
+    """As docs/reliability.md says (it said ConnectError): the SDK reports the head its HTTP
+    library refused as a connection error after the request went out."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(HEAD + b"X-Big: " + b"a" * 200_000 + b"\r\n\r\n")
+        await writer.drain()
+        await reader.read()  # until the client leaves
+
+    async with raw_server(answer) as srv, aclosing(make_transport("openai", srv.base_url)) as t:
+        with pytest.raises(StreamInterrupted, match="may have received the request"):
+            await t.stream(TINY_REQUEST)

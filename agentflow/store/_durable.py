@@ -171,6 +171,12 @@ class DurableRun:
         run = await store.load(run_id)
         provisional = max((a.attempt for a in run.attempts), default=-1) + 1
         wall, now = time.time_ns(), clock()
+        if _virtual(clock):
+            # Virtual time keeps no pace with the wall clock (it may run far ahead of it,
+            # or fall behind): through ``time.time_ns()`` this attempt's time line would
+            # overlap the earlier ones', or leave a gap. It takes up the run's time line
+            # where they left it instead (their last recorded reading).
+            wall = run.timeline_end_ns()
         run.attempts.append(RunAttempt(attempt=provisional, wall_ns=wall, clock_ns=now))
         started = {s.session_id: (s.status, len(s.turns)) for s in run.sessions}
         plan = plan_resume(run, by_name, provisional)  # checks the agents before recording
@@ -311,6 +317,13 @@ class DurableRun:
             run_id=self.run_id,
             start_ns=result.start_ns if self.attempt == 0 else None,
         )
+
+
+def _virtual(clock: Clock) -> bool:
+    """Whether ``clock`` reads the running loop's virtual time (a ``VirtualTimeLoop``:
+    the loop with a ``clock_ns``, as ``loop_clock`` or ``loop.clock_ns`` read it)."""
+    loop_ns = getattr(asyncio.get_running_loop(), "clock_ns", None)
+    return callable(loop_ns) and abs(clock() - int(loop_ns())) < 1_000
 
 
 def _ended(run_id: str, r: SessionResult) -> SessionEnded:

@@ -115,7 +115,8 @@ class Store(Protocol):
     async def start_attempt(self, run_id: str, wall_ns: int, clock_ns: int) -> int:
         """Record a resumption of ``run_id`` (status ``running``) under the next free
         attempt number, atomically, and return that number; ``wall_ns`` and ``clock_ns``
-        are one moment on the wall clock and on the fleet's clock.
+        are one moment on the wall clock and on the fleet's clock (on virtual time,
+        ``wall_ns`` is where the earlier attempts left the run's time line).
 
         Raises:
             RunNotFound: there is no such run.

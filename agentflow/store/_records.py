@@ -69,7 +69,10 @@ class RunStarted(msgspec.Struct, frozen=True, kw_only=True):
     """A run (``attempt`` 0) or a resumption of it (``attempt`` ≥ 1) started.
 
     ``clock_ns`` is the fleet clock's reading at ``wall_ns`` (``time.time_ns()``): with
-    both, traces recorded by different processes are put on one time line.
+    both, traces recorded by different processes are put on one time line. An attempt
+    resumed on virtual time records as ``wall_ns`` where the earlier attempts left that
+    line instead (:meth:`StoredRun.timeline_end_ns`): virtual time keeps no pace with the
+    wall clock.
     """
 
     run_id: str
@@ -361,3 +364,19 @@ class StoredRun:
         if src is None or dst is None:
             return 0
         return (src.wall_ns - src.clock_ns) - (dst.wall_ns - dst.clock_ns)
+
+    def timeline_end_ns(self) -> int:
+        """Where the run's attempts left its time line, on the wall clock (each attempt's
+        readings put there through its ``wall_ns`` and ``clock_ns``): the latest of the
+        attempts' starts, their recorded ends and their turns' ends (a killed attempt's
+        last reading). A resumed attempt on virtual time starts there."""
+        epoch = {a.attempt: a.wall_ns - a.clock_ns for a in self.attempts}
+        latest = max((a.wall_ns for a in self.attempts), default=0)
+        for a in self.attempts:
+            if a.wall_s is not None:
+                latest = max(latest, a.wall_ns + int(a.wall_s * 1e9))
+        for s in self.sessions:
+            for t in s.turns:
+                if t.attempt in epoch:
+                    latest = max(latest, epoch[t.attempt] + t.trace.end_ns)
+        return latest

@@ -59,9 +59,14 @@ def add_demo_parsers(sub: Any) -> None:
     demo.add_argument(
         "--virtual",
         action="store_true",
-        help="run in-process on virtual time (no sockets, faster than real time)",
+        help="run in-process on virtual time (no sockets, faster than real time); no live "
+        "view then (the run outpaces it): only the summary at the end",
     )
-    demo.add_argument("--no-live", action="store_true", help="no live view, summary only")
+    demo.add_argument(
+        "--no-live",
+        action="store_true",
+        help="no live view, summary only (always so with --virtual)",
+    )
     demo.add_argument(
         "--slo",
         action="append",
@@ -106,7 +111,11 @@ def add_demo_parsers(sub: Any) -> None:
         help="the run's server again, with the user:password@ its URL had (never stored); "
         "it must name the server the run was recorded against",
     )
-    resume.add_argument("--no-live", action="store_true", help="no live view, summary only")
+    resume.add_argument(
+        "--no-live",
+        action="store_true",
+        help="no live view, summary only (always so for a --virtual run)",
+    )
     resume.set_defaults(func=_resume)
 
 

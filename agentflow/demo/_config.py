@@ -31,7 +31,7 @@ class DemoConfig:
         max_tokens: output limit per turn.
         base_url, api_key, model: run against this server instead of the simulator.
         virtual: run in-process on virtual time instead of over HTTP.
-        live: draw the live view.
+        live: draw the live view (over HTTP; a ``virtual`` run draws none).
         report: where to write the JSON report.
         timeouts: time limits of each model request over HTTP (``None``: the
             transport's defaults); not for ``virtual``.

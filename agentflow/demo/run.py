@@ -54,7 +54,9 @@ __all__ = ["DemoConfig", "recorded_config", "resume_config", "run_demo"]
 
 def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, Any]:
     """Run the demo to its end, or until SIGINT/SIGTERM; returns the report (also
-    written to ``config.report``). A stopped run's report has ``run.interrupted``.
+    written to ``config.report``). A stopped run's report has ``run.interrupted``. A
+    ``virtual`` run draws no live view: with ``live`` (the default) a line on stderr
+    says so.
 
     Raises:
         ConfigError: ``config.report`` or ``config.store`` cannot be written, or the
@@ -69,6 +71,15 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         check_output_file(config.report, "--report")
     if config.store is not None:  # before the run: a directory, an unwritable place
         check_output_file(config.store, "--store")
+    if config.virtual and config.live:
+        # The live view is the default, but a run faster than real time has none to watch.
+        command = "resume" if config.resume is not None else "demo"
+        print(
+            f"agentflow {command}: note: no live view under virtual time (--virtual runs "
+            "faster than real time); the summary follows at the end (--no-live: no note)",
+            file=sys.stderr,
+            flush=True,
+        )
     watched = _Watched()
     stopper = Stopper()
     with stopper.guarding():  # once stopped, a second signal exits at once until we return
@@ -372,6 +383,8 @@ async def _virtual_fleet(
     from agentflow.sim import Engine
     from agentflow.sim.driver import EngineDriver
 
+    # No live view, whatever config.live says: the run goes faster than real time
+    # (run_demo says so on stderr).
     driver = EngineDriver(Engine(config.profile, seed=config.seed))
     transport = SimTransport(driver)
     try:

@@ -7,6 +7,7 @@ text a request can carry — each a ``ConfigError`` naming the field at
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 
@@ -81,7 +82,8 @@ async def test_what_passes_runs() -> None:
     assert AGENT.session("hi", session_id="").session_id.startswith("a-")
     async with ScriptedServer([Reply.text("ok")]) as srv, HTTPTransport(srv.base_url) as t:
         result = await session.run(t)
-    assert result.ok and srv.requests[0].headers["x-session-id"] == "josé-用户-1"
+    # (percent-encoded in the header: docs/scheduling.md, "Session keys on the wire")
+    assert result.ok and srv.requests[0].headers["x-session-id"] == quote("josé-用户-1")
     assert [m["role"] for m in srv.requests[0].body["messages"]] == [
         "system",
         "user",

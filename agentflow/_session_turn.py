@@ -158,7 +158,7 @@ def rough_estimate(session: Session) -> int:
     if n < len(messages):
         chars += _message_chars(messages, n)
         session._counted = (len(messages), messages[-1], chars)
-    return (chars + session.agent.tool_chars) // 4 + 4 * len(messages)
+    return _rough(chars + session.agent.tool_chars, len(messages))
 
 
 def _same_items(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]) -> bool:
@@ -172,7 +172,13 @@ def _rough_tokens(messages: Sequence[Mapping[str, Any]], tool_chars: int = 0) ->
     Tool schemas are part of the prompt (servers count them in ``prompt_tokens``), so
     their ``tool_chars`` count too: leaving them out would under-charge token limits.
     """
-    return (_message_chars(messages) + tool_chars) // 4 + 4 * len(messages)
+    return _rough(_message_chars(messages) + tool_chars, len(messages))
+
+
+def _rough(chars: int, messages: int) -> int:
+    """The rough estimate itself: 4 characters a token, and 4 tokens of template a
+    message."""
+    return chars // 4 + 4 * messages
 
 
 def _message_chars(messages: Sequence[Mapping[str, Any]], start: int = 0) -> int:

@@ -13,7 +13,7 @@ from agentflow import Agent, Event, Fleet, FleetResult
 from agentflow.embedded import SimTransport, loop_clock
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
-from agentflow.store import SQLiteStore, Store
+from agentflow.store import SQLiteStore, Store, StoredRun
 from agentflow.typing import Transport
 
 
@@ -81,6 +81,17 @@ def contents(path: Path, run_id: str) -> dict[str, Any]:
     finally:
         conn.close()
     return {"sessions": sessions, "turns": turns, "tools": tools}
+
+
+async def load_run(store: Path | Store, run_id: str = "run-1") -> StoredRun:
+    """Run ``run_id`` as ``store`` (a path: an :class:`SQLiteStore` there) holds it; the
+    store is opened and closed here."""
+    store = SQLiteStore(store) if isinstance(store, Path) else store
+    try:
+        await store.open()
+        return await store.load(run_id)
+    finally:
+        await store.aclose()
 
 
 async def stored(

@@ -22,7 +22,7 @@ from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.store import LeaseOwner, PostgresStore, SQLiteStore, Store, StoredRun, TurnFinished
 from agentflow.testing import PostgresServer
 
-from .fleets import agents, driver
+from .fleets import agents, driver, load_run
 
 N = 16
 GUARD_S = 60.0
@@ -57,14 +57,6 @@ async def _run(store: Store, n: int = N, stop_after_turns: int | None = None) ->
     finally:
         await store.aclose()
         await transport.aclose()
-
-
-async def _load(store: Store) -> StoredRun:
-    try:
-        await store.open()
-        return await store.load("run-1")
-    finally:
-        await store.aclose()
 
 
 class _Tee(SQLiteStore):
@@ -107,8 +99,8 @@ def test_a_run_reads_back_as_from_sqlite(postgres_db: str, tmp_path: Path) -> No
     (wall times included) and the run's config; the runs listing says the same."""
     result = run_virtual(_run(_Tee(tmp_path / "runs.db", PostgresStore(postgres_db))))
     assert result is not None and not result.failed
-    a = run_virtual(_load(SQLiteStore(tmp_path / "runs.db")))
-    b = run_virtual(_load(PostgresStore(postgres_db)))
+    a = run_virtual(load_run(SQLiteStore(tmp_path / "runs.db")))
+    b = run_virtual(load_run(PostgresStore(postgres_db)))
     assert sum(len(s.turns) for s in b.sessions) > 2 * N
     assert any(t.tool_results for s in b.sessions for t in s.turns)
     assert b == a
@@ -143,7 +135,10 @@ def test_a_cancelled_run_resumes_to_the_uninterrupted_one(postgres_server: Postg
 
     resumed = run_virtual(resume())
     assert [s.messages for s in resumed.sessions] == [s.messages for s in whole.sessions]
-    a, b = run_virtual(_load(PostgresStore(whole_dsn))), run_virtual(_load(PostgresStore(cut_dsn)))
+    a, b = (
+        run_virtual(load_run(PostgresStore(whole_dsn))),
+        run_virtual(load_run(PostgresStore(cut_dsn))),
+    )
     assert [(s.session_id, s.status, s.final_output) for s in b.sessions] == [
         (s.session_id, s.status, s.final_output) for s in a.sessions
     ]
@@ -264,8 +259,8 @@ def test_two_workers_split_a_run_and_end_it_as_one_would(postgres_server: Postgr
     for r in results:
         assert [s.status for s in r.sessions] == ["completed"] * n
     whole, split = (
-        run_virtual(_load(PostgresStore(whole_dsn))),
-        run_virtual(_load(PostgresStore(dsn))),
+        run_virtual(load_run(PostgresStore(whole_dsn))),
+        run_virtual(load_run(PostgresStore(dsn))),
     )
     assert [[t.message for t in s.turns] for s in split.sessions] == [
         [t.message for t in s.turns] for s in whole.sessions

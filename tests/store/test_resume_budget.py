@@ -15,9 +15,8 @@ from agentflow.context import BudgetEvent, FleetBudget, Prices
 from agentflow.embedded import run_virtual
 from agentflow.store import SQLiteStore
 from agentflow.store._budgets import recharge
-from agentflow.store._records import StoredRun
 
-from .fleets import agents, resume, run_cut
+from .fleets import agents, load_run, resume, run_cut
 
 N = 18
 PRICES = Prices(prompt=1.0, output=4.0, cached=0.1)
@@ -56,17 +55,9 @@ def test_the_recharge_is_what_the_recorded_turns_cost(tmp_path: Path) -> None:
     first = FleetBudget(prices=PRICES)
     assert run_virtual(run_cut(tmp_path / "cut.db", team(first), N, 20)) is None
 
-    async def load() -> StoredRun:
-        store = SQLiteStore(tmp_path / "cut.db")
-        try:
-            await store.open()
-            return await store.load("run-1")
-        finally:
-            await store.aclose()
-
     fresh = FleetBudget(prices=PRICES)
     members = {a.name: a for a in team(fresh)}
-    assert recharge(run_virtual(load()), members) == first.requests
+    assert recharge(run_virtual(load_run(tmp_path / "cut.db")), members) == first.requests
     assert (fresh.tokens, fresh.requests) == (first.tokens, first.requests)
     assert fresh.cost == pytest.approx(first.cost)
 

@@ -14,11 +14,10 @@ from agentflow import Agent, ConfigError, FleetResult
 from agentflow.context import Calibrator, ContextBudget, PromptShape
 from agentflow.context._kinds import KINDS
 from agentflow.embedded import run_virtual
-from agentflow.store import SQLiteStore
 from agentflow.store._policies import restore
 from agentflow.store._records import StoredRun
 
-from .fleets import agents, resume, run_cut
+from .fleets import agents, load_run, resume, run_cut
 
 N = 18
 
@@ -95,15 +94,7 @@ def test_a_bad_state_is_a_config_error_naming_it() -> None:
 
 
 def _load(path: Path) -> StoredRun:
-    async def main() -> StoredRun:
-        store = SQLiteStore(path)
-        try:
-            await store.open()
-            return await store.load("run-1")
-        finally:
-            await store.aclose()
-
-    return run_virtual(main())
+    return run_virtual(load_run(path))
 
 
 @pytest.mark.parametrize("chain", [False, True], ids=["budget", "chain"])

@@ -11,9 +11,8 @@ from pathlib import Path
 
 from agentflow import Agent, Event, FleetResult
 from agentflow.embedded import SimTransport, run_virtual
-from agentflow.store import SQLiteStore, StoredRun
 
-from .fleets import after_turn_ends, driver, stored
+from .fleets import after_turn_ends, driver, load_run, stored
 
 #: How long each tool call takes, in virtual seconds: an attempt's readings run far
 #: ahead of the wall clock.
@@ -55,15 +54,6 @@ async def _attempt(
     )
 
 
-async def _load(path: Path) -> StoredRun:
-    store = SQLiteStore(path)
-    try:
-        await store.open()
-        return await store.load("run-1")
-    finally:
-        await store.aclose()
-
-
 def test_resumed_attempts_continue_the_time_line(tmp_path: Path) -> None:
     """Cut twice, resumed to the end: in the result every session's turns are in order
     (each sent after the one before ended), each attempt's turns come after all of the
@@ -75,7 +65,7 @@ def test_resumed_attempts_continue_the_time_line(tmp_path: Path) -> None:
     events: list[Event] = []
     result = run_virtual(_attempt(path, None, first=False, events=events))
     assert result is not None
-    run = asyncio.run(_load(path))
+    run = asyncio.run(load_run(path))
     assert [a.attempt for a in run.attempts] == [0, 1, 2]
     attempt_of = {(s.session_id, t.turn): t.attempt for s in run.sessions for t in s.turns}
 

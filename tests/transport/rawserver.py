@@ -24,7 +24,7 @@ from openai._base_client import get_platform
 
 from agentflow import HTTPTransport
 from agentflow.embedded import loop_clock
-from agentflow.testing import Reply
+from agentflow.testing import Reply, sse_frames
 from agentflow.transport import AiohttpTransport, ChatRequest, OpenAITransport
 
 __all__ = [
@@ -174,6 +174,15 @@ def head(content_type: str | None = "text/event-stream", status: int = 200) -> b
     if content_type is not None:
         lines.append(f"Content-Type: {content_type}")
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
+
+
+def content(text: str | None, finish: str | None = None) -> bytes:
+    """One SSE data event carrying ``text`` (``None``: no content, as a finish event)."""
+    delta = {} if text is None else {"content": text}
+    (frame,) = sse_frames(
+        [{"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}], done=False
+    )
+    return frame
 
 
 def chunk(data: bytes) -> bytes:

@@ -17,22 +17,16 @@ import pytest
 
 from agentflow import HTTPTransport, StreamTimeout, Timeouts
 from agentflow.embedded import run_virtual
-from agentflow.testing import sse_frames
 from agentflow.transport import AiohttpTransport
 
-from .rawserver import SSE_BODY, TINY_REQUEST, chunk, head, raw_server
-
-
-def _content(text: str) -> bytes:
-    (frame,) = sse_frames([{"choices": [{"index": 0, "delta": {"content": text}}]}], done=False)
-    return frame
+from .rawserver import SSE_BODY, TINY_REQUEST, chunk, content, head, raw_server
 
 
 async def _slow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """A data event every 2 s, for a minute."""
     writer.write(head())
     for i in range(30):
-        writer.write(chunk(_content(f"w{i} ")))
+        writer.write(chunk(content(f"w{i} ")))
         await writer.drain()
         await asyncio.sleep(2.0)
 

@@ -14,7 +14,6 @@ pause costs nothing, and the idle limit would run out on the old code within it.
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
@@ -25,25 +24,15 @@ from .rawserver import (
     KINDS,
     TINY_REQUEST,
     chunk,
+    content,
     head,
     keepalive_server,
     make_transport,
     raw_server,
 )
 
-
-def _event(text: str | None, finish: str | None = None) -> bytes:
-    delta = {} if text is None else {"content": text}
-    obj = {
-        "id": "x",
-        "model": "m",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-    return b"data: " + json.dumps(obj).encode() + b"\n\n"
-
-
 #: A whole answer, "ab", up to and including [DONE] (the body's last chunk not sent).
-ANSWER = _event("a") + _event("b") + _event(None, "stop") + b"data: [DONE]\n\n"
+ANSWER = content("a") + content("b") + content(None, "stop") + b"data: [DONE]\n\n"
 
 
 async def _twice(
@@ -65,6 +54,13 @@ async def _twice(
         return outcomes, srv.connections
 
 
+async def _left_open(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """The answer up to [DONE], then a chunked body that never ends."""
+    writer.write(head() + chunk(ANSWER))
+    await writer.drain()
+    await asyncio.sleep(3600.0)
+
+
 def _complete(outcome: object) -> None:
     assert isinstance(outcome, TurnTrace), outcome
     assert outcome.content == "ab" and outcome.done and outcome.finish_reason == "stop"
@@ -75,12 +71,7 @@ def test_a_body_left_open_after_done_returns_the_answer(kind: str) -> None:
     """[DONE], then the chunked body never ends: the answer, not an idle StreamTimeout;
     the connection (its body unfinished) is not reused."""
 
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(head() + chunk(ANSWER))
-        await writer.drain()
-        await asyncio.sleep(3600.0)
-
-    outcomes, connections = run_virtual(_twice(kind, answer))
+    outcomes, connections = run_virtual(_twice(kind, _left_open))
     for outcome in outcomes:
         _complete(outcome)
     assert connections == 2
@@ -90,13 +81,8 @@ def test_a_body_left_open_after_done_returns_the_answer(kind: str) -> None:
 def test_no_limit_runs_out_after_done(kind: str) -> None:
     """An idle and a total limit shorter than the drain after [DONE]: neither cuts it."""
 
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(head() + chunk(ANSWER))
-        await writer.drain()
-        await asyncio.sleep(3600.0)
-
     for timeouts in (Timeouts(idle=0.01), Timeouts(total=0.01)):
-        outcomes, _ = run_virtual(_twice(kind, answer, timeouts))
+        outcomes, _ = run_virtual(_twice(kind, _left_open, timeouts))
         for outcome in outcomes:
             _complete(outcome)
 

@@ -16,23 +16,13 @@ import pytest
 from agentflow import Agent, ConnectError, Fleet, Replica, StreamTimeout, Timeouts, TurnTrace
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.llamacpp import free_port
-from agentflow.testing import sse_frames
 from agentflow.transport import ChatRequest
-from tests.transport.rawserver import KINDS, chunk, head, make_transport, raw_server
+from tests.transport.rawserver import KINDS, chunk, content, head, make_transport, raw_server
 
 REQ = ChatRequest(model="m", messages=[{"role": "user", "content": "hi"}])
 
 #: Default RetryPolicy backoff waits before attempts 2, 3 and 4 are at most 0.5, 1 and 2 s.
 MAX_BACKOFF_TOTAL = 0.5 + 1 + 2
-
-
-def content(text: str, finish: str | None = None) -> bytes:
-    """One SSE data event carrying ``text``."""
-    (frame,) = sse_frames(
-        [{"choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}],
-        done=False,
-    )
-    return frame
 
 
 async def stream_timed(kind: str, base_url: str, timeouts: Timeouts | None) -> tuple[object, float]:

@@ -70,7 +70,6 @@ def _complete(outcome: object) -> None:
 def test_a_body_left_open_after_done_returns_the_answer(kind: str) -> None:
     """[DONE], then the chunked body never ends: the answer, not an idle StreamTimeout;
     the connection (its body unfinished) is not reused."""
-
     outcomes, connections = run_virtual(_twice(kind, _left_open))
     for outcome in outcomes:
         _complete(outcome)
@@ -80,7 +79,6 @@ def test_a_body_left_open_after_done_returns_the_answer(kind: str) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_no_limit_runs_out_after_done(kind: str) -> None:
     """An idle and a total limit shorter than the drain after [DONE]: neither cuts it."""
-
     for timeouts in (Timeouts(idle=0.01), Timeouts(total=0.01)):
         outcomes, _ = run_virtual(_twice(kind, _left_open, timeouts))
         for outcome in outcomes:

@@ -28,8 +28,10 @@ class TurnMetrics:
             was sent (a retried turn's failed attempts and backoffs are in it).
         ttft_s: request sent → first output-bearing chunk.
         e2e_s: request sent → end of stream (``[DONE]`` or close).
-        tpot_s: (E2E − TTFT) / (output tokens − 1); needs ≥ 2 output tokens, a TTFT and
-            E2E > TTFT (``None`` when every chunk and the end arrived in one read).
+        tpot_s: (E2E − TTFT) / (output tokens − 1); needs ≥ 2 output tokens and output
+            chunks that span time — the last arrived after the first (``None`` when every
+            chunk arrived in one read, as from a buffering proxy, even if the end of the
+            stream came in a later one).
         decode_tps: 1 / TPOT, the per-agent decode speed in tokens/s.
         itl_s: each gap between successive output-bearing chunks (per chunk, not per token).
         tokens_per_chunk: output tokens each output-bearing chunk carried.
@@ -79,10 +81,13 @@ def turn_metrics(trace: TurnTrace, *, ready_ns: int | None = None) -> TurnMetric
     e2e = (trace.end_ns - trace.sent_ns) * _NS
     first = trace.first_output_ns
     ttft = None if first is None else (first - trace.sent_ns) * _NS
-    tpot = None
-    if ttft is not None and out >= 2 and e2e > ttft:
-        tpot = (e2e - ttft) / (out - 1)
     times = trace.chunk_ns
+    tpot = None
+    # The decode phase was observed only if the output chunks span time: chunks that all
+    # came in one read (a buffering proxy) and an end a few µs later would give a TPOT of
+    # µs / (n − 1), millions of tokens/s.
+    if ttft is not None and out >= 2 and times[-1] > times[0] and e2e > ttft:
+        tpot = (e2e - ttft) / (out - 1)
     itl = tuple((b - a) * _NS for a, b in pairwise(times))
     return TurnMetrics(
         queue_wait_s=0.0 if ready_ns is None else max(0, trace.sent_ns - ready_ns) * _NS,

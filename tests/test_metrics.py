@@ -74,3 +74,25 @@ def test_single_token_and_no_output() -> None:
     )
     m = turn_metrics(empty)
     assert m.ttft_s is None and m.tpot_s is None and m.itl_s == ()
+
+
+def test_chunks_in_one_read_have_no_tpot_even_with_a_later_end() -> None:
+    """A buffering proxy: all 200 chunks in one read at 2 s, [DONE] in the next read 40 µs
+    later. The decode phase was not observed: TPOT is None (not 40 µs / 199) and a TPOT SLO
+    fails the turn."""
+    from agentflow.stats import SLO
+
+    at = 2000 * MS
+    buffered = dataclasses.replace(
+        BASE,
+        end_ns=at + 40_000,
+        chunk_ns=(at,) * 200,
+        chunk_chars=(4,) * 200,
+        chunk_tokens=(1,) * 200,
+        usage=Usage(completion_tokens=200),
+    )
+    m = turn_metrics(buffered)
+    assert m.ttft_s == pytest.approx(2.0) and m.e2e_s > 2.0
+    assert m.tpot_s is None and m.decode_tps is None
+    assert m.itl_s == (0.0,) * 199
+    assert not SLO(tpot_s=0.010).met_by(m)

@@ -26,7 +26,7 @@ class SLO:
     A bound on ``ttft_s`` fails a turn that produced no output (it has no TTFT). A bound
     on ``tpot_s`` passes a turn with fewer than two output tokens (it had no decode
     phase to judge), as in vLLM's benchmark, and fails one with two or more whose TPOT is
-    unknown (no output chunk, or every chunk and the end in one read): a turn that cannot
+    unknown (no output chunk, or every output chunk in one read): a turn that cannot
     be shown to meet a bound does not meet it. ``itl_max_s`` bounds the longest gap
     between two output chunks of the turn (a stall); a turn with fewer than two chunks
     passes it.

@@ -41,6 +41,9 @@ class TurnMetrics:
         cached_source: which usage field ``cached_tokens`` came from.
         output_tokens: see ``output_tokens_source``.
         output_tokens_source: ``server_usage`` or ``chunk_count``.
+        hidden_reasoning_tokens: of ``output_tokens``, reasoning tokens the server
+            reported (``usage.completion_tokens_details.reasoning_tokens``) but never
+            streamed; TPOT leaves them out (they were decoded before the first chunk).
     """
 
     queue_wait_s: float
@@ -57,6 +60,15 @@ class TurnMetrics:
     output_tokens: int
     output_tokens_source: OutputTokenSource
     reconnects: int = 0
+    hidden_reasoning_tokens: int = 0
+
+    @property
+    def decode_tokens(self) -> int:
+        """The output tokens the decode phase spans: the streamed ones after the first
+        (what TPOT divides by; 0 without a TPOT)."""
+        if self.tpot_s is None:
+            return 0
+        return self.output_tokens - self.hidden_reasoning_tokens - 1
 
     @property
     def cache_hit_rate(self) -> float | None:
@@ -74,10 +86,15 @@ def turn_metrics(trace: TurnTrace, *, ready_ns: int | None = None) -> TurnMetric
         ready_ns: when the turn became ready to send (same clock); ``None`` = no queue wait.
     """
     usage = trace.usage
+    hidden = 0
     if usage is not None and usage.completion_tokens is not None:
         out, source = usage.completion_tokens, "server_usage"
+        hidden = usage.hidden_reasoning_tokens(trace.reasoning)
     else:
         out, source = sum(trace.chunk_tokens), "chunk_count"
+    # the tokens the stream showed: hidden reasoning was decoded before the first chunk,
+    # so dividing the visible decode window by it too would make TPOT many times too fast
+    shown = out - hidden
     e2e = (trace.end_ns - trace.sent_ns) * _NS
     first = trace.first_output_ns
     ttft = None if first is None else (first - trace.sent_ns) * _NS
@@ -86,8 +103,8 @@ def turn_metrics(trace: TurnTrace, *, ready_ns: int | None = None) -> TurnMetric
     # The decode phase was observed only if the output chunks span time: chunks that all
     # came in one read (a buffering proxy) and an end a few µs later would give a TPOT of
     # µs / (n − 1), millions of tokens/s.
-    if ttft is not None and out >= 2 and times[-1] > times[0] and e2e > ttft:
-        tpot = (e2e - ttft) / (out - 1)
+    if ttft is not None and shown >= 2 and times[-1] > times[0] and e2e > ttft:
+        tpot = (e2e - ttft) / (shown - 1)
     itl = tuple((b - a) * _NS for a, b in pairwise(times))
     return TurnMetrics(
         queue_wait_s=0.0 if ready_ns is None else max(0, trace.sent_ns - ready_ns) * _NS,
@@ -104,4 +121,5 @@ def turn_metrics(trace: TurnTrace, *, ready_ns: int | None = None) -> TurnMetric
         output_tokens=out,
         output_tokens_source=source,  # type: ignore[arg-type]
         reconnects=trace.reconnects,
+        hidden_reasoning_tokens=hidden,
     )

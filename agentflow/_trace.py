@@ -32,7 +32,17 @@ class Usage:
     cached_tokens: int | None = None
     #: Which field ``cached_tokens`` was read from.
     cached_source: CacheSource | None = None
+    #: Of ``completion_tokens``, those spent reasoning (``completion_tokens_details``).
     reasoning_tokens: int | None = None
+
+    def hidden_reasoning_tokens(self, reasoning: str) -> int:
+        """The reasoning tokens the stream never showed: ``reasoning_tokens`` when
+        reported and no reasoning text (``reasoning``, the streamed text) arrived — a model
+        that keeps its reasoning hidden — else 0. They are counted in ``completion_tokens``
+        but were decoded before the first visible chunk."""
+        if reasoning or not self.reasoning_tokens or self.completion_tokens is None:
+            return 0
+        return min(self.reasoning_tokens, self.completion_tokens)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

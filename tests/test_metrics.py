@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from agentflow import TurnTrace, Usage, turn_metrics
+from agentflow import TurnEndEvent, TurnTrace, Usage, turn_metrics
 
 MS = 1_000_000
 
@@ -96,3 +96,65 @@ def test_chunks_in_one_read_have_no_tpot_even_with_a_later_end() -> None:
     assert m.tpot_s is None and m.decode_tps is None
     assert m.itl_s == (0.0,) * 199
     assert not SLO(tpot_s=0.010).met_by(m)
+
+
+def _reasoning_model_turn(*, streamed_reasoning: bool) -> TurnTrace:
+    """An OpenAI-style reasoning model through the real SSE decoder: 100 content chunks
+    10 ms apart from 5 s on, usage counting 1000 reasoning tokens in 1100 completion tokens
+    (streamed as reasoning deltas first, or never shown)."""
+    import json
+
+    from agentflow.transport import TraceBuilder
+
+    def feed(delta: dict[str, object], t_ns: int) -> None:
+        choice = {"index": 0, "delta": delta}
+        b.feed(json.dumps({"id": "r", "model": "o3", "choices": [choice]}).encode(), t_ns)
+
+    b = TraceBuilder(endpoint="http://x", sent_ns=0)
+    if streamed_reasoning:
+        for i in range(1000):
+            feed({"reasoning_content": "hmm"}, 1000 * MS + i * 4 * MS)
+    for i in range(100):
+        feed({"content": "word"}, 5000 * MS + i * 10 * MS)
+    usage = {
+        "prompt_tokens": 50,
+        "completion_tokens": 1100,
+        "total_tokens": 1150,
+        "completion_tokens_details": {"reasoning_tokens": 1000},
+    }
+    b.feed(
+        json.dumps({"id": "r", "model": "o3", "choices": [], "usage": usage}).encode(), 5991 * MS
+    )
+    b.feed(b"[DONE]", 5991 * MS)
+    return b.finish(5991 * MS)
+
+
+def test_hidden_reasoning_tokens_are_not_decode_tokens() -> None:
+    """Reasoning the server counts but never streams was decoded before the first chunk:
+    TPOT spans the 100 visible tokens (99 gaps of 10 ms, +1 ms to [DONE]), not all 1100
+    (which made it ~11× too fast, passing a 2 ms bound), and they are not spread over the
+    visible chunks. output_tokens stays as reported."""
+    from agentflow.stats import SLO, FleetStats
+
+    trace = _reasoning_model_turn(streamed_reasoning=False)
+    assert trace.chunk_tokens == (1,) * 100 and trace.tokens_exact
+    m = turn_metrics(trace)
+    assert (m.output_tokens, m.hidden_reasoning_tokens) == (1100, 1000)
+    assert m.tpot_s == pytest.approx(0.991 / 99)
+    assert m.decode_tps == pytest.approx(99 / 0.991)
+    assert m.tokens_per_chunk == (1,) * 100
+    assert m.decode_tokens == 99
+    assert not SLO(tpot_s=0.002).met_by(m)
+    stats = FleetStats()
+    stats(TurnEndEvent(agent="o", session_id="s", turn=0, metrics=m, trace=trace))
+    (agent,) = stats.report()["agents"]
+    assert agent["decode_tps"]["mean"] == pytest.approx(99 / 0.991)
+
+
+def test_streamed_reasoning_counts_as_decode() -> None:
+    """Reasoning that was streamed is part of the observed decode phase: all 1100 tokens."""
+    m = turn_metrics(_reasoning_model_turn(streamed_reasoning=True))
+    assert m.hidden_reasoning_tokens == 0
+    assert m.ttft_s == pytest.approx(1.0)
+    assert m.tpot_s == pytest.approx(4.991 / 1099)
+    assert sum(m.tokens_per_chunk) == 1100 and m.decode_tokens == 1099

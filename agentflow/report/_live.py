@@ -179,7 +179,7 @@ class LiveView:
             row.ttft_s = ttft
             self._recent.append((ttft, m.tpot_s))
             if m.tpot_s is not None and ttft is not None:
-                row.decode_tokens += out - 1
+                row.decode_tokens += m.decode_tokens
                 row.decode_s += m.e2e_s - ttft
             p = m.prompt_tokens
             if p is not None:

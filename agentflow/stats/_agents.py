@@ -37,7 +37,8 @@ class AgentStats:
         ttft_sum_s, ttft_turns, ttft_max_s: time to first token.
         e2e_sum_s, e2e_max_s: request latency.
         queue_wait_sum_s, queue_wait_max_s: admission wait.
-        decode_tokens, decode_s: output tokens after the first, and the time they took,
+        decode_tokens, decode_s: streamed output tokens after the first
+            (``TurnMetrics.decode_tokens``), and the time they took,
             over the turns with a TPOT — ``decode_tokens / decode_s`` is the agent's decode
             speed, each turn weighted by its tokens.
         decode_tps_min, decode_tps_max: the slowest and fastest turn's decode tok/s.
@@ -147,7 +148,7 @@ class AgentStats:
             if t > self.ttft_max_s:
                 self.ttft_max_s = t
             if m.tpot_s is not None:
-                self.decode_tokens += m.output_tokens - 1
+                self.decode_tokens += m.decode_tokens
                 self.decode_s += m.e2e_s - t
                 tps = m.decode_tps or 0.0
                 if tps < self.decode_tps_min:

@@ -235,7 +235,10 @@ class TraceBuilder:
         if counts is not None and n and len(counts) == n:
             tokens, exact = tuple(counts), True
         elif usage is not None and usage.completion_tokens is not None and n:
-            total = usage.completion_tokens
+            # reasoning the server reported but never streamed is in no chunk
+            total = usage.completion_tokens - usage.hidden_reasoning_tokens(
+                "".join(self._reasoning)
+            )
             exact = total == n
             tokens = (1,) * n if exact else apportion(total, self.chunk_chars)
         else:

@@ -151,6 +151,10 @@ class PrometheusExporter:
         self.output_tokens = {"server_usage": 0, "chunk_count": 0}
         self.prompt_tokens = 0
         self.cached_tokens = 0
+        #: Prompt tokens of the turns that reported cached tokens: the hit rate's
+        #: denominator (a server that never reports them leaves it at 0, a mixed fleet
+        #: counts only the replicas that do).
+        self.cache_reported_prompt_tokens = 0
         self.reconnects = 0
         self.retries = 0
         self.tool_calls = {"ok": 0, "error": 0}
@@ -181,8 +185,10 @@ class PrometheusExporter:
             if m.prompt_tokens is not None:
                 self.prompt_tokens += m.prompt_tokens
                 h["request_prompt_tokens"].observe(m.prompt_tokens)
-            if m.cached_tokens is not None:
-                self.cached_tokens += m.cached_tokens
+                # a hit rate needs both figures, as FleetStats' cache_hit_rate
+                if m.cached_tokens is not None:
+                    self.cached_tokens += m.cached_tokens
+                    self.cache_reported_prompt_tokens += m.prompt_tokens
             self._active.add(event.session_id)  # a session ends after its last turn
         elif isinstance(event, ToolResultEvent):
             self.tool_calls["error" if event.is_error else "ok"] += 1
@@ -218,6 +224,12 @@ class PrometheusExporter:
             f"{p}_cached_prompt_tokens",
             "Prompt tokens the server reported as served from its prefix cache.",
             self.cached_tokens,
+        )
+        yield _counter(
+            f"{p}_cache_reported_prompt_tokens",
+            "Prompt tokens of the turns that reported cached tokens (the hit rate's "
+            "denominator: cached_prompt_tokens / this).",
+            self.cache_reported_prompt_tokens,
         )
         yield _counter(
             f"{p}_reconnects", "Requests resent before any response byte.", self.reconnects

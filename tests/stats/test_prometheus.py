@@ -11,8 +11,8 @@ from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
 from agentflow import ConfigError, ErrorEvent, ToolResultEvent
-from agentflow.stats import PrometheusExporter
-from tests.stats.traces import fixed_run, session_end
+from agentflow.stats import FleetStats, PrometheusExporter
+from tests.stats.traces import fixed_run, session_end, trace, turn_end
 
 NAME_RULES = ("agentflow_",)
 
@@ -135,3 +135,36 @@ async def test_openmetrics_negotiation() -> None:
         async with aiohttp.ClientSession() as http, http.get(server.url, headers=headers) as r:
             assert r.headers["Content-Type"].startswith("application/openmetrics-text")
             assert (await r.text()).rstrip().endswith("# EOF")
+
+
+def test_cache_hit_rate_counts_only_turns_that_reported_cached_tokens() -> None:
+    """Two replicas, one reporting 900 of 1000 prompt tokens cached, one reporting no cached
+    figure: cached / the cache-reported prompt tokens is FleetStats' 0.9, not 900 / 2000;
+    a cached count without a prompt count adds to neither."""
+    stats, exp = FleetStats(), PrometheusExporter()
+    traces = [
+        trace(sent_ms=0, chunks_ms=[10, 20], end_ms=30, completion=2, prompt=1000, cached=900),
+        trace(sent_ms=0, chunks_ms=[10, 20], end_ms=30, completion=2, prompt=1000, cached=None),
+        trace(sent_ms=0, chunks_ms=[10, 20], end_ms=30, completion=2, prompt=None, cached=500),
+    ]
+    for i, tr in enumerate(traces):
+        event = turn_end("a", f"s{i}", 0, tr, 0)
+        stats(event)
+        exp(event)
+    fams = families(exp.text())
+    assert sample(fams, "agentflow_prompt_tokens_total") == 2000
+    cached = sample(fams, "agentflow_cached_prompt_tokens_total")
+    reported = sample(fams, "agentflow_cache_reported_prompt_tokens_total")
+    assert (cached, reported) == (900, 1000)
+    assert cached / reported == stats.report()["fleet"]["cache_hit_rate"] == 0.9
+
+
+def test_no_cached_figure_gives_no_hit_rate_denominator() -> None:
+    """A server that never reports cached tokens: the denominator stays 0 (no rate), rather
+    than a 0 % hit rate over its prompt tokens."""
+    exp = PrometheusExporter()
+    tr = trace(sent_ms=0, chunks_ms=[10, 20], end_ms=30, completion=2, prompt=1000)
+    exp(turn_end("a", "s", 0, tr, 0))
+    fams = families(exp.text())
+    assert sample(fams, "agentflow_prompt_tokens_total") == 1000
+    assert sample(fams, "agentflow_cache_reported_prompt_tokens_total") == 0

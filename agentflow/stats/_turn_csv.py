@@ -30,7 +30,8 @@ class TurnCSVWriter:
     """A fleet callback that appends one CSV row per finished turn.
 
     Args:
-        target: a path (opened for writing, truncated) or an open text file.
+        target: a path (opened for writing, truncated — once the arguments are checked)
+            or an open text file.
         slos: one extra ``slo:<label>`` column per SLO: whether the turn met it.
         flush_every: flush the file every this many rows (0: leave it to the buffer).
 
@@ -43,12 +44,14 @@ class TurnCSVWriter:
     def __init__(
         self, target: str | Path | IO[str], *, slos: Iterable[SLO] = (), flush_every: int = 0
     ) -> None:
+        # validate before opening: opening truncates, and a ConfigError after it left an
+        # earlier CSV empty (and the file open)
+        self.slos = check_slos(slos)
         if isinstance(target, str | Path):
             self._file: IO[str] = open(target, "w", newline="", encoding="utf-8")  # noqa: SIM115
             self._owned = True
         else:
             self._file, self._owned = target, False
-        self.slos = check_slos(slos)
         self.flush_every = flush_every
         #: Rows written so far.
         self.rows = 0

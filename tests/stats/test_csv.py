@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import csv
+import gc
 import io
+import warnings
 from pathlib import Path
 
+import pytest
+
+from agentflow import ConfigError
 from agentflow.stats import (
     SLO,
     FleetStats,
@@ -57,3 +62,16 @@ def test_writer_on_an_open_file_leaves_it_open() -> None:
     writer(fixed_run()[0])
     writer.close()
     assert not buf.closed and buf.getvalue().count("\n") == 2
+
+
+def test_bad_slos_leave_the_earlier_csv_untouched(tmp_path: Path) -> None:
+    """Two SLOs with one label are a ConfigError raised before the path is opened: the
+    previous run's CSV keeps its rows, and no file handle is left open."""
+    path = tmp_path / "turns.csv"
+    path.write_text("agent,session_id\nprevious,run\n", encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ResourceWarning)
+        with pytest.raises(ConfigError, match="share the label"):
+            TurnCSVWriter(path, slos=[SLO(ttft_s=1.0), SLO(ttft_s=1.0)])
+        gc.collect()
+    assert path.read_text(encoding="utf-8") == "agent,session_id\nprevious,run\n"

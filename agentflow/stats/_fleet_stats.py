@@ -28,6 +28,7 @@ from agentflow.stats._by_turn import ByTurnIndex
 from agentflow.stats._fleet_events import _error_text as _error_text
 from agentflow.stats._fleet_events import fold_event
 from agentflow.stats._rows import TurnRow, ready_ns, turn_row
+from agentflow.stats._settings import check_fleet_settings
 from agentflow.stats._sketch import DEFAULT_RELATIVE_ACCURACY, Sketch, check_quantiles
 from agentflow.stats._slo import SLO, check_slos
 from agentflow.stats._timeseries import TimeSeries
@@ -111,10 +112,12 @@ class FleetStats:
     ) -> None:
         if per not in ("agent", "session"):
             raise ConfigError(f"per must be 'agent' or 'session', got {per!r}")
-        if not 0 < relative_accuracy < 1:
-            raise ConfigError(f"relative_accuracy must be in (0, 1), got {relative_accuracy!r}")
-        if not bucket_s > 0:
-            raise ConfigError(f"bucket_s must be > 0, got {bucket_s!r}")
+        check_fleet_settings(
+            relative_accuracy=relative_accuracy,
+            bucket_s=bucket_s,
+            max_buckets=max_buckets,
+            max_turn_index=max_turn_index,
+        )
         qs = check_quantiles((*DEFAULT_QUANTILES, *quantiles))  # distinct report keys
         self.slos = check_slos(slos)
         self.quantiles = tuple(qs)

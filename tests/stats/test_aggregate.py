@@ -14,11 +14,12 @@ Per turn: TTFT 50, 400, 200, — ms; E2E 130, 600, 230, 50 ms; TPOT 80/4 = 20, 2
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
 
-from agentflow import FleetEndEvent, FleetResult, FleetStartEvent, PromptInfo
+from agentflow import ConfigError, FleetEndEvent, FleetResult, FleetStartEvent, PromptInfo
 from agentflow.stats import SLO, FleetStats, exact_distribution, nearest_rank
 from tests.stats.test_report_schema import validate
 from tests.stats.traces import MS, fixed_run, session_end, trace, turn_end
@@ -398,3 +399,25 @@ def test_token_and_tool_call_events_are_ignored() -> None:
     s(ToolCallEvent(agent="a", session_id="s", turn=0, call=call))
     assert s.turns == 0 and not s.agents
     assert "token" not in FleetStats.event_types and "turn_end" in FleetStats.event_types
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("bucket_s", math.inf),
+        ("bucket_s", 1e300),
+        ("bucket_s", math.nan),
+        ("bucket_s", "1"),
+        ("bucket_s", 0),
+        ("max_buckets", 1),
+        ("max_buckets", 2.0),
+        ("max_turn_index", 0),
+        ("relative_accuracy", "0.01"),
+    ],
+)
+def test_bad_settings_are_config_errors_naming_them(setting: str, value: object) -> None:
+    """Not an OverflowError, TypeError or a ValueError from the time series: a ConfigError
+    that names the setting and the value given."""
+    with pytest.raises(ConfigError) as refused:
+        FleetStats(**{setting: value})  # type: ignore[arg-type]
+    assert setting in str(refused.value) and repr(value) in str(refused.value)

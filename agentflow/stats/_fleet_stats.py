@@ -173,7 +173,10 @@ class FleetStats:
         self.fleet_start_ns: int | None = None  # the FleetStartEvent's, when seen
         self.peak_in_flight: int | None = None
         self.callback_errors = 0
-        self.workers = 1
+        #: Workers whose stats these hold: 0 until fed (an event, :meth:`observe_turn`
+        #: or :meth:`from_result`), then 1; :meth:`merge` adds — so merging into a fresh
+        #: ``FleetStats``, or merging in one that saw nothing, counts no extra worker.
+        self.workers = 0
 
     # ---- feeding -----------------------------------------------------------------
 
@@ -181,6 +184,7 @@ class FleetStats:
         """Fold one event in (the fleet-callback entry point)."""
         if event.type == "token":
             return
+        self.workers = self.workers or 1
         if isinstance(event, TurnEndEvent):
             # TurnEndEvent gains ``prompt`` (the client's PromptInfo) with the context
             # work; until it does, this is None and context comes from usage only.
@@ -207,6 +211,7 @@ class FleetStats:
         prompt: PromptInfo | None = None,
     ) -> None:
         """Fold one finished model turn in (what a ``TurnEndEvent`` carries)."""
+        self.workers = self.workers or 1
         sk = self.sketches
         self.turns += 1
         out = m.output_tokens
@@ -334,6 +339,7 @@ class FleetStats:
         from agentflow.stats._from_result import fill_from_result
 
         stats = cls(**options)
+        stats.workers = 1  # one run's, even if nothing in it finished
         fill_from_result(stats, result, journal)
         return stats
 

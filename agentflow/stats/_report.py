@@ -77,7 +77,7 @@ def build_report(
             "itl": stats.itl,
             "bucket_s": stats.series.width_ns * _NS,
             "max_turn_index": stats.by_turn.max_index,
-            "workers": stats.workers,
+            "workers": max(stats.workers, 1),  # stats that saw nothing are still one's
             "slos": slo_table(stats.slos),
         },
         "fleet": _fleet(stats, duration),

@@ -101,6 +101,24 @@ def test_merged_workers_equal_one_process(split: str) -> None:
             assert abs(d[label] - true) <= DEFAULT_RELATIVE_ACCURACY * true + 1e-12, (name, q)
 
 
+def test_fresh_stats_count_no_worker() -> None:
+    """A coordinator reducing into a fresh FleetStats, and a worker that saw nothing,
+    add no worker: two fed workers merged into an empty one are 2, not 3."""
+    events = workload(6, seed=3)
+    a, b = fed(events[::2]), fed(events[1::2])
+    assert (FleetStats().workers, a.workers) == (0, 1)
+    total = FleetStats(slos=SLOS, start_ns=0)
+    total.merge(pickle.loads(pickle.dumps(a)))
+    total.merge(b)
+    assert total.workers == 2 and total.report()["settings"]["workers"] == 2
+    a.merge(FleetStats(slos=SLOS, start_ns=0))
+    assert a.report()["settings"]["workers"] == 1
+    assert FleetStats().report()["settings"]["workers"] == 1  # a report is one process's
+    assert (
+        FleetStats.from_result(FleetResult(sessions=[], wall_s=0.0, peak_in_flight=0)).workers == 1
+    )
+
+
 def assert_same(got: Any, want: Any, path: str = "") -> None:
     """Equal, floats to summation-order rounding."""
     if isinstance(want, dict):

@@ -287,8 +287,9 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
-        """The metrics URL."""
-        return f"http://{self.host}:{self.port}/metrics"
+        """The metrics URL (an IPv6 host in brackets, as URLs need it)."""
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        return f"http://{host}:{self.port}/metrics"
 
     async def start(self) -> None:
         """Bind and start serving."""

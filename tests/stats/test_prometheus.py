@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import socket
 from typing import Any
 
 import aiohttp
@@ -168,3 +169,23 @@ def test_no_cached_figure_gives_no_hit_rate_denominator() -> None:
     fams = families(exp.text())
     assert sample(fams, "agentflow_prompt_tokens_total") == 1000
     assert sample(fams, "agentflow_cache_reported_prompt_tokens_total") == 0
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback")
+async def test_url_of_an_ipv6_host_is_bracketed_and_scrapes() -> None:
+    """serve(host="::1"): the URL is http://[::1]:port/metrics, which a client can GET
+    (without brackets it was not a URL)."""
+    async with fed_exporter().serve(host="::1") as server:
+        assert server.url == f"http://[::1]:{server.port}/metrics"
+        async with aiohttp.ClientSession() as http, http.get(server.url) as resp:
+            assert resp.status == 200
+            assert sample(families(await resp.text()), "agentflow_turns_total") == 4

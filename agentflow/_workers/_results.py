@@ -17,6 +17,7 @@ from agentflow._workers._broker import WorkerHandle
 
 if TYPE_CHECKING:
     from agentflow._workers._parent import Launcher
+    from agentflow.store._recorder import Recorder
 
 __all__ = ["fail_missing", "merge_replicas", "stop_workers"]
 
@@ -58,8 +59,11 @@ def fail_missing(
     bus: EventBus,
     status: str,
     launcher: Launcher,
+    recorder: Recorder | None = None,
 ) -> None:
-    """Sessions with no result (their worker died, or the run was cancelled first)."""
+    """Sessions with no result (their worker died, or the run was cancelled first) end
+    here: their result, their events and, with a store (``recorder``), their recorded
+    end with the error — as a session that ends so in one process is recorded."""
     for w in workers:
         for k in w.sessions:
             if results[k] is not None:
@@ -87,6 +91,8 @@ def fail_missing(
                 metadata=s.metadata,
             )
             results[k] = s.result = result
+            if recorder is not None:  # no worker recorded it: its end is written here
+                recorder.session_ended(s, result)
             if status != "cancelled":
                 bus.emit(
                     ErrorEvent(

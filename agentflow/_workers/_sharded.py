@@ -129,7 +129,13 @@ class ShardedRun:
                 if w.alive:
                     self.launcher.kill(w)
         fail_missing(
-            self.sessions, self.results, self.workers, self.bus, "cancelled", self.launcher
+            self.sessions,
+            self.results,
+            self.workers,
+            self.bus,
+            "cancelled",
+            self.launcher,
+            self.recorder,
         )
 
     def finish(self) -> FleetResult:
@@ -140,7 +146,9 @@ class ShardedRun:
 
         fleet, bus, broker = self.fleet, self.bus, self.broker
         assert broker is not None
-        fail_missing(self.sessions, self.results, self.workers, bus, "error", self.launcher)
+        fail_missing(
+            self.sessions, self.results, self.workers, bus, "error", self.launcher, self.recorder
+        )
         final = [r for r in self.results if r is not None]
         stats = self.counts
         assert len(final) == len(self.sessions)

@@ -12,17 +12,19 @@ import multiprocessing
 import os
 import signal
 import sys
+import types
 from collections import Counter
 from pathlib import Path
 from typing import Literal
 
 import pytest
 
-from agentflow import Event, Fleet, FleetResult, HTTPTransport
+from agentflow import Agent, Event, Fleet, FleetResult, HTTPTransport, WorkerError
 from agentflow.store import SQLiteStore
 from tests.sched.conftest import RecordingSim
 from tests.store.fleets import contents
 from tests.workers.test_workers import gone as _gone
+from tests.workers.test_workers import workers_now
 from tests.workers.tools import PLAIN, TOOL, workload
 
 RUN = "run-w"
@@ -305,3 +307,30 @@ async def test_a_killed_worker_s_sessions_continue_from_the_store(tmp_path: Path
     assert contents(path, RUN) == contents(tmp_path / "one.db", RUN)
     assert _gone(pid)
     assert not multiprocessing.active_children()
+
+
+async def test_sessions_a_crashed_worker_never_ran_are_recorded_as_errors(tmp_path: Path) -> None:
+    """A worker that crashes on its own (it cannot import its sessions' tool: a module
+    only the parent has) ends its sessions on the parent with a WorkerError: the store
+    records each as ``error`` with that error's text, as one process records a session
+    that fails — not ``pending`` with no error."""
+    module = types.ModuleType("agentflow_test_store_parent_only")
+    exec('def probe(key: str) -> str:\n    """Parent-only."""\n    return key\n', module.__dict__)
+    sys.modules[module.__name__] = module
+    store = SQLiteStore(tmp_path / "crash.db")
+    try:
+        agent = Agent(name="notebook", model="m", tools=[module.probe])
+        sessions = [agent.session(f"q{i}", session_id=f"n{i}") for i in range(2)]
+        async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+            result = await Fleet(http, workers=2, store=store).run(sessions, run_id=RUN)
+        assert [s.status for s in result.sessions] == ["error", "error"]
+        run = await store.load(RUN)
+        for stored, ended in zip(run.sessions, result.sessions, strict=True):
+            assert isinstance(ended.error, WorkerError)
+            assert stored.status == "error"
+            assert stored.error is not None
+            assert "No module named 'agentflow_test_store_parent_only'" in stored.error
+    finally:
+        del sys.modules[module.__name__]
+        await store.aclose()
+    assert not workers_now()

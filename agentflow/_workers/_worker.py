@@ -62,6 +62,9 @@ def worker_entry(conn: multiprocessing.connection.Connection, parent_pid: int) -
     if msg[0] != "start":
         os._exit(1)
     lock = threading.Lock()
+    # Set before the channel is closed at the run's end: the reader thread, which may be
+    # inside conn.recv() then, ends quietly instead of taking it for the parent gone.
+    closing = threading.Event()
 
     def send(msg: tuple[Any, ...]) -> None:
         with lock:
@@ -75,7 +78,9 @@ def worker_entry(conn: multiprocessing.connection.Connection, parent_pid: int) -
             os._exit(0)  # the parent is gone: nothing to report to
 
         reader = threading.Thread(
-            target=_read_worker_side, args=(conn, loop, on_message, gone), daemon=True
+            target=_read_worker_side,
+            args=(conn, loop, on_message, gone, closing),
+            daemon=True,
         )
         reader.start()
 
@@ -85,6 +90,7 @@ def worker_entry(conn: multiprocessing.connection.Connection, parent_pid: int) -
         with contextlib.suppress(Exception):
             conn.send(("crash", f"{type(exc).__name__}: {exc}"))
         raise
+    closing.set()
     conn.close()
 
 
@@ -268,12 +274,18 @@ def _read_worker_side(
     loop: asyncio.AbstractEventLoop,
     on_message: Callable[[Any], None],
     gone: Callable[[], None],
+    closing: threading.Event,
 ) -> None:
+    """A worker's reader thread: each message from the parent to ``on_message`` on
+    ``loop``, until the parent is gone (``gone``) or the worker closes ``conn`` at its
+    run's end (``closing`` set first: a recv that fails then, with the handle closed
+    under it — a TypeError, or an OSError — ends the thread quietly)."""
     try:
         while True:
             msg = conn.recv()
             loop.call_soon_threadsafe(on_message, msg)
     except RuntimeError:  # the worker's loop is closed: its run is over
         return
-    except (EOFError, OSError, ValueError):  # the parent is gone
-        gone()
+    except (EOFError, OSError, ValueError, TypeError):
+        if not closing.is_set():  # the parent is gone
+            gone()

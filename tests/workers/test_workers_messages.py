@@ -6,6 +6,7 @@ sessions are failed with once its pipe has ended."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing
 import signal
 import threading
@@ -20,6 +21,7 @@ from agentflow._workers._broker import WorkerHandle
 from agentflow._workers._processes import ProcessLauncher
 from agentflow.store import SQLiteStore
 from tests.sched.conftest import RecordingSim, peak_overlap
+from tests.wait import GUARD_S
 from tests.workers.test_workers import intervals, workers_now
 from tests.workers.tools import PLAIN, TOOL
 from tests.workers.wire_tools import HELD, RELEASE, Gated, Unreadable
@@ -152,3 +154,38 @@ async def test_a_result_read_after_a_cancel_gave_its_worker_up_is_dropped() -> N
     assert sessions[0].result is cancelled
     assert sessions[1].result is not None and sessions[1].result.ok
     assert not workers_now()
+
+
+def test_a_worker_s_reader_ends_quietly_when_its_run_closes_the_channel() -> None:
+    """At a worker's end its channel is closed while the reader thread may be inside
+    ``conn.recv()`` (then a TypeError: the handle was closed under it) or about to call
+    it (an OSError): either way the reader ends with no exception ("Exception in thread
+    … _read_worker_side" at exit) and without taking the parent for gone."""
+    from agentflow._workers._worker import _read_worker_side
+
+    errors: list[BaseException | None] = []
+    previous = threading.excepthook
+    threading.excepthook = lambda args: errors.append(args.exc_value)
+    parent, child = multiprocessing.Pipe()
+    loop = asyncio.new_event_loop()
+    gone: list[bool] = []
+    closing = threading.Event()
+    try:
+        reader = threading.Thread(
+            target=_read_worker_side,
+            args=(child, loop, lambda msg: None, lambda: gone.append(True), closing),
+            daemon=True,
+        )
+        reader.start()
+        closing.set()  # what worker_entry does at the run's end, then:
+        child.close()
+        with contextlib.suppress(OSError):
+            parent.send(("exit",))  # wakes a recv that was under way
+        reader.join(GUARD_S)
+        assert not reader.is_alive()
+    finally:
+        threading.excepthook = previous
+        parent.close()
+        loop.close()
+    assert errors == []
+    assert gone == []

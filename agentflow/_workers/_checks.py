@@ -1,11 +1,14 @@
-"""The checks before a sharded run starts: everything the workers are sent must pickle,
-and the fleet's settings must mean the same in every worker."""
+"""The checks before a sharded run starts: everything the workers are sent must pickle
+(and, for Ray actors, not refer to the driver's ``__main__``), and the fleet's settings
+must mean the same in every worker."""
 
 from __future__ import annotations
 
 import asyncio
+import io
 import pickle
 import time
+import types
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import ConfigError
@@ -20,7 +23,10 @@ __all__ = ["check_picklable"]
 
 def check_picklable(fleet: Fleet, sessions: list[Session]) -> list[bytes]:
     """Each session pickled; a :class:`ConfigError` naming the agent or tool (or the
-    transport) that does not pickle."""
+    transport) that does not pickle — with ``backend="ray"``, also one naming whatever
+    a session pickles by reference to the driver's ``__main__`` (see :func:`_refuse_main`;
+    the start config's policy, router, retry and transports go by Ray's cloudpickle,
+    which sends ``__main__``'s by value)."""
     for replica in fleet.replicas:
         if type(replica.transport).__module__.startswith("agentflow.embedded"):
             raise ConfigError(
@@ -57,6 +63,7 @@ def check_picklable(fleet: Fleet, sessions: list[Session]) -> list[bytes]:
                 f"Fleet(workers={fleet.workers}): the fleet's {what} "
                 f"({type(getattr(fleet, what)).__name__}) does not pickle: {exc}"
             ) from exc
+    ray = fleet.backend == "ray"
     checked: set[int] = set()
     out = []
     for s in sessions:
@@ -64,14 +71,54 @@ def check_picklable(fleet: Fleet, sessions: list[Session]) -> list[bytes]:
         if id(agent) not in checked:
             checked.add(id(agent))
             _check_agent(agent)
+            if ray:
+                _refuse_main(agent, f"agent {agent.name!r}")
         try:
-            out.append(pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL))
+            if ray:
+                out.append(_refuse_main(s, f"session {s.session_id!r} (agent {agent.name!r})"))
+            else:
+                out.append(pickle.dumps(s, protocol=pickle.HIGHEST_PROTOCOL))
+        except ConfigError:
+            raise
         except Exception as exc:
             raise ConfigError(
                 f"session {s.session_id!r} (agent {agent.name!r}) does not pickle for "
                 f"Fleet(workers=...): {exc}"
             ) from exc
     return out
+
+
+class _MainRefs(pickle.Pickler):
+    """A pickler that notes each function or class it pickles by reference to the
+    ``__main__`` module (pickle names them ``__main__.<name>``)."""
+
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self.found: list[str] = []
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, types.FunctionType | type) and obj.__module__ == "__main__":
+            name = f"__main__.{obj.__qualname__}"
+            if name not in self.found:
+                self.found.append(name)
+        return NotImplemented  # pickled as pickle would
+
+
+def _refuse_main(obj: Any, what: str) -> bytes:
+    """``obj`` pickled; a :class:`ConfigError` naming ``what`` if the pickle refers to
+    the driver's ``__main__``: a Ray actor does not import the driver's main script
+    (a worker process does), so every session of it would fail there."""
+    buf = io.BytesIO()
+    pickler = _MainRefs(buf)
+    pickler.dump(obj)
+    if pickler.found:
+        raise ConfigError(
+            f"{what} uses {', '.join(pickler.found)}, defined in the driver's main script: "
+            "Fleet(workers=..., backend='ray') actors do not import it, so they could not "
+            "load it; define it in a module the actors import (beside the script, or "
+            "shipped with Ray's runtime_env) and import it from there"
+        )
+    return buf.getvalue()
 
 
 def _check_agent(agent: Any) -> None:

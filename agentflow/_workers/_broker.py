@@ -34,7 +34,8 @@ class WorkerHandle:
     #: The run loop's time when its last message arrived; ``None`` until its first one
     #: (while it starts, the heartbeat watchdog leaves it alone).
     heard: float | None = None
-    #: The run loop's time when its channel opened (it was sent its sessions).
+    #: The run loop's time when its channel opened (it was sent its sessions; a worker
+    #: process's: when its start message began to go out, a send that may not end).
     opened: float | None = None
     #: What the watchdog did, if it killed it: "sent no heartbeat for 60 s and was killed"
     #: (the lead of its sessions' WorkerError), and why it was declared hung.

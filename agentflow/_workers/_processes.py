@@ -36,6 +36,7 @@ class ProcessLauncher:
 
     def __init__(self) -> None:
         self._ctx = multiprocessing.get_context("spawn")
+        self._pipes: dict[int, _Pipe] = {}  # per worker index
 
     def launch(self, index: int, sessions: list[int]) -> WorkerHandle:
         parent_conn, child_conn = self._ctx.Pipe(duplex=True)
@@ -47,18 +48,21 @@ class ProcessLauncher:
         )
         proc.start()
         child_conn.close()
+        pipe = self._pipes[index] = _Pipe(parent_conn)
         return WorkerHandle(
             index,
             sessions,
-            send=parent_conn.send,
+            send=pipe.send,
             process=proc,
             conn=parent_conn,
         )
 
     async def start(self, w: WorkerHandle, config: dict[str, Any], blobs: list[bytes]) -> None:
-        # Sent from a thread: a large start blocks until the worker has imported.
+        # Sent from a thread: a large start blocks until the worker has imported (for
+        # good if it hangs first: then the watchdog's start-up bound kills it).
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, _send_quietly, w.conn, ("start", config, blobs))
+        w.opened = loop.time()  # the start-up bound counts from before the send
+        await loop.run_in_executor(None, self._pipes[w.index].open, ("start", config, blobs))
 
     def listen(
         self,
@@ -86,10 +90,38 @@ class ProcessLauncher:
             w.process.kill()  # SIGKILL; its reader then reads the pipe's end
 
 
-def _send_quietly(conn: multiprocessing.connection.Connection, msg: tuple[Any, ...]) -> None:
-    """Send; a worker that is gone already is found by its reader (its sessions fail)."""
-    with contextlib.suppress(OSError, ValueError):
-        conn.send(msg)
+class _Pipe:
+    """The parent's end of a worker's pipe. Its start message goes first, from a thread
+    (:meth:`open`): a large one blocks until the worker reads it — for good if the
+    worker hangs before (its import of the main module, say). What the loop sends
+    meanwhile (:meth:`send`: a reclaim, a cancel, the reap's exit) waits and follows
+    it, so the loop never blocks behind it, nor interleaves with it."""
+
+    def __init__(self, conn: multiprocessing.connection.Connection) -> None:
+        self.conn = conn
+        self._lock = threading.Lock()
+        self._waiting: list[tuple[Any, ...]] | None = []  # None once the start is sent
+
+    def send(self, msg: tuple[Any, ...]) -> None:
+        with self._lock:
+            if self._waiting is not None:
+                self._waiting.append(msg)
+                return
+        self.conn.send(msg)
+
+    def open(self, msg: tuple[Any, ...]) -> None:
+        """Send the start message ``msg``, then what waited for it. A worker that is
+        gone already (or killed meanwhile) is found by its reader (its sessions fail)."""
+        try:
+            self.conn.send(msg)
+            sent = True
+        except (OSError, ValueError, TypeError):  # TypeError: the reap closed this end
+            sent = False
+        with self._lock:
+            waiting, self._waiting = self._waiting or [], None
+            for m in waiting if sent else ():
+                with contextlib.suppress(OSError, ValueError, TypeError):
+                    self.conn.send(m)
 
 
 async def _reap(workers: list[WorkerHandle], timeout_s: float) -> None:
@@ -100,7 +132,7 @@ async def _reap(workers: list[WorkerHandle], timeout_s: float) -> None:
     try:
         for w in workers:
             with contextlib.suppress(OSError, ValueError):
-                w.conn.send(("exit",))
+                w.send(("exit",))  # (after its start message, if that is still going)
         for stop, wait_s in (("", timeout_s), ("terminate", 2.0), ("kill", 2.0)):
             left = [w for w in workers if w.process.exitcode is None]
             if not left:

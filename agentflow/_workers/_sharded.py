@@ -226,7 +226,8 @@ class ShardedRun:
             w.crash = w.crash or f"{type(exc).__name__}: {exc}"
             self.on_exit(w, False)
             return
-        w.opened = self.loop.time()
+        if w.opened is None:  # (a worker process's counts from before its start send)
+            w.opened = self.loop.time()
         self.launcher.listen(w, self.on_message, self.on_exit)
 
     def _background(self, coro: Coroutine[Any, Any, None]) -> None:

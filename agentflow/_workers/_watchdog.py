@@ -26,7 +26,9 @@ async def watchdog(workers: list[WorkerHandle], launcher: Launcher, timeout_s: f
     """Kill a worker that has sent nothing for ``timeout_s`` (its loop is blocked:
     a running worker reports every 0.25 s); its listener then finds it gone, and
     it is handled as a worker that died. While it starts (nothing heard yet) the
-    bound is :data:`START_TIMEOUT_S` from when it was sent its sessions instead;
+    bound is :data:`START_TIMEOUT_S` from when it was sent its sessions instead
+    (a worker process's: from when the send began — one stuck before it reads them,
+    whose start send never ends, is killed too);
     none once it ended (``done``). ``workers`` is the run's list: the workers started
     later (replacements) are watched too."""
     loop = asyncio.get_running_loop()

@@ -1,14 +1,21 @@
 """A worker that is alive but hung (its event loop blocked by a tool that does not
 return) against the HTTP simulator on loopback: the parent's heartbeat watchdog kills it;
 without a store its sessions fail with a WorkerError naming the missed heartbeat while the
-other worker's complete; with a store they continue on a new worker. No worker process is
-left behind."""
+other worker's complete; with a store they continue on a new worker. One hung before it
+reads a large start message is bounded too, and a cancel then does not block the loop.
+No worker process is left behind."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
+import os
 import re
 import signal
+import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +23,7 @@ from agentflow import ConfigError, Event, Fleet, HTTPTransport, WorkerError
 from agentflow._workers import _watchdog
 from agentflow.store import SQLiteStore
 from tests.sched.conftest import RecordingSim
+from tests.wait import GUARD_S
 from tests.workers.hang_tools import ONCE, hang_workload
 from tests.workers.slow_import import HANG_IMPORT, SLOW
 from tests.workers.test_workers import gone, workers_now
@@ -198,3 +206,60 @@ async def test_a_cancel_kills_a_worker_that_does_not_stop_in_time(
             await task
     assert killed == [1]
     assert not workers_now()
+
+
+async def start_hang(mode: str, markers: Path) -> dict[str, Any]:
+    """Run ``tests.workers.start_hang_child`` (its workers hang before they read a start
+    message larger than the pipe's buffer) in ``mode``; its JSON line. The child, and
+    its workers (hung before they arm their death signal), are killed as a process
+    group should it hang — and at the end in any case."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.workers.start_hang_child",
+        mode,
+        "http://127.0.0.1:9",  # never reached: no session starts
+        str(markers),
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        start_new_session=True,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), GUARD_S)
+    except TimeoutError:
+        raise AssertionError(f"{mode}: the parent hung on its workers' start") from None
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+    assert proc.returncode == 0
+    result: dict[str, Any] = json.loads(out.splitlines()[-1])
+    assert len(os.listdir(markers)) == 2  # both workers hung in their import
+    return result
+
+
+async def test_a_worker_hung_before_it_reads_a_large_start_is_killed(tmp_path: Path) -> None:
+    """A worker that hangs before it reads its start message (larger than the pipe's
+    buffer: the parent's send of it blocks) is still bounded by the start-up timeout:
+    the watchdog kills it and its sessions fail saying so (the bound counted only once
+    that send had returned, so the run waited for the worker forever)."""
+    result = await start_hang("watchdog", tmp_path)
+    for k, (status, error) in enumerate(result["sessions"]):
+        assert status == "error"
+        assert re.fullmatch(
+            rf"worker {k} \(pid \d+\) sent nothing within 2 s of its start and was killed "
+            rf"\(exit code {-signal.SIGKILL}\) before session 's{k}' ended: "
+            r"it hung while it loaded its sessions or tools",
+            error,
+        ), error
+    assert result["workers"] == 0
+
+
+async def test_a_cancel_while_a_start_send_is_blocked_does_not_block_the_loop(
+    tmp_path: Path,
+) -> None:
+    """Cancelled while both workers' start sends are blocked (no heartbeat): the cancel
+    and the reap's exit wait behind them instead of blocking the event loop in a send
+    to a full pipe; the workers are killed and the sessions end cancelled."""
+    result = await start_hang("cancel", tmp_path)
+    assert result == {"sessions": [["cancelled", ""], ["cancelled", ""]], "workers": 0}

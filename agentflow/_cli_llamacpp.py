@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import time
+import signal
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -110,8 +111,23 @@ def _llamacpp(args: argparse.Namespace) -> int:
                 "SmolLM2-135M never calls tools. Ctrl-C or SIGTERM stops",
                 flush=True,
             )
-            while True:
-                time.sleep(3600)
+            code = srv.wait()  # returns only if the server dies: a crash, an OOM kill
+            tail = srv.log_tail()
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (main raises it as one): how it stops
-        pass
-    return 0
+        return 0
+    print(
+        f"agentflow llamacpp: llama.cpp server exited (code {code}){_signal_name(code)}; "
+        f"the last lines of its output:\n{tail}",
+        file=sys.stderr,
+    )
+    return 1
+
+
+def _signal_name(code: int | None) -> str:
+    """``": killed by SIGKILL"`` for a negative exit status, else ``""``."""
+    if code is None or code >= 0:
+        return ""
+    try:
+        return f": killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f": killed by signal {-code}"

@@ -173,6 +173,12 @@ class LlamaCppServer:
         if child is not None:
             child.stop()
 
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait until the server process exits by itself (a crash, an OOM kill) and return
+        its exit status (negative: killed by that signal); ``None`` when ``timeout`` passed
+        first or it is not running. Its output is then all in :meth:`log_tail`."""
+        return None if self._child is None else self._child.wait(timeout)
+
     def log_tail(self, lines: int = 30) -> str:
         """The last lines the server printed."""
         return "" if self._child is None else self._child.log_tail(lines)

@@ -120,6 +120,28 @@ class ChildServer:
         """The child's process id while it runs (also its process group's id)."""
         return None if self._proc is None else self._proc.pid
 
+    @property
+    def returncode(self) -> int | None:
+        """The child's exit status once it has exited by itself (negative: killed by that
+        signal), ``None`` while it runs or when it was never started or was stopped."""
+        return None if self._proc is None else self._proc.poll()
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait until the child exits by itself (it crashed, or was killed from outside)
+        and return its exit status, with all its output in :meth:`log_tail`; ``None`` when
+        ``timeout`` passed first, or when it is not running. Ctrl-C (and SIGTERM in the
+        ``agentflow`` commands) interrupts the wait."""
+        proc = self._proc
+        if proc is None:
+            return None
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        if self._drainer is not None and self._drainer.ident is not None:
+            self._drainer.join(5)  # the rest of its output, up to its pipe's end
+        return code
+
     def start(self) -> None:
         """Start the child and wait for health.
 

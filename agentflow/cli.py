@@ -15,7 +15,8 @@ Exit status: 0 success; 1 a run that ended with failed sessions, or an error at 
 2 a bad argument (one line, ``agentflow CMD: error: …``, checked before any work
 starts); 130 / 143 stopped by SIGINT / SIGTERM (``128 + signal``; ``agentflow demo``
 still writes its report of what ran). ``agentflow sim`` and ``agentflow llamacpp`` are
-servers: SIGINT and SIGTERM are how they stop, with status 0. SIGTERM is handled like
+servers: SIGINT and SIGTERM are how they stop, with status 0 (``llamacpp`` exits 1 if its
+llama.cpp server dies on its own). SIGTERM is handled like
 Ctrl-C everywhere, so every command stops its child processes on its way out; within an
 event loop it cancels the run's main task, which unwinds in order before the command exits
 (``agentflow/_cli_signals.py``: one handler for every command, and ``run_command``, which

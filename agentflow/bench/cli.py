@@ -315,8 +315,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _write_report(report: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    from agentflow._files import write_text_file
+
+    write_text_file(path, json.dumps(report, indent=2) + "\n")
 
 
 def bench_html(report: dict[str, Any], path: Path) -> int:

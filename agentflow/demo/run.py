@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
-import secrets
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -28,6 +26,7 @@ from agentflow._cli_console import CliConsole
 from agentflow._cli_signals import run_command
 from agentflow._cliargs import check_no_overwrite, check_output_file, store_inputs
 from agentflow._errors import ConfigError, TransportError
+from agentflow._files import write_text_file
 from agentflow._fleet import Fleet, FleetResult
 from agentflow._process import ChildServer, free_port
 from agentflow.context import server_window, window_for
@@ -208,29 +207,9 @@ def _write_report(
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Write ``data`` to ``path`` whole or not at all (a temporary file, then a rename).
-
-    The file's mode is what a new file gets here (``0o666`` less the umask, as for every
-    other file the commands write): the temporary file is made with ``os.open``, not
-    ``tempfile.mkstemp``, whose ``0o600`` the rename would keep whatever the umask.
-    """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    while True:
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}.tmp")
-        try:
-            fd = os.open(tmp, flags, 0o666)
-        except FileExistsError:  # (one in 2^48: another name)
-            continue
-        break
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(json.dumps(data, indent=2) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write ``data`` to ``path``: whole or not at all for a file (a device or a pipe is
+    written directly; see :func:`~agentflow._files.write_text_file`)."""
+    write_text_file(path, json.dumps(data, indent=2) + "\n")
 
 
 def _advertised_time_scale(result: FleetResult) -> float | None:

@@ -1,0 +1,56 @@
+"""Writing a command's output file (``demo --report``, ``bench --report``): whole or not
+at all where that can be done, and never replacing what is not a regular file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import stat
+from pathlib import Path
+
+__all__ = ["write_text_file"]
+
+
+def write_text_file(path: Path, text: str) -> None:
+    """Write ``text`` (UTF-8) to ``path``.
+
+    - ``path`` missing or a regular file: a temporary file next to it, then a rename, so
+      that a reader never sees half a file, and an interrupted write leaves the old one.
+      A symbolic link stays a link: the file it points to is the one written (made if
+      missing). The file's mode is what a new file gets here (``0o666`` less the umask,
+      as for every other file the commands write): the temporary file is made with
+      ``os.open``, not ``tempfile.mkstemp``, whose ``0o600`` the rename would keep.
+    - anything else (a device such as ``/dev/null``, a FIFO, ``/dev/stdout``, the
+      ``/dev/fd/N`` of a shell's ``>(jq .)``): opened and written directly. A rename would
+      replace the device node with a regular file (as root, ``/dev/null`` itself), and
+      cannot be made onto a pipe at all.
+
+    Missing parent directories are created.
+    """
+    try:
+        mode = os.stat(path).st_mode  # through links
+    except FileNotFoundError:
+        mode = None
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    target = path.resolve()  # a link's target (a dangling one: the file it would name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    while True:
+        tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(tmp, flags, 0o666)
+        except FileExistsError:  # (one in 2^48: another name)
+            continue
+        break
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise

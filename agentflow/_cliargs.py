@@ -19,6 +19,7 @@ import ipaddress
 import math
 import os
 import socket
+import stat
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -132,21 +133,29 @@ def check_output_file(path: Path, flag: str) -> None:
     """Raise :class:`ConfigError` unless ``path`` can be written.
 
     Missing parent directories are created (the commands create them when they write).
-    An existing file is opened for appending, which changes nothing in it; a new one is
-    created and removed again.
+    An existing file is opened for appending, which changes nothing in it, and without
+    blocking: a FIFO with no reader (which would block the opening until one came, before
+    any work) is refused; a new file (a dangling link's target) is created and removed
+    again.
     """
     if path.is_dir():
         raise ConfigError(f"{flag} {path}: is a directory")
     _make_dir(path.parent, f"{flag} {path}")
     try:
         if path.exists():
-            with path.open("ab"):
-                pass
+            os.close(os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_NONBLOCK", 0)))
         else:
-            with path.open("xb"):
+            new = path.resolve()  # a dangling link: the file it names is the one written
+            _make_dir(new.parent, f"{flag} {path}")
+            with new.open("xb"):
                 pass
-            path.unlink()
+            new.unlink()
     except OSError as exc:
+        if exc.errno == errno.ENXIO and _is_fifo(path):
+            raise ConfigError(
+                f"{flag} {path}: a FIFO with no reader (it would wait for one forever): "
+                "start its reader first"
+            ) from None
         raise ConfigError(f"{flag} {path}: cannot write: {_reason(exc)}") from None
 
 
@@ -218,6 +227,13 @@ def check_output_dir(path: Path, flag: str) -> None:
         probe.unlink()
     except OSError as exc:
         raise ConfigError(f"{flag} {path}: cannot write in it: {_reason(exc)}") from None
+
+
+def _is_fifo(path: Path) -> bool:
+    try:
+        return stat.S_ISFIFO(path.stat().st_mode)
+    except OSError:
+        return False
 
 
 def _make_dir(directory: Path, label: str) -> None:

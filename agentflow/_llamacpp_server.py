@@ -18,6 +18,7 @@ from types import TracebackType
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._process import ChildServer, free_port
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 
 __all__ = [
     "MAX_CONTEXT",
@@ -103,6 +104,11 @@ class LlamaCppServer:
         n_parallel: slots, i.e. requests decoded together (1–256).
         threads: CPU threads for decode and prompt processing (an int ≥ 1).
         alias: the model name the server answers to.
+        startup_timeout_s: how long the server may take to answer ``/health`` (seconds,
+            finite, > 0).
+
+    Raises:
+        ConfigError: an argument out of range (before anything is started).
     """
 
     model: Path | None = None
@@ -120,6 +126,9 @@ class LlamaCppServer:
         if self.n_ctx is None:
             self.n_ctx = min(self.n_parallel * SLOT_CONTEXT, MAX_CONTEXT)
         check_context(self.n_ctx, "LlamaCppServer.n_ctx")
+        self.startup_timeout_s = check_seconds(
+            self.startup_timeout_s, "LlamaCppServer.startup_timeout_s", 0.001, MAX_TIMEOUT_S
+        )
 
     @property
     def base_url(self) -> str:

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 
 from agentflow._errors import ConfigError
-from agentflow._process import ChildServer, as_user, free_port
+from agentflow._process import ChildServer, as_user, check_child_timeouts, free_port
 
 __all__ = ["PostgresServer", "find_postgres"]
 
@@ -113,8 +113,9 @@ class PostgresServer:
         self.user = user
         self.base_dir = Path(base_dir if base_dir is not None else tempfile.gettempdir())
         self.settings = {**TEST_SETTINGS, **(settings or {})}
-        self.startup_timeout_s = startup_timeout_s
-        self.stop_timeout_s = stop_timeout_s
+        self.startup_timeout_s, self.stop_timeout_s = check_child_timeouts(
+            startup_timeout_s, stop_timeout_s, "PostgresServer"
+        )
         #: The temporary directory (cluster in ``data/``, unix socket in ``sock/``) while it runs.
         self.dir: Path | None = None
         self._password = secrets.token_urlsafe(24)

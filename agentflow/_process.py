@@ -46,8 +46,9 @@ from typing import Any
 
 from agentflow._cliargs import check_listen
 from agentflow._errors import ConfigError, ServerStartError
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 
-__all__ = ["ChildServer", "as_user", "free_port", "kill_children"]
+__all__ = ["ChildServer", "as_user", "check_child_timeouts", "free_port", "kill_children"]
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 _running: set[ChildServer] = set()
@@ -69,8 +70,9 @@ class ChildServer:
         port: the port the child binds; it must be free when :meth:`start` is called
             (else the health check could be answered by another server).
         name: for error messages.
-        startup_timeout_s: how long to wait for health.
-        stop_timeout_s: how long :meth:`stop` waits after SIGTERM before SIGKILL.
+        startup_timeout_s: how long to wait for health (seconds, finite, > 0).
+        stop_timeout_s: how long :meth:`stop` waits after SIGTERM before SIGKILL (seconds,
+            finite, ≥ 0).
         death_signal: what the kernel sends the child if this process dies first
             (Linux, when started from the main thread; see the module's docstring).
         ready: when the child is ready, for servers without ``/health`` (polled every
@@ -80,6 +82,10 @@ class ChildServer:
             needs root): for servers that refuse to run as root, as PostgreSQL does.
             The death signal still holds: it is armed after the switch.
         cwd: the child's working directory.
+
+    Raises:
+        ConfigError: a timeout is not a finite number of seconds in range (before
+            anything is started).
     """
 
     def __init__(
@@ -99,8 +105,9 @@ class ChildServer:
         self.cmd = list(cmd)
         self.port = port
         self.name = name
-        self.startup_timeout_s = startup_timeout_s
-        self.stop_timeout_s = stop_timeout_s
+        self.startup_timeout_s, self.stop_timeout_s = check_child_timeouts(
+            startup_timeout_s, stop_timeout_s, "ChildServer"
+        )
         self.death_signal = death_signal
         self.ready = ready
         self.stop_signal = stop_signal
@@ -260,6 +267,19 @@ class ChildServer:
         self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
+
+
+def check_child_timeouts(startup_s: object, stop_s: object, owner: str) -> tuple[float, float]:
+    """``(startup_s, stop_s)`` as a child server's timeouts: a finite number of seconds,
+    over 0 to start (up to :data:`~agentflow._seconds.MAX_TIMEOUT_S`), 0 or more to stop.
+
+    Raises:
+        ConfigError: naming ``owner.startup_timeout_s`` or ``owner.stop_timeout_s``.
+    """
+    return (
+        check_seconds(startup_s, f"{owner}.startup_timeout_s", 0.001, MAX_TIMEOUT_S),
+        check_seconds(stop_s, f"{owner}.stop_timeout_s", 0.0, MAX_TIMEOUT_S),
+    )
 
 
 def as_user(user: str | None) -> dict[str, Any]:

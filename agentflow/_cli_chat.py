@@ -11,7 +11,7 @@ from typing import Any
 from agentflow._agent import Agent
 from agentflow._cli_signals import run_command
 from agentflow._cli_timeouts import _add_timeout_arguments, _timeouts
-from agentflow._cliargs import non_negative
+from agentflow._cliargs import at_least, non_empty, non_negative
 from agentflow._events import Event, TokenEvent
 from agentflow.transport import Endpoint, HTTPTransport
 
@@ -30,10 +30,12 @@ def add_chat_parser(sub: Any) -> None:
     chat.add_argument(
         "--api-key", default=os.environ.get("OPENAI_API_KEY"), help="defaults to $OPENAI_API_KEY"
     )
-    chat.add_argument("--model", required=True, help="the model name the server serves")
+    chat.add_argument(
+        "--model", type=non_empty, required=True, help="the model name the server serves"
+    )
     chat.add_argument("--system", default="", help="a system message (default: none)")
     chat.add_argument(
-        "--max-tokens", type=int, default=256, help="most output tokens (default 256)"
+        "--max-tokens", type=at_least(1), default=256, help="most output tokens (default 256)"
     )
     chat.add_argument(
         "--temperature",

@@ -18,22 +18,27 @@ import errno
 import ipaddress
 import math
 import os
+import re
 import socket
 import stat
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 
 __all__ = [
     "OneLineParser",
+    "at_least",
     "check_listen",
     "check_no_overwrite",
     "check_output_dir",
     "check_output_file",
     "fail",
+    "header_name",
+    "non_empty",
     "non_negative",
     "port",
     "same_file",
@@ -72,6 +77,42 @@ def non_negative(text: str) -> float:
     if not (math.isfinite(value) and value >= 0):
         raise argparse.ArgumentTypeError(f"must be a finite number ≥ 0, got {text}")
     return value
+
+
+def at_least(low: int) -> Callable[[str], int]:
+    """An ``argparse`` type: a whole number ≥ ``low``, refused naming the flag (argparse
+    prefixes ``argument --FLAG:``), not the field it goes to."""
+
+    def whole_number(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+        try:
+            return check_count(value, "the value", low)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc).removeprefix("the value ")) from None
+
+    return whole_number
+
+
+def non_empty(text: str) -> str:
+    """An ``argparse`` type: any text but ``""`` (a model name)."""
+    if not text:
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+#: An HTTP field name: an RFC 9110 token.
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def header_name(text: str) -> str:
+    """An ``argparse`` type: an HTTP header name (a token: no spaces, no ``:``), or ``""``
+    where the flag documents what none means."""
+    if text and not _TOKEN.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"not an HTTP header name: {text!r}")
+    return text
 
 
 def fail(prog: str, error: BaseException | str) -> int:

@@ -1,6 +1,7 @@
 """The ``agentflow`` command.
 
 ``agentflow demo``      a fleet of coding agents on the embedded simulator, with a live view
+``agentflow resume``    resume a recorded ``agentflow demo --store`` run where it stopped
 ``agentflow sim``       serve the engine simulator over HTTP (OpenAI-compatible, vLLM-like)
 ``agentflow chat``      stream one prompt from any OpenAI-compatible server, with its metrics
 ``agentflow llamacpp``  serve SmolLM2-135M on 127.0.0.1 with llama.cpp (needs the extra)

@@ -85,7 +85,7 @@ def not_a_dir(tmp_path: Path) -> Path:
         (["llamacpp", "--n-parallel", "100000"], ["--n-parallel", "100000"]),
         (["demo", "--time-scale", "inf"], ["--time-scale", "inf"]),
         (["demo", "--virtual", "--store", "/"], ["--store", "is a directory"]),
-        (["chat", "--model", "m", "--max-tokens", "0", "hi"], ["max_tokens", "0"]),
+        (["chat", "--model", "m", "--max-tokens", "0", "hi"], ["--max-tokens", "0"]),
         (["chat", "--model", "m", "--temperature", "-1", "hi"], ["--temperature", "-1"]),
         (["chat", "--model", "m", "--temperature", "hot", "hi"], ["--temperature", "'hot'"]),
         (["demo", "--profile", "nope"], ["'nope'"]),

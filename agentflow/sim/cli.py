@@ -18,7 +18,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from agentflow._cli_signals import run_command
-from agentflow._cliargs import OneLineParser, check_listen, fail, non_negative, port
+from agentflow._cliargs import (
+    OneLineParser,
+    at_least,
+    check_listen,
+    fail,
+    header_name,
+    non_negative,
+    port,
+)
 from agentflow._errors import ConfigError
 from agentflow.sim.faults import FaultConfig
 from agentflow.sim.profiles import Profile, get_profile, profile_names
@@ -111,12 +119,18 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         default=1.0,
         help="wall seconds per engine second (10 = a rack at a tenth of its speed)",
     )
-    p.add_argument("--tokens-per-chunk", type=int, default=1, help="output tokens per SSE chunk")
     p.add_argument(
-        "--tool-rounds", type=int, default=3, help="tool-calling turns before a final answer"
+        "--tokens-per-chunk", type=at_least(1), default=1, help="output tokens per SSE chunk"
+    )
+    p.add_argument(
+        "--tool-rounds",
+        type=at_least(0),
+        default=3,
+        help="tool-calling turns before a final answer",
     )
     p.add_argument(
         "--session-header",
+        type=header_name,
         default="X-Session-ID",
         metavar="NAME",
         help="header naming a conversation: its tool rounds are counted across its "

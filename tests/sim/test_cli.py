@@ -67,7 +67,6 @@ def test_parser_defaults_and_server_config() -> None:
         (["--profile-set", "max_num_seqs=lots"], "wants a int"),
         (["--profile-set", "max_num_seqs=0"], "max_num_seqs must be an int ≥ 1"),
         (["--fault-rate-limit", "0.7", "--fault-cut", "0.7"], "add up to 1.4"),
-        (["--tokens-per-chunk", "0"], "tokens_per_chunk"),
         (["--profile-set", "prefill_per_ctx_token_s=inf"], "prefill_per_ctx_token_s must be"),
         (["--profile-set", "per_agent_tps=nan"], "per_agent_tps must be a finite number"),
         (["--profile-set", "decode_per_seq_s=nan"], "decode_per_seq_s must be a finite"),

@@ -130,7 +130,11 @@ class _Connection(PooledConnection):
                 self._drain_over(ex)
                 return
             if not ex.complete:
-                self._fail(ex, self._invalid(ex, exc, now))
+                err = self._invalid(ex, exc, now)  # (reads the body before the junk)
+                if ex.stream.done:  # [DONE] came first, in this read: the answer stands
+                    self._drain_over(ex)
+                else:
+                    self._fail(ex, err)
                 return
             ex.keep = False  # junk after a complete response: keep the response, not the line
         pieces = self._pieces
@@ -286,7 +290,7 @@ class _Connection(PooledConnection):
         the caller."""
         if ex.draining is not None:
             ex.draining.cancel()
-        elif ex.sse:
+        elif ex.sse and not ex.stream.done:  # (after [DONE], nothing is the answer's)
             try:
                 ex.stream.end(now)  # a last event with no blank line after it
             except Exception as exc:

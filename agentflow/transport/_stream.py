@@ -175,14 +175,20 @@ class StreamState:
             try:
                 payloads = self._decode(data)
             except StreamProtocolError:  # an event too long: the ones before it are output
-                for payload in self.decoder.completed:
-                    self._feed(payload, now)
-                raise
+                payloads = self.decoder.completed
+                if b"[DONE]" not in payloads:
+                    for payload in payloads:
+                        self._feed(payload, now)
+                    raise
+                # (else it came after [DONE]: the answer stands, as below)
             if payloads:  # only data events hold the idle limit off, not comments
                 self.last_ns = now
                 feed = self._feed
+                builder = self.builder
                 for payload in payloads:
                     feed(payload, now)
+                    if builder.done:  # what follows [DONE] in its read is not the answer's
+                        break
                 if self.waiting_first and self.builder.chunk_ns:
                     self.waiting_first = False
                     self.limits.first_output()  # type: ignore[union-attr]

@@ -126,3 +126,43 @@ def test_a_body_that_ends_just_after_done_keeps_its_connection(kind: str) -> Non
     for trace in traces:
         _complete(trace)
     assert connections == 1
+
+
+#: What a server may send after [DONE] in the same read: an event over the transports'
+#: max_event_bytes (1024 here), another content event, HTTP framing that is not HTTP.
+AFTER_DONE = {
+    "over-long event": chunk(b"data: " + b"x" * 4000 + b"\n\n") + chunk(b""),
+    "content event": chunk(content("LATE")) + chunk(b""),
+    "bad chunk size": b"zz-not-a-chunk-size\r\n\r\n",
+}
+
+
+@pytest.mark.parametrize("after", list(AFTER_DONE))
+@pytest.mark.parametrize("kind", KINDS)
+def test_what_follows_done_in_its_own_read_is_not_the_answers(kind: str, after: str) -> None:
+    """[DONE] and more in one read: the answer is what came before [DONE], as when the
+    rest comes in a later read. It was decoded: a later event added to the answer, an
+    over-long one (or, over HTTPTransport, bad framing) turned it into a
+    StreamProtocolError — the same bytes gave another result by how TCP split them."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(head())
+        await writer.drain()
+        await asyncio.sleep(0.01)
+        writer.write(chunk(ANSWER) + AFTER_DONE[after])
+        await writer.drain()
+        await asyncio.sleep(3600.0)
+
+    async def main() -> object:
+        async with raw_server(answer) as srv:
+            t = make_transport(
+                kind, srv.base_url, timeouts=Timeouts(idle=5.0), max_event_bytes=1024
+            )
+            try:
+                return await t.stream(TINY_REQUEST)
+            except Exception as exc:
+                return exc
+            finally:
+                await t.aclose()
+
+    _complete(run_virtual(main()))

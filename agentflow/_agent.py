@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
+from agentflow._seconds import shown
 from agentflow._sendable import check_sendable
 from agentflow._session_checks import check_header_text
 from agentflow._tools import (
@@ -121,7 +122,7 @@ class Agent:
             # ranks turns by priority × boost in float nanoseconds.)
             raise ConfigError(
                 f"Agent {self.name!r}: priority must be an int from {-MAX_PRIORITY} to "
-                f"{MAX_PRIORITY}, got {self.priority!r}"
+                f"{MAX_PRIORITY}, got {shown(self.priority)}"
             )
         if isinstance(self.context, list | tuple):
             from agentflow._context_chain import ContextChain

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import overload
 
 from agentflow._errors import ConfigError
+from agentflow._seconds import shown
 
 __all__ = ["check_count"]
 
@@ -40,5 +41,5 @@ def check_count(
         need = f"an int ≥ {low:,}" if high is None else f"an int in [{low:,}, {high:,}]"
         if none is not None:
             need += f" or None ({none})"
-        raise ConfigError(f"{name} must be {need}, got {value!r}")
+        raise ConfigError(f"{name} must be {need}, got {shown(value)}")
     return value

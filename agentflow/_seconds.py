@@ -9,7 +9,7 @@ import math
 
 from agentflow._errors import ConfigError
 
-__all__ = ["MAX_LEASE_TTL_S", "MAX_TIMEOUT_S", "check_lease_ttl", "check_seconds"]
+__all__ = ["MAX_LEASE_TTL_S", "MAX_TIMEOUT_S", "check_lease_ttl", "check_seconds", "shown"]
 
 #: The longest lease, in seconds (~31 years): an expiry is stored as integer nanoseconds
 #: since the epoch, which must fit a 64-bit integer (``BIGINT``).
@@ -34,14 +34,14 @@ def check_seconds(value: object, name: str, low: float, high: float) -> float:
         or not math.isfinite(value)
     ):
         raise ConfigError(
-            f"{name} must be a finite number of seconds in [{low:g}, {high:g}], got {_shown(value)}"
+            f"{name} must be a finite number of seconds in [{low:g}, {high:g}], got {shown(value)}"
         )
     return float(value)
 
 
-def _shown(value: object) -> str:
-    """``repr(value)``, but a huge int by its size (its digits could be thousands, past
-    what ``repr`` converts)."""
+def shown(value: object) -> str:
+    """``repr(value)`` for an error message, but a huge int by its size (its digits could
+    be thousands, past what ``repr`` converts: a ValueError instead of the message)."""
     if isinstance(value, int) and value.bit_length() > 64:
         return f"an int of {value.bit_length()} bits"
     return repr(value)

@@ -49,6 +49,8 @@ BAD: dict[str, tuple[Callable[[], object], str]] = {
     # A priority huge or a bool: a bare OverflowError at every turn under Priority, or
     # taken as a class (True).
     "priority huge": (lambda: Agent(name="a", model="m", priority=10**400), "priority must be"),
+    # (its repr, past 4,300 digits, raised a ValueError instead of the message)
+    "priority vast": (lambda: Agent(name="a", model="m", priority=10**5000), "an int of 16610"),
     "priority bool": (lambda: Agent(name="a", model="m", priority=True), "priority must be"),
     "priority over": (lambda: Agent(name="a", model="m", priority=-(2**31)), "priority must be"),
     "slo ns overflow": (lambda: Deadline(default_slo_s=1e300), "'default_slo_s'"),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import pytest
 
 from agentflow import ConfigError, FleetEndEvent, FleetResult, FleetStartEvent, PromptInfo
+from agentflow._seconds import shown
 from agentflow.stats import SLO, FleetStats, exact_distribution, nearest_rank
 from tests.stats.test_report_schema import validate
 from tests.stats.traces import MS, fixed_run, session_end, trace, turn_end
@@ -413,6 +414,12 @@ def test_token_and_tool_call_events_are_ignored() -> None:
         ("max_buckets", 2.0),
         ("max_turn_index", 0),
         ("relative_accuracy", "0.01"),
+        # A huge int: an OverflowError (isfinite), or a ValueError (its repr, past 4,300
+        # digits); an accuracy so fine the sketch ran out of memory, or never finished.
+        ("bucket_s", 10**400),
+        ("relative_accuracy", 10**400),
+        pytest.param("max_buckets", -(10**5000), id="max_buckets-vast"),
+        ("relative_accuracy", 1e-9),
     ],
 )
 def test_bad_settings_are_config_errors_naming_them(setting: str, value: object) -> None:
@@ -420,4 +427,4 @@ def test_bad_settings_are_config_errors_naming_them(setting: str, value: object)
     that names the setting and the value given."""
     with pytest.raises(ConfigError) as refused:
         FleetStats(**{setting: value})  # type: ignore[arg-type]
-    assert setting in str(refused.value) and repr(value) in str(refused.value)
+    assert setting in str(refused.value) and shown(value) in str(refused.value)

@@ -64,7 +64,11 @@ class OpenAITransport:
 
     Args:
         client: the user's ``AsyncOpenAI`` (or ``AsyncAzureOpenAI``) client; not closed by
-            :meth:`aclose` unless ``owns_client`` is true.
+            :meth:`aclose` unless ``owns_client`` is true. Its connections belong to the
+            event loop it first ran on: under another loop (a second ``asyncio.run``) its
+            kept-alive connections fail (httpx's ``RuntimeError: Event loop is closed``),
+            so give each loop a client — and a transport — of its own (HTTPTransport and
+            AiohttpTransport remake their pools themselves).
         clock: nanosecond monotonic clock for the trace.
         timeouts: first-token, idle and total limits, applied on top of the client's own
             timeouts (``connect`` is ignored here: the client connects).

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import WorkerError
@@ -60,10 +61,13 @@ def fail_missing(
     status: str,
     launcher: Launcher,
     recorder: Recorder | None = None,
+    recorded: Collection[str] = (),
 ) -> None:
     """Sessions with no result (their worker died, or the run was cancelled first) end
     here: their result, their events and, with a store (``recorder``), their recorded
-    end with the error — as a session that ends so in one process is recorded."""
+    end with the error — as a session that ends so in one process is recorded, unless
+    its worker recorded its end already (in ``recorded``: it died after sending that
+    record, before its session's end event; the stored end is the true one)."""
     for w in workers:
         for k in w.sessions:
             if results[k] is not None:
@@ -91,7 +95,7 @@ def fail_missing(
                 metadata=s.metadata,
             )
             results[k] = s.result = result
-            if recorder is not None:  # no worker recorded it: its end is written here
+            if recorder is not None and s.session_id not in recorded:  # written here
                 recorder.session_ended(s, result)
             if status != "cancelled":
                 bus.emit(

@@ -70,6 +70,9 @@ class ShardedRun:
         self.counts: list[dict[str, Any]] = [{} for _ in range(n)]
         self.config = worker_config(fleet, bus, durable)
         self.recorder = durable.recorder if durable is not None else None
+        #: Sessions whose end a worker recorded (its record written here): a worker that
+        #: dies before its SessionEndEvent arrives must not have that end overwritten.
+        self.recorded_ends: set[str] = set()
         self.start_ns = 0
         self.watch: asyncio.Task[None] | None = None
 
@@ -136,6 +139,7 @@ class ShardedRun:
             "cancelled",
             self.launcher,
             self.recorder,
+            self.recorded_ends,
         )
 
     def finish(self) -> FleetResult:
@@ -147,7 +151,14 @@ class ShardedRun:
         fleet, bus, broker = self.fleet, self.bus, self.broker
         assert broker is not None
         fail_missing(
-            self.sessions, self.results, self.workers, bus, "error", self.launcher, self.recorder
+            self.sessions,
+            self.results,
+            self.workers,
+            bus,
+            "error",
+            self.launcher,
+            self.recorder,
+            self.recorded_ends,
         )
         final = [r for r in self.results if r is not None]
         stats = self.counts
@@ -275,8 +286,10 @@ class ShardedRun:
                 write(record)
                 if isinstance(record, TurnFinished):
                     recorder.retries += record.failed_attempts
-                elif isinstance(record, SessionEnded) and recorder.on_session_end is not None:
-                    recorder.on_session_end(record.session_id)
+                elif isinstance(record, SessionEnded):
+                    self.recorded_ends.add(record.session_id)
+                    if recorder.on_session_end is not None:
+                        recorder.on_session_end(record.session_id)
         elif kind == "want_slots":
             assert broker is not None
             broker.want_slots(w.index, msg[1])

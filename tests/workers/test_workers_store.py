@@ -15,7 +15,7 @@ import sys
 import types
 from collections import Counter
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import pytest
 
@@ -334,3 +334,40 @@ async def test_sessions_a_crashed_worker_never_ran_are_recorded_as_errors(tmp_pa
         del sys.modules[module.__name__]
         await store.aclose()
     assert not workers_now()
+
+
+def test_an_end_a_worker_recorded_is_not_overwritten_when_it_dies_before_its_event() -> None:
+    """A worker records a session's end (the record reaches the parent and is written),
+    then dies before that session's end event does: the parent ends the session without
+    a result, but does not record an error over the end the worker recorded (a completed
+    session's stored end was overwritten, its final output lost, and a resume ran it
+    again). The race is a matter of milliseconds, so fail_missing is called directly,
+    with a recorder that notes what it is asked to write."""
+    from agentflow._event_bus import EventBus
+    from agentflow._workers._broker import WorkerHandle
+    from agentflow._workers._results import fail_missing
+
+    class Dead:
+        exitcode, pid = -9, 1
+
+    class Launcher:
+        def ended(self, w: WorkerHandle, how: str = "ended") -> tuple[str, int | None]:
+            return f"worker {w.index} {how}", -9
+
+    class Noted:
+        def __init__(self) -> None:
+            self.ended: list[str] = []
+
+        def session_ended(self, session: Any, result: Any) -> None:
+            self.ended.append(session.session_id)
+
+    agent = Agent(name="a", model="m")
+    sessions = [agent.session("x", session_id=f"s{i}") for i in range(2)]
+    worker = WorkerHandle(0, [0, 1], send=lambda msg: None, process=Dead())
+    noted = Noted()
+    results: list[Any] = [None, None]
+    launcher: Any = Launcher()
+    recorder: Any = noted
+    fail_missing(sessions, results, [worker], EventBus(), "error", launcher, recorder, {"s0"})
+    assert noted.ended == ["s1"]  # s0's end, recorded by its worker, stands
+    assert [r.status for r in results] == ["error", "error"]

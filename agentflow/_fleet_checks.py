@@ -111,6 +111,12 @@ def check_parts(*, policy: object, limits: object, router: object, retry: object
     for name, value, kind in kinds:
         if value is not None and not isinstance(value, kind):
             raise ConfigError(f"Fleet.{name} must be a {kind.__name__} or None, got {value!r}")
+    if isinstance(limits, Limits) and limits.kv_tokens is not None:
+        # (It was refused only as the run started; the scheduler still says so too.)
+        raise ConfigError(
+            "Limits.kv_tokens is a budget per server: set it on Replica(limits=...), "
+            "not on the fleet"
+        )
 
 
 def check_drain(value: object) -> None:

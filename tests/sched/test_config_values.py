@@ -44,6 +44,11 @@ BAD: dict[str, tuple[Callable[[], object], str]] = {
     "bucket overflows": (lambda: Limits(tpm=1e200, burst_s=1e200), "Limits.tpm"),
     "drain underflows": (lambda: Limits(rpm=1e-320), "Limits.rpm"),
     "boost ns overflow": (lambda: Priority(boost_s=1e300), "Priority boost_s"),
+    # Refused only once the run started (docs/scheduling.md: when the fleet is built).
+    "fleet kv_tokens": (
+        lambda: Fleet(IdleTransport(), limits=Limits(kv_tokens=1000)),
+        "Limits.kv_tokens is a budget per server",
+    ),
     # Finite for one level, inf for the highest (its tickets all ranked -inf).
     "top boost overflow": (lambda: Priority(boost_s=1e299), "the largest priority"),
     # A priority huge or a bool: a bare OverflowError at every turn under Priority, or

@@ -276,7 +276,10 @@ class Fleet:
     async def stream(self, sessions: Iterable[Session]) -> AsyncIterator[Event]:
         """Run the sessions and yield every event; the last is a :class:`FleetEndEvent`.
 
-        Leaving the loop early cancels the run.
+        Leaving the loop early cancels the run once the generator is closed — at once
+        inside ``async with contextlib.aclosing(fleet.stream(sessions)) as events:``;
+        an abandoned one is closed only when Python finalizes it (until then the run goes
+        on, and the fleet refuses another).
         """
         with self._one_run("stream"):  # until the run's task has ended
             bus = EventBus(self._callbacks, drain_s=self.callback_drain_s)

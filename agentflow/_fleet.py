@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import (
-    AsyncIterator,
+    AsyncGenerator,
     Awaitable,
     Callable,
     Iterable,
@@ -273,7 +273,7 @@ class Fleet:
         with self._one_run("resume"):
             return await resume_run(self, run_id, agents, store)
 
-    async def stream(self, sessions: Iterable[Session]) -> AsyncIterator[Event]:
+    async def stream(self, sessions: Iterable[Session]) -> AsyncGenerator[Event, None]:
         """Run the sessions and yield every event; the last is a :class:`FleetEndEvent`.
 
         Leaving the loop early cancels the run once the generator is closed — at once

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import gc
 from collections.abc import Awaitable, Callable
@@ -126,7 +127,7 @@ async def test_leaving_the_stream_early_cancels_the_run() -> None:
         async for event in stream:
             if event.type == "token":
                 break
-        await stream.aclose()  # type: ignore[attr-defined]
+        await stream.aclose()
         for _ in range(100):
             if srv.client_disconnects:
                 break
@@ -419,3 +420,27 @@ def test_the_callback_drain_waits_30_s_by_default_and_no_more_than_needed() -> N
     for bad in (0, -1.0, float("nan"), True, "30"):
         with pytest.raises(ConfigError, match="callback_drain_s must be a number of seconds"):
             Fleet(HTTPTransport("http://127.0.0.1:9/v1"), callback_drain_s=bad)  # type: ignore[arg-type]
+
+
+async def test_a_stream_left_under_aclosing_stops_its_run_at_once() -> None:
+    """Leaving ``fleet.stream`` early inside ``contextlib.aclosing`` (as the docs say)
+    cancels the run before the block ends: the fleet takes its next run at once, and the
+    sessions left were cancelled."""
+    sessions = [AGENT.session(f"task {i}") for i in range(4)]
+    async with (
+        # (a 10 s answer each: the sessions are still streaming when the loop is left)
+        ScriptedServer(
+            [Reply(frames=Reply.text(" ".join(["w"] * 1000)).frames, frame_delay_s=0.01)] * 4
+            + [Reply.text("ok")]
+        ) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        fleet = Fleet(t)
+        async with contextlib.aclosing(fleet.stream(sessions)) as events:
+            async for event in events:
+                if event.type == "token":
+                    break
+        assert all(s.result is not None for s in sessions)
+        assert any(s.result is not None and s.result.status == "cancelled" for s in sessions)
+        again = await asyncio.wait_for(fleet.run([AGENT.session("y")]), GUARD_S)
+    assert again.sessions[0].status == "completed"

@@ -318,8 +318,8 @@ def tool(
 
 
 class _RaisedInThread(Exception):
-    """A ``KeyboardInterrupt`` or ``GeneratorExit`` a sync tool raised in its worker
-    thread (``error``), on its way to the event loop as the tool's failure."""
+    """A ``KeyboardInterrupt``, ``GeneratorExit`` or ``StopIteration`` a sync tool raised
+    in its worker thread (``error``), on its way to the event loop as the tool's failure."""
 
     def __init__(self, error: BaseException) -> None:
         super().__init__(error)
@@ -330,10 +330,15 @@ def _in_thread(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
     """Call a sync tool in its worker thread. Ctrl-C reaches only the main thread, so a
     ``KeyboardInterrupt`` raised here is the tool's own (a ``GeneratorExit`` too: no
     coroutine of the session is being closed): it comes back a :class:`_RaisedInThread`,
-    the tool's failure. As itself it stopped the session's task, the run and the process."""
+    the tool's failure. As itself it stopped the session's task, the run and the process.
+
+    A ``StopIteration`` (``next()`` on an empty iterator) comes back the same way:
+    asyncio cannot set it on the call's future (it logs a ``TypeError`` and leaves the
+    future pending), so the call used to wait out its whole time limit and end as a false
+    :class:`ToolTimeout`."""
     try:
         return fn(**kwargs)
-    except (KeyboardInterrupt, GeneratorExit) as exc:
+    except (KeyboardInterrupt, GeneratorExit, StopIteration) as exc:
         raise _RaisedInThread(exc) from exc
 
 

@@ -14,8 +14,9 @@ import msgspec
 import pydantic
 import pytest
 
-from agentflow import Agent, ConfigError, HTTPTransport, Tool, ToolError, tool
+from agentflow import Agent, ConfigError, HTTPTransport, Tool, ToolError, ToolTimeout, tool
 from agentflow.testing import Reply, ScriptedServer
+from tests.wait import GUARD_S
 
 
 class Point(pydantic.BaseModel):
@@ -337,6 +338,23 @@ async def test_an_interrupt_a_sync_tool_raises_in_its_thread_is_its_failure(
     assert result.ok
     (sent,) = [m for m in srv.requests[1].body["messages"] if m["role"] == "tool"]
     assert sent["content"].startswith(f"Error: tool 'interrupted' raised {raised.__name__}")
+
+
+async def test_a_stop_iteration_a_sync_tool_raises_in_its_thread_is_its_failure() -> None:
+    """``next()`` on an empty iterator in a sync tool: asyncio cannot set a
+    ``StopIteration`` on the call's future, which stayed pending, so the call waited out
+    its whole limit (300 s by default) and ended a false ``ToolTimeout``. It is the
+    tool's ``ToolError`` at once. (The limit here is only a hang guard.)"""
+
+    @tool(timeout_s=GUARD_S)
+    def first_item(xs: list[int]) -> int:
+        """The first item."""
+        return next(iter(xs))
+
+    with pytest.raises(ToolError, match="'first_item' raised StopIteration") as info:
+        await first_item.invoke('{"xs": []}')
+    assert not isinstance(info.value, ToolTimeout)
+    assert isinstance(info.value.__cause__, StopIteration)
 
 
 def test_parameters_no_call_could_fill_are_config_errors() -> None:

@@ -17,6 +17,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from agentflow._callables import is_async
 from agentflow._events import ErrorEvent, Event
 from agentflow._logging import get_logger
 from agentflow.typing import Callback
@@ -94,7 +95,7 @@ class EventBus:
         subscriber reads them, so a callback that declares no ``"token"`` costs nothing
         per streamed delta.
         """
-        (self._async if _is_async(callback) else self._sync).append(callback)
+        (self._async if is_async(callback) else self._sync).append(callback)
         self._routes.clear()
         self._async_routes.clear()
         self._token_sync = tuple(cb for cb in self._sync if _reads(cb, "token"))
@@ -315,16 +316,6 @@ def _being_cancelled() -> bool:
     it is then that request's, not one a callback raised of its own)."""
     task = asyncio.current_task()
     return task is not None and task.cancelling() > 0
-
-
-def _is_async(callback: Any) -> bool:
-    """Whether ``callback`` must be awaited: an ``async def`` (a ``functools.wraps``
-    wrapper of one too, ``inspect.iscoroutinefunction`` does not follow ``__wrapped__``),
-    or an object whose ``__call__`` is one."""
-    if inspect.iscoroutinefunction(inspect.unwrap(callback)):
-        return True
-    call = getattr(callback, "__call__", None)  # noqa: B004 - async __call__ on an object
-    return call is not None and inspect.iscoroutinefunction(inspect.unwrap(call))
 
 
 def _reads(callback: Any, event_type: str) -> bool:

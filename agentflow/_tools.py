@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import msgspec
 
+from agentflow._callables import is_async
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError, ToolError, ToolTimeout
 from agentflow._logging import get_logger
@@ -50,7 +51,10 @@ class Tool:
         name: the name the model calls it by.
         description: what it does, for the model.
         parameters: the JSON schema of its arguments.
-        fn: the callable (sync or async).
+        fn: the callable (sync or async). It is async, and runs on the event loop, when it is
+            an ``async def``, an object with an ``async def __call__``, or a sync wrapper of
+            one made with ``functools.wraps`` (its ``__wrapped__`` is followed), as for
+            callbacks.
         in_thread: run a sync ``fn`` in a daemon thread (agentflow's pool), so a slow tool cannot
             stall the event loop (and every other agent's token timing with it), and a
             stuck one cannot keep the process from exiting.
@@ -212,15 +216,13 @@ class Tool:
         threaded = False
         try:
             async with deadline:
-                if inspect.iscoroutinefunction(self.fn):
-                    result = await self.fn(**kwargs)
-                elif self.in_thread:
+                if self.in_thread and not is_async(self.fn):
                     threaded = True
                     call = functools.partial(
                         contextvars.copy_context().run, _in_thread, self.fn, **kwargs
                     )
                     result = await asyncio.get_running_loop().run_in_executor(TOOL_THREADS, call)
-                else:
+                else:  # async (an object's async __call__, a wraps wrapper: on the loop too)
                     result = self.fn(**kwargs)
                 if inspect.isawaitable(result):  # a plain wrapper around an async function
                     result = await result

@@ -162,6 +162,7 @@ def _imports(path: Path) -> tuple[set[str], set[str]]:
 
 # The layers below the events module: plain data and logging, no policy, no I/O.
 BELOW_EVENTS = {
+    "agentflow._callables",
     "agentflow._context_events",
     "agentflow._logging",
     "agentflow._metrics",

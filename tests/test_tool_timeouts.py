@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import json
 import math
 import os
@@ -184,6 +185,48 @@ def test_a_stuck_sync_tool_times_out_at_its_limit_in_virtual_time() -> None:
         assert run_virtual(main()) == 0.5
     finally:
         release.set()
+
+
+class _Search:
+    """Search (an object whose ``__call__`` is async)."""
+
+    async def __call__(self, q: str) -> str:
+        return await hang()
+
+
+async def _search(q: str) -> str:
+    """Search."""
+    return await hang()
+
+
+wrapper_threads: list[threading.Thread] = []
+
+
+@functools.wraps(_search)
+def _search_wrapper(*args: Any, **kwargs: Any) -> Any:
+    """A plain decorator's sync wrapper of an async tool (it returns the coroutine)."""
+    wrapper_threads.append(threading.current_thread())
+    return _search(*args, **kwargs)
+
+
+@pytest.mark.parametrize("fn", [_Search(), _search_wrapper], ids=["async_call", "wraps"])
+def test_an_async_callable_that_is_no_async_def_runs_on_the_loop(fn: Any) -> None:
+    """An object with an ``async def __call__``, or a ``functools.wraps`` sync wrapper of
+    an async function, is an async tool (as it is an async callback): it used to be
+    called in a worker thread, and its ToolTimeout said, falsely, that its thread keeps
+    running."""
+    wrapper_threads.clear()
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(ToolTimeout) as info:
+            await Tool.from_function(fn, name="search", timeout_s=7).invoke('{"q": "x"}')
+        assert not info.value.threaded and "thread" not in str(info.value)
+        return loop.time() - start
+
+    assert run_virtual(main()) == 7.0
+    assert all(t is threading.main_thread() for t in wrapper_threads)
 
 
 async def test_sync_tools_run_in_daemon_threads_with_the_callers_context() -> None:

@@ -42,7 +42,9 @@ class CallbackFailure:
     end waited ``callback_drain_s`` for it (``error`` a :class:`TimeoutError`;
     ``callback`` the async callback that was stuck, ``None`` for an event queued behind
     it that no callback had yet), or before the run was cancelled (the same, ``error``
-    a ``CancelledError``)."""
+    a ``CancelledError``), or that was emitted after the run's end began (an async
+    callback failing on ``session_end`` or ``fleet_end``: its ``ErrorEvent``; ``callback``
+    ``None``, ``error`` a ``RuntimeError``): that one is given to sync callbacks only."""
 
     callback: Any
     event: Event
@@ -73,6 +75,7 @@ class EventBus:
         self._queues: list[asyncio.Queue[Event]] = []
         self._pending: asyncio.Queue[Event | None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._closed = False  # aclose began: no dispatcher is started again
         #: Callback failures so far: each callback's first :data:`CALLBACK_FAILURES_KEPT`
         #: (only the first of a callback keeps its traceback), and what the end of the
         #: run did not deliver.
@@ -148,6 +151,9 @@ class EventBus:
                 self.callback_failed(cb, event, exc)
         if self._async or self._queues:
             if self._pending is None:
+                if self._closed:
+                    self._undelivered(event)
+                    return
                 self._pending = asyncio.Queue()
                 self._task = asyncio.get_running_loop().create_task(self._dispatch(self._pending))
             self._pending.put_nowait(event)
@@ -188,7 +194,14 @@ class EventBus:
         is over. A cancelled run (a timeout around it, SIGTERM, Ctrl-C) does not wait
         the drain out for a stalled callback: the dispatcher is cancelled at once and
         what it did not deliver is recorded the same way, with a ``CancelledError``.
+
+        Once it began, no dispatcher is started again: an event emitted later (an async
+        callback failing on the run's last events reports an ``ErrorEvent``) goes to the
+        sync callbacks only, and is recorded as not delivered to the async ones (a
+        ``RuntimeError``). It used to start a new dispatcher that nothing closed, one
+        task left behind per run.
         """
+        self._closed = True
         pending, task = self._pending, self._task
         if pending is None or task is None:
             return
@@ -242,6 +255,16 @@ class EventBus:
             undelivered=len(left),
             drain_s=limit,
         )
+
+    def _undelivered(self, event: Event) -> None:
+        """``event`` was emitted after :meth:`aclose` began: record that the async
+        consumers never get it."""
+        error = RuntimeError(
+            f"{event.type} event emitted after the run's end began: "
+            "not delivered to async callbacks"
+        )
+        self.callback_errors.append(CallbackFailure(None, event, error))
+        _log.warning("callback.undelivered", event_type=event.type, after_close=True)
 
     def never_awaited(self, cb: Any, event: Event, returned: object) -> None:
         """Sync callback ``cb`` returned ``returned`` on ``event``. When it is an

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentflow import Agent, Event, Fleet, HTTPTransport
+from agentflow import Agent, ErrorEvent, Event, Fleet, HTTPTransport
 from agentflow._event_bus import CALLBACK_FAILURES_KEPT
 from agentflow.stats import FleetStats
 from agentflow.testing import Reply, ScriptedServer
@@ -188,3 +188,34 @@ async def test_a_callback_failing_on_every_token_is_only_counted_after_ten(
         "1000",
     ]
     assert FleetStats.from_result(result).callback_errors == 1000
+
+
+async def test_an_async_callback_failing_on_fleet_end_leaves_no_task_behind() -> None:
+    """An async callback that fails on ``fleet_end`` fails while the run's end drains
+    the events: its ``ErrorEvent`` used to start a new dispatcher task that nothing
+    closed, one left behind per run. Sync callbacks still get that ``ErrorEvent``; the
+    async ones never will, and the result says so."""
+    got: list[Event] = []
+
+    async def bad(event: Event) -> None:
+        if event.type == "fleet_end":
+            raise ValueError("boom on fleet_end")
+
+    async with (
+        ScriptedServer([Reply.text("hello world")]) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        result = await Fleet(t, callbacks=[bad, got.append]).run([AGENT.session("hi")])
+    for _ in range(5):  # a leaked dispatcher would be scheduled by now (it never ends)
+        await asyncio.sleep(0)
+    dispatchers = [
+        task for task in asyncio.all_tasks() if "EventBus._dispatch" in repr(task.get_coro())
+    ]
+    assert dispatchers == []
+    assert result.sessions[0].ok
+    (reported,) = [e for e in got if isinstance(e, ErrorEvent)]
+    assert reported.where == "callback" and isinstance(reported.error, ValueError)
+    assert [(f.callback, f.event.type, type(f.error)) for f in result.callback_errors] == [
+        (bad, "fleet_end", ValueError),
+        (None, "error", RuntimeError),
+    ]

@@ -54,30 +54,38 @@ async def model_turn(
     ctx = session._context
     log = session._log
     prompt = rewrite = None
-    if ctx is not None:
-        before = list(session.messages) if log is not None else None
-        prompt = await ctx.before_turn(
-            index, session.messages, agent.tool_specs, _completer(session, index, runner, clock)
-        )
-        if before is not None and not _same_items(before, session.messages):
-            # The policy rewrote history: recorded as what changed against ``before``
-            # (agentflow/_rewrite.py), not the whole history again on every such turn.
-            rewrite = rewrite_delta(before, session.messages)
-    if log is not None:
-        log.turn_starting(session, index)  # (a run store's lease lost: stop before sending)
-    events = TurnEvents(bus, agent.name, session.session_id, index)
-    if isinstance(first, Grant):  # queued by the fleet before the session started
-        ticket = first.ticket
-        ready = ticket.ready_ns
-    else:
-        ready = clock()
-        estimate = prompt.estimated_tokens if prompt else rough_estimate(session)
-        ticket = session._ticket(index, ready, estimate)
-    request = session._request
-    if request is None or session._request_per_turn or request.messages is not session.messages:
-        # Built once: it holds the live list of messages, and the router's
-        # session header and cache key do not change from turn to turn.
-        request = session._request = runner.routed(ticket, session.request())
+    try:
+        if ctx is not None:
+            before = list(session.messages) if log is not None else None
+            prompt = await ctx.before_turn(
+                index, session.messages, agent.tool_specs, _completer(session, index, runner, clock)
+            )
+            if before is not None and not _same_items(before, session.messages):
+                # The policy rewrote history: recorded as what changed against ``before``
+                # (agentflow/_rewrite.py), not the whole history again on every such turn.
+                rewrite = rewrite_delta(before, session.messages)
+        if log is not None:
+            log.turn_starting(session, index)  # (a run store's lease lost: stop before sending)
+        events = TurnEvents(bus, agent.name, session.session_id, index)
+        if isinstance(first, Grant):  # queued by the fleet before the session started
+            ticket = first.ticket
+            ready = ticket.ready_ns
+        else:
+            ready = clock()
+            estimate = prompt.estimated_tokens if prompt else rough_estimate(session)
+            ticket = session._ticket(index, ready, estimate)
+        request = session._request
+        if request is None or session._request_per_turn or request.messages is not session.messages:
+            # Built once: it holds the live list of messages, and the router's
+            # session header and cache key do not change from turn to turn.
+            request = session._request = runner.routed(ticket, session.request())
+    except BaseException:
+        if isinstance(first, Grant):
+            # Queued: the session's task started holding its first turn's slot, which
+            # only the send gives back. A failure before it (the run store's lease lost)
+            # used to keep that slot forever: with max_concurrency=1 the fleet hung.
+            runner.scheduler.release(first, used_tokens=None, ok=None)
+        raise
     try:
         trace, failed = await runner.send(ticket, request, events.sink, events.retry, first=first)
     except Exception as exc:

@@ -30,9 +30,13 @@ from agentflow import (
     TurnEndEvent,
     TurnTrace,
 )
+from agentflow._event_bus import EventBus
+from agentflow._fleet_run import run_in_process
 from agentflow.sched import Ticket
 from agentflow.transport import ChatRequest
 from agentflow.typing import DeltaSink
+
+from .wait import GUARD_S
 
 TURNS = 3  # per session: two tool rounds, then the answer
 
@@ -313,3 +317,43 @@ async def test_a_policy_that_raises_fails_its_sessions_not_the_run() -> None:
     assert sorted(str(e.session_id) for e in errors) == sorted(r.session_id for r in bad)
     assert all(r.ok for r in result.sessions if r.agent == "good")
     assert len(turns) == 9 * TURNS
+
+
+class LosesLease:
+    """A run store's log (``TurnLog``) that finds one session's lease lost as its first
+    turn is about to go, as the recorder raises ``LeaseLost`` there."""
+
+    def __init__(self, lost: str) -> None:
+        self.lost = lost
+
+    def turn_starting(self, session: Session, turn: int) -> None:
+        if session.session_id == self.lost:
+            raise RuntimeError(f"lease of {self.lost} lost")
+
+    def turn_finished(self, *args: object) -> None:
+        return None
+
+    def tool_finished(self, *args: object) -> None:
+        return None
+
+    def session_ended(self, *args: object) -> None:
+        return None
+
+
+async def test_a_queued_session_failing_before_its_send_gives_its_slot_back() -> None:
+    """A queued session's task starts holding its first turn's slot; when its turn
+    failed before the request went (the run store's lease lost), nothing gave the slot
+    back, and with one slot the fleet hung. The session fails; the others complete."""
+    sessions = [agent().session("Hi", session_id=f"s{i}") for i in range(3)]
+    assert all(s._queues_lazily() for s in sessions)  # the path under test
+    fleet = Fleet(GatedTransport(), max_concurrency=1)
+    result = await asyncio.wait_for(
+        run_in_process(fleet, sessions, EventBus(), LosesLease("s0")), GUARD_S
+    )
+    assert [(r.session_id, r.status) for r in result.sessions] == [
+        ("s0", "error"),
+        ("s1", "completed"),
+        ("s2", "completed"),
+    ]
+    assert "lease of s0 lost" in str(result.sessions[0].error)
+    assert fleet.in_flight == 0

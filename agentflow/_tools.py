@@ -93,6 +93,8 @@ class Tool:
     replay_on_resume: bool = False
     _args_model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
     _spec: dict[str, Any] = field(init=False, repr=False, compare=False)
+    # Whether a call runs in a worker thread: a sync fn with in_thread (decided once).
+    _threaded: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.timeout_s is not None:
@@ -120,6 +122,7 @@ class Tool:
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
             raise ConfigError(f"tool {self.name!r}: the schema is not JSON: {exc}") from exc
         object.__setattr__(self, "_spec", spec)
+        object.__setattr__(self, "_threaded", self.in_thread and not is_async(self.fn))
 
     @classmethod
     def from_function(
@@ -216,13 +219,13 @@ class Tool:
         threaded = False
         try:
             async with deadline:
-                if self.in_thread and not is_async(self.fn):
+                if self._threaded:
                     threaded = True
                     call = functools.partial(
                         contextvars.copy_context().run, _in_thread, self.fn, **kwargs
                     )
                     result = await asyncio.get_running_loop().run_in_executor(TOOL_THREADS, call)
-                else:  # async (an object's async __call__, a wraps wrapper: on the loop too)
+                else:  # async (an object's async __call__ too), or a sync fn on the loop
                     result = self.fn(**kwargs)
                 if inspect.isawaitable(result):  # a plain wrapper around an async function
                     result = await result

@@ -18,7 +18,6 @@ import errno
 import ipaddress
 import math
 import os
-import re
 import socket
 import stat
 import sys
@@ -28,6 +27,7 @@ from typing import Any, NoReturn
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
+from agentflow._session_checks import is_header_name
 
 __all__ = [
     "OneLineParser",
@@ -103,14 +103,10 @@ def non_empty(text: str) -> str:
     return text
 
 
-#: An HTTP field name: an RFC 9110 token.
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-
-
 def header_name(text: str) -> str:
     """An ``argparse`` type: an HTTP header name (a token: no spaces, no ``:``), or ``""``
     where the flag documents what none means."""
-    if text and not _TOKEN.fullmatch(text):
+    if text and not is_header_name(text):
         raise argparse.ArgumentTypeError(f"not an HTTP header name: {text!r}")
     return text
 

@@ -21,11 +21,28 @@ from agentflow._sendable import check_sendable
 if TYPE_CHECKING:
     from agentflow._session import Session
 
-__all__ = ["check_header_text", "check_session_id", "hold", "refused", "task_messages"]
+__all__ = [
+    "check_header_text",
+    "check_session_id",
+    "hold",
+    "is_header_name",
+    "refused",
+    "task_messages",
+]
 
 #: What a header value cannot hold (the session id is the router's ``X-Session-ID``): a
 #: control character other than a tab (RFC 9110, section 5.5).
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+#: An HTTP field name: an RFC 9110 token.
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+
+
+def is_header_name(text: object) -> bool:
+    """Whether ``text`` can name an HTTP header (a ``str``, an RFC 9110 token: no space,
+    no ``:``); the router's ``session_header`` and ``agentflow sim --session-header``."""
+    return isinstance(text, str) and _HEADER_NAME.fullmatch(text) is not None
 
 
 def check_session_id(session_id: object) -> None:

@@ -22,18 +22,16 @@ replica exists.
 
 from __future__ import annotations
 
-import re
 from urllib.parse import quote
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
+from agentflow._session_checks import is_header_name
 from agentflow.sched._replica import ReplicaState
 from agentflow.sched._ticket import Ticket
 
 __all__ = ["Router"]
 
-#: A header name (RFC 9110's token).
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 #: What a session key keeps as it is in the header: printable ASCII and the tab, but ``%``.
 _HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if c != ord("%")) + "\t"
 
@@ -63,9 +61,7 @@ class Router:
         prompt_cache_key: bool = False,
     ) -> None:
         check_count(balance_slack, "Router.balance_slack", 0)
-        if session_header is not None and not (
-            isinstance(session_header, str) and _TOKEN.fullmatch(session_header)
-        ):
+        if session_header is not None and not is_header_name(session_header):
             raise ConfigError(
                 "Router.session_header must be a header name (letters, digits and "
                 f"!#$%&'*+-.^_`|~) or None, got {session_header!r}"

@@ -139,24 +139,43 @@ class EventBus:
         return bool(targets) or bool(self._async) or bool(self._queues)
 
     def emit(self, event: Event) -> None:
-        """Deliver ``event``: sync callbacks now, async consumers soon and in order."""
-        targets = self._routes.get(event.type)
-        if targets is None:
-            targets = self._routes[event.type] = [cb for cb in self._sync if _reads(cb, event.type)]
-        for cb in targets:
-            try:
-                if (returned := cb(event)) is not None:  # cheap: see never_awaited
-                    self.never_awaited(cb, event, returned)
-            except (Exception, asyncio.CancelledError) as exc:  # a sync call: never the task's
-                self.callback_failed(cb, event, exc)
-        if self._async or self._queues:
+        """Deliver ``event``: :meth:`Fleet.stream` queues and sync callbacks now, async
+        callbacks soon and in order.
+
+        The queues are fed here, not by the dispatcher: an async callback that is slow
+        or stuck used to hold every :meth:`Fleet.stream` consumer back with it (and,
+        once the drain ran out, they lost the run's last events, ``fleet_end`` among
+        them). The event is queued before the sync callbacks run, and a sync callback's
+        failure is reported after every sync callback had the event: its
+        ``ErrorEvent`` follows the event it is about, for every consumer.
+        """
+        for q in self._queues:
+            q.put_nowait(event)
+        if self._async:
             if self._pending is None:
                 if self._closed:
                     self._undelivered(event)
-                    return
-                self._pending = asyncio.Queue()
-                self._task = asyncio.get_running_loop().create_task(self._dispatch(self._pending))
-            self._pending.put_nowait(event)
+                else:
+                    self._pending = asyncio.Queue()
+                    self._task = asyncio.get_running_loop().create_task(
+                        self._dispatch(self._pending)
+                    )
+            if self._pending is not None:
+                self._pending.put_nowait(event)
+        targets = self._routes.get(event.type)
+        if targets is None:
+            targets = self._routes[event.type] = [cb for cb in self._sync if _reads(cb, event.type)]
+        failed: list[tuple[Any, BaseException]] | None = None
+        for cb in targets:
+            try:
+                if (returned := cb(event)) is not None:  # cheap: see not_run
+                    self.not_run(cb, returned)
+            except (Exception, asyncio.CancelledError) as exc:  # a sync call: never the task's
+                failed = [] if failed is None else failed
+                failed.append((cb, exc))
+        if failed is not None:  # reported once every sync callback had the event
+            for cb, error in failed:
+                self.callback_failed(cb, event, error)
 
     async def _dispatch(self, pending: asyncio.Queue[Event | None]) -> None:
         routes = self._async_routes
@@ -179,8 +198,6 @@ class EventBus:
                     # used to end the dispatcher, and every later event with it.
                     self.callback_failed(cb, event, exc)
             self._handling = None
-            for q in self._queues:
-                q.put_nowait(event)
 
     async def aclose(self, *, cancelled: bool = False) -> None:
         """Wait until every emitted event reached every async consumer, for at most the
@@ -266,24 +283,24 @@ class EventBus:
         self.callback_errors.append(CallbackFailure(None, event, error))
         _log.warning("callback.undelivered", event_type=event.type, after_close=True)
 
-    def never_awaited(self, cb: Any, event: Event, returned: object) -> None:
-        """Sync callback ``cb`` returned ``returned`` on ``event``. When it is an
-        awaitable (a lambda, or a wrapper :meth:`subscribe` could not see through, around
-        an ``async def``), nothing would ever run it: report that as the callback's
-        failure (it used to be dropped without a word) and close a coroutine, so it does
-        not warn "never awaited" later. Any other value is ignored."""
+    def not_run(self, cb: Any, returned: object) -> None:
+        """Sync callback ``cb`` returned ``returned``. When it is an awaitable (a lambda,
+        or a wrapper :meth:`subscribe` could not see through, around an ``async def``),
+        nothing would ever run it: raise that as the callback's failure (it used to be
+        dropped without a word), having closed a coroutine so it does not warn "never
+        awaited" later. Any other value is ignored.
+
+        Raises:
+            TypeError: ``returned`` is awaitable.
+        """
         if not inspect.isawaitable(returned):
             return
         if inspect.iscoroutine(returned):
             returned.close()
-        self.callback_failed(
-            cb,
-            event,
-            TypeError(
-                f"callback {getattr(cb, '__qualname__', cb)!r} is sync but returned "
-                f"{type(returned).__name__}, which was never run: subscribe the async "
-                "function itself (or a functools.wraps wrapper of it)"
-            ),
+        raise TypeError(
+            f"callback {getattr(cb, '__qualname__', cb)!r} is sync but returned "
+            f"{type(returned).__name__}, which was never run: subscribe the async "
+            "function itself (or a functools.wraps wrapper of it)"
         )
 
     def callback_failed(self, cb: Any, event: Event, exc: BaseException) -> None:

@@ -11,6 +11,7 @@ last attempt — so a consumer of tokens knows to drop them.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from agentflow._event_bus import EventBus
 from agentflow._events import AttemptDiscardedEvent, RetryEvent, TokenEvent
@@ -70,12 +71,17 @@ class _TokenSink:
         if callbacks is None:
             self._bus.emit(event)
             return
+        failed: list[tuple[Any, BaseException]] | None = None
         for cb in callbacks:
             try:
                 if (returned := cb(event)) is not None:
-                    self._bus.never_awaited(cb, event, returned)
+                    self._bus.not_run(cb, returned)
             except (Exception, asyncio.CancelledError) as exc:  # a sync call: never the task's
-                self._bus.callback_failed(cb, event, exc)
+                failed = [] if failed is None else failed
+                failed.append((cb, exc))
+        if failed is not None:  # reported once every callback had the token (as emit does)
+            for cb, error in failed:
+                self._bus.callback_failed(cb, event, error)
 
     def take(self) -> tuple[int, int, int]:
         """The current attempt's counts; the next attempt starts at zero."""

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentflow import Agent, ErrorEvent, Event, Fleet, HTTPTransport
+from agentflow import Agent, ErrorEvent, Event, Fleet, FleetEndEvent, HTTPTransport
 from agentflow._event_bus import CALLBACK_FAILURES_KEPT
 from agentflow.stats import FleetStats
 from agentflow.testing import Reply, ScriptedServer
@@ -219,3 +219,66 @@ async def test_an_async_callback_failing_on_fleet_end_leaves_no_task_behind() ->
         (bad, "fleet_end", ValueError),
         (None, "error", RuntimeError),
     ]
+
+
+async def test_a_stuck_async_callback_does_not_hold_fleet_stream_back() -> None:
+    """``Fleet.stream``'s consumer used to get each event only after every async callback
+    had taken it: behind a stuck one it got nothing, and when the run's end gave up
+    waiting (``callback_drain_s``) it lost them all, ``fleet_end`` included. Now the
+    stream is fed as events happen; the stuck callback's events are recorded as not
+    delivered to it, as before."""
+
+    async def stuck(event: Event) -> None:
+        await asyncio.Event().wait()
+
+    async with (
+        ScriptedServer([Reply.text("hello world")] * 2) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        fleet = Fleet(t, callbacks=[stuck], callback_drain_s=0.01)
+        streamed = [e async for e in fleet.stream([AGENT.session("a"), AGENT.session("b")])]
+    types = [e.type for e in streamed]
+    assert types[0] == "fleet_start" and types[-1] == "fleet_end"
+    assert types.count("session_end") == 2 and types.count("turn_end") == 2
+    end = streamed[-1]
+    assert isinstance(end, FleetEndEvent)
+    undelivered = [(f.callback, f.event.type) for f in end.result.callback_errors]
+    assert undelivered[0] == (stuck, "fleet_start")
+    assert [t for _, t in undelivered] == types
+
+
+async def test_a_sync_callbacks_failure_is_reported_after_the_event_it_is_about() -> None:
+    """A sync callback that raised had its ``ErrorEvent`` emitted at once: the async
+    consumers (``Fleet.stream``, async callbacks) got it before the event it was about,
+    and the sync callbacks after the failing one got it before that event too. Now it
+    follows the event, for everyone."""
+    sync_seen: list[str] = []
+    async_seen: list[str] = []
+
+    def bad(event: Event) -> None:
+        if event.type == "turn_end":
+            raise ValueError("boom")
+
+    def after(event: Event) -> None:
+        sync_seen.append(event.type)
+
+    async def later(event: Event) -> None:
+        async_seen.append(event.type)
+
+    async with ScriptedServer([Reply.text("hello")]) as srv, HTTPTransport(srv.base_url) as t:
+        fleet = Fleet(t, callbacks=[bad, after, later])
+        streamed = [e.type async for e in fleet.stream([AGENT.session("a")])]
+    for seen in (sync_seen, async_seen, streamed):
+        assert seen.index("error") == seen.index("turn_end") + 1, seen
+    # Sync callbacks only: tokens go to them directly (TurnEvents), not through emit.
+    tokens_then: list[str] = []
+
+    def bad_token(event: Event) -> None:
+        if event.type == "token":
+            raise ValueError("boom")
+
+    async with ScriptedServer([Reply.text("hello")]) as srv, HTTPTransport(srv.base_url) as t:
+        await Fleet(t, callbacks=[bad_token, lambda e: tokens_then.append(e.type)]).run(
+            [AGENT.session("a")]
+        )
+    assert tokens_then.index("error") == tokens_then.index("token") + 1, tokens_then

@@ -133,6 +133,14 @@ class Session:
             self.messages.append({"role": "system", "content": agent.instructions})
         self.messages += given
         self.turns: list[TurnRecord] = []
+        # What a run sets, set here to the class's defaults, in one order. CPython shares
+        # one key table among a class's instances, but stops adding keys to it once many
+        # instances exist: an attribute first set after thousands of sessions were made
+        # (a second fleet's queued sessions, before any of them ran) gave each session
+        # that set it a dict of its own — one more tracked object per session.
+        self._running = False
+        self._counted = Session._counted
+        self._request = self._context = self._log = self.result = self._call_ids = None
 
     def _restore(
         self,

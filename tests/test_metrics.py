@@ -147,8 +147,15 @@ def test_hidden_reasoning_tokens_are_not_decode_tokens() -> None:
     assert not SLO(tpot_s=0.002).met_by(m)
     stats = FleetStats()
     stats(TurnEndEvent(agent="o", session_id="s", turn=0, metrics=m, trace=trace))
-    (agent,) = stats.report()["agents"]
+    report = stats.report()
+    (agent,) = report["agents"]
     assert agent["decode_tps"]["mean"] == pytest.approx(99 / 0.991)
+    # Over time: the 1000 hidden tokens in [0, 5 s), before the first chunk; the 100
+    # visible ones in [5, 5.991 s). They used to be spread over the visible 0.991 s too.
+    tp = report["throughput"]
+    tokens = [v * dt for v, dt in zip(tp["output_tps"], tp["dt_s"], strict=True)]
+    assert sum(tokens) == pytest.approx(1100)
+    assert sum(tokens[:5]) == pytest.approx(1000) and sum(tokens[5:]) == pytest.approx(100)
 
 
 def test_streamed_reasoning_counts_as_decode() -> None:

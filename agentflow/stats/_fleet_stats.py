@@ -278,8 +278,15 @@ class FleetStats:
             self.cacheable_prompt_tokens += prompt.estimated_tokens
 
         # over time
-        if out:  # no output chunk (usage only: hidden reasoning): over the whole request
-            ts.spread("output_tokens", sent if first is None else first, end, out)
+        if out:
+            hidden = m.hidden_reasoning_tokens
+            if first is None:  # no output chunk (usage only: hidden reasoning): over it all
+                ts.spread("output_tokens", sent, end, out)
+            elif hidden:  # reasoning never streamed was decoded before the first chunk
+                ts.spread("output_tokens", sent, first, hidden)
+                ts.spread("output_tokens", first, end, out - hidden)
+            else:
+                ts.spread("output_tokens", first, end, out)
         ts.spread("in_flight_s", sent, end, (end - sent) * 1e-9)
         at_end = [("turns", 1.0)]
         if m.decode_tps is not None:

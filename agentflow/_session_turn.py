@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from agentflow._call_ids import unique_call_ids
+from agentflow._content_parts import CHARS_PER_TOKEN, IMAGE_PARTS, IMAGE_TOKENS
 from agentflow._events import TurnEndEvent
 from agentflow._logging import get_logger
 from agentflow._metrics import turn_metrics
@@ -186,17 +187,34 @@ def _rough_tokens(messages: Sequence[Mapping[str, Any]], tool_chars: int = 0) ->
 def _rough(chars: int, messages: int) -> int:
     """The rough estimate itself: 4 characters a token, and 4 tokens of template a
     message."""
-    return chars // 4 + 4 * messages
+    return chars // CHARS_PER_TOKEN + 4 * messages
+
+
+#: What an image part adds to :func:`_message_chars`: as many characters as the tokens
+#: :class:`~agentflow.context.MessageCounter` counts an image as.
+_IMAGE_CHARS = IMAGE_TOKENS * CHARS_PER_TOKEN
 
 
 def _message_chars(messages: Sequence[Mapping[str, Any]], start: int = 0) -> int:
-    """The characters of ``messages[start:]`` that :func:`_rough_tokens` counts."""
+    """The characters of ``messages[start:]`` that :func:`_rough_tokens` counts: string
+    content; of list content (parts), each part's ``text`` and :data:`_IMAGE_CHARS` an
+    image part; tool calls' arguments."""
     chars = 0
     for i in range(start, len(messages)):
         m = messages[i]
         content = m.get("content")
         if isinstance(content, str):
             chars += len(content)
+        elif isinstance(content, list | tuple):
+            for part in content:
+                if isinstance(part, str):
+                    chars += len(part)
+                elif isinstance(part, Mapping):
+                    text = part.get("text")
+                    if isinstance(text, str):
+                        chars += len(text)
+                    elif part.get("type") in IMAGE_PARTS:
+                        chars += _IMAGE_CHARS
         for call in m.get("tool_calls") or ():
             chars += len(str(call.get("function", {}).get("arguments", "")))
     return chars

@@ -32,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Mapping, Sequence
 from typing import Any, Final
 
+from agentflow._content_parts import IMAGE_PARTS, IMAGE_TOKENS, TEXT_PARTS
 from agentflow._counts import check_count
 from agentflow.context._counting import TokenCounter
 from agentflow.context._prompt import ChangeCheck, PromptCounter
@@ -53,7 +54,6 @@ IMAGE_TOKEN: Final = -3
 _RECENT_MESSAGES: Final = 64
 _RECENT_IDS: Final = 131_072
 
-_IMAGE_PARTS = frozenset({"image_url", "image", "input_image"})
 _LIST: Final = object()
 
 
@@ -104,7 +104,7 @@ class MessageCounter:
         per_message: int = 3,
         per_name: int = 1,
         reply_priming: int = 3,
-        per_image: int = 85,
+        per_image: int = IMAGE_TOKENS,
         cache_size: int = 16_384,
     ) -> None:
         self.counter = counter
@@ -206,9 +206,9 @@ class MessageCounter:
             return self._encode(json.dumps(part, ensure_ascii=False, default=str))
         kind = part.get("type")
         text = part.get("text")
-        if isinstance(text, str) and kind in (None, "text", "input_text", "output_text"):
+        if isinstance(text, str) and kind in TEXT_PARTS:
             return self._encode(text)
-        if kind in _IMAGE_PARTS:
+        if kind in IMAGE_PARTS:
             return [IMAGE_TOKEN] * self.per_image
         return self._encode(json.dumps(part, ensure_ascii=False, default=str))
 

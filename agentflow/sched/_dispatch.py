@@ -168,7 +168,7 @@ class Dispatcher:
         A half-open breaker whose probe is out lets nothing through until that probe
         ends, and its release wakes the dispatcher: it sets no timer. Neither does a
         replica that could take the ticket now (a wait of 0): the router passed it over
-        for a preference (failover), and only a release changes that.
+        for its hold, whose end has its own timer.
         """
         waits = [r.breaker.opens_in_ns() * 1e-9 for r in self.replicas if r.breaker.state == "open"]
         waits += [held * 1e-9 for r in self.replicas if (held := r.held_ns())]

@@ -168,7 +168,8 @@ class ReplicaState:
         """Nanoseconds left of the hold its last ``Retry-After`` put on it (0: none).
 
         While held, the router sends it nothing as long as another healthy replica
-        exists (a preference, like failover's exclusion: never a reason to wait)."""
+        exists, even a full one (the dispatcher wakes when the hold ends); with none,
+        the held one is used."""
         until = self.held_until_ns
         if not until:
             return 0

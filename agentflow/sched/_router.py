@@ -1,7 +1,7 @@
 """The router: which replica a dispatched turn goes to.
 
 In order of preference, among replicas that are healthy (breaker closed, or a probe
-is due), not excluded for this attempt, and have room:
+is due), not held by a ``Retry-After``, have room, and are not excluded for this attempt:
 
 1. **sticky** — the replica the session's earlier turns went to: it holds the
    session's KV, so only the newest tokens need a prefill;
@@ -14,10 +14,12 @@ Among those with room (after stickiness), one whose rate buckets take the turn's
 charge is preferred to one that would be overdrawn by it (a charge bigger than its
 bucket). A session whose sticky replica is full moves to one with room (work-conserving: an
 idle replica is never left idle while turns wait) and sticks there. Excluding a
-replica (failover after an error) is a preference: if every healthy replica is
-excluded, the excluded ones are used. So is a replica's hold after it answered with a
-``Retry-After`` (with failover on): it gets nothing until then while another healthy
-replica exists.
+replica (failover after an error) is a preference among the replicas with room: if every
+one with room is excluded, an excluded one is used rather than waiting for another to
+have room. A replica's hold after it answered with a ``Retry-After`` (with failover on)
+is a preference among the healthy replicas: it gets nothing until then while another
+healthy replica exists, even a full one (the server asked for the quiet; the dispatcher
+wakes when the hold ends).
 """
 
 from __future__ import annotations
@@ -93,14 +95,14 @@ class Router:
                 self.sticky_hits += 1
                 return home
         healthy = [r for r in replicas if r.breaker.allows()]
-        if ticket.exclude:
-            preferred = [r for r in healthy if r.name not in ticket.exclude]
-            healthy = preferred or healthy
         free = [r for r in healthy if not r.held_ns()]
         healthy = free or healthy
         room = [r for r in healthy if r.has_room(ticket)]
         if not room:
             return None
+        if ticket.exclude:  # among those with room: never a reason to wait
+            preferred = [r for r in room if r.name not in ticket.exclude]
+            room = preferred or room
         whole = [r for r in room if r.takes_whole(ticket)]  # no bucket overdrawn
         room = whole or room
         if self.sticky:

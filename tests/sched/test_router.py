@@ -342,6 +342,19 @@ def test_exclusion_and_open_breakers() -> None:
     assert router.choose(ticket("s2"), [a, b]) is not None  # a probe may go
 
 
+def test_an_excluded_replica_with_room_is_used_when_the_others_are_full() -> None:
+    """The exclusion is a preference among the replicas with room: a retry excluding an
+    idle ``a`` while ``b`` is full goes to ``a`` now (it used to wait for ``b``, stalling
+    every turn queued behind it); with room on both, ``b`` is still preferred."""
+    a, b = states("a", "b", max_in_flight=1)
+    router = Router()
+    t = ticket("s")
+    t.exclude = frozenset({"a"})
+    assert router.choose(t, [a, b]) is b
+    b.start(ticket("other"))
+    assert router.choose(t, [a, b]) is a
+
+
 def test_a_replica_held_by_its_retry_after_is_avoided_until_then() -> None:
     """A replica that answered with ``Retry-After`` (held) gets nothing — not even its
     sticky session's turn — while another healthy one has room; it is used when it is

@@ -114,7 +114,7 @@ class LeaseClient:
         sched = self.scheduler
         if sched is None or sched.waiting:
             return
-        give = min(n, self.slots - self.owed - sched.in_flight)
+        give = min(n, self.slots - self.owed - sched.claimed)
         if give > 0:
             self.slots -= give
             self._run.send(("return_spare", give))
@@ -130,7 +130,7 @@ class LeaseClient:
         self._returning = False
         if not self.owed or self.scheduler is None:
             return
-        give = min(self.owed, self.slots - self.scheduler.in_flight)
+        give = min(self.owed, self.slots - self.scheduler.claimed)
         if give > 0:
             self.slots -= give
             self.owed -= give

@@ -6,12 +6,14 @@ task (started on the first queued ticket) that pops the best one whenever a slot
 a bucket refills, or a breaker lets a probe through, and grants it — the only waiter on
 the fleet's rate buckets, whatever the number of sessions. A replica's buckets it never
 waits on: one out of rate has no room (the router passes it over), and one with room is
-charged at once. When it cannot place the head, it sleeps
+charged at once. The head ticket's replica is chosen, and the grant counted in flight,
+only after its wait on the fleet's buckets (a breaker that opened meanwhile is seen; the
+ticket waiting is not a stream). When it cannot place the head, it sleeps
 until the first moment something could change (:meth:`Dispatcher._wake_in_s`) or a
 release wakes it; if it dies of a bug, every ticket waiting fails with the error instead
 of hanging.
 
-The scheduler places and starts grants (``_place``, ``_start``, ``_abandon``); this
+The scheduler places and starts grants (``_place``, ``_start``); this
 module owns the queue they feed: the heap, the tickets parked behind a warming prefix,
 and the task.
 """
@@ -66,10 +68,6 @@ class Dispatcher:
         """Count ``ticket`` as dispatched to ``replica`` (the scheduler's)."""
         raise NotImplementedError
 
-    def _abandon(self, grant: Grant) -> None:
-        """Give back a grant whose waiter is gone (the scheduler's release, no verdict)."""
-        raise NotImplementedError
-
     def _kick(self) -> None:
         """Something changed (a ticket queued, a slot freed): start or wake the task."""
         if self._pump is None:
@@ -111,7 +109,7 @@ class Dispatcher:
                 heapq.heappop(heap)
                 self._parked.setdefault(key, []).append(entry)
                 continue
-            replica = self._place(ticket)
+            replica: ReplicaState | None = self._place(ticket)
             if replica is None:
                 await self._sleep(self._wake_in_s(ticket))
                 continue
@@ -119,26 +117,43 @@ class Dispatcher:
             # dispatcher (_pump_ended) settle its waiter through _granting.
             self._granting = fut
             heapq.heappop(heap)
+            if self._rates is not None:  # the fleet's buckets: waited on, then placed again
+                replica = await self._paid(ticket, fut)
+            if replica is None:  # its session was cancelled while it waited
+                self._granting = None
+                continue
+            # The replica's buckets had room (the router checked): charged at once,
+            # overdrawn by a charge bigger than the bucket, never waited on here.
+            if replica.rates is not None:
+                replica.rates.charge_now(ticket.tokens)
             grant = self._start(ticket, replica, rank)
-            if self._rates is not None:  # the fleet's buckets: waited on, the slot held
-                self._busy = True
-                try:
-                    await self._rates.take(ticket.tokens)
-                except BaseException:  # aclose cancels the waiter; _pump_ended fails it
-                    self._abandon(grant)
-                    raise
-                finally:
-                    self._busy = False
             self._granting = None
-            if fut.done():
-                self._abandon(grant)
-            else:
-                # The replica's buckets had room (the router checked): charged at once,
-                # overdrawn by a charge bigger than the bucket, never waited on here.
-                if replica.rates is not None:
-                    replica.rates.charge_now(ticket.tokens)
-                grant.started_ns = self._clock()  # the bucket wait is not model service
-                fut.set_result(grant)
+            fut.set_result(grant)
+
+    async def _paid(self, ticket: Ticket, fut: Waiter) -> ReplicaState | None:
+        """Wait for the head ticket's charge on the fleet's buckets, then place it again
+        (``None``: its waiter was settled meanwhile).
+
+        The replica is chosen, and the grant counted in flight, only once the charge is
+        paid: a breaker that opened or a hold that began during the wait is seen, a probe
+        is a probe when it goes, and ``in_flight`` counts open streams only. Nothing else
+        is granted meanwhile (``_busy``: :meth:`Scheduler._try_now` queues instead), so
+        the cap and the replicas' room can only have grown — unless every replica with
+        room stopped allowing it, when the paid ticket waits at the head, its charge not
+        taken again, for the first moment one could (:meth:`_wake_in_s`).
+        """
+        assert self._rates is not None
+        self._busy = True
+        try:
+            await self._rates.take(ticket.tokens)  # aclose cancels it; _pump_ended fails it
+            while not fut.done():
+                replica = self._place(ticket)
+                if replica is not None:
+                    return replica
+                await self._sleep(self._wake_in_s(ticket))
+            return None
+        finally:
+            self._busy = False
 
     def _pump_ended(self, task: asyncio.Task[None]) -> None:
         """If the dispatcher dies of a bug, fail every waiter with it instead of hanging."""

@@ -81,7 +81,8 @@ class Scheduler(Dispatcher):
         self._rates: RateGate | None = self.limits.gate()
         self._seq = itertools.count()
         self.state = SchedulerState()
-        #: Requests streaming now, fleet-wide, and the most there ever were.
+        #: Requests streaming now, fleet-wide, and the most there ever were (a ticket
+        #: waiting on the fleet's buckets is not one yet: :attr:`claimed` counts its slot).
         self.in_flight = 0
         self.peak_in_flight = 0
         #: Turns dispatched so far.
@@ -89,13 +90,22 @@ class Scheduler(Dispatcher):
 
     @property
     def waiting(self) -> int:
-        """Tickets queued or parked behind a warming prefix.
+        """Tickets queued or parked behind a warming prefix, and the one the dispatcher
+        holds while it waits on the fleet's rate buckets (not in flight yet).
 
         An ``acquire`` cancelled while queued is counted until the dispatcher drops it,
         which it does at once unless a ticket that still waits is ahead of it: so this
         is 0 whenever nothing waits (a worker gives back spare slots only then).
         """
-        return len(self._heap) + sum(len(p) for p in self._parked.values())
+        held = self._granting is not None
+        return len(self._heap) + sum(len(p) for p in self._parked.values()) + held
+
+    @property
+    def claimed(self) -> int:
+        """Slots taken: the requests in flight, and the slot kept for the ticket the
+        dispatcher holds while it waits on the fleet's rate buckets (nothing else is
+        granted meanwhile, so it has that slot when its charge is paid)."""
+        return self.in_flight + (self._granting is not None)
 
     async def acquire(self, ticket: Ticket) -> Grant:
         """Wait until ``ticket`` may be sent; the caller must :meth:`release` the grant."""
@@ -289,9 +299,6 @@ class Scheduler(Dispatcher):
             self._warm[key] = WARMING
             leader = True
         return Grant(ticket, replica, self._clock(), leader, probe)
-
-    def _abandon(self, grant: Grant) -> None:
-        self.release(grant, used_tokens=None, ok=None)
 
     def __repr__(self) -> str:
         return (

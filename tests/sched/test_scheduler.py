@@ -137,8 +137,9 @@ async def test_a_granted_then_cancelled_acquire_releases_its_slot() -> None:
 
 
 def test_cancelled_while_the_dispatcher_waits_on_a_bucket() -> None:
-    """The dispatcher holds a slot for the ticket it waits on a rate bucket for; if that
-    session is cancelled meanwhile, the slot is released once the wait ends."""
+    """The dispatcher keeps a slot for the ticket it waits on a rate bucket for (claimed,
+    not in flight: nothing streams yet); if that session is cancelled meanwhile, the slot
+    is freed once the wait ends."""
 
     async def main() -> None:
         sched = scheduler(max_in_flight=4, rpm=60.0)  # one request a second, burst 1
@@ -147,10 +148,12 @@ def test_cancelled_while_the_dispatcher_waits_on_a_bucket() -> None:
         await settle()
         late = acq.submit(ticket("late"))
         await asyncio.sleep(0.5)
-        assert sched.in_flight == 2  # "late" holds its slot while the bucket refills
+        # "late" keeps its slot while the bucket refills
+        assert sched.in_flight == 1 and sched.claimed == 2 and sched.waiting == 1
         late.cancel()
         await asyncio.sleep(1.0)
-        assert late.cancelled() and sched.in_flight == 1
+        assert late.cancelled() and sched.in_flight == sched.claimed == 1
+        assert sched.waiting == 0 and sched.dispatched == 1
         acq.release("first")
         assert sched.in_flight == 0
         await sched.aclose()
@@ -482,12 +485,13 @@ def test_aclose_cancels_the_ticket_the_dispatcher_waits_on_a_bucket_for() -> Non
         head = asyncio.create_task(sched.acquire(ticket("s2")))
         queued = asyncio.create_task(sched.acquire(ticket("s3")))
         await asyncio.sleep(1.0)
-        assert sched.in_flight == 2 and sched.waiting == 1  # s2 holds its slot, waiting
+        assert sched.in_flight == 1 and sched.claimed == 2  # s2 keeps its slot, waiting ...
+        assert sched.waiting == 2  # ... on the bucket, and s3 in the queue
         await sched.aclose()
         _, pending = await asyncio.wait({head, queued}, timeout=3600.0)
         assert not pending and head.cancelled() and queued.cancelled()
         sched.release(first, used_tokens=None, ok=True)
-        assert sched.in_flight == 0 and sched.waiting == 0
+        assert sched.claimed == 0 and sched.waiting == 0
 
     run_virtual(main())
 

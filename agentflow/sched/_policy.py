@@ -15,7 +15,10 @@ FairShare, its agent's virtual time. Two things follow:
   rise by a quantum per turn from the rank last served, so each agent passes a ticket
   ranked ``k`` a bounded number of times.
 
-Write your own as a function or an object with ``__call__``; it may keep its own state.
+Write your own as a function or an object with ``__call__``; it may keep its own state,
+which then lasts as long as the object — across every run of a fleet, which hands the same
+policy to each (the shipped policies keep none: FairShare's per-run virtual times are on
+the run's :class:`SchedulerState`).
 """
 
 from __future__ import annotations
@@ -68,7 +71,9 @@ class FairShare:
     being served (each turn takes longer than ``quantum_s``), and a newcomer ranked at
     "now" would wait behind the whole backlog, as under FCFS. An agent that was idle
     does not bank credit (the rank last served moved on without it), and an agent that
-    ran alone on spare capacity is not pushed behind the newcomers.
+    ran alone on spare capacity is not pushed behind the newcomers. The agents' virtual
+    times are the run's (:attr:`SchedulerState.fair_finish`): one ``FairShare`` serves
+    every run of a fleet, and each run starts with every agent even.
 
     Args:
         quantum_s: the virtual time one dispatched turn costs its agent.
@@ -80,11 +85,11 @@ class FairShare:
         if not (_number(quantum_s) and 0 < quantum_s < math.inf):  # (NaN fails too)
             raise ConfigError(f"FairShare quantum_s must be a finite number > 0, got {quantum_s!r}")
         self._quantum = _ns(quantum_s, "FairShare quantum_s")
-        self._finish: dict[str, float] = {}
 
     def __call__(self, ticket: Ticket, state: SchedulerState, /) -> float:
-        rank = max(state.last_key, self._finish.get(ticket.agent, 0.0))
-        self._finish[ticket.agent] = rank + self._quantum
+        finish = state.fair_finish  # the run's, not the policy's: runs start afresh
+        rank = max(state.last_key, finish.get(ticket.agent, 0.0))
+        finish[ticket.agent] = rank + self._quantum
         return rank
 
 

@@ -68,12 +68,18 @@ class SchedulerState:
         last_key: the rank of the most recently dispatched ticket (a virtual time).
         attained_ns: model time received so far, per session.
         dispatched: turns dispatched so far, per agent.
+        fair_finish: per agent, the rank its next turn starts from under
+            :class:`~agentflow.sched.FairShare` (its virtual time).
+
+    Each run's scheduler has its own, so what a shipped policy keeps about a run lives
+    here, never on the policy (a fleet hands the same policy to every run).
     """
 
     now_ns: int = 0
     last_key: float = 0.0
     attained_ns: dict[str, int] = field(default_factory=dict)
     dispatched: dict[str, int] = field(default_factory=dict)
+    fair_finish: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)

@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from agentflow import ConfigError
+from agentflow import Agent, ConfigError, Fleet, HTTPTransport
 from agentflow.sched import (
     FCFS,
     PLAS,
@@ -25,6 +25,7 @@ from agentflow.sched import (
     Ticket,
     policy_by_name,
 )
+from agentflow.testing import Reply, ScriptedServer
 from tests.sched.conftest import Acquirer, FakeClock, IdleTransport, settle, ticket
 
 _NS = 1_000_000_000
@@ -140,6 +141,33 @@ async def test_fair_share_takes_turns_under_a_backlog() -> None:
         await settle()
     assert len(acq.order) == 51
     await sched.aclose()
+
+
+def test_fair_share_starts_afresh_in_each_run() -> None:
+    """One FairShare ranks two runs (a scheduler state each). Run 1 served only agent A,
+    30 turns; in run 2 A and B, queued at once, alternate — A's virtual time from run 1
+    used to put all its turns behind B's."""
+    fair = FairShare()
+    ranked(fair, [ticket(f"w{i}", "A") for i in range(30)], SchedulerState())
+    tickets = [ticket(f"b{i}", "B") for i in range(5)] + [ticket(f"a{i}", "A") for i in range(5)]
+    order = ranked(fair, tickets, SchedulerState())
+    assert "".join(sid[0] for sid in order) == "ba" * 5
+
+
+async def test_a_fleets_fair_share_starts_afresh_in_each_run() -> None:
+    """The same through a Fleet (one policy for all its runs) and a loopback server, one
+    request at a time: run 2's agents take turns, as on a fresh Fleet."""
+    a, b = Agent(name="A", model="m"), Agent(name="B", model="m")
+    async with ScriptedServer([Reply.text("ok") for _ in range(40)]) as server:
+        fleet = Fleet(
+            HTTPTransport(server.base_url), policy="fair", max_concurrency=1, probe_slots=False
+        )
+        await fleet.run([a.session(f"warm{i}") for i in range(20)])  # run 1: A alone
+        before = len(server.requests)
+        second = [b.session(f"B{i}") for i in range(10)] + [a.session(f"A{i}") for i in range(10)]
+        await fleet.run(second)  # run 2: both agents, queued at once
+        order = "".join(r.headers["X-Session-ID"][0] for r in server.requests[before:])
+    assert order == "BA" * 10
 
 
 def test_plas_serves_less_attained_service_first() -> None:

@@ -233,6 +233,10 @@ class Fleet:
                 ``run_id``); an id already in the store is a :class:`ConfigError`.
             run_config: with a ``store``: JSON-able facts to keep with the run (what
                 rebuilds its workload on resume); never put credentials here.
+
+        With a ``store``, agents of one name must share one configuration (a run keeps
+        one per name): two that differ are a :class:`ConfigError` naming it, before
+        anything is recorded — give each configuration its own name.
         """
         with self._one_run("run"):
             return await launch_run(

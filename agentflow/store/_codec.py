@@ -9,6 +9,7 @@ import functools
 import hashlib
 import json
 import math
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "agent_info",
+    "check_one_config_per_name",
     "decode_json",
     "decode_prompt",
     "decode_trace",
@@ -200,6 +202,30 @@ def agent_info(agent: Agent) -> AgentInfo:
         instructions=agent.instructions,
         config=_config(agent),
     )
+
+
+def check_one_config_per_name(agents: Iterable[Agent]) -> None:
+    """Refuse two configurations (fingerprints) under one agent name in one recorded run.
+
+    A store keeps one configuration per name in a run (the first; the second is a
+    conflict): a session of the other would read back — and resume — with the first's
+    system prompt. Only names shared by several agent objects are fingerprinted.
+
+    Raises:
+        ConfigError: two agents of one name differ (the message names it).
+    """
+    from agentflow._errors import ConfigError
+
+    by_name: dict[str, dict[int, Agent]] = {}
+    for a in agents:
+        by_name.setdefault(a.name, {})[id(a)] = a
+    for name, same in by_name.items():
+        if len(same) > 1 and len({fingerprint(a) for a in same.values()}) > 1:
+            raise ConfigError(
+                f"agents named {name!r} have different configurations (instructions, "
+                "model, tools, params or limits differ): a run store keeps one "
+                "configuration per agent name in a run; give each configuration its own name"
+            )
 
 
 def session_task(session: Session) -> list[dict[str, Any]]:

@@ -21,7 +21,7 @@ from agentflow._sendable import check_sendable
 from agentflow._session import Session, SessionResult
 from agentflow.store._budgets import recharge
 from agentflow.store._claims import SessionGate, Ticker
-from agentflow.store._codec import encode
+from agentflow.store._codec import check_one_config_per_name, encode
 from agentflow.store._policies import restore_keys
 from agentflow.store._protocol import Store
 from agentflow.store._recorder import LeaseKeeper, Recorder
@@ -98,7 +98,8 @@ class DurableRun:
         Raises:
             ConfigError: ``run_id`` is already in the store, or is empty; it, a session
                 id or an agent name holds a NUL or is too long (:func:`check_name`);
-                ``config`` or a session's metadata holds a lone surrogate.
+                ``config`` or a session's metadata holds a lone surrogate; two agents
+                of one name differ (:func:`check_one_config_per_name`).
             StoreError: another worker holds some of the sessions' leases (two runs of
                 one id started at once through a store without ``create_run``).
         """
@@ -115,6 +116,7 @@ class DurableRun:
             check_name(s.session_id, f"{label}: session_id")
             check_name(s.agent.name, f"{label}: its agent's name")
             check_sendable(s.metadata, f"{label}: metadata", encode=encode, carrier="a run store")
+        check_one_config_per_name(s.agent for s in sessions)
         await store.open()
         if run_id is not None:
             with contextlib.suppress(RunNotFound):

@@ -261,8 +261,9 @@ def plan_resume(
                 f"resume: run {run.run_id!r} needs agent {s.agent!r} (session "
                 f"{s.session_id!r}); pass it in agents="
             )
-        # Every session's, not each name's first: one run may hold two configurations
-        # under one name (a conflict the store noted), and each session needs its own.
+        # Every session's, not each name's first: a run recorded before two
+        # configurations under one name were refused (``check_one_config_per_name``)
+        # may hold them (a conflict the store noted), and each session needs its own.
         ok = allowed.get(s.agent)
         if ok is None:
             ok = allowed[s.agent] = fingerprints(agent)

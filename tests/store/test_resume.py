@@ -11,7 +11,7 @@ import pytest
 
 from agentflow import Agent, ConfigError, Fleet, FleetResult, StoreError, tool
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
-from agentflow.store import SQLiteStore
+from agentflow.store import SQLiteStore, _durable
 
 from .fleets import after_turn_ends, agents, contents, driver, resume, run_cut, stored
 
@@ -233,17 +233,22 @@ def test_a_resume_rides_out_a_store_it_cannot_ask_for_a_while(
     assert contents(cut, "run-1") == contents(tmp_path / "whole.db", "run-1")
 
 
-def test_each_sessions_configuration_is_checked_before_anything_runs(tmp_path: Path) -> None:
+def test_each_sessions_configuration_is_checked_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two agents of one name but different instructions share a run (the store notes the
-    conflict): resuming with one of them is a ConfigError naming the other's session,
-    before any attempt starts — only each name's first session used to be checked, and
-    the other failed mid-attempt, inside the fleet's task group."""
+    conflict; a run recorded before ``Fleet.run`` refused them): resuming with one of them
+    is a ConfigError naming the other's session, before any attempt starts — only each
+    name's first session used to be checked, and the other failed mid-attempt, inside the
+    fleet's task group."""
     a, b = (
         Agent(name="x", model="sim", instructions=f"You are {who}.", tools=agents()[0].tools)
         for who in ("A", "B")
     )
     path = tmp_path / "two.db"
-    assert run_virtual(run_cut(path, [a, b], 4, 2)) is None
+    with monkeypatch.context() as earlier_release:  # recorded as it was, without the check
+        earlier_release.setattr(_durable, "check_one_config_per_name", lambda agents: None)
+        assert run_virtual(run_cut(path, [a, b], 4, 2)) is None
     before = contents(path, "run-1")
     with pytest.raises(ConfigError, match=r"agent 'x' is not configured .*session 's01'"):
         run_virtual(resume(path, [a]))

@@ -35,6 +35,7 @@ from agentflow.demo._recorded import recorded_config, resume_config, run_recorde
 from agentflow.demo._stop import Stopper, run_stoppable
 from agentflow.demo.summary import (
     LiveView,
+    advertised_time_scale,
     build_report,
     failure_lines,
     goodput_line,
@@ -152,7 +153,7 @@ def _report(
     stopper: Stopper,
     console: Console,
 ) -> dict[str, Any]:
-    scale = _advertised_time_scale(result) or scale
+    scale = advertised_time_scale(result) or scale
     run = {
         k: (str(v) if isinstance(v, Path) else v)
         for k, v in asdict(config).items()
@@ -210,19 +211,6 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     """Write ``data`` to ``path``: whole or not at all for a file (a device or a pipe is
     written directly; see :func:`~agentflow._files.write_text_file`)."""
     write_text_file(path, json.dumps(data, indent=2) + "\n")
-
-
-def _advertised_time_scale(result: FleetResult) -> float | None:
-    """The time scale the server advertised (``x-agentflow-time-scale``), if it did."""
-    for s in result.sessions:
-        for t in s.turns:
-            value = t.trace.response_headers.get("x-agentflow-time-scale")
-            if value:
-                try:
-                    return float(value)
-                except ValueError:
-                    return None
-    return None
 
 
 def _start_simulator(config: DemoConfig, stack: contextlib.ExitStack) -> str:

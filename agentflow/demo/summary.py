@@ -20,7 +20,14 @@ from agentflow.context._reuse import prefix_reuse
 from agentflow.report._live import LiveView
 from agentflow.stats import SLO, FleetStats, RunJournal
 
-__all__ = ["LiveView", "build_report", "failure_lines", "goodput_line", "summary_table"]
+__all__ = [
+    "LiveView",
+    "advertised_time_scale",
+    "build_report",
+    "failure_lines",
+    "goodput_line",
+    "summary_table",
+]
 
 
 def build_report(
@@ -46,6 +53,19 @@ def build_report(
     report = stats.report(run=run, include_samples=True)
     report["prefix_reuse"] = prefix_reuse(result.sessions).to_dict()
     return report
+
+
+def advertised_time_scale(result: FleetResult) -> float | None:
+    """The time scale the server advertised (``x-agentflow-time-scale``), if it did."""
+    for s in result.sessions:
+        for t in s.turns:
+            value = t.trace.response_headers.get("x-agentflow-time-scale")
+            if value:
+                try:
+                    return float(value)
+                except ValueError:
+                    return None
+    return None
 
 
 def summary_table(report: dict[str, Any]) -> Table:

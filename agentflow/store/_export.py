@@ -13,6 +13,7 @@ from agentflow.store._resume import stored_result
 if TYPE_CHECKING:
     from agentflow._fleet import FleetResult
     from agentflow._session import SessionResult
+    from agentflow.stats import SLO, RunJournal
 
 __all__ = ["export_report", "load_result"]
 
@@ -62,7 +63,10 @@ async def load_result(store: Store, run_id: str) -> FleetResult:
 async def export_report(store: Store, run_id: str) -> dict[str, Any]:
     """The run's ``agentflow.report/2`` report (``docs/report-schema.md``), finished or
     partial: ``run`` holds the recorded run configuration, ``run_id``, the store's
-    ``status`` of the run and its ``attempts`` (1 + the times it was resumed).
+    ``status`` of the run and its ``attempts`` (1 + the times it was resumed). The tools'
+    figures (``tools``, ``fleet.tool_s``, ``tool_errors``) come from the recorded tool
+    results; a run recorded by ``agentflow demo`` also has its ``time_scale`` in ``run``
+    and goodput against its SLOs, as the demo's own report has.
 
     Raises:
         RunNotFound: no such run.
@@ -73,6 +77,57 @@ async def export_report(store: Store, run_id: str) -> dict[str, Any]:
     run = await store.load(run_id)
     result = result_of(run)
     info: dict[str, Any] = dict(run.config or {})
+    slos = _demo_facts(info, result)
     info.update(run_id=run.run_id, status=run.status, attempts=len(run.attempts))
     start = run.attempts[0].clock_ns if run.attempts else None
-    return build_report(result, run=info, start_ns=start)
+    return build_report(result, run=info, start_ns=start, slos=slos, journal=_tool_journal(run))
+
+
+def _demo_facts(info: dict[str, Any], result: FleetResult) -> tuple[SLO, ...]:
+    """For a run ``agentflow demo`` recorded (``run_config`` ``{"kind": "agentflow-demo",
+    "demo": {...}}``): its SLOs, their labels and its time scale put in ``info`` where
+    the demo's report has them. A recorded SLO this release cannot read is left out."""
+    from agentflow.demo.summary import advertised_time_scale
+    from agentflow.stats import SLO
+    from agentflow.stats._slo import check_slos
+
+    demo = info.get("demo") if info.get("kind") == "agentflow-demo" else None
+    if not isinstance(demo, dict):
+        return ()
+    try:
+        slos = tuple(SLO(**s) for s in demo.get("slos") or ())
+        check_slos(slos)
+    except (TypeError, ValueError):  # ConfigError included
+        slos = ()
+    info["slos"] = [s.label for s in slos]
+    # As the demo's run measured it: the server's advertised scale, else the simulator
+    # it started (no --base-url, not in virtual time) ran ``time_scale`` times slower.
+    scale = demo.get("time_scale")
+    own_sim = not demo.get("base_url") and not demo.get("virtual")
+    fallback = float(scale) if own_sim and isinstance(scale, int | float) else 1.0
+    info["time_scale"] = advertised_time_scale(result) or fallback
+    return slos
+
+
+def _tool_journal(run: StoredRun) -> RunJournal:
+    """The recorded tool results as a :class:`RunJournal`'s tool entries (name, outcome,
+    duration) — what the live report's journal noted of each call."""
+    from agentflow.stats import JournalEntry, RunJournal
+
+    journal = RunJournal()
+    for s in run.sessions:
+        for t in s.turns:
+            journal.entries.extend(
+                JournalEntry(
+                    t.trace.end_ns,
+                    "tool",
+                    s.agent,
+                    s.session_id,
+                    t.turn,
+                    where=r.name,
+                    duration_s=r.duration_s,
+                    is_error=r.is_error,
+                )
+                for r in t.tool_results.values()
+            )
+    return journal

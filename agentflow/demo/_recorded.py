@@ -4,9 +4,9 @@ continues: what the run keeps of its configuration, and the run itself."""
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import ConfigError
 from agentflow._fleet import Fleet, FleetResult
@@ -16,6 +16,9 @@ from agentflow.demo._stop import Stopper, run_stoppable
 from agentflow.stats import SLO
 from agentflow.transport import Timeouts
 from agentflow.typing import Clock
+
+if TYPE_CHECKING:
+    from agentflow.store import Store
 
 __all__ = ["recorded_config", "resume_config", "run_recorded"]
 
@@ -146,7 +149,9 @@ async def run_recorded(
     clock: Clock,
 ) -> FleetResult:
     """Run (or, with ``config.resume``, resume) the demo's fleet recorded in the SQLite
-    store at ``path``; after a stop signal, the result is read back from the store."""
+    store at ``path``; after a stop signal, the result is read back from the store. A
+    resumed run's result starts (``start_ns``) at the run's first start (see
+    :func:`_run_start`)."""
     from agentflow.store import SQLiteStore, load_result, new_run_id
 
     store = SQLiteStore(path)
@@ -175,8 +180,24 @@ async def run_recorded(
                     sessions, run_id=run_id, run_config=recorded_config(config)
                 ),
             )
-        if stopper.signal is not None:  # the store has every session, as far as it got
+        stopped = stopper.signal is not None
+        if stopped:  # the store has every session, as far as it got
             result = await load_result(store, run_id)
+        if config.resume is not None:
+            result = replace(result, start_ns=await _run_start(store, run_id, stopped))
         return result
     finally:
         await store.aclose()
+
+
+async def _run_start(store: Store, run_id: str, read_back: bool) -> int | None:
+    """When the run's first attempt started, on the clock of a resumed run's result: its
+    earlier attempts' turns are on this process's clock (``Fleet.resume``'s result; the
+    last attempt is this one), or, ``read_back`` (``load_result``), on the first
+    attempt's. Its report counts times from there, as ``agentflow report --store`` does —
+    not from this process's start, after the earlier turns (at negative times then)."""
+    run = await store.load(run_id, sessions=[])
+    first = next((a for a in run.attempts if a.attempt == 0), None)
+    if first is None:
+        return None
+    return first.clock_ns + (0 if read_back else run.clock_offset(0, run.attempts[-1].attempt))

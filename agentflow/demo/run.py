@@ -168,11 +168,14 @@ def _report(
     if watched.loop_lag is not None:
         run["loop_lag"] = watched.loop_lag
         run["reads_stamped_by"] = "kernel" if watched.kernel_stamps else "event loop"
+    # A resumed run's result holds the earlier attempts' turns too, moved onto this
+    # clock: its times count from the run's first start, as ``report --store``'s do.
+    start_ns = result.start_ns if config.resume is not None else watched.start_ns
     report = build_report(
-        result, run=run, start_ns=watched.start_ns, slos=config.slos, journal=watched.journal
+        result, run=run, start_ns=start_ns, slos=config.slos, journal=watched.journal
     )
     if watched.server is not None:
-        report["server"] = watched.server.section(report, origin_ns=watched.start_ns)
+        report["server"] = watched.server.section(report, origin_ns=start_ns)
     elif watched.server_error:
         error = escape(watched.server_error)  # a server's words: "[" is no markup
         console.print(f"[dim]no server section in the report: {error}[/dim]")

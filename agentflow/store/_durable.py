@@ -131,7 +131,15 @@ class DurableRun:
             self.recorder.on_session_end = self._session_ended
         await self.recorder.start_run(sessions, time.time_ns(), clock(), dict(config or {}) or None)
         ids = [s.session_id for s in sessions]
-        got = await self.leases.claim(ids)
+        try:
+            got = await self.leases.claim(ids)
+        except BaseException:
+            # Cancelled (or failed) while claiming: end the attempt (recorded, the run
+            # lock the claim took given back), or the lock stayed held until the store
+            # closed, refusing every later resume of the run. (Not around ``start_run``:
+            # a run id another worker created is refused there, its run not ours to end.)
+            await self._abandon()
+            raise
         if len(got) < len(ids):
             # Another worker holds them (a store without create_run let two runs of one
             # id through): running them here would run every tool twice.

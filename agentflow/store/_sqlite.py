@@ -32,7 +32,7 @@ from typing import TypeVar
 from agentflow._counts import check_count
 from agentflow._errors import RecordsLeftOut, StoreError
 from agentflow._logging import get_logger
-from agentflow._seconds import check_lease_ttl
+from agentflow._seconds import check_lease_ttl, check_seconds
 from agentflow._threads import thread_result
 from agentflow.store import _journal, _journal_ingest
 from agentflow.store import _sqlite_io as io
@@ -46,11 +46,16 @@ from agentflow.store._schema import check_schema, refuse_other_version
 from agentflow.store._sqlite_write import describe
 from agentflow.store._writer import STOP, Call
 
-__all__ = ["SQLiteStore"]
+__all__ = ["MAX_BUSY_TIMEOUT_S", "SQLiteStore"]
 
 _log = get_logger("agentflow.store")
 T = TypeVar("T")
 #: The page size of a store SQLite creates (bytes).
+#: The longest ``busy_timeout_s`` (about 24.8 days): SQLite takes it as a C ``int`` of
+#: milliseconds — past 2**31 - 1 it overflowed, to no wait at all, or to an
+#: ``OverflowError`` that did not name the setting.
+MAX_BUSY_TIMEOUT_S = (2**31 - 1) // 1000
+
 PAGE_SIZE = 16384
 
 
@@ -78,7 +83,9 @@ class SQLiteStore(JournaledWriter):
             platform has ``flock`` (not Windows). ``False`` commits each batch to SQLite
             only, so a ``kill -9`` loses up to ``batch_interval_s`` of records.
         max_batch: records that make the writer commit at once, interval or not.
-        busy_timeout_s: how long a statement waits for another process's lock.
+        busy_timeout_s: how long a statement waits for another process's lock: from
+            1 ms to :data:`MAX_BUSY_TIMEOUT_S` (SQLite keeps it as a 32-bit count of
+            milliseconds; a longer one would wait not at all).
         lease_ttl_s: how long a session's lease lasts without renewal (see
             :meth:`claim`); the fleet renews its leases every third of it.
 
@@ -112,8 +119,9 @@ class SQLiteStore(JournaledWriter):
                 f"SQLiteStore.batch_interval_s must be in [0, 10], got {batch_interval_s!r}"
             )
         check_count(max_batch, "SQLiteStore.max_batch")
-        if not busy_timeout_s > 0:
-            raise ConfigError(f"SQLiteStore.busy_timeout_s must be > 0, got {busy_timeout_s!r}")
+        busy_timeout_s = check_seconds(
+            busy_timeout_s, "SQLiteStore.busy_timeout_s", 0.001, MAX_BUSY_TIMEOUT_S
+        )
         check_lease_ttl(lease_ttl_s, "SQLiteStore.lease_ttl_s")
         self.path = Path(path)
         #: ``path`` with its symbolic links resolved: where SQLite keeps its WAL, and so

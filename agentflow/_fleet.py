@@ -231,8 +231,8 @@ class Fleet:
             sessions: the sessions, each not run before.
             run_id: with a ``store``: the run's id (default: a new one, on the result's
                 ``run_id``); an id already in the store is a :class:`ConfigError`.
-            run_config: with a ``store``: JSON-able facts to keep with the run (what
-                rebuilds its workload on resume); never put credentials here.
+            run_config: with a ``store``: a mapping of JSON-able facts to keep with the
+                run (what rebuilds its workload on resume); never put credentials here.
 
         With a ``store``, agents of one name must share one configuration (a run keeps
         one per name): two that differ are a :class:`ConfigError` naming it, before
@@ -271,8 +271,9 @@ class Fleet:
 
         Raises:
             RunNotFound: the store has no such run.
-            ConfigError: no store; an agent is missing, or configured differently from
-                the one the run recorded (the message names it).
+            ConfigError: no store; ``agents`` is not an iterable (or a mapping) of
+                :class:`Agent`; an agent is missing, or configured differently from the
+                one the run recorded (the message names it).
         """
         with self._one_run("resume"):
             return await resume_run(self, run_id, agents, store)

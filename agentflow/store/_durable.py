@@ -107,6 +107,10 @@ class DurableRun:
             if not isinstance(run_id, str) or not run_id.strip():
                 raise ConfigError(f"run_id must be a non-empty string, got {run_id!r}")
             check_name(run_id, "run_id")
+        if config is not None and not isinstance(config, Mapping):
+            raise ConfigError(
+                f"run_config must be a mapping (JSON-able facts), got {type(config).__name__}"
+            )
         # What is kept but never sent: not checked when made (a session's metadata may
         # hold objects JSON has no form for — kept as their repr — but no lone surrogate).
         # Left out at the run's end, the run's row took every session's with it.

@@ -36,7 +36,7 @@ from agentflow.store._pg_calls import PgCalls, nul_call_ids
 from agentflow.store._pg_conn import Watchdog, check_settings, connect, split_dsn
 from agentflow.store._pg_schema import check_pg_schema
 from agentflow.store._pg_writer import MAX_HELD
-from agentflow.store._protocol import LeaseOwner, RunSummary
+from agentflow.store._protocol import LeaseOwner, RunSummary, session_ids
 from agentflow.store._records import RunStarted, StoredRun
 from agentflow.store._sqlite_io import list_runs, read_run
 from agentflow.store._writer import STOP, Call
@@ -190,7 +190,7 @@ class PostgresStore(PgCalls):
             StoreError: records written before wait to be committed (the server refused
                 their batch, or cannot be reached): the answer would not hold them.
         """
-        only = None if sessions is None else list(sessions)
+        only = session_ids(sessions)
 
         def read(conn: Conn) -> StoredRun:
             with conn.transaction():

@@ -40,13 +40,14 @@ from __future__ import annotations
 import os
 import socket
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
-from agentflow.store._records import Record, StoredRun
+from agentflow._errors import ConfigError
+from agentflow.store._records import Record, StoredRun, shortened
 
-__all__ = ["LeaseOwner", "RunSummary", "Store"]
+__all__ = ["LeaseOwner", "RunSummary", "Store", "session_ids"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -143,3 +144,28 @@ class Store(Protocol):
 
     async def aclose(self) -> None:
         """Flush, then release the store's resources (idempotent)."""
+
+
+def session_ids(sessions: object) -> list[str] | None:
+    """:meth:`Store.load`'s ``sessions=`` as a list: ``None`` (the whole run), or the
+    session ids of an iterable of strings — a string itself is refused (it would be read
+    as one id per character, and silently match none).
+
+    Raises:
+        ConfigError: it is a string, not iterable, or holds something other than strings.
+    """
+    if sessions is None:
+        return None
+    if isinstance(sessions, str | bytes) or not isinstance(sessions, Iterable):
+        raise ConfigError(
+            "Store.load: sessions= must be a list of session ids (or None for the whole "
+            f"run), got {type(sessions).__name__}"
+            + (f" {shortened(str(sessions))!r}" if isinstance(sessions, str) else "")
+        )
+    ids = list(sessions)
+    for sid in ids:
+        if not isinstance(sid, str):
+            raise ConfigError(
+                f"Store.load: sessions= must hold session ids (strings), got {type(sid).__name__}"
+            )
+    return ids

@@ -220,11 +220,32 @@ class ResumePlan:
 
 
 def agents_by_name(agents: Iterable[Agent] | Mapping[str, Agent]) -> dict[str, Agent]:
-    """``agents`` by name (a mapping as given; two different agents of one name refused)."""
-    if isinstance(agents, Mapping):
-        return dict(agents)
-    out: dict[str, Agent] = {}
-    for a in agents:
+    """``agents`` by name (a mapping as given; two different agents of one name refused).
+
+    Raises:
+        ConfigError: ``agents`` is neither a mapping nor an iterable (a string is
+            refused), or holds something other than an :class:`Agent`.
+    """
+    from agentflow._agent import Agent
+
+    given: object = agents  # (checked: a caller may pass anything)
+    if isinstance(given, Mapping):
+        out: dict[str, Agent] = dict(given)
+        for name, a in out.items():
+            if not isinstance(a, Agent):
+                raise ConfigError(
+                    f"resume: agents= must map names to Agent, got {type(a).__name__} for {name!r}"
+                )
+        return out
+    if isinstance(given, str | bytes) or not isinstance(given, Iterable):
+        raise ConfigError(
+            "resume: agents= must be the run's agents (an iterable of Agent, or a mapping "
+            f"of name to Agent), got {type(given).__name__}"
+        )
+    out = {}
+    for a in given:
+        if not isinstance(a, Agent):
+            raise ConfigError(f"resume: agents= must hold Agent objects, got {type(a).__name__}")
         if a.name in out and out[a.name] is not a:
             raise ConfigError(f"resume: two different agents are named {a.name!r}")
         out[a.name] = a

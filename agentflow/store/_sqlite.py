@@ -39,7 +39,7 @@ from agentflow.store import _sqlite_io as io
 from agentflow.store._closing import wait_through_cancel
 from agentflow.store._journal_format import header
 from agentflow.store._journaled import JournaledWriter
-from agentflow.store._protocol import LeaseOwner, RunSummary
+from agentflow.store._protocol import LeaseOwner, RunSummary, session_ids
 from agentflow.store._records import Record, StoredRun
 from agentflow.store._runlock import RunLocks
 from agentflow.store._schema import check_schema, refuse_other_version
@@ -225,7 +225,7 @@ class SQLiteStore(JournaledWriter):
     async def load(self, run_id: str, sessions: Sequence[str] | None = None) -> StoredRun:
         """Everything recorded about ``run_id`` (or only its ``sessions``);
         :class:`RunNotFound` if nothing is."""
-        only = None if sessions is None else list(sessions)
+        only = session_ids(sessions)
 
         def load(conn: sqlite3.Connection) -> StoredRun:
             self._ingest_orphans(conn)  # a writer killed since this store opened

@@ -12,7 +12,7 @@ were not recorded.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import (
@@ -26,7 +26,7 @@ from agentflow._metrics import turn_metrics
 from agentflow._rewrite import apply_rewrite
 from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
 from agentflow.sched import FailedAttempt
-from agentflow.store._codec import fingerprints, shift_trace
+from agentflow.store._codec import agent_info, fingerprints, shift_trace
 from agentflow.store._records import StoredRun, StoredSession, StoredTurn
 
 if TYPE_CHECKING:
@@ -296,9 +296,20 @@ def plan_resume(
                 "definition"
             )
         session = agent.session(s.task, session_id=s.session_id, metadata=s.metadata)
-        messages, turns = rebuild(run, s, attempt)
+        messages, turns = rebuild(_as_run_by(run, s, agent), s, attempt)
         pending = last.calls if last is not None else ()
         known = {cid: r.output for cid, r in last.tool_results.items()} if last else {}
         session._restore(messages, turns, pending, known, home=s.sticky_replica)
         entries.append(session)
     return ResumePlan(entries, newly)
+
+
+def _as_run_by(run: StoredRun, s: StoredSession, agent: Agent) -> StoredRun:
+    """``run`` with ``s``'s agent the one it ran with. A run recorded before two
+    configurations under one name were refused keeps the first one's (system prompt
+    included) for the name: a session of the other — whose fingerprint ``agent``'s
+    matched — is rebuilt with ``agent``'s instructions, not the first one's."""
+    info = run.agents.get(s.agent)
+    if info is None or info.fingerprint == s.fingerprint:
+        return run
+    return replace(run, agents={**run.agents, s.agent: agent_info(agent)})

@@ -26,9 +26,9 @@ __all__ = [
 
 #: What made two prefixes differ: a ``timestamp`` (a date, a time of day, an ISO-8601 or
 #: HTTP date-time, a Unix epoch), a ``uuid``, a ``nonce`` (16+ hex digits, or a random
-#: base64 token), a ``counter`` (any other number), ``reordered_keys`` (the same JSON
-#: object with its keys in another order) or ``reordered_tools`` (the same tool schemas
-#: in another order).
+#: base64 token, URL-safe too), a ``counter`` (any other number, in exponent notation
+#: too), ``reordered_keys`` (the same JSON object with its keys in another order) or
+#: ``reordered_tools`` (the same tool schemas in another order).
 CacheBusterKind: TypeAlias = Literal[
     "timestamp", "uuid", "nonce", "counter", "reordered_keys", "reordered_tools"
 ]

@@ -41,6 +41,11 @@ _MONTH = (
     r"Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?"
     r"|Sep(?:t(?:ember)?)?|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?"
 )
+# A nonce is 16+ hex digits (a letter among them: a long decimal number is a counter) or a
+# 20+ character base64 token mixing digits and both cases. A URL-safe one
+# (``secrets.token_urlsafe``) may hold '-': it is taken whole when a lower-case letter
+# is followed by an upper-case one somewhere in it (random tokens nearly always have one),
+# so that a hyphenated run of words and numbers ("Meta-Llama-3-8B-Instruct") is not.
 _VOLATILE = re.compile(
     rf"""(?<![0-9A-Za-z])(?:
       (?P<uuid>[0-9a-fA-F]{{8}}-[0-9a-fA-F]{{4}}-[0-9a-fA-F]{{4}}-[0-9a-fA-F]{{4}}-[0-9a-fA-F]{{12}})
@@ -53,11 +58,13 @@ _VOLATILE = re.compile(
         | {_DAY} | {_MONTH}
       )
     | (?P<nonce>
-          [0-9a-fA-F]{{16,}}
+          (?=\d*[a-fA-F])[0-9a-fA-F]{{16,}}
+        | (?=[A-Za-z0-9+/_-]*\d)(?=[A-Za-z0-9+/_-]*[a-z][A-Z])
+          [A-Za-z0-9+/_-]{{20,}}={{0,2}}
         | (?=[A-Za-z0-9+/_]*\d)(?=[A-Za-z0-9+/_]*[a-z])(?=[A-Za-z0-9+/_]*[A-Z])
           [A-Za-z0-9+/_]{{20,}}={{0,2}}
       )
-    | (?P<counter>\d+(?:\.\d+)?)
+    | (?P<counter>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)
     )(?![0-9A-Za-z])""",
     re.VERBOSE,
 )

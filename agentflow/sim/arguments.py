@@ -7,8 +7,12 @@ included at random), ``items``/``prefixItems``/``minItems``/``maxItems``/
 ``multipleOf``), ``minLength``/``maxLength``, common string ``format`` values, a
 ``pattern`` (a string generated from it, never by running it: :mod:`agentflow.sim.pattern`;
 one with lookarounds or ``\\b`` is ignored), ``anyOf``/``oneOf``/
-``allOf``, and local ``$ref`` into ``$defs``/``definitions``. Never adds properties
-the schema does not name. Deterministic for a given :class:`random.Random` state.
+``allOf``, and local ``$ref`` into ``$defs``/``definitions``. An object holds its
+``required`` keys, those ``dependentRequired`` (or ``dependencies``) asks for with them,
+and for a ``minProperties`` beyond the ``properties`` it names, keys built from a
+``patternProperties`` pattern — or, if ``additionalProperties`` allows, words (or
+``propertyNames`` strings) — with the values their schemas describe; no other key the
+schema does not name. Deterministic for a given :class:`random.Random` state.
 
 The value is built on the server's event loop, so its size is bounded: the characters of
 its strings plus its array items and object properties may not exceed
@@ -24,6 +28,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentflow.sim.pattern import PatternError, pattern_string
+from agentflow.sim.schema_keys import add_dependents, extra_keys
 
 __all__ = ["MAX_ARGUMENT_SIZE", "SchemaError", "generate_value"]
 
@@ -318,16 +323,28 @@ class _Gen:
             chosen += [k for k in optional if self.rng.random() < 0.5]
         chosen_set = set(chosen)
         for k in optional:
-            if len(chosen) >= min_props:
+            if len(chosen_set) >= min_props:
                 break
             if k not in chosen_set:
                 chosen.append(k)
                 chosen_set.add(k)
+        add_dependents(schema, chosen, chosen_set)
+        need = min_props - len(chosen_set)
+        try:
+            extra = extra_keys(self, schema, need, chosen_set | set(props), _WORDS)
+        except PatternError as exc:
+            raise SchemaError(str(exc)) from None
+        if len(extra) < need:
+            raise SchemaError(
+                f"minProperties {min_props}: the schema allows too few property names"
+            )
+        additional = schema.get("additionalProperties", True)
         for key in [k for k in props if k in chosen_set] + [k for k in chosen if k not in props]:
             self.spend(1, "the objects' properties")
-            out[key] = self.value(
-                props.get(key, schema.get("additionalProperties", True)), depth + 1
-            )
+            out[key] = self.value(props.get(key, additional), depth + 1)
+        for key, sub in extra:
+            self.spend(1, "the objects' properties")
+            out[key] = self.value(sub, depth + 1)
         return out
 
 

@@ -20,7 +20,7 @@ from agentflow._errors import BadRequestError, ConnectError, StreamInterrupted
 from agentflow._trace import TurnTrace
 from agentflow.sim.api import models_document
 from agentflow.sim.driver import EngineDriver, SimRequest
-from agentflow.sim.errors import RequestRejected
+from agentflow.sim.errors import DriverFailed, RequestRejected
 from agentflow.sim.sessions import SESSION_HEADER
 from agentflow.transport._overflow import context_length_error
 from agentflow.transport._request import ChatRequest
@@ -74,6 +74,11 @@ class _Consumer:
 class SimTransport:
     """Streams chat completions from an in-process simulator.
 
+    Like its driver, it serves one event loop at a time: used from a new loop after the
+    old one ended (a second ``asyncio.run`` or ``run_virtual``), the driver starts again
+    there; used from a second loop while the first still runs, :meth:`stream` raises
+    :class:`~agentflow.ConfigError`.
+
     Args:
         driver: the simulator's engine driver (started on first use).
         clock: nanosecond clock for traces; the event loop's by default, which the
@@ -113,6 +118,8 @@ class SimTransport:
             raise ConnectError(f"{self.endpoint}: the simulator was closed", endpoint=self.endpoint)
         try:
             consumer.request = handle = self.driver.submit(body, consumer, session_id=session)
+        except DriverFailed as exc:  # as a server that crashed: no response byte
+            raise ConnectError(f"{self.endpoint}: {exc}", endpoint=self.endpoint) from exc
         except RequestRejected as exc:
             too_long = context_length_error(exc.status, exc.body(), exc.message, self.endpoint)
             if too_long is not None:

@@ -42,9 +42,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentflow._counts import check_count
+from agentflow._errors import ConfigError
 from agentflow.sim.api import ChatParams, parse_chat_body, parse_request_id
 from agentflow.sim.driver_loop import _DriverLoop
 from agentflow.sim.engine import Engine
+from agentflow.sim.errors import DriverFailed
 from agentflow.sim.records import DriverStats, RecordArchive, RequestRecord
 from agentflow.sim.request import SimRequest, StreamConsumer
 
@@ -140,12 +142,38 @@ class EngineDriver(_DriverLoop):
         return self._closed
 
     def start(self) -> None:
-        """Start the step loop on the running event loop (no-op if running)."""
+        """Start the step loop on the running event loop (no-op if running there).
+
+        A driver is bound to the loop its step loop runs on. Once that loop has ended
+        (``asyncio.run`` and ``run_virtual`` cancel the step loop and close the loop), the
+        driver starts again on the next running loop, its engine clock anchored anew to
+        that loop's time; requests left over from the old loop are aborted.
+
+        Raises:
+            ConfigError: the step loop still runs on another event loop (one driver
+                serves one loop at a time).
+            DriverFailed: the step loop failed (the error was logged on
+                ``agentflow.sim``).
+            RuntimeError: the driver was closed, or no event loop is running.
+        """
         if self._closed:
             raise RuntimeError("this EngineDriver was closed")
-        if self._task is not None:
-            return
         loop = asyncio.get_running_loop()
+        task = self._task
+        if task is not None:
+            bound = task.get_loop()
+            if not task.done():
+                if bound is loop:
+                    return
+                if not bound.is_closed():
+                    raise ConfigError(
+                        "this EngineDriver's step loop runs on another event loop: a driver "
+                        "(and its SimTransport) is bound to the loop it started on until that "
+                        "loop is closed; use one driver per event loop"
+                    )
+            elif not task.cancelled() and (exc := task.exception()) is not None:
+                raise DriverFailed(f"the simulator's step loop failed: {exc!r} (see the log)")
+            self._abandon("the simulator's event loop ended")
         self._loop = loop
         self._wake = asyncio.Event()
         self._origin = loop.time() - self.engine.now * self.time_scale
@@ -155,16 +183,24 @@ class EngineDriver(_DriverLoop):
         """Stop the step loop; requests still running are aborted (``on_abort``)."""
         self._closed = True
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        if task is not None and not task.done():
+            bound = task.get_loop()
+            if bound is asyncio.get_running_loop():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            elif not bound.is_closed():
+                bound.call_soon_threadsafe(task.cancel)
+        self._abandon("the simulator stopped")
+
+    def _abandon(self, reason: str) -> None:
+        """Abort the requests still running (their consumers get ``on_abort(reason)``)."""
         for rid, req in list(self._requests.items()):
             self.engine.abort(rid)
             del self._requests[rid]
             self._retire(rid)
             try:
-                req.consumer.on_abort("the simulator stopped")
+                req.consumer.on_abort(reason)
             except Exception:
                 _log.exception("a stream consumer failed in on_abort")
 
@@ -218,14 +254,12 @@ class EngineDriver(_DriverLoop):
         Raises:
             RequestRejected: the body is invalid or does not fit the model's window —
                 ``status`` and ``body()`` are vLLM's answer.
+            ConfigError: the driver's step loop runs on another event loop.
+            DriverFailed: the step loop failed.
             RuntimeError: the driver was closed.
         """
         params = body if isinstance(body, ChatParams) else parse_chat_body(body)
-        task = self._task
-        if task is None:
-            self.start()
-        elif task.done():
-            raise RuntimeError("the simulator's step loop has stopped (see the log)")
+        self.start()
         engine = self.engine
         e_now = self.engine_time()
         if e_now > engine.now and not engine.has_work:

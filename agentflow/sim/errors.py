@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RequestRejected", "check_context_length"]
+__all__ = ["DriverFailed", "RequestRejected", "check_context_length"]
+
+
+class DriverFailed(RuntimeError):
+    """The simulator's step loop failed (its error is logged on ``agentflow.sim``): the
+    driver takes no more requests."""
 
 
 class RequestRejected(ValueError):

@@ -170,9 +170,16 @@ class SimServer:
         return app
 
     async def start(self) -> None:
-        """Bind and serve; :attr:`base_url` is valid afterwards."""
+        """Bind and serve; :attr:`base_url` is valid afterwards.
+
+        Raises:
+            RuntimeError: the server was stopped (a stopped server does not start again:
+                its driver aborted its requests and took no more; make a new one).
+        """
         if self._runner is not None:
             return
+        if self.driver.closed:
+            raise RuntimeError("this SimServer was stopped; make a new SimServer to serve again")
         runner = web.AppRunner(
             self.app, handler_cancellation=True, access_log=None, shutdown_timeout=1.0
         )
@@ -180,6 +187,7 @@ class SimServer:
         site = web.TCPSite(runner, self.host, self._port, backlog=4096)
         try:
             await site.start()
+            self.driver.start()
         except BaseException:
             await runner.cleanup()
             raise
@@ -190,7 +198,6 @@ class SimServer:
             for s in sockets:
                 self._port = int(s.getsockname()[1])
                 break
-        self.driver.start()
 
     async def stop(self) -> None:
         """Stop serving: running requests are aborted, connections closed."""

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from agentflow._cliargs import check_output_file
+from agentflow._cliargs import check_no_overwrite, check_output_file
 from agentflow._errors import ConfigError
 from agentflow.stats import SLO
 
@@ -191,6 +191,7 @@ def _bench(args: argparse.Namespace) -> int:
     if args.show_workload:
         print(json.dumps(msgspec.to_builtins(workload), indent=2))
         return 0
+    _check_no_overwrite(args)
     if args.report is not None:
         check_output_file(args.report, "--report")
     if args.html is not None:
@@ -312,6 +313,31 @@ def _bench(args: argparse.Namespace) -> int:
     from agentflow.bench._level_entry import level_failed
 
     return 1 if any(level_failed(lvl) for lvl in report["levels"]) else 0
+
+
+def _check_no_overwrite(args: argparse.Namespace) -> None:
+    """Raise :class:`ConfigError` if an output would overwrite the replayed trace or
+    another output (``--trace t.jsonl --record t.jsonl``, ``--report x --html x``): each
+    would replace what was measured, or what it was measured from; nothing runs until
+    this passes."""
+    from agentflow.bench._trace_format import SHIPPED_TRACES, shipped_trace
+
+    outputs = [
+        (flag, path)
+        for flag, path in (
+            ("--report", args.report),
+            ("--html", args.html),
+            ("--record", args.record),
+        )
+        if path is not None
+    ]
+    inputs: list[tuple[str, Path]] = []
+    if args.trace is not None:
+        trace = args.trace
+        if str(trace) in SHIPPED_TRACES and not trace.exists():
+            trace = shipped_trace(str(trace))
+        inputs.append((f"the trace {args.trace}", trace))
+    check_no_overwrite(outputs, inputs)
 
 
 def _write_report(report: dict[str, Any], path: Path) -> None:

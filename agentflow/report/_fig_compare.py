@@ -15,7 +15,7 @@ from agentflow.report._canvas import (
     style,
     to_png,
 )
-from agentflow.report._runs import Run, agent_decode_tps
+from agentflow.report._runs import Run, agent_decode_quantiles, agent_decode_tps
 from agentflow.stats._sketch import nearest_rank
 
 __all__ = ["compare_runs"]
@@ -69,7 +69,9 @@ def _compare_panels() -> list[tuple[str, str, list[tuple[str, Any]]]]:
 
 def _agent_q(run: Run, q: float) -> float | None:
     vs = sorted(agent_decode_tps(run))
-    return vs[nearest_rank(q, len(vs))] if vs else None  # the report's own definition
+    if not vs:  # no agents rows (a bench level's): the per_agent quantile, if it has it
+        return agent_decode_quantiles(run).get(q)
+    return vs[nearest_rank(q, len(vs))]  # the report's own definition
 
 
 def compare_runs(runs: Sequence[Run]) -> Figure | None:

@@ -6,6 +6,7 @@ Every figure takes runs (``agentflow.report/2`` documents) and returns a
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,7 +23,7 @@ from agentflow.report._canvas import (
     style,
     to_png,
 )
-from agentflow.report._runs import Run, agent_decode_tps
+from agentflow.report._runs import Run, agent_decode_quantiles, agent_decode_tps
 from agentflow.stats._sketch import nearest_rank
 
 __all__ = ["client_vs_server", "decode_distribution", "latency_cdf"]
@@ -138,6 +139,15 @@ def decode_distribution(runs: Sequence[Run]) -> Figure:
     """A histogram of each agent's decode speed (tok/s), one per run, medians marked."""
     fig, (ax,) = new_figure(size=(10.0, 5.0))
     values = [agent_decode_tps(run) for run in runs]
+    summarized = []  # runs without agents rows (a bench level): drawn from their quantiles
+    medians: dict[int, float] = {}
+    for i, run in enumerate(runs):
+        if not values[i] and (qs := agent_decode_quantiles(run)):
+            count = (run.report.get("per_agent") or {}).get("decode_tps", {}).get("count", 0)
+            values[i] = _from_quantiles(qs, int(count))
+            if 0.5 in qs:
+                medians[i] = qs[0.5]
+            summarized.append(run.label)
     everything = [v for vs in values for v in vs if v > 0]
     if not everything:
         empty_note(ax, "no agent decoded two or more tokens: no decode speed to show")
@@ -155,7 +165,7 @@ def decode_distribution(runs: Sequence[Run]) -> Figure:
             if not vs:
                 continue
             vs_sorted = sorted(vs)
-            med = vs_sorted[nearest_rank(0.5, len(vs_sorted))]
+            med = medians.get(i, vs_sorted[nearest_rank(0.5, len(vs_sorted))])
             ax.hist(
                 vs,
                 bins=bins,
@@ -187,9 +197,30 @@ def decode_distribution(runs: Sequence[Run]) -> Figure:
         "Each agent (or session) counts once: its output tokens after the first divided by "
         "the time they took, over all its turns. A wide spread means agents were served "
         "unevenly; a left tail is agents that decoded slowly (long contexts, big batches)."
+        + (
+            f" {', '.join(summarized)}: the report keeps no row per agent (a bench level's), "
+            "so its histogram is drawn from the quantiles of per_agent.decode_tps (min, "
+            "p5 … p95, p99, max where given), one value per agent spread between them."
+            if summarized
+            else ""
+        )
         + _scale_note(runs),
         to_png(fig),
     )
+
+
+def _from_quantiles(qs: Mapping[float, float], n: int) -> list[float]:
+    """``n`` values whose quantiles are ``qs`` (quantile → value, with 0 and 1): the
+    k-th is the quantile function, linear between the given points, at (k + ½)/n."""
+    points = sorted(qs.items())
+    out = []
+    for k in range(n):
+        q = (k + 0.5) / n
+        for (q0, v0), (q1, v1) in itertools.pairwise(points):
+            if q0 <= q <= q1:
+                out.append(v0 if q1 == q0 else v0 + (v1 - v0) * (q - q0) / (q1 - q0))
+                break
+    return out
 
 
 def _summary(d: Mapping[str, Any] | None) -> tuple[float | None, float | None, float | None]:

@@ -19,6 +19,7 @@ from agentflow._errors import ConfigError
 __all__ = [
     "SUPPORTED_SCHEMAS",
     "Run",
+    "agent_decode_quantiles",
     "agent_decode_tps",
     "load_run",
     "run_samples",
@@ -88,6 +89,27 @@ def agent_decode_tps(run: Run) -> list[float]:
         if isinstance(v, int | float) and not isinstance(v, bool):
             out.append(float(v))
     return out
+
+
+def agent_decode_quantiles(run: Run) -> dict[float, float]:
+    """The quantiles of the agents' decode tok/s from ``per_agent.decode_tps`` (``min``
+    as 0, ``max`` as 1, ``p50`` as 0.5 …) — for a report without ``agents`` rows (a bench
+    level's keeps none); empty when it has rows, or no agent decoded."""
+    rows = run.report.get("agents")
+    d = (run.report.get("per_agent") or {}).get("decode_tps")
+    if (isinstance(rows, list) and rows) or not isinstance(d, Mapping) or not d.get("count"):
+        return {}
+    out: dict[float, float] = {}
+    for key, v in d.items():
+        q = {"min": 0.0, "max": 1.0}.get(key)
+        if q is None and isinstance(key, str) and key.startswith("p"):
+            try:
+                q = float(key[1:]) / 100
+            except ValueError:
+                continue
+        if q is not None and 0 <= q <= 1 and isinstance(v, int | float) and not isinstance(v, bool):
+            out[q] = float(v)
+    return dict(sorted(out.items()))
 
 
 def check_report(report: Any, where: str) -> Mapping[str, Any]:

@@ -31,9 +31,10 @@ def _report(
     from agentflow._version import __version__
 
     # The knee is a level the server kept up with: one where sessions failed is not,
-    # nor one interrupted (measured only in part).
+    # nor one interrupted (measured only in part). In order of load, not of the run
+    # (``--rate 4,2``): the highest level below the lowest one it did not keep up with.
     knee = None
-    for entry in levels:
+    for entry in sorted(levels, key=lambda e: e["load"]["value"]):
         if entry["saturation"]["saturated"] or level_failed(entry) or entry.get("interrupted"):
             break
         knee = entry["load"]

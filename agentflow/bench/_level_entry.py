@@ -186,7 +186,8 @@ def _slim(report: dict[str, Any]) -> dict[str, Any]:
 def _plateau(config: BenchConfig, entry: dict[str, Any], previous: dict[str, Any] | None) -> None:
     """Fixed-concurrency levels: a throughput plateau with rising latency is saturation —
     against a previous level of fewer sessions (the same load again, or less, is no
-    plateau: its throughput need not grow)."""
+    plateau: its throughput need not grow), output tok/s growing by less than
+    ``min_gain`` of the sessions' growth (scaling efficiency)."""
     if previous is None or entry["load"]["mode"] != "concurrency":
         return
     if (
@@ -194,16 +195,20 @@ def _plateau(config: BenchConfig, entry: dict[str, Any], previous: dict[str, Any
         or entry["load"]["value"] <= previous["load"]["value"]
     ):
         return
-    min_gain = config.sweep.min_gain if config.sweep is not None else 0.05
+    # Against the load's own step: +5 % sessions can add at most ~5 % output, so a flat
+    # bar of a few percent would call every small step a plateau.
+    min_gain = config.sweep.min_gain if config.sweep is not None else 0.25
     tps, prev_tps = entry.get("output_tps"), previous.get("output_tps")
     ttft, prev_ttft = _figure(entry, "ttft_s", "p50"), _figure(previous, "ttft_s", "p50")
     if not tps or not prev_tps or ttft is None or prev_ttft is None:
         return
     gain = tps / prev_tps - 1
-    if gain < min_gain and ttft > prev_ttft:
+    load_gain = entry["load"]["value"] / previous["load"]["value"] - 1
+    if gain < min_gain * load_gain and ttft > prev_ttft:
         sat = entry["saturation"]
         sat["saturated"] = True
         sat["reasons"] = [
             *sat.get("reasons", []),
-            f"output tok/s grew {gain:+.1%} over the previous level while TTFT p50 rose",
+            f"output tok/s grew {gain:+.1%} for {load_gain:+.1%} sessions over the previous "
+            f"level (under {min_gain:.0%} of linear scaling) while TTFT p50 rose",
         ]

@@ -96,3 +96,41 @@ def test_over_the_knee_throughput_plateaus_at_the_predicted_capacity(
     p = get_profile("cpu-tiny")
     full_batch_tps = 1 / p.decode_step_s(p.max_num_seqs, p.max_num_seqs * 123)
     assert over["decode_tps_per_agent"]["p50"] == pytest.approx(full_batch_tps, rel=0.05)
+
+
+def _entry(value: int, tps: float, ttft: float) -> dict:  # type: ignore[type-arg]
+    return {
+        "load": {"mode": "concurrency", "value": value},
+        "output_tps": tps,
+        "ttft_s": {"p50": ttft},
+        "saturation": {"saturated": False, "reasons": []},
+    }
+
+
+@pytest.mark.parametrize(
+    ("value", "tps", "saturated"),
+    [
+        (21, 104.2, False),  # +5 % sessions, +4.2 % output: 84 % of linear scaling
+        (21, 101.0, True),  # +1 %: 20 % of linear
+        (40, 140.0, False),  # twice the sessions, +40 %
+        (40, 120.0, True),  # twice the sessions, +20 %
+    ],
+)
+def test_the_throughput_plateau_is_against_the_load_step(
+    value: int, tps: float, saturated: bool
+) -> None:
+    """A flat 5 % bar called a small step (20 → 21 sessions, output +4.2 %, 84 % of
+    linear) a plateau: output gain is now compared with the sessions' growth."""
+    from agentflow.bench._level_entry import _plateau
+    from agentflow.bench._load import Load
+
+    w = Workload(name="x", templates=(SessionTemplate(name="r", prompt_tokens=8, output_tokens=4),))
+    config = BenchConfig(workload=w, levels=(Load(concurrency=20), Load(concurrency=value)))
+    later = _entry(value, tps, 0.21)
+    _plateau(config, later, _entry(20, 100.0, 0.20))
+    assert later["saturation"]["saturated"] is saturated
+    if saturated:
+        assert "of linear scaling" in later["saturation"]["reasons"][0]
+    still = _entry(value, tps, 0.20)  # TTFT did not rise: no plateau
+    _plateau(config, still, _entry(20, 100.0, 0.20))
+    assert not still["saturation"]["saturated"]

@@ -162,8 +162,9 @@ class KVPlan:
         sessions_per_replica: sessions of ``context_tokens`` one replica holds at once.
         sessions_total: over all replicas.
         max_model_len: the deployment's ``max_model_len``.
-        max_model_len_concurrency: ``kv_tokens_per_replica / max_model_len`` (vLLM's
-            "Maximum concurrency" log line).
+        max_model_len_concurrency: ``num_blocks / ceil(max_model_len / block_size)``
+            (vLLM's "Maximum concurrency" log line: a request of ``max_model_len`` takes
+            whole blocks).
         gpus_used: ``tp × pp × dp``.
         gpus_idle: GPUs of the deployment left unused.
         assumptions: every assumption behind the figures, in words.
@@ -324,7 +325,7 @@ def plan(deployment: Deployment, *, context_tokens: int | None = None) -> KVPlan
         sessions_per_replica=sessions,
         sessions_total=sessions * d.dp,
         max_model_len=limit,
-        max_model_len_concurrency=kv_tokens / limit,
+        max_model_len_concurrency=bottleneck.num_blocks / math.ceil(limit / d.block_size),
         gpus_used=used,
         gpus_idle=d.gpu_count - used,
         assumptions=assumptions_for(d, partition),

@@ -185,7 +185,7 @@ def test_the_seed_deployment_by_hand() -> None:
     assert p.context_tokens == 1_000_000
     assert p.blocks_per_session == math.ceil(1_000_000 / 128) == 7_813
     assert p.sessions_per_replica == p.sessions_total == blocks // 7_813 == 66
-    assert p.max_model_len_concurrency == pytest.approx(66.921088)
+    assert p.max_model_len_concurrency == blocks / 7_813  # vLLM's: whole blocks a request
     assert (p.gpus_used, p.gpus_idle, p.replicas) == (72, 0, 1)
     assert p.warnings == ()
 
@@ -257,6 +257,16 @@ def test_block_rounding() -> None:
     assert p.kv_tokens_per_replica % 256 == 0
     assert p.blocks_per_session == 4  # 1000 tokens take 4 blocks of 256
     assert p.sessions_per_replica == p.num_blocks // 4
+
+
+def test_max_model_len_concurrency_is_vllms_whole_blocks_figure() -> None:
+    """vLLM logs ``num_blocks / cdiv(max_model_len, block_size)``: a request of 1,000
+    tokens takes 8 blocks of 128 (1,024 tokens), not 1,000 tokens' worth."""
+    d = dataclasses.replace(get_deployment("deepseek-v4.1-flash-gb300"), max_model_len=1000)
+    p = plan(d)
+    assert d.block_size == 128
+    assert p.max_model_len_concurrency == p.num_blocks / 8
+    assert p.max_model_len_concurrency < p.kv_tokens_per_replica / 1000
 
 
 # --- Errors and warnings -------------------------------------------------------------------

@@ -88,12 +88,14 @@ def summary_table(report: dict[str, Any]) -> Table:
     ):
         d = dists[key]
         t.add_row(label, *(_fmt(d[p]) for p in ("p50", "p90", "p99")))
-    d = dists["decode_tps"]
-    t.add_row("decode tok/s per agent", *(_fmt(d[p]) for p in ("p50", "p90", "p99")))
+    # Per agent: each session's decode speed over its turns (docs/metrics.md), what the
+    # HTML report draws — not distributions.decode_tps, one value per turn.
+    d = report["per_agent"]["decode_tps"]
+    t.add_row("decode tok/s per agent", *(_fmt(d.get(p)) for p in ("p50", "p90", "p99")))
     if scale != 1:
         t.add_row(
             f"  … at deployment speed (×{scale:g})",
-            *(_fmt(None if d[p] is None else d[p] * scale) for p in ("p50", "p90", "p99")),
+            *(_fmt(None if d.get(p) is None else d[p] * scale) for p in ("p50", "p90", "p99")),
         )
     hit, tps = f["cache_hit_rate"], f["output_tps"] or 0.0
     t.caption = (

@@ -79,6 +79,14 @@ def non_negative(text: str) -> float:
     return value
 
 
+def positive(text: str) -> float:
+    """An ``argparse`` type: a finite number > 0 (a duration, a factor)."""
+    value = non_negative(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
 def at_least(low: int) -> Callable[[str], int]:
     """An ``argparse`` type: a whole number ≥ ``low``, refused naming the flag (argparse
     prefixes ``argument --FLAG:``), not the field it goes to."""

@@ -22,6 +22,7 @@ from agentflow._cliargs import (
     check_no_overwrite,
     check_output_file,
     check_store_file,
+    positive,
     store_inputs,
 )
 from agentflow._errors import ConfigError
@@ -46,9 +47,9 @@ def add_trace_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--time-scale",
-        type=float,
-        default=1.0,
-        help="multiply the trace's times by this (0.5: twice as fast; default 1)",
+        type=positive,
+        default=None,
+        help="multiply the --trace's times by this (0.5: twice as fast; default 1)",
     )
     p.add_argument(
         "--record", type=Path, default=None, help="write the run's requests here as a trace"
@@ -76,6 +77,12 @@ def apply_trace_arguments(args: argparse.Namespace, config: Any) -> tuple[Any, A
     from agentflow.bench._trace import trace_scripts
     from agentflow.bench._trace_format import load_trace
 
+    if args.trace is None and args.time_scale is not None:
+        raise ConfigError(
+            "--time-scale scales a replayed trace's times: give --trace, or drop it "
+            "(a workload's load is --rate or --concurrency)"
+        )
+    time_scale = 1.0 if args.time_scale is None else args.time_scale
     recorder = None
     if args.record is not None:
         check_output_file(args.record, "--record")
@@ -95,7 +102,7 @@ def apply_trace_arguments(args: argparse.Namespace, config: Any) -> tuple[Any, A
             "and every request counts"
         )
     records = load_trace(args.trace, format=args.trace_format)
-    scripts = trace_scripts(records, time_scale=args.time_scale)
+    scripts = trace_scripts(records, time_scale=time_scale)
     # ignore_eos: the trace's output lengths, exactly.
     params = dict(config.params) if args.no_ignore_eos else {**config.params, "ignore_eos": True}
     duration = config.duration_s if duration_given else None
@@ -112,7 +119,7 @@ def apply_trace_arguments(args: argparse.Namespace, config: Any) -> tuple[Any, A
         source={
             "trace": str(args.trace),
             "format": args.trace_format,
-            "time_scale": args.time_scale,
+            "time_scale": time_scale,
             "sessions": len(scripts),
             "requests": len(records),
         },
@@ -160,7 +167,7 @@ def add_trace_parser(sub: Any) -> None:
     )
     show.add_argument(
         "--time-scale",
-        type=float,
+        type=positive,
         default=1.0,
         help="times are multiplied by this (0.5: twice as fast; default 1)",
     )

@@ -23,7 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from agentflow._cliargs import check_no_overwrite, check_output_file
+from agentflow._cliargs import (
+    at_least,
+    check_no_overwrite,
+    check_output_file,
+    non_negative,
+    positive,
+)
 from agentflow._errors import ConfigError
 from agentflow.stats import SLO
 
@@ -56,6 +62,8 @@ def parse_slo(text: str) -> SLO:
         if m is None:
             raise ConfigError(f"--slo: {key}={value!r} is not a duration (e.g. 2s, 10ms)")
         bounds[field] = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+        if not (math.isfinite(bounds[field]) and bounds[field] > 0):
+            raise ConfigError(f"--slo: {key}={value!r} is not a duration > 0 (e.g. 2s, 10ms)")
     if not bounds:
         raise ConfigError(f"--slo: no bound in {text!r} (e.g. ttft=2s,tpot=10ms)")
     return SLO(**bounds)  # type: ignore[arg-type]
@@ -71,6 +79,14 @@ def _numbers(flag: str, text: str) -> list[float]:
     if not values or any(not (math.isfinite(v) and v > 0) for v in values):
         raise ConfigError(f"{flag} values must be finite numbers > 0, got {text!r}")
     return values
+
+
+def _factor(text: str) -> float:
+    """``--sweep-factor``'s type: a finite number > 1 (each level larger than the last)."""
+    value = positive(text)
+    if value <= 1:
+        raise argparse.ArgumentTypeError(f"must be > 1 (each level larger), got {text}")
+    return value
 
 
 def add_parser(sub: Any) -> None:
@@ -110,13 +126,13 @@ def add_parser(sub: Any) -> None:
     )
     p.add_argument(
         "--sweep-factor",
-        type=float,
+        type=_factor,
         default=1.5,
         help="each sweep level's load is the previous one's times this (default 1.5)",
     )
     p.add_argument(
         "--max-levels",
-        type=int,
+        type=at_least(1),
         default=12,
         help="a sweep stops after this many levels (default 12)",
     )
@@ -126,16 +142,16 @@ def add_parser(sub: Any) -> None:
         default="poisson",
         help="how sessions arrive at a --rate: Poisson (random gaps) or evenly spaced",
     )
-    p.add_argument("--duration", type=float, default=60.0, help="seconds per level (default 60)")
+    p.add_argument("--duration", type=positive, default=60.0, help="seconds per level (default 60)")
     p.add_argument(
         "--warmup",
-        type=float,
+        type=non_negative,
         default=None,
         help="seconds left out at each level's start (default: a tenth of --duration)",
     )
-    p.add_argument("--sessions", type=int, default=None, help="the most sessions per level")
+    p.add_argument("--sessions", type=at_least(1), default=None, help="the most sessions per level")
     p.add_argument(
-        "--repeats", type=int, default=1, help="runs per level (≥ 2: confidence intervals)"
+        "--repeats", type=at_least(1), default=1, help="runs per level (≥ 2: confidence intervals)"
     )
     p.add_argument(
         "--seed",
@@ -155,7 +171,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument(
         "--profile", default="qwen2.5-coder-32b", help="the simulator's profile (no --base-url)"
     )
-    p.add_argument("--max-in-flight", type=int, default=100_000, help="the client's request limit")
+    p.add_argument(
+        "--max-in-flight", type=at_least(1), default=100_000, help="the client's request limit"
+    )
     p.add_argument(
         "--no-ignore-eos",
         action="store_true",
@@ -218,6 +236,13 @@ def _bench(args: argparse.Namespace) -> int:
         levels = tuple(Load(rate=r, arrival=args.arrival) for r in rates)
     else:
         levels = tuple(Load(concurrency=int(c)) for c in concs or ())
+    from agentflow.bench._trace_cli import _DefaultFloat
+
+    duration_given = args.trace is None or not isinstance(args.duration, _DefaultFloat)
+    if args.warmup is not None and duration_given and args.warmup >= args.duration:
+        raise ConfigError(
+            f"--warmup {args.warmup:g} must be shorter than --duration {args.duration:g}"
+        )
     warmup = args.warmup if args.warmup is not None else args.duration / 10
     config = BenchConfig(
         workload=workload,

@@ -109,9 +109,10 @@ def _chat(args: argparse.Namespace) -> int:
         ttft = f"{m.ttft_s * 1e3:.1f} ms" if m.ttft_s is not None else "n/a"
         tps = f"{m.decode_tps:.1f}" if m.decode_tps is not None else "n/a"
         cached = "not reported" if m.cached_tokens is None else str(m.cached_tokens)
+        prompt = "not reported" if m.prompt_tokens is None else str(m.prompt_tokens)
         print(
             f"ttft {ttft} · e2e {m.e2e_s * 1e3:.1f} ms · decode {tps} tok/s · "
-            f"output {m.output_tokens} ({m.output_tokens_source}) · prompt {m.prompt_tokens} "
+            f"output {m.output_tokens} ({m.output_tokens_source}) · prompt {prompt} "
             f"· cached {cached}",
             file=sys.stderr,
         )

@@ -63,7 +63,13 @@ class LeasedScheduler(Scheduler):
 
     def _place(self, ticket: Any) -> Any:
         c = self._client
-        if c.slotted and self.in_flight >= c.slots - c.owed:  # owed slots are not its own
+        # Owed slots are not its own — but for the ticket the dispatcher holds while it
+        # pays the fleet's rates: its slot is claimed (a reclaim meanwhile left it here,
+        # LeaseClient._give_back), and it goes back when that stream ends. Refused, it
+        # asked for more slots, which the broker never gives a worker that owes some:
+        # with fewer slots than workers, every worker waited for ever.
+        owed = 0 if self._granting is not None else c.owed
+        if c.slotted and self.in_flight >= c.slots - owed:
             c.need_slots(self.waiting + 1)
             return None
         return self.router.choose(ticket, self.replicas)

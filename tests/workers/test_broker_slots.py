@@ -38,7 +38,7 @@ def test_a_returned_slot_goes_to_the_worker_it_was_reclaimed_for() -> None:
 def test_an_owing_worker_does_not_dispatch_into_owed_slots() -> None:
     asked: list[int] = []
     client = SimpleNamespace(slotted=True, slots=4, owed=2, need_slots=asked.append)
-    sched = SimpleNamespace(_client=client, in_flight=2, waiting=5, router=None)
+    sched = SimpleNamespace(_client=client, in_flight=2, waiting=5, router=None, _granting=None)
     assert LeasedScheduler._place(sched, object()) is None  # type: ignore[arg-type]
     assert asked == [6]
 
@@ -150,3 +150,64 @@ def test_a_debt_settled_while_a_leased_take_waits_is_kept_for_the_next() -> None
         return gate._debt
 
     assert asyncio.run(main()) == 30.0
+
+
+def test_a_slot_reclaimed_while_its_ticket_pays_the_fleet_rate_is_used_then_returned() -> None:
+    """Fleet(workers=2, max_concurrency=1, rpm=...): worker 0 holds the one slot and its
+    head ticket waits for rate budget; worker 1 asks for a slot, so the broker reclaims
+    worker 0's. The paid ticket's slot is claimed (kept through the reclaim): it goes
+    out on it, and the slot goes to worker 1 when its stream ends. Worker 0 used to
+    refuse its own paid ticket (the slot was owed) and ask for more, which the broker
+    never gives a worker that owes: both waited for ever."""
+    import asyncio
+
+    from agentflow._workers._leased import LeaseClient
+    from agentflow.embedded import loop_clock, run_virtual
+    from agentflow.sched import Replica
+    from tests.sched.conftest import IdleTransport, ticket
+
+    class Handle:  # the broker's handle on a worker, delivering to its LeaseClient
+        alive = True
+        client: LeaseClient
+
+        def send(self, msg: tuple[Any, ...]) -> None:
+            kind, n = msg
+            getattr(self.client, {"slots": "granted_slots"}.get(kind, kind))(n)
+
+    class Run:  # a worker's messages to the broker
+        def __init__(self, i: int) -> None:
+            self.i = i
+
+        def send(self, msg: tuple[Any, ...]) -> None:
+            kind, n, *_ = msg
+            if kind == "want_slots":
+                broker.want_slots(self.i, n)
+            elif kind in ("return_slots", "return_spare"):
+                broker.returned(self.i, n, owed=kind == "return_slots")
+
+    handles = [Handle(), Handle()]
+    broker = Broker(Limits(max_in_flight=1, rpm=60), handles, [(0, 1), (0, 1)])  # type: ignore[arg-type]
+
+    async def main() -> tuple[bool, bool]:
+        scheds = []
+        for i, h in enumerate(handles):
+            config = {"slots": True, "rates": True, "slot_batch": 1, "rpm": 60, "tpm": None,
+                      "initial_slots": broker.held[i]}  # fmt: skip
+            h.client = LeaseClient(Run(i), config)  # type: ignore[arg-type]
+            replica = Replica(transport=IdleTransport("r"), name="r")
+            scheds.append(LeasedScheduler([replica], clock=loop_clock, client=h.client))
+        first = asyncio.ensure_future(scheds[0].acquire(ticket("a")))  # waits on the rate
+        await asyncio.sleep(0.1)
+        second = asyncio.ensure_future(scheds[1].acquire(ticket("b")))  # reclaims the slot
+        await asyncio.sleep(0.1)
+        for h in handles:
+            h.client.granted_rates(5, 0.0)
+        went = await asyncio.wait_for(asyncio.shield(first), 3600)  # virtual time
+        scheds[0].release(went, used_tokens=None, ok=True)
+        await asyncio.wait_for(asyncio.shield(second), 3600)
+        for sched in scheds:
+            await sched.aclose()
+        return first.done(), second.done()
+
+    assert run_virtual(main()) == (True, True)
+    assert broker.held == [0, 1]

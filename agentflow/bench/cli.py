@@ -291,11 +291,12 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _check_no_overwrite(args: argparse.Namespace) -> None:
-    """Raise :class:`ConfigError` if an output would overwrite the replayed trace or
-    another output (``--trace t.jsonl --record t.jsonl``, ``--report x --html x``): each
-    would replace what was measured, or what it was measured from; nothing runs until
-    this passes."""
+    """Raise :class:`ConfigError` if an output would overwrite the replayed trace, the
+    workload file or another output (``--trace t.jsonl --record t.jsonl``,
+    ``--workload w.json --report w.json``, ``--report x --html x``): each would replace
+    what was measured, or what it was measured from; nothing runs until this passes."""
     from agentflow.bench._trace_format import SHIPPED_TRACES, shipped_trace
+    from agentflow.bench._workloads import WORKLOADS
 
     outputs = [
         (flag, path)
@@ -312,6 +313,8 @@ def _check_no_overwrite(args: argparse.Namespace) -> None:
         if str(trace) in SHIPPED_TRACES and not trace.exists():
             trace = shipped_trace(str(trace))
         inputs.append((f"the trace {args.trace}", trace))
+    if args.workload is not None and args.workload not in WORKLOADS:
+        inputs.append((f"the workload {args.workload}", Path(args.workload)))
     check_no_overwrite(outputs, inputs)
 
 

@@ -54,6 +54,26 @@ def test_recording_over_the_replayed_trace_is_refused(
         assert trace.read_text() == text
 
 
+def test_a_report_over_the_workload_file_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--workload w.json --report w.json`` replaced the workload with the report."""
+    assert main(["bench", "--workload", "short", "--show-workload"]) == 0
+    text = capsys.readouterr().out
+    workload = tmp_path / "w.json"
+    workload.write_text(text)
+    for flag in ("--report", "--html", "--record"):
+        status = main([
+            "bench", "--profile", "cpu-tiny", "--workload", str(workload), "--rate", "2",
+            "--duration", "1", flag, str(workload),
+        ])  # fmt: skip
+        assert status == 2
+        assert f"is the workload {workload}: writing it would overwrite the input" in (
+            capsys.readouterr().err
+        )
+        assert workload.read_text() == text
+
+
 def test_the_shipped_trace_by_name_is_an_input_too(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

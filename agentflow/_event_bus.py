@@ -1,12 +1,12 @@
 """The event bus: hands each event to the run's callbacks and :meth:`Fleet.stream` iterators.
 
 Sync callbacks are called inline, where the event happens (for tokens: on the stream's
-hot path); async callbacks and :meth:`Fleet.stream` iterators are fed, in order, by one
-dispatcher task. A callback that raises is reported (an :class:`ErrorEvent` with
-``where="callback"``, a log line, and :attr:`EventBus.callback_errors`) and the run goes
-on — a ``CancelledError`` of its own too (one it got from something it awaited that was
-cancelled), unlike the cancellation of the run. Like the events (``_events.py``), it
-imports nothing above them.
+hot path), and :meth:`Fleet.stream` iterators' queues are fed there too; async callbacks
+are fed, in order, by one dispatcher task. A callback that raises is reported (an
+:class:`ErrorEvent` with ``where="callback"``, a log line, and
+:attr:`EventBus.callback_errors`) and the run goes on — a ``CancelledError`` of its own
+too (one it got from something it awaited that was cancelled), unlike the cancellation
+of the run. Like the events (``_events.py``), it imports nothing above them.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ class CallbackFailure:
     it that no callback had yet), or before the run was cancelled (the same, ``error``
     a ``CancelledError``), or that was emitted after the run's end began (an async
     callback failing on ``session_end`` or ``fleet_end``: its ``ErrorEvent``; ``callback``
-    ``None``, ``error`` a ``RuntimeError``): that one is given to sync callbacks only."""
+    ``None``, ``error`` a ``RuntimeError``): that one is given to sync callbacks (and
+    stream queues) only."""
 
     callback: Any
     event: Event
@@ -52,7 +53,8 @@ class CallbackFailure:
 
 
 class EventBus:
-    """Fans events out to sync callbacks (inline) and async consumers (one task, in order)."""
+    """Fans events out to sync callbacks and stream queues (inline) and async callbacks
+    (one task, in order)."""
 
     def __init__(
         self,
@@ -214,7 +216,7 @@ class EventBus:
 
         Once it began, no dispatcher is started again: an event emitted later (an async
         callback failing on the run's last events reports an ``ErrorEvent``) goes to the
-        sync callbacks only, and is recorded as not delivered to the async ones (a
+        sync callbacks and stream queues only, and is recorded as not delivered to the async ones (a
         ``RuntimeError``). It used to start a new dispatcher that nothing closed, one
         task left behind per run.
         """

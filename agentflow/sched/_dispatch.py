@@ -138,9 +138,11 @@ class Dispatcher:
         paid: a breaker that opened or a hold that began during the wait is seen, a probe
         is a probe when it goes, and ``in_flight`` counts open streams only. Nothing else
         is granted meanwhile (``_busy``: :meth:`Scheduler._try_now` queues instead), so
-        the cap and the replicas' room can only have grown — unless every replica with
-        room stopped allowing it, when the paid ticket waits at the head, its charge not
-        taken again, for the first moment one could (:meth:`_wake_in_s`).
+        the cap and the replicas' room can only have grown (a worker's leased slots
+        reclaimed meanwhile keep the claimed one: ``LeasedScheduler._place``) — unless
+        every replica with room stopped allowing it, when the paid ticket waits at the
+        head, its charge not taken again, for the first moment one could
+        (:meth:`_wake_in_s`).
         """
         assert self._rates is not None
         self._busy = True

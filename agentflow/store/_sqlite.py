@@ -50,12 +50,11 @@ __all__ = ["MAX_BUSY_TIMEOUT_S", "SQLiteStore"]
 
 _log = get_logger("agentflow.store")
 T = TypeVar("T")
-#: The page size of a store SQLite creates (bytes).
 #: The longest ``busy_timeout_s`` (about 24.8 days): SQLite takes it as a C ``int`` of
 #: milliseconds — past 2**31 - 1 it overflowed, to no wait at all, or to an
 #: ``OverflowError`` that did not name the setting.
 MAX_BUSY_TIMEOUT_S = (2**31 - 1) // 1000
-
+#: The page size of a store SQLite creates (bytes).
 PAGE_SIZE = 16384
 
 

@@ -2,9 +2,10 @@
 
 The schema comes from the signature (through a pydantic model, which also validates the
 model's arguments) and the descriptions from the docstring (its summary, and an
-``Args:`` / ``:param`` / numpydoc section for each parameter). A tool's ``tools`` entry
-is built from :func:`canonical_json_value` (keys sorted at every level), so equal
-schemas encode to equal bytes (``docs/prefix-reuse.md``). Calling a tool is
+``Args:`` / ``:param`` / numpydoc section for each parameter); an
+``Annotated[T, pydantic.Field(...)]`` hint keeps its constraints and description. A
+tool's ``tools`` entry is built from :func:`canonical_json_value` (keys sorted at every
+level), so equal schemas encode to equal bytes (``docs/prefix-reuse.md``). Calling a tool is
 ``_tools.py``'s.
 """
 
@@ -65,7 +66,7 @@ def describe(
     doc = docstring_parser.parse(inspect.getdoc(target) or "")
     param_docs = {p.arg_name: p.description or "" for p in doc.params}
     try:
-        hints = get_type_hints(described)
+        hints = get_type_hints(described, include_extras=True)  # Annotated[..] kept
     except NameError as exc:
         raise ConfigError(f"tool {tool_name!r}: cannot resolve a type hint: {exc}") from exc
     # A partial's signature leaves out the arguments it binds by position; those it
@@ -93,10 +94,13 @@ def describe(
         if pname not in hints:
             raise ConfigError(f"tool {tool_name!r}: parameter {pname!r} needs a type hint")
         default = ... if param.default is param.empty else param.default
-        fields[pname] = (
-            hints[pname],
-            pydantic.Field(default, description=param_docs.get(pname) or None),
+        # The docstring's description, when it has one; an explicit description=None
+        # would wipe the one of an ``Annotated[int, Field(description=...)]`` hint.
+        doc_says = param_docs.get(pname)
+        info = (
+            pydantic.Field(default, description=doc_says) if doc_says else pydantic.Field(default)
         )
+        fields[pname] = (hints[pname], info)
     try:
         model, schema = _model(pydantic, tool_name, fields)
     except pydantic.PydanticUserError as exc:  # a type pydantic cannot describe

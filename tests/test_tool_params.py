@@ -1,0 +1,68 @@
+"""What a tool's parameters become in its schema: ``Annotated`` hints, names, defaults."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import pydantic
+import pytest
+
+from agentflow import Agent, HTTPTransport, ToolError, tool
+from agentflow.testing import Reply, ScriptedServer
+
+
+def _count(n: Annotated[int, pydantic.Field(ge=1, description="how many, at least 1")]) -> str:
+    """Count."""
+    return f"ran with n={n}"
+
+
+def _documented(n: Annotated[int, pydantic.Field(ge=1, description="from the hint")] = 2) -> int:
+    """Count.
+
+    Args:
+        n: from the docstring.
+    """
+    return n
+
+
+def _undocumented(n: Annotated[int, pydantic.Field(ge=1, description="from the hint")] = 2) -> int:
+    """Count, no Args section."""
+    return n
+
+
+async def test_annotated_constraints_and_descriptions_reach_the_schema_and_the_call() -> None:
+    """``Annotated[int, Field(ge=1, description=...)]`` was read without its extras: no
+    minimum, no description in the schema, and the tool ran with ``n=0``."""
+    count = tool(_count)
+    assert count.parameters["properties"]["n"] == {
+        "type": "integer",
+        "minimum": 1,
+        "description": "how many, at least 1",
+    }
+    with pytest.raises(ToolError, match="cannot take"):
+        await count.invoke('{"n": 0}')
+    assert await count.invoke('{"n": 3}') == "ran with n=3"
+
+    agent = Agent(name="a", model="m", tools=[count], tool_errors="return")
+    async with (
+        ScriptedServer([Reply.tool_call("_count", {"n": 0}), Reply.text("ok")]) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        result = await agent.run("go", t)
+    assert result.ok
+    (sent,) = [m for m in srv.requests[1].body["messages"] if m["role"] == "tool"]
+    assert "ran with" not in sent["content"]
+    assert "greater than or equal to 1" in sent["content"]
+
+
+def test_the_docstring_description_wins_and_its_absence_keeps_the_hints() -> None:
+    """The docstring's description replaces the hint's; without one the hint's stays (an
+    explicit ``description=None`` used to wipe it)."""
+    assert tool(_documented).parameters["properties"]["n"]["description"] == "from the docstring."
+    undocumented = tool(_undocumented).parameters["properties"]["n"]
+    assert undocumented == {
+        "type": "integer",
+        "minimum": 1,
+        "default": 2,
+        "description": "from the hint",
+    }

@@ -258,12 +258,14 @@ class Tool:
         except Exception as exc:  # a cycle, a value whose str() raises
             raise ToolError(
                 f"tool {self.name!r} returned a {type(result).__name__} that cannot be made "
-                f"text: {type(exc).__name__}: {exc}",
+                f"text: {type(exc).__name__}: {_shown(exc)}",
                 tool=self.name,
             ) from exc
 
     def _raised(self, exc: BaseException) -> ToolError:
-        return ToolError(f"tool {self.name!r} raised {type(exc).__name__}: {exc}", tool=self.name)
+        return ToolError(
+            f"tool {self.name!r} raised {type(exc).__name__}: {_shown(exc)}", tool=self.name
+        )
 
     def _parse(self, arguments: str) -> dict[str, Any]:
         raw = arguments.strip() or "{}"
@@ -345,6 +347,15 @@ def _in_thread(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
         return fn(**kwargs)
     except (KeyboardInterrupt, GeneratorExit, StopIteration) as exc:
         raise _RaisedInThread(exc) from exc
+
+
+def _shown(exc: BaseException) -> str:
+    """``str(exc)``, or ``<unprintable TypeName>`` when that raises: the tool's failure is
+    still a :class:`ToolError` (a raising ``__str__`` used to end the session instead)."""
+    try:
+        return str(exc)
+    except Exception:
+        return f"<unprintable {type(exc).__name__}>"
 
 
 def _unpickle_tool(

@@ -126,8 +126,13 @@ def _undescribable(pydantic: Any, tool_name: str, fields: dict[str, Any], exc: E
     for pname, (hint, info) in fields.items():
         try:
             _model(pydantic, tool_name, {pname: (hint, info)})
-        except pydantic.PydanticUserError:
+        except pydantic.PydanticUserError as own:
             shown = f"{hint.__module__}.{hint.__qualname__}" if isinstance(hint, type) else hint
+            if own.code == "typed-dict-version":  # pydantic's remedy is the one to give
+                return (
+                    f"tool {tool_name!r}: parameter {pname!r} has a type pydantic cannot "
+                    f"describe on this Python, {shown}: {own.message}"
+                )
             return (
                 f"tool {tool_name!r}: parameter {pname!r} has a type no JSON schema can "
                 f"describe, {shown} ({type(exc).__name__}): the model sends JSON arguments — "

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+import sys
+from typing import Annotated, TypedDict
 
 import pydantic
 import pytest
+import typing_extensions
 
-from agentflow import Agent, HTTPTransport, ToolError, tool
+from agentflow import Agent, ConfigError, HTTPTransport, ToolError, tool
 from agentflow.testing import Reply, ScriptedServer
 
 
@@ -66,3 +68,32 @@ def test_the_docstring_description_wins_and_its_absence_keeps_the_hints() -> Non
         "default": 2,
         "description": "from the hint",
     }
+
+
+class _Typed(TypedDict):
+    a: int
+
+
+class _Extended(typing_extensions.TypedDict):
+    a: int
+
+
+def _takes_typed(d: _Typed) -> int:
+    """Read a typing.TypedDict."""
+    return d["a"]
+
+
+def _takes_extended(d: _Extended) -> int:
+    """Read a typing_extensions.TypedDict."""
+    return d["a"]
+
+
+async def test_a_typing_typed_dict_before_3_12_says_what_to_use_instead() -> None:
+    """pydantic takes a ``typing.TypedDict`` only from Python 3.12; before, the error said
+    the type could not be described at all and hid pydantic's remedy."""
+    if sys.version_info < (3, 12):
+        with pytest.raises(ConfigError, match=r"parameter 'd' .*typing_extensions\.TypedDict"):
+            tool(_takes_typed)
+    else:
+        assert await tool(_takes_typed).invoke('{"d": {"a": 1}}') == "1"
+    assert await tool(_takes_extended).invoke('{"d": {"a": 1}}') == "1"

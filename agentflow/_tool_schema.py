@@ -97,10 +97,14 @@ def describe(
         # The docstring's description, when it has one; an explicit description=None
         # would wipe the one of an ``Annotated[int, Field(description=...)]`` hint.
         doc_says = param_docs.get(pname)
-        info = (
-            pydantic.Field(default, description=doc_says) if doc_says else pydantic.Field(default)
-        )
-        fields[pname] = (hints[pname], info)
+        # Each field is named p0, p1, ... and the parameter's name is its alias (in the
+        # schema, and in the arguments validated): any name a function may take works,
+        # those of the model's own attributes too (``model_config``, ``json``, ``schema``).
+        if doc_says:
+            info = pydantic.Field(default, alias=pname, description=doc_says)
+        else:
+            info = pydantic.Field(default, alias=pname)
+        fields[f"p{len(fields)}"] = (hints[pname], info)
     try:
         model, schema = _model(pydantic, tool_name, fields)
     except pydantic.PydanticUserError as exc:  # a type pydantic cannot describe
@@ -123,9 +127,10 @@ def _model(
 def _undescribable(pydantic: Any, tool_name: str, fields: dict[str, Any], exc: Exception) -> str:
     """Why ``fields`` have no schema, naming the first parameter that has none on its own
     (pydantic's own message names a type, and advises a model setting a tool has not)."""
-    for pname, (hint, info) in fields.items():
+    for key, (hint, info) in fields.items():
+        pname = info.alias
         try:
-            _model(pydantic, tool_name, {pname: (hint, info)})
+            _model(pydantic, tool_name, {key: (hint, info)})
         except pydantic.PydanticUserError as own:
             shown = f"{hint.__module__}.{hint.__qualname__}" if isinstance(hint, type) else hint
             if own.code == "typed-dict-version":  # pydantic's remedy is the one to give

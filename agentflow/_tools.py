@@ -275,7 +275,11 @@ class Tool:
                 raise ValueError("arguments must be a JSON object")
             return value
         parsed = self._args_model.model_validate_json(raw)
-        return {name: getattr(parsed, name) for name in type(parsed).model_fields}
+        # The fields are named p0, p1, ...; the parameters' names are their aliases.
+        return {
+            info.alias or key: getattr(parsed, key)
+            for key, info in type(parsed).model_fields.items()
+        }
 
 
 @overload

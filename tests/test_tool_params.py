@@ -97,3 +97,28 @@ async def test_a_typing_typed_dict_before_3_12_says_what_to_use_instead() -> Non
     else:
         assert await tool(_takes_typed).invoke('{"d": {"a": 1}}') == "1"
     assert await tool(_takes_extended).invoke('{"d": {"a": 1}}') == "1"
+
+
+def _model_named(model_config: int, json: str, schema: bool = False, model_fields: int = 0) -> str:
+    """Take parameters named as a pydantic model's own attributes."""
+    return f"{model_config} {json} {schema} {model_fields}"
+
+
+async def test_any_parameter_name_works_those_of_pydantic_models_too() -> None:
+    """``model_config`` gave an empty schema and a tool no call could fill; ``json`` and
+    ``schema`` warned that they shadow a ``BaseModel`` attribute. The parameters' names
+    are now the fields' aliases."""
+    t = tool(_model_named)
+    assert t.parameters["properties"] == {
+        "model_config": {"type": "integer"},
+        "json": {"type": "string"},
+        "schema": {"type": "boolean", "default": False},
+        "model_fields": {"type": "integer", "default": 0},
+    }
+    assert t.parameters["required"] == ["model_config", "json"]
+    arguments = '{"model_config": 3, "json": "j", "schema": true}'
+    assert await t.invoke(arguments) == "3 j True 0"
+    with pytest.raises(ToolError, match=r"model_config\n"):
+        await t.invoke('{"json": "j"}')
+    with pytest.raises(ToolError, match="p0"):  # the internal names are not the model's
+        await t.invoke('{"p0": 3, "json": "j"}')

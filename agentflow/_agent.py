@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -72,7 +72,7 @@ class Agent:
     name: str
     model: str
     instructions: str = ""
-    tools: Sequence[Tool | Callable[..., Any]] = ()
+    tools: Collection[Tool | Callable[..., Any]] = ()
     params: Mapping[str, Any] = field(default_factory=dict)
     max_turns: int = 10
     tool_errors: Literal["return", "raise"] = "return"

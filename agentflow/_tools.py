@@ -74,6 +74,9 @@ class Tool:
             are discarded (the recorded ones stand). Leave it off for tools with outside
             effects (a payment, a file on disk): those must not run twice.
 
+    Tools are hashable, and two tools of one function with the same options are equal
+    (``tool(f) == tool(f)``).
+
     The ``tools`` entry (:meth:`spec`) is computed once, when the tool is made, from a
     canonical deep copy of ``name``, ``description`` and ``parameters``: changing the
     ``parameters`` dict afterwards has no effect (make a new tool instead).
@@ -91,8 +94,12 @@ class Tool:
     timeout_s: float | None = None
     max_output_chars: int | None = None
     replay_on_resume: bool = False
-    _args_model: type[pydantic.BaseModel] | None = field(default=None, repr=False)
+    # Not compared: each description generates a model class of its own, and two tools of
+    # one function are equal (the fields above say all the model holds).
+    _args_model: type[pydantic.BaseModel] | None = field(default=None, repr=False, compare=False)
     _spec: dict[str, Any] = field(init=False, repr=False, compare=False)
+    # The hash, over the name and the spec's JSON (``parameters`` is a dict, unhashable).
+    _hash: int = field(init=False, repr=False, compare=False)
     # Whether a call runs in a worker thread: a sync fn with in_thread (decided once).
     _threaded: bool = field(init=False, repr=False, compare=False)
 
@@ -118,10 +125,11 @@ class Tool:
             where=f"tool {self.name!r}",
         )
         try:
-            msgspec.json.encode(spec)
+            encoded = msgspec.json.encode(spec)
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
             raise ConfigError(f"tool {self.name!r}: the schema is not JSON: {exc}") from exc
         object.__setattr__(self, "_spec", spec)
+        object.__setattr__(self, "_hash", hash((self.name, encoded)))
         object.__setattr__(self, "_threaded", self.in_thread and not is_async(self.fn))
 
     @classmethod
@@ -160,6 +168,10 @@ class Tool:
             replay_on_resume=replay_on_resume,
             _args_model=described.args_model,
         )
+
+    def __hash__(self) -> int:
+        # Equal tools have equal names and specs: a tool can go in a set, or key a dict.
+        return self._hash
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A tool built from a function holds a generated pydantic model (not picklable):

@@ -1,0 +1,42 @@
+"""Tools compare by what they are, and can go in a set (``Agent(tools=...)`` takes one)."""
+
+from __future__ import annotations
+
+from agentflow import Agent, Tool, tool
+
+
+def _a(x: int) -> int:
+    """A."""
+    return x
+
+
+def _b(x: int) -> int:
+    """B."""
+    return x
+
+
+def test_tools_are_hashable_and_equal_when_made_alike() -> None:
+    """A tool was unhashable (its hash covered the ``parameters`` dict) and never equal to
+    another made from the same function (each holds a generated model class of its own)."""
+    a, b = tool(_a), tool(_b)
+    assert a == tool(_a) and hash(a) == hash(tool(_a))
+    assert (
+        a != b
+        and a != Tool.from_function(_a, timeout_s=5)
+        and a != Tool.from_function(_a, name="other")
+    )
+    assert len({a, b, tool(_a)}) == 2
+    assert {a: 1}[tool(_a)] == 1
+    hand = Tool(name="h", description="", parameters={"type": "object"}, fn=_a)
+    assert hand == Tool(name="h", description="", parameters={"type": "object"}, fn=_a)
+    assert len({hand, Tool(name="h", description="", parameters={"type": "object"}, fn=_a)}) == 1
+
+
+def test_agents_take_a_set_of_tools_and_compare_by_them() -> None:
+    """``Agent(tools=...)`` says tools may come from a set; agents of the same functions
+    are equal, and agents of other tools are not."""
+    agent = Agent(name="x", model="m", tools={tool(_b), tool(_a)})
+    assert [t.name for t in agent.tools] == ["_a", "_b"]  # type: ignore[union-attr]
+    assert agent == Agent(name="x", model="m", tools=[_a, _b])
+    assert agent != Agent(name="x", model="m", tools=[_a])
+    assert agent.tool_specs_json == Agent(name="x", model="m", tools=[_b, _a]).tool_specs_json

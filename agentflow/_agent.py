@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -94,8 +94,10 @@ class Agent:
             raise ConfigError(f"Agent.name must be a non-empty string, got {self.name!r}")
         # It starts every session id the agent makes ("<name>-<n>"), sent in a header.
         check_header_text(self.name, f"Agent.name {self.name!r}")
-        if not self.model:
-            raise ConfigError(f"Agent {self.name!r}: model must be a non-empty string")
+        if not isinstance(self.model, str) or not self.model:
+            raise ConfigError(
+                f"Agent {self.name!r}: model must be a non-empty string, got {self.model!r:.60}"
+            )
         check_count(self.max_turns, f"Agent {self.name!r}: max_turns")
         if self.tool_errors not in ("return", "raise"):
             raise ConfigError(
@@ -144,6 +146,11 @@ class Agent:
                 f"Agent {self.name!r}: context {self.context!r} is not a context link "
                 "(it has no bind())"
             )
+        if not isinstance(self.params, Mapping):
+            raise ConfigError(
+                f"Agent {self.name!r}: params must be a mapping (a dict of body fields), "
+                f"got {type(self.params).__name__}"
+            )
         bad = _RESERVED.intersection(self.params)
         if bad:
             raise ConfigError(
@@ -154,6 +161,11 @@ class Agent:
             # The budget reserves it, the scheduler charges it: a server would refuse it.
             if (value := self.params.get(key)) is not None:
                 check_count(value, f"Agent {self.name!r}: params[{key!r}]")
+        if isinstance(self.tools, str | bytes | Mapping) or not isinstance(self.tools, Iterable):
+            raise ConfigError(
+                f"Agent {self.name!r}: tools must be a list (or set) of tools or callables, "
+                f"got {type(self.tools).__name__}"
+            )
         tools = tuple(sorted((as_tool(t) for t in self.tools), key=lambda t: t.name))
         names = [t.name for t in tools]
         dupes = sorted({n for n in names if names.count(n) > 1})

@@ -30,7 +30,14 @@ from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._event_bus import DEFAULT_CALLBACK_DRAIN_S, EventBus
 from agentflow._events import Event, FleetEndEvent
-from agentflow._fleet_checks import _replicas, check_drain, check_parts, check_scale_out
+from agentflow._fleet_checks import (
+    _replicas,
+    check_callback,
+    check_callbacks,
+    check_drain,
+    check_parts,
+    check_scale_out,
+)
 from agentflow._fleet_launch import launch_run, resume_run
 from agentflow._fleet_queued import _Queued as _Queued
 from agentflow._fleet_queued import _Starter as _Starter
@@ -74,7 +81,8 @@ class Fleet:
         router: how turns are placed across replicas (sticky, prefix-affine, least-loaded).
         retry: how failed turns are retried; ``None`` never retries.
         prefix_warmup: send one request per cold shared prefix before the rest.
-        callbacks: sync or async callables, each called with every :data:`Event`.
+        callbacks: sync or async callables, each called with every :data:`Event` (one
+            that is not callable is a ConfigError naming it).
         clock: nanosecond monotonic clock for queue waits and tool durations.
         sleep: how retries wait (inject a fake in tests).
         freeze_gc: for the run, keep the objects that exist when it starts out of the
@@ -158,7 +166,7 @@ class Fleet:
         self.router = router
         self.retry = retry
         self.prefix_warmup = prefix_warmup
-        self._callbacks = list(callbacks)
+        self._callbacks = check_callbacks(callbacks)
         check_drain(callback_drain_s)
         self.callback_drain_s = callback_drain_s
         self._clock = clock
@@ -209,7 +217,12 @@ class Fleet:
         return self.replicas[0].transport
 
     def subscribe(self, callback: Callback) -> None:
-        """Add a callback for every later run."""
+        """Add a callback for every later run.
+
+        Raises:
+            ConfigError: ``callback`` is not callable.
+        """
+        check_callback(callback, "Fleet.subscribe: callback")
         self._callbacks.append(callback)
 
     async def run(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, cast
 
 from agentflow._counts import check_count
@@ -23,9 +23,16 @@ _log = get_logger("agentflow.fleet")
 
 if TYPE_CHECKING:
     from agentflow._session import Session
-    from agentflow.typing import Clock, Transport
+    from agentflow.typing import Callback, Clock, Transport
 
-__all__ = ["MAX_WORKERS", "check_drain", "check_parts", "check_scale_out"]
+__all__ = [
+    "MAX_WORKERS",
+    "check_callback",
+    "check_callbacks",
+    "check_drain",
+    "check_parts",
+    "check_scale_out",
+]
 
 #: The most workers a fleet takes (``Fleet(workers=N)``): the parent's one loop reads
 #: every worker (its events, its status every 0.25 s; a worker process has a reader thread
@@ -116,6 +123,29 @@ def check_parts(*, policy: object, limits: object, router: object, retry: object
         raise ConfigError(
             "Limits.kv_tokens is a budget per server: set it on Replica(limits=...), "
             "not on the fleet"
+        )
+
+
+def check_callbacks(callbacks: object) -> list[Callback]:
+    """``Fleet(callbacks=...)`` as a list, each one callable: else a :class:`ConfigError`
+    naming it (a non-callable one used to fail on every event of every run)."""
+    if isinstance(callbacks, str | bytes) or not isinstance(callbacks, Iterable):
+        raise ConfigError(
+            f"Fleet.callbacks must be a list of callables, got {type(callbacks).__name__} "
+            f"{callbacks!r:.60}"
+        )
+    listed = list(callbacks)
+    for i, callback in enumerate(listed):
+        check_callback(callback, f"Fleet.callbacks[{i}]")
+    return listed
+
+
+def check_callback(callback: object, where: str) -> None:
+    """Raise :class:`ConfigError` unless ``callback`` is callable (sync or async)."""
+    if not callable(callback):
+        raise ConfigError(
+            f"{where} must be a callable taking an event, got {type(callback).__name__} "
+            f"{callback!r:.60}"
         )
 
 

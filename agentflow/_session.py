@@ -31,7 +31,13 @@ from agentflow._event_bus import EventBus
 from agentflow._events import ErrorEvent, SessionEndEvent
 from agentflow._logging import get_logger
 from agentflow._sendable import check_sendable
-from agentflow._session_checks import check_session_id, hold, refused, task_messages
+from agentflow._session_checks import (
+    check_session_id,
+    hold,
+    refused,
+    session_metadata,
+    task_messages,
+)
 from agentflow._session_tools import run_tools
 from agentflow._session_turn import DEFAULT_MAX_OUTPUT_TOKENS as DEFAULT_MAX_OUTPUT_TOKENS
 from agentflow._session_turn import _rough_tokens as _rough_tokens
@@ -121,7 +127,7 @@ class Session:
         if session_id is not None and session_id != "":
             check_session_id(session_id)
         self.session_id = session_id or f"{agent.name}-{next(_ids)}"
-        self.metadata = dict(metadata or {})
+        self.metadata = session_metadata(metadata, f"session {self.session_id!r}: metadata")
         # Here, not at its first request: a task that is not messages, or a text no
         # request can carry (a lone surrogate), is a ConfigError naming it, not an error
         # deep in a turn or the transport.

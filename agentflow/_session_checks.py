@@ -27,6 +27,7 @@ __all__ = [
     "hold",
     "is_header_name",
     "refused",
+    "session_metadata",
     "task_messages",
 ]
 
@@ -95,6 +96,16 @@ def task_messages(task: object, where: str) -> list[dict[str, Any]]:
         _check_tool_calls(message.get("tool_calls"), f"{where}[{i}]['tool_calls']")
         messages.append(message)
     return messages
+
+
+def session_metadata(metadata: object, where: str) -> dict[str, Any]:
+    """A copy of a session's ``metadata`` (``None``: empty): a mapping, else a
+    :class:`ConfigError` naming it (``dict()`` of anything else was a bare ``TypeError``)."""
+    if metadata is None:
+        return {}
+    if not isinstance(metadata, Mapping):
+        raise ConfigError(f"{where} must be a mapping (a dict), got {type(metadata).__name__}")
+    return dict(metadata)
 
 
 def _check_tool_calls(calls: object, where: str) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, get_type_hints
 
@@ -23,7 +24,10 @@ from agentflow._errors import ConfigError
 if TYPE_CHECKING:
     import pydantic
 
-__all__ = ["Description", "canonical_json_value", "describe"]
+__all__ = ["Description", "canonical_json_value", "check_tool", "describe"]
+
+#: A tool name OpenAI-compatible servers take: letters, digits, ``_`` and ``-``, 1 to 64.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class Description(NamedTuple):
@@ -145,6 +149,24 @@ def _undescribable(pydantic: Any, tool_name: str, fields: dict[str, Any], exc: E
                 "dataclass or a pydantic model"
             )
     return f"tool {tool_name!r}: its parameters have no JSON schema: {exc}"
+
+
+def check_tool(name: object, description: object, fn: object) -> None:
+    """Raise :class:`ConfigError` unless ``name`` is a tool name servers take (1 to 64
+    letters, digits, ``_`` or ``-``: OpenAI's rule), ``description`` a ``str`` and ``fn``
+    callable — what :class:`Tool` checks when it is made, not each time it is sent."""
+    if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
+        hint = " (a lambda's name): pass name=" if name == "<lambda>" else ": pass name="
+        raise ConfigError(
+            f"tool name must be 1 to 64 letters, digits, '_' or '-' (OpenAI's rule), got "
+            f"{name!r:.80}{hint} (@tool(name=...), Tool.from_function(fn, name=...))"
+        )
+    if not isinstance(description, str):
+        raise ConfigError(
+            f"tool {name!r}: description must be a str, got {type(description).__name__}"
+        )
+    if not callable(fn):
+        raise ConfigError(f"tool {name!r}: fn must be callable, got {type(fn).__name__}")
 
 
 def canonical_json_value(value: Any, *, where: str = "value") -> Any:

@@ -27,7 +27,7 @@ from agentflow._counts import check_count
 from agentflow._errors import ConfigError, ToolError, ToolTimeout
 from agentflow._logging import get_logger
 from agentflow._threads import TOOL_THREADS
-from agentflow._tool_schema import canonical_json_value, describe
+from agentflow._tool_schema import canonical_json_value, check_tool, describe
 from agentflow._tool_text import to_text
 
 if TYPE_CHECKING:
@@ -82,8 +82,10 @@ class Tool:
     ``parameters`` dict afterwards has no effect (make a new tool instead).
 
     Raises:
-        ConfigError: ``parameters`` is not a JSON object with string keys, or holds a
-            value JSON cannot carry.
+        ConfigError: ``name`` is not 1 to 64 letters, digits, ``_`` or ``-`` (OpenAI's
+            rule: a lambda needs ``name=``), ``description`` is not a ``str``, ``fn`` is
+            not callable; ``parameters`` is not a JSON object with string keys, or holds
+            a value JSON cannot carry.
     """
 
     name: str
@@ -104,6 +106,7 @@ class Tool:
     _threaded: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        check_tool(self.name, self.description, self.fn)
         if self.timeout_s is not None:
             check_timeout(self.timeout_s, f"tool {self.name!r}: timeout_s")
         if self.max_output_chars is not None:

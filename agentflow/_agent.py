@@ -174,7 +174,8 @@ class Agent:
         object.__setattr__(self, "tools", tools)
         object.__setattr__(self, "params", dict(self.params))
         specs = self.tool_specs
-        specs_json = json.dumps(specs, sort_keys=True, separators=(",", ":"))
+        # allow_nan=False: strict JSON (a tool's spec holds no Infinity or NaN: Tool refuses it).
+        specs_json = json.dumps(specs, sort_keys=True, separators=(",", ":"), allow_nan=False)
         object.__setattr__(self, "tool_specs_json", specs_json)
         object.__setattr__(self, "tool_chars", len(specs_json) if specs else 0)
         object.__setattr__(

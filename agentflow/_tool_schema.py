@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import re
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple, get_type_hints
@@ -169,23 +170,35 @@ def check_tool(name: object, description: object, fn: object) -> None:
         raise ConfigError(f"tool {name!r}: fn must be callable, got {type(fn).__name__}")
 
 
-def canonical_json_value(value: Any, *, where: str = "value") -> Any:
+def canonical_json_value(value: Any, *, where: str = "value", at: str = "") -> Any:
     """A deep copy of a JSON value with every object's keys in sorted order.
 
     Lists and tuples become lists in their own order (order is meaning there); strings,
     numbers, booleans and ``None`` are kept. Encoded by msgspec (compact separators, dict
-    order preserved), equal values give equal bytes.
+    order preserved), equal values give equal bytes. ``at`` is the path of ``value``
+    inside what ``where`` names, for the errors.
 
     Raises:
-        ConfigError: an object key is not a string (JSON has no other keys).
+        ConfigError: an object key is not a string (JSON has no other keys), or a number
+            is infinite or NaN (JSON has no form for it: msgspec sent it as ``null``, and
+            ``json.dumps`` as ``Infinity``, which is not JSON) — e.g. a tool parameter's
+            default ``float("inf")``.
     """
     if isinstance(value, dict):
         for key in value:
             if not isinstance(key, str):
                 raise ConfigError(f"{where}: JSON object keys must be strings, got {key!r}")
-        return {k: canonical_json_value(value[k], where=where) for k in sorted(value)}
+        return {
+            k: canonical_json_value(value[k], where=where, at=f"{at}.{k}" if at else k)
+            for k in sorted(value)
+        }
     if isinstance(value, list | tuple):
-        return [canonical_json_value(v, where=where) for v in value]
+        return [canonical_json_value(v, where=where, at=f"{at}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(
+            f"{where}: {value!r} at {at or 'the top'} has no JSON form (JSON has no "
+            "Infinity or NaN): use a finite number, or None as the default"
+        )
     return value
 
 

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 import sys
+from collections.abc import Callable
 from typing import Annotated, TypedDict
 
 import pydantic
 import pytest
 import typing_extensions
 
-from agentflow import Agent, ConfigError, HTTPTransport, ToolError, tool
+from agentflow import Agent, ConfigError, HTTPTransport, Tool, ToolError, tool
 from agentflow.testing import Reply, ScriptedServer
 
 
@@ -122,3 +124,29 @@ async def test_any_parameter_name_works_those_of_pydantic_models_too() -> None:
         await t.invoke('{"json": "j"}')
     with pytest.raises(ToolError, match="p0"):  # the internal names are not the model's
         await t.invoke('{"p0": 3, "json": "j"}')
+
+
+def _scale(x: float = float("inf")) -> float:
+    """Scale, by default without bound."""
+    return x
+
+
+def _nan_default(x: float = float("nan")) -> float:
+    """Take a NaN default."""
+    return x
+
+
+@pytest.mark.parametrize(("fn", "shown"), [(_scale, "inf"), (_nan_default, "nan")])
+def test_a_non_finite_number_in_a_tools_schema_is_a_config_error(
+    fn: Callable[..., float], shown: str
+) -> None:
+    """``x: float = float("inf")`` was sent as ``"default": null`` (msgspec), while
+    ``Agent.tool_specs_json`` (the store's fingerprint, the prefix key) held ``Infinity``,
+    which is not JSON."""
+    says = rf"^tool '{fn.__name__}': {shown} at function\.parameters\.properties\.x\.default"
+    with pytest.raises(ConfigError, match=says):
+        tool(fn)
+    with pytest.raises(ConfigError, match=says):
+        Agent(name="a", model="m", tools=[fn])
+    with pytest.raises(ConfigError, match=r"'h': inf at function\.parameters\.enum\[1\]"):
+        Tool(name="h", description="", parameters={"enum": [1.0, math.inf]}, fn=fn)

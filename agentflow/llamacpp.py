@@ -46,6 +46,7 @@ from agentflow._llamacpp_server import (
 )
 from agentflow._logging import get_logger
 from agentflow._process import free_port
+from agentflow._public import publish as _publish
 from agentflow._redact import display_url
 from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 
@@ -294,3 +295,8 @@ async def watch_fleet_slots(
 
     found = await asyncio.gather(*(one(k, c, n) for k, (c, n) in endpoints.items()))
     return [w for w in found if w is not None]
+
+
+# LlamaCppServer reports agentflow.llamacpp, where it is imported from (it is defined in
+# _llamacpp_server.py, which the server's child process runs as well).
+_publish(__name__, __all__, globals())

@@ -30,6 +30,7 @@ NAMESPACES = (
     "agentflow.bench",
     "agentflow.context",
     "agentflow.embedded",
+    "agentflow.llamacpp",
     "agentflow.report",
     "agentflow.sched",
     "agentflow.stats",

@@ -9,9 +9,13 @@ reordered object in one system message are two — and anything else is a real d
 :func:`explain_tools` does the same for a tool list sent in another order.
 
 The work is bounded as the rest of the diff is: only a window of :data:`MARGIN` characters
-around the differing region is walked, at most :data:`JSON_TRIES` ``{`` are decoded per
-segment, and only the first finding of each kind is kept per JSON object (a bust is
-reported once per kind and segment anyway).
+around the differing region is walked; a JSON object is decoded only if it lies within
+:data:`JSON_REACH` characters of that region (only that slice of the text is handed to the
+decoder, so an object closing further away is walked into instead, and an object around the
+difference starting further before it is not looked for); at most :data:`JSON_TRIES` ``{``
+are decoded per segment, looking for the object around the difference included; and only
+the first finding of each kind is kept per JSON object (a bust is reported once per kind and
+segment anyway).
 """
 
 from __future__ import annotations
@@ -28,13 +32,15 @@ import msgspec
 from agentflow._common_runs import common_prefix, common_suffix
 from agentflow._context_events import CacheBusterKind
 
-__all__ = ["JSON_TRIES", "MARGIN", "Finding", "explain", "explain_tools", "json_text"]
+__all__ = ["JSON_REACH", "JSON_TRIES", "MARGIN", "Finding", "explain", "explain_tools", "json_text"]
 
 # How far outside the differing region volatile spans are looked for (a span that
 # starts before the first differing character: the "2024-05-01T12:00:0" of a timestamp).
 MARGIN = 160
 # How many '{' one segment's diff may try to decode as JSON objects.
 JSON_TRIES = 32
+# How far before and after the differing region a JSON object may reach to be decoded.
+JSON_REACH = 4 * MARGIN
 
 _DAY = r"(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day|Mon|Tue|Wed|Thu|Fri|Sat|Sun"
 _MONTH = (
@@ -194,11 +200,14 @@ def _span_of(text: str, token: str, start: int, end: int) -> tuple[int, int]:
 
 
 class _Walk:
-    """Two texts walked in step, and how many JSON objects may still be decoded."""
+    """Two texts walked in step, how many JSON objects may still be decoded, and where
+    the decodable slice of each text ends (``JSON_REACH`` past the differing region)."""
 
-    def __init__(self, ref: str, cur: str) -> None:
+    def __init__(self, ref: str, cur: str, s: int) -> None:
         self.ref, self.cur = ref, cur
         self.tries = JSON_TRIES
+        tail = max(0, s - JSON_REACH)
+        self.stop_ref, self.stop_cur = len(ref) - tail, len(cur) - tail
 
     def objects(self, i: int, j: int) -> tuple[list[Finding] | None, int, int] | None:
         """The findings in the JSON objects at ``ref[i]`` and ``cur[j]`` (``None`` if they
@@ -206,8 +215,8 @@ class _Walk:
         if self.tries <= 0:
             return None
         self.tries -= 1
-        a = _decode(self.ref, i)
-        b = _decode(self.cur, j) if a is not None else None
+        a = _decode(self.ref, i, self.stop_ref)
+        b = _decode(self.cur, j, self.stop_cur) if a is not None else None
         if a is None or b is None:
             return None
         (v_ref, e_ref), (v_cur, e_cur) = a, b
@@ -231,31 +240,37 @@ class _Walk:
         return out, e_ref, e_cur
 
     def enclosing(self, p: int, start: int) -> int:
-        """The start of the outermost JSON object (among the nearest ``{`` before
-        ``start``) that holds the first differing character ``p``; else ``start``."""
+        """The start of the outermost JSON object that holds the first differing character
+        ``p`` — among the nearest ``{`` before ``start`` but at most ``JSON_REACH`` before
+        ``p``, each a try of the budget — else ``start``."""
         at = start
-        for _ in range(JSON_TRIES):
-            at = self.ref.rfind("{", 0, at)
+        reach = max(0, p - JSON_REACH)
+        while self.tries > 0:
+            at = self.ref.rfind("{", reach, at)
             if at < 0:
                 break
-            a = _decode(self.ref, at)
-            b = _decode(self.cur, at) if a is not None and a[1] > p else None
+            self.tries -= 1
+            a = _decode(self.ref, at, self.stop_ref)
+            b = _decode(self.cur, at, self.stop_cur) if a is not None and a[1] > p else None
             if b is not None and b[1] > p:
                 start = at
         return start
 
 
-def _decode(text: str, at: int) -> tuple[Any, int] | None:
+def _decode(text: str, at: int, stop: int) -> tuple[Any, int] | None:
+    """The JSON value at ``text[at]`` and where it ends, if it ends by ``stop`` (only
+    ``text[at:stop]`` is decoded)."""
     try:
-        return _DECODER.raw_decode(text, at)
+        value, end = _DECODER.raw_decode(text[at:stop])
     except (ValueError, RecursionError):
         return None
+    return value, at + end
 
 
 def explain(ref: str, cur: str, p: int, s: int) -> list[Finding] | None:
     """The findings that explain how ``cur`` differs from ``ref`` — ``p`` their common head,
     ``s`` their common tail — or ``None`` if something real differs."""
-    walk = _Walk(ref, cur)
+    walk = _Walk(ref, cur, s)
     i = j = walk.enclosing(p, max(0, p - MARGIN))
     tail = max(0, s - MARGIN)
     end_ref, end_cur = len(ref) - tail, len(cur) - tail

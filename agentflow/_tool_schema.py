@@ -21,14 +21,19 @@ from typing import TYPE_CHECKING, Any, NamedTuple, get_type_hints
 import docstring_parser
 
 from agentflow._errors import ConfigError
+from agentflow._logging import get_logger
 
 if TYPE_CHECKING:
     import pydantic
 
 __all__ = ["Description", "canonical_json_value", "check_tool", "describe"]
 
-#: A tool name OpenAI-compatible servers take: letters, digits, ``_`` and ``-``, 1 to 64.
-_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: OpenAI's rule for a tool name: letters, digits, ``_`` and ``-``, 1 to 64. Other
+#: servers (vLLM, llama.cpp) take more (``web.search``, ``fs:read``, MCP's and Gemini's
+#: namespaced names): a name outside it is logged, not refused.
+_OPENAI_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_warned_names: set[str] = set()  # logged once per name, however many tools bear it
+_log = get_logger("agentflow.tools")
 
 
 class Description(NamedTuple):
@@ -41,13 +46,20 @@ class Description(NamedTuple):
 
 
 def describe(
-    fn: Callable[..., Any], *, name: str | None = None, description: str | None = None
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    annotated: bool = True,
 ) -> Description:
     """Describe ``fn`` as a tool from its signature, type hints and docstring.
 
     A ``functools.partial`` is described by the function it wraps (its name, hints and
     docstring), less the arguments it binds: those are fixed, not the model's. ``name``
-    and ``description``, when given, replace the ones found.
+    and ``description``, when given, replace the ones found. ``annotated=False``
+    describes it as releases before stop 36 did, leaving out what ``Annotated[...]``
+    hints add (constraints, descriptions): the schemas that runs recorded then were
+    fingerprinted with (``store/_codec.py``).
 
     Raises:
         ConfigError: ``fn`` is not callable; a parameter has no type hint, or one no
@@ -68,10 +80,11 @@ def describe(
     if not hasattr(target, "__name__"):  # a callable object: described by its __call__
         described = getattr(target, "__call__")  # noqa: B004, B009 - mypy sees only Callable
     tool_name = name or getattr(target, "__name__", None) or type(target).__name__
+    check_tool_name(tool_name)  # before it names the arguments' model
     doc = docstring_parser.parse(inspect.getdoc(target) or "")
     param_docs = {p.arg_name: p.description or "" for p in doc.params}
     try:
-        hints = get_type_hints(described, include_extras=True)  # Annotated[..] kept
+        hints = get_type_hints(described, include_extras=annotated)  # Annotated[..] kept
     except NameError as exc:
         raise ConfigError(f"tool {tool_name!r}: cannot resolve a type hint: {exc}") from exc
     # A partial's signature leaves out the arguments it binds by position; those it
@@ -153,21 +166,45 @@ def _undescribable(pydantic: Any, tool_name: str, fields: dict[str, Any], exc: E
 
 
 def check_tool(name: object, description: object, fn: object) -> None:
-    """Raise :class:`ConfigError` unless ``name`` is a tool name servers take (1 to 64
-    letters, digits, ``_`` or ``-``: OpenAI's rule), ``description`` a ``str`` and ``fn``
-    callable — what :class:`Tool` checks when it is made, not each time it is sent."""
-    if not isinstance(name, str) or not _TOOL_NAME.fullmatch(name):
-        hint = " (a lambda's name): pass name=" if name == "<lambda>" else ": pass name="
-        raise ConfigError(
-            f"tool name must be 1 to 64 letters, digits, '_' or '-' (OpenAI's rule), got "
-            f"{name!r:.80}{hint} (@tool(name=...), Tool.from_function(fn, name=...))"
-        )
+    """Raise :class:`ConfigError` unless ``name`` is a tool name a server can take
+    (:func:`check_tool_name`), ``description`` a ``str`` and ``fn`` callable: what
+    :class:`Tool` checks when it is made, not each time it is sent."""
+    check_tool_name(name)
     if not isinstance(description, str):
         raise ConfigError(
             f"tool {name!r}: description must be a str, got {type(description).__name__}"
         )
     if not callable(fn):
         raise ConfigError(f"tool {name!r}: fn must be callable, got {type(fn).__name__}")
+
+
+def check_tool_name(name: object) -> None:
+    """Raise :class:`ConfigError` unless ``name`` is a tool name a server can take: a
+    non-empty ``str`` of printable characters without whitespace, not a generated name
+    such as a lambda's ``<lambda>``. A name outside OpenAI's rule (1 to 64 letters,
+    digits, ``_`` or ``-``) is logged once: OpenAI's API refuses it, other servers take
+    it."""
+    if (
+        not isinstance(name, str)
+        or not name.isprintable()
+        or name.startswith("<")
+        or any(c.isspace() for c in name)
+        or not name
+    ):
+        hint = ": pass name= (@tool(name=...), Tool.from_function(fn, name=...))"
+        raise ConfigError(
+            "tool name must be a non-empty str of printable characters without whitespace "
+            f"(OpenAI's API takes 1 to 64 letters, digits, '_' or '-'), got {name!r:.80}"
+            + (hint if isinstance(name, str) and name.startswith("<") else "")
+        )
+    if not _OPENAI_TOOL_NAME.fullmatch(name) and name not in _warned_names:
+        _warned_names.add(name)
+        _log.warning(
+            "tool.name_outside_openai_rule",
+            tool=name[:80],
+            hint="OpenAI's API refuses it (1 to 64 letters, digits, '_' or '-'); "
+            "vLLM and llama.cpp take it",
+        )
 
 
 def canonical_json_value(value: Any, *, where: str = "value", at: str = "") -> Any:

@@ -82,10 +82,12 @@ class Tool:
     ``parameters`` dict afterwards has no effect (make a new tool instead).
 
     Raises:
-        ConfigError: ``name`` is not 1 to 64 letters, digits, ``_`` or ``-`` (OpenAI's
-            rule: a lambda needs ``name=``), ``description`` is not a ``str``, ``fn`` is
-            not callable; ``parameters`` is not a JSON object with string keys, or holds
-            a value JSON cannot carry.
+        ConfigError: ``name`` is empty, not a ``str``, holds whitespace or a control
+            character, or is generated (a lambda's ``<lambda>``: pass ``name=``; a name
+            outside OpenAI's rule — 1 to 64 letters, digits, ``_`` or ``-`` — is only
+            logged), ``description`` is not a ``str``, ``fn`` is not callable;
+            ``parameters`` is not a JSON object with string keys, or holds a value JSON
+            cannot carry.
     """
 
     name: str
@@ -100,8 +102,9 @@ class Tool:
     # one function are equal (the fields above say all the model holds).
     _args_model: type[pydantic.BaseModel] | None = field(default=None, repr=False, compare=False)
     _spec: dict[str, Any] = field(init=False, repr=False, compare=False)
-    # The hash, over the name and the spec's JSON (``parameters`` is a dict, unhashable).
-    _hash: int = field(init=False, repr=False, compare=False)
+    # Compared: whether its arguments are validated (a described tool's are, a hand-built
+    # one's are not), so two tools that would treat a call differently are not equal.
+    _validated: bool = field(init=False, repr=False)
     # Whether a call runs in a worker thread: a sync fn with in_thread (decided once).
     _threaded: bool = field(init=False, repr=False, compare=False)
 
@@ -128,11 +131,11 @@ class Tool:
             where=f"tool {self.name!r}",
         )
         try:
-            encoded = msgspec.json.encode(spec)
+            msgspec.json.encode(spec)  # what the wire will carry: encodable
         except (TypeError, ValueError, OverflowError, msgspec.EncodeError) as exc:
             raise ConfigError(f"tool {self.name!r}: the schema is not JSON: {exc}") from exc
         object.__setattr__(self, "_spec", spec)
-        object.__setattr__(self, "_hash", hash((self.name, encoded)))
+        object.__setattr__(self, "_validated", self._args_model is not None)
         object.__setattr__(self, "_threaded", self.in_thread and not is_async(self.fn))
 
     @classmethod
@@ -173,8 +176,9 @@ class Tool:
         )
 
     def __hash__(self) -> int:
-        # Equal tools have equal names and specs: a tool can go in a set, or key a dict.
-        return self._hash
+        # Equal tools have equal names (``parameters`` is a dict, unhashable; a hash of
+        # its JSON told 1 from 1.0, which compare equal): a tool can go in a set.
+        return hash(self.name)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A tool built from a function holds a generated pydantic model (not picklable):

@@ -37,18 +37,15 @@ def _add(a: int, b: int) -> int:
         ),
         (
             lambda: Tool(name=FIVE, description="", parameters={}, fn=print),
-            r"tool name must be 1 to 64 letters, digits, '_' or '-'.*got 5",
+            r"tool name must be a non-empty str .*got 5$",
         ),
         (
             lambda: Tool(name="", description="", parameters={}, fn=print),
-            r"tool name must be .*got ''",
+            r"tool name must be .*got ''$",
         ),
-        (
-            lambda: Tool(name="x" * 65, description="", parameters={}, fn=print),
-            r"tool name must be 1 to 64",
-        ),
-        (lambda: tool(name="my tool")(_add), r"got 'my tool': pass name="),
-        (lambda: tool(lambda: 1), r"got '<lambda>' \(a lambda's name\): pass name="),
+        (lambda: tool(name="my tool")(_add), r"without whitespace.*got 'my tool'$"),
+        (lambda: tool(name="a\x00b")(_add), r"printable.*got 'a\\x00b'$"),
+        (lambda: tool(lambda: 1), r"got '<lambda>': pass name="),
         (
             lambda: Tool(name="x", description="", parameters={}, fn=FIVE),
             r"tool 'x': fn must be callable, got int",
@@ -76,9 +73,20 @@ def test_a_wrong_value_is_a_config_error_naming_it(build: Any, says: str) -> Non
         build()
 
 
-def test_good_values_still_pass() -> None:
+def test_good_values_still_pass(caplog: pytest.LogCaptureFixture) -> None:
     """The checks refuse nothing that worked: names of 64 characters, tools from a tuple,
-    a params mapping, metadata, callbacks from a generator."""
+    a params mapping, metadata, callbacks from a generator; names outside OpenAI's rule
+    that vLLM and llama.cpp take (namespaced MCP tools, a long or non-ASCII name) are
+    logged once each, not refused — runs recorded with them must still resume."""
+    import logging
+
+    caplog.set_level(logging.WARNING, logger="agentflow.tools")
+    for name in ("web.search", "fs:read", "café", "x" * 65, "web.search"):
+        Tool(name=name, description="", parameters={}, fn=print)
+    logged = [
+        r.getMessage() for r in caplog.records if "name_outside_openai_rule" in r.getMessage()
+    ]
+    assert len(logged) == 4
     named = Tool.from_function(_add, name="a-Z_09" + "x" * 58)
     agent = Agent(name="a", model="m", tools=(named,), params={"temperature": 0})
     assert agent.session("x", metadata={"k": 1}).metadata == {"k": 1}

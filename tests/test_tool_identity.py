@@ -40,3 +40,16 @@ def test_agents_take_a_set_of_tools_and_compare_by_them() -> None:
     assert agent == Agent(name="x", model="m", tools=[_a, _b])
     assert agent != Agent(name="x", model="m", tools=[_a])
     assert agent.tool_specs_json == Agent(name="x", model="m", tools=[_b, _a]).tool_specs_json
+
+
+def test_equal_tools_hash_alike_and_a_validated_tool_is_not_a_raw_one() -> None:
+    """The hash was taken over the spec's JSON, where 1 and 1.0 differ though they compare
+    equal: two equal tools hashed apart and a set kept both. And a hand-built tool equal
+    in every field to a described one compared equal, though it passes the model's
+    arguments through unchecked where the described one validates them."""
+    one = Tool(name="t", description="", parameters={"default": 1}, fn=_a)
+    one_f = Tool(name="t", description="", parameters={"default": 1.0}, fn=_a)
+    assert one == one_f and hash(one) == hash(one_f) and len({one, one_f}) == 1
+    described = tool(_a)
+    raw = Tool(name="_a", description=described.description, parameters=described.parameters, fn=_a)
+    assert described != raw

@@ -187,11 +187,36 @@ def fingerprints(agent: Agent) -> set[str]:
     ):
         contexts.append("ContextBudget")
     found = set()
-    for context in contexts:
-        found.add(fingerprint(agent, context=context))
-        found.add(_fingerprint_v2(agent, context))
-        found.add(_fingerprint_v1(agent, context))
+    before = _before_annotated(agent)
+    for a in (agent,) if before is None else (agent, before):
+        for context in contexts:
+            found.add(fingerprint(a, context=context))
+            found.add(_fingerprint_v2(a, context))
+            found.add(_fingerprint_v1(a, context))
     return found
+
+
+def _before_annotated(agent: Agent) -> Agent | None:
+    """``agent`` with its tools made from functions described as releases before stop 36
+    described them — without what ``Annotated[...]`` hints add to the schema — or
+    ``None`` when that changes no tool: runs recorded then hold fingerprints of those
+    schemas, and resume. (Resume only: each such tool is described again.)"""
+    from agentflow._errors import ConfigError
+    from agentflow._tool_schema import describe
+
+    tools: list[Any] = []
+    changed = False
+    for t in agent.tools:
+        if isinstance(t, Tool) and t._args_model is not None:
+            try:
+                old = describe(t.fn, name=t.name, description=t.description, annotated=False)
+            except ConfigError:  # a hint only its Annotated form describes
+                old = None
+            if old is not None and old.parameters != t.parameters:
+                t = dataclasses.replace(t, parameters=old.parameters)
+                changed = True
+        tools.append(t)
+    return dataclasses.replace(agent, tools=tools) if changed else None
 
 
 def agent_info(agent: Agent) -> AgentInfo:

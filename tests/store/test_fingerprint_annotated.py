@@ -1,0 +1,50 @@
+"""A run recorded before ``Annotated[...]`` hints reached tool schemas (stop 36) still
+resumes: its agents' fingerprints were taken over the schemas without them."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import pydantic
+
+from agentflow import Agent, Tool, tool
+from agentflow._tool_schema import describe
+from agentflow.store._codec import fingerprint, fingerprints
+
+
+def _count(n: Annotated[int, pydantic.Field(ge=1, description="how many")]) -> str:
+    """Count."""
+    return str(n)
+
+
+def _plain(n: int) -> str:
+    """Count."""
+    return str(n)
+
+
+def test_a_fingerprint_recorded_without_annotated_extras_is_still_known() -> None:
+    now = Agent(name="a", model="m", tools=[tool(_count)])
+    was = describe(_count, annotated=False)  # what releases before stop 36 described
+    assert "minimum" not in was.parameters["properties"]["n"]
+    recorded = Agent(
+        name="a",
+        model="m",
+        tools=[
+            Tool(
+                name=was.name,
+                description=was.description,
+                parameters=was.parameters,
+                fn=_count,
+                _args_model=was.args_model,
+            )
+        ],
+    )
+    assert fingerprint(recorded) != fingerprint(now)
+    assert fingerprint(recorded) in fingerprints(now)
+    assert fingerprint(now) in fingerprints(now)
+
+
+def test_tools_without_annotated_hints_add_no_fingerprint() -> None:
+    """Only an agent whose schemas differ without the extras is fingerprinted twice."""
+    agent = Agent(name="a", model="m", tools=[tool(_plain)])
+    assert len(fingerprints(agent)) == len(fingerprints(Agent(name="a", model="m")))

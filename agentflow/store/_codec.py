@@ -138,11 +138,19 @@ def fingerprint(agent: Agent, *, context: str | None = None) -> str:
     chain's: its links' types, in order); ``context`` stands in for that type's name.
     Tool *code* cannot be fingerprinted; its schema is.
 
-    It is the BLAKE2b-128 of the compact, key-sorted JSON of ``[3, name,
+    It is the BLAKE2b-128 of the compact, key-sorted JSON of ``[4, name,
     text_hash(instructions), config]``: the instructions count by their digest, the one
     they are stored under, which :func:`text_hash` remembers — a fleet's agents share a
-    prompt of tens of KB, hashed once rather than once per agent. The 3 tells this
-    definition from those runs were recorded with before (:func:`fingerprints`)."""
+    prompt of tens of KB, hashed once rather than once per agent. The 4 tells this
+    definition from those runs were recorded with before (:func:`fingerprints`): 3 is
+    the same over tool schemas described without what ``Annotated[...]`` hints add."""
+    return _digest(4, agent, _config_json(agent, context))
+
+
+def _fingerprint_v3(agent: Agent, context: str | None = None) -> str:
+    """The fingerprint runs recorded before ``Annotated[...]`` hints reached tool schemas
+    hold: :func:`fingerprint`'s definition with a 3 (of ``agent`` as described then:
+    :func:`_before_annotated`)."""
     return _digest(3, agent, _config_json(agent, context))
 
 
@@ -172,7 +180,8 @@ def _dumps(value: Any) -> str:
 
 def fingerprints(agent: Agent) -> set[str]:
     """The fingerprints a recorded run may hold for ``agent``: its own, and the ones of
-    definitions runs were recorded with before — without the tools' own limits
+    definitions runs were recorded with before — over tool schemas without what
+    ``Annotated[...]`` hints add (:func:`_fingerprint_v3`), without the tools' own limits
     (:func:`_fingerprint_v2`), the whole prompt hashed (:func:`_fingerprint_v1`) and,
     when its context is a chain holding a ``ContextBudget``, the context named
     ``ContextBudget`` (before the context chain existed,
@@ -187,12 +196,14 @@ def fingerprints(agent: Agent) -> set[str]:
     ):
         contexts.append("ContextBudget")
     found = set()
-    before = _before_annotated(agent)
-    for a in (agent,) if before is None else (agent, before):
-        for context in contexts:
-            found.add(fingerprint(a, context=context))
-            found.add(_fingerprint_v2(a, context))
-            found.add(_fingerprint_v1(a, context))
+    # The earlier definitions were taken over tool schemas described without what
+    # Annotated[...] hints add: of the agent as it was described then.
+    before = _before_annotated(agent) or agent
+    for context in contexts:
+        found.add(fingerprint(agent, context=context))
+        found.add(_fingerprint_v3(before, context))
+        found.add(_fingerprint_v2(before, context))
+        found.add(_fingerprint_v1(before, context))
     return found
 
 

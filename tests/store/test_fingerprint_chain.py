@@ -13,7 +13,13 @@ import pytest
 from agentflow import Agent, ConfigError, FleetResult
 from agentflow.context import ContextBudget, FleetBudget
 from agentflow.embedded import run_virtual
-from agentflow.store._codec import _fingerprint_v1, _fingerprint_v2, fingerprint, fingerprints
+from agentflow.store._codec import (
+    _fingerprint_v1,
+    _fingerprint_v2,
+    _fingerprint_v3,
+    fingerprint,
+    fingerprints,
+)
 
 from .fleets import agents, resume, run_cut
 
@@ -46,7 +52,9 @@ def test_the_legacy_fingerprint_is_accepted_only_for_a_chain_with_a_budget() -> 
     legacy = fingerprint(team(old)[0])
     assert legacy in fingerprints(team([fleet, budget])[0])
     assert legacy not in fingerprints(team([fleet])[0])
-    earlier = {_fingerprint_v2(team(old)[0]), _fingerprint_v1(team(old)[0])}
+    earlier = {
+        _fingerprint_v3(team(old)[0]), _fingerprint_v2(team(old)[0]), _fingerprint_v1(team(old)[0])
+    }  # fmt: skip
     assert fingerprints(team(budget)[0]) == {legacy, *earlier}
 
 

@@ -123,24 +123,39 @@ class Broker:
     def idle_check(self, j: int) -> None:
         """While a worker waits for slots: ask one that had nothing queued when it last
         told (every 0.25 s) for the slots it is not using. Only what is free when the
-        ask arrives comes back; nothing is owed, so a busy worker keeps its slots."""
-        if not self.pending or j in self.pending or not self.workers[j].alive:
+        ask arrives comes back; nothing is owed, so a busy worker keeps its slots.
+
+        A worker that waits itself but had nothing queued is asked too (even with no
+        spare slot): its ask is stale (the ticket it asked for went out, or was
+        cancelled), and its answer (``return_spare``, sent only with nothing queued)
+        withdraws it. Skipped, an idle worker holding every slot behind a stale ask was
+        never asked for them, and the worker that waited for one waited for ever."""
+        if not self.workers[j].alive or not any(k != j for k in self.pending):
             return
         in_flight, queued = self.live[j]
         spare = self.held[j] - in_flight - self.reclaiming[j]
-        if queued == 0 and spare > 0:
-            self._send(j, ("spare", spare))
+        if queued == 0 and (spare > 0 or j in self.pending):
+            self._send(j, ("spare", max(0, spare)))
 
     def returned(self, i: int, n: int, *, owed: bool = True) -> None:
+        """Slots came back from worker ``i``: owed ones (a reclaim) or spare ones (an
+        ``idle_check``; that answer also withdraws any ask of its own). Owed slots go
+        first to the other workers that wait — the ones they were reclaimed for —
+        and only then back to ``i``, whose own ask may have been queued earlier."""
         self.messages += 1
         self.held[i] -= n
         if owed:
             self.reclaiming[i] = max(0, self.reclaiming[i] - n)
+        else:
+            self.pending.pop(i, None)
         self.free += n
-        self._serve_pending()
+        self._serve_pending(last=i)
 
-    def _serve_pending(self) -> None:
-        for j in list(self.pending):
+    def _serve_pending(self, last: int | None = None) -> None:
+        order = [j for j in self.pending if j != last]
+        if last in self.pending:
+            order.append(last)
+        for j in order:
             if self.free <= 0:
                 break
             if self.reclaiming[j] > 0:  # it owes slots: what it gives back goes elsewhere

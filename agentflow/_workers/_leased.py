@@ -116,12 +116,16 @@ class LeaseClient:
 
     def spare(self, n: int) -> None:
         """The broker asks for slots this worker is not using: give back what is free
-        now, if nothing waits here (nothing is owed)."""
+        now, if nothing waits here (nothing is owed). With nothing waiting, an ask of
+        its own still out is stale (the ticket it was for went out or was cancelled):
+        the answer, even of no slot, withdraws it (the broker drops it on
+        ``return_spare``), and the next ticket short of a slot asks afresh."""
         sched = self.scheduler
         if sched is None or sched.waiting:
             return
-        give = min(n, self.slots - self.owed - sched.claimed)
-        if give > 0:
+        give = max(0, min(n, self.slots - self.owed - sched.claimed))
+        if give > 0 or self._asked:
+            self._asked = 0
             self.slots -= give
             self._run.send(("return_spare", give))
 

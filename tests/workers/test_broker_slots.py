@@ -211,3 +211,54 @@ def test_a_slot_reclaimed_while_its_ticket_pays_the_fleet_rate_is_used_then_retu
 
     assert run_virtual(main()) == (True, True)
     assert broker.held == [0, 1]
+
+
+def test_a_slot_reclaimed_for_a_worker_is_not_handed_back_to_its_owner() -> None:
+    """3 workers, 2 slots: worker 0's own ask was queued before worker 2's; the slot it
+    returned went straight back to it, and worker 2 waited."""
+    ws = [_Worker(), _Worker(), _Worker()]
+    broker = Broker(Limits(max_in_flight=2, rpm=60), ws, [(0, 5)] * 3)  # type: ignore[arg-type]
+    broker.held, broker.free = [2, 0, 0], 0
+    broker.want_slots(0, 1)  # 2 in flight, 1 queued: it asks for a 3rd slot
+    broker.want_slots(2, 1)  # worker 2 gets work: 1 slot reclaimed from worker 0 for it
+    assert ws[0].sent == [("reclaim", 1)]
+    broker.returned(0, 1)
+    assert ws[2].sent == [("slots", 1)] and ws[0].sent == [("reclaim", 1)]
+    assert broker.held == [1, 0, 1] and broker.pending == {0: 1}
+
+
+def test_a_stale_ask_does_not_keep_an_idle_worker_from_giving_back_its_slots() -> None:
+    """Worker 0's ask outlived its queue (a LeaseClient never asked again while one was
+    out): idle and holding every slot, it was never asked for them, being 'waiting'."""
+    ws = [_Worker(), _Worker(), _Worker()]
+    broker = Broker(Limits(max_in_flight=2), ws, [(2, 0), (0, 0), (0, 1)])  # type: ignore[arg-type]
+    broker.held, broker.free = [2, 0, 0], 0
+    broker.pending = {2: 1, 0: 1}  # what the run above left (worker 0's queue drained since)
+    for _ in range(4):  # its streams end; every worker tells every 0.25 s
+        broker.live[0] = (0, 0)
+        for j in range(3):
+            broker.idle_check(j)
+    assert ("spare", 2) in ws[0].sent
+    broker.returned(0, 2, owed=False)  # its answer also withdraws its ask
+    assert broker.pending == {} and ws[2].sent == [("slots", 1)]
+    assert broker.held == [0, 0, 1] and broker.free == 1
+
+
+def test_a_lease_client_withdraws_a_stale_ask_when_asked_for_spare_slots() -> None:
+    """With nothing waiting, its answer to ``spare`` (even of no slot) withdraws its ask,
+    and the next ticket short of a slot asks afresh (it never asked again while one
+    was out)."""
+    from agentflow._workers._leased import LeaseClient
+
+    sent: list[tuple[Any, ...]] = []
+    config = {"slots": True, "rates": False, "slot_batch": 1, "rpm": None, "tpm": None,
+              "initial_slots": 1}  # fmt: skip
+    client = LeaseClient(SimpleNamespace(send=sent.append), config)  # type: ignore[arg-type]
+    client.scheduler = SimpleNamespace(waiting=0, claimed=1)  # type: ignore[assignment]
+    client.need_slots(1)
+    client.need_slots(1)  # one ask out at a time
+    assert sent == [("want_slots", 1)]
+    client.spare(1)  # its one slot is busy, nothing waits: no slot, but the ask goes
+    assert sent[-1] == ("return_spare", 0) and client.slots == 1
+    client.need_slots(1)
+    assert sent[-1] == ("want_slots", 1) and len(sent) == 3

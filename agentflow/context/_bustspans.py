@@ -13,7 +13,8 @@ around the differing region is walked; a JSON object is decoded only if it lies 
 :data:`JSON_REACH` characters of that region (only that slice of the text is handed to the
 decoder, so an object closing further away is walked into instead, and an object around the
 difference starting further before it is not looked for); at most :data:`JSON_TRIES` ``{``
-are decoded per segment, looking for the object around the difference included; and only
+are decoded per segment by the walk and as many looking for the object around the difference
+(an object closing before the difference is skipped whole, its inner ``{`` untried); and only
 the first finding of each kind is kept per JSON object (a bust is reported once per kind and
 segment anyway).
 """
@@ -241,19 +242,24 @@ class _Walk:
 
     def enclosing(self, p: int, start: int) -> int:
         """The start of the outermost JSON object that holds the first differing character
-        ``p`` — among the nearest ``{`` before ``start`` but at most ``JSON_REACH`` before
-        ``p``, each a try of the budget — else ``start``."""
-        at = start
-        reach = max(0, p - JSON_REACH)
-        while self.tries > 0:
-            at = self.ref.rfind("{", reach, at)
+        ``p`` — the first ``{`` before ``start`` but at most ``JSON_REACH`` before ``p`` whose
+        object does, looked for front to back and skipping each object that closes before
+        ``p`` whole (with the ``{`` in it), at most ``JSON_TRIES`` of them — else ``start``.
+        It has its own tries: records closing before the difference must not use up the
+        walk's (a reordered object right at the difference would go unseen)."""
+        at = max(0, p - JSON_REACH)
+        for _ in range(JSON_TRIES):
+            at = self.ref.find("{", at, start)
             if at < 0:
                 break
-            self.tries -= 1
             a = _decode(self.ref, at, self.stop_ref)
-            b = _decode(self.cur, at, self.stop_cur) if a is not None and a[1] > p else None
+            if a is not None and a[1] <= p:
+                at = a[1]  # closes before the difference: so does every object in it
+                continue
+            b = _decode(self.cur, at, self.stop_cur) if a is not None else None
             if b is not None and b[1] > p:
-                start = at
+                return at
+            at += 1
         return start
 
 

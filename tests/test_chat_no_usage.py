@@ -5,11 +5,9 @@ reported, as it does for cached tokens. The real command runs in a child Python 
 
 from __future__ import annotations
 
-import asyncio
-
 from agentflow.testing import Reply, ScriptedServer, sse_frames
 
-from .test_chat_retry_cli import ENV, command, finish
+from .test_chat_retry_cli import chat_piped
 
 
 def no_usage() -> Reply:
@@ -21,19 +19,8 @@ def no_usage() -> Reply:
 
 async def test_a_prompt_count_not_sent_is_not_reported() -> None:
     async with ScriptedServer([no_usage()]) as srv:
-        proc = await asyncio.create_subprocess_exec(
-            *command(srv.base_url),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=ENV,
-        )
-        assert proc.stdout is not None and proc.stderr is not None
-        out, err = await finish(
-            proc,
-            asyncio.ensure_future(proc.stdout.read()),
-            asyncio.ensure_future(proc.stderr.read()),
-        )
-    assert proc.returncode == 0, err.decode()
+        code, out, err = await chat_piped(srv.base_url)
+    assert code == 0, err.decode()
     assert out.decode() == "hi there\n"
     (last,) = err.decode().splitlines()[-1:]
     assert "· prompt not reported · cached not reported" in last

@@ -61,24 +61,31 @@ async def finish(proc: asyncio.subprocess.Process, *io: asyncio.Future[bytes]) -
             await proc.wait()
 
 
+async def chat_piped(base_url: str) -> tuple[int | None, bytes, bytes]:
+    """Run ``agentflow chat`` against ``base_url`` with stdout and stderr pipes: its exit
+    code, stdout and stderr."""
+    proc = await asyncio.create_subprocess_exec(
+        *command(base_url),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=ENV,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = await finish(
+        proc,
+        asyncio.ensure_future(proc.stdout.read()),
+        asyncio.ensure_future(proc.stderr.read()),
+    )
+    return proc.returncode, out, err
+
+
 async def test_piped_output_is_exactly_the_answer() -> None:
     """With stdout a pipe the discarded attempt never reaches it: stdout is the answer
     and a newline; stderr says which attempt failed and that it was retried."""
     async with ScriptedServer(replies()) as srv:
-        proc = await asyncio.create_subprocess_exec(
-            *command(srv.base_url),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=ENV,
-        )
-        assert proc.stdout is not None and proc.stderr is not None
-        out, err = await finish(
-            proc,
-            asyncio.ensure_future(proc.stdout.read()),
-            asyncio.ensure_future(proc.stderr.read()),
-        )
+        code, out, err = await chat_piped(srv.base_url)
         srv.assert_complete()
-    assert proc.returncode == 0, err.decode()
+    assert code == 0, err.decode()
     assert out.decode() == ANSWER + "\n"
     assert "attempt 1 failed (StreamInterrupted" in err.decode()
     assert len(srv.requests) == 2

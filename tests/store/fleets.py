@@ -186,3 +186,13 @@ async def run_ids(store: Store) -> list[str]:
         return [r.run_id for r in await store.runs()]
     finally:
         await store.aclose()
+
+
+def only_run_id(db: Path) -> str:
+    """The id of the one run the store at ``db`` holds."""
+    conn = sqlite3.connect(db)
+    try:
+        ((run_id,),) = conn.execute("SELECT run_id FROM runs")
+    finally:
+        conn.close()
+    return str(run_id)

@@ -7,7 +7,6 @@ and ``tools`` empty though every call's name, outcome and duration is stored.)""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -15,17 +14,10 @@ import pytest
 
 from agentflow.cli import main
 
+from .fleets import only_run_id
+
 _GOODPUT = ("name", "bounds", "turns", "turns_met", "output_tokens_met", "agents_met")
 _ROW = ("session_id", "tool_calls", "tool_errors", "slo_turns_met", "meets_slo")
-
-
-def _run_id(db: Path) -> str:
-    conn = sqlite3.connect(db)
-    try:
-        ((run_id,),) = conn.execute("SELECT run_id FROM runs")
-    finally:
-        conn.close()
-    return str(run_id)
 
 
 def _compare(live: dict[str, Any], stored: dict[str, Any]) -> None:
@@ -61,7 +53,7 @@ def test_a_stored_demo_report_has_the_live_reports_slos_time_scale_and_tools(
             "--report", str(live)]  # fmt: skip
     status = main([*args, "--virtual"] if virtual else args)
     assert status in (0, 1)
-    assert main(["report", "--store", str(db), _run_id(db), "--json", str(stored)]) == 0
+    assert main(["report", "--store", str(db), only_run_id(db), "--json", str(stored)]) == 0
     live_report = json.loads(live.read_text())
     assert live_report["run"]["time_scale"] == (1.0 if virtual else 20.0)
     _compare(live_report, json.loads(stored.read_text()))

@@ -8,7 +8,6 @@ counted from the resuming process's start: the earlier turns were at negative ti
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +15,7 @@ import pytest
 
 from agentflow.cli import main
 
-
-def _run_id(db: Path) -> str:
-    conn = sqlite3.connect(db)
-    try:
-        ((run_id,),) = conn.execute("SELECT run_id FROM runs")
-    finally:
-        conn.close()
-    return str(run_id)
+from .fleets import only_run_id
 
 
 def _times(report: dict[str, Any]) -> dict[str, Any]:
@@ -38,7 +30,7 @@ def test_resume_report_agrees_with_report_store(tmp_path: Path) -> None:
     resumed, stored = tmp_path / "resumed.json", tmp_path / "stored.json"
     demo = ["demo", "--agents", "3", "--turns", "2:3", "--time-scale", "2", "--no-live"]
     assert main([*demo, "--store", str(db)]) == 0
-    run_id = _run_id(db)
+    run_id = only_run_id(db)
     # Every session is done: the resumed attempt runs none, its result is the earlier one's.
     assert main(["resume", run_id, "--store", str(db), "--no-live", "--report", str(resumed)]) == 0
     assert main(["report", "--store", str(db), run_id, "--json", str(stored)]) == 0

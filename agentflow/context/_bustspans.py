@@ -61,25 +61,12 @@ _MONTH = (
 # characters of the one before), so that a long hyphenated run costs linear time. This
 # takes about 9 in 10 ``token_urlsafe(16)`` tokens with a '-' (19 in 20 of longer ones)
 # and none of the 40-odd model and identifier names in tests/context/test_cachebuster_kinds.py.
-# A run whose head is a lower-case word and a '-' or '_' ("session-", "request-id-",
-# "chatcmpl-") is not taken whole: its nonce, if any, starts at a later piece of 12+ letters
-# and digits that looks random itself — a digit, both cases, at least 5 switches (each within
-# 12 characters of the one before; a random 12-character piece has about 7) and no run of 7
-# lower-case letters — and takes the rest of the run; the word stays literal text, equal in
-# both prompts. This takes about 2 in 3 pairs of ``session-`` and 12 random letters and
-# digits, 4 in 5 with 16 (a word of 7+ letters in front made none a nonce before).
 _SWITCH = r"(?:[a-z](?=[A-Z0-9])|[A-Z](?=[a-z0-9])|[0-9](?=[A-Za-z]))"
 _HYPHEN_NONCE = (
-    r"(?![a-z]{2,}[-_])(?=[A-Za-z0-9+/_-]{0,46}?\d)(?=[A-Za-z0-9+/_-]{0,45}?[a-z][A-Z])"
+    r"(?=[A-Za-z0-9+/_-]{0,46}?\d)(?=[A-Za-z0-9+/_-]{0,45}?[a-z][A-Z])"
     rf"(?=(?>(?:(?!{_SWITCH})[A-Za-z0-9+/_-]){{0,11}}{_SWITCH}){{8}})"
     r"(?![A-Za-z0-9+/_-]{0,40}[a-z]{7})"
     r"[A-Za-z0-9+/_-]{20,}={0,2}"
-)
-_PIECE_NONCE = (
-    r"(?<=[-_])(?=[A-Za-z0-9]{12})(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[a-z])(?=[A-Za-z0-9]*[A-Z])"
-    rf"(?=(?>(?:(?!{_SWITCH})[A-Za-z0-9]){{0,11}}{_SWITCH}){{5}})"
-    r"(?![A-Za-z0-9]*[a-z]{7})"
-    r"[A-Za-z0-9+/_-]{12,}={0,2}"
 )
 _VOLATILE = re.compile(
     rf"""(?<![0-9A-Za-z])(?:
@@ -95,7 +82,6 @@ _VOLATILE = re.compile(
     | (?P<nonce>
           (?=\d*[a-fA-F])[0-9a-fA-F]{{16,}}
         | {_HYPHEN_NONCE}
-        | {_PIECE_NONCE}
         | (?=[A-Za-z0-9+/_]*\d)(?=[A-Za-z0-9+/_]*[a-z])(?=[A-Za-z0-9+/_]*[A-Z])
           [A-Za-z0-9+/_]{{20,}}={{0,2}}
       )

@@ -82,7 +82,8 @@ _VOLATILE = re.compile(
     | (?P<nonce>
           (?=\d*[a-fA-F])[0-9a-fA-F]{{16,}}
         | {_HYPHEN_NONCE}
-        | (?=[A-Za-z0-9+/_]*\d)(?=[A-Za-z0-9+/_]*[a-z])(?=[A-Za-z0-9+/_]*[A-Z])
+        | (?<![+/_])  # a run's start only: its look-aheads scan to the run's end
+          (?=[A-Za-z0-9+/_]*\d)(?=[A-Za-z0-9+/_]*[a-z])(?=[A-Za-z0-9+/_]*[A-Z])
           [A-Za-z0-9+/_]{{20,}}={{0,2}}
       )
     | (?P<counter>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)

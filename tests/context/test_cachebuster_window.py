@@ -112,3 +112,21 @@ def test_records_before_the_difference_do_not_use_up_the_walk(decoder: CountingD
     assert w.kind == "reordered_keys"
     assert w.snippet.startswith('{"records"')
     assert len(decoder.handed) <= 4 * JSON_TRIES
+
+
+def test_a_long_run_of_separators_is_scanned_once() -> None:
+    """The last nonce form's look-aheads ran to the end of a run from every '_', '/' or
+    '+' in it: one search of 50 KB of underscores took ~17 s of CPU (quadratic), on the
+    event loop. Now it starts only where a run starts. A hang guard, not a timing: 200 KB
+    of each takes a fraction of a second now, and would take minutes before."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]  # ``-c`` imports from its cwd first
+    code = (
+        "from agentflow.context._bustspans import _VOLATILE\n"
+        "for text in ('_' * 200_000, '/' * 200_000, '+' * 200_000, 'some_words_' * 20_000):\n"
+        "    assert _VOLATILE.search(text) is None\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120, cwd=root)

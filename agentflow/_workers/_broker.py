@@ -95,7 +95,12 @@ class Broker:
             self.free -= give
             self.held[i] += give
             self._send(i, ("slots", give))
-            return
+            if give == n:
+                return
+            # The rest waits like any ask: the worker counts it as asked (LeaseClient
+            # asks again only once it is granted), so a rest dropped here left free
+            # slots unused while its tickets waited.
+            n -= give
         self.pending[i] = max(n, self.pending.get(i, 0))
         self._reclaim_for(i)
 

@@ -262,3 +262,17 @@ def test_a_lease_client_withdraws_a_stale_ask_when_asked_for_spare_slots() -> No
     assert sent[-1] == ("return_spare", 0) and client.slots == 1
     client.need_slots(1)
     assert sent[-1] == ("want_slots", 1) and len(sent) == 3
+
+
+def test_the_rest_of_a_partly_granted_ask_waits_for_slots() -> None:
+    """A worker asking for 2 slots when 1 was free got 1 and the broker forgot the rest,
+    while the worker counted it as asked (it asks again only once granted): slots freed
+    later stayed free while its tickets waited. The rest now waits like any ask."""
+    w0, w1 = _Worker(), _Worker()
+    broker = Broker(Limits(max_in_flight=8), [w0, w1], [(0, 0), (0, 0)])  # type: ignore[list-item]
+    broker.held, broker.free = [7, 0], 1
+    broker.want_slots(1, 2)
+    assert w1.sent == [("slots", 1)] and broker.pending == {1: 1}
+    broker.returned(0, 3, owed=False)  # worker 0 frees 3: the rest goes to worker 1
+    assert w1.sent == [("slots", 1), ("slots", 1)] and broker.pending == {}
+    assert broker.held == [4, 2]

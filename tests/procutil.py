@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
+import sys
 import urllib.request
 from pathlib import Path
 
@@ -101,3 +103,25 @@ def finished_requests(port: int) -> int:
             if line.startswith("vllm:request_success_total")
         )
     )
+
+
+def serving_llamacpp(
+    *flags: str, stderr: int = subprocess.PIPE
+) -> tuple[subprocess.Popen[str], str]:
+    """Start ``agentflow llamacpp --port 0 --n-ctx 2048 *flags`` (its stdout a pipe, its
+    stderr ``stderr``) and read its serving line, printed once the server's /health
+    answers: the process and that line. The caller ends the process."""
+    from tests.wait import read_line
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentflow.cli", "llamacpp", "--port", "0", "--n-ctx", "2048",
+         *flags],
+        stdout=subprocess.PIPE, stderr=stderr, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        return proc, read_line(proc.stdout, "the serving line")
+    except BaseException:
+        proc.kill()
+        proc.communicate(timeout=GUARD_S)
+        raise

@@ -11,10 +11,9 @@ import pytest
 
 from agentflow.cli import _parser
 
-from .procutil import GUARD_S, flag_value, one_child
+from .procutil import GUARD_S, flag_value, one_child, serving_llamacpp
 from .test_cli_errors import assert_one_line, run
 from .test_cli_help import _walk
-from .wait import read_line
 
 
 def test_threads_is_parsed_and_defaults_to_the_server_s_two() -> None:
@@ -45,14 +44,8 @@ def test_a_bad_thread_count_is_one_line(value: str, says: str) -> None:
 @pytest.mark.llamacpp
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_the_server_runs_on_the_threads_given() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentflow.cli", "llamacpp", "--port", "0", "--n-ctx", "2048",
-         "--threads", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+    proc, line = serving_llamacpp("--threads", "1", stderr=subprocess.STDOUT)
     try:
-        assert proc.stdout is not None
-        line = read_line(proc.stdout, "the serving line")  # printed once /health answers
         assert "on 1 thread:" in line, line
         assert flag_value(one_child(proc.pid), "--threads") == "1"
     finally:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -17,9 +16,8 @@ import pytest
 
 from agentflow._process import ChildServer, free_port
 
-from .procutil import GUARD_S, alive, healthy, one_child
+from .procutil import GUARD_S, alive, healthy, one_child, serving_llamacpp
 from .test_child_process import health_server
-from .wait import read_line
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 
@@ -52,14 +50,8 @@ def test_wait_on_a_child_not_started_is_none() -> None:
 
 @pytest.mark.llamacpp
 def test_the_command_exits_1_when_its_server_is_killed() -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agentflow.cli", "llamacpp", "--port", "0", "--n-ctx", "2048",
-         "--n-parallel", "1", "--threads", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    proc, line = serving_llamacpp("--n-parallel", "1", "--threads", "1")
     try:
-        assert proc.stdout is not None
-        line = read_line(proc.stdout, "the serving line")  # printed once /health answers
         assert "llama.cpp serving" in line, line
         server = one_child(proc.pid)
         os.kill(server, signal.SIGKILL)

@@ -9,7 +9,7 @@ import pydantic
 
 from agentflow import Agent, Tool, tool
 from agentflow._tool_schema import describe
-from agentflow.store._codec import _fingerprint_v3, fingerprint, fingerprints
+from agentflow.store._codec import _before_annotated, _fingerprint_v3, fingerprint, fingerprints
 
 
 def _count(n: Annotated[int, pydantic.Field(ge=1, description="how many")]) -> str:
@@ -58,6 +58,10 @@ def test_a_fingerprint_recorded_without_annotated_extras_is_still_known() -> Non
 
 
 def test_tools_without_annotated_hints_add_no_fingerprint() -> None:
-    """Only an agent whose schemas differ without the extras is fingerprinted twice."""
+    """Only an agent whose schemas differ without the extras is described again: for the
+    others the earlier definitions are taken over the agent itself."""
     agent = Agent(name="a", model="m", tools=[tool(_plain)])
     assert len(fingerprints(agent)) == len(fingerprints(Agent(name="a", model="m")))
+    assert _before_annotated(agent) is None
+    assert _fingerprint_v3(agent) in fingerprints(agent)
+    assert _before_annotated(Agent(name="a", model="m", tools=[tool(_count)])) is not None

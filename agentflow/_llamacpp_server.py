@@ -139,8 +139,9 @@ class LlamaCppServer:
         """Start the child process and wait until ``GET /health`` answers 200.
 
         Raises:
-            ConfigError: xllamacpp or the model is missing, or this server is running
-                already (a second child would have been left running, unstopped).
+            ConfigError: xllamacpp or the model is missing (``model`` is not a file), or
+                this server is running already (a second child would have been left
+                running, unstopped).
             ServerStartError: the server exited or did not come up in time (its log's last
                 lines are in the message).
         """
@@ -149,6 +150,10 @@ class LlamaCppServer:
                 f"LlamaCppServer.start: already running at {self.base_url} (pid "
                 f"{self._child.pid}); stop() it first"
             )
+        # A missing model is the caller's mistake, said before any child is started (the
+        # child would exit at start, a ServerStartError with llama.cpp's log to read).
+        if self.model is not None and not Path(self.model).is_file():
+            raise ConfigError(f"LlamaCppServer.model: {str(self.model)!r} is not a file")
         if importlib.util.find_spec("xllamacpp") is None:
             raise ConfigError("xllamacpp is not installed: pip install 'agentflow[llamacpp]'")
         model = self.model or smollm2_path()

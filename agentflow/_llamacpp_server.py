@@ -138,6 +138,9 @@ class LlamaCppServer:
     def start(self) -> LlamaCppServer:
         """Start the child process and wait until ``GET /health`` answers 200.
 
+        A server that exited by itself (a crash, an OOM kill) is cleaned up and started
+        again, on the same port.
+
         Raises:
             ConfigError: xllamacpp or the model is missing (``model`` is not a file), or
                 this server is running already (a second child would have been left
@@ -145,11 +148,16 @@ class LlamaCppServer:
             ServerStartError: the server exited or did not come up in time (its log's last
                 lines are in the message).
         """
-        if self._child is not None and self._child.pid is not None:
-            raise ConfigError(
-                f"LlamaCppServer.start: already running at {self.base_url} (pid "
-                f"{self._child.pid}); stop() it first"
-            )
+        child = self._child
+        if child is not None:
+            pid = child.pid
+            if pid is not None:
+                raise ConfigError(
+                    f"LlamaCppServer.start: already running at {self.base_url} (pid "
+                    f"{pid}); stop() it first"
+                )
+            self._child = None
+            child.stop()  # it died: its pipe closed and its output read, nothing to signal
         # A missing model is the caller's mistake, said before any child is started (the
         # child would exit at start, a ServerStartError with llama.cpp's log to read).
         if self.model is not None and not Path(self.model).is_file():

@@ -124,8 +124,11 @@ class ChildServer:
 
     @property
     def pid(self) -> int | None:
-        """The child's process id while it runs (also its process group's id)."""
-        return None if self._proc is None else self._proc.pid
+        """The child's process id while it runs (also its process group's id); ``None``
+        once it has exited (it is then reaped: :attr:`returncode` says how it ended), or
+        when it was never started or was stopped."""
+        proc = self._proc
+        return None if proc is None or proc.poll() is not None else proc.pid
 
     @property
     def returncode(self) -> int | None:

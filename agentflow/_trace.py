@@ -89,7 +89,9 @@ class TurnTrace:
         chunk_chars: characters of output each timed chunk carried (same length as ``chunk_ns``).
         chunk_tokens: tokens each timed chunk carried, when the server said (``logprobs``)
             or when the server's ``completion_tokens`` equals the number of chunks;
-            otherwise apportioned by characters. ``tokens_exact`` says which.
+            otherwise apportioned: one each and the surplus by characters (all by
+            characters when the count is below the chunks; ``docs/metrics.md``).
+            ``tokens_exact`` says which.
         n_events: every SSE data event received, ``[DONE]`` excluded.
         done: whether ``data: [DONE]`` arrived.
         server_timings: llama.cpp-style ``timings`` object from the final chunk, if any.

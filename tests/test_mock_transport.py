@@ -128,7 +128,8 @@ async def test_same_reply_same_trace_as_over_http() -> None:
     )  # fmt: skip
     for m, h in zip(mock_traces, http_traces, strict=True):
         assert {f: getattr(m, f) for f in fields} == {f: getattr(h, f) for f in fields}
-    assert mock_traces[2].chunk_tokens == (7, 1, 1)  # 9 tokens apportioned by characters
+    # 9 tokens over 3 chunks: one each, the other 6 apportioned by characters (5, 1, 1)
+    assert mock_traces[2].chunk_tokens == (5, 2, 2)
 
 
 async def test_error_statuses_map_as_over_http() -> None:

@@ -270,21 +270,30 @@ class TraceBuilder:
 
 
 def apportion(total: int, weights: tuple[int, ...] | list[int]) -> tuple[int, ...]:
-    """Split ``total`` tokens over chunks in proportion to their characters.
+    """Split ``total`` tokens over output-bearing chunks by their characters.
 
-    Largest-remainder rounding, so the parts always add up to ``total``; a chunk
-    with no characters still weighs 1.
+    Every chunk that carried output carried at least one token: when ``total`` is at
+    least the number of chunks, each gets 1 and only the surplus is split in proportion
+    to the characters (llama.cpp's ``completion_tokens`` counts the end-of-sequence
+    token, never streamed: one more than the chunks, which a plain split by characters
+    gave as 0 to short chunks and 2 to long ones). With fewer tokens than chunks (a
+    server that under-counts) the whole ``total`` is split by characters, and some
+    chunks get 0. Largest-remainder rounding, so the parts always add up to ``total``;
+    a chunk with no characters (a tool call's name-only delta) still weighs 1.
     """
     w = [max(x, 1) for x in weights]
-    s = sum(w)
+    n = len(w)
     if not w or total <= 0:
-        return (0,) * len(w)
-    raw = [total * x / s for x in w]
+        return (0,) * n
+    base = 1 if total >= n else 0
+    extra = total - base * n
+    s = sum(w)
+    raw = [extra * x / s for x in w]
     parts = [int(r) for r in raw]
-    short = total - sum(parts)
-    for i in sorted(range(len(w)), key=lambda i: parts[i] - raw[i])[:short]:
+    short = extra - sum(parts)
+    for i in sorted(range(n), key=lambda i: parts[i] - raw[i])[:short]:
         parts[i] += 1
-    return tuple(parts)
+    return tuple(p + base for p in parts) if base else tuple(parts)
 
 
 def _usage(u: _Usage) -> Usage:

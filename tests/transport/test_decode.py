@@ -180,6 +180,24 @@ def test_multi_token_chunks_are_apportioned_by_characters() -> None:
     assert one_each.chunk_tokens == (1, 1) and one_each.tokens_exact
 
 
+def test_a_token_more_than_chunks_leaves_no_chunk_without_a_token() -> None:
+    """llama.cpp counts the end-of-sequence token, never streamed, in ``completion_tokens``:
+    one more than its one-token chunks. Split by characters alone, that gave 0 tokens to the
+    short chunks ("!", "?") and 2 to others; every chunk that carried output carried a
+    token, so each gets 1 and only the surplus goes by characters."""
+    pieces = ["Hello", "!", " How", " can", " I", " help", " you", " today", "?"]
+    b = build(
+        [payload({"content": p}) for p in pieces[:-1]]
+        + [payload({"content": pieces[-1]}, "stop"), payload(usage={"completion_tokens": 10})]
+    )
+    trace = b.finish(1)
+    assert trace.chunk_tokens == (1, 1, 1, 1, 1, 1, 1, 2, 1)  # the longest takes the EOS
+    assert not trace.tokens_exact
+    assert apportion(5, [1, 30]) == (1, 4)  # the surplus alone goes by characters
+    # Fewer tokens than chunks (a server that under-counts): all split by characters.
+    assert apportion(2, [1, 1, 10]) == (0, 0, 2)
+
+
 def test_apportion_adds_up() -> None:
     """Largest-remainder rounding keeps the total; zero-character chunks weigh 1."""
     assert sum(apportion(10, [1, 1, 1])) == 10

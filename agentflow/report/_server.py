@@ -121,7 +121,6 @@ def server_section(
     scale = scale if scale is not None and 0 < scale < math.inf else 1.0
     counters, latency, reset = _differences(before, after, dialect, quantiles, scale)
     hits, queries = counters.get("cache_hits"), counters.get("cache_queries")
-    gen, gen_s = counters.get("generation_tokens"), counters.get("generation_seconds")
     origin = before.t_ns if origin_ns is None else origin_ns
     section: dict[str, Any] = {
         "version": SERVER_SECTION_VERSION,
@@ -135,7 +134,7 @@ def server_section(
         },
         "counters": counters,
         "cache_hit_rate": hits / queries if hits is not None and queries else None,
-        "decode_tps": gen / gen_s if gen is not None and gen_s else None,
+        "decode_tps": _decode_tps(counters, client),
         "latency": latency,
         "series": _series(before, after, samples, dialect, origin),
     }
@@ -153,6 +152,51 @@ def server_section(
             f"run?): {', '.join(reset)} left out."
         )
     return section
+
+
+def _decode_tps(
+    counters: Mapping[str, float | None], client: Mapping[str, Any] | None
+) -> float | None:
+    """The server's decode speed over every request, from the seconds it spent predicting
+    (llama.cpp): (tokens predicted − requests) / seconds predicting.
+
+    llama.cpp times a request's prediction from its first token to its last (its
+    ``timings.predicted_ms``, the client's E2E − TTFT), so the first token took none of
+    those seconds: its own ``predicted_per_second`` is (predicted_n − 1) / predicted_ms,
+    and tokens / seconds would be n / (n − 1) too fast. The requests are the server's own
+    count where it exports one, else the client's turns: llama.cpp adds a request to its
+    counters only when it finishes, never an attempt that was cut off (a retried one).
+    ``None`` without a count of requests (no client report) or without those seconds."""
+    gen, gen_s = counters.get("generation_tokens"), counters.get("generation_seconds")
+    if gen is None or not gen_s:
+        return None
+    requests = counters.get("requests")
+    if requests is None and client is not None:
+        requests = (client.get("fleet") or {}).get("turns")
+    if not isinstance(requests, int | float) or requests > gen:
+        return None
+    return (gen - requests) / gen_s
+
+
+def _client_decode_tps(client: Mapping[str, Any]) -> float | None:
+    """The client's decode speed over every turn, token-weighted: Σ decode tokens /
+    Σ (E2E − TTFT), put together from each agent's (``agents[].decode_tps.mean`` is its
+    own Σ / Σ). An agent's decode tokens are taken as its output tokens less one a turn:
+    exact but for turns without a TPOT (no output, or all of it in one read) and reasoning
+    the server never streamed."""
+    tokens = seconds = 0.0
+    for row in client.get("agents") or ():
+        tps = (row.get("decode_tps") or {}).get("mean")
+        out, turns = row.get("output_tokens"), row.get("turns")
+        if not isinstance(tps, int | float) or tps <= 0:
+            continue
+        if not isinstance(out, int | float) or not isinstance(turns, int | float):
+            continue
+        decoded = out - turns
+        if decoded > 0:
+            tokens += decoded
+            seconds += decoded / tps
+    return tokens / seconds if seconds > 0 else None
 
 
 def went_down(before: MetricsSnapshot, after: MetricsSnapshot) -> list[str]:
@@ -324,9 +368,10 @@ def _comparison(section: Mapping[str, Any], client: Mapping[str, Any]) -> list[d
         ),
         (
             "decode_tps",
-            dists.get("decode_tps", {}).get("mean"),
+            _client_decode_tps(client),
             section["decode_tps"],
-            "client: mean over turns of 1/TPOT; server: tokens predicted / seconds predicting",
+            "token-weighted on both sides; client: Σ(output tokens − 1) / Σ(E2E − TTFT) over "
+            "turns; server: (tokens predicted − requests) / seconds predicting",
         ),
     ):
         if sval is None:
@@ -370,7 +415,14 @@ def _notes(section: Mapping[str, Any], dialect: Dialect | None) -> list[str]:
         notes.append("No known metric names (vllm:, sglang:, llamacpp:) were found.")
     elif dialect.name == "llamacpp":
         notes.append(
-            "llama.cpp exports no latency histograms; its decode speed is tokens predicted "
-            "/ seconds spent predicting, over every slot."
+            "llama.cpp exports no latency histograms; its decode speed is (tokens predicted "
+            "− requests) / seconds spent predicting, over every slot: it times each request "
+            "from its first token to its last, as the client's E2E − TTFT. It counts no "
+            "requests: the client's turns are used (a request is counted when it finishes; "
+            "an attempt cut off, as a retried one, is not)."
         )
+        if section["decode_tps"] is None and section["counters"].get("generation_seconds"):
+            notes.append(
+                "decode_tps is null: it needs the number of requests, from the client's report."
+            )
     return notes

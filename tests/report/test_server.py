@@ -158,12 +158,13 @@ def test_llamacpp_counts_cached_prompt_tokens_apart() -> None:
     page = LLAMACPP.format
     before = parse_metrics(page(prompt=32, cached=0, predicted=16, seconds=4.0, processing=0))
     after = parse_metrics(page(prompt=52, cached=300, predicted=116, seconds=6.0, processing=1))
-    s = valid(server_section(before, after))
+    s = valid(server_section(before, after, client={"fleet": {"turns": 20}}))
     assert s["source"]["dialect"] == "llamacpp"
     c = s["counters"]
     assert c["prompt_tokens"] == 320  # 20 computed + 300 reused
     assert c["cache_hits"] == 300 and s["cache_hit_rate"] == pytest.approx(300 / 320)
-    assert s["decode_tps"] == pytest.approx(100 / 2.0)
+    # each of the 20 requests' first token took none of the 2 s predicting
+    assert s["decode_tps"] == pytest.approx((100 - 20) / 2.0)
     assert s["latency"] == {} and s["series"]["running"] == [0.0, 1.0]
 
 
@@ -257,7 +258,7 @@ async def test_against_llamacpp_the_counts_match(llamacpp: LlamaCppServer) -> No
         HTTPTransport(llamacpp.base_url) as transport,
         ServerWatch(llamacpp.base_url, interval_s=0) as watch,
     ):
-        await Fleet(transport, max_concurrency=2, callbacks=[stats]).run(
+        result = await Fleet(transport, max_concurrency=2, callbacks=[stats]).run(
             agent.session(q) for q in ("Name a colour.", "Name a fruit.", "Name a tree.")
         )
     report = stats.report()
@@ -265,7 +266,14 @@ async def test_against_llamacpp_the_counts_match(llamacpp: LlamaCppServer) -> No
     assert s["source"]["dialect"] == "llamacpp"
     assert s["counters"]["generation_tokens"] == report["fleet"]["output_tokens"]
     assert s["counters"]["prompt_tokens"] == report["fleet"]["prompt_tokens"]
-    assert s["decode_tps"] is not None and s["decode_tps"] > 0
+    # The decode speed is llama.cpp's own per-request one, (predicted_n − 1) /
+    # predicted_ms, summed over the requests (it was n / (n − 1) higher).
+    timings = [t.trace.server_timings for r in result.sessions for t in r.turns]
+    assert all(t is not None for t in timings)
+    own = sum(t["predicted_n"] - 1 for t in timings if t) / sum(
+        t["predicted_ms"] for t in timings if t
+    )
+    assert s["decode_tps"] == pytest.approx(own * 1e3, rel=1e-3)
 
 
 def test_an_older_vllms_per_token_histogram_is_an_itl_not_a_tpot() -> None:

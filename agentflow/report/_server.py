@@ -421,6 +421,12 @@ def _notes(section: Mapping[str, Any], dialect: Dialect | None) -> list[str]:
             "requests: the client's turns are used (a request is counted when it finishes; "
             "an attempt cut off, as a retried one, is not)."
         )
+        notes.append(
+            "llama.cpp adds a request's tokens to its counters only when the request ends: "
+            "series.generation_tps reads 0 between scrapes in which requests were decoding "
+            "but none ended, and spikes when they end (the client's throughput series "
+            "spreads each turn's tokens over its decode instead)."
+        )
         if section["decode_tps"] is None and section["counters"].get("generation_seconds"):
             notes.append(
                 "decode_tps is null: it needs the number of requests, from the client's report."

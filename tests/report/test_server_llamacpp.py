@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentflow.report import parse_metrics, server_section
+from agentflow.report import GaugeSample, parse_metrics, server_section
 from agentflow.report._prom import MetricsSnapshot
 from agentflow.stats import FleetStats
 from tests.stats.traces import trace, turn_end
@@ -84,3 +84,15 @@ def test_without_the_clients_count_of_requests_decode_speed_is_null_and_noted() 
     s = server_section(before, after)
     assert s["decode_tps"] is None
     assert any("decode_tps is null" in n for n in s["notes"])
+
+
+def test_a_note_says_llamacpps_generation_rate_over_time_moves_only_when_requests_end() -> None:
+    """llama.cpp's counters move only when a request ends: series.generation_tps read 0
+    while four requests were decoding, then a spike, with nothing saying why."""
+    before, after = pages(sum(SPANS_MS.values()) / 1e3)
+    samples = [GaugeSample(5 * 10**8, {"generation_tokens": 0.0, "running": 4.0})]
+    s = server_section(before, after, samples=samples, client=client_report())
+    # four requests decoding at 0.5 s, none ended yet; all 20 tokens counted by 1 s
+    assert s["series"]["generation_tps"] == [None, 0.0, pytest.approx(20 / 0.5)]
+    (note,) = [n for n in s["notes"] if "series.generation_tps" in n]
+    assert "only when the request ends" in note and "spikes" in note

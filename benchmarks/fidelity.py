@@ -650,12 +650,14 @@ as streams), {n}-token answers (`ignore_eos`). Client: 1 / TPOT of each turn; se
 
 {llama_table(llama)}
 
-llama.cpp divides the tokens it predicted by the time it spent predicting them; TPOT
-divides the time from the first token to the last by the tokens after the first. If the
-server's clock started at the first token the two would differ by the factor n / (n − 1)
-(1.6 % at 64 tokens); the last two columns apply that factor, and the error grows: the
-server's clock starts when the prompt is done, about one token *before* the first token
-is out, so 1 / TPOT is already the matching figure.
+llama.cpp times a request's prediction (`timings.predicted_ms`) from its first token to
+its last — the span of the client's E2E − TTFT — and its `predicted_per_second` divides
+the tokens after the first by it, (predicted_n − 1) / predicted_ms: the definition of
+1 / TPOT, hence errors of a fraction of a percent. The last two columns apply the factor
+n / (n − 1) (1.6 % at 64 tokens), by which tokens / time over that span differs, and the
+error grows to it. llama.cpp's `/metrics` counters (tokens predicted, seconds predicting)
+are such a tokens / time: the report's server section takes one token a request off them
+([report-server-section.md](report-server-section.md)).
 """
     return f"""{START}
 ## Fidelity: agentflow's TTFT and TPOT against the server's clock (`benchmarks/fidelity.py`)

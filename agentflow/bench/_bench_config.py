@@ -4,13 +4,14 @@ yields in order (:meth:`BenchConfig.level_loads`)."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
+from agentflow.bench._dist import _finite
 from agentflow.bench._level import Saturation
 from agentflow.bench._load import Arrival, Load
 from agentflow.bench._script import SessionScript
@@ -43,12 +44,9 @@ class Sweep:
     min_gain: float = 0.25
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.min_gain) and self.min_gain >= 0):
-            raise ConfigError(f"sweep min_gain must be ≥ 0, got {self.min_gain!r}")
-        if not (math.isfinite(self.start) and self.start > 0):
-            raise ConfigError(f"sweep start must be > 0, got {self.start!r}")
-        if not (math.isfinite(self.factor) and self.factor > 1):
-            raise ConfigError(f"sweep factor must be > 1, got {self.factor!r}")
+        _finite("sweep min_gain", self.min_gain, "a finite number ≥ 0", lambda x: x >= 0)
+        _finite("sweep start", self.start, "a finite number > 0", lambda x: x > 0)
+        _finite("sweep factor", self.factor, "a finite number > 1", lambda x: x > 1)
         check_count(self.max_levels, "Sweep.max_levels")
         check_count(self.stop_after, "Sweep.stop_after")
 
@@ -115,15 +113,20 @@ class BenchConfig:
             raise ConfigError("bench: give a workload or scripts")
         if not self.levels and self.sweep is None:
             raise ConfigError("bench: give levels (--rate/--concurrency) or a sweep")
+        self._check_kinds()
         check_count(self.repeats, "bench: repeats")
-        if self.duration_s is not None and not self.duration_s > 0:
-            raise ConfigError(f"bench: duration must be > 0 s, got {self.duration_s!r}")
-        if not self.warmup_s >= 0 or (
-            self.duration_s is not None and self.warmup_s >= self.duration_s
-        ):
+        if self.duration_s is not None:
+            check_seconds(self.duration_s, "bench: duration_s", 0, MAX_TIMEOUT_S)
+            if not self.duration_s > 0:
+                raise ConfigError(f"bench: duration must be > 0 s, got {self.duration_s!r}")
+        check_seconds(self.warmup_s, "bench: warmup_s", 0, MAX_TIMEOUT_S)
+        if self.duration_s is not None and self.warmup_s >= self.duration_s:
             raise ConfigError(
                 f"bench: warm-up must be ≥ 0 s and shorter than the duration, got {self.warmup_s!r}"
             )
+        # A negative or NaN drain cancelled every level at its end: each was reported
+        # over-saturated ("turns still in flight"), and a sweep stopped at its first.
+        check_seconds(self.drain_s, "bench: drain_s", 0, MAX_TIMEOUT_S)
         check_count(self.max_sessions, "bench: max_sessions (--sessions)", none="no limit")
         check_count(self.max_in_flight, "bench: max_in_flight")
         if self.arrival not in ("poisson", "constant"):
@@ -136,6 +139,37 @@ class BenchConfig:
                 )
             if self.scripts is None and load.scale is not None:
                 raise ConfigError(f"bench: {load.label}: a replay speed needs scripts")
+
+    def _check_kinds(self) -> None:
+        """Each part of its kind: a wrong one (a dict for ``saturation``, a name for
+        ``workload``, strings for ``slos``, numbers for ``levels``) used to fail with an
+        AttributeError only after a level's turns had run."""
+        parts: tuple[tuple[str, object, type], ...] = (
+            ("workload", self.workload, Workload),
+            ("sweep", self.sweep, Sweep),
+        )
+        for name, value, kind in parts:
+            if value is not None and not isinstance(value, kind):
+                hint = " (a named one: get_workload(name))" if name == "workload" else ""
+                raise ConfigError(
+                    f"bench: {name} must be a {kind.__name__} or None{hint}, got {value!r:.80}"
+                )
+        if not isinstance(self.saturation, Saturation):
+            raise ConfigError(
+                f"bench: saturation must be a Saturation, got {self.saturation!r:.80}"
+            )
+        items: tuple[tuple[str, object, type, str], ...] = (
+            ("levels", self.levels, Load, "a Load"),
+            ("slos", self.slos, SLO, "an SLO"),
+        )
+        for name, value, kind, one in items:
+            if not isinstance(value, tuple | list):
+                raise ConfigError(
+                    f"bench: {name} must be a tuple of {kind.__name__}, got {value!r:.80}"
+                )
+            for i, item in enumerate(value):
+                if not isinstance(item, kind):
+                    raise ConfigError(f"bench: {name}[{i}] must be {one}, got {item!r:.80}")
 
     def level_loads(self) -> Iterator[Load]:
         """The levels to run, in order (a sweep's, endless until ``max_levels``): rates

@@ -11,11 +11,13 @@ from __future__ import annotations
 import bisect
 import math
 import random
+from collections.abc import Callable
 from functools import cache
 
 import msgspec
 
 from agentflow._errors import ConfigError
+from agentflow._seconds import shown
 
 __all__ = ["Constant", "Dist", "LogNormal", "Uniform", "Zipf", "sample_value"]
 
@@ -85,10 +87,12 @@ class LogNormal(_Dist, frozen=True, tag="lognormal"):
     high: float | None = None
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.mean) and self.mean > 0):
-            raise ConfigError(f"lognormal.mean must be a finite number > 0, got {self.mean!r}")
-        if not (math.isfinite(self.sigma) and self.sigma >= 0):
-            raise ConfigError(f"lognormal.sigma must be a finite number ≥ 0, got {self.sigma!r}")
+        _finite("lognormal.mean", self.mean, "a finite number > 0", lambda x: x > 0)
+        _finite("lognormal.sigma", self.sigma, "a finite number ≥ 0", lambda x: x >= 0)
+        for name in ("low", "high"):  # an infinite bound overflowed int() when sampled
+            value = getattr(self, name)
+            if value is not None:
+                _finite(f"lognormal.{name}", value, "a finite number or None")
         _bounds("lognormal", self.low, self.high)
 
     def sample(self, rng: random.Random) -> float:
@@ -112,8 +116,11 @@ class Zipf(_Dist, frozen=True, tag="zipf"):
     high: int = 100
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.s) and self.s > 0):
-            raise ConfigError(f"zipf.s must be a finite number > 0, got {self.s!r}")
+        _finite("zipf.s", self.s, "a finite number > 0", lambda x: x > 0)
+        for name in ("low", "high"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigError(f"zipf.{name} must be an int, got {shown(value)}")
         if not 0 <= self.low <= self.high or self.high - self.low >= 1_000_000:
             raise ConfigError(
                 f"zipf: need 0 ≤ low ≤ high and at most 1,000,000 values, "
@@ -149,9 +156,23 @@ def _zipf_cdf(s: float, n: int) -> list[float]:
     return out
 
 
-def _finite(name: str, value: float) -> None:
-    if not math.isfinite(value):
-        raise ConfigError(f"{name} must be a finite number, got {value!r}")
+def _finite(
+    name: str,
+    value: object,
+    need: str = "a finite number",
+    ok: Callable[[float], bool] = lambda _: True,
+) -> float:
+    """``value``, if it is a finite real number (not a bool, not a string) for which
+    ``ok`` holds; else a :class:`ConfigError` saying ``{name} must be {need}, got …``
+    (a string used to fail with a TypeError, ``inf`` only when it was sampled)."""
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or (isinstance(value, float) and not math.isfinite(value))
+        or not ok(value)
+    ):
+        raise ConfigError(f"{name} must be {need}, got {shown(value)}")
+    return value
 
 
 def _bounds(kind: str, low: float | None, high: float | None) -> None:

@@ -17,9 +17,12 @@ from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._events import ErrorEvent, Event, SessionEndEvent, TurnEndEvent
 from agentflow._fleet import Fleet, FleetResult
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
+from agentflow.bench._dist import _finite
 from agentflow.bench._level_summary import level_summary, window_length
 from agentflow.bench._load import CountedScripts, Load
 from agentflow.bench._session import BenchRun, BenchSession
@@ -51,6 +54,16 @@ class Saturation:
     min_rise_s: float = 0.1
     backlog_growth: float = 0.05
     min_samples: int = 10
+
+    def __post_init__(self) -> None:
+        # Checked when built: a wrong one failed (or judged every level) only after a
+        # level's turns had run, and its figures are copied into the report's JSON.
+        growth = "a finite number ≥ 1"
+        _finite("Saturation.ttft_growth", self.ttft_growth, growth, lambda x: x >= 1)
+        check_seconds(self.min_rise_s, "Saturation.min_rise_s", 0, MAX_TIMEOUT_S)
+        backlog = "a finite number ≥ 0"
+        _finite("Saturation.backlog_growth", self.backlog_growth, backlog, lambda x: x >= 0)
+        check_count(self.min_samples, "Saturation.min_samples")
 
 
 class _Window:

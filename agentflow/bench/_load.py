@@ -28,6 +28,7 @@ import msgspec
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
+from agentflow.bench._dist import _finite
 from agentflow.bench._spec import SessionScript, Workload
 
 __all__ = [
@@ -78,10 +79,10 @@ class Load:
             raise ConfigError(
                 f"a load level needs exactly one of rate, concurrency and scale, got {given}"
             )
-        if self.rate is not None and not (math.isfinite(self.rate) and self.rate > 0):
-            raise ConfigError(f"rate must be a finite number > 0 sessions/s, got {self.rate!r}")
-        if self.scale is not None and not (math.isfinite(self.scale) and self.scale > 0):
-            raise ConfigError(f"scale must be a finite number > 0, got {self.scale!r}")
+        if self.rate is not None:
+            _finite("rate", self.rate, "a finite number > 0 sessions/s", lambda x: x > 0)
+        if self.scale is not None:
+            _finite("scale", self.scale, "a finite number > 0", lambda x: x > 0)
         if self.concurrency is not None:
             check_count(self.concurrency, "Load.concurrency")
         if self.arrival not in ("poisson", "constant"):

@@ -55,6 +55,14 @@ class Replica:
 
     def __post_init__(self) -> None:
         check_transport(self.transport, "Replica.transport")
+        # (A dict of limits failed with an AttributeError when a run started; a name
+        # not a str with a TypeError there, or was shown as a list in reports.)
+        if not isinstance(self.limits, Limits):
+            raise ConfigError(f"Replica.limits must be a Limits, got {self.limits!r:.80}")
+        if not isinstance(self.name, str):
+            raise ConfigError(
+                f"Replica.name must be a str ('': the transport's endpoint), got {self.name!r:.80}"
+            )
         for name in ("breaker_threshold", "breaker_window"):
             check_count(getattr(self, name), f"Replica.{name}")
         rate = self.breaker_failure_rate

@@ -5,8 +5,9 @@ boost or SLO (or a finite one whose nanoseconds overflowed) scrambled the queue 
 turned fairness off, an infinite backoff or Retry-After cap allowed an endless wait, a
 bool or a fraction passed for a count (a string, None or a bool for a number of seconds
 or a weight: a bare TypeError, or taken), a Fleet's transport, policy, limits, router or
-retry of the wrong kind was taken and failed later, and a Replica's breaker settings were
-checked only when a run built the breaker (a cooldown over 60 s failed every run)."""
+retry of the wrong kind was taken and failed later (a Replica's limits and name too), and a
+Replica's breaker settings were checked only when a run built the breaker (a cooldown over
+60 s failed every run)."""
 
 from __future__ import annotations
 
@@ -89,6 +90,20 @@ BAD: dict[str, tuple[Callable[[], object], str]] = {
     "fleet None": (lambda: Fleet(None), "Fleet.transport"),  # type: ignore[arg-type]
     "fleet list with a url": (lambda: Fleet([IdleTransport(), "http://h/v1"]), "Fleet.transport"),  # type: ignore[list-item]
     "replica url": (lambda: Replica(transport="http://h/v1"), "Replica.transport"),  # type: ignore[arg-type]
+    # A dict of limits failed with an AttributeError when the run started; a name of 5
+    # with a TypeError there, and a list was taken.
+    "replica limits dict": (
+        lambda: Replica(transport=IdleTransport(), limits={"max_in_flight": 1}),  # type: ignore[arg-type]
+        r"Replica\.limits must be a Limits, got \{'max_in_flight': 1\}",
+    ),
+    "replica name int": (
+        lambda: Replica(transport=IdleTransport(), name=5),  # type: ignore[arg-type]
+        r"Replica\.name must be a str .*got 5$",
+    ),
+    "replica name list": (
+        lambda: Replica(transport=IdleTransport(), name=[1]),  # type: ignore[arg-type]
+        r"Replica\.name must be a str .*got \[1\]$",
+    ),
     "fleet policy int": (lambda: Fleet(IdleTransport(), policy=123), "Fleet.policy"),  # type: ignore[arg-type]
     "fleet policy class": (lambda: Fleet(IdleTransport(), policy=PLAS), "Fleet.policy.*PLAS()"),  # type: ignore[arg-type]
     "fleet limits dict": (lambda: Fleet(IdleTransport(), limits={"rpm": 60}), "Fleet.limits"),  # type: ignore[arg-type]

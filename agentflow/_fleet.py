@@ -37,6 +37,8 @@ from agentflow._fleet_checks import (
     check_drain,
     check_parts,
     check_scale_out,
+    check_sessions,
+    check_store,
 )
 from agentflow._fleet_launch import launch_run, resume_run
 from agentflow._fleet_queued import _Queued as _Queued
@@ -179,6 +181,7 @@ class Fleet:
             heartbeat_timeout_s=heartbeat_timeout_s,
             backend=backend,
         )
+        check_store(store, "Fleet.store")
         self.store = store
         self.lease_ttl_s = lease_ttl_s
         self.backend = backend
@@ -241,7 +244,8 @@ class Fleet:
         ``max_concurrency``, so the servers would see twice it).
 
         Args:
-            sessions: the sessions, each not run before.
+            sessions: the sessions (``agent.session(task)``), each not run before;
+                anything else (a task, an agent, ``None``) is a :class:`ConfigError`.
             run_id: with a ``store``: the run's id (default: a new one, on the result's
                 ``run_id``); an id already in the store is a :class:`ConfigError`.
             run_config: with a ``store``: a mapping of JSON-able facts to keep with the
@@ -254,7 +258,7 @@ class Fleet:
         with self._one_run("run"):
             return await launch_run(
                 self,
-                list(sessions),
+                check_sessions(sessions, "Fleet.run"),
                 EventBus(self._callbacks, drain_s=self.callback_drain_s),
                 run_id,
                 run_config,
@@ -288,6 +292,7 @@ class Fleet:
                 :class:`Agent`; an agent is missing, or configured differently from the
                 one the run recorded (the message names it).
         """
+        check_store(store, "Fleet.resume: store")
         with self._one_run("resume"):
             return await resume_run(self, run_id, agents, store)
 
@@ -303,7 +308,8 @@ class Fleet:
             bus = EventBus(self._callbacks, drain_s=self.callback_drain_s)
             queue: asyncio.Queue[Event | None] = asyncio.Queue()
             bus.add_queue(cast("asyncio.Queue[Event]", queue))
-            task = asyncio.create_task(launch_run(self, list(sessions), bus, None, None))
+            listed = check_sessions(sessions, "Fleet.stream")
+            task = asyncio.create_task(launch_run(self, listed, bus, None, None))
             # A run that fails before its end event (sessions refused, a store that
             # cannot be opened) ends the stream too: ``None`` after its last event, and
             # its error is raised below; else the loop would wait for events forever.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import os
 import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, cast
@@ -32,6 +33,8 @@ __all__ = [
     "check_drain",
     "check_parts",
     "check_scale_out",
+    "check_sessions",
+    "check_store",
 ]
 
 #: The most workers a fleet takes (``Fleet(workers=N)``): the parent's one loop reads
@@ -154,6 +157,43 @@ def check_drain(value: object) -> None:
     bound), as ``callback_drain_s`` must be."""
     if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
         raise ConfigError(f"callback_drain_s must be a number of seconds > 0, got {value!r}")
+
+
+def check_store(store: object, where: str) -> None:
+    """Raise :class:`ConfigError` unless ``store`` is ``None`` or a run store (a
+    :class:`~agentflow.store.Store`): a path used to fail with an AttributeError when the
+    run opened it."""
+    if store is None:
+        return
+    from agentflow.store._protocol import Store  # only with a store: the stores are heavy
+
+    if not isinstance(store, Store):
+        hint = "; wrap a path in SQLiteStore(path)" if isinstance(store, str | os.PathLike) else ""
+        raise ConfigError(
+            f"{where} must be a run store (agentflow.store.Store: SQLiteStore, PostgresStore)"
+            f" or None{hint}, got {type(store).__name__} {store!r:.80}"
+        )
+
+
+def check_sessions(sessions: object, where: str) -> list[Session]:
+    """``sessions`` as a list, each a :class:`~agentflow.Session`: else a
+    :class:`ConfigError` naming ``where`` (``None`` was a TypeError, a task string or an
+    agent in the list an AttributeError on ``session_id``)."""
+    from agentflow._session import Session
+
+    hint = "agent.session(task)"
+    if isinstance(sessions, str | bytes | Session) or not isinstance(sessions, Iterable):
+        raise ConfigError(
+            f"{where} takes sessions: {hint} for each, in a list; got "
+            f"{type(sessions).__name__} {sessions!r:.60}"
+        )
+    listed = list(sessions)
+    for i, s in enumerate(listed):
+        if not isinstance(s, Session):
+            raise ConfigError(
+                f"{where} takes sessions: {hint}; item {i} is {type(s).__name__} {s!r:.60}"
+            )
+    return listed
 
 
 def _check_unique(sessions: list[Session]) -> None:

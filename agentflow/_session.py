@@ -32,6 +32,7 @@ from agentflow._events import ErrorEvent, SessionEndEvent
 from agentflow._logging import get_logger
 from agentflow._sendable import check_sendable
 from agentflow._session_checks import (
+    check_agent,
     check_session_id,
     hold,
     refused,
@@ -123,6 +124,7 @@ class Session:
         session_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> None:
+        check_agent(agent)
         self.agent = agent
         if session_id is not None and session_id != "":
             check_session_id(session_id)

@@ -1,7 +1,8 @@
 """What a :class:`~agentflow.Session` is checked for: what it is given, when it is made
-(its ``session_id`` and ``task``: :func:`check_session_id`, :func:`task_messages`), and
-whether it may start a run — not when it has run, nor while a run has it (:func:`hold`;
-the run clears ``Session._running`` when it ends).
+(its ``agent``, ``session_id`` and ``task``: :func:`check_agent`,
+:func:`check_session_id`, :func:`task_messages`), and whether it may start a run — not
+when it has run, nor while a run has it (:func:`hold`; the run clears
+``Session._running`` when it ends).
 
 :meth:`Session.run` holds a session it runs alone; a fleet's run holds all of its
 sessions when it starts (``_fleet_checks.py``), before any of them is queued, so a second
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from agentflow._session import Session
 
 __all__ = [
+    "check_agent",
     "check_header_text",
     "check_session_id",
     "hold",
@@ -44,6 +46,18 @@ def is_header_name(text: object) -> bool:
     """Whether ``text`` can name an HTTP header (a ``str``, an RFC 9110 token: no space,
     no ``:``); the router's ``session_header`` and ``agentflow sim --session-header``."""
     return isinstance(text, str) and _HEADER_NAME.fullmatch(text) is not None
+
+
+def check_agent(agent: object) -> None:
+    """Raise :class:`ConfigError` unless ``agent`` is an :class:`~agentflow.Agent` (a
+    name, ``Session("coder", task)``, failed with an AttributeError on its ``name``)."""
+    from agentflow._agent import Agent  # (it imports this module)
+
+    if not isinstance(agent, Agent):
+        raise ConfigError(
+            "Session needs an Agent (agent.session(task) makes one), got "
+            f"{type(agent).__name__} {agent!r:.60}"
+        )
 
 
 def check_session_id(session_id: object) -> None:

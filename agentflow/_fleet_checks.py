@@ -31,6 +31,7 @@ __all__ = [
     "check_callback",
     "check_callbacks",
     "check_drain",
+    "check_kind",
     "check_parts",
     "check_scale_out",
     "check_sessions",
@@ -119,8 +120,7 @@ def check_parts(*, policy: object, limits: object, router: object, retry: object
         ("retry", retry, RetryPolicy),
     )
     for name, value, kind in kinds:
-        if value is not None and not isinstance(value, kind):
-            raise ConfigError(f"Fleet.{name} must be a {kind.__name__} or None, got {value!r}")
+        check_kind(value, kind, f"Fleet.{name}")
     if isinstance(limits, Limits) and limits.kv_tokens is not None:
         # (It was refused only as the run started; the scheduler still says so too.)
         raise ConfigError(
@@ -129,17 +129,24 @@ def check_parts(*, policy: object, limits: object, router: object, retry: object
         )
 
 
-def check_callbacks(callbacks: object) -> list[Callback]:
-    """``Fleet(callbacks=...)`` as a list, each one callable: else a :class:`ConfigError`
-    naming it (a non-callable one used to fail on every event of every run)."""
+def check_kind(value: object, kind: type, where: str) -> None:
+    """Raise :class:`ConfigError` naming ``where`` unless ``value`` is ``None`` or a
+    ``kind`` (``Fleet``'s scheduling parts, ``Session.run``'s ``retry``)."""
+    if value is not None and not isinstance(value, kind):
+        raise ConfigError(f"{where} must be a {kind.__name__} or None, got {value!r}")
+
+
+def check_callbacks(callbacks: object, where: str = "Fleet.callbacks") -> list[Callback]:
+    """``callbacks`` (``Fleet(callbacks=...)``, ``Session.run(callbacks=...)``: ``where``)
+    as a list, each one callable: else a :class:`ConfigError` naming it (a non-callable
+    one used to fail on every event of every run)."""
     if isinstance(callbacks, str | bytes) or not isinstance(callbacks, Iterable):
         raise ConfigError(
-            f"Fleet.callbacks must be a list of callables, got {type(callbacks).__name__} "
-            f"{callbacks!r:.60}"
+            f"{where} must be a list of callables, got {type(callbacks).__name__} {callbacks!r:.60}"
         )
     listed = list(callbacks)
     for i, callback in enumerate(listed):
-        check_callback(callback, f"Fleet.callbacks[{i}]")
+        check_callback(callback, f"{where}[{i}]")
     return listed
 
 

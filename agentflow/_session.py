@@ -29,6 +29,7 @@ from agentflow._context_resumed import Resumed, resume_session
 from agentflow._errors import ContextOverflow, MaxTurnsExceeded
 from agentflow._event_bus import EventBus
 from agentflow._events import ErrorEvent, SessionEndEvent
+from agentflow._fleet_checks import check_callbacks, check_kind
 from agentflow._logging import get_logger
 from agentflow._sendable import check_sendable
 from agentflow._session_checks import (
@@ -218,7 +219,9 @@ class Session:
 
         Raises:
             ConfigError: the session has already run, or is running now (in another
-                ``run`` or a fleet's run); a fleet refuses it too.
+                ``run`` or a fleet's run); a fleet refuses it too. Run alone: ``retry``
+                is not a :class:`RetryPolicy` or ``None``, or ``callbacks`` not a list
+                of callables (as a :class:`Fleet` checks its own).
         """
         if self.result is not None:
             raise refused(self)
@@ -234,6 +237,8 @@ class Session:
         if _runner is None:  # run alone (a fleet holds its sessions when its run starts)
             if transport is None:
                 raise TypeError("Session.run needs a transport (or a fleet's runner)")
+            check_kind(retry, RetryPolicy, "Session.run: retry")  # as a Fleet's are
+            callbacks = check_callbacks(callbacks, "Session.run: callbacks")
             hold(self)
             scheduler = Scheduler([Replica(transport=transport)], clock=clock)
             try:

@@ -81,3 +81,25 @@ async def test_good_values_still_run(tmp_path: Path) -> None:
         result = await Fleet(t, store=store).run(AGENT.session("go") for _ in range(1))
         await store.aclose()
     assert [s.status for s in result.sessions] == ["completed"]
+
+
+@pytest.mark.parametrize(
+    ("kw", "says"),
+    [
+        ({"retry": "x"}, r"^Session\.run: retry must be a RetryPolicy or None, got 'x'$"),
+        ({"callbacks": [5]}, r"^Session\.run: callbacks\[0\] must be a callable .*got int 5$"),
+        ({"callbacks": "ab"}, r"^Session\.run: callbacks must be a list of callables, got str"),
+    ],
+)
+async def test_a_session_run_alone_checks_what_a_fleet_checks(
+    kw: dict[str, Any], says: str
+) -> None:
+    """``Session.run(retry="x")`` or ``callbacks=[5]`` was taken (a fleet refuses them):
+    now refused before the session is held, so it can still run with good values."""
+    async with ScriptedServer([Reply.text("hi")]) as srv, HTTPTransport(srv.base_url) as t:
+        session = AGENT.session("go")
+        with pytest.raises(ConfigError, match=says):
+            await session.run(t, **kw)
+        seen: list[str] = []
+        result = await session.run(t, callbacks=[lambda e: seen.append(e.type)])
+    assert result.status == "completed" and "session_end" in seen

@@ -39,6 +39,7 @@ from agentflow.context._overflow import (
     Fail,
     OverflowPolicy,
 )
+from agentflow.context._prefix_index import check_message_counter
 from agentflow.context._server_window import DEFAULT_WINDOW_TIMEOUT_S, server_window
 from agentflow.context._session_budget import SessionBudget
 from agentflow.context._windows import DEFAULT_RESERVE, KNOWN_WINDOWS, window_for
@@ -182,6 +183,12 @@ class ContextBudget(Link[SessionBudget]):
                 "context chain: Agent(context=[FleetBudget(...), ContextBudget(...)])",
                 DeprecationWarning,
                 stacklevel=2 + _CALLER_DEPTH.get(),
+            )
+        # (Each failed with an AttributeError at the session's first turn.)
+        check_message_counter(counter, "ContextBudget.counter")
+        if calibrator is not None and not isinstance(calibrator, Calibrator):
+            raise ConfigError(
+                f"ContextBudget.calibrator must be a Calibrator or None, got {calibrator!r:.80}"
             )
         if prefix_index is not None:
             if not callable(getattr(prefix_index, "session", None)):

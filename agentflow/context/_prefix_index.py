@@ -32,14 +32,14 @@ from typing import TYPE_CHECKING
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
-from agentflow.context._counting import TiktokenCounter
+from agentflow.context._counting import TiktokenCounter, TokenCounter
 from agentflow.context._messages import MessageCounter
 from agentflow.context._prefix_session import PrefixSession
 
 if TYPE_CHECKING:
     from agentflow.context._prompt import PromptCounter
 
-__all__ = ["DEFAULT_CAPACITY_TOKENS", "PrefixIndex"]
+__all__ = ["DEFAULT_CAPACITY_TOKENS", "PrefixIndex", "check_message_counter"]
 
 #: The default bound of a :class:`PrefixIndex`, in tokens.
 DEFAULT_CAPACITY_TOKENS = 4_000_000
@@ -65,6 +65,16 @@ class _Run:
         self.alive = True
 
 
+def check_message_counter(counter: object, where: str) -> None:
+    """Raise :class:`ConfigError` naming ``where`` unless ``counter`` is ``None`` or a
+    :class:`MessageCounter` (anything else failed with an AttributeError at a session's
+    first turn); a text counter (``TiktokenCounter()``) is told to wrap it."""
+    if counter is not None and not isinstance(counter, MessageCounter):
+        text = isinstance(counter, TokenCounter) and not isinstance(counter, str)
+        hint = " (wrap a text counter: MessageCounter(counter))" if text else ""
+        raise ConfigError(f"{where} must be a MessageCounter or None{hint}, got {counter!r:.80}")
+
+
 class PrefixIndex:
     """Block hashes of every prompt sent, fleet-wide and bounded; share one per server.
 
@@ -77,7 +87,8 @@ class PrefixIndex:
         capacity_tokens: the most tokens of distinct blocks held (whole blocks).
 
     Raises:
-        ConfigError: a block size below 1, or a capacity below one block.
+        ConfigError: a block size below 1, a capacity below one block, or a counter that
+            is not a :class:`MessageCounter`.
     """
 
     def __init__(
@@ -97,6 +108,7 @@ class PrefixIndex:
                 f"PrefixIndex.capacity_tokens must be an int >= block_size ({block_size}), "
                 f"got {capacity_tokens!r}"
             )
+        check_message_counter(counter, "PrefixIndex.counter")
         self.counter = counter if counter is not None else MessageCounter(TiktokenCounter())
         self.block_size = block_size
         self.capacity_tokens = capacity_tokens

@@ -12,10 +12,11 @@ of the run. Like the events (``_events.py``), it imports nothing above them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_args
 
 from agentflow._callables import is_async
 from agentflow._events import ErrorEvent, Event
@@ -361,5 +362,12 @@ def _being_cancelled() -> bool:
 
 
 def _reads(callback: Any, event_type: str) -> bool:
-    types = getattr(callback, "event_types", None)
+    types = getattr(callback, "event_types", None)  # (_fleet_checks.check_event_types)
     return types is None or event_type in types
+
+
+@functools.cache
+def event_type_names() -> frozenset[str]:
+    """Every event's ``type``: those of the :data:`~agentflow.Event` union's members
+    (the context events' too), read from their classes."""
+    return frozenset(inspect.signature(c).parameters["type"].default for c in get_args(Event))

@@ -9,11 +9,12 @@ import asyncio
 import importlib.util
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import TYPE_CHECKING, Literal, cast
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
+from agentflow._event_bus import event_type_names
 from agentflow._logging import get_logger
 from agentflow._seconds import MAX_TIMEOUT_S, check_lease_ttl, check_seconds
 from agentflow._session_checks import refused
@@ -31,6 +32,7 @@ __all__ = [
     "check_callback",
     "check_callbacks",
     "check_drain",
+    "check_event_types",
     "check_kind",
     "check_parts",
     "check_scale_out",
@@ -151,11 +153,34 @@ def check_callbacks(callbacks: object, where: str = "Fleet.callbacks") -> list[C
 
 
 def check_callback(callback: object, where: str) -> None:
-    """Raise :class:`ConfigError` unless ``callback`` is callable (sync or async)."""
+    """Raise :class:`ConfigError` unless ``callback`` is callable (sync or async), and
+    its ``event_types``, if it declares them, are event type names."""
     if not callable(callback):
         raise ConfigError(
             f"{where} must be a callable taking an event, got {type(callback).__name__} "
             f"{callback!r:.60}"
+        )
+    check_event_types(getattr(callback, "event_types", None), f"{where}.event_types")
+
+
+def check_event_types(types: object, where: str) -> None:
+    """Raise :class:`ConfigError` naming ``where`` unless ``types`` (a callback's
+    ``event_types``) is ``None`` or a collection (not a string) of event type names. A
+    misspelt name (``{"sesion_end"}``) silently delivered nothing, a string matched its
+    substrings (``"token_x"`` read tokens), and a number failed at every event."""
+    if types is None:
+        return
+    known = event_type_names()
+    if isinstance(types, str | bytes) or not isinstance(types, Collection):
+        raise ConfigError(
+            f"{where} must be a set of event type names (or None: every event), got "
+            f"{type(types).__name__} {types!r:.60}"
+        )
+    unknown = sorted(repr(t) for t in types if not isinstance(t, str) or t not in known)
+    if unknown:
+        raise ConfigError(
+            f"{where} names unknown event types {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(known))}"
         )
 
 

@@ -242,5 +242,11 @@ def capture_events(*types: str) -> EventCapture:
         events = capture_events()
         await Fleet(MockTransport(handler), callbacks=[events]).run(sessions)
         assert events.types()[0] == "fleet_start"
+
+    Raises:
+        ConfigError: a type no event has (a misspelling would capture nothing).
     """
+    from agentflow._fleet_checks import check_event_types  # (it imports the scheduler)
+
+    check_event_types(types, "capture_events(*types)")
     return EventCapture(types or None)

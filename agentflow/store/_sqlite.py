@@ -89,7 +89,8 @@ class SQLiteStore(JournaledWriter):
             :meth:`claim`); the fleet renews its leases every third of it.
 
     Raises:
-        ConfigError: a value is out of range.
+        ConfigError: a value is out of range or of the wrong type (the path not a str
+            or a PathLike).
     """
 
     def __init__(
@@ -113,10 +114,13 @@ class SQLiteStore(JournaledWriter):
             batch_interval_s = (
                 0.010 if journal is False or not _journal.AVAILABLE else _journal.JOURNAL_INTERVAL_S
             )
-        if not 0 <= batch_interval_s <= 10:
+        # (A path of None, or a string for the interval, was a bare TypeError.)
+        if not isinstance(path, str | os.PathLike) or path == "":
             raise ConfigError(
-                f"SQLiteStore.batch_interval_s must be in [0, 10], got {batch_interval_s!r}"
+                f"SQLiteStore.path must be a file path (a str or a PathLike), got "
+                f"{type(path).__name__} {path!r:.80}"
             )
+        batch_interval_s = check_seconds(batch_interval_s, "SQLiteStore.batch_interval_s", 0, 10)
         check_count(max_batch, "SQLiteStore.max_batch")
         busy_timeout_s = check_seconds(
             busy_timeout_s, "SQLiteStore.busy_timeout_s", 0.001, MAX_BUSY_TIMEOUT_S

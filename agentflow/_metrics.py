@@ -16,7 +16,7 @@ __all__ = ["OutputTokenSource", "TurnMetrics", "turn_metrics"]
 #: when chunks carry several tokens).
 OutputTokenSource = Literal["server_usage", "chunk_count"]
 
-_NS = 1e-9
+_NS = 1e9  # ns → s by dividing: correctly rounded (× 1e-9 made 60 ms 0.060000000000000005)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,9 +95,9 @@ def turn_metrics(trace: TurnTrace, *, ready_ns: int | None = None) -> TurnMetric
     # the tokens the stream showed: hidden reasoning was decoded before the first chunk,
     # so dividing the visible decode window by it too would make TPOT many times too fast
     shown = out - hidden
-    e2e = (trace.end_ns - trace.sent_ns) * _NS
+    e2e = (trace.end_ns - trace.sent_ns) / _NS
     first = trace.first_output_ns
-    ttft = None if first is None else (first - trace.sent_ns) * _NS
+    ttft = None if first is None else (first - trace.sent_ns) / _NS
     times = trace.chunk_ns
     tpot = None
     # The decode phase was observed only if the output chunks span time: chunks that all
@@ -105,9 +105,9 @@ def turn_metrics(trace: TurnTrace, *, ready_ns: int | None = None) -> TurnMetric
     # µs / (n − 1), millions of tokens/s.
     if ttft is not None and shown >= 2 and times[-1] > times[0] and e2e > ttft:
         tpot = (e2e - ttft) / (shown - 1)
-    itl = tuple((b - a) * _NS for a, b in pairwise(times))
+    itl = tuple((b - a) / _NS for a, b in pairwise(times))
     return TurnMetrics(
-        queue_wait_s=0.0 if ready_ns is None else max(0, trace.sent_ns - ready_ns) * _NS,
+        queue_wait_s=0.0 if ready_ns is None else max(0, trace.sent_ns - ready_ns) / _NS,
         ttft_s=ttft,
         e2e_s=e2e,
         tpot_s=tpot,

@@ -16,7 +16,7 @@ from agentflow._trace import TurnTrace
 
 __all__ = ["AgentStats"]
 
-_NS = 1e-9
+_NS = 1e9  # ns → s by dividing: correctly rounded (× 1e-9 made 60 ms 0.060000000000000005)
 
 
 class AgentStats:
@@ -257,8 +257,8 @@ class AgentStats:
                 "min": self.decode_tps_min if self.decode_s > 0 else None,
                 "max": self.decode_tps_max if self.decode_s > 0 else None,
             },
-            "first_s": None if self.first_ns is None else (self.first_ns - origin_ns) * _NS,
-            "last_s": None if self.last_ns is None else (self.last_ns - origin_ns) * _NS,
+            "first_s": None if self.first_ns is None else (self.first_ns - origin_ns) / _NS,
+            "last_s": None if self.last_ns is None else (self.last_ns - origin_ns) / _NS,
             "reconnects": self.reconnects,
             "retries": self.retries,
             "tool_calls": self.tool_calls,

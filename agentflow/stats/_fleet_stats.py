@@ -287,7 +287,7 @@ class FleetStats:
                 ts.spread("output_tokens", first, end, out - hidden)
             else:
                 ts.spread("output_tokens", first, end, out)
-        ts.spread("in_flight_s", sent, end, (end - sent) * 1e-9)
+        ts.spread("in_flight_s", sent, end, (end - sent) / 1e9)
         at_end = [("turns", 1.0)]
         if m.decode_tps is not None:
             at_end += (("decode_tps_sum", m.decode_tps), ("decode_turns", 1.0))
@@ -383,7 +383,7 @@ class FleetStats:
             return self.wall_s
         if self.last_ns is None:
             return 0.0
-        return max(0, self.last_ns - self.origin_ns) * 1e-9
+        return max(0, self.last_ns - self.origin_ns) / 1e9
 
     def quantile(self, name: str, q: float) -> float | None:
         """Quantile ``q`` (0–1) of distribution ``name`` (see :data:`DISTRIBUTIONS`)."""

@@ -79,10 +79,10 @@ def merge_stats(into: FleetStats, other: FleetStats) -> None:
     into.start_ns = _min(into.start_ns, other.start_ns)
     walls = [w for w in (into.wall_s, other.wall_s) if w is not None]
     if walls and into.first_ns is not None and into.last_ns is not None:
-        walls.append((into.last_ns - into.first_ns) * 1e-9)  # workers started apart
+        walls.append((into.last_ns - into.first_ns) / 1e9)  # workers started apart
     if spans[0] is not None and spans[1] is not None and into.fleet_start_ns is not None:
         # both fleets' starts known: the first start to the last end
-        walls.append((max(spans[0][1], spans[1][1]) - into.fleet_start_ns) * 1e-9)
+        walls.append((max(spans[0][1], spans[1][1]) - into.fleet_start_ns) / 1e9)
     into.wall_s = max(walls) if walls else None
     into.peak_in_flight = None
 

@@ -41,7 +41,7 @@ _UNITS = {
     "output_tokens": "tokens",
 }
 
-_NS = 1e-9
+_NS = 1e9  # ns → s by dividing: correctly rounded (× 1e-9 made 60 ms 0.060000000000000005)
 
 
 def build_report(
@@ -75,7 +75,7 @@ def build_report(
             "quantiles": [quantile_name(q) for q in stats.quantiles],
             "per": stats.per,
             "itl": stats.itl,
-            "bucket_s": stats.series.width_ns * _NS,
+            "bucket_s": stats.series.width_ns / _NS,
             "max_turn_index": stats.by_turn.max_index,
             "workers": max(stats.workers, 1),  # stats that saw nothing are still one's
             "slos": slo_table(stats.slos),
@@ -250,7 +250,7 @@ def _goodput(stats: FleetStats, duration: float) -> list[dict[str, Any]]:
 def _throughput(stats: FleetStats, origin: int) -> dict[str, Any]:
     ts = stats.series
     start, width = ts.start_ns, ts.width_ns
-    out: dict[str, Any] = {"bucket_s": width * _NS, "t_s": [], "dt_s": []}
+    out: dict[str, Any] = {"bucket_s": width / _NS, "t_s": [], "dt_s": []}
     names = ("output_tps", "prompt_tps", "cached_tps", "turns_per_s", "in_flight")
     for key in (*names, "cache_hit_rate", "decode_tps_mean", "errors", "retries"):
         out[key] = []
@@ -273,8 +273,8 @@ def _throughput(stats: FleetStats, origin: int) -> dict[str, Any]:
         hi_c = hi if end_of_run is None else min(hi, end_of_run)
         if hi_c <= lo_c:
             lo_c, hi_c = lo, hi
-        dt = (hi_c - lo_c) * _NS
-        out["t_s"].append((lo_c - origin) * _NS)
+        dt = (hi_c - lo_c) / _NS
+        out["t_s"].append((lo_c - origin) / _NS)
         out["dt_s"].append(dt)
         for key, series in zip(
             names,

@@ -7,8 +7,8 @@ import math
 import pytest
 
 from agentflow import ConfigError, turn_metrics
-from agentflow.stats import SLO
-from tests.stats.traces import trace
+from agentflow.stats import SLO, FleetStats
+from tests.stats.traces import trace, turn_end
 
 
 @pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 0, -1.0, True, "2"])
@@ -32,3 +32,21 @@ def test_an_unknown_tpot_fails_a_tpot_bound_unless_there_was_no_decode_phase() -
         assert not slo.met_by(m) and slo.failed_bounds(m) == ["tpot_s"]
     assert one_token.tpot_s is None
     assert slo.met_by(one_token) and slo.failed_bounds(one_token) == []
+
+
+def test_a_figure_exactly_at_its_bound_meets_it() -> None:
+    """60,000,000 ns is 0.06 s exactly as the float nearest it: nanoseconds become seconds
+    by dividing (``ns * 1e-9`` gave 0.060000000000000005, and SLO(ttft_s=0.06) failed a
+    turn whose TTFT was exactly 60 ms). Also the report's per-agent times."""
+    m = turn_metrics(
+        trace(sent_ms=100, chunks_ms=[160, 170, 190], end_ms=230, completion=3),
+        ready_ns=70 * 1_000_000,
+    )
+    assert (m.queue_wait_s, m.ttft_s, m.e2e_s) == (0.03, 0.06, 0.13)
+    assert m.itl_s == (0.01, 0.02)
+    slo = SLO(ttft_s=0.06, e2e_s=0.13, queue_wait_s=0.03, itl_max_s=0.02)
+    assert slo.met_by(m) and slo.failed_bounds(m) == []
+    stats = FleetStats(start_ns=0)
+    stats(turn_end("a", "s", 0, trace(sent_ms=100, chunks_ms=[160], end_ms=290), ready_ms=60))
+    row = stats.report()["agents"][0]
+    assert (row["first_s"], row["last_s"]) == (0.06, 0.29)

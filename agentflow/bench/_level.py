@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
-from agentflow._events import ErrorEvent, Event, SessionEndEvent, TurnEndEvent
+from agentflow._events import ErrorEvent, Event, RetryEvent, SessionEndEvent, TurnEndEvent
 from agentflow._fleet import Fleet, FleetResult
 from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 from agentflow.bench._dist import _finite
@@ -70,7 +70,10 @@ class _Window:
     """Feeds a FleetStats the turns ready in ``[lo_ns, hi_ns)``, and the ends of the
     sessions that had such a turn or started in that window (``started_ns``: session
     id → start): a session that failed on its first turn has no turn to count, but its
-    failure must show in the level's statuses."""
+    failure must show in the level's statuses. A turn's retries are held until it ends
+    and passed on only if it counts (those of a turn that never ended, if its session
+    does): a warm-up turn's retry used to count, and make a row of a session not in
+    the window."""
 
     def __init__(
         self,
@@ -89,6 +92,8 @@ class _Window:
         #: (ready_ns, first output or end ns) of every finished turn, in the window or not.
         self.waits: list[tuple[int, int]] = []
         self.turns_outside = 0
+        #: Retry events of turns not ended yet, by session id, then turn.
+        self.retries: dict[str, dict[int, list[Event]]] = {}
 
     def observe(self, event: Event) -> None:
         if isinstance(event, TurnEndEvent):
@@ -96,6 +101,8 @@ class _Window:
             trace = event.trace
             first = trace.first_output_ns
             self.waits.append((ready, first if first is not None else trace.end_ns))
+            held = self.retries.get(event.session_id)
+            retries = held.pop(event.turn, ()) if held is not None else ()
             if not self.lo_ns <= ready < self.hi_ns:
                 self.turns_outside += 1
                 return
@@ -103,14 +110,23 @@ class _Window:
             m = event.metrics
             if m.ttft_s is not None:
                 self.first_token.append((ready, m.queue_wait_s + m.ttft_s))
+            for retry in retries:
+                self.stats(retry)
             self.stats(event)
         elif isinstance(event, SessionEndEvent):
             sid = event.session_id
             start = self.started_ns.get(sid)
+            unfinished = self.retries.pop(sid, {})
             if sid in self.sessions or (start is not None and self.lo_ns <= start < self.hi_ns):
                 self.sessions.add(sid)
+                for retries in unfinished.values():
+                    for retry in retries:
+                        self.stats(retry)
                 self.stats(event)
-        elif isinstance(event, ErrorEvent) or event.type == "retry":
+        elif isinstance(event, RetryEvent):  # held until its turn ends: does it count?
+            turns = self.retries.setdefault(event.session_id, {})
+            turns.setdefault(event.turn, []).append(event)
+        elif isinstance(event, ErrorEvent):
             self.stats(event)
 
 

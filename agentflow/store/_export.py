@@ -64,9 +64,9 @@ async def export_report(store: Store, run_id: str) -> dict[str, Any]:
     """The run's ``agentflow.report/2`` report (``docs/report-schema.md``), finished or
     partial: ``run`` holds the recorded run configuration, ``run_id``, the store's
     ``status`` of the run and its ``attempts`` (1 + the times it was resumed). The tools'
-    figures (``tools``, ``fleet.tool_s``, ``tool_errors``) come from the recorded tool
-    results; a run recorded by ``agentflow demo`` also has its ``time_scale`` in ``run``
-    and goodput against its SLOs, as the demo's own report has.
+    figures (``tools``, ``fleet.tool_s``, ``tool_errors``, ``errors.tool``) come from the
+    recorded tool results; a run recorded by ``agentflow demo`` also has its
+    ``time_scale`` in ``run`` and goodput against its SLOs, as the demo's own report has.
 
     Raises:
         RunNotFound: no such run.
@@ -110,24 +110,33 @@ def _demo_facts(info: dict[str, Any], result: FleetResult) -> tuple[SLO, ...]:
 
 
 def _tool_journal(run: StoredRun) -> RunJournal:
-    """The recorded tool results as a :class:`RunJournal`'s tool entries (name, outcome,
-    duration) — what the live report's journal noted of each call."""
+    """The recorded tool results as a :class:`RunJournal`'s entries — what the live
+    report's journal noted of each call: a ``tool`` entry (name, outcome, duration), and
+    for a call that failed, the ``error`` entry (``where="tool"``) its ``ErrorEvent``
+    gave (there used to be none: ``fleet.errors.tool`` read 0 beside ``tool_errors``
+    1). A call ended at about its turn's end plus its duration (the first attempt's
+    clock, as every time of the exported result)."""
     from agentflow.stats import JournalEntry, RunJournal
 
     journal = RunJournal()
+    entries = journal.entries
     for s in run.sessions:
         for t in s.turns:
-            journal.entries.extend(
-                JournalEntry(
-                    t.trace.end_ns,
-                    "tool",
-                    s.agent,
-                    s.session_id,
-                    t.turn,
-                    where=r.name,
-                    duration_s=r.duration_s,
-                    is_error=r.is_error,
+            end = t.trace.end_ns + run.clock_offset(t.attempt)
+            for r in t.tool_results.values():
+                entries.append(
+                    JournalEntry(
+                        end,
+                        "tool",
+                        s.agent,
+                        s.session_id,
+                        t.turn,
+                        where=r.name,
+                        duration_s=r.duration_s,
+                        is_error=r.is_error,
+                    )
                 )
-                for r in t.tool_results.values()
-            )
+                if r.is_error:
+                    at = end + round(r.duration_s * 1e9)
+                    entries.append(JournalEntry(at, "error", s.agent, s.session_id, t.turn, "tool"))
     return journal

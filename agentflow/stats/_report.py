@@ -258,6 +258,16 @@ def _throughput(stats: FleetStats, origin: int) -> dict[str, Any]:
     if start is None:
         return out
     vals = {name: ts.values(name) for name in ts.names}
+    # Reported by no turn: null in every bucket, as the fleet's figure is (zeros would
+    # read as measured ones).
+    unreported = {
+        key
+        for key, reported in (
+            ("prompt_tps", stats.prompt_turns),
+            ("cached_tps", stats.cache_prompt_tokens),
+        )
+        if not reported
+    }
     # The fleet's wall time runs from its start: the run ends at start + wall time when
     # both are known (a caller's start_ns or the first turn's ready time may be later or
     # earlier than the fleet's start), else at its last turn's end — never before that.
@@ -281,7 +291,7 @@ def _throughput(stats: FleetStats, origin: int) -> dict[str, Any]:
             ("output_tokens", "prompt_tokens", "cached_tokens", "turns", "in_flight_s"),
             strict=True,
         ):
-            out[key].append(vals[series][i] / dt)
+            out[key].append(None if key in unreported else vals[series][i] / dt)
         denom = vals["cache_prompt_tokens"][i]
         out["cache_hit_rate"].append(vals["cached_tokens"][i] / denom if denom > 0 else None)
         out["errors"].append(round(vals["errors"][i]))

@@ -10,7 +10,7 @@ import pytest
 
 from agentflow.stats import REPORT_SCHEMA_VERSION, SLO, FleetStats, build_report, report_schema
 from tests.stats.test_merge import workload
-from tests.stats.traces import fixed_run, session_end
+from tests.stats.traces import fixed_run, session_end, trace, turn_end
 
 
 def validate(report: dict[str, Any]) -> None:
@@ -72,3 +72,21 @@ def test_schema_rejects_a_wrong_report() -> None:
     missing = {k: v for k, v in report.items() if k != "fleet"}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(missing, report_schema())
+
+
+def test_token_series_nobody_reported_are_null_not_zero() -> None:
+    """No turn reported its prompt tokens (a server without usage), or its cached tokens
+    (vLLM without ``--enable-prompt-tokens-details``): every bucket of that series is
+    null, as the fleet's figure is — they used to be 0.0, which reads as measured."""
+    no_usage = trace(sent_ms=0, chunks_ms=[200, 400], end_ms=600)
+    no_cache = trace(sent_ms=0, chunks_ms=[200, 400], end_ms=600, completion=2, prompt=500)
+    for tr, prompt_nulls in ((no_usage, True), (no_cache, False)):
+        stats = FleetStats(bucket_s=0.5)
+        stats(turn_end("a", "s", 0, tr, ready_ms=0))
+        report = stats.report()
+        validate(report)
+        fleet, series = report["fleet"], report["throughput"]
+        assert len(series["t_s"]) == 2
+        assert fleet["cached_tokens"] is None and series["cached_tps"] == [None, None]
+        assert (fleet["prompt_tokens"] is None) is prompt_nulls
+        assert series["prompt_tps"] == ([None, None] if prompt_nulls else [1000.0, 0.0])

@@ -222,8 +222,11 @@ class AgentStats:
             self.status, self.error, self.ended_ns = other.status, other.error, theirs
         self.slo_met = [a + b for a, b in zip(self.slo_met, other.slo_met, strict=True)]
 
-    def to_report(self, slo_labels: list[str], origin_ns: int) -> dict[str, Any]:
-        """This row as a report entry (``docs/report-schema.md``, ``agents[]``)."""
+    def to_report(
+        self, slo_labels: list[str], origin_ns: int, *, tools: bool = True
+    ) -> dict[str, Any]:
+        """This row as a report entry (``docs/report-schema.md``, ``agents[]``);
+        ``tools``: whether tool outcomes and durations were seen (else they are null)."""
         turns = self.turns
         return {
             "agent": self.agent,
@@ -262,8 +265,8 @@ class AgentStats:
             "reconnects": self.reconnects,
             "retries": self.retries,
             "tool_calls": self.tool_calls,
-            "tool_errors": self.tool_errors,
-            "tool_s": self.tool_s,
+            "tool_errors": self.tool_errors if tools else None,
+            "tool_s": self.tool_s if tools else None,
             "slo_turns_met": dict(zip(slo_labels, self.slo_met, strict=True)),
             "meets_slo": {
                 label: turns > 0 and met == turns

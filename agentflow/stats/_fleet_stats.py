@@ -164,6 +164,10 @@ class FleetStats:
         self.errors: Counter[str] = Counter({"session": 0, "tool": 0, "callback": 0})
         self.tool_calls = self.tool_errors = 0
         self.tool_s = 0.0
+        #: Whether tool outcomes and durations were seen (``ToolResultEvent``s, or a
+        #: :class:`RunJournal`'s): not by :meth:`from_result` without a journal, whose
+        #: report then has ``null`` tool errors and durations, not zeros.
+        self.tool_outcomes = True
         #: Per tool name: calls, failures and the durations of its calls.
         self.tools: dict[str, ToolFigures] = {}
         self.retries = 0
@@ -325,7 +329,8 @@ class FleetStats:
 
         The figures are those subscribing would give, except what a result does not
         keep: tool and callback errors, and tool outcomes and durations (tool calls are
-        counted from the traces). The origin is the result's ``start_ns`` (the fleet's
+        counted from the traces; the report's tool errors and durations are ``null``,
+        not measured, without a journal). The origin is the result's ``start_ns`` (the fleet's
         start, as a subscribed ``FleetStats`` has it) unless ``start_ns`` is given.
         Sessions that ended in an error count as ``session`` errors, placed in time at
         their end (``SessionResult.end_ns``; a result read back from a store has none:

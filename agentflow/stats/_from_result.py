@@ -26,6 +26,7 @@ __all__ = ["fill_from_result"]
 def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal | None) -> None:
     """Fold ``result`` (and ``journal``'s entries) into the fresh ``stats``."""
     series = stats.series
+    stats.tool_outcomes = journal is not None
     failed_at: dict[str | None, int] = {}
     # Retries the journal placed, per (session, turn): a turn's record places only the
     # failed attempts past those (the journal saw when each happened; the record only

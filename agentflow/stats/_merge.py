@@ -64,6 +64,7 @@ def merge_stats(into: FleetStats, other: FleetStats) -> None:
         mine_src = into.output_by_source[src]
         mine_src[0] += n
         mine_src[1] += tokens
+    into.tool_outcomes = into.tool_outcomes and other.tool_outcomes  # else a partial sum
     into.cached_sources.update(other.cached_sources)
     into.finish_reasons.update(other.finish_reasons)
     into.sessions.update(other.sessions)

@@ -90,7 +90,10 @@ def build_report(
         "throughput": _throughput(stats, origin),
         "context": {"by_turn": stats.by_turn.to_report()},
         "provenance": _provenance(stats),
-        "agents": [row.to_report(labels, origin) for _, row in sorted(stats.agents.items())],
+        "agents": [
+            row.to_report(labels, origin, tools=stats.tool_outcomes)
+            for _, row in sorted(stats.agents.items())
+        ],
         "tools": {
             name: {
                 "calls": t.calls,
@@ -144,6 +147,7 @@ def _fleet(stats: FleetStats, duration: float) -> dict[str, Any]:
     sessions = sum(stats.sessions.values())
     completed = stats.sessions["completed"]
     cached = stats.cache_prompt_tokens > 0
+    tools, errors = stats.tool_outcomes, stats.errors.items()
     return {
         "sessions": sessions,
         "completed": completed,
@@ -177,9 +181,10 @@ def _fleet(stats: FleetStats, duration: float) -> dict[str, Any]:
         "reconnects": stats.reconnects,
         "retries": stats.retries,
         "tool_calls": stats.tool_calls,
-        "tool_errors": stats.tool_errors,
-        "tool_s": stats.tool_s,
-        "errors": dict(sorted(stats.errors.items())),
+        # null, not 0, when tool outcomes were not seen (a result without its journal)
+        "tool_errors": stats.tool_errors if tools else None,
+        "tool_s": stats.tool_s if tools else None,
+        "errors": {k: None if k == "tool" and not tools else n for k, n in sorted(errors)},
         "callback_errors": stats.callback_errors,
         "finish_reasons": dict(sorted(stats.finish_reasons.items())),
     }

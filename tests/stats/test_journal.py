@@ -30,9 +30,36 @@ def test_with_its_journal_a_result_reports_what_subscribing_does() -> None:
     assert got["fleet"]["tool_s"] > 0
     assert sum(t["calls"] for t in got["tools"].values()) == got["fleet"]["tool_calls"]
     assert len(journal.entries) == got["fleet"]["tool_calls"]  # no errors, no retries
-    # Without it, the tool figures are what the result keeps: none.
+    # Without it, the tool figures are what the result keeps: the calls, no outcomes.
     bare = FleetStats.from_result(result, per="session").report()
-    assert bare["tools"] == {} and bare["fleet"]["tool_s"] == 0.0
+    assert bare["tools"] == {} and bare["fleet"]["tool_s"] is None
+    assert bare["fleet"]["tool_calls"] == got["fleet"]["tool_calls"]
+
+
+def test_without_its_journal_a_results_tool_outcomes_are_null_not_zero() -> None:
+    """A result keeps no tool outcome or duration: ``tool_errors``, ``tool_s`` and
+    ``errors.tool`` are null (not measured), on the fleet and on every row — they were
+    0, a measured "no tool failed". Merged with stats that saw them, still null (a
+    partial sum); the calls, which the traces keep, are counted."""
+    live = FleetStats(per="session", clock=loop_clock)
+    result = run_fleet(live, RunJournal(loop_clock))
+    bare = FleetStats.from_result(result, per="session")
+    report = bare.report()
+    validate(report)
+    fleet = report["fleet"]
+    assert fleet["tool_calls"] > 0
+    assert (fleet["tool_errors"], fleet["tool_s"], fleet["errors"]["tool"]) == (None,) * 3
+    assert fleet["errors"]["session"] == 0
+    assert all(r["tool_errors"] is None and r["tool_s"] is None for r in report["agents"])
+    assert sum(r["tool_calls"] for r in report["agents"]) == fleet["tool_calls"]
+    live.merge(bare)
+    merged = live.report()
+    validate(merged)
+    assert merged["fleet"]["tool_s"] is None and merged["fleet"]["errors"]["tool"] is None
+    # stats that saw every outcome keep their numbers when merged
+    total = FleetStats(per="session", clock=loop_clock)
+    total.merge(FleetStats.from_result(result, journal=RunJournal(loop_clock), per="session"))
+    assert total.report()["fleet"]["tool_errors"] == 0
 
 
 AGENT = Agent(name="a", model="m", params={"max_tokens": 16})

@@ -1,14 +1,15 @@
 """What :class:`~agentflow.stats.FleetStats` does with every event but a turn's end.
 
-Tool results, session ends, errors, retries and the fleet's start and end are rare next to turns
-(and tokens, which the stats skip at once), so they are folded here, one call away from
-``FleetStats.__call__``, which keeps the turn's hot path inline.
+Tool results, session ends, errors, retries, compactions and the fleet's start and end are
+rare next to turns (and tokens, which the stats skip at once), so they are folded here, one
+call away from ``FleetStats.__call__``, which keeps the turn's hot path inline.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agentflow._context_events import CompactionEvent
 from agentflow._events import (
     ErrorEvent,
     Event,
@@ -17,13 +18,15 @@ from agentflow._events import (
     SessionEndEvent,
     ToolResultEvent,
 )
+from agentflow._metrics import turn_metrics
 from agentflow._redact import redact
 
 if TYPE_CHECKING:
     from agentflow._session import SessionResult
+    from agentflow._trace import TurnTrace
     from agentflow.stats._fleet_stats import FleetStats
 
-__all__ = ["fold_event", "session_ended"]
+__all__ = ["compaction", "fold_event", "session_ended"]
 
 
 def fold_event(stats: FleetStats, event: Event) -> None:
@@ -53,6 +56,8 @@ def fold_event(stats: FleetStats, event: Event) -> None:
         stats._row(getattr(event, "agent", None), getattr(event, "session_id", None)).retries += 1
         trace = getattr(getattr(event, "attempt", None), "trace", None)
         _at(stats, "retries", None if trace is None else trace.end_ns)
+    elif isinstance(event, CompactionEvent):
+        compaction(stats, event.trace)
     elif isinstance(event, FleetStartEvent):
         start = stats.fleet_start_ns
         stats.fleet_start_ns = event.start_ns if start is None else min(start, event.start_ns)
@@ -61,6 +66,34 @@ def fold_event(stats: FleetStats, event: Event) -> None:
         stats.wall_s = result.wall_s
         stats.peak_in_flight = result.peak_in_flight
         stats.callback_errors = len(result.callback_errors) + result.callback_errors_dropped
+
+
+def compaction(stats: FleetStats, trace: TurnTrace) -> None:
+    """Count a context policy's summary request (``CompactionEvent.trace``): no turn, but
+    the server's work all the same — its tokens go in the fleet's token totals and their
+    time series (``fleet.compaction`` has them apart), not in any per-turn figure."""
+    m = turn_metrics(trace)  # its tokens as a turn's are counted (rare: a few per session)
+    stats.compactions += 1
+    stats.compaction_s += m.e2e_s
+    out, p, c = m.output_tokens, m.prompt_tokens, m.cached_tokens
+    stats.compaction_output_tokens += out
+    sent, end, first = trace.sent_ns, trace.end_ns, trace.first_output_ns
+    series = stats.series
+    prefilled = end if first is None else first  # as a turn's: prefill, then decode
+    if p is not None:
+        stats.compaction_prompt_tokens += p
+        stats.compaction_prompt_requests += 1
+        series.spread("prompt_tokens", sent, prefilled, p)
+        if c is not None:
+            stats.compaction_cached_tokens += c
+            stats.compaction_cache_prompt_tokens += p
+            series.spread("cached_tokens", sent, prefilled, c)
+            series.spread("cache_prompt_tokens", sent, prefilled, p)
+    if out:
+        series.spread("output_tokens", sent if first is None else first, end, out)
+    series.spread("in_flight_s", sent, end, (end - sent) / 1e9)
+    if stats.last_ns is None or end > stats.last_ns:
+        stats.last_ns = end
 
 
 def session_ended(

@@ -92,7 +92,7 @@ class FleetStats:
     #: The event types this callback reads; it returns at once on every other one (a bus
     #: that honours this could skip building token events for it: ``docs/stats.md``).
     event_types: ClassVar[frozenset[str]] = frozenset(
-        {"turn_end", "tool_result", "session_end", "error", "retry", "fleet_start", "fleet_end"}
+        "turn_end tool_result session_end error retry compaction fleet_start fleet_end".split()
     )
 
     def __init__(
@@ -171,6 +171,12 @@ class FleetStats:
         #: Per tool name: calls, failures and the durations of its calls.
         self.tools: dict[str, ToolFigures] = {}
         self.retries = 0
+        #: Summary requests (``CompactionEvent``), also in the report's token totals; seen
+        #: unless from a result without a journal noting them (a result keeps none).
+        self.compactions = self.compaction_output_tokens = 0
+        self.compaction_prompt_tokens = self.compaction_prompt_requests = 0
+        self.compaction_cached_tokens = self.compaction_cache_prompt_tokens = 0
+        self.compaction_s, self.compactions_seen = 0.0, True
         self.first_ns: int | None = None
         self.last_ns: int | None = None
         self.wall_s: float | None = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
-from agentflow.stats._fleet_events import session_ended
+from agentflow.stats._fleet_events import compaction, session_ended
 
 if TYPE_CHECKING:
     from agentflow._fleet import FleetResult
@@ -27,6 +27,7 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
     """Fold ``result`` (and ``journal``'s entries) into the fresh ``stats``."""
     series = stats.series
     stats.tool_outcomes = journal is not None
+    stats.compactions_seen = journal is not None and journal.compactions
     failed_at: dict[str | None, int] = {}
     # Retries the journal placed, per (session, turn): a turn's record places only the
     # failed attempts past those (the journal saw when each happened; the record only
@@ -41,6 +42,9 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
                 row.tool_errors += 1
                 stats.tool_errors += 1
             stats._tool(e.where).add(e.duration_s, e.is_error)
+        elif e.kind == "compaction":
+            if e.trace is not None:
+                compaction(stats, e.trace)
         elif e.kind == "retry":
             stats._row(e.agent, e.session_id).retries += 1
             series.add("retries", e.t_ns, 1)

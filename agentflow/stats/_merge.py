@@ -57,7 +57,9 @@ def merge_stats(into: FleetStats, other: FleetStats) -> None:
         "prompt_turns", "estimated_prompt_tokens", "estimated_prompt_turns",
         "cached_tokens", "cache_prompt_tokens", "cacheable_tokens",
         "cacheable_prompt_tokens", "reconnects", "tool_calls", "tool_errors", "tool_s",
-        "callback_errors", "retries", "workers",
+        "callback_errors", "retries", "workers", "compactions", "compaction_output_tokens",
+        "compaction_prompt_tokens", "compaction_prompt_requests", "compaction_cached_tokens",
+        "compaction_cache_prompt_tokens", "compaction_s",
     ):  # fmt: skip
         setattr(into, name, getattr(into, name) + getattr(other, name))
     for src, (n, tokens) in other.output_by_source.items():
@@ -65,6 +67,7 @@ def merge_stats(into: FleetStats, other: FleetStats) -> None:
         mine_src[0] += n
         mine_src[1] += tokens
     into.tool_outcomes = into.tool_outcomes and other.tool_outcomes  # else a partial sum
+    into.compactions_seen = into.compactions_seen and other.compactions_seen
     into.cached_sources.update(other.cached_sources)
     into.finish_reasons.update(other.finish_reasons)
     into.sessions.update(other.sessions)

@@ -146,7 +146,14 @@ def exact_distribution(values: Sequence[float], quantiles: Sequence[float]) -> d
 def _fleet(stats: FleetStats, duration: float) -> dict[str, Any]:
     sessions = sum(stats.sessions.values())
     completed = stats.sessions["completed"]
-    cached = stats.cache_prompt_tokens > 0
+    # Token totals are the server's work for the fleet: every turn's and every context
+    # policy's summary request's (``compaction`` has those apart).
+    output = stats.output_tokens + stats.compaction_output_tokens
+    prompted = stats.prompt_turns + stats.compaction_prompt_requests
+    prompt = stats.prompt_tokens + stats.compaction_prompt_tokens
+    cache_prompt = stats.cache_prompt_tokens + stats.compaction_cache_prompt_tokens
+    cached_tokens = stats.cached_tokens + stats.compaction_cached_tokens
+    cached = cache_prompt > 0
     tools, errors = stats.tool_outcomes, stats.errors.items()
     return {
         "sessions": sessions,
@@ -159,20 +166,15 @@ def _fleet(stats: FleetStats, duration: float) -> dict[str, Any]:
         "wall_s": stats.wall_s,
         "duration_s": duration,
         "peak_in_flight": stats.peak_in_flight,
-        "output_tokens": stats.output_tokens,
-        "output_tps": stats.output_tokens / duration if duration > 0 else None,
+        "output_tokens": output,
+        "output_tps": output / duration if duration > 0 else None,
         "turns_per_s": stats.turns / duration if duration > 0 else None,
-        "prompt_tokens": stats.prompt_tokens if stats.prompt_turns else None,
-        "prompt_tps": (
-            stats.prompt_tokens / duration if stats.prompt_turns and duration > 0 else None
-        ),
-        "total_tps": (
-            (stats.prompt_tokens + stats.output_tokens) / duration
-            if stats.prompt_turns and duration > 0
-            else None
-        ),
-        "cached_tokens": stats.cached_tokens if cached else None,
-        "cache_hit_rate": stats.cached_tokens / stats.cache_prompt_tokens if cached else None,
+        "prompt_tokens": prompt if prompted else None,
+        "prompt_tps": prompt / duration if prompted and duration > 0 else None,
+        "total_tps": (prompt + output) / duration if prompted and duration > 0 else None,
+        "cached_tokens": cached_tokens if cached else None,
+        "cache_hit_rate": cached_tokens / cache_prompt if cached else None,
+        "compaction": _compaction(stats),
         "max_cache_hit_rate": (
             stats.cacheable_tokens / stats.cacheable_prompt_tokens
             if stats.cacheable_prompt_tokens
@@ -187,6 +189,22 @@ def _fleet(stats: FleetStats, duration: float) -> dict[str, Any]:
         "errors": {k: None if k == "tool" and not tools else n for k, n in sorted(errors)},
         "callback_errors": stats.callback_errors,
         "finish_reasons": dict(sorted(stats.finish_reasons.items())),
+    }
+
+
+def _compaction(stats: FleetStats) -> dict[str, Any] | None:
+    """The context policies' summary requests, or ``None`` when not seen (from a result)."""
+    if not stats.compactions_seen:
+        return None
+    reported = stats.compaction_prompt_requests
+    return {
+        "requests": stats.compactions,
+        "prompt_tokens": stats.compaction_prompt_tokens if reported else None,
+        "cached_tokens": (
+            stats.compaction_cached_tokens if stats.compaction_cache_prompt_tokens else None
+        ),
+        "output_tokens": stats.compaction_output_tokens,
+        "e2e_s": stats.compaction_s,
     }
 
 
@@ -268,8 +286,8 @@ def _throughput(stats: FleetStats, origin: int) -> dict[str, Any]:
     unreported = {
         key
         for key, reported in (
-            ("prompt_tps", stats.prompt_turns),
-            ("cached_tps", stats.cache_prompt_tokens),
+            ("prompt_tps", stats.prompt_turns + stats.compaction_prompt_requests),
+            ("cached_tps", stats.cache_prompt_tokens + stats.compaction_cache_prompt_tokens),
         )
         if not reported
     }

@@ -119,6 +119,7 @@ def _tool_journal(run: StoredRun) -> RunJournal:
     from agentflow.stats import JournalEntry, RunJournal
 
     journal = RunJournal()
+    journal.compactions = False  # a store records no summary request
     entries = journal.entries
     for s in run.sessions:
         for t in s.turns:

@@ -144,7 +144,7 @@ def test_from_result_equals_subscribing() -> None:
     after = FleetStats.from_result(result, per="session")
     a, b = live.report(), after.report()
     for r in (a, b):  # tool outcomes and durations come only from events: null in b
-        r["fleet"].update(tool_s=None, tool_errors=None)
+        r["fleet"].update(tool_s=None, tool_errors=None, compaction=None)
         r["fleet"]["errors"]["tool"] = None
         r["tools"] = {}
         for row in r["agents"]:
@@ -162,7 +162,7 @@ def test_from_result_equals_subscribing_per_agent() -> None:
     after = FleetStats.from_result(result, per="agent")
     a, b = live.report(), after.report()
     for r in (a, b):
-        r["fleet"].update(tool_s=None, tool_errors=None)
+        r["fleet"].update(tool_s=None, tool_errors=None, compaction=None)
         r["fleet"]["errors"]["tool"] = None
         r["tools"] = {}
         for row in r["agents"]:

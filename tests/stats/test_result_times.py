@@ -49,8 +49,8 @@ def test_from_result_takes_the_fleet_start_as_its_origin() -> None:
     assert after.first_ns is not None and after.first_ns - result.start_ns == 250_000_000
     got, want = after.report(), live.report()
     assert [row["first_s"] for row in got["agents"]] == [0.25, 0.5, 0.75]
-    # tool outcomes: not in a result (null), none seen live (0)
-    want["fleet"].update(tool_s=None, tool_errors=None)
+    # tool outcomes and compactions: not in a result (null), none seen live (0)
+    want["fleet"].update(tool_s=None, tool_errors=None, compaction=None)
     want["fleet"]["errors"]["tool"] = None
     for row in want["agents"]:
         row.update(tool_s=None, tool_errors=None)

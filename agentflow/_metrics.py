@@ -24,8 +24,10 @@ class TurnMetrics:
     """The latency figures of one model turn. Times in seconds; ``None`` = not measurable.
 
     Attributes:
-        queue_wait_s: the turn became ready → the request of the attempt that succeeded
-            was sent (a retried turn's failed attempts and backoffs are in it).
+        queue_wait_s: the turn became ready (its prompt built: tool results appended,
+            the context policy applied — a compaction's summary request is before it) →
+            the request of the attempt that succeeded was sent (a retried turn's failed
+            attempts and backoffs are in it).
         ttft_s: request sent → first output-bearing chunk.
         e2e_s: request sent → end of stream (``[DONE]`` or close).
         tpot_s: (E2E − TTFT) / (output tokens − 1); needs ≥ 2 output tokens and output

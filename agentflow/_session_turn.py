@@ -72,6 +72,8 @@ async def model_turn(
             ticket = first.ticket
             ready = ticket.ready_ns
         else:
+            # Ready now, its prompt built: a compaction the policy just ran (a model
+            # request of its own, on CompactionEvent.trace) is not queue wait.
             ready = clock()
             estimate = prompt.estimated_tokens if prompt else rough_estimate(session)
             ticket = session._ticket(index, ready, estimate)

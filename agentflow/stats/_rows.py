@@ -26,7 +26,7 @@ class TurnRow:
     Attributes:
         agent, session_id, turn: which turn.
         model, response_id: as the server named them.
-        ready_ns: the turn became ready (``sent_ns`` − queue wait).
+        ready_ns: the turn became ready, its prompt built (``sent_ns`` − queue wait).
         sent_ns, first_output_ns, end_ns: request sent, first output chunk, end of stream.
         queue_wait_s, ttft_s, tpot_s, decode_tps, e2e_s: as in ``docs/metrics.md``.
         chunks: output-bearing chunks.

@@ -58,7 +58,7 @@ class Server:
         return reply
 
 
-def _run() -> tuple[dict[str, int], FleetStats, RunJournal, FleetResult, list[Any]]:
+def run_compacted() -> tuple[dict[str, int], FleetStats, RunJournal, FleetResult, list[Any]]:
     server = Server()
 
     async def main() -> tuple[FleetStats, RunJournal, FleetResult, list[Any]]:
@@ -87,7 +87,7 @@ def _run() -> tuple[dict[str, int], FleetStats, RunJournal, FleetResult, list[An
 
 
 def test_a_summary_requests_tokens_are_in_the_fleets_totals() -> None:
-    served, live, journal, result, events = _run()
+    served, live, journal, result, events = run_compacted()
     assert result.sessions[0].status == "completed"
     assert served["summaries"] == 1 and served["requests"] == len(result.sessions[0].turns) + 1
     (compaction,) = [e for e in events if e.type == "compaction"]

@@ -30,10 +30,11 @@ class TurnMetrics:
             attempts and backoffs are in it).
         ttft_s: request sent → first output-bearing chunk.
         e2e_s: request sent → end of stream (``[DONE]`` or close).
-        tpot_s: (E2E − TTFT) / (output tokens − 1); needs ≥ 2 output tokens and output
-            chunks that span time — the last arrived after the first (``None`` when every
-            chunk arrived in one read, as from a buffering proxy, even if the end of the
-            stream came in a later one).
+        tpot_s: (E2E − TTFT) / (output tokens − hidden reasoning tokens − 1): over the
+            streamed tokens only; needs ≥ 2 of them and output chunks that span time —
+            the last arrived after the first (``None`` when every chunk arrived in one
+            read, as from a buffering proxy, even if the end of the stream came in a
+            later one).
         decode_tps: 1 / TPOT, the per-agent decode speed in tokens/s.
         itl_s: each gap between successive output-bearing chunks (per chunk, not per token).
         tokens_per_chunk: output tokens each output-bearing chunk carried.

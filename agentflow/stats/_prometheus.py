@@ -71,7 +71,9 @@ DEFAULT_BUCKETS: dict[str, tuple[float, ...]] = {
 _HELP = {
     "queue_wait_seconds": "Turn ready to request sent (admission wait).",
     "time_to_first_token_seconds": "Request sent to first output-bearing chunk.",
-    "time_per_output_token_seconds": "(E2E - TTFT) / (output tokens - 1), per turn.",
+    "time_per_output_token_seconds": (
+        "(E2E - TTFT) / (output tokens - hidden reasoning tokens - 1), per turn."
+    ),
     "inter_chunk_latency_seconds": "Gap between output-bearing chunks (per chunk, not token).",
     "e2e_request_latency_seconds": "Request sent to end of stream.",
     "decode_tokens_per_second": "Per-turn decode speed, 1 / TPOT.",

@@ -15,6 +15,7 @@ import argparse
 import importlib.util
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -274,17 +275,27 @@ def _bench(args: argparse.Namespace) -> int:
         elif args.report is not None:  # before a level began: no figure to report
             console.print(f"no level was measured: no report written to {args.report}")
         raise
-    console.print(bench_table(report))
-    # Cheapest and most irreplaceable first: a failure in a later step loses nothing.
-    if recorder is not None:
-        n = write_recording(recorder, args.record)
-        console.print(f"{n} requests recorded to {args.record}")
-    if args.report is not None:
-        _write_report(report, args.report)
-        console.print(f"report written to {args.report}")
-    if args.html is not None:
-        figures = bench_html(report, args.html)
-        console.print(f"{figures} figures written to {args.html}")
+    from agentflow._cli_signals import Terminated
+    from agentflow.demo._stop import Stopper
+
+    # The run is over: a Ctrl-C or SIGTERM now waits until the files are written (as
+    # `agentflow demo`'s after its run; a second one exits at once), then exits 130 / 143.
+    stopper = Stopper()
+    with stopper.guarding():
+        stopper.defer()
+        console.print(bench_table(report))
+        # Cheapest and most irreplaceable first: a failure in a later step loses nothing.
+        if recorder is not None:
+            n = write_recording(recorder, args.record)
+            console.print(f"{n} requests recorded to {args.record}")
+        if args.report is not None:
+            _write_report(report, args.report)
+            console.print(f"report written to {args.report}")
+        if args.html is not None:
+            figures = bench_html(report, args.html)
+            console.print(f"{figures} figures written to {args.html}")
+    if stopper.signal is not None:
+        raise Terminated if stopper.signal == signal.SIGTERM else KeyboardInterrupt
     from agentflow.bench._level_entry import level_failed
 
     return 1 if any(level_failed(lvl) for lvl in report["levels"]) else 0

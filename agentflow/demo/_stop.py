@@ -8,9 +8,10 @@ its report, marked interrupted, as usual. A signal that comes after the fleet en
 (while the simulator child is stopped, or the report built and written) cuts nothing
 short: the report of the whole run is still written, and the demo then exits as a
 stopped one (:attr:`Stopper.after_run`); once the report file is in place, a signal
-changes nothing (``demo/run.py``). A second signal means "now": the children
-this process started are killed and it exits at once with ``128 + signal`` (130 for
-SIGINT, 143 for SIGTERM), writing nothing.
+changes nothing (``demo/run.py``). ``agentflow bench`` defers signals the same way
+while it writes its files after a run (:meth:`Stopper.defer`). A second signal means
+"now": the children this process started are killed and it exits at once with
+``128 + signal`` (130 for SIGINT, 143 for SIGTERM), writing nothing.
 """
 
 from __future__ import annotations
@@ -88,6 +89,16 @@ class Stopper:
             for sig in taken:  # until guarding() puts the process's own back
                 loop.remove_signal_handler(sig)  # (which resets it to the default)
                 signal.signal(sig, self._force if self.signal is not None else self._late)
+
+    def defer(self) -> None:
+        """From now until :meth:`guarding` ends, treat signals as :meth:`armed` does once
+        its run has ended: the first is only noted (:attr:`after_run`), the next exits at
+        once. For what a command does after a run that is not :meth:`armed` (``agentflow
+        bench`` writing its files once ``run_bench`` returned). Outside the main thread it
+        does nothing."""
+        if self._main:
+            for sig in _SIGNALS:
+                signal.signal(sig, self._late)
 
     def _fire(
         self, sig: signal.Signals, task: asyncio.Future[Any], on_stop: Callable[[], None]

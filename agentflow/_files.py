@@ -1,5 +1,6 @@
-"""Writing a command's output file (``demo --report``, ``bench --report``): whole or not
-at all where that can be done, and never replacing what is not a regular file."""
+"""Writing a command's output file (``demo --report``, ``bench --report``, a trace,
+``report --html``): whole or not at all where that can be done, and never replacing what
+is not a regular file."""
 
 from __future__ import annotations
 
@@ -7,19 +8,31 @@ import contextlib
 import os
 import secrets
 import stat
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
-__all__ = ["write_text_file"]
+__all__ = ["open_text_output", "write_text_file"]
 
 
 def write_text_file(path: Path, text: str) -> None:
-    """Write ``text`` (UTF-8) to ``path``.
+    """Write ``text`` (UTF-8) to ``path``, whole or not at all (see
+    :func:`open_text_output`)."""
+    with open_text_output(path) as f:
+        f.write(text)
+
+
+@contextlib.contextmanager
+def open_text_output(path: str | os.PathLike[str]) -> Iterator[TextIO]:
+    """A text file (UTF-8) to write ``path`` with, in as many writes as needed (a trace,
+    line by line): the file is in place once the block ends without an error.
 
     - ``path`` missing or a regular file: a temporary file next to it, then a rename, so
-      that a reader never sees half a file, and an interrupted write leaves the old one.
-      A symbolic link stays a link: the file it points to is the one written (made if
-      missing). The file's mode is what a new file gets here (``0o666`` less the umask,
-      as for every other file the commands write): the temporary file is made with
+      that a reader never sees half a file, and an interrupted write (an error, Ctrl-C,
+      SIGTERM: any exception out of the block) leaves the old one — the temporary file is
+      removed. A symbolic link stays a link: the file it points to is the one written
+      (made if missing). The file's mode is what a new file gets here (``0o666`` less the
+      umask, as for every other file the commands write): the temporary file is made with
       ``os.open``, not ``tempfile.mkstemp``, whose ``0o600`` the rename would keep.
     - anything else (a device such as ``/dev/null``, a FIFO, ``/dev/stdout``, the
       ``/dev/fd/N`` of a shell's ``>(jq .)``): opened and written directly. A rename would
@@ -28,13 +41,14 @@ def write_text_file(path: Path, text: str) -> None:
 
     Missing parent directories are created.
     """
+    path = Path(path)
     try:
         mode = os.stat(path).st_mode  # through links
     except FileNotFoundError:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(path, "w", encoding="utf-8") as direct:
+            yield direct
         return
     target = path.resolve()  # a link's target (a dangling one: the file it would name)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -48,7 +62,7 @@ def write_text_file(path: Path, text: str) -> None:
         break
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            yield f
         os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):

@@ -241,11 +241,17 @@ def _lines(source: str | Path | IO[str] | Iterable[str], what: str) -> tuple[str
 
 def write_trace(records: Iterable[TraceRecord], dest: str | Path | IO[str]) -> int:
     """Write ``records`` as JSONL (one object per line, fields at their defaults left
-    out); returns the number written."""
+    out); returns the number written.
+
+    A path is written whole or not at all (:func:`~agentflow._files.open_text_output`):
+    stopped part-way (an error from ``records``, Ctrl-C, SIGTERM), the file that was
+    there is left as it was, never replaced by a shorter trace."""
     encoder = msgspec.json.Encoder()
     n = 0
     if isinstance(dest, str | Path):
-        with Path(dest).open("w", encoding="utf-8") as f:
+        from agentflow._files import open_text_output
+
+        with open_text_output(dest) as f:
             return write_trace(records, f)
     for record in records:
         dest.write(encoder.encode(record).decode() + "\n")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from agentflow._errors import ConfigError
+from agentflow._files import write_text_file
 from agentflow.report._canvas import Figure
 from agentflow.report._fig_compare import compare_runs
 from agentflow.report._fig_latency import client_vs_server, decode_distribution, latency_cdf
@@ -103,9 +104,8 @@ def write_report(
     rs = _runs(runs)
     figures = make_figures(rs, gpus=gpus)
     if html_path is not None:
-        path = Path(html_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render_html(rs, figures, title=title), "utf-8")
+        # Whole or not at all: an interrupted write leaves the page that was there.
+        write_text_file(Path(html_path), render_html(rs, figures, title=title))
     if png_dir is not None:
         d = Path(png_dir)
         d.mkdir(parents=True, exist_ok=True)

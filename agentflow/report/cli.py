@@ -34,6 +34,7 @@ from agentflow._cliargs import (
     store_inputs,
 )
 from agentflow._errors import ConfigError
+from agentflow._files import write_text_file
 
 __all__ = ["add_parser", "run"]
 
@@ -164,9 +165,9 @@ def run(args: argparse.Namespace) -> int:
         report["server"] = _server_from_files(*args.server_metrics, client=report)
         runs[0] = Run(first.label, report, first.path)
         if args.write_json is not None:
-            args.write_json.write_text(_dumps(report), "utf-8")
+            write_text_file(args.write_json, _dumps(report))
     if args.json is not None:
-        args.json.write_text(_dumps(runs[0].report), "utf-8")
+        write_text_file(args.json, _dumps(runs[0].report))
     if args.html is None and args.png_dir is None:
         if args.json is None and args.write_json is None:  # --store alone: the JSON, printed
             reports_out = [r.report for r in runs]

@@ -226,3 +226,23 @@ def test_a_reader_that_goes_away_ends_the_output_quietly(demo_json: Path) -> Non
     finally:
         os.close(write)
     assert proc.stderr == "" and proc.returncode == 141
+
+
+@pytest.mark.parametrize("flag", ["--html", "--json"])
+def test_an_interrupted_write_leaves_the_old_file(
+    demo_json: Path, tmp_path: Path, flag: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--html`` and ``--json`` are written whole or not at all: Ctrl-C before the new
+    file is in place leaves the old one (they were rewritten in place, truncated first)."""
+    out = tmp_path / "out"
+    out.write_text("the old one")
+
+    def interrupted(src: object, dst: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("agentflow._files.os.replace", interrupted)
+    db, run_id = demo_json.with_suffix(".db"), json.loads(demo_json.read_text())["run"]["run_id"]
+    with pytest.raises(KeyboardInterrupt):
+        _run("--store", str(db), run_id, flag, str(out))
+    assert out.read_text() == "the old one"
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]  # no temporary file left

@@ -30,23 +30,13 @@ to write files (``bench --report``, ``demo --report``) still writes them first.
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from agentflow._cli_chat import _chat as _chat
-from agentflow._cli_chat import add_chat_parser
-from agentflow._cli_demo import _demo as _demo
-from agentflow._cli_demo import _demo_status as _demo_status
-from agentflow._cli_demo import _need_demo_extra as _need_demo_extra
-from agentflow._cli_demo import _resume as _resume
-from agentflow._cli_demo import add_demo_parsers
-from agentflow._cli_llamacpp import _LLAMACPP_DESCRIPTION as _LLAMACPP_DESCRIPTION
-from agentflow._cli_llamacpp import _llamacpp as _llamacpp
-from agentflow._cli_llamacpp import _slots as _slots
-from agentflow._cli_llamacpp import add_llamacpp_parser
 from agentflow._cli_signals import (
     STDOUT_GONE_STATUS,
     SigtermHandler,
@@ -55,27 +45,41 @@ from agentflow._cli_signals import (
     stdout_gone,
 )
 from agentflow._cli_signals import Terminated as _Terminated
-from agentflow._cli_timeouts import _TIMEOUT_HELP as _TIMEOUT_HELP
-from agentflow._cli_timeouts import _add_timeout_arguments as _add_timeout_arguments
-from agentflow._cli_timeouts import _seconds as _seconds
-from agentflow._cli_timeouts import _timeouts as _timeouts
 from agentflow._cliargs import OneLineParser, fail
 from agentflow._errors import AgentflowError, ConfigError
+
+if TYPE_CHECKING:
+    from agentflow._cli_chat import _chat as _chat
+    from agentflow._cli_demo import _demo as _demo
+    from agentflow._cli_demo import _demo_status as _demo_status
+    from agentflow._cli_demo import _need_demo_extra as _need_demo_extra
+    from agentflow._cli_demo import _resume as _resume
+    from agentflow._cli_llamacpp import _LLAMACPP_DESCRIPTION as _LLAMACPP_DESCRIPTION
+    from agentflow._cli_llamacpp import _llamacpp as _llamacpp
+    from agentflow._cli_llamacpp import _slots as _slots
+    from agentflow._cli_timeouts import _TIMEOUT_HELP as _TIMEOUT_HELP
+    from agentflow._cli_timeouts import _add_timeout_arguments as _add_timeout_arguments
+    from agentflow._cli_timeouts import _seconds as _seconds
+    from agentflow._cli_timeouts import _timeouts as _timeouts
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``agentflow`` console script; returns the exit status."""
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "func", None):
-        parser.print_help()
-        return 2
-    prog = f"agentflow {args.command}"
+    # The handlers first: building the parser imports every command's module (a few
+    # tenths of a second), and Ctrl-C or SIGTERM then must end it as anywhere else (130 /
+    # 143, no traceback). This module itself imports only what that takes.
     on_main = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, SigtermHandler()) if on_main else None
+    prog = "agentflow"
     try:
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "func", None):
+            parser.print_help()
+            return 2
+        prog = f"agentflow {args.command}"
         status = int(args.func(args))
         sys.stdout.flush()  # a reader gone shows here, not as an error at the interpreter's exit
         # A reader gone while a command went on to write its files (bench --report): 141.
@@ -98,7 +102,36 @@ def main(argv: Sequence[str] | None = None) -> int:
             signal.signal(signal.SIGTERM, previous)
 
 
+#: The names this module has always offered (the commands' functions, which tests and
+#: scripts import from here), imported on first use: not before main() handles signals.
+_LAZY = {
+    "_chat": "agentflow._cli_chat",
+    "_demo": "agentflow._cli_demo",
+    "_demo_status": "agentflow._cli_demo",
+    "_need_demo_extra": "agentflow._cli_demo",
+    "_resume": "agentflow._cli_demo",
+    "_LLAMACPP_DESCRIPTION": "agentflow._cli_llamacpp",
+    "_llamacpp": "agentflow._cli_llamacpp",
+    "_slots": "agentflow._cli_llamacpp",
+    "_TIMEOUT_HELP": "agentflow._cli_timeouts",
+    "_add_timeout_arguments": "agentflow._cli_timeouts",
+    "_seconds": "agentflow._cli_timeouts",
+    "_timeouts": "agentflow._cli_timeouts",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
 def _parser() -> argparse.ArgumentParser:
+    from agentflow._cli_chat import add_chat_parser
+    from agentflow._cli_demo import add_demo_parsers
+    from agentflow._cli_llamacpp import add_llamacpp_parser
+
     p = OneLineParser(
         prog="agentflow",
         description=_DESCRIPTION,

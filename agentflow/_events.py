@@ -198,10 +198,11 @@ class FleetStartEvent:
     """The first event of a fleet run: how many sessions, and the clock at the start.
 
     Attributes:
-        sessions: the sessions the run starts with. Sessions started later by the
-            run's own sessions — a benchmark level's successors and subagents — are not
-            counted.
-        start_ns: the fleet's clock at the start.
+        sessions: the sessions the run starts with; for a resumed run, all of the
+            run's, those that ended in earlier attempts too. Sessions started later by
+            the run's own sessions — a benchmark level's successors and subagents — are
+            not counted.
+        start_ns: the fleet's clock at the start (of this attempt, for a resumed run).
     """
 
     sessions: int
@@ -211,7 +212,14 @@ class FleetStartEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FleetEndEvent:
-    """The last event of :meth:`Fleet.stream`: every session has ended."""
+    """The last event of :meth:`Fleet.stream`: every session has ended.
+
+    Attributes:
+        result: the run's result — the one :meth:`Fleet.run` and :meth:`Fleet.resume`
+            return. With a store: its ``run_id``, and for a resumed run every session
+            of the run, ``wall_s`` and ``retries`` over all its attempts, ``start_ns``
+            ``None``.
+    """
 
     result: FleetResult
     type: Literal["fleet_end"] = "fleet_end"

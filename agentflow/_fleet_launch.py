@@ -10,7 +10,7 @@ and committed whatever happens.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import ConfigError
@@ -112,29 +112,48 @@ async def resume_run(
 
 async def _run_durable(fleet: Fleet, durable: DurableRun, bus: EventBus) -> FleetResult:
     """Run an attempt at a recorded run; whatever happens, its end is recorded and
-    committed before this returns (or re-raises)."""
+    committed before this returns (or re-raises). The result — returned, and the
+    ``FleetEndEvent``'s — is the whole run's (``DurableRun.merge``: its id, every session
+    of a resumed run), built before that event is sent."""
+    attempt: list[FleetResult] = []  # this attempt's own result, as the store records it
+
+    def finalize(result: FleetResult) -> FleetResult:
+        attempt.append(result)
+        return durable.merge(result)
+
+    run_sessions = len(durable.entries)
     result: FleetResult | None = None
     try:
         if fleet.workers is not None and durable.to_run:
             # The workers forward what they record; this process writes it.
-            result = await _run_in_workers(fleet, durable.to_run, bus, durable)
+            result = await _run_in_workers(fleet, durable.to_run, bus, durable, finalize)
         else:
             with frozen_gc(fleet.freeze_gc):
                 result = await run_in_process(
-                    fleet, durable.to_run, bus, durable.recorder, durable.gate
+                    fleet,
+                    durable.to_run,
+                    bus,
+                    durable.recorder,
+                    durable.gate,
+                    run_sessions=run_sessions,
+                    finalize=finalize,
                 )
     finally:
-        await durable.finish(result)
-    return durable.merge(result)
+        await durable.finish(attempt[0] if result is not None else None)
+    return result
 
 
 async def _run_in_workers(
-    fleet: Fleet, sessions: list[Session], bus: EventBus, durable: DurableRun | None
+    fleet: Fleet,
+    sessions: list[Session],
+    bus: EventBus,
+    durable: DurableRun | None,
+    finalize: Callable[[FleetResult], FleetResult] | None = None,
 ) -> FleetResult:
     from agentflow._workers import run_in_workers
 
     probe = fleet._probe_slots(len(sessions))
     try:
-        return await run_in_workers(fleet, sessions, bus, durable)
+        return await run_in_workers(fleet, sessions, bus, durable, finalize)
     finally:
         _stop_probe(probe)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from agentflow._events import FleetEndEvent, FleetStartEvent
@@ -39,16 +39,25 @@ async def run_in_process(
     bus: EventBus,
     turn_log: TurnLog | None,
     gate: SessionGate | None = None,
+    *,
+    run_sessions: int | None = None,
+    finalize: Callable[[FleetResult], FleetResult] | None = None,
 ) -> FleetResult:
     """Run ``sessions`` in this process, each to its end, and return their results
-    (``turn_log``, ``gate``: a recorded run's recorder and session leases)."""
+    (``turn_log``, ``gate``: a recorded run's recorder and session leases).
+
+    An attempt at a recorded run is part of the run: ``run_sessions`` is how many
+    sessions the whole run has (its ``FleetStartEvent``'s count; default: these), and
+    ``finalize`` turns the attempt's result into the run's — the result the
+    ``FleetEndEvent`` carries and this returns."""
     scheduler = fleet._new_scheduler()
     runner = fleet._new_runner(scheduler)
     probe = fleet._probe_slots(len(sessions))
     tool_limit = asyncio.Semaphore(fleet.max_tool_concurrency)
     fleet._scheduler = scheduler
     start = fleet._clock()
-    bus.emit(FleetStartEvent(sessions=len(sessions), start_ns=start))
+    total = len(sessions) if run_sessions is None else run_sessions
+    bus.emit(FleetStartEvent(sessions=total, start_ns=start))
     _log.info(
         "fleet.start",
         sessions=len(sessions),
@@ -121,6 +130,8 @@ async def run_in_process(
             start_ns=start,
         )
         _log.info("fleet.end", wall_s=result.wall_s, failed=len(result.failed))
+        if finalize is not None:
+            result = finalize(result)
         bus.emit(FleetEndEvent(result=result))
     except asyncio.CancelledError:
         cancelled = True  # a stalled async callback does not hold that up

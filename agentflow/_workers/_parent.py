@@ -73,19 +73,23 @@ class Launcher(Protocol):
 
 
 async def run_in_workers(
-    fleet: Fleet, sessions: list[Session], bus: EventBus, durable: DurableRun | None = None
+    fleet: Fleet,
+    sessions: list[Session],
+    bus: EventBus,
+    durable: DurableRun | None = None,
+    finalize: Callable[[FleetResult], FleetResult] | None = None,
 ) -> FleetResult:
     """Run ``sessions`` on ``fleet.workers`` worker processes (or Ray actors, with
     ``backend="ray"``; no more than there are sessions), recording them in ``durable``'s
-    store if given; see the module docstring."""
+    store if given (``finalize``: see :class:`ShardedRun`); see the module docstring."""
     if fleet.backend == "ray" and sessions:  # (an empty run starts no worker anywhere)
         from agentflow._workers._ray import RayLauncher
 
         assert fleet.workers is not None
         launcher = RayLauncher()
         launcher.check_cpus(fleet.workers)
-        return await run_sharded(fleet, sessions, bus, launcher, durable)
-    return await run_sharded(fleet, sessions, bus, ProcessLauncher(), durable)
+        return await run_sharded(fleet, sessions, bus, launcher, durable, finalize)
+    return await run_sharded(fleet, sessions, bus, ProcessLauncher(), durable, finalize)
 
 
 async def run_sharded(
@@ -94,6 +98,7 @@ async def run_sharded(
     bus: EventBus,
     launcher: Launcher,
     durable: DurableRun | None = None,
+    finalize: Callable[[FleetResult], FleetResult] | None = None,
 ) -> FleetResult:
     """Run ``sessions`` on ``fleet.workers`` workers that ``launcher`` starts and reaches.
 
@@ -102,7 +107,8 @@ async def run_sharded(
     channel, and they are written here; a worker lost mid-run (a killed process or
     actor, not one that crashed on its own) is replaced, and its sessions continue on
     the new one from their last recorded turn."""
-    run = ShardedRun(fleet, sessions, bus, launcher, durable)  # the checks; nothing starts
+    # The checks; nothing starts.
+    run = ShardedRun(fleet, sessions, bus, launcher, durable, finalize)
     run.open()
     cancelled = False
     try:

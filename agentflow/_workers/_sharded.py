@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from agentflow._event_bus import EventBus
@@ -38,7 +38,10 @@ class ShardedRun:
     the broker) and what it does on each worker's message and exit.
 
     Building it checks that everything pickles (a :class:`ConfigError` otherwise) and
-    starts nothing; :func:`~agentflow._workers._parent.run_sharded` calls the steps."""
+    starts nothing; :func:`~agentflow._workers._parent.run_sharded` calls the steps.
+    An attempt at a recorded run (``durable``) is part of the run: its start event counts
+    the run's sessions, and ``finalize`` turns the attempt's result into the run's (the
+    one its end event carries and :meth:`finish` returns)."""
 
     def __init__(
         self,
@@ -47,13 +50,14 @@ class ShardedRun:
         bus: EventBus,
         launcher: Launcher,
         durable: DurableRun | None = None,
+        finalize: Callable[[FleetResult], FleetResult] | None = None,
     ) -> None:
         assert fleet.workers is not None
         # No more workers than sessions (none for an empty run): each would start, import
         # agentflow and its sessions' tools, and end with nothing to run.
         n = self.n = min(fleet.workers, len(sessions))
         self.fleet, self.sessions, self.bus = fleet, sessions, bus
-        self.launcher, self.durable = launcher, durable
+        self.launcher, self.durable, self.finalize = launcher, durable, finalize
         self.blobs = check_picklable(fleet, sessions)
         self.loop = asyncio.get_running_loop()
         self.workers: list[WorkerHandle] = []
@@ -83,7 +87,8 @@ class ShardedRun:
         recorder told, the heartbeat watchdog."""
         fleet = self.fleet
         self.start_ns = fleet._clock()
-        self.bus.emit(FleetStartEvent(sessions=len(self.sessions), start_ns=self.start_ns))
+        total = len(self.sessions if self.durable is None else self.durable.entries)
+        self.bus.emit(FleetStartEvent(sessions=total, start_ns=self.start_ns))
         fleet._live = self.live
         if self.recorder is not None:
             # The workers' calibrators learn and record their state; this process's copies
@@ -182,6 +187,8 @@ class ShardedRun:
         # The limits' cost: messages between broker and workers (benchmarks read it).
         fleet._lease_messages = broker.messages
         _log.info("workers.end", workers=len(self.workers), lease_messages=broker.messages)
+        if self.finalize is not None:
+            result = self.finalize(result)
         bus.emit(FleetEndEvent(result=result))
         return result
 

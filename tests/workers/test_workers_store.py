@@ -19,8 +19,18 @@ from typing import Any, Literal
 
 import pytest
 
-from agentflow import Agent, Event, Fleet, FleetResult, HTTPTransport, WorkerError
+from agentflow import (
+    Agent,
+    Event,
+    Fleet,
+    FleetEndEvent,
+    FleetResult,
+    FleetStartEvent,
+    HTTPTransport,
+    WorkerError,
+)
 from agentflow.store import SQLiteStore
+from agentflow.testing import MockTransport, Reply, capture_events
 from tests.sched.conftest import RecordingSim
 from tests.store.fleets import contents
 from tests.workers.test_workers import gone as _gone
@@ -78,6 +88,34 @@ async def test_workers_record_what_one_process_records(tmp_path: Path) -> None:
     assert len(one["turns"]) == 18  # 6 plain sessions × 1 turn, 6 tool sessions × 2
     assert len(one["tools"]) == 6
     assert two == one
+
+
+async def test_a_resumed_run_s_events_on_workers_describe_the_whole_run(tmp_path: Path) -> None:
+    """A run with one failed session of four, resumed on two workers: the start event
+    counts the run's four sessions, the end event carries the result ``resume`` returns
+    (the run's id, every session, no start)."""
+    store = SQLiteStore(tmp_path / "runs.db")
+    try:
+
+        def fails_one(req: Any) -> Reply:
+            return Reply.error(400) if "question 1" in str(req.messages) else Reply.text("x")
+
+        first = await Fleet(MockTransport(fails_one), store=store).run(workload(4), run_id=RUN)
+        assert [s.status for s in first.sessions].count("error") == 1
+        events = capture_events("fleet_start", "fleet_end")
+        async with RecordingSim(seed=3) as sim, HTTPTransport(sim.base_url) as http:
+            fleet = Fleet(http, workers=2, store=store, callbacks=[events])
+            result = await fleet.resume(RUN, agents=[PLAIN, TOOL])
+    finally:
+        await store.aclose()
+    (start,) = events.of_type("fleet_start")
+    assert isinstance(start, FleetStartEvent) and start.sessions == 4
+    (end,) = events.of_type("fleet_end")
+    assert isinstance(end, FleetEndEvent)
+    assert end.result is result
+    assert end.result.run_id == RUN and end.result.start_ns is None
+    assert [s.session_id for s in end.result.sessions] == [f"s{i}" for i in range(4)]
+    assert not end.result.failed
 
 
 async def cut(

@@ -4,14 +4,17 @@ A Python ``str`` can hold a lone surrogate (``os.fsdecode`` makes one of each un
 byte of a file name; a surrogate pair split into two code points is two), which UTF-8
 cannot encode, and a mapping can hold an object JSON has no form for. Sent as they are,
 either fails the request's encoding — at the session's first turn, or later, deep in
-the transport. So what a session is *given* (an agent's instructions and params, a
-task) is checked when it is made (:func:`check_sendable`: a :class:`ConfigError` naming
-the field), and what a *tool* returns, which nobody can fix in time, is repaired
-(:func:`sendable_text`: U+FFFD for each lone surrogate).
+the transport; a float that is not finite (NaN, ±inf) has no JSON form either, and the
+encoder writes it as ``null`` — sent, silently, as something else. So what a session is
+*given* (an agent's instructions and params, a task) is checked when it is made
+(:func:`check_sendable`: a :class:`ConfigError` naming the field), and what a *tool*
+returns, which nobody can fix in time, is repaired (:func:`sendable_text`: U+FFFD for
+each lone surrogate; a non-finite float in a JSON result stays ``null``).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -45,15 +48,42 @@ def check_sendable(
     carrier: str = "a request",
 ) -> None:
     """Raise :class:`ConfigError` if ``value`` cannot be part of a request body; the
-    message starts with ``where`` and names the item inside ``value`` that fails.
+    message starts with ``where`` and names the item inside ``value`` that fails — a
+    lone surrogate, an object JSON has no form for, a float that is not finite.
 
     A run store checks what it keeps but never sends (a session's metadata, a run's
     config) with its own ``encode`` (which stores an object JSON has no form for as its
-    ``repr``) and ``carrier="a run store"``."""
+    ``repr``) and ``carrier="a run store"``; it keeps a non-finite float as ``null``."""
     try:
-        encode(value)
+        encoded = encode(value)
     except Exception as exc:  # UnicodeEncodeError is a ValueError; a repr may raise anything
         raise ConfigError(f"{where}{_why(value, '', exc, carrier)}") from None
+    # The encoder wrote each NaN or ±inf as ``null``: only then is ``value`` walked.
+    if carrier == "a request" and isinstance(encoded, bytes) and b"null" in encoded:
+        found = _non_finite(value, "")
+        if found is not None:
+            at, number = found
+            raise ConfigError(
+                f"{where}{at} is {number!r}, a float JSON has no form for (it would be "
+                "sent as null): give a finite number, or leave the field out"
+            )
+
+
+def _non_finite(value: Any, path: str) -> tuple[str, float] | None:
+    """The first float in ``value`` that is NaN or infinite (where, and the number)."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, value)
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            hit = _non_finite(v, f"{path}[{k!r}]")
+            if hit is not None:
+                return hit
+    elif isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            hit = _non_finite(v, f"{path}[{i}]")
+            if hit is not None:
+                return hit
+    return None
 
 
 def _why(value: Any, path: str, exc: Exception, carrier: str) -> str:

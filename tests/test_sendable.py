@@ -72,3 +72,25 @@ async def test_the_fleet_never_sees_a_refused_task() -> None:
         result = await Fleet(http).run(sessions)
         srv.assert_complete()
     assert [s.status for s in result.sessions] == ["completed", "completed"]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_a_float_json_has_no_form_for_is_refused_naming_where(bad: float) -> None:
+    """NaN and ±inf used to pass the check: the encoder writes them as ``null``, so
+    ``params={"temperature": nan}`` was sent as ``"temperature": null``."""
+    with pytest.raises(ConfigError) as err:
+        Agent(name="b", model="m", params={"temperature": bad})
+    assert str(err.value).startswith(
+        f"Agent 'b': params['temperature'] is {bad!r}, a float JSON has no form for"
+    )
+    with pytest.raises(ConfigError, match=r"params\['logit_bias'\]\['7'\] is nan"):
+        Agent(name="b", model="m", params={"logit_bias": {"5": 1.0, "7": float("nan")}})
+    task = [{"role": "user", "content": [{"type": "text", "text": "x", "weight": bad}]}]
+    with pytest.raises(ConfigError, match=r"task\[0\]\['content'\]\[0\]\['weight'\] is "):
+        AGENT.session(task, session_id="s1")
+
+
+def test_finite_floats_and_nulls_pass() -> None:
+    check_sendable({"temperature": 0.5, "stop": None, "x": [1e308, -0.0, None]}, "x")
+    tool_turn: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": []}
+    AGENT.session([{"role": "user", "content": "hi"}, tool_turn])

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, TypedDict
 
 import pydantic
@@ -150,3 +152,20 @@ def test_a_non_finite_number_in_a_tools_schema_is_a_config_error(
         Agent(name="a", model="m", tools=[fn])
     with pytest.raises(ConfigError, match=r"'h': inf at function\.parameters\.enum\[1\]"):
         Tool(name="h", description="", parameters={"enum": [1.0, math.inf]}, fn=fn)
+
+
+def test_the_guide_quotes_the_error_a_non_finite_default_raises() -> None:
+    """docs/guide.md said such a number was logged (like a name outside OpenAI's rule); it
+    is refused, and the guide quotes the refusal."""
+    guide = (Path(__file__).parents[1] / "docs" / "guide.md").read_text()
+    quoted = re.search(r"is a `ConfigError` naming the tool and where it\s+is: `([^`]+)`", guide)
+    assert quoted is not None
+    said = " ".join(quoted.group(1).split())
+
+    def scale(x: float = float("inf")) -> float:
+        """Scale, by default without bound."""
+        return x
+
+    with pytest.raises(ConfigError) as err:
+        tool(scale)
+    assert str(err.value) == said

@@ -100,5 +100,57 @@ class DemoConfig:
                 f"demo: --max-tokens {self.max_tokens:,} leaves less than half of the "
                 f"{window:,}-token window of --profile {self.profile} for the prompt"
             )
+        if not self.base_url:
+            _check_first_prompt(self, window)
         if self.base_url:
             Endpoint(base_url=self.base_url)  # a ConfigError names a malformed URL
+
+
+def _check_first_prompt(config: DemoConfig, window: int) -> None:
+    """On the simulator, the workload's first prompt (instructions, repository guide, tool
+    schemas, task) plus ``--max-tokens`` must fit the profile's window — as the run's
+    own budget counts it — or every session would fail with ``ContextOverflow`` at its
+    first turn (``--profile cpu-tiny``'s 2,048 tokens hold no demo prompt)."""
+    import json
+
+    from agentflow._context_chain import Binding
+    from agentflow.context import ContextBudget
+    from agentflow.context._estimates import SessionEstimates
+    from agentflow.demo.workload import make_workload
+    from agentflow.sim.profiles import PROFILES
+
+    # The run's agents, each with its budget over this window (their prompts differ in
+    # the task alone, by a token or two: the first one speaks for all).
+    budget = ContextBudget(window=window, cache_buster=False)
+    work = make_workload(
+        1,
+        model=config.model or "agentflow-sim",
+        seed=config.seed,
+        turns=config.turns,
+        max_tokens=config.max_tokens,
+        context=budget,
+    )
+    agent = work.agents[0]
+    at = Binding(
+        session_id="demo", agent=agent.name, emit=lambda _: None, model=agent.model,
+        params=agent.params,
+    )  # fmt: skip
+    limit = budget.session_for(at)  # reserve (--max-tokens) and margin as the run's
+    prompt = agent.session(work.tasks[0]).messages
+    bound = SessionEstimates(budget.counter, budget.calibrator, agent.model).prompt(
+        prompt, json.loads(agent.tool_specs_json)
+    )
+    if bound <= limit.limit:
+        return
+    fit = [
+        f"{name} ({p.max_model_len:,})"
+        for name, p in PROFILES.items()
+        if ContextBudget(window=p.max_model_len, cache_buster=False).session_for(at).limit >= bound
+    ]
+    raise ConfigError(
+        f"demo: the workload's first prompt is ~{bound:,} tokens (instructions, repository "
+        f"guide, tool schemas); with --max-tokens {limit.reserve:,} and a {limit.margin:,}-token "
+        f"margin it needs {bound + limit.reserve + limit.margin:,}, more than the "
+        f"{window:,}-token window of --profile {config.profile}: every session would fail "
+        f"at its first turn. Profiles whose window holds it: {', '.join(fit) or 'none'}"
+    )

@@ -9,6 +9,7 @@ deployment's speed, and say so.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from typing import Any
@@ -139,21 +140,45 @@ def goodput_line(g: dict[str, Any], scale: float = 1.0) -> str:
 
 def failure_lines(result: FleetResult, most: int = 3) -> list[str]:
     """Why sessions failed: the ``most`` commonest errors, each with how many sessions
-    it ended (the report has every one); none when every session completed or stopped."""
-    errors = Counter(
-        f"{type(s.error).__name__}: {s.error}"
-        for s in result.sessions
-        if s.status == "error" and s.error is not None
-    )
-    if not errors:
+    it ended (the report has every one); none when every session completed or stopped.
+
+    Errors are told apart by type and message, less what names the session that failed
+    (its id and agent, which the demo gives each session its own): the same failure
+    in many sessions is one line, with one session's message as its example."""
+    groups: Counter[tuple[str, str]] = Counter()
+    example: dict[tuple[str, str], str] = {}
+    alike: dict[tuple[str, str], bool] = {}
+    for s in result.sessions:
+        if s.status != "error" or s.error is None:
+            continue
+        kind, text = type(s.error).__name__, str(s.error)
+        key = (kind, _unnamed(text, s.session_id, s.agent))
+        groups[key] += 1
+        alike[key] = example.setdefault(key, text) == text and alike.get(key, True)
+    if not groups:
         return []
-    lines = [f"{sum(errors.values())} sessions failed:"]
-    for text, n in errors.most_common(most):
-        first = text.splitlines()[0] if text else text
-        lines.append(f"  {n} × {first[:300]}")
-    if len(errors) > most:
-        lines.append(f"  … and {len(errors) - most} other errors (see the report)")
+    lines = [f"{sum(groups.values())} sessions failed:"]
+    for key, n in groups.most_common(most):
+        first = example[key].splitlines()[0] if example[key] else ""
+        said = f"{key[0]}: " if alike[key] else f"{key[0]}, e.g. "
+        lines.append(f"  {n} × {said}{first[:300]}")
+    if len(groups) > most:
+        lines.append(f"  … and {len(groups) - most} other errors (see the report)")
     return lines
+
+
+def _unnamed(text: str, session_id: str, agent: str) -> str:
+    """``text`` without the session's id and its agent's name (quoted, as errors name
+    them), and with its counts of thousands (``~7,487 tokens``: they differ by session)
+    as ``#``."""
+    for name in (session_id, agent):
+        text = text.replace(repr(name), "…")
+    return _LARGE_NUMBER.sub("#", text)
+
+
+# A number with a thousands separator, or of four digits or more: a count of tokens or
+# bytes that differs from session to session (an HTTP status or a turn number does not).
+_LARGE_NUMBER = re.compile(r"\d{1,3}(?:,\d{3})+|\d{4,}")
 
 
 def _fmt(x: float | None) -> str:

@@ -14,6 +14,9 @@ from agentflow.transport import Endpoint, Timeouts
 
 __all__ = ["DemoConfig"]
 
+#: ``--time-scale``'s default (a ``--virtual`` run has no pace: it takes no other).
+DEFAULT_TIME_SCALE = 10.0
+
 
 @dataclass(frozen=True, kw_only=True)
 class DemoConfig:
@@ -25,7 +28,9 @@ class DemoConfig:
         seed: fixes the workload and the simulator's output.
         time_scale: how much slower than the modelled deployment the simulator runs, so
             that one Python client on a laptop can keep up with a rack's token rate;
-            figures are also shown scaled back.
+            figures are also shown scaled back. Over HTTP only: a ``virtual`` run, on
+            virtual time, refuses any other than the default (a resumed one ignores
+            the one it was recorded with, as it always did).
         max_concurrency: model requests in flight at once.
         turns: (min, max) model turns per agent.
         max_tokens: output limit per turn.
@@ -51,7 +56,7 @@ class DemoConfig:
     agents: int = 64
     profile: str = "deepseek-v4.1-flash-gb300"
     seed: int = 0
-    time_scale: float = 10.0
+    time_scale: float = DEFAULT_TIME_SCALE
     max_concurrency: int = 64
     turns: tuple[int, int] = (5, 20)
     max_tokens: int = 128
@@ -80,6 +85,12 @@ class DemoConfig:
             raise ConfigError(f"demo: --turns must be MIN:MAX with 1 ≤ MIN ≤ MAX, got {lo}:{hi}")
         if self.virtual and self.base_url:
             raise ConfigError("demo: --virtual runs the embedded simulator; drop --base-url")
+        if self.virtual and self.time_scale != DEFAULT_TIME_SCALE and self.resume is None:
+            raise ConfigError(
+                "demo: --time-scale paces the HTTP simulator; a --virtual run has no pace "
+                "(it runs on virtual time, as fast as it computes): drop --time-scale or "
+                "--virtual"
+            )
         if self.virtual and self.timeouts is not None:
             raise ConfigError("demo: the --*-timeout limits are for HTTP runs; drop --virtual")
         if not 0 <= self.fault_rate <= 1:

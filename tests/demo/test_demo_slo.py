@@ -126,3 +126,23 @@ def test_virtual_demo_with_an_slo(tmp_path: Path) -> None:
     (g,) = report["goodput"]
     assert g["name"] == "ttft<=1s" and g["turns"] == report["fleet"]["turns"]
     assert sum(report["throughput"]["retries"]) == 0 == report["fleet"]["retries"]
+
+
+def test_time_scale_needs_the_http_simulator() -> None:
+    """``--virtual --time-scale 4`` used to run as if the flag were not there (a virtual
+    run has no pace): refused, like ``--fault-rate``; a resumed virtual run recorded
+    with one still resumes (it was ignored then too)."""
+    from agentflow import ConfigError
+    from agentflow.demo._config import DemoConfig
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "agentflow.cli", "demo", "--virtual", "--time-scale", "4",
+         "--no-live"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "--time-scale" in proc.stderr and "--virtual" in proc.stderr
+    with pytest.raises(ConfigError, match="--time-scale"):
+        DemoConfig(virtual=True, time_scale=1.0, live=False)
+    DemoConfig(virtual=True, live=False)  # the default
+    DemoConfig(virtual=True, time_scale=4.0, live=False, store=Path("x.db"), resume="r")

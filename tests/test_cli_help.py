@@ -106,3 +106,27 @@ def test_demo_without_rich_says_how_to_install_it() -> None:
         "agentflow demo: error: demo needs rich (its live view), which is not installed: "
         "pip install 'agentflow[demo]'"
     )
+
+
+def test_the_docs_tie_the_demo_extra_to_every_command_that_needs_rich() -> None:
+    """`agentflow bench` needs rich too (its tables: exit 2 naming the `demo` extra when it
+    is missing), but README.md and docs/index.md named the extra for `agentflow demo`
+    only: each place that says what the extra is for names both commands."""
+    code = (
+        "import sys; sys.modules['rich'] = None\n"
+        "import importlib.util as u; real = u.find_spec\n"
+        "u.find_spec = lambda n, *a: None if n == 'rich' else real(n, *a)\n"
+        "from agentflow.cli import main; sys.exit(main(['bench']))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 2
+    assert "bench needs rich" in proc.stderr and "agentflow[demo]" in proc.stderr
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "`demo` (rich, for `agentflow demo` and `agentflow bench`;" in readme
+    index = (ROOT / "docs" / "index.md").read_text()
+    (line,) = [x for x in index.splitlines() if "pip install 'agentflow[demo]'" in x]
+    assert "`agentflow demo`" in line and "`agentflow bench`" in line
+    bench = (ROOT / "docs" / "bench.md").read_text()
+    assert "it needs the `demo` extra (`pip install 'agentflow[demo]'`)" in bench

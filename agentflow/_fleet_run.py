@@ -121,7 +121,7 @@ async def run_in_process(
             sessions=_with_followers(
                 sessions, [t.result() for t in tasks] if tasks is not None else _results(sessions)
             ),
-            wall_s=(fleet._clock() - start) * 1e-9,
+            wall_s=(fleet._clock() - start) / 1e9,
             peak_in_flight=scheduler.peak_in_flight,
             callback_errors=bus.callback_errors,
             callback_errors_dropped=bus.callback_errors_dropped,

@@ -96,7 +96,7 @@ async def _run_tool(
         cap = tool.max_output_chars
     # (a lone surrogate could be neither sent nor stored: U+FFFD instead)
     output, cut = cap_output(sendable_text(output), cap)
-    duration = (clock() - start) * 1e-9
+    duration = (clock() - start) / 1e9
     if session._log is not None:
         session._log.tool_finished(session, index, call, output, is_error, duration, cut)
     if bus.wants("tool_result"):

@@ -176,7 +176,7 @@ class ShardedRun:
             peak = min(peak, fleet.limits.max_in_flight)
         result = FleetResult(
             sessions=final,
-            wall_s=(fleet._clock() - self.start_ns) * 1e-9,
+            wall_s=(fleet._clock() - self.start_ns) / 1e9,
             peak_in_flight=peak,
             callback_errors=bus.callback_errors,
             callback_errors_dropped=bus.callback_errors_dropped,

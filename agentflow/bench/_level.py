@@ -301,7 +301,7 @@ async def run_level(
     # over-saturated level's backlog served in the drain time): what the server did.
     # A FleetStats that never sees its fleet's end divides by warm-up end → last turn
     # end, which inflated the rates of a level whose turns ended well before its end.
-    served_s = 0.0 if stats.last_ns is None else (stats.last_ns - lo_ns) * 1e-9
+    served_s = 0.0 if stats.last_ns is None else (stats.last_ns - lo_ns) / 1e9
     stats.fleet_start_ns = lo_ns
     stats.wall_s = max(window_length(length_s, warmup_s, ran_out_s), served_s)
     report = stats.report(

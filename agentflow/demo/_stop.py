@@ -177,7 +177,7 @@ async def run_stoppable(
                 raise  # cancelled from outside, not by a signal
     return FleetResult(
         sessions=[s.result or _never_started(s) for s in sessions],
-        wall_s=(clock() - start) * 1e-9,
+        wall_s=(clock() - start) / 1e9,
         peak_in_flight=int(live.get("peak", 0)),
         retries=retries.retries,
         replicas=list(live.get("replicas", [])),

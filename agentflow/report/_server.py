@@ -129,8 +129,8 @@ def server_section(
             "dialect": dialect.name if dialect else "unknown",
             "time_scale": scale,
             "scrapes": 2 + len(samples),
-            "before_s": (before.t_ns - origin) * 1e-9,
-            "after_s": (after.t_ns - origin) * 1e-9,
+            "before_s": (before.t_ns - origin) / 1e9,
+            "after_s": (after.t_ns - origin) / 1e9,
         },
         "counters": counters,
         "cache_hit_rate": hits / queries if hits is not None and queries else None,
@@ -279,7 +279,7 @@ def _series(
     points = [_point(before, dialect), *samples, _point(after, dialect)]
     prev: GaugeSample | None = None
     for p in points:
-        out["t_s"].append((p.t_ns - origin) * 1e-9)
+        out["t_s"].append((p.t_ns - origin) / 1e9)
         for key in ("kv_cache_usage", "running", "waiting"):
             out[key].append(p.values.get(key))
         rate: float | None = None
@@ -289,7 +289,7 @@ def _series(
             dh = _diff(p, prev, "cache_hits")
             rate = dh / dq if dh is not None and dq else None
             dg = _diff(p, prev, "generation_tokens")
-            dt = (p.t_ns - prev.t_ns) * 1e-9
+            dt = (p.t_ns - prev.t_ns) / 1e9
             tps = dg / dt if dg is not None and dt > 0 else None
         out["cache_hit_rate"].append(rate)
         out["generation_tps"].append(tps)

@@ -294,7 +294,7 @@ class DurableRun:
         finished = result is not None and all(
             r.status in FINAL_STATUSES for r in self.merge(result).sessions
         )
-        wall_s = result.wall_s if result is not None else (self.clock() - self.start_ns) * 1e-9
+        wall_s = result.wall_s if result is not None else (self.clock() - self.start_ns) / 1e9
         # The runner's count has the retries of turns that finally failed too (no turn
         # records them); without a result, those of the turns recorded are all known.
         retries = self.recorder.retries
@@ -379,4 +379,4 @@ def _active_wall_s(run: StoredRun) -> float:
             total += int(a.wall_s * 1e9)
         elif a.attempt in last_end:
             total += max(0, last_end[a.attempt] - a.clock_ns)
-    return total * 1e-9
+    return total / 1e9

@@ -33,7 +33,7 @@ def add_demo_parsers(sub: Any) -> None:
     demo.add_argument(
         "--time-scale",
         type=float,
-        default=10.0,
+        default=None,
         help="run the simulator this many times slower than the deployment it "
         "models (figures are also shown scaled back); default 10",
     )
@@ -131,6 +131,7 @@ def _need_demo_extra(command: str) -> None:
 def _demo(args: argparse.Namespace) -> int:
     _need_demo_extra("demo")
     from agentflow.bench.cli import parse_slo
+    from agentflow.demo._config import DEFAULT_TIME_SCALE
     from agentflow.demo.run import DemoConfig, run_demo
 
     lo, _, hi = args.turns.partition(":")
@@ -138,8 +139,14 @@ def _demo(args: argparse.Namespace) -> int:
         turns = (int(lo), int(hi or lo))
     except ValueError:
         raise ConfigError(f"--turns must be MIN:MAX, got {args.turns!r}") from None
+    if args.virtual and args.time_scale is not None:  # (DemoConfig sees only a value)
+        raise ConfigError(
+            "demo: --time-scale paces the HTTP simulator; a --virtual run has no pace "
+            "(it runs on virtual time, as fast as it computes): drop --time-scale or --virtual"
+        )
+    scale = DEFAULT_TIME_SCALE if args.time_scale is None else args.time_scale
     config = DemoConfig(
-        agents=args.agents, profile=args.profile, seed=args.seed, time_scale=args.time_scale,
+        agents=args.agents, profile=args.profile, seed=args.seed, time_scale=scale,
         max_concurrency=args.max_concurrency, turns=turns, max_tokens=args.max_tokens,
         base_url=args.base_url, api_key=args.api_key, model=args.model,
         virtual=args.virtual, live=not args.no_live, report=args.report,

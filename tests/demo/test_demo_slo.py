@@ -135,13 +135,14 @@ def test_time_scale_needs_the_http_simulator() -> None:
     from agentflow import ConfigError
     from agentflow.demo._config import DemoConfig
 
-    proc = subprocess.run(
-        [sys.executable, "-m", "agentflow.cli", "demo", "--virtual", "--time-scale", "4",
-         "--no-live"],
-        capture_output=True, text=True, timeout=60, check=False,
-    )  # fmt: skip
-    assert proc.returncode == 2
-    assert "--time-scale" in proc.stderr and "--virtual" in proc.stderr
+    for given in ("4", "10"):  # 10 is the default's value: given, it is refused too
+        proc = subprocess.run(
+            [sys.executable, "-m", "agentflow.cli", "demo", "--virtual", "--time-scale", given,
+             "--no-live"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert proc.returncode == 2, (given, proc.stderr)
+        assert "--time-scale" in proc.stderr and "--virtual" in proc.stderr
     with pytest.raises(ConfigError, match="--time-scale"):
         DemoConfig(virtual=True, time_scale=1.0, live=False)
     DemoConfig(virtual=True, live=False)  # the default

@@ -1,28 +1,43 @@
 """A tool's result that is not a ``str``, as the text the model reads (``_tools.py``
 calls it after the tool returns): bytes decoded, scalars as their text, the rest JSON,
-with any lone surrogate mended (:func:`~agentflow._sendable.sendable_text`)."""
+with any lone surrogate mended (:func:`~agentflow._sendable.sendable_text`); an iterator
+(a generator) is the tool's error, not its ``repr``."""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import msgspec
 
+from agentflow._errors import ToolError
 from agentflow._sendable import sendable_text
 
 __all__ = ["to_text"]
 
 
-def to_text(value: Any) -> str:
-    """A tool's non-``str`` result as the text the model reads.
+def to_text(value: Any, *, tool: str) -> str:
+    """Tool ``tool``'s non-``str`` result as the text the model reads.
 
     Bytes (``subprocess.check_output``, a file read in ``"rb"``) are text in UTF-8, an
     undecodable byte becoming U+FFFD: as JSON they would be base64 in quotes. Objects,
     lists and models are JSON. A scalar JSON has no form for but a string (a ``Path``, a
     ``Decimal``, a ``UUID``, a ``datetime``) is that string's text, without the quotes a
     JSON string would add; ``None``, booleans and numbers stay JSON (``null``, ``true``).
+
+    Raises:
+        ToolError: ``value`` is an iterator: a generator (a ``yield`` in the tool), an
+            async generator, ``map``, ``filter``, ``iter(...)``, an open file. It used to
+            reach the model as its ``repr`` (``<generator object ... at 0x...>``), a
+            successful result; it is not consumed here, as it may never end.
     """
+    if isinstance(value, Iterator | AsyncIterator):
+        raise ToolError(
+            f"tool {tool!r} returned an iterator ({type(value).__name__}), which agentflow "
+            "does not consume (it may never end): return a list (or a str) instead",
+            tool=tool,
+        )
     if isinstance(value, bytes | bytearray | memoryview):
         return bytes(value).decode("utf-8", errors="replace")
     pd = sys.modules.get("pydantic")  # no pydantic loaded: no pydantic model either

@@ -221,7 +221,8 @@ class Tool:
             ToolTimeout: the call did not return in time (a :class:`ToolError`).
             ToolError: the arguments do not fit the schema, or the tool raised (any
                 exception, ``SystemExit`` included; not ``KeyboardInterrupt``, unless a
-                sync tool raised it in its worker thread, where no Ctrl-C arrives).
+                sync tool raised it in its worker thread, where no Ctrl-C arrives), or it
+                returned an iterator (a generator: return a list).
             ConfigError: ``default_timeout_s`` is not a number of seconds > 0.
         """
         import pydantic
@@ -273,7 +274,9 @@ class Tool:
         if isinstance(result, str):
             return result
         try:
-            return to_text(result)
+            return to_text(result, tool=self.name)
+        except ToolError:
+            raise  # an iterator: to_text says why
         except Exception as exc:  # a cycle, a value whose str() raises
             raise ToolError(
                 f"tool {self.name!r} returned a {type(result).__name__} that cannot be made "

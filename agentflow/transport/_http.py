@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import msgspec
 
 from agentflow._errors import ConfigError, ConnectError
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 from agentflow._trace import TurnTrace
 from agentflow.transport import _kstamp
 from agentflow.transport._h1 import _Connection as _Connection
@@ -69,7 +70,8 @@ class HTTPTransport(EndpointTransport):
             is a :class:`StreamInterrupted` instead, never resent here: the server may
             have received the request.
         ssl: the TLS context for an https endpoint (default: the system's trust store).
-        keepalive_s: idle connections are closed after this many seconds.
+        keepalive_s: idle connections are closed after this many seconds: a finite number
+            in [0.001, 1e9] (else a :class:`ConfigError`).
         clock: nanosecond monotonic clock for the trace.
         kernel_timestamps: stamp each read with the time the kernel received it
             (``SO_TIMESTAMPNS``) instead of the time the event loop got to it, so a busy
@@ -106,7 +108,11 @@ class HTTPTransport(EndpointTransport):
             clock=clock,
             max_event_bytes=max_event_bytes,
         )
-        self._keepalive_s = keepalive_s
+        # Checked here: a str failed each session after its whole answer was read, and a
+        # negative or NaN one silently closed every connection as soon as it went idle.
+        self._keepalive_s = check_seconds(
+            keepalive_s, "HTTPTransport keepalive_s", 0.001, MAX_TIMEOUT_S
+        )
         url = urlsplit(self._endpoint.chat_url)
         self._https = url.scheme == "https"
         if kernel_timestamps and not _kstamp.SUPPORTED:

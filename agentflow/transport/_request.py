@@ -27,6 +27,8 @@ from agentflow._redact import (
     register_url,
 )
 from agentflow._request import ChatRequest
+from agentflow._sendable import check_sendable
+from agentflow._session_checks import is_header_name
 
 __all__ = ["ChatRequest", "Endpoint", "Timeouts", "parse_retry_after"]
 
@@ -42,11 +44,18 @@ class Endpoint:
             is appended to the path (a query, such as ``?api-version=…`` or a key, goes
             in ``headers`` or ``extra_body``). A host, a port from 1 to 65535 if one is
             given, no space or control character (``check_base_url``).
-        api_key: sent as ``Authorization: Bearer …``; never logged, never in ``repr``.
-        headers: extra headers on every request. The values of credential headers (names
-            ending in ``key``, ``token``, ``secret``, ``auth``…: ``api-key``,
-            ``x-auth-token``) are masked like the key.
-        extra_body: extra JSON fields on every request (e.g. vLLM's ``top_k``).
+        api_key: sent as ``Authorization: Bearer …``; never logged, never in ``repr``. A
+            ``str`` (or ``None``) without a control character.
+        headers: extra headers on every request: a mapping of header names (RFC 9110
+            tokens: no space, no ``:``) to ``str`` values without a control character but
+            a tab. The values of credential headers (names ending in ``key``, ``token``,
+            ``secret``, ``auth``…: ``api-key``, ``x-auth-token``) are masked like the key.
+        extra_body: extra JSON fields on every request (e.g. vLLM's ``top_k``): a mapping
+            JSON can carry, checked as ``Agent.params`` is.
+
+    Raises:
+        ConfigError: an option above is not what it says, naming it (never a header's
+            or the key's value).
         name: a label for reports; defaults to the host and port.
     """
 
@@ -60,6 +69,7 @@ class Endpoint:
 
     def __post_init__(self) -> None:
         parts = check_base_url(self.base_url, "Endpoint.base_url")
+        _check_options(self.api_key, self.headers, self.extra_body)
         for key in self.headers:
             if key.lower() == "authorization":
                 raise ConfigError("Endpoint.headers must not carry Authorization; use api_key")
@@ -115,6 +125,57 @@ class Endpoint:
         elif self._basic_auth is not None:
             h["Authorization"] = self._basic_auth
         return h
+
+
+def _check_options(api_key: object, headers: object, extra_body: object) -> None:
+    """Raise :class:`ConfigError` naming the option unless ``api_key`` is a ``str`` (or
+    ``None``) and ``headers`` a mapping of header names (RFC 9110 tokens) to ``str``
+    values, neither holding a line break or another control character but a tab, and
+    ``extra_body`` a mapping JSON can carry. (Each used to fail every session, with a
+    ``TypeError`` or ``AttributeError``, or a bad header name every request at the
+    server; ``api_key=5`` raised a bare ``TypeError``.) Values are not shown: they may
+    be credentials."""
+    if api_key is not None:
+        if not isinstance(api_key, str):
+            raise ConfigError(
+                f"Endpoint.api_key must be a str or None, got {type(api_key).__name__}"
+            )
+        _check_header_value(api_key, "Endpoint.api_key")
+    if not isinstance(headers, Mapping):
+        raise ConfigError(
+            "Endpoint.headers must be a mapping of header names to values (a dict), "
+            f"got {type(headers).__name__}"
+        )
+    for name, value in headers.items():
+        if not is_header_name(name):
+            raise ConfigError(
+                f"Endpoint.headers: {name!r} is not a header name (an RFC 9110 token: "
+                "letters, digits and !#$%&'*+-.^_`|~; no space or ':')"
+            )
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"Endpoint.headers[{name!r}] must be a str, got {type(value).__name__}"
+            )
+        _check_header_value(value, f"Endpoint.headers[{name!r}]")
+    if not isinstance(extra_body, Mapping):
+        raise ConfigError(
+            "Endpoint.extra_body must be a mapping of body fields (a dict), "
+            f"got {type(extra_body).__name__}"
+        )
+    check_sendable(dict(extra_body), "Endpoint.extra_body")
+
+
+def _check_header_value(value: str, where: str) -> None:
+    check_sendable(value, where)  # a lone surrogate
+    if (bad := _CONTROL.search(value)) is not None:
+        raise ConfigError(
+            f"{where} holds a control character (U+{ord(bad.group()):04X}), which a header "
+            "cannot carry (a line break would end it, and could add headers of its own)"
+        )
+
+
+#: What a header value cannot hold: a control character other than a tab (RFC 9110, 5.5).
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 def _rebuilt(

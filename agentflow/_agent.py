@@ -48,6 +48,7 @@ class Agent:
             tool list is part of every session's prompt prefix, and agents built with the
             same tools in another order (from a set, a dict, a plugin registry) would
             otherwise bust each other's prefix cache from the first moved tool on.
+            ``agent.tools`` is that name-sorted ``tuple`` of :class:`Tool`.
         params: sampling and other body fields: ``temperature``, ``max_tokens``, …
         max_turns: the most model turns one session may take.
         tool_errors: ``"return"`` sends a failed tool's error to the model as its result
@@ -64,21 +65,27 @@ class Agent:
             link, or a list of them run in order (a
             :class:`~agentflow.context.ContextChain`), e.g. ``[FleetBudget(...),
             ContextBudget(window=...), CacheBusterCheck()]``; ``None`` sends history
-            unchecked. A list is kept as the chain it makes.
+            unchecked. A list is kept as the chain it makes: ``agent.context`` is one link
+            (or ``None``).
         priority: the scheduling class of this agent's turns (higher goes first under
             priority-aware policies): an int of at most :data:`MAX_PRIORITY` either way.
+
+    The fields are typed as an agent holds them (``tools: tuple[Tool, ...]``, ``context:
+    ContextLink | None``); ``Agent(...)`` takes the forms above. ``dataclasses.replace``
+    takes them too at run time, but a type checker reads the fields' types there: pass
+    a tuple of tools and one link (``ContextChain([...])`` for several).
     """
 
     name: str
     model: str
     instructions: str = ""
-    tools: Collection[Tool | Callable[..., Any]] = ()
+    tools: tuple[Tool, ...] = ()
     params: Mapping[str, Any] = field(default_factory=dict)
     max_turns: int = 10
     tool_errors: Literal["return", "raise"] = "return"
     tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
     max_tool_output_chars: int | None = None
-    context: ContextLink | Sequence[Any] | None = None
+    context: ContextLink | None = None
     priority: int = 0
     #: Identifies the prompt prefix every session of this agent shares (instructions and
     #: tool schemas); sessions with equal keys are scheduled and routed together.
@@ -88,6 +95,28 @@ class Agent:
     #: The tool schemas as compact, key-sorted JSON (computed once: the store's agent
     #: fingerprint holds it).
     tool_specs_json: str = field(init=False, default="[]", compare=False, repr=False)
+
+    if TYPE_CHECKING:
+        # What ``Agent(...)`` takes, for type checkers: the generated ``__init__``, whose
+        # ``tools`` and ``context`` take more than the fields hold once ``__post_init__``
+        # has made them a name-sorted tuple of tools and one link (a list, a chain).
+        # The fields are typed as they are read, so ``agent.tools`` is ``Tool``s without a
+        # cast. tests/test_agent_typing.py checks that this matches the generated one.
+        def __init__(
+            self,
+            *,
+            name: str,
+            model: str,
+            instructions: str = "",
+            tools: Collection[Tool | Callable[..., Any]] = (),
+            params: Mapping[str, Any] = ...,
+            max_turns: int = 10,
+            tool_errors: Literal["return", "raise"] = "return",
+            tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
+            max_tool_output_chars: int | None = None,
+            context: ContextLink | Sequence[Any] | None = None,
+            priority: int = 0,
+        ) -> None: ...
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -126,25 +155,25 @@ class Agent:
                 f"Agent {self.name!r}: priority must be an int from {-MAX_PRIORITY} to "
                 f"{MAX_PRIORITY}, got {shown(self.priority)}"
             )
-        if isinstance(self.context, list | tuple):
+        context: object = self.context  # as given: a list too (the field's type is as kept)
+        if isinstance(context, list | tuple):
             from agentflow._context_chain import ContextChain
 
             try:
-                chain = ContextChain(self.context)
+                chain = ContextChain(context)
             except ConfigError as exc:
                 raise ConfigError(f"Agent {self.name!r}: {exc}") from None
             object.__setattr__(self, "context", chain)
-        elif self.context is not None and not callable(getattr(self.context, "bind", None)):
+        elif context is not None and not callable(getattr(context, "bind", None)):
             from agentflow._context_chain import ContextChain, is_prefix_source
 
-            if is_prefix_source(self.context):  # it says what it needs before it
+            if is_prefix_source(context):  # it says what it needs before it
                 try:
-                    ContextChain([self.context])
+                    ContextChain([context])
                 except ConfigError as exc:
                     raise ConfigError(f"Agent {self.name!r}: {exc}") from None
             raise ConfigError(
-                f"Agent {self.name!r}: context {self.context!r} is not a context link "
-                "(it has no bind())"
+                f"Agent {self.name!r}: context {context!r} is not a context link (it has no bind())"
             )
         if not isinstance(self.params, Mapping):
             raise ConfigError(
@@ -161,12 +190,13 @@ class Agent:
             # The budget reserves it, the scheduler charges it: a server would refuse it.
             if (value := self.params.get(key)) is not None:
                 check_count(value, f"Agent {self.name!r}: params[{key!r}]")
-        if isinstance(self.tools, str | bytes | Mapping) or not isinstance(self.tools, Iterable):
+        given: object = self.tools  # as given: callables too (the field's type is as kept)
+        if isinstance(given, str | bytes | Mapping) or not isinstance(given, Iterable):
             raise ConfigError(
                 f"Agent {self.name!r}: tools must be a list (or set) of tools or callables, "
-                f"got {type(self.tools).__name__}"
+                f"got {type(given).__name__}"
             )
-        tools = tuple(sorted((as_tool(t) for t in self.tools), key=lambda t: t.name))
+        tools = tuple(sorted((as_tool(t) for t in given), key=lambda t: t.name))
         names = [t.name for t in tools]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -191,12 +221,12 @@ class Agent:
     @property
     def tool_specs(self) -> list[dict[str, Any]]:
         """The OpenAI ``tools`` list for requests, in tool-name order."""
-        return [t.spec() for t in self.tools]  # type: ignore[union-attr]
+        return [t.spec() for t in self.tools]
 
     def tool(self, name: str) -> Tool | None:
         """The tool called ``name``, if the agent has one."""
         for t in self.tools:
-            if isinstance(t, Tool) and t.name == name:
+            if t.name == name:
                 return t
         return None
 

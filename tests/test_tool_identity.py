@@ -36,7 +36,7 @@ def test_agents_take_a_set_of_tools_and_compare_by_them() -> None:
     """``Agent(tools=...)`` says tools may come from a set; agents of the same functions
     are equal, and agents of other tools are not."""
     agent = Agent(name="x", model="m", tools={tool(_b), tool(_a)})
-    assert [t.name for t in agent.tools] == ["_a", "_b"]  # type: ignore[union-attr]
+    assert [t.name for t in agent.tools] == ["_a", "_b"]
     assert agent == Agent(name="x", model="m", tools=[_a, _b])
     assert agent != Agent(name="x", model="m", tools=[_a])
     assert agent.tool_specs_json == Agent(name="x", model="m", tools=[_b, _a]).tool_specs_json

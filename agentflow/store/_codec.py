@@ -227,7 +227,7 @@ def _before_annotated(agent: Agent) -> Agent | None:
                 t = dataclasses.replace(t, parameters=old.parameters)
                 changed = True
         tools.append(t)
-    return dataclasses.replace(agent, tools=tools) if changed else None
+    return dataclasses.replace(agent, tools=tuple(tools)) if changed else None
 
 
 def agent_info(agent: Agent) -> AgentInfo:

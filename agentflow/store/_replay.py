@@ -34,7 +34,7 @@ async def replay_tools(stored: StoredSession, session: Session) -> int:
         StoreError: a replayed call failed where the recorded one had not.
     """
     agent = session.agent
-    if not any(getattr(t, "replay_on_resume", False) for t in agent.tools):
+    if not any(t.replay_on_resume for t in agent.tools):
         return 0
     ran = 0
     for turn in stored.turns:

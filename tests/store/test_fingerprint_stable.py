@@ -156,7 +156,7 @@ def test_the_prefix_key_is_its_one_dumps_definition(instructions: str) -> None:
 
 
 def _with_tool(agent: Agent, **limits: Any) -> Agent:
-    return dataclasses.replace(agent, tools=[Tool.from_function(fleets.lookup, **limits)])
+    return dataclasses.replace(agent, tools=(Tool.from_function(fleets.lookup, **limits),))
 
 
 @pytest.mark.parametrize(

@@ -39,7 +39,7 @@ class Notebook:
 
 
 def team(book: Notebook, *, replay: bool = True) -> list[Agent]:
-    return [dataclasses.replace(a, tools=[book.tool(replay=replay)]) for a in agents()]
+    return [dataclasses.replace(a, tools=(book.tool(replay=replay),)) for a in agents()]
 
 
 def test_replayed_calls_rebuild_the_in_memory_state(tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_a_replay_that_fails_where_the_recorded_call_succeeded_is_a_store_error(
         raise RuntimeError("the disk is gone")
 
     broken = Tool.from_function(lookup, in_thread=False, replay_on_resume=True)
-    members = [dataclasses.replace(a, tools=[broken]) for a in agents()]
+    members = [dataclasses.replace(a, tools=(broken,)) for a in agents()]
     result = run_virtual(resume(tmp_path / "cut.db", members))
     failed = [s for s in result.sessions if s.status == "error"]
     assert failed and all(isinstance(s.error, StoreError) for s in failed)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentflow import Agent, ConfigError, FleetResult
-from agentflow.context import Calibrator, ContextBudget, PromptShape
+from agentflow.context import Calibrator, ContextBudget, ContextChain, PromptShape
 from agentflow.context._kinds import KINDS
 from agentflow.embedded import run_virtual
 from agentflow.store._policies import restore
@@ -25,7 +25,10 @@ N = 18
 def team(budget: ContextBudget, chain: bool = False) -> list[Agent]:
     """The store tests' agents, sharing one context budget (so one calibrator): the
     budget itself, or (``chain``) the budget as a link of a context chain."""
-    return [dataclasses.replace(a, context=[budget] if chain else budget) for a in agents()]
+    return [
+        dataclasses.replace(a, context=ContextChain([budget]) if chain else budget)
+        for a in agents()
+    ]
 
 
 def budget() -> ContextBudget:

@@ -19,6 +19,7 @@ from agentflow.context import (
     Compact,
     CompactionEvent,
     ContextBudget,
+    ContextChain,
     Fail,
     SessionBudget,
 )
@@ -193,7 +194,9 @@ def compacting(watch: Forecasts) -> Agent:
     """An agent whose history is compacted into a system-role summary, again and again."""
     compact = Compact(max_summary_tokens=48, role="system", keep_last=1)
     budget = ContextBudget(window=1500, reserve_output=32, overflow=[compact, Fail()])
-    return dataclasses.replace(reader(1_000_000, watch), context=[budget, watch], max_turns=40)
+    return dataclasses.replace(
+        reader(1_000_000, watch), context=ContextChain([budget, watch]), max_turns=40
+    )
 
 
 def _summaries(messages: Sequence[Mapping[str, Any]]) -> int:

@@ -70,6 +70,9 @@ class Agent:
         priority: the scheduling class of this agent's turns (higher goes first under
             priority-aware policies): an int of at most :data:`MAX_PRIORITY` either way.
 
+    Agents are hashable (by name and model), so they can key a dict
+    or go in a set; two agents are equal when every field above is.
+
     The fields are typed as an agent holds them (``tools: tuple[Tool, ...]``, ``context:
     ContextLink | None``); ``Agent(...)`` takes the forms above. ``dataclasses.replace``
     takes them too at run time, but a type checker reads the fields' types there: pass
@@ -211,6 +214,11 @@ class Agent:
         object.__setattr__(
             self, "prefix_key", _prefix_key(self.instructions, specs_json if specs else None)
         )
+
+    def __hash__(self) -> int:
+        # Equal agents have equal names and models (``params`` is a dict, unhashable: the
+        # generated hash raised TypeError, though mypy took dict[Agent, ...]).
+        return hash((self.name, self.model))
 
     @property
     def max_output_tokens(self) -> int | None:

@@ -53,3 +53,16 @@ def test_equal_tools_hash_alike_and_a_validated_tool_is_not_a_raw_one() -> None:
     described = tool(_a)
     raw = Tool(name="_a", description=described.description, parameters=described.parameters, fn=_a)
     assert described != raw
+
+
+def test_agents_are_hashable_consistently_with_equality() -> None:
+    """An agent's ``params`` is a dict: the generated ``__hash__`` raised ``TypeError``,
+    while ``dict[Agent, int]`` type-checked. Equal agents hash alike."""
+    coder = Agent(name="coder", model="m", tools=[_a], params={"temperature": 0})
+    reviewer = Agent(name="reviewer", model="m")
+    turns: dict[Agent, int] = {coder: 0, reviewer: 1}
+    again = Agent(name="coder", model="m", tools=[tool(_a)], params={"temperature": 0})
+    assert again == coder and hash(again) == hash(coder) and turns[again] == 0
+    assert len({coder, again, reviewer}) == 2
+    other = Agent(name="coder", model="m", params={"temperature": 1})
+    assert other != coder and other not in turns

@@ -16,13 +16,14 @@ import asyncio
 import dataclasses
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDict
 
 from agentflow._errors import ConfigError, ConnectError, StreamInterrupted
 from agentflow._events import AttemptDiscardedEvent, Event, TokenEvent
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 from agentflow._trace import TurnTrace
 from agentflow.transport._request import ChatRequest
 from agentflow.transport._shared import (
@@ -115,6 +116,13 @@ class MockTransport:
         reply = self._handler(request)
         if inspect.isawaitable(reply):
             reply = await reply
+        from agentflow.testing import Reply
+
+        if not isinstance(reply, Reply):  # it failed on a missing attribute ('drop')
+            raise ConfigError(
+                f"MockTransport handler {_named(self._handler)} returned "
+                f"{type(reply).__name__} {reply!r:.60}, not a Reply"
+            )
         endpoint = self._endpoint
         if reply.drop:
             raise ConnectError(
@@ -180,6 +188,38 @@ class _Script:
 
 async def _ready(body: bytes) -> bytes:
     return body
+
+
+def _named(handler: object) -> str:
+    name = getattr(handler, "__qualname__", None)
+    return repr(name) if isinstance(name, str) else repr(handler)
+
+
+def check_reply(reply: Reply) -> None:
+    """Raise :class:`ConfigError`, naming the field and the value, unless ``reply``'s
+    ``frames`` are a list of bytes, its ``status`` an HTTP status (an int from 100 to
+    599), ``headers`` a mapping and ``frame_delay_s`` a number of seconds ≥ 0 (each used
+    to fail at the first request, a ``TypeError``, or through a
+    :class:`~agentflow.testing.ScriptedServer` as "script exhausted" on the retry)."""
+    frames: object = reply.frames
+    if isinstance(frames, str | bytes | bytearray) or not isinstance(frames, Sequence):
+        raise ConfigError(
+            f"Reply.frames must be a list of bytes (one per write), got {type(frames).__name__}"
+        )
+    for i, frame in enumerate(frames):
+        if not isinstance(frame, bytes | bytearray):
+            raise ConfigError(
+                f"Reply.frames[{i}] must be bytes, got {type(frame).__name__} {frame!r:.60}"
+                + (" (encode it: b'...' or .encode())" if isinstance(frame, str) else "")
+            )
+    status: object = reply.status
+    if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
+        raise ConfigError(
+            f"Reply.status must be an HTTP status, an int from 100 to 599, got {status!r:.60}"
+        )
+    if not isinstance(reply.headers, Mapping):
+        raise ConfigError(f"Reply.headers must be a mapping, got {type(reply.headers).__name__}")
+    check_seconds(reply.frame_delay_s, "Reply.frame_delay_s", 0.0, MAX_TIMEOUT_S)
 
 
 class EventCapture:

@@ -39,7 +39,7 @@ from typing import Any
 from aiohttp import ClientConnectionResetError, web
 from multidict import CIMultiDict
 
-from agentflow._mock import EventCapture, Handler, MockTransport, capture_events
+from agentflow._mock import EventCapture, Handler, MockTransport, capture_events, check_reply
 from agentflow._pgserver import PostgresServer
 from agentflow._public import publish as _publish
 
@@ -109,6 +109,10 @@ class Reply:
             (a :class:`~agentflow.ConnectError` if it keeps happening) only when the
             connection was a reused kept-alive one; on a new connection the server may
             have read the request, so it is a :class:`~agentflow.StreamInterrupted`.
+
+    Raises:
+        ConfigError: ``frames`` is not a list of bytes, ``status`` not an int from 100
+            to 599, ``headers`` not a mapping, ``frame_delay_s`` not a number of seconds.
     """
 
     frames: Sequence[bytes] = ()
@@ -117,6 +121,9 @@ class Reply:
     frame_delay_s: float = 0.0
     cut: bool = False
     drop: bool = False
+
+    def __post_init__(self) -> None:
+        check_reply(self)  # a ConfigError naming the field, not a failed request
 
     @classmethod
     def text(

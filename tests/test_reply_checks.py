@@ -1,0 +1,62 @@
+"""The testing tools refuse a wrong reply with a :class:`ConfigError` naming it: a
+:class:`Reply` whose frames are not bytes or whose status is not an HTTP status, when it
+is made, and a :class:`MockTransport` handler that returns something else than a reply.
+They used to fail the session with ``TypeError`` or ``AttributeError: 'drop'``, and
+through a :class:`ScriptedServer` as "script exhausted" on the retry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from agentflow import Agent, ConfigError
+from agentflow.testing import MockTransport, Reply
+
+#: Wrong values, typed Any: the point is what happens when a caller passes them anyway.
+TEXT: Any = "data: {}\n\n"
+TEXTS: Any = ["data: [DONE]\n\n"]
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"frames": TEXT}, r"Reply\.frames must be a list of bytes .*got str$"),
+        ({"frames": b"data: {}\n\n"}, r"Reply\.frames must be a list of bytes .*got bytes$"),
+        ({"frames": TEXTS}, r"Reply\.frames\[0\] must be bytes, got str 'data: \[DONE\]"),
+        ({"frames": [b"ok", None]}, r"Reply\.frames\[1\] must be bytes, got NoneType"),
+        ({"status": "x"}, r"Reply\.status must be an HTTP status, .*got 'x'$"),
+        ({"status": 99}, r"Reply\.status must be .*100 to 599, got 99$"),
+        ({"status": 600}, r"Reply\.status must be .*got 600$"),
+        ({"status": True}, r"Reply\.status must be .*got True$"),
+        ({"headers": ["X-A"]}, r"Reply\.headers must be a mapping, got list$"),
+        ({"frame_delay_s": -1}, r"Reply\.frame_delay_s must be .*got -1$"),
+    ],
+)
+def test_a_wrong_reply_is_a_config_error(options: dict[str, Any], says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        Reply(**options)
+
+
+def test_good_replies_are_made() -> None:
+    Reply(frames=[b"data: {}\n\n", b"data: [DONE]\n\n"], status=503)
+    Reply(frames=(b"x",), status=100, headers={"Retry-After": "1"}, frame_delay_s=0)
+    Reply.text("hi")
+    Reply.error(429, "slow down")
+
+
+def _nothing(request: object) -> None:
+    return None
+
+
+def _hello(request: object) -> str:
+    return "hello"
+
+
+@pytest.mark.parametrize(("handler", "got"), [(_nothing, "NoneType None"), (_hello, "str 'hello'")])
+async def test_a_handler_that_returns_no_reply_is_a_config_error(handler: Any, got: str) -> None:
+    result = await Agent(name="a", model="m").run("x", MockTransport(handler))
+    assert result.status == "error"
+    assert isinstance(result.error, ConfigError), result.error
+    assert str(result.error).startswith(f"MockTransport handler {handler.__qualname__!r} ")
+    assert f"returned {got}" in str(result.error) and "not a Reply" in str(result.error)

@@ -19,7 +19,6 @@ the fleet's state; the turn then fails with :class:`~agentflow.AllReplicasDown`)
 
 from __future__ import annotations
 
-import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -44,6 +43,7 @@ from agentflow._errors import (
     StreamProtocolError,
     StreamTimeout,
 )
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds, shown
 from agentflow.sched._limits import _number
 
 __all__ = ["RetryPolicy"]
@@ -60,6 +60,7 @@ class RetryPolicy:
         backoff_s: the base of the exponential backoff.
         max_backoff_s: the longest backoff wait.
         max_retry_after_s: the longest ``Retry-After`` obeyed; longer is capped to it.
+            These three are finite numbers of seconds from 0 to 1e9 (~31 years).
         jitter: randomise backoff ("full jitter"); off gives exact waits (tests).
         retry_mid_stream: re-run a turn whose stream was cut after output began (dropped,
             or ended early without a finish reason or ``[DONE]``).
@@ -70,7 +71,7 @@ class RetryPolicy:
             first attempt: a wait that would end later is not taken — the turn fails at
             once with ``AllReplicasDown`` — and a wait chosen before the fleet went down
             is cut short then, for one last attempt. ``None``: only ``max_attempts``
-            bounds it.
+            bounds it. At most 1e9 s.
     """
 
     max_attempts: int = 4
@@ -85,15 +86,15 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         check_count(self.max_attempts, "RetryPolicy.max_attempts")
+        # Every wait has a finite bound, at most MAX_TIMEOUT_S (~31 years): a wait is
+        # counted in int nanoseconds, and 1e300 s overflowed at the first retry.
         for name in ("backoff_s", "max_backoff_s", "max_retry_after_s"):
-            value = getattr(self, name)
-            if not (_number(value) and 0 <= value < math.inf):  # every wait has a finite bound
-                raise ConfigError(f"RetryPolicy.{name} must be a finite number ≥ 0, got {value!r}")
+            check_seconds(getattr(self, name), f"RetryPolicy.{name}", 0.0, MAX_TIMEOUT_S)
         g = self.give_up_after_s
-        if g is not None and not (_number(g) and 0 < g < math.inf):
+        if g is not None and not (_number(g) and 0 < g <= MAX_TIMEOUT_S):
             raise ConfigError(
-                "RetryPolicy.give_up_after_s must be a finite number > 0, or None (no limit), "
-                f"got {g!r}"
+                "RetryPolicy.give_up_after_s must be a finite number of seconds in "
+                f"(0, {MAX_TIMEOUT_S:g}], or None (no limit), got {shown(g)}"
             )
 
     def retryable(self, exc: BaseException) -> bool:

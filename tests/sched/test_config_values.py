@@ -11,14 +11,16 @@ Replica's breaker settings were checked only when a run built the breaker (a coo
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Callable
 
 import pytest
 
-from agentflow import Agent, ConfigError, Fleet, Limits, Replica, RetryPolicy
+from agentflow import Agent, ConfigError, Fleet, Limits, Replica, RetryEvent, RetryPolicy
+from agentflow.embedded import run_virtual
 from agentflow.sched import PLAS, Deadline, FairShare, Priority, ReplicaState
-from agentflow.testing import Reply, ScriptedServer
+from agentflow.testing import MockTransport, Reply, ScriptedServer, capture_events
 from agentflow.transport import HTTPTransport
 from tests.sched.conftest import FakeClock, IdleTransport
 
@@ -45,6 +47,14 @@ BAD: dict[str, tuple[Callable[[], object], str]] = {
     "bucket overflows": (lambda: Limits(tpm=1e200, burst_s=1e200), "Limits.tpm"),
     "drain underflows": (lambda: Limits(rpm=1e-320), "Limits.rpm"),
     "boost ns overflow": (lambda: Priority(boost_s=1e300), "Priority boost_s"),
+    # A wait is counted in int nanoseconds: these overflowed at the first retry.
+    "backoff ns overflow": (
+        lambda: RetryPolicy(backoff_s=1e300, max_backoff_s=1e300),
+        r"RetryPolicy\.backoff_s must be a finite number of seconds in \[0, 1e\+09\], got 1e\+300",
+    ),
+    "max backoff ns overflow": (lambda: RetryPolicy(max_backoff_s=1e10), "max_backoff_s"),
+    "retry-after cap overflow": (lambda: RetryPolicy(max_retry_after_s=1e300), "max_retry_"),
+    "give up ns overflow": (lambda: RetryPolicy(give_up_after_s=1e300), "give_up_after_s"),
     # Refused only once the run started (docs/scheduling.md: when the fleet is built).
     "fleet kv_tokens": (
         lambda: Fleet(IdleTransport(), limits=Limits(kv_tokens=1000)),
@@ -165,6 +175,23 @@ def test_the_finite_edges_are_accepted() -> None:
     Deadline(default_slo_s=0, slo_s={"batch": 3600})
     FairShare(1e-3)
     RetryPolicy(backoff_s=0, max_backoff_s=0, max_retry_after_s=0)
+
+
+def test_the_longest_retry_wait_is_taken() -> None:
+    """At its bound (1e9 s) a backoff is waited (virtual time, cut short after a minute
+    here), and a give-up limit as long counts it: 1e300 s failed the turn with a bare
+    OverflowError at the first retry."""
+    policy = RetryPolicy(backoff_s=1e9, max_backoff_s=1e9, give_up_after_s=1e9, jitter=False)
+    busy = MockTransport(lambda request: Reply(status=503, frames=[b"busy"]))
+    retries = capture_events("retry")
+    run = Fleet(busy, retry=policy, callbacks=[retries]).run(
+        [Agent(name="a", model="m").session("x")]
+    )
+    with pytest.raises(TimeoutError):
+        run_virtual(asyncio.wait_for(run, 60.0))
+    (retry,) = retries.of_type("retry")
+    assert isinstance(retry, RetryEvent) and retry.attempt.wait_s == 1e9
+    assert len(busy.requests) == 1
 
 
 async def test_a_breaker_cooldown_over_60_s_is_a_longer_maximum_not_a_failed_run() -> None:

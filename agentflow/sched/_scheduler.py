@@ -29,6 +29,7 @@ import numbers
 from collections.abc import Sequence
 
 from agentflow._errors import AllReplicasDown, ConfigError, TransportError
+from agentflow._seconds import shown
 from agentflow.sched._dispatch import WARM, WARMING, Dispatcher
 from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._policy import FCFS, Policy
@@ -308,19 +309,25 @@ class Scheduler(Dispatcher):
 
 
 def _check_rank(rank: object, policy: Policy, ticket: Ticket) -> None:
-    """A rank the heap can order: a real number (not a bool), not NaN.
+    """A rank the heap can order: a real number (not a bool), not NaN, that a float can
+    hold (``inf`` is one).
 
     ``None`` or a string made the heap's comparisons raise, in the dispatcher (which
     died of it) or in another session's ``acquire``; a NaN compares false with
-    everything and silently reordered the tickets queued around it.
+    everything and silently reordered the tickets queued around it; an int past a
+    float's range (``10**400``) raised a bare ``OverflowError`` here.
 
     Raises:
         ConfigError: naming the policy, the session and the rank.
     """
-    if not isinstance(rank, bool) and isinstance(rank, numbers.Real) and not math.isnan(rank):
-        return
+    if not isinstance(rank, bool) and isinstance(rank, numbers.Real):
+        try:
+            if not math.isnan(rank):
+                return
+        except OverflowError:  # too large for a float
+            pass
     name = getattr(policy, "__name__", None) or type(policy).__name__
     raise ConfigError(
-        f"scheduling policy {name} ranked a turn of session {ticket.session_id!r} {rank!r}: "
-        "a rank must be a real number, not NaN"
+        f"scheduling policy {name} ranked a turn of session {ticket.session_id!r} "
+        f"{shown(rank)}: a rank must be a real number (not NaN) that a float can hold"
     )

@@ -33,7 +33,9 @@ def _one_slot(**kw: object) -> Scheduler:
     )
 
 
-@pytest.mark.parametrize("bad", [None, "1", True, math.nan], ids=["None", "str", "bool", "nan"])
+@pytest.mark.parametrize(
+    "bad", [None, "1", True, math.nan, 10**400], ids=["None", "str", "bool", "nan", "huge"]
+)
 def test_a_rank_the_heap_cannot_order_is_a_config_error_naming_the_policy(bad: object) -> None:
     """The odd ticket's acquire fails with a ConfigError naming the policy and the
     session; the tickets queued around it are granted in their order."""
@@ -46,7 +48,10 @@ def test_a_rank_the_heap_cannot_order_is_a_config_error_naming_the_policy(bad: o
         holder = await sched.acquire(ticket("holder"))
         queued = [asyncio.create_task(sched.acquire(ticket(f"q{i}"))) for i in range(3)]
         await settle()
-        with pytest.raises(ConfigError, match=r"policy odd_one_out .* session 'odd'"):
+        # (10**400 raised a bare OverflowError, from math.isnan; None and "1" were said
+        # to be "not NaN")
+        says = r"policy odd_one_out .* session 'odd' .*: a rank must be a real number \(not NaN\)"
+        with pytest.raises(ConfigError, match=says):
             await asyncio.wait_for(sched.acquire(ticket("odd")), 60.0)
         sched.release(holder, used_tokens=None, ok=True)
         for task in queued:  # one slot: each is granted, then released, in turn

@@ -70,6 +70,8 @@ class Endpoint:
     def __post_init__(self) -> None:
         parts = check_base_url(self.base_url, "Endpoint.base_url")
         _check_options(self.api_key, self.headers, self.extra_body)
+        if not isinstance(self.name, str):
+            raise ConfigError(f"Endpoint.name must be a str, got {type(self.name).__name__}")
         for key in self.headers:
             if key.lower() == "authorization":
                 raise ConfigError("Endpoint.headers must not carry Authorization; use api_key")
@@ -127,6 +129,12 @@ class Endpoint:
         return h
 
 
+#: Body fields every request's session sets. ``stream_options`` is not among them: the
+#: endpoint's are merged with the session's ``include_usage`` (vLLM's
+#: ``continuous_usage_stats``, say).
+_SESSION_OWNS = frozenset({"model", "messages", "tools", "stream", "n"})
+
+
 def _check_options(api_key: object, headers: object, extra_body: object) -> None:
     """Raise :class:`ConfigError` naming the option unless ``api_key`` is a ``str`` (or
     ``None``) and ``headers`` a mapping of header names (RFC 9110 tokens) to ``str``
@@ -161,6 +169,12 @@ def _check_options(api_key: object, headers: object, extra_body: object) -> None
         raise ConfigError(
             "Endpoint.extra_body must be a mapping of body fields (a dict), "
             f"got {type(extra_body).__name__}"
+        )
+    owned = _SESSION_OWNS.intersection(extra_body)
+    if owned:  # merged last, they replaced what the session sends, without a word
+        raise ConfigError(
+            f"Endpoint.extra_body may not set {sorted(owned)}: each request's session sets "
+            "them (the agent's model, the conversation, its tools; streaming, one choice)"
         )
     check_sendable(dict(extra_body), "Endpoint.extra_body")
 

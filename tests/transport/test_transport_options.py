@@ -66,6 +66,10 @@ async def test_a_good_keepalive_keeps_connections_alive() -> None:
         ({"extra_body": "x"}, r"Endpoint\.extra_body must be a mapping .*got str$"),
         ({"extra_body": {"k": object()}}, r"Endpoint\.extra_body cannot be sent as JSON"),
         ({"extra_body": {"k": "caf\udce9"}}, r"Endpoint\.extra_body\['k'\] holds a lone surrogate"),
+        # merged last, these replaced the session's own: every request sent no messages
+        ({"extra_body": {"messages": []}}, r"Endpoint\.extra_body may not set \['messages'\]"),
+        ({"extra_body": {"model": "other", "n": 3}}, r"may not set \['model', 'n'\]"),
+        ({"name": 5}, r"Endpoint\.name must be a str, got int$"),
     ],
 )
 def test_a_wrong_endpoint_option_is_a_config_error(options: dict[str, Any], says: str) -> None:
@@ -82,7 +86,7 @@ async def test_good_endpoint_options_are_sent() -> None:
     endpoint_options: dict[str, Any] = {
         "api_key": "",
         "headers": {"X-A": "caf\u00e9\tb", "x-tenant_id.2": "t"},
-        "extra_body": {"top_k": 5, "x": [None, 1.5]},
+        "extra_body": {"top_k": 5, "x": [None, 1.5], "stream_options": {"extra": True}},
     }
     async with ScriptedServer([Reply.text("hi")]) as srv:
         endpoint = Endpoint(base_url=srv.base_url, **endpoint_options)
@@ -91,3 +95,5 @@ async def test_good_endpoint_options_are_sent() -> None:
         (req,) = srv.requests
     assert req.headers["x-tenant_id.2"] == "t" and "Authorization" not in req.headers
     assert req.body["top_k"] == 5 and req.body["x"] == [None, 1.5]
+    # the endpoint's stream_options are merged with the session's own
+    assert req.body["stream_options"] == {"extra": True, "include_usage": True}

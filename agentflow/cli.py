@@ -30,12 +30,11 @@ to write files (``bench --report``, ``demo --report``) still writes them first.
 from __future__ import annotations
 
 import argparse
-import importlib
 import signal
 import sys
 import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from agentflow._cli_signals import (
     STDOUT_GONE_STATUS,
@@ -47,20 +46,6 @@ from agentflow._cli_signals import (
 from agentflow._cli_signals import Terminated as _Terminated
 from agentflow._cliargs import OneLineParser, fail
 from agentflow._errors import AgentflowError, ConfigError
-
-if TYPE_CHECKING:
-    from agentflow._cli_chat import _chat as _chat
-    from agentflow._cli_demo import _demo as _demo
-    from agentflow._cli_demo import _demo_status as _demo_status
-    from agentflow._cli_demo import _need_demo_extra as _need_demo_extra
-    from agentflow._cli_demo import _resume as _resume
-    from agentflow._cli_llamacpp import _LLAMACPP_DESCRIPTION as _LLAMACPP_DESCRIPTION
-    from agentflow._cli_llamacpp import _llamacpp as _llamacpp
-    from agentflow._cli_llamacpp import _slots as _slots
-    from agentflow._cli_timeouts import _TIMEOUT_HELP as _TIMEOUT_HELP
-    from agentflow._cli_timeouts import _add_timeout_arguments as _add_timeout_arguments
-    from agentflow._cli_timeouts import _seconds as _seconds
-    from agentflow._cli_timeouts import _timeouts as _timeouts
 
 __all__ = ["main"]
 
@@ -100,31 +85,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
-
-
-#: The names this module has always offered (the commands' functions, which tests and
-#: scripts import from here), imported on first use: not before main() handles signals.
-_LAZY = {
-    "_chat": "agentflow._cli_chat",
-    "_demo": "agentflow._cli_demo",
-    "_demo_status": "agentflow._cli_demo",
-    "_need_demo_extra": "agentflow._cli_demo",
-    "_resume": "agentflow._cli_demo",
-    "_LLAMACPP_DESCRIPTION": "agentflow._cli_llamacpp",
-    "_llamacpp": "agentflow._cli_llamacpp",
-    "_slots": "agentflow._cli_llamacpp",
-    "_TIMEOUT_HELP": "agentflow._cli_timeouts",
-    "_add_timeout_arguments": "agentflow._cli_timeouts",
-    "_seconds": "agentflow._cli_timeouts",
-    "_timeouts": "agentflow._cli_timeouts",
-}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -60,12 +60,3 @@ def test_importing_the_command_module_is_light() -> None:
     loaded = done.stdout
     for heavy in ("agentflow._cli_chat", "agentflow._agent", "agentflow.transport'"):
         assert heavy not in loaded, loaded
-
-
-def test_the_names_it_offered_are_still_there() -> None:
-    import agentflow.cli as cli
-    from agentflow._cli_timeouts import _timeouts
-
-    assert cli._timeouts is _timeouts
-    with pytest.raises(AttributeError):
-        _ = cli._no_such_name

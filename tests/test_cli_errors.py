@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from agentflow import ConfigError, Timeouts, _cliargs
+from agentflow._cli_timeouts import _timeouts
 from agentflow._cliargs import check_listen, check_output_dir, check_output_file
-from agentflow.cli import _parser, _timeouts, main
+from agentflow.cli import _parser, main
 from agentflow.sim.profiles import UnknownProfileError, get_profile
 
 from .procutil import GUARD_S

@@ -63,7 +63,8 @@ def fold_event(stats: FleetStats, event: Event) -> None:
         stats.fleet_start_ns = event.start_ns if start is None else min(start, event.start_ns)
     elif isinstance(event, FleetEndEvent):
         result = event.result
-        stats.wall_s = result.wall_s
+        if result.start_ns is not None:  # else a resumed run's: its wall_s sums every
+            stats.wall_s = result.wall_s  # attempt, where these events are this one's
         stats.peak_in_flight = result.peak_in_flight
         stats.callback_errors = len(result.callback_errors) + result.callback_errors_dropped
 

@@ -5,10 +5,12 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
 from agentflow import Agent, Fleet, FleetEndEvent, FleetStartEvent
+from agentflow.stats import FleetStats
 from agentflow.store import SQLiteStore
 from agentflow.testing import MockTransport, Reply, capture_events
 
@@ -69,3 +71,23 @@ async def test_a_resumed_runs_events_describe_the_whole_run(tmp_path: Path) -> N
             ("s1", "completed"),
         ]
         assert end.result.start_ns is None
+
+
+async def test_stats_of_a_resumed_run_span_its_own_attempt(tmp_path: Path) -> None:
+    """The end event's result sums every attempt's wall time; a ``FleetStats`` subscribed
+    to the resume sees this attempt's events only, so its duration (and every rate) is
+    this attempt's — it used to take the run's wall time, 1,000 s of it the first
+    attempt's here, and divide this attempt's tokens by it."""
+    slow = itertools.count(step=1_000_000_000_000)  # 1,000 s a read: the first attempt
+    async with SQLiteStore(tmp_path / "runs.db") as store:
+        first = await Fleet(MockTransport(_fails_bad), store=store, clock=lambda: next(slow)).run(
+            [AGENT.session("ok", session_id="s0"), AGENT.session("bad", session_id="s1")]
+        )
+        assert first.wall_s >= 1000
+        stats = FleetStats()
+        fleet = Fleet(MockTransport(lambda _: Reply.text("x")), store=store, callbacks=[stats])
+        result = await fleet.resume(first.run_id or "", agents=[AGENT])
+    assert result.wall_s >= 1000  # the run's: both attempts
+    fleet_figures = stats.report()["fleet"]
+    assert fleet_figures["turns"] == 1
+    assert fleet_figures["duration_s"] < 1000  # this attempt's own span

@@ -131,7 +131,7 @@ def _need_demo_extra(command: str) -> None:
 def _demo(args: argparse.Namespace) -> int:
     _need_demo_extra("demo")
     from agentflow.bench.cli import parse_slo
-    from agentflow.demo._config import DEFAULT_TIME_SCALE
+    from agentflow.demo._config import DEFAULT_TIME_SCALE, VIRTUAL_HAS_NO_PACE
     from agentflow.demo.run import DemoConfig, run_demo
 
     lo, _, hi = args.turns.partition(":")
@@ -140,10 +140,7 @@ def _demo(args: argparse.Namespace) -> int:
     except ValueError:
         raise ConfigError(f"--turns must be MIN:MAX, got {args.turns!r}") from None
     if args.virtual and args.time_scale is not None:  # (DemoConfig sees only a value)
-        raise ConfigError(
-            "demo: --time-scale paces the HTTP simulator; a --virtual run has no pace "
-            "(it runs on virtual time, as fast as it computes): drop --time-scale or --virtual"
-        )
+        raise ConfigError(VIRTUAL_HAS_NO_PACE)
     scale = DEFAULT_TIME_SCALE if args.time_scale is None else args.time_scale
     config = DemoConfig(
         agents=args.agents, profile=args.profile, seed=args.seed, time_scale=scale,

@@ -16,6 +16,11 @@ __all__ = ["DemoConfig"]
 
 #: ``--time-scale``'s default (a ``--virtual`` run has no pace: it takes no other).
 DEFAULT_TIME_SCALE = 10.0
+#: Why ``--time-scale`` is refused with ``--virtual`` (here, and by the CLI when given).
+VIRTUAL_HAS_NO_PACE = (
+    "demo: --time-scale paces the HTTP simulator; a --virtual run has no pace "
+    "(it runs on virtual time, as fast as it computes): drop --time-scale or --virtual"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,11 +91,7 @@ class DemoConfig:
         if self.virtual and self.base_url:
             raise ConfigError("demo: --virtual runs the embedded simulator; drop --base-url")
         if self.virtual and self.time_scale != DEFAULT_TIME_SCALE and self.resume is None:
-            raise ConfigError(
-                "demo: --time-scale paces the HTTP simulator; a --virtual run has no pace "
-                "(it runs on virtual time, as fast as it computes): drop --time-scale or "
-                "--virtual"
-            )
+            raise ConfigError(VIRTUAL_HAS_NO_PACE)
         if self.virtual and self.timeouts is not None:
             raise ConfigError("demo: the --*-timeout limits are for HTTP runs; drop --virtual")
         if not 0 <= self.fault_rate <= 1:

@@ -164,15 +164,22 @@ def _decode_tps(
     ``timings.predicted_ms``, the client's E2E − TTFT), so the first token took none of
     those seconds: its own ``predicted_per_second`` is (predicted_n − 1) / predicted_ms,
     and tokens / seconds would be n / (n − 1) too fast. The requests are the server's own
-    count where it exports one, else the client's turns: llama.cpp adds a request to its
-    counters only when it finishes, never an attempt that was cut off (a retried one).
-    ``None`` without a count of requests (no client report) or without those seconds."""
+    count where it exports one, else the client's turns plus its context policies'
+    compaction requests (``fleet.compaction.requests``), which finish on the same server:
+    llama.cpp adds a request to its counters only when it finishes, never an attempt that
+    was cut off (a retried one). Requests from other clients in the window are not in the
+    client's count, so they bias the figure up. ``None`` without a count of requests (no
+    client report) or without those seconds."""
     gen, gen_s = counters.get("generation_tokens"), counters.get("generation_seconds")
     if gen is None or not gen_s:
         return None
     requests = counters.get("requests")
     if requests is None and client is not None:
-        requests = (client.get("fleet") or {}).get("turns")
+        fleet = client.get("fleet") or {}
+        requests = fleet.get("turns")
+        compaction = (fleet.get("compaction") or {}).get("requests")
+        if isinstance(requests, int | float) and isinstance(compaction, int | float):
+            requests += compaction
     if not isinstance(requests, int | float) or requests > gen:
         return None
     return (gen - requests) / gen_s
@@ -418,8 +425,9 @@ def _notes(section: Mapping[str, Any], dialect: Dialect | None) -> list[str]:
             "llama.cpp exports no latency histograms; its decode speed is (tokens predicted "
             "− requests) / seconds spent predicting, over every slot: it times each request "
             "from its first token to its last, as the client's E2E − TTFT. It counts no "
-            "requests: the client's turns are used (a request is counted when it finishes; "
-            "an attempt cut off, as a retried one, is not)."
+            "requests: the client's turns and compaction requests are used (a request is "
+            "counted when it finishes; an attempt cut off, as a retried one, is not), so "
+            "requests from other clients on the server in the window bias it up."
         )
         notes.append(
             "llama.cpp adds a request's tokens to its counters only when the request ends: "

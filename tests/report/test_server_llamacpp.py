@@ -96,3 +96,23 @@ def test_a_note_says_llamacpps_generation_rate_over_time_moves_only_when_request
     assert s["series"]["generation_tps"] == [None, 0.0, pytest.approx(20 / 0.5)]
     (note,) = [n for n in s["notes"] if "series.generation_tps" in n]
     assert "only when the request ends" in note and "spikes" in note
+
+
+def test_compaction_requests_count_as_requests_in_llamacpps_decode_speed() -> None:
+    """A context policy's compaction requests finish on the same server and llama.cpp
+    counts their tokens and seconds, but only the client's turns were taken as the
+    requests: 4 turns + 2 compactions of 5 tokens over 0.6 s read 43.3 tokens/s, not the
+    (30 − 6) / 0.6 = 40 each request's first-to-last-token span gives."""
+    report = client_report()
+    report["fleet"]["compaction"] = {"requests": 2, "output_tokens": 10}
+    before = parse_metrics(PAGE.format(prompt=0, predicted=0, seconds=0.0), t_ns=0)
+    after = parse_metrics(PAGE.format(prompt=54, predicted=30, seconds=0.6), t_ns=10**9)
+    s = server_section(before, after, client=report)
+    assert s["decode_tps"] == pytest.approx((30 - 6) / 0.6)
+    (note,) = [n for n in s["notes"] if "compaction requests" in n]
+    assert "other clients" in note
+    # a report without compaction (null or absent) counts the turns alone
+    report["fleet"]["compaction"] = None
+    assert server_section(before, after, client=report)["decode_tps"] == pytest.approx(
+        (30 - 4) / 0.6
+    )

@@ -24,6 +24,7 @@ from multidict import CIMultiDict
 from agentflow._errors import ConfigError, ConnectError, StreamInterrupted
 from agentflow._events import AttemptDiscardedEvent, Event, TokenEvent
 from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
+from agentflow._session_checks import check_header_text, is_header_name
 from agentflow._trace import TurnTrace
 from agentflow.transport._request import ChatRequest
 from agentflow.transport._shared import (
@@ -198,7 +199,8 @@ def _named(handler: object) -> str:
 def check_reply(reply: Reply) -> None:
     """Raise :class:`ConfigError`, naming the field and the value, unless ``reply``'s
     ``frames`` are a list of bytes, its ``status`` an HTTP status (an int from 100 to
-    599), ``headers`` a mapping and ``frame_delay_s`` a number of seconds ≥ 0 (each used
+    599), ``headers`` a mapping of header names (RFC 9110 tokens) to ``str`` values
+    without a control character but a tab, and ``frame_delay_s`` a number of seconds ≥ 0 (each used
     to fail at the first request, a ``TypeError``, or through a
     :class:`~agentflow.testing.ScriptedServer` as "script exhausted" on the retry)."""
     frames: object = reply.frames
@@ -219,6 +221,19 @@ def check_reply(reply: Reply) -> None:
         )
     if not isinstance(reply.headers, Mapping):
         raise ConfigError(f"Reply.headers must be a mapping, got {type(reply.headers).__name__}")
+    for name, value in reply.headers.items():
+        if not is_header_name(name):
+            raise ConfigError(
+                f"Reply.headers: {name!r:.60} is not a header name (an RFC 9110 token: "
+                "letters, digits and !#$%&'*+-.^_`|~; no space or ':')"
+            )
+        if not isinstance(value, str):
+            raise ConfigError(
+                f"Reply.headers[{name!r}] must be a str, got {type(value).__name__} "
+                f"{value!r:.60}"
+                + (f" (write it as {str(value)!r})" if isinstance(value, int | float) else "")
+            )
+        check_header_text(value, f"Reply.headers[{name!r}]", "which a header cannot carry")
     check_seconds(reply.frame_delay_s, "Reply.frame_delay_s", 0.0, MAX_TIMEOUT_S)
 
 

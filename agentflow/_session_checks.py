@@ -73,17 +73,18 @@ def check_session_id(session_id: object) -> None:
     check_header_text(session_id, f"session_id {session_id!r}")
 
 
-def check_header_text(text: str, where: str) -> None:
+def check_header_text(
+    text: str, where: str, reason: str = "which the X-Session-ID header cannot carry"
+) -> None:
     """Raise :class:`ConfigError` (its message starting with ``where``) if ``text``
     cannot go into a request's body and its ``X-Session-ID`` header: a lone surrogate,
     or a control character other than a tab. ``Agent.name`` is checked so too: it
-    starts every session id the agent makes."""
+    starts every session id the agent makes. The message never shows ``text`` (a
+    header's value may be a credential); ``reason`` follows the control character's
+    code point in it."""
     check_sendable(text, where)
     if (bad := _CONTROL.search(text)) is not None:
-        raise ConfigError(
-            f"{where} holds a control character (U+{ord(bad.group()):04X}), "
-            "which the X-Session-ID header cannot carry"
-        )
+        raise ConfigError(f"{where} holds a control character (U+{ord(bad.group()):04X}), {reason}")
 
 
 def task_messages(task: object, where: str) -> list[dict[str, Any]]:

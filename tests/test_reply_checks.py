@@ -30,6 +30,18 @@ TEXTS: Any = ["data: [DONE]\n\n"]
         ({"status": 600}, r"Reply\.status must be .*got 600$"),
         ({"status": True}, r"Reply\.status must be .*got True$"),
         ({"headers": ["X-A"]}, r"Reply\.headers must be a mapping, got list$"),
+        # a non-str value passed here, then failed in MockTransport with AttributeError,
+        # and ScriptedServer dropped the 429 it was on without a word
+        (
+            {"headers": {"Retry-After": 1}},
+            r"Reply\.headers\['Retry-After'\] must be a str, got int 1 \(write it as '1'\)$",
+        ),
+        ({"headers": {"X A": "1"}}, r"Reply\.headers: 'X A' is not a header name"),
+        ({"headers": {5: "1"}}, r"Reply\.headers: 5 is not a header name"),
+        (
+            {"headers": {"X-A": "a\r\nX-B: b"}},
+            r"Reply\.headers\['X-A'\] holds a control character \(U\+000D\), which a header",
+        ),
         ({"frame_delay_s": -1}, r"Reply\.frame_delay_s must be .*got -1$"),
     ],
 )

@@ -15,7 +15,8 @@ each lone surrogate; a non-finite float in a JSON result stays ``null``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+import re
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -58,31 +59,48 @@ def check_sendable(
         encoded = encode(value)
     except Exception as exc:  # UnicodeEncodeError is a ValueError; a repr may raise anything
         raise ConfigError(f"{where}{_why(value, '', exc, carrier)}") from None
-    # The encoder wrote each NaN or ±inf as ``null``: only then is ``value`` walked.
-    if carrier == "a request" and isinstance(encoded, bytes) and b"null" in encoded:
-        found = _non_finite(value, "")
+    # The encoder wrote each NaN or ±inf as ``null``: only then is ``value`` looked at
+    # again, in MessagePack, which keeps each float as its 8 bytes; only if one of them
+    # may be NaN or ±inf is it walked in Python, for where the float is.
+    if (
+        carrier == "a request"
+        and isinstance(encoded, bytes)
+        and b"null" in encoded
+        and _NON_FINITE_FLOAT64.search(msgspec.msgpack.encode(value)) is not None
+    ):
+        found = _non_finite(msgspec.to_builtins(value))
         if found is not None:
-            at, number = found
+            keys, number = found
+            at = "".join(f"[{k!r}]" for k in reversed(keys))
             raise ConfigError(
                 f"{where}{at} is {number!r}, a float JSON has no form for (it would be "
                 "sent as null): give a finite number, or leave the field out"
             )
 
 
-def _non_finite(value: Any, path: str) -> tuple[str, float] | None:
-    """The first float in ``value`` that is NaN or infinite (where, and the number)."""
+#: A MessagePack float64 (``0xcb`` and its 8 bytes, big-endian) whose 11 exponent bits
+#: are all set: NaN or ±inf. (Bytes of a ``bytes`` value may match too: then the walk
+#: finds nothing.)
+_NON_FINITE_FLOAT64 = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
+
+
+def _non_finite(value: Any) -> tuple[list[Any], float] | None:
+    """The first float in ``value`` (``msgspec.to_builtins``' output: sets, dataclasses
+    and structs made lists and dicts, as the encoder sends them) that is NaN or
+    infinite: the keys and indexes to it, innermost first, and the number."""
     if isinstance(value, float):
-        return None if math.isfinite(value) else (path, value)
+        return None if math.isfinite(value) else ([], value)
     if isinstance(value, Mapping):
-        for k, v in value.items():
-            hit = _non_finite(v, f"{path}[{k!r}]")
-            if hit is not None:
-                return hit
+        pairs: Iterable[tuple[Any, Any]] = value.items()
     elif isinstance(value, list | tuple):
-        for i, v in enumerate(value):
-            hit = _non_finite(v, f"{path}[{i}]")
-            if hit is not None:
-                return hit
+        pairs = enumerate(value)
+    else:
+        return None
+    for k, v in pairs:
+        hit = _non_finite(v)
+        if hit is not None:
+            hit[0].append(k)
+            return hit
     return None
 
 

@@ -6,12 +6,15 @@ store, a session start left out of the store and a ``StoreError`` at the run's e
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
 from typing import Any
 
+import msgspec
 import pytest
 
-from agentflow import Agent, ConfigError, Fleet, HTTPTransport
+from agentflow import Agent, ConfigError, Fleet, HTTPTransport, _sendable
 from agentflow._sendable import check_sendable
 from agentflow.testing import Reply, ScriptedServer
 
@@ -88,6 +91,56 @@ def test_a_float_json_has_no_form_for_is_refused_naming_where(bad: float) -> Non
     task = [{"role": "user", "content": [{"type": "text", "text": "x", "weight": bad}]}]
     with pytest.raises(ConfigError, match=r"task\[0\]\['content'\]\[0\]\['weight'\] is "):
         AGENT.session(task, session_id="s1")
+
+
+@dataclasses.dataclass
+class Options:
+    temperature: float
+
+
+class Sampling(msgspec.Struct):
+    top_p: float
+
+
+@pytest.mark.parametrize(
+    ("value", "at"),
+    [
+        ({math.inf}, r"\['x'\]\[0\] is inf"),
+        (frozenset({math.nan}), r"\['x'\]\[0\] is nan"),
+        (Options(temperature=math.nan), r"\['x'\]\['temperature'\] is nan"),
+        ([1.0, Sampling(top_p=-math.inf)], r"\['x'\]\[1\]\['top_p'\] is -inf"),
+    ],
+)
+def test_a_non_finite_float_in_a_set_or_an_object_is_refused_too(value: Any, at: str) -> None:
+    """The encoder writes sets as lists and dataclasses and structs as objects, a NaN in
+    them as null, but the check walked only mappings, lists and tuples:
+    ``params={"x": {inf}}`` was sent as ``"x": [null]``."""
+    with pytest.raises(ConfigError, match=r"^Agent 'b': params" + at + ", a float JSON"):
+        Agent(name="b", model="m", params={"x": value})
+
+
+def test_a_task_with_a_null_but_no_non_finite_float_is_not_walked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every task with a tool call holds a null: each was walked in Python (a path
+    string built at every node: 10 times the encoding for 20,000 messages). Now only a
+    value whose encoding holds a float that may be NaN or ±inf is; the bytes of a
+    ``bytes`` value that look like one are walked and pass."""
+    walked: list[Any] = []
+    real = _sendable._non_finite
+
+    def spy(value: Any) -> Any:
+        walked.append(value)
+        return real(value)
+
+    monkeypatch.setattr(_sendable, "_non_finite", spy)
+    tool_turn: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": []}
+    task = [{"role": "user", "content": "x" * 200} for _ in range(1000)] + [tool_turn]
+    AGENT.session(task, session_id="s1")
+    check_sendable({"stop": None, "x": [1e308, -1e308, 2.5]}, "x")
+    assert walked == []
+    check_sendable({"stop": None, "blob": b"\xcb\x7f\xf0\x00"}, "x")
+    assert walked  # walked, and nothing found
 
 
 def test_finite_floats_and_nulls_pass() -> None:

@@ -51,12 +51,14 @@ class Endpoint:
             a tab. The values of credential headers (names ending in ``key``, ``token``,
             ``secret``, ``auth``…: ``api-key``, ``x-auth-token``) are masked like the key.
         extra_body: extra JSON fields on every request (e.g. vLLM's ``top_k``): a mapping
-            JSON can carry, checked as ``Agent.params`` is.
+            JSON can carry, checked as ``Agent.params`` is. It may not set ``model``,
+            ``messages``, ``tools``, ``stream`` or ``n``, which each request's session
+            sets (its ``stream_options`` are merged with the session's).
+        name: a label for reports; defaults to the host and port.
 
     Raises:
         ConfigError: an option above is not what it says, naming it (never a header's
             or the key's value).
-        name: a label for reports; defaults to the host and port.
     """
 
     base_url: str

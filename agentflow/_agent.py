@@ -12,7 +12,7 @@ from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._seconds import shown
 from agentflow._sendable import check_sendable
-from agentflow._session_checks import check_header_text
+from agentflow._session_checks import SESSION_OWNS, check_header_text
 from agentflow._tools import (
     DEFAULT_TOOL_TIMEOUT_S,
     Tool,
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["Agent"]
 
 # Body fields the session owns; setting them in ``params`` would silently be overwritten.
-_RESERVED = frozenset({"model", "messages", "tools", "stream", "stream_options", "n"})
+_RESERVED = SESSION_OWNS | {"stream_options"}
 
 
 #: The largest :attr:`Agent.priority` (and the most negative, negated): a 32-bit int.

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from agentflow._session import Session
 
 __all__ = [
+    "SESSION_OWNS",
     "check_agent",
     "check_header_text",
     "check_session_id",
@@ -32,6 +33,12 @@ __all__ = [
     "session_metadata",
     "task_messages",
 ]
+
+#: Body fields every request's session sets: neither ``Agent.params`` nor
+#: ``Endpoint.extra_body`` may set them (merged last, they would replace the session's
+#: without a word). ``Agent.params`` may not set ``stream_options`` either; an endpoint's
+#: are merged with the session's ``include_usage`` (vLLM's ``continuous_usage_stats``).
+SESSION_OWNS = frozenset({"model", "messages", "tools", "stream", "n"})
 
 #: What a header value cannot hold (the session id is the router's ``X-Session-ID``): a
 #: control character other than a tab (RFC 9110, section 5.5).

@@ -28,7 +28,7 @@ from agentflow._redact import (
 )
 from agentflow._request import ChatRequest
 from agentflow._sendable import check_sendable
-from agentflow._session_checks import is_header_name
+from agentflow._session_checks import SESSION_OWNS, check_header_text, is_header_name
 
 __all__ = ["ChatRequest", "Endpoint", "Timeouts", "parse_retry_after"]
 
@@ -131,12 +131,6 @@ class Endpoint:
         return h
 
 
-#: Body fields every request's session sets. ``stream_options`` is not among them: the
-#: endpoint's are merged with the session's ``include_usage`` (vLLM's
-#: ``continuous_usage_stats``, say).
-_SESSION_OWNS = frozenset({"model", "messages", "tools", "stream", "n"})
-
-
 def _check_options(api_key: object, headers: object, extra_body: object) -> None:
     """Raise :class:`ConfigError` naming the option unless ``api_key`` is a ``str`` (or
     ``None``) and ``headers`` a mapping of header names (RFC 9110 tokens) to ``str``
@@ -150,7 +144,7 @@ def _check_options(api_key: object, headers: object, extra_body: object) -> None
             raise ConfigError(
                 f"Endpoint.api_key must be a str or None, got {type(api_key).__name__}"
             )
-        _check_header_value(api_key, "Endpoint.api_key")
+        check_header_text(api_key, "Endpoint.api_key", _HEADER_REASON)
     if not isinstance(headers, Mapping):
         raise ConfigError(
             "Endpoint.headers must be a mapping of header names to values (a dict), "
@@ -166,13 +160,13 @@ def _check_options(api_key: object, headers: object, extra_body: object) -> None
             raise ConfigError(
                 f"Endpoint.headers[{name!r}] must be a str, got {type(value).__name__}"
             )
-        _check_header_value(value, f"Endpoint.headers[{name!r}]")
+        check_header_text(value, f"Endpoint.headers[{name!r}]", _HEADER_REASON)
     if not isinstance(extra_body, Mapping):
         raise ConfigError(
             "Endpoint.extra_body must be a mapping of body fields (a dict), "
             f"got {type(extra_body).__name__}"
         )
-    owned = _SESSION_OWNS.intersection(extra_body)
+    owned = SESSION_OWNS.intersection(extra_body)
     if owned:  # merged last, they replaced what the session sends, without a word
         raise ConfigError(
             f"Endpoint.extra_body may not set {sorted(owned)}: each request's session sets "
@@ -181,17 +175,11 @@ def _check_options(api_key: object, headers: object, extra_body: object) -> None
     check_sendable(dict(extra_body), "Endpoint.extra_body")
 
 
-def _check_header_value(value: str, where: str) -> None:
-    check_sendable(value, where)  # a lone surrogate
-    if (bad := _CONTROL.search(value)) is not None:
-        raise ConfigError(
-            f"{where} holds a control character (U+{ord(bad.group()):04X}), which a header "
-            "cannot carry (a line break would end it, and could add headers of its own)"
-        )
-
-
-#: What a header value cannot hold: a control character other than a tab (RFC 9110, 5.5).
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+#: Why a header value cannot hold a control character, in Endpoint's errors (which, as a
+#: session id's, never show the value: it may be a credential).
+_HEADER_REASON = (
+    "which a header cannot carry (a line break would end it, and could add headers of its own)"
+)
 
 
 def _rebuilt(

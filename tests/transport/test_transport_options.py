@@ -97,3 +97,16 @@ async def test_good_endpoint_options_are_sent() -> None:
     assert req.body["top_k"] == 5 and req.body["x"] == [None, 1.5]
     # the endpoint's stream_options are merged with the session's own
     assert req.body["stream_options"] == {"extra": True, "include_usage": True}
+
+
+@pytest.mark.parametrize("field", ["model", "messages", "tools", "stream", "n", "stream_options"])
+def test_endpoint_and_agent_refuse_the_same_session_owned_fields(field: str) -> None:
+    """One set of body fields the session owns, refused by both (an agent's
+    ``stream_options`` too; an endpoint's are merged with the session's)."""
+    with pytest.raises(ConfigError, match=rf"params may not set \['{field}'\]"):
+        Agent(name="a", model="m", params={field: 1})
+    if field == "stream_options":
+        Endpoint(base_url=URL, extra_body={field: {"continuous_usage_stats": True}})
+    else:
+        with pytest.raises(ConfigError, match=rf"extra_body may not set \['{field}'\]"):
+            Endpoint(base_url=URL, extra_body={field: 1})

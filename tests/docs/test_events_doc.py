@@ -108,3 +108,35 @@ def test_the_snippet_prints_each_session_whole() -> None:
     (shown,) = re.findall(r"```text\n(.*?)```", DOC, re.S)
     assert sorted(proc.stdout.splitlines()) == sorted(shown.splitlines())
     assert len(proc.stdout.splitlines()) == 3
+
+
+def test_the_guide_names_the_events_that_cannot_be_hashed() -> None:
+    """The guide said only ``turn_end``, ``session_end`` and ``fleet_end`` events are
+    unhashable; a ``compaction`` event always carries a trace (its response headers a
+    dict), and a ``retry`` event does when its failed attempt has one."""
+    from agentflow._context_events import CompactionEvent
+    from agentflow._errors import StreamInterrupted
+    from agentflow._events import RetryEvent
+    from tests.stats.traces import trace
+
+    tr = trace(sent_ms=0, chunks_ms=[1, 2], end_ms=3, completion=2, prompt=5)
+    err = StreamInterrupted("cut", endpoint="e")
+    failed = FailedAttempt(attempt=0, replica="r", error=err, trace=tr, wait_s=0.1)
+    unhashable: list[CompactionEvent | RetryEvent] = [
+        CompactionEvent(
+            agent="a", session_id="s", turn=1, messages_summarised=3, tokens_before=10,
+            tokens_after=5, summary_tokens=2, model="m", trace=tr,
+        ),
+        RetryEvent(agent="a", session_id="s", turn=1, attempt=failed),
+    ]  # fmt: skip
+    guide = (Path(__file__).parents[2] / "docs" / "guide.md").read_text()
+    (sentence,) = re.findall(r"hashing as\s+for most:.*?instead\)", guide, re.S)
+    for event in unhashable:
+        try:
+            hash(event)
+        except TypeError:
+            assert f"`{event.type}`" in sentence, event.type
+        else:
+            raise AssertionError(f"a {event.type} event with a trace was hashable")
+    no_trace = dataclasses.replace(failed, trace=None)
+    hash(RetryEvent(agent="a", session_id="s", turn=1, attempt=no_trace))

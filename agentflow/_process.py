@@ -126,15 +126,21 @@ class ChildServer:
     def pid(self) -> int | None:
         """The child's process id while it runs (also its process group's id); ``None``
         once it has exited (it is then reaped: :attr:`returncode` says how it ended), or
-        when it was never started or was stopped."""
+        when it was never started or was stopped. In a process forked from the one that
+        started it, which cannot wait for it, the child as that process last knew it."""
         proc = self._proc
-        return None if proc is None or proc.poll() is not None else proc.pid
+        return None if proc is None or self._poll(proc) is not None else proc.pid
 
     @property
     def returncode(self) -> int | None:
         """The child's exit status once it has exited by itself (negative: killed by that
         signal), ``None`` while it runs or when it was never started or was stopped."""
-        return None if self._proc is None else self._proc.poll()
+        return None if self._proc is None else self._poll(self._proc)
+
+    def _poll(self, proc: subprocess.Popen[bytes]) -> int | None:
+        # Only the starting process can wait for the child: in a forked one, poll() gets
+        # ECHILD, and Popen records an exit status of 0 for a child that still runs.
+        return proc.poll() if self._owns() else proc.returncode
 
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait until the child exits by itself (it crashed, or was killed from outside)

@@ -310,3 +310,28 @@ def test_a_child_that_exits_at_start_is_a_server_start_error() -> None:
     assert isinstance(err, RuntimeError)
     assert (err.server, err.exitcode) == ("toy server", 3)
     assert "toy server exited at start" in str(err) and "no model here" in str(err)
+
+
+# (Python 3.12+ warns of fork() in a process with threads: the child's output drainer.)
+@pytest.mark.filterwarnings("ignore:This process .* is multi-threaded:DeprecationWarning")
+def test_a_forked_process_sees_the_child_running() -> None:
+    """In a process forked from the one that started the child, ``pid`` polled the child:
+    that process cannot wait for it (ECHILD), so Popen recorded an exit status of 0, and
+    ``pid`` read ``None`` (``returncode`` 0) while the server ran."""
+    port = free_port()
+    cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
+    child = ChildServer(cmd, port=port, name="http", ready=lambda: True)
+    child.start()
+    try:
+        read, write = os.pipe()
+        forked = os.fork()
+        if forked == 0:  # the forked process: report what it sees, and leave at once
+            os.write(write, f"{child.pid} {child.returncode}".encode())
+            os._exit(0)
+        os.close(write)
+        os.waitpid(forked, 0)
+        with os.fdopen(read) as seen:
+            assert seen.read() == f"{child.pid} None"
+        assert child.pid is not None and alive(child.pid)
+    finally:
+        child.stop()

@@ -77,6 +77,11 @@ class Agent:
     ContextLink | None``); ``Agent(...)`` takes the forms above. ``dataclasses.replace``
     takes them too at run time, but a type checker reads the fields' types there: pass
     a tuple of tools and one link (``ContextChain([...])`` for several).
+
+    A subclass (``@dataclass(frozen=True, kw_only=True) class MyAgent(Agent)``, adding
+    fields) hashes as an agent does, by name and model. Its ``__init__`` is generated
+    from the fields, so a type checker reads those types there too: pass
+    ``tools=(tool(fn), ...)`` (:func:`~agentflow.tool`) and one context link.
     """
 
     name: str
@@ -219,6 +224,14 @@ class Agent:
         # Equal agents have equal names and models (``params`` is a dict, unhashable: the
         # generated hash raised TypeError, though mypy took dict[Agent, ...]).
         return hash((self.name, self.model))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # A subclass's own @dataclass (frozen, eq) would generate a hash of every field,
+        # ``params`` a dict among them: unhashable again. Given here, before the
+        # decorator runs, the hash is the subclass's own, which the decorator keeps.
+        super(Agent, cls).__init_subclass__(**kwargs)  # (slots=True remade the class)
+        if "__hash__" not in cls.__dict__:
+            cls.__hash__ = Agent.__hash__  # type: ignore[method-assign]
 
     @property
     def max_output_tokens(self) -> int | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+from dataclasses import dataclass
 
 from agentflow import Agent, Tool, tool
 from agentflow import _agent as agent_module
@@ -77,3 +78,26 @@ def test_the_typed_init_says_what_the_generated_one_takes() -> None:
         else:
             assert default is not None, name
             assert eval(default, vars(agent_module)) == param.default, name
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeamAgent(Agent):
+    team: str = "core"
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OwnHashAgent(Agent):
+    def __hash__(self) -> int:
+        return 7
+
+
+def test_a_dataclass_subclass_of_agent_is_hashable_as_an_agent() -> None:
+    """A subclass's own ``@dataclass`` generated a hash of every field, ``params`` (a
+    dict) among them: ``{MyAgent(...): 1}`` raised TypeError. Its tools are passed as a
+    tuple of tools: its ``__init__`` is typed from the fields (this file is type-checked)."""
+    agent = TeamAgent(name="a", model="m", tools=(neg,), params={"temperature": 0.2}, team="t")
+    same = TeamAgent(name="a", model="m", tools=(neg,), params={"temperature": 0.2}, team="t")
+    assert {agent: 1}[same] == 1
+    assert hash(agent) == hash(Agent(name="a", model="m"))
+    assert agent.tools == (neg,)
+    assert hash(OwnHashAgent(name="a", model="m")) == 7  # a subclass's own hash is kept

@@ -215,3 +215,17 @@ async def test_a_breaker_cooldown_over_60_s_is_a_longer_maximum_not_a_failed_run
             [Agent(name="a", model="m").session("hi")]
         )
     assert not result.failed
+
+
+def test_the_retry_waits_are_documented_as_they_are_checked() -> None:
+    """docs/scheduling.md said each of the four waits is a finite number of seconds of at
+    most 1e9; ``give_up_after_s`` may be ``None``, and must be above 0."""
+    from pathlib import Path
+
+    doc = " ".join((Path(__file__).parents[2] / "docs" / "scheduling.md").read_text().split())
+    assert "`give_up_after_s` is one above 0 and at most 1e9, or `None` (no limit)" in doc
+    assert "`backoff_s`, `max_backoff_s` and `max_retry_after_s` are each a finite" in doc
+    RetryPolicy(give_up_after_s=None, backoff_s=0, max_backoff_s=0, max_retry_after_s=0)
+    RetryPolicy(give_up_after_s=1e9, backoff_s=1e9, max_backoff_s=1e9, max_retry_after_s=1e9)
+    with pytest.raises(ConfigError, match="give_up_after_s"):
+        RetryPolicy(give_up_after_s=0)

@@ -110,6 +110,8 @@ class Agent:
         # has made them a name-sorted tuple of tools and one link (a list, a chain).
         # The fields are typed as they are read, so ``agent.tools`` is ``Tool``s without a
         # cast. tests/test_agent_typing.py checks that this matches the generated one.
+        # It never runs: ``params``' default is the one each agent gets (a new dict), as
+        # the API reference shows it.
         def __init__(
             self,
             *,
@@ -117,7 +119,7 @@ class Agent:
             model: str,
             instructions: str = "",
             tools: Collection[Tool | Callable[..., Any]] = (),
-            params: Mapping[str, Any] = ...,
+            params: Mapping[str, Any] = {},
             max_turns: int = 10,
             tool_errors: Literal["return", "raise"] = "return",
             tool_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,

@@ -112,7 +112,8 @@ class Reply:
 
     Raises:
         ConfigError: ``frames`` is not a list of bytes, ``status`` not an int from 100
-            to 599, ``headers`` not a mapping, ``frame_delay_s`` not a number of seconds.
+            to 599, ``headers`` not a mapping of header names to ``str`` values (no line
+            break), ``frame_delay_s`` not a number of seconds.
     """
 
     frames: Sequence[bytes] = ()

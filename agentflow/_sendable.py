@@ -66,7 +66,7 @@ def check_sendable(
         carrier == "a request"
         and isinstance(encoded, bytes)
         and b"null" in encoded
-        and _NON_FINITE_FLOAT64.search(msgspec.msgpack.encode(value)) is not None
+        and _may_hold_non_finite(value)
     ):
         found = _non_finite(msgspec.to_builtins(value))
         if found is not None:
@@ -82,6 +82,17 @@ def check_sendable(
 #: are all set: NaN or ±inf. (Bytes of a ``bytes`` value may match too: then the walk
 #: finds nothing.)
 _NON_FINITE_FLOAT64 = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
+
+
+def _may_hold_non_finite(value: Any) -> bool:
+    """Whether ``value``'s MessagePack holds a float64 that may be NaN or ±inf — or
+    cannot be made (an int past 64 bits, which JSON writes and MessagePack does not):
+    then the walk decides."""
+    try:
+        packed = msgspec.msgpack.encode(value)
+    except Exception:
+        return True
+    return _NON_FINITE_FLOAT64.search(packed) is not None
 
 
 def _non_finite(value: Any) -> tuple[list[Any], float] | None:

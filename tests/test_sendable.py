@@ -147,3 +147,11 @@ def test_finite_floats_and_nulls_pass() -> None:
     check_sendable({"temperature": 0.5, "stop": None, "x": [1e308, -0.0, None]}, "x")
     tool_turn: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": []}
     AGENT.session([{"role": "user", "content": "hi"}, tool_turn])
+
+
+def test_an_int_past_64_bits_beside_a_null_is_checked_not_raised() -> None:
+    """JSON writes an int past 64 bits; MessagePack, which the look for a NaN uses
+    first, cannot: that raised a bare OverflowError from Agent(...). The walk decides."""
+    check_sendable({"stop": None, "seed": 2**70}, "x")
+    with pytest.raises(ConfigError, match=r"^x\['t'\] is nan"):
+        check_sendable({"stop": None, "seed": 2**70, "t": math.nan}, "x")

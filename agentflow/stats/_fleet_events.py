@@ -63,8 +63,10 @@ def fold_event(stats: FleetStats, event: Event) -> None:
         stats.fleet_start_ns = event.start_ns if start is None else min(start, event.start_ns)
     elif isinstance(event, FleetEndEvent):
         result = event.result
-        if result.start_ns is not None:  # else a resumed run's: its wall_s sums every
-            stats.wall_s = result.wall_s  # attempt, where these events are this one's
+        # A recorded run's result without a start is a resumed run's: its wall_s sums
+        # every attempt, where the events these stats saw are this attempt's.
+        if result.run_id is None or result.start_ns is not None:
+            stats.wall_s = result.wall_s
         stats.peak_in_flight = result.peak_in_flight
         stats.callback_errors = len(result.callback_errors) + result.callback_errors_dropped
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 
 from agentflow._context_events import CompactionEvent
 from agentflow._events import ErrorEvent, Event, RetryEvent, ToolResultEvent
+from agentflow._trace import TurnTrace
 
 if TYPE_CHECKING:
-    from agentflow._trace import TurnTrace
     from agentflow.typing import Clock
 
 __all__ = ["JournalEntry", "RunJournal"]

@@ -16,7 +16,7 @@ import asyncio
 import dataclasses
 import inspect
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from multidict import CIMultiDict
@@ -24,7 +24,7 @@ from multidict import CIMultiDict
 from agentflow._errors import ConfigError, ConnectError, StreamInterrupted
 from agentflow._events import AttemptDiscardedEvent, Event, TokenEvent
 from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
-from agentflow._session_checks import check_header_text, is_header_name
+from agentflow._session_checks import check_headers
 from agentflow._trace import TurnTrace
 from agentflow.transport._request import ChatRequest
 from agentflow.transport._shared import (
@@ -219,21 +219,7 @@ def check_reply(reply: Reply) -> None:
         raise ConfigError(
             f"Reply.status must be an HTTP status, an int from 100 to 599, got {status!r:.60}"
         )
-    if not isinstance(reply.headers, Mapping):
-        raise ConfigError(f"Reply.headers must be a mapping, got {type(reply.headers).__name__}")
-    for name, value in reply.headers.items():
-        if not is_header_name(name):
-            raise ConfigError(
-                f"Reply.headers: {name!r:.60} is not a header name (an RFC 9110 token: "
-                "letters, digits and !#$%&'*+-.^_`|~; no space or ':')"
-            )
-        if not isinstance(value, str):
-            raise ConfigError(
-                f"Reply.headers[{name!r}] must be a str, got {type(value).__name__} "
-                f"{value!r:.60}"
-                + (f" (write it as {str(value)!r})" if isinstance(value, int | float) else "")
-            )
-        check_header_text(value, f"Reply.headers[{name!r}]", "which a header cannot carry")
+    check_headers(reply.headers, "Reply.headers", "which a header cannot carry", show=True)
     check_seconds(reply.frame_delay_s, "Reply.frame_delay_s", 0.0, MAX_TIMEOUT_S)
 
 

@@ -94,6 +94,30 @@ def check_header_text(
         raise ConfigError(f"{where} holds a control character (U+{ord(bad.group()):04X}), {reason}")
 
 
+def check_headers(headers: object, where: str, reason: str, *, show: bool = False) -> None:
+    """Raise :class:`ConfigError` naming ``where`` (``Endpoint.headers``,
+    ``Reply.headers``) unless ``headers`` is a mapping of header names (RFC 9110 tokens)
+    to ``str`` values a header can carry (:func:`check_header_text`, with ``reason``).
+    ``show``: a value that is not a ``str`` is shown (never where it may be a credential)."""
+    if not isinstance(headers, Mapping):
+        raise ConfigError(
+            f"{where} must be a mapping of header names to values (a dict), "
+            f"got {type(headers).__name__}"
+        )
+    for name, value in headers.items():
+        if not is_header_name(name):
+            raise ConfigError(
+                f"{where}: {name!r:.60} is not a header name (an RFC 9110 token: "
+                "letters, digits and !#$%&'*+-.^_`|~; no space or ':')"
+            )
+        if not isinstance(value, str):
+            shown = f" {value!r:.60}" if show else ""
+            if show and isinstance(value, int | float):
+                shown += f" (write it as {str(value)!r})"
+            raise ConfigError(f"{where}[{name!r}] must be a str, got {type(value).__name__}{shown}")
+        check_header_text(value, f"{where}[{name!r}]", reason)
+
+
 def task_messages(task: object, where: str) -> list[dict[str, Any]]:
     """``task`` as a session's first messages, each a copy: a ``str`` is one user
     message; else ``task`` is an iterable of messages, each a mapping whose

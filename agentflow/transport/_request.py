@@ -28,7 +28,7 @@ from agentflow._redact import (
 )
 from agentflow._request import ChatRequest
 from agentflow._sendable import check_sendable
-from agentflow._session_checks import SESSION_OWNS, check_header_text, is_header_name
+from agentflow._session_checks import SESSION_OWNS, check_header_text, check_headers
 
 __all__ = ["ChatRequest", "Endpoint", "Timeouts", "parse_retry_after"]
 
@@ -145,22 +145,7 @@ def _check_options(api_key: object, headers: object, extra_body: object) -> None
                 f"Endpoint.api_key must be a str or None, got {type(api_key).__name__}"
             )
         check_header_text(api_key, "Endpoint.api_key", _HEADER_REASON)
-    if not isinstance(headers, Mapping):
-        raise ConfigError(
-            "Endpoint.headers must be a mapping of header names to values (a dict), "
-            f"got {type(headers).__name__}"
-        )
-    for name, value in headers.items():
-        if not is_header_name(name):
-            raise ConfigError(
-                f"Endpoint.headers: {name!r} is not a header name (an RFC 9110 token: "
-                "letters, digits and !#$%&'*+-.^_`|~; no space or ':')"
-            )
-        if not isinstance(value, str):
-            raise ConfigError(
-                f"Endpoint.headers[{name!r}] must be a str, got {type(value).__name__}"
-            )
-        check_header_text(value, f"Endpoint.headers[{name!r}]", _HEADER_REASON)
+    check_headers(headers, "Endpoint.headers", _HEADER_REASON)
     if not isinstance(extra_body, Mapping):
         raise ConfigError(
             "Endpoint.extra_body must be a mapping of body fields (a dict), "

@@ -68,7 +68,8 @@ def check_sendable(
         and b"null" in encoded
         and _may_hold_non_finite(value)
     ):
-        found = _non_finite(msgspec.to_builtins(value))
+        # (a msgspec.Raw, JSON already, holds no float: None in its place)
+        found = _non_finite(msgspec.to_builtins(value, enc_hook=_no_float))
         if found is not None:
             keys, number = found
             at = "".join(f"[{k!r}]" for k in reversed(keys))
@@ -82,6 +83,10 @@ def check_sendable(
 #: are all set: NaN or ±inf. (Bytes of a ``bytes`` value may match too: then the walk
 #: finds nothing.)
 _NON_FINITE_FLOAT64 = re.compile(rb"\xcb[\x7f\xff][\xf0-\xff]")
+
+
+def _no_float(_: object) -> None:
+    return None
 
 
 def _may_hold_non_finite(value: Any) -> bool:

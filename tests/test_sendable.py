@@ -155,3 +155,12 @@ def test_an_int_past_64_bits_beside_a_null_is_checked_not_raised() -> None:
     check_sendable({"stop": None, "seed": 2**70}, "x")
     with pytest.raises(ConfigError, match=r"^x\['t'\] is nan"):
         check_sendable({"stop": None, "seed": 2**70, "t": math.nan}, "x")
+
+
+def test_a_raw_json_value_passes_the_look_for_a_nan() -> None:
+    """``msgspec.Raw`` (JSON already) is sent as it is; the walk for where a NaN is went
+    through ``msgspec.to_builtins``, which refuses it: a bare TypeError."""
+    raw = msgspec.Raw(b'{"type": "json_object"}')
+    check_sendable({"stop": None, "seed": 2**70, "response_format": raw}, "x")
+    with pytest.raises(ConfigError, match=r"^x\['t'\] is nan"):
+        check_sendable({"response_format": raw, "t": math.nan}, "x")

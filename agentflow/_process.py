@@ -145,11 +145,14 @@ class ChildServer:
     def wait(self, timeout: float | None = None) -> int | None:
         """Wait until the child exits by itself (it crashed, or was killed from outside)
         and return its exit status, with all its output in :meth:`log_tail`; ``None`` when
-        ``timeout`` passed first, or when it is not running. Ctrl-C (and SIGTERM in the
+        ``timeout`` passed first, or when it is not running (or this process did not start
+        it: a forked one cannot wait for it). Ctrl-C (and SIGTERM in the
         ``agentflow`` commands) interrupts the wait."""
         proc = self._proc
         if proc is None:
             return None
+        if not self._owns():  # (a forked process cannot wait: see _poll)
+            return proc.returncode
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:

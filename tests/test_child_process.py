@@ -317,7 +317,8 @@ def test_a_child_that_exits_at_start_is_a_server_start_error() -> None:
 def test_a_forked_process_sees_the_child_running() -> None:
     """In a process forked from the one that started the child, ``pid`` polled the child:
     that process cannot wait for it (ECHILD), so Popen recorded an exit status of 0, and
-    ``pid`` read ``None`` (``returncode`` 0) while the server ran."""
+    ``pid`` read ``None`` (``returncode`` 0) while the server ran; ``wait()`` returned 0
+    at once, and left them so."""
     port = free_port()
     cmd = [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"]
     child = ChildServer(cmd, port=port, name="http", ready=lambda: True)
@@ -326,12 +327,13 @@ def test_a_forked_process_sees_the_child_running() -> None:
         read, write = os.pipe()
         forked = os.fork()
         if forked == 0:  # the forked process: report what it sees, and leave at once
-            os.write(write, f"{child.pid} {child.returncode}".encode())
+            waited = child.wait(0.01)  # cannot wait either: it read 0 at once, and after it
+            os.write(write, f"{child.pid} {child.returncode} {waited}".encode())  # pid None
             os._exit(0)
         os.close(write)
         os.waitpid(forked, 0)
         with os.fdopen(read) as seen:
-            assert seen.read() == f"{child.pid} None"
+            assert seen.read() == f"{child.pid} None None"
         assert child.pid is not None and alive(child.pid)
     finally:
         child.stop()

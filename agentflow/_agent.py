@@ -12,7 +12,7 @@ from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._seconds import shown
 from agentflow._sendable import check_sendable
-from agentflow._session_checks import SESSION_OWNS, check_header_text
+from agentflow._session_checks import PARAMS_RESERVED, check_header_text
 from agentflow._tools import (
     DEFAULT_TOOL_TIMEOUT_S,
     Tool,
@@ -26,10 +26,6 @@ if TYPE_CHECKING:
     from agentflow.typing import ContextLink, Transport
 
 __all__ = ["Agent"]
-
-# Body fields the session owns; setting them in ``params`` would silently be overwritten.
-_RESERVED = SESSION_OWNS | {"stream_options"}
-
 
 #: The largest :attr:`Agent.priority` (and the most negative, negated): a 32-bit int.
 MAX_PRIORITY = 2**31 - 1
@@ -79,9 +75,10 @@ class Agent:
     a tuple of tools and one link (``ContextChain([...])`` for several).
 
     A subclass (``@dataclass(frozen=True, kw_only=True) class MyAgent(Agent)``, adding
-    fields) hashes as an agent does, by name and model. Its ``__init__`` is generated
-    from the fields, so a type checker reads those types there too: pass
-    ``tools=(tool(fn), ...)`` (:func:`~agentflow.tool`) and one context link.
+    fields) hashes as an agent does, by name and model — unless it defines ``__eq__``
+    or ``__hash__`` itself (``unsafe_hash=True`` is refused: the hash is given). Its
+    ``__init__`` is generated from the fields, so a type checker reads those types there
+    too: pass ``tools=(tool(fn), ...)`` (:func:`~agentflow.tool`) and one context link.
     """
 
     name: str
@@ -190,7 +187,7 @@ class Agent:
                 f"Agent {self.name!r}: params must be a mapping (a dict of body fields), "
                 f"got {type(self.params).__name__}"
             )
-        bad = _RESERVED.intersection(self.params)
+        bad = PARAMS_RESERVED.intersection(self.params)
         if bad:
             raise ConfigError(
                 f"Agent {self.name!r}: params may not set {sorted(bad)}; the session sets them"

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from agentflow._session import Session
 
 __all__ = [
+    "PARAMS_RESERVED",
     "SESSION_OWNS",
     "check_agent",
     "check_header_text",
@@ -39,6 +40,8 @@ __all__ = [
 #: without a word). ``Agent.params`` may not set ``stream_options`` either; an endpoint's
 #: are merged with the session's ``include_usage`` (vLLM's ``continuous_usage_stats``).
 SESSION_OWNS = frozenset({"model", "messages", "tools", "stream", "n"})
+#: What ``params`` (an agent's, a ``Compact``'s) may not set: those and ``stream_options``.
+PARAMS_RESERVED = SESSION_OWNS | {"stream_options"}
 
 #: What a header value cannot hold (the session id is the router's ``X-Session-ID``): a
 #: control character other than a tab (RFC 9110, section 5.5).

@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
+from agentflow._session_checks import PARAMS_RESERVED
 from agentflow.context._events import CompactionEvent
 from agentflow.context._overflow import OverflowView, TokenEstimator
 from agentflow.transport._request import ChatRequest
@@ -197,7 +198,7 @@ class Compact:
             )
         if not isinstance(self.params, Mapping):
             raise ConfigError(f"Compact.params must be a mapping, got {self.params!r}")
-        bad = {"model", "messages", "tools", "stream", "stream_options", "n"} & set(self.params)
+        bad = PARAMS_RESERVED.intersection(self.params)
         if bad:
             raise ConfigError(f"Compact.params may not set {sorted(bad)}")
         object.__setattr__(self, "params", dict(self.params))

@@ -89,18 +89,23 @@ def test_pyproject_names_only_existing_commands() -> None:
         assert any(flag in p.format_help() for _, p in _walk(_parser(), "agentflow")), flag
 
 
-def test_demo_without_rich_says_how_to_install_it() -> None:
-    """With rich missing (the `demo` extra), `agentflow demo` exits 2 with one line that
-    names the extra to install."""
+def _without_rich(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``agentflow <argv>`` in a process where rich (the ``demo`` extra) cannot be found."""
     code = (
         "import sys; sys.modules['rich'] = None\n"
         "import importlib.util as u; real = u.find_spec\n"
         "u.find_spec = lambda n, *a: None if n == 'rich' else real(n, *a)\n"
-        "from agentflow.cli import main; sys.exit(main(['demo', '--no-live']))\n"
+        f"from agentflow.cli import main; sys.exit(main({argv!r}))\n"
     )
-    proc = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
     )
+
+
+def test_demo_without_rich_says_how_to_install_it() -> None:
+    """With rich missing (the `demo` extra), `agentflow demo` exits 2 with one line that
+    names the extra to install."""
+    proc = _without_rich(["demo", "--no-live"])
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
         "agentflow demo: error: demo needs rich (its live view), which is not installed: "
@@ -112,15 +117,7 @@ def test_the_docs_tie_the_demo_extra_to_every_command_that_needs_rich() -> None:
     """`agentflow bench` needs rich too (its tables: exit 2 naming the `demo` extra when it
     is missing), but README.md and docs/index.md named the extra for `agentflow demo`
     only: each place that says what the extra is for names both commands."""
-    code = (
-        "import sys; sys.modules['rich'] = None\n"
-        "import importlib.util as u; real = u.find_spec\n"
-        "u.find_spec = lambda n, *a: None if n == 'rich' else real(n, *a)\n"
-        "from agentflow.cli import main; sys.exit(main(['bench']))\n"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
+    proc = _without_rich(["bench"])
     assert proc.returncode == 2
     assert "bench needs rich" in proc.stderr and "agentflow[demo]" in proc.stderr
     readme = " ".join((ROOT / "README.md").read_text().split())

@@ -35,6 +35,7 @@ from agentflow._fleet_checks import (
     check_callback,
     check_callbacks,
     check_drain,
+    check_function,
     check_parts,
     check_scale_out,
     check_sessions,
@@ -171,6 +172,8 @@ class Fleet:
         self._callbacks = check_callbacks(callbacks)
         check_drain(callback_drain_s)
         self.callback_drain_s = callback_drain_s
+        check_function(clock, "Fleet.clock", "monotonic nanoseconds, as time.perf_counter_ns")
+        check_function(sleep, "Fleet.sleep", "an async sleep of seconds, as asyncio.sleep")
         self._clock = clock
         self._sleep = sleep
         self.freeze_gc = freeze_gc

@@ -131,6 +131,16 @@ def check_parts(*, policy: object, limits: object, router: object, retry: object
         )
 
 
+def check_function(value: object, where: str, does: str) -> None:
+    """Raise :class:`ConfigError` naming ``where`` unless ``value`` is callable (a clock,
+    a sleep: ``does`` says what it is for). A clock of ``'x'`` failed the run's first
+    reading with a bare ``TypeError``."""
+    if not callable(value):
+        raise ConfigError(
+            f"{where} must be a function ({does}), got {type(value).__name__} {value!r:.60}"
+        )
+
+
 def check_kind(value: object, kind: type, where: str) -> None:
     """Raise :class:`ConfigError` naming ``where`` unless ``value`` is ``None`` or a
     ``kind`` (``Fleet``'s scheduling parts, ``Session.run``'s ``retry``)."""

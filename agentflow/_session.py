@@ -29,7 +29,7 @@ from agentflow._context_resumed import Resumed, resume_session
 from agentflow._errors import ContextOverflow, MaxTurnsExceeded
 from agentflow._event_bus import EventBus
 from agentflow._events import ErrorEvent, SessionEndEvent
-from agentflow._fleet_checks import check_callbacks, check_kind
+from agentflow._fleet_checks import check_callbacks, check_function, check_kind
 from agentflow._logging import get_logger
 from agentflow._sendable import check_sendable
 from agentflow._session_checks import (
@@ -238,6 +238,7 @@ class Session:
             if transport is None:
                 raise TypeError("Session.run needs a transport (or a fleet's runner)")
             check_kind(retry, RetryPolicy, "Session.run: retry")  # as a Fleet's are
+            check_function(clock, "Session.run: clock", "monotonic nanoseconds")
             callbacks = check_callbacks(callbacks, "Session.run: callbacks")
             hold(self)
             scheduler = Scheduler([Replica(transport=transport)], clock=clock)

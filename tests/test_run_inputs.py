@@ -44,6 +44,12 @@ def _fleet(**kw: Any) -> Fleet:
             lambda: Session(bad("coder"), "task"),
             r"Session needs an Agent \(agent\.session\(task\) makes one\), got str 'coder'",
         ),
+        # a clock of 'x' failed the run's first reading with a bare TypeError
+        (
+            lambda: _fleet(clock=bad("x")),
+            r"^Fleet\.clock must be a function \(monotonic .*str 'x'$",
+        ),
+        (lambda: _fleet(sleep=bad(0.1)), r"^Fleet\.sleep must be a function \(an async sleep"),
     ],
 )
 def test_a_wrong_value_is_a_config_error_naming_it(build: Any, says: str) -> None:
@@ -89,6 +95,7 @@ async def test_good_values_still_run(tmp_path: Path) -> None:
         ({"retry": "x"}, r"^Session\.run: retry must be a RetryPolicy or None, got 'x'$"),
         ({"callbacks": [5]}, r"^Session\.run: callbacks\[0\] must be a callable .*got int 5$"),
         ({"callbacks": "ab"}, r"^Session\.run: callbacks must be a list of callables, got str"),
+        ({"clock": "x"}, r"^Session\.run: clock must be a function \(monotonic nanoseconds\)"),
     ],
 )
 async def test_a_session_run_alone_checks_what_a_fleet_checks(

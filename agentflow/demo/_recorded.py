@@ -3,18 +3,18 @@ continues: what the run keeps of its configuration, and the run itself."""
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentflow._errors import ConfigError, StoreError
+from agentflow._errors import ConfigError
 from agentflow._fleet import Fleet, FleetResult
 from agentflow._redact import display_url
 from agentflow.demo._config import DemoConfig
 from agentflow.demo._stop import Stopper, run_stoppable
 from agentflow.stats import SLO
+from agentflow.store._runlock import RunLocks
 from agentflow.transport import Timeouts
 from agentflow.typing import Clock
 
@@ -68,7 +68,7 @@ def resume_config(
             had userinfo and ``base_url`` is not given; ``base_url`` is not the run's
             server (or the run had none).
         StoreError: another live process writes the run in the ``store`` override (see
-            :func:`_refuse_live_writer`).
+            ``RunLocks.refuse_if_held``).
     """
     if not isinstance(recorded, dict) or recorded.get("kind") != "agentflow-demo":
         raise ConfigError(f"resume: run {run_id!r} was not recorded by `agentflow demo --store`")
@@ -87,41 +87,9 @@ def resume_config(
             f"resume: the demo configuration recorded with run {run_id!r} is not one this "
             f"agentflow reads ({e}); resume it with the release that recorded it"
         ) from None
-    if config.store is not None:
-        _refuse_live_writer(config.store, run_id)
+    if config.store is not None:  # refused now, not after the simulator child started
+        RunLocks(config.store).refuse_if_held(run_id)
     return config
-
-
-def _refuse_live_writer(store: Path, run_id: str) -> None:
-    """Refuse at once to resume a run another live process writes (its run lock is held,
-    ``agentflow/store/_runlock.py``), rather than after starting the simulator child and
-    the run, seconds later, to be refused then. Only a look: the lock is taken when the
-    run starts; no lock file, or one no process holds, is no live writer. Where there is
-    no ``flock`` (Windows) there is no run lock to look at.
-
-    Raises:
-        StoreError: the run's lock is held.
-    """
-    if sys.platform == "win32":
-        return
-    import fcntl
-
-    from agentflow.store._runlock import RunLocks
-
-    try:
-        fd = os.open(RunLocks(store).path(run_id), os.O_RDONLY)
-    except OSError:  # none (or not readable: the run itself will say so)
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # let go of as the file is closed
-    except BlockingIOError:
-        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
-        raise StoreError(
-            f"{store}: run {run_id!r} is being written by another live process (pid "
-            f"{holder}); wait for it to end (or stop it), then resume it"
-        ) from None
-    finally:
-        os.close(fd)
 
 
 def _recorded_values(demo: object, run_id: str) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import sys
 import weakref
 from pathlib import Path
 
@@ -123,17 +124,39 @@ class RunLocks:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+            error = self._held_elsewhere(run_id, fd)
             os.close(fd)
-            raise StoreError(
-                f"{self.db}: run {run_id!r} is being written by another live process "
-                f"(pid {holder}); a SQLite store has one writer per run — wait for it to "
-                "end (or stop it), or share the run between workers with PostgresStore"
-            ) from None
+            raise error from None
         except BaseException:
             os.close(fd)
             raise
         return fd
+
+    def refuse_if_held(self, run_id: str) -> None:
+        """Raise the :class:`StoreError` :meth:`acquire` would if another live process
+        holds ``run_id``'s lock — only a look, no lock taken (``agentflow resume`` asks
+        before it starts the simulator child). No lock file, or one no process holds,
+        is no live writer; without ``flock`` there is no run lock to look at."""
+        if sys.platform == "win32":  # (no fcntl)
+            return
+        try:
+            fd = os.open(self.path(run_id), os.O_RDONLY)
+        except OSError:  # none (or not readable: the run itself will say so)
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # let go of as fd is closed
+        except BlockingIOError:
+            raise self._held_elsewhere(run_id, fd) from None
+        finally:
+            os.close(fd)
+
+    def _held_elsewhere(self, run_id: str, fd: int) -> StoreError:
+        holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "unknown"
+        return StoreError(
+            f"{self.db}: run {run_id!r} is being written by another live process "
+            f"(pid {holder}); a SQLite store has one writer per run — wait for it to "
+            "end (or stop it), or share the run between workers with PostgresStore"
+        )
 
     def release(self, run_id: str, owner: object = None) -> None:
         """``owner`` let go of the run (the attempt ended; one that never claimed ends an

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from agentflow._session import SessionResult
     from agentflow._trace import TurnTrace
     from agentflow.stats._fleet_stats import FleetStats
+    from agentflow.stats._timeseries import TimeSeries
 
-__all__ = ["compaction", "fold_event", "session_ended"]
+__all__ = ["compaction", "fold_event", "session_ended", "spread_request"]
 
 
 def fold_event(stats: FleetStats, event: Event) -> None:
@@ -81,22 +82,51 @@ def compaction(stats: FleetStats, trace: TurnTrace) -> None:
     out, p, c = m.output_tokens, m.prompt_tokens, m.cached_tokens
     stats.compaction_output_tokens += out
     sent, end, first = trace.sent_ns, trace.end_ns, trace.first_output_ns
-    series = stats.series
-    prefilled = end if first is None else first  # as a turn's: prefill, then decode
     if p is not None:
         stats.compaction_prompt_tokens += p
         stats.compaction_prompt_requests += 1
-        series.spread("prompt_tokens", sent, prefilled, p)
         if c is not None:
             stats.compaction_cached_tokens += c
             stats.compaction_cache_prompt_tokens += p
-            series.spread("cached_tokens", sent, prefilled, c)
-            series.spread("cache_prompt_tokens", sent, prefilled, p)
-    if out:
-        series.spread("output_tokens", sent if first is None else first, end, out)
-    series.spread("in_flight_s", sent, end, (end - sent) / 1e9)
+    spread_request(stats.series, sent, first, end, p, c, out, m.hidden_reasoning_tokens)
     if stats.last_ns is None or end > stats.last_ns:
         stats.last_ns = end
+
+
+def spread_request(
+    ts: TimeSeries,
+    sent: int,
+    first: int | None,
+    end: int,
+    prompt: int | None,
+    cached: int | None,
+    out: int,
+    hidden: int,
+) -> None:
+    """A model request's work over time (a turn's, a compaction's): its prompt (and cached)
+    tokens over its prefill, sent → first output chunk (or the end, with none); its output
+    tokens over its decode, first chunk → end — reasoning it never streamed (``hidden``)
+    before the first chunk, all of it over sent → end with no chunk; its time in flight."""
+    prefilled = end if first is None else first
+    if prompt is not None:
+        if cached is not None:
+            prefill: tuple[tuple[str, float], ...] = (
+                ("prompt_tokens", prompt),
+                ("cached_tokens", cached),
+                ("cache_prompt_tokens", prompt),
+            )
+        else:
+            prefill = (("prompt_tokens", prompt),)
+        ts.spread_many(sent, prefilled, prefill)
+    if out:
+        if first is None:  # no output chunk (usage only: hidden reasoning): over it all
+            ts.spread("output_tokens", sent, end, out)
+        elif hidden:  # reasoning never streamed was decoded before the first chunk
+            ts.spread("output_tokens", sent, first, hidden)
+            ts.spread("output_tokens", first, end, out - hidden)
+        else:
+            ts.spread("output_tokens", first, end, out)
+    ts.spread("in_flight_s", sent, end, (end - sent) / 1e9)
 
 
 def session_ended(

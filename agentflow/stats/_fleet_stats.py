@@ -26,7 +26,7 @@ from agentflow._trace import PromptInfo, TurnTrace
 from agentflow.stats._agents import AgentStats
 from agentflow.stats._by_turn import ByTurnIndex
 from agentflow.stats._fleet_events import _error_text as _error_text
-from agentflow.stats._fleet_events import fold_event
+from agentflow.stats._fleet_events import fold_event, spread_request
 from agentflow.stats._rows import TurnRow, ready_ns, turn_row
 from agentflow.stats._settings import check_fleet_settings
 from agentflow.stats._sketch import DEFAULT_RELATIVE_ACCURACY, Sketch, check_quantiles
@@ -267,37 +267,19 @@ class FleetStats:
             self.estimated_prompt_turns += 1
         if context is not None:
             sk["context_tokens"].add(context)
-        ts = self.series
-        if p is not None:
-            c = m.cached_tokens
-            if c is not None:
-                self.cached_tokens += c
-                self.cache_prompt_tokens += p
-                self.cached_sources[m.cached_source or "unknown"] += 1
-                prefill: tuple[tuple[str, float], ...] = (
-                    ("prompt_tokens", p),
-                    ("cached_tokens", c),
-                    ("cache_prompt_tokens", p),
-                )
-            else:
-                prefill = (("prompt_tokens", p),)
-            ts.spread_many(sent, end if first is None else first, prefill)
+        c = None
+        if p is not None and (c := m.cached_tokens) is not None:
+            self.cached_tokens += c
+            self.cache_prompt_tokens += p
+            self.cached_sources[m.cached_source or "unknown"] += 1
         if prompt is not None and prompt.max_cacheable_tokens is not None:
             # what any prefix cache could have served, at most the (calibrated) prompt
             self.cacheable_tokens += min(prompt.max_cacheable_tokens, prompt.estimated_tokens)
             self.cacheable_prompt_tokens += prompt.estimated_tokens
 
         # over time
-        if out:
-            hidden = m.hidden_reasoning_tokens
-            if first is None:  # no output chunk (usage only: hidden reasoning): over it all
-                ts.spread("output_tokens", sent, end, out)
-            elif hidden:  # reasoning never streamed was decoded before the first chunk
-                ts.spread("output_tokens", sent, first, hidden)
-                ts.spread("output_tokens", first, end, out - hidden)
-            else:
-                ts.spread("output_tokens", first, end, out)
-        ts.spread("in_flight_s", sent, end, (end - sent) / 1e9)
+        ts = self.series
+        spread_request(ts, sent, first, end, p, c, out, m.hidden_reasoning_tokens)
         at_end = [("turns", 1.0)]
         if m.decode_tps is not None:
             at_end += (("decode_tps_sum", m.decode_tps), ("decode_turns", 1.0))

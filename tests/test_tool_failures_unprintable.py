@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentflow import Agent, HTTPTransport, ToolError, tool
-from agentflow.testing import Reply, ScriptedServer
+from agentflow import Agent, ToolError, tool
+from tests.toolcall import one_call
 
 
 class _Unprintable(Exception):
@@ -47,11 +47,6 @@ async def test_the_model_hears_of_an_unprintable_failure() -> None:
     """With ``tool_errors="return"`` the session goes on and the model gets ``Error: ...``;
     it used to end the session with the ``RuntimeError`` of the failed ``__str__``."""
     agent = Agent(name="a", model="m", tools=[_raises], tool_errors="return")
-    async with (
-        ScriptedServer([Reply.tool_call("_raises", {"x": 1}), Reply.text("ok")]) as srv,
-        HTTPTransport(srv.base_url) as t,
-    ):
-        result = await agent.run("go", t)
+    result, sent = await one_call(agent, "_raises", {"x": 1})
     assert result.ok and result.final_output == "ok"
-    (sent,) = [m for m in srv.requests[1].body["messages"] if m["role"] == "tool"]
-    assert sent["content"].startswith("Error: tool '_raises' raised _Unprintable: <unprintable")
+    assert sent.startswith("Error: tool '_raises' raised _Unprintable: <unprintable")

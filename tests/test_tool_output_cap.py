@@ -13,13 +13,12 @@ from agentflow import (
     Agent,
     ConfigError,
     Event,
-    HTTPTransport,
     SessionResult,
     Tool,
     ToolResultEvent,
     tool,
 )
-from agentflow.testing import Reply, ScriptedServer
+from tests.toolcall import one_call
 
 
 def dump(n: int) -> str:
@@ -43,14 +42,8 @@ async def run(
 ) -> tuple[SessionResult, str, list[ToolResultEvent]]:
     """One tool call then an answer; the tool message the model got, and the events."""
     events: list[Event] = []
-    async with (
-        ScriptedServer([Reply.tool_call(call, args), Reply.text("ok")]) as srv,
-        HTTPTransport(srv.base_url) as http,
-    ):
-        result = await agent.session("go").run(http, callbacks=[events.append])
-        srv.assert_complete()
-    (msg,) = [m for m in srv.requests[1].body["messages"] if m["role"] == "tool"]
-    return result, msg["content"], [e for e in events if isinstance(e, ToolResultEvent)]
+    result, sent = await one_call(agent, call, args, callbacks=[events.append])
+    return result, sent, [e for e in events if isinstance(e, ToolResultEvent)]
 
 
 CAPPED = Agent(name="a", model="m", tools=[dump, tiny, shout], max_tool_output_chars=100)

@@ -20,6 +20,7 @@ from agentflow import Agent, Fleet, HTTPTransport, Tool
 from agentflow._sendable import sendable_text
 from agentflow.store import SQLiteStore
 from agentflow.testing import Reply, ScriptedServer
+from tests.toolcall import one_call, tool_message
 
 
 def list_files(path: str) -> str:
@@ -51,14 +52,14 @@ async def test_a_tool_output_with_a_lone_surrogate_is_sent_and_stored(tmp_path: 
     await store.aclose()
     (session,) = result.sessions
     assert session.status == "completed", session.error
-    (msg,) = [m for m in srv.requests[1].body["messages"] if m["role"] == "tool"]
-    assert msg["content"] == "src/caf\ufffd.txt\nsrc/\U0001f600.md"
+    sent = tool_message(srv, 1)
+    assert sent == "src/caf\ufffd.txt\nsrc/\U0001f600.md"
     rows = await asyncio.to_thread(
         lambda: (
             sqlite3.connect(tmp_path / "run.db").execute("SELECT output FROM tool_calls").fetchall()
         )
     )
-    assert rows == [(msg["content"],)]
+    assert rows == [(sent,)]
 
 
 def read_raw(path: str) -> bytes:
@@ -75,15 +76,9 @@ async def test_a_tool_returning_bytes_sends_their_text() -> None:
     their UTF-8 text, a byte that is not UTF-8 as U+FFFD; they used to be base64 in
     JSON quotes (``"Y2Fmw6kg/wo="``)."""
     agent = Agent(name="a", model="m", tools=[read_raw])
-    async with (
-        ScriptedServer([Reply.tool_call("read_raw", {"path": "f"}), Reply.text("ok")]) as srv,
-        HTTPTransport(srv.base_url) as http,
-    ):
-        result = await agent.run("go", http)
-        srv.assert_complete()
+    result, sent = await one_call(agent, "read_raw", {"path": "f"})
     assert result.ok, result.error
-    (msg,) = [m for m in srv.requests[1].body["messages"] if m["role"] == "tool"]
-    assert msg["content"] == "caf\u00e9 \ufffd\n"
+    assert sent == "caf\u00e9 \ufffd\n"
 
 
 @pytest.mark.parametrize(

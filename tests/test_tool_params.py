@@ -13,8 +13,8 @@ import pydantic
 import pytest
 import typing_extensions
 
-from agentflow import Agent, ConfigError, HTTPTransport, Tool, ToolError, tool
-from agentflow.testing import Reply, ScriptedServer
+from agentflow import Agent, ConfigError, Tool, ToolError, tool
+from tests.toolcall import one_call
 
 
 def _count(n: Annotated[int, pydantic.Field(ge=1, description="how many, at least 1")]) -> str:
@@ -50,15 +50,10 @@ async def test_annotated_constraints_and_descriptions_reach_the_schema_and_the_c
     assert await count.invoke('{"n": 3}') == "ran with n=3"
 
     agent = Agent(name="a", model="m", tools=[count], tool_errors="return")
-    async with (
-        ScriptedServer([Reply.tool_call("_count", {"n": 0}), Reply.text("ok")]) as srv,
-        HTTPTransport(srv.base_url) as t,
-    ):
-        result = await agent.run("go", t)
+    result, sent = await one_call(agent, "_count", {"n": 0})
     assert result.ok
-    (sent,) = [m for m in srv.requests[1].body["messages"] if m["role"] == "tool"]
-    assert "ran with" not in sent["content"]
-    assert "greater than or equal to 1" in sent["content"]
+    assert "ran with" not in sent
+    assert "greater than or equal to 1" in sent
 
 
 def test_the_docstring_description_wins_and_its_absence_keeps_the_hints() -> None:

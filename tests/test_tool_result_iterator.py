@@ -9,8 +9,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
-from agentflow import Agent, HTTPTransport, Tool, ToolError, tool
-from agentflow.testing import Reply, ScriptedServer
+from agentflow import Agent, Tool, ToolError, tool
+from tests.toolcall import one_call
 
 
 @tool
@@ -59,16 +59,10 @@ async def test_generator_tools_are_tool_errors() -> None:
 
 async def test_the_model_reads_the_error_not_the_repr() -> None:
     agent = Agent(name="a", model="m", tools=[list_files])
-    async with (
-        ScriptedServer([Reply.tool_call("list_files", {"pattern": "*"}), Reply.text("ok")]) as srv,
-        HTTPTransport(srv.base_url) as http,
-    ):
-        result = await agent.run("go", http)
-        srv.assert_complete()
+    result, sent = await one_call(agent, "list_files", {"pattern": "*"})
     assert result.ok, result.error
-    (sent,) = [m for m in srv.requests[1].body["messages"] if m["role"] == "tool"]
-    assert sent["content"].startswith("Error: tool 'list_files' returned an iterator (generator)")
-    assert "return a list" in sent["content"] and "object at 0x" not in sent["content"]
+    assert sent.startswith("Error: tool 'list_files' returned an iterator (generator)")
+    assert "return a list" in sent and "object at 0x" not in sent
 
 
 async def test_an_iterable_that_is_not_an_iterator_is_still_json() -> None:

@@ -42,6 +42,7 @@ from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.sim import Engine, TextGenConfig
 from agentflow.sim.driver import EngineDriver
 from agentflow.testing import Reply, ScriptedServer
+from tests.toolcall import tool_message
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,14 +51,6 @@ async def hang() -> str:
     """An async tool that never returns."""
     await asyncio.Event().wait()
     return "unreachable"
-
-
-def tool_message(srv: ScriptedServer, request: int) -> str:
-    """The tool result the model received in the ``request``-th request."""
-    (msg,) = [m for m in srv.requests[request].body["messages"] if m["role"] == "tool"]
-    content = msg["content"]
-    assert isinstance(content, str)
-    return content
 
 
 async def test_a_hung_async_tool_is_a_tool_error_and_the_fleet_returns() -> None:

@@ -14,8 +14,8 @@ import msgspec
 import pydantic
 import pytest
 
-from agentflow import Agent, ConfigError, HTTPTransport, Tool, ToolError, ToolTimeout, tool
-from agentflow.testing import Reply, ScriptedServer
+from agentflow import Agent, ConfigError, Tool, ToolError, ToolTimeout, tool
+from tests.toolcall import one_call
 from tests.wait import GUARD_S
 
 
@@ -330,14 +330,9 @@ async def test_an_interrupt_a_sync_tool_raises_in_its_thread_is_its_failure(
     assert isinstance(info.value.__cause__, raised)
 
     agent = Agent(name="a", model="m", tools=[interrupted])
-    async with (
-        ScriptedServer([Reply.tool_call("interrupted", {}), Reply.text("ok")]) as srv,
-        HTTPTransport(srv.base_url) as t,
-    ):
-        result = await agent.run("go", t)
+    result, sent = await one_call(agent, "interrupted", {})
     assert result.ok
-    (sent,) = [m for m in srv.requests[1].body["messages"] if m["role"] == "tool"]
-    assert sent["content"].startswith(f"Error: tool 'interrupted' raised {raised.__name__}")
+    assert sent.startswith(f"Error: tool 'interrupted' raised {raised.__name__}")
 
 
 async def test_a_stop_iteration_a_sync_tool_raises_in_its_thread_is_its_failure() -> None:

@@ -183,6 +183,10 @@ class FleetStats:
         self.fleet_start_ns: int | None = None  # the FleetStartEvent's, when seen
         self.peak_in_flight: int | None = None
         self.callback_errors = 0
+        #: Whether callbacks' failures were seen as they happened (``ErrorEvent``s, or a
+        #: :class:`RunJournal`'s): not by :meth:`from_result` without a journal when a
+        #: callback failed — a result keeps the failures, not the events they made.
+        self.callback_outcomes = True
         #: Workers whose stats these hold: 0 until fed (an event, :meth:`observe_turn`
         #: or :meth:`from_result`), then 1; :meth:`merge` adds — so merging into a fresh
         #: ``FleetStats``, or merging in one that saw nothing, counts no extra worker.

@@ -91,3 +91,5 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
         result, "callback_errors_dropped", 0
     )
     stats.retries = getattr(result, "retries", 0)
+    # With no callback failure there was no callback ErrorEvent: 0 is exact then.
+    stats.callback_outcomes = journal is not None or stats.callback_errors == 0

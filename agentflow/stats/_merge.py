@@ -67,6 +67,7 @@ def merge_stats(into: FleetStats, other: FleetStats) -> None:
         mine_src[0] += n
         mine_src[1] += tokens
     into.tool_outcomes = into.tool_outcomes and other.tool_outcomes  # else a partial sum
+    into.callback_outcomes = into.callback_outcomes and other.callback_outcomes
     into.compactions_seen = into.compactions_seen and other.compactions_seen
     into.cached_sources.update(other.cached_sources)
     into.finish_reasons.update(other.finish_reasons)

@@ -155,6 +155,7 @@ def _fleet(stats: FleetStats, duration: float) -> dict[str, Any]:
     cached_tokens = stats.cached_tokens + stats.compaction_cached_tokens
     cached = cache_prompt > 0
     tools, errors = stats.tool_outcomes, stats.errors.items()
+    seen = {"tool": tools, "callback": stats.callback_outcomes}
     return {
         "sessions": sessions,
         "completed": completed,
@@ -186,7 +187,7 @@ def _fleet(stats: FleetStats, duration: float) -> dict[str, Any]:
         # null, not 0, when tool outcomes were not seen (a result without its journal)
         "tool_errors": stats.tool_errors if tools else None,
         "tool_s": stats.tool_s if tools else None,
-        "errors": {k: None if k == "tool" and not tools else n for k, n in sorted(errors)},
+        "errors": {k: None if not seen.get(k, True) else n for k, n in sorted(errors)},
         "callback_errors": stats.callback_errors,
         "finish_reasons": dict(sorted(stats.finish_reasons.items())),
     }

@@ -32,6 +32,7 @@ from prometheus_client.metrics_core import (
 if TYPE_CHECKING:
     from aiohttp import web  # imported when a server starts, not with agentflow
 
+from agentflow._context_events import CompactionEvent
 from agentflow._errors import ConfigError
 from agentflow._events import (
     ErrorEvent,
@@ -40,6 +41,7 @@ from agentflow._events import (
     ToolResultEvent,
     TurnEndEvent,
 )
+from agentflow._metrics import turn_metrics
 
 __all__ = ["DEFAULT_BUCKETS", "MetricsServer", "PrometheusExporter"]
 
@@ -162,6 +164,10 @@ class PrometheusExporter:
         self.tool_calls = {"ok": 0, "error": 0}
         self.sessions_ended = {s: 0 for s in ("completed", "max_turns", "error", "cancelled")}
         self.errors = {"session": 0, "tool": 0, "callback": 0}
+        #: Context policies' summary requests (``CompactionEvent``): no turn, but the
+        #: server's work; their tokens are counted apart from the turns'.
+        self.compactions = 0
+        self.compaction_tokens = {"prompt": 0, "cached": 0, "output": 0}
         self._active: set[str] = set()
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
@@ -203,6 +209,17 @@ class PrometheusExporter:
             self.errors[event.where] = self.errors.get(event.where, 0) + 1
         elif event.type == "retry":
             self.retries += 1
+        elif isinstance(event, CompactionEvent):
+            self._compaction(event)
+
+    def _compaction(self, event: CompactionEvent) -> None:
+        m, tokens = turn_metrics(event.trace), self.compaction_tokens
+        self.compactions += 1
+        tokens["output"] += m.output_tokens
+        if m.prompt_tokens is not None:
+            tokens["prompt"] += m.prompt_tokens
+            if m.cached_tokens is not None:
+                tokens["cached"] += m.cached_tokens
 
     @property
     def sessions_active(self) -> int:
@@ -244,6 +261,18 @@ class PrometheusExporter:
             f"{p}_sessions_ended", "Sessions that ended, by status.", "status", self.sessions_ended
         )
         yield _labelled(f"{p}_errors", "Errors, by where they happened.", "where", self.errors)
+        yield _counter(
+            f"{p}_compactions",
+            "Context policies' summary requests (not turns: apart from every turn figure).",
+            self.compactions,
+        )
+        yield _labelled(
+            f"{p}_compaction_tokens",
+            "Tokens of the summary requests, by kind: prompt and cached as the server "
+            "reported them, output as counted for a turn.",
+            "kind",
+            self.compaction_tokens,
+        )
         yield GaugeMetricFamily(
             f"{p}_sessions_active",
             "Sessions with a finished turn that have not ended.",

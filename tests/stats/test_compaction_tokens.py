@@ -9,11 +9,13 @@ import asyncio
 import json
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from agentflow import Agent, Fleet, FleetResult
 from agentflow.context import Compact, ContextBudget
 from agentflow.context._compact import DEFAULT_SUMMARY_PROMPT
 from agentflow.embedded import loop_clock, run_virtual
-from agentflow.stats import FleetStats, RunJournal
+from agentflow.stats import FleetStats, PrometheusExporter, RunJournal
 from agentflow.testing import MockTransport, Reply, capture_events
 from agentflow.transport import ChatRequest
 from tests.stats.test_report_schema import validate
@@ -129,3 +131,20 @@ def test_a_summary_requests_tokens_are_in_the_fleets_totals() -> None:
     total.merge(live)
     total.merge(FleetStats.from_result(result, journal=journal))
     assert total.report()["fleet"]["compaction"]["requests"] == 2
+
+
+def test_the_prometheus_exporter_counts_summary_requests_apart() -> None:
+    """The exporter counted no summary request: its counters fell short of what the server
+    served by the summaries' tokens, with nothing to add them back from."""
+    served, live, _, _, events = run_compacted()
+    exporter = PrometheusExporter()
+    for event in events:
+        exporter(event)
+    fams = {f.name: f for f in text_string_to_metric_families(exporter.text())}
+    (compactions,) = fams["agentflow_compactions"].samples
+    assert compactions.value == 1
+    kinds = {s.labels["kind"]: s.value for s in fams["agentflow_compaction_tokens"].samples}
+    assert kinds == {"prompt": 900, "cached": 0, "output": 3}
+    turns_out = sum(s.value for s in fams["agentflow_output_tokens"].samples)
+    assert turns_out + kinds["output"] == served["completion"]
+    assert live.report()["fleet"]["compaction"]["output_tokens"] == kinds["output"]

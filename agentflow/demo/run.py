@@ -46,7 +46,7 @@ from agentflow.llamacpp import oversubscription
 from agentflow.report import LoopLagProbe, ServerWatch
 from agentflow.sim.profiles import get_profile
 from agentflow.stats import RunJournal
-from agentflow.transport import Endpoint, HTTPTransport
+from agentflow.transport import Endpoint, HTTPTransport, Timeouts
 from agentflow.typing import Clock, Transport
 
 __all__ = ["DemoConfig", "recorded_config", "resume_config", "run_demo"]
@@ -235,6 +235,17 @@ def _model(config: DemoConfig) -> str:
     return config.model or ("agentflow-sim" if not config.base_url else "default")
 
 
+def probe_s(timeouts: Timeouts | None, default: float = 5.0) -> float:
+    """How long a request the demo makes of a real server before its run (its window, its
+    slots, its ``/metrics``) may take: ``default``, or less when the ``--*-timeout`` flags
+    want a model request to answer sooner — the shortest of ``first_token``, ``idle`` and
+    ``total`` (a silent server then fails the demo at once, not after ~20 s of probes)."""
+    if timeouts is None:
+        return default
+    given = (timeouts.first_token, timeouts.idle, timeouts.total)
+    return min(default, *(t for t in given if t is not None))
+
+
 async def _window(config: DemoConfig, transport: Transport) -> int:
     """The budget's window: on a real server its own (vLLM's ``max_model_len``, llama.cpp's
     ``n_ctx``), else the model table's, else the profile's; on the simulator the profile's."""
@@ -242,7 +253,9 @@ async def _window(config: DemoConfig, transport: Transport) -> int:
     if not config.base_url:
         return profile
     with contextlib.suppress(TransportError, ConfigError):
-        found = await server_window(transport, model=config.model, timeout_s=10.0)
+        found = await server_window(
+            transport, model=config.model, timeout_s=probe_s(config.timeouts, 10.0)
+        )
         if found is not None:
             return found.tokens
     return window_for(_model(config)) or profile
@@ -317,10 +330,12 @@ async def _http_fleet(
     if config.base_url:  # a llama.cpp server with fewer slots than the fleet's concurrency
         # As many in flight as the fleet can have: one session per agent, as its own probe.
         most = min(config.max_concurrency, config.agents)
-        warning = await oversubscription(endpoint.base_url, most, api_key=endpoint.api_key)
+        warning = await oversubscription(
+            endpoint.base_url, most, api_key=endpoint.api_key, timeout_s=probe_s(config.timeouts)
+        )
         if warning is not None:
             print(f"agentflow demo: warning: {warning}", file=sys.stderr, flush=True)
-    watch = ServerWatch(endpoint.base_url, interval_s=0.5)
+    watch = ServerWatch(endpoint.base_url, interval_s=0.5, timeout_s=probe_s(config.timeouts))
     try:
         await watch.start()
         watched.server = watch

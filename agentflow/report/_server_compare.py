@@ -43,6 +43,16 @@ def decode_tps(
     return (gen - requests) / gen_s
 
 
+def _client_requests(fleet: dict[str, Any]) -> int | None:
+    """The requests the client sent the server: its turns, its retried attempts and its
+    context policies' summary requests (``fleet.compaction``, ``null`` when not seen)."""
+    turns = fleet.get("turns")
+    if turns is None:
+        return None
+    compaction = (fleet.get("compaction") or {}).get("requests") or 0
+    return int(turns + (fleet.get("retries") or 0) + compaction)
+
+
 def _client_decode_tps(client: Mapping[str, Any]) -> float | None:
     """The client's decode speed over every turn, token-weighted: Σ decode tokens /
     Σ (E2E − TTFT), put together from each agent's (``agents[].decode_tps.mean`` is its
@@ -114,9 +124,10 @@ def comparison(section: Mapping[str, Any], client: Mapping[str, Any]) -> list[di
         ),
         (
             "requests",
-            None if fleet.get("turns") is None else fleet["turns"] + (fleet.get("retries") or 0),
+            _client_requests(fleet),
             counters.get("requests"),
-            "client: turns + retried attempts; server: requests finished",
+            "client: turns + retried attempts + context policies' summary requests; "
+            "server: requests finished",
         ),
         (
             "decode_tps",

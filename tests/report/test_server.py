@@ -322,3 +322,21 @@ def test_a_restart_between_the_scrapes_leaves_the_counters_out_not_negative() ->
     assert s["series"]["kv_cache_usage"] == [0.3, 0.1]
     (note,) = [n for n in s["notes"] if "went down" in n]
     assert "generation_tokens" in note and "ttft_s" in note
+
+
+def test_the_clients_requests_count_its_summary_requests() -> None:
+    """The server counts every request it finished, a context policy's summary requests
+    too; the client's side of the ``requests`` row was its turns and retried attempts
+    only, so a fleet that compacted read fewer requests than the server did (7 of 9)."""
+    before, after = parse_metrics(VLLM_BEFORE, t_ns=0), parse_metrics(VLLM_AFTER, t_ns=10**9)
+    stats = FleetStats()
+    report = stats.report()
+    report["fleet"].update(turns=6, retries=1, compaction={"requests": 2, "output_tokens": 4})
+    s = valid(server_section(before, after, client=report))
+    (row,) = [r for r in s["comparison"] if r["figure"] == "requests"]
+    assert (row["client"], row["server"], row["ratio"]) == (9, 9, 1.0)
+    assert "summary requests" in row["note"]
+    report["fleet"]["compaction"] = None  # not seen: the turns and retries alone
+    s = server_section(before, after, client=report)
+    (row,) = [r for r in s["comparison"] if r["figure"] == "requests"]
+    assert row["client"] == 7

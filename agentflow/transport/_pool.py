@@ -211,14 +211,20 @@ class ConnectionPool(Generic[C]):
         self._all.discard(conn)
 
     def _sweep(self) -> None:
+        # A connection expires at ``since + keepalive_s``, the very sum its timer was set
+        # for: ``since > now - keepalive_s`` could round the other way, and the timer then
+        # came back at the same instant for ever (on a virtual-time loop, whose clock does
+        # not move while a timer is due).
         self._sweeper = None
-        expired = self.loop.time() - self._keepalive_s
-        for conn, since in list(self._idle.items()):
-            if since > expired:
+        now, idle = self.loop.time(), self._idle
+        while idle:
+            conn, since = next(iter(idle.items()))
+            expires = since + self._keepalive_s
+            if expires > now:
                 # The rest went idle later: come back when this one expires.
-                self._sweeper = self.loop.call_at(since + self._keepalive_s, self._sweep)
+                self._sweeper = self.loop.call_at(expires, self._sweep)
                 return
-            del self._idle[conn]
+            del idle[conn]
             conn.close()
 
     async def aclose(self) -> None:

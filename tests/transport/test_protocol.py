@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 import socket
 import ssl
 import threading
@@ -552,21 +553,28 @@ class _ThreadServer:
 
 
 async def test_kernel_stamps_do_not_count_the_clients_own_lag(reads: str) -> None:
-    """The loop is stuck right after sending, until the server has answered and a little
-    longer: with kernel timestamps the answer is stamped when it reached the socket, before
+    """The loop is stuck right after sending, until the answer has reached the client's
+    socket: with kernel timestamps the answer is stamped when it reached the socket, before
     the loop came back; without them, when the loop read it, after. (Causality on one
-    clock, not a duration: it holds however loaded the machine is.)"""
+    clock, not a duration: it holds however loaded the machine is — the loop used to be
+    stuck for 50 ms after the server sent, and on a loaded machine the bytes reached the
+    client's socket later than that.)"""
     srv = _ThreadServer(b"".join(chunked(sse("fast"))))
     unstuck: list[int] = []
+    sock: list[int] = []
 
     def stuck() -> None:  # the client's own lag: a blocking call on the loop
         assert srv.answered.wait(GUARD_S), "the server never answered"
-        time.sleep(0.05)
+        readable, _, _ = select.select(sock, [], [], GUARD_S)
+        assert readable, "the answer never reached the client's socket"
         unstuck.append(time.perf_counter_ns())
 
     try:
         async with HTTPTransport(f"http://127.0.0.1:{srv.port}/v1") as t:
             await t.stream(REQ)  # connects; the next request reuses the connection
+            (conn,) = t._get_pool()._all
+            assert conn.transport is not None
+            sock.append(conn.transport.get_extra_info("socket").fileno())
             srv.answered.clear()
             # With an idle pooled connection stream() writes the request before its first
             # suspension, so this runs after the request is on its way.

@@ -37,4 +37,4 @@ def test_the_slots_warning_counts_the_agents(
     )
     with pytest.raises(_Asked):
         demo_run.run_demo(config, console=Console(file=io.StringIO()))
-    assert asked == [(url, most, {"api_key": "sk-demo"})]
+    assert asked == [(url, most, {"api_key": "sk-demo", "timeout_s": 5.0})]

@@ -124,7 +124,8 @@ class PrometheusExporter:
             name without the prefix (e.g. ``"time_to_first_token_seconds"``).
         in_flight: a callable returning the model requests in flight now (e.g. the
             fleet's admission gate's ``in_flight``); exposed as
-            ``agentflow_requests_in_flight`` when given.
+            ``agentflow_requests_in_flight`` when given. Called at scrapes only, so it
+            may read a fleet made after the exporter.
         prefix: the metric-name prefix.
 
     Attributes:
@@ -228,6 +229,9 @@ class PrometheusExporter:
 
     def collect(self) -> Iterator[Metric]:
         """The metric families (called by the registry at each scrape)."""
+        return self._families(sample=True)
+
+    def _families(self, *, sample: bool) -> Iterator[Metric]:
         p = self.prefix
         yield _counter(f"{p}_turns", "Model turns that finished streaming.", self.turns)
         yield _labelled(
@@ -279,17 +283,20 @@ class PrometheusExporter:
             value=len(self._active),
         )
         if self._in_flight is not None:
+            # sampled at scrapes only: describe() runs in the constructor, when the
+            # callable may not work yet (the fleet it reads takes this exporter)
             yield GaugeMetricFamily(
                 f"{p}_requests_in_flight",
                 "Model requests in flight now.",
-                value=float(self._in_flight()),
+                value=float(self._in_flight()) if sample else None,
             )
         for name, hist in self._h.items():
             yield hist.family(f"{p}_{name}", _HELP[name])
 
     def describe(self) -> list[Metric]:
-        """The metric families, for the registry's name-clash check."""
-        return list(self.collect())
+        """The metric families, for the registry's name-clash check (``in_flight`` is
+        not called: the registry describes the exporter while it is being made)."""
+        return list(self._families(sample=False))
 
     def text(self) -> str:
         """The current exposition in Prometheus text format 0.0.4."""

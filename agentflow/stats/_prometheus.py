@@ -16,6 +16,7 @@ metric — use the JSON report for per-agent figures).
 from __future__ import annotations
 
 import math
+import re
 from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, ClassVar
@@ -44,6 +45,9 @@ from agentflow._events import (
 from agentflow._metrics import turn_metrics
 
 __all__ = ["DEFAULT_BUCKETS", "MetricsServer", "PrometheusExporter"]
+
+#: A Prometheus metric name (the prefix must be one: every name is ``<prefix>_<metric>``).
+_NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 
 _FAST = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075)
 
@@ -126,7 +130,8 @@ class PrometheusExporter:
             fleet's admission gate's ``in_flight``); exposed as
             ``agentflow_requests_in_flight`` when given. Called at scrapes only, so it
             may read a fleet made after the exporter.
-        prefix: the metric-name prefix.
+        prefix: the metric-name prefix: a Prometheus metric name
+            (``[a-zA-Z_:][a-zA-Z0-9_:]*``), else :class:`~agentflow.ConfigError`.
 
     Attributes:
         registry: the exporter's own registry; pass it to ``generate_latest`` or
@@ -149,6 +154,12 @@ class PrometheusExporter:
         unknown = set(bounds) - set(DEFAULT_BUCKETS)
         if unknown:
             raise ConfigError(f"buckets: no histogram named {sorted(unknown)[0]!r}")
+        if not isinstance(prefix, str) or _NAME.fullmatch(prefix) is None:
+            # prometheus_client would rewrite it silently ("my-app" → "my_app_…")
+            raise ConfigError(
+                f"PrometheusExporter(prefix={prefix!r}): not a Prometheus metric name "
+                "(letters, digits, '_' and ':', not starting with a digit)"
+            )
         self.prefix = prefix
         self._h = {name: _Histogram(b, name) for name, b in bounds.items()}
         self._in_flight = in_flight

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from agentflow import Fleet
+import re
+
+import pytest
+
+from agentflow import ConfigError, Fleet
 from agentflow.stats import PrometheusExporter
 from agentflow.testing import MockTransport, Reply
 from tests.stats.test_prometheus import families, sample
@@ -22,3 +26,18 @@ def test_in_flight_is_not_called_until_a_scrape() -> None:
     fleet = Fleet(MockTransport(lambda request: Reply.text("hi")), callbacks=[prom])
     assert sample(families(prom.text()), "agentflow_requests_in_flight") == 0
     assert calls == [1]
+
+
+@pytest.mark.parametrize("prefix", ["1x", "my-app", "", "a b", "ünï"])
+def test_a_prefix_that_is_no_metric_name_is_refused(prefix: str) -> None:
+    """prometheus_client rewrote such a prefix silently ("my-app" → "my_app_turns_total")."""
+    with pytest.raises(ConfigError, match=re.escape(f"prefix={prefix!r}")):
+        PrometheusExporter(prefix=prefix)
+
+
+@pytest.mark.parametrize("prefix", ["myapp", "_x", "ns:app", "A1"])
+def test_a_metric_name_prefix_names_every_metric(prefix: str) -> None:
+    names = {s.name for f in families(PrometheusExporter(prefix=prefix).text()).values()
+             for s in f.samples}  # fmt: skip
+    assert f"{prefix}_turns_total" in names
+    assert all(n.startswith(f"{prefix}_") for n in names)

@@ -15,6 +15,7 @@ from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
 
+from agentflow._errors import ConfigError
 from agentflow._redact import redact_data
 from agentflow.stats._sketch import Sketch, nearest_rank, quantile_name
 from agentflow.stats._slo import slo_table
@@ -60,8 +61,18 @@ def build_report(
         cdf_points: each distribution's CDF is sampled at ``cdf_points + 1`` evenly
             spaced quantiles plus p99.5, p99.9, p99.95 and p99.99 (0: no CDF).
         include_samples: add every turn's row (needs ``FleetStats(keep_samples=True)``).
+
+    Raises:
+        ConfigError: ``include_samples`` of stats that keep no samples (an empty list
+            would read as a run without turns).
     """
     from agentflow._version import __version__
+
+    if include_samples and not stats.keep_samples:
+        raise ConfigError(
+            "report(include_samples=True) needs FleetStats(keep_samples=True): these stats "
+            "kept no per-turn rows"
+        )
 
     duration = stats.duration_s
     labels = [s.label for s in stats.slos]

@@ -332,7 +332,8 @@ def _check_no_overwrite(args: argparse.Namespace) -> None:
 def _write_report(report: dict[str, Any], path: Path) -> None:
     from agentflow._files import write_text_file
 
-    write_text_file(path, json.dumps(report, indent=2) + "\n")
+    # plain JSON, as reports promise (a NaN would be a file `agentflow report` refuses)
+    write_text_file(path, json.dumps(report, indent=2, allow_nan=False) + "\n")
 
 
 def bench_html(report: dict[str, Any], path: Path) -> int:

@@ -212,8 +212,10 @@ def _write_report(
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     """Write ``data`` to ``path``: whole or not at all for a file (a device or a pipe is
-    written directly; see :func:`~agentflow._files.write_text_file`)."""
-    write_text_file(path, json.dumps(data, indent=2) + "\n")
+    written directly; see :func:`~agentflow._files.write_text_file`). Plain JSON, as the
+    report format promises: a NaN or an infinity is a ``ValueError``, not a file
+    ``agentflow report`` refuses."""
+    write_text_file(path, json.dumps(data, indent=2, allow_nan=False) + "\n")
 
 
 def _start_simulator(config: DemoConfig, stack: contextlib.ExitStack) -> str:

@@ -9,6 +9,7 @@ deployment's speed, and say so.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from collections.abc import Iterable
@@ -57,15 +58,18 @@ def build_report(
 
 
 def advertised_time_scale(result: FleetResult) -> float | None:
-    """The time scale the server advertised (``x-agentflow-time-scale``), if it did."""
+    """The time scale the server advertised (``x-agentflow-time-scale``), if it did: a
+    finite number > 0, else ``None`` (``nan``, ``inf``, ``1e400`` or ``-2`` would make
+    the report no plain JSON, or scale its times by nonsense)."""
     for s in result.sessions:
         for t in s.turns:
             value = t.trace.response_headers.get("x-agentflow-time-scale")
             if value:
                 try:
-                    return float(value)
+                    scale = float(value)
                 except ValueError:
                     return None
+                return scale if math.isfinite(scale) and scale > 0 else None
     return None
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 from agentflow.store._durable import _active_wall_s, _stored_retries
@@ -104,9 +105,17 @@ def _demo_facts(info: dict[str, Any], result: FleetResult) -> tuple[SLO, ...]:
     # it started (no --base-url, not in virtual time) ran ``time_scale`` times slower.
     scale = demo.get("time_scale")
     own_sim = not demo.get("base_url") and not demo.get("virtual")
-    fallback = float(scale) if own_sim and isinstance(scale, int | float) else 1.0
+    fallback = (_time_scale(scale) if own_sim else None) or 1.0
     info["time_scale"] = advertised_time_scale(result) or fallback
     return slos
+
+
+def _time_scale(value: object) -> float | None:
+    """``value`` if a time scale can be it: a finite number > 0 (a stored config's JSON
+    may hold a NaN)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if math.isfinite(value) and value > 0 else None
 
 
 def _tool_journal(run: StoredRun) -> RunJournal:

@@ -31,7 +31,13 @@ from typing import IO
 import msgspec
 
 from agentflow._errors import ConfigError
-from agentflow.bench._trace_format import DEFAULT_BLOCK_TOKENS, TraceRecord, TraceSource, _lines
+from agentflow.bench._trace_format import (
+    DEFAULT_BLOCK_TOKENS,
+    TraceRecord,
+    TraceSource,
+    _lines,
+)
+from agentflow.bench._trace_format import _check as _check_record
 from agentflow.bench._workload_spec import MAX_TOKENS
 
 __all__ = ["MOONCAKE_BLOCK_TOKENS", "MooncakeRecord", "mooncake_records", "read_mooncake"]
@@ -113,8 +119,14 @@ def mooncake_records(
 ) -> list[TraceRecord]:
     """Convert Mooncake rows (in file order) to agentflow trace records.
 
+    Every record is checked as a line of an agentflow trace is (an empty
+    ``session_id``, one with a control character): what converts is what
+    :func:`~agentflow.bench.read_trace` reads back and a bench runs.
+
     Raises:
-        ConfigError: a session's first row has no timestamp, or ``block_tokens < 1``.
+        ConfigError: a session's first row has no timestamp, a converted record is not
+            a valid trace record (the message names the row's file, line and field), or
+            ``block_tokens < 1``.
     """
     if block_tokens < 1:
         raise ConfigError(f"block_tokens must be ≥ 1, got {block_tokens!r}")
@@ -172,6 +184,7 @@ def mooncake_records(
                 think_s=row.delay / 1e3 if row.delay is not None else None,
                 agent="mooncake",
             )
+        _check_record(rec, str(where))
         last[sid] = rec
         out.append(rec)
     return out

@@ -22,6 +22,7 @@ from typing import IO, Literal
 import msgspec
 
 from agentflow._errors import ConfigError
+from agentflow._session_checks import check_header_text
 from agentflow.bench._workload_spec import MAX_TOKENS
 
 __all__ = [
@@ -141,9 +142,16 @@ _BOUNDED = ("input_tokens", "output_tokens", "prefix_tokens", "block_tokens")
 
 
 def _check(record: TraceRecord, where: str) -> None:
-    """Field checks msgspec's types do not express; messages name line and field."""
+    """Field checks msgspec's types do not express; messages name line and field.
+
+    ``session_id`` and ``agent`` are checked as a run checks them (each goes into a
+    request's ``X-Session-ID`` header: no control character but a tab, no lone
+    surrogate), so a trace that reads is a trace that runs."""
     if not record.session_id:
         raise ConfigError(f"{where}: session_id must be a non-empty string")
+    check_header_text(record.session_id, f"{where}: session_id")
+    if record.agent:  # an agent's name starts its sessions' ids
+        check_header_text(record.agent, f"{where}: agent")
     if not math.isfinite(record.timestamp):
         raise ConfigError(f"{where}: timestamp must be a finite number, got {record.timestamp!r}")
     for name in _NONNEG_FLOATS:

@@ -13,7 +13,7 @@ from agentflow._fleet import Fleet, FleetResult
 from agentflow._redact import display_url
 from agentflow.demo._config import DemoConfig
 from agentflow.demo._stop import Stopper, run_stoppable
-from agentflow.stats import SLO
+from agentflow.stats import SLO, RunJournal
 from agentflow.store._runlock import RunLocks
 from agentflow.transport import Timeouts
 from agentflow.typing import Clock
@@ -153,11 +153,13 @@ async def run_recorded(
     agents: list[Any],
     stopper: Stopper,
     clock: Clock,
+    journal: RunJournal | None = None,
 ) -> FleetResult:
     """Run (or, with ``config.resume``, resume) the demo's fleet recorded in the SQLite
     store at ``path``; after a stop signal, the result is read back from the store. A
     resumed run's result starts (``start_ns``) at the run's first start (see
-    :func:`_run_start`)."""
+    :func:`_run_start`), and its ``journal`` (subscribed to this attempt) is made the
+    whole run's (see :func:`_whole_run_journal`)."""
     from agentflow.store import SQLiteStore, load_result, new_run_id
 
     store = SQLiteStore(path)
@@ -191,6 +193,8 @@ async def run_recorded(
             result = await load_result(store, run_id)
         if config.resume is not None:
             result = replace(result, start_ns=await _run_start(store, run_id, stopped))
+            if journal is not None:
+                await _whole_run_journal(store, run_id, journal, stopped)
         return result
     finally:
         await store.aclose()
@@ -207,3 +211,29 @@ async def _run_start(store: Store, run_id: str, read_back: bool) -> int | None:
     if first is None:
         return None
     return first.clock_ns + (0 if read_back else run.clock_offset(0, run.attempts[-1].attempt))
+
+
+async def _whole_run_journal(
+    store: Store, run_id: str, journal: RunJournal, read_back: bool
+) -> None:
+    """Make ``journal``, subscribed to this attempt of a resumed run, the whole run's, on
+    the clock of the run's result (this attempt's, or ``read_back``, the first's): its
+    tool calls are every attempt's, as recorded (``agentflow report --store``'s, the
+    earlier attempts' calls and durations were missing: ``fleet.tool_calls`` 3,352
+    beside the tools' 3,339), and it saw no compaction (the earlier attempts' were not
+    seen, nor recorded: ``fleet.compaction`` is ``null``, as from the store). Its retries
+    and errors other than tools' are this attempt's, as it noted them (the earlier
+    attempts' are placed from their record)."""
+    from agentflow.store._export import stored_tool_entries
+
+    run = await store.load(run_id)
+    this = run.attempts[-1].attempt if run.attempts else 0
+    to = 0 if read_back else this
+    shift = run.clock_offset(this, to)
+    kept = [
+        replace(e, t_ns=e.t_ns + shift)
+        for e in journal.entries
+        if e.kind in ("retry", "error") and not (e.kind == "error" and e.where == "tool")
+    ]
+    journal.entries[:] = sorted([*stored_tool_entries(run, to), *kept], key=lambda e: e.t_ns)
+    journal.compactions = False

@@ -169,7 +169,8 @@ def _report(
         run["loop_lag"] = watched.loop_lag
         run["reads_stamped_by"] = "kernel" if watched.kernel_stamps else "event loop"
     # A resumed run's result holds the earlier attempts' turns too, moved onto this
-    # clock: its times count from the run's first start, as ``report --store``'s do.
+    # clock: its times count from the run's first start, as ``report --store``'s do; its
+    # journal has the earlier attempts' tool calls too (``run_recorded``).
     start_ns = result.start_ns if config.resume is not None else watched.start_ns
     report = build_report(
         result, run=run, start_ns=start_ns, slos=config.slos, journal=watched.journal
@@ -301,7 +302,7 @@ async def _run_fleet(
     if config.store is None:
         return await run_stoppable(fleet, sessions, stopper, clock)
     return await run_recorded(
-        config, config.store, fleet, sessions, workload.agents, stopper, clock
+        config, config.store, fleet, sessions, workload.agents, stopper, clock, journal
     )
 
 

@@ -320,9 +320,10 @@ class FleetStats:
         """Build stats from a finished :class:`~agentflow.FleetResult`.
 
         The figures are those subscribing would give, except what a result does not
-        keep: tool and callback errors, and tool outcomes and durations (tool calls are
-        counted from the traces; the report's tool errors and durations are ``null``,
-        not measured, without a journal). The origin is the result's ``start_ns`` (the fleet's
+        keep: tool and callback errors, and tool outcomes and durations (without a
+        journal, tool calls are counted from the traces — the calls the model asked
+        for, more than ran in a cancelled run — and the report's tool errors and
+        durations are ``null``, not measured). The origin is the result's ``start_ns`` (the fleet's
         start, as a subscribed ``FleetStats`` has it) unless ``start_ns`` is given.
         Sessions that ended in an error count as ``session`` errors, placed in time at
         their end (``SessionResult.end_ns``; a result read back from a store has none:
@@ -336,8 +337,11 @@ class FleetStats:
             result: the run's result.
             journal: a :class:`~agentflow.stats.RunJournal` subscribed to the run: then
                 every error and retry is placed when it happened (a failed session at its
-                failure, the retries of unfinished turns too), and tool durations, tool
-                and callback errors and the per-tool figures are those of the run.
+                failure, the retries of unfinished turns too), and the tool calls (the
+                journal's: the calls that ran), their durations, tool and callback
+                errors and the per-tool figures are those of the run. For a resumed run
+                it must hold every attempt's tool calls (``agentflow resume`` adds the
+                earlier attempts' from the store).
             options: :class:`FleetStats`'s.
         """
         from agentflow.stats._from_result import fill_from_result

@@ -36,6 +36,8 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
     for e in journal.entries if journal is not None else ():
         if e.kind == "tool":
             row = stats._row(e.agent, e.session_id)
+            row.tool_calls += 1
+            stats.tool_calls += 1
             row.tool_s += e.duration_s
             stats.tool_s += e.duration_s
             if e.is_error:
@@ -71,9 +73,10 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
         row = stats._row(s.agent, s.session_id)
         for t in s.turns:
             stats.observe_turn(s.agent, s.session_id, t.index, t.metrics, t.trace, t.prompt)
-            calls = len(t.trace.tool_calls)
-            stats.tool_calls += calls
-            row.tool_calls += calls
+            if journal is None:  # the calls asked for (a cancelled run ran fewer)
+                calls = len(t.trace.tool_calls)
+                stats.tool_calls += calls
+                row.tool_calls += calls
             for a in t.failed_attempts[noted[s.session_id, t.index] :]:
                 row.retries += 1
                 series.add("retries", t.trace.sent_ns if a.trace is None else a.trace.end_ns, 1)

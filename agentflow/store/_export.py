@@ -14,9 +14,9 @@ from agentflow.store._resume import stored_result
 if TYPE_CHECKING:
     from agentflow._fleet import FleetResult
     from agentflow._session import SessionResult
-    from agentflow.stats import SLO, RunJournal
+    from agentflow.stats import SLO, JournalEntry, RunJournal
 
-__all__ = ["export_report", "load_result"]
+__all__ = ["export_report", "load_result", "stored_tool_entries"]
 
 
 def result_of(run: StoredRun) -> FleetResult:
@@ -119,20 +119,30 @@ def _time_scale(value: object) -> float | None:
 
 
 def _tool_journal(run: StoredRun) -> RunJournal:
-    """The recorded tool results as a :class:`RunJournal`'s entries — what the live
-    report's journal noted of each call: a ``tool`` entry (name, outcome, duration), and
-    for a call that failed, the ``error`` entry (``where="tool"``) its ``ErrorEvent``
-    gave (there used to be none: ``fleet.errors.tool`` read 0 beside ``tool_errors``
-    1). A call ended at about its turn's end plus its duration (the first attempt's
-    clock, as every time of the exported result)."""
-    from agentflow.stats import JournalEntry, RunJournal
+    """The recorded tool results as a :class:`RunJournal` (:func:`stored_tool_entries`);
+    it saw no compaction (a store records no summary request)."""
+    from agentflow.stats import RunJournal
 
     journal = RunJournal()
-    journal.compactions = False  # a store records no summary request
-    entries = journal.entries
+    journal.compactions = False
+    journal.entries.extend(stored_tool_entries(run))
+    return journal
+
+
+def stored_tool_entries(run: StoredRun, to_attempt: int | None = None) -> list[JournalEntry]:
+    """The recorded tool results of every attempt as a :class:`RunJournal`'s entries —
+    what the live report's journal noted of each call: a ``tool`` entry (name, outcome,
+    duration), and for a call that failed, the ``error`` entry (``where="tool"``) its
+    ``ErrorEvent`` gave (there used to be none: ``fleet.errors.tool`` read 0 beside
+    ``tool_errors`` 1). A call ended at about its turn's end plus its duration, on the
+    clock of attempt ``to_attempt`` (default the first, as every time of the exported
+    result; ``agentflow resume`` puts them on its own)."""
+    from agentflow.stats import JournalEntry
+
+    entries: list[JournalEntry] = []
     for s in run.sessions:
         for t in s.turns:
-            end = t.trace.end_ns + run.clock_offset(t.attempt)
+            end = t.trace.end_ns + run.clock_offset(t.attempt, to_attempt)
             for r in t.tool_results.values():
                 entries.append(
                     JournalEntry(
@@ -149,4 +159,4 @@ def _tool_journal(run: StoredRun) -> RunJournal:
                 if r.is_error:
                     at = end + round(r.duration_s * 1e9)
                     entries.append(JournalEntry(at, "error", s.agent, s.session_id, t.turn, "tool"))
-    return journal
+    return entries

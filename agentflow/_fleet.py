@@ -328,9 +328,7 @@ class Fleet:
                 await task
             finally:
                 if not task.done():
-                    task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+                    await _cancel_run(task)
 
     @contextlib.contextmanager
     def _one_run(self, entry: str) -> Iterator[None]:
@@ -390,3 +388,21 @@ class Fleet:
         """The run's turn runner (a worker of ``Fleet(workers=N)`` keeps it, to report
         its retries to the parent while the run goes)."""
         return TurnRunner(scheduler, self.retry, sleep=self._sleep)
+
+
+async def _cancel_run(task: asyncio.Task[Any]) -> None:
+    """Cancel the stream's run ``task`` and wait until it has ended.
+
+    Only the run's own cancellation is swallowed: a cancel that reaches the consumer
+    meanwhile (a deadline falling due while ``aclosing`` closes the stream, a second
+    Ctrl-C) is raised, once the run has ended. It used to be swallowed with the run's,
+    so code past a deadline ran on with no ``TimeoutError``.
+    """
+    me = asyncio.current_task()
+    before = 0 if me is None else me.cancelling()
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        if me is not None and me.cancelling() > before:
+            raise

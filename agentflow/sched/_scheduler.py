@@ -21,7 +21,6 @@ all prefilling the same tokens at once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import math
@@ -245,19 +244,31 @@ class Scheduler(Dispatcher):
 
     async def aclose(self) -> None:
         """Stop the dispatcher; queued tickets are cancelled, and so is the one it was
-        waiting on a rate bucket for."""
-        if self._pump is not None:
-            self._pump.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pump
-            self._pump = None
-        granting, self._granting = self._granting, None
-        if granting is not None:
-            granting.cancel()
-        for _, _, _, fut in itertools.chain(self._heap, *self._parked.values()):
-            fut.cancel()
-        self._heap.clear()
-        self._parked.clear()
+        waiting on a rate bucket for.
+
+        Only the dispatcher's own cancellation is swallowed: a cancel of the caller's
+        that comes while it waits for the dispatcher to end (a run cancelled as it
+        ends) is raised once the queue is cleared."""
+        try:
+            if self._pump is not None:
+                me = asyncio.current_task()
+                before = 0 if me is None else me.cancelling()
+                self._pump.cancel()
+                try:
+                    await self._pump
+                except asyncio.CancelledError:
+                    if me is not None and me.cancelling() > before:
+                        raise
+                finally:
+                    self._pump = None
+        finally:
+            granting, self._granting = self._granting, None
+            if granting is not None:
+                granting.cancel()
+            for _, _, _, fut in itertools.chain(self._heap, *self._parked.values()):
+                fut.cancel()
+            self._heap.clear()
+            self._parked.clear()
 
     # -- dispatch -----------------------------------------------------------------
 

@@ -74,7 +74,9 @@ class AiohttpTransport(EndpointTransport):
     The sessions this transport makes belong to the event loop they were made on: used
     under a new loop (a second ``asyncio.run``) it makes new ones, dropping the old loop's
     idle connections (``aclose()`` before that loop ends closes them), as
-    :class:`HTTPTransport` does with its pool.
+    :class:`HTTPTransport` does with its pool. Used from a second loop while the first
+    still runs (another thread's), :meth:`stream` raises :class:`ConfigError`: make one
+    transport per event loop.
     """
 
     def __init__(
@@ -104,12 +106,13 @@ class AiohttpTransport(EndpointTransport):
     def _client(self, *, fresh: bool = False) -> aiohttp.ClientSession:
         """The session to send with; ``fresh``: one that opens a new connection (a resend
         after a stale kept-alive connection: the other idle ones may be stale too)."""
-        loop = asyncio.get_running_loop()
-        if self._loop is not loop:
-            # Sessions belong to the event loop that made them; a transport reused under a
-            # new loop (a second asyncio.run) makes new ones, as HTTPTransport's pool does.
+        # Sessions belong to the event loop that made them; a transport reused under a
+        # new loop (a second asyncio.run) makes new ones, as HTTPTransport's pool does.
+        # One still running in another thread keeps them: ConfigError (closing its
+        # connector from here stalled its streams until the idle limit, then resent them).
+        if self._check_loop(self._loop):
             self._abandon()
-            self._loop = loop
+        self._loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed:
             self._session = self._new_session(reuse=True)
             self._owns_session = True
@@ -278,9 +281,13 @@ class AiohttpTransport(EndpointTransport):
                     connector._close()  # the sync part of close(): no loop needed
 
     async def aclose(self) -> None:
-        """Close the connection pool if this transport opened it."""
-        if self._loop is not None and self._loop is not asyncio.get_running_loop():
-            self._abandon()  # made on an earlier event loop
+        """Close the connection pool if this transport opened it. Called on another
+        event loop than the one using it while that one still runs (another thread's),
+        it leaves the sessions to that loop's ``aclose``: they cannot be closed from here."""
+        bound = self._loop
+        if bound is not None and bound is not asyncio.get_running_loop():
+            if bound.is_closed() or not bound.is_running():
+                self._abandon()  # made on an earlier event loop
             return
         if self._session is not None and self._owns_session and not self._session.closed:
             await self._session.close()

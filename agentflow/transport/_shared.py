@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Self
 
@@ -83,6 +84,26 @@ class EndpointTransport:
                     raise
                 self.reconnects += 1
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _check_loop(self, bound: asyncio.AbstractEventLoop | None) -> bool:
+        """Whether the connections made on ``bound`` can be dropped for the running
+        loop's: ``False`` if ``bound`` is the running loop, ``True`` if it has ended
+        (closed, or no longer running: a second ``asyncio.run``).
+
+        Raises:
+            ConfigError: ``bound`` still runs (in another thread): its streams use those
+                connections, which cannot be shared with, nor closed from, this loop.
+        """
+        loop = asyncio.get_running_loop()
+        if bound is None or bound is loop:
+            return False
+        if not bound.is_closed() and bound.is_running():
+            raise ConfigError(
+                f"{self!r} is in use on another event loop that still runs (another "
+                "thread's): a transport's connections belong to one event loop at a time; "
+                "make one transport per event loop"
+            )
+        return True
 
     async def aclose(self) -> None:
         """Release connections."""

@@ -59,6 +59,11 @@ class HTTPTransport(EndpointTransport):
     A drop-in alternative to :class:`AiohttpTransport` (same arguments, traces and errors)
     that does all per-read work inside the socket's ``data_received`` callback.
 
+    Its pool belongs to the event loop that opened it: used under a new loop (a second
+    ``asyncio.run``) it opens a new one; used from a second loop while the first still
+    runs (another thread's), :meth:`stream` raises :class:`ConfigError` — make one
+    transport per event loop.
+
     Args:
         endpoint: an :class:`Endpoint` or a base URL.
         timeouts: connect, first-token, idle and total limits.
@@ -148,8 +153,10 @@ class HTTPTransport(EndpointTransport):
     def _get_pool(self) -> ConnectionPool[_Connection]:
         pool = self._pool
         # Connections belong to the event loop that opened them; a transport reused
-        # under a new loop (a second asyncio.run) starts a new pool.
-        if pool is None or pool.loop is not asyncio.get_running_loop():
+        # under a new loop (a second asyncio.run) starts a new pool. One still running
+        # in another thread keeps its pool: ConfigError (a second pool replacing it was
+        # closed by neither loop's aclose, its sockets left open).
+        if pool is None or self._check_loop(pool.loop):
             ctx = None
             if self._https:
                 ctx = self._ssl = self._ssl or _ssl.create_default_context()
@@ -235,10 +242,18 @@ class HTTPTransport(EndpointTransport):
         return trace
 
     async def aclose(self) -> None:
-        """Close every pooled connection. Safe to call twice."""
-        pool, self._pool = self._pool, None
-        if pool is not None and pool.loop is asyncio.get_running_loop():
+        """Close every pooled connection. Safe to call twice. Called on another event
+        loop than the pool's while that one still runs (another thread's), it leaves the
+        pool to that loop's ``aclose``: its connections cannot be closed from here."""
+        pool = self._pool
+        if pool is None:
+            return
+        bound = pool.loop
+        if bound is asyncio.get_running_loop():
+            self._pool = None
             await pool.aclose()
+        elif bound.is_closed() or not bound.is_running():
+            self._pool = None  # opened on an earlier event loop: dropped
 
 
 async def _given(body: bytes) -> bytes:

@@ -50,7 +50,7 @@ def _open(t: Any) -> bool:
     return session is not None and not session.closed
 
 
-@pytest.mark.parametrize("cls", [AiohttpTransport])
+@pytest.mark.parametrize("cls", [AiohttpTransport, HTTPTransport])
 def test_a_transport_in_use_on_a_running_loop_refuses_a_second_one(
     cls: type, thread_server: str, other_loop: asyncio.AbstractEventLoop
 ) -> None:

@@ -359,8 +359,8 @@ class Session:
             else:
                 status = "max_turns"
                 error = MaxTurnsExceeded(session_id=self.session_id, max_turns=agent.max_turns)
-        except asyncio.CancelledError as exc:
-            status, error = "cancelled", exc
+        except (asyncio.CancelledError, KeyboardInterrupt, SystemExit) as exc:
+            status, error = "cancelled", exc  # (a Ctrl-C in a sync callback: not "error")
             raise
         except Exception as exc:
             status, error = "error", exc

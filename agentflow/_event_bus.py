@@ -213,7 +213,9 @@ class EventBus:
         with the callback it was stuck in), logged once; no event reports it, the run
         is over. A cancelled run (a timeout around it, SIGTERM, Ctrl-C) does not wait
         the drain out for a stalled callback: the dispatcher is cancelled at once and
-        what it did not deliver is recorded the same way, with a ``CancelledError``.
+        what it did not deliver is recorded the same way, with a ``CancelledError``; so it
+        is when an async callback cancelled the dispatcher itself (the task it runs in),
+        which is not raised: the caller was not cancelled.
 
         Once it began, no dispatcher is started again: an event emitted later (an async
         callback failing on the run's last events reports an ``ErrorEvent``) goes to the
@@ -237,6 +239,12 @@ class EventBus:
             task.cancel()  # the run is cancelled: so is the delivery
             raise
         if task.done():
+            if task.cancelled():
+                # Nothing cancelled the run (it would have reached the wait above): an
+                # async callback cancelled the task it ran in, the dispatcher. That is
+                # its failure; it used to be raised out of Fleet.run as the run's own.
+                self._record_left(pending, None, by_callback=True)
+                return
             await task  # (what a callback raised that was no Exception, as before)
             return
         await self._stop(task, pending, limit)
@@ -248,6 +256,19 @@ class EventBus:
         ran out after ``limit`` seconds, or (``None``) the run was cancelled."""
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+        self._record_left(pending, limit)
+
+    def _record_left(
+        self,
+        pending: asyncio.Queue[Event | None],
+        limit: float | None,
+        *,
+        by_callback: bool = False,
+    ) -> None:
+        """Record what the ended dispatcher did not deliver (the event it was handling,
+        then those queued): the drain ran out after ``limit`` seconds, or (``None``) the
+        run was cancelled — or, ``by_callback``, an async callback cancelled the
+        dispatcher itself."""
         stuck = self._handling
         self._handling = None
         left = [(stuck[0], stuck[1])] if stuck is not None else []
@@ -258,7 +279,12 @@ class EventBus:
         if not left:
             return
         error: BaseException
-        if limit is None:
+        if by_callback:
+            error = asyncio.CancelledError(
+                "an async callback cancelled the task delivering events to async callbacks: "
+                f"{len(left)} event(s) not delivered"
+            )
+        elif limit is None:
             error = asyncio.CancelledError(
                 f"the run was cancelled: {len(left)} event(s) not delivered to async callbacks"
             )

@@ -119,7 +119,8 @@ async def run_in_process(
                 refreezer.start(asyncio.get_running_loop())
         result = FleetResult(
             sessions=_with_followers(
-                sessions, [t.result() for t in tasks] if tasks is not None else _results(sessions)
+                sessions,
+                _task_results(sessions, tasks) if tasks is not None else _results(sessions),
             ),
             wall_s=(fleet._clock() - start) / 1e9,
             peak_in_flight=scheduler.peak_in_flight,
@@ -156,6 +157,19 @@ def _results(sessions: list[Session]) -> list[SessionResult]:
     for s in sessions:
         assert s.result is not None  # every session ran to its end
         out.append(s.result)
+    return out
+
+
+def _task_results(
+    sessions: list[Session], tasks: list[asyncio.Task[SessionResult]]
+) -> list[SessionResult]:
+    """Each session task's result. A task that ended cancelled though the run was not
+    (a sync callback cancelled the session's task, the one it ran in) has none: its
+    session's own (``cancelled``) is used — ``CancelledError`` used to be raised out of
+    the run instead, its result lost, though every other session had completed."""
+    out = []
+    for s, t in zip(sessions, tasks, strict=True):
+        out.append(s.result if t.cancelled() and s.result is not None else t.result())
     return out
 
 

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from agentflow import Agent, Event, Fleet
+from agentflow.context import CacheBusterCheck
 from agentflow.testing import MockTransport, Reply
 
 from .wait import GUARD_S
@@ -40,3 +43,28 @@ async def test_an_async_callback_cancelling_the_dispatcher_is_its_failure() -> N
     assert "an async callback cancelled" in str(result.callback_errors[0].error)
     me = asyncio.current_task()
     assert me is not None and me.cancelling() == 0
+
+
+@pytest.mark.parametrize("context", [None, CacheBusterCheck()], ids=["queued", "task-each"])
+async def test_a_sync_callback_cancelling_the_session_task_loses_no_result(
+    context: CacheBusterCheck | None,
+) -> None:
+    """With a context policy each session runs in a task of its own from the start (the
+    path that raised); without one, queued (the path that already returned)."""
+    cancelled: list[bool] = []
+
+    def on_event(event: Event) -> None:
+        if event.type == "turn_end" and not cancelled:
+            cancelled.append(True)
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+
+    agent = Agent(name="a", model="m", context=context)
+    sessions = [agent.session("hi") for _ in range(3)]
+    result = await asyncio.wait_for(
+        Fleet(_transport(), callbacks=[on_event]).run(sessions), GUARD_S
+    )
+    assert cancelled
+    assert [r.status for r in result.sessions] == ["completed"] * 3
+    assert [s.result for s in sessions] == result.sessions

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
-from agentflow._redact import register_secret, register_url
+from agentflow._redact import redact, register_secret, register_url
 from agentflow._seconds import check_seconds
 
 if TYPE_CHECKING:
@@ -79,8 +79,10 @@ def split_dsn(dsn: object, owner: object) -> tuple[str, dict[str, Secret]]:
     register_url(dsn, owner=owner)
     try:
         params = conninfo_to_dict(dsn)
-    except Exception:  # its message may quote the DSN, password included
-        raise ConfigError("PostgresStore.dsn is not a libpq connection string") from None
+    except Exception as exc:  # its message may quote the DSN, password included
+        raise ConfigError(
+            f"PostgresStore.dsn is not a libpq connection string: {_unquoted_secrets(exc)}"
+        ) from None
     hidden: dict[str, Secret] = {}
     for key in SECRET_KEYS:
         value = params.pop(key, None)
@@ -88,6 +90,22 @@ def split_dsn(dsn: object, owner: object) -> tuple[str, dict[str, Secret]]:
             register_secret(str(value), owner=owner)
             hidden[key] = Secret(str(value))
     return make_conninfo("", **{k: v for k, v in params.items() if v is not None}), hidden
+
+
+#: A secret's ``key=value`` in a connection string (or a URI's query), its value quoted
+#: or not — what a parse error may quote of a DSN that holds one.
+_SECRET_VALUE = re.compile(
+    r"\b(" + "|".join(SECRET_KEYS) + r")(\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&]*)", re.IGNORECASE
+)
+
+
+def _unquoted_secrets(exc: Exception) -> str:
+    """What libpq says is wrong with a DSN (an unknown key or query parameter, a
+    missing ``=``, an unterminated quote…), without its secrets: a URI's userinfo and
+    every registered secret (:func:`redact`), and the value of any ``password=`` or
+    ``sslpassword=`` it quotes — one libpq could not parse was never registered."""
+    text = " ".join(str(exc).split())
+    return _SECRET_VALUE.sub(r"\1\2***", redact(text)) or type(exc).__name__
 
 
 def check_settings(

@@ -5,6 +5,7 @@ and the :class:`Watchdog` that cuts a connection whose server stopped answering.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import socket
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_TIMEOUT_S",
+    "MIN_CONNECT_TIMEOUT_S",
     "SECRET_KEYS",
     "WATCHDOG_MARGIN_S",
     "Secret",
@@ -43,6 +45,9 @@ SECRET_KEYS = ("password", "sslpassword")
 #: The longest timeout: PostgreSQL's ``statement_timeout`` is an int of milliseconds.
 MAX_TIMEOUT_S = (2**31 - 1) / 1000
 
+
+#: The shortest ``connect_timeout_s``: libpq waits at least 2 s (it reads 1 as 2).
+MIN_CONNECT_TIMEOUT_S = 2.0
 
 #: How long past ``statement_timeout_s`` a call or commit may go unanswered before the
 #: :class:`Watchdog` cuts its connection: the server cancels a statement at
@@ -117,15 +122,24 @@ def check_settings(
     max_held: object = 1,
 ) -> None:
     """Refuse a setting that could not work (a ConfigError naming it and its value):
-    numbers are finite reals; the timeouts at least 1 ms (a statement timeout under 1 ms
-    would be sent as 0, which PostgreSQL reads as *no* timeout) and at most
-    :data:`MAX_TIMEOUT_S`; counts are ints ≥ 1."""
+    numbers are finite reals; the timeouts at most :data:`MAX_TIMEOUT_S`, the statement
+    timeout at least 1 ms (under 1 ms it would be sent as 0, which PostgreSQL reads as
+    *no* timeout), the connect timeout at least :data:`MIN_CONNECT_TIMEOUT_S` (libpq's
+    own floor: a shorter one was silently 2 s); counts are ints ≥ 1."""
     if not isinstance(schema, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,62}", schema):
         raise ConfigError(f"PostgresStore.schema must be an SQL identifier, got {schema!r}")
     check_seconds(batch_interval_s, "PostgresStore.batch_interval_s", 0, 10)
     check_count(max_batch, "PostgresStore.max_batch")
     check_count(max_held, "PostgresStore.max_held")
-    check_seconds(connect_timeout_s, "PostgresStore.connect_timeout_s", 0.001, MAX_TIMEOUT_S)
+    connect_s = check_seconds(
+        connect_timeout_s, "PostgresStore.connect_timeout_s", 0.001, MAX_TIMEOUT_S
+    )
+    if connect_s < MIN_CONNECT_TIMEOUT_S:
+        raise ConfigError(
+            f"PostgresStore.connect_timeout_s must be at least {MIN_CONNECT_TIMEOUT_S:g} s, "
+            f"got {connect_timeout_s!r}: libpq waits at least 2 s for a host (it takes "
+            "whole seconds, and reads 1 as 2)"
+        )
     check_seconds(statement_timeout_s, "PostgresStore.statement_timeout_s", 0.001, MAX_TIMEOUT_S)
 
 
@@ -133,7 +147,9 @@ def connect(
     dsn: str, hidden: dict[str, Secret], connect_timeout_s: float, statement_timeout_s: float
 ) -> psycopg.Connection[tuple[Any, ...]]:
     """A new autocommit connection to ``dsn`` (with its ``hidden`` secrets), its
-    statement timeout ``statement_timeout_s``.
+    statement timeout ``statement_timeout_s``. libpq takes ``connect_timeout_s`` in
+    whole seconds (rounded up here: never shorter than asked) and bounds each host (each
+    address) the DSN names by it: with several, connecting may take that long per host.
 
     The timeout is set with ``SET`` once connected, not passed as ``options``: that
     would replace the DSN's own ``options`` (server settings, or a proxy's routing),
@@ -160,7 +176,7 @@ def connect(
     conn = psycopg.connect(
         dsn,
         autocommit=True,
-        connect_timeout=max(1, round(connect_timeout_s)),
+        connect_timeout=math.ceil(connect_timeout_s),  # (libpq's: whole seconds, per host)
         fallback_application_name="agentflow",
         **extra,
     )

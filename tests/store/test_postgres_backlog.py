@@ -46,7 +46,7 @@ def test_past_max_held_records_waiting_a_write_is_refused_and_nothing_held_is_lo
 ) -> None:
     async def main() -> None:
         store = PostgresStore(
-            proxy.dsn(postgres_db), statement_timeout_s=1, connect_timeout_s=1, max_held=LIMIT
+            proxy.dsn(postgres_db), statement_timeout_s=1, connect_timeout_s=2, max_held=LIMIT
         )
         await asyncio.wait_for(store.open(), GUARD_S)
         store.write(tool_result(0))
@@ -99,7 +99,7 @@ def test_a_fleet_whose_backlog_fills_ends_its_sessions_and_resumes_once_the_serv
 
     async def run() -> FleetResult:
         store = PostgresStore(
-            proxy.dsn(postgres_db), statement_timeout_s=1, connect_timeout_s=1, max_held=20
+            proxy.dsn(postgres_db), statement_timeout_s=1, connect_timeout_s=2, max_held=20
         )
         transport = SimTransport(driver())
         turns = 0

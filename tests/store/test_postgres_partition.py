@@ -39,7 +39,7 @@ def _calls(dsn: str) -> list[str]:
 async def _cut_after_one(dsn: str, proxy: Proxy) -> PostgresStore:
     """A store whose first record is committed; then the network is cut, a second
     record written, and its flush ends in a StoreError (not a hang)."""
-    store = PostgresStore(proxy.dsn(dsn), statement_timeout_s=1, connect_timeout_s=1)
+    store = PostgresStore(proxy.dsn(dsn), statement_timeout_s=1, connect_timeout_s=2)
     await asyncio.wait_for(store.open(), GUARD_S)
     store.write(tool_result(0))
     await asyncio.wait_for(store.flush(), GUARD_S)

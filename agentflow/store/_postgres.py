@@ -123,13 +123,18 @@ class PostgresStore(PgCalls):
 
     async def open(self) -> None:
         """Connect, create the schema and tables or check their version; start the writer.
+        An open store's connection is checked (one ``SELECT 1``), and replaced if it was
+        lost while idle: what follows an open — ``Fleet.run``'s ``create_run``,
+        ``Fleet.resume``'s ``start_attempt`` — is not tried twice (done twice, neither
+        would answer the same), so the next ``Fleet.run`` without a run id failed at once
+        after a server restart or an idle-session timeout, with the server up.
 
         Raises:
             StoreError: the server cannot be reached or refuses the login, or the store
                 holds another schema version.
         """
         self._start()
-        await self._call(lambda conn: None)
+        await self._call(self._again(_ping))
 
     def _start(self) -> None:
         with self._lock:
@@ -339,3 +344,8 @@ class PostgresStore(PgCalls):
             return current
         _log.warning("store.reconnected", store=self._where)
         return self._conn
+
+
+def _ping(conn: Conn) -> None:
+    """One round trip on ``conn`` (it fails if the connection was lost)."""
+    conn.execute("SELECT 1")

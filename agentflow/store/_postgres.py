@@ -18,7 +18,9 @@ reached) — raises a :class:`StoreError` saying so.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -138,14 +140,21 @@ class PostgresStore(PgCalls):
 
     def _start(self) -> None:
         with self._lock:
-            if self._closed:
-                raise self._closed_error()  # (if it could not be opened: why)
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._main, name="agentflow-store:pg", daemon=True
-                )
-                self._thread.start()
-                self._watchdog.start()
+            self._start_locked()
+
+    def _start_locked(self) -> None:
+        """Start the writer thread if none runs (under ``_lock``): at the first use, and
+        again after a first connection failed (:meth:`_open_failed`)."""
+        if self._closed:
+            raise self._closed_error()  # (if its writer failed: why)
+        if self._thread is None:
+            if self._ended.done():  # (a thread whose first connection failed)
+                self._ended = concurrent.futures.Future()
+            self._thread = threading.Thread(
+                target=self._main, args=(self._ended,), name="agentflow-store:pg", daemon=True
+            )
+            self._thread.start()
+            self._watchdog.start()
 
     async def aclose(self) -> None:
         """Commit what is queued, close the connection (idempotent).
@@ -161,6 +170,7 @@ class PostgresStore(PgCalls):
         """
         if self._thread is None or self._closed:
             self._closed = True
+            self._watchdog.stop()  # (kept for the next thread after a failed first connection)
             await self._wait_failed_writer(self.statement_timeout_s)
             return
         stop: Call[Conn] = Call(self._watchdog.wrap(self._stop), stop=True)
@@ -183,7 +193,17 @@ class PostgresStore(PgCalls):
         return STOP
 
     async def _call(self, fn: Callable[[Conn], T], *, unordered: bool = False) -> T:
-        return await super()._call(self._watchdog.wrap(fn), unordered=unordered)
+        call: Call[Conn] = Call(self._watchdog.wrap(fn), unordered=unordered)
+        self._hand_over()
+        # The thread started and the call queued under one lock: a thread whose first
+        # connection fails fails the calls queued by then and leaves (_open_failed), and a
+        # call queued after that starts the next thread.
+        with self._lock:
+            self._start_locked()
+            self._queue.put(call)
+        self._urgent.set()
+        result: T = await thread_result(call.future)
+        return result
 
     # --- reads and leases (on the writer thread, after what was written before) ---------
 
@@ -309,13 +329,13 @@ class PostgresStore(PgCalls):
             raise
         return conn
 
-    def _main(self) -> None:
+    def _main(self, ended: concurrent.futures.Future[None]) -> None:
         try:
-            try:
-                self._conn = self._connect()
-            except Exception as exc:
-                self._fail_all(exc)
-                return
+            self._conn = self._connect()
+        except Exception as exc:
+            self._open_failed(exc, ended)
+            return
+        try:
             self._watchdog.idle()
             try:
                 self._loop(self._conn)
@@ -323,7 +343,48 @@ class PostgresStore(PgCalls):
                 self._conn.close()
         finally:
             self._watchdog.stop()
-            self._thread_ended()
+            with contextlib.suppress(concurrent.futures.InvalidStateError):
+                ended.set_result(None)
+
+    def _open_failed(self, exc: Exception, ended: concurrent.futures.Future[None]) -> None:
+        """The writer thread's first connection failed (the server is down, the login
+        refused): every call waiting gets a :class:`StoreError` saying why, and the thread
+        ends — the store stays usable, the next call (``open()``) starts a new thread that
+        connects again. (The store used to fail for good: every later call raised this
+        first error, the server up or not.) Records written meanwhile stay queued, in
+        order, for that thread; a store closing meanwhile closes (its records, if any,
+        reported lost by ``aclose``)."""
+        self._watchdog.idle()
+        err = self._as_store_error(exc)
+        if not isinstance(err, StoreError):
+            err = StoreError(f"{self._where}: {type(exc).__name__}: {exc}")
+        _log.warning("store.open_failed", store=self._where, error=str(err))
+        with self._lock:
+            closing = self._closed  # (aclose queued its stop call: the store stays closed)
+            if closing:
+                self._failed = err
+            else:
+                self._thread = None  # (before any call is answered: the next starts anew)
+            ended.set_result(None)
+            kept: list[Any] = []
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    item = self._queue.get_nowait()
+                    if not isinstance(item, Call):
+                        kept.append(item)
+                    elif not item.future.set_running_or_notify_cancel():
+                        continue
+                    elif item.stop:
+                        item.future.set_result(None)
+                    else:
+                        item.future.set_exception(err)
+            if not closing:
+                for item in kept:
+                    self._queue.put(item)
+            elif kept:  # never committed: the closing call reports them lost
+                self._error = err
+        if closing:
+            self._watchdog.stop()
 
     def _usable(self, conn: Conn) -> Conn:
         """The store's connection, or — once it is lost (the server restarted, the network

@@ -10,13 +10,14 @@ import threading
 
 
 class Proxy:
-    """127.0.0.1:``port`` → 127.0.0.1:``target``."""
+    """127.0.0.1:``port`` → 127.0.0.1:``target`` (``port``: a free one unless given)."""
 
-    def __init__(self, target: int) -> None:
+    def __init__(self, target: int, port: int = 0) -> None:
         self.target = target
         self._cut = threading.Event()
         self._listener = socket.socket()
-        self._listener.bind(("127.0.0.1", 0))
+        self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._listener.bind(("127.0.0.1", port))
         self._listener.listen()
         self.port = int(self._listener.getsockname()[1])
         self._socks: list[socket.socket] = []

@@ -177,12 +177,15 @@ class DurableRun:
             RunNotFound: no such run.
             ConfigError: an agent is missing or differs from the one recorded, or
                 ``run_id`` holds a NUL (:func:`check_name`).
+            StoreError: fewer of the run's sessions are recorded than it was created
+                with (:func:`_check_all_sessions`): nothing is recorded or run.
         """
         check_name(run_id, "run_id")
         by_name = agents_by_name(agents)  # once: ``agents`` may be an iterator
         await store.open()
         await store.flush()
         run = await store.load(run_id)
+        await _check_all_sessions(store, run)
         provisional = max((a.attempt for a in run.attempts), default=-1) + 1
         wall, now = time.time_ns(), clock()
         if _virtual(clock):
@@ -330,6 +333,30 @@ class DurableRun:
             wall_s=result.wall_s + self.prior_wall_s,
             run_id=self.run_id,
             start_ns=result.start_ns if self.attempt == 0 else None,
+        )
+
+
+async def _check_all_sessions(store: Store, run: StoredRun) -> None:
+    """Refuse to resume ``run`` while fewer of its sessions are recorded than it was
+    created with (the store's optional ``declared_sessions``: ``PostgresStore``, whose
+    ``create_run`` commits the run's row at once and its sessions in the batches that
+    follow). A resume in that gap — another worker's ``Fleet.run`` just created the run —
+    found no session left to run, returned an empty result and marked the run
+    ``finished`` while that worker still ran it.
+
+    Raises:
+        StoreError: some sessions are not recorded (yet).
+    """
+    declared = getattr(store, "declared_sessions", None)
+    if declared is None:
+        return
+    n = await declared(run.run_id)
+    if len(run.sessions) < n:
+        raise StoreError(
+            f"run {run.run_id!r}: {len(run.sessions)} of its {n} sessions are recorded: the "
+            "worker that created it is still writing them — resume it again in a moment — "
+            "or was stopped before it could (the others were never recorded: run them "
+            "again as a new run); nothing was resumed"
         )
 
 

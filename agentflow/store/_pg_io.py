@@ -31,7 +31,6 @@ from agentflow.store._records import (
     ToolFinished,
     TurnFinished,
 )
-from agentflow.store._sqlite_io import FINISHED_SQL
 
 if TYPE_CHECKING:
     import psycopg
@@ -186,10 +185,20 @@ def write_record(raw: psycopg.Cursor[Any], r: Record, owner: str | None) -> None
         )
         # One worker at a time: the next statement's snapshot sees the other's ends.
         cur.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (r.run_id,))
-        cur.execute(
-            f"UPDATE runs SET status = {FINISHED_SQL.replace('?', '%s')} WHERE run_id = %s",
-            (r.status, r.run_id, r.run_id),
-        )
+        cur.execute(_RUN_STATUS, (r.run_id, r.run_id))
+
+
+#: A run's status as an attempt ends, from the database alone: ``finished`` once every
+#: session it was created with is recorded and none is left unfinished, whichever worker
+#: ended it; else ``partial``. (The attempt's own view — the shared ``FINISHED_SQL`` —
+#: also counted: a worker that resumed the run while its creator was still writing its
+#: sessions found none to run, and marked it ``finished``.) Parameters: the run id, twice.
+_RUN_STATUS = (
+    "UPDATE runs r SET status = CASE WHEN NOT EXISTS (SELECT 1 FROM sessions s"
+    " WHERE s.run_id = r.run_id AND s.status NOT IN ('completed', 'max_turns'))"
+    " AND (SELECT count(*) FROM sessions s WHERE s.run_id = %s) >= r.sessions"
+    " THEN 'finished' ELSE 'partial' END WHERE r.run_id = %s"
+)
 
 
 def _insert(kind: str, insert: str) -> str:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from agentflow._errors import LeaseLost, StoreError
 from agentflow._logging import get_logger
 from agentflow._trace import ToolCall
+from agentflow.store._claims import Ticker
 from agentflow.store._codec import agent_info, session_task
 from agentflow.store._policies import Tracked, aliases, calibrator_of, calibrators
 from agentflow.store._protocol import LeaseOwner, Store
@@ -35,7 +36,6 @@ if TYPE_CHECKING:
     from agentflow._agent import Agent
     from agentflow._rewrite import RewriteItem
     from agentflow._session import Session, SessionResult, TurnRecord
-    from agentflow.store._claims import Ticker
 
 __all__ = ["POLICY_EVERY_S", "LeaseKeeper", "Recorder"]
 
@@ -321,11 +321,63 @@ class LeaseKeeper:
         self.held.difference_update(session_ids)
 
     async def release(self) -> None:
-        """Stop renewing and give every lease back."""
+        """Stop renewing and give every lease back.
+
+        Should the store refuse (records written before wait to be committed: given
+        back, another worker would claim those sessions, see none of those records and
+        run their tools again), the leases stay held and renewed past the attempt's end —
+        by a task of their own, every third of ``ttl_s`` in real time — and their release
+        is asked again after each renewal (which tries the held records again), until it
+        goes through or the store is closed. (They used to stop being renewed: another
+        worker took them over once they expired, and ran every tool call again.)
+
+        Raises:
+            StoreError: the store refused (the leases are kept, as above).
+        """
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        try:
+            await self.store.release(self.run_id, self.owner)
+        except StoreError:
+            if not _closed(self.store):
+                task = asyncio.get_running_loop().create_task(self._keep())
+                _keepers.add(task)
+                task.add_done_callback(_keepers.discard)
+            raise
         self.held.clear()
-        await self.store.release(self.run_id, self.owner)
+
+    async def _keep(self) -> None:
+        """Renew the leases a refused release kept, and ask for their release again after
+        each renewal, until it goes through (or the store is closed)."""
+        ticker = Ticker(self.ttl_s / 3)
+        _log.warning("store.leases_kept", run_id=self.run_id, sessions=len(self.held))
+        try:
+            # At once first: the refused release may have waited out a commit's try.
+            with contextlib.suppress(StoreError):
+                await self.store.renew(self.run_id, self.owner, self.ttl_s)
+            while not _closed(self.store):
+                await ticker.wait()
+                try:
+                    await self.store.renew(self.run_id, self.owner, self.ttl_s)
+                    await self.store.release(self.run_id, self.owner)
+                except StoreError as exc:
+                    _log.warning("store.release_failed", run_id=self.run_id, error=str(exc))
+                    continue
+                self.held.clear()
+                _log.info("store.leases_released", run_id=self.run_id)
+                return
+        finally:
+            ticker.stop()
+
+
+#: The tasks renewing leases whose release was refused at an attempt's end
+#: (:meth:`LeaseKeeper.release`), kept referenced while they run.
+_keepers: set[asyncio.Task[None]] = set()
+
+
+def _closed(store: Store) -> bool:
+    """Whether ``store`` was closed (a store that does not say is taken to be open)."""
+    return bool(getattr(store, "_closed", False))

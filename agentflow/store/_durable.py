@@ -304,11 +304,20 @@ class DurableRun:
         if result is not None:
             retries = max(retries, result.retries)
         self.recorder.end_run(finished, wall_s, retries)
+        closing = asyncio.ensure_future(self._close())
         try:
-            await asyncio.shield(self._close())
+            await asyncio.shield(closing)
         except asyncio.CancelledError:
             _log.warning("store.flush_cancelled", run_id=self.run_id)
+            closing.add_done_callback(self._closed_late)
             raise
+
+    def _closed_late(self, closing: asyncio.Future[None]) -> None:
+        """The attempt's close went on after its caller was cancelled: log how it failed,
+        if it did (say, the store closed under it) — asyncio used to print it as an
+        exception never retrieved, with two tracebacks."""
+        if not closing.cancelled() and (exc := closing.exception()) is not None:
+            _log.warning("store.close_failed", run_id=self.run_id, error=str(exc))
 
     async def _close(self) -> None:
         self.ticker.stop()

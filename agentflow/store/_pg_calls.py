@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from agentflow._errors import StoreError
+from agentflow._errors import RunNotFound, StoreError
 from agentflow._logging import get_logger
 from agentflow.store._pg_writer import PgWriter
 from agentflow.store._records import StoredRun
@@ -66,6 +66,19 @@ class PgCalls(PgWriter):
                 f"{self._where}: {refused}: {len(self._pending)} record(s) written before "
                 f"are not committed yet ({self._pending_error})"
             )
+
+    async def declared_sessions(self, run_id: str) -> int:
+        """How many sessions ``run_id`` was created with (``create_run`` commits the run's
+        row at once, its sessions in the batches that follow); :class:`RunNotFound` if
+        it is not in the store."""
+
+        def read(conn: Conn) -> int:
+            row = conn.execute("SELECT sessions FROM runs WHERE run_id = %s", (run_id,)).fetchone()
+            if row is None:
+                raise RunNotFound(run_id, self._where)
+            return int(row[0])
+
+        return await self._read(read, f"run {run_id!r} not read")
 
 
 def nul_call_ids(run: StoredRun) -> StoredRun:

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentflow._errors import ConfigError, RunNotFound, StoreError
+from agentflow._errors import ConfigError, StoreError
 from agentflow._logging import get_logger
 from agentflow._redact import redact
 from agentflow._seconds import check_lease_ttl
@@ -244,19 +244,6 @@ class PostgresStore(PgCalls):
             raise ConfigError(
                 f"run_id {record.run_id!r} is already in {self!r}; resume it with Fleet.resume"
             )
-
-    async def declared_sessions(self, run_id: str) -> int:
-        """How many sessions ``run_id`` was created with (``create_run`` commits the run's
-        row at once, its sessions in the batches that follow); :class:`RunNotFound` if
-        it is not in the store."""
-
-        def read(conn: Conn) -> int:
-            row = conn.execute("SELECT sessions FROM runs WHERE run_id = %s", (run_id,)).fetchone()
-            if row is None:
-                raise RunNotFound(run_id, self._where)
-            return int(row[0])
-
-        return await self._read(read, f"run {run_id!r} not read")
 
     async def start_attempt(self, run_id: str, wall_ns: int, clock_ns: int) -> int:
         """Record the next attempt at ``run_id`` and return its number."""

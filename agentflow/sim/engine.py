@@ -30,6 +30,13 @@ one call with exactly the result of stepping through them.
 
 This module holds the engine's state, clock and requests; the step loop (steps 1–3,
 :meth:`Engine.decode_run`) is in :mod:`agentflow.sim.scheduler`.
+
+:meth:`Engine.abort` is O(1) (a cancelled fleet aborts thousands of requests): it marks
+the sequence ended and leaves it in place; the next step drops aborted running
+sequences before scheduling, and the admission loop drops aborted waiting ones when
+they reach the head of the queue (the queue is compacted once most of it is aborted).
+Every count and id list leaves them out, and the outputs are the same as if they had
+been removed at once.
 """
 
 from __future__ import annotations
@@ -44,7 +51,7 @@ from agentflow.sim.plan import FinishReason
 from agentflow.sim.profiles import Profile, get_profile
 from agentflow.sim.records import EngineStats, RequestRecord
 from agentflow.sim.scheduler import _Scheduler
-from agentflow.sim.sequence import EngineRequest, SeqState
+from agentflow.sim.sequence import ENDED, RUNNING, EngineRequest, SeqState
 from agentflow.sim.textgen import TextGenConfig, TextGenerator
 from agentflow.sim.tokenizer import Tokenizer
 
@@ -96,6 +103,9 @@ class Engine(_Scheduler):
         self._next_id = 0
         self._waiting: deque[SeqState] = deque()
         self._running: list[SeqState] = []
+        # Aborted sequences still in _running / _waiting (dropped lazily, see abort()).
+        self._dead_running = 0
+        self._dead_waiting = 0
         self._active: dict[int, SeqState] = {}
         self._records: dict[int, RequestRecord] = {}
         self._steps = 0
@@ -126,27 +136,27 @@ class Engine(_Scheduler):
     @property
     def has_work(self) -> bool:
         """Whether a request is running or waiting (so :meth:`step` will do something)."""
-        return bool(self._running or self._waiting)
+        return len(self._running) > self._dead_running or len(self._waiting) > self._dead_waiting
 
     @property
     def num_running(self) -> int:
         """Sequences in the batch."""
-        return len(self._running)
+        return len(self._running) - self._dead_running
 
     @property
     def num_waiting(self) -> int:
         """Requests in the waiting queue (preempted ones included)."""
-        return len(self._waiting)
+        return len(self._waiting) - self._dead_waiting
 
     @property
     def running_ids(self) -> tuple[int, ...]:
         """Ids of the running sequences, oldest admission first."""
-        return tuple([s.rid for s in self._running])
+        return tuple([s.rid for s in self._running if s.state == RUNNING])
 
     @property
     def waiting_ids(self) -> tuple[int, ...]:
         """Ids of the waiting requests, next to be admitted first."""
-        return tuple([s.rid for s in self._waiting])
+        return tuple([s.rid for s in self._waiting if s.state != ENDED])
 
     def record(self, request_id: int) -> RequestRecord:
         """The live ground-truth record of a request.
@@ -174,8 +184,8 @@ class Engine(_Scheduler):
         return EngineStats(
             now_s=self._now,
             steps=self._steps,
-            num_running=len(self._running),
-            num_waiting=len(self._waiting),
+            num_running=self.num_running,
+            num_waiting=self.num_waiting,
             kv_usage=kv.usage,
             prefix_cache_queries=kv.queries,
             prefix_cache_hits=kv.hits,
@@ -288,17 +298,26 @@ class Engine(_Scheduler):
     def abort(self, request_id: int) -> bool:
         """Cancel a waiting or running request (client gone); its blocks are freed.
 
+        O(1) (plus freeing its blocks): the sequence is marked ended and dropped from
+        the batch or the queue later (see the module docstring).
+
         Returns:
             whether it was still in the engine.
         """
         seq = self._active.pop(request_id, None)
         if seq is None:
             return False
-        if seq in self._running:
-            self._running.remove(seq)
+        if seq.state == RUNNING:
             self.kv.free(seq.blocks)
+            self._dead_running += 1
         else:
-            self._waiting.remove(seq)
+            self._dead_waiting += 1
+        seq.state = ENDED
+        waiting = self._waiting
+        if self._dead_waiting > 32 and 2 * self._dead_waiting > len(waiting):
+            # Mostly aborted: compact (amortised O(1) per abort), keeping the order.
+            self._waiting = deque([s for s in waiting if s.state != ENDED])
+            self._dead_waiting = 0
         seq.record.finish_reason = "abort"
         seq.record.finished_s = self._now
         self._aborted += 1

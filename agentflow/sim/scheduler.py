@@ -14,7 +14,7 @@ from collections import deque
 from agentflow.sim.kv import BlockManager, extend_block_hashes
 from agentflow.sim.profiles import Profile
 from agentflow.sim.records import DecodeRun, StepResult
-from agentflow.sim.sequence import SeqState
+from agentflow.sim.sequence import ENDED, RUNNING, WAITING, SeqState
 
 __all__: list[str] = []
 
@@ -28,6 +28,8 @@ class _Scheduler:
     _waiting: deque[SeqState]
     _running: list[SeqState]
     _active: dict[int, SeqState]
+    _dead_running: int
+    _dead_waiting: int
     _steps: int
     _preemptions: int
     _prompt_tokens: int
@@ -40,9 +42,13 @@ class _Scheduler:
     def step(self) -> StepResult:
         """Run one engine iteration and advance the clock by its duration."""
         start = self._now
+        if self._dead_running:
+            self._drop_aborted_running()
         running = self._running
         waiting = self._waiting
-        if not running and not waiting:
+        if not running and len(waiting) == self._dead_waiting:
+            waiting.clear()
+            self._dead_waiting = 0
             return StepResult(start_s=start, duration_s=0.0)
         kv = self.kv
         caching = kv.enable_caching
@@ -98,6 +104,10 @@ class _Scheduler:
             max_seqs = self.profile.max_num_seqs
             while waiting and len(running) < max_seqs and budget > 0:
                 seq = waiting[0]
+                if seq.state == ENDED:  # aborted while waiting
+                    waiting.popleft()
+                    self._dead_waiting -= 1
+                    continue
                 num_tokens = seq.num_tokens
                 hit = 0
                 if caching:
@@ -127,6 +137,7 @@ class _Scheduler:
                 else:
                     rec.recomputed_tokens += n
                 running.append(seq)
+                seq.state = RUNNING
                 admitted.append(seq.rid)
                 budget -= n
                 seq.num_computed = new_c
@@ -184,12 +195,14 @@ class _Scheduler:
         Returns:
             what happened, or ``None`` (nothing done) when a plain :meth:`step` is needed.
         """
+        if self._dead_running:
+            self._drop_aborted_running()
         running = self._running
         profile = self.profile
         n = len(running)
         if max_steps < 1 or n == 0 or n > profile.max_num_batched_tokens:
             return None
-        if self._waiting and n < profile.max_num_seqs:
+        if len(self._waiting) > self._dead_waiting and n < profile.max_num_seqs:
             return None
         if until_s is not None and self._now >= until_s:
             return None
@@ -261,7 +274,7 @@ class _Scheduler:
             fast: take pure-decode stretches through :meth:`decode_run` (same result).
         """
         steps = 0
-        while self._running or self._waiting:
+        while len(self._running) > self._dead_running or len(self._waiting) > self._dead_waiting:
             left = 1 << 30 if max_steps is None else max_steps - steps
             if left <= 0:
                 break
@@ -272,6 +285,11 @@ class _Scheduler:
                 self.step()
                 steps += 1
         return steps
+
+    def _drop_aborted_running(self) -> None:
+        """Take the sequences aborted since the last step out of the batch (in order)."""
+        self._running = [s for s in self._running if s.state == RUNNING]
+        self._dead_running = 0
 
     def _register(self, seq: SeqState, full: int) -> None:
         """Offer a sequence's blocks up to ``full`` (now computed) to the prefix cache."""
@@ -285,6 +303,7 @@ class _Scheduler:
         rec = seq.record
         rec.finish_reason = seq.end_reason
         rec.finished_s = now
+        seq.state = ENDED
         del self._active[seq.rid]
         self._finished += 1
 
@@ -295,5 +314,6 @@ class _Scheduler:
         rec = seq.record
         rec.num_preemptions += 1
         rec.preempted_at_s.append(now)
+        seq.state = WAITING
         self._waiting.appendleft(seq)
         self._preemptions += 1

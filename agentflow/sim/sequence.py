@@ -9,7 +9,13 @@ from typing import Literal
 from agentflow.sim.plan import FinishReason, OutputPlan
 from agentflow.sim.records import RequestRecord
 
-__all__ = ["EngineRequest", "SeqState"]
+__all__ = ["ENDED", "RUNNING", "WAITING", "EngineRequest", "SeqState"]
+
+# SeqState.state: in the waiting queue, in the batch, or finished/aborted. An aborted
+# sequence stays where it was until the scheduler drops it (see Engine.abort).
+WAITING = 0
+RUNNING = 1
+ENDED = 2
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,7 +57,8 @@ class SeqState:
     only the first ``num_tokens`` exist so far (the prompt plus the outputs sampled).
     ``blocks`` are the KV blocks held (see :class:`~agentflow.sim.kv.BlockManager`),
     ``hashes`` the block-chain keys computed so far, ``registered`` how many leading
-    blocks have been offered to the prefix cache.
+    blocks have been offered to the prefix cache. ``state`` is :data:`WAITING`,
+    :data:`RUNNING` or :data:`ENDED` (finished or aborted).
     """
 
     __slots__ = (
@@ -66,6 +73,7 @@ class SeqState:
         "record",
         "registered",
         "rid",
+        "state",
         "tokens",
     )
 
@@ -92,3 +100,4 @@ class SeqState:
         self.hashes: list[int] = []
         # Leading blocks offered to the prefix cache.
         self.registered = 0
+        self.state = WAITING

@@ -217,8 +217,7 @@ class ConnectionPool(Generic[C]):
         # not move while a timer is due).
         self._sweeper = None
         now, idle = self.loop.time(), self._idle
-        while idle:
-            conn, since = next(iter(idle.items()))
+        for conn, since in list(idle.items()):
             expires = since + self._keepalive_s
             if expires > now:
                 # The rest went idle later: come back when this one expires.

@@ -140,7 +140,7 @@ class PrometheusExporter:
 
     #: The event types this callback reads (see :attr:`FleetStats.event_types`).
     event_types: ClassVar[frozenset[str]] = frozenset(
-        {"turn_end", "tool_result", "session_end", "error", "retry"}
+        {"turn_end", "tool_result", "session_end", "error", "retry", "compaction"}
     )
 
     def __init__(

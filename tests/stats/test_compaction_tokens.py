@@ -60,7 +60,10 @@ class Server:
         return reply
 
 
-def run_compacted() -> tuple[dict[str, int], FleetStats, RunJournal, FleetResult, list[Any]]:
+def run_compacted(
+    *subscribed: Any,
+) -> tuple[dict[str, int], FleetStats, RunJournal, FleetResult, list[Any]]:
+    """The compacting run, with ``subscribed`` callbacks too."""
     server = Server()
 
     async def main() -> tuple[FleetStats, RunJournal, FleetResult, list[Any]]:
@@ -79,7 +82,7 @@ def run_compacted() -> tuple[dict[str, int], FleetStats, RunJournal, FleetResult
         fleet = Fleet(
             MockTransport(server, clock=loop_clock),
             clock=loop_clock,
-            callbacks=[live, journal, events],
+            callbacks=[live, journal, events, *subscribed],
         )
         result = await fleet.run([agent.session("go")])
         return live, journal, result, events.events
@@ -136,10 +139,8 @@ def test_a_summary_requests_tokens_are_in_the_fleets_totals() -> None:
 def test_the_prometheus_exporter_counts_summary_requests_apart() -> None:
     """The exporter counted no summary request: its counters fell short of what the server
     served by the summaries' tokens, with nothing to add them back from."""
-    served, live, _, _, events = run_compacted()
-    exporter = PrometheusExporter()
-    for event in events:
-        exporter(event)
+    exporter = PrometheusExporter()  # subscribed: it is given the event types it reads
+    served, live, _, _, _ = run_compacted(exporter)
     fams = {f.name: f for f in text_string_to_metric_families(exporter.text())}
     (compactions,) = fams["agentflow_compactions"].samples
     assert compactions.value == 1

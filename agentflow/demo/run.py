@@ -338,9 +338,9 @@ async def _http_fleet(
         )
         if warning is not None:
             print(f"agentflow demo: warning: {warning}", file=sys.stderr, flush=True)
-    watch = ServerWatch(endpoint.base_url, interval_s=0.5, timeout_s=probe_s(config.timeouts))
+    watch = ServerWatch(endpoint.base_url, interval_s=0.5)
     try:
-        await watch.start()
+        await watch.start(timeout_s=probe_s(config.timeouts))
         watched.server = watch
     except (TransportError, ValueError) as exc:  # no /metrics there: report without it
         watched.server_error = str(exc)

@@ -139,15 +139,20 @@ class ServerWatch:
         self._names: dict[str, tuple[str, ...]] = {}
         self._unexpected = False
 
-    async def start(self) -> None:
+    async def start(self, *, timeout_s: float | None = None) -> None:
         """Take the *before* scrape and start sampling.
+
+        Args:
+            timeout_s: the *before* scrape's limit, when it should differ from the
+                watch's ``timeout_s`` (a server that may not answer at all, asked before
+                a run that would then not start).
 
         Raises:
             TransportError: the server's ``/metrics`` did not answer.
         """
         self._session = aiohttp.ClientSession()
         try:
-            self.before = await self._full()
+            self.before = await self._full(self.timeout_s if timeout_s is None else timeout_s)
         except BaseException:
             await self._session.close()
             self._session = None
@@ -171,7 +176,7 @@ class ServerWatch:
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
             if self._session is not None:
-                self.after = await self._full()
+                self.after = await self._full(self.timeout_s)
         finally:
             if self._session is not None:
                 await self._session.close()
@@ -215,9 +220,9 @@ class ServerWatch:
         section["source"]["failed_scrapes"] = self.failed_scrapes
         return section
 
-    async def _full(self) -> MetricsSnapshot:
+    async def _full(self, timeout_s: float) -> MetricsSnapshot:
         assert self._session is not None
-        text = await scrape_text(self._session, self.url, self.timeout_s)
+        text = await scrape_text(self._session, self.url, timeout_s)
         return parse_metrics(text, t_ns=self.clock())
 
     async def _sample_loop(self) -> None:

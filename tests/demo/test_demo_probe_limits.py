@@ -14,6 +14,7 @@ import pytest
 
 from agentflow.demo import run as demo_run
 from agentflow.demo._config import DemoConfig
+from agentflow.report import ServerWatch
 from agentflow.transport import Timeouts
 
 
@@ -65,8 +66,16 @@ def test_the_demos_probes_take_the_flags_limit(
 
         return recorded
 
-    for name in ("server_window", "oversubscription", "ServerWatch"):
+    for name in ("server_window", "oversubscription"):
         monkeypatch.setattr(demo_run, name, spy(name, getattr(demo_run, name)))
+
+    class Watch(ServerWatch):
+        async def start(self, *, timeout_s: float | None = None) -> None:
+            limits["ServerWatch.start"] = timeout_s  # type: ignore[assignment]
+            limits["ServerWatch"] = self.timeout_s  # the scrapes during and after the run
+            await super().start(timeout_s=timeout_s)
+
+    monkeypatch.setattr(demo_run, "ServerWatch", Watch)
     config = DemoConfig(
         agents=1,
         turns=(1, 1),
@@ -76,6 +85,11 @@ def test_the_demos_probes_take_the_flags_limit(
         timeouts=Timeouts(first_token=0.2, connect=1),
     )
     report = demo_run.run_demo(config)
-    assert limits == {"server_window": 0.2, "oversubscription": 0.2, "ServerWatch": 0.2}
+    assert limits == {
+        "server_window": 0.2,
+        "oversubscription": 0.2,
+        "ServerWatch.start": 0.2,
+        "ServerWatch": 5.0,
+    }
     (agent,) = report["agents"]
     assert agent["status"] == "error" and "StreamTimeout" in agent["error"]

@@ -35,9 +35,8 @@ def decode_tps(
     if requests is None and client is not None:
         fleet = client.get("fleet") or {}
         requests = fleet.get("turns")
-        compaction = (fleet.get("compaction") or {}).get("requests")
-        if isinstance(requests, int | float) and isinstance(compaction, int | float):
-            requests += compaction
+        if isinstance(requests, int | float):
+            requests += _summary_requests(fleet)
     if not isinstance(requests, int | float) or requests > gen:
         return None
     return (gen - requests) / gen_s
@@ -49,8 +48,14 @@ def _client_requests(fleet: dict[str, Any]) -> int | None:
     turns = fleet.get("turns")
     if turns is None:
         return None
-    compaction = (fleet.get("compaction") or {}).get("requests") or 0
-    return int(turns + (fleet.get("retries") or 0) + compaction)
+    return int(turns + (fleet.get("retries") or 0) + _summary_requests(fleet))
+
+
+def _summary_requests(fleet: Mapping[str, Any]) -> int | float:
+    """The client's context policies' summary requests (``fleet.compaction.requests``),
+    0 when the report did not see them (``null``) or predates them."""
+    requests = (fleet.get("compaction") or {}).get("requests")
+    return requests if isinstance(requests, int | float) else 0
 
 
 def _client_decode_tps(client: Mapping[str, Any]) -> float | None:

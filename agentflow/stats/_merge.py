@@ -50,6 +50,9 @@ def merge_stats(into: FleetStats, other: FleetStats) -> None:
             mine = into.agents[key] = AgentStats(row.agent, row.session_id, len(into.slos))
         mine.merge(row)
     into.samples.extend(other.samples)
+    # A fresh FleetStats() merging workers that kept samples holds their samples: it
+    # keeps them (and any turn it is fed later) too.
+    into.keep_samples = into.keep_samples or other.keep_samples
     for name, figures in other.tools.items():
         into._tool(name).merge(figures)
     for name in (

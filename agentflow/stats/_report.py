@@ -63,16 +63,15 @@ def build_report(
         include_samples: add every turn's row (needs ``FleetStats(keep_samples=True)``).
 
     Raises:
-        ConfigError: ``include_samples`` of stats that keep no samples (an empty list
-            would read as a run without turns).
+        ConfigError: ``include_samples`` of stats missing some turn's row — built
+            without ``keep_samples=True``, or merged from some that were (a short list
+            would read as a run with fewer turns). Stats merged from workers that all
+            kept samples hold every row, whatever the target's own setting.
     """
     from agentflow._version import __version__
 
-    if include_samples and not stats.keep_samples:
-        raise ConfigError(
-            "report(include_samples=True) needs FleetStats(keep_samples=True): these stats "
-            "kept no per-turn rows"
-        )
+    if include_samples and len(stats.samples) < stats.turns:
+        raise ConfigError(_missing_samples(stats))
 
     duration = stats.duration_s
     labels = [s.label for s in stats.slos]
@@ -122,6 +121,19 @@ def build_report(
     if include_samples:
         report["samples"] = [r.to_dict() for r in stats.samples]
     return report
+
+
+def _missing_samples(stats: FleetStats) -> str:
+    """Why ``stats`` cannot report every turn's row."""
+    if not stats.samples:
+        return (
+            "report(include_samples=True) needs FleetStats(keep_samples=True): these stats "
+            f"kept no per-turn rows (of {stats.turns} turns)"
+        )
+    return (
+        "report(include_samples=True) needs FleetStats(keep_samples=True) in every merged "
+        f"worker: only {len(stats.samples)} of {stats.turns} turns kept a row"
+    )
 
 
 @cache

@@ -224,16 +224,5 @@ async def _whole_run_journal(
     seen, nor recorded: ``fleet.compaction`` is ``null``, as from the store). Its retries
     and errors other than tools' are this attempt's, as it noted them (the earlier
     attempts' are placed from their record)."""
-    from agentflow.store._export import stored_tool_entries
-
     run = await store.load(run_id)
-    this = run.attempts[-1].attempt if run.attempts else 0
-    to = 0 if read_back else this
-    shift = run.clock_offset(this, to)
-    kept = [
-        replace(e, t_ns=e.t_ns + shift)
-        for e in journal.entries
-        if e.kind in ("retry", "error") and not (e.kind == "error" and e.where == "tool")
-    ]
-    journal.entries[:] = sorted([*stored_tool_entries(run, to), *kept], key=lambda e: e.t_ns)
-    journal.compactions = False
+    journal.add_stored(run, to_attempt=0 if read_back else None)

@@ -7,12 +7,14 @@ that notes those — a few numbers per event, never the tool's output — on the
 clock; :meth:`FleetStats.from_result(result, journal=…)
 <agentflow.stats.FleetStats.from_result>` then places every retry and error in time and
 adds the tool figures (``fleet.tool_s``, ``tool_errors``, the report's ``tools``).
+A journal subscribed to ``Fleet.resume`` sees that attempt only: :meth:`RunJournal.add_stored`
+makes it the whole run's from the run store's record.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 from agentflow._context_events import CompactionEvent
@@ -20,6 +22,7 @@ from agentflow._events import ErrorEvent, Event, RetryEvent, ToolResultEvent
 from agentflow._trace import TurnTrace
 
 if TYPE_CHECKING:
+    from agentflow.store import StoredRun
     from agentflow.typing import Clock
 
 __all__ = ["JournalEntry", "RunJournal"]
@@ -117,3 +120,39 @@ class RunJournal:
                     event.is_error,
                 )
             )
+
+    def add_stored(self, run: StoredRun, *, to_attempt: int | None = None) -> None:
+        """Make this journal — subscribed to the latest attempt of a resumed run, or to
+        none — the whole run's, from the run's record: ``from_result(resumed,
+        journal=…)`` then counts every attempt's tool calls, not this attempt's only.
+
+        Its tool entries become the tool results ``run`` recorded in every attempt (this
+        one's included: its own are dropped, not counted twice): each call's name,
+        outcome and duration, ended at about its turn's end plus its duration, and for a
+        failed call its ``tool`` error. Its retries and other errors stay this
+        attempt's, as noted (a result places the earlier attempts' from their record).
+        It saw no compaction of the earlier attempts, and a store records none: its
+        compactions are dropped and :attr:`compactions` becomes ``False``
+        (``fleet.compaction`` is ``null``, as from the store).
+
+        Args:
+            run: the run as the store holds it after this attempt
+                (``await store.load(run_id)``).
+            to_attempt: the attempt whose clock every time is put on: by default the
+                run's last — the clock of the result ``Fleet.resume`` returned and of
+                this journal's own entries; ``0`` for a result read back from the store
+                (:func:`~agentflow.store.load_result`, on the first attempt's clock).
+        """
+        from agentflow.store._export import stored_tool_entries
+
+        this = run.attempts[-1].attempt if run.attempts else 0
+        to = this if to_attempt is None else to_attempt
+        shift = run.clock_offset(this, to)
+        kept = [
+            replace(e, t_ns=e.t_ns + shift)
+            for e in self.entries
+            if e.kind in ("retry", "error") and not (e.kind == "error" and e.where == "tool")
+        ]
+        stored = stored_tool_entries(run, to)
+        self.entries[:] = sorted([*stored, *kept], key=lambda e: e.t_ns)
+        self.compactions = False

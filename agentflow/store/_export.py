@@ -119,13 +119,13 @@ def _time_scale(value: object) -> float | None:
 
 
 def _tool_journal(run: StoredRun) -> RunJournal:
-    """The recorded tool results as a :class:`RunJournal` (:func:`stored_tool_entries`);
-    it saw no compaction (a store records no summary request)."""
+    """The recorded tool results as a :class:`RunJournal` on the first attempt's clock
+    (:meth:`RunJournal.add_stored`); it saw no compaction (a store records no summary
+    request)."""
     from agentflow.stats import RunJournal
 
     journal = RunJournal()
-    journal.compactions = False
-    journal.entries.extend(stored_tool_entries(run))
+    journal.add_stored(run, to_attempt=0)
     return journal
 
 
@@ -136,7 +136,7 @@ def stored_tool_entries(run: StoredRun, to_attempt: int | None = None) -> list[J
     ``ErrorEvent`` gave (there used to be none: ``fleet.errors.tool`` read 0 beside
     ``tool_errors`` 1). A call ended at about its turn's end plus its duration, on the
     clock of attempt ``to_attempt`` (default the first, as every time of the exported
-    result; ``agentflow resume`` puts them on its own)."""
+    result; :meth:`RunJournal.add_stored`, on the resumed attempt's)."""
     from agentflow.stats import JournalEntry
 
     entries: list[JournalEntry] = []

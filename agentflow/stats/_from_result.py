@@ -94,5 +94,10 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
         result, "callback_errors_dropped", 0
     )
     stats.retries = getattr(result, "retries", 0)
-    # With no callback failure there was no callback ErrorEvent: 0 is exact then.
-    stats.callback_outcomes = journal is not None or stats.callback_errors == 0
+    # A journal saw every callback ErrorEvent — unless given a store's record, which keeps
+    # no callback failure (``RunJournal.callbacks``). Without one: with no callback failure
+    # in the result there was no callback ErrorEvent, 0 is exact then.
+    if journal is not None:
+        stats.callback_outcomes = journal.callbacks
+    else:
+        stats.callback_outcomes = stats.callback_errors == 0

@@ -73,6 +73,9 @@ class RunJournal:
         compactions: whether compactions were noted (``False`` in a journal rebuilt from
             a run store, which records none): the stats built with it report
             ``fleet.compaction`` as ``null``, not measured.
+        callbacks: whether callbacks' failures were noted (``False`` in a journal given a
+            run store's record, which keeps none): the stats built with it report
+            ``fleet.errors.callback`` as ``null``, not 0.
     """
 
     event_types: ClassVar[frozenset[str]] = frozenset(
@@ -83,6 +86,7 @@ class RunJournal:
         self.clock = clock
         self.entries: list[JournalEntry] = []
         self.compactions = True
+        self.callbacks = True
 
     def __call__(self, event: Event) -> None:
         """Note one event (others are ignored)."""
@@ -133,7 +137,9 @@ class RunJournal:
         attempt's, as noted (a result places the earlier attempts' from their record).
         It saw no compaction of the earlier attempts, and a store records none: its
         compactions are dropped and :attr:`compactions` becomes ``False``
-        (``fleet.compaction`` is ``null``, as from the store).
+        (``fleet.compaction`` is ``null``, as from the store). Nor does a store keep a
+        callback's failures: :attr:`callbacks` becomes ``False`` too
+        (``fleet.errors.callback`` is ``null``: the earlier attempts' are unknown).
 
         Args:
             run: the run as the store holds it after this attempt
@@ -156,3 +162,4 @@ class RunJournal:
         stored = stored_tool_entries(run, to)
         self.entries[:] = sorted([*stored, *kept], key=lambda e: e.t_ns)
         self.compactions = False
+        self.callbacks = False

@@ -185,7 +185,8 @@ class FleetStats:
         self.callback_errors = 0
         #: Whether callbacks' failures were seen as they happened (``ErrorEvent``s, or a
         #: :class:`RunJournal`'s): not by :meth:`from_result` without a journal when a
-        #: callback failed — a result keeps the failures, not the events they made.
+        #: callback failed — a result keeps the failures, not the events they made — nor
+        #: with a journal rebuilt from a store (``RunJournal.callbacks`` false).
         self.callback_outcomes = True
         #: Workers whose stats these hold: 0 until fed (an event, :meth:`observe_turn`
         #: or :meth:`from_result`), then 1; :meth:`merge` adds — so merging into a fresh

@@ -82,12 +82,13 @@ def split_dsn(dsn: object, owner: object) -> tuple[str, dict[str, Secret]]:
     if not isinstance(dsn, str):
         raise ConfigError(f"PostgresStore.dsn must be a string, got {type(dsn).__name__}")
     register_url(dsn, owner=owner)
+    why: str | None = None
     try:
         params = conninfo_to_dict(dsn)
     except Exception as exc:  # its message may quote the DSN, password included
-        raise ConfigError(
-            f"PostgresStore.dsn is not a libpq connection string: {_unquoted_secrets(exc)}"
-        ) from None
+        why = _unquoted_secrets(exc)
+    if why is not None:  # raised here, the error keeps no context that quotes the DSN
+        raise ConfigError(f"PostgresStore.dsn is not a libpq connection string: {why}")
     hidden: dict[str, Secret] = {}
     for key in SECRET_KEYS:
         value = params.pop(key, None)
@@ -97,20 +98,33 @@ def split_dsn(dsn: object, owner: object) -> tuple[str, dict[str, Secret]]:
     return make_conninfo("", **{k: v for k, v in params.items() if v is not None}), hidden
 
 
-#: A secret's ``key=value`` in a connection string (or a URI's query), its value quoted
-#: or not — what a parse error may quote of a DSN that holds one.
-_SECRET_VALUE = re.compile(
-    r"\b(" + "|".join(SECRET_KEYS) + r")(\s*=\s*)('(?:[^'\\]|\\.)*'?|[^\s&]*)", re.IGNORECASE
-)
+#: What libpq quotes of a DSN it could not parse: a key name after these words (kept),
+#: anything else (masked).
+_QUOTED = re.compile(r'"[^"]*"')
+_KEY_NAMED_BY = ("invalid connection option ", "invalid URI query parameter: ")
+#: The separators libpq quotes in its own words (``missing "=" after``…).
+_SEPARATORS = frozenset({'"="', '"]"', '":"', '"/"'})
 
 
 def _unquoted_secrets(exc: Exception) -> str:
     """What libpq says is wrong with a DSN (an unknown key or query parameter, a
-    missing ``=``, an unterminated quote…), without its secrets: a URI's userinfo and
-    every registered secret (:func:`redact`), and the value of any ``password=`` or
-    ``sslpassword=`` it quotes — one libpq could not parse was never registered."""
+    missing ``=``, an unterminated quote…), without any of the DSN's text: libpq quotes
+    the token it could not parse — a password's value, a password that follows a value
+    with a space, a bad percent-escape in a query's ``password=``… — none of them
+    registered with the redaction, the DSN never parsed. Only a quoted key name (``invalid
+    connection option "…"``, ``invalid URI query parameter: "…"``) and libpq's own quoted
+    separators are kept; every other quoted part becomes ``"…"``."""
     text = " ".join(str(exc).split())
-    return _SECRET_VALUE.sub(r"\1\2***", redact(text)) or type(exc).__name__
+
+    def keep_or_mask(match: re.Match[str]) -> str:
+        before = text[: match.start()]
+        if before.endswith(_KEY_NAMED_BY):
+            return match.group()
+        if match.group() in _SEPARATORS and not before.endswith("unexpected character "):
+            return match.group()
+        return '"…"'
+
+    return redact(_QUOTED.sub(keep_or_mask, text)) or type(exc).__name__
 
 
 def check_settings(

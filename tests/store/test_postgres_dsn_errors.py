@@ -20,10 +20,10 @@ pytest.importorskip("psycopg")
             "postgresql://w:Sekret-41@db.invalid/runs?colour=1",
             'invalid URI query parameter: "colour"',
         ),
-        ("postgresq://w:Sekret-41@db.invalid/runs", 'missing "="'),
+        ("postgresq://w:Sekret-41@db.invalid/runs", 'missing "=" after "…"'),
         ("host=db.invalid password='Sekret-41", "unterminated quoted string"),
         ("postgresq://db.invalid/runs?password=Sekret-41", "invalid connection option"),
-        ("x password=Sekret-41 sslpassword='Sekret-41 y' z", 'missing "=" after "x"'),
+        ("x password=Sekret-41 sslpassword='Sekret-41 y' z", 'missing "=" after "…"'),
     ],
 )
 def test_a_dsn_libpq_cannot_parse_says_why_without_its_password(dsn: str, says: str) -> None:
@@ -34,12 +34,36 @@ def test_a_dsn_libpq_cannot_parse_says_why_without_its_password(dsn: str, says: 
     assert "Sekret" not in message
 
 
-def test_a_secret_a_parse_error_quotes_is_masked() -> None:
-    # (libpq quotes what follows a token it could not parse: a password that follows one
-    # was never registered with the redaction — the DSN could not be parsed.)
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "host=db password:Sekret-41 dbname=x",  # ':' for '='
+        "host=db password=correct Sekret-41",  # an unquoted password with a space
+        "postgresql://u@db/runs?password=Sekret%zz41",  # a bad percent-escape
+        "postgresql://u@db/runs?sslpassword=Sekret%zz41",
+        "Sekret-41",  # the password alone
+    ],
+)
+def test_no_part_of_the_dsn_a_parse_error_quotes_is_shown(dsn: str) -> None:
+    # (libpq quotes the token it could not parse: here a password, never registered with
+    # the redaction — the DSN could not be parsed. Only a key name it quotes is kept.)
+    with pytest.raises(ConfigError, match=r"PostgresStore\.dsn is not a libpq") as caught:
+        PostgresStore(dsn)
+    assert '"…"' in str(caught.value)
+    for shown in (str(caught.value), repr(caught.value)):
+        assert "Sekret" not in shown
+    # nor in the exception it chains: a traceback would print it
+    assert caught.value.__cause__ is None and caught.value.__context__ is None
+
+
+def test_only_a_quoted_key_name_or_separator_is_kept() -> None:
     from agentflow.store._pg_conn import _unquoted_secrets
 
-    quoted = ValueError("""missing "=" after "x password = 'Sek ret' sslpassword=Sekret&y" in""")
-    assert _unquoted_secrets(quoted) == (
-        """missing "=" after "x password = *** sslpassword=***&y" in"""
+    said = ValueError("""missing "=" after "x password = 'Sek ret' y" in connection info""")
+    assert _unquoted_secrets(said) == 'missing "=" after "…" in connection info'
+    said = ValueError('unexpected character "=" at position 3 in URI (expected ":" or "/")')
+    assert _unquoted_secrets(said) == (
+        'unexpected character "…" at position 3 in URI (expected ":" or "/")'
     )
+    said = ValueError('invalid connection option "passwd"')
+    assert _unquoted_secrets(said) == 'invalid connection option "passwd"'

@@ -41,7 +41,7 @@ from agentflow.store._pg_writer import MAX_HELD
 from agentflow.store._protocol import LeaseOwner, RunSummary, session_ids
 from agentflow.store._records import RunStarted, StoredRun
 from agentflow.store._sqlite_io import list_runs, read_run
-from agentflow.store._writer import STOP, Call
+from agentflow.store._writer import STOP, BatchWriter, Call
 
 if TYPE_CHECKING:
     import psycopg
@@ -165,16 +165,30 @@ class PostgresStore(PgCalls):
         cancellation: what was queued is committed, not left to a thread racing the
         process's exit.
 
+        A store whose first connection failed connects once more to commit the records
+        written since, if any.
+
         Raises:
-            StoreError: the writer did not close within that time.
+            StoreError: the writer did not close within that time; or records were not
+                written (that connection failed too: it says how many).
         """
-        if self._thread is None or self._closed:
+        stop: Call[Conn] = Call(self._watchdog.wrap(self._stop), stop=True)
+        with self._lock:  # (a failed first connection's _open_failed takes it too)
+            if self._thread is None and not self._closed and self._records_queued():
+                # Written since a first connection failed: one more try at committing
+                # them — should it fail too, the closing call says they were not written
+                # (they used to be dropped without a word).
+                self._start_locked()
+            closing_idle = self._thread is None or self._closed
             self._closed = True
-            self._watchdog.stop()  # (kept for the next thread after a failed first connection)
+            if not closing_idle:
+                BatchWriter._hand_over(self)  # what was written so far goes first
+                self._queue.put(stop)
+        if closing_idle:
+            self._watchdog.stop()
             await self._wait_failed_writer(self.statement_timeout_s)
             return
-        stop: Call[Conn] = Call(self._watchdog.wrap(self._stop), stop=True)
-        self._put_stop(stop)
+        self._urgent.set()
         try:
             await wait_through_cancel(thread_result(stop.future), self.statement_timeout_s + 60)
         except TimeoutError:
@@ -184,6 +198,10 @@ class PostgresStore(PgCalls):
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(thread_result(self._ended), self.statement_timeout_s)
         self._report()
+
+    def _records_queued(self) -> bool:
+        """Whether records wait for a writer thread (under ``_lock``, none running)."""
+        return bool(self._batch) or not self._queue.empty()
 
     def _stop(self, conn: Conn) -> object:
         """The closing call: drop this store's commit marker (a stale row is harmless)."""
@@ -382,7 +400,8 @@ class PostgresStore(PgCalls):
                 for item in kept:
                     self._queue.put(item)
             elif kept:  # never committed: the closing call reports them lost
-                self._error = err
+                n = sum(len(item) if isinstance(item, list) else 1 for item in kept)
+                self._error = StoreError(f"{self._where}: {n} records were not written: {err}")
         if closing:
             self._watchdog.stop()
 

@@ -224,16 +224,23 @@ class Watchdog:
         self._since = 0.0
         self._parked = False
         self._stopped = False
+        self._generation = 0  # (of the thread that runs: one started after a stop ends it)
         self._thread: threading.Thread | None = None
         #: Connections cut so far.
         self.cuts = 0
 
     def start(self) -> None:
-        """Start the watchdog's thread (once)."""
+        """Start the watchdog's thread, if none runs: again after :meth:`stop` (a
+        store's next writer thread after its first connection failed)."""
         with self._cond:
-            if self._thread is None:
+            if self._thread is None or self._stopped:
+                self._stopped = False
+                self._generation += 1  # (a stopped thread still waking up then ends)
                 self._thread = threading.Thread(
-                    target=self._run, name="agentflow-store:pg-watchdog", daemon=True
+                    target=self._run,
+                    args=(self._generation,),
+                    name="agentflow-store:pg-watchdog",
+                    daemon=True,
                 )
                 self._thread.start()
 
@@ -271,11 +278,11 @@ class Watchdog:
         """End the watchdog's thread."""
         with self._cond:
             self._stopped, self._conn = True, None
-            self._cond.notify()
+            self._cond.notify_all()
 
-    def _run(self) -> None:
+    def _run(self, generation: int) -> None:
         with self._cond:
-            while not self._stopped:
+            while not self._stopped and self._generation == generation:
                 if self._conn is None:
                     self._parked = True
                     self._cond.wait(3600.0)

@@ -396,14 +396,15 @@ class PostgresStore(PgCalls):
                         item.future.set_result(None)
                     else:
                         item.future.set_exception(err)
+            # Its watchdog too (under the lock: the next thread starts it again): it
+            # used to stay, one thread more per failed open of a store.
+            self._watchdog.stop()
             if not closing:
                 for item in kept:
                     self._queue.put(item)
             elif kept:  # never committed: the closing call reports them lost
                 n = sum(len(item) if isinstance(item, list) else 1 for item in kept)
                 self._error = StoreError(f"{self._where}: {n} records were not written: {err}")
-        if closing:
-            self._watchdog.stop()
 
     def _usable(self, conn: Conn) -> Conn:
         """The store's connection, or — once it is lost (the server restarted, the network

@@ -83,6 +83,10 @@ class PostgresStore(PgCalls):
             cannot be parsed, or a value is out of range.
     """
 
+    #: Its refused release keeps the leases held (records wait to be committed): the
+    #: recorder renews them past an attempt's end (``LeaseKeeper.release``).
+    _release_keeps_leases = True
+
     def __init__(
         self,
         dsn: str,

@@ -325,8 +325,9 @@ class LeaseKeeper:
 
         Should the store refuse (records written before wait to be committed: given
         back, another worker would claim those sessions, see none of those records and
-        run their tools again), the leases stay held and renewed past the attempt's end —
-        by a task of their own, every third of ``ttl_s`` in real time — and their release
+        run their tools again) and keep the leases held (PostgreSQL's; SQLite gives its run
+        lock back all the same), they are renewed past the attempt's end — by a task of
+        their own, every third of ``ttl_s`` in real time — and their release
         is asked again after each renewal (which tries the held records again), until it
         goes through or the store is closed. (They used to stop being renewed: another
         worker took them over once they expired, and ran every tool call again.)
@@ -342,7 +343,7 @@ class LeaseKeeper:
         try:
             await self.store.release(self.run_id, self.owner)
         except StoreError:
-            if not _closed(self.store):
+            if _keeps_refused_leases(self.store) and not _closed(self.store):
                 task = asyncio.get_running_loop().create_task(self._keep())
                 _keepers.add(task)
                 task.add_done_callback(_keepers.discard)
@@ -376,6 +377,14 @@ class LeaseKeeper:
 #: The tasks renewing leases whose release was refused at an attempt's end
 #: (:meth:`LeaseKeeper.release`), kept referenced while they run.
 _keepers: set[asyncio.Task[None]] = set()
+
+
+def _keeps_refused_leases(store: Store) -> bool:
+    """Whether a refused release of ``store`` keeps the leases held — PostgreSQL's,
+    while records written before wait to be committed: they are renewed past the
+    attempt's end. Not SQLite's, which gives its run lock back even as its release raises
+    (the database locked, the disk full); nor a store that does not say."""
+    return bool(getattr(store, "_release_keeps_leases", False))
 
 
 def _closed(store: Store) -> bool:

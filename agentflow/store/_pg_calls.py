@@ -6,6 +6,8 @@ their calls have (a NUL, which ``TEXT`` keeps as U+FFFD)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -23,7 +25,32 @@ Conn = Any  # psycopg.Connection, imported lazily (the ``pg`` extra)
 
 
 class PgCalls(PgWriter):
-    """The calls' side of :class:`~agentflow.store.PostgresStore` (see the module)."""
+    """The calls' side of :class:`~agentflow.store.PostgresStore` (see the module). The
+    store sets ``_keepers`` (an empty set)."""
+
+    _keepers: set[asyncio.Task[None]]
+
+    def _keep_until_closed(self, task: asyncio.Task[None]) -> None:
+        """Hold ``task`` — renewing the leases a refused release kept (records wait to be
+        committed) until their release goes through: ``LeaseKeeper.release`` — and cancel
+        it as the store closes (:meth:`_stop_keepers`). It used to run on, learning of the
+        close only at its next tick, to renew on the closed store and log a failure."""
+        self._keepers.add(task)
+        task.add_done_callback(self._keepers.discard)
+
+    def _stop_keepers(self) -> None:
+        """Cancel the lease-renewing tasks (the store is closing)."""
+        for task in list(self._keepers):
+            loop = task.get_loop()
+            try:
+                running = asyncio.get_running_loop()
+            except RuntimeError:
+                running = None
+            if loop is running:
+                task.cancel()
+            else:
+                with contextlib.suppress(RuntimeError):  # (its loop is closed)
+                    loop.call_soon_threadsafe(task.cancel)
 
     async def _read(self, fn: Callable[[Conn], T], refused: str) -> T:
         """``fn`` (a read, or a claim, which reads the sessions' rows) run after what was

@@ -83,10 +83,6 @@ class PostgresStore(PgCalls):
             cannot be parsed, or a value is out of range.
     """
 
-    #: Its refused release keeps the leases held (records wait to be committed): the
-    #: recorder renews them past an attempt's end (``LeaseKeeper.release``).
-    _release_keeps_leases = True
-
     def __init__(
         self,
         dsn: str,
@@ -117,6 +113,8 @@ class PostgresStore(PgCalls):
         self._watchdog = Watchdog(statement_timeout_s + _pg_conn.WATCHDOG_MARGIN_S, self._where)
         # (run, session) -> the lease owner this store claimed it for (writer thread only)
         self._holders: dict[tuple[str, str], str] = {}
+        # Tasks renewing the leases a refused release kept (_keep_until_closed).
+        self._keepers: set[asyncio.Task[None]] = set()
         # Writer thread only: the connection (a new one once it is lost: _usable), and
         # when the next reconnection may be tried.
         self._conn: Conn = None
@@ -176,6 +174,7 @@ class PostgresStore(PgCalls):
             StoreError: the writer did not close within that time; or records were not
                 written (that connection failed too: it says how many).
         """
+        self._stop_keepers()
         stop: Call[Conn] = Call(self._watchdog.wrap(self._stop), stop=True)
         with self._lock:  # (a failed first connection's _open_failed takes it too)
             if self._thread is None and not self._closed and self._records_queued():

@@ -329,8 +329,9 @@ class LeaseKeeper:
         lock back all the same), they are renewed past the attempt's end — by a task of
         their own, every third of ``ttl_s`` in real time — and their release
         is asked again after each renewal (which tries the held records again), until it
-        goes through or the store is closed. (They used to stop being renewed: another
-        worker took them over once they expired, and ran every tool call again.)
+        goes through or the store is closed (its ``aclose`` cancels that task). (They used
+        to stop being renewed: another worker took them over once they expired, and ran
+        every tool call again.)
 
         Raises:
             StoreError: the store refused (the leases are kept, as above).
@@ -343,10 +344,9 @@ class LeaseKeeper:
         try:
             await self.store.release(self.run_id, self.owner)
         except StoreError:
-            if _keeps_refused_leases(self.store) and not _closed(self.store):
-                task = asyncio.get_running_loop().create_task(self._keep())
-                _keepers.add(task)
-                task.add_done_callback(_keepers.discard)
+            keep_until_closed = _keep_until_closed(self.store)
+            if keep_until_closed is not None and not _closed(self.store):
+                keep_until_closed(asyncio.get_running_loop().create_task(self._keep()))
             raise
         self.held.clear()
 
@@ -365,6 +365,8 @@ class LeaseKeeper:
                     await self.store.renew(self.run_id, self.owner, self.ttl_s)
                     await self.store.release(self.run_id, self.owner)
                 except StoreError as exc:
+                    if _closed(self.store):  # (closed meanwhile: nothing failed)
+                        return
                     _log.warning("store.release_failed", run_id=self.run_id, error=str(exc))
                     continue
                 self.held.clear()
@@ -374,17 +376,14 @@ class LeaseKeeper:
             ticker.stop()
 
 
-#: The tasks renewing leases whose release was refused at an attempt's end
-#: (:meth:`LeaseKeeper.release`), kept referenced while they run.
-_keepers: set[asyncio.Task[None]] = set()
-
-
-def _keeps_refused_leases(store: Store) -> bool:
-    """Whether a refused release of ``store`` keeps the leases held — PostgreSQL's,
-    while records written before wait to be committed: they are renewed past the
-    attempt's end. Not SQLite's, which gives its run lock back even as its release raises
-    (the database locked, the disk full); nor a store that does not say."""
-    return bool(getattr(store, "_release_keeps_leases", False))
+def _keep_until_closed(store: Store) -> Callable[[asyncio.Task[None]], None] | None:
+    """How ``store`` takes the task renewing the leases a refused release kept — it holds
+    it, and cancels it as it closes — if its refused release keeps them held: PostgreSQL's,
+    while records written before wait to be committed. Not SQLite's, which gives its run
+    lock back even as its release raises (the database locked, the disk full); nor a store
+    that does not say (such a task would never learn that it closed)."""
+    hook = getattr(store, "_keep_until_closed", None)
+    return hook if callable(hook) else None
 
 
 def _closed(store: Store) -> bool:

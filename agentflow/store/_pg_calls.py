@@ -30,6 +30,14 @@ class PgCalls(PgWriter):
 
     _keepers: set[asyncio.Task[None]]
 
+    def _hand_over(self) -> None:
+        """Give the writer thread the loop's batch — under ``_lock``, once per batch: a
+        failed first connection drains the queue under it and puts its records back
+        (``PostgresStore._open_failed``), and a batch handed over in between landed ahead
+        of those older records."""
+        with self._lock:
+            super()._hand_over()
+
     def _keep_until_closed(self, task: asyncio.Task[None]) -> None:
         """Hold ``task`` — renewing the leases a refused release kept (records wait to be
         committed) until their release goes through: ``LeaseKeeper.release`` — and cancel

@@ -2,12 +2,16 @@
 try at a commit with the store's commit marker, a batch held (in order, ahead of the
 next) while the server cannot take it — at most ``max_held`` turns and tool results
 waiting, past which ``write`` refuses the next one — and the tries whose connection was
-lost settled by the marker on a new connection. The connection itself (made, lost,
-replaced) is the store's (``store/_postgres.py``)."""
+lost settled by the marker on a new connection; and a first connection that failed (the
+thread ends, the calls waiting told why, the records kept for the next thread). The
+connection itself (made, lost, replaced) is the store's (``store/_postgres.py``)."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import itertools
+import queue
 import secrets
 from typing import Any
 
@@ -16,7 +20,7 @@ from agentflow._logging import get_logger
 from agentflow.store import _pg_io as io
 from agentflow.store._pg_conn import Watchdog
 from agentflow.store._records import Record, ToolFinished, TurnFinished, describe_record
-from agentflow.store._writer import BatchWriter
+from agentflow.store._writer import BatchWriter, Call
 
 __all__ = ["MAX_HELD", "PgWriter"]
 
@@ -210,3 +214,45 @@ class PgWriter(BatchWriter[Conn]):
         if isinstance(exc, Exception) and type(exc).__module__.startswith("psycopg"):
             return StoreError(f"{self._where}: {type(exc).__name__}: {exc}")
         return exc
+
+    def _open_failed(self, exc: Exception, ended: concurrent.futures.Future[None]) -> None:
+        """The writer thread's first connection failed (the server is down, the login
+        refused): every call waiting gets a :class:`StoreError` saying why, and the thread
+        ends — the store stays usable, the next call (``open()``) starts a new thread that
+        connects again. (The store used to fail for good: every later call raised this
+        first error, the server up or not.) Records written meanwhile stay queued, in
+        order, for that thread; a store closing meanwhile closes (its records, if any,
+        reported lost by ``aclose``)."""
+        self._watchdog.idle()
+        err = self._as_store_error(exc)
+        if not isinstance(err, StoreError):
+            err = StoreError(f"{self._where}: {type(exc).__name__}: {exc}")
+        _log.warning("store.open_failed", store=self._where, error=str(err))
+        with self._lock:
+            closing = self._closed  # (aclose queued its stop call: the store stays closed)
+            if closing:
+                self._failed = err
+            else:
+                self._thread = None  # (before any call is answered: the next starts anew)
+            ended.set_result(None)
+            kept: list[Any] = []
+            with contextlib.suppress(queue.Empty):
+                while True:
+                    item = self._queue.get_nowait()
+                    if not isinstance(item, Call):
+                        kept.append(item)
+                    elif not item.future.set_running_or_notify_cancel():
+                        continue
+                    elif item.stop:
+                        item.future.set_result(None)
+                    else:
+                        item.future.set_exception(err)
+            # Its watchdog too (under the lock: the next thread starts it again): it
+            # used to stay, one thread more per failed open of a store.
+            self._watchdog.stop()
+            if not closing:
+                for item in kept:
+                    self._queue.put(item)
+            elif kept:  # never committed: the closing call reports them lost
+                n = sum(len(item) if isinstance(item, list) else 1 for item in kept)
+                self._error = StoreError(f"{self._where}: {n} records were not written: {err}")

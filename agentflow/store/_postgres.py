@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import queue
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -366,48 +365,6 @@ class PostgresStore(PgCalls):
             self._watchdog.stop()
             with contextlib.suppress(concurrent.futures.InvalidStateError):
                 ended.set_result(None)
-
-    def _open_failed(self, exc: Exception, ended: concurrent.futures.Future[None]) -> None:
-        """The writer thread's first connection failed (the server is down, the login
-        refused): every call waiting gets a :class:`StoreError` saying why, and the thread
-        ends — the store stays usable, the next call (``open()``) starts a new thread that
-        connects again. (The store used to fail for good: every later call raised this
-        first error, the server up or not.) Records written meanwhile stay queued, in
-        order, for that thread; a store closing meanwhile closes (its records, if any,
-        reported lost by ``aclose``)."""
-        self._watchdog.idle()
-        err = self._as_store_error(exc)
-        if not isinstance(err, StoreError):
-            err = StoreError(f"{self._where}: {type(exc).__name__}: {exc}")
-        _log.warning("store.open_failed", store=self._where, error=str(err))
-        with self._lock:
-            closing = self._closed  # (aclose queued its stop call: the store stays closed)
-            if closing:
-                self._failed = err
-            else:
-                self._thread = None  # (before any call is answered: the next starts anew)
-            ended.set_result(None)
-            kept: list[Any] = []
-            with contextlib.suppress(queue.Empty):
-                while True:
-                    item = self._queue.get_nowait()
-                    if not isinstance(item, Call):
-                        kept.append(item)
-                    elif not item.future.set_running_or_notify_cancel():
-                        continue
-                    elif item.stop:
-                        item.future.set_result(None)
-                    else:
-                        item.future.set_exception(err)
-            # Its watchdog too (under the lock: the next thread starts it again): it
-            # used to stay, one thread more per failed open of a store.
-            self._watchdog.stop()
-            if not closing:
-                for item in kept:
-                    self._queue.put(item)
-            elif kept:  # never committed: the closing call reports them lost
-                n = sum(len(item) if isinstance(item, list) else 1 for item in kept)
-                self._error = StoreError(f"{self._where}: {n} records were not written: {err}")
 
     def _usable(self, conn: Conn) -> Conn:
         """The store's connection, or — once it is lost (the server restarted, the network

@@ -18,6 +18,7 @@ import errno
 import ipaddress
 import math
 import os
+import secrets
 import socket
 import stat
 import sys
@@ -181,7 +182,10 @@ def check_output_file(path: Path, flag: str) -> None:
     An existing file is opened for appending, which changes nothing in it, and without
     blocking: a FIFO with no reader (which would block the opening until one came, before
     any work) is refused; a new file (a dangling link's target) is created and removed
-    again.
+    again. A regular file (or a new one) is written through a temporary file next to it
+    (:func:`~agentflow._files.open_text_output`), so a file is also made and removed in
+    its directory: a directory that takes no new entries (not writable by this user,
+    immutable, ``/proc``) is refused here, before the run, not when the run is over.
     """
     if path.is_dir():
         raise ConfigError(f"{flag} {path}: is a directory")
@@ -202,6 +206,20 @@ def check_output_file(path: Path, flag: str) -> None:
                 "start its reader first"
             ) from None
         raise ConfigError(f"{flag} {path}: cannot write: {_reason(exc)}") from None
+    if path.exists() and not path.is_file():
+        return  # a device, a FIFO: written directly
+    new = path.resolve()  # a link: the file it names is the one written
+    _make_dir(new.parent, f"{flag} {path}")
+    probe = new.with_name(f".{new.name}.{secrets.token_hex(6)}.probe")
+    try:
+        with probe.open("xb"):
+            pass
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(
+            f"{flag} {path}: cannot write: no new file can be made in {new.parent} "
+            f"(the file is written through one): {_reason(exc)}"
+        ) from None
 
 
 def check_store_file(path: Path, command: str) -> None:

@@ -12,7 +12,16 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["open_text_output", "write_text_file"]
+__all__ = ["OutputFileError", "open_text_output", "write_text_file"]
+
+
+class OutputFileError(OSError):
+    """An output file that could not be made or put in place (its directory takes no
+    new entries, the disk is full): an :class:`OSError` whose message names the path.
+    The command line prints it as one line (``agentflow CMD: error: …``, exit 1)."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
 
 
 def write_text_file(path: Path, text: str) -> None:
@@ -39,7 +48,8 @@ def open_text_output(path: str | os.PathLike[str]) -> Iterator[TextIO]:
       replace the device node with a regular file (as root, ``/dev/null`` itself), and
       cannot be made onto a pipe at all.
 
-    Missing parent directories are created.
+    Missing parent directories are created. A temporary file that cannot be made, or
+    put in place, is an :class:`OutputFileError` naming ``path``.
     """
     path = Path(path)
     try:
@@ -51,20 +61,30 @@ def open_text_output(path: str | os.PathLike[str]) -> Iterator[TextIO]:
             yield direct
         return
     target = path.resolve()  # a link's target (a dangling one: the file it would name)
-    target.parent.mkdir(parents=True, exist_ok=True)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-    while True:
-        tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
-        try:
-            fd = os.open(tmp, flags, 0o666)
-        except FileExistsError:  # (one in 2^48: another name)
-            continue
-        break
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        while True:
+            tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+            try:
+                fd = os.open(tmp, flags, 0o666)
+            except FileExistsError:  # (one in 2^48: another name)
+                continue
+            break
+    except OSError as exc:
+        raise _output_error(path, exc) from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             yield f
-        os.replace(tmp, target)
+        try:
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise _output_error(path, exc) from exc
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def _output_error(path: Path, exc: OSError) -> OutputFileError:
+    return OutputFileError(exc.errno, f"cannot write {path}: {exc.strerror or exc}", str(path))

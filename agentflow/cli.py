@@ -46,6 +46,7 @@ from agentflow._cli_signals import (
 from agentflow._cli_signals import Terminated as _Terminated
 from agentflow._cliargs import OneLineParser, fail
 from agentflow._errors import AgentflowError, ConfigError
+from agentflow._files import OutputFileError
 
 __all__ = ["main"]
 
@@ -75,6 +76,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return drop_stdout()  # `agentflow plan | head`: quietly, as a SIGPIPE death (141)
     except ConfigError as exc:
         return fail(prog, exc)
+    except OutputFileError as exc:  # checked up front, but a directory can change since
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 1
     except AgentflowError as exc:
         print(f"{prog}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -21,7 +21,9 @@ __all__ = ["add_demo_parsers"]
 def add_demo_parsers(sub: Any) -> None:
     """Add ``demo`` and ``resume`` to the ``agentflow`` command's subparsers."""
     demo = sub.add_parser("demo", help="run a fleet of coding agents on the embedded simulator")
-    demo.add_argument("--agents", type=int, default=64, help="sessions to run (default 64)")
+    demo.add_argument(
+        "--agents", type=int, default=64, help="sessions to run (default 64, at most 100,000)"
+    )
     demo.add_argument(
         "--profile",
         default="deepseek-v4.1-flash-gb300",

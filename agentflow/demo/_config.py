@@ -12,7 +12,12 @@ from agentflow.sim.profiles import get_profile
 from agentflow.stats import SLO
 from agentflow.transport import Endpoint, Timeouts
 
-__all__ = ["DemoConfig"]
+__all__ = ["MAX_AGENTS", "DemoConfig"]
+
+#: The most agents (``--agents``) one demo run takes: each is an agent, a session, a copy
+#: of the repository and its report row in this one process (a typo of a few more zeros
+#: used to build them for minutes, gigabytes deep, deaf to Ctrl-C and SIGTERM).
+MAX_AGENTS = 100_000
 
 #: ``--time-scale``'s default (a ``--virtual`` run has no pace: it takes no other).
 DEFAULT_TIME_SCALE = 10.0
@@ -28,7 +33,7 @@ class DemoConfig:
     """What ``agentflow demo`` runs.
 
     Attributes:
-        agents: coding agents, one session each.
+        agents: coding agents, one session each; at most :data:`MAX_AGENTS`.
         profile: the simulator's deployment profile.
         seed: fixes the workload and the simulator's output.
         time_scale: how much slower than the modelled deployment the simulator runs, so
@@ -80,6 +85,11 @@ class DemoConfig:
     def __post_init__(self) -> None:
         for name in ("agents", "max_concurrency", "max_tokens"):
             check_count(getattr(self, name), f"demo: --{name.replace('_', '-')}")
+        if self.agents > MAX_AGENTS:
+            raise ConfigError(
+                f"demo: --agents is at most {MAX_AGENTS:,} (one process runs them all), "
+                f"got {self.agents:,}"
+            )
         if not (math.isfinite(self.time_scale) and 1e-6 <= self.time_scale <= 1e6):
             raise ConfigError(
                 f"demo: --time-scale must be a finite number in [1e-06, 1e+06], got "

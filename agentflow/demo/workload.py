@@ -11,6 +11,7 @@ that fingerprints them, measured) across every session of the run.
 
 # No ``from __future__ import annotations`` here: the tools' ``path`` parameters are
 # annotated with a Literal built at run time, which only works with eager annotations.
+import functools
 import random
 import textwrap
 import traceback
@@ -97,7 +98,19 @@ class Repository:
         return Repository(dict(self.files))
 
     def tools(self) -> list[Tool]:
-        """Real tools over this repository (paths are an enum, so a model cannot invent one)."""
+        """Real tools over this repository (paths are an enum, so a model cannot invent one).
+
+        The tools are described once per set of paths (pydantic builds a model and a
+        schema per tool, a few milliseconds for the five: for every agent of a large
+        fleet that took seconds on the event loop) and bound to this repository: each
+        tool's schema is the described one, byte for byte.
+        """
+        functions = self._functions()
+        described = _described_tools(tuple(sorted(self.files)))
+        return [tool._with_function(fn) for tool, fn in zip(described, functions, strict=True)]
+
+    def _functions(self) -> tuple[Callable[..., str], ...]:
+        """The tools' functions over this repository, in :meth:`tools`' order."""
         paths = tuple(sorted(self.files))
         Path = Literal[paths]  # type: ignore[valid-type]
 
@@ -158,15 +171,21 @@ class Repository:
             self.files[path] = src.replace(old, new, 1)
             return f"edited {path}"
 
-        # An edit lives in this in-memory copy only: a resumed run (agentflow resume)
-        # replays the recorded edits so that later reads see them again.
-        return [
-            *(
-                Tool.from_function(f, in_thread=False)
-                for f in (list_files, read_file, search, run_tests)
-            ),
-            Tool.from_function(replace_in_file, in_thread=False, replay_on_resume=True),
-        ]
+        return list_files, read_file, search, run_tests, replace_in_file
+
+
+@functools.lru_cache(maxsize=16)
+def _described_tools(paths: tuple[str, ...]) -> tuple[Tool, ...]:
+    """The demo's tools for a repository of these paths, described once; their functions
+    are bound to a repository with these paths and no content (each agent's tools are
+    these with its own repository's functions)."""
+    *read_only, edit = Repository(dict.fromkeys(paths, ""))._functions()
+    # An edit lives in this in-memory copy only: a resumed run (agentflow resume)
+    # replays the recorded edits so that later reads see them again.
+    return (
+        *(Tool.from_function(f, in_thread=False) for f in read_only),
+        Tool.from_function(edit, in_thread=False, replay_on_resume=True),
+    )
 
 
 def _run_module_tests(path: str, source: str) -> str:

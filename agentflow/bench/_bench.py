@@ -9,7 +9,8 @@ repeat's ``agentflow.report/2`` report, and the saturation knee.
 
 A sweep goes from low load to high and stops once a level is over-saturated (its time
 to first token or its backlog keeps growing, :class:`~agentflow.bench.Saturation`;
-for fixed-concurrency levels, also when throughput stops growing while latency does).
+for fixed-concurrency levels, also when throughput stops growing while latency does), or
+once a level's sessions all failed (``stopped: failed``).
 
 This module is the run loop; what it runs is ``_bench_config`` (:class:`BenchConfig`,
 :class:`Sweep`), where it runs ``_targets`` (:class:`Target`, :class:`SimTarget`,
@@ -31,7 +32,12 @@ from agentflow.bench._level import LevelResult, LevelTap, run_level
 from agentflow.bench._level_entry import _CI_FIGURES as _CI_FIGURES
 from agentflow.bench._level_entry import _T95 as _T95
 from agentflow.bench._level_entry import _figure as _figure
-from agentflow.bench._level_entry import _level_entry, _plateau, confidence_interval
+from agentflow.bench._level_entry import (
+    _level_entry,
+    _plateau,
+    confidence_interval,
+    every_session_failed,
+)
 from agentflow.bench._level_entry import _slim as _slim
 from agentflow.bench._load import (
     Load,
@@ -145,6 +151,9 @@ async def arun_bench(
         if on_level is not None:
             on_level(entry)
         previous = entry
+        if config.sweep is not None and every_session_failed(runs):
+            stopped = "failed"  # higher loads would fail alike: the server serves none
+            break
         if entry["saturation"]["saturated"]:
             over += 1
             if config.sweep is not None and over >= config.sweep.stop_after:

@@ -18,7 +18,7 @@ from agentflow.bench._bench_config import BenchConfig
 from agentflow.bench._level import LevelResult
 from agentflow.bench._load import Load
 
-__all__ = ["confidence_interval", "level_failed"]
+__all__ = ["confidence_interval", "every_session_failed", "level_failed"]
 
 #: Figures that get a confidence interval over repeats: (key in the summary, sub-key).
 _CI_FIGURES: tuple[tuple[str, str | None], ...] = (
@@ -90,6 +90,9 @@ def _level_entry(load: Load, runs: list[LevelResult]) -> dict[str, Any]:
     entry["sessions"]["drained"] = all(s["sessions"]["drained"] for s in summaries)
     entry["saturation"] = _saturation(summaries, entry["saturation"])
     entry["ci95"] = ci
+    from agentflow.demo.summary import failure_lines
+
+    entry["failures"] = failure_lines(s for r in runs if r.result for s in r.result.sessions)
     entry["repeats"] = [
         {
             "seed_offset": i,
@@ -154,6 +157,14 @@ def level_failed(entry: Mapping[str, Any]) -> bool:
         s["statuses"].get("error", 0) + s["statuses"].get("max_turns", 0) + s["errors"]["session"]
         for s in runs
     )
+
+
+def every_session_failed(runs: Sequence[LevelResult]) -> bool:
+    """Whether no session of the level's runs completed and every one that ended by
+    itself (not cut at the level's end) failed — at least one (a server that is down, a
+    wrong model name: a sweep goes no further)."""
+    ended = [s for r in runs if r.result for s in r.result.sessions if s.status != "cancelled"]
+    return bool(ended) and not any(s.ok for s in ended)
 
 
 #: The quantiles of each session's decode speed a slimmed report adds to

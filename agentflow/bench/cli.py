@@ -253,6 +253,8 @@ def _bench(args: argparse.Namespace) -> int:
             + ("  [over-saturated]" if s["saturation"]["saturated"] else "")
             + ("  [interrupted]" if s.get("interrupted") else "")
         )
+        for line in s.get("failures") or ():  # why sessions failed: the commonest errors
+            console.print(f"    {line}")
 
     try:
         # SIGTERM cancels the run as Ctrl-C does (run_command, agentflow/_cli_signals.py):

@@ -18,6 +18,7 @@ from typing import Any
 from rich.table import Table
 
 from agentflow._fleet import FleetResult
+from agentflow._session_types import SessionResult
 from agentflow.context._reuse import prefix_reuse
 from agentflow.report._live import LiveView
 from agentflow.stats import SLO, FleetStats, RunJournal
@@ -142,9 +143,11 @@ def goodput_line(g: dict[str, Any], scale: float = 1.0) -> str:
     return text
 
 
-def failure_lines(result: FleetResult, most: int = 3) -> list[str]:
+def failure_lines(result: FleetResult | Iterable[SessionResult], most: int = 3) -> list[str]:
     """Why sessions failed: the ``most`` commonest errors, each with how many sessions
     it ended (the report has every one); none when every session completed or stopped.
+    Of a fleet's result, or of sessions (``agentflow bench``: a level's, over its
+    repeats).
 
     Errors are told apart by type and message, less what names the session that failed
     (its id and agent, which the demo gives each session its own): the same failure
@@ -152,7 +155,8 @@ def failure_lines(result: FleetResult, most: int = 3) -> list[str]:
     groups: Counter[tuple[str, str]] = Counter()
     example: dict[tuple[str, str], str] = {}
     alike: dict[tuple[str, str], bool] = {}
-    for s in result.sessions:
+    sessions = result.sessions if isinstance(result, FleetResult) else result
+    for s in sessions:
         if s.status != "error" or s.error is None:
             continue
         kind, text = type(s.error).__name__, str(s.error)

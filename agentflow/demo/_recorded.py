@@ -8,7 +8,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentflow._errors import ConfigError
+from agentflow._errors import ConfigError, StoreError
 from agentflow._fleet import Fleet, FleetResult
 from agentflow._redact import display_url
 from agentflow.demo._config import DemoConfig
@@ -19,7 +19,7 @@ from agentflow.transport import Timeouts
 from agentflow.typing import Clock
 
 if TYPE_CHECKING:
-    from agentflow.store import Store
+    from agentflow.store import SQLiteStore, Store
 
 __all__ = ["recorded_config", "resume_config", "run_recorded"]
 
@@ -159,14 +159,20 @@ async def run_recorded(
     store at ``path``; after a stop signal, the result is read back from the store. A
     resumed run's result starts (``start_ns``) at the run's first start (see
     :func:`_run_start`), and its ``journal`` (subscribed to this attempt) is made the
-    whole run's (see :func:`_whole_run_journal`)."""
-    from agentflow.store import SQLiteStore, load_result, new_run_id
+    whole run's (see :func:`_whole_run_journal`).
 
-    store = SQLiteStore(path)
+    Raises:
+        ConfigError: the store cannot be opened (not a database, not an agentflow store,
+            another version's), before the run is announced or begins.
+    """
+    from agentflow.store import load_result, new_run_id
+
+    command, verb = ("resume", "resuming") if config.resume is not None else ("demo", "recording")
+    # Opened before the run is announced: a file that is no store is a bad --store.
+    store = await open_store(path, command)
     fleet.store = store
     run_id = config.resume or new_run_id()
     # Said now, not only at the end: after a kill -9 this line is how to resume it.
-    command, verb = ("resume", "resuming") if config.resume is not None else ("demo", "recording")
     print(
         f"agentflow {command}: {verb} run {run_id} in {path} "
         f"(resume it with: agentflow resume {run_id} --store {path})",
@@ -198,6 +204,26 @@ async def run_recorded(
         return result
     finally:
         await store.aclose()
+
+
+async def open_store(path: Path, command: str, *, journal: bool = True) -> SQLiteStore:
+    """The SQLite store at ``path``, opened (``journal``: see :class:`SQLiteStore`).
+
+    Raises:
+        ConfigError: it cannot be opened — not a database, not an agentflow store,
+            another version's, a place no file can be made — naming ``--store`` (the
+            command's argument: one line, exit 2, rather than a ``StoreError``).
+    """
+    from agentflow.store import SQLiteStore
+
+    store = SQLiteStore(path, journal=journal)
+    try:
+        await store.open()
+    except StoreError as exc:
+        await store.aclose()
+        reason = str(exc).removeprefix(f"{path}: ")
+        raise ConfigError(f"{command}: --store {path}: {reason}") from None
+    return store
 
 
 async def _run_start(store: Store, run_id: str, read_back: bool) -> int | None:

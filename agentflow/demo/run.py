@@ -160,6 +160,9 @@ def _report(
         if k not in ("api_key", "live", "slos")
     }
     run["slos"] = [slo.label for slo in config.slos]
+    # The limits each request ran under: the transport's defaults when no --*-timeout
+    # was given (not null); a virtual run has no HTTP requests, and none.
+    run["timeouts"] = None if config.virtual else asdict(config.timeouts or Timeouts())
     if result.run_id is not None:
         run["run_id"] = result.run_id
     run["time_scale"] = scale

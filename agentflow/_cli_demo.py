@@ -26,8 +26,9 @@ def add_demo_parsers(sub: Any) -> None:
     )
     demo.add_argument(
         "--profile",
-        default="deepseek-v4.1-flash-gb300",
-        help="the deployment the simulator models (see `agentflow sim --help`)",
+        default=None,
+        help="the deployment the simulator models (see `agentflow sim --help`; default "
+        "deepseek-v4.1-flash-gb300; not with --base-url)",
     )
     demo.add_argument(
         "--seed", type=int, default=0, help="fixes the workload and the simulator's output"
@@ -37,7 +38,8 @@ def add_demo_parsers(sub: Any) -> None:
         type=float,
         default=None,
         help="run the simulator this many times slower than the deployment it "
-        "models (figures are also shown scaled back); default 10",
+        "models (figures are also shown scaled back); default 10; not with --virtual "
+        "or --base-url",
     )
     demo.add_argument(
         "--max-concurrency",
@@ -133,7 +135,13 @@ def _need_demo_extra(command: str) -> None:
 def _demo(args: argparse.Namespace) -> int:
     _need_demo_extra("demo")
     from agentflow.bench.cli import parse_slo
-    from agentflow.demo._config import DEFAULT_TIME_SCALE, VIRTUAL_HAS_NO_PACE
+    from agentflow.demo._config import (
+        BASE_URL_HAS_NO_PACE,
+        BASE_URL_HAS_NO_PROFILE,
+        DEFAULT_PROFILE,
+        DEFAULT_TIME_SCALE,
+        VIRTUAL_HAS_NO_PACE,
+    )
     from agentflow.demo.run import DemoConfig, run_demo
 
     lo, _, hi = args.turns.partition(":")
@@ -143,9 +151,14 @@ def _demo(args: argparse.Namespace) -> int:
         raise ConfigError(f"--turns must be MIN:MAX, got {args.turns!r}") from None
     if args.virtual and args.time_scale is not None:  # (DemoConfig sees only a value)
         raise ConfigError(VIRTUAL_HAS_NO_PACE)
+    if args.base_url and args.time_scale is not None:
+        raise ConfigError(BASE_URL_HAS_NO_PACE)
+    if args.base_url and args.profile is not None:
+        raise ConfigError(BASE_URL_HAS_NO_PROFILE)
     scale = DEFAULT_TIME_SCALE if args.time_scale is None else args.time_scale
     config = DemoConfig(
-        agents=args.agents, profile=args.profile, seed=args.seed, time_scale=scale,
+        agents=args.agents, profile=args.profile or DEFAULT_PROFILE, seed=args.seed,
+        time_scale=scale,
         max_concurrency=args.max_concurrency, turns=turns, max_tokens=args.max_tokens,
         base_url=args.base_url, api_key=args.api_key, model=args.model,
         virtual=args.virtual, live=not args.no_live, report=args.report,

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 __all__ = ["add_parser", "bench_html", "bench_table", "parse_slo"]
 
+#: ``--profile``'s default: the simulator's deployment when no ``--base-url`` is given.
+DEFAULT_PROFILE = "qwen2.5-coder-32b"
+
 
 def add_parser(sub: Any) -> None:
     """Add ``agentflow bench`` to the ``agentflow`` command's subparsers."""
@@ -120,7 +123,9 @@ def add_parser(sub: Any) -> None:
         "throughput: one point per level; needs agentflow[report])",
     )
     p.add_argument(
-        "--profile", default="qwen2.5-coder-32b", help="the simulator's profile (no --base-url)"
+        "--profile",
+        default=None,
+        help=f"the simulator's profile (default {DEFAULT_PROFILE}; not with --base-url)",
     )
     p.add_argument(
         "--max-in-flight", type=at_least(1), default=100_000, help="the client's request limit"
@@ -160,6 +165,11 @@ def _bench(args: argparse.Namespace) -> int:
     if args.show_workload:
         print(json.dumps(msgspec.to_builtins(workload), indent=2))
         return 0
+    if args.base_url and args.profile is not None:
+        raise ConfigError(
+            "--profile picks the simulator's deployment; with --base-url there is no "
+            "simulator: drop --profile or --base-url"
+        )
     _check_no_overwrite(args)
     if args.report is not None:
         check_output_file(args.report, "--report")
@@ -223,8 +233,9 @@ def _bench(args: argparse.Namespace) -> int:
     else:
         from agentflow.sim.profiles import get_profile
 
-        get_profile(args.profile)  # an UnknownProfileError names it
-        target = SimTarget(profile=args.profile)
+        profile = args.profile or DEFAULT_PROFILE
+        get_profile(profile)  # an UnknownProfileError names it
+        target = SimTarget(profile=profile)
     # A table of a dozen figures per level: wide, also when printed to a pipe or a file.
     from agentflow._cli_console import CliConsole
 

@@ -27,6 +27,18 @@ VIRTUAL_HAS_NO_PACE = (
     "(it runs on virtual time, as fast as it computes): drop --time-scale or --virtual"
 )
 
+#: Why ``--time-scale`` and ``--profile`` are refused with ``--base-url``: they are the
+#: simulator's, and that server is not one (they used to be ignored without a word).
+BASE_URL_HAS_NO_PACE = (
+    "demo: --time-scale paces the simulator; with --base-url the server runs at its own "
+    "pace: drop --time-scale or --base-url"
+)
+BASE_URL_HAS_NO_PROFILE = (
+    "demo: --profile picks the deployment the simulator models; with --base-url there is "
+    "no simulator: drop --profile or --base-url"
+)
+DEFAULT_PROFILE = "deepseek-v4.1-flash-gb300"
+
 
 @dataclass(frozen=True, kw_only=True)
 class DemoConfig:
@@ -34,13 +46,14 @@ class DemoConfig:
 
     Attributes:
         agents: coding agents, one session each; at most :data:`MAX_AGENTS`.
-        profile: the simulator's deployment profile.
+        profile: the simulator's deployment profile (not with ``base_url``).
         seed: fixes the workload and the simulator's output.
         time_scale: how much slower than the modelled deployment the simulator runs, so
             that one Python client on a laptop can keep up with a rack's token rate;
             figures are also shown scaled back. Over HTTP only: a ``virtual`` run, on
             virtual time, refuses any other than the default (a resumed one ignores
-            the one it was recorded with, as it always did).
+            the one it was recorded with, as it always did); so does one with
+            ``base_url``, a server that runs at its own pace.
         max_concurrency: model requests in flight at once.
         turns: (min, max) model turns per agent.
         max_tokens: output limit per turn.
@@ -64,7 +77,7 @@ class DemoConfig:
     """
 
     agents: int = 64
-    profile: str = "deepseek-v4.1-flash-gb300"
+    profile: str = DEFAULT_PROFILE
     seed: int = 0
     time_scale: float = DEFAULT_TIME_SCALE
     max_concurrency: int = 64
@@ -102,6 +115,12 @@ class DemoConfig:
             raise ConfigError("demo: --virtual runs the embedded simulator; drop --base-url")
         if self.virtual and self.time_scale != DEFAULT_TIME_SCALE and self.resume is None:
             raise ConfigError(VIRTUAL_HAS_NO_PACE)
+        if self.base_url and self.resume is None:
+            # (a resumed run keeps what it was recorded with, as it always did)
+            if self.time_scale != DEFAULT_TIME_SCALE:
+                raise ConfigError(BASE_URL_HAS_NO_PACE)
+            if self.profile != DEFAULT_PROFILE:
+                raise ConfigError(BASE_URL_HAS_NO_PROFILE)
         if self.virtual and self.timeouts is not None:
             raise ConfigError("demo: the --*-timeout limits are for HTTP runs; drop --virtual")
         if not 0 <= self.fault_rate <= 1:

@@ -31,7 +31,10 @@ def add_demo_parsers(sub: Any) -> None:
         "deepseek-v4.1-flash-gb300; not with --base-url)",
     )
     demo.add_argument(
-        "--seed", type=int, default=0, help="fixes the workload and the simulator's output"
+        "--seed",
+        type=int,
+        default=0,
+        help="fixes the workload and the simulator's output (default 0)",
     )
     demo.add_argument(
         "--time-scale",
@@ -48,7 +51,9 @@ def add_demo_parsers(sub: Any) -> None:
         help="model requests in flight at once (default 64); against llama.cpp keep it "
         "at or below the server's slots (`agentflow llamacpp --n-parallel`)",
     )
-    demo.add_argument("--turns", default="5:20", help="MIN:MAX model turns per agent")
+    demo.add_argument(
+        "--turns", default="5:20", help="MIN:MAX model turns per agent (default 5:20)"
+    )
     demo.add_argument(
         "--max-tokens", type=int, default=128, help="output tokens per model turn (default 128)"
     )

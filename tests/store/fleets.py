@@ -196,3 +196,38 @@ def only_run_id(db: Path) -> str:
     finally:
         conn.close()
     return str(run_id)
+
+
+async def end_with_tool_results_held(
+    dsn: str, store: Store, ttl_s: float
+) -> tuple[Any, SimTransport]:
+    """Run two sessions (``s0``, ``s1``, run ``r``) recorded in the PostgreSQL ``store``
+    while the server refuses every batch with a tool result — a table lock taken at the
+    first turn's end, behind which the store's statements time out (give it a short
+    ``statement_timeout_s``): the run ends in a ``StoreError``, its records held, its
+    release refused. The lock's connection (``ROLLBACK`` it to let the records in) and
+    the transport, for the caller to close."""
+    import psycopg
+
+    from agentflow import StoreError
+
+    blocker = await asyncio.to_thread(lambda: psycopg.connect(dsn))
+    locked: list[bool] = []
+
+    def lock(event: Event) -> None:
+        if event.type == "turn_end" and not locked:
+            locked.append(True)
+            blocker.execute("BEGIN")
+            blocker.execute("LOCK TABLE agentflow.tool_calls IN EXCLUSIVE MODE")
+
+    transport = SimTransport(driver())
+    team = agents(2)
+    sessions = [team[i].session(f"task {i}", session_id=f"s{i}") for i in range(2)]
+    fleet = Fleet(transport, clock=loop_clock, store=store, callbacks=[lock], lease_ttl_s=ttl_s)
+    try:
+        await fleet.run(sessions, run_id="r")
+    except StoreError:
+        return blocker, transport
+    blocker.close()
+    await transport.aclose()
+    raise AssertionError("the run ended without the StoreError of its held records")

@@ -7,17 +7,14 @@ they expired, saw none of those records, and ran their tool calls again."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import psycopg
-import pytest
 
-from agentflow import Event, Fleet, StoreError
-from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow.embedded import run_virtual
 from agentflow.store import LeaseOwner, PostgresStore
 
 from ..wait import wait_for
-from .fleets import agents, driver
+from .fleets import end_with_tool_results_held
 
 TTL_S = 1.5
 
@@ -38,24 +35,7 @@ def test_leases_kept_at_an_attempts_end_stay_renewed_until_released(postgres_db:
     async def main() -> None:
         a = PostgresStore(postgres_db, statement_timeout_s=0.2)
         b = PostgresStore(postgres_db)
-        blocker: psycopg.Connection[tuple[Any, ...]]
-        blocker = await asyncio.to_thread(lambda: psycopg.connect(postgres_db))
-        locked: list[bool] = []
-
-        def lock(event: Event) -> None:
-            # From the first turn's end on, the server refuses every batch with a tool
-            # result (a statement timeout behind this table lock): they are held.
-            if event.type == "turn_end" and not locked:
-                locked.append(True)
-                blocker.execute("BEGIN")
-                blocker.execute("LOCK TABLE agentflow.tool_calls IN EXCLUSIVE MODE")
-
-        transport = SimTransport(driver())
-        team = agents(2)
-        sessions = [team[i].session(f"task {i}", session_id=f"s{i}") for i in range(2)]
-        fleet = Fleet(transport, clock=loop_clock, store=a, callbacks=[lock], lease_ttl_s=TTL_S)
-        with pytest.raises(StoreError):
-            await fleet.run(sessions, run_id="r")
+        blocker, transport = await end_with_tool_results_held(postgres_db, a, TTL_S)
         at_end, leases = await asyncio.to_thread(_leases, postgres_db)
         owners = {owner for owner, _ in leases.values()}
         assert len(owners) == 1 and None not in owners  # kept: the records wait

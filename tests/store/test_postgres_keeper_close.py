@@ -9,15 +9,14 @@ import asyncio
 import contextlib
 from typing import Any
 
-import psycopg
 import pytest
 
-from agentflow import Event, Fleet, StoreError
-from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow import StoreError
+from agentflow.embedded import run_virtual
 from agentflow.store import PostgresStore
 
 from ..wait import eventually
-from .fleets import agents, driver
+from .fleets import end_with_tool_results_held
 
 TTL_S = 6.0
 
@@ -41,25 +40,9 @@ def test_closing_the_store_ends_the_task_keeping_refused_leases(
 ) -> None:
     async def main() -> None:
         store = PostgresStore(postgres_db, statement_timeout_s=0.2)
-        blocker: psycopg.Connection[tuple[Any, ...]]
-        blocker = await asyncio.to_thread(lambda: psycopg.connect(postgres_db))
-        locked: list[bool] = []
-
-        def lock(event: Event) -> None:
-            # From the first turn's end on, the server refuses every batch with a tool
-            # result: they are held, and the attempt's release is refused.
-            if event.type == "turn_end" and not locked:
-                locked.append(True)
-                blocker.execute("BEGIN")
-                blocker.execute("LOCK TABLE agentflow.tool_calls IN EXCLUSIVE MODE")
-
-        transport = SimTransport(driver())
-        team = agents(2)
-        sessions = [team[i].session(f"task {i}", session_id=f"s{i}") for i in range(2)]
-        fleet = Fleet(transport, clock=loop_clock, store=store, callbacks=[lock], lease_ttl_s=TTL_S)
+        # the attempt's release is refused: its tool results are held
+        blocker, transport = await end_with_tool_results_held(postgres_db, store, TTL_S)
         try:
-            with pytest.raises(StoreError):
-                await fleet.run(sessions, run_id="r")
             keepers = _keepers()
             assert len(keepers) == 1  # renewing the leases the refused release kept
             (keeper,) = keepers

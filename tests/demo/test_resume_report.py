@@ -19,6 +19,7 @@ from agentflow.cli import main
 from agentflow.demo import run as demo_run
 from agentflow.stats import RunJournal
 from tests.stats.test_report_schema import validate
+from tests.stats.test_tool_calls_run import tool_figures
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 
@@ -35,13 +36,7 @@ class _StopAtThirdTool(RunJournal):
 
 
 def _tool_figures(report: dict[str, Any]) -> dict[str, Any]:
-    f = report["fleet"]
-    return {
-        "fleet": (f["tool_calls"], f["tool_errors"], f["tool_s"], f["errors"]["tool"]),
-        "tools": {k: (v["calls"], v["errors"], v["total_s"]) for k, v in report["tools"].items()},
-        "agents": [(a["session_id"], a["tool_calls"], a["tool_s"]) for a in report["agents"]],
-        "compaction": f["compaction"],
-    }
+    return {**tool_figures(report), "compaction": report["fleet"]["compaction"]}
 
 
 @pytest.mark.parametrize("stop_again", [False, True])

@@ -24,7 +24,8 @@ async def nap(s: float) -> str:
     return "ok"
 
 
-def _tool_figures(report: dict[str, Any]) -> dict[str, Any]:
+def tool_figures(report: dict[str, Any]) -> dict[str, Any]:
+    """A report's tool figures: the fleet's, per tool, per session."""
     f = report["fleet"]
     return {
         "fleet": (f["tool_calls"], f["tool_errors"], f["tool_s"], f["errors"]["tool"]),
@@ -77,7 +78,7 @@ def test_a_run_cancelled_mid_tool_counts_the_calls_that_ran(tmp_path: Path) -> N
         f = report["fleet"]
         assert f["tool_calls"] == sum(t["calls"] for t in report["tools"].values()) == ran, name
         assert sum(a["tool_calls"] for a in report["agents"]) == ran, name
-    assert _tool_figures(reports["from_result"]) == _tool_figures(reports["live"])
-    assert _tool_figures(reports["store"]) == _tool_figures(reports["live"])
+    assert tool_figures(reports["from_result"]) == tool_figures(reports["live"])
+    assert tool_figures(reports["store"]) == tool_figures(reports["live"])
     # without its journal a result knows only the calls asked for (documented so)
     assert FleetStats.from_result(result).report()["fleet"]["tool_calls"] == asked

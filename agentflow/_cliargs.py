@@ -14,11 +14,11 @@ the client side.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import ipaddress
 import math
 import os
-import secrets
 import socket
 import stat
 import sys
@@ -28,6 +28,7 @@ from typing import Any, NoReturn
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
+from agentflow._files import through_name
 from agentflow._session_checks import is_header_name
 
 __all__ = [
@@ -196,9 +197,7 @@ def check_output_file(path: Path, flag: str) -> None:
         else:
             new = path.resolve()  # a dangling link: the file it names is the one written
             _make_dir(new.parent, f"{flag} {path}")
-            with new.open("xb"):
-                pass
-            new.unlink()
+            _make_and_remove(new)
     except OSError as exc:
         if exc.errno == errno.ENXIO and _is_fifo(path):
             raise ConfigError(
@@ -210,16 +209,24 @@ def check_output_file(path: Path, flag: str) -> None:
         return  # a device, a FIFO: written directly
     new = path.resolve()  # a link: the file it names is the one written
     _make_dir(new.parent, f"{flag} {path}")
-    probe = new.with_name(f".{new.name}.{secrets.token_hex(6)}.probe")
     try:
-        with probe.open("xb"):
-            pass
-        probe.unlink()
+        _make_and_remove(through_name(new))  # the very name the writing will need room for
     except OSError as exc:
         raise ConfigError(
             f"{flag} {path}: cannot write: no new file can be made in {new.parent} "
             f"(the file is written through one): {_reason(exc)}"
         ) from None
+
+
+def _make_and_remove(path: Path) -> None:
+    """Make ``path`` (a new file) and remove it, whatever happens between (a Ctrl-C); a
+    file found there (made meanwhile by someone else) is left alone."""
+    made = path.open("xb")
+    try:
+        made.close()
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
 
 
 def check_store_file(path: Path, command: str) -> None:

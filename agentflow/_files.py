@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["OutputFileError", "open_text_output", "write_text_file"]
+__all__ = ["OutputFileError", "open_text_output", "through_name", "write_text_file"]
 
 
 class OutputFileError(OSError):
@@ -65,7 +65,7 @@ def open_text_output(path: str | os.PathLike[str]) -> Iterator[TextIO]:
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         while True:
-            tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+            tmp = through_name(target)
             try:
                 fd = os.open(tmp, flags, 0o666)
             except FileExistsError:  # (one in 2^48: another name)
@@ -84,6 +84,12 @@ def open_text_output(path: str | os.PathLike[str]) -> Iterator[TextIO]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def through_name(target: Path) -> Path:
+    """A new name next to ``target`` for the temporary file it is written through (as
+    long as its name plus 18 characters)."""
+    return target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
 
 
 def _output_error(path: Path, exc: OSError) -> OutputFileError:

@@ -140,9 +140,18 @@ async def run_in_process(
     finally:
         _stop_probe(probe)
         refreezer.stop()
-        await scheduler.aclose()
-        await bus.aclose(cancelled=cancelled)
-        fleet._scheduler = None
+        try:
+            await scheduler.aclose()
+        except asyncio.CancelledError:
+            # Cancelled while it waited for its dispatcher (a deadline, a consumer
+            # leaving Fleet.stream as the run ends): the bus is closed all the same.
+            cancelled = True
+            raise
+        finally:
+            try:
+                await bus.aclose(cancelled=cancelled)
+            finally:
+                fleet._scheduler = None
     return result
 
 

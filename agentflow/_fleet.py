@@ -57,6 +57,7 @@ from agentflow.sched import (
     TurnRunner,
     policy_by_name,
 )
+from agentflow.sched._scheduler import cancel_and_wait
 from agentflow.typing import Callback, Clock, Transport
 
 if TYPE_CHECKING:
@@ -394,15 +395,9 @@ async def _cancel_run(task: asyncio.Task[Any]) -> None:
     """Cancel the stream's run ``task`` and wait until it has ended.
 
     Only the run's own cancellation is swallowed: a cancel that reaches the consumer
-    meanwhile (a deadline falling due while ``aclosing`` closes the stream, a second
-    Ctrl-C) is raised, once the run has ended. It used to be swallowed with the run's,
-    so code past a deadline ran on with no ``TimeoutError``.
+    before or meanwhile (a Ctrl-C during the loop's body, a deadline falling due while
+    ``aclosing`` closes the stream) is raised, once the run has ended, and is not passed
+    into the run's own cleanup (:func:`~agentflow.sched._scheduler.cancel_and_wait`). It used to be
+    swallowed with the run's, so code past a deadline (or a Ctrl-C) ran on.
     """
-    me = asyncio.current_task()
-    before = 0 if me is None else me.cancelling()
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        if me is not None and me.cancelling() > before:
-            raise
+    await cancel_and_wait(task)

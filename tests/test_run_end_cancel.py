@@ -15,6 +15,7 @@ import asyncio
 import pytest
 
 from agentflow import Agent, Event, Fleet, Session
+from agentflow.sched._scheduler import cancel_and_wait
 from agentflow.testing import MockTransport, Reply
 
 from .wait import GUARD_S
@@ -60,3 +61,52 @@ async def test_a_cancel_while_the_end_waits_for_the_dispatcher_closes_the_bus() 
     for _ in range(20):
         await asyncio.sleep(0)
     assert len(got) == delivered  # nothing delivered after the run raised
+
+
+async def test_a_cancel_requested_during_a_sync_fleet_end_callback_is_raised() -> None:
+    """A Ctrl-C while a sync ``fleet_end`` callback runs (``asyncio.run`` cancels its
+    main task: pending, delivered at the next wait) was folded into the scheduler's
+    dispatcher's own cancellation and swallowed: ``Fleet.run`` returned normally."""
+
+    def on_end(event: Event) -> None:
+        if event.type == "fleet_end":
+            me = asyncio.current_task()
+            assert me is not None
+            me.cancel()
+
+    fleet = Fleet(_transport(), callbacks=[on_end], max_concurrency=1)
+    run = asyncio.create_task(fleet.run(_sessions(2)))
+    done, _ = await asyncio.wait({run}, timeout=GUARD_S)
+    assert done, "the run hung"
+    assert run.cancelled(), run.result()
+    assert fleet._scheduler is None
+
+
+async def test_the_callers_cancel_is_not_passed_into_the_tasks_cleanup() -> None:
+    """``cancel_and_wait``: the task's cleanup (awaiting something after its cancel)
+    runs to its end though the caller is cancelled meanwhile; then the caller's cancel
+    is raised."""
+    cleaned = asyncio.Event()
+    step = asyncio.Event()
+
+    async def work() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            await step.wait()  # the cleanup awaits: a forwarded cancel would cut it
+            cleaned.set()
+
+    task = asyncio.create_task(work())
+    try:
+        await asyncio.sleep(0)
+        closing = asyncio.create_task(cancel_and_wait(task))
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        closing.cancel()
+        await asyncio.sleep(0)
+        assert not closing.done()  # waits for the task's end
+    finally:
+        step.set()
+    await asyncio.wait({closing}, timeout=GUARD_S)
+    assert closing.cancelled()
+    assert cleaned.is_set() and task.cancelled()

@@ -133,3 +133,64 @@ async def test_a_cancel_while_the_scheduler_stops_its_dispatcher_is_raised() -> 
     await asyncio.wait({queued}, timeout=GUARD_S)
     assert queued.cancelled()
     sched.release(first, used_tokens=None, ok=True)
+
+
+async def test_a_cancel_requested_before_the_stream_closes_is_raised() -> None:
+    """A cancel the consumer's task already has when the stream starts closing (a Ctrl-C
+    during the loop's body: ``asyncio.run`` cancels its main task) is raised too; it was
+    folded into the run's own cancellation and swallowed, the Ctrl-C lost."""
+    box: dict[str, object] = {}
+    async with (
+        ScriptedServer([_slow()]) as srv,
+        HTTPTransport(srv.base_url) as t,
+    ):
+        fleet = Fleet(t)
+        sessions = [AGENT.session("hi")]
+
+        async def consume() -> str:
+            async with contextlib.aclosing(fleet.stream(sessions)) as events:
+                async for event in events:
+                    if event.type == "token":
+                        me = asyncio.current_task()
+                        assert me is not None
+                        me.cancel()  # requested now, delivered at the close's first wait
+                        break
+            box["past"] = True
+            return "ran past the cancel"
+
+        task = asyncio.create_task(consume())
+        done, _ = await asyncio.wait({task}, timeout=GUARD_S)
+        assert done, "the consumer hung"
+        assert task.cancelled(), task.result()
+        assert "past" not in box
+        assert sessions[0].result is not None and sessions[0].result.status == "cancelled"
+
+
+async def test_a_cancel_requested_before_the_scheduler_stops_is_raised() -> None:
+    """The caller of ``Scheduler.aclose`` already has a cancel pending when it starts
+    waiting for the dispatcher: raised once the dispatcher has ended (it was swallowed)."""
+    sched = Scheduler(
+        [Replica(transport=IdleTransport())],
+        limits=Limits(max_in_flight=1),
+        clock=loop_clock,
+        prefix_warmup=False,
+    )
+    first = await sched.acquire(ticket("s1"))
+    queued = Acquirer(sched).submit(ticket("s2"))
+    await settle()
+    pump = sched._pump
+    assert pump is not None
+
+    async def close() -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        me.cancel()  # pending: not delivered until the next wait
+        await sched.aclose()
+
+    closing = asyncio.create_task(close())
+    await asyncio.wait({closing}, timeout=GUARD_S)
+    assert closing.cancelled()
+    assert pump.cancelled()
+    await asyncio.wait({queued}, timeout=GUARD_S)
+    assert queued.cancelled()
+    sched.release(first, used_tokens=None, ok=True)

@@ -37,7 +37,7 @@ from agentflow.sched._router import Router
 from agentflow.sched._ticket import Grant, SchedulerState, Ticket, Waiter
 from agentflow.typing import Clock
 
-__all__ = ["Scheduler"]
+__all__ = ["Scheduler", "cancel_and_wait"]
 
 
 class Scheduler(Dispatcher):
@@ -246,19 +246,14 @@ class Scheduler(Dispatcher):
         """Stop the dispatcher; queued tickets are cancelled, and so is the one it was
         waiting on a rate bucket for.
 
-        Only the dispatcher's own cancellation is swallowed: a cancel of the caller's
-        that comes while it waits for the dispatcher to end (a run cancelled as it
-        ends) is raised once the queue is cleared."""
+        Only the dispatcher's own cancellation is swallowed: a cancel of the caller's,
+        requested before (a Ctrl-C during a sync callback) or while it waits for the
+        dispatcher to end (a run cancelled as it ends), is raised once the queue is
+        cleared (:func:`cancel_and_wait`)."""
         try:
             if self._pump is not None:
-                me = asyncio.current_task()
-                before = 0 if me is None else me.cancelling()
-                self._pump.cancel()
                 try:
-                    await self._pump
-                except asyncio.CancelledError:
-                    if me is not None and me.cancelling() > before:
-                        raise
+                    await cancel_and_wait(self._pump)
                 finally:
                     self._pump = None
         finally:
@@ -317,6 +312,35 @@ class Scheduler(Dispatcher):
             f"Scheduler(policy={type(self.policy).__name__}, in_flight={self.in_flight}, "
             f"waiting={self.waiting}, replicas={len(self.replicas)})"
         )
+
+
+async def cancel_and_wait(task: asyncio.Task[object]) -> None:
+    """Cancel ``task`` and wait until it has ended; its own cancellation is swallowed,
+    what else it raised is raised.
+
+    A cancel of the caller's — one requested before the wait (a Ctrl-C arriving while a
+    sync callback ran: ``asyncio.run`` cancels its main task) or during it (a deadline,
+    a second Ctrl-C) — is raised once ``task`` has ended, and is never passed into
+    ``task``'s own cleanup. ``await task`` did both wrong: it folded a pending cancel
+    into ``task``'s cancellation (the caller's ``cancelling()`` did not grow, so the
+    cancel was swallowed, the Ctrl-C lost) and forwarded a new one into ``task``.
+
+    Raises:
+        CancelledError: the caller was cancelled (after ``task`` ended).
+    """
+    task.cancel()
+    interrupted = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})  # raises only the caller's cancel; task untouched
+        except asyncio.CancelledError:
+            interrupted = True  # the task is ending already: let it finish first
+    if interrupted:
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller's cancel is what it gets
+        raise asyncio.CancelledError
+    if not task.cancelled():
+        task.result()
 
 
 def _check_rank(rank: object, policy: Policy, ticket: Ticket) -> None:

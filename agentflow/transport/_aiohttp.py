@@ -110,9 +110,12 @@ class AiohttpTransport(EndpointTransport):
         # new loop (a second asyncio.run) makes new ones, as HTTPTransport's pool does.
         # One still running in another thread keeps them: ConfigError (closing its
         # connector from here stalled its streams until the idle limit, then resent them).
-        if self._check_loop(self._loop):
-            self._abandon()
-        self._loop = asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            if self._check_loop(self._loop):
+                self._abandon()
+            self._loop = loop
+            self._bound_here()
         if self._session is None or self._session.closed:
             self._session = self._new_session(reuse=True)
             self._owns_session = True
@@ -266,19 +269,29 @@ class AiohttpTransport(EndpointTransport):
 
     def _abandon(self) -> None:
         """Drop the sessions this transport made on another event loop (it has ended: they
-        cannot be closed there, nor used here). Their connectors are marked closed, so they
-        are not reported as unclosed; their sockets go with the objects."""
+        cannot be closed there, nor used here; or it is a parent process's). Their
+        connectors are marked closed, so they are not reported as unclosed; their sockets
+        go with the objects."""
         owned = [self._fresh]
         if self._owns_session:
             owned.append(self._session)
             self._session = None
         self._fresh = None
+        forked = self._forked()
         for session in owned:
             if session is not None and not session.closed:
                 connector = session.connector
                 session.detach()
-                if connector is not None:
-                    connector._close()  # the sync part of close(): no loop needed
+                if connector is None:
+                    continue
+                if forked:
+                    # A forked child's copies of the parent's connections: closing them
+                    # unregistered their sockets from the parent's epoll set too (shared
+                    # across fork), its next request on one stalled. Only forgotten here.
+                    connector._conns.clear()
+                    connector._acquired.clear()
+                    connector._cleanup_closed_transports.clear()
+                connector._close()  # the sync part of close(): no loop needed
 
     async def aclose(self) -> None:
         """Close the connection pool if this transport opened it. Called on another
@@ -286,8 +299,8 @@ class AiohttpTransport(EndpointTransport):
         it leaves the sessions to that loop's ``aclose``: they cannot be closed from here."""
         bound = self._loop
         if bound is not None and bound is not asyncio.get_running_loop():
-            if bound.is_closed() or not bound.is_running():
-                self._abandon()  # made on an earlier event loop
+            if self._loop_ended(bound):
+                self._abandon()  # made on an earlier event loop (or process's)
             return
         if self._session is not None and self._owns_session and not self._session.closed:
             await self._session.close()

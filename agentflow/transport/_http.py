@@ -155,7 +155,8 @@ class HTTPTransport(EndpointTransport):
         # Connections belong to the event loop that opened them; a transport reused
         # under a new loop (a second asyncio.run) starts a new pool. One still running
         # in another thread keeps its pool: ConfigError (a second pool replacing it was
-        # closed by neither loop's aclose, its sockets left open).
+        # closed by neither loop's aclose, its sockets left open). A forked child drops
+        # the parent's pool, never closing it: its sockets are the parent's.
         if pool is None or self._check_loop(pool.loop):
             ctx = None
             if self._https:
@@ -171,6 +172,7 @@ class HTTPTransport(EndpointTransport):
                 keepalive_s=self._keepalive_s,
                 stamp_clock=self._clock if self.kernel_timestamps else None,
             )
+            self._bound_here()
         return pool
 
     def _encode_request(self, request: ChatRequest) -> bytes:
@@ -252,8 +254,8 @@ class HTTPTransport(EndpointTransport):
         if bound is asyncio.get_running_loop():
             self._pool = None
             await pool.aclose()
-        elif bound.is_closed() or not bound.is_running():
-            self._pool = None  # opened on an earlier event loop: dropped
+        elif self._loop_ended(bound):
+            self._pool = None  # opened on an earlier event loop (or process's): dropped
 
 
 async def _given(body: bytes) -> bytes:

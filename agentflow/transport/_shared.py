@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Awaitable, Callable
 from typing import Any, Self
 
@@ -63,6 +64,7 @@ class EndpointTransport:
         self._clock = clock
         #: Requests resent because the connection failed before any response byte.
         self.reconnects = 0
+        self._bound_pid: int | None = None  # the process that bound the connections' loop
 
     @property
     def endpoint(self) -> str:
@@ -87,23 +89,42 @@ class EndpointTransport:
 
     def _check_loop(self, bound: asyncio.AbstractEventLoop | None) -> bool:
         """Whether the connections made on ``bound`` can be dropped for the running
-        loop's: ``False`` if ``bound`` is the running loop, ``True`` if it has ended
-        (closed, or no longer running: a second ``asyncio.run``).
+        loop's: ``False`` if ``bound`` is the running loop (or none), ``True`` if it has
+        ended (:meth:`_loop_ended`). The caller binding new connections to the running
+        loop then calls :meth:`_bound_here`.
 
         Raises:
             ConfigError: ``bound`` still runs (in another thread): its streams use those
                 connections, which cannot be shared with, nor closed from, this loop.
         """
-        loop = asyncio.get_running_loop()
-        if bound is None or bound is loop:
+        if bound is None or bound is asyncio.get_running_loop():
             return False
-        if not bound.is_closed() and bound.is_running():
+        if not self._loop_ended(bound):
             raise ConfigError(
                 f"{self!r} is in use on another event loop that still runs (another "
                 "thread's): a transport's connections belong to one event loop at a time; "
                 "make one transport per event loop"
             )
         return True
+
+    def _bound_here(self) -> None:
+        """The connections are now made on the running loop, in this process."""
+        self._bound_pid = os.getpid()
+
+    def _forked(self) -> bool:
+        """Whether the connections were made in another process: this one is a child
+        forked from it, which inherited their sockets (they are the parent's: a child
+        closing them would unregister them from the parent's selector too, which shares
+        its epoll set, and stall the parent's next request on them)."""
+        return self._bound_pid is not None and self._bound_pid != os.getpid()
+
+    def _loop_ended(self, bound: asyncio.AbstractEventLoop) -> bool:
+        """Whether ``bound``, the loop this transport's connections were made on, has
+        ended: closed, no longer running (a second ``asyncio.run``), or another
+        process's — a child forked from inside a running loop (``multiprocessing``'s
+        default on Linux) inherits it still reporting itself running, and was refused
+        as if another thread ran it."""
+        return bound.is_closed() or not bound.is_running() or self._forked()
 
     async def aclose(self) -> None:
         """Release connections."""

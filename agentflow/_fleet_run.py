@@ -120,7 +120,7 @@ async def run_in_process(
         result = FleetResult(
             sessions=_with_followers(
                 sessions,
-                _task_results(sessions, tasks) if tasks is not None else _results(sessions),
+                _task_results(sessions, tasks, gate) if tasks is not None else _results(sessions),
             ),
             wall_s=(fleet._clock() - start) / 1e9,
             peak_in_flight=scheduler.peak_in_flight,
@@ -170,15 +170,20 @@ def _results(sessions: list[Session]) -> list[SessionResult]:
 
 
 def _task_results(
-    sessions: list[Session], tasks: list[asyncio.Task[SessionResult]]
+    sessions: list[Session],
+    tasks: list[asyncio.Task[SessionResult]],
+    gate: SessionGate | None = None,
 ) -> list[SessionResult]:
     """Each session task's result. A task that ended cancelled though the run was not
-    (a sync callback cancelled the session's task, the one it ran in) has none: its
-    session's own (``cancelled``) is used — ``CancelledError`` used to be raised out of
-    the run instead, its result lost, though every other session had completed."""
+    (a sync callback cancelled the session's task, the one it ran in) has none: the
+    result of the session it ran is used — ``s``, or the one ``gate`` rebuilt from the
+    store and ran in its place (a resumed run's) — ``CancelledError`` used to be raised
+    out of the run instead, its result lost, though every other session had completed."""
+    ran = gate.ran if gate is not None else {}
     out = []
     for s, t in zip(sessions, tasks, strict=True):
-        out.append(s.result if t.cancelled() and s.result is not None else t.result())
+        own = ran.get(s.session_id, s).result if t.cancelled() else None
+        out.append(own if own is not None else t.result())
     return out
 
 

@@ -142,6 +142,9 @@ class SessionGate:
         #: Claims the store refused in a row (see :data:`CLAIM_TRIES`).
         self.failures = 0
         self.tries = CLAIM_TRIES
+        #: Per session id, the session this attempt ran (rebuilt from the store): its
+        #: result stands for the task's when a callback cancelled that task.
+        self.ran: dict[str, Session] = {}
 
     async def run(
         self, session: Session, start: Callable[[Session], Awaitable[SessionResult]]
@@ -158,6 +161,7 @@ class SessionGate:
                         await self._release(sid)
                         return entry
                     self._running += 1
+                    self.ran[sid] = entry
                     try:
                         entry._prepare = functools.partial(replay_tools, _stored(run, sid), entry)
                         result = await start(entry)

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from agentflow import Agent, Event, Fleet
+from agentflow._event_bus import CALLBACK_FAILURES_KEPT, EventBus
+from agentflow._events import FleetStartEvent
 from agentflow.context import CacheBusterCheck
 from agentflow.store import SQLiteStore
 from agentflow.testing import MockTransport, Reply
@@ -115,3 +117,53 @@ async def test_a_sync_callback_cancelling_a_resumed_session_task_loses_no_result
         )
         assert [r.status for r in again.sessions] == ["completed"] * 2
         assert calls == sent
+
+
+async def test_events_after_an_async_callback_cancelled_the_dispatcher_are_capped() -> None:
+    """Once an async callback has cancelled the dispatcher, no event is queued for it any
+    more, and only the first ``CALLBACK_FAILURES_KEPT`` undelivered ones are kept: every
+    token of the rest of the run used to be queued, then recorded (20 sessions of 300
+    tokens: 5,739 failures kept)."""
+
+    class OnTurnEnd:
+        async def __call__(self, event: Event) -> None:
+            if event.type == "turn_end":
+                task = asyncio.current_task()
+                assert task is not None
+                task.cancel()
+
+    text = " ".join(["w"] * 100)
+    transport = MockTransport(lambda request: Reply.text(text))
+    fleet = Fleet(transport, callbacks=[OnTurnEnd()], max_concurrency=1)
+    sessions = [Agent(name="a", model="m").session("hi") for _ in range(5)]
+    result = await asyncio.wait_for(fleet.run(sessions), GUARD_S)
+    assert [r.status for r in result.sessions] == ["completed"] * 5
+    assert len(result.callback_errors) == CALLBACK_FAILURES_KEPT
+    assert all(isinstance(f.error, asyncio.CancelledError) for f in result.callback_errors)
+    assert "an async callback cancelled" in str(result.callback_errors[0].error)
+    assert result.callback_errors_dropped > 300  # the other sessions' tokens, counted
+
+
+async def test_no_event_is_queued_for_a_dispatcher_a_callback_cancelled() -> None:
+    async def on_event(event: Event) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+
+    bus = EventBus([on_event])
+    bus.emit(FleetStartEvent(sessions=1, start_ns=0))
+    dispatcher = bus._task
+    assert dispatcher is not None
+    await asyncio.wait({dispatcher}, timeout=GUARD_S)
+    assert dispatcher.cancelled()
+    await asyncio.sleep(0)  # (its done callback)
+    for i in range(1, 51):
+        bus.emit(FleetStartEvent(sessions=1, start_ns=i))
+    assert bus._pending is not None and bus._pending.empty()  # not kept for nothing
+    await bus.aclose()
+    assert len(bus.callback_errors) == CALLBACK_FAILURES_KEPT
+    # (the first event reached the callback: the 50 later ones did not)
+    assert bus.callback_errors_dropped == 50 - CALLBACK_FAILURES_KEPT
+    assert [getattr(f.event, "start_ns", None) for f in bus.callback_errors] == list(
+        range(1, CALLBACK_FAILURES_KEPT + 1)
+    )

@@ -206,7 +206,7 @@ async def run_recorded(
         await store.aclose()
 
 
-async def open_store(path: Path, command: str, *, journal: bool = True) -> SQLiteStore:
+async def open_store(path: Path, command: str, *, journal: bool | None = None) -> SQLiteStore:
     """The SQLite store at ``path``, opened (``journal``: see :class:`SQLiteStore`).
 
     Raises:

@@ -160,11 +160,12 @@ def level_failed(entry: Mapping[str, Any]) -> bool:
 
 
 def every_session_failed(runs: Sequence[LevelResult]) -> bool:
-    """Whether no session of the level's runs completed and every one that ended by
-    itself (not cut at the level's end) failed — at least one (a server that is down, a
-    wrong model name: a sweep goes no further)."""
-    ended = [s for r in runs if r.result for s in r.result.sessions if s.status != "cancelled"]
-    return bool(ended) and not any(s.ok for s in ended)
+    """Whether every session of the level's runs failed — at least one, none completed,
+    none still running when the level ended (a server that is down, a wrong model name:
+    a sweep goes no further). A level whose sessions were cut at its end may have
+    served them: one error beside long sessions still running stops nothing."""
+    sessions = [s for r in runs if r.result for s in r.result.sessions]
+    return bool(sessions) and not any(s.ok or s.status == "cancelled" for s in sessions)
 
 
 #: The quantiles of each session's decode speed a slimmed report adds to

@@ -28,7 +28,8 @@ def add_demo_parsers(sub: Any) -> None:
         "--profile",
         default=None,
         help="the deployment the simulator models (see `agentflow sim --help`; default "
-        "deepseek-v4.1-flash-gb300; not with --base-url)",
+        "deepseek-v4.1-flash-gb300); with --base-url, its window is the budget's when the "
+        "server reports none and the model is not in agentflow's table",
     )
     demo.add_argument(
         "--seed",
@@ -142,7 +143,6 @@ def _demo(args: argparse.Namespace) -> int:
     from agentflow.bench.cli import parse_slo
     from agentflow.demo._config import (
         BASE_URL_HAS_NO_PACE,
-        BASE_URL_HAS_NO_PROFILE,
         DEFAULT_PROFILE,
         DEFAULT_TIME_SCALE,
         VIRTUAL_HAS_NO_PACE,
@@ -158,8 +158,6 @@ def _demo(args: argparse.Namespace) -> int:
         raise ConfigError(VIRTUAL_HAS_NO_PACE)
     if args.base_url and args.time_scale is not None:
         raise ConfigError(BASE_URL_HAS_NO_PACE)
-    if args.base_url and args.profile is not None:
-        raise ConfigError(BASE_URL_HAS_NO_PROFILE)
     scale = DEFAULT_TIME_SCALE if args.time_scale is None else args.time_scale
     config = DemoConfig(
         agents=args.agents, profile=args.profile or DEFAULT_PROFILE, seed=args.seed,

@@ -27,15 +27,11 @@ VIRTUAL_HAS_NO_PACE = (
     "(it runs on virtual time, as fast as it computes): drop --time-scale or --virtual"
 )
 
-#: Why ``--time-scale`` and ``--profile`` are refused with ``--base-url``: they are the
-#: simulator's, and that server is not one (they used to be ignored without a word).
+#: Why ``--time-scale`` is refused with ``--base-url``: it paces the simulator, and that
+#: server is not one (it used to be ignored without a word).
 BASE_URL_HAS_NO_PACE = (
     "demo: --time-scale paces the simulator; with --base-url the server runs at its own "
     "pace: drop --time-scale or --base-url"
-)
-BASE_URL_HAS_NO_PROFILE = (
-    "demo: --profile picks the deployment the simulator models; with --base-url there is "
-    "no simulator: drop --profile or --base-url"
 )
 DEFAULT_PROFILE = "deepseek-v4.1-flash-gb300"
 
@@ -46,7 +42,8 @@ class DemoConfig:
 
     Attributes:
         agents: coding agents, one session each; at most :data:`MAX_AGENTS`.
-        profile: the simulator's deployment profile (not with ``base_url``).
+        profile: the simulator's deployment profile; with ``base_url``, its window is the
+            budget's when the server reports none and the model table has no entry.
         seed: fixes the workload and the simulator's output.
         time_scale: how much slower than the modelled deployment the simulator runs, so
             that one Python client on a laptop can keep up with a rack's token rate;
@@ -98,7 +95,7 @@ class DemoConfig:
     def __post_init__(self) -> None:
         for name in ("agents", "max_concurrency", "max_tokens"):
             check_count(getattr(self, name), f"demo: --{name.replace('_', '-')}")
-        if self.agents > MAX_AGENTS:
+        if self.agents > MAX_AGENTS and self.resume is None:  # (a recorded run resumes)
             raise ConfigError(
                 f"demo: --agents is at most {MAX_AGENTS:,} (one process runs them all), "
                 f"got {self.agents:,}"
@@ -115,12 +112,9 @@ class DemoConfig:
             raise ConfigError("demo: --virtual runs the embedded simulator; drop --base-url")
         if self.virtual and self.time_scale != DEFAULT_TIME_SCALE and self.resume is None:
             raise ConfigError(VIRTUAL_HAS_NO_PACE)
-        if self.base_url and self.resume is None:
-            # (a resumed run keeps what it was recorded with, as it always did)
-            if self.time_scale != DEFAULT_TIME_SCALE:
-                raise ConfigError(BASE_URL_HAS_NO_PACE)
-            if self.profile != DEFAULT_PROFILE:
-                raise ConfigError(BASE_URL_HAS_NO_PROFILE)
+        # (a resumed run keeps what it was recorded with, as it always did)
+        if self.base_url and self.resume is None and self.time_scale != DEFAULT_TIME_SCALE:
+            raise ConfigError(BASE_URL_HAS_NO_PACE)
         if self.virtual and self.timeouts is not None:
             raise ConfigError("demo: the --*-timeout limits are for HTTP runs; drop --virtual")
         if not 0 <= self.fault_rate <= 1:

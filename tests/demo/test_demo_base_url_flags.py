@@ -7,6 +7,7 @@ on it with another error)."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +31,6 @@ def refused_url() -> Iterator[str]:
     ("command", "flag", "value"),
     [
         ("demo", "--time-scale", "3"),
-        ("demo", "--profile", "cpu-tiny"),
-        ("demo", "--profile", "deepseek-v4.1-flash-gb300"),  # the default, given: refused too
         ("bench", "--profile", "cpu-tiny"),
         ("bench", "--profile", "qwen2.5-coder-32b"),
     ],
@@ -50,8 +49,30 @@ def test_demo_config_refuses_them_too_unless_resuming() -> None:
     url = "http://127.0.0.1:9/v1"
     with pytest.raises(ConfigError, match=r"--time-scale .* --base-url"):
         DemoConfig(base_url=url, time_scale=3.0)
-    with pytest.raises(ConfigError, match=r"--profile .* --base-url"):
-        DemoConfig(base_url=url, profile="cpu-tiny")
     DemoConfig(base_url=url)  # the defaults
     # A resumed run keeps what it was recorded with.
     DemoConfig(base_url=url, time_scale=3.0, profile="cpu-tiny", resume="r", store=Path("x.db"))
+
+
+def test_the_profile_is_a_real_servers_window_fallback(refused_url: str) -> None:
+    """With ``--base-url`` the profile still gives the budget's window when the server
+    reports none and the model table does not know the model: refusing ``--profile``
+    there left only the default profile's 1,000,000 tokens."""
+    from agentflow.demo.run import _window
+    from agentflow.transport import HTTPTransport
+
+    async def window(profile: str) -> int:
+        config = DemoConfig(base_url=refused_url, model="my-local-32k", profile=profile)
+        async with HTTPTransport(refused_url) as transport:
+            return await _window(config, transport)
+
+    assert asyncio.run(window("qwen2.5-coder-32b")) == 131_072
+    assert asyncio.run(window("deepseek-v4.1-flash-gb300")) == 1_000_000
+
+
+def test_a_recorded_run_over_the_agent_limit_resumes() -> None:
+    """``MAX_AGENTS`` bounds a new run; a run recorded with more (before the bound) still
+    resumes — it used to be refused, naming ``--agents``, which ``resume`` does not take."""
+    DemoConfig(agents=150_000, resume="r", store=Path("x.db"))
+    with pytest.raises(ConfigError, match="--agents is at most"):
+        DemoConfig(agents=150_000)

@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
-from agentflow._files import through_name
+from agentflow._files import own_fd, through_name
 from agentflow._session_checks import is_header_name
 
 __all__ = [
@@ -205,8 +205,8 @@ def check_output_file(path: Path, flag: str) -> None:
                 "start its reader first"
             ) from None
         raise ConfigError(f"{flag} {path}: cannot write: {_reason(exc)}") from None
-    if path.exists() and not path.is_file():
-        return  # a device, a FIFO: written directly
+    if (path.exists() and not path.is_file()) or own_fd(path) is not None:
+        return  # a device, a FIFO, this process's descriptor: written directly
     new = path.resolve()  # a link: the file it names is the one written
     _make_dir(new.parent, f"{flag} {path}")
     try:
@@ -221,12 +221,16 @@ def check_output_file(path: Path, flag: str) -> None:
 def _make_and_remove(path: Path) -> None:
     """Make ``path`` (a new file) and remove it, whatever happens between (a Ctrl-C); a
     file found there (made meanwhile by someone else) is left alone."""
-    made = path.open("xb")
+    existed = False
     try:
-        made.close()
+        path.open("xb").close()
+    except FileExistsError:
+        existed = True
+        raise
     finally:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+        if not existed:  # (made, or perhaps made before a Ctrl-C in open: removed)
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
 
 
 def check_store_file(path: Path, command: str) -> None:

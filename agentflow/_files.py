@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import secrets
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["OutputFileError", "open_text_output", "through_name", "write_text_file"]
+__all__ = ["OutputFileError", "open_text_output", "own_fd", "through_name", "write_text_file"]
 
 
 class OutputFileError(OSError):
@@ -43,15 +45,27 @@ def open_text_output(path: str | os.PathLike[str]) -> Iterator[TextIO]:
       (made if missing). The file's mode is what a new file gets here (``0o666`` less the
       umask, as for every other file the commands write): the temporary file is made with
       ``os.open``, not ``tempfile.mkstemp``, whose ``0o600`` the rename would keep.
-    - anything else (a device such as ``/dev/null``, a FIFO, ``/dev/stdout``, the
-      ``/dev/fd/N`` of a shell's ``>(jq .)``): opened and written directly. A rename would
-      replace the device node with a regular file (as root, ``/dev/null`` itself), and
-      cannot be made onto a pipe at all.
+    - ``/dev/stdout``, ``/dev/fd/N``, ``/proc/self/fd/N`` (the ``/dev/fd/N`` of a shell's
+      ``>(jq .)`` too): written through a copy of that descriptor, at its offset, after
+      what was printed to it (a file behind it, ``> out.txt``, is not replaced).
+    - anything else (a device such as ``/dev/null``, a FIFO): opened and written
+      directly. A rename would replace the device node with a regular file (as root,
+      ``/dev/null`` itself), and cannot be made onto a pipe at all.
 
     Missing parent directories are created. A temporary file that cannot be made, or
     put in place, is an :class:`OutputFileError` naming ``path``.
     """
     path = Path(path)
+    fd = own_fd(path)
+    if fd is not None:
+        # /dev/stdout, /dev/fd/N, /proc/self/fd/N: written through that descriptor (a
+        # copy of it: the same offset) — a regular file behind it (``> out.txt``) was
+        # replaced by a rename, and what the command had printed to it was lost.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with os.fdopen(os.dup(fd), "w", encoding="utf-8") as direct:
+            yield direct
+        return
     try:
         mode = os.stat(path).st_mode  # through links
     except FileNotFoundError:
@@ -84,6 +98,23 @@ def open_text_output(path: str | os.PathLike[str]) -> Iterator[TextIO]:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def own_fd(path: Path) -> int | None:
+    """The descriptor of this process that ``path`` names (``/dev/stdout``, ``/dev/fd/N``,
+    ``/proc/self/fd/N``), if it names one that is open."""
+    text = os.path.abspath(path)
+    named = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}.get(text)
+    if named is None:
+        found = re.fullmatch(rf"/dev/fd/(\d+)|/proc/(?:self|{os.getpid()})/fd/(\d+)", text)
+        if found is None:
+            return None
+        named = int(found[1] or found[2])
+    try:
+        os.fstat(named)
+    except OSError:
+        return None
+    return named
 
 
 def through_name(target: Path) -> Path:

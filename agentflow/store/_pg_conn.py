@@ -86,7 +86,7 @@ def split_dsn(dsn: object, owner: object) -> tuple[str, dict[str, Secret]]:
     try:
         params = conninfo_to_dict(dsn)
     except Exception as exc:  # its message may quote the DSN, password included
-        why = _unquoted_secrets(exc)
+        why = _unquoted_secrets(exc, dsn)
     if why is not None:  # raised here, the error keeps no context that quotes the DSN
         raise ConfigError(f"PostgresStore.dsn is not a libpq connection string: {why}")
     hidden: dict[str, Secret] = {}
@@ -106,20 +106,26 @@ _KEY_NAMED_BY = ("invalid connection option ", "invalid URI query parameter: ")
 _SEPARATORS = frozenset({'"="', '"]"', '":"', '"/"'})
 
 
-def _unquoted_secrets(exc: Exception) -> str:
+def _unquoted_secrets(exc: Exception, dsn: str) -> str:
     """What libpq says is wrong with a DSN (an unknown key or query parameter, a
     missing ``=``, an unterminated quote…), without any of the DSN's text: libpq quotes
     the token it could not parse — a password's value, a password that follows a value
     with a space, a bad percent-escape in a query's ``password=``… — none of them
     registered with the redaction, the DSN never parsed. Only a quoted key name (``invalid
     connection option "…"``, ``invalid URI query parameter: "…"``) and libpq's own quoted
-    separators are kept; every other quoted part becomes ``"…"``."""
+    separators are kept; every other quoted part becomes ``"…"`` — a key name too when it
+    comes after a password in ``dsn``: an unquoted password with a space, or a ``&``, reads
+    to libpq as a key (``password=correct horse=battery``: "horse")."""
+    password = dsn.lower().find("password")
     text = " ".join(str(exc).split())
 
     def keep_or_mask(match: re.Match[str]) -> str:
         before = text[: match.start()]
         if before.endswith(_KEY_NAMED_BY):
-            return match.group()
+            at = dsn.find(match.group()[1:-1])
+            if password < 0 or 0 <= at < password:
+                return match.group()
+            return '"…"'
         if match.group() in _SEPARATORS and not before.endswith("unexpected character "):
             return match.group()
         return '"…"'

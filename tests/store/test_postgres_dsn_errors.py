@@ -15,7 +15,7 @@ pytest.importorskip("psycopg")
 @pytest.mark.parametrize(
     ("dsn", "says"),
     [
-        ("host=db.invalid user=w password=Sekret-41 bogus=1", 'invalid connection option "bogus"'),
+        ("host=db.invalid bogus=1 user=w password=Sekret-41", 'invalid connection option "bogus"'),
         (
             "postgresql://w:Sekret-41@db.invalid/runs?colour=1",
             'invalid URI query parameter: "colour"',
@@ -42,6 +42,8 @@ def test_a_dsn_libpq_cannot_parse_says_why_without_its_password(dsn: str, says: 
         "postgresql://u@db/runs?password=Sekret%zz41",  # a bad percent-escape
         "postgresql://u@db/runs?sslpassword=Sekret%zz41",
         "Sekret-41",  # the password alone
+        "host=h user=bob password=correct Sekret=battery",  # its second word, read as a key
+        "postgresql://bob@h/db?password=s3cr&Sekret=x",  # an '&' in it, likewise
     ],
 )
 def test_no_part_of_the_dsn_a_parse_error_quotes_is_shown(dsn: str) -> None:
@@ -60,10 +62,16 @@ def test_only_a_quoted_key_name_or_separator_is_kept() -> None:
     from agentflow.store._pg_conn import _unquoted_secrets
 
     said = ValueError("""missing "=" after "x password = 'Sek ret' y" in connection info""")
-    assert _unquoted_secrets(said) == 'missing "=" after "…" in connection info'
+    assert _unquoted_secrets(said, "") == 'missing "=" after "…" in connection info'
     said = ValueError('unexpected character "=" at position 3 in URI (expected ":" or "/")')
-    assert _unquoted_secrets(said) == (
+    assert _unquoted_secrets(said, "") == (
         'unexpected character "…" at position 3 in URI (expected ":" or "/")'
     )
     said = ValueError('invalid connection option "passwd"')
-    assert _unquoted_secrets(said) == 'invalid connection option "passwd"'
+    assert _unquoted_secrets(said, "") == 'invalid connection option "passwd"'
+    # a key name after a password is masked: a password's second word reads as one
+    said = ValueError('invalid connection option "horse"')
+    dsn = "password=correct horse=battery"
+    assert _unquoted_secrets(said, dsn) == 'invalid connection option "…"'
+    said = ValueError('invalid connection option "bogus"')
+    assert _unquoted_secrets(said, "bogus=1 password=x") == 'invalid connection option "bogus"'

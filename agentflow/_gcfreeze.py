@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -112,11 +113,13 @@ class Refreezer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._due = 0.0  # on clock: when a collection should schedule a freeze
         self._scheduled = False  # a freeze is on the loop's ready queue
+        self._pid = os.getpid()  # (the process whose loop it is)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Freeze on the loop's next iteration (after the sessions' first steps), then
         periodically."""
         self._loop = loop
+        self._pid = os.getpid()
         self._due = self._clock() + self.every_s
         self._handle = loop.call_soon(self._tick)
         gc.callbacks.append(self._on_gc)
@@ -135,8 +138,8 @@ class Refreezer:
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         # Runs inside the collector, in whichever thread allocated: only schedule.
-        if phase != "start" or self._scheduled:
-            return
+        if phase != "start" or self._scheduled or os.getpid() != self._pid:
+            return  # (a forked child has the hook, not the loop: it would wake the parent's)
         # (get_count()[2]: young collections since the last full pass, which comes
         # once there are more than get_threshold()[2] of them.)
         soon_full = info["generation"] == 1 and gc.get_count()[2] >= gc.get_threshold()[2] - 2

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 from collections.abc import Iterator
 
 import pytest
@@ -108,6 +109,36 @@ def test_a_freeze_comes_before_a_due_full_pass(freezes: list[int]) -> None:
             gc.collect(1)
             await _turns()
             assert len(freezes) == 2
+            refreezer.stop()
+
+    run_virtual(main())
+
+
+def test_a_forked_childs_collections_bring_no_freeze(
+    freezes: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process forked during the run (a tool's ``os.fork``, multiprocessing's default on
+    Linux) has the collector hook but not the loop: it scheduled a freeze on its copy of
+    the parent's loop, and wrote to the self-pipe the two share (a wake-up for nothing)."""
+    now = [100.0]
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        with frozen_gc():
+            refreezer = Refreezer(every_s=1.0, clock=lambda: now[0])
+            refreezer.start(loop)
+            await _turns()
+            assert len(freezes) == 1
+            parent = os.getpid()
+            monkeypatch.setattr(os, "getpid", lambda: parent + 1)  # as in the child
+            now[0] += 5.0
+            gc.collect(0)
+            monkeypatch.setattr(os, "getpid", lambda: parent)
+            await _turns()
+            assert len(freezes) == 1  # the "child's" collection scheduled nothing
+            gc.collect(0)
+            await _turns()
+            assert len(freezes) == 2  # the parent's does
             refreezer.stop()
 
     run_virtual(main())

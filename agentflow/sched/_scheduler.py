@@ -28,6 +28,7 @@ import numbers
 from collections.abc import Sequence
 
 from agentflow._errors import AllReplicasDown, ConfigError, TransportError
+from agentflow._logging import get_logger
 from agentflow._seconds import shown
 from agentflow.sched._dispatch import WARM, WARMING, Dispatcher
 from agentflow.sched._limits import Limits, RateGate
@@ -38,6 +39,8 @@ from agentflow.sched._ticket import Grant, SchedulerState, Ticket, Waiter
 from agentflow.typing import Clock
 
 __all__ = ["Scheduler", "cancel_and_wait"]
+
+_log = get_logger("agentflow.sched")
 
 
 class Scheduler(Dispatcher):
@@ -320,10 +323,13 @@ async def cancel_and_wait(task: asyncio.Task[object]) -> None:
 
     A cancel of the caller's — one requested before the wait (a Ctrl-C arriving while a
     sync callback ran: ``asyncio.run`` cancels its main task) or during it (a deadline,
-    a second Ctrl-C) — is raised once ``task`` has ended, and is never passed into
-    ``task``'s own cleanup. ``await task`` did both wrong: it folded a pending cancel
-    into ``task``'s cancellation (the caller's ``cancelling()`` did not grow, so the
-    cancel was swallowed, the Ctrl-C lost) and forwarded a new one into ``task``.
+    a second Ctrl-C) — is raised once ``task`` has ended; ``await task`` folded a pending
+    one into ``task``'s cancellation (the caller's ``cancelling()`` did not grow, so the
+    cancel was swallowed, the Ctrl-C lost). Each such cancel also cancels ``task`` once
+    more, so that its cleanup hurries: a store's shielded flush gives up (it goes on in
+    the background, its failure logged) — a deadline otherwise could not end the wait
+    for a flush on a dead server. What ``task`` raised besides is logged then
+    (``run.failed_after_cancel``): the caller's cancel is what it gets.
 
     Raises:
         CancelledError: the caller was cancelled (after ``task`` ended).
@@ -332,12 +338,13 @@ async def cancel_and_wait(task: asyncio.Task[object]) -> None:
     interrupted = False
     while not task.done():
         try:
-            await asyncio.wait({task})  # raises only the caller's cancel; task untouched
+            await asyncio.wait({task})  # raises only the caller's cancel
         except asyncio.CancelledError:
-            interrupted = True  # the task is ending already: let it finish first
+            interrupted = True
+            task.cancel()  # (its cleanup, ending already, hurries)
     if interrupted:
-        if not task.cancelled():
-            task.exception()  # retrieved: the caller's cancel is what it gets
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            _log.warning("run.failed_after_cancel", error=f"{type(exc).__name__}: {exc}")
         raise asyncio.CancelledError
     if not task.cancelled():
         task.result()

@@ -86,6 +86,7 @@ async def run_in_process(
 
     tasks: list[asyncio.Task[SessionResult]] | None = None
     cancelled = False
+    result: FleetResult | None = None
     try:
         async with asyncio.TaskGroup() as tg:
             if gate is None and all(s._queues_lazily() for s in sessions):
@@ -150,8 +151,11 @@ async def run_in_process(
         finally:
             try:
                 await bus.aclose(cancelled=cancelled)
+                if result is not None:  # with what its close could not deliver
+                    result.callback_errors_dropped = bus.callback_errors_dropped
             finally:
                 fleet._scheduler = None
+    assert result is not None
     return result
 
 
@@ -182,7 +186,7 @@ def _task_results(
     ran = gate.ran if gate is not None else {}
     out = []
     for s, t in zip(sessions, tasks, strict=True):
-        own = ran.get(s.session_id, s).result if t.cancelled() else None
+        own = ran.get(s.session_id, s.result) if t.cancelled() else None
         out.append(own if own is not None else t.result())
     return out
 

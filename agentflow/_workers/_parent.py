@@ -119,6 +119,8 @@ async def run_sharded(
             cancelled = True
             await run.cancel()
             raise
-        return run.finish()
+        result = run.finish()
     finally:
         await run.close(cancelled=cancelled)
+    result.callback_errors_dropped = bus.callback_errors_dropped  # (its close's too)
+    return result

@@ -142,9 +142,10 @@ class SessionGate:
         #: Claims the store refused in a row (see :data:`CLAIM_TRIES`).
         self.failures = 0
         self.tries = CLAIM_TRIES
-        #: Per session id, the session this attempt ran (rebuilt from the store): its
-        #: result stands for the task's when a callback cancelled that task.
-        self.ran: dict[str, Session] = {}
+        #: Per session id, the result of the session this attempt ran (rebuilt from the
+        #: store): it stands for the task's when a callback cancelled that task. (Not
+        #: the session: thousands of rebuilt sessions stayed alive to the run's end.)
+        self.ran: dict[str, SessionResult | None] = {}
 
     async def run(
         self, session: Session, start: Callable[[Session], Awaitable[SessionResult]]
@@ -161,12 +162,12 @@ class SessionGate:
                         await self._release(sid)
                         return entry
                     self._running += 1
-                    self.ran[sid] = entry
                     try:
                         entry._prepare = functools.partial(replay_tools, _stored(run, sid), entry)
                         result = await start(entry)
                     finally:
                         self._running -= 1
+                        self.ran[sid] = entry.result
                     # Its end is recorded: let a worker waiting for it see that now.
                     await self._release(sid)
                     return result

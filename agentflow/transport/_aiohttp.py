@@ -287,10 +287,14 @@ class AiohttpTransport(EndpointTransport):
                 if forked:
                     # A forked child's copies of the parent's connections: closing them
                     # unregistered their sockets from the parent's epoll set too (shared
-                    # across fork), its next request on one stalled. Only forgotten here.
-                    connector._conns.clear()
-                    connector._acquired.clear()
-                    connector._cleanup_closed_transports.clear()
+                    # across fork), its next request on one stalled. Only forgotten here
+                    # (aiohttp's private books: an aiohttp without them, nothing closed).
+                    books = ("_conns", "_acquired", "_cleanup_closed_transports")
+                    held: list[Any] = [getattr(connector, name, None) for name in books]
+                    if not all(hasattr(book, "clear") for book in held):
+                        continue
+                    for book in held:
+                        book.clear()
                 connector._close()  # the sync part of close(): no loop needed
 
     async def aclose(self) -> None:

@@ -396,8 +396,9 @@ async def _cancel_run(task: asyncio.Task[Any]) -> None:
 
     Only the run's own cancellation is swallowed: a cancel that reaches the consumer
     before or meanwhile (a Ctrl-C during the loop's body, a deadline falling due while
-    ``aclosing`` closes the stream) is raised, once the run has ended, and is not passed
-    into the run's own cleanup (:func:`~agentflow.sched._scheduler.cancel_and_wait`). It used to be
-    swallowed with the run's, so code past a deadline (or a Ctrl-C) ran on.
+    ``aclosing`` closes the stream) is raised, once the run has ended; it also cancels
+    the run's cleanup once more, which hurries (a store's shielded flush gives up:
+    :func:`~agentflow.sched._scheduler.cancel_and_wait`). It used to be swallowed with
+    the run's, so code past a deadline (or a Ctrl-C) ran on.
     """
     await cancel_and_wait(task)

@@ -74,3 +74,34 @@ def test_a_forked_child_uses_an_inherited_transport(cls: type, server_url: str) 
         return got
 
     assert asyncio.run(main()) == ["ok", "ok", "ok", "0"]
+
+
+def _child_without_books(t: Any, answers: Any) -> None:
+    """As :func:`_child`, on an aiohttp whose connector keeps none of the books the
+    transport clears (another version's)."""
+    connector = t._session.connector
+    for name in ("_conns", "_acquired", "_cleanup_closed_transports"):
+        if hasattr(connector, name):
+            object.__setattr__(connector, name, None)
+    _child(t, answers)
+
+
+def test_a_forked_child_on_another_aiohttp_degrades(server_url: str) -> None:
+    """The child forgets the parent's connections through aiohttp's private books; where
+    they are not (another aiohttp), it used to raise ``AttributeError``: now it leaves
+    them, and still answers."""
+
+    async def main() -> str:
+        t = AiohttpTransport(server_url)
+        await t.stream(TINY_REQUEST)
+        ctx = multiprocessing.get_context("fork")
+        answers = ctx.Queue()
+        child = ctx.Process(target=_child_without_books, args=(t, answers))
+        child.start()
+        loop = asyncio.get_running_loop()
+        got = await loop.run_in_executor(None, answers.get, True, GUARD_S)
+        await loop.run_in_executor(None, child.join, GUARD_S)
+        await t.aclose()
+        return str(got)
+
+    assert asyncio.run(main()) == "ok"

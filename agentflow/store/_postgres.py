@@ -143,6 +143,15 @@ class PostgresStore(PgCalls):
         with self._lock:
             self._start_locked()
 
+    def _start_for_write(self) -> None:
+        """A write starts the writer thread only at the first use: after a first
+        connection failed, its records wait (in order) for the next ``open()``, call or
+        ``aclose()``. (Each write started a thread that failed to connect and ended, and
+        with it a new watchdog: 200 writes to a server down started 400 threads.)"""
+        with self._lock:
+            if self._thread is None and not self._ended.done():
+                self._start_locked()
+
     def _start_locked(self) -> None:
         """Start the writer thread if none runs (under ``_lock``): at the first use, and
         again after a first connection failed (:meth:`_open_failed`)."""

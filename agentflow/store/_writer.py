@@ -197,7 +197,7 @@ class BatchWriter(WriterErrors, Generic[C]):
                 f"{self._where}: write to a closed store ({type(record).__name__})"
             )
         if self._thread is None:
-            self._start()
+            self._start_for_write()
         self._enqueue(record)
 
     async def flush(self) -> None:
@@ -219,6 +219,11 @@ class BatchWriter(WriterErrors, Generic[C]):
 
     def _start(self) -> None:
         raise NotImplementedError
+
+    def _start_for_write(self) -> None:
+        """A write finding no writer thread: start it (a store may wait for the next
+        call instead)."""
+        self._start()
 
     async def _call(self, fn: Callable[[C], T], *, unordered: bool = False) -> T:
         self._start()

@@ -132,28 +132,34 @@ class BatchWriter(WriterErrors, Generic[C]):
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
-            self._hand_over()  # what a loop gathered goes first: order is kept
             q = self._queue
-            q.put(record)
+            # Under the lock a failed first connection's drain takes while it puts the
+            # queued records back (PostgresStore): not put between, ahead of them.
+            with self._lock:
+                BatchWriter._hand_over(self)  # what a loop gathered goes first
+                q.put(record)
             if q.qsize() >= self.max_batch:
                 self._urgent.set()
             return
         with self._batch_lock:
             batch = self._batch
             arm = not batch or self._batch_loop is not loop
-            if arm:
-                if batch:  # gathered on another loop: it goes first
-                    self._queue.put(batch)
+            if not arm:
+                batch.append(record)
+            elif not batch:
                 batch = self._batch = [record]
                 self._batch_loop = loop
                 self._batch_started = time.monotonic()
-            else:
-                batch.append(record)
+            else:  # gathered on another loop: it goes first (below)
+                batch = []
             full = len(batch) >= self.max_batch
         if full:
             self._hand_over()  # a timer armed for it later finds nothing, or hands over early
         elif arm:
-            if self.batch_interval_s > 0:
+            if not batch:  # handed over as its loop's timer would (PostgresStore: under
+                self._hand_over()  # _lock, as above); then this record starts a batch
+                self._enqueue(record)
+            elif self.batch_interval_s > 0:
                 loop.call_later(self.batch_interval_s, self._hand_over)
             else:
                 loop.call_soon(self._hand_over)

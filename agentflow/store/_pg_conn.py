@@ -113,18 +113,17 @@ def _unquoted_secrets(exc: Exception, dsn: str) -> str:
     with a space, a bad percent-escape in a query's ``password=``… — none of them
     registered with the redaction, the DSN never parsed. Only a quoted key name (``invalid
     connection option "…"``, ``invalid URI query parameter: "…"``) and libpq's own quoted
-    separators are kept; every other quoted part becomes ``"…"`` — a key name too when it
-    comes after a password in ``dsn``: an unquoted password with a space, or a ``&``, reads
-    to libpq as a key (``password=correct horse=battery``: "horse")."""
+    separators are kept; every other quoted part becomes ``"…"`` — a key name too when the
+    word occurs anywhere after a password in ``dsn``: an unquoted password with a space,
+    or a ``&``, reads to libpq as a key (``password=correct horse=battery``: "horse")."""
     password = dsn.lower().find("password")
     text = " ".join(str(exc).split())
 
     def keep_or_mask(match: re.Match[str]) -> str:
         before = text[: match.start()]
         if before.endswith(_KEY_NAMED_BY):
-            at = dsn.find(match.group()[1:-1])
-            if password < 0 or 0 <= at < password:
-                return match.group()
+            if password < 0 or dsn.find(match.group()[1:-1], password) < 0:
+                return match.group()  # (not a word anywhere past the password)
             return '"…"'
         if match.group() in _SEPARATORS and not before.endswith("unexpected character "):
             return match.group()

@@ -44,6 +44,7 @@ def test_a_dsn_libpq_cannot_parse_says_why_without_its_password(dsn: str, says: 
         "Sekret-41",  # the password alone
         "host=h user=bob password=correct Sekret=battery",  # its second word, read as a key
         "postgresql://bob@h/db?password=s3cr&Sekret=x",  # an '&' in it, likewise
+        "host=Sekret.example password=correct Sekret=battery",  # the word also before it
     ],
 )
 def test_no_part_of_the_dsn_a_parse_error_quotes_is_shown(dsn: str) -> None:

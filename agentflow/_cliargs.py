@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
-from agentflow._files import own_fd, through_name
+from agentflow._files import fd_writable, own_fd, through_name
 from agentflow._session_checks import is_header_name
 
 __all__ = [
@@ -190,6 +190,9 @@ def check_output_file(path: Path, flag: str) -> None:
     """
     if path.is_dir():
         raise ConfigError(f"{flag} {path}: is a directory")
+    fd = own_fd(path)
+    if fd is not None and not fd_writable(fd):
+        raise ConfigError(f"{flag} {path}: this process's descriptor {fd} is open for reading only")
     _make_dir(path.parent, f"{flag} {path}")
     try:
         if path.exists():
@@ -205,7 +208,7 @@ def check_output_file(path: Path, flag: str) -> None:
                 "start its reader first"
             ) from None
         raise ConfigError(f"{flag} {path}: cannot write: {_reason(exc)}") from None
-    if (path.exists() and not path.is_file()) or own_fd(path) is not None:
+    if (path.exists() and not path.is_file()) or fd is not None:
         return  # a device, a FIFO, this process's descriptor: written directly
     new = path.resolve()  # a link: the file it names is the one written
     _make_dir(new.parent, f"{flag} {path}")

@@ -5,6 +5,7 @@ is not a regular file."""
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -14,7 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-__all__ = ["OutputFileError", "open_text_output", "own_fd", "through_name", "write_text_file"]
+__all__ = [
+    "OutputFileError",
+    "fd_writable",
+    "open_text_output",
+    "own_fd",
+    "replaced_on_write",
+    "through_name",
+    "write_text_file",
+]
 
 
 class OutputFileError(OSError):
@@ -57,6 +66,8 @@ def open_text_output(path: str | os.PathLike[str]) -> Iterator[TextIO]:
     """
     path = Path(path)
     fd = own_fd(path)
+    if fd is not None and not fd_writable(fd):
+        raise OutputFileError(errno.EBADF, f"cannot write {path}: open for reading only", str(path))
     if fd is not None:
         # /dev/stdout, /dev/fd/N, /proc/self/fd/N: written through that descriptor (a
         # copy of it: the same offset) — a regular file behind it (``> out.txt``) was
@@ -115,6 +126,26 @@ def own_fd(path: Path) -> int | None:
     except OSError:
         return None
     return named
+
+
+def fd_writable(fd: int) -> bool:
+    """Whether descriptor ``fd`` was opened for writing (where that can be asked)."""
+    try:
+        import fcntl
+    except ImportError:  # (no fcntl: the write says so)
+        return True
+    return fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDONLY
+
+
+def replaced_on_write(path: str | os.PathLike[str]) -> bool:
+    """Whether writing ``path`` again replaces what was written there (a regular file,
+    or none yet) rather than adding to it (this process's descriptor, a device, a pipe)."""
+    if own_fd(Path(path)) is not None:
+        return False
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return True
 
 
 def through_name(target: Path) -> Path:

@@ -26,7 +26,7 @@ from agentflow._cli_console import CliConsole
 from agentflow._cli_signals import run_command
 from agentflow._cliargs import check_no_overwrite, check_output_file, store_inputs
 from agentflow._errors import ConfigError, TransportError
-from agentflow._files import write_text_file
+from agentflow._files import replaced_on_write, write_text_file
 from agentflow._fleet import Fleet, FleetResult
 from agentflow._process import ChildServer, free_port
 from agentflow.context import server_window, window_for
@@ -92,8 +92,14 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         seen = stopper.signal
         _print_summary(config, report, result, stopper, console)
         if config.report is not None:
-            if stopper.signal is not seen:  # came while the summary was printed
-                _write_report(config.report, report, result, stopper)
+            # A signal came while the summary was printed: the report again, marked
+            # (not where a second write would add to the first: a descriptor, a pipe;
+            # the exit status still says so).
+            if stopper.signal is not seen:
+                if replaced_on_write(config.report):
+                    _write_report(config.report, report, result, stopper)
+                else:
+                    _mark_interrupted(report, result, stopper)
             console.print(f"report written to {config.report}", markup=False)
             return report
     _mark_interrupted(report, result, stopper)  # the exit status says so (cli.py)
@@ -210,7 +216,7 @@ def _write_report(
         seen = stopper.signal
         _mark_interrupted(report, result, stopper)
         _write_json(path, report)
-        if stopper.signal is seen:
+        if stopper.signal is seen or not replaced_on_write(path):
             return
 
 

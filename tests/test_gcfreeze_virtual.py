@@ -8,9 +8,10 @@ time then came ~3 times and full collections came back. Real time is injected he
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
@@ -45,6 +46,21 @@ async def _turns(n: int = 3) -> None:
         await asyncio.sleep(0)
 
 
+@contextlib.asynccontextmanager
+async def _refreezing(now: list[float], freezes: list[int]) -> AsyncIterator[Refreezer]:
+    """A run's frozen collector and its refreezer on the running loop, real time read
+    from ``now``; past its first freeze (once the sessions have started)."""
+    with frozen_gc():
+        refreezer = Refreezer(every_s=1.0, clock=lambda: now[0])
+        refreezer.start(asyncio.get_running_loop())
+        try:
+            await _turns()
+            assert len(freezes) == 1
+            yield refreezer
+        finally:
+            refreezer.stop()
+
+
 def test_a_virtual_loop_is_refrozen_each_real_second(freezes: list[int]) -> None:
     """The loop's clock stands still; each injected real second, the next collection
     brings a freeze of what the run has kept since."""
@@ -53,11 +69,7 @@ def test_a_virtual_loop_is_refrozen_each_real_second(freezes: list[int]) -> None
     async def main() -> None:
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        with frozen_gc():
-            refreezer = Refreezer(every_s=1.0, clock=lambda: now[0])
-            refreezer.start(loop)
-            await _turns()
-            assert len(freezes) == 1  # the first one, once the sessions have started
+        async with _refreezing(now, freezes) as refreezer:
             gc.set_threshold(700, 10, 10)
             gc.collect()  # no full pass is due: only the real-time rule applies
             kept = [[i] for i in range(10_000)]  # what the run keeps meanwhile
@@ -93,12 +105,7 @@ def test_a_freeze_comes_before_a_due_full_pass(freezes: list[int]) -> None:
     now = [0.0]
 
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        with frozen_gc():
-            refreezer = Refreezer(every_s=1.0, clock=lambda: now[0])
-            refreezer.start(loop)
-            await _turns()
-            assert len(freezes) == 1
+        async with _refreezing(now, freezes):
             gc.set_threshold(700, 10, 10)
             gc.collect()  # the count of young collections starts from 0
             for _ in range(7):  # a full pass is still 4 or more of them away
@@ -109,7 +116,6 @@ def test_a_freeze_comes_before_a_due_full_pass(freezes: list[int]) -> None:
             gc.collect(1)
             await _turns()
             assert len(freezes) == 2
-            refreezer.stop()
 
     run_virtual(main())
 
@@ -123,12 +129,7 @@ def test_a_forked_childs_collections_bring_no_freeze(
     now = [100.0]
 
     async def main() -> None:
-        loop = asyncio.get_running_loop()
-        with frozen_gc():
-            refreezer = Refreezer(every_s=1.0, clock=lambda: now[0])
-            refreezer.start(loop)
-            await _turns()
-            assert len(freezes) == 1
+        async with _refreezing(now, freezes):
             parent = os.getpid()
             monkeypatch.setattr(os, "getpid", lambda: parent + 1)  # as in the child
             now[0] += 5.0
@@ -139,6 +140,5 @@ def test_a_forked_childs_collections_bring_no_freeze(
             gc.collect(0)
             await _turns()
             assert len(freezes) == 2  # the parent's does
-            refreezer.stop()
 
     run_virtual(main())

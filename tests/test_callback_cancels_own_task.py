@@ -13,6 +13,7 @@ callback's failure, not a cancellation of the run.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -50,13 +51,9 @@ async def test_an_async_callback_cancelling_the_dispatcher_is_its_failure() -> N
     assert me is not None and me.cancelling() == 0
 
 
-@pytest.mark.parametrize("context", [None, CacheBusterCheck()], ids=["queued", "task-each"])
-async def test_a_sync_callback_cancelling_the_session_task_loses_no_result(
-    context: CacheBusterCheck | None,
-) -> None:
-    """With a context policy each session runs in a task of its own from the start (the
-    path that raised); without one, queued (the path that already returned)."""
-    cancelled: list[bool] = []
+def _cancels_own_task_once(cancelled: list[bool]) -> Callable[[Event], None]:
+    """A sync callback that, at the first turn's end, cancels the task it runs in (the
+    session's) and notes it in ``cancelled``."""
 
     def on_event(event: Event) -> None:
         if event.type == "turn_end" and not cancelled:
@@ -64,6 +61,18 @@ async def test_a_sync_callback_cancelling_the_session_task_loses_no_result(
             task = asyncio.current_task()
             assert task is not None
             task.cancel()
+
+    return on_event
+
+
+@pytest.mark.parametrize("context", [None, CacheBusterCheck()], ids=["queued", "task-each"])
+async def test_a_sync_callback_cancelling_the_session_task_loses_no_result(
+    context: CacheBusterCheck | None,
+) -> None:
+    """With a context policy each session runs in a task of its own from the start (the
+    path that raised); without one, queued (the path that already returned)."""
+    cancelled: list[bool] = []
+    on_event = _cancels_own_task_once(cancelled)
 
     agent = Agent(name="a", model="m", context=context)
     sessions = [agent.session("hi") for _ in range(3)]
@@ -96,13 +105,7 @@ async def test_a_sync_callback_cancelling_a_resumed_session_task_loses_no_result
         )
         assert [r.status for r in first.sessions] == ["error"] * 2
         cancelled: list[bool] = []
-
-        def on_event(event: Event) -> None:
-            if event.type == "turn_end" and not cancelled:
-                cancelled.append(True)
-                task = asyncio.current_task()
-                assert task is not None
-                task.cancel()
+        on_event = _cancels_own_task_once(cancelled)
 
         fleet = Fleet(MockTransport(reply), store=store, callbacks=[on_event])
         assert first.run_id is not None

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from agentflow._errors import ConfigError
 from agentflow._session import Session
 from agentflow.sched import Limits
+from agentflow.transport._shared import EndpointTransport
 
 if TYPE_CHECKING:
     from agentflow._fleet import Fleet
@@ -47,8 +48,8 @@ def check_picklable(fleet: Fleet, sessions: list[Session]) -> list[bytes]:
             raise ConfigError(
                 f"Fleet(workers={fleet.workers}) needs transports that pickle (each worker "
                 f"builds its own): {type(replica.transport).__name__} for "
-                f"{replica.transport.endpoint!r} does not ({exc}); the in-process "
-                "SimTransport cannot be shared — run `agentflow sim` and use HTTPTransport"
+                f"{replica.transport.endpoint!r} does not ({exc}); "
+                f"{_transport_hint(replica.transport)}"
             ) from exc
     if fleet._clock is not time.perf_counter_ns or fleet._sleep is not asyncio.sleep:
         raise ConfigError(
@@ -86,6 +87,19 @@ def check_picklable(fleet: Fleet, sessions: list[Session]) -> list[bytes]:
                 f"Fleet(workers=...): {exc}"
             ) from exc
     return out
+
+
+def _transport_hint(transport: object) -> str:
+    """What to do about a transport that does not pickle."""
+    if isinstance(transport, EndpointTransport):  # HTTPTransport, AiohttpTransport
+        return (
+            "what you gave it must pickle too — an ssl= context or an aiohttp session= "
+            "does not: leave it out, and each worker makes its own"
+        )
+    return (
+        "use a transport that pickles, such as HTTPTransport or AiohttpTransport "
+        "for the same endpoint"
+    )
 
 
 class _MainRefs(pickle.Pickler):

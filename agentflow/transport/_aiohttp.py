@@ -77,7 +77,13 @@ class AiohttpTransport(EndpointTransport):
     :class:`HTTPTransport` does with its pool. Used from a second loop while the first
     still runs (another thread's), :meth:`stream` raises :class:`ConfigError`: make one
     transport per event loop.
+
+    It pickles (``Fleet(workers=N)`` sends each worker a copy) before or after it is
+    used: the copy makes its own sessions where it runs — unless ``session`` is yours,
+    which does not pickle.
     """
+
+    _LOOP_BOUND = ("_bound_pid", "_fresh", "_loop")
 
     def __init__(
         self,
@@ -296,6 +302,14 @@ class AiohttpTransport(EndpointTransport):
                     for book in held:
                         book.clear()
                 connector._close()  # the sync part of close(): no loop needed
+
+    def __getstate__(self) -> dict[str, Any]:
+        """As :meth:`EndpointTransport.__getstate__`; the session goes too if this
+        transport made it (a ``session`` of yours stays, and does not pickle)."""
+        state = super().__getstate__()
+        if self._owns_session:
+            state["_session"] = None
+        return state
 
     async def aclose(self) -> None:
         """Close the connection pool if this transport opened it. Called on another

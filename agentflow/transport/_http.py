@@ -64,6 +64,10 @@ class HTTPTransport(EndpointTransport):
     runs (another thread's), :meth:`stream` raises :class:`ConfigError` — make one
     transport per event loop.
 
+    It pickles (``Fleet(workers=N)`` sends each worker a copy) before or after it is
+    used: the copy opens its own pool where it runs — unless ``ssl`` is a context of
+    yours, which does not pickle.
+
     Args:
         endpoint: an :class:`Endpoint` or a base URL.
         timeouts: connect, first-token, idle and total limits.
@@ -93,6 +97,8 @@ class HTTPTransport(EndpointTransport):
     A 2xx answer declared as HTML, XML or JSON is an :class:`UnexpectedContentType`
     (quoting the body's first bytes), not parsed as a stream.
     """
+
+    _LOOP_BOUND = ("_bound_pid", "_pool", "_default_ssl")
 
     def __init__(
         self,
@@ -143,6 +149,9 @@ class HTTPTransport(EndpointTransport):
         self._host_header = host if self._port == default_port else f"{host}:{self._port}"
         self._request_line = f"POST {url.path or '/'} HTTP/1.1\r\n"  # no query: Endpoint
         self._ssl = ssl
+        # The system's default context, made at the first https request when ``ssl`` is
+        # None (an SSLContext does not pickle: a copy makes its own).
+        self._default_ssl: _ssl.SSLContext | None = None
         self._pool: ConnectionPool[_Connection] | None = None
 
     @property
@@ -160,7 +169,9 @@ class HTTPTransport(EndpointTransport):
         if pool is None or self._check_loop(pool.loop):
             ctx = None
             if self._https:
-                ctx = self._ssl = self._ssl or _ssl.create_default_context()
+                ctx = self._ssl or self._default_ssl
+                if ctx is None:
+                    ctx = self._default_ssl = _ssl.create_default_context()
             pool = self._pool = ConnectionPool(
                 _Connection,
                 self._host,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
-from typing import Any, Self
+from typing import Any, ClassVar, Self
 
 import msgspec
 
@@ -48,6 +48,11 @@ class EndpointTransport:
     or a reused kept-alive connection closed before any response byte) is resent here —
     the server did not see the request; the retry *policy* lives above the transport.
     """
+
+    #: Attributes made once the transport is used (bound to that event loop and process,
+    #: or not picklable): left out of a pickled copy (:meth:`__getstate__`), which makes
+    #: its own.
+    _LOOP_BOUND: ClassVar[tuple[str, ...]] = ("_bound_pid",)
 
     def __init__(
         self, endpoint: Endpoint | str, *, timeouts: Timeouts | None, connect_retries: int,
@@ -125,6 +130,16 @@ class EndpointTransport:
         default on Linux) inherits it still reporting itself running, and was refused
         as if another thread ran it."""
         return bound.is_closed() or not bound.is_running() or self._forked()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A pickled copy (a worker's, ``Fleet(workers=N)``) goes without what binds this
+        one to the event loop and process that used it (:attr:`_LOOP_BOUND`: its pool or
+        sessions, the loop, the process id): it makes its own where it runs, as a new
+        transport would. Everything it was configured with goes along."""
+        state = self.__dict__.copy()
+        for name in self._LOOP_BOUND:
+            state[name] = None
+        return state
 
     async def aclose(self) -> None:
         """Release connections."""

@@ -81,7 +81,7 @@ def fail_missing(
                     text = f"{what} before session {s.session_id!r} ended: {w.hung_why}"
                 else:
                     what, code = launcher.ended(w)
-                    why = f": {w.crash}" if w.crash else ""
+                    why = f": {w.crash}" if w.crash else _unheard(w, code)
                     text = f"{what} before session {s.session_id!r} did{why}"
                 error = WorkerError(text, worker=w.index, exitcode=code)
             result = SessionResult(
@@ -108,6 +108,21 @@ def fail_missing(
                     )
                 )
             bus.emit(SessionEndEvent(agent=s.agent.name, session_id=s.session_id, result=result))
+
+
+def _unheard(w: WorkerHandle, code: int | None) -> str:
+    """The hint for a worker process that exited with an error (a positive exit code:
+    not killed by a signal) before its first message: most likely while ``spawn``
+    imported the main module — a script without the ``__main__`` guard starts its run
+    again there, which fails with a traceback on the worker's stderr, never sent here.
+    (A Ray actor has no exit code: no hint.)"""
+    if w.heard is not None or code is None or code <= 0:
+        return ""
+    return (
+        ": the parent never heard from it, so it most likely ended before it loaded its "
+        "sessions: see its stderr; is the main module guarded by "
+        '`if __name__ == "__main__":`?'
+    )
 
 
 async def stop_workers(workers: list[WorkerHandle], timeout_s: float) -> None:

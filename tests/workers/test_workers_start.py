@@ -1,7 +1,15 @@
 """How many workers a run starts: no more than it has sessions (none for an empty run),
-and at most ``MAX_WORKERS``."""
+and at most ``MAX_WORKERS``; and what a worker that dies as it starts says."""
 
 from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import sys
 
 import pytest
 
@@ -10,6 +18,7 @@ from agentflow._fleet_checks import MAX_WORKERS
 from agentflow._workers import _processes
 from agentflow._workers._broker import WorkerHandle
 from tests.sched.conftest import RecordingSim
+from tests.wait import GUARD_S
 from tests.workers.test_workers import workers_now
 from tests.workers.tools import workload
 
@@ -58,3 +67,35 @@ def test_more_workers_than_the_maximum_is_a_config_error() -> None:
         ConfigError, match=rf"Fleet\.workers must be an int in \[1, {MAX_WORKERS}\] or None"
     ):
         Fleet(http, workers=MAX_WORKERS + 1)
+
+
+async def test_a_worker_that_dies_importing_an_unguarded_main_says_where_to_look() -> None:
+    """A main script without the ``__main__`` guard runs again in each spawned worker,
+    which dies with a traceback on its stderr before the parent hears from it: its
+    sessions' WorkerError said only "ended (exit code 1)", not where to look or why."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.workers.unguarded_child",
+        "http://127.0.0.1:9",  # never reached: no session starts
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,  # the workers' tracebacks
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+        start_new_session=True,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), GUARD_S)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await proc.wait()
+    assert proc.returncode == 0
+    for k, (status, error) in enumerate(json.loads(out.splitlines()[-1])):
+        assert status == "error"
+        assert re.fullmatch(
+            rf"worker {k} \(pid \d+\) ended \(exit code 1\) before session 's{k}' did: the "
+            r"parent never heard from it, so it most likely ended before it loaded its "
+            r"sessions: see its stderr; is the main module guarded by "
+            r'`if __name__ == "__main__":`\?',
+            error,
+        ), error

@@ -51,13 +51,35 @@ class ToolCallDelta(msgspec.Struct):
 
 
 class _Parts:
-    __slots__ = ("args", "id", "index", "name")
+    """One call's pieces. Its name is kept as pieces too, with their total length: a
+    server may split a name over any number of deltas and events, and joining each
+    piece to the held name would copy it whole every time (quadratic CPU on the
+    event loop)."""
+
+    __slots__ = ("args", "id", "index", "name_len", "names")
 
     def __init__(self, index: int) -> None:
         self.index = index
         self.id = ""
-        self.name = ""
+        self.names: list[str] = []
+        self.name_len = 0
         self.args: list[str] = []
+
+    def name(self) -> str:
+        """The name so far, its pieces joined (and kept joined)."""
+        names = self.names
+        if len(names) > 1:
+            names[:] = ["".join(names)]
+        return names[0] if names else ""
+
+    def is_named(self, name: str) -> bool:
+        """Whether the name so far is ``name``: joined only when the lengths match, so
+        the work is no more than the delta that asks."""
+        return len(name) == self.name_len and self.name() == name
+
+    def add_name(self, name: str) -> None:
+        self.names.append(name)
+        self.name_len += len(name)
 
 
 class ToolCalls:
@@ -73,10 +95,10 @@ class ToolCalls:
         """Take one chunk's ``tool_calls``; the characters of output they carried."""
         chars = 0
         open_calls = self._open
-        for d in deltas:
+        for position, d in enumerate(deltas):
             key = d.index
             if key is None:
-                key = _position(deltas, d)
+                key = position  # a delta sent with no index is keyed by its place in the list
             parts = open_calls.get(key)
             fn = d.function
             name = fn.name if fn is not None else None
@@ -105,7 +127,9 @@ class ToolCalls:
         """The calls as they stand: ordered by index, then by when they opened."""
         ordered = sorted(self._parts, key=_index_of)
         return tuple(
-            ToolCall(index=i, id=p.id or _fallback_id(p, i), name=p.name, arguments="".join(p.args))
+            ToolCall(
+                index=i, id=p.id or _fallback_id(p, i), name=p.name(), arguments="".join(p.args)
+            )
             for i, p in enumerate(ordered)
         )
 
@@ -114,30 +138,23 @@ def _index_of(parts: _Parts) -> int:
     return parts.index
 
 
-def _position(deltas: list[ToolCallDelta], d: ToolCallDelta) -> int:
-    """Where ``d`` is in its chunk's list: the key of a delta sent with no index."""
-    return next(i for i, x in enumerate(deltas) if x is d)
-
-
 def _opens_another(parts: _Parts, call_id: str | None, name: str) -> bool:
     """Whether a delta bringing ``name`` (and ``call_id``) is another call than
     ``parts``, which holds the same index: a call named already, under another id, or
     with its arguments begun and another name."""
-    if not parts.name:
+    if not parts.name_len:
         return False
     if call_id and parts.id and call_id != parts.id:
         return True
-    return bool(parts.args) and name != parts.name
+    return bool(parts.args) and not parts.is_named(name)
 
 
 def _add_name(parts: _Parts, name: str, call_id: str | None, arguments: str | None) -> int:
     """Give ``parts`` a delta's ``name``; the characters added. A name equal to the
     held one is its repetition, unless the delta brings nothing else and no argument
     has arrived: then it is the rest of a name split in two equal halves."""
-    if not parts.name:
-        parts.name = name
-    elif name != parts.name or not (call_id or arguments or parts.args):
-        parts.name += name
+    if not parts.name_len or not parts.is_named(name) or not (call_id or arguments or parts.args):
+        parts.add_name(name)
     else:
         return 0
     return len(name)

@@ -289,22 +289,35 @@ def redact_bytes(data: bytes) -> bytes:
     return data
 
 
+#: How deep :func:`redact_data` goes: a dict, list or tuple nested deeper than this is
+#: replaced by ``***`` whole. Only a server's JSON nests so deep (an error body of
+#: ``[[[…`` a few hundred levels deep once made redaction raise ``RecursionError``).
+MAX_DATA_DEPTH = 64
+
+
 def redact_data(obj: Any) -> Any:
     """A copy of a JSON-like value (dicts, lists, tuples, strings, numbers) with every
-    string redacted and the string values of credential-named keys masked whole."""
+    string redacted and the string values of credential-named keys masked whole; a
+    container nested deeper than :data:`MAX_DATA_DEPTH` levels is masked whole."""
+    return _redact_data(obj, MAX_DATA_DEPTH)
+
+
+def _redact_data(obj: Any, depth: int) -> Any:
     if isinstance(obj, str):
         return redact(obj)
+    if isinstance(obj, Mapping | list | tuple) and depth <= 0:
+        return MASK
     if isinstance(obj, Mapping):
         return {
             redact(k) if isinstance(k, str) else k: (
                 MASK
                 if isinstance(k, str) and isinstance(v, str) and _is_credential_key(k)
-                else redact_data(v)
+                else _redact_data(v, depth - 1)
             )
             for k, v in obj.items()
         }
     if isinstance(obj, list | tuple):
-        items: Iterable[Any] = (redact_data(v) for v in obj)
+        items: Iterable[Any] = (_redact_data(v, depth - 1) for v in obj)
         return list(items) if isinstance(obj, list) else tuple(items)
     return obj
 

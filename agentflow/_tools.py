@@ -307,7 +307,10 @@ class Tool:
     def _parse(self, arguments: str) -> dict[str, Any]:
         raw = arguments.strip() or "{}"
         if self._args_model is None:
-            value = msgspec.json.decode(raw)
+            try:
+                value = msgspec.json.decode(raw)
+            except RecursionError:  # msgspec's limit (~1000 levels) is no DecodeError
+                raise ValueError("arguments nested too deep to decode") from None
             if not isinstance(value, dict):
                 raise ValueError("arguments must be a JSON object")
             return value

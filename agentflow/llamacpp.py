@@ -108,8 +108,10 @@ async def server_slots(
     status, raw = await _get(f"{root}/props", sent, timeout_s)
     if not 200 <= status < 300:
         return None
+    from agentflow.transport._decode import decode_json  # not at import: llamacpp is light
+
     try:
-        props: Any = msgspec.json.decode(raw)
+        props: Any = decode_json(raw, msgspec.json.decode)
     except msgspec.DecodeError:
         return None
     slots = props.get("total_slots") if isinstance(props, dict) else None

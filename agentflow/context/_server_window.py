@@ -28,6 +28,7 @@ import msgspec
 from agentflow._errors import ConfigError, ConnectError, StreamProtocolError, StreamTimeout
 from agentflow._redact import display_url, register_url
 from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
+from agentflow.transport._decode import decode_json
 from agentflow.transport._request import Endpoint
 from agentflow.transport._shared import MAX_ERROR_BODY
 
@@ -164,7 +165,7 @@ async def _get_json(
             payload=raw[:500],
         )
     try:
-        return msgspec.json.decode(raw)
+        return decode_json(raw, msgspec.json.decode)
     except msgspec.DecodeError:
         return None
 

@@ -16,7 +16,8 @@ metrics (a ``completion_tokens`` of 10**20 made a decode speed of 2e23 tokens/s)
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import msgspec
 
@@ -27,7 +28,9 @@ from agentflow.transport._surrogates import PairingSink, lenient_decode, mended,
 from agentflow.transport._tool_deltas import ToolCallDelta, ToolCalls
 from agentflow.typing import DeltaSink
 
-__all__ = ["MAX_REPORTED_TOKENS", "TraceBuilder", "apportion"]
+__all__ = ["MAX_REPORTED_TOKENS", "TraceBuilder", "apportion", "decode_json"]
+
+T = TypeVar("T")
 
 #: The largest token count a server's usage may report for one request: 100 million,
 #: ten times the longest context window served today. Beyond it a figure is a bug.
@@ -80,6 +83,20 @@ class _Chunk(msgspec.Struct):
 
 
 _decode_chunk = msgspec.json.Decoder(_Chunk).decode
+
+
+def decode_json(raw: bytes | str, decode: Callable[[bytes | str], T]) -> T:
+    """JSON a server sent, read by ``decode`` (``msgspec.json.decode``, a ``Decoder``'s
+    ``decode``): every way it can fail is a :class:`msgspec.DecodeError`.
+
+    msgspec raises :class:`RecursionError`, not ``DecodeError``, for arrays or objects
+    nested about 1000 deep (a few KB of ``[[[…``); that escaped every site reading a
+    server's JSON as an error no caller expects. Every such site decodes through here.
+    """
+    try:
+        return decode(raw)
+    except RecursionError:
+        raise msgspec.DecodeError("JSON nested too deep to decode") from None
 
 
 class TraceBuilder:
@@ -139,9 +156,12 @@ class TraceBuilder:
             self.done_ns = t_ns
             return
         try:
-            chunk = _decode_chunk(payload)
+            chunk = decode_json(payload, _decode_chunk)
         except msgspec.DecodeError as exc:
-            lenient = lenient_decode(payload, _Chunk)  # a lone UTF-16 surrogate: _surrogates.py
+            try:
+                lenient = lenient_decode(payload, _Chunk)  # a lone UTF-16 surrogate: _surrogates.py
+            except RecursionError:  # the standard library's parser has the same depth limit
+                lenient = None
             if lenient is None:
                 raise StreamProtocolError(
                     f"malformed chunk from {self.endpoint}: {exc}",

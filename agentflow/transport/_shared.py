@@ -18,6 +18,7 @@ from agentflow._errors import (
 )
 from agentflow._redact import display_url, redact_headers
 from agentflow._trace import TurnTrace
+from agentflow.transport._decode import decode_json
 from agentflow.transport._request import Endpoint, Timeouts, parse_retry_after
 from agentflow.transport._sse import DEFAULT_MAX_EVENT_BYTES, check_max_event_bytes
 from agentflow.transport._status import api_status_error, redirect_note
@@ -220,8 +221,8 @@ async def status_error(
     raw: bytes = await body_reader
     body: Any
     try:
-        body = msgspec.json.decode(raw) if raw else None
-    except msgspec.DecodeError:
+        body = decode_json(raw, msgspec.json.decode) if raw else None
+    except msgspec.DecodeError:  # not JSON, or nested too deep: kept as text
         body = raw.decode("utf-8", "replace")
     lead = f"{endpoint} answered {status}"
     if 300 <= status < 400:

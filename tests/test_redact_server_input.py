@@ -12,9 +12,22 @@ import os
 import subprocess
 import sys
 
-from agentflow import redact
+import pytest
+
+from agentflow import (
+    Agent,
+    BadRequestError,
+    Endpoint,
+    HTTPTransport,
+    UnexpectedContentType,
+    redact,
+)
 from agentflow._redact import display_url
+from agentflow.testing import Reply, ScriptedServer
 from tests.wait import GUARD_S
+
+KEY = "sk-proj-UNIT-CUT-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+PREFIX = KEY[:8]  # what a cut through the key used to leave
 
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -47,3 +60,31 @@ def test_userinfo_is_dropped_after_any_scheme() -> None:
     for same in ("me@example.com", "http://h/a@b", "a://b c@d"):
         assert redact(same) == same
     assert display_url("http://u:p@ss@h:1/v1") == "http://h:1/v1"
+
+
+async def _error_of(reply: Reply) -> object:
+    async with (
+        ScriptedServer([reply]) as srv,
+        HTTPTransport(Endpoint(base_url=srv.base_url, api_key=KEY)) as t,
+    ):
+        res = await Agent(name="a", model="m", instructions="s").session("hi").run(t)
+    return res.error
+
+
+@pytest.mark.parametrize("at", [280, 295])
+async def test_a_key_across_the_cut_of_a_page_is_masked_whole(at: int) -> None:
+    """A 2xx HTML page quoted in the message (its first 300 characters) and kept as
+    ``payload`` (500 bytes): each is cut after the body is redacted, not before."""
+    page = "<html>" + "x" * (at - 6) + KEY + " " + "y" * (500 - at - len(KEY)) + KEY + "</html>"
+    err = await _error_of(Reply(frames=[page.encode()], headers={"Content-Type": "text/html"}))
+    assert isinstance(err, UnexpectedContentType)
+    assert PREFIX not in str(err) and "***" in str(err)
+    assert err.payload is not None and PREFIX.encode() not in err.payload
+
+
+async def test_a_key_across_the_cut_of_a_text_error_body_is_masked_whole() -> None:
+    """A 4xx body that is not JSON: its first 300 characters are the message."""
+    body = "x" * 285 + " bad key " + KEY  # the key from character 294 on
+    err = await _error_of(Reply(frames=[body.encode()], status=400))
+    assert isinstance(err, BadRequestError)
+    assert PREFIX not in str(err) and "bad key ***" in str(err)

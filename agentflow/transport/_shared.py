@@ -16,7 +16,7 @@ from agentflow._errors import (
     StreamInterrupted,
     UnexpectedContentType,
 )
-from agentflow._redact import display_url, redact_headers
+from agentflow._redact import display_url, redact, redact_bytes, redact_headers
 from agentflow._trace import TurnTrace
 from agentflow.transport._decode import decode_json
 from agentflow.transport._request import Endpoint, Timeouts, parse_retry_after
@@ -200,16 +200,21 @@ def refused_content_type(status: int, headers: Any) -> str | None:
 def content_type_error(
     status: int, content_type: str, body: bytes, endpoint: str
 ) -> UnexpectedContentType:
-    """The error for a 2xx answer that is not an event stream, quoting its first bytes."""
-    snippet = " ".join(body[:300].decode("utf-8", "replace").split())
-    more = "…" if len(body) > 300 else ""
+    """The error for a 2xx answer that is not an event stream, quoting its first bytes.
+
+    The body (at most :data:`MAX_ERROR_BODY` bytes) is redacted whole before it is cut:
+    a key the server echoed across the cut would leave its first characters, which
+    no longer match the registered key, in the message and payload."""
+    text = redact(body.decode("utf-8", "replace"))
+    snippet = " ".join(text[:300].split())
+    more = "…" if len(text) > 300 else ""
     return UnexpectedContentType(
         f"{endpoint} answered {status} with Content-Type {content_type!r}, not "
         f"text/event-stream (a streamed request); the body begins: {snippet!r}{more}",
         content_type=content_type,
         status=status,
         endpoint=endpoint,
-        payload=body[:500],
+        payload=redact_bytes(body)[:500],
     )
 
 

@@ -90,5 +90,5 @@ def error_message(body: Any) -> str | None:
         detail = body.get("detail") or body.get("message")
         return str(detail) if detail is not None else None
     if isinstance(body, str) and body:
-        return body[:300]
+        return redact(body)[:300]  # redacted before the cut, which may split a key
     return None

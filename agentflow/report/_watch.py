@@ -14,6 +14,7 @@ import contextlib
 import logging
 import math
 import time
+import traceback
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 import aiohttp
 
 from agentflow._errors import TransportError
-from agentflow._redact import display_url
+from agentflow._redact import display_url, redact
 from agentflow.report._dialects import MEAN_GAUGES
 from agentflow.report._prom import MetricsSnapshot, parse_metrics, quick_values
 from agentflow.report._server import (
@@ -247,14 +248,20 @@ class ServerWatch:
             except TransportError:
                 self.failed_scrapes += 1
                 continue
-            except Exception:
+            except Exception as exc:
                 # Sampling must not end on an error nobody expected: the task would die
                 # quietly, the samples stop, and stop() would raise it instead of the
-                # after scrape. It is a failed scrape; the first one is logged.
+                # after scrape. It is a failed scrape; the first one is logged — through
+                # the standard library's logger, which redacts nothing: the URL without
+                # its userinfo, the traceback redacted.
                 self.failed_scrapes += 1
                 if not self._unexpected:
                     self._unexpected = True
-                    _log.exception("ServerWatch: sampling %s failed unexpectedly", self.url)
+                    _log.error(
+                        "ServerWatch: sampling %s failed unexpectedly\n%s",
+                        display_url(self.url),
+                        redact("".join(traceback.format_exception(exc)).rstrip()),
+                    )
                 continue
             values: dict[str, float] = {}
             for key, ns in names.items():

@@ -15,6 +15,7 @@ from agentflow._base_url import check_base_url
 from agentflow._errors import ConfigError, ConnectError, StreamProtocolError, StreamTimeout
 from agentflow._redact import display_url, register_secret, register_url
 from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
+from agentflow.transport._decode import decode_json
 from agentflow.transport._shared import MAX_ERROR_BODY, status_error
 
 if TYPE_CHECKING:
@@ -160,7 +161,7 @@ class ServerCounter:
         except aiohttp.ClientError as exc:
             raise ConnectError(f"{self.url}: {exc!r}", endpoint=self.endpoint) from exc
         try:
-            return _decode_tokenized.decode(raw)
+            return decode_json(raw, _decode_tokenized.decode)
         except msgspec.DecodeError as exc:
             raise StreamProtocolError(
                 f"{self.url} answered something that is not a /tokenize answer: {exc}",

@@ -130,6 +130,8 @@ async def test_server_counter_wire_failures_are_transport_errors() -> None:
             return web.json_response({"error": {"message": "boom"}}, status=500)
         if kind == "junk":
             return web.Response(body=b"<html>not json</html>")
+        if kind == "deep":  # msgspec raises RecursionError, not DecodeError, this deep
+            return web.Response(body=b'{"tokens": [1], "x": ' + b"[" * 1200 + b"]" * 1200 + b"}")
         await asyncio.sleep(5)
         return web.json_response({"tokens": []})
 
@@ -147,6 +149,8 @@ async def test_server_counter_wire_failures_are_transport_errors() -> None:
         assert isinstance(err.value, APIStatusError) and err.value.status == 500
         with pytest.raises(StreamProtocolError, match="not a /tokenize answer"):
             await counter.count("junk")
+        with pytest.raises(StreamProtocolError, match="nested too deep"):
+            await counter.count("deep")
         with pytest.raises(StreamTimeout) as slow:
             await impatient.count("slow")
         assert slow.value.phase == "total" and slow.value.timeout_s == 0.3

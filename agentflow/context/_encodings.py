@@ -127,16 +127,27 @@ def encoding(name: str = "cl100k_base") -> tiktoken.Encoding:
 
 def encoding_name_for_model(model: str) -> str:
     """The shipped encoding closest to ``model``'s own: ``o200k_base`` for the models
-    tiktoken maps to it (``gpt-4o``, ``o1``, ``gpt-4.1``, …), else ``cl100k_base``.
+    tiktoken maps to it or to ``o200k_harmony`` (``gpt-4o``, ``o1``, ``gpt-4.1``,
+    ``gpt-oss-*``, …), else ``cl100k_base``.
+
+    A provider prefix is dropped first, as :func:`~agentflow.context.window_for` does:
+    ``"openai/gpt-4o"`` is ``gpt-4o``. ``o200k_harmony`` has ``o200k_base``'s ranks (only
+    its special tokens differ), so ordinary text counts the same.
 
     For models outside OpenAI's family this is only an estimate's starting point; the
     :class:`~agentflow.context.Calibrator` learns the rest from the server's counts.
     """
+    bare = model.rsplit("/", 1)[-1]
     try:
-        name = tiktoken.encoding_name_for_model(model)
+        name = tiktoken.encoding_name_for_model(bare)
     except KeyError:
         return "cl100k_base"
+    name = _SAME_RANKS.get(name, name)
     return name if name in _SPECS else "cl100k_base"
+
+
+# tiktoken encodings that share a shipped encoding's ranks and differ only in special tokens.
+_SAME_RANKS = {"o200k_harmony": "o200k_base"}
 
 
 def _ranks(name: str, spec: _Spec) -> dict[bytes, int]:

@@ -128,6 +128,16 @@ def test_encoding_for_models() -> None:
     assert encoding_name_for_model("smollm2") == "cl100k_base"
 
 
+def test_encoding_for_prefixed_and_harmony_models() -> None:
+    # "openai/gpt-4o" was cl100k_base while window_for stripped the prefix; gpt-oss is
+    # o200k_harmony in tiktoken (o200k_base's ranks), not cl100k_base.
+    assert encoding_name_for_model("openai/gpt-4o") == "o200k_base"
+    assert encoding_name_for_model("azure/openai/gpt-4o-mini") == "o200k_base"
+    assert encoding_name_for_model("gpt-oss-120b") == "o200k_base"
+    assert encoding_name_for_model("openai/gpt-oss-20b") == "o200k_base"
+    assert encoding_name_for_model("hf/smollm2") == "cl100k_base"
+
+
 _OFFLINE_SCRIPT = """
 import json, sys
 from agentflow.context import ENCODING_NAMES, TiktokenCounter

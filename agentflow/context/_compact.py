@@ -37,6 +37,8 @@ _MIN_TOOL_TOKENS = 32
 # Between a transcript's paragraphs; after a tool result's head where the rest was cut.
 _SEPARATOR = "\n\n"
 _CUT_MARK = " […]"
+# Output sizes params may not set: max_summary_tokens is the one.
+_OUTPUT_SIZES = frozenset({"max_tokens", "max_completion_tokens"})
 
 
 def _content_text(content: Any) -> str:
@@ -158,7 +160,9 @@ class Compact:
         keep_fraction: the kept units' share of the limit, at most.
         role: the role of the summary message.
         summary_prefix: the text before the summary in its message.
-        params: extra body fields of the summary request (``temperature``, …).
+        params: extra body fields of the summary request (``temperature``, …); not
+            ``max_tokens`` nor ``max_completion_tokens`` (a :class:`ConfigError`): the
+            output size is ``max_summary_tokens``, which the transcript is sized for.
         tool_output_tokens: tool results in the transcript are cut to this many tokens.
         max_input_tokens: the transcript's size limit; by default 90% of the window less
             the summary's ``max_tokens`` and prompt. Beyond it, tool results in the
@@ -201,6 +205,15 @@ class Compact:
         bad = PARAMS_RESERVED.intersection(self.params)
         if bad:
             raise ConfigError(f"Compact.params may not set {sorted(bad)}")
+        sizes = sorted(_OUTPUT_SIZES.intersection(self.params))
+        if sizes:
+            # The transcript's room is sized for max_summary_tokens: another output size
+            # in params would make the summary request overflow the window.
+            raise ConfigError(
+                f"Compact.params may not set {sizes}: the summary's output size is "
+                f"Compact(max_summary_tokens=...) (now {self.max_summary_tokens}), which "
+                "the transcript is sized for"
+            )
         object.__setattr__(self, "params", dict(self.params))
 
     def split(self, view: OverflowView) -> int:
@@ -257,7 +270,7 @@ class Compact:
                 {"role": "system", "content": self.prompt},
                 {"role": "user", "content": transcript},
             ],
-            params={"max_tokens": self.max_summary_tokens, **self.params},
+            params={**self.params, "max_tokens": self.max_summary_tokens},
         )
 
     async def __call__(self, view: OverflowView) -> bool:

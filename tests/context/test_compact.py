@@ -198,6 +198,16 @@ def test_compact_config_errors() -> None:
         Compact(summary_prefix=1)  # type: ignore[arg-type]
 
 
+def test_compact_refuses_an_output_size_in_params() -> None:
+    # params={"max_tokens": 1024} won over max_summary_tokens=512 in the request while the
+    # transcript was sized for 512: the summary request overflowed the window.
+    for key in ("max_tokens", "max_completion_tokens"):
+        with pytest.raises(ConfigError, match=r"Compact\.params may not set.*max_summary_tokens"):
+            Compact(params={key: 1024})
+    request_params = Compact(params={"temperature": 0.2}).params
+    assert request_params == {"temperature": 0.2}
+
+
 # --- end to end on the simulator, over real HTTP --------------------------------------------
 
 

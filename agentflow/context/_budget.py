@@ -106,7 +106,9 @@ class ContextBudget(Link[SessionBudget]):
             say (see :meth:`bind`); also the window lookup's key.
         reserve_output: tokens kept free for the answer; by default the agent's
             ``max_tokens`` (or ``max_completion_tokens``) param, else
-            ``min(1024, window // 4)``.
+            ``min(1024, window // 4)``. Never less than that param: a server may refuse a
+            prompt that leaves less than ``max_tokens`` of the window (vLLM does), so a
+            smaller ``reserve_output`` is raised to it.
         margin: tokens kept free on top of the calibrator's own error margin: an int is
             a token count, a float in ``[0, 1)`` a fraction of the window.
         overflow: a policy, or a chain of them run in order, for prompts that do not fit
@@ -347,8 +349,9 @@ class ContextBudget(Link[SessionBudget]):
         the budget's cache-buster check (a check link in the agent's chain replaces it; a
         deprecated ``fleet=`` runs as a link before it, see :meth:`chain_links`).
         ``at.model`` is the calibration key, window lookup and summary model
-        (``ContextBudget.model`` when ``None``); ``max_tokens`` in ``at.params`` sets the
-        default reserve.
+        (``ContextBudget.model`` when ``None``); ``max_tokens`` (or
+        ``max_completion_tokens``) in ``at.params`` sets the default reserve and is the
+        least one: a smaller ``reserve_output`` is raised to it.
 
         Raises:
             ConfigError: no window is known, or reserve and margin leave no room.
@@ -356,12 +359,21 @@ class ContextBudget(Link[SessionBudget]):
         model, params, session_id = at.model, at.params, at.session_id
         name = model or self.model
         window = self.window_of(name)
-        reserve = self.reserve_output
-        if reserve is None:
-            asked = params.get("max_completion_tokens") or params.get("max_tokens")
-            whole = isinstance(asked, int) and not isinstance(asked, bool) and asked >= 1
-            reserve = asked if whole else None  # (Agent refuses any other max_tokens)
-        if reserve is None:
+        # The largest output size the session sends: a server may hold prompt + it to the
+        # window (vLLM does), so the reserve is never below it, whatever reserve_output says.
+        asked = max(
+            (
+                v
+                for v in (params.get("max_completion_tokens"), params.get("max_tokens"))
+                if isinstance(v, int) and not isinstance(v, bool) and v >= 1
+            ),  # (Agent refuses any other max_tokens)
+            default=None,
+        )
+        if self.reserve_output is not None:
+            reserve = max(self.reserve_output, asked or 0)
+        elif asked is not None:
+            reserve = asked
+        else:
             reserve = min(DEFAULT_RESERVE, window // 4)
         margin = int(self.margin * window) if isinstance(self.margin, float) else self.margin
         limit = window - reserve - margin

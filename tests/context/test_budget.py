@@ -72,6 +72,18 @@ def test_window_reserve_margin_and_limit() -> None:
     assert bind(ContextBudget(), model="deepseek-v4").window == 131_072
 
 
+def test_reserve_is_never_below_the_agents_max_tokens() -> None:
+    # reserve_output=64 with max_tokens=512 let prompts through that a vLLM-style server
+    # refuses (prompt + max_tokens > window): the session sends 512, so 512 is reserved.
+    ctx = bind(ContextBudget(window=2048, reserve_output=64, margin=0), params={"max_tokens": 512})
+    assert (ctx.reserve, ctx.limit) == (512, 1536)
+    both = {"max_tokens": 100, "max_completion_tokens": 300}
+    assert bind(ContextBudget(window=2048, reserve_output=64), params=both).reserve == 300
+    # A larger reserve_output stays.
+    ctx = bind(ContextBudget(window=2048, reserve_output=800), params={"max_tokens": 512})
+    assert ctx.reserve == 800
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -313,7 +313,11 @@ class HFTokenizerCounter:
         if len(offsets) <= max_tokens:
             return -1
         end: int = offsets[max_tokens - 1][1]
-        return end
+        # A byte-level tokenizer's tokens of one character's bytes all span that whole
+        # character: if the next token starts before the last one ends, the n-th token ends
+        # inside a character, which is left out (the next token starts where it starts).
+        following: int = offsets[max_tokens][0]
+        return min(end, following)
 
     def __repr__(self) -> str:
         return f"HFTokenizerCounter(name={self._name!r})"

@@ -8,7 +8,7 @@ import pytest
 
 from agentflow.context._encodings import encoding
 
-from .hf_tokenizer import train
+from .hf_tokenizer import train, train_byte_level
 
 
 @pytest.fixture(scope="session")
@@ -16,6 +16,14 @@ def tokenizer_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A small real BPE tokenizer.json (see :mod:`tests.context.hf_tokenizer`)."""
     pytest.importorskip("tokenizers")
     return train(tmp_path_factory.mktemp("tok") / "tokenizer.json")
+
+
+@pytest.fixture(scope="session")
+def byte_level_json(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small byte-level BPE tokenizer.json with special tokens (see
+    :func:`tests.context.hf_tokenizer.train_byte_level`)."""
+    pytest.importorskip("tokenizers")
+    return train_byte_level(tmp_path_factory.mktemp("bytes") / "tokenizer.json")
 
 
 @pytest.fixture

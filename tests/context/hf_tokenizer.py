@@ -23,3 +23,29 @@ def train(path: Path) -> Path:
     tok.train_from_iterator(CORPUS, trainer=trainer)
     tok.save(str(path))
     return path
+
+
+#: Special tokens of the byte-level tokenizer (as Qwen's and SmolLM's carry).
+SPECIAL = ["<|endoftext|>", "<|im_start|>"]
+
+
+def train_byte_level(path: Path) -> Path:
+    """A byte-level BPE tokenizer (GPT-2 style, as most served models have), trained on
+    :data:`CORPUS` with non-Latin text and :data:`SPECIAL`; saved as ``path``. A character
+    of several bytes that it has not merged is several tokens sharing that character's
+    offsets."""
+    import tokenizers
+    from tokenizers import decoders, models, pre_tokenizers, trainers
+
+    tok = tokenizers.Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400,
+        special_tokens=SPECIAL,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator([*CORPUS, *["中文 😀 é"] * 50], trainer=trainer)
+    tok.save(str(path))
+    return path

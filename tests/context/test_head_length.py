@@ -7,6 +7,7 @@ counter offers it, and must find the same longest head as its search without it.
 from __future__ import annotations
 
 import itertools
+import random
 from pathlib import Path
 
 import pytest
@@ -151,6 +152,30 @@ def test_the_head_is_counted_once_for_cut_and_text() -> None:
     rec.texts.clear()
     assert est.text(head) == 100  # what a policy asks next: no new tokenization
     assert rec.texts == []
+
+
+def test_hf_head_length_leaves_out_a_character_the_nth_token_ends_inside(
+    byte_level_json: Path,
+) -> None:
+    """A byte-level tokenizer's tokens of one character's bytes share its offsets: the
+    head ended after the character whose first byte was the n-th token, so it held more
+    than n tokens (95 of 300 random texts)."""
+    counter = HFTokenizerCounter.from_file(byte_level_json)
+    rng = random.Random(3)
+    pieces = ["中", "😀", "é", "a", " the", " fox", "👍🏽", "\n"]
+    for _ in range(300):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(3, 60)))
+        n = rng.randrange(1, 20)
+        at = counter.head_length(text, n)
+        if counter.count(text) <= n:
+            assert at == len(text)
+            continue
+        assert counter.count(text[:at]) <= n, (text, n, at)
+        # Only the character the n-th token ends inside is left out, no more.
+        assert counter.count(text[: at + 1]) > n, (text, n, at)
+    # 👍 (4 bytes) is 3 tokens of this tokenizer: a head ending in any of them leaves it out.
+    assert counter.count("👍") == 3 and counter.count("a👍b") == 5
+    assert [counter.head_length("a👍b", n) for n in range(1, 6)] == [1, 1, 1, 2, 3]
 
 
 @pytest.mark.parametrize("n", SIZES)

@@ -31,7 +31,7 @@ from agentflow.context import (
 from agentflow.context._messages import IMAGE_TOKEN, MESSAGE_TOKEN, NAME_TOKEN
 from agentflow.llamacpp import free_port
 
-from .hf_tokenizer import CORPUS
+from .hf_tokenizer import CORPUS, SPECIAL
 
 #: tiktoken's own encoding constructors (the package has no type information).
 openai_public = importlib.import_module("tiktoken_ext.openai_public")
@@ -202,6 +202,24 @@ def test_hf_counter_counts_with_the_tokenizer(tokenizer_json: Path) -> None:
     assert counter.count("tokens") == 1
     assert counter.count("the quick brown fox") < len("the quick brown fox")
     assert counter.name == f"hf:{tokenizer_json.parent.name}"
+
+
+def test_hf_counter_counts_special_token_text_as_ordinary_text(byte_level_json: Path) -> None:
+    # "<|endoftext|>" in a message was one special token to HFTokenizerCounter, while the
+    # docs (and TiktokenCounter) count it as the text it is.
+    import tokenizers
+
+    ref = tokenizers.Tokenizer.from_file(str(byte_level_json))
+    special_ids = {ref.token_to_id(s) for s in SPECIAL}
+    for counter in (HFTokenizerCounter.from_file(byte_level_json), HFTokenizerCounter(ref)):
+        for special in SPECIAL:
+            ids = counter.encode(f"say {special} now")
+            assert not special_ids.intersection(ids)
+            assert counter.count(special) > 1
+    # A tokenizer handed in is not changed: the counter works on a copy.
+    given = tokenizers.Tokenizer.from_file(str(byte_level_json))
+    HFTokenizerCounter(given)
+    assert len(given.encode("<|endoftext|>", add_special_tokens=False).ids) == 1
 
 
 def test_hf_counter_rejects_a_bad_file(tmp_path: Path) -> None:

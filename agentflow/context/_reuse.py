@@ -20,7 +20,10 @@ more cached tokens than the client's maximum proves the maximum short — it is 
 in the local tokenizer's tokens and scaled to the server's by the whole prompt's
 ratio, which a prefix of another kind of text (JSON schemas, code) need not share.
 Such a turn's maximum is raised to the server's figure, and the report says on how
-many turns and by how much (``turns_raised``, ``raised_tokens``).
+many turns and by how much (``turns_raised``, ``raised_tokens``). The other way, a
+maximum scaled up past the prompt itself (a session's first turn, before the ratio has
+learnt anything) is capped to the prompt the server reported less one token (a server
+computes at least the last one), and the ``note`` says on how many turns.
 """
 
 from __future__ import annotations
@@ -46,7 +49,8 @@ class PrefixReuse:
         turns: model turns counted.
         prompt_tokens: prompt tokens the server reported.
         cached_tokens: prompt tokens the server reported as served from its prefix cache.
-        max_cacheable_tokens: the theoretical maximum of cacheable prompt tokens.
+        max_cacheable_tokens: the theoretical maximum of cacheable prompt tokens, each
+            turn's at most its prompt tokens less one where the server reported them.
         turns_with_cached: turns whose server reported cached tokens.
         turns_with_max: turns whose prefix was fingerprinted.
         turns_compared: turns with both figures (the efficiency's turns).
@@ -61,8 +65,8 @@ class PrefixReuse:
             client's maximum (a local tokenizer unlike the server's); their maximum was
             raised to the cached figure.
         raised_tokens: by how many tokens, summed over those turns.
-        note: empty when every turn had both figures and no maximum was raised; else
-            what was missing or raised.
+        note: empty when every turn had both figures and no maximum was raised or
+            capped; else what was missing, raised or capped.
     """
 
     sessions: int
@@ -129,6 +133,8 @@ class _Sums:
         "both_cached",
         "both_max",
         "cached",
+        "capped",
+        "capped_tokens",
         "hit_cached",
         "hit_prompt",
         "max",
@@ -149,12 +155,19 @@ class _Sums:
         self.both = self.both_cached = self.both_max = 0
         self.hit_prompt = self.hit_cached = 0
         self.raised = self.raised_tokens = 0
+        self.capped = self.capped_tokens = 0
 
     def add(self, turn: TurnRecord) -> None:
         self.turns += 1
         prompt = turn.metrics.prompt_tokens
         cached = turn.metrics.cached_tokens
         best = turn.prompt.max_cacheable_tokens if turn.prompt is not None else None
+        if best is not None and prompt is not None and best > max(prompt - 1, 0):
+            # More than the prompt the server counted: the conversion to its tokens was
+            # long. A server computes at least the prompt's last token.
+            self.capped += 1
+            self.capped_tokens += best - max(prompt - 1, 0)
+            best = max(prompt - 1, 0)
         if prompt is not None:
             self.n_prompt += 1
             self.prompt += prompt
@@ -218,6 +231,12 @@ class _Sums:
                 f"the server cached more than the client's maximum on {self.raised} of "
                 f"{self.both} turns (+{self.raised_tokens:,} tokens; raised to it: the local "
                 "tokenizer differs from the server's)"
+            )
+        if self.capped:
+            parts.append(
+                f"the client's maximum exceeded the prompt on {self.capped} of {self.n_max} "
+                f"turns (−{self.capped_tokens:,} tokens; capped to the prompt less one token: "
+                "the local tokenizer differs from the server's)"
             )
         return "; ".join(parts)
 

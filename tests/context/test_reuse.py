@@ -136,7 +136,7 @@ def test_no_prompt_usage_and_no_turns() -> None:
 
 def test_report_serialises_and_reads() -> None:
     """``to_dict`` is JSON-ready; ``lines`` gives one readable line per agent and the fleet."""
-    report = prefix_reuse([session("a", "s", turn(0, 1000, 900, 1000))])
+    report = prefix_reuse([session("a", "s", turn(0, 1001, 900, 1000))])
     data = json.loads(json.dumps(report.to_dict()))
     assert data["fleet"]["efficiency"] == pytest.approx(0.9)
     assert data["per_agent"]["a"]["turns_compared"] == 1
@@ -159,3 +159,25 @@ def test_a_short_maximum_is_raised_to_the_servers_count() -> None:
     assert "more than the client's maximum on 1 of 2 turns (+160 tokens" in a.note
     exact = prefix_reuse([session("b", "s", turn(0, 1000, 960, 960))]).fleet
     assert exact.efficiency == 1.0 and exact.turns_raised == 0 and exact.note == ""
+
+
+def test_a_maximum_above_the_prompt_is_capped_to_it() -> None:
+    """A session's first turn scales its local maximum by a ratio not learnt yet: on
+    llama.cpp the maximum was 336 for a prompt of 278, and the efficiency came out 40.3%
+    where it was ~49%. A maximum is at most the prompt less its last token."""
+    first = turn(0, 278, 136, 336)  # above the prompt: capped to 277
+    later = turn(1, 400, 256, 300)
+    report = prefix_reuse([session("a", "s", first, later)])
+    a = report.fleet
+    assert a.max_cacheable_tokens == 277 + 300
+    assert a.compared_max_cacheable_tokens == 277 + 300
+    assert a.efficiency == pytest.approx((136 + 256) / (277 + 300))
+    assert a.turns_raised == 0
+    assert "exceeded the prompt on 1 of 2 turns (−59 tokens" in a.note
+    # Capped, then raised where the server reported the whole prompt cached.
+    full = prefix_reuse([session("b", "s", turn(0, 100, 100, 150))]).fleet
+    assert full.compared_max_cacheable_tokens == 100 and full.efficiency == 1.0
+    assert full.turns_raised == 1 and "exceeded the prompt on 1 of 1 turns" in full.note
+    # Without the server's prompt count nothing caps it.
+    blind = prefix_reuse([session("c", "s", turn(0, None, 50, 150))]).fleet
+    assert blind.max_cacheable_tokens == 150 and "exceeded" not in blind.note

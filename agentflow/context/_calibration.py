@@ -30,7 +30,8 @@ actually suffered.
 
 **Per content kind, with an error margin** (:meth:`Calibrator.forecast`). One ratio is
 only right for the mix of text it was learnt on: on SmolLM2 prose costs ~1.0× the cl100k
-count, code ~1.25×, JSON ~1.32×, log lines ~1.51× (:mod:`agentflow.context._kinds`).
+count, code ~1.25×, JSON ~1.32×, log lines ~1.51×, text in other scripts 1.15–1.37×
+(:mod:`agentflow.context._kinds`).
 Given a :class:`~agentflow.context.PromptShape` — the prompt's local count split by kind,
 and its anchor — the calibrator predicts
 

@@ -111,15 +111,22 @@ class _Model:
         m.sum_raw, m.max_raw = float(state["sum_raw"]), float(state["max_raw"])
         m.sum_corrected = float(state["sum_corrected"])
         m.max_corrected = float(state["max_corrected"])
-        if len(state["ratios"]) != len(KINDS) or len(state["errors"]) != 2:
+        # Kinds are only ever added at the end: a state saved before one was added has
+        # learnt nothing of it.
+        n = len(state["ratios"])
+        errors = state["errors"]
+        if not 0 < n <= len(KINDS) or len(errors) != 2 or any(len(r) != n for r in errors):
             raise ValueError("the state's content kinds differ from this agentflow's")
-        for dq, xs in zip(m.ratios, state["ratios"], strict=True):
+        for dq, xs in zip(m.ratios, state["ratios"], strict=False):
             dq.extend(float(x) for x in xs)
-        for row, saved in zip(m.errors, state["errors"], strict=True):
-            for dq, xs in zip(row, saved, strict=True):
+        for row, saved in zip(m.errors, errors, strict=True):
+            for dq, xs in zip(row, saved, strict=False):
                 dq.extend(float(x) for x in xs)
+        pad = (0,) * (len(KINDS) - n)
         for rep, kinds, system in state["shapes"]:
-            m.shapes.append((int(rep), tuple(int(k) for k in kinds), bool(system)))
+            if len(kinds) != n:
+                raise ValueError("a shape's content kinds differ from the state's")
+            m.shapes.append((int(rep), (*(int(k) for k in kinds), *pad), bool(system)))
         m.forecasts, m.under_bound = int(state["forecasts"]), int(state["under_bound"])
         m.max_under = float(state["max_under"])
         if not m.points:

@@ -1,15 +1,21 @@
-"""Content kinds: prose, code, logs and JSON split into tokens differently.
+"""Content kinds: prose, code, logs, JSON and non-ASCII text split into tokens differently.
 
-Two tokenizers agree on prose far better than on anything else. Measured on SmolLM2
-(llama.cpp) against ``cl100k_base``: prose costs the server ~1.0× the local count, code
-~1.25×, JSON ~1.32×, log lines ~1.51× (SmolLM2 spells every digit on its own; cl100k
-takes three at a time). One ratio for a whole prompt is therefore only right for the
-mix it was learnt on. So the :class:`~agentflow.context.Calibrator` learns a ratio per
-kind, and keeps its error margin per kind; this module says what kind a message is, and
-:class:`KindTally` keeps a session's prompt split by kind, incrementally.
+Two tokenizers agree on English prose far better than on anything else. Measured on
+SmolLM2 (llama.cpp) against ``cl100k_base``: prose costs the server ~1.0× the local
+count, code ~1.25×, JSON ~1.32×, log lines ~1.51× (SmolLM2 spells every digit on its
+own; cl100k takes three at a time), and text in other scripts 1.15–1.37× (CJK, Cyrillic,
+emoji: the vocabularies differ most there). One ratio for a whole prompt is therefore
+only right for the mix it was learnt on. So the :class:`~agentflow.context.Calibrator`
+learns a ratio per kind, and keeps its error margin per kind; this module says what kind
+a message is, and :class:`KindTally` keeps a session's prompt split by kind,
+incrementally.
 
 The classifier is a cheap look at the first 4,096 characters, not a parser:
 
+- ``non_ascii``: a quarter or more of the non-space characters are not ASCII (CJK,
+  Cyrillic, Greek, Arabic, emoji, …; accented Latin text such as French or German stays
+  far below). Counted as prose it would get prose's ratio and only the floor's margin,
+  and a prompt over the window went out.
 - ``json``: starts with ``{`` or ``[`` and ends with ``}`` or ``]``; an assistant
   message that only calls tools (its arguments are JSON).
 - ``log``: most lines start with a digit, a ``[``-bracketed stamp or a level word, or
@@ -31,15 +37,25 @@ if TYPE_CHECKING:
 __all__ = ["KINDS", "ContentKind", "KindTally", "PromptShape", "content_kind", "message_kind"]
 
 #: What a text is, for tokenization purposes.
-ContentKind = Literal["prose", "code", "log", "json"]
-#: Every kind, in the order of :attr:`PromptShape.kinds`.
-KINDS: tuple[ContentKind, ...] = ("prose", "code", "log", "json")
+ContentKind = Literal["prose", "code", "log", "json", "non_ascii"]
+#: Every kind, in the order of :attr:`PromptShape.kinds` (a kind added later goes last).
+KINDS: tuple[ContentKind, ...] = ("prose", "code", "log", "json", "non_ascii")
 _INDEX = {k: i for i, k in enumerate(KINDS)}
 
 _SAMPLE = 4096
 _TIME = re.compile(r"\d\d:\d\d:\d\d")
 _LOG_START = re.compile(r"\s*(?:\d|\[\d|\[?(?:INFO|WARN|WARNING|ERROR|DEBUG|TRACE|FATAL)\b)")
 _CODE_END = frozenset("{};:),")
+# The share of non-space characters outside ASCII from which a text is "non_ascii".
+_NON_ASCII = 0.25
+
+
+def _mostly_non_ascii(sample: str) -> bool:
+    if sample.isascii():
+        return False
+    non_ascii = len(sample) - len(sample.encode("ascii", "ignore"))
+    spaces = sample.count(" ") + sample.count("\n") + sample.count("\t")
+    return non_ascii >= _NON_ASCII * (len(sample) - spaces)
 
 
 def content_kind(text: str) -> ContentKind:
@@ -48,6 +64,8 @@ def content_kind(text: str) -> ContentKind:
     end = text[-64:].rstrip()
     if not sample or not end:
         return "prose" if not text.strip() else content_kind(text.strip())
+    if _mostly_non_ascii(sample):
+        return "non_ascii"
     if sample[0] in "{[" and end[-1] in "}]":
         return "json"
     if "```" in sample:
@@ -90,7 +108,8 @@ class PromptShape:
 
     Attributes:
         kinds: local tokens of each kind in the whole prompt, in :data:`KINDS` order
-            (template overhead counts with its message; tool schemas as ``json``).
+            (template overhead counts with its message; tool schemas as ``json``); a
+            shorter tuple is padded with zeros (the kinds added since).
         anchor: ``(tokens, reported)`` of this session's anchored prompt (see
             :attr:`PromptCounter.anchor_point`), or ``None``.
         growth: local tokens of each kind added since the anchor (``kinds`` without one).
@@ -103,6 +122,13 @@ class PromptShape:
     anchor: tuple[int, int] | None = None
     growth: tuple[int, ...] = ()
     system: bool = True
+
+    def __post_init__(self) -> None:
+        # A shape built for fewer kinds (before "non_ascii" was added) has none of the rest.
+        for name in ("kinds", "growth"):
+            value = getattr(self, name)
+            if value and len(value) < len(KINDS):
+                object.__setattr__(self, name, (*value, *(0,) * (len(KINDS) - len(value))))
 
     @property
     def raw(self) -> int:

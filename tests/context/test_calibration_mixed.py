@@ -56,7 +56,7 @@ def test_the_tally_follows_the_prompt_by_kind() -> None:
     tally.update(pc, msgs, mc.count_message)
     shape = tally.shape(pc)
     assert shape.raw == pc.tokens and shape.anchor is None and shape.growth == shape.kinds
-    prose_n, _, log_n, _ = shape.kinds
+    prose_n, _, log_n, *_ = shape.kinds
     assert prose_n > 0 and log_n == mc.count_message(msgs[1])
     pc.anchor(500)
     tally.anchored()
@@ -65,7 +65,7 @@ def test_the_tally_follows_the_prompt_by_kind() -> None:
     tally.update(pc, msgs, mc.count_message)
     grown = tally.shape(pc)
     assert grown.anchor == (shape.raw, 500) and grown.raw == pc.tokens
-    assert grown.growth == (0, 0, 0, mc.count_message(msgs[2]))
+    assert grown.growth == (0, 0, 0, mc.count_message(msgs[2]), 0)
     # An edit inside the anchored prompt drops the anchor: everything is estimated again.
     msgs[0] = _msgs("another text")[0]
     pc.count(msgs)
@@ -80,8 +80,8 @@ def test_the_tally_follows_the_prompt_by_kind() -> None:
 
 
 #: A synthetic server: prose costs 1.0 per local token, code 1.2, logs 1.5, JSON 1.3,
-#: plus 20 tokens of template per prompt.
-_RATIO = (1.0, 1.2, 1.5, 1.3)
+#: non-ASCII text 1.35, plus 20 tokens of template per prompt.
+_RATIO = (1.0, 1.2, 1.5, 1.3, 1.35)
 
 
 def _served(kinds: tuple[int, ...]) -> int:
@@ -92,13 +92,13 @@ def test_per_kind_ratios_are_learnt_from_anchored_growths() -> None:
     cal = Calibrator(window=16)
     rng = random.Random(3)
     for session in range(4):
-        kinds = [600, 0, 0, 0]  # the instructions
+        kinds = [600, 0, 0, 0, 0]  # the instructions
         anchor: tuple[int, int] | None = None
         for _ in range(6):
-            growth = [0, 0, 0, 0]
+            growth = [0, 0, 0, 0, 0]
             if anchor is not None:
                 growth[0] = 10  # the assistant's short reply
-                growth[rng.randrange(4)] += rng.randint(50, 400)
+                growth[rng.randrange(5)] += rng.randint(50, 400)
                 kinds = [a + b for a, b in zip(kinds, growth, strict=True)]
             shape = PromptShape(tuple(kinds), anchor, tuple(growth) if anchor else tuple(kinds))
             forecast = cal.forecast("m", shape)
@@ -109,7 +109,7 @@ def test_per_kind_ratios_are_learnt_from_anchored_growths() -> None:
             anchor = (shape.raw, reported)
     stats = cal.stats("m")
     assert stats is not None and stats.forecasts == 24
-    for kind, ratio in zip(("prose", "code", "log", "json"), _RATIO, strict=True):
+    for kind, ratio in zip(("prose", "code", "log", "json", "non_ascii"), _RATIO, strict=True):
         assert stats.kind_ratios[kind] == pytest.approx(ratio, abs=0.02), kind
     # A whole prompt of another mix is predicted from the per-kind ratios: not from the
     # one slope the mixes so far happened to average to.

@@ -256,9 +256,8 @@ class HFTokenizerCounter:
     Special tokens the tokenizer would add around a sequence (BOS, EOS) are not counted:
     :class:`~agentflow.context.MessageCounter` accounts for template overhead itself.
     Special-token text in the input (``<|endoftext|>``) is counted as ordinary text, as
-    :class:`TiktokenCounter` counts it (with ``tokenizers`` ≥ 0.15.1, whose
-    ``encode_special_tokens`` does it; 0.15.0 counts it as one special token). A tokenizer
-    given that does not already do so is copied, not changed.
+    :class:`TiktokenCounter` counts it (``tokenizers``' ``encode_special_tokens``). A
+    tokenizer given that does not already do so is copied, not changed.
 
     Args:
         tokenizer: a loaded ``tokenizers.Tokenizer``.
@@ -291,8 +290,7 @@ class HFTokenizerCounter:
             tok = tokenizers.Tokenizer.from_file(str(p))
         except Exception as exc:  # tokenizers raises plain Exception for bad files
             raise ConfigError(f"path {str(p)!r} is not a readable tokenizer.json: {exc}") from exc
-        if hasattr(tok, "encode_special_tokens"):
-            tok.encode_special_tokens = True  # its own: no copy needed
+        tok.encode_special_tokens = True  # its own: no copy needed
         return cls(tok, name=f"hf:{p.parent.name or p.name}")
 
     @property
@@ -331,8 +329,8 @@ class HFTokenizerCounter:
 
 def _ordinary(tokenizer: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
     """``tokenizer``, or a copy of it that encodes special-token text as ordinary text
-    (``encode_special_tokens``, tokenizers ≥ 0.15.1; without it, ``tokenizer`` as is)."""
-    if getattr(tokenizer, "encode_special_tokens", True):
+    (``encode_special_tokens``)."""
+    if tokenizer.encode_special_tokens:
         return tokenizer
     import tokenizers
 

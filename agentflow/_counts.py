@@ -1,7 +1,8 @@
 """Counts a user gives — slots, threads, tokens per chunk, a fleet's concurrency — checked
 alike: :func:`check_count`, an int (never a bool) in a range, the error naming the field
-and the value. The sibling of :mod:`agentflow._seconds`; it imports only the exception, so
-that the simulator (a server, :mod:`agentflow.sim`) can share it with the client side."""
+and the value; and :func:`check_flag`, a switch that must be ``True`` or ``False``. The
+sibling of :mod:`agentflow._seconds`; it imports only the exception, so that the simulator
+(a server, :mod:`agentflow.sim`) can share it with the client side."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import overload
 from agentflow._errors import ConfigError
 from agentflow._seconds import shown
 
-__all__ = ["check_count"]
+__all__ = ["check_count", "check_flag"]
 
 
 @overload
@@ -42,4 +43,16 @@ def check_count(
         if none is not None:
             need += f" or None ({none})"
         raise ConfigError(f"{name} must be {need}, got {shown(value)}")
+    return value
+
+
+def check_flag(value: object, name: str) -> bool:
+    """``value``, if it is ``True`` or ``False``: a switch given ``"no"``, ``"false"`` or
+    ``None`` is refused rather than read by its truth (``"no"`` would turn it on).
+
+    Raises:
+        ConfigError: ``{name} must be True or False, got {value!r}``.
+    """
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be True or False, got {shown(value)}")
     return value

@@ -26,7 +26,7 @@ from collections.abc import (
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from agentflow._config import fleet_concurrency
-from agentflow._counts import check_count
+from agentflow._counts import check_count, check_flag
 from agentflow._errors import ConfigError
 from agentflow._event_bus import DEFAULT_CALLBACK_DRAIN_S, EventBus
 from agentflow._events import Event, FleetEndEvent
@@ -169,7 +169,7 @@ class Fleet:
         self.limits = limits
         self.router = router
         self.retry = retry
-        self.prefix_warmup = prefix_warmup
+        self.prefix_warmup = check_flag(prefix_warmup, "Fleet.prefix_warmup")
         self._callbacks = check_callbacks(callbacks)
         check_drain(callback_drain_s)
         self.callback_drain_s = callback_drain_s

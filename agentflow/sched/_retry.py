@@ -31,7 +31,7 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from agentflow._counts import check_count
+from agentflow._counts import check_count, check_flag
 from agentflow._errors import (
     APIStatusError,
     BadRequestError,
@@ -86,6 +86,9 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         check_count(self.max_attempts, "RetryPolicy.max_attempts")
+        # A switch given "no" or "false" was read by its truth: the feature turned on.
+        for flag in ("jitter", "retry_mid_stream", "retry_protocol_errors", "failover"):
+            check_flag(getattr(self, flag), f"RetryPolicy.{flag}")
         # Every wait has a finite bound, at most MAX_TIMEOUT_S (~31 years): a wait is
         # counted in int nanoseconds, and 1e300 s overflowed at the first retry.
         for name in ("backoff_s", "max_backoff_s", "max_retry_after_s"):

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from urllib.parse import quote
 
-from agentflow._counts import check_count
+from agentflow._counts import check_count, check_flag
 from agentflow._errors import ConfigError
 from agentflow._session_checks import is_header_name
 from agentflow.sched._replica import ReplicaState
@@ -63,6 +63,9 @@ class Router:
         prompt_cache_key: bool = False,
     ) -> None:
         check_count(balance_slack, "Router.balance_slack", 0)
+        check_flag(sticky, "Router.sticky")
+        check_flag(prefix_affinity, "Router.prefix_affinity")
+        check_flag(prompt_cache_key, "Router.prompt_cache_key")
         if session_header is not None and not is_header_name(session_header):
             raise ConfigError(
                 "Router.session_header must be a header name (letters, digits and "

@@ -149,7 +149,10 @@ class APIStatusError(TransportError):
 
 
 class BadRequestError(APIStatusError):
-    """A 4xx other than 429: the request itself is wrong; resending will not help."""
+    """A 4xx other than 408 and 429: the request itself is wrong; resending will not help.
+
+    (A 408 Request Timeout — the server stopped waiting for the request — is a plain
+    :class:`APIStatusError`, retried by the default ``RetryPolicy``.)"""
 
 
 class RateLimitError(APIStatusError):

@@ -1,11 +1,13 @@
 """Which failures are retried, and how long to wait first (tenacity underneath).
 
-Retried by default: 429 (after its ``Retry-After`` when the server sent one), 500,
-502, 503, 504 (an error object sent inside the stream: by its code), connection errors, timeouts,
-and a stream cut mid-way — dropped, or ended cleanly with no finish reason and no
-``[DONE]`` (the turn is re-run; the partial output is discarded and recorded on the
-turn). Never retried: other 4xx (the request itself is wrong), malformed streams
-(opt in), tool errors, context overflows and cancellation.
+Retried by default: 429 (after its ``Retry-After`` when the server sent one), 408
+(the server stopped waiting for the request: an :class:`~agentflow.APIStatusError`, not
+a ``BadRequestError``), 500, 502, 503, 504 (an error object sent inside the stream: by
+its code), connection errors, timeouts, and a stream cut mid-way — dropped, or ended
+cleanly with no finish reason and no ``[DONE]`` (the turn is re-run; the partial output
+is discarded and recorded on the turn). Never retried: other 4xx (``BadRequestError``:
+the request itself is wrong), malformed streams (opt in), tool errors, context overflows
+and cancellation.
 
 Waits: the server's ``Retry-After`` when given (capped), otherwise jittered
 exponential backoff (tenacity's ``wait_random_exponential``, "full jitter"). With
@@ -116,8 +118,8 @@ class RetryPolicy:
     def blames_replica(exc: BaseException) -> bool:
         """Whether ``exc`` counts against the replica's health (its circuit breaker).
 
-        A 429 or another 4xx is the replica working as designed; everything else on
-        the wire is the replica (or the path to it) failing.
+        A 429, a 408 or another 4xx is the replica working as designed; everything else
+        on the wire is the replica (or the path to it) failing.
         """
         if isinstance(exc, RateLimitError | BadRequestError):
             return False

@@ -3,8 +3,10 @@
 One choice for an error status (``status_error`` in ``_shared.py``) and for an error
 object a server sends inside an open stream (``TraceBuilder.feed``): a 429 is a
 :class:`RateLimitError`, a 4xx saying the prompt is too long a
-:class:`~agentflow.ContextLengthExceeded` (with its numbers), another 4xx a
-:class:`BadRequestError`, a 5xx a :class:`ServerError`.
+:class:`~agentflow.ContextLengthExceeded` (with its numbers), a 408 a plain
+:class:`APIStatusError` (the server gave up waiting for the request: resending may well
+work, so it is not a :class:`BadRequestError`, and the default ``RetryPolicy`` retries it),
+another 4xx a :class:`BadRequestError`, a 5xx a :class:`ServerError`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,10 @@ from agentflow._redact import display_url, redact
 from agentflow.transport._overflow import context_length_error, parse_context_length
 
 __all__ = ["api_status_error", "error_message", "redirect_note", "stream_error_status"]
+
+#: 408 Request Timeout: the server stopped waiting for the request. Not the request's
+#: fault (a BadRequestError said "resending will not help" while the retry policy resent it).
+_REQUEST_TIMEOUT = 408
 
 
 def api_status_error(
@@ -34,7 +40,7 @@ def api_status_error(
         else ServerError
         if status >= 500
         else BadRequestError
-        if status >= 400
+        if status >= 400 and status != _REQUEST_TIMEOUT
         else APIStatusError
     )
     return cls(

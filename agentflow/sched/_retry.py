@@ -72,7 +72,8 @@ class RetryPolicy:
             judging it failing), the longest a turn keeps retrying, counted from its
             first attempt: a wait that would end later is not taken — the turn fails at
             once with ``AllReplicasDown`` — and a wait chosen before the fleet went down
-            is cut short then, for one last attempt. ``None``: only ``max_attempts``
+            is cut short then (or when it goes down, if that is later), for one last
+            attempt. ``None``: only ``max_attempts``
             bounds it. At most 1e9 s.
     """
 

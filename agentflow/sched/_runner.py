@@ -22,7 +22,7 @@ from tenacity import RetryCallState
 from agentflow._errors import AllReplicasDown, APIStatusError, TransportError
 from agentflow._trace import TurnTrace
 from agentflow.sched._retry import RetryPolicy
-from agentflow.sched._scheduler import Scheduler
+from agentflow.sched._scheduler import Scheduler, cancel_and_wait
 from agentflow.sched._ticket import Grant, Ticket
 from agentflow.transport._request import ChatRequest
 from agentflow.typing import DeltaKind, DeltaSink
@@ -92,6 +92,8 @@ class TurnRunner:
         self._sleep = sleep
         #: Attempts that failed and were retried, fleet-wide.
         self.retries = 0
+        #: Retry waits past ``give_up_after_s`` that end when the fleet goes down.
+        self._down_waits: set[asyncio.Future[None]] = set()
 
     async def send(
         self,
@@ -190,8 +192,9 @@ class TurnRunner:
                 return next_ns >= limit and scheduler.all_down()
 
             async def sleep(seconds: float) -> None:
-                """A wait chosen before the fleet went down is cut at the limit if it has:
-                one last attempt goes then (and ``give_up`` stops after it fails)."""
+                """A wait chosen before the fleet went down is cut at the limit if it has,
+                or past the limit when it goes down: one last attempt goes then (and
+                ``give_up`` stops after it fails)."""
                 before_limit = (limit - clock()) * 1e-9
                 if seconds <= before_limit:
                     await self._sleep(seconds)
@@ -199,7 +202,7 @@ class TurnRunner:
                 if before_limit > 0:
                     await self._sleep(before_limit)
                 if not scheduler.all_down():
-                    await self._sleep(seconds - max(before_limit, 0.0))
+                    await self._sleep_until_down(seconds - max(before_limit, 0.0))
 
         def elsewhere() -> bool:
             return bool(where) and scheduler.elsewhere(where[-1])
@@ -215,6 +218,34 @@ class TurnRunner:
                 raise down from exc
             raise
         return trace, tuple(failed)
+
+    async def _sleep_until_down(self, seconds: float) -> None:
+        """Sleep ``seconds``, or less: until every replica is judged down.
+
+        A turn past its ``give_up_after_s`` waits here (a ``Retry-After`` chosen while the
+        fleet was serving). The fleet goes down only at an attempt's failure, which
+        :meth:`_stream` reports by waking these waits; checking ``all_down()`` once at
+        the limit and sleeping out the rest made the turn end long after it.
+        """
+        down = asyncio.get_running_loop().create_future()
+        self._down_waits.add(down)
+        nap = asyncio.ensure_future(self._sleep(seconds))
+        try:
+            await asyncio.wait((nap, down), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._down_waits.discard(down)
+            if not nap.done():
+                await cancel_and_wait(nap)  # (raises what the sleep raised, if anything)
+            elif not nap.cancelled():
+                nap.result()  # (a sleep that failed)
+
+    def _wake_if_down(self) -> None:
+        """An attempt failed in a way that blames its replica: if that left every
+        replica down, the waits of :meth:`_sleep_until_down` end now."""
+        if self._down_waits and self.scheduler.all_down():
+            for down in self._down_waits:
+                if not down.done():
+                    down.set_result(None)
 
     def routed(self, ticket: Ticket, request: ChatRequest) -> ChatRequest:
         """``request`` with what the router adds for ``ticket``'s session: its session
@@ -298,3 +329,5 @@ class TurnRunner:
             raise
         finally:
             scheduler.release(grant, used_tokens=used, ok=ok, error=error)
+            if ok is False:
+                self._wake_if_down()

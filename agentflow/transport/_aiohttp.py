@@ -23,6 +23,7 @@ from agentflow._errors import (
     StreamTimeout,
 )
 from agentflow._trace import TurnTrace
+from agentflow.transport._error_body import error_body_s
 from agentflow.transport._request import ChatRequest, Endpoint, Timeouts
 from agentflow.transport._shared import (
     MAX_ERROR_BODY,
@@ -169,9 +170,11 @@ class AiohttpTransport(EndpointTransport):
                 try:
                     st.headers_at(clock())
                     if resp.status >= 300:
-                        raise await status_error(
-                            resp.status, resp.headers, _read_error_body(resp), self.endpoint
-                        )
+                        # The status is the answer: its body gets a short while of its
+                        # own, not the idle or total limit (which would lose the status).
+                        limits.met()
+                        rest = _read_error_body(resp, error_body_s(self._timeouts))
+                        raise await status_error(resp.status, resp.headers, rest, self.endpoint)
                     refused = refused_content_type(resp.status, resp.headers)
                     if refused is not None:
                         raise content_type_error(
@@ -361,14 +364,26 @@ def _request_trace() -> aiohttp.TraceConfig:
     return trace
 
 
-async def _read_error_body(resp: aiohttp.ClientResponse) -> bytes:
-    """The whole error body (it may arrive in several reads), up to 64 KiB."""
+async def _read_error_body(resp: aiohttp.ClientResponse, limit_s: float | None = None) -> bytes:
+    """The whole error body (it may arrive in several reads), up to 64 KiB.
+
+    With ``limit_s`` (a status error's body), a body that is cut (a reset, fewer bytes
+    than its ``Content-Length``), cannot be decoded, or does not end within ``limit_s``
+    gives what arrived of it: the status error is raised with its status and
+    ``Retry-After`` all the same (see ``_error_body``)."""
+    import aiohttp
+
     parts: list[bytes] = []
     size = 0
-    while size < MAX_ERROR_BODY:
-        part = await resp.content.read(MAX_ERROR_BODY - size)
-        if not part:
-            break
-        parts.append(part)
-        size += len(part)
+    try:
+        async with asyncio.timeout(limit_s):
+            while size < MAX_ERROR_BODY:
+                part = await resp.content.read(MAX_ERROR_BODY - size)
+                if not part:
+                    break
+                parts.append(part)
+                size += len(part)
+    except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError):
+        if limit_s is None:
+            raise
     return b"".join(parts)

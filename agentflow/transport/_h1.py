@@ -16,6 +16,7 @@ import httptools
 from multidict import CIMultiDict
 
 from agentflow._errors import ConnectError, StreamInterrupted, StreamProtocolError
+from agentflow.transport._error_body import error_body_s
 from agentflow.transport._pool import ConnectionPool, PooledConnection
 from agentflow.transport._shared import MAX_ERROR_BODY, refused_content_type, sent_then_closed
 from agentflow.transport._stream import DRAIN_AFTER_DONE_S, StreamState
@@ -41,6 +42,7 @@ class _Exchange:
         "draining",
         "error_parts",
         "error_size",
+        "error_timer",
         "framed",
         "head_size",
         "headers",
@@ -76,6 +78,8 @@ class _Exchange:
         self.keep = True  # the connection may be reused afterwards
         self.error_parts: list[bytes] = []
         self.error_size = 0
+        #: For a non-2xx: ends the wait for the rest of its body (:func:`error_body_s`).
+        self.error_timer: asyncio.TimerHandle | None = None
         self.head_size = 0  # bytes of the header and trailer lines parsed so far
         # Bytes of the reads that carried no body since the body last moved on (``bare_mark``
         # is where it was): a head or trailer that never ends is stopped by this count.
@@ -129,6 +133,9 @@ class _Connection(PooledConnection):
             if ex.draining is not None:  # junk after [DONE]: the answer stands
                 self._drain_over(ex)
                 return
+            if ex.status >= 300 and not ex.complete:  # in an error body: the status stands
+                self._error_body_over(ex)
+                return
             if not ex.complete:
                 err = self._invalid(ex, exc, now)  # (reads the body before the junk)
                 if ex.stream.done:  # [DONE] came first, in this read: the answer stands
@@ -175,6 +182,8 @@ class _Connection(PooledConnection):
             # [DONE]: this is success.
             ex.keep = False
             self._finish(ex, ex.stream.clock())
+        elif ex.status >= 300:  # an error body cut short: its status (and Retry-After) stand
+            self._error_body_over(ex)
         else:
             self._settle(ex, self._dropped(ex, exc))
 
@@ -183,6 +192,8 @@ class _Connection(PooledConnection):
         ex, self._ex = self._ex, None
         if ex is not None and ex.draining is not None:
             ex.draining.cancel()
+        if ex is not None and ex.error_timer is not None:
+            ex.error_timer.cancel()
         super().abort()
 
     # -- httptools callbacks (once per response, not per read) --------------------------
@@ -246,6 +257,15 @@ class _Connection(PooledConnection):
             or status in (204, 304)
         )
         ex.stream.headers_at(self._now)
+        if status >= 300:  # the status is the answer: its body gets a short while of its own
+            limits = ex.stream.limits
+            if limits is not None:
+                limits.met()  # (not the idle or total limit, which would lose the status)
+            ex.error_timer = self.pool.loop.call_later(
+                error_body_s(limits.timeouts if limits is not None else None),
+                self._error_body_over,
+                ex,
+            )
 
     def on_message_complete(self) -> None:
         """httptools: the response body is complete (its pieces are still to be parsed)."""
@@ -278,6 +298,23 @@ class _Connection(PooledConnection):
         self._finish(ex, now)
         return True
 
+    def _error_body_over(self, ex: _Exchange) -> None:
+        """A non-2xx's body was cut (a close, a reset, bytes that are not HTTP) or did
+        not end within :func:`error_body_s`: the answer is its status with what arrived
+        of the body, and the connection is not reused."""
+        if self._ex is not ex:
+            return
+        pieces = self._pieces  # (a read's body before the junk that ended it)
+        if pieces and not ex.complete:
+            body = b"".join(pieces)
+            pieces.clear()
+            self._add_error_body(ex, body, ex.stream.clock())
+            if self._ex is not ex:  # (that filled the 64 KiB and ended it)
+                return
+        ex.keep = False
+        ex.complete = True
+        self._finish(ex, ex.stream.clock())
+
     def _drain_over(self, ex: _Exchange) -> None:
         """The body did not end soon after ``[DONE]`` (or went on with junk): the answer
         stands, the connection is not reused (its body is unfinished)."""
@@ -288,6 +325,8 @@ class _Connection(PooledConnection):
     def _finish(self, ex: _Exchange, now: int) -> None:
         """The response ended cleanly (or after ``[DONE]``): flush the last event, wake
         the caller."""
+        if ex.error_timer is not None:
+            ex.error_timer.cancel()
         if ex.draining is not None:
             ex.draining.cancel()
         elif ex.sse and not ex.stream.done:  # (after [DONE], nothing is the answer's)
@@ -306,6 +345,8 @@ class _Connection(PooledConnection):
         self.abort()
 
     def _settle(self, ex: _Exchange, exc: BaseException) -> None:
+        if ex.error_timer is not None:
+            ex.error_timer.cancel()
         if self._ex is ex:
             self._ex = None
         # A cancelled caller has already gone (and closed the connection).

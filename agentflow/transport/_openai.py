@@ -13,6 +13,9 @@ idle (data events only) and total, the SSE event-size limit, the refusal of a 2x
 HTML/JSON body — except ``Timeouts.connect``: connecting (and the SDK's own timeouts and
 retries before a response) is the client's business.
 
+An error answer's body is read by the SDK; a response hook bounds it and keeps its status
+(``_openai_body``), so a cut or stalled 429 is a ``RateLimitError`` here as elsewhere.
+
 The trace's ``sent_ns`` is when the request is handed to the client: the SDK does not say
 when it writes it, so its connecting (and its own retries) count in TTFT and E2E here, unlike
 on the other transports.
@@ -37,6 +40,8 @@ from agentflow._errors import (
 )
 from agentflow._redact import display_url, register_headers, register_secret, register_url
 from agentflow._trace import TurnTrace
+from agentflow.transport._error_body import error_body_s
+from agentflow.transport._openai_body import ErrorHead, hook_error_bodies, unwatch, watch
 from agentflow.transport._request import ChatRequest, Timeouts
 from agentflow.transport._shared import (
     MAX_ERROR_BODY,
@@ -94,6 +99,7 @@ class OpenAITransport:
         register_headers(client.default_headers, owner=self)
         register_url(str(client.base_url), owner=self)
         self._timeouts = timeouts or Timeouts()
+        self._hooked = False
         #: The longest SSE event accepted, in bytes.
         self.max_event_bytes = check_max_event_bytes(max_event_bytes, "OpenAITransport")
 
@@ -118,6 +124,10 @@ class OpenAITransport:
         clock = self._clock
         st, limits = open_stream(self, sink)
         create = self._client.chat.completions.with_streaming_response.create
+        if not self._hooked:  # error bodies bounded, their status kept (_openai_body)
+            hook_error_bodies(self._client)
+            self._hooked = True
+        head, watching = watch(error_body_s(self._timeouts))
         try:
             async with (
                 limits.scope(),
@@ -142,6 +152,8 @@ class OpenAITransport:
                 # The bytes: httpx reads the whole set as Latin-1 if one value is not UTF-8.
                 headers = keep_headers(raw.headers.raw)
         except TimeoutError:
+            if head.cut:  # (while the SDK read an error body: its status stands)
+                raise await self._status(head) from None
             raise st.timeout() from None
         except openai.APIStatusError as exc:
             raise await status_error(
@@ -168,6 +180,8 @@ class OpenAITransport:
             why = f"{type(exc).__name__}: {exc} ({type(exc.__cause__).__name__})"
             raise sent_then_closed(self.endpoint, "no response", why, st.partial()) from exc
         except httpx2.TimeoutException as exc:
+            if head.cut:
+                raise await self._status(head) from None
             raise StreamTimeout(
                 f"read timeout mid-stream on {self.endpoint}",
                 phase="idle",
@@ -176,12 +190,21 @@ class OpenAITransport:
                 trace=st.partial(),
             ) from None
         except httpx2.HTTPError as exc:
+            if head.cut:
+                raise await self._status(head) from exc
             raise StreamInterrupted(
                 f"connection to {self.endpoint} dropped mid-stream: {type(exc).__name__}: {exc}",
                 endpoint=self.endpoint,
                 trace=st.partial(),
             ) from exc
+        finally:
+            unwatch(watching)
         return st.finish(headers)
+
+    async def _status(self, head: ErrorHead) -> Exception:
+        """The status error for an error answer whose body was cut, or did not end in
+        time: its status and headers (``Retry-After``), with what arrived of its body."""
+        return await status_error(head.status, head.headers, _given(head.body()), self.endpoint)
 
     async def aclose(self) -> None:
         """Close the client if this transport owns it."""
@@ -213,6 +236,11 @@ async def _body_bytes(exc: openai.APIStatusError) -> bytes:
         return (await exc.response.aread())[:MAX_ERROR_BODY]
     except httpx2.HTTPError:
         return b""
+
+
+async def _given(body: bytes) -> bytes:
+    """``status_error`` awaits the error body; here it has already been read."""
+    return body
 
 
 def _body(exc: openai.APIStatusError) -> Awaitable[bytes]:

@@ -92,8 +92,10 @@ class Agent:
     max_tool_output_chars: int | None = None
     context: ContextLink | None = None
     priority: int = 0
-    #: Identifies the prompt prefix every session of this agent shares (instructions and
-    #: tool schemas); sessions with equal keys are scheduled and routed together.
+    #: Identifies the prompt prefix every session of this agent shares (its model,
+    #: instructions and tool schemas); sessions with equal keys are scheduled and routed
+    #: together. The model is part of it: agents with the same instructions on two models
+    #: (a base model and its LoRA adapter) can never share a server's KV cache.
     prefix_key: str | None = field(init=False, default=None, compare=False)
     #: Characters of the tool schemas as sent (for cheap prompt estimates, computed once).
     tool_chars: int = field(init=False, default=0, compare=False)
@@ -216,7 +218,9 @@ class Agent:
         object.__setattr__(self, "tool_specs_json", specs_json)
         object.__setattr__(self, "tool_chars", len(specs_json) if specs else 0)
         object.__setattr__(
-            self, "prefix_key", _prefix_key(self.instructions, specs_json if specs else None)
+            self,
+            "prefix_key",
+            _prefix_key(self.model, self.instructions, specs_json if specs else None),
         )
 
     def __hash__(self) -> int:
@@ -268,10 +272,12 @@ class Agent:
         return await self.session(task).run(transport)
 
 
-def _prefix_key(instructions: str, tools_json: str | None) -> str | None:
-    """The digest of the compact, key-sorted JSON of ``[instructions, tools]``, with the
-    tool schemas' JSON the agent made (``tool_specs_json``; ``None``: no tools)."""
+def _prefix_key(model: str, instructions: str, tools_json: str | None) -> str | None:
+    """The digest of the compact JSON of ``[model, instructions, tools]``, with the tool
+    schemas' JSON the agent made (``tool_specs_json``; ``None``: no tools).
+
+    ``None`` when there is no shared prefix (no instructions, no tools)."""
     if not instructions and tools_json is None:
         return None
-    blob = f"[{json.dumps(instructions)},{tools_json or '[]'}]"
+    blob = f"[{json.dumps(model)},{json.dumps(instructions)},{tools_json or '[]'}]"
     return hashlib.blake2b(blob.encode(), digest_size=12).hexdigest()

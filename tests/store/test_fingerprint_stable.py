@@ -147,10 +147,12 @@ def test_a_run_whose_fingerprint_matches_no_definition_does_not_resume(tmp_path:
 def test_the_prefix_key_is_its_one_dumps_definition(instructions: str) -> None:
     """``Agent.prefix_key`` is written with the tool schemas' JSON the agent made once
     (``tool_specs_json``): byte for byte the digest of one ``json.dumps`` of
-    ``[instructions, tools]``, with tools and without."""
+    ``[model, instructions, tools]``, with tools and without."""
     for tools in ([lookup], []):
         agent = Agent(name="a", model="m", instructions=instructions, tools=tools)
-        blob = json.dumps([instructions, agent.tool_specs], sort_keys=True, separators=(",", ":"))
+        blob = json.dumps(
+            ["m", instructions, agent.tool_specs], sort_keys=True, separators=(",", ":")
+        )
         want = hashlib.blake2b(blob.encode(), digest_size=12).hexdigest()
         assert agent.prefix_key == (want if instructions or tools else None)
 

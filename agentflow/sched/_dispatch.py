@@ -16,6 +16,13 @@ of hanging.
 The scheduler places and starts grants (``_place``, ``_start``); this
 module owns the queue they feed: the heap, the tickets parked behind a warming prefix,
 and the task.
+
+**Prefix warm-up is per replica.** A prefix is warm on the replica its leader's
+prefill ran on, not on the others (each server has its own KV cache). A ticket is
+placed first, then parked if its prefix is warming *on that replica*; one placed on a
+replica where its prefix is cold becomes that replica's leader. So when the replica
+the prefix warmed on is full, the overflow does not all go cold to the next one at
+once: one leads there, the rest park again until it has its first token.
 """
 
 from __future__ import annotations
@@ -33,8 +40,11 @@ __all__ = ["WARM", "WARMING", "Dispatcher", "Entry"]
 
 _log = get_logger("agentflow.sched")
 
-#: A prefix's warm-up: its first request is out (others park), or it has its first token.
+#: A prefix's warm-up on a replica: its first request there is out (others placed there
+#: park), or it has its first token.
 WARMING, WARM = 1, 2
+#: Whose warm-up: a prefix key and the name of the replica it warms on.
+WarmKey = tuple[str, str]
 #: A queued ticket: its rank, its arrival order (ties), the ticket and who waits for it.
 Entry = tuple[float, int, Ticket, Waiter]
 
@@ -51,7 +61,7 @@ class Dispatcher:
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
-        self._warm: dict[str, int] = {}
+        self._warm: dict[WarmKey, int] = {}
         self._parked: dict[str, list[Entry]] = {}
         self._pump: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
@@ -67,6 +77,39 @@ class Dispatcher:
     def _start(self, ticket: Ticket, replica: ReplicaState, rank: float) -> Grant:
         """Count ``ticket`` as dispatched to ``replica`` (the scheduler's)."""
         raise NotImplementedError
+
+    def _parks(self, ticket: Ticket, replica: ReplicaState) -> bool:
+        """Whether ``ticket``, placed on ``replica``, waits for its prefix's leader there."""
+        key = ticket.prefix_key
+        return (
+            self.prefix_warmup
+            and key is not None
+            and self._warm.get((key, replica.name)) == WARMING
+        )
+
+    def _leads(self, ticket: Ticket, replica: ReplicaState) -> bool:
+        """``ticket`` starts on ``replica``: whether it is its prefix's leader there (the
+        prefix is cold on that replica: the tickets placed there next park)."""
+        key = ticket.prefix_key
+        if not self.prefix_warmup or key is None or (key, replica.name) in self._warm:
+            return False
+        self._warm[key, replica.name] = WARMING
+        return True
+
+    def warmed(self, prefix_key: str, replica: ReplicaState) -> None:
+        """The prefix's leader on ``replica`` has its first token (its prefill is done,
+        the prefix is in that server's cache), or it ended: release the tickets parked
+        behind it. They are placed again: those placed where the prefix is warming still
+        park, and one placed where it is cold leads there."""
+        warm_key = (prefix_key, replica.name)
+        if self._warm.get(warm_key) == WARM:
+            return
+        self._warm[warm_key] = WARM
+        parked = self._parked.pop(prefix_key, None)
+        if parked:
+            for entry in parked:
+                heapq.heappush(self._heap, entry)
+            self._kick()
 
     def _kick(self) -> None:
         """Something changed (a ticket queued, a slot freed): start or wake the task."""
@@ -104,14 +147,13 @@ class Dispatcher:
             if fut.done():  # its session was cancelled while queued
                 heapq.heappop(heap)
                 continue
-            key = ticket.prefix_key
-            if self.prefix_warmup and key is not None and self._warm.get(key) == WARMING:
-                heapq.heappop(heap)
-                self._parked.setdefault(key, []).append(entry)
-                continue
             replica: ReplicaState | None = self._place(ticket)
             if replica is None:
                 await self._sleep(self._wake_in_s(ticket))
+                continue
+            if self._parks(ticket, replica):  # its prefix is warming there
+                heapq.heappop(heap)
+                self._parked.setdefault(ticket.prefix_key or "", []).append(entry)
                 continue
             # Once popped it is in no queue: from here on, aclose and a crashed
             # dispatcher (_pump_ended) settle its waiter through _granting.

@@ -21,6 +21,7 @@ from tenacity import RetryCallState
 
 from agentflow._errors import AllReplicasDown, APIStatusError, TransportError
 from agentflow._trace import TurnTrace
+from agentflow.sched._replica import ReplicaState
 from agentflow.sched._retry import RetryPolicy
 from agentflow.sched._scheduler import Scheduler, cancel_and_wait
 from agentflow.sched._ticket import Grant, Ticket
@@ -56,16 +57,19 @@ OnRetry = Callable[[Ticket, FailedAttempt], None]
 class _WarmupSink:
     """Passes deltas on, and tells the scheduler at the first one that the prefix is warm."""
 
-    __slots__ = ("_inner", "_key", "_scheduler")
+    __slots__ = ("_inner", "_key", "_replica", "_scheduler")
 
-    def __init__(self, inner: DeltaSink | None, scheduler: Scheduler, key: str) -> None:
+    def __init__(
+        self, inner: DeltaSink | None, scheduler: Scheduler, key: str, replica: ReplicaState
+    ) -> None:
         self._inner = inner
         self._scheduler = scheduler
         self._key = key
+        self._replica = replica
 
     def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
         if self._scheduler is not None:
-            self._scheduler.warmed(self._key)
+            self._scheduler.warmed(self._key, self._replica)
             self._scheduler = None  # type: ignore[assignment]
         if self._inner is not None:
             self._inner.on_delta(kind, text, t_ns)
@@ -305,7 +309,7 @@ class TurnRunner:
         ticket.sent += 1
         request = self.routed(ticket, request)
         if grant.leader and ticket.prefix_key is not None:
-            sink = _WarmupSink(sink, scheduler, ticket.prefix_key)
+            sink = _WarmupSink(sink, scheduler, ticket.prefix_key, replica)
         ok: bool | None = None
         used: int | None = None
         error: TransportError | None = None

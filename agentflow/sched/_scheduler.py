@@ -12,10 +12,12 @@ it grants from are the scheduler's base class, ``_dispatch.py``).
 Slots are held until the stream ends — never released when the request is sent —
 so ``max_in_flight`` counts streaming requests exactly.
 
-**Prefix warm-up.** When many sessions share a prefix the server has not cached, the
-first one is sent alone and the rest wait until its first token arrives (its prefill
-is done, the prefix is in the KV cache), then fan out and hit the cache instead of
-all prefilling the same tokens at once.
+**Prefix warm-up.** When many sessions share a prefix a replica has not cached, the
+first one placed there is sent alone and the rest placed there wait until its first
+token arrives (its prefill is done, the prefix is in that server's KV cache), then go
+and hit the cache instead of all prefilling the same tokens at once. Warm-up is per
+replica (``_dispatch.py``): the overflow a warm replica has no room for leads a warm-up
+of its own on the next one.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from collections.abc import Sequence
 from agentflow._errors import AllReplicasDown, ConfigError, TransportError
 from agentflow._logging import get_logger
 from agentflow._seconds import shown
-from agentflow.sched._dispatch import WARM, WARMING, Dispatcher
+from agentflow.sched._dispatch import Dispatcher
 from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._policy import FCFS, Policy
 from agentflow.sched._replica import Replica, ReplicaState, check_unique
@@ -202,19 +204,8 @@ class Scheduler(Dispatcher):
                 if rates is not None:
                     rates.settle(ticket.tokens, used_tokens)
         if grant.leader and ticket.prefix_key is not None:
-            self.warmed(ticket.prefix_key)
+            self.warmed(ticket.prefix_key, replica)
         self._kick()
-
-    def warmed(self, prefix_key: str) -> None:
-        """The prefix's first request has its first token: release the sessions waiting on it."""
-        if self._warm.get(prefix_key) == WARM:
-            return
-        self._warm[prefix_key] = WARM
-        parked = self._parked.pop(prefix_key, None)
-        if parked:
-            for entry in parked:
-                heapq.heappush(self._heap, entry)
-            self._kick()
 
     @property
     def clock(self) -> Clock:
@@ -273,11 +264,8 @@ class Scheduler(Dispatcher):
     async def _try_now(self, ticket: Ticket, rank: float) -> Grant | None:
         """Grant at once if nothing is queued, a replica has room and the fleet's
         buckets can take the whole charge."""
-        key = ticket.prefix_key
-        if self.prefix_warmup and key is not None and self._warm.get(key) == WARMING:
-            return None
         replica = self._place(ticket)
-        if replica is None:
+        if replica is None or self._parks(ticket, replica):
             return None
         rates = self._rates
         if rates is not None:
@@ -303,12 +291,7 @@ class Scheduler(Dispatcher):
         state = self.state
         state.last_key = rank
         state.dispatched[ticket.agent] = state.dispatched.get(ticket.agent, 0) + 1
-        leader = False
-        key = ticket.prefix_key
-        if self.prefix_warmup and key is not None and key not in self._warm:
-            self._warm[key] = WARMING
-            leader = True
-        return Grant(ticket, replica, self._clock(), leader, probe)
+        return Grant(ticket, replica, self._clock(), self._leads(ticket, replica), probe)
 
     def __repr__(self) -> str:
         return (

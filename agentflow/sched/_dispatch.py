@@ -33,10 +33,11 @@ import heapq
 from agentflow._logging import get_logger
 from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._replica import ReplicaState
+from agentflow.sched._router import Router
 from agentflow.sched._ticket import Grant, Ticket, Waiter
 from agentflow.typing import Clock
 
-__all__ = ["WARM", "WARMING", "Dispatcher", "Entry"]
+__all__ = ["WARM", "WARMING", "WARMUP_TIMEOUT_S", "Dispatcher", "Entry"]
 
 _log = get_logger("agentflow.sched")
 
@@ -45,6 +46,9 @@ _log = get_logger("agentflow.sched")
 WARMING, WARM = 1, 2
 #: Whose warm-up: a prefix key and the name of the replica it warms on.
 WarmKey = tuple[str, str]
+#: How long the tickets parked behind a prefix's leader wait for its first token before
+#: they go anyway (seconds; :class:`~agentflow.sched.Scheduler`'s ``warmup_timeout_s``).
+WARMUP_TIMEOUT_S = 20.0
 #: A queued ticket: its rank, its arrival order (ties), the ticket and who waits for it.
 Entry = tuple[float, int, Ticket, Waiter]
 
@@ -55,6 +59,8 @@ class Dispatcher:
     replicas: list[ReplicaState]
     limits: Limits
     prefix_warmup: bool
+    warmup_timeout_s: float | None
+    router: Router
     _clock: Clock
     _rates: RateGate | None
     in_flight: int
@@ -62,6 +68,8 @@ class Dispatcher:
     def __init__(self) -> None:
         self._heap: list[Entry] = []
         self._warm: dict[WarmKey, int] = {}
+        # The leaders' timers: when one fires, its prefix stops waiting on that replica.
+        self._warm_timers: dict[WarmKey, asyncio.TimerHandle] = {}
         self._parked: dict[str, list[Entry]] = {}
         self._pump: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
@@ -94,6 +102,10 @@ class Dispatcher:
         if not self.prefix_warmup or key is None or (key, replica.name) in self._warm:
             return False
         self._warm[key, replica.name] = WARMING
+        if self.warmup_timeout_s is not None:
+            self._warm_timers[key, replica.name] = asyncio.get_running_loop().call_later(
+                self.warmup_timeout_s, self._warm_timed_out, key, replica
+            )
         return True
 
     def warmed(self, prefix_key: str, replica: ReplicaState) -> None:
@@ -105,11 +117,36 @@ class Dispatcher:
         if self._warm.get(warm_key) == WARM:
             return
         self._warm[warm_key] = WARM
+        timer = self._warm_timers.pop(warm_key, None)
+        if timer is not None:
+            timer.cancel()
         parked = self._parked.pop(prefix_key, None)
         if parked:
             for entry in parked:
                 heapq.heappush(self._heap, entry)
             self._kick()
+
+    def _warm_timed_out(self, prefix_key: str, replica: ReplicaState) -> None:
+        """The leader on ``replica`` had no first token within ``warmup_timeout_s``:
+        its followers go without it, and the prefix's affinity stops pointing there
+        (a replica that went silent would otherwise hold them for its idle timeout,
+        then draw them back)."""
+        self._warm_timers.pop((prefix_key, replica.name), None)
+        if self._warm.get((prefix_key, replica.name)) != WARMING:
+            return
+        _log.warning(
+            "warmup.timeout",
+            replica=replica.name,
+            prefix_key=prefix_key,
+            timeout_s=self.warmup_timeout_s,
+        )
+        self.router.unpin(prefix_key, replica)
+        self.warmed(prefix_key, replica)
+
+    def _cancel_warm_timers(self) -> None:
+        for timer in self._warm_timers.values():
+            timer.cancel()
+        self._warm_timers.clear()
 
     def _kick(self) -> None:
         """Something changed (a ticket queued, a slot freed): start or wake the task."""
@@ -211,6 +248,7 @@ class Dispatcher:
             self._granting = None
         self._heap.clear()
         self._parked.clear()
+        self._cancel_warm_timers()
         self._pump = None
         for fut in waiting:
             if not fut.done():

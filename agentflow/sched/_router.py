@@ -138,6 +138,12 @@ class Router:
             replica.sessions += 1
             self._session[ticket.session_id] = replica
 
+    def unpin(self, prefix_key: str, replica: ReplicaState) -> None:
+        """``replica`` failed the prefix's leader (or kept it waiting past the warm-up
+        timeout): new sessions of that prefix are no longer drawn to it."""
+        if self._prefix.get(prefix_key) is replica:
+            del self._prefix[prefix_key]
+
     def restore(self, session_id: str, replica: ReplicaState) -> None:
         """A resumed session's earlier turns went to ``replica``: its next turn goes back
         there while the replica has room (its prefix may still be in that server's cache)."""

@@ -32,8 +32,8 @@ from collections.abc import Sequence
 from agentflow._errors import AllReplicasDown, ConfigError, TransportError
 from agentflow._logging import get_logger
 from agentflow._seconds import shown
-from agentflow.sched._dispatch import Dispatcher
-from agentflow.sched._limits import Limits, RateGate
+from agentflow.sched._dispatch import WARMUP_TIMEOUT_S, Dispatcher
+from agentflow.sched._limits import Limits, RateGate, _number
 from agentflow.sched._policy import FCFS, Policy
 from agentflow.sched._replica import Replica, ReplicaState, check_unique
 from agentflow.sched._router import Router
@@ -55,7 +55,10 @@ class Scheduler(Dispatcher):
         limits: fleet-wide caps over all replicas.
         router: picks a replica per turn.
         clock: nanosecond monotonic clock.
-        prefix_warmup: send one request per cold shared prefix first.
+        prefix_warmup: send one request per cold shared prefix and replica first.
+        warmup_timeout_s: how long the requests parked behind a prefix's leader wait for
+            its first token before they go anyway (default 20 s; ``None``: until its
+            stream ends).
     """
 
     def __init__(
@@ -67,6 +70,7 @@ class Scheduler(Dispatcher):
         router: Router | None = None,
         clock: Clock,
         prefix_warmup: bool = True,
+        warmup_timeout_s: float | None = WARMUP_TIMEOUT_S,
     ) -> None:
         super().__init__()
         if not replicas:
@@ -82,6 +86,14 @@ class Scheduler(Dispatcher):
             )
         self.router = router if router is not None else Router()
         self.prefix_warmup = prefix_warmup
+        if warmup_timeout_s is not None and (
+            not _number(warmup_timeout_s) or not 0 < warmup_timeout_s < math.inf
+        ):
+            raise ConfigError(
+                "Scheduler.warmup_timeout_s must be a finite number of seconds > 0, or None "
+                f"(wait for the leader's stream to end), got {warmup_timeout_s!r:.80}"
+            )
+        self.warmup_timeout_s = warmup_timeout_s
         self._clock = clock
         self._rates: RateGate | None = self.limits.gate()
         self._seq = itertools.count()
@@ -204,6 +216,8 @@ class Scheduler(Dispatcher):
                 if rates is not None:
                     rates.settle(ticket.tokens, used_tokens)
         if grant.leader and ticket.prefix_key is not None:
+            if ok is False:  # no longer drawn to a replica that failed it
+                self.router.unpin(ticket.prefix_key, replica)
             self.warmed(ticket.prefix_key, replica)
         self._kick()
 
@@ -258,6 +272,7 @@ class Scheduler(Dispatcher):
                 fut.cancel()
             self._heap.clear()
             self._parked.clear()
+            self._cancel_warm_timers()
 
     # -- dispatch -----------------------------------------------------------------
 

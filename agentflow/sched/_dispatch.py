@@ -108,6 +108,18 @@ class Dispatcher:
             )
         return True
 
+    def leader_token(self, prefix_key: str, replica: ReplicaState) -> None:
+        """The prefix's leader on ``replica`` has its first token: the prefix is warm
+        there — or, on a replica that shares a prefix only once its request ended
+        (``Replica.prefix_shared_at="end"``: llama.cpp), it is alive, and its followers
+        wait for its end, with no more timeout."""
+        if replica.shares_at_end:
+            timer = self._warm_timers.pop((prefix_key, replica.name), None)
+            if timer is not None:
+                timer.cancel()
+            return
+        self.warmed(prefix_key, replica)
+
     def warmed(self, prefix_key: str, replica: ReplicaState) -> None:
         """The prefix's leader on ``replica`` has its first token (its prefill is done,
         the prefix is in that server's cache), or it ended: release the tickets parked

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Literal
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError, TransportError
@@ -36,6 +37,12 @@ class Replica:
         breaker_cooldown_s: how long it stays out before one probe request is let through.
         breaker_max_cooldown_s: the longest the cooldown grows to as probes fail (it
             doubles each time); ``None``: 60 s, or ``breaker_cooldown_s`` if longer.
+        prefix_shared_at: when a prefix the server just prefilled can be reused by other
+            requests, which the prefix warm-up waits for: ``"first_token"`` (vLLM,
+            SGLang: the prefill's KV blocks are shared as soon as they are computed) or
+            ``"end"`` (llama.cpp: a prefix is cached in the slot that computed it, reused
+            by a request that comes once that slot is free — so set ``"end"`` for a
+            llama.cpp server).
 
     The breaker settings are checked here (a ``ConfigError`` naming the field), not
     when a run builds the breaker.
@@ -52,9 +59,15 @@ class Replica:
     breaker_window: int = 20
     breaker_cooldown_s: float = 5.0
     breaker_max_cooldown_s: float | None = None
+    prefix_shared_at: Literal["first_token", "end"] = "first_token"
 
     def __post_init__(self) -> None:
         check_transport(self.transport, "Replica.transport")
+        if self.prefix_shared_at not in ("first_token", "end"):
+            raise ConfigError(
+                "Replica.prefix_shared_at must be 'first_token' (vLLM, SGLang) or 'end' "
+                f"(llama.cpp), got {self.prefix_shared_at!r:.80}"
+            )
         # (A dict of limits failed with an AttributeError when a run started; a name
         # not a str with a TypeError there, or was shown as a list in reports.)
         if not isinstance(self.limits, Limits):
@@ -105,6 +118,7 @@ class ReplicaState:
         "rejected",
         "served",
         "sessions",
+        "shares_at_end",
         "tokens_in_flight",
         "transport",
     )
@@ -140,6 +154,9 @@ class ReplicaState:
         #: Until when (clock ns) the router avoids it: it answered with a ``Retry-After``
         #: (0: no hold). See :meth:`held_ns`.
         self.held_until_ns = 0
+        #: A prefix prefilled here is reused only once the request that prefilled it
+        #: ended (``Replica.prefix_shared_at="end"``: llama.cpp), not at its first token.
+        self.shares_at_end = replica.prefix_shared_at == "end"
         self._clock = clock
 
     def has_room(self, ticket: Ticket) -> bool:

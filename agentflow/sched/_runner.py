@@ -55,7 +55,8 @@ OnRetry = Callable[[Ticket, FailedAttempt], None]
 
 
 class _WarmupSink:
-    """Passes deltas on, and tells the scheduler at the first one that the prefix is warm."""
+    """Passes deltas on, and tells the scheduler at the first one that the leader has its
+    first token (the prefix is warm, unless the replica shares it only at the end)."""
 
     __slots__ = ("_inner", "_key", "_replica", "_scheduler")
 
@@ -69,7 +70,7 @@ class _WarmupSink:
 
     def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
         if self._scheduler is not None:
-            self._scheduler.warmed(self._key, self._replica)
+            self._scheduler.leader_token(self._key, self._replica)
             self._scheduler = None  # type: ignore[assignment]
         if self._inner is not None:
             self._inner.on_delta(kind, text, t_ns)

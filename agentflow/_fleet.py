@@ -57,7 +57,8 @@ from agentflow.sched import (
     TurnRunner,
     policy_by_name,
 )
-from agentflow.sched._scheduler import cancel_and_wait
+from agentflow.sched._dispatch import WARMUP_TIMEOUT_S
+from agentflow.sched._scheduler import cancel_and_wait, check_warmup_timeout
 from agentflow.typing import Callback, Clock, Transport
 
 if TYPE_CHECKING:
@@ -85,6 +86,8 @@ class Fleet:
         router: how turns are placed across replicas (sticky, prefix-affine, least-loaded).
         retry: how failed turns are retried; ``None`` never retries.
         prefix_warmup: send one request per cold shared prefix before the rest.
+        warmup_timeout_s: how long the requests parked behind a prefix's leader wait for
+            its first token before they go anyway (``None``: until its stream ends).
         callbacks: sync or async callables, each called with every :data:`Event` (one
             that is not callable is a ConfigError naming it).
         clock: nanosecond monotonic clock for queue waits and tool durations.
@@ -146,6 +149,7 @@ class Fleet:
         router: Router | None = None,
         retry: RetryPolicy | None = RetryPolicy(),
         prefix_warmup: bool = True,
+        warmup_timeout_s: float | None = WARMUP_TIMEOUT_S,
         callbacks: Iterable[Callback] = (),
         clock: Clock = time.perf_counter_ns,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -170,6 +174,7 @@ class Fleet:
         self.router = router
         self.retry = retry
         self.prefix_warmup = check_flag(prefix_warmup, "Fleet.prefix_warmup")
+        self.warmup_timeout_s = check_warmup_timeout(warmup_timeout_s, "Fleet.warmup_timeout_s")
         self._callbacks = check_callbacks(callbacks)
         check_drain(callback_drain_s)
         self.callback_drain_s = callback_drain_s
@@ -383,6 +388,7 @@ class Fleet:
             router=self.router if self.router is not None else Router(),
             clock=self._clock,
             prefix_warmup=self.prefix_warmup,
+            warmup_timeout_s=self.warmup_timeout_s,
         )
 
     def _new_runner(self, scheduler: Scheduler) -> TurnRunner:

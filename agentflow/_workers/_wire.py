@@ -57,6 +57,7 @@ def worker_config(fleet: Fleet, bus: EventBus, durable: DurableRun | None) -> di
         "retry": fleet.retry,
         "router": fleet.router,
         "prefix_warmup": fleet.prefix_warmup,
+        "warmup_timeout_s": fleet.warmup_timeout_s,
         "max_tool_concurrency": fleet.max_tool_concurrency,
         "freeze_gc": fleet.freeze_gc,
         "wanted": wanted,

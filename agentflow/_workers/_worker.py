@@ -197,6 +197,7 @@ class WorkerRun:
                     router=self.router if self.router is not None else None,
                     clock=self._clock,
                     prefix_warmup=self.prefix_warmup,
+                    warmup_timeout_s=self.warmup_timeout_s,
                     client=client,
                 )
                 return run._scheduler
@@ -213,6 +214,7 @@ class WorkerRun:
             retry=config["retry"],
             router=config["router"],
             prefix_warmup=config["prefix_warmup"],
+            warmup_timeout_s=config["warmup_timeout_s"],
             callbacks=[forwarder],
             freeze_gc=config["freeze_gc"],
         )

@@ -31,16 +31,16 @@ from collections.abc import Sequence
 
 from agentflow._errors import AllReplicasDown, ConfigError, TransportError
 from agentflow._logging import get_logger
-from agentflow._seconds import shown
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds, shown
 from agentflow.sched._dispatch import WARMUP_TIMEOUT_S, Dispatcher
-from agentflow.sched._limits import Limits, RateGate, _number
+from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._policy import FCFS, Policy
 from agentflow.sched._replica import Replica, ReplicaState, check_unique
 from agentflow.sched._router import Router
 from agentflow.sched._ticket import Grant, SchedulerState, Ticket, Waiter
 from agentflow.typing import Clock
 
-__all__ = ["Scheduler", "cancel_and_wait"]
+__all__ = ["Scheduler", "cancel_and_wait", "check_warmup_timeout"]
 
 _log = get_logger("agentflow.sched")
 
@@ -86,14 +86,7 @@ class Scheduler(Dispatcher):
             )
         self.router = router if router is not None else Router()
         self.prefix_warmup = prefix_warmup
-        if warmup_timeout_s is not None and (
-            not _number(warmup_timeout_s) or not 0 < warmup_timeout_s < math.inf
-        ):
-            raise ConfigError(
-                "Scheduler.warmup_timeout_s must be a finite number of seconds > 0, or None "
-                f"(wait for the leader's stream to end), got {warmup_timeout_s!r:.80}"
-            )
-        self.warmup_timeout_s = warmup_timeout_s
+        self.warmup_timeout_s = check_warmup_timeout(warmup_timeout_s, "Scheduler.warmup_timeout_s")
         self._clock = clock
         self._rates: RateGate | None = self.limits.gate()
         self._seq = itertools.count()
@@ -313,6 +306,16 @@ class Scheduler(Dispatcher):
             f"Scheduler(policy={type(self.policy).__name__}, in_flight={self.in_flight}, "
             f"waiting={self.waiting}, replicas={len(self.replicas)})"
         )
+
+
+def check_warmup_timeout(value: object, name: str) -> float | None:
+    """``value`` as a warm-up wait: ``None`` (until the leader's stream ends), or a finite
+    number of seconds > 0 (up to :data:`~agentflow._seconds.MAX_TIMEOUT_S`).
+
+    Raises:
+        ConfigError: naming ``name`` and the value.
+    """
+    return None if value is None else check_seconds(value, name, 1e-3, MAX_TIMEOUT_S)
 
 
 async def cancel_and_wait(task: asyncio.Task[object]) -> None:

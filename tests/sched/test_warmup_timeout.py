@@ -22,21 +22,23 @@ from tests.transport.rawserver import chunk, content, head, raw_server
 SHARED = Agent(name="a", model="m", instructions="You are a helpful agent. " * 20)
 
 
-def test_followers_go_to_a_healthy_replica_while_the_leader_hangs() -> None:
-    """Leader on a replica that goes silent after its headers: the five sessions parked
-    behind it go to the healthy replica after the warm-up timeout, all of them before
-    the leader's idle timeout ends, and none is drawn back to the silent replica."""
-    events: list[str] = []
+def _leader_hangs(**fleet_options: object) -> list[tuple[str, float]]:
+    """Six sessions of one prefix over a replica that goes silent after its headers (the
+    leader's) and a healthy one: what each server saw, at what virtual time."""
+    events: list[tuple[str, float]] = []
+
+    def note(what: str) -> None:
+        events.append((what, asyncio.get_running_loop().time()))
 
     async def hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        events.append("hang")
+        note("hang")
         writer.write(head())
         await writer.drain()
         await reader.read()  # until the client gives up on it
-        events.append("hang closed")
+        note("hang closed")
 
     async def ok(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        events.append("ok")
+        note("ok")
         writer.write(head())
         for i in range(3):
             writer.write(chunk(content(f"w{i} ")))
@@ -51,15 +53,35 @@ def test_followers_go_to_a_healthy_replica_while_the_leader_hangs() -> None:
                 Replica(transport=HTTPTransport(srv.base_url, clock=loop_clock), name=name)
                 for name, srv in (("silent", silent), ("healthy", healthy))
             ]
-            fleet = Fleet(replicas, clock=loop_clock, probe_slots=False)
+            fleet = Fleet(replicas, clock=loop_clock, probe_slots=False, **fleet_options)  # type: ignore[arg-type]
             result = await fleet.run(SHARED.session(f"q{i}") for i in range(6))
         assert all(s.ok for s in result.sessions)
 
     run_virtual(main())
+    start = events[0][1]
+    return [(what, at - start) for what, at in events]
+
+
+def test_followers_go_to_a_healthy_replica_while_the_leader_hangs() -> None:
+    """Leader on a replica that goes silent after its headers: the five sessions parked
+    behind it go to the healthy replica after the warm-up timeout, all of them before
+    the leader's idle timeout ends, and none is drawn back to the silent replica."""
+    events = [what for what, _ in _leader_hangs()]
     assert events.count("hang") == 1  # the leader only
     closed = events.index("hang closed")
     assert events[:closed].count("ok") == 5  # every follower, before the leader gave up
     assert events[closed + 1 :] == ["ok"]  # the leader's retry
+
+
+@pytest.mark.parametrize("timeout_s", [2.0, WARMUP_TIMEOUT_S])
+def test_a_fleets_warm_up_timeout_reaches_its_scheduler(timeout_s: float) -> None:
+    """``Fleet(warmup_timeout_s=...)`` is the wait its runs use (they always used the
+    scheduler's default); a bad value is refused naming the fleet's field."""
+    events = _leader_hangs(warmup_timeout_s=timeout_s)
+    followers = [at for what, at in events if what == "ok"][:5]
+    assert len(followers) == 5 and all(timeout_s <= at < timeout_s + 1 for at in followers)
+    with pytest.raises(ConfigError, match=r"Fleet\.warmup_timeout_s"):
+        Fleet(Replica(transport=IdleTransport()), warmup_timeout_s=0)
 
 
 async def test_a_leader_failing_on_its_replica_stops_the_prefix_being_drawn_there() -> None:

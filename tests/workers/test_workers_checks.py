@@ -99,3 +99,14 @@ def test_a_transport_that_does_not_pickle_is_refused_with_a_hint_of_its_own() ->
     with pytest.raises(ConfigError, match="such as HTTPTransport or Aiohttp") as err:
         check_picklable(other, [])
     assert "SimTransport" not in str(err.value)
+
+
+def test_the_warm_up_timeout_travels_to_the_workers() -> None:
+    """A worker's fleet gets the parent's ``warmup_timeout_s`` (``None`` too), not the
+    scheduler's default."""
+    from agentflow._event_bus import EventBus
+    from agentflow._workers._wire import worker_config
+
+    for value in (3.0, None):
+        fleet = Fleet(HTTPTransport("http://127.0.0.1:9/v1"), warmup_timeout_s=value)
+        assert worker_config(fleet, EventBus(), None)["warmup_timeout_s"] == value

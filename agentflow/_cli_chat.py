@@ -13,6 +13,7 @@ from agentflow._cli_signals import run_command
 from agentflow._cli_timeouts import _add_timeout_arguments, _timeouts
 from agentflow._cliargs import at_least, non_empty, non_negative
 from agentflow._events import Event, TokenEvent
+from agentflow._printable import printable
 from agentflow.transport import Endpoint, HTTPTransport
 
 __all__ = ["add_chat_parser"]
@@ -88,7 +89,7 @@ def _chat(args: argparse.Namespace) -> int:
             a = event.attempt
             print(
                 f"agentflow: attempt {a.attempt + 1} failed ({type(a.error).__name__}: "
-                f"{a.error}); retrying in {a.wait_s:.2f} s",
+                f"{printable(str(a.error))}); retrying in {a.wait_s:.2f} s",
                 file=sys.stderr,
                 flush=True,
             )

@@ -47,6 +47,7 @@ from agentflow._cli_signals import Terminated as _Terminated
 from agentflow._cliargs import OneLineParser, fail
 from agentflow._errors import AgentflowError, ConfigError
 from agentflow._files import OutputFileError
+from agentflow._printable import printable
 
 __all__ = ["main"]
 
@@ -80,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
     except AgentflowError as exc:
-        print(f"{prog}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        # Its message may quote a server: control characters escaped, not sent to the terminal.
+        print(f"{prog}: {type(exc).__name__}: {printable(str(exc))}", file=sys.stderr)
         return 1
     except _Terminated:
         return 128 + signal.SIGTERM

@@ -30,6 +30,7 @@ from agentflow._cliargs import (
     positive,
 )
 from agentflow._errors import ConfigError
+from agentflow._printable import printable
 from agentflow.bench._cli_values import factor as _factor
 from agentflow.bench._cli_values import numbers as _numbers
 from agentflow.bench._cli_values import parse_slo
@@ -265,7 +266,7 @@ def _bench(args: argparse.Namespace) -> int:
             + ("  [interrupted]" if s.get("interrupted") else "")
         )
         for line in s.get("failures") or ():  # why sessions failed: the commonest errors
-            console.print(f"    {line}")
+            console.print(f"    {printable(line)}")  # a server's words: no control characters
 
     try:
         # SIGTERM cancels the run as Ctrl-C does (run_command, agentflow/_cli_signals.py):

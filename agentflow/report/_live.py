@@ -35,6 +35,7 @@ from agentflow._events import (
     ToolResultEvent,
     TurnEndEvent,
 )
+from agentflow._printable import printable
 from agentflow._redact import redact
 from agentflow.report._lag import LoopLagProbe
 from agentflow.report._live_draw import _ROW as _ROW
@@ -210,7 +211,8 @@ class LiveView:
             self.errors[event.where] += 1
             err = event.error
             who = event.agent or event.where
-            self.last_error = redact(f"{who}: {type(err).__name__}: {err}")[:120]
+            # A server's text: its control characters escaped, so it cannot drive the terminal.
+            self.last_error = printable(redact(f"{who}: {type(err).__name__}: {err}"))[:120]
 
     # ---- drawing (a few times a second) -------------------------------------------
 

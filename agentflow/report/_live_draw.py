@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from agentflow._printable import printable
+
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.text import Text
@@ -74,10 +76,12 @@ def draw(view: LiveView, window_s: float) -> RenderableType:
     if view.lag is not None:
         worst = view.lag.take_window_max()
         lines.append(Text(f"event-loop lag (worst since last redraw) {worst * 1e3:,.2f} ms"))
+    # Escaped again here (a no-op for what the view folded in itself): whatever was put
+    # in these, a server's control characters must not reach the terminal.
     if view.last_error:
-        lines.append(Text(f"last error: {view.last_error}", style="red"))
+        lines.append(Text(f"last error: {printable(view.last_error)}", style="red"))
     if view.last_retry:
-        lines.append(Text(f"last retry: {view.last_retry}", style="yellow"))
+        lines.append(Text(f"last retry: {printable(view.last_retry)}", style="yellow"))
     slow, fast = view.ranked()
     # Plain aligned text, not a rich Table: a Table costs ~10 ms to lay out per
     # redraw; these lines cost well under 1 ms (tests/report/bench_live.py).

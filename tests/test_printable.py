@@ -1,0 +1,64 @@
+"""Server text shown on a terminal: control characters escaped, not sent.
+
+An error message quoting a server (a 400's body) reached the terminal as it was: an
+``ESC ] 0 ; … BEL`` retitled the window, ``ESC [ 2 J`` cleared the screen — in
+``agentflow chat``'s retry lines and its error line, ``bench``'s failure lines and the
+live view's last error (rich's ``Text`` strips BEL, BS, VT, FF and CR only). The
+commands run for real, in a child Python, against a :class:`ScriptedServer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+from agentflow._printable import printable
+from agentflow.testing import Reply, ScriptedServer
+
+from .test_chat_retry_cli import ENV, chat_piped, finish
+
+EVIL = "nope\x1b]0;PWNED\x07\x1b[2J\x9b31m"
+
+
+def test_control_characters_are_escaped_newlines_and_tabs_kept() -> None:
+    assert printable(EVIL) == "nope\\x1b]0;PWNED\\x07\\x1b[2J\\x9b31m"
+    assert printable("a\tb\nc\rd\x7f") == "a\tb\nc\\x0dd\\x7f"
+    assert printable("plain · ünïcode") == "plain · ünïcode"
+    assert printable(printable(EVIL)) == printable(EVIL)  # escaping twice changes nothing
+
+
+async def test_chat_retry_and_error_lines_escape_the_servers_text() -> None:
+    async with ScriptedServer([Reply.error(503, "busy" + EVIL), Reply.error(400, EVIL)]) as srv:
+        code, _, err = await chat_piped(srv.base_url)
+    text = err.decode()
+    assert code == 1, text
+    retry, error = text.splitlines()
+    assert retry.startswith("agentflow: attempt 1 failed") and "busynope\\x1b]0;PWNED" in retry
+    assert error.startswith("agentflow chat: ") and "nope\\x1b]0;PWNED\\x07\\x1b[2J" in error
+    assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
+
+
+async def test_bench_failure_lines_escape_the_servers_text(tmp_path: Path) -> None:
+    report = tmp_path / "bench.json"
+    async with ScriptedServer() as srv:  # every request: a 400 whose message is EVIL
+        srv.add(*(Reply.error(400, EVIL) for _ in range(50)))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agentflow.cli", "bench", "--base-url", srv.base_url,
+            "--model", "m", "--rate", "4", "--duration", "1", "--warmup", "0",
+            "--report", str(report),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV,
+        )  # fmt: skip
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = await finish(
+            proc,
+            asyncio.ensure_future(proc.stdout.read()),
+            asyncio.ensure_future(proc.stderr.read()),
+        )
+    printed = out.decode()
+    assert proc.returncode == 1, printed + err.decode()
+    # The report keeps what the server said; the terminal gets it escaped.
+    assert any(EVIL in line for line in json.loads(report.read_text())["levels"][0]["failures"])
+    assert "nope\\x1b]0;PWNED\\x07\\x1b[2J" in printed
+    assert "\x1b" not in printed and "\x07" not in printed

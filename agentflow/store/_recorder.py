@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import LeaseLost, StoreError
 from agentflow._logging import get_logger
+from agentflow._redact import redact
 from agentflow._trace import ToolCall
 from agentflow.store._claims import Ticker
 from agentflow.store._codec import agent_info, session_task
@@ -210,7 +211,11 @@ class Recorder:
                 metrics=record.metrics,
                 prompt=record.prompt,
                 failed_attempts=len(failed),
-                failures=tuple(f"{f.replica}: {f.error!s}" for f in failed) if failed else (),
+                # Redacted here too: an AgentflowError masks the message it is built with, not
+                # what a custom transport's subclass adds in __str__ (failures are rare).
+                failures=tuple(redact(f"{f.replica}: {f.error!s}") for f in failed)
+                if failed
+                else (),
             )
         )
 
@@ -253,7 +258,9 @@ class Recorder:
                 session_id=session.session_id,
                 status=result.status,
                 final_output=result.final_output,
-                error=None if result.error is None else repr(result.error),
+                # Redacted, as the JSON report is: a custom transport's RuntimeError may
+                # quote a registered key (once per session end, never per token).
+                error=None if result.error is None else redact(repr(result.error)),
                 turns=len(result.turns),
             )
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 from agentflow.bench._load import SessionStream
@@ -105,7 +105,7 @@ def _longest_output(script: SessionScript) -> int:
     )
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, repr=False)
 class HTTPTarget:
     """An OpenAI-compatible server over HTTP (agentflow's ``HTTPTransport``).
 
@@ -115,13 +115,23 @@ class HTTPTarget:
         model: the model name to request; ``None``: the one the server's ``/v1/models``
             lists (``"default"`` if it lists none or several).
         timeouts: time limits of each request (the transport's defaults if ``None``).
+
+    Its ``repr`` shows no ``api_key`` and ``base_url`` without its userinfo (as
+    :class:`~agentflow.transport.Endpoint`'s).
     """
 
     base_url: str
     model: str | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     timeouts: Any = None
     virtual: bool = False
+
+    def __repr__(self) -> str:
+        from agentflow._redact import display_url
+
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
+        values["base_url"] = display_url(self.base_url)  # a password in the URL: not shown
+        return f"HTTPTarget({', '.join(f'{k}={v!r}' for k, v in values.items())})"
 
     @property
     def label(self) -> str:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
+from agentflow._redact import display_url
 from agentflow.sim.profiles import get_profile
 from agentflow.stats import SLO
 from agentflow.transport import Endpoint, Timeouts
@@ -36,7 +37,7 @@ BASE_URL_HAS_NO_PACE = (
 DEFAULT_PROFILE = "deepseek-v4.1-flash-gb300"
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True, kw_only=True, repr=False)
 class DemoConfig:
     """What ``agentflow demo`` runs.
 
@@ -69,6 +70,9 @@ class DemoConfig:
             a 500, half reset after some output), so that retries and errors show; over
             HTTP on the simulator only.
 
+    Its ``repr`` shows no ``api_key`` and ``base_url`` without its userinfo (as
+    :class:`~agentflow.transport.Endpoint`'s).
+
     Raises:
         ConfigError: a value is wrong or the options conflict (the message names them).
     """
@@ -81,7 +85,7 @@ class DemoConfig:
     turns: tuple[int, int] = (5, 20)
     max_tokens: int = 128
     base_url: str | None = None
-    api_key: str | None = None
+    api_key: str | None = field(default=None, repr=False)
     model: str | None = None
     virtual: bool = False
     live: bool = True
@@ -91,6 +95,12 @@ class DemoConfig:
     resume: str | None = None
     slos: tuple[SLO, ...] = ()
     fault_rate: float = 0.0
+
+    def __repr__(self) -> str:
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
+        if self.base_url is not None:  # a password in the URL: not shown
+            values["base_url"] = display_url(self.base_url)
+        return f"DemoConfig({', '.join(f'{k}={v!r}' for k, v in values.items())})"
 
     def __post_init__(self) -> None:
         for name in ("agents", "max_concurrency", "max_tokens"):

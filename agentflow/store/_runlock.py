@@ -16,15 +16,20 @@ claim by another lease owner) is a ``StoreError`` as well — the leases would n
 the sessions between them (a lease of this process whose owner is live is not free, but
 two attempts would still both record the run). The kernel drops
 the lock when the process dies, ``kill -9`` included, so a killed run is resumed at
-once. Where there is no ``flock`` (Windows), no run lock is taken: one writer per run is
+once. The lock file is opened without following a symbolic link, and truncated only if it
+is a regular file of one link that this user owns: someone who can write the directory
+cannot have a run lock overwrite another file with a pid (a ``StoreError`` names the
+path instead). Where there is no ``flock`` (Windows), no run lock is taken: one writer per run is
 then the user's to keep. Workers that share a run need :class:`~agentflow.store.PostgresStore`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
+import stat
 import sys
 import weakref
 from pathlib import Path
@@ -37,6 +42,12 @@ except ImportError:  # not POSIX (Windows): no run lock there, as documented
     fcntl = None  # type: ignore[assignment]
 
 __all__ = ["RunLocks", "live_owner"]
+
+#: How a lock file is opened: never through a symbolic link (its target would be
+#: truncated), never blocking (a FIFO planted there), not inherited by child processes.
+_SAFE_OPEN = (
+    getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0)
+)
 
 
 class RunLocks:
@@ -118,10 +129,13 @@ class RunLocks:
 
     def _try(self, run_id: str, path: Path) -> int:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | _SAFE_OPEN, 0o600)
         except OSError as exc:
+            if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a symbolic link
+                raise StoreError(self._not_ours(path, "a symbolic link")) from exc
             raise StoreError(f"{self.db}: cannot create the run lock {path}: {exc}") from exc
         try:
+            self._check_ours(fd, path)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             error = self._held_elsewhere(run_id, fd)
@@ -132,6 +146,24 @@ class RunLocks:
             raise
         return fd
 
+    def _check_ours(self, fd: int, path: Path) -> None:
+        """Raise a :class:`StoreError` unless ``fd`` is a lock file a store makes: a
+        regular file, of one link, owned by this user — it is truncated and written."""
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise StoreError(self._not_ours(path, "not a regular file"))
+        if st.st_nlink > 1:
+            raise StoreError(self._not_ours(path, f"a file of {st.st_nlink} hard links"))
+        if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+            raise StoreError(self._not_ours(path, f"owned by another user (uid {st.st_uid})"))
+
+    def _not_ours(self, path: Path, what: str) -> str:
+        return (
+            f"{self.db}: the run lock {path} is {what}, not a lock file a store made; "
+            "refusing to write it (it would overwrite what it names) — remove it, and "
+            "check who can write that directory"
+        )
+
     def refuse_if_held(self, run_id: str) -> None:
         """Raise the :class:`StoreError` :meth:`acquire` would if another live process
         holds ``run_id``'s lock — only a look, no lock taken (``agentflow resume`` asks
@@ -140,8 +172,9 @@ class RunLocks:
         if sys.platform == "win32":  # (no fcntl)
             return
         try:
-            fd = os.open(self.path(run_id), os.O_RDONLY)
-        except OSError:  # none (or not readable: the run itself will say so)
+            # Not through a link, nor blocking on a FIFO: the run itself refuses those.
+            fd = os.open(self.path(run_id), os.O_RDONLY | _SAFE_OPEN)
+        except OSError:  # none (or not readable, or a link: the run itself will say so)
             return
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # let go of as fd is closed

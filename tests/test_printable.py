@@ -19,11 +19,11 @@ from agentflow.testing import Reply, ScriptedServer
 
 from .test_chat_retry_cli import ENV, chat_piped, finish
 
-EVIL = "nope\x1b]0;PWNED\x07\x1b[2J\x9b31m"
+EVIL = "nope\x1b]0;PWNED\x07\x1b[2J\x9b31m [/x]"
 
 
 def test_control_characters_are_escaped_newlines_and_tabs_kept() -> None:
-    assert printable(EVIL) == "nope\\x1b]0;PWNED\\x07\\x1b[2J\\x9b31m"
+    assert printable(EVIL) == "nope\\x1b]0;PWNED\\x07\\x1b[2J\\x9b31m [/x]"
     assert printable("a\tb\nc\rd\x7f") == "a\tb\nc\\x0dd\\x7f"
     assert printable("plain · ünïcode") == "plain · ünïcode"
     assert printable(printable(EVIL)) == printable(EVIL)  # escaping twice changes nothing
@@ -62,3 +62,25 @@ async def test_bench_failure_lines_escape_the_servers_text(tmp_path: Path) -> No
     assert any(EVIL in line for line in json.loads(report.read_text())["levels"][0]["failures"])
     assert "nope\\x1b]0;PWNED\\x07\\x1b[2J" in printed
     assert "\x1b" not in printed and "\x07" not in printed
+
+
+async def test_demo_failure_lines_escape_the_servers_text(tmp_path: Path) -> None:
+    """``agentflow demo``'s "sessions failed" lines under its summary, as ``bench``'s."""
+    async with ScriptedServer() as srv:  # every request: a 400 whose message is EVIL
+        srv.add(*(Reply.error(400, EVIL) for _ in range(20)))
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "agentflow.cli", "demo", "--base-url", srv.base_url,
+            "--model", "m", "--agents", "1", "--turns", "1:1", "--no-live",
+            "--report", str(tmp_path / "demo.json"),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV,
+        )  # fmt: skip
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err = await finish(
+            proc,
+            asyncio.ensure_future(proc.stdout.read()),
+            asyncio.ensure_future(proc.stderr.read()),
+        )
+    printed = out.decode()
+    assert "sessions failed" in printed or "session failed" in printed, printed + err.decode()
+    assert "nope\\x1b]0;PWNED\\x07\\x1b[2J" in printed
+    assert "\x1b" not in printed and "\x07" not in printed and "\x9b" not in printed

@@ -266,7 +266,8 @@ def _bench(args: argparse.Namespace) -> int:
             + ("  [interrupted]" if s.get("interrupted") else "")
         )
         for line in s.get("failures") or ():  # why sessions failed: the commonest errors
-            console.print(f"    {printable(line)}")  # a server's words: no control characters
+            # a server's words: no control characters, no markup
+            console.print(f"    {printable(line)}", markup=False, highlight=False)
 
     try:
         # SIGTERM cancels the run as Ctrl-C does (run_command, agentflow/_cli_signals.py):

@@ -28,6 +28,7 @@ from agentflow._cliargs import check_no_overwrite, check_output_file, store_inpu
 from agentflow._errors import ConfigError, TransportError
 from agentflow._files import replaced_on_write, write_text_file
 from agentflow._fleet import Fleet, FleetResult
+from agentflow._printable import printable
 from agentflow._process import ChildServer, free_port
 from agentflow.context import server_window, window_for
 from agentflow.demo._config import DemoConfig
@@ -119,8 +120,8 @@ def _print_summary(
     scale = float(report["run"].get("time_scale") or 1.0)
     for g in report["goodput"]:  # one line per --slo
         console.print(goodput_line(g, scale), highlight=False)
-    for line in failure_lines(result):
-        console.print(line, highlight=False, markup=False)
+    for line in failure_lines(result):  # a server's words: no control characters
+        console.print(printable(line), highlight=False, markup=False)
     if config.store is not None and result.run_id:
         console.print(
             f"run {result.run_id} recorded in {config.store}; resume or read it with "

@@ -120,7 +120,10 @@ def add_sim_arguments(p: argparse.ArgumentParser) -> None:
         help="wall seconds per engine second (10 = a rack at a tenth of its speed)",
     )
     p.add_argument(
-        "--tokens-per-chunk", type=at_least(1), default=1, help="output tokens per SSE chunk"
+        "--tokens-per-chunk",
+        type=at_least(1),
+        default=1,
+        help="output tokens per SSE chunk after the first",
     )
     p.add_argument(
         "--tool-rounds",

@@ -72,7 +72,7 @@ class EngineDriver(_DriverLoop):
         engine: the engine to drive (the driver is its only caller from now on).
         time_scale: loop (wall) seconds per engine second; > 0.
         tokens_per_chunk: output tokens per content chunk (speculative decoding and
-            stream intervals send several).
+            stream intervals send several); the first token is always sent alone.
         model: the model name responses report when a request names none (default:
             the profile's).
         keep_records: finished requests whose records (without their output plan) stay

@@ -27,9 +27,11 @@ request, into the one ``chat.completion`` body. The stream, as vLLM sends it::
 Cost: the constant head of every chunk (``id``, ``created``, ``model``) is encoded once
 per request, and the JSON string of each token's text once per process (a bounded
 cache; the word list makes hits the rule), so a content chunk is one dictionary lookup
-and two byte concatenations. ``tokens_per_chunk`` > 1 groups tokens into one chunk as
-speculative decoding and vLLM's stream interval do; the last group is flushed at the
-finish whatever its size.
+and two byte concatenations. ``tokens_per_chunk`` K > 1 groups tokens into one chunk as
+speculative decoding and vLLM's stream interval do: the first token goes out alone as
+soon as it exists (so the client's TTFT is the engine's), then a chunk every K tokens,
+and the last group is flushed at the finish whatever its size — 1 + ⌈(n − 1)/K⌉ chunks
+for n tokens.
 """
 
 from __future__ import annotations
@@ -91,7 +93,8 @@ class ChunkEncoder:
         plan: the request's output plan (``engine.record(rid).plan``).
         stream: ``False`` gives one ``chat.completion`` body at the finish instead.
         include_usage: a usage-only chunk before ``[DONE]`` (``stream_options.include_usage``).
-        tokens_per_chunk: output tokens per content chunk (≥ 1); the last chunk may have fewer.
+        tokens_per_chunk: output tokens per content chunk (≥ 1) after the first token,
+            which is sent alone; the last chunk may have fewer.
     """
 
     __slots__ = (
@@ -185,10 +188,16 @@ class ChunkEncoder:
             self._fast = self._k == 1 and not self._tools
             out.append(self._choice_head + b'{"role":"assistant","content":""}' + _CHOICE_END)
         k = self._k
+        # The first output goes out as soon as it exists (vLLM's stream interval sends
+        # when finished, at the first token, or every k tokens): holding it for k tokens
+        # would make the client's TTFT k − 1 steps late.
+        if s == 0 < n:
+            k = n
         if n - s >= k or (finished and n > s):
             if self._tools:
                 while n - s >= k or (finished and n > s):
                     e = min(n, s + k)
+                    k = self._k
                     p = self._tool_payload(s, e)
                     if p is not None:
                         out.append(p)
@@ -199,6 +208,7 @@ class ChunkEncoder:
                 head = self._content_head
                 while n - s >= k or (finished and n > s):
                     e = min(n, s + k)
+                    k = self._k
                     t = text[o[s] : o[e]]
                     if t:
                         out.append(head + _esc(t) + _CONTENT_END)

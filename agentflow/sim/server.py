@@ -90,7 +90,8 @@ class SimServer:
         port: the port; 0 picks a free one (see :attr:`port` after :meth:`start`).
         seed: fixes every output.
         time_scale: wall seconds per engine second (10 = a rack at a tenth of its speed).
-        tokens_per_chunk: output tokens per SSE content chunk.
+        tokens_per_chunk: output tokens per SSE content chunk after the first token,
+            which is sent alone.
         textgen: the model's behaviour (tool rounds, answer lengths).
         faults: fault rates; none by default (the fault header still works).
         served_model_name: the model name of ``/v1/models`` (default: the profile's).

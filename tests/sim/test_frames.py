@@ -105,10 +105,11 @@ def test_tokens_per_chunk_groups_tokens(k: int) -> None:
     content = chunks[1:-3]
     assert rec.plan is not None
     assert "".join(c["choices"][0]["delta"]["content"] for c in content) == rec.plan.text_of(0, 13)
-    # A chunk every k tokens, and the rest at the finish.
-    assert len(content) == -(-13 // k)
-    # The role goes out with the first token; content after every k-th token and at the end.
-    assert [i for i, ps in enumerate(steps) if ps] == sorted({0, *range(k - 1, 13, k), 12})
+    # The first token alone, then a chunk every k tokens, and the rest at the finish.
+    assert len(content) == 1 + -(-12 // k)
+    assert content[0]["choices"][0]["delta"]["content"] == rec.plan.text_of(0, 1)
+    # Role and first token go out at once; content after every k tokens more and at the end.
+    assert [i for i, ps in enumerate(steps) if ps] == sorted({0, *range(k, 13, k), 12})
 
 
 def test_tool_call_deltas() -> None:

@@ -279,14 +279,14 @@ async def test_tokens_per_chunk_over_http() -> None:
             ChatRequest(model="m", messages=user("grouped"), params={"max_tokens": 21})
         )
     assert trace.usage is not None and trace.usage.completion_tokens == 21
-    assert len(trace.chunk_ns) == 6  # 5 × 4 tokens, then 1
+    assert len(trace.chunk_ns) == 6  # the first token alone, then 5 × 4 tokens
     assert sum(trace.chunk_tokens) == 21
     # Each chunk leaves once its last token's step is due, never before: the client reads
     # chunk i no sooner than that token's time after arrival (causality, not a gap on the
     # real clock, which a loaded machine stretches or squeezes).
     rec = sim.driver.record(trace.response_id or "")
     assert rec is not None and len(rec.token_times_s) == 21
-    last_token = [rec.token_times_s[min(4 * i + 3, 20)] for i in range(6)]
+    last_token = [rec.token_times_s[4 * i] for i in range(6)]
     for chunk_ns, due_s in zip(trace.chunk_ns, last_token, strict=True):
         assert (chunk_ns - trace.sent_ns) / 1e9 >= due_s - rec.arrival_s - 0.0005
 

@@ -15,7 +15,7 @@ import contextlib
 import json
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from agentflow._files import replaced_on_write, write_text_file
 from agentflow._fleet import Fleet, FleetResult
 from agentflow._printable import printable
 from agentflow._process import ChildServer, free_port
+from agentflow._redact import display_url
 from agentflow.context import server_window, window_for
 from agentflow.demo._config import DemoConfig
 from agentflow.demo._recorded import recorded_config, resume_config, run_recorded
@@ -245,7 +246,43 @@ def _start_simulator(config: DemoConfig, stack: contextlib.ExitStack) -> str:
 
 
 def _model(config: DemoConfig) -> str:
+    """The model the fleet asks for. Over HTTP against a real server without ``--model``,
+    :func:`_served_model` has put the server's own in ``config.model`` before the run."""
     return config.model or ("agentflow-sim" if not config.base_url else "default")
+
+
+async def _served_model(config: DemoConfig, endpoint: Endpoint) -> str:
+    """The model a real server serves, for ``--base-url`` without ``--model``: the one its
+    ``GET /v1/models`` lists, as ``agentflow bench`` asks (vLLM answers any other name,
+    ``"default"`` included, with a 404 "The model … does not exist").
+
+    A server that names none (no ``/v1/models``, or no context window in it) gets
+    ``"default"`` with a warning on stderr naming ``--model``: some servers answer any name,
+    and one that does not says so in each session's error.
+
+    Raises:
+        ConfigError: the server could not be asked (unreachable, no answer within the
+            probe's time), or it serves several models with different windows; the
+            message says to pass ``--model``.
+    """
+    url = display_url(endpoint.base_url)
+    try:
+        found = await server_window(endpoint, timeout_s=probe_s(config.timeouts, 10.0))
+    except TransportError as exc:
+        raise ConfigError(
+            f"demo: could not ask {url} which model it serves ({exc}); pass --model NAME"
+        ) from exc
+    except ConfigError as exc:  # several models, different windows: which one is not known
+        raise ConfigError(f"demo: {exc} (pass --model NAME)") from exc
+    if found is not None and found.model:
+        return found.model
+    print(
+        f"agentflow demo: warning: {url}/models names no model; asking for model 'default' "
+        "(pass --model NAME if the server wants another)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return "default"
 
 
 def probe_s(timeouts: Timeouts | None, default: float = 5.0) -> float:
@@ -348,6 +385,8 @@ async def _http_fleet(
         )
         if warning is not None:
             print(f"agentflow demo: warning: {warning}", file=sys.stderr, flush=True)
+    if config.base_url and not config.model:  # the server's model, not a made-up name
+        config = replace(config, model=await _served_model(config, endpoint))
     watch = ServerWatch(endpoint.base_url, interval_s=0.5)
     try:
         await watch.start(timeout_s=probe_s(config.timeouts))

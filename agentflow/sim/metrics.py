@@ -17,6 +17,7 @@ vLLM (v1) exports through ``prometheus_client`` — a counter ``vllm:x`` is decl
 ``vllm:prompt_tokens``                         counter     prompt tokens of admitted requests
 ``vllm:generation_tokens``                     counter     output tokens produced
 ``vllm:request_success``                       counter     finished requests, by ``finished_reason``
+                                                           (a tool call's: ``stop``, as vLLM)
 ``vllm:time_to_first_token_seconds``           histogram   arrival → first token
 ``vllm:inter_token_latency_seconds``           histogram   each gap between output tokens
 ``vllm:request_time_per_output_token_seconds`` histogram   per request: (last − first) / (n − 1)
@@ -122,7 +123,9 @@ class SimMetrics:
         self.e2e = Histogram(_LATENCY_BUCKETS)
         self.queue = Histogram(_LATENCY_BUCKETS)
         self.prefill = Histogram(_LATENCY_BUCKETS)
-        self.success: dict[str, int] = {"stop": 0, "length": 0, "tool_calls": 0}
+        # vLLM's finish reasons (its engine's FinishReason): a tool-call answer ends on a
+        # stop token and counts as "stop"; only the chat response says "tool_calls".
+        self.success: dict[str, int] = {"stop": 0, "length": 0}
         self.http_requests: dict[tuple[str, int], int] = {}
         self.faults: dict[str, int] = {}
 
@@ -141,6 +144,8 @@ class SimMetrics:
         if record.prefill_s is not None:
             self.prefill.observe(record.prefill_s)
         reason = record.finish_reason or "stop"
+        if reason == "tool_calls":
+            reason = "stop"
         self.success[reason] = self.success.get(reason, 0) + 1
 
     def render(self, stats: EngineStats, driver: DriverStats) -> str:

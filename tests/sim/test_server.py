@@ -273,6 +273,30 @@ async def test_ground_truth_endpoint(sim: SimServer) -> None:
     assert trace.response_headers["x-agentflow-request-id"] == trace.response_id
 
 
+async def test_a_tool_call_answer_counts_as_stop_in_metrics(
+    sim: SimServer, client: openai.AsyncOpenAI
+) -> None:
+    """vLLM's ``vllm:request_success`` knows stop, length and abort: a tool-call answer ends
+    on a stop token and is counted as ``stop`` (only the chat response says
+    ``tool_calls``); the simulator exported a ``finished_reason="tool_calls"`` series."""
+    r = await client.chat.completions.create(
+        model="m",
+        messages=user("read it"),  # type: ignore[arg-type]
+        tools=TOOLS,  # type: ignore[arg-type]
+    )
+    assert r.choices[0].finish_reason == "tool_calls"
+    async with aiohttp.ClientSession() as s, s.get(f"{sim.url}/metrics") as resp:
+        samples = parse_prometheus(await resp.text())
+    assert metric(samples, "vllm:request_success_total", finished_reason="stop") == 1
+    assert metric(samples, "vllm:request_success_total", finished_reason="length") == 0
+    reasons = {
+        dict(labels).get("finished_reason")
+        for name, labels in samples
+        if name == "vllm:request_success_total"
+    }
+    assert reasons == {"stop", "length"}
+
+
 async def test_tokens_per_chunk_over_http() -> None:
     async with SimServer(QUICK, tokens_per_chunk=4) as sim, HTTPTransport(sim.base_url) as t:
         trace = await t.stream(

@@ -323,20 +323,93 @@ def _load() -> None:
     _publish(__name__, _LAZY, {**typing_names, **sched_names, **namespace})
 
 
-def __getattr__(name: str) -> _typing.Any:
-    if name in _LAZY:
-        _load()
-        return globals()[name]
-    if name in _MOVED:
-        module, new = _MOVED[name]
-        path = f"from {module} import {new}"
-        _warnings.warn(
-            f"agentflow.{name} is deprecated and will be removed in the next release; use {path}",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return getattr(_importlib.import_module(module), new)
-    raise AttributeError(f"module 'agentflow' has no attribute {name!r}")
+if _typing.TYPE_CHECKING:
+    # The moved names, for type checkers: their real types (the ``__getattr__`` below is
+    # hidden from checkers, so that a misspelled name is an error, not ``Any``).
+    from agentflow.bench import BenchConfig as BenchConfig
+    from agentflow.bench import Load as Load
+    from agentflow.bench import SessionScript as SessionScript
+    from agentflow.bench import SessionTemplate as SessionTemplate
+    from agentflow.bench import Sweep as Sweep
+    from agentflow.bench import TraceRecord as TraceRecord
+    from agentflow.bench import TraceRecorder as TraceRecorder
+    from agentflow.bench import TurnScript as TurnScript
+    from agentflow.bench import Workload as Workload
+    from agentflow.bench import run_bench as run_bench
+    from agentflow.context import BudgetEvent as BudgetEvent
+    from agentflow.context import CacheBusterCheck as CacheBusterCheck
+    from agentflow.context import CacheBusterWarning as CacheBusterWarning
+    from agentflow.context import Calibrator as Calibrator
+    from agentflow.context import Compact as Compact
+    from agentflow.context import CompactionEvent as CompactionEvent
+    from agentflow.context import ContextTrimmedEvent as ContextTrimmedEvent
+    from agentflow.context import DropOldest as DropOldest
+    from agentflow.context import Fail as Fail
+    from agentflow.context import FleetBudget as FleetBudget
+    from agentflow.context import MessageCounter as MessageCounter
+    from agentflow.context import OverflowPolicy as OverflowPolicy
+    from agentflow.context import OverflowView as OverflowView
+    from agentflow.context import PrefixIndex as PrefixIndex
+    from agentflow.context import Prices as Prices
+    from agentflow.context import TiktokenCounter as TiktokenCounter
+    from agentflow.context import TruncateToolOutputs as TruncateToolOutputs
+    from agentflow.context import prefix_reuse as prefix_reuse
+    from agentflow.planner import Deployment as Deployment
+    from agentflow.planner import GQAAttention as GQAAttention
+    from agentflow.planner import HardwareSpec as HardwareSpec
+    from agentflow.planner import KVPlan as KVPlan
+    from agentflow.planner import MLAAttention as MLAAttention
+    from agentflow.planner import ModelSpec as ModelSpec
+    from agentflow.planner import plan as plan_kv_cache  # noqa: F401
+    from agentflow.sched import FCFS as FCFS
+    from agentflow.sched import PLAS as PLAS
+    from agentflow.sched import CircuitBreaker as CircuitBreaker
+    from agentflow.sched import Deadline as Deadline
+    from agentflow.sched import FailedAttempt as FailedAttempt
+    from agentflow.sched import FairShare as FairShare
+    from agentflow.sched import Policy as Policy
+    from agentflow.sched import Priority as Priority
+    from agentflow.sched import Router as Router
+    from agentflow.stats import SLO as SLO
+    from agentflow.stats import FleetStats as FleetStats
+    from agentflow.stats import PrometheusExporter as PrometheusExporter
+    from agentflow.stats import TurnCSVWriter as TurnCSVWriter
+    from agentflow.stats import TurnRow as TurnRow
+    from agentflow.stats import read_turn_csv as read_turn_csv
+    from agentflow.store import PostgresStore as PostgresStore
+    from agentflow.store import SQLiteStore as SQLiteStore
+    from agentflow.store import Store as Store
+    from agentflow.transport import AiohttpTransport as AiohttpTransport
+    from agentflow.transport import ChatRequest as ChatRequest
+    from agentflow.transport import OpenAITransport as OpenAITransport
+    from agentflow.typing import Callback as Callback
+    from agentflow.typing import Clock as Clock
+    from agentflow.typing import Complete as Complete
+    from agentflow.typing import ContextPolicy as ContextPolicy
+    from agentflow.typing import DeltaKind as DeltaKind
+    from agentflow.typing import DeltaSink as DeltaSink
+    from agentflow.typing import SessionContext as SessionContext
+    from agentflow.typing import Transport as Transport
+
+if not _typing.TYPE_CHECKING:
+    # PEP 562, at run time only: checkers read the names declared above, so that
+    # ``from agentflow import Fleeet`` is an error under ``mypy --strict``, not ``Any``.
+
+    def __getattr__(name: str) -> _typing.Any:
+        if name in _LAZY:
+            _load()
+            return globals()[name]
+        if name in _MOVED:
+            module, new = _MOVED[name]
+            path = f"from {module} import {new}"
+            _warnings.warn(
+                f"agentflow.{name} is deprecated and will be removed in the next release; "
+                f"use {path}",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(_importlib.import_module(module), new)
+        raise AttributeError(f"module 'agentflow' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

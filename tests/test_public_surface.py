@@ -99,7 +99,43 @@ def test_current_names_do_not_warn_and_unknown_names_fail() -> None:
         for name in agentflow.__all__:
             getattr(agentflow, name)
     with pytest.raises(AttributeError, match="no attribute 'Flet'"):
-        agentflow.Flet  # noqa: B018
+        agentflow.Flet  # type: ignore[attr-defined]  # noqa: B018
+
+
+def test_a_misspelled_name_is_a_type_error(tmp_path: Path) -> None:
+    """``agentflow`` and ``agentflow.report`` resolve names lazily with a module
+    ``__getattr__``; checkers must not see it, or ``mypy --strict`` typed any misspelled
+    name ``Any`` and passed. Imports past the two modules are skipped: a second, not the
+    twenty a whole check takes."""
+    from mypy import api
+
+    user = tmp_path / "user.py"
+    user.write_text(
+        "import agentflow\n"
+        "import agentflow.report\n"
+        "from agentflow import Fleeet\n"
+        "from agentflow.report import LivView\n"
+        "agentflow.Flet\n"
+    )
+    (tmp_path / "mypy.ini").write_text("[mypy]\n")
+    out, err, status = api.run(
+        [
+            *("--config-file", str(tmp_path / "mypy.ini")),
+            *("--cache-dir", str(tmp_path / "cache")),
+            *("--strict", "--follow-imports=skip"),
+            str(user),
+            str(ROOT / "agentflow" / "__init__.py"),
+            str(ROOT / "agentflow" / "report" / "__init__.py"),
+        ]
+    )
+    assert status == 1, out + err
+    errors = sorted(line.split(": error: ")[1] for line in out.splitlines() if ": error: " in line)
+    assert all(line.startswith(str(user)) for line in out.splitlines() if ": error: " in line), out
+    assert [e.split(";")[0].split("  [")[0] for e in errors] == [
+        'Module "agentflow" has no attribute "Fleeet"',
+        'Module "agentflow.report" has no attribute "LivView"',
+        'Module has no attribute "Flet"',
+    ], out
 
 
 @pytest.mark.parametrize("namespace", NAMESPACES)

@@ -51,16 +51,19 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """:class:`LiveView` is imported when first asked for (``agentflow report`` does not
-    need it); rich, the ``demo`` extra it draws with, only when a view is made — so
-    ``from agentflow.report import *`` works without rich."""
-    if name == "LiveView":
-        from agentflow.report._live import LiveView
+if not TYPE_CHECKING:
+    # At run time only: checkers read the import above, so a misspelled name is an error.
 
-        _publish(__name__, ["LiveView"], {"LiveView": LiveView})
-        return LiveView
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getattr__(name: str) -> Any:
+        """:class:`LiveView` is imported when first asked for (``agentflow report`` does not
+        need it); rich, the ``demo`` extra it draws with, only when a view is made — so
+        ``from agentflow.report import *`` works without rich."""
+        if name == "LiveView":
+            from agentflow.report._live import LiveView
+
+            _publish(__name__, ["LiveView"], {"LiveView": LiveView})
+            return LiveView
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # Exported classes report this namespace as their module (agentflow._public).

@@ -42,6 +42,8 @@ from multidict import CIMultiDict
 from agentflow._mock import EventCapture, Handler, MockTransport, capture_events, check_reply
 from agentflow._pgserver import PostgresServer
 from agentflow._public import publish as _publish
+from agentflow._redact import redact, redact_data
+from agentflow._request import shown_headers
 
 __all__ = [
     "EventCapture",
@@ -242,12 +244,22 @@ class Reply:
 
 @dataclass(frozen=True)
 class RecordedRequest:
-    """What the server received."""
+    """What the server received.
+
+    Its ``repr`` masks the values of credential headers (``Authorization``, ``api-key``)
+    and every registered secret (:func:`~agentflow.register_secret`) in the body.
+    """
 
     path: str
     #: Case-insensitive, as HTTP header names are.
     headers: Mapping[str, str]
     body: dict[str, Any]
+
+    def __repr__(self) -> str:
+        return (
+            f"RecordedRequest(path={redact(self.path)!r}, "
+            f"headers={shown_headers(self.headers)!r}, body={redact_data(self.body)!r})"
+        )
 
 
 class ScriptedServer:

@@ -17,12 +17,24 @@ import dataclasses
 import inspect
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from multidict import CIMultiDict
 
 from agentflow._errors import ConfigError, ConnectError, StreamInterrupted
-from agentflow._events import AttemptDiscardedEvent, Event, TokenEvent
+from agentflow._events import (
+    AttemptDiscardedEvent,
+    ErrorEvent,
+    Event,
+    FleetEndEvent,
+    FleetStartEvent,
+    RetryEvent,
+    SessionEndEvent,
+    TokenEvent,
+    ToolCallEvent,
+    ToolResultEvent,
+    TurnEndEvent,
+)
 from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 from agentflow._session_checks import check_headers
 from agentflow._trace import TurnTrace
@@ -37,6 +49,12 @@ from agentflow.transport._stream import StreamState
 from agentflow.typing import Clock, DeltaSink
 
 if TYPE_CHECKING:
+    from agentflow._context_events import (
+        BudgetEvent,
+        CacheBusterWarning,
+        CompactionEvent,
+        ContextTrimmedEvent,
+    )
     from agentflow.testing import Reply
 
 __all__ = ["EventCapture", "Handler", "MockTransport", "capture_events"]
@@ -252,8 +270,46 @@ class EventCapture:
         """Each event's ``type``, in order."""
         return [e.type for e in self.events]
 
-    def of_type(self, *types: str) -> list[Event]:
-        """The events whose ``type`` is one of ``types``, in order."""
+    @overload
+    def of_type(self, type: Literal["token"], /) -> list[TokenEvent]: ...
+    @overload
+    def of_type(self, type: Literal["tool_call"], /) -> list[ToolCallEvent]: ...
+    @overload
+    def of_type(self, type: Literal["tool_result"], /) -> list[ToolResultEvent]: ...
+    @overload
+    def of_type(self, type: Literal["turn_end"], /) -> list[TurnEndEvent]: ...
+    @overload
+    def of_type(self, type: Literal["session_end"], /) -> list[SessionEndEvent]: ...
+    @overload
+    def of_type(self, type: Literal["attempt_discarded"], /) -> list[AttemptDiscardedEvent]: ...
+    @overload
+    def of_type(self, type: Literal["retry"], /) -> list[RetryEvent]: ...
+    @overload
+    def of_type(self, type: Literal["fleet_start"], /) -> list[FleetStartEvent]: ...
+    @overload
+    def of_type(self, type: Literal["context_trimmed"], /) -> list[ContextTrimmedEvent]: ...
+    @overload
+    def of_type(self, type: Literal["compaction"], /) -> list[CompactionEvent]: ...
+    @overload
+    def of_type(self, type: Literal["budget"], /) -> list[BudgetEvent]: ...
+    @overload
+    def of_type(self, type: Literal["cache_buster"], /) -> list[CacheBusterWarning]: ...
+    @overload
+    def of_type(self, type: Literal["error"], /) -> list[ErrorEvent]: ...
+    @overload
+    def of_type(self, type: Literal["fleet_end"], /) -> list[FleetEndEvent]: ...
+    @overload
+    def of_type(self, *types: str) -> list[Event]: ...
+    def of_type(self, *types: str) -> list[Any]:
+        """The events whose ``type`` is one of ``types``, in order. One type's events are
+        typed as its class: ``of_type("tool_call")[0].call.name`` type-checks.
+
+        Raises:
+            ConfigError: a type no event has (a misspelling would find nothing).
+        """
+        from agentflow._fleet_checks import check_event_types  # (it imports the scheduler)
+
+        check_event_types(types, "EventCapture.of_type(*types)")
         return [e for e in self.events if e.type in types]
 
     def for_session(self, session_id: str) -> list[Event]:

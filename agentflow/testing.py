@@ -39,6 +39,7 @@ from typing import Any
 from aiohttp import ClientConnectionResetError, web
 from multidict import CIMultiDict
 
+from agentflow._errors import ConfigError
 from agentflow._mock import EventCapture, Handler, MockTransport, capture_events, check_reply
 from agentflow._pgserver import PostgresServer
 from agentflow._public import publish as _publish
@@ -214,7 +215,19 @@ class Reply:
         (``"tool_calls"`` if there are calls, else ``"stop"``), usage, ``[DONE]``.
 
         ``completion_tokens`` defaults to one per delta; ``cached_tokens=None`` leaves
-        ``prompt_tokens_details`` out of the usage."""
+        ``prompt_tokens_details`` out of the usage.
+
+        Raises:
+            ConfigError: ``content`` or ``reasoning`` is a ``str`` (a list of deltas is
+                meant: a string would stream one character per delta).
+        """
+        for field_name, deltas in (("content", content), ("reasoning", reasoning)):
+            if isinstance(deltas, str | bytes):
+                raise ConfigError(
+                    f"Reply.stream {field_name} must be a list of deltas (one str per "
+                    f"chunk), got {type(deltas).__name__} {deltas!r:.40}: it would stream "
+                    "one character per chunk"
+                )
         chunks = [_chunk({"role": "assistant", "content": ""})]
         chunks += [_chunk({"reasoning_content": r}) for r in reasoning]
         chunks += [_chunk({"content": c}) for c in content]

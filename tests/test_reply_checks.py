@@ -72,3 +72,16 @@ async def test_a_handler_that_returns_no_reply_is_a_config_error(handler: Any, g
     assert isinstance(result.error, ConfigError), result.error
     assert str(result.error).startswith(f"MockTransport handler {handler.__qualname__!r} ")
     assert f"returned {got}" in str(result.error) and "not a Reply" in str(result.error)
+
+
+@pytest.mark.parametrize("field", ["content", "reasoning"])
+def test_stream_refuses_a_string_for_a_list_of_deltas(field: str) -> None:
+    """``Reply.stream("Hello world")`` type-checks (a str is a sequence of str) and
+    streamed one character per chunk, with one completion token each: wrong metrics,
+    silently."""
+    text: Any = "Hello world"
+    given: dict[str, Any] = {field: text}
+    with pytest.raises(ConfigError, match=rf"Reply\.stream {field} must be a list of deltas"):
+        Reply.stream(**given)
+    given = {field: ["Hello", " world"]}
+    assert Reply.stream(**given).status == 200

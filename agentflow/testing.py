@@ -39,6 +39,7 @@ from typing import Any
 from aiohttp import ClientConnectionResetError, web
 from multidict import CIMultiDict
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._mock import EventCapture, Handler, MockTransport, capture_events, check_reply
 from agentflow._pgserver import PostgresServer
@@ -141,11 +142,16 @@ class Reply:
     ) -> Reply:
         """A streamed answer: role chunk, ``text`` in word pieces — one per word, or
         ``pieces`` of them (at most one per word) —, finish, usage (``completion_tokens``:
-        one per piece), ``[DONE]``."""
+        one per piece), ``[DONE]``.
+
+        Raises:
+            ConfigError: ``pieces`` is not an int ≥ 1 or ``None``.
+        """
+        check_count(pieces, "Reply.text pieces", none="one per word")
         words = text.split(" ") if text else []
         parts = [w if i == 0 else " " + w for i, w in enumerate(words)]
         if pieces is not None and parts:
-            n = -(-len(parts) // max(1, pieces))  # words per piece: `pieces` pieces
+            n = -(-len(parts) // pieces)  # words per piece: `pieces` pieces
             parts = ["".join(parts[i : i + n]) for i in range(0, len(parts), n)]
         usage = _usage(prompt_tokens, len(parts), cached_tokens)
         chunks = [_chunk({"role": "assistant", "content": ""})]
@@ -168,7 +174,12 @@ class Reply:
         """A streamed tool call, its arguments split over at most ``pieces`` deltas;
         ``completion_tokens`` is one per output chunk (the call's first, then each
         delta), so chunk token counts are exact. ``cached_tokens=None`` leaves
-        ``prompt_tokens_details`` out."""
+        ``prompt_tokens_details`` out.
+
+        Raises:
+            ConfigError: ``pieces`` is not an int ≥ 1.
+        """
+        check_count(pieces, "Reply.tool_call pieces")
         args = json.dumps(arguments)
         step = max(1, -(-len(args) // pieces))
         chunks = [

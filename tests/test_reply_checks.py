@@ -85,3 +85,27 @@ def test_stream_refuses_a_string_for_a_list_of_deltas(field: str) -> None:
         Reply.stream(**given)
     given = {field: ["Hello", " world"]}
     assert Reply.stream(**given).status == 200
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        # a ZeroDivisionError
+        (lambda: Reply.tool_call("f", {"x": 1}, pieces=0), r"Reply\.tool_call pieces .* got 0$"),
+        (lambda: Reply.tool_call("f", {"x": 1}, pieces=-2), r"Reply\.tool_call pieces .*got -2$"),
+        # silently one piece
+        (lambda: Reply.text("a b c", pieces=0), r"Reply\.text pieces must be an int ≥ 1 or None"),
+        (lambda: Reply.text("a b c", pieces=-1), r"Reply\.text pieces .*got -1$"),
+        (lambda: Reply.text("a b c", pieces=TEXT), r"Reply\.text pieces .*got 'data"),
+    ],
+    ids=["tool_call-0", "tool_call-neg", "text-0", "text-neg", "text-str"],
+)
+def test_pieces_must_be_a_count(make: Any, says: str) -> None:
+    with pytest.raises(ConfigError, match=says):
+        make()
+
+
+def test_pieces_none_and_counts_still_split() -> None:
+    assert len(Reply.text("a b c", pieces=None).frames) == len(Reply.text("a b c").frames)
+    assert len(Reply.text("a b c", pieces=1).frames) == len(Reply.text("abc").frames)
+    assert len(Reply.tool_call("f", {"x": 1}, pieces=1).frames) == 5  # call, 1 delta, end

@@ -111,7 +111,8 @@ class MockTransport:
     def scripted(cls, replies: Iterable[Reply], **kw: Any) -> MockTransport:
         """A transport that answers with ``replies`` in order (as
         :class:`~agentflow.testing.ScriptedServer` does); a request past the end is
-        answered with a 500. :meth:`assert_complete` checks every reply was used."""
+        answered with a 400, not retried (``script exhausted: request N has no reply``), so
+        the session fails at once. :meth:`assert_complete` checks every reply was used."""
         return cls(_Script(replies), **kw)
 
     def assert_complete(self) -> None:

@@ -248,8 +248,12 @@ async def test_scripted_assert_complete_counts_unused_replies() -> None:
         transport.assert_complete()
     await transport.stream(request)
     transport.assert_complete()
-    with pytest.raises(BadRequestError, match="script exhausted: request 3 has no reply"):
+    with pytest.raises(BadRequestError, match="script exhausted: request 3 has no reply") as e:
         await transport.stream(request)
+    assert e.value.status == 400
+    # ... as its docstring says (it said a 500, which would be a retried ServerError)
+    doc = " ".join((MockTransport.scripted.__doc__ or "").split())
+    assert "answered with a 400, not retried" in doc and "500" not in doc
 
 
 async def test_reply_usage_counts_the_chunks_it_sends() -> None:

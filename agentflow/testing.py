@@ -34,7 +34,7 @@ import json
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from aiohttp import ClientConnectionResetError, web
 from multidict import CIMultiDict
@@ -118,7 +118,14 @@ class Reply:
         ConfigError: ``frames`` is not a list of bytes, ``status`` not an int from 100
             to 599, ``headers`` not a mapping of header names to ``str`` values (no line
             break), ``frame_delay_s`` not a number of seconds.
+
+    Not hashable (``hash(reply)`` is a ``TypeError`` naming ``Reply``): it holds a list of
+    frames and a dict of headers; replies compare with ``==``.
     """
+
+    # Explicitly: the generated hash raised TypeError on the frames list, while checkers
+    # took the class as hashable.
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]
 
     frames: Sequence[bytes] = ()
     status: int = 200
@@ -271,8 +278,12 @@ class RecordedRequest:
     """What the server received.
 
     Its ``repr`` masks the values of credential headers (``Authorization``, ``api-key``)
-    and every registered secret (:func:`~agentflow.register_secret`) in the body.
+    and every registered secret (:func:`~agentflow.register_secret`) in the body. Not
+    hashable (``hash()`` is a ``TypeError`` naming it): its headers and body are mutable
+    mappings; requests compare with ``==``.
     """
+
+    __hash__: ClassVar[None] = None  # type: ignore[assignment]
 
     path: str
     #: Case-insensitive, as HTTP header names are.

@@ -181,6 +181,15 @@ class Compact:
     max_input_tokens: int | None = None
     name: str = "compact"
 
+    def __hash__(self) -> int:
+        # Every field but ``params`` (a dict, unhashable: the generated hash raised
+        # TypeError); equal policies have equal fields, so equal hashes.
+        return hash(
+            (self.prompt, self.model, self.max_summary_tokens, self.keep_last,
+             self.keep_fraction, self.role, self.summary_prefix, self.tool_output_tokens,
+             self.max_input_tokens, self.name)
+        )  # fmt: skip
+
     def __post_init__(self) -> None:
         for fname in ("max_summary_tokens", "keep_last", "tool_output_tokens"):
             check_count(getattr(self, fname), f"Compact.{fname}")

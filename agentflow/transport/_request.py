@@ -56,6 +56,8 @@ class Endpoint:
             sets (its ``stream_options`` are merged with the session's).
         name: a label for reports; defaults to the host and port.
 
+    Endpoints compare by every option and hash by ``base_url`` and ``name``.
+
     Raises:
         ConfigError: an option above is not what it says, naming it (never a header's
             or the key's value).
@@ -105,6 +107,11 @@ class Endpoint:
             (type(self), self.base_url, self.api_key, dict(self.headers),
              dict(self.extra_body), self.name),
         )  # fmt: skip
+
+    def __hash__(self) -> int:
+        # Equal endpoints have equal URLs and names (``headers`` and ``extra_body`` are
+        # dicts, unhashable: the generated hash raised TypeError): one can key a dict.
+        return hash((self.base_url, self.name))
 
     def __repr__(self) -> str:
         headers = {k: MASK if is_credential_name(k) else redact(v) for k, v in self.headers.items()}

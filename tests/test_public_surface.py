@@ -144,9 +144,10 @@ def test_exported_classes_report_their_public_module(namespace: str) -> None:
     subpackage's classes report the subpackage. Annotations still resolve (msgspec and
     `typing.get_type_hints` evaluate them in `__module__`'s namespace)."""
     module = importlib.import_module(namespace)
-    # These three name a type imported only under TYPE_CHECKING (pydantic; the typing
-    # module's Complete; Event): get_type_hints failed for them before too.
-    unresolvable = {"Tool", "OverflowView", "BenchConfig"}
+    # These name a type imported only under TYPE_CHECKING (pydantic; the typing
+    # module's Complete; Event; the simulator's Profile, which `import agentflow.bench`
+    # does not load): get_type_hints failed for the first three before too.
+    unresolvable = {"Tool", "OverflowView", "BenchConfig", "SimTarget"}
     classes = 0
     for name in module.__all__:
         value = getattr(module, name)

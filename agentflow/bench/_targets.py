@@ -7,11 +7,15 @@ from __future__ import annotations
 import contextlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
+from agentflow._errors import ConfigError
 from agentflow.bench._load import SessionStream
 from agentflow.bench._script import SessionScript
 from agentflow.typing import Clock, Transport
+
+if TYPE_CHECKING:
+    from agentflow.sim.profiles import Profile
 
 __all__ = ["HTTPTarget", "SimTarget", "Target"]
 
@@ -53,10 +57,27 @@ class SimTarget:
 
     Attributes:
         profile: the simulator's deployment profile (a name or a ``Profile``).
+
+    Raises:
+        ConfigError: ``profile`` is neither a :class:`~agentflow.sim.Profile` nor the name
+            of a built-in one (:func:`~agentflow.sim.profile_names`).
     """
 
-    profile: Any = "qwen2.5-coder-32b"
+    profile: str | Profile = "qwen2.5-coder-32b"
     virtual: bool = True
+
+    def __post_init__(self) -> None:
+        # Checked here, not at the first use (an AttributeError in ``label``). The
+        # simulator is imported only now: ``import agentflow.bench`` does not load it.
+        from agentflow.sim.profiles import Profile, get_profile
+
+        if isinstance(self.profile, str):
+            get_profile(self.profile)  # an UnknownProfileError (ConfigError) naming them
+        elif not isinstance(self.profile, Profile):
+            raise ConfigError(
+                "SimTarget.profile must be a profile name or an agentflow.sim.Profile, got "
+                f"{type(self.profile).__name__} {self.profile!r:.60}"
+            )
 
     @property
     def label(self) -> str:
@@ -67,7 +88,7 @@ class SimTarget:
         """The profile's model."""
         return str(self._profile().model)
 
-    def _profile(self) -> Any:
+    def _profile(self) -> Profile:
         from agentflow.sim.profiles import get_profile
 
         return get_profile(self.profile) if isinstance(self.profile, str) else self.profile

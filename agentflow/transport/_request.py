@@ -17,16 +17,13 @@ from urllib.parse import unquote
 from agentflow._base_url import check_base_url
 from agentflow._errors import ConfigError
 from agentflow._redact import (
-    MASK,
     display_url,
-    is_credential_name,
-    redact,
     redact_data,
     register_headers,
     register_secret,
     register_url,
 )
-from agentflow._request import ChatRequest
+from agentflow._request import ChatRequest, shown_headers
 from agentflow._sendable import check_sendable
 from agentflow._session_checks import SESSION_OWNS, check_header_text, check_headers
 
@@ -114,9 +111,9 @@ class Endpoint:
         return hash((self.base_url, self.name))
 
     def __repr__(self) -> str:
-        headers = {k: MASK if is_credential_name(k) else redact(v) for k, v in self.headers.items()}
         return (
-            f"Endpoint(base_url={display_url(self.base_url)!r}, headers={headers!r}, "
+            f"Endpoint(base_url={display_url(self.base_url)!r}, "
+            f"headers={shown_headers(self.headers)!r}, "
             f"extra_body={redact_data(dict(self.extra_body))!r}, name={self.name!r})"
         )
 

@@ -4,6 +4,7 @@ llama.cpp's shapes, special tokens, failures and settings — over real loopback
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -131,7 +132,8 @@ async def test_server_counter_wire_failures_are_transport_errors() -> None:
         if kind == "junk":
             return web.Response(body=b"<html>not json</html>")
         if kind == "deep":  # msgspec raises RecursionError, not DecodeError, this deep
-            return web.Response(body=b'{"tokens": [1], "x": ' + b"[" * 1200 + b"]" * 1200 + b"}")
+            n = sys.getrecursionlimit() + 200  # (its limit is the interpreter's)
+            return web.Response(body=b'{"tokens": [1], "x": ' + b"[" * n + b"]" * n + b"}")
         await asyncio.sleep(5)
         return web.json_response({"tokens": []})
 

@@ -9,6 +9,7 @@ place that reads a server's JSON is checked here with such a body.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -30,7 +31,14 @@ from agentflow.llamacpp import oversubscription, server_slots
 from agentflow.testing import Reply, ScriptedServer, sse_frames
 from agentflow.transport import AiohttpTransport, TraceBuilder
 
-DEEP = b"[" * 1200 + b"]" * 1200  # beyond msgspec's limit
+
+def deep() -> bytes:
+    """Arrays nested past msgspec's limit, which is the interpreter's recursion limit
+    (another test may have raised it: 1,200 levels decoded then)."""
+    n = sys.getrecursionlimit() + 200
+    return b"[" * n + b"]" * n
+
+
 MID = b"[" * 600 + b"]" * 600  # msgspec decodes it; a recursive walk in Python did not
 
 
@@ -46,14 +54,14 @@ async def test_a_too_deep_error_body_is_a_status_error(
     transport: type[HTTPTransport] | type[AiohttpTransport],
 ) -> None:
     """The body is kept as text, as any body that is not JSON is."""
-    err = await _error_of(Reply(frames=[DEEP], status=400), transport)
+    err = await _error_of(Reply(frames=[deep()], status=400), transport)
     assert isinstance(err, BadRequestError) and err.status == 400
     assert isinstance(err.body, str) and err.body.startswith("[[[")
 
 
 @pytest.mark.parametrize("where", [b'{"error": %s}', b'{"timings": {"a": %s}}'])
 async def test_a_too_deep_chunk_is_a_protocol_error(where: bytes) -> None:
-    frame = b"data: " + where.replace(b"%s", DEEP) + b"\n\n"
+    frame = b"data: " + where.replace(b"%s", deep()) + b"\n\n"
     err = await _error_of(Reply(frames=[frame]), HTTPTransport)
     assert isinstance(err, StreamProtocolError)
     assert "nested too deep" in str(err)
@@ -62,7 +70,7 @@ async def test_a_too_deep_chunk_is_a_protocol_error(where: bytes) -> None:
 def test_a_too_deep_chunk_with_a_surrogate_escape_is_a_protocol_error() -> None:
     """The lenient reading of a lone surrogate (after msgspec refused it) has the same
     depth limit, in the standard library's parser."""
-    payload = b'{"x": "\\ud800", "timings": {"a": ' + DEEP + b"}}"
+    payload = b'{"x": "\\ud800", "timings": {"a": ' + deep() + b"}}"
     with pytest.raises(StreamProtocolError, match="malformed chunk"):
         TraceBuilder(endpoint="http://x/v1", sent_ns=0).feed(payload, 1)
 
@@ -97,7 +105,7 @@ async def test_tool_arguments_nested_too_deep_are_a_tool_error() -> None:
         name="g", description="g", parameters={"type": "object", "properties": {"x": {}}}, fn=dict
     )
     with pytest.raises(ToolError, match="nested too deep"):
-        await raw.invoke('{"x": ' + DEEP.decode() + "}")
+        await raw.invoke('{"x": ' + deep().decode() + "}")
 
 
 async def test_a_raw_tool_given_too_deep_arguments_answers_the_model() -> None:
@@ -119,7 +127,7 @@ async def test_a_raw_tool_given_too_deep_arguments_answers_the_model() -> None:
         }
 
     call = {"index": 0, "id": "call_1", "type": "function"}
-    call["function"] = {"name": "g", "arguments": '{"x": ' + DEEP.decode() + "}"}
+    call["function"] = {"name": "g", "arguments": '{"x": ' + deep().decode() + "}"}
     frames = sse_frames(
         [chunk({"role": "assistant", "tool_calls": [call]}), chunk({}, "tool_calls")]
     )
@@ -135,7 +143,7 @@ async def test_a_raw_tool_given_too_deep_arguments_answers_the_model() -> None:
 @asynccontextmanager
 async def _deep_server() -> AsyncIterator[str]:
     async def answer(_: web.Request) -> web.Response:
-        return web.Response(body=DEEP, content_type="application/json")
+        return web.Response(body=deep(), content_type="application/json")
 
     app = web.Application()
     app.router.add_get("/props", answer)

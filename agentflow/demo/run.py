@@ -25,14 +25,13 @@ from rich.markup import escape
 from agentflow._cli_console import CliConsole
 from agentflow._cli_signals import run_command
 from agentflow._cliargs import check_no_overwrite, check_output_file, store_inputs
-from agentflow._errors import ConfigError, TransportError
+from agentflow._errors import TransportError
 from agentflow._files import replaced_on_write, write_text_file
 from agentflow._fleet import Fleet, FleetResult
 from agentflow._printable import printable
 from agentflow._process import ChildServer, free_port
-from agentflow._redact import display_url
-from agentflow.context import server_window, window_for
 from agentflow.demo._config import DemoConfig
+from agentflow.demo._probes import model_of, probe_s, served_model, window_of
 from agentflow.demo._recorded import recorded_config, resume_config, run_recorded
 from agentflow.demo._stop import Stopper, run_stoppable
 from agentflow.demo.summary import (
@@ -46,7 +45,6 @@ from agentflow.demo.summary import (
 from agentflow.demo.workload import make_workload
 from agentflow.llamacpp import oversubscription
 from agentflow.report import LoopLagProbe, ServerWatch
-from agentflow.sim.profiles import get_profile
 from agentflow.stats import RunJournal
 from agentflow.transport import Endpoint, HTTPTransport, Timeouts
 from agentflow.typing import Clock, Transport
@@ -245,72 +243,6 @@ def _start_simulator(config: DemoConfig, stack: contextlib.ExitStack) -> str:
     return f"http://127.0.0.1:{port}"
 
 
-def _model(config: DemoConfig) -> str:
-    """The model the fleet asks for. Over HTTP against a real server without ``--model``,
-    :func:`_served_model` has put the server's own in ``config.model`` before the run."""
-    return config.model or ("agentflow-sim" if not config.base_url else "default")
-
-
-async def _served_model(config: DemoConfig, endpoint: Endpoint) -> str:
-    """The model a real server serves, for ``--base-url`` without ``--model``: the one its
-    ``GET /v1/models`` lists, as ``agentflow bench`` asks (vLLM answers any other name,
-    ``"default"`` included, with a 404 "The model … does not exist").
-
-    A server that names none (no ``/v1/models``, or no context window in it) gets
-    ``"default"`` with a warning on stderr naming ``--model``: some servers answer any name,
-    and one that does not says so in each session's error.
-
-    Raises:
-        ConfigError: the server could not be asked (unreachable, no answer within the
-            probe's time), or it serves several models with different windows; the
-            message says to pass ``--model``.
-    """
-    url = display_url(endpoint.base_url)
-    try:
-        found = await server_window(endpoint, timeout_s=probe_s(config.timeouts, 10.0))
-    except TransportError as exc:
-        raise ConfigError(
-            f"demo: could not ask {url} which model it serves ({exc}); pass --model NAME"
-        ) from exc
-    except ConfigError as exc:  # several models, different windows: which one is not known
-        raise ConfigError(f"demo: {exc} (pass --model NAME)") from exc
-    if found is not None and found.model:
-        return found.model
-    print(
-        f"agentflow demo: warning: {url}/models names no model; asking for model 'default' "
-        "(pass --model NAME if the server wants another)",
-        file=sys.stderr,
-        flush=True,
-    )
-    return "default"
-
-
-def probe_s(timeouts: Timeouts | None, default: float = 5.0) -> float:
-    """How long a request the demo makes of a real server before its run (its window, its
-    slots, its ``/metrics``) may take: ``default``, or less when the ``--*-timeout`` flags
-    want a model request to answer sooner — the shortest of ``first_token``, ``idle`` and
-    ``total`` (a silent server then fails the demo at once, not after ~20 s of probes)."""
-    if timeouts is None:
-        return default
-    given = (timeouts.first_token, timeouts.idle, timeouts.total)
-    return min(default, *(t for t in given if t is not None))
-
-
-async def _window(config: DemoConfig, transport: Transport) -> int:
-    """The budget's window: on a real server its own (vLLM's ``max_model_len``, llama.cpp's
-    ``n_ctx``), else the model table's, else the profile's; on the simulator the profile's."""
-    profile = get_profile(config.profile).max_model_len
-    if not config.base_url:
-        return profile
-    with contextlib.suppress(TransportError, ConfigError):
-        found = await server_window(
-            transport, model=config.model, timeout_s=probe_s(config.timeouts, 10.0)
-        )
-        if found is not None:
-            return found.tokens
-    return window_for(_model(config)) or profile
-
-
 async def _run_fleet(
     config: DemoConfig,
     transport: Transport,
@@ -324,12 +256,12 @@ async def _run_fleet(
         journal = watched.journal = RunJournal(clock)
     workload = make_workload(
         config.agents,
-        model=_model(config),
+        model=model_of(config),
         seed=config.seed,
         turns=config.turns,
         max_tokens=config.max_tokens,
         sim_tool_rounds=not config.base_url,
-        window=await _window(config, transport),
+        window=await window_of(config, transport),
     )
     fleet = Fleet(
         transport,
@@ -386,7 +318,7 @@ async def _http_fleet(
         if warning is not None:
             print(f"agentflow demo: warning: {warning}", file=sys.stderr, flush=True)
     if config.base_url and not config.model:  # the server's model, not a made-up name
-        config = replace(config, model=await _served_model(config, endpoint))
+        config = replace(config, model=await served_model(config, endpoint))
     watch = ServerWatch(endpoint.base_url, interval_s=0.5)
     try:
         await watch.start(timeout_s=probe_s(config.timeouts))

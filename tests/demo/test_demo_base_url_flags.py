@@ -58,13 +58,13 @@ def test_the_profile_is_a_real_servers_window_fallback(refused_url: str) -> None
     """With ``--base-url`` the profile still gives the budget's window when the server
     reports none and the model table does not know the model: refusing ``--profile``
     there left only the default profile's 1,000,000 tokens."""
-    from agentflow.demo.run import _window
+    from agentflow.demo._probes import window_of
     from agentflow.transport import HTTPTransport
 
     async def window(profile: str) -> int:
         config = DemoConfig(base_url=refused_url, model="my-local-32k", profile=profile)
         async with HTTPTransport(refused_url) as transport:
-            return await _window(config, transport)
+            return await window_of(config, transport)
 
     assert asyncio.run(window("qwen2.5-coder-32b")) == 131_072
     assert asyncio.run(window("deepseek-v4.1-flash-gb300")) == 1_000_000

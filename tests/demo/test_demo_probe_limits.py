@@ -12,8 +12,10 @@ from typing import Any
 
 import pytest
 
+from agentflow.demo import _probes as demo_probes
 from agentflow.demo import run as demo_run
 from agentflow.demo._config import DemoConfig
+from agentflow.demo._probes import probe_s
 from agentflow.report import ServerWatch
 from agentflow.transport import Timeouts
 
@@ -47,11 +49,11 @@ def silent_server() -> Iterator[str]:
 
 
 def test_probe_s_is_the_shortest_limit_a_request_answers_within() -> None:
-    assert demo_run.probe_s(None) == 5.0
-    assert demo_run.probe_s(None, 10.0) == 10.0
-    assert demo_run.probe_s(Timeouts(first_token=0.2), 10.0) == 0.2
-    assert demo_run.probe_s(Timeouts(idle=3, total=2)) == 2
-    assert demo_run.probe_s(Timeouts(connect=1)) == 5.0  # the defaults idle/total are longer
+    assert probe_s(None) == 5.0
+    assert probe_s(None, 10.0) == 10.0
+    assert probe_s(Timeouts(first_token=0.2), 10.0) == 0.2
+    assert probe_s(Timeouts(idle=3, total=2)) == 2
+    assert probe_s(Timeouts(connect=1)) == 5.0  # the defaults idle/total are longer
 
 
 def test_the_demos_probes_take_the_flags_limit(
@@ -66,8 +68,8 @@ def test_the_demos_probes_take_the_flags_limit(
 
         return recorded
 
-    for name in ("server_window", "oversubscription"):
-        monkeypatch.setattr(demo_run, name, spy(name, getattr(demo_run, name)))
+    for module, name in ((demo_probes, "server_window"), (demo_run, "oversubscription")):
+        monkeypatch.setattr(module, name, spy(name, getattr(module, name)))
 
     class Watch(ServerWatch):
         async def start(self, *, timeout_s: float | None = None) -> None:

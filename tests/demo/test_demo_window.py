@@ -8,7 +8,8 @@ import re
 import pytest
 
 from agentflow import HTTPTransport
-from agentflow.demo.run import DemoConfig, _window
+from agentflow.demo._probes import window_of
+from agentflow.demo.run import DemoConfig
 from agentflow.llamacpp import free_port
 from agentflow.sim import get_profile
 from agentflow.sim.server import SimServer
@@ -20,7 +21,7 @@ SERVED = dataclasses.replace(
 
 async def test_a_servers_window_is_read_from_it() -> None:
     async with SimServer(SERVED) as sim, HTTPTransport(sim.base_url) as transport:
-        window = await _window(DemoConfig(base_url=sim.base_url, live=False), transport)
+        window = await window_of(DemoConfig(base_url=sim.base_url, live=False), transport)
     assert window == 1536
 
 
@@ -29,10 +30,10 @@ async def test_without_an_answer_the_table_then_the_profile() -> None:
     (the deployment's --max-model-len, 1,000,000)."""
     url = f"http://127.0.0.1:{free_port()}/v1"
     async with HTTPTransport(url) as transport:
-        known = await _window(DemoConfig(base_url=url, model="gpt-4o", live=False), transport)
-        unknown = await _window(DemoConfig(base_url=url, live=False), transport)
+        known = await window_of(DemoConfig(base_url=url, model="gpt-4o", live=False), transport)
+        unknown = await window_of(DemoConfig(base_url=url, live=False), transport)
     assert (known, unknown) == (128_000, 1_000_000)
-    assert await _window(DemoConfig(live=False), transport) == 1_000_000
+    assert await window_of(DemoConfig(live=False), transport) == 1_000_000
 
 
 async def test_a_profile_whose_window_cannot_hold_the_prompt_is_refused_up_front() -> None:

@@ -8,9 +8,10 @@ that shows it: ``ESC ] 0 ; … BEL`` retitles the window, ``ESC [ 2 J`` clears t
 
 :func:`printable` shows each control character as an escape (``\\x1b``) instead, the
 way ``repr`` would, so the message still says what the server sent. Newlines and tabs
-are kept. It is applied where agentflow prints server-derived text: the live view's
-last error, the ``agentflow`` command's error lines and ``chat``'s retry lines, and
-``bench``'s failure lines.
+are kept, and a CRLF line end reads as a newline (an HTML error page quoted whole); a
+lone carriage return is escaped. It is applied where agentflow prints server-derived
+text: the live view's last error, the ``agentflow`` command's error lines, ``chat``'s
+retry lines, and ``demo``'s and ``bench``'s failure lines.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ def _escape(m: re.Match[str]) -> str:
 
 def printable(text: str) -> str:
     """``text`` with every C0 and C1 control character but newline and tab (and DEL)
-    written as a ``\\xNN`` escape: ``"bad\\x1b[2J"`` → ``"bad\\\\x1b[2J"``."""
+    written as a ``\\xNN`` escape: ``"bad\\x1b[2J"`` → ``"bad\\\\x1b[2J"``; a ``"\\r\\n"``
+    is a newline."""
     if text.isascii() and text.isprintable():  # the common case: nothing to look for
         return text
-    return _CONTROL.sub(_escape, text)
+    return _CONTROL.sub(_escape, text.replace("\r\n", "\n"))

@@ -25,6 +25,8 @@ EVIL = "nope\x1b]0;PWNED\x07\x1b[2J\x9b31m [/x]"
 def test_control_characters_are_escaped_newlines_and_tabs_kept() -> None:
     assert printable(EVIL) == "nope\\x1b]0;PWNED\\x07\\x1b[2J\\x9b31m [/x]"
     assert printable("a\tb\nc\rd\x7f") == "a\tb\nc\\x0dd\\x7f"
+    # a CRLF line end (an HTML error page) is a newline; a lone CR still overwrites: escaped
+    assert printable("<html>\r\n<head>\r\n\rx") == "<html>\n<head>\n\\x0dx"
     assert printable("plain · ünïcode") == "plain · ünïcode"
     assert printable(printable(EVIL)) == printable(EVIL)  # escaping twice changes nothing
 

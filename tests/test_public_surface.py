@@ -116,6 +116,8 @@ def test_a_misspelled_name_is_a_type_error(tmp_path: Path) -> None:
         "from agentflow import Fleeet\n"
         "from agentflow.report import LivView\n"
         "agentflow.Flet\n"
+        "from agentflow import ChatRequest, plan_kv_cache\n"  # moved names: still typed
+        "agentflow.plan_kv_cache\n"
     )
     (tmp_path / "mypy.ini").write_text("[mypy]\n")
     out, err, status = api.run(

@@ -23,14 +23,15 @@ def model_of(config: DemoConfig) -> str:
     return config.model or ("agentflow-sim" if not config.base_url else "default")
 
 
-async def served_model(config: DemoConfig, endpoint: Endpoint) -> str:
+async def served_model(config: DemoConfig, endpoint: Endpoint) -> tuple[str, int | None]:
     """The model a real server serves, for ``--base-url`` without ``--model``: the one its
     ``GET /v1/models`` lists, as ``agentflow bench`` asks (vLLM answers any other name,
-    ``"default"`` included, with a 404 "The model … does not exist").
+    ``"default"`` included, with a 404 "The model … does not exist") — with its window
+    when the server gave one, so that the run need not ask again.
 
-    A server that names none (no ``/v1/models``, or no context window in it) gets
-    ``"default"`` with a warning on stderr naming ``--model``: some servers answer any name,
-    and one that does not says so in each session's error.
+    A server that names none with a window (no ``/v1/models``; a list without windows, as
+    OpenAI's or Ollama's) gets ``"default"`` with a warning on stderr naming ``--model``:
+    some servers answer any name, and one that does not says so in each session's error.
 
     Raises:
         ConfigError: the server could not be asked (unreachable, no answer within the
@@ -45,16 +46,17 @@ async def served_model(config: DemoConfig, endpoint: Endpoint) -> str:
             f"demo: could not ask {url} which model it serves ({exc}); pass --model NAME"
         ) from exc
     except ConfigError as exc:  # several models, different windows: which one is not known
-        raise ConfigError(f"demo: {exc} (pass --model NAME)") from exc
+        several = str(exc).split("; pass model=")[0]  # (its advice is the Python API's)
+        raise ConfigError(f"demo: {several}; pass --model NAME (one of their ids)") from exc
     if found is not None and found.model:
-        return found.model
+        return found.model, found.tokens
     print(
-        f"agentflow demo: warning: {url}/models names no model; asking for model 'default' "
-        "(pass --model NAME if the server wants another)",
+        f"agentflow demo: warning: {url}/models names no model with its context window; "
+        "asking for model 'default' (pass --model NAME if the server wants another)",
         file=sys.stderr,
         flush=True,
     )
-    return "default"
+    return "default", None
 
 
 def probe_s(timeouts: Timeouts | None, default: float = 5.0) -> float:

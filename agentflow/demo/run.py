@@ -251,7 +251,10 @@ async def _run_fleet(
     clock: Clock = time.perf_counter_ns,
     watched: _Watched | None = None,
     journal: RunJournal | None = None,
+    window: int | None = None,
 ) -> FleetResult:
+    """Build the demo's workload (for a ``window`` of tokens, or the one :func:`window_of`
+    finds) and run it."""
     if watched is not None and journal is None:
         journal = watched.journal = RunJournal(clock)
     workload = make_workload(
@@ -261,7 +264,7 @@ async def _run_fleet(
         turns=config.turns,
         max_tokens=config.max_tokens,
         sim_tool_rounds=not config.base_url,
-        window=await window_of(config, transport),
+        window=window or await window_of(config, transport),
     )
     fleet = Fleet(
         transport,
@@ -317,8 +320,12 @@ async def _http_fleet(
         )
         if warning is not None:
             print(f"agentflow demo: warning: {warning}", file=sys.stderr, flush=True)
-    if config.base_url and not config.model:  # the server's model, not a made-up name
-        config = replace(config, model=await served_model(config, endpoint))
+    window: int | None = None
+    # The server's model, not a made-up name; a resumed run keeps the one it recorded (a
+    # run recorded without one asked for "default", and is resumed so).
+    if config.base_url and not config.model and config.resume is None:
+        model, window = await served_model(config, endpoint)
+        config = replace(config, model=model)
     watch = ServerWatch(endpoint.base_url, interval_s=0.5)
     try:
         await watch.start(timeout_s=probe_s(config.timeouts))
@@ -331,10 +338,14 @@ async def _http_fleet(
             watched.kernel_stamps = transport.kernel_timestamps
             watched.start_ns = time.perf_counter_ns()
             if not config.live:
-                result = await _run_fleet(config, transport, view, stopper, watched=watched)
+                result = await _run_fleet(
+                    config, transport, view, stopper, watched=watched, window=window
+                )
             else:
                 with view.live():
-                    result = await _run_fleet(config, transport, view, stopper, watched=watched)
+                    result = await _run_fleet(
+                        config, transport, view, stopper, watched=watched, window=window
+                    )
         watched.loop_lag = lag.summary()
     finally:
         if watched.server is not None:

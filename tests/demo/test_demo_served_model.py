@@ -12,8 +12,10 @@ import asyncio
 import contextlib
 import io
 import json
+import sqlite3
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +24,7 @@ from rich.console import Console
 
 from agentflow._errors import ConfigError
 from agentflow.demo import run as demo_run
-from agentflow.demo.run import DemoConfig
+from agentflow.demo.run import DemoConfig, resume_config
 from agentflow.llamacpp import free_port
 from agentflow.testing import Reply
 
@@ -34,16 +36,21 @@ SERVED = "org/served-model"
 class VLLMLike:
     """A loopback server that, as vLLM does, lists one model and refuses any other name."""
 
-    def __init__(self, *, list_models: bool = True) -> None:
+    def __init__(self, *, list_models: bool = True, second: bool = False) -> None:
         self.list_models = list_models
+        self.second = second  # another model, of another window
         self.asked: list[str] = []
+        self.model_gets = 0
         self.base_url = ""
 
     async def _models(self, request: web.Request) -> web.Response:
+        self.model_gets += 1
         if not self.list_models:
             raise web.HTTPNotFound
-        entry = {"id": SERVED, "object": "model", "root": SERVED, "max_model_len": 1_000_000}
-        return web.json_response({"object": "list", "data": [entry]})
+        entries = [{"id": SERVED, "object": "model", "root": SERVED, "max_model_len": 1_000_000}]
+        if self.second:
+            entries.append({"id": "other", "object": "model", "max_model_len": 8192})
+        return web.json_response({"object": "list", "data": entries})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         model = (await request.json()).get("model")
@@ -104,6 +111,7 @@ def test_the_demo_asks_for_the_model_the_server_lists() -> None:
     with VLLMLike().running() as server:
         report = _demo(server.base_url)
     assert server.asked and set(server.asked) == {SERVED}
+    assert server.model_gets == 1  # the model and its window, from one GET
     statuses = [a["status"] for a in report["agents"]]
     assert statuses == ["completed", "completed"], json.dumps(report["agents"])
 
@@ -116,6 +124,43 @@ def test_a_server_that_names_no_model_gets_default_with_a_warning(
     assert set(server.asked) == {"default"}
     err = capsys.readouterr().err
     assert "names no model" in err and "--model" in err
+
+
+def test_several_models_are_a_config_error_with_the_commands_advice() -> None:
+    with (
+        VLLMLike(second=True).running() as server,
+        pytest.raises(ConfigError, match=r"several models.*pass --model NAME") as error,
+    ):
+        _demo(server.base_url)
+    assert "model=" not in str(error.value)  # (the Python API's advice, not the command's)
+
+
+def test_a_run_recorded_without_a_model_resumes_asking_for_default(tmp_path: Path) -> None:
+    """A run an earlier release recorded without ``--model`` (``model: null``: it asked
+    for ``"default"``) resumes as it ran: the server is not asked for its model again,
+    which gave the agents another model and refused the resume."""
+    store = tmp_path / "runs.db"
+    with VLLMLike(list_models=False).running() as server:
+        config = DemoConfig(base_url=server.base_url, agents=2, turns=(1, 1), live=False,
+                            store=store)  # fmt: skip
+        report = demo_run.run_demo(config, console=Console(file=io.StringIO()))
+        run_id = report["run"]["run_id"]
+        with sqlite3.connect(store) as db:  # as the earlier release recorded it
+            row = db.execute("SELECT config FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            recorded = json.loads(row[0])
+            assert recorded["demo"]["model"] == "default"
+            recorded["demo"]["model"] = None
+            db.execute(
+                "UPDATE runs SET config = ? WHERE run_id = ?", (json.dumps(recorded), run_id)
+            )
+        server.list_models, server.model_gets = True, 0  # asking it would change the agents
+        resumed = resume_config(recorded, run_id, store=store, live=False)
+        # (refused before: "agent 'coder-000' is not configured as it was")
+        again = demo_run.run_demo(resumed, console=Console(file=io.StringIO()))
+    assert again["run"]["run_id"] == run_id and again["run"]["model"] is None
+    # One GET: the budget's window. Asking which model it serves (a second) gave a run
+    # with sessions left another model than it was recorded with.
+    assert server.model_gets == 1
 
 
 def test_a_server_that_cannot_be_asked_is_a_config_error_naming_model() -> None:

@@ -129,13 +129,19 @@ class RunLocks:
 
     def _try(self, run_id: str, path: Path) -> int:
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | _SAFE_OPEN, 0o600)
+            try:  # made here: ours, whatever owner the filesystem reports (NFS squash)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _SAFE_OPEN, 0o600)
+                made = True
+            except FileExistsError:  # a lock another run holds, or a killed one left
+                fd = os.open(path, os.O_RDWR | _SAFE_OPEN)
+                made = False
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a symbolic link
                 raise StoreError(self._not_ours(path, "a symbolic link")) from exc
             raise StoreError(f"{self.db}: cannot create the run lock {path}: {exc}") from exc
         try:
-            self._check_ours(fd, path)
+            if not made:
+                self._check_ours(fd, path)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             error = self._held_elsewhere(run_id, fd)
@@ -147,14 +153,17 @@ class RunLocks:
         return fd
 
     def _check_ours(self, fd: int, path: Path) -> None:
-        """Raise a :class:`StoreError` unless ``fd`` is a lock file a store makes: a
-        regular file, of one link, owned by this user — it is truncated and written."""
+        """Raise a :class:`StoreError` unless ``fd``, a lock file found there, is one a
+        store makes: a regular file of one link — it is truncated and written — and, in a
+        directory others can write (where anyone could have planted it), this user's. In
+        the user's own directory a lock another user's killed run left (root resuming a
+        user's run) is taken, as before."""
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise StoreError(self._not_ours(path, "not a regular file"))
         if st.st_nlink > 1:
             raise StoreError(self._not_ours(path, f"a file of {st.st_nlink} hard links"))
-        if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        if hasattr(os, "geteuid") and st.st_uid != os.geteuid() and _shared(path.parent):
             raise StoreError(self._not_ours(path, f"owned by another user (uid {st.st_uid})"))
 
     def _not_ours(self, path: Path, what: str) -> str:
@@ -249,3 +258,14 @@ def _after_fork_in_child() -> None:
 
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _shared(directory: Path) -> bool:
+    """Whether users other than its owner can make files in ``directory`` (group or
+    world writable, a sticky ``/tmp`` included); one that cannot be read is taken as
+    shared."""
+    try:
+        mode = directory.stat().st_mode
+    except OSError:
+        return True
+    return bool(mode & (stat.S_IWGRP | stat.S_IWOTH))

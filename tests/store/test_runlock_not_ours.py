@@ -4,7 +4,8 @@ The run lock (``<db>.af-run-<digest>.lock``) was opened following a symbolic lin
 then truncated and given the pid: anyone who could write the store's directory could
 plant a link there and have the next run of that run id overwrite a file of the user's
 with a pid. A link, a file of several hard links, a FIFO, or another user's file there
-is now a ``StoreError`` naming the path, and what it names is left as it was. A real
+is now a ``StoreError`` naming the path (another user's only where others can write the
+directory), and what it names is left as it was. A real
 fleet runs on a :class:`MockTransport` with a :class:`SQLiteStore`.
 """
 
@@ -75,13 +76,33 @@ async def test_a_fifo_planted_as_the_lock_is_refused(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
-async def test_another_users_file_as_the_lock_is_refused_and_kept(tmp_path: Path) -> None:
-    db = tmp_path / "runs.db"
+async def test_another_users_file_as_the_lock_in_a_shared_directory_is_refused_and_kept(
+    tmp_path: Path,
+) -> None:
+    """Where others can make files (a sticky, world-writable directory, as /tmp), a lock
+    file of another user's may be a plant: refused."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o1777)
+    shared.chmod(0o1777)
+    db = shared / "runs.db"
     lock_path(db).write_text(DATA)
     os.chown(lock_path(db), 65534, 65534)
     with pytest.raises(StoreError, match="owned by another user"):
         await run_once(db)
     assert lock_path(db).read_text() == DATA
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
+async def test_another_users_stale_lock_in_a_private_directory_is_taken(tmp_path: Path) -> None:
+    """In a directory only its owner writes, a lock another user's killed run left is
+    taken as before (root resuming a user's run; NFS squashing the owner): only the
+    owner could have made it."""
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)
+    db = private / "runs.db"
+    lock_path(db).write_text("12345\n")
+    os.chown(lock_path(db), 65534, 65534)
+    assert await run_once(db) == "completed"
 
 
 async def test_a_stale_lock_file_of_this_user_is_taken_as_before(tmp_path: Path) -> None:

@@ -36,6 +36,18 @@ __all__ = ["ServerWatch", "metrics_url", "scrape", "scrape_text"]
 
 _log = logging.getLogger("agentflow.report")
 
+
+class RedactedError(RuntimeError):
+    """The exception logged for an unexpected sampling error: the original's traceback,
+    formatted and redacted, as its message (the original's own text and frames may quote
+    the URL's password; the log's handlers would print them as they are)."""
+
+    def __init__(self, exc: BaseException) -> None:
+        super().__init__(redact("".join(traceback.format_exception(exc)).rstrip()))
+        #: The type of the original error (``ValueError``, ...).
+        self.original = type(exc).__qualname__
+
+
 _HINT = (
     "vLLM serves /metrics by default; SGLang needs --enable-metrics; llama.cpp's server "
     "needs --metrics"
@@ -253,14 +265,15 @@ class ServerWatch:
                 # quietly, the samples stop, and stop() would raise it instead of the
                 # after scrape. It is a failed scrape; the first one is logged — through
                 # the standard library's logger, which redacts nothing: the URL without
-                # its userinfo, the traceback redacted.
+                # its userinfo, and as its exception (for handlers that want one: Sentry,
+                # JSON formatters) a stand-in that carries the redacted traceback.
                 self.failed_scrapes += 1
                 if not self._unexpected:
                     self._unexpected = True
                     _log.error(
-                        "ServerWatch: sampling %s failed unexpectedly\n%s",
+                        "ServerWatch: sampling %s failed unexpectedly",
                         display_url(self.url),
-                        redact("".join(traceback.format_exception(exc)).rstrip()),
+                        exc_info=RedactedError(exc),
                     )
                 continue
             values: dict[str, float] = {}

@@ -95,10 +95,16 @@ class ToolCalls:
         """Take one chunk's ``tool_calls``; the characters of output they carried."""
         chars = 0
         open_calls = self._open
-        for position, d in enumerate(deltas):
+        places: dict[int, int] | None = None
+        for d in deltas:
             key = d.index
             if key is None:
-                key = position  # a delta sent with no index is keyed by its place in the list
+                # A delta sent with no index is keyed by its place in the list (looked up
+                # once per chunk that needs it, by index, still linear work: indexed
+                # deltas, the usual, pay nothing).
+                if places is None:
+                    places = {id(deltas[i]): i for i in range(len(deltas))}
+                key = places[id(d)]
             parts = open_calls.get(key)
             fn = d.function
             name = fn.name if fn is not None else None

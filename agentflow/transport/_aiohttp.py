@@ -23,7 +23,7 @@ from agentflow._errors import (
     StreamTimeout,
 )
 from agentflow._trace import TurnTrace
-from agentflow.transport._error_body import error_body_s
+from agentflow.transport._error_body import error_body_s, error_body_until
 from agentflow.transport._request import ChatRequest, Endpoint, Timeouts
 from agentflow.transport._shared import (
     MAX_ERROR_BODY,
@@ -171,9 +171,11 @@ class AiohttpTransport(EndpointTransport):
                     st.headers_at(clock())
                     if resp.status >= 300:
                         # The status is the answer: its body gets a short while of its
-                        # own, not the idle or total limit (which would lose the status).
+                        # own, within the total and first-token limits; running out then
+                        # gives the status with what came, not a StreamTimeout.
+                        until = error_body_until(error_body_s(self._timeouts), limits.until())
                         limits.met()
-                        rest = _read_error_body(resp, error_body_s(self._timeouts))
+                        rest = _read_error_body(resp, until)
                         raise await status_error(resp.status, resp.headers, rest, self.endpoint)
                     refused = refused_content_type(resp.status, resp.headers)
                     if refused is not None:
@@ -364,19 +366,19 @@ def _request_trace() -> aiohttp.TraceConfig:
     return trace
 
 
-async def _read_error_body(resp: aiohttp.ClientResponse, limit_s: float | None = None) -> bytes:
+async def _read_error_body(resp: aiohttp.ClientResponse, until: float | None = None) -> bytes:
     """The whole error body (it may arrive in several reads), up to 64 KiB.
 
-    With ``limit_s`` (a status error's body), a body that is cut (a reset, fewer bytes
-    than its ``Content-Length``), cannot be decoded, or does not end within ``limit_s``
-    gives what arrived of it: the status error is raised with its status and
+    With ``until`` (a status error's body: loop time, ``error_body_until``), a body that
+    is cut (a reset, fewer bytes than its ``Content-Length``), cannot be decoded, or does
+    not end by ``until`` gives what arrived of it: the status error is raised with its status and
     ``Retry-After`` all the same (see ``_error_body``)."""
     import aiohttp
 
     parts: list[bytes] = []
     size = 0
     try:
-        async with asyncio.timeout(limit_s):
+        async with asyncio.timeout_at(until):
             while size < MAX_ERROR_BODY:
                 part = await resp.content.read(MAX_ERROR_BODY - size)
                 if not part:
@@ -384,6 +386,6 @@ async def _read_error_body(resp: aiohttp.ClientResponse, limit_s: float | None =
                 parts.append(part)
                 size += len(part)
     except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError):
-        if limit_s is None:
+        if until is None:
             raise
     return b"".join(parts)

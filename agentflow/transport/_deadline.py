@@ -70,9 +70,7 @@ class Deadlines:
         return self
 
     async def __aenter__(self) -> Deadlines:
-        first, total = self._first_at, self._total_at
-        when = first if total is None else total if first is None else min(first, total)
-        self._scope = scope = asyncio.timeout_at(when)
+        self._scope = scope = asyncio.timeout_at(self.until())
         await scope.__aenter__()
         if self.timeouts.idle is not None:
             self._handle = self._loop.call_later(self.timeouts.idle, self._check_idle)
@@ -100,6 +98,13 @@ class Deadlines:
         self._first_at = None
         if self._scope is not None:
             self._scope.reschedule(self._total_at)
+
+    def until(self) -> float | None:
+        """When (loop time) the first-token or total limit, whichever is sooner, runs out;
+        None when neither is set. An error answer's body is bounded by it after
+        :meth:`met` (see ``_error_body``)."""
+        first, total = self._first_at, self._total_at
+        return first if total is None else total if first is None else min(first, total)
 
     def met(self) -> None:
         """The answer is complete (``[DONE]``): no limit applies to what is left of the

@@ -16,7 +16,7 @@ import httptools
 from multidict import CIMultiDict
 
 from agentflow._errors import ConnectError, StreamInterrupted, StreamProtocolError
-from agentflow.transport._error_body import error_body_s
+from agentflow.transport._error_body import error_body_s, error_body_until
 from agentflow.transport._pool import ConnectionPool, PooledConnection
 from agentflow.transport._shared import MAX_ERROR_BODY, refused_content_type, sent_then_closed
 from agentflow.transport._stream import DRAIN_AFTER_DONE_S, StreamState
@@ -259,13 +259,15 @@ class _Connection(PooledConnection):
         ex.stream.headers_at(self._now)
         if status >= 300:  # the status is the answer: its body gets a short while of its own
             limits = ex.stream.limits
-            if limits is not None:
-                limits.met()  # (not the idle or total limit, which would lose the status)
-            ex.error_timer = self.pool.loop.call_later(
+            until = error_body_until(
                 error_body_s(limits.timeouts if limits is not None else None),
-                self._error_body_over,
-                ex,
+                limits.until() if limits is not None else None,
             )
+            if limits is not None:
+                # Not the idle limit, nor the total or first-token one as such (a
+                # StreamTimeout, the status lost): the timer ends the body by them.
+                limits.met()
+            ex.error_timer = self.pool.loop.call_at(until, self._error_body_over, ex)
 
     def on_message_complete(self) -> None:
         """httptools: the response body is complete (its pieces are still to be parsed)."""

@@ -139,3 +139,18 @@ def test_the_openai_hook_is_added_once_and_idle_outside_a_transport() -> None:
     asyncio.run(_on_response(answer))  # type: ignore[arg-type]
     assert answer.stream is Answer.stream  # outside a transport's request: untouched
     assert ErrorHead(1.0).body() == b""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize(
+    "timeouts", [Timeouts(total=1.0), Timeouts(first_token=1.0)], ids=["total", "first_token"]
+)
+def test_the_total_and_first_token_limits_still_bound_an_error_body(
+    kind: str, timeouts: Timeouts
+) -> None:
+    """They ran out of force once the head came: a stalled 503 took ERROR_BODY_S (10 s)
+    with total=1 on HTTPTransport and AiohttpTransport. It ends at the limit, with its
+    status and what came of its body (not a StreamTimeout)."""
+    err, took = run_virtual(_outcome(kind, STALLED_503, then="stall", timeouts=timeouts))
+    assert isinstance(err, ServerError) and err.retry_after == 2.0 and "abcde" in str(err)
+    assert took == pytest.approx(1.0, abs=0.2)

@@ -173,9 +173,9 @@ class AiohttpTransport(EndpointTransport):
                         # The status is the answer: its body gets a short while of its
                         # own, within the total and first-token limits; running out then
                         # gives the status with what came, not a StreamTimeout.
-                        until = error_body_until(error_body_s(self._timeouts), limits.until())
+                        until = limits.until()
                         limits.met()
-                        rest = _read_error_body(resp, until)
+                        rest = _read_error_body(resp, (error_body_s(self._timeouts), until))
                         raise await status_error(resp.status, resp.headers, rest, self.endpoint)
                     refused = refused_content_type(resp.status, resp.headers)
                     if refused is not None:
@@ -366,26 +366,29 @@ def _request_trace() -> aiohttp.TraceConfig:
     return trace
 
 
-async def _read_error_body(resp: aiohttp.ClientResponse, until: float | None = None) -> bytes:
+async def _read_error_body(
+    resp: aiohttp.ClientResponse, bound: tuple[float, float | None] | None = None
+) -> bytes:
     """The whole error body (it may arrive in several reads), up to 64 KiB.
 
-    With ``until`` (a status error's body: loop time, ``error_body_until``), a body that
-    is cut (a reset, fewer bytes than its ``Content-Length``), cannot be decoded, or does
-    not end by ``until`` gives what arrived of it: the status error is raised with its status and
+    With ``bound`` (a status error's body: the longest wait for its next piece, and the
+    loop time it must end by, if any; see ``error_body_until``), a body that is cut (a
+    reset, fewer bytes than its ``Content-Length``), cannot be decoded, stalls or runs
+    out of time gives what arrived of it: the status error is raised with its status and
     ``Retry-After`` all the same (see ``_error_body``)."""
     import aiohttp
 
     parts: list[bytes] = []
     size = 0
     try:
-        async with asyncio.timeout_at(until):
-            while size < MAX_ERROR_BODY:
+        while size < MAX_ERROR_BODY:
+            async with asyncio.timeout_at(None if bound is None else error_body_until(*bound)):
                 part = await resp.content.read(MAX_ERROR_BODY - size)
-                if not part:
-                    break
-                parts.append(part)
-                size += len(part)
+            if not part:
+                break
+            parts.append(part)
+            size += len(part)
     except (TimeoutError, aiohttp.ClientPayloadError, aiohttp.ClientConnectionError, OSError):
-        if until is None:
+        if bound is None:
             raise
     return b"".join(parts)

@@ -40,9 +40,11 @@ class _Exchange:
         "complete",
         "done",
         "draining",
+        "error_gap",
         "error_parts",
         "error_size",
         "error_timer",
+        "error_until",
         "framed",
         "head_size",
         "headers",
@@ -78,8 +80,12 @@ class _Exchange:
         self.keep = True  # the connection may be reused afterwards
         self.error_parts: list[bytes] = []
         self.error_size = 0
-        #: For a non-2xx: ends the wait for the rest of its body (:func:`error_body_s`).
+        #: For a non-2xx: ends the wait for the rest of its body, re-armed by each piece
+        #: of it — :func:`error_body_s` (``error_gap``) after the last, and no later than
+        #: ``error_until``, the stream's total or first-token deadline (loop time).
         self.error_timer: asyncio.TimerHandle | None = None
+        self.error_gap = 0.0
+        self.error_until: float | None = None
         self.head_size = 0  # bytes of the header and trailer lines parsed so far
         # Bytes of the reads that carried no body since the body last moved on (``bare_mark``
         # is where it was): a head or trailer that never ends is stopped by this count.
@@ -259,15 +265,13 @@ class _Connection(PooledConnection):
         ex.stream.headers_at(self._now)
         if status >= 300:  # the status is the answer: its body gets a short while of its own
             limits = ex.stream.limits
-            until = error_body_until(
-                error_body_s(limits.timeouts if limits is not None else None),
-                limits.until() if limits is not None else None,
-            )
+            ex.error_gap = error_body_s(limits.timeouts if limits is not None else None)
             if limits is not None:
+                ex.error_until = limits.until()
                 # Not the idle limit, nor the total or first-token one as such (a
                 # StreamTimeout, the status lost): the timer ends the body by them.
                 limits.met()
-            ex.error_timer = self.pool.loop.call_at(until, self._error_body_over, ex)
+            self._arm_error_timer(ex)
 
     def on_message_complete(self) -> None:
         """httptools: the response body is complete (its pieces are still to be parsed)."""
@@ -291,6 +295,8 @@ class _Connection(PooledConnection):
         if len(body) < room:
             ex.error_parts.append(body)
             ex.error_size += len(body)
+            if ex.error_timer is not None and not ex.complete:
+                self._arm_error_timer(ex)  # the body moves on: the wait starts again
             return False
         ex.error_parts.append(body[:room])
         ex.error_size = MAX_ERROR_BODY
@@ -300,10 +306,17 @@ class _Connection(PooledConnection):
         self._finish(ex, now)
         return True
 
+    def _arm_error_timer(self, ex: _Exchange) -> None:
+        """(Re)start the wait for the next piece of an error body."""
+        if ex.error_timer is not None:
+            ex.error_timer.cancel()
+        until = error_body_until(ex.error_gap, ex.error_until)
+        ex.error_timer = self.pool.loop.call_at(until, self._error_body_over, ex)
+
     def _error_body_over(self, ex: _Exchange) -> None:
-        """A non-2xx's body was cut (a close, a reset, bytes that are not HTTP) or did
-        not end within :func:`error_body_s`: the answer is its status with what arrived
-        of the body, and the connection is not reused."""
+        """A non-2xx's body was cut (a close, a reset, bytes that are not HTTP), stalled
+        for :func:`error_body_s` or ran into the total (or first-token) limit: the answer
+        is its status with what arrived of the body, and the connection is not reused."""
         if self._ex is not ex:
             return
         pieces = self._pieces  # (a read's body before the junk that ended it)

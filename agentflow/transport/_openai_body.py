@@ -6,7 +6,8 @@ error — a ``StreamInterrupted`` here — and one that stalled held the attempt
 idle limit: either way the 429's or 503's status and ``Retry-After`` were lost, and the
 failure charged to the replica. A response hook on the client's ``httpx2.AsyncClient``
 (added once, and a no-op for requests not streamed by an ``OpenAITransport``) notes the
-status and headers of an error answer and bounds its body to :func:`error_body_s`; when
+status and headers of an error answer and bounds each wait for its body's next piece to
+:func:`error_body_s` (the stream's ``total`` limit bounds the whole); when
 the body fails, the transport raises the status error with what arrived of it, as
 ``HTTPTransport`` and ``AiohttpTransport`` do.
 """
@@ -102,22 +103,24 @@ def _bounded() -> Any:
 
         async def __aiter__(self) -> AsyncIterator[bytes]:
             head = self._head
-            deadline = asyncio.get_running_loop().time() + head.limit_s
             parts = self._inner.__aiter__()
             try:
                 while True:
                     try:
-                        async with asyncio.timeout_at(deadline):
+                        # The wait for each piece (the stream's own total limit bounds
+                        # the whole): a body that keeps coming is read, a stalled one cut.
+                        async with asyncio.timeout(head.limit_s):
                             part = await parts.__anext__()
                     except StopAsyncIteration:
                         return
                     except TimeoutError:
                         raise httpx2.ReadTimeout(
-                            f"the error body did not end within {head.limit_s:g} s"
+                            f"the error body stalled for {head.limit_s:g} s"
                         ) from None
-                    if head.size < MAX_ERROR_BODY:
-                        head.parts.append(part)
-                        head.size += len(part)
+                    head.parts.append(part)
+                    head.size += len(part)
+                    if head.size >= MAX_ERROR_BODY:  # the most kept: the rest is not read
+                        raise httpx2.ReadError("the error body is over 64 KiB")
                     yield part
             except BaseException:
                 head.cut = True  # (a reset, a stall, or a limit of the stream's)

@@ -198,7 +198,7 @@ class OpenAITransport:
                 trace=st.partial(),
             ) from exc
         finally:
-            unwatch(watching)
+            unwatch(head, watching)
         return st.finish(headers)
 
     async def _status(self, head: ErrorHead) -> Exception:

@@ -30,12 +30,20 @@ __all__ = ["ErrorHead", "hook_error_bodies", "unwatch", "watch"]
 
 class ErrorHead:
     """What arrived of the last error answer to one request: its status and headers,
-    and the first bytes of its body (``cut``: reading the body failed or ran out)."""
+    and the first bytes of its body (``cut``: reading the body failed or ran out).
 
-    __slots__ = ("cut", "headers", "limit_s", "parts", "size", "status")
+    It is the head of one ``stream()`` call: only requests sent by the task that called
+    :func:`watch`, before :func:`unwatch`, are noted on it. A task started meanwhile (from
+    a sink, say) inherits the context variable that holds it, but not the head: its own
+    requests are the SDK's, as outside a transport."""
+
+    __slots__ = ("active", "cut", "headers", "limit_s", "parts", "size", "status", "task")
 
     def __init__(self, limit_s: float) -> None:
         self.limit_s = limit_s
+        #: The task whose requests are noted here, until :func:`unwatch`.
+        self.task = _current_task()
+        self.active = True
         self.status = 0
         self.headers: Any = None
         self.parts: list[bytes] = []
@@ -45,6 +53,13 @@ class ErrorHead:
     def body(self) -> bytes:
         """The body as far as it came, at most 64 KiB."""
         return b"".join(self.parts)[:MAX_ERROR_BODY]
+
+
+def _current_task() -> asyncio.Task[Any] | None:
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no running loop
+        return None
 
 
 _HEAD: ContextVar[ErrorHead | None] = ContextVar("agentflow_openai_error_head", default=None)
@@ -58,8 +73,9 @@ def watch(limit_s: float) -> tuple[ErrorHead, Token[ErrorHead | None]]:
     return head, _HEAD.set(head)
 
 
-def unwatch(token: Token[ErrorHead | None]) -> None:
-    """Stop what :func:`watch` started."""
+def unwatch(head: ErrorHead, token: Token[ErrorHead | None]) -> None:
+    """Stop what :func:`watch` started (in every context that copied it, too)."""
+    head.active = False
     _HEAD.reset(token)
 
 
@@ -78,8 +94,8 @@ def hook_error_bodies(client: object) -> None:
 
 async def _on_response(response: httpx2.Response) -> None:
     head = _HEAD.get()
-    if head is None:  # not a request of an OpenAITransport's
-        return
+    if head is None or not head.active or head.task is not _current_task():
+        return  # not a request of an OpenAITransport's stream()
     if response.status_code < 400:  # (an SDK retry that was answered)
         head.status = 0
         return

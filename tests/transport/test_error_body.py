@@ -1,11 +1,13 @@
 """A 429 or 503 whose body is cut or stalls keeps its status and ``Retry-After``.
 
-Once the status line and headers have arrived, the body is read for at most
-``ERROR_BODY_S`` (or the idle limit, when shorter); then the status error is raised with
-what arrived of it. A body shorter than its ``Content-Length`` followed by a reset, a
-stalled one, or one that cannot be decoded used to fail the attempt as a
-StreamInterrupted, or after the idle limit (300 s) a StreamTimeout: status and
-``Retry-After`` lost, and the failure charged to the replica.
+Once the status line and headers have arrived, the body is read until it stalls for
+``ERROR_BODY_S`` (or the idle limit, when shorter), or the total or first-token limit runs
+out; then the status error is raised with what arrived of it.
+
+A body shorter than its ``Content-Length`` followed by a reset, a stalled one, or one
+that cannot be decoded used to fail the attempt as a StreamInterrupted, or after the idle
+limit (300 s) a StreamTimeout: status and ``Retry-After`` lost, and the failure charged to
+the replica.
 
 On the virtual clock (:func:`~agentflow.embedded.run_virtual`): the stalls cost nothing.
 """

@@ -27,6 +27,22 @@ if TYPE_CHECKING:
 
 __all__ = ["Agent"]
 
+
+def output_size(params: Mapping[str, Any]) -> int | None:
+    """The most output tokens a request with ``params`` asks for: ``max_completion_tokens``
+    when set, else ``max_tokens`` (what OpenAI, vLLM, SGLang and the simulator use), or
+    ``None``. A value that is not a count (an int of at least 1) counts as unset.
+
+    The one reading: :attr:`Agent.max_output_tokens` (what the scheduler charges) and a
+    context budget's output reserve both use it, so the two never disagree.
+    """
+    for key in ("max_completion_tokens", "max_tokens"):
+        value = params.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+            return value
+    return None
+
+
 #: The largest :attr:`Agent.priority` (and the most negative, negated): a 32-bit int.
 MAX_PRIORITY = 2**31 - 1
 
@@ -238,9 +254,9 @@ class Agent:
 
     @property
     def max_output_tokens(self) -> int | None:
-        """``max_tokens`` (or ``max_completion_tokens``) from ``params``, if set."""
-        value = self.params.get("max_completion_tokens", self.params.get("max_tokens"))
-        return value if isinstance(value, int) else None
+        """``max_completion_tokens`` (else ``max_tokens``) from ``params``, if set: see
+        :func:`output_size`."""
+        return output_size(self.params)
 
     @property
     def tool_specs(self) -> list[dict[str, Any]]:

@@ -27,6 +27,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agentflow._agent import output_size
 from agentflow._context_chain import Binding, Link
 from agentflow._errors import ConfigError
 from agentflow.context._cachebuster import CacheBusterCheck
@@ -349,9 +350,9 @@ class ContextBudget(Link[SessionBudget]):
         the budget's cache-buster check (a check link in the agent's chain replaces it; a
         deprecated ``fleet=`` runs as a link before it, see :meth:`chain_links`).
         ``at.model`` is the calibration key, window lookup and summary model
-        (``ContextBudget.model`` when ``None``); ``max_tokens`` (or
-        ``max_completion_tokens``) in ``at.params`` sets the default reserve and is the
-        least one: a smaller ``reserve_output`` is raised to it.
+        (``ContextBudget.model`` when ``None``); ``max_completion_tokens`` (else
+        ``max_tokens``) in ``at.params`` sets the default reserve and is the least one: a
+        smaller ``reserve_output`` is raised to it.
 
         Raises:
             ConfigError: no window is known, or reserve and margin leave no room.
@@ -359,16 +360,10 @@ class ContextBudget(Link[SessionBudget]):
         model, params, session_id = at.model, at.params, at.session_id
         name = model or self.model
         window = self.window_of(name)
-        # The largest output size the session sends: a server may hold prompt + it to the
+        # The output size the session asks for (max_completion_tokens, else max_tokens, as
+        # the server and the scheduler read it): a server may hold prompt + it to the
         # window (vLLM does), so the reserve is never below it, whatever reserve_output says.
-        asked = max(
-            (
-                v
-                for v in (params.get("max_completion_tokens"), params.get("max_tokens"))
-                if isinstance(v, int) and not isinstance(v, bool) and v >= 1
-            ),  # (Agent refuses any other max_tokens)
-            default=None,
-        )
+        asked = output_size(params)
         if self.reserve_output is not None:
             reserve = max(self.reserve_output, asked or 0)
         elif asked is not None:

@@ -373,8 +373,18 @@ class ContextBudget(Link[SessionBudget]):
         margin = int(self.margin * window) if isinstance(self.margin, float) else self.margin
         limit = window - reserve - margin
         if limit < 1:
+            # Name the reserve's sources: the reserve may be the agent's, not reserve_output.
+            given = params.get("max_completion_tokens")
+            key = "max_completion_tokens" if asked is not None and given == asked else "max_tokens"
             raise ConfigError(
                 f"ContextBudget for session {session_id!r}: window {window:,} leaves no room "
-                f"for a prompt after reserve_output={reserve:,} and margin={margin:,}"
+                f"for a prompt after an output reserve of {reserve:,} "
+                f"(reserve_output={_shown(self.reserve_output)}, the agent's {key}="
+                f"{_shown(asked)}) and margin={margin:,}"
             )
         return SessionBudget(self, at, model=name, window=window, reserve=reserve, margin=margin)
+
+
+def _shown(count: int | None) -> str:
+    """``count`` for an error message: ``1,024``, or ``None``."""
+    return "None" if count is None else f"{count:,}"

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentflow import Agent, Fleet
+import pytest
+
+from agentflow import Agent, ConfigError, Fleet
 from agentflow.context import ContextBudget
 
 from .budget_util import SIM_PROFILE, simulator
@@ -40,3 +42,16 @@ async def test_a_session_whose_max_tokens_alone_fills_the_window_runs() -> None:
         result = await Fleet(transport).run([agent.session("hi")])
     [session] = result.sessions
     assert session.status == "completed", session.error
+
+
+def test_no_room_names_the_reserve_and_where_it_came_from() -> None:
+    # It said reserve_output=4,096 when the user set 256: the 4,096 was the agent's max_tokens.
+    budget = ContextBudget(window=4096, reserve_output=256, margin=0)
+    with pytest.raises(ConfigError) as caught:
+        bind(budget, params={"max_tokens": 4096})
+    assert str(caught.value).endswith(
+        "leaves no room for a prompt after an output reserve of 4,096 "
+        "(reserve_output=256, the agent's max_tokens=4,096) and margin=0"
+    )
+    with pytest.raises(ConfigError, match=r"\(reserve_output=None, the agent's max_completion"):
+        bind(ContextBudget(window=400), params={"max_completion_tokens": 500, "max_tokens": 8})

@@ -257,7 +257,10 @@ class HFTokenizerCounter:
     :class:`~agentflow.context.MessageCounter` accounts for template overhead itself.
     Special-token text in the input (``<|endoftext|>``) is counted as ordinary text, as
     :class:`TiktokenCounter` counts it (``tokenizers``' ``encode_special_tokens``). A
-    tokenizer given that does not already do so is copied, not changed.
+    tokenizer given that does not already do so is copied, not changed; one that cannot be
+    copied (with a custom Python pre-tokenizer, normalizer or decoder) is used as it is,
+    and counts special-token text as one token unless its own ``encode_special_tokens``
+    is set.
 
     Args:
         tokenizer: a loaded ``tokenizers.Tokenizer``.
@@ -329,12 +332,16 @@ class HFTokenizerCounter:
 
 def _ordinary(tokenizer: tokenizers.Tokenizer) -> tokenizers.Tokenizer:
     """``tokenizer``, or a copy of it that encodes special-token text as ordinary text
-    (``encode_special_tokens``)."""
+    (``encode_special_tokens``). A tokenizer that cannot be copied (a custom Python
+    component cannot be serialized) is used as it is, neither refused nor changed."""
     if tokenizer.encode_special_tokens:
         return tokenizer
     import tokenizers
 
-    copy = tokenizers.Tokenizer.from_str(tokenizer.to_str())
+    try:
+        copy = tokenizers.Tokenizer.from_str(tokenizer.to_str())
+    except Exception:  # tokenizers raises plain Exception ("cannot be serialized")
+        return tokenizer
     copy.encode_special_tokens = True
     return copy
 

@@ -425,3 +425,27 @@ def test_changes_are_kept_for_one_follower() -> None:
     assert pc.take_changes() == 7  # nothing since
     pc.count(msgs, [{"type": "function", "function": {"name": "f"}}])
     assert pc.take_changes() == -1 and pc.tools == [{"type": "function", "function": {"name": "f"}}]
+
+
+def test_hf_counter_takes_a_tokenizer_it_cannot_copy(byte_level_json: Path) -> None:
+    # A custom Python pre-tokenizer cannot be serialized, so copying the tokenizer (to set
+    # encode_special_tokens on the copy) raised a plain Exception: a tokenizer accepted
+    # before was refused. It is used as it is, unchanged.
+    import tokenizers
+    from tokenizers import pre_tokenizers
+
+    class Whole:
+        def pre_tokenize(self, pretok: Any) -> None:
+            pretok.split(lambda _i, piece: [piece])
+
+    given = tokenizers.Tokenizer.from_file(str(byte_level_json))
+    given.pre_tokenizer = pre_tokenizers.PreTokenizer.custom(Whole())
+    counter = HFTokenizerCounter(given)
+    ids = given.encode("the fox counts tokens", add_special_tokens=False).ids
+    assert counter.encode("the fox counts tokens") == ids
+    assert counter.count("the fox counts tokens") == len(ids) > 1
+    assert not given.encode_special_tokens  # not changed
+    # Special-token text is then the tokenizer's: one token, unless the user opts in.
+    assert counter.count(SPECIAL[0]) == 1
+    given.encode_special_tokens = True
+    assert HFTokenizerCounter(given).count(SPECIAL[0]) > 1

@@ -23,7 +23,10 @@ Such a turn's maximum is raised to the server's figure, and the report says on h
 many turns and by how much (``turns_raised``, ``raised_tokens``). The other way, a
 maximum scaled up past the prompt itself (a session's first turn, before the ratio has
 learnt anything) is capped to the prompt the server reported less one token (a server
-computes at least the last one), and the ``note`` says on how many turns.
+computes at least the last one), and the ``note`` says on how many turns (a maximum equal
+to the prompt is capped without a word). A turn is said one way only, by the net change
+to the client's figure: one capped below what the server then cached is raised to it
+again, and counted as capped.
 """
 
 from __future__ import annotations
@@ -62,8 +65,9 @@ class PrefixReuse:
             1.0); ``None`` when no turn has both figures, or their maximum is zero.
         hit_rate: cached / prompt tokens over the turns that reported both.
         turns_raised: compared turns whose server reported more cached tokens than the
-            client's maximum (a local tokenizer unlike the server's); their maximum was
-            raised to the cached figure.
+            client's own maximum (a local tokenizer unlike the server's); their maximum was
+            raised to the cached figure. A maximum above the prompt, capped and then raised
+            to a cached figure still below it, is counted as capped (in the ``note``).
         raised_tokens: by how many tokens, summed over those turns.
         note: empty when every turn had both figures and no maximum was raised or
             capped; else what was missing, raised or capped.
@@ -162,12 +166,10 @@ class _Sums:
         prompt = turn.metrics.prompt_tokens
         cached = turn.metrics.cached_tokens
         best = turn.prompt.max_cacheable_tokens if turn.prompt is not None else None
-        if best is not None and prompt is not None and best > max(prompt - 1, 0):
-            # More than the prompt the server counted: the conversion to its tokens was
-            # long. A server computes at least the prompt's last token.
-            self.capped += 1
-            self.capped_tokens += best - max(prompt - 1, 0)
-            best = max(prompt - 1, 0)
+        own = best  # the client's figure, before the server's counts correct it
+        if best is not None and prompt is not None:
+            # A server computes at least the prompt's last token: at most prompt - 1.
+            best = min(best, max(prompt - 1, 0))
         if prompt is not None:
             self.n_prompt += 1
             self.prompt += prompt
@@ -183,12 +185,21 @@ class _Sums:
         if cached is not None and best is not None:
             self.both += 1
             self.both_cached += cached
-            if cached > best:
-                # The server served it, so it was cacheable: the estimate was short.
-                self.raised += 1
-                self.raised_tokens += cached - best
-                best = cached
+            # The server served it, so it was cacheable: at least the cached figure.
+            best = max(best, cached)
             self.both_max += best
+        if own is None or best is None:
+            return
+        # Said in the note by the net change to the client's figure, each turn one way:
+        # more than the client's maximum cached (the estimate was short), or a maximum
+        # past the prompt itself (the conversion to the server's tokens was long). A
+        # maximum equal to the prompt, one token over, is capped without a word.
+        if best > own:
+            self.raised += 1
+            self.raised_tokens += best - own
+        elif best < own and prompt is not None and own > prompt:
+            self.capped += 1
+            self.capped_tokens += own - best
 
     def figures(self) -> PrefixReuse:
         return PrefixReuse(
@@ -235,8 +246,9 @@ class _Sums:
         if self.capped:
             parts.append(
                 f"the client's maximum exceeded the prompt on {self.capped} of {self.n_max} "
-                f"turns (−{self.capped_tokens:,} tokens; capped to the prompt less one token: "
-                "the local tokenizer differs from the server's)"
+                f"turns (−{self.capped_tokens:,} tokens; capped to the prompt less one token, "
+                "or to the server's cached figure if more: the local tokenizer differs from "
+                "the server's)"
             )
         return "; ".join(parts)
 

@@ -174,10 +174,30 @@ def test_a_maximum_above_the_prompt_is_capped_to_it() -> None:
     assert a.efficiency == pytest.approx((136 + 256) / (277 + 300))
     assert a.turns_raised == 0
     assert "exceeded the prompt on 1 of 2 turns (−59 tokens" in a.note
-    # Capped, then raised where the server reported the whole prompt cached.
+    # Capped, then raised where the server reported the whole prompt cached: capped by
+    # 50 on the whole, said once (it was said both ways, raised by 1 and capped by 51).
     full = prefix_reuse([session("b", "s", turn(0, 100, 100, 150))]).fleet
     assert full.compared_max_cacheable_tokens == 100 and full.efficiency == 1.0
-    assert full.turns_raised == 1 and "exceeded the prompt on 1 of 1 turns" in full.note
+    assert full.turns_raised == 0 and full.raised_tokens == 0
+    assert "exceeded the prompt on 1 of 1 turns (−50 tokens" in full.note
+    assert "more than the client's maximum" not in full.note
     # Without the server's prompt count nothing caps it.
     blind = prefix_reuse([session("c", "s", turn(0, None, 50, 150))]).fleet
     assert blind.max_cacheable_tokens == 150 and "exceeded" not in blind.note
+
+
+def test_a_maximum_equal_to_the_prompt_is_capped_without_a_word() -> None:
+    """A maximum equal to the prompt is one token over (the server computes the last
+    one): it was said to have "exceeded the prompt (−1 tokens; the local tokenizer
+    differs...)". It is capped to the prompt less one, and the note says nothing."""
+    a = prefix_reuse([session("a", "s", turn(0, 1000, 900, 1000))]).fleet
+    assert a.max_cacheable_tokens == a.compared_max_cacheable_tokens == 999
+    assert a.efficiency == pytest.approx(900 / 999)
+    assert a.note == "" and a.turns_raised == 0
+    # Capped to 999, then raised to the 1,000 the server cached: back where it was.
+    b = prefix_reuse([session("b", "s", turn(0, 1000, 1000, 1000))]).fleet
+    assert (b.compared_max_cacheable_tokens, b.efficiency) == (1000, 1.0)
+    assert b.note == "" and b.turns_raised == 0
+    # Below the prompt, a cached figure above it still raises it: +1.
+    c = prefix_reuse([session("c", "s", turn(0, 1000, 1000, 999))]).fleet
+    assert (c.turns_raised, c.raised_tokens) == (1, 1) and "exceeded" not in c.note

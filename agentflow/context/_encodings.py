@@ -130,6 +130,7 @@ def encoding_name_for_model(model: str) -> str:
     tiktoken maps to it or to ``o200k_harmony`` (``gpt-4o``, ``o1``, ``gpt-4.1``,
     ``gpt-oss-*``, …), else ``cl100k_base``.
 
+    ``gpt-oss-*`` is mapped by agentflow itself, so also with a tiktoken older than it.
     A provider prefix is dropped first, as :func:`~agentflow.context.window_for` does:
     ``"openai/gpt-4o"`` is ``gpt-4o``. ``o200k_harmony`` has ``o200k_base``'s ranks (only
     its special tokens differ), so ordinary text counts the same.
@@ -138,6 +139,9 @@ def encoding_name_for_model(model: str) -> str:
     :class:`~agentflow.context.Calibrator` learns the rest from the server's counts.
     """
     bare = model.rsplit("/", 1)[-1]
+    for prefix, own in _OWN_PREFIXES:
+        if bare.startswith(prefix):
+            return own
     try:
         name = tiktoken.encoding_name_for_model(bare)
     except KeyError:
@@ -145,6 +149,10 @@ def encoding_name_for_model(model: str) -> str:
     name = _SAME_RANKS.get(name, name)
     return name if name in _SPECS else "cl100k_base"
 
+
+# Models mapped here whatever the installed tiktoken knows: pyproject allows tiktoken 0.7,
+# which predates gpt-oss (0.11 maps it to o200k_harmony) and would give cl100k_base.
+_OWN_PREFIXES = (("gpt-oss-", "o200k_base"),)
 
 # tiktoken encodings that share a shipped encoding's ranks and differ only in special tokens.
 _SAME_RANKS = {"o200k_harmony": "o200k_base"}

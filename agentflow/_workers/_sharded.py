@@ -231,7 +231,8 @@ class ShardedRun:
         return w
 
     async def begin(self, w: WorkerHandle, initial_slots: int) -> None:
-        """Send ``w`` its configuration and sessions, then listen to it."""
+        """Send ``w`` its configuration and sessions, then listen to it. A worker whose
+        start fails (or times out) is killed before its sessions fail."""
         assert self.broker is not None
         msg_config = {
             **self.config,
@@ -241,6 +242,9 @@ class ShardedRun:
         try:
             await self.launcher.start(w, msg_config, [self.blobs[k] for k in w.sessions])
         except Exception as exc:  # it could not start: its sessions fail with the reason
+            # Stopped for good first: one that only started late (its start timed out)
+            # would otherwise run them anyway, on slots given back.
+            self.launcher.kill(w)
             w.crash = w.crash or f"{type(exc).__name__}: {exc}"
             self.on_exit(w, False)
             return

@@ -42,7 +42,10 @@ class Launcher(Protocol):
         ...
 
     async def start(self, w: WorkerHandle, config: dict[str, Any], blobs: list[bytes]) -> None:
-        """Hand the worker its configuration and sessions."""
+        """Hand the worker its configuration and sessions; a
+        :class:`~agentflow._workers._sharded.WorkerLostError` if the worker died meanwhile
+        (its sessions may run again), any other exception if it could not start (they
+        fail with it). Either way the run kills the worker first."""
         ...
 
     def listen(

@@ -13,11 +13,11 @@ that batches its events); only the channel differs:
   the order the actor sent them.
 
 An actor that dies mid-run (``ray.kill``, its node lost, out of memory) fails its poll
-with ``RayActorError``: its unfinished sessions are run again on a new actor — from the
-start, or with a store from their last recorded turn (at most
-:data:`~agentflow._workers._sharded.MAX_RERUNS` times each). An actor whose run failed
-on its own (its sessions do not unpickle there) is not replaced: its sessions fail with a
-:class:`~agentflow.WorkerError` that says why.
+with ``RayActorError`` (or its start, if it dies while starting): its unfinished sessions
+are run again on a new actor — from the start, or with a store from their last recorded
+turn (at most :data:`~agentflow._workers._sharded.MAX_RERUNS` times each). An actor
+whose run failed on its own (its sessions do not unpickle there) is not replaced: its
+sessions fail with a :class:`~agentflow.WorkerError` that says why.
 
 A run with more workers than the cluster has CPUs is refused (a :class:`ConfigError`)
 before any actor starts: each actor takes one CPU, and one that finished keeps it until
@@ -37,6 +37,7 @@ from typing import Any
 from agentflow._errors import ConfigError
 from agentflow._logging import get_logger
 from agentflow._workers._broker import WorkerHandle
+from agentflow._workers._sharded import WorkerLostError
 from agentflow._workers._worker import WorkerRun
 
 __all__ = ["RayLauncher", "RayWorker"]
@@ -181,10 +182,19 @@ class RayLauncher:
         return WorkerHandle(index, sessions, send=send, actor=actor)
 
     async def start(self, w: WorkerHandle, config: dict[str, Any], blobs: list[bytes]) -> None:
+        """Hand the actor its run; a :class:`WorkerLostError` if it died meanwhile (its
+        sessions run again), a :class:`TimeoutError` if it did not start in time."""
+        from ray.exceptions import RayActorError
+
         try:
             w.process = await asyncio.wait_for(
                 w.actor.start.remote(config, blobs), _START_TIMEOUT_S
             )  # its pid
+        except RayActorError as exc:
+            _log.warning("workers.actor_lost", actor=self.name(w.index), error=str(exc)[:200])
+            raise WorkerLostError(
+                f"Ray actor {self.name(w.index)} was lost while it started: {exc}"
+            ) from exc
         except TimeoutError:
             raise TimeoutError(
                 f"Ray actor {self.name(w.index)} did not start within {_START_TIMEOUT_S:.0f} s: "

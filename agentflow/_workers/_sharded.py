@@ -24,12 +24,17 @@ if TYPE_CHECKING:
     from agentflow._workers._parent import Launcher
     from agentflow.store._durable import DurableRun
 
-__all__ = ["MAX_RERUNS", "ShardedRun"]
+__all__ = ["MAX_RERUNS", "ShardedRun", "WorkerLostError"]
 
 _log = get_logger("agentflow.workers")
 
 #: How many times a session whose worker was lost is run again before it fails.
 MAX_RERUNS = 2
+
+
+class WorkerLostError(Exception):
+    """What a launcher's ``start`` raises for a worker lost while it started (a Ray actor
+    that died): its sessions are run again as a lost worker's are, not failed."""
 
 
 class ShardedRun:
@@ -232,7 +237,8 @@ class ShardedRun:
 
     async def begin(self, w: WorkerHandle, initial_slots: int) -> None:
         """Send ``w`` its configuration and sessions, then listen to it. A worker whose
-        start fails (or times out) is killed before its sessions fail."""
+        start fails (or times out) is killed first; then a lost one's sessions may run
+        again (:class:`WorkerLostError`), another's fail with the reason."""
         assert self.broker is not None
         msg_config = {
             **self.config,
@@ -241,12 +247,15 @@ class ShardedRun:
         }
         try:
             await self.launcher.start(w, msg_config, [self.blobs[k] for k in w.sessions])
-        except Exception as exc:  # it could not start: its sessions fail with the reason
-            # Stopped for good first: one that only started late (its start timed out)
-            # would otherwise run them anyway, on slots given back.
+        except Exception as exc:
+            # Stopped for good before its sessions end or move: one that only started late
+            # (its start timed out) would otherwise run them anyway, on slots given back.
             self.launcher.kill(w)
-            w.crash = w.crash or f"{type(exc).__name__}: {exc}"
-            self.on_exit(w, False)
+            if isinstance(exc, WorkerLostError):  # lost: its sessions may run again
+                self.on_exit(w, True)
+            else:  # it could not start: its sessions fail with the reason
+                w.crash = w.crash or f"{type(exc).__name__}: {exc}"
+                self.on_exit(w, False)
             return
         if w.opened is None:  # (a worker process's counts from before its start send)
             w.opened = self.loop.time()

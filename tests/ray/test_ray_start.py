@@ -1,10 +1,11 @@
 """Starting the actors of ``Fleet(workers=N, backend="ray")``, on the module-scoped local
 Ray of ``tests/ray/test_ray.py`` (its fixture, imported; two CPUs) against the HTTP
-simulator on loopback: an actor whose start times out is killed before its sessions
-fail."""
+simulator on loopback: an actor whose start times out is killed before its sessions fail;
+one lost while it starts has its sessions run again."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ import pytest
 from agentflow import Event, Fleet, HTTPTransport, WorkerError
 from agentflow._workers._broker import WorkerHandle
 from tests.sched.conftest import RecordingSim
+from tests.wait import GUARD_S
 from tests.workers.tools import workload
 
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'agentflow[ray]'")
@@ -54,4 +56,38 @@ async def test_an_actor_whose_start_times_out_is_killed_before_its_sessions_fail
     assert order.index("kill 0") < order.index("end s0")
     assert order.index("kill 0") < order.index("end s1")
     assert not sim.seen
+    assert not agentflow_actors()
+
+
+async def test_an_actor_lost_while_it_starts_has_its_sessions_run_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Actor 0 dies before it takes its sessions (killed, then handed them: Ray fails the
+    start with ``RayActorError``): its sessions run again on a new actor, as a lost
+    actor's are, and every session completes (they used to fail with a WorkerError)."""
+    import agentflow._workers._ray as ray_backend
+
+    start = ray_backend.RayLauncher.start
+    killed: list[int] = []
+
+    async def start_dead(self: Any, w: WorkerHandle, config: Any, blobs: Any) -> None:
+        if w.index == 0:
+            from ray.exceptions import RayActorError
+
+            killed.append(w.index)
+            ray.kill(w.actor, no_restart=True)
+            for _ in range(int(GUARD_S * 4)):  # until Ray says it is dead (a hang guard)
+                try:
+                    await w.actor.__ray_ready__.remote()
+                except RayActorError:
+                    break
+                await asyncio.sleep(0.25)
+        await start(self, w, config, blobs)
+
+    monkeypatch.setattr(ray_backend.RayLauncher, "start", start_dead)
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        result = await Fleet(http, workers=2, backend="ray").run(workload(4))
+    assert killed == [0]
+    assert not result.failed, [s.error for s in result.failed]
+    assert all(s.status == "completed" for s in result.sessions)
     assert not agentflow_actors()

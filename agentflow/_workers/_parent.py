@@ -90,7 +90,7 @@ async def run_in_workers(
 
         assert fleet.workers is not None
         launcher = RayLauncher()
-        launcher.check_cpus(fleet.workers)
+        launcher.check_cpus(fleet.workers, len(sessions))
         return await run_sharded(fleet, sessions, bus, launcher, durable, finalize)
     return await run_sharded(fleet, sessions, bus, ProcessLauncher(), durable, finalize)
 

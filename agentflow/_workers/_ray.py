@@ -148,18 +148,23 @@ class RayLauncher:
         self._run = uuid.uuid4().hex[:8]
         self._names: dict[int, str] = {}
 
-    def check_cpus(self, workers: int) -> None:
-        """A :class:`ConfigError` unless the cluster has a CPU for each of the ``workers``
-        actors: an actor Ray cannot place would hold its sessions back for the whole
-        start timeout and then fail them (a finished actor keeps its CPU until the run
-        ends, so the others never free one for it)."""
+    def check_cpus(self, workers: int, sessions: int) -> None:
+        """A :class:`ConfigError` unless the cluster has a CPU for each actor the run
+        starts (``workers``, no more than its ``sessions``): an actor Ray cannot place
+        would hold its sessions back for the whole start timeout and then fail them (a
+        finished actor keeps its CPU until the run ends, so the others never free one
+        for it)."""
         resources: Any = self._ray.cluster_resources  # untyped in Ray
         cpus = float(resources().get("CPU", 0))
-        if workers > cpus:
+        actors = min(workers, sessions)  # as ShardedRun starts them
+        if actors > cpus:
             fewer = f"workers={int(cpus)} or fewer, or " if cpus >= 1 else ""
+            starts = (
+                "" if actors == workers else f" starts {actors} actors for {sessions} sessions;"
+            )
             raise ConfigError(
-                f"Fleet(workers={workers}, backend='ray'): each actor takes one CPU, and the "
-                f"Ray cluster has {cpus:g}: use {fewer}a cluster with more CPUs"
+                f"Fleet(workers={workers}, backend='ray'):{starts} each actor takes one CPU, "
+                f"and the Ray cluster has {cpus:g}: use {fewer}a cluster with more CPUs"
             )
 
     def name(self, index: int) -> str:

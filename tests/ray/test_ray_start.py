@@ -1,7 +1,8 @@
 """Starting the actors of ``Fleet(workers=N, backend="ray")``, on the module-scoped local
 Ray of ``tests/ray/test_ray.py`` (its fixture, imported; two CPUs) against the HTTP
 simulator on loopback: an actor whose start times out is killed before its sessions fail;
-one lost while it starts has its sessions run again."""
+one lost while it starts has its sessions run again; the CPU check counts the actors that
+will start."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentflow import Event, Fleet, HTTPTransport, WorkerError
+from agentflow import ConfigError, Event, Fleet, HTTPTransport, WorkerError
 from agentflow._workers._broker import WorkerHandle
 from tests.sched.conftest import RecordingSim
 from tests.wait import GUARD_S
@@ -90,4 +91,21 @@ async def test_an_actor_lost_while_it_starts_has_its_sessions_run_again(
     assert killed == [0]
     assert not result.failed, [s.error for s in result.failed]
     assert all(s.status == "completed" for s in result.sessions)
+    assert not agentflow_actors()
+
+
+async def test_the_cpu_check_counts_the_actors_that_start() -> None:
+    """workers=3 with two sessions starts two actors, which the 2-CPU cluster places: the
+    run completes (it used to be refused for the third actor, which never starts);
+    workers=5 with three sessions is refused, naming the three actors it would start."""
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        result = await Fleet(http, workers=3, backend="ray").run(workload(2))
+        assert not result.failed, [s.error for s in result.failed]
+        assert len(result.sessions) == 2
+        with pytest.raises(
+            ConfigError,
+            match=r"workers=5, backend='ray'\): starts 3 actors for 3 sessions; each actor "
+            r"takes one CPU, and the Ray cluster has 2: use workers=2 or fewer",
+        ):
+            await Fleet(http, workers=5, backend="ray").run(workload(3))
     assert not agentflow_actors()

@@ -89,7 +89,7 @@ async def run_in_workers(
         from agentflow._workers._ray import RayLauncher
 
         assert fleet.workers is not None
-        launcher = RayLauncher()
+        launcher = await RayLauncher.connect()  # ray.init() off the loop, if needed
         launcher.check_cpus(fleet.workers, len(sessions))
         return await run_sharded(fleet, sessions, bus, launcher, durable, finalize)
     return await run_sharded(fleet, sessions, bus, ProcessLauncher(), durable, finalize)

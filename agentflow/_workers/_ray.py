@@ -29,7 +29,10 @@ the run ends, so an actor without one would never be placed.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import os
+import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -83,8 +86,6 @@ class RayWorker:
 
     async def start(self, config: dict[str, Any], blobs: list[bytes]) -> int:
         """Start the run in the background; the actor's process id."""
-        import os
-
         self._wake = asyncio.Event()
         self._urgent = asyncio.Event()
         try:
@@ -130,19 +131,98 @@ class RayWorker:
         return out
 
 
+#: How long :meth:`RayLauncher.connect` waits for ``ray.init()`` (when it calls it).
+_INIT_TIMEOUT_S = 60.0
+#: A ``ray.init()`` under way (in its thread): a run that starts meanwhile waits on it,
+#: never starts a second one beside it.
+_connecting: concurrent.futures.Future[None] | None = None
+
+
+def _init_in_thread() -> concurrent.futures.Future[None]:
+    """``ray.init()`` in a daemon thread (one that cannot connect blocks for minutes and
+    cannot be stopped; as a daemon it does not keep the process from exiting): the
+    future of its end, shared while it runs. The thread then stays until Ray is shut
+    down."""
+    global _connecting
+    pending = _connecting
+    if pending is not None and not pending.done():
+        return pending
+    done: concurrent.futures.Future[None] = concurrent.futures.Future()
+
+    def init() -> None:
+        import ray
+
+        try:
+            if not ray.is_initialized():
+                ray.init()
+        except BaseException as exc:
+            done.set_exception(exc)
+            return
+        done.set_result(None)
+        # A local Ray's daemons die with the thread that started them (Linux's parent
+        # death signal): this one lasts until Ray is shut down (or the process exits).
+        idle = threading.Event()
+        while ray.is_initialized():
+            idle.wait(1.0)
+
+    _connecting = done
+    threading.Thread(target=init, name="agentflow-ray-init", daemon=True).start()
+    return done
+
+
 class RayLauncher:
     """Starts and reaches the run's workers as Ray actors (one CPU each, spread over the
-    cluster's nodes). Connects to Ray with ``ray.init()`` unless the caller already
-    has (``ray.init(address=...)``): a ``RAY_ADDRESS`` or a Ray job's cluster, else a
-    local Ray. It leaves Ray running after the run, as Ray's own libraries do."""
+    cluster's nodes). Built by :meth:`connect`, which connects to Ray with ``ray.init()``
+    unless the caller already has (``ray.init(address=...)``): a ``RAY_ADDRESS`` or a Ray
+    job's cluster, else a local Ray. It leaves Ray running after the run, as Ray's own
+    libraries do."""
 
     rerun_lost = True
 
-    def __init__(self) -> None:
+    @classmethod
+    async def connect(cls, timeout_s: float | None = None) -> RayLauncher:
+        """A launcher on a connected Ray: ``ray.init()`` first if Ray is not initialized,
+        off the event loop and for at most ``timeout_s`` (default ``_INIT_TIMEOUT_S``, 60
+        s); a :class:`ConfigError` naming the address if it fails or takes longer (its
+        thread, which cannot be stopped, is left to end on its own)."""
         import ray
 
         if not ray.is_initialized():
-            ray.init()
+            timeout = _INIT_TIMEOUT_S if timeout_s is None else timeout_s
+            address = os.environ.get("RAY_ADDRESS")
+            where = f"the Ray cluster at {address!r} (RAY_ADDRESS)" if address else "Ray"
+            loop = asyncio.get_running_loop()
+            ended: asyncio.Future[None] = loop.create_future()
+
+            def tell(f: concurrent.futures.Future[None]) -> None:
+                if not ended.done():
+                    ended.set_result(None)
+
+            def wake(f: concurrent.futures.Future[None]) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                    loop.call_soon_threadsafe(tell, f)
+
+            init = _init_in_thread()
+            init.add_done_callback(wake)
+            try:
+                await asyncio.wait_for(ended, timeout)
+            except TimeoutError:
+                raise ConfigError(
+                    f"backend='ray': could not connect to {where} within {timeout:g} s "
+                    "(ray.init()): is it running and reachable from here?"
+                ) from None
+            exc = init.exception()
+            if exc is not None:
+                raise ConfigError(
+                    f"backend='ray': could not connect to {where} (ray.init()): "
+                    f"{type(exc).__name__}: {exc}"
+                ) from exc
+        return cls()
+
+    def __init__(self) -> None:
+        """A launcher on the Ray this process is connected to (see :meth:`connect`)."""
+        import ray
+
         self._ray = ray
         self._actor_cls: Any = ray.remote(RayWorker)
         self._run = uuid.uuid4().hex[:8]

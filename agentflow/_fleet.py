@@ -199,9 +199,7 @@ class Fleet:
         )
         self.stop_timeout_s = stop_timeout_s
         self.heartbeat_timeout_s = heartbeat_timeout_s
-        if not isinstance(probe_slots, bool):
-            raise ConfigError(f"probe_slots must be True or False, got {probe_slots!r}")
-        self.probe_slots = probe_slots
+        self.probe_slots = check_flag(probe_slots, "Fleet.probe_slots")
         self._lease_messages = 0  # with workers: the last run's lease messages
         self._live: list[tuple[int, int]] | None = None  # with workers, while a run goes
         self._scheduler: Scheduler | None = None

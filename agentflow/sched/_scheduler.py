@@ -29,6 +29,7 @@ import math
 import numbers
 from collections.abc import Sequence
 
+from agentflow._counts import check_flag
 from agentflow._errors import AllReplicasDown, ConfigError, TransportError
 from agentflow._logging import get_logger
 from agentflow._seconds import MAX_TIMEOUT_S, check_seconds, shown
@@ -85,7 +86,7 @@ class Scheduler(Dispatcher):
                 "not on the fleet"
             )
         self.router = router if router is not None else Router()
-        self.prefix_warmup = prefix_warmup
+        self.prefix_warmup = check_flag(prefix_warmup, "Scheduler.prefix_warmup")
         self.warmup_timeout_s = check_warmup_timeout(warmup_timeout_s, "Scheduler.warmup_timeout_s")
         self._clock = clock
         self._rates: RateGate | None = self.limits.gate()

@@ -124,3 +124,13 @@ def test_the_warm_up_timeout_is_configurable_and_checked() -> None:
     for bad in (0, -1.0, float("inf"), float("nan"), "5", True):
         with pytest.raises(ConfigError, match="warmup_timeout_s"):
             Scheduler([Replica(transport=IdleTransport())], clock=loop_clock, warmup_timeout_s=bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["no", None, 1])
+def test_the_warm_up_switch_is_checked(bad: object) -> None:
+    """``Scheduler(prefix_warmup="no")`` was taken by its truth (warm-up on), where
+    Fleet's refused it; a Fleet's ``probe_slots`` is refused naming its field."""
+    with pytest.raises(ConfigError, match=r"Scheduler\.prefix_warmup must be True or False"):
+        Scheduler([Replica(transport=IdleTransport())], clock=loop_clock, prefix_warmup=bad)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"Fleet\.probe_slots must be True or False"):
+        Fleet(Replica(transport=IdleTransport()), probe_slots=bad)  # type: ignore[arg-type]

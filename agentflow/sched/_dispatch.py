@@ -37,7 +37,7 @@ from agentflow.sched._router import Router
 from agentflow.sched._ticket import Grant, Ticket, Waiter
 from agentflow.typing import Clock
 
-__all__ = ["WARM", "WARMING", "WARMUP_TIMEOUT_S", "Dispatcher", "Entry"]
+__all__ = ["AVOID_S", "WARM", "WARMING", "WARMUP_TIMEOUT_S", "Dispatcher", "Entry"]
 
 _log = get_logger("agentflow.sched")
 
@@ -49,6 +49,12 @@ WarmKey = tuple[str, str]
 #: How long the tickets parked behind a prefix's leader wait for its first token before
 #: they go anyway (seconds; :class:`~agentflow.sched.Scheduler`'s ``warmup_timeout_s``).
 WARMUP_TIMEOUT_S = 20.0
+#: How long, after the stream of a prefix's leader that failed on a replica (or had no
+#: first token within the warm-up timeout) ended, that prefix's tickets still go elsewhere
+#: while another replica has room (seconds; :meth:`ReplicaState.avoids`).
+AVOID_S = 60.0
+#: A timed-out leader's replica is avoided at least until its stream ends.
+_UNTIL_IT_ENDS = 1 << 62
 #: A queued ticket: its rank, its arrival order (ties), the ticket and who waits for it.
 Entry = tuple[float, int, Ticket, Waiter]
 
@@ -129,20 +135,19 @@ class Dispatcher:
         if self._warm.get(warm_key) == WARM:
             return
         self._warm[warm_key] = WARM
+        replica.avoid_until.pop(prefix_key, None)
         timer = self._warm_timers.pop(warm_key, None)
         if timer is not None:
             timer.cancel()
-        parked = self._parked.pop(prefix_key, None)
-        if parked:
-            for entry in parked:
-                heapq.heappush(self._heap, entry)
-            self._kick()
+        self._unpark(self._parked.pop(prefix_key, None))
 
     def _warm_timed_out(self, prefix_key: str, replica: ReplicaState) -> None:
         """The leader on ``replica`` had no first token within ``warmup_timeout_s``:
-        its followers go without it, and the prefix's affinity stops pointing there
-        (a replica that went silent would otherwise hold them for its idle timeout,
-        then draw them back)."""
+        its followers go without it — elsewhere while another replica has room (a replica
+        that went silent would otherwise hold them for its idle timeout, then draw them
+        back): the prefix is cold there again, not warm, its affinity stops pointing
+        there, and its tickets avoid it until the leader's stream ends, and
+        :data:`AVOID_S` after, unless the leader warms it meanwhile."""
         self._warm_timers.pop((prefix_key, replica.name), None)
         if self._warm.get((prefix_key, replica.name)) != WARMING:
             return
@@ -153,7 +158,48 @@ class Dispatcher:
             timeout_s=self.warmup_timeout_s,
         )
         self.router.unpin(prefix_key, replica)
-        self.warmed(prefix_key, replica)
+        self._avoid(prefix_key, replica, _UNTIL_IT_ENDS)
+        self._cool(prefix_key, replica)
+
+    def _leader_ended(self, prefix_key: str, replica: ReplicaState, ok: bool | None) -> None:
+        """The stream of the prefix's leader on ``replica`` ended: ``ok`` as
+        :meth:`Scheduler.release`'s. Answered, the prefix is warm there. Ended before its
+        first token unanswered (failed, cancelled), the prefix is cold there again: the
+        tickets parked behind it are placed again, and at most one leads there anew. A
+        failure that blames the replica also stops the prefix's affinity pointing there,
+        and its tickets avoid it for :data:`AVOID_S`; so do a timed-out leader's when it
+        ends unanswered."""
+        if ok:
+            self.warmed(prefix_key, replica)
+            return
+        warming = self._warm.get((prefix_key, replica.name)) == WARMING
+        if ok is False:
+            self.router.unpin(prefix_key, replica)
+        if (ok is False and warming) or replica.avoid_until.get(prefix_key) == _UNTIL_IT_ENDS:
+            self._avoid(prefix_key, replica, self._clock() + int(AVOID_S * 1e9))
+        if warming:  # (cancelled too: its prefill may not have run)
+            self._cool(prefix_key, replica)
+
+    def _avoid(self, prefix_key: str, replica: ReplicaState, until_ns: int) -> None:
+        replica.avoid_until[prefix_key] = until_ns
+        self.router.avoided.add(prefix_key)
+
+    def _cool(self, prefix_key: str, replica: ReplicaState) -> None:
+        """The prefix's warm-up on ``replica`` ended without its first token: the prefix
+        is cold there again, and the tickets parked behind it are placed again."""
+        warm_key = (prefix_key, replica.name)
+        timer = self._warm_timers.pop(warm_key, None)
+        if timer is not None:
+            timer.cancel()
+        if self._warm.get(warm_key) == WARMING:
+            del self._warm[warm_key]
+        self._unpark(self._parked.pop(prefix_key, None))
+
+    def _unpark(self, parked: list[Entry] | None) -> None:
+        if parked:
+            for entry in parked:
+                heapq.heappush(self._heap, entry)
+            self._kick()
 
     def _cancel_warm_timers(self) -> None:
         for timer in self._warm_timers.values():

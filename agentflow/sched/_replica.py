@@ -106,6 +106,7 @@ class ReplicaState:
 
     __slots__ = (
         "_clock",
+        "avoid_until",
         "breaker",
         "failures",
         "held_until_ns",
@@ -157,6 +158,10 @@ class ReplicaState:
         #: A prefix prefilled here is reused only once the request that prefilled it
         #: ended (``Replica.prefix_shared_at="end"``: llama.cpp), not at its first token.
         self.shares_at_end = replica.prefix_shared_at == "end"
+        #: Prefixes whose leader it failed or kept past the warm-up timeout, and until
+        #: when (clock ns) the router sends their tickets elsewhere while another replica
+        #: has room. See :meth:`avoids`.
+        self.avoid_until: dict[str, int] = {}
         self._clock = clock
 
     def has_room(self, ticket: Ticket) -> bool:
@@ -188,6 +193,19 @@ class ReplicaState:
             or self.in_flight == 0  # one request always fits, or it would never run
             or self.tokens_in_flight + ticket.tokens <= lim.kv_tokens
         )
+
+    def avoids(self, prefix_key: str) -> bool:
+        """Whether the router keeps ``prefix_key``'s tickets off this replica for now: a
+        leader of that prefix failed here, or had no first token within the warm-up
+        timeout (until its stream ends, and :data:`~agentflow.sched._dispatch.AVOID_S`
+        after; a leader that warms it here lifts it)."""
+        until = self.avoid_until.get(prefix_key)
+        if until is None:
+            return False
+        if until <= self._clock():
+            del self.avoid_until[prefix_key]
+            return False
+        return True
 
     def held_ns(self) -> int:
         """Nanoseconds left of the hold its last ``Retry-After`` put on it (0: none).

@@ -19,7 +19,9 @@ one with room is excluded, an excluded one is used rather than waiting for anoth
 have room. A replica's hold after it answered with a ``Retry-After`` (with failover on)
 is a preference among the healthy replicas: it gets nothing until then while another
 healthy replica exists, even a full one (the server asked for the quiet; the dispatcher
-wakes when the hold ends).
+wakes when the hold ends). A replica that failed a prefix's warm-up leader, or kept it past
+the warm-up timeout, is a preference the same way for that prefix's tickets
+(:meth:`ReplicaState.avoids`): they go to another with room while there is one.
 """
 
 from __future__ import annotations
@@ -78,6 +80,9 @@ class Router:
         self.prompt_cache_key = prompt_cache_key
         self._session: dict[str, ReplicaState] = {}
         self._prefix: dict[str, ReplicaState] = {}
+        #: Prefixes some replica avoids, or did (:meth:`ReplicaState.avoids`; the
+        #: scheduler adds them): only their tickets pay for the check.
+        self.avoided: set[str] = set()
         #: Turns that went to their sticky replica, and sessions that had to move.
         self.sticky_hits = 0
         self.moves = 0
@@ -105,6 +110,10 @@ class Router:
             return None
         if ticket.exclude:  # among those with room: never a reason to wait
             preferred = [r for r in room if r.name not in ticket.exclude]
+            room = preferred or room
+        key = ticket.prefix_key
+        if key is not None and key in self.avoided:  # a leader of its prefix failed there
+            preferred = [r for r in room if not r.avoids(key)]
             room = preferred or room
         whole = [r for r in room if r.takes_whole(ticket)]  # no bucket overdrawn
         room = whole or room

@@ -210,9 +210,7 @@ class Scheduler(Dispatcher):
                 if rates is not None:
                     rates.settle(ticket.tokens, used_tokens)
         if grant.leader and ticket.prefix_key is not None:
-            if ok is False:  # no longer drawn to a replica that failed it
-                self.router.unpin(ticket.prefix_key, replica)
-            self.warmed(ticket.prefix_key, replica)
+            self._leader_ended(ticket.prefix_key, replica, ok)
         self._kick()
 
     @property

@@ -22,7 +22,11 @@ prefill ran on, not on the others (each server has its own KV cache). A ticket i
 placed first, then parked if its prefix is warming *on that replica*; one placed on a
 replica where its prefix is cold becomes that replica's leader. So when the replica
 the prefix warmed on is full, the overflow does not all go cold to the next one at
-once: one leads there, the rest park again until it has its first token.
+once: one leads there, the rest park again until it has its first token. A ticket
+that would park goes instead to a replica where its prefix is warm, if one has room
+(:meth:`Dispatcher._go`), and a slot freeing on such a replica re-offers the first
+ticket parked behind a leader elsewhere (:meth:`Dispatcher._reoffer`). Parked tickets
+are kept by prefix *and* replica: a leader's first token releases only its own.
 """
 
 from __future__ import annotations
@@ -76,7 +80,8 @@ class Dispatcher:
         self._warm: dict[WarmKey, int] = {}
         # The leaders' timers: when one fires, its prefix stops waiting on that replica.
         self._warm_timers: dict[WarmKey, asyncio.TimerHandle] = {}
-        self._parked: dict[str, list[Entry]] = {}
+        # The tickets parked behind each warming prefix's leader, by prefix and replica.
+        self._parked: dict[WarmKey, list[Entry]] = {}
         self._pump: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._busy = False
@@ -100,6 +105,43 @@ class Dispatcher:
             and key is not None
             and self._warm.get((key, replica.name)) == WARMING
         )
+
+    def _go(self, ticket: Ticket, replica: ReplicaState) -> ReplicaState | None:
+        """Where ``ticket``, placed on ``replica``, goes now: there, or, when it would park
+        behind its prefix's leader there, a replica where its prefix is warm and that has
+        room (the router's choice may be a cold one: the warm one was full, or past
+        ``balance_slack``, when the prefix's affinity moved), else ``None`` (it parks)."""
+        if not self._parks(ticket, replica):
+            return replica
+        key = ticket.prefix_key
+        for r in self.replicas:
+            if (
+                self._warm.get((key or "", r.name)) == WARM
+                and r.name not in ticket.exclude
+                and r.breaker.allows()
+                and not r.held_ns()
+                and r.has_room(ticket)
+            ):
+                return r
+        return None
+
+    def _park(self, entry: Entry, replica: ReplicaState) -> None:
+        """Park ``entry`` behind its prefix's leader on ``replica``."""
+        self._parked.setdefault((entry[2].prefix_key or "", replica.name), []).append(entry)
+
+    def _reoffer(self, replica: ReplicaState) -> None:
+        """A slot freed on ``replica``: of the tickets parked behind a leader elsewhere
+        whose prefix is warm on ``replica``, the first is placed again (it may go there
+        now: :meth:`_go`); one a slot, so a busy replica does not re-place them all at
+        each release."""
+        name, warm = replica.name, self._warm
+        for warm_key in [k for k in self._parked if warm.get((k[0], name)) == WARM]:
+            parked = self._parked[warm_key]
+            first = min(parked)  # (rank, seq): seq is unique, tickets never compared
+            parked.remove(first)
+            if not parked:
+                del self._parked[warm_key]
+            self._unpark([first])
 
     def _leads(self, ticket: Ticket, replica: ReplicaState) -> bool:
         """``ticket`` starts on ``replica``: whether it is its prefix's leader there (the
@@ -139,7 +181,7 @@ class Dispatcher:
         timer = self._warm_timers.pop(warm_key, None)
         if timer is not None:
             timer.cancel()
-        self._unpark(self._parked.pop(prefix_key, None))
+        self._unpark(self._parked.pop(warm_key, None))
 
     def _warm_timed_out(self, prefix_key: str, replica: ReplicaState) -> None:
         """The leader on ``replica`` had no first token within ``warmup_timeout_s``:
@@ -193,7 +235,7 @@ class Dispatcher:
             timer.cancel()
         if self._warm.get(warm_key) == WARMING:
             del self._warm[warm_key]
-        self._unpark(self._parked.pop(prefix_key, None))
+        self._unpark(self._parked.pop(warm_key, None))
 
     def _unpark(self, parked: list[Entry] | None) -> None:
         if parked:
@@ -246,10 +288,12 @@ class Dispatcher:
             if replica is None:
                 await self._sleep(self._wake_in_s(ticket))
                 continue
-            if self._parks(ticket, replica):  # its prefix is warming there
+            go = self._go(ticket, replica)
+            if go is None:  # its prefix is warming there, and no replica it is warm on has room
                 heapq.heappop(heap)
-                self._parked.setdefault(ticket.prefix_key or "", []).append(entry)
+                self._park(entry, replica)
                 continue
+            replica = go
             # Once popped it is in no queue: from here on, aclose and a crashed
             # dispatcher (_pump_ended) settle its waiter through _granting.
             self._granting = fut

@@ -133,6 +133,15 @@ class Router:
                 return group
         return least
 
+    def affinity(self, prefix_key: str) -> ReplicaState | None:
+        """The replica ``prefix_key``'s new sessions are drawn to (``None``: none)."""
+        return self._prefix.get(prefix_key)
+
+    def pin(self, prefix_key: str, replica: ReplicaState) -> None:
+        """Draw ``prefix_key``'s new sessions to ``replica`` (the scheduler keeps a
+        prefix's affinity on a replica it is warm on when it leads a warm-up elsewhere)."""
+        self._prefix[prefix_key] = replica
+
     def placed(self, ticket: Ticket, replica: ReplicaState) -> None:
         """``ticket`` was dispatched to ``replica``: remember it for stickiness."""
         if ticket.prefix_key is not None:

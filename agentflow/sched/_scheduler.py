@@ -33,7 +33,7 @@ from agentflow._counts import check_flag
 from agentflow._errors import AllReplicasDown, ConfigError, TransportError
 from agentflow._logging import get_logger
 from agentflow._seconds import MAX_TIMEOUT_S, check_seconds, shown
-from agentflow.sched._dispatch import WARMUP_TIMEOUT_S, Dispatcher
+from agentflow.sched._dispatch import WARM, WARMUP_TIMEOUT_S, Dispatcher
 from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._policy import FCFS, Policy
 from agentflow.sched._replica import Replica, ReplicaState, check_unique
@@ -211,6 +211,8 @@ class Scheduler(Dispatcher):
                     rates.settle(ticket.tokens, used_tokens)
         if grant.leader and ticket.prefix_key is not None:
             self._leader_ended(ticket.prefix_key, replica, ok)
+        if self._parked:
+            self._reoffer(replica)
         self._kick()
 
     @property
@@ -272,7 +274,10 @@ class Scheduler(Dispatcher):
         """Grant at once if nothing is queued, a replica has room and the fleet's
         buckets can take the whole charge."""
         replica = self._place(ticket)
-        if replica is None or self._parks(ticket, replica):
+        if replica is None:
+            return None
+        replica = self._go(ticket, replica)
+        if replica is None:
             return None
         rates = self._rates
         if rates is not None:
@@ -291,14 +296,20 @@ class Scheduler(Dispatcher):
 
     def _start(self, ticket: Ticket, replica: ReplicaState, rank: float) -> Grant:
         probe = replica.start(ticket)
+        key = ticket.prefix_key
+        keep = self.router.affinity(key) if key is not None and self.prefix_warmup else None
         self.router.placed(ticket, replica)
+        leads = self._leads(ticket, replica)
+        # A leader elsewhere leaves the affinity on a replica its prefix is warm on.
+        if leads and keep is not None and self._warm.get((key or "", keep.name)) == WARM:
+            self.router.pin(key or "", keep)
         self.in_flight += 1
         self.peak_in_flight = max(self.peak_in_flight, self.in_flight)
         self.dispatched += 1
         state = self.state
         state.last_key = rank
         state.dispatched[ticket.agent] = state.dispatched.get(ticket.agent, 0) + 1
-        return Grant(ticket, replica, self._clock(), self._leads(ticket, replica), probe)
+        return Grant(ticket, replica, self._clock(), leads, probe)
 
     def __repr__(self) -> str:
         return (

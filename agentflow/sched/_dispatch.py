@@ -82,6 +82,10 @@ class Dispatcher:
         self._warm_timers: dict[WarmKey, asyncio.TimerHandle] = {}
         # The tickets parked behind each warming prefix's leader, by prefix and replica.
         self._parked: dict[WarmKey, list[Entry]] = {}
+        # The waiters of parked tickets whose charge on the fleet's buckets is paid: it
+        # was, and they parked after it (a leader started there meanwhile), so their
+        # grant does not take it again.
+        self._prepaid: set[Waiter] = set()
         self._pump: asyncio.Task[None] | None = None
         self._wakeup: asyncio.Future[None] | None = None
         self._busy = False
@@ -283,6 +287,7 @@ class Dispatcher:
             rank, _, ticket, fut = entry = heap[0]
             if fut.done():  # its session was cancelled while queued
                 heapq.heappop(heap)
+                self._prepaid.discard(fut)
                 continue
             replica: ReplicaState | None = self._place(ticket)
             if replica is None:
@@ -299,8 +304,11 @@ class Dispatcher:
             self._granting = fut
             heapq.heappop(heap)
             if self._rates is not None:  # the fleet's buckets: waited on, then placed again
-                replica = await self._paid(ticket, fut)
-            if replica is None:  # its session was cancelled while it waited
+                if fut in self._prepaid:
+                    self._prepaid.discard(fut)
+                else:
+                    replica = await self._paid(entry)
+            if replica is None:  # its session was cancelled while it waited, or it parked
                 self._granting = None
                 continue
             # The replica's buckets had room (the router checked): charged at once,
@@ -311,9 +319,11 @@ class Dispatcher:
             self._granting = None
             fut.set_result(grant)
 
-    async def _paid(self, ticket: Ticket, fut: Waiter) -> ReplicaState | None:
+    async def _paid(self, entry: Entry) -> ReplicaState | None:
         """Wait for the head ticket's charge on the fleet's buckets, then place it again
-        (``None``: its waiter was settled meanwhile).
+        (``None``: its waiter was settled meanwhile, or it parked: a leader of its prefix
+        started meanwhile where it is placed — it waits for that leader's first token
+        like any other, its charge paid, not taken again when it goes).
 
         The replica is chosen, and the grant counted in flight, only once the charge is
         paid: a breaker that opened or a hold that began during the wait is seen, a probe
@@ -326,13 +336,18 @@ class Dispatcher:
         (:meth:`_wake_in_s`).
         """
         assert self._rates is not None
+        ticket, fut = entry[2], entry[3]
         self._busy = True
         try:
             await self._rates.take(ticket.tokens)  # aclose cancels it; _pump_ended fails it
             while not fut.done():
                 replica = self._place(ticket)
                 if replica is not None:
-                    return replica
+                    go = self._go(ticket, replica)
+                    if go is None:
+                        self._prepaid.add(fut)
+                        self._park(entry, replica)
+                    return go
                 await self._sleep(self._wake_in_s(ticket))
             return None
         finally:
@@ -350,6 +365,7 @@ class Dispatcher:
             self._granting = None
         self._heap.clear()
         self._parked.clear()
+        self._prepaid.clear()
         self._cancel_warm_timers()
         self._pump = None
         for fut in waiting:

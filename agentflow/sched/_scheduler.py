@@ -266,6 +266,7 @@ class Scheduler(Dispatcher):
                 fut.cancel()
             self._heap.clear()
             self._parked.clear()
+            self._prepaid.clear()
             self._cancel_warm_timers()
 
     # -- dispatch -----------------------------------------------------------------

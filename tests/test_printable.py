@@ -42,14 +42,13 @@ async def test_chat_retry_and_error_lines_escape_the_servers_text() -> None:
     assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
 
 
-async def test_bench_failure_lines_escape_the_servers_text(tmp_path: Path) -> None:
-    report = tmp_path / "bench.json"
-    async with ScriptedServer() as srv:  # every request: a 400 whose message is EVIL
-        srv.add(*(Reply.error(400, EVIL) for _ in range(50)))
+async def _failing_command(*args: str, replies: int) -> tuple[int | None, str, str]:
+    """``agentflow ARGS --base-url URL`` against a server whose every answer is a 400
+    with EVIL as its message: the exit code, stdout and stderr."""
+    async with ScriptedServer() as srv:
+        srv.add(*(Reply.error(400, EVIL) for _ in range(replies)))
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agentflow.cli", "bench", "--base-url", srv.base_url,
-            "--model", "m", "--rate", "4", "--duration", "1", "--warmup", "0",
-            "--report", str(report),
+            sys.executable, "-m", "agentflow.cli", *args, "--base-url", srv.base_url,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV,
         )  # fmt: skip
         assert proc.stdout is not None and proc.stderr is not None
@@ -58,8 +57,16 @@ async def test_bench_failure_lines_escape_the_servers_text(tmp_path: Path) -> No
             asyncio.ensure_future(proc.stdout.read()),
             asyncio.ensure_future(proc.stderr.read()),
         )
-    printed = out.decode()
-    assert proc.returncode == 1, printed + err.decode()
+    return proc.returncode, out.decode(), err.decode()
+
+
+async def test_bench_failure_lines_escape_the_servers_text(tmp_path: Path) -> None:
+    report = tmp_path / "bench.json"
+    code, printed, err = await _failing_command(
+        "bench", "--model", "m", "--rate", "4", "--duration", "1", "--warmup", "0",
+        "--report", str(report), replies=50,
+    )  # fmt: skip
+    assert code == 1, printed + err
     # The report keeps what the server said; the terminal gets it escaped.
     assert any(EVIL in line for line in json.loads(report.read_text())["levels"][0]["failures"])
     assert "nope\\x1b]0;PWNED\\x07\\x1b[2J" in printed
@@ -68,21 +75,10 @@ async def test_bench_failure_lines_escape_the_servers_text(tmp_path: Path) -> No
 
 async def test_demo_failure_lines_escape_the_servers_text(tmp_path: Path) -> None:
     """``agentflow demo``'s "sessions failed" lines under its summary, as ``bench``'s."""
-    async with ScriptedServer() as srv:  # every request: a 400 whose message is EVIL
-        srv.add(*(Reply.error(400, EVIL) for _ in range(20)))
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "agentflow.cli", "demo", "--base-url", srv.base_url,
-            "--model", "m", "--agents", "1", "--turns", "1:1", "--no-live",
-            "--report", str(tmp_path / "demo.json"),
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=ENV,
-        )  # fmt: skip
-        assert proc.stdout is not None and proc.stderr is not None
-        out, err = await finish(
-            proc,
-            asyncio.ensure_future(proc.stdout.read()),
-            asyncio.ensure_future(proc.stderr.read()),
-        )
-    printed = out.decode()
-    assert "sessions failed" in printed or "session failed" in printed, printed + err.decode()
+    _, printed, err = await _failing_command(
+        "demo", "--model", "m", "--agents", "1", "--turns", "1:1", "--no-live",
+        "--report", str(tmp_path / "demo.json"), replies=20,
+    )  # fmt: skip
+    assert "sessions failed" in printed or "session failed" in printed, printed + err
     assert "nope\\x1b]0;PWNED\\x07\\x1b[2J" in printed
     assert "\x1b" not in printed and "\x07" not in printed and "\x9b" not in printed

@@ -29,10 +29,8 @@ the run ends, so an actor without one would never be placed.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import os
-import threading
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -131,43 +129,19 @@ class RayWorker:
         return out
 
 
-#: How long :meth:`RayLauncher.connect` waits for ``ray.init()`` (when it calls it).
-_INIT_TIMEOUT_S = 60.0
-#: A ``ray.init()`` under way (in its thread): a run that starts meanwhile waits on it,
-#: never starts a second one beside it.
-_connecting: concurrent.futures.Future[None] | None = None
+#: How long :meth:`RayLauncher.connect` waits for ``RAY_ADDRESS``'s host to accept a
+#: connection before it calls ``ray.init()``.
+_INIT_TIMEOUT_S = 10.0
 
 
-def _init_in_thread() -> concurrent.futures.Future[None]:
-    """``ray.init()`` in a daemon thread (one that cannot connect blocks for minutes and
-    cannot be stopped; as a daemon it does not keep the process from exiting): the
-    future of its end, shared while it runs. The thread then stays until Ray is shut
-    down."""
-    global _connecting
-    pending = _connecting
-    if pending is not None and not pending.done():
-        return pending
-    done: concurrent.futures.Future[None] = concurrent.futures.Future()
-
-    def init() -> None:
-        import ray
-
-        try:
-            if not ray.is_initialized():
-                ray.init()
-        except BaseException as exc:
-            done.set_exception(exc)
-            return
-        done.set_result(None)
-        # A local Ray's daemons die with the thread that started them (Linux's parent
-        # death signal): this one lasts until Ray is shut down (or the process exits).
-        idle = threading.Event()
-        while ray.is_initialized():
-            idle.wait(1.0)
-
-    _connecting = done
-    threading.Thread(target=init, name="agentflow-ray-init", daemon=True).start()
-    return done
+def _host_port(address: str) -> tuple[str, int] | None:
+    """``RAY_ADDRESS``'s host and port (``host:port``, ``ray://host:port``); ``None`` for
+    ``auto``, ``local`` or anything else without a port (Ray finds those itself)."""
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        return None
+    return host.strip("[]"), int(port)
 
 
 class RayLauncher:
@@ -181,38 +155,40 @@ class RayLauncher:
 
     @classmethod
     async def connect(cls, timeout_s: float | None = None) -> RayLauncher:
-        """A launcher on a connected Ray: ``ray.init()`` first if Ray is not initialized,
-        off the event loop and for at most ``timeout_s`` (default ``_INIT_TIMEOUT_S``, 60
-        s); a :class:`ConfigError` naming the address if it fails or takes longer (its
-        thread, which cannot be stopped, is left to end on its own)."""
+        """A launcher on a connected Ray: ``ray.init()`` first if Ray is not initialized.
+
+        ``ray.init()`` runs on the loop's thread, as Ray wants (the main thread: it sets
+        its SIGTERM handler there, which shuts Ray down; a local Ray's daemons die with
+        the thread that started them). Against a ``RAY_ADDRESS`` that accepts no
+        connection it retries for minutes, blocking the loop — so that host is asked
+        first, off the loop and for at most ``timeout_s`` (default 10 s).
+
+        Raises:
+            ConfigError: ``RAY_ADDRESS``'s host does not accept a connection in time, or
+                ``ray.init()`` failed; naming the address.
+        """
         import ray
 
         if not ray.is_initialized():
             timeout = _INIT_TIMEOUT_S if timeout_s is None else timeout_s
             address = os.environ.get("RAY_ADDRESS")
             where = f"the Ray cluster at {address!r} (RAY_ADDRESS)" if address else "Ray"
-            loop = asyncio.get_running_loop()
-            ended: asyncio.Future[None] = loop.create_future()
-
-            def tell(f: concurrent.futures.Future[None]) -> None:
-                if not ended.done():
-                    ended.set_result(None)
-
-            def wake(f: concurrent.futures.Future[None]) -> None:
-                with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                    loop.call_soon_threadsafe(tell, f)
-
-            init = _init_in_thread()
-            init.add_done_callback(wake)
+            target = _host_port(address) if address else None
+            if target is not None:
+                try:
+                    _, writer = await asyncio.wait_for(asyncio.open_connection(*target), timeout)
+                except (OSError, TimeoutError) as exc:
+                    why = str(exc) or f"no answer within {timeout:g} s"
+                    raise ConfigError(
+                        f"backend='ray': could not connect to {where}: {type(exc).__name__}: "
+                        f"{why} — is it running and reachable from here?"
+                    ) from None
+                writer.close()
+                with contextlib.suppress(OSError):
+                    await writer.wait_closed()
             try:
-                await asyncio.wait_for(ended, timeout)
-            except TimeoutError:
-                raise ConfigError(
-                    f"backend='ray': could not connect to {where} within {timeout:g} s "
-                    "(ray.init()): is it running and reachable from here?"
-                ) from None
-            exc = init.exception()
-            if exc is not None:
+                ray.init()
+            except Exception as exc:
                 raise ConfigError(
                     f"backend='ray': could not connect to {where} (ray.init()): "
                     f"{type(exc).__name__}: {exc}"

@@ -1,7 +1,7 @@
 """A Ray driver for the Ray tests: with ``RAY_ADDRESS`` naming no cluster, runs
-``Fleet(workers=2, backend="ray")`` with ``ray.init()`` bounded to ``argv[1]`` seconds,
-and prints what the run raised and how often a task of the same loop ran meanwhile; then
-exits (the thread stuck in ``ray.init()`` must not keep it alive)."""
+``Fleet(workers=2, backend="ray")`` with the address's probe bounded to ``argv[1]``
+seconds, and prints what the run raised and how often a task of the same loop ran
+meanwhile; then exits."""
 
 from __future__ import annotations
 

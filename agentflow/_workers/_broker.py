@@ -31,6 +31,9 @@ class WorkerHandle:
     done: asyncio.Future[dict[str, Any]] | None = None
     alive: bool = True
     crash: str = ""  # the last line of the traceback that ended it, if it sent one
+    #: Why it was lost while it started (a Ray actor that died): its sessions may run
+    #: again, and said when they fail after all.
+    lost_why: str = ""
     #: The run loop's time when its last message arrived; ``None`` until its first one
     #: (while it starts, the heartbeat watchdog leaves it alone).
     heard: float | None = None

@@ -81,7 +81,8 @@ def fail_missing(
                     text = f"{what} before session {s.session_id!r} ended: {w.hung_why}"
                 else:
                     what, code = launcher.ended(w)
-                    why = f": {w.crash}" if w.crash else _unheard(w, code)
+                    said = w.crash or w.lost_why
+                    why = f": {said}" if said else _unheard(w, code)
                     text = f"{what} before session {s.session_id!r} did{why}"
                 error = WorkerError(text, worker=w.index, exitcode=code)
             result = SessionResult(

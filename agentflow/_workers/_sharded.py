@@ -252,6 +252,7 @@ class ShardedRun:
             # (its start timed out) would otherwise run them anyway, on slots given back.
             self.launcher.kill(w)
             if isinstance(exc, WorkerLostError):  # lost: its sessions may run again
+                w.lost_why = f"{type(exc).__name__}: {exc}"
                 self.on_exit(w, True)
             else:  # it could not start: its sessions fail with the reason
                 w.crash = w.crash or f"{type(exc).__name__}: {exc}"

@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import sys
+from typing import Any
 
 import pytest
 
@@ -99,3 +100,32 @@ async def test_a_worker_that_dies_importing_an_unguarded_main_says_where_to_look
             r'`if __name__ == "__main__":`\?',
             error,
         ), error
+
+
+async def test_a_worker_lost_at_every_start_fails_its_sessions_saying_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A launcher whose every start is lost (a Ray actor whose ``__init__`` cannot import
+    the user's module, on each new actor): the sessions run again, then fail quoting the
+    reason — it used to reach only a warning log."""
+    import agentflow._workers._parent as parent
+    from agentflow._workers._processes import ProcessLauncher
+    from agentflow._workers._sharded import WorkerLostError
+
+    starts: list[int] = []
+
+    class Lost(ProcessLauncher):
+        rerun_lost = True  # as RayLauncher's
+
+        async def start(self, w: Any, config: Any, blobs: Any) -> None:
+            starts.append(w.index)
+            raise WorkerLostError("ActorDiedError: No module named 'myagents'")
+
+    monkeypatch.setattr(parent, "ProcessLauncher", Lost)
+    async with RecordingSim() as sim, HTTPTransport(sim.base_url) as http:
+        result = await asyncio.wait_for(
+            Fleet(http, workers=2, backend="processes").run(workload(2)), GUARD_S
+        )
+    assert len(starts) > 2  # started again before they failed
+    assert [s.status for s in result.sessions] == ["error", "error"]
+    assert all("No module named 'myagents'" in str(s.error) for s in result.sessions)

@@ -16,11 +16,12 @@ claim by another lease owner) is a ``StoreError`` as well — the leases would n
 the sessions between them (a lease of this process whose owner is live is not free, but
 two attempts would still both record the run). The kernel drops
 the lock when the process dies, ``kill -9`` included, so a killed run is resumed at
-once. The lock file is opened without following a symbolic link, and truncated only if it
-is a regular file of one link that this user owns: someone who can write the directory
-cannot have a run lock overwrite another file with a pid (a ``StoreError`` names the
-path instead). Where there is no ``flock`` (Windows), no run lock is taken: one writer per run is
-then the user's to keep. Workers that share a run need :class:`~agentflow.store.PostgresStore`.
+once. The lock file is made with ``O_EXCL``, or opened without following a symbolic link
+and truncated only if it is a regular file of one link — owned by this user where others
+can write the directory: someone who can write the directory cannot have a run lock
+overwrite another file with a pid (a ``StoreError`` names the path instead). Where there
+is no ``flock`` (Windows), no run lock is taken: one writer per run is then the user's to
+keep. Workers that share a run need :class:`~agentflow.store.PostgresStore`.
 """
 
 from __future__ import annotations
@@ -129,12 +130,19 @@ class RunLocks:
 
     def _try(self, run_id: str, path: Path) -> int:
         try:
-            try:  # made here: ours, whatever owner the filesystem reports (NFS squash)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _SAFE_OPEN, 0o600)
-                made = True
-            except FileExistsError:  # a lock another run holds, or a killed one left
-                fd = os.open(path, os.O_RDWR | _SAFE_OPEN)
-                made = False
+            while True:
+                try:  # made here: ours, whatever owner the filesystem reports (NFS squash)
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | _SAFE_OPEN, 0o600)
+                    made = True
+                    break
+                except FileExistsError:  # a lock another run holds, or a killed one left
+                    pass
+                try:
+                    fd = os.open(path, os.O_RDWR | _SAFE_OPEN)
+                    made = False
+                    break
+                except FileNotFoundError:  # its holder let go between the two: make it
+                    continue
         except OSError as exc:
             if exc.errno == errno.ELOOP:  # O_NOFOLLOW: a symbolic link
                 raise StoreError(self._not_ours(path, "a symbolic link")) from exc

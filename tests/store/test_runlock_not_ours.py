@@ -111,3 +111,28 @@ async def test_a_stale_lock_file_of_this_user_is_taken_as_before(tmp_path: Path)
     lock_path(db).write_text("12345\n")
     assert await run_once(db) == "completed"
     assert not lock_path(db).exists()  # removed as the run let go
+
+
+def test_a_lock_let_go_between_finding_it_and_opening_it_is_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The holder lets go (removes the file) just after a second store found it there and
+    before it opened it: the lock is free, and taken (it was a StoreError, "No such
+    file", for a resume starting as the run before it ended)."""
+    db = tmp_path / "runs.db"
+    holder, second = RunLocks(db), RunLocks(db)
+    holder.begin(RUN_ID)
+    real_open = os.open
+
+    def let_go_when_found(path: object, flags: int, *args: int) -> int:
+        try:
+            return real_open(path, flags, *args)  # type: ignore[arg-type]
+        except FileExistsError:
+            holder.release(RUN_ID)  # unlinks and closes, right then
+            raise
+
+    monkeypatch.setattr(os, "open", let_go_when_found)  # (the module reads os.open)
+    second.begin(RUN_ID)
+    monkeypatch.undo()
+    assert lock_path(db).exists()
+    second.release(RUN_ID)

@@ -80,6 +80,9 @@ class Dispatcher:
         self._warm: dict[WarmKey, int] = {}
         # The leaders' timers: when one fires, its prefix stops waiting on that replica.
         self._warm_timers: dict[WarmKey, asyncio.TimerHandle] = {}
+        # The grant leading each warm-up in progress: a stale leader (timed out, then a
+        # new one started) ending must not end its successor's warm-up.
+        self._leaders: dict[WarmKey, Grant] = {}
         # The tickets parked behind each warming prefix's leader, by prefix and replica.
         self._parked: dict[WarmKey, list[Entry]] = {}
         # The waiters of parked tickets whose charge on the fleet's buckets is paid: it
@@ -178,6 +181,7 @@ class Dispatcher:
         behind it. They are placed again: those placed where the prefix is warming still
         park, and one placed where it is cold leads there."""
         warm_key = (prefix_key, replica.name)
+        self._leaders.pop(warm_key, None)
         if self._warm.get(warm_key) == WARM:
             return
         self._warm[warm_key] = WARM
@@ -207,18 +211,22 @@ class Dispatcher:
         self._avoid(prefix_key, replica, _UNTIL_IT_ENDS)
         self._cool(prefix_key, replica)
 
-    def _leader_ended(self, prefix_key: str, replica: ReplicaState, ok: bool | None) -> None:
-        """The stream of the prefix's leader on ``replica`` ended: ``ok`` as
+    def _leader_ended(self, grant: Grant, prefix_key: str, ok: bool | None) -> None:
+        """The stream of ``grant``, its prefix's leader on its replica, ended: ``ok`` as
         :meth:`Scheduler.release`'s. Answered, the prefix is warm there. Ended before its
         first token unanswered (failed, cancelled), the prefix is cold there again: the
         tickets parked behind it are placed again, and at most one leads there anew. A
         failure that blames the replica also stops the prefix's affinity pointing there,
         and its tickets avoid it for :data:`AVOID_S`; so do a timed-out leader's when it
-        ends unanswered."""
+        ends unanswered. A timed-out leader no longer leads the warm-up there: if a new
+        leader started there meanwhile, its ending unanswered leaves that one's warm-up
+        (and the tickets parked behind it) alone."""
+        replica = grant.replica
         if ok:
             self.warmed(prefix_key, replica)
             return
-        warming = self._warm.get((prefix_key, replica.name)) == WARMING
+        warm_key = (prefix_key, replica.name)
+        warming = self._leaders.get(warm_key) is grant and self._warm.get(warm_key) == WARMING
         if ok is False:
             self.router.unpin(prefix_key, replica)
         if (ok is False and warming) or replica.avoid_until.get(prefix_key) == _UNTIL_IT_ENDS:
@@ -237,6 +245,7 @@ class Dispatcher:
         timer = self._warm_timers.pop(warm_key, None)
         if timer is not None:
             timer.cancel()
+        self._leaders.pop(warm_key, None)
         if self._warm.get(warm_key) == WARMING:
             del self._warm[warm_key]
         self._unpark(self._parked.pop(warm_key, None))
@@ -251,6 +260,7 @@ class Dispatcher:
         for timer in self._warm_timers.values():
             timer.cancel()
         self._warm_timers.clear()
+        self._leaders.clear()
 
     def _kick(self) -> None:
         """Something changed (a ticket queued, a slot freed): start or wake the task."""

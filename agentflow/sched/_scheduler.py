@@ -210,7 +210,7 @@ class Scheduler(Dispatcher):
                 if rates is not None:
                     rates.settle(ticket.tokens, used_tokens)
         if grant.leader and ticket.prefix_key is not None:
-            self._leader_ended(ticket.prefix_key, replica, ok)
+            self._leader_ended(grant, ticket.prefix_key, ok)
         if self._parked:
             self._reoffer(replica)
         self._kick()
@@ -310,7 +310,10 @@ class Scheduler(Dispatcher):
         state = self.state
         state.last_key = rank
         state.dispatched[ticket.agent] = state.dispatched.get(ticket.agent, 0) + 1
-        return Grant(ticket, replica, self._clock(), leads, probe)
+        grant = Grant(ticket, replica, self._clock(), leads, probe)
+        if leads:
+            self._leaders[key or "", replica.name] = grant
+        return grant
 
     def __repr__(self) -> str:
         return (

@@ -22,7 +22,9 @@ prefill ran on, not on the others (each server has its own KV cache). A ticket i
 placed first, then parked if its prefix is warming *on that replica*; one placed on a
 replica where its prefix is cold becomes that replica's leader. So when the replica
 the prefix warmed on is full, the overflow does not all go cold to the next one at
-once: one leads there, the rest park again until it has its first token. A ticket
+once: one leads there, the rest park again until it has its first token — a ticket
+placed on a replica where its prefix is cold parks behind a leader warming it on
+another, so a prefix has one warm-up under way at a time beyond where it is warm. A ticket
 that would park goes instead to a replica where its prefix is warm, if one has room
 (:meth:`Dispatcher._go`), and a slot freeing on such a replica re-offers the first
 ticket parked behind a leader elsewhere (:meth:`Dispatcher._reoffer`). Parked tickets
@@ -104,21 +106,31 @@ class Dispatcher:
         """Count ``ticket`` as dispatched to ``replica`` (the scheduler's)."""
         raise NotImplementedError
 
-    def _parks(self, ticket: Ticket, replica: ReplicaState) -> bool:
-        """Whether ``ticket``, placed on ``replica``, waits for its prefix's leader there."""
+    def _behind(self, ticket: Ticket, replica: ReplicaState) -> ReplicaState | None:
+        """The replica whose prefix leader ``ticket``, placed on ``replica``, waits for:
+        ``replica`` if its prefix is warming there; if it is cold there (``ticket`` would
+        lead there), another replica it is warming on — so a prefix has one warm-up at a
+        time beyond the replicas it is warm on, not one per cold replica the overflow is
+        placed on; else ``None`` (it goes)."""
         key = ticket.prefix_key
-        return (
-            self.prefix_warmup
-            and key is not None
-            and self._warm.get((key, replica.name)) == WARMING
-        )
+        if not self.prefix_warmup or key is None:
+            return None
+        state = self._warm.get((key, replica.name))
+        if state is not None:
+            return replica if state == WARMING else None
+        if len(self.replicas) > 1:  # (only a leading ticket pays for the scan)
+            for r in self.replicas:
+                if self._warm.get((key, r.name)) == WARMING and r.name not in ticket.exclude:
+                    return r
+        return None
 
     def _go(self, ticket: Ticket, replica: ReplicaState) -> ReplicaState | None:
         """Where ``ticket``, placed on ``replica``, goes now: there, or, when it would park
-        behind its prefix's leader there, a replica where its prefix is warm and that has
-        room (the router's choice may be a cold one: the warm one was full, or past
-        ``balance_slack``, when the prefix's affinity moved), else ``None`` (it parks)."""
-        if not self._parks(ticket, replica):
+        behind its prefix's leader (:meth:`_behind`), a replica where its prefix is warm
+        and that has room (the router's choice may be a cold one: the warm one was full,
+        or past ``balance_slack``, when the prefix's affinity moved), else ``None`` (it
+        parks)."""
+        if self._behind(ticket, replica) is None:
             return replica
         key = ticket.prefix_key
         for r in self.replicas:
@@ -133,8 +145,10 @@ class Dispatcher:
         return None
 
     def _park(self, entry: Entry, replica: ReplicaState) -> None:
-        """Park ``entry`` behind its prefix's leader on ``replica``."""
-        self._parked.setdefault((entry[2].prefix_key or "", replica.name), []).append(entry)
+        """Park ``entry``, placed on ``replica``, behind its prefix's leader there, or,
+        its prefix cold there, behind the one warming it elsewhere."""
+        behind = self._behind(entry[2], replica) or replica
+        self._parked.setdefault((entry[2].prefix_key or "", behind.name), []).append(entry)
 
     def _reoffer(self, replica: ReplicaState) -> None:
         """A slot freed on ``replica``: of the tickets parked behind a leader elsewhere

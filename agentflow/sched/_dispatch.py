@@ -156,13 +156,20 @@ class Dispatcher:
         now: :meth:`_go`); one a slot, so a busy replica does not re-place them all at
         each release."""
         name, warm = replica.name, self._warm
-        for warm_key in [k for k in self._parked if warm.get((k[0], name)) == WARM]:
-            parked = self._parked[warm_key]
-            first = min(parked)  # (rank, seq): seq is unique, tickets never compared
-            parked.remove(first)
-            if not parked:
-                del self._parked[warm_key]
-            self._unpark([first])
+        best: Entry | None = None
+        best_key: WarmKey | None = None
+        for warm_key, parked in self._parked.items():
+            if warm.get((warm_key[0], name)) == WARM:
+                first = min(parked)  # (rank, seq): seq is unique, tickets never compared
+                if best is None or first < best:
+                    best, best_key = first, warm_key
+        if best is None or best_key is None:
+            return
+        parked = self._parked[best_key]
+        parked.remove(best)
+        if not parked:
+            del self._parked[best_key]
+        self._unpark([best])
 
     def _leads(self, ticket: Ticket, replica: ReplicaState) -> bool:
         """``ticket`` starts on ``replica``: whether it is its prefix's leader there (the

@@ -120,7 +120,13 @@ class Dispatcher:
             return replica if state == WARMING else None
         if len(self.replicas) > 1:  # (only a leading ticket pays for the scan)
             for r in self.replicas:
-                if self._warm.get((key, r.name)) == WARMING and r.name not in ticket.exclude:
+                # Not behind one that shares only at its end (llama.cpp): that wait is a
+                # whole generation, for a prefix this replica would not get anyway.
+                if (
+                    self._warm.get((key, r.name)) == WARMING
+                    and not r.shares_at_end
+                    and r.name not in ticket.exclude
+                ):
                     return r
         return None
 
@@ -160,8 +166,11 @@ class Dispatcher:
         best_key: WarmKey | None = None
         for warm_key, parked in self._parked.items():
             if warm.get((warm_key[0], name)) == WARM:
-                first = min(parked)  # (rank, seq): seq is unique, tickets never compared
-                if best is None or first < best:
+                # (rank, seq): seq is unique, tickets never compared; one whose acquire
+                # was cancelled while parked is no offer (the pump would only drop it)
+                live = [e for e in parked if not e[3].done()]
+                first = min(live) if live else None
+                if first is not None and (best is None or first < best):
                     best, best_key = first, warm_key
         if best is None or best_key is None:
             return
@@ -184,12 +193,18 @@ class Dispatcher:
             )
         return True
 
-    def leader_token(self, prefix_key: str, replica: ReplicaState) -> None:
-        """The prefix's leader on ``replica`` has its first token: the prefix is warm
-        there — or, on a replica that shares a prefix only once its request ended
-        (``Replica.prefix_shared_at="end"``: llama.cpp), it is alive, and its followers
-        wait for its end, with no more timeout."""
+    def leader_token(
+        self, prefix_key: str, replica: ReplicaState, grant: Grant | None = None
+    ) -> None:
+        """The prefix's leader on ``replica`` (``grant``, when known) has its first
+        token: the prefix is warm there — or, on a replica that shares a prefix only once
+        its request ended (``Replica.prefix_shared_at="end"``: llama.cpp), it is alive,
+        and its followers wait for its end, with no more timeout. A stale leader's (one
+        that timed out, a new one leading since) leaves its successor's timer alone."""
         if replica.shares_at_end:
+            leader = self._leaders.get((prefix_key, replica.name))
+            if grant is not None and leader is not None and leader is not grant:
+                return
             timer = self._warm_timers.pop((prefix_key, replica.name), None)
             if timer is not None:
                 timer.cancel()
@@ -398,6 +413,9 @@ class Dispatcher:
         self._parked.clear()
         self._prepaid.clear()
         self._cancel_warm_timers()
+        # Warm-ups under way lose their leaders' records with it: a leader ending now
+        # could not end its warm-up, and the prefix's next tickets would park for ever.
+        self._warm = {k: v for k, v in self._warm.items() if v != WARMING}
         self._pump = None
         for fut in waiting:
             if not fut.done():

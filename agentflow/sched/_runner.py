@@ -21,7 +21,6 @@ from tenacity import RetryCallState
 
 from agentflow._errors import AllReplicasDown, APIStatusError, TransportError
 from agentflow._trace import TurnTrace
-from agentflow.sched._replica import ReplicaState
 from agentflow.sched._retry import RetryPolicy
 from agentflow.sched._scheduler import Scheduler, cancel_and_wait
 from agentflow.sched._ticket import Grant, Ticket
@@ -55,22 +54,23 @@ OnRetry = Callable[[Ticket, FailedAttempt], None]
 
 
 class _WarmupSink:
-    """Passes deltas on, and tells the scheduler at the first one that the leader has its
-    first token (the prefix is warm, unless the replica shares it only at the end)."""
+    """Passes deltas on, and tells the scheduler at the first one that the leader
+    (``grant``) has its first token (the prefix is warm, unless the replica shares it
+    only at the end)."""
 
-    __slots__ = ("_inner", "_key", "_replica", "_scheduler")
+    __slots__ = ("_grant", "_inner", "_scheduler")
 
-    def __init__(
-        self, inner: DeltaSink | None, scheduler: Scheduler, key: str, replica: ReplicaState
-    ) -> None:
+    def __init__(self, inner: DeltaSink | None, scheduler: Scheduler, grant: Grant) -> None:
         self._inner = inner
         self._scheduler = scheduler
-        self._key = key
-        self._replica = replica
+        self._grant = grant
 
     def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
         if self._scheduler is not None:
-            self._scheduler.leader_token(self._key, self._replica)
+            grant = self._grant
+            key = grant.ticket.prefix_key
+            if key is not None:
+                self._scheduler.leader_token(key, grant.replica, grant)
             self._scheduler = None  # type: ignore[assignment]
         if self._inner is not None:
             self._inner.on_delta(kind, text, t_ns)
@@ -310,7 +310,7 @@ class TurnRunner:
         ticket.sent += 1
         request = self.routed(ticket, request)
         if grant.leader and ticket.prefix_key is not None:
-            sink = _WarmupSink(sink, scheduler, ticket.prefix_key, replica)
+            sink = _WarmupSink(sink, scheduler, grant)
         ok: bool | None = None
         used: int | None = None
         error: TransportError | None = None

@@ -12,6 +12,7 @@ On the virtual clock (:func:`~agentflow.embedded.run_virtual`): the pauses cost 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 
 import pytest
 
@@ -37,6 +38,28 @@ CONTEXT = (
     b'{"error":{"message":"This model\'s maximum context length is 4096 tokens. However, '
     b'you requested 5000 tokens (4000 in the messages, 1000 in the completion)."}}'
 )
+
+
+Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+
+
+def _error_of(kind: str, answer: Answer, timeouts: Timeouts) -> tuple[TransportError, float]:
+    """The error of one request that ``answer`` serves, on the virtual clock, and the
+    (virtual) seconds it took (an hour at most: a hang guard)."""
+
+    async def main() -> tuple[TransportError, float]:
+        loop = asyncio.get_running_loop()
+        async with raw_server(answer) as srv:
+            t = make_transport(kind, srv.base_url, timeouts=timeouts)
+            start = loop.time()
+            try:
+                with pytest.raises(TransportError) as caught:
+                    await asyncio.wait_for(t.stream(TINY_REQUEST), 3600)
+            finally:
+                await t.aclose()
+            return caught.value, loop.time() - start
+
+    return run_virtual(main())
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -85,17 +108,7 @@ def test_a_context_length_400_split_by_pauses_is_still_recognised(kind: str) -> 
             await writer.drain()
         writer.close()
 
-    async def main() -> TransportError:
-        async with raw_server(answer) as srv:
-            t = make_transport(kind, srv.base_url)
-            try:
-                with pytest.raises(TransportError) as caught:
-                    await t.stream(TINY_REQUEST)
-            finally:
-                await t.aclose()
-            return caught.value
-
-    err = run_virtual(main())
+    err, _ = _error_of(kind, answer, Timeouts())
     assert isinstance(err, ContextLengthExceeded), repr(err)
 
 
@@ -110,19 +123,7 @@ def test_a_body_that_keeps_coming_is_still_cut_at_the_total_limit(kind: str) -> 
             writer.write(b"c")
             await writer.drain()
 
-    async def main() -> tuple[TransportError, float]:
-        loop = asyncio.get_running_loop()
-        async with raw_server(answer) as srv:
-            t = make_transport(kind, srv.base_url, timeouts=Timeouts(total=7.0))
-            start = loop.time()
-            try:
-                with pytest.raises(TransportError) as caught:
-                    await t.stream(TINY_REQUEST)
-            finally:
-                await t.aclose()
-            return caught.value, loop.time() - start
-
-    err, took = run_virtual(main())
+    err, took = _error_of(kind, answer, Timeouts(total=7.0))
     assert isinstance(err, ServerError) and isinstance(err, APIStatusError)
     assert err.retry_after == 2.0 and "abccc" in str(err)
     assert took == pytest.approx(7.0, abs=0.2)
@@ -139,15 +140,5 @@ def test_an_endless_error_body_is_cut_at_64_kib(kind: str) -> None:
             writer.write(b"400\r\n" + b"e" * 1024 + b"\r\n")
             await writer.drain()
 
-    async def main() -> TransportError:
-        async with raw_server(answer) as srv:
-            t = make_transport(kind, srv.base_url, timeouts=Timeouts(total=None))
-            try:
-                with pytest.raises(TransportError) as caught:
-                    await asyncio.wait_for(t.stream(TINY_REQUEST), 3600)
-            finally:
-                await t.aclose()
-            return caught.value
-
-    err = run_virtual(main())
+    err, _ = _error_of(kind, answer, Timeouts(total=None))
     assert isinstance(err, ServerError) and err.retry_after == 2.0, repr(err)

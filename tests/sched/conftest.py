@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from agentflow import TurnTrace
-from agentflow.sched import CircuitBreaker, CircuitState, Grant, Scheduler, Ticket
+from agentflow import Limits, Replica, TurnTrace
+from agentflow.sched import CircuitBreaker, CircuitState, Grant, Router, Scheduler, Ticket
 from agentflow.sim import Profile, SimServer, TextGenConfig
 from agentflow.sim.faults import FAULT_HEADER
 from agentflow.sim.records import RequestRecord
@@ -265,3 +265,26 @@ class Acquirer:
     def release(self, session_id: str, *, ok: bool | None = True, used: int | None = None) -> None:
         """End the stream of ``session_id``'s grant."""
         self.scheduler.release(self.grants.pop(session_id), used_tokens=used, ok=ok)
+
+
+def idle_replicas(slots: dict[str, int], **options: Any) -> list[Replica]:
+    """Replicas on :class:`IdleTransport`, named by ``slots``' keys, each with that many
+    in flight at most (``options``: more :class:`Replica` fields)."""
+    return [
+        Replica(transport=IdleTransport(name), limits=Limits(max_in_flight=n), name=name, **options)
+        for name, n in slots.items()
+    ]
+
+
+async def warm_on_a_parked_on_b(sched: Scheduler, router: Router, acq: Acquirer) -> None:
+    """Replica A (two slots) takes P0 and Q0 and has P and Q warm; P1 and Q1 then lead on
+    B, and P2 and Q2 park behind them."""
+    a = sched.replicas[0]
+    for key in "PQ":
+        router.pin(key, a)
+        acq.submit(ticket(f"{key}0", prefix_key=key))
+        await settle()
+        sched.warmed(key, a)
+    for name in ("P1", "P2", "Q1", "Q2"):
+        acq.submit(ticket(name, prefix_key=name[0]))
+        await settle()

@@ -10,7 +10,14 @@ from agentflow import Limits, Replica
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.sched import Router, Scheduler
 from agentflow.sched._ticket import Ticket
-from tests.sched.conftest import Acquirer, IdleTransport, settle, ticket
+from tests.sched.conftest import (
+    Acquirer,
+    IdleTransport,
+    idle_replicas,
+    settle,
+    ticket,
+    warm_on_a_parked_on_b,
+)
 
 
 def test_after_a_dispatcher_crash_a_prefix_is_not_left_warming_for_ever() -> None:
@@ -94,22 +101,10 @@ def test_a_freed_slot_is_not_re_offered_to_a_cancelled_parked_ticket() -> None:
     only dropped it); another prefix's parked ticket stayed parked with the slot free."""
 
     async def main() -> str | None:
-        replicas = [
-            Replica(transport=IdleTransport(n), limits=Limits(max_in_flight=2 if n == "A" else 8),
-                    name=n)
-            for n in "AB"
-        ]  # fmt: skip
         router = Router(sticky=False)
-        sched = Scheduler(replicas, clock=loop_clock, router=router)
-        a, acq = sched.replicas[0], Acquirer(sched)
-        for key in "PQ":
-            router.pin(key, a)
-            acq.submit(ticket(f"{key}0", prefix_key=key))
-            await settle()
-            sched.warmed(key, a)
-        for name in ("P1", "P2", "Q1", "Q2"):
-            acq.submit(ticket(name, prefix_key=name[0]))
-            await settle()
+        sched = Scheduler(idle_replicas({"A": 2, "B": 8}), clock=loop_clock, router=router)
+        acq = Acquirer(sched)
+        await warm_on_a_parked_on_b(sched, router, acq)
         assert "P2" not in acq.grants and "Q2" not in acq.grants  # parked behind B's leaders
         acq.tasks["P2"].cancel()
         await settle()
@@ -131,11 +126,7 @@ def test_overflow_leads_on_an_idle_replica_rather_than_wait_for_an_end_shared_le
     is the leader's whole generation, for a prefix its own replica would not get."""
 
     async def main() -> tuple[str, bool]:
-        replicas = [
-            Replica(transport=IdleTransport(n), limits=Limits(max_in_flight=1 if n == "A" else 8),
-                    name=n, prefix_shared_at="end")
-            for n in "ABC"
-        ]  # fmt: skip
+        replicas = idle_replicas({"A": 1, "B": 8, "C": 8}, prefix_shared_at="end")
         sched = Scheduler(replicas, clock=loop_clock, router=Router(sticky=False))
         acq = Acquirer(sched)
         acq.submit(ticket("lead", prefix_key="P"))

@@ -8,10 +8,9 @@ for every cold replica.
 
 from __future__ import annotations
 
-from agentflow import Limits, Replica
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.sched import Router, Scheduler
-from tests.sched.conftest import Acquirer, IdleTransport, settle, ticket
+from tests.sched.conftest import Acquirer, idle_replicas, settle, ticket
 
 
 def test_the_overflow_of_a_warm_prefix_leads_on_one_cold_replica_at_a_time() -> None:
@@ -19,14 +18,7 @@ def test_the_overflow_of_a_warm_prefix_leads_on_one_cold_replica_at_a_time() -> 
     on C; B's first token places them again, and at most one leads (on C)."""
 
     async def main() -> None:
-        reps = [
-            Replica(
-                transport=IdleTransport(n),
-                limits=Limits(max_in_flight=1 if n == "A" else 8),
-                name=n,
-            )
-            for n in "ABC"
-        ]
+        reps = idle_replicas({"A": 1, "B": 8, "C": 8})
         sched = Scheduler(reps, clock=loop_clock, router=Router(sticky=False), warmup_timeout_s=5.0)
         acq = Acquirer(sched)
         acq.submit(ticket("lead", prefix_key="P"))

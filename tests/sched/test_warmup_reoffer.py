@@ -8,11 +8,10 @@ re-placed them all (each but one parking again), at every release.
 
 from __future__ import annotations
 
-from agentflow import Limits, Replica
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.sched import Router, Scheduler, Ticket
 from agentflow.sched._replica import ReplicaState
-from tests.sched.conftest import Acquirer, IdleTransport, settle, ticket
+from tests.sched.conftest import Acquirer, idle_replicas, settle, warm_on_a_parked_on_b
 
 
 class CountingRouter(Router):
@@ -33,26 +32,13 @@ def test_a_freed_slot_re_offers_one_parked_ticket() -> None:
     to A; Q's stays parked, not placed."""
 
     async def main() -> None:
-        reps = [
-            Replica(
-                transport=IdleTransport(n),
-                limits=Limits(max_in_flight=2 if n == "A" else 8),
-                name=n,
-            )
-            for n in "AB"
-        ]
         router = CountingRouter()
-        sched = Scheduler(reps, clock=loop_clock, router=router, warmup_timeout_s=5.0)
+        sched = Scheduler(
+            idle_replicas({"A": 2, "B": 8}), clock=loop_clock, router=router, warmup_timeout_s=5.0
+        )
         a = sched.replicas[0]
         acq = Acquirer(sched)
-        for key in "PQ":
-            router.pin(key, a)  # both lead on A
-            acq.submit(ticket(f"{key}0", prefix_key=key))
-            await settle()
-            sched.warmed(key, a)
-        for name in ("P1", "P2", "Q1", "Q2"):
-            acq.submit(ticket(name, prefix_key=name[0]))
-            await settle()
+        await warm_on_a_parked_on_b(sched, router, acq)  # both lead on A
         placed = {s: (g.replica.name, g.leader) for s, g in acq.grants.items()}
         assert placed == {
             "P0": ("A", True),

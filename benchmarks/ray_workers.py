@@ -15,9 +15,12 @@ every token event crosses from the workers to the driver — the channel's whole
 - **Ray daemons' CPU**: ``raylet`` and ``gcs_server`` over the run (``/proc``), which the
   client pays too on a local Ray.
 
-A "0 sessions" row per backend is what starting and stopping the workers costs; "µs /
-chunk steady" subtracts it. Repetitions interleave the rows; the table shows medians. Only
-ratios within one run mean anything; the machine's load is printed with them.
+A start + stop row per backend — one one-token session per worker
+(:func:`workers.start_stop`; an empty run would start no worker and measure nothing, so the
+script exits if that row's workers used no CPU) — is what starting and stopping the
+workers costs; "µs / chunk steady" subtracts its CPU and its few chunks. Repetitions
+interleave the rows; the table shows medians. Only ratios within one run mean anything;
+the machine's load is printed with them.
 
 Usage::
 
@@ -39,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import _common
-from workers import setup
+from workers import check_start_stop, setup, start_stop, steady_per_chunk
 
 from agentflow import Agent, Event, Fleet, HTTPTransport
 from agentflow._process import ChildServer
@@ -144,12 +147,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     import ray
 
     args, reps, sessions, port, cmd = setup("Client CPU per chunk: Ray actors vs processes.", argv)
+    _, base_n, base_tokens = start_stop(2)
+    one = f"{base_n} one-token sessions (start + stop)"
+    tokens = args.tokens
     rows = [
-        ("1 process", None, "processes", sessions),
-        ("2 worker processes", 2, "processes", sessions),
-        ("2 Ray actors", 2, "ray", sessions),
-        ("2 worker processes, 0 sessions (start + stop)", 2, "processes", 0),
-        ("2 Ray actors, 0 sessions (start + stop)", 2, "ray", 0),
+        ("1 process", None, "processes", sessions, tokens),
+        ("2 worker processes", 2, "processes", sessions, tokens),
+        ("2 Ray actors", 2, "ray", sessions, tokens),
+        (f"2 worker processes, {one}", 2, "processes", base_n, base_tokens),
+        (f"2 Ray actors, {one}", 2, "ray", base_n, base_tokens),
     ]
     empty = {"processes": rows[3][0], "ray": rows[4][0]}
     by: dict[str, list[Run]] = {name: [] for name, *_ in rows}
@@ -160,23 +166,31 @@ def main(argv: Sequence[str] | None = None) -> None:
             asyncio.run(one_run(url, 8, args.tokens, None, "processes"))  # warm-up
             asyncio.run(one_run(url, 8, args.tokens, 2, "ray"))  # warm-up: Ray's worker pool
             for rep in range(reps):
-                for name, workers, backend, n in rows[rep % len(rows) :] + rows[: rep % len(rows)]:
-                    by[name].append(asyncio.run(one_run(url, n, args.tokens, workers, backend)))
+                for name, workers, backend, n, k in (
+                    rows[rep % len(rows) :] + rows[: rep % len(rows)]
+                ):
+                    by[name].append(asyncio.run(one_run(url, n, k, workers, backend)))
     finally:
         ray.shutdown()
     load = Path("/proc/loadavg").read_text().split()[:3]
+    for base_name in empty.values():
+        check_start_stop(base_name, [r.workers_cpu_s for r in by[base_name]])
     lines = [
         "| run | chunks | client CPU (s) | driver | workers | Ray daemons | µs / chunk | "
         "µs / chunk steady | wall (s) | lease messages |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, workers, backend, _n in rows:
+    for name, workers, backend, *_ in rows:
         runs = by[name]
         cpu = statistics.median(r.cpu_s for r in runs)
         chunks = runs[0].chunks
-        per = f"{cpu / chunks * 1e6:.1f}" if chunks else "–"
-        base = statistics.median(r.cpu_s for r in by[empty[backend]]) if workers else 0.0
-        steady = f"{(cpu - base) / chunks * 1e6:.1f}" if chunks else "–"
+        per = f"{cpu / chunks * 1e6:.1f}" if name not in empty.values() else "–"
+        if workers:
+            base = by[empty[backend]]
+            base_cpu = statistics.median(r.cpu_s for r in base)
+            steady = steady_per_chunk(cpu, chunks, base_cpu, base[0].chunks)
+        else:
+            steady = per
         med = {
             k: statistics.median(getattr(r, k) for r in runs)
             for k in ("driver_cpu_s", "workers_cpu_s", "daemons_cpu_s", "wall_s", "lease_messages")

@@ -10,12 +10,15 @@ share, chunks (output tokens), wall time and, with workers, the limits' lease me
 
 Rows: one process, and two workers; each with no callback and with a callback that counts
 content tokens (which makes the workers forward every token event to the parent). A third
-row per worker count runs zero sessions: what starting (spawn, ``import agentflow``) and
-stopping the workers costs, which a short run pays whole.
+row runs one one-token session per worker (:func:`start_stop`): what starting (spawn,
+``import agentflow``) and stopping the workers costs, which a short run pays whole. (Not an
+empty run: a run starts no more workers than it has sessions, so an empty one starts none
+and would measure nothing; the script exits if that row's workers used no CPU.)
 
 How: repetitions interleave the rows; the table shows each row's median. CPU per chunk is
-total client CPU ÷ chunks, with the empty run's CPU subtracted in the "steady" column.
-Only ratios within one run mean anything; the machine's load is printed with them.
+total client CPU ÷ chunks; the "without start + stop" column subtracts the start + stop
+run's CPU and its few chunks (:func:`steady_per_chunk`). Only ratios within one run mean
+anything; the machine's load is printed with them.
 
 Usage::
 
@@ -89,6 +92,31 @@ async def one_run(url: str, sessions: int, tokens: int, workers: int | None, cou
     return Run(parent + kids, parent, result.output_tokens, wall, fleet._lease_messages)
 
 
+def start_stop(workers: int) -> tuple[str, int, int]:
+    """The run that measures starting and stopping ``workers`` workers: its row name, its
+    sessions and their output tokens — one one-token session per worker. Not zero
+    sessions: a run starts no more workers than it has sessions (none for an empty one)."""
+    return f"{workers} workers, {workers} one-token sessions (start + stop)", workers, 1
+
+
+def check_start_stop(name: str, workers_cpu_s: Sequence[float]) -> None:
+    """Exit unless every start + stop run's workers used CPU: a baseline whose workers
+    never started is 0 s, and the steady column would silently equal the raw one."""
+    if not workers_cpu_s or min(workers_cpu_s) <= 0:
+        raise SystemExit(
+            f"the '{name}' runs' workers used no CPU ({list(workers_cpu_s)} s): no worker "
+            "started, so the baseline measures nothing; refusing to print a steady column"
+        )
+
+
+def steady_per_chunk(cpu_s: float, chunks: int, base_cpu_s: float, base_chunks: int) -> str:
+    """µs of client CPU per chunk once the start + stop run's CPU and chunks are taken out
+    ("–" for a run with no more chunks than the baseline)."""
+    if chunks <= base_chunks:
+        return "–"
+    return f"{(cpu_s - base_cpu_s) / (chunks - base_chunks) * 1e6:.1f}"
+
+
 def setup(
     description: str, argv: Sequence[str] | None
 ) -> tuple[argparse.Namespace, int, int, int, list[str]]:
@@ -115,35 +143,39 @@ def setup(
 
 def main(argv: Sequence[str] | None = None) -> None:
     args, reps, sessions, port, cmd = setup("Client CPU per chunk: 1 process vs 2 workers.", argv)
+    base_name, base_n, base_tokens = start_stop(2)
     rows = [
-        ("1 process", None, False, sessions),
-        ("1 process + token callback", None, True, sessions),
-        ("2 workers", 2, False, sessions),
-        ("2 workers + token callback", 2, True, sessions),
-        ("2 workers, 0 sessions (start + stop)", 2, False, 0),
+        ("1 process", None, False, sessions, args.tokens),
+        ("1 process + token callback", None, True, sessions, args.tokens),
+        ("2 workers", 2, False, sessions, args.tokens),
+        ("2 workers + token callback", 2, True, sessions, args.tokens),
+        (base_name, 2, False, base_n, base_tokens),
     ]
     by: dict[str, list[Run]] = {name: [] for name, *_ in rows}
     with ChildServer(cmd, port=port, name="agentflow sim", startup_timeout_s=60) as _sim:
         url = f"http://127.0.0.1:{port}/v1"
         asyncio.run(one_run(url, 8, args.tokens, None, False))  # warm-up
         for rep in range(reps):
-            for name, workers, count, n in rows[rep % len(rows) :] + rows[: rep % len(rows)]:
-                by[name].append(asyncio.run(one_run(url, n, args.tokens, workers, count)))
+            for name, workers, count, n, tokens in (
+                rows[rep % len(rows) :] + rows[: rep % len(rows)]
+            ):
+                by[name].append(asyncio.run(one_run(url, n, tokens, workers, count)))
     load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else []
-    empty = statistics.median(r.cpu_s for r in by[rows[-1][0]])
+    check_start_stop(base_name, [r.cpu_s - r.parent_cpu_s for r in by[base_name]])
+    base_cpu = statistics.median(r.cpu_s for r in by[base_name])
+    base_chunks = by[base_name][0].chunks
     lines = [
         "| run | chunks | client CPU (s) | parent CPU (s) | µs / chunk | µs / chunk "
         "without start + stop | wall (s) | lease messages |",
         "|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for name, workers, _, _n in rows:
+    for name, workers, *_ in rows:
         runs = by[name]
         cpu = statistics.median(r.cpu_s for r in runs)
         parent = statistics.median(r.parent_cpu_s for r in runs)
         chunks = runs[0].chunks
-        per = f"{cpu / chunks * 1e6:.1f}" if chunks else "–"
-        steady = cpu - empty if workers else cpu
-        per_steady = f"{steady / chunks * 1e6:.1f}" if chunks else "–"
+        per = f"{cpu / chunks * 1e6:.1f}" if name != base_name else "–"
+        per_steady = steady_per_chunk(cpu, chunks, base_cpu, base_chunks) if workers else per
         wall = statistics.median(r.wall_s for r in runs)
         msgs = statistics.median(r.lease_messages for r in runs) if workers else 0
         lines.append(

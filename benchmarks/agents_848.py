@@ -82,6 +82,7 @@ import _common
 import _sse_server
 
 from agentflow import Agent, Event, Fleet, HTTPTransport, TurnTrace
+from agentflow.stats import nearest_rank
 from agentflow.transport import ChatRequest
 from agentflow.typing import DeltaSink
 
@@ -307,11 +308,12 @@ async def fetch_writelog(url: str, run: str, timeout_s: float = 30.0) -> dict[st
 
 
 def pct(xs: Sequence[float], q: float) -> float:
-    """The ``q``-quantile (0..1) of ``xs`` by nearest rank; NaN when empty."""
+    """The ``q``-quantile (0..1) of ``xs`` by nearest rank (:func:`agentflow.stats.nearest_rank`,
+    the report's own definition: p50 of 4 values is the 2nd); NaN when empty."""
     if not xs:
         return float("nan")
     s = sorted(xs)
-    return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
+    return s[nearest_rank(q, len(s))]
 
 
 @dataclass

@@ -57,6 +57,7 @@ import aiohttp
 from agentflow import Agent, Fleet, HTTPTransport
 from agentflow._process import ChildServer, free_port
 from agentflow.report import LoopLagProbe
+from agentflow.stats import nearest_rank
 from agentflow.transport import Endpoint, Timeouts
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -314,9 +315,10 @@ async def run_level(
 
 
 def q(xs: Sequence[float], p: float) -> float:
-    """Nearest-rank quantile."""
+    """The nearest-rank ``p``-quantile (:func:`agentflow.stats.nearest_rank`, the report's
+    own definition: p50 of 10 values is the 5th); NaN when empty."""
     s = sorted(xs)
-    return s[max(0, min(len(s) - 1, round(p * len(s) + 0.5) - 1))] if s else float("nan")
+    return s[nearest_rank(p, len(s))] if s else float("nan")
 
 
 def errors(pairs: Sequence[tuple[float, float | None]]) -> tuple[list[float], float]:
@@ -671,8 +673,8 @@ Command: `{" ".join(["python benchmarks/fidelity.py", *argv])}`.
 as long: ~12 ms between tokens for one stream), {tokens}-token answers, one token per
 chunk; server and client processes pinned to one CPU each; every stream sends one
 streaming request after another through `Fleet` and `HTTPTransport`, all streams starting
-together. "err" is |client − server| / server over the level's turns (p50 / p99);
-"within" is the share of turns within 2 % or 0.5 ms. "TTFT err" is the TTFT as the
+together. "err" is |client − server| / server over the level's turns (p50 / p99, by
+nearest rank); "within" is the share of turns within 2 % or 0.5 ms. "TTFT err" is the TTFT as the
 client sees it; "TTFT stamp err" counts only the client's stamping — (client's first read
 − server's arrival stamp) against the server's TTFT — that is, without the request's trip
 to the server, which the server's clock cannot see. "request trip" is the server's arrival

@@ -28,7 +28,8 @@ Each script in `benchmarks/` measures one thing and owns one section of this fil
 between its own `<!-- NAME:start -->` and `<!-- NAME:end -->` markers; a full run
 rewrites only its own section, with the machine, the date and the numbers it measured.
 Run them all with `scripts/bench` (arguments are passed to every benchmark), or one
-with `python benchmarks/NAME.py`; `--quick` is a short smoke run that writes nothing.
+with `python benchmarks/NAME.py`; `--quick` is a short smoke run that writes nothing (on this
+2-core machine 1–75 s each, about 5 minutes in all; more when it is busy).
 `benchmarks/faults.py` writes its section into `docs/reliability.md` instead.
 """
 

@@ -27,7 +27,8 @@ machine's other processes, also measured, tell its own work from a CPU it could 
 Usage::
 
     python benchmarks/fidelity.py             # full run (~10 min); rewrites its section
-    python benchmarks/fidelity.py --quick     # smoke run (~2 min); writes nothing
+    python benchmarks/fidelity.py --quick     # smoke run (~10-25 s on 2 cores,
+                                              # over a minute when busy); writes nothing
     python benchmarks/fidelity.py --no-llamacpp --no-write
 
 Only the block between ``<!-- fidelity:start -->`` and ``<!-- fidelity:end -->`` in
@@ -745,7 +746,7 @@ def _n(n: list[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    p.add_argument("--quick", action="store_true", help="smoke run (~2 min); writes nothing")
+    p.add_argument("--quick", action="store_true", help="smoke run (~10-25 s); writes nothing")
     p.add_argument("--no-write", action="store_true", help="do not touch docs/benchmarks.md")
     p.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp part")
     p.add_argument("--streams", type=int, nargs="*", help="stream counts (default 1…1000)")

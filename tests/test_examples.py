@@ -62,7 +62,14 @@ EXPECTED: dict[str, tuple[re.Pattern[str], ...]] = {
 }
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def _example(path: Path) -> Any:
+    """``path`` as a parameter, marked ``llamacpp`` when it starts the real llama.cpp
+    server (``-m "not llamacpp"``, the quick run, leaves it out)."""
+    starts = "LlamaCppServer" in path.read_text()
+    return pytest.param(path, id=path.name, marks=[pytest.mark.llamacpp] if starts else [])
+
+
+@pytest.mark.parametrize("path", [_example(p) for p in EXAMPLES])
 def test_example_runs(path: Path) -> None:
     """The example exits 0 and prints what shows its point (every example has patterns)."""
     assert path.name in EXPECTED, f"{path.name}: add what it must print to EXPECTED"
@@ -161,3 +168,21 @@ def test_quickstart_refuses_fewer_than_one_agent() -> None:
     )
     assert proc.returncode == 2
     assert "--agents must be at least 1, got 0" in proc.stderr
+
+
+def test_the_quick_run_leaves_out_the_examples_that_start_llamacpp() -> None:
+    """README: ``-m "not llamacpp"`` skips the real llama.cpp server, but quickstart.py
+    (which starts it when given no URL) was not marked, so the quick run started it."""
+    target = f"{Path(__file__).relative_to(ROOT)}::test_example_runs"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-m", "not llamacpp", target],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=GUARD_S,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    kept = re.findall(r"test_example_runs\[(.+?)\]", proc.stdout)
+    assert "test_your_agent.py" in kept  # (the collection worked)
+    assert "quickstart.py" not in kept

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
+from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._events import Event, TurnEndEvent
 from agentflow._metrics import TurnMetrics
@@ -80,7 +81,7 @@ class FleetStats:
             the time buckets. When not given, the fleet's start (its ``FleetStartEvent``;
             with :meth:`from_result`, the result's ``start_ns``), else the first turn's
             ready time, is the origin, and buckets are aligned on multiples of
-            ``bucket_s``.
+            ``bucket_s``. An int ≥ 0 (nanoseconds) or ``None``.
         max_turn_index: rows of the by-turn-index table.
         clock: the fleet's clock (``Fleet(clock=…)``), read to place error and retry
             events in the time series (they carry no time). Without it a retry is placed
@@ -112,6 +113,9 @@ class FleetStats:
     ) -> None:
         if per not in ("agent", "session"):
             raise ConfigError(f"per must be 'agent' or 'session', got {per!r}")
+        # (A float failed every turn's update with a TypeError, seen only as callback
+        # errors; a str gave empty series.)
+        check_count(start_ns, "FleetStats.start_ns", 0, none="the fleet's start")
         check_fleet_settings(
             relative_accuracy=relative_accuracy,
             bucket_s=bucket_s,

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 from agentflow.stats import Sketch
 
 __all__ = ["LoopLagProbe"]
@@ -40,13 +41,15 @@ class LoopLagProbe:
     Args:
         interval_s: time between samples (each costs two callbacks: ~2 µs).
         clock: nanoseconds (injectable for tests).
+
+    Raises:
+        ConfigError: ``interval_s`` is not a finite number of seconds > 0 (a bool is not one).
     """
 
     def __init__(
         self, interval_s: float = 0.01, *, clock: Callable[[], int] = time.perf_counter_ns
     ) -> None:
-        if not interval_s > 0:
-            raise ValueError(f"interval_s must be > 0, got {interval_s!r}")
+        check_seconds(interval_s, "LoopLagProbe.interval_s", 1e-9, MAX_TIMEOUT_S)
         self.interval_s = interval_s
         self.clock = clock
         #: Every sample, in seconds.

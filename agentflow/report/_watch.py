@@ -21,8 +21,10 @@ from typing import Any
 
 import aiohttp
 
+from agentflow._counts import check_count
 from agentflow._errors import TransportError
 from agentflow._redact import display_url, redact
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 from agentflow.report._dialects import MEAN_GAUGES
 from agentflow.report._prom import MetricsSnapshot, parse_metrics, quick_values
 from agentflow.report._server import (
@@ -120,6 +122,10 @@ class ServerWatch:
         clock: nanoseconds; the client's trace clock, so the series line up with the
             client report's (``time.perf_counter_ns`` by default, as transports use).
         max_samples: samples kept during the run (then thinned, interval doubled).
+
+    Raises:
+        ConfigError: ``interval_s`` or ``timeout_s`` is not a finite number of seconds
+            (≥ 0; ≥ 0.001) or ``max_samples`` an int ≥ 2 (a bool is neither).
     """
 
     def __init__(
@@ -131,10 +137,10 @@ class ServerWatch:
         clock: Callable[[], int] = time.perf_counter_ns,
         max_samples: int = 2048,
     ) -> None:
-        if interval_s < 0:
-            raise ValueError(f"interval_s must be ≥ 0, got {interval_s!r}")
-        if max_samples < 2:
-            raise ValueError(f"max_samples must be ≥ 2, got {max_samples!r}")
+        # (NaN was taken, and no sample was taken; a str was a bare TypeError.)
+        check_seconds(interval_s, "ServerWatch.interval_s", 0, MAX_TIMEOUT_S)
+        check_seconds(timeout_s, "ServerWatch.timeout_s", 1e-3, MAX_TIMEOUT_S)
+        check_count(max_samples, "ServerWatch.max_samples", 2)
         self.url = metrics_url(url)
         self.interval_s = interval_s
         self.timeout_s = timeout_s

@@ -31,6 +31,8 @@ from typing import Literal
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds, shown
+from agentflow.sched._limits import _number
 from agentflow.typing import Clock
 
 __all__ = ["CircuitBreaker", "CircuitState"]
@@ -51,6 +53,9 @@ class CircuitBreaker:
         cooldown_s: how long it stays open before a probe is let through.
         max_cooldown_s: the cap for the cooldown as repeated probes fail.
         clock: nanosecond monotonic clock.
+
+    Raises:
+        ConfigError: a setting is not a number (a bool is not one) in its range, naming it.
     """
 
     __slots__ = (
@@ -79,12 +84,18 @@ class CircuitBreaker:
         max_cooldown_s: float = 60.0,
     ) -> None:
         check_count(threshold, "CircuitBreaker.threshold")
-        if isinstance(failure_rate, bool) or not 0 < failure_rate <= 1:
-            raise ConfigError(f"breaker failure_rate must be in (0, 1], got {failure_rate!r}")
-        check_count(window, "CircuitBreaker.window")
-        if not 0 < cooldown_s <= max_cooldown_s:
+        # (A str rate was a bare TypeError, a bool cooldown taken as 1 s.)
+        if not _number(failure_rate) or not 0 < failure_rate <= 1:
             raise ConfigError(
-                f"breaker cooldown_s must be > 0 and ≤ max_cooldown_s, got {cooldown_s!r}"
+                f"CircuitBreaker.failure_rate must be a number in (0, 1], got {shown(failure_rate)}"
+            )
+        check_count(window, "CircuitBreaker.window")
+        check_seconds(cooldown_s, "CircuitBreaker.cooldown_s", 1e-9, MAX_TIMEOUT_S)
+        check_seconds(max_cooldown_s, "CircuitBreaker.max_cooldown_s", 1e-9, MAX_TIMEOUT_S)
+        if cooldown_s > max_cooldown_s:
+            raise ConfigError(
+                f"CircuitBreaker.cooldown_s must be ≤ max_cooldown_s ({max_cooldown_s!r}), "
+                f"got {cooldown_s!r}"
             )
         self._clock = clock
         self.threshold = threshold

@@ -52,9 +52,17 @@ def msgspec_encodes_in_order() -> bool:
         return False
 
 
+def aiohttp_has_connection_reset_error() -> bool:
+    """``aiohttp.ClientConnectionResetError``: imported by agentflow.testing."""
+    import aiohttp
+
+    return hasattr(aiohttp, "ClientConnectionResetError")
+
+
 # (distribution, first release with the API, a check that the installed one has it)
 CORE: list[tuple[str, str, Callable[[], bool]]] = [
     ("msgspec", "0.18.6", msgspec_encodes_in_order),
+    ("aiohttp", "3.10.6", aiohttp_has_connection_reset_error),
 ]
 
 

@@ -9,6 +9,7 @@ installed package does have the API, so that the row stays true.
 
 from __future__ import annotations
 
+import sys
 import tomllib
 from collections.abc import Callable
 from pathlib import Path
@@ -74,3 +75,34 @@ def test_core_dependency_floor_has_the_api_agentflow_uses(
     assert floor(dependencies(), name) >= Version(needed), (
         f"pyproject.toml allows a {name} older than {needed}, which lacks the API"
     )
+
+
+def test_the_openai_extra_admits_no_sdk_without_httpx2() -> None:
+    # OpenAITransport reads httpx2's errors and byte streams; openai 1.x and 2.x are on
+    # httpx, so with the old floor (1.40) every session failed: ModuleNotFoundError httpx2.
+    from importlib.metadata import requires
+
+    extras = project()["optional-dependencies"]
+    assert isinstance(extras, dict)
+    assert any(Requirement(r).name == "httpx2" for r in requires("openai") or [])
+    assert floor(extras["openai"], "openai") >= Version("3.0")
+
+
+async def test_openai_transport_without_httpx2_names_the_openai_it_needs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from openai import AsyncOpenAI
+
+    from agentflow import ConfigError
+    from agentflow.transport import OpenAITransport
+
+    client = AsyncOpenAI(base_url="http://127.0.0.1:9/v1", api_key="x")
+    monkeypatch.setitem(sys.modules, "httpx2", None)  # as if an older openai, on httpx
+    try:
+        with pytest.raises(
+            ConfigError, match=r"needs openai>=3\.0 .*pip install -U 'agentflow\[openai\]'"
+        ):
+            OpenAITransport(client)
+    finally:
+        monkeypatch.undo()  # httpx2 back before the client closes its pool
+        await client.close()

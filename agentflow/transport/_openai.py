@@ -27,6 +27,7 @@ The SDK is imported when a request is first streamed, not with agentflow: it bri
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import time
 from typing import TYPE_CHECKING
@@ -68,16 +69,20 @@ class OpenAITransport:
     """Streams through ``client.chat.completions.with_streaming_response``.
 
     Args:
-        client: the user's ``AsyncOpenAI`` (or ``AsyncAzureOpenAI``) client; not closed by
-            :meth:`aclose` unless ``owns_client`` is true. Its connections belong to the
-            event loop it first ran on: under another loop (a second ``asyncio.run``) its
-            kept-alive connections fail (httpx's ``RuntimeError: Event loop is closed``),
-            so give each loop a client — and a transport — of its own (HTTPTransport and
-            AiohttpTransport remake their pools themselves).
+        client: the user's ``AsyncOpenAI`` (or ``AsyncAzureOpenAI``) client, openai ≥ 3.0;
+            not closed by :meth:`aclose` unless ``owns_client`` is true. Its connections
+            belong to the event loop it first ran on: under another loop (a second
+            ``asyncio.run``) its kept-alive connections fail (httpx's ``RuntimeError: Event
+            loop is closed``), so give each loop a client — and a transport — of its own
+            (HTTPTransport and AiohttpTransport remake their pools themselves).
         clock: nanosecond monotonic clock for the trace.
         timeouts: first-token, idle and total limits, applied on top of the client's own
             timeouts (``connect`` is ignored here: the client connects).
         max_event_bytes: the longest SSE event accepted (default 4 MiB).
+
+    Raises:
+        ConfigError: httpx2 is missing: the installed openai is older than 3.0 (the
+            ``openai`` extra's floor), whose HTTP client was httpx.
     """
 
     def __init__(
@@ -91,6 +96,7 @@ class OpenAITransport:
     ) -> None:
         if timeouts is not None and not isinstance(timeouts, Timeouts):
             raise ConfigError(f"OpenAITransport.timeouts must be a Timeouts, got {timeouts!r}")
+        _require_httpx2()
         self._client = client
         self._clock = clock
         self._owns = owns_client
@@ -213,6 +219,30 @@ class OpenAITransport:
 
     def __repr__(self) -> str:
         return f"OpenAITransport({self.endpoint!r})"
+
+
+def _require_httpx2() -> None:
+    """A :class:`ConfigError` unless httpx2 (openai 3's HTTP client, read here) is there.
+
+    Looked up, not imported: an older openai (on httpx) would otherwise fail every
+    session with a bare ``ModuleNotFoundError`` at its first stream.
+    """
+    try:
+        found = importlib.util.find_spec("httpx2") is not None
+    except (ImportError, ValueError):
+        found = False
+    if found:
+        return
+    try:
+        from importlib.metadata import version
+
+        installed = f"the installed openai is {version('openai')}"
+    except ImportError:  # PackageNotFoundError too
+        installed = "httpx2 is not installed"
+    raise ConfigError(
+        f"OpenAITransport needs openai>=3.0 (it reads responses through httpx2); {installed}: "
+        "pip install -U 'agentflow[openai]'"
+    )
 
 
 async def _read_some(response: httpx2.Response) -> bytes:

@@ -5,6 +5,10 @@ The live view is :class:`agentflow.report.LiveView` (re-exported here for the de
 Figures measured against a time-scaled simulator (``x-agentflow-time-scale`` > 1: the
 server runs slower than the deployment it models) are also shown scaled back to the
 deployment's speed, and say so.
+
+rich (the ``demo`` extra) is imported by :func:`summary_table` only: the library's own
+uses of this module — :func:`agentflow.store.export_report` (:func:`build_report`) and
+:func:`agentflow.bench.run_bench` (:func:`failure_lines`) — work without it.
 """
 
 from __future__ import annotations
@@ -13,15 +17,16 @@ import math
 import re
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from agentflow._fleet import FleetResult
 from agentflow._session_types import SessionResult
 from agentflow.context._reuse import prefix_reuse
 from agentflow.report._live import LiveView
 from agentflow.stats import SLO, FleetStats, RunJournal
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 __all__ = [
     "LiveView",
@@ -76,6 +81,8 @@ def advertised_time_scale(result: FleetResult) -> float | None:
 
 def summary_table(report: dict[str, Any]) -> Table:
     """The end-of-run summary, from an ``agentflow.report/2`` report."""
+    from rich.table import Table
+
     f, dists = report["fleet"], report["distributions"]
     scale = float(report["run"].get("time_scale") or 1.0)
     t = Table(

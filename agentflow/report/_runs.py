@@ -146,10 +146,11 @@ _ROWS = ("agents", "samples")
 
 
 def _check_schema(report: Mapping[str, Any], where: str) -> None:
+    validator = _validator()  # first: without jsonschema, its ConfigError names the extra
     from jsonschema.exceptions import best_match
 
     head = {k: [] if k in _ROWS and isinstance(v, list) else v for k, v in report.items()}
-    error = best_match(_validator().iter_errors(head))
+    error = best_match(validator.iter_errors(head))
     if error is not None:
         raise ConfigError(f"{where}: {error.json_path}: {_short(error.message)}")
     for key in _ROWS:

@@ -74,7 +74,8 @@ class ChildServer:
         stop_timeout_s: how long :meth:`stop` waits after SIGTERM before SIGKILL (seconds,
             finite, ≥ 0).
         death_signal: what the kernel sends the child if this process dies first
-            (Linux, when started from the main thread; see the module's docstring).
+            (Linux, when started from the main thread; see the module's docstring);
+            default SIGKILL (SIGTERM where there is none: Windows).
         ready: when the child is ready, for servers without ``/health`` (polled every
             0.1 s until ``startup_timeout_s``); the default asks ``/health``.
         stop_signal: what :meth:`stop` sends the process group first.
@@ -96,7 +97,7 @@ class ChildServer:
         name: str,
         startup_timeout_s: float = 120.0,
         stop_timeout_s: float = 10.0,
-        death_signal: signal.Signals = signal.SIGKILL,
+        death_signal: signal.Signals | None = None,
         ready: Callable[[], bool] | None = None,
         stop_signal: signal.Signals = signal.SIGTERM,
         user: str | None = None,
@@ -108,7 +109,12 @@ class ChildServer:
         self.startup_timeout_s, self.stop_timeout_s = check_child_timeouts(
             startup_timeout_s, stop_timeout_s, "ChildServer"
         )
-        self.death_signal = death_signal
+        # Resolved here, not as the default: Windows' signal module has no SIGKILL, and
+        # the default would be evaluated when this module (imported by agentflow.testing)
+        # is imported.
+        self.death_signal: signal.Signals = (
+            death_signal if death_signal is not None else getattr(signal, "SIGKILL", signal.SIGTERM)
+        )
         self.ready = ready
         self.stop_signal = stop_signal
         self.user = user

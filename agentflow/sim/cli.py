@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import math
 import signal
@@ -281,8 +282,13 @@ async def _serve(server: SimServer, quiet: bool) -> None:
         ) from None
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
+    handled: list[signal.Signals] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+        # Windows' loops have no signal handlers: there Ctrl-C ends the run (asyncio's
+        # own SIGINT handling cancels it), as the worker and the demo allow.
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+            handled.append(sig)
     try:
         profile = server.engine.profile
         print(
@@ -301,7 +307,7 @@ async def _serve(server: SimServer, quiet: bool) -> None:
             )
         await stop.wait()
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in handled:
             loop.remove_signal_handler(sig)
         await server.stop()
 

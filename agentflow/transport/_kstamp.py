@@ -30,13 +30,15 @@ from typing import Any, Protocol
 
 __all__ = ["SUPPORTED", "StampedProtocol", "StampedSocket", "open_stamped"]
 
-#: Whether this platform can stamp reads in the kernel.
-SUPPORTED = sys.platform.startswith("linux")
+#: Whether this platform can stamp reads in the kernel (Linux; ``recvmsg``'s ancillary
+#: data needs ``socket.CMSG_SPACE``, which Windows' socket module lacks).
+SUPPORTED = sys.platform.startswith("linux") and hasattr(socket, "CMSG_SPACE")
 
 # <asm-generic/socket.h>: SO_TIMESTAMPNS_OLD, and the control message type it produces.
 _SO_TIMESTAMPNS = 35
 _TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux: tv_sec, tv_nsec
-_ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size)
+# Not at import where unsupported: agentflow.transport must import on Windows too.
+_ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size) if SUPPORTED else 0
 _READ_SIZE = 256 * 1024
 
 

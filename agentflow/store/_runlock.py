@@ -19,9 +19,11 @@ the lock when the process dies, ``kill -9`` included, so a killed run is resumed
 once. The lock file is made with ``O_EXCL``, or opened without following a symbolic link
 and truncated only if it is a regular file of one link — owned by this user where others
 can write the directory: someone who can write the directory cannot have a run lock
-overwrite another file with a pid (a ``StoreError`` names the path instead). Where there
-is no ``flock`` (Windows), no run lock is taken: one writer per run is then the user's to
-keep. Workers that share a run need :class:`~agentflow.store.PostgresStore`.
+overwrite another file with a pid (a ``StoreError`` names the path instead). A filesystem
+that refuses ``flock`` (``ENOLCK``: NFS without lockd) is a ``StoreError`` naming the lock
+file, which is removed if made. Where there is no ``flock`` (Windows), no run lock is
+taken: one writer per run is then the user's to keep. Workers that share a run need
+:class:`~agentflow.store.PostgresStore`.
 """
 
 from __future__ import annotations
@@ -155,10 +157,23 @@ class RunLocks:
             error = self._held_elsewhere(run_id, fd)
             os.close(fd)
             raise error from None
+        except OSError as exc:  # ENOLCK, EOPNOTSUPP: the filesystem refuses flock
+            os.close(fd)
+            if made:  # leave no lock file behind that no one holds
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            raise self._no_flock(path, exc) from exc
         except BaseException:
             os.close(fd)
             raise
         return fd
+
+    def _no_flock(self, path: Path, exc: OSError) -> StoreError:
+        return StoreError(
+            f"{self.db}: cannot lock the run lock {path}: {exc.strerror or exc} — a filesystem "
+            "without flock (NFS without lockd, some FUSE or SMB mounts)? A SQLite store needs "
+            "one that locks: put it on a local disk, or use PostgresStore"
+        )
 
     def _check_ours(self, fd: int, path: Path) -> None:
         """Raise a :class:`StoreError` unless ``fd``, a lock file found there, is one a
@@ -197,6 +212,8 @@ class RunLocks:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # let go of as fd is closed
         except BlockingIOError:
             raise self._held_elsewhere(run_id, fd) from None
+        except OSError as exc:  # as the run itself would say: the filesystem refuses flock
+            raise self._no_flock(self.path(run_id), exc) from exc
         finally:
             os.close(fd)
 

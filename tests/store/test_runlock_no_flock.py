@@ -1,0 +1,70 @@
+"""A filesystem that refuses ``flock`` (``ENOLCK``) is a StoreError naming the lock file.
+
+Only ``BlockingIOError`` (another holder) was turned into a ``StoreError``: on NFS without
+lockd (some FUSE or SMB mounts too) ``flock`` fails with ``ENOLCK``, and the run failed
+with a bare ``OSError: [Errno 37] No locks available`` that named no file — with
+``journal=False`` as well — and left the lock file it had made behind. The run lock's
+``flock`` is made to fail so; a real fleet runs on a :class:`MockTransport`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import types
+from pathlib import Path
+
+import pytest
+
+from agentflow import Agent, Fleet, StoreError
+from agentflow.store import SQLiteStore, _journal, _runlock
+from agentflow.store._runlock import RunLocks
+from agentflow.testing import MockTransport, Reply
+
+from ..wait import GUARD_S
+
+pytestmark = pytest.mark.skipif(not _journal.AVAILABLE, reason="no flock: no run lock here")
+
+RUN_ID = "nightly-eval"
+
+
+@pytest.fixture
+def no_locks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run lock's ``flock`` fails as on NFS without lockd (the journal's is real)."""
+    import fcntl
+
+    def flock(fd: int, operation: int) -> None:
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    fake = types.SimpleNamespace(flock=flock, LOCK_EX=fcntl.LOCK_EX, LOCK_SH=fcntl.LOCK_SH,
+                                 LOCK_NB=fcntl.LOCK_NB)  # fmt: skip
+    monkeypatch.setattr(_runlock, "fcntl", fake)
+
+
+@pytest.mark.usefixtures("no_locks")
+@pytest.mark.parametrize("journal", [True, False])
+async def test_the_run_is_refused_naming_the_lock_file_and_leaves_none(
+    tmp_path: Path, journal: bool
+) -> None:
+    db = tmp_path / "runs.db"
+    agent = Agent(name="a", model="m")
+    async with SQLiteStore(db, journal=journal) as store:
+        fleet = Fleet(MockTransport(lambda request: Reply.text("hi")), store=store)
+        with pytest.raises(StoreError) as info:
+            await asyncio.wait_for(fleet.run([agent.session("x")], run_id=RUN_ID), GUARD_S)
+    lock = RunLocks(db).path(RUN_ID)
+    assert str(info.value) == (
+        f"{db}: cannot lock the run lock {lock}: No locks available — a filesystem without "
+        "flock (NFS without lockd, some FUSE or SMB mounts)? A SQLite store needs one that "
+        "locks: put it on a local disk, or use PostgresStore"
+    )
+    assert not lock.exists()
+
+
+@pytest.mark.usefixtures("no_locks")
+def test_the_look_before_a_resume_says_the_same(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    locks = RunLocks(db)
+    locks.path(RUN_ID).write_text("123\n")  # a lock file a run left
+    with pytest.raises(StoreError, match=r"cannot lock the run lock .*: No locks available"):
+        locks.refuse_if_held(RUN_ID)

@@ -127,10 +127,11 @@ def encoding(name: str = "cl100k_base") -> tiktoken.Encoding:
 
 def encoding_name_for_model(model: str) -> str:
     """The shipped encoding closest to ``model``'s own: ``o200k_base`` for the models
-    tiktoken maps to it or to ``o200k_harmony`` (``gpt-4o``, ``o1``, ``gpt-4.1``,
-    ``gpt-oss-*``, …), else ``cl100k_base``.
+    tiktoken maps to it or to ``o200k_harmony`` (``gpt-4o``, ``o1``, ``o3``, ``o4-mini``,
+    ``gpt-4.1``, ``gpt-4.5``, ``gpt-5``, ``gpt-oss-*``, …), else ``cl100k_base``.
 
-    ``gpt-oss-*`` is mapped by agentflow itself, so also with a tiktoken older than it.
+    Those families are mapped by agentflow itself, so also with a tiktoken older than
+    them (0.7 knows only ``gpt-4o``); any other model goes by the installed tiktoken.
     A provider prefix is dropped first, as :func:`~agentflow.context.window_for` does:
     ``"openai/gpt-4o"`` is ``gpt-4o``. ``o200k_harmony`` has ``o200k_base``'s ranks (only
     its special tokens differ), so ordinary text counts the same.
@@ -139,9 +140,8 @@ def encoding_name_for_model(model: str) -> str:
     :class:`~agentflow.context.Calibrator` learns the rest from the server's counts.
     """
     bare = model.rsplit("/", 1)[-1]
-    for prefix, own in _OWN_PREFIXES:
-        if bare.startswith(prefix):
-            return own
+    if bare in _OWN_MODELS or bare.startswith(_OWN_PREFIXES):
+        return "o200k_base"
     try:
         name = tiktoken.encoding_name_for_model(bare)
     except KeyError:
@@ -150,9 +150,23 @@ def encoding_name_for_model(model: str) -> str:
     return name if name in _SPECS else "cl100k_base"
 
 
-# Models mapped here whatever the installed tiktoken knows: pyproject allows tiktoken 0.7,
-# which predates gpt-oss (0.11 maps it to o200k_harmony) and would give cl100k_base.
-_OWN_PREFIXES = (("gpt-oss-", "o200k_base"),)
+# Models mapped to o200k_base here whatever the installed tiktoken knows (the o200k
+# entries of tiktoken 0.14's tables, gpt-oss included): pyproject allows tiktoken 0.7, which
+# knows only gpt-4o, and would give cl100k_base for o1, o3, o4-mini, gpt-4.1, gpt-5 and
+# gpt-oss (0.11 maps it to o200k_harmony).
+_OWN_MODELS = frozenset({"gpt-4o", "o1", "o3", "o4-mini", "gpt-4.1", "gpt-5"})
+_OWN_PREFIXES = (
+    "gpt-4o-",
+    "chatgpt-4o-",
+    "ft:gpt-4o",
+    "o1-",
+    "o3-",
+    "o4-mini-",
+    "gpt-4.1-",
+    "gpt-4.5-",
+    "gpt-5",
+    "gpt-oss-",
+)
 
 # tiktoken encodings that share a shipped encoding's ranks and differ only in special tokens.
 _SAME_RANKS = {"o200k_harmony": "o200k_base"}

@@ -326,7 +326,9 @@ def run_sim(args: argparse.Namespace) -> int:
         try:
             import uvloop  # type: ignore[import-not-found,unused-ignore]
         except ImportError:
-            raise ConfigError("--uvloop needs the uvloop package") from None
+            raise ConfigError(
+                "--uvloop needs uvloop, which is not installed: pip install 'agentflow[fast]'"
+            ) from None
         run_command(_serve(server, args.quiet), loop_factory=uvloop.new_event_loop)
     else:
         run_command(_serve(server, args.quiet))

@@ -24,6 +24,15 @@ replace and remove messages, never edit one in place; code that edits messages i
 should pick ``"values"`` or ``"deep"``. The snapshots share the session's objects; a
 :class:`PromptCounter` is freed with its session.
 
+**Adopting the caller's copy.** Whoever else counts with a session's counter may pass an
+equal copy of a message the session will hold: a budget's prefix tracker counts the prompt
+followed by the turn's reply, built from the trace, before the session appends its own
+dict for it. ``"identity"`` then still finds the two equal — by value. So that this
+happens once and not on every later turn (every past reply compared field by field, twice
+a turn: a cost growing with the history), the next :meth:`PromptCounter.count` checks the
+snapshots the previous count added and takes the caller's object in place of an equal
+copy: one pointer check per new message.
+
 **Its own counts.** With ``"identity"``, a message is known by the object itself: the
 counts of the messages it holds are kept by their ``id()`` (one entry per message of
 the history, never more; an ``id()`` is unique while its object is held). A rewrite —
@@ -104,6 +113,7 @@ class PromptCounter:
         "_anchor_len",
         "_by_id",
         "_counts",
+        "_fresh",
         "_low",
         "_prefix",
         "_snap",
@@ -135,6 +145,9 @@ class PromptCounter:
         #: is the id of an object held there, so it is that object's alone.
         self._by_id: dict[int, int] | None = {} if check == "identity" else None
         self._prefix: list[int] = [0]
+        #: Where the snapshots the last :meth:`count` added begin: the ones the next
+        #: count checks against the caller's objects ("identity" only; see the module).
+        self._fresh = 0
         self._tools_snap: list[Any] | None = None
         self._tools_count = 0
         self.tokens = 0
@@ -187,6 +200,9 @@ class PromptCounter:
         if first < self._low:
             self._low = first
         by_id = self._by_id
+        if by_id is not None and self._fresh < first:
+            self._adopt(messages, self._fresh, first)
+        self._fresh = first
         gone: list[Any] = []
         if first < len(self._snaps):
             # Held until the loop below is done, so that no id among them is reused yet.
@@ -227,6 +243,21 @@ class PromptCounter:
             self.anchor_point = None
         self.tokens = total + self._tools_count + self.counter.reply_priming
         return self.tokens
+
+    def _adopt(self, messages: Sequence[Mapping[str, Any]], lo: int, hi: int) -> None:
+        """Take ``messages[lo:hi]`` — found equal to their snapshots — as the snapshots
+        where they are other objects (equal copies), keeping their counts: from then on
+        they are compared by pointer (see the module)."""
+        snaps, counts, by_id = self._snaps, self._counts, self._by_id
+        assert by_id is not None
+        for i in range(lo, hi):
+            m, old = messages[i], snaps[i]
+            if m is not old:
+                # ``old`` is held until its id is dropped, so that no id is reused yet (a
+                # duplicate of it elsewhere is counted again if asked for: never stale).
+                snaps[i] = m
+                by_id.pop(id(old), None)
+                by_id[id(m)] = counts[i]
 
     def anchor(self, reported: int | None) -> None:
         """Record the server's count (``usage.prompt_tokens``) of the prompt last counted;

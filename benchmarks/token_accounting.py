@@ -1,26 +1,28 @@
 """Per-turn token accounting cost as a session grows to 1,000,000 tokens.
 
 What is measured: the CPU time agentflow spends, per model turn, accounting for a
-session's prompt — what a context budget does before each request:
+session's prompt, through the documented chain ``Agent(context=[ContextBudget(...),
+PrefixIndex()])`` exactly as a ``Session`` drives it:
 
-* ``PromptCounter.count(messages, tools)`` — the prompt's token count, incremental
-  (only messages new or changed since the last turn are tokenized);
-* ``Calibrator.estimate`` — the calibrated figure (anchored on the previous turn's
-  reported count);
-* ``PrefixSession.observe(messages, tools)`` — the prefix fingerprint: block hashes of the
-  new tokens, the most cacheable prompt tokens, recorded in a fleet-wide
-  ``PrefixIndex``.
+* ``SessionBudget.before_turn`` — the prompt's token count, incremental (only messages
+  new or changed since the last turn are tokenized), the calibrated forecast, the
+  cache-buster check and the prefix fingerprint (block hashes of the new tokens, the most
+  cacheable prompt tokens, recorded in a fleet-wide ``PrefixIndex``);
+* ``SessionBudget.after_turn`` — the server's usage taught to the calibrator, the reply
+  fingerprinted with the prompt (the server cached both).
 
-How: one deterministic history is generated — a ~1,000-token system prompt, four tool
-schemas, then messages of ~500 cl100k tokens each (random words from a fixed
-vocabulary, alternately assistant and tool messages) up to 1,000,000 tokens. Sessions
-whose histories are its first 10k, 100k, 500k and 1M tokens are built (one shared
-``MessageCounter``, ``Calibrator`` and ``PrefixIndex``, as in a fleet); then, in each
-repetition, every session in turn gets one new ~500-token message and is accounted
-for once — rows interleaved, so machine noise spreads over all of them. Each turn is
-timed with ``time.process_time_ns`` (this process's CPU) and ``perf_counter_ns``
-(wall). For comparison, the stateless ``MessageCounter.count_prompt`` (one cache lookup
-per message) is timed on the same histories.
+How: sessions are bound to one chain (one shared ``MessageCounter``, ``Calibrator`` and
+``PrefixIndex``, as in a fleet), each starting from a ~1,000-token system prompt, a task
+and four tool schemas. A turn appends a ~500-token tool output (random words from a
+fixed vocabulary), runs ``before_turn``, takes the "server's" reply (a short tool call),
+runs ``after_turn`` and appends the reply as a ``Session`` appends it (its own dict, from
+the trace). Each session's history is first built that way, untimed, to 10k, 100k, 500k
+and 1M tokens; then, in each repetition, every session in turn takes one more turn, timed
+— rows interleaved, so machine noise spreads over all of them. Each turn is timed with
+``time.process_time_ns`` (this process's CPU) and ``perf_counter_ns`` (wall), building
+the server's report excepted. For comparison, the stateless
+``MessageCounter.count_prompt`` (one cache lookup per message) is timed on the same
+histories.
 
 Baselines measured in the same run: tokenizing one new ~500-token message
 (``TiktokenCounter.count``), and recounting the whole 1M-token history from scratch
@@ -223,20 +225,23 @@ class Row:
 
     target: int
     messages: list[dict[str, Any]]
-    prompt: PromptCounter
-    prefix: PrefixSession
+    #: The session's side of the chain's budget (the prefix index link joined to it).
+    ctx: SessionBudget
     #: The same history under the other change checks (timed on their own).
     checks: dict[str, PromptCounter] = field(default_factory=dict)
     start_tokens: int = 0
     start_messages: int = 0
     tokens: int = 0
+    turns: int = 0
     cpu: list[int] = field(default_factory=list)
     wall: list[int] = field(default_factory=list)
-    count_cpu: list[int] = field(default_factory=list)
-    observe_cpu: list[int] = field(default_factory=list)
+    before_cpu: list[int] = field(default_factory=list)
+    after_cpu: list[int] = field(default_factory=list)
     stateless_cpu: list[int] = field(default_factory=list)
     check_ns: dict[str, list[int]] = field(default_factory=dict)
     cacheable: list[int] = field(default_factory=list)
+    #: Each turn's prompt (estimated tokens), for the cacheable share.
+    prompts: list[int] = field(default_factory=list)
     #: Characters tokenized per turn ÷ characters of text appended (1.0: once).
     passes: list[float] = field(default_factory=list)
 
@@ -260,26 +265,54 @@ def _system_busy_ns() -> int | None:
     return (user + nice + system + irq + softirq) * 1_000_000_000 // os.sysconf("SC_CLK_TCK")
 
 
-def turn(row: Row, cal: Calibrator, new: dict[str, Any], tally: Tally) -> None:
-    """Append one message to the row's session and account for the prompt, timed."""
-    row.messages.append(new)
+def server_trace(reply: dict[str, Any], completion: int, info: PromptInfo) -> TurnTrace:
+    """What the "server" reports for a turn: ``reply`` (an assistant tool call) and its usage
+    — ``prompt_tokens`` the local count (a tokenizer that agrees with cl100k),
+    ``cached_tokens`` what the fingerprint said could be cached."""
+    call = reply["tool_calls"][0]
+    return TurnTrace(
+        endpoint="bench", model=None, response_id=None, sent_ns=0, headers_ns=0, end_ns=0,
+        chunk_ns=(), chunk_chars=(), chunk_tokens=(), tokens_exact=False, n_events=1,
+        content=reply["content"], reasoning="", finish_reason="tool_calls", done=True,
+        tool_calls=(
+            ToolCall(index=0, id=call["id"], name=call["function"]["name"],
+                     arguments=call["function"]["arguments"]),
+        ),
+        usage=Usage(
+            prompt_tokens=info.raw_estimate,
+            completion_tokens=completion,
+            cached_tokens=info.max_cacheable_tokens,
+        ),
+    )  # fmt: skip
+
+
+async def turn(
+    row: Row, output: dict[str, Any], reply: tuple[dict[str, Any], int], tally: Tally
+) -> None:
+    """One turn of the row's session, as a Session runs it: ``output`` appended (the result
+    of the call the last reply made), ``before_turn`` and ``after_turn`` timed, then the
+    reply appended — the session's own dict, from the trace."""
     msgs = row.messages
+    msgs.append(output)
     cpu, wall = time.process_time_ns, time.perf_counter_ns
     chars = tally.chars
     c0, w0 = cpu(), wall()
-    raw = row.prompt.count(msgs, TOOLS)
-    cal.estimate(MODEL, row.prompt)
-    c1 = cpu()
-    cacheable = row.prefix.observe(msgs, TOOLS)
+    info = await row.ctx.before_turn(row.turns, msgs, TOOLS, _never)
+    c1, w1 = cpu(), wall()
+    trace = server_trace(*reply, info)  # the server's work, not the client's: untimed
     c2, w2 = cpu(), wall()
-    row.prompt.anchor(raw)  # as if the server had reported exactly the estimate
-    row.cpu.append(c2 - c0)
-    row.wall.append(w2 - w0)
-    row.count_cpu.append(c1 - c0)
-    row.observe_cpu.append(c2 - c1)
-    row.cacheable.append(cacheable)
-    row.passes.append((tally.chars - chars) / text_chars(new))
-    row.tokens = raw
+    row.ctx.after_turn(row.turns, trace)
+    c3, w3 = cpu(), wall()
+    msgs.append(trace.assistant_message())
+    row.turns += 1
+    row.cpu.append(c1 - c0 + c3 - c2)
+    row.wall.append(w1 - w0 + w3 - w2)
+    row.before_cpu.append(c1 - c0)
+    row.after_cpu.append(c3 - c2)
+    row.cacheable.append(info.max_cacheable_tokens or 0)
+    row.prompts.append(info.estimated_tokens)
+    row.passes.append((tally.chars - chars) / (text_chars(output) + text_chars(reply[0])))
+    row.tokens = info.raw_estimate
 
 
 def extras(row: Row, mc: MessageCounter) -> None:
@@ -291,8 +324,9 @@ def extras(row: Row, mc: MessageCounter) -> None:
     s0 = cpu()
     mc.count_prompt(msgs, TOOLS)
     row.stateless_cpu.append(cpu() - s0)
-    for name, pc in (("identity", row.prompt), *row.checks.items()):
-        if pc is not row.prompt:
+    prompt = row.ctx._est.counter  # the budget's own: what before_turn's count compares
+    for name, pc in (("identity", prompt), *row.checks.items()):
+        if pc is not prompt:
             pc.count(msgs, TOOLS)
         s0 = cpu()
         pc.changed_from(msgs)
@@ -367,54 +401,82 @@ def run(targets: Sequence[int], reps: int, scratch_reps: int, history_tokens: in
     texts = Texts(1, tc)
     tally = Tally(tc)
     mc = MessageCounter(tally)
-    total = max(*targets, history_tokens)
-    print(f"generating a {total:,}-token history …", file=sys.stderr)
-    history = build_history(texts, MessageCounter(tc), total)
+    # The large appends' history (its first two messages start every session here).
+    print(f"generating a {history_tokens:,}-token history …", file=sys.stderr)
+    history = build_history(texts, MessageCounter(tc), history_tokens)
     index = PrefixIndex(mc)
-    cal = Calibrator()
-    cal.observe(MODEL, 1000, 1100)
-    cal.observe(MODEL, 2000, 2150)
+    # The documented chain, bound once per session as an agent binds it; the window is
+    # never reached (no policy runs).
+    budget = ContextBudget(window=4 * max(targets), counter=mc, calibrator=Calibrator())
+    chain = ContextChain([budget, index])
+    plain = MessageCounter(tc)  # the server's count of a reply (untimed, not tallied)
+    # Each turn: a ~500-token tool output, then the reply calling the next tool (~40 tokens).
+    outputs = [message(texts, 20_001 + 2 * i) for i in range(reps * len(targets))]
+    replies = [message(texts, 20_002 + 2 * i, 80) for i in range(reps * len(targets))]
+    replied = [(r, plain.count_message(r)) for r in replies]
     rows: list[Row] = []
-    for target in sorted(targets):
-        k = history_prefix(history, tc, target)
-        msgs = [dict(m) for m in history[:k]]
-        prompt = mc.session()
-        row = Row(target, msgs, prompt, index.session(prompt))
-        row.checks = {"values": mc.session(check="values"), "deep": mc.session(check="deep")}
-        row.tokens = row.start_tokens = row.prompt.count(msgs, TOOLS)
-        row.start_messages = len(msgs)
-        for pc in row.checks.values():
-            pc.count(msgs, TOOLS)
-        row.prefix.observe(msgs, TOOLS)
-        row.prompt.anchor(row.tokens)
-        rows.append(row)
-        print(f"  session at {row.tokens:,} tokens, {len(msgs):,} messages", file=sys.stderr)
-    new_messages = [message(texts, 10_000 + i) for i in range(reps * len(rows))]
+    #: The turns every session's history is built of (shared, as tool outputs of the same
+    #: files would be): a reply, its server count, the output of its call.
+    built: list[tuple[dict[str, Any], int, dict[str, Any]]] = []
+
+    async def prefill(row: Row) -> None:
+        """Untimed, turn by turn through the chain, as a session builds its history (every
+        reply the session's own dict from the trace), until ``row.target`` tokens."""
+        msgs, ctx = row.messages, row.ctx
+        while True:
+            if row.turns == len(built):
+                reply = message(texts, 2 * row.turns, 80)
+                built.append((reply, plain.count_message(reply), message(texts, 2 * row.turns + 1)))
+            reply, n, output = built[row.turns]
+            info = await ctx.before_turn(row.turns, msgs, TOOLS, _never)
+            ctx.after_turn(row.turns, server_trace(reply, n, info))
+            msgs.append(server_trace(reply, n, info).assistant_message())
+            row.turns += 1
+            if info.raw_estimate >= row.target:
+                row.tokens = row.start_tokens = info.raw_estimate
+                return
+            msgs.append(output)
+
+    async def bind() -> None:
+        for i, target in enumerate(sorted(targets)):
+            msgs = history[:2]  # the system prompt and the task
+            bound: Any = chain.bind(session_id=f"s{i}", agent="bench", emit=_drop, model=MODEL)
+            row = Row(target, msgs, bound._sessions[0])
+            await prefill(row)
+            row.checks = {"values": mc.session(check="values"), "deep": mc.session(check="deep")}
+            for pc in row.checks.values():
+                pc.count(msgs, TOOLS)
+            row.start_messages = len(msgs)
+            rows.append(row)
+            print(f"  session at {row.tokens:,} tokens, {len(msgs):,} messages", file=sys.stderr)
+
+    asyncio.run(bind())
     # Fresh texts for the tokenizer baseline, timed in the same repetitions.
     fresh_texts = [str(message(texts, 50_001 + 2 * i)["content"]) for i in range(reps)]
-    message_tokens = statistics.fmean(mc.count_message(m) for m in new_messages[:50])
-    # Counted once above: forget, so each turn tokenizes its new message as in a session.
-    mc._counts.clear()
-    mc._recent.clear()
+    message_tokens = statistics.fmean(plain.count_message(m) for m in outputs[:50])
     busy0, wall0, cpu0 = _system_busy_ns(), time.perf_counter_ns(), time.process_time_ns()
     gc.collect()
-    it = iter(new_messages)
+    it = iter(zip(outputs, replied, strict=False))
     one: list[int] = []
     # The order rotates each repetition, the tokenizer baseline taking its turn among the
     # sessions, so that every row follows every other equally often: what ran just before
     # decides how warm the CPU caches (tiktoken's rank table above all) are.
     slots: list[Row | None] = [*rows, None]
-    for rep in range(reps):
-        shift = rep % len(slots)
-        for slot in slots[shift:] + slots[:shift]:
-            if slot is None:
-                t0 = time.process_time_ns()
-                tc.count(fresh_texts[rep])
-                one.append(time.process_time_ns() - t0)
-            else:
-                turn(slot, cal, next(it), tally)
-        for row in rows:
-            extras(row, mc)
+
+    async def turns() -> None:
+        for rep in range(reps):
+            shift = rep % len(slots)
+            for slot in slots[shift:] + slots[:shift]:
+                if slot is None:
+                    t0 = time.process_time_ns()
+                    tc.count(fresh_texts[rep])
+                    one.append(time.process_time_ns() - t0)
+                else:
+                    await turn(slot, *next(it), tally)
+            for row in rows:
+                extras(row, mc)
+
+    asyncio.run(turns())
     busy1, wall1, cpu1 = _system_busy_ns(), time.perf_counter_ns(), time.process_time_ns()
     other = (
         None
@@ -579,7 +641,11 @@ class Truncation:
 
 
 async def _never(request: Any) -> Any:
-    raise AssertionError("TruncateToolOutputs makes no model call")
+    raise AssertionError("no policy here makes a model call")
+
+
+def _drop(event: Any) -> None:
+    """Events of the budget rows (none expected: no policy runs) go nowhere."""
 
 
 class _TruncSession:
@@ -637,22 +703,7 @@ class _TruncSession:
 
     def trace(self, info: PromptInfo) -> TurnTrace:
         """What the server reports for the turn: the next reply, and its usage."""
-        reply = self.reply
-        call = reply["tool_calls"][0]
-        return TurnTrace(
-            endpoint="bench", model=None, response_id=None, sent_ns=0, headers_ns=0, end_ns=0,
-            chunk_ns=(), chunk_chars=(), chunk_tokens=(), tokens_exact=False, n_events=1,
-            content=reply["content"], reasoning="", finish_reason="tool_calls", done=True,
-            tool_calls=(
-                ToolCall(index=0, id=call["id"], name=call["function"]["name"],
-                         arguments=call["function"]["arguments"]),
-            ),
-            usage=Usage(
-                prompt_tokens=info.raw_estimate,
-                completion_tokens=self.counter.count_message(reply),
-                cached_tokens=info.max_cacheable_tokens,
-            ),
-        )  # fmt: skip
+        return server_trace(self.reply, self.counter.count_message(self.reply), info)
 
     async def turn(self) -> tuple[PromptInfo, int]:
         """One turn; returns what ``before_turn`` said and the accounting's CPU ns."""
@@ -740,20 +791,20 @@ def machine() -> str:
 def tables(res: Results) -> tuple[str, str, str]:
     head = (
         "| history (tokens) | messages | per turn, CPU ms (median) | min–max | wall ms "
-        "| count + estimate | fingerprint | tokenized ÷ appended | cacheable / prompt "
+        "| `before_turn` | `after_turn` | tokenized ÷ appended | cacheable / prompt "
         "| stateless `count_prompt` | change check µs: identity / values / deep |\n"
         "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"
     )
     lines = [head]
     for r in res.rows:
-        share = statistics.median(c / r.tokens for c in r.cacheable)
+        share = sum(r.cacheable) / sum(r.prompts)
         checks = " / ".join(
             f"{statistics.median(r.check_ns[k]) / 1e3:.0f}" for k in ("identity", "values", "deep")
         )
         lines.append(
             f"| {r.start_tokens:,} → {r.tokens:,} | {r.start_messages:,} → {len(r.messages):,} "
             f"| **{_median_ms(r.cpu):.3f}** | {_range_ms(r.cpu)} | {_median_ms(r.wall):.3f} "
-            f"| {_median_ms(r.count_cpu):.3f} | {_median_ms(r.observe_cpu):.3f} "
+            f"| {_median_ms(r.before_cpu):.3f} | {_median_ms(r.after_cpu):.3f} "
             f"| {_passes(r.passes)} | {share:.1%} "
             f"| {_median_ms(r.stateless_cpu):.3f} | {checks} |"
         )
@@ -961,10 +1012,12 @@ def findings(res: Results) -> str:
     c1 = statistics.median(last.check_ns["identity"]) / 1e3
     out.append(
         f"The one step whose work grows with the history is the change check ({c0:.0f} µs "
-        f"at {first.start_messages:,} messages, {c1:.0f} µs at {last.start_messages:,}); "
-        "the rest of the per-turn figure is tokenizing the new message (compare the "
+        f"at {first.start_messages:,} messages, {c1:.0f} µs at {last.start_messages:,}: one "
+        "pointer comparison per message, the replies the session appended included); the "
+        "rest of the per-turn figure is tokenizing the new output and reply (compare the "
         "tokenizer baseline, and its spread: a fresh text right after other work costs "
-        "up to twice a warm one), hashing its blocks and a few lookups."
+        "up to twice a warm one), hashing their blocks, the forecast, the cache-buster "
+        "check and a few lookups."
     )
     if res.other_cores is not None and res.other_cores > 0.25:
         out.append(
@@ -982,8 +1035,10 @@ def section(res: Results, command: str) -> str:
 ## Token accounting per turn, up to 1M tokens (`benchmarks/token_accounting.py`)
 
 Measured {now} on {machine()}.
-Command: `{command}`; {res.reps} turns per session, interleaved; medians. Each session's
-history grows by one ~{res.message_tokens:.0f}-token message per turn (first → last turn shown).
+Command: `{command}`; {res.reps} turns per session, interleaved; medians. Each turn runs the
+chain `[ContextBudget(...), PrefixIndex()]` as a `Session` does (`SessionBudget.before_turn` +
+`after_turn`); each session's history grows by a ~{res.message_tokens:.0f}-token tool output and
+a short reply per turn (first → last turn shown).
 
 {main}
 
@@ -993,34 +1048,43 @@ history grows by one ~{res.message_tokens:.0f}-token message per turn (first →
 
 {hashes}
 {extra_sections(res)}
-**Method.** One deterministic history: a ~1,000-token system prompt, a user task, four
-tool schemas, then messages of ~{res.message_tokens:.0f} cl100k tokens (random words from a
-fixed vocabulary; assistant messages with a tool call and tool results, alternately).
-Sessions holding its first 10k, 100k, 500k and 1M tokens share one `MessageCounter`,
-`Calibrator` and `PrefixIndex` (block size 16, capacity 4M tokens), as a fleet's sessions
-do. In each repetition every session gets one new message and one accounting step, in an
-order that rotates from one repetition to the next (with the tokenizer baseline taking
-its turn among them), so that each row follows each other equally often:
-`PromptCounter.count` + `Calibrator.estimate` ("count + estimate"), then
-`PrefixSession.observe` ("fingerprint"), timed with `time.process_time_ns`; the
-stateless `MessageCounter.count_prompt` is timed after the repetition's turns, on the
-same messages (its cache is warm: only the lookups are measured), and so is the change
-check alone
-(`PromptCounter.changed_from` over the whole unchanged history) under each
-`check` mode — the default `identity` is the one in the per-turn figure. "cacheable /
-prompt" is the share of the prompt the fingerprint reports as servable from a prefix
-cache (all but the new message, in whole blocks). A step's cost is the change check (one
-C-level list comparison), tokenizing the new message once (the fingerprint follows the
-same `PromptCounter` and reuses the count's tokens), hashing its ~31 blocks and a
-binary search of the index — not the history's tokens.
+**Method.** Sessions bound to one chain
+`[ContextBudget(window=W, counter=counter), PrefixIndex(counter)]` (so they share one
+`MessageCounter`, `Calibrator` and `PrefixIndex` — block size 16, capacity 4M tokens — as a
+fleet's sessions do; the window is never reached, no policy runs; the default cache-buster
+check runs), each starting from a ~1,000-token system prompt, a user task and four tool
+schemas. Each session's history is first built turn by turn through its chain, untimed,
+as below (tool outputs of ~{res.message_tokens:.0f} cl100k tokens, random words from a fixed
+vocabulary, and the replies calling for them), to 10k, 100k, 500k and 1M tokens: every
+reply in it is the session's own dict, as in a real session's history. In each
+repetition every session takes one turn, in an order that rotates from one repetition to
+the next (with the tokenizer baseline taking its turn among them), so that each row
+follows each other equally often: a new tool output appended,
+`SessionBudget.before_turn` (count, forecast, cache-buster check, fingerprint), the
+"server's" reply — a tool call of ~40 tokens, with `prompt_tokens` the local count and
+`cached_tokens` what the fingerprint said — then `SessionBudget.after_turn` (calibration,
+the reply fingerprinted with the prompt) and the reply appended as a `Session` appends it,
+its own dict from `TurnTrace.assistant_message()`. Both calls are timed with
+`time.process_time_ns` (building the server's report is not). The stateless
+`MessageCounter.count_prompt` is timed after the repetition's turns, on the same messages
+(its cache is warm: only the lookups are measured), and so is the change check alone
+(`PromptCounter.changed_from` over the whole history) under each `check` mode — the
+default `identity` on the budget's own counter, the one in the per-turn figure. "cacheable /
+prompt" is Σ `max_cacheable_tokens` ÷ Σ `estimated_tokens` over the timed turns: the share
+the fingerprint reports as servable from a prefix cache (all but the new output, in whole
+blocks). A turn's cost is the change check (one C-level list comparison, by pointer),
+tokenizing the new output and reply once (the fingerprint follows the budget's
+`PromptCounter` and reuses the count's tokens), hashing their ~33 blocks and a binary
+search of the index — not the history's tokens.
 The tokenizer baseline encodes one fresh ~500-token text per repetition, among the
 turns; the others recount and re-fingerprint the largest history with a fresh counter
 and index. The hash rows time four chained block
 hashes over the largest history's rendered tokens; agentflow uses the first (the second,
 each block's ids unpacked into the tuple, is what it used before).
-"tokenized ÷ appended" is the characters the tokenizer was handed during the step (a
+"tokenized ÷ appended" is the characters the tokenizer was handed during the turn (a
 `TokenCounter` that counts them, around tiktoken) over the characters of text in the
-appended message: 1.00 means it was tokenized once, for count and fingerprint together.
+output and reply appended: 1.00 means each was tokenized once, for count and fingerprint
+together.
 {extra_method(res)}{END}"""
 
 
@@ -1044,12 +1108,16 @@ def extra_method(res: Results) -> str:
     out = ""
     if res.large is not None:
         out += f"""
-The large appends: sessions holding the same history's first 100k, 500k and 1M tokens
-(fresh counters, one shared `PrefixIndex`) each take one tool output of
-~{res.large.output_tokens:,.0f} tokens (fresh random words) per turn, accounted for as above;
-the output is then taken off again, untimed, so that every timed turn appends to the
-same history (the index keeps its blocks and evicts at capacity, as under load). The
-tokenizer baseline there encodes a fresh output of the same size among the turns.
+The large appends: sessions holding the first 100k, 500k and 1M tokens of one
+deterministic history (the system prompt and task above, then ~500-token assistant messages
+with a tool call and tool results, alternately; fresh counters, one shared `PrefixIndex`)
+each take one tool output of ~{res.large.output_tokens:,.0f} tokens (fresh random words) per turn,
+accounted for by the pieces a budget runs — `PromptCounter.count` +
+`Calibrator.estimate` ("count + estimate"), then `PrefixSession.observe` ("fingerprint")
+— not through the chain; the output is then taken off again, untimed, so that every
+timed turn appends to the same history (the index keeps its blocks and evicts at
+capacity, as under load). The tokenizer baseline there encodes a fresh output of the
+same size among the turns.
 """
     if res.truncation is not None:
         turns = max(len(r.cpu) for r in res.truncation.rows)

@@ -28,7 +28,8 @@ another, so a prefix has one warm-up under way at a time beyond where it is warm
 that would park goes instead to a replica where its prefix is warm, if one has room
 (:meth:`Dispatcher._go`), and a slot freeing on such a replica re-offers the first
 ticket parked behind a leader elsewhere (:meth:`Dispatcher._reoffer`). Parked tickets
-are kept by prefix *and* replica: a leader's first token releases only its own.
+are kept by prefix *and* replica: a leader's first token releases only its own. Where a
+prefix is warm is kept for the most recently used ones only (:mod:`._warmth`).
 """
 
 from __future__ import annotations
@@ -41,17 +42,13 @@ from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._replica import ReplicaState
 from agentflow.sched._router import Router
 from agentflow.sched._ticket import Grant, Ticket, Waiter
+from agentflow.sched._warmth import WARM, WARMING, WarmKey, Warmth
 from agentflow.typing import Clock
 
 __all__ = ["AVOID_S", "WARM", "WARMING", "WARMUP_TIMEOUT_S", "Dispatcher", "Entry"]
 
 _log = get_logger("agentflow.sched")
 
-#: A prefix's warm-up on a replica: its first request there is out (others placed there
-#: park), or it has its first token.
-WARMING, WARM = 1, 2
-#: Whose warm-up: a prefix key and the name of the replica it warms on.
-WarmKey = tuple[str, str]
 #: How long the tickets parked behind a prefix's leader wait for its first token before
 #: they go anyway (seconds; :class:`~agentflow.sched.Scheduler`'s ``warmup_timeout_s``).
 WARMUP_TIMEOUT_S = 20.0
@@ -79,7 +76,7 @@ class Dispatcher:
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
-        self._warm: dict[WarmKey, int] = {}
+        self._warm = Warmth()  # (the most recently used: see _warmth.py)
         # The leaders' timers: when one fires, its prefix stops waiting on that replica.
         self._warm_timers: dict[WarmKey, asyncio.TimerHandle] = {}
         # The grant leading each warm-up in progress: a stale leader (timed out, then a
@@ -184,7 +181,7 @@ class Dispatcher:
         """``ticket`` starts on ``replica``: whether it is its prefix's leader there (the
         prefix is cold on that replica: the tickets placed there next park)."""
         key = ticket.prefix_key
-        if not self.prefix_warmup or key is None or (key, replica.name) in self._warm:
+        if not self.prefix_warmup or key is None or self._warm.used((key, replica.name)):
             return False
         self._warm[key, replica.name] = WARMING
         if self.warmup_timeout_s is not None:
@@ -415,7 +412,7 @@ class Dispatcher:
         self._cancel_warm_timers()
         # Warm-ups under way lose their leaders' records with it: a leader ending now
         # could not end its warm-up, and the prefix's next tickets would park for ever.
-        self._warm = {k: v for k, v in self._warm.items() if v != WARMING}
+        self._warm.drop_warming()
         self._pump = None
         for fut in waiting:
             if not fut.done():

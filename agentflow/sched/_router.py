@@ -22,10 +22,18 @@ healthy replica exists, even a full one (the server asked for the quiet; the dis
 wakes when the hold ends). A replica that failed a prefix's warm-up leader, or kept it past
 the warm-up timeout, is a preference the same way for that prefix's tickets
 (:meth:`ReplicaState.avoids`): they go to another with room while there is one.
+
+The prefix affinity is remembered for the :data:`PREFIXES_KEPT` prefixes most recently
+sent (least recently sent forgotten first: its next new session goes least loaded), and
+only for the run under way: a run's replica states are its own, so when a router's
+:meth:`~Router.choose` first sees another run's replicas it forgets the affinities that
+point at the last run's (a fleet with one prefix per session, run again and again, or
+streaming without end, would otherwise keep one entry per session ever started).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from urllib.parse import quote
 
 from agentflow._counts import check_count, check_flag
@@ -34,7 +42,10 @@ from agentflow._session_checks import is_header_name
 from agentflow.sched._replica import ReplicaState
 from agentflow.sched._ticket import Ticket
 
-__all__ = ["Router"]
+__all__ = ["PREFIXES_KEPT", "Router"]
+
+#: How many prefixes' affinities a router keeps (the most recently sent; ~100 B each).
+PREFIXES_KEPT = 4096
 
 #: What a session key keeps as it is in the header: printable ASCII and the tab, but ``%``.
 _HEADER_SAFE = "".join(chr(c) for c in range(0x20, 0x7F) if c != ord("%")) + "\t"
@@ -79,7 +90,11 @@ class Router:
         self.session_header = session_header
         self.prompt_cache_key = prompt_cache_key
         self._session: dict[str, ReplicaState] = {}
-        self._prefix: dict[str, ReplicaState] = {}
+        # Least recently sent first; at most ``_prefixes_kept``, all the run's replicas'.
+        self._prefix: OrderedDict[str, ReplicaState] = OrderedDict()
+        self._prefixes_kept = PREFIXES_KEPT
+        # The replicas of the run under way (a scheduler's list: one per run).
+        self._replicas: list[ReplicaState] | None = None
         #: Prefixes some replica avoids, or did (:meth:`ReplicaState.avoids`; the
         #: scheduler adds them): only their tickets pay for the check.
         self.avoided: set[str] = set()
@@ -89,6 +104,8 @@ class Router:
 
     def choose(self, ticket: Ticket, replicas: list[ReplicaState]) -> ReplicaState | None:
         """The replica for ``ticket``, or ``None`` when none can take it now."""
+        if replicas is not self._replicas:  # a new run's: the last run's affinities go
+            self._new_run(replicas)
         if len(replicas) == 1:  # the common case: no choice to make
             only = replicas[0]
             return only if only.breaker.allows() and only.has_room(ticket) else None
@@ -140,12 +157,12 @@ class Router:
     def pin(self, prefix_key: str, replica: ReplicaState) -> None:
         """Draw ``prefix_key``'s new sessions to ``replica`` (the scheduler keeps a
         prefix's affinity on a replica it is warm on when it leads a warm-up elsewhere)."""
-        self._prefix[prefix_key] = replica
+        self._draw(prefix_key, replica)
 
     def placed(self, ticket: Ticket, replica: ReplicaState) -> None:
         """``ticket`` was dispatched to ``replica``: remember it for stickiness."""
         if ticket.prefix_key is not None:
-            self._prefix[ticket.prefix_key] = replica
+            self._draw(ticket.prefix_key, replica)
         if not self.sticky:
             return
         home = self._session.get(ticket.session_id)
@@ -155,6 +172,23 @@ class Router:
                 self.moves += 1
             replica.sessions += 1
             self._session[ticket.session_id] = replica
+
+    def _draw(self, prefix_key: str, replica: ReplicaState) -> None:
+        """Point ``prefix_key``'s affinity at ``replica``: the most recent; past
+        ``_prefixes_kept`` the least recently sent prefix is forgotten."""
+        prefixes = self._prefix
+        prefixes[prefix_key] = replica
+        prefixes.move_to_end(prefix_key)
+        if len(prefixes) > self._prefixes_kept:
+            prefixes.popitem(last=False)
+
+    def _new_run(self, replicas: list[ReplicaState]) -> None:
+        """``replicas`` are a new run's: forget the affinities to the last run's (they
+        could never be chosen again, and would keep the last run's states alive)."""
+        self._replicas = replicas
+        now = {id(r) for r in replicas}
+        for key in [k for k, r in self._prefix.items() if id(r) not in now]:
+            del self._prefix[key]
 
     def unpin(self, prefix_key: str, replica: ReplicaState) -> None:
         """``replica`` failed the prefix's leader (or kept it waiting past the warm-up

@@ -1,0 +1,117 @@
+"""What the router and the dispatcher keep about prefixes stays bounded: a fleet with one
+prefix per session (each agent its own instructions), run again and again on one router,
+or one long run of many such sessions, does not keep an entry per session ever started.
+
+Counted, never timed: the entries left after runs, and which run's replicas they name.
+"""
+
+from __future__ import annotations
+
+from agentflow import Agent, Fleet, Replica, Session
+from agentflow.sched import Router, Scheduler
+from agentflow.sched._warmth import WARM, WARMING, Warmth
+from agentflow.testing import MockTransport, Reply
+from agentflow.transport import ChatRequest
+
+
+def _ok(request: ChatRequest) -> Reply:
+    return Reply.text("ok", prompt_tokens=50)
+
+
+def _fleet(
+    router: Router, caught: list[Scheduler], concurrency: int = 8, warm_kept: int | None = None
+) -> Fleet:
+    """Two in-process replicas sharing ``router``; each run's scheduler lands in ``caught``
+    (remembering ``warm_kept`` warm prefixes, when given)."""
+    replicas = [Replica(transport=MockTransport(_ok, endpoint=f"mock://r{i}")) for i in range(2)]
+    fleet = Fleet(replicas, router=router, max_concurrency=concurrency)
+    new_scheduler = fleet._new_scheduler
+
+    def recording() -> Scheduler:
+        caught.append(scheduler := new_scheduler())
+        if warm_kept is not None:
+            scheduler._warm.kept = warm_kept
+        return scheduler
+
+    fleet._new_scheduler = recording  # type: ignore[method-assign]
+    return fleet
+
+
+def _sessions(run: int, n: int) -> list[Session]:
+    """``n`` sessions, each of an agent with its own instructions (its own prefix key)."""
+    return [
+        Agent(name="a", model="m", instructions=f"You work on task {run}-{j}.").session("go")
+        for j in range(n)
+    ]
+
+
+async def test_a_router_keeps_no_affinity_to_an_earlier_runs_replicas() -> None:
+    router = Router()
+    caught: list[Scheduler] = []
+    fleet = _fleet(router, caught)
+    for run in range(3):
+        result = await fleet.run(_sessions(run, 20))
+        assert not result.failed
+        # Only this run's prefixes, pointing at this run's replica states: not 20 more
+        # entries per run, nor states of the runs before (each run has its own).
+        assert len(router._prefix) == 20
+        now = {id(r) for r in caught[-1].replicas}
+        assert {id(r) for r in router._prefix.values()} <= now
+
+
+async def test_a_router_keeps_the_most_recently_sent_prefixes() -> None:
+    router = Router()
+    router._prefixes_kept = 5
+    caught: list[Scheduler] = []
+    sessions = _sessions(0, 30)
+    result = await _fleet(router, caught).run(sessions)
+    assert not result.failed
+    assert len(router._prefix) == 5
+    assert set(router._prefix) <= {s.agent.prefix_key for s in sessions}
+
+
+async def test_a_sessions_turns_keep_its_prefix_recent() -> None:
+    """Each placement makes its prefix the most recent: the least recently sent goes."""
+    router = Router()
+    router._prefixes_kept = 2
+    caught: list[Scheduler] = []
+    agents = [Agent(name=n, model="m", instructions=f"You are {n}.") for n in "xyz"]
+    # One at a time: x sent again after y, so y is the least recent when z comes.
+    sessions = [agents["xyz".index(name)].session("go") for name in "xyxz"]
+    result = await _fleet(router, caught, concurrency=1).run(sessions)
+    assert not result.failed
+    assert list(router._prefix) == [agents[0].prefix_key, agents[2].prefix_key]
+
+
+async def test_a_run_of_many_prefixes_keeps_the_most_recently_used_warm() -> None:
+    caught: list[Scheduler] = []
+    result = await _fleet(Router(), caught, warm_kept=5).run(_sessions(0, 30))
+    assert not result.failed
+    warm = caught[0]._warm
+    assert len(warm) == 5  # not one per prefix the run sent (30)
+    assert set(warm.values()) == {WARM}
+
+
+def test_warm_entries_go_least_recently_used_first() -> None:
+    warm = Warmth(kept=2)
+    warm["P", "A"] = WARMING
+    warm["P", "A"] = WARM
+    warm["Q", "A"] = WARM
+    assert warm.used(("P", "A"))  # a ticket started there: P is the most recent
+    warm["R", "B"] = WARMING
+    assert len(warm) == 3  # a warm-up under way drops nothing
+    warm["R", "B"] = WARM  # one too many: the least recently used warm one goes
+    assert list(warm.items()) == [(("P", "A"), WARM), (("R", "B"), WARM)]
+    assert not warm.used(("Q", "A"))
+
+
+def test_warm_ups_under_way_are_never_dropped() -> None:
+    warm = Warmth(kept=1)
+    warm["X", "A"] = WARMING
+    warm["Y", "A"] = WARMING
+    warm["Z", "A"] = WARM  # over the bound, but nothing to drop: both are warming
+    assert list(warm.items()) == [(("X", "A"), WARMING), (("Y", "A"), WARMING), (("Z", "A"), WARM)]
+    warm["X", "A"] = WARM  # Z goes, the new one stays
+    assert list(warm.items()) == [(("Y", "A"), WARMING), (("X", "A"), WARM)]
+    warm.drop_warming()  # (a crashed dispatcher: its leaders' records are gone)
+    assert list(warm.items()) == [(("X", "A"), WARM)]

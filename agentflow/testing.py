@@ -297,8 +297,17 @@ class RecordedRequest:
         )
 
 
+#: The largest request body :class:`ScriptedServer` takes (bytes; as ``SimServer``'s).
+_MAX_BODY = 512 * 1024 * 1024
+
+
 class ScriptedServer:
     """A loopback HTTP server that answers chat requests from a script.
+
+    It takes request bodies up to 512 MiB (as the simulator's ``SimServer`` does):
+    a long conversation is answered from the script and recorded like any other, where
+    aiohttp's default limit of 1 MiB (about 260k tokens of context) answered a 413 that
+    was never scripted nor recorded.
 
     Args:
         replies: answered in order, one per request; a request past the end gets a 400
@@ -336,7 +345,7 @@ class ScriptedServer:
 
     async def start(self) -> ScriptedServer:
         """Bind and start serving."""
-        app = web.Application()
+        app = web.Application(client_max_size=_MAX_BODY)
         app.router.add_post("/v1/chat/completions", self._handle)
         # A client that goes away cancels its handler: a stream abandoned mid-delay is
         # counted then, and nothing of it runs on after stop().

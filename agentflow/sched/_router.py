@@ -24,11 +24,13 @@ the warm-up timeout, is a preference the same way for that prefix's tickets
 (:meth:`ReplicaState.avoids`): they go to another with room while there is one.
 
 The prefix affinity is remembered for the :data:`PREFIXES_KEPT` prefixes most recently
-sent (least recently sent forgotten first: its next new session goes least loaded), and
-only for the run under way: a run's replica states are its own, so when a router's
-:meth:`~Router.choose` first sees another run's replicas it forgets the affinities that
-point at the last run's (a fleet with one prefix per session, run again and again, or
-streaming without end, would otherwise keep one entry per session ever started).
+sent (least recently sent forgotten first: its next new session goes least loaded): a
+fleet with one prefix per session, run again and again, or streaming without end, would
+otherwise keep one entry per session ever started. A run's replica states are its own: an
+affinity pointing at an earlier run's is never chosen (it is not among the replicas with
+room), is drawn anew by the prefix's next placement, or goes as the most recently sent
+push it out — not all at once as a new run starts, which would have two fleets sharing a
+router at once drop each other's affinities at every turn.
 """
 
 from __future__ import annotations
@@ -90,11 +92,9 @@ class Router:
         self.session_header = session_header
         self.prompt_cache_key = prompt_cache_key
         self._session: dict[str, ReplicaState] = {}
-        # Least recently sent first; at most ``_prefixes_kept``, all the run's replicas'.
+        # Least recently sent first; at most ``_prefixes_kept``.
         self._prefix: OrderedDict[str, ReplicaState] = OrderedDict()
         self._prefixes_kept = PREFIXES_KEPT
-        # The replicas of the run under way (a scheduler's list: one per run).
-        self._replicas: list[ReplicaState] | None = None
         #: Prefixes some replica avoids, or did (:meth:`ReplicaState.avoids`; the
         #: scheduler adds them): only their tickets pay for the check.
         self.avoided: set[str] = set()
@@ -104,8 +104,6 @@ class Router:
 
     def choose(self, ticket: Ticket, replicas: list[ReplicaState]) -> ReplicaState | None:
         """The replica for ``ticket``, or ``None`` when none can take it now."""
-        if replicas is not self._replicas:  # a new run's: the last run's affinities go
-            self._new_run(replicas)
         if len(replicas) == 1:  # the common case: no choice to make
             only = replicas[0]
             return only if only.breaker.allows() and only.has_room(ticket) else None
@@ -181,14 +179,6 @@ class Router:
         prefixes.move_to_end(prefix_key)
         if len(prefixes) > self._prefixes_kept:
             prefixes.popitem(last=False)
-
-    def _new_run(self, replicas: list[ReplicaState]) -> None:
-        """``replicas`` are a new run's: forget the affinities to the last run's (they
-        could never be chosen again, and would keep the last run's states alive)."""
-        self._replicas = replicas
-        now = {id(r) for r in replicas}
-        for key in [k for k, r in self._prefix.items() if id(r) not in now]:
-            del self._prefix[key]
 
     def unpin(self, prefix_key: str, replica: ReplicaState) -> None:
         """``replica`` failed the prefix's leader (or kept it waiting past the warm-up

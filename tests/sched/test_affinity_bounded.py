@@ -7,7 +7,9 @@ Counted, never timed: the entries left after runs, and which run's replicas they
 
 from __future__ import annotations
 
-from agentflow import Agent, Fleet, Replica, Session
+import asyncio
+
+from agentflow import Agent, Fleet, FleetResult, Replica, Session
 from agentflow.sched import Router, Scheduler
 from agentflow.sched._warmth import WARM, WARMING, Warmth
 from agentflow.testing import MockTransport, Reply
@@ -45,18 +47,34 @@ def _sessions(run: int, n: int) -> list[Session]:
     ]
 
 
-async def test_a_router_keeps_no_affinity_to_an_earlier_runs_replicas() -> None:
+async def test_an_earlier_runs_affinity_is_drawn_anew() -> None:
     router = Router()
     caught: list[Scheduler] = []
     fleet = _fleet(router, caught)
-    for run in range(3):
-        result = await fleet.run(_sessions(run, 20))
-        assert not result.failed
-        # Only this run's prefixes, pointing at this run's replica states: not 20 more
-        # entries per run, nor states of the runs before (each run has its own).
-        assert len(router._prefix) == 20
-        now = {id(r) for r in caught[-1].replicas}
-        assert {id(r) for r in router._prefix.values()} <= now
+    sessions = _sessions(0, 20)
+    assert not (await fleet.run(sessions)).failed
+    # The same prefixes again: each affinity that pointed at the first run's replica
+    # states now points at the second run's (the first run's are not kept alive).
+    again = [Agent(name="a", model="m", instructions=s.agent.instructions).session("go")
+             for s in sessions]  # fmt: skip
+    assert not (await fleet.run(again)).failed
+    assert len(router._prefix) == 20
+    now = {id(r) for r in caught[-1].replicas}
+    assert {id(r) for r in router._prefix.values()} <= now
+
+
+async def test_two_fleets_sharing_a_router_at_once_keep_their_affinities() -> None:
+    router = Router()
+    caught: list[Scheduler] = []
+    one, two = _fleet(router, caught), _fleet(router, caught)
+    a, b = await asyncio.gather(one.run(_sessions(1, 20)), one_more(two))
+    assert not a.failed and not b.failed
+    # Each run's prefixes are its own: neither dropped the other's affinities.
+    assert len(router._prefix) == 40
+
+
+async def one_more(fleet: Fleet) -> FleetResult:
+    return await fleet.run(_sessions(2, 20))
 
 
 async def test_a_router_keeps_the_most_recently_sent_prefixes() -> None:

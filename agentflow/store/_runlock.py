@@ -21,8 +21,8 @@ and truncated only if it is a regular file of one link — owned by this user wh
 can write the directory: someone who can write the directory cannot have a run lock
 overwrite another file with a pid (a ``StoreError`` names the path instead). A filesystem
 that refuses ``flock`` (``ENOLCK``: NFS without lockd) is a ``StoreError`` naming the lock
-file, which is removed if made. Where there is no ``flock`` (Windows), no run lock is
-taken: one writer per run is then the user's to keep. Workers that share a run need
+file (left in place: another process may hold it). Where there is no ``flock`` (Windows),
+no run lock is taken: one writer per run is then the user's to keep. Workers that share a run need
 :class:`~agentflow.store.PostgresStore`.
 """
 
@@ -158,10 +158,10 @@ class RunLocks:
             os.close(fd)
             raise error from None
         except OSError as exc:  # ENOLCK, EOPNOTSUPP: the filesystem refuses flock
+            # (The file stays even if made here: another process may have opened and
+            # locked it since — removing it would let a third take the run beside that
+            # one. A lock file nobody holds is a stale one, taken by the next store.)
             os.close(fd)
-            if made:  # leave no lock file behind that no one holds
-                with contextlib.suppress(OSError):
-                    os.unlink(path)
             raise self._no_flock(path, exc) from exc
         except BaseException:
             os.close(fd)

@@ -27,8 +27,9 @@ __all__ = [
 
 
 class OutputFileError(OSError):
-    """An output file that could not be made or put in place (its directory takes no
-    new entries, the disk is full): an :class:`OSError` whose message names the path.
+    """An output file that could not be made, written or put in place (its directory
+    takes no new entries, the disk is full, the file is over the size limit): an
+    :class:`OSError` whose message names the path.
     The command line prints it as one line (``agentflow CMD: error: …``, exit 1)."""
 
     def __str__(self) -> str:
@@ -61,8 +62,11 @@ def open_text_output(path: str | os.PathLike[str]) -> Iterator[TextIO]:
       directly. A rename would replace the device node with a regular file (as root,
       ``/dev/null`` itself), and cannot be made onto a pipe at all.
 
-    Missing parent directories are created. A temporary file that cannot be made, or
-    put in place, is an :class:`OutputFileError` naming ``path``.
+    Missing parent directories are created. A file that cannot be made, written or put
+    in place is an :class:`OutputFileError` naming ``path`` (the temporary file removed):
+    an :class:`OSError` out of the block (a write: ``ENOSPC``, ``EFBIG``) or from the
+    close included — but for a ``BrokenPipeError`` on standard output, whose reader has
+    gone (the command line ends quietly then, exit 141).
     """
     path = Path(path)
     fd = own_fd(path)
@@ -74,16 +78,24 @@ def open_text_output(path: str | os.PathLike[str]) -> Iterator[TextIO]:
         # replaced by a rename, and what the command had printed to it was lost.
         sys.stdout.flush()
         sys.stderr.flush()
-        with os.fdopen(os.dup(fd), "w", encoding="utf-8") as direct:
-            yield direct
+        try:
+            with os.fdopen(os.dup(fd), "w", encoding="utf-8") as direct:
+                yield direct
+        except OSError as exc:
+            if fd == 1 and isinstance(exc, BrokenPipeError):
+                raise  # standard output's reader gone: the command line ends quietly (141)
+            raise _output_error(path, exc) from exc
         return
     try:
         mode = os.stat(path).st_mode  # through links
     except FileNotFoundError:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
-        with open(path, "w", encoding="utf-8") as direct:
-            yield direct
+        try:
+            with open(path, "w", encoding="utf-8") as direct:
+                yield direct
+        except OSError as exc:
+            raise _output_error(path, exc) from exc
         return
     target = path.resolve()  # a link's target (a dangling one: the file it would name)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
@@ -99,8 +111,11 @@ def open_text_output(path: str | os.PathLike[str]) -> Iterator[TextIO]:
     except OSError as exc:
         raise _output_error(path, exc) from exc
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yield f
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                yield f
+        except OSError as exc:  # a write or the close (the disk full, the file too large)
+            raise _output_error(path, exc) from exc
         try:
             os.replace(tmp, target)
         except OSError as exc:
@@ -155,4 +170,6 @@ def through_name(target: Path) -> Path:
 
 
 def _output_error(path: Path, exc: OSError) -> OutputFileError:
+    if isinstance(exc, OutputFileError):
+        return exc
     return OutputFileError(exc.errno, f"cannot write {path}: {exc.strerror or exc}", str(path))

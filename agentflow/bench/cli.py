@@ -186,6 +186,9 @@ def _bench(args: argparse.Namespace) -> int:
     if concs is not None and any(c != int(c) for c in concs):
         raise ConfigError(f"--concurrency values must be whole numbers, got {args.concurrency!r}")
     sweeping = args.sweep  # as given: --trace refuses it (apply_trace_arguments)
+    if sweeping and len(rates or concs or ()) > 1:  # (only the first was swept from)
+        flag, given = ("--rate", args.rate) if rates else ("--concurrency", args.concurrency)
+        raise ConfigError(f"--sweep starts from one {flag} value, got {given!r}: give one")
     if rates is None and concs is None:
         rates = [1.0]
         sweeping = True

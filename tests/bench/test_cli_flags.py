@@ -57,3 +57,19 @@ def test_the_time_scale_of_a_replay_is_kept(tmp_path: Path) -> None:
     assert json.loads(out.read_text())["run"]["source"]["time_scale"] == 0.5
     assert bench(["--profile", "cpu-tiny", "--trace", "agentic-small", "--report", str(out)]) == 0
     assert json.loads(out.read_text())["run"]["source"]["time_scale"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("flag", "values"), [("--rate", "1,5"), ("--concurrency", "2,4")], ids=["rate", "concurrency"]
+)
+def test_a_sweep_from_a_list_is_refused(
+    flag: str, values: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--sweep --rate 1,5`` swept from 1 and dropped the 5 without a word."""
+    argv = ["--profile", "cpu-tiny", "--workload", "short", "--duration", "2", "--sweep"]
+    assert bench([*argv, flag, values]) == 2
+    err = capsys.readouterr().err.strip()
+    assert (
+        err
+        == f"agentflow bench: error: --sweep starts from one {flag} value, got {values!r}: give one"
+    )

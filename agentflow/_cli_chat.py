@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from agentflow._agent import Agent
+from agentflow._base_url import check_base_url
 from agentflow._cli_signals import run_command
 from agentflow._cli_timeouts import _add_timeout_arguments, _timeouts
 from agentflow._cliargs import at_least, non_empty, non_negative
@@ -18,6 +19,8 @@ from agentflow.transport import Endpoint, HTTPTransport
 
 __all__ = ["add_chat_parser"]
 
+_DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
+
 
 def add_chat_parser(sub: Any) -> None:
     """Add ``chat`` to the ``agentflow`` command's subparsers."""
@@ -25,8 +28,8 @@ def add_chat_parser(sub: Any) -> None:
     chat.add_argument("prompt", help="the user message to send")
     chat.add_argument(
         "--base-url",
-        default=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:8000/v1"),
-        help="the server, up to /v1 (default: $OPENAI_BASE_URL or http://127.0.0.1:8000/v1)",
+        default=None,
+        help=f"the server, up to /v1 (default: $OPENAI_BASE_URL or {_DEFAULT_BASE_URL})",
     )
     chat.add_argument(
         "--api-key", default=os.environ.get("OPENAI_API_KEY"), help="defaults to $OPENAI_API_KEY"
@@ -62,6 +65,7 @@ def _chat(args: argparse.Namespace) -> int:
     """
     from agentflow._events import AttemptDiscardedEvent, RetryEvent
 
+    base_url = _base_url(args.base_url)
     agent = Agent(
         name="chat",
         model=args.model,
@@ -96,7 +100,7 @@ def _chat(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         nonlocal midline
-        endpoint = Endpoint(base_url=args.base_url, api_key=args.api_key)
+        endpoint = Endpoint(base_url=base_url, api_key=args.api_key)
         async with HTTPTransport(endpoint, timeouts=_timeouts(args)) as transport:
             result = await agent.session(args.prompt).run(transport, callbacks=[show])
         if live:
@@ -128,3 +132,16 @@ def _chat(args: argparse.Namespace) -> int:
         if streamed:
             print("agentflow chat: interrupted", file=sys.stderr, flush=True)
         raise
+
+
+def _base_url(given: str | None) -> str:
+    """The server's URL: ``--base-url``, else ``$OPENAI_BASE_URL``, else the default; a
+    malformed one is a :class:`ConfigError` naming where it came from (not the
+    ``Endpoint`` field it goes to)."""
+    field, url = "--base-url", given
+    if url is None:
+        field, url = "$OPENAI_BASE_URL", os.environ.get("OPENAI_BASE_URL")
+    if url is None:
+        return _DEFAULT_BASE_URL
+    check_base_url(url, field)
+    return url

@@ -10,6 +10,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+from agentflow._base_url import check_base_url
 from agentflow._cli_signals import run_command
 from agentflow._cli_timeouts import _add_timeout_arguments, _timeouts
 from agentflow._cliargs import check_store_file
@@ -158,6 +159,8 @@ def _demo(args: argparse.Namespace) -> int:
         raise ConfigError(VIRTUAL_HAS_NO_PACE)
     if args.base_url and args.time_scale is not None:
         raise ConfigError(BASE_URL_HAS_NO_PACE)
+    if args.base_url:  # named as the flag, not as the Endpoint field it goes to
+        check_base_url(args.base_url, "--base-url")
     scale = DEFAULT_TIME_SCALE if args.time_scale is None else args.time_scale
     config = DemoConfig(
         agents=args.agents, profile=args.profile or DEFAULT_PROFILE, seed=args.seed,
@@ -176,6 +179,8 @@ def _resume(args: argparse.Namespace) -> int:
     from agentflow.demo.run import resume_config, run_demo
     from agentflow.store import SQLiteStore
 
+    if args.base_url is not None:
+        check_base_url(args.base_url, "--base-url")
     check_store_file(args.store, "resume")
 
     async def recorded() -> dict[str, Any] | None:

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from agentflow._base_url import check_base_url
 from agentflow._cliargs import (
     at_least,
     check_no_overwrite,
@@ -171,6 +172,8 @@ def _bench(args: argparse.Namespace) -> int:
             "--profile picks the simulator's deployment; with --base-url there is no "
             "simulator: drop --profile or --base-url"
         )
+    if args.base_url:
+        check_base_url(args.base_url, "--base-url")
     _check_no_overwrite(args)
     if args.report is not None:
         check_output_file(args.report, "--report")
@@ -231,9 +234,6 @@ def _bench(args: argparse.Namespace) -> int:
     if args.base_url:
         key = os.environ.get(args.api_key_env) if args.api_key_env else None
         target = HTTPTarget(base_url=args.base_url, model=args.model, api_key=key)
-        from agentflow.transport import Endpoint
-
-        Endpoint(base_url=args.base_url)  # a ConfigError names a malformed URL
     else:
         from agentflow.sim.profiles import get_profile
 

@@ -241,8 +241,9 @@ def _server_from_files(before: Path, after: Path, *, client: dict[str, Any]) -> 
             snaps.append(parse_metrics(path.read_text("utf-8")))
         except OSError as exc:
             raise ConfigError(f"report: cannot read {path}: {exc}") from None
-        except ValueError as exc:
-            raise ConfigError(f"report: {path} is not a Prometheus text page: {exc}") from None
+        except ValueError as exc:  # (prometheus_client's is bare for some pages: `{}`)
+            why = str(exc) or "not in the text exposition format (NAME{LABELS} VALUE lines)"
+            raise ConfigError(f"report: {path} is not a Prometheus text page: {why}") from None
     flags = f"--server-metrics {before} {after}"
     # A counter only grows while a server runs: one that went down means the files are in
     # the wrong order or the server restarted between them (or, for a histogram whose

@@ -170,6 +170,21 @@ def test_a_bad_bucket_bound_is_one_line_naming_the_file(
     assert "swapped" not in text
 
 
+def test_a_page_refused_without_a_reason_still_gets_one(demo_json: Path, tmp_path: Path) -> None:
+    """prometheus_client rejects ``{}`` with a bare ``ValueError()``: the message ended in
+    "is not a Prometheus text page: " and nothing after it."""
+    before = tmp_path / "before.prom"
+    before.write_text("{}\n")
+    argv = [str(demo_json), "--html", str(tmp_path / "r.html")]
+    with pytest.raises(ConfigError) as info:
+        _run(*argv, "--server-metrics", str(before), str(before))
+    text = str(info.value)
+    assert text.endswith(
+        "before.prom is not a Prometheus text page: not in the text exposition format "
+        "(NAME{LABELS} VALUE lines)"
+    ), text
+
+
 def test_write_json_is_plain_json(demo_json: Path, tmp_path: Path) -> None:
     """A NaN in the AFTER scrape is null in ``--write-json`` (it was a bare NaN token);
     a report file holding one is refused when read, not passed on."""

@@ -6,6 +6,7 @@
     agentflow bench --rate 2 --duration 60 --record run.jsonl     # record a bench run
     agentflow trace convert mooncake.jsonl -o trace.jsonl          # Mooncake → agentflow
     agentflow trace export --store runs.db RUN_ID -o trace.jsonl   # a stored run → trace
+    agentflow trace export --store runs.db RUN_ID -o - | jq .      # ... to standard output
     agentflow trace show agentflow/bench/traces/agentic-small.jsonl
 """
 
@@ -148,7 +149,7 @@ def add_trace_parser(sub: Any) -> None:
     )
     conv.add_argument("input", type=Path, help="the trace to convert (e.g. a Mooncake JSONL)")
     conv.add_argument(
-        "-o", "--output", type=Path, required=True, help="where to write the agentflow trace"
+        "-o", "--output", type=Path, required=True, help=f"where to write the trace {_DASH}"
     )
     conv.add_argument(
         "--format", choices=TRACE_FORMATS, default="mooncake", help="the input's format"
@@ -157,7 +158,7 @@ def add_trace_parser(sub: Any) -> None:
     exp = cmds.add_parser("export", help="a run in the durable store → an agentflow trace")
     exp.add_argument("--store", type=Path, required=True, help="the SQLite store file")
     exp.add_argument("run_id", help="the id of the run to export")
-    exp.add_argument("-o", "--output", type=Path, required=True, help="where to write the trace")
+    exp.add_argument("-o", "--output", type=Path, required=True, help=f"where to write it {_DASH}")
     exp.add_argument("--lengths-only", action="store_true", help="record no text, only lengths")
     exp.set_defaults(func=_export)
     show = cmds.add_parser("show", help="check a trace and print its sessions and turns")
@@ -174,14 +175,33 @@ def add_trace_parser(sub: Any) -> None:
     show.set_defaults(func=_show)
 
 
+_DASH = "('-': standard output)"
+
+
+def _output(args: argparse.Namespace, inputs: list[tuple[str, Path]]) -> Path | None:
+    """``--output`` checked, or ``None`` for ``-``: standard output (it was a file named
+    ``-``)."""
+    if str(args.output) == "-":
+        return None
+    check_no_overwrite([("--output", args.output)], inputs)
+    check_output_file(args.output, "--output")
+    return Path(args.output)
+
+
+def _written(n: int, out: Path | None) -> int:
+    if out is None:  # the trace is on standard output: the count is not
+        print(f"{n} requests written to standard output", file=sys.stderr)
+    else:
+        print(f"{n} requests written to {out}")
+    return 0
+
+
 def _convert(args: argparse.Namespace) -> int:
     from agentflow.bench._trace_format import load_trace, write_trace
 
-    check_no_overwrite([("--output", args.output)], [(f"the input {args.input}", args.input)])
-    check_output_file(args.output, "--output")
-    n = write_trace(load_trace(args.input, format=args.format), args.output)
-    print(f"{n} requests written to {args.output}")
-    return 0
+    out = _output(args, [(f"the input {args.input}", args.input)])
+    n = write_trace(load_trace(args.input, format=args.format), out or sys.stdout)
+    return _written(n, out)
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -190,8 +210,7 @@ def _export(args: argparse.Namespace) -> int:
     from agentflow.store import SQLiteStore
 
     check_store_file(args.store, "trace export")
-    check_no_overwrite([("--output", args.output)], store_inputs(args.store))
-    check_output_file(args.output, "--output")
+    out = _output(args, store_inputs(args.store))
 
     async def main() -> int:
         store = SQLiteStore(args.store, journal=False)  # reads only: no journal
@@ -199,11 +218,9 @@ def _export(args: argparse.Namespace) -> int:
             records = await record_store(store, args.run_id, with_text=not args.lengths_only)
         finally:
             await store.aclose()
-        return write_trace(records, args.output)
+        return write_trace(records, out or sys.stdout)
 
-    n = run_command(main())
-    print(f"{n} requests written to {args.output}")
-    return 0
+    return _written(run_command(main()), out)
 
 
 def _show(args: argparse.Namespace) -> int:

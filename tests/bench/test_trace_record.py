@@ -155,6 +155,30 @@ def test_trace_export_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "is empty" in capsys.readouterr().err and empty.stat().st_size == 0
 
 
+def test_a_dash_writes_the_trace_to_standard_output(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``-o -`` (export and convert) wrote a file named ``-`` in the working directory: it
+    is standard output now, with the count on stderr so that the trace is all there is."""
+    path = tmp_path / "runs.db"
+    run_id = _store_with_a_run(path)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    file = tmp_path / "t.jsonl"
+    export = ["trace", "export", "--store", str(path), run_id, "-o"]
+    convert = ["trace", "convert", str(file), "--format", "agentflow", "-o"]
+    for argv in (export, convert):
+        assert main([*argv, str(file) if argv is export else str(tmp_path / "c.jsonl")]) == 0
+        capsys.readouterr()
+        assert main([*argv, "-"]) == 0
+        out, err = capsys.readouterr()
+        n = len(file.read_text().splitlines())
+        assert out == file.read_text() and n >= 6
+        assert err == f"{n} requests written to standard output\n"
+    assert list(work.iterdir()) == []
+
+
 def test_trace_output_over_its_input_is_refused(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

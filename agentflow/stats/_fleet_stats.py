@@ -19,10 +19,10 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 from agentflow._events import Event, TurnEndEvent
 from agentflow._metrics import TurnMetrics
+from agentflow._seconds import shown
 from agentflow._trace import PromptInfo, TurnTrace
 from agentflow.stats._agents import AgentStats
 from agentflow.stats._by_turn import ByTurnIndex
@@ -81,7 +81,7 @@ class FleetStats:
             the time buckets. When not given, the fleet's start (its ``FleetStartEvent``;
             with :meth:`from_result`, the result's ``start_ns``), else the first turn's
             ready time, is the origin, and buckets are aligned on multiples of
-            ``bucket_s``. An int ≥ 0 (nanoseconds) or ``None``.
+            ``bucket_s``. An int (nanoseconds; the clock's, so possibly negative) or ``None``.
         max_turn_index: rows of the by-turn-index table.
         clock: the fleet's clock (``Fleet(clock=…)``), read to place error and retry
             events in the time series (they carry no time). Without it a retry is placed
@@ -115,7 +115,12 @@ class FleetStats:
             raise ConfigError(f"per must be 'agent' or 'session', got {per!r}")
         # (A float failed every turn's update with a TypeError, seen only as callback
         # errors; a str gave empty series.)
-        check_count(start_ns, "FleetStats.start_ns", 0, none="the fleet's start")
+        if start_ns is not None and (isinstance(start_ns, bool) or not isinstance(start_ns, int)):
+            # (Any int: a trace clock may be negative — a resumed virtual run's is.)
+            raise ConfigError(
+                "FleetStats.start_ns must be an int (nanoseconds on the trace clock) or None "
+                f"(the fleet's start), got {shown(start_ns)}"
+            )
         check_fleet_settings(
             relative_accuracy=relative_accuracy,
             bucket_s=bucket_s,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Literal
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError, TransportError
 from agentflow._redact import display_url, redact
+from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 from agentflow.sched._breaker import CircuitBreaker
 from agentflow.sched._limits import Limits, RateGate, _number
 from agentflow.sched._ticket import Ticket
@@ -81,16 +81,16 @@ class Replica:
         rate = self.breaker_failure_rate
         if not _number(rate) or not 0 < rate <= 1:
             raise ConfigError(f"Replica.breaker_failure_rate must be in (0, 1], got {rate!r}")
-        cooldown = self.breaker_cooldown_s
-        if not _number(cooldown) or not 0 < cooldown < math.inf:
-            raise ConfigError(
-                f"Replica.breaker_cooldown_s must be a finite number > 0, got {cooldown!r}"
-            )
+        # (The bounds the breaker checks when a run builds it: refused here, not then.)
+        cooldown = check_seconds(
+            self.breaker_cooldown_s, "Replica.breaker_cooldown_s", 1e-9, MAX_TIMEOUT_S
+        )
         most = self.breaker_max_cooldown_s
-        if most is not None and (not _number(most) or not cooldown <= most < math.inf):
+        if most is not None and (not _number(most) or not cooldown <= most <= MAX_TIMEOUT_S):
             raise ConfigError(
-                "Replica.breaker_max_cooldown_s must be a finite number ≥ breaker_cooldown_s "
-                f"({cooldown!r}), or None (60 s, or the cooldown if longer), got {most!r}"
+                "Replica.breaker_max_cooldown_s must be a number of seconds in "
+                f"[breaker_cooldown_s ({cooldown!r}), {MAX_TIMEOUT_S:g}], or None (60 s, or the "
+                f"cooldown if longer), got {most!r}"
             )
 
     @property

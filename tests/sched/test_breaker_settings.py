@@ -46,3 +46,23 @@ def test_numbers_in_range_are_taken() -> None:
     b = CircuitBreaker(FakeClock(), failure_rate=1, cooldown_s=1, max_cooldown_s=1)
     assert b.failure_rate == 1
     assert b.opens_in_ns() == 0
+
+
+@pytest.mark.parametrize(
+    ("settings", "field"),
+    [
+        ({"breaker_cooldown_s": 2e9}, "breaker_cooldown_s"),
+        ({"breaker_cooldown_s": 1e-10}, "breaker_cooldown_s"),
+        ({"breaker_max_cooldown_s": 2e9}, "breaker_max_cooldown_s"),
+    ],
+    ids=repr,
+)
+def test_a_replica_refuses_what_its_breaker_would_refuse(
+    settings: dict[str, float], field: str
+) -> None:
+    """Refused when the replica is made, not later when a run builds its breaker."""
+    from agentflow import Replica
+    from agentflow.testing import MockTransport, Reply
+
+    with pytest.raises(ConfigError, match=rf"^Replica\.{field} must be"):
+        Replica(transport=MockTransport(lambda _: Reply.text("hi")), **settings)  # type: ignore[arg-type]

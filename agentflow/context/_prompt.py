@@ -145,9 +145,10 @@ class PromptCounter:
         #: is the id of an object held there, so it is that object's alone.
         self._by_id: dict[int, int] | None = {} if check == "identity" else None
         self._prefix: list[int] = [0]
-        #: Where the snapshots the last :meth:`count` added begin: the ones the next
-        #: count checks against the caller's objects ("identity" only; see the module).
-        self._fresh = 0
+        #: Where the snapshots of the messages the last :meth:`count` had to count are
+        #: (new objects, not held before): the ones the next count checks against the
+        #: caller's objects ("identity" only; see the module).
+        self._fresh: list[int] = []
         self._tools_snap: list[Any] | None = None
         self._tools_count = 0
         self.tokens = 0
@@ -200,9 +201,10 @@ class PromptCounter:
         if first < self._low:
             self._low = first
         by_id = self._by_id
-        if by_id is not None and self._fresh < first:
+        if self._fresh:
             self._adopt(messages, self._fresh, first)
-        self._fresh = first
+        fresh: list[int] = []
+        self._fresh = fresh
         gone: list[Any] = []
         if first < len(self._snaps):
             # Held until the loop below is done, so that no id among them is reused yet.
@@ -219,6 +221,8 @@ class PromptCounter:
             n = by_id.get(id(m)) if by_id is not None else None
             if n is None:
                 n = count(m)
+                if by_id is not None:
+                    fresh.append(len(snaps))
             snaps.append(snap(m))
             counts.append(n)
             total += n
@@ -244,13 +248,17 @@ class PromptCounter:
         self.tokens = total + self._tools_count + self.counter.reply_priming
         return self.tokens
 
-    def _adopt(self, messages: Sequence[Mapping[str, Any]], lo: int, hi: int) -> None:
-        """Take ``messages[lo:hi]`` — found equal to their snapshots — as the snapshots
-        where they are other objects (equal copies), keeping their counts: from then on
-        they are compared by pointer (see the module)."""
+    def _adopt(self, messages: Sequence[Mapping[str, Any]], fresh: list[int], end: int) -> None:
+        """Take ``messages[i]`` for each ``i`` in ``fresh`` below ``end`` — found equal to
+        their snapshots — as the snapshots where they are other objects (equal copies),
+        keeping their counts: from then on they are compared by pointer (see the module).
+        Only the messages the last count had to count (after a rewrite, not the history
+        it found by ``id``)."""
         snaps, counts, by_id = self._snaps, self._counts, self._by_id
         assert by_id is not None
-        for i in range(lo, hi):
+        for i in fresh:
+            if i >= end:
+                break
             m, old = messages[i], snaps[i]
             if m is not old:
                 # ``old`` is held until its id is dropped, so that no id is reused yet (a

@@ -102,3 +102,21 @@ def test_an_equal_copy_is_replaced_by_the_callers_object() -> None:
     assert counter.count_of(reply) == n
     assert counter.count_of(copy) is None
     assert total == MessageCounter(TiktokenCounter()).count_prompt([user, reply, tool])
+
+
+def test_after_a_rewrite_only_the_messages_counted_anew_are_checked_next() -> None:
+    """A rewrite near the start finds the kept history by ``id``: the next count checks
+    only the messages that rewrite had to count, not the whole history again (one
+    pointer check per kept message per rewrite turn, a cost growing with the history)."""
+    counter = MessageCounter(TiktokenCounter()).session()
+    history = [{"role": "user", "content": f"m{i}"} for i in range(50)]
+    counter.count(history)
+    summary = {"role": "user", "content": "a summary"}
+    rewritten = [summary, *history[10:]]  # the session's own objects after the summary
+    counter.count(rewritten)
+    assert counter.first_changed == 0
+    assert counter._fresh == [0]  # only the summary was new
+    reply = {"role": "assistant", "content": "ok"}
+    total = counter.count([*rewritten, dict(reply)])
+    assert counter._fresh == [len(rewritten)]
+    assert total == MessageCounter(TiktokenCounter()).count_prompt([*rewritten, reply])

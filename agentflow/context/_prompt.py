@@ -30,7 +30,8 @@ followed by the turn's reply, built from the trace, before the session appends i
 dict for it. ``"identity"`` then still finds the two equal — by value. So that this
 happens once and not on every later turn (every past reply compared field by field, twice
 a turn: a cost growing with the history), the next :meth:`PromptCounter.count` checks the
-snapshots the previous count added and takes the caller's object in place of an equal
+snapshots of the messages the previous count had to count (new objects: after a rewrite,
+not the history it found by ``id``) and takes the caller's object in place of an equal
 copy: one pointer check per new message.
 
 **Its own counts.** With ``"identity"``, a message is known by the object itself: the

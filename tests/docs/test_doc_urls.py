@@ -33,7 +33,8 @@ def _doc_urls() -> dict[str, str]:
 
 async def test_every_url_the_docs_give_a_transport_reaches_the_chat_endpoint() -> None:
     urls = _doc_urls()
-    assert "docs/scale-out.md:19" in urls  # (the pattern finds what it is meant to)
+    # (the pattern finds what it is meant to: scale-out.md's, whatever line they move to)
+    assert any(where.startswith("docs/scale-out.md:") for where in urls)
     agent = Agent(name="a", model="m")
     async with ScriptedServer([Reply.text("ok")] * len(urls)) as server:
         here = urlsplit(server.base_url).netloc

@@ -9,10 +9,13 @@ is one whole iteration — every callback it ran plus the poll. On an idle loop 
 few microseconds; a client that cannot keep up with its streams sees it grow to
 milliseconds, and every latency it measures may be late by up to that much.
 
-It also records how late each of its timers fired (``wakeup_late``): that includes the
-time the process waited for a CPU — which an iteration's length cannot show, since a
-descheduled, idle loop runs no iteration — but also up to ~1 ms of timer rounding
-(asyncio's epoll loop waits in whole milliseconds), so it is a coarse figure.
+A sample also counts how late its timer fired: a callback that holds the loop for 40 ms
+delays the probe's timer as it delays every read queued behind it, but the iteration the
+probe then times is the short one *after* the block. So each sample is the larger of the
+iteration and the timer's lateness beyond 1 ms (asyncio's epoll loop waits in whole
+milliseconds, so an idle loop's timers fire up to ~1 ms late). The raw lateness is
+kept too (``wakeup_late``); it also shows the process waiting for a CPU, which an
+iteration's length cannot show, since a descheduled, idle loop runs no iteration.
 
 Both go to :class:`~agentflow.stats.Sketch` objects (bounded memory, 1 % relative
 error); :meth:`LoopLagProbe.summary` is what reports carry (``run.loop_lag``).
@@ -30,6 +33,10 @@ from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 from agentflow.stats import Sketch
 
 __all__ = ["LoopLagProbe"]
+
+#: How late an idle loop's timer may fire (epoll's whole-millisecond wait), in seconds:
+#: lateness up to this much is not counted as lag.
+_TIMER_SLACK_S = 1e-3
 
 
 class LoopLagProbe:
@@ -52,7 +59,7 @@ class LoopLagProbe:
         check_seconds(interval_s, "LoopLagProbe.interval_s", 1e-9, MAX_TIMEOUT_S)
         self.interval_s = interval_s
         self.clock = clock
-        #: Every sample, in seconds.
+        #: Every sample (the iteration, or the timer's lateness if larger), in seconds.
         self.sketch = Sketch()
         #: How late each timer fired, in seconds (see the module doc).
         self.wakeup_late = Sketch()
@@ -64,6 +71,7 @@ class LoopLagProbe:
         self._timer: asyncio.TimerHandle | None = None
         self._t1 = 0
         self._due = 0.0
+        self._late = 0.0
         self._running = False
 
     def start(self) -> None:
@@ -97,7 +105,8 @@ class LoopLagProbe:
 
     def _tick(self) -> None:
         if self._running and self._loop is not None:
-            self.wakeup_late.add(max(0.0, self._loop.time() - self._due))
+            self._late = max(0.0, self._loop.time() - self._due)
+            self.wakeup_late.add(self._late)
             self._loop.call_soon(self._hop1)
 
     def _hop1(self) -> None:
@@ -108,7 +117,7 @@ class LoopLagProbe:
     def _hop2(self) -> None:
         if not self._running or self._loop is None:
             return
-        lag = (self.clock() - self._t1) * 1e-9
+        lag = max((self.clock() - self._t1) * 1e-9, self._late - _TIMER_SLACK_S)
         self.sketch.add(lag)
         self.last_s = lag
         if lag > self._window_max:
@@ -125,7 +134,8 @@ class LoopLagProbe:
         "max_s", "wakeup_late_p99_s"}`` (seconds; ``None`` before any sample)."""
         sk = self.sketch
         return {
-            "definition": "one event-loop iteration (callbacks run + poll), sampled",
+            "definition": "one event-loop iteration (callbacks run + poll), or its timer's "
+            "lateness beyond 1 ms if larger, sampled",
             "interval_s": self.interval_s,
             "count": sk.count,
             "mean_s": sk.mean,

@@ -206,3 +206,22 @@ def test_numbers_just_under_1000_are_not_in_scientific_notation() -> None:
     report["fleet"]["output_tps"] = 999.7
     page = render_html([Run("x", report)], [], title="t")
     assert "e+03" not in page and "<td>1,000</td>" in page
+
+
+def test_the_lag_warning_reads_a_blocked_loop_and_a_zero_median_itl() -> None:
+    """A loop blocked 40 ms of every 80 showed only in ``wakeup_late_p99_s`` (in reports
+    written before samples counted it), and its reads piled up so the median ITL was 0 —
+    which made the warning skip its ITL test: a 40 ms lag behind an 8 s TTFT went unflagged."""
+    report: dict[str, Any] = {
+        "run": {"loop_lag": {"p99_s": 0.0004, "wakeup_late_p99_s": 0.041}},
+        "distributions": {
+            "ttft_s": {"count": 2, "p50": 8.0},
+            "itl_s": {"count": 100, "p50": 0.0},
+        },
+    }
+    warning = lag_warning(Run("x", report))
+    assert warning is not None
+    assert "40.00 ms at p99" in warning and "median ITL of 0" in warning
+    assert "TTFT" not in warning  # 40 ms is 0.5 % of 8 s
+    report["run"]["loop_lag"] = {"p99_s": 0.0004, "wakeup_late_p99_s": 0.0009}
+    assert lag_warning(Run("x", report)) is None  # timer rounding on an idle loop

@@ -113,6 +113,7 @@ class StreamState:
         "builder",
         "clock",
         "decoder",
+        "ended_ns",
         "endpoint",
         "last_ns",
         "limits",
@@ -143,6 +144,9 @@ class StreamState:
         #: Clock time of the latest read that completed a data event (the send time before
         #: any): the idle watchdog's measure of silence.
         self.last_ns = sent
+        #: When the body ended (the stamp of the read that ended it, given to :meth:`end`);
+        #: ``None`` before. :meth:`finish` takes it as the stream's end.
+        self.ended_ns: int | None = None
         #: The stream's time limits, or ``None``.
         self.limits = limits = None if timeouts is None else Deadlines(timeouts, self)
         #: Whether the first-token limit still waits for the first output.
@@ -225,13 +229,15 @@ class StreamState:
             read(data, clock())
             if builder.done:
                 return await drain(reads)
-        self.end(clock())
+        self.end(clock())  # (kept as the end: finish() may run after more awaits)
         return True
 
     def end(self, now: int) -> None:
         """The body ended at ``now``: feed a last event that had no blank line after it.
         One that does not parse was cut by the end of the body (a connection closed in
-        the middle of an event): ``unfinished``, as a stream that stopped early is."""
+        the middle of an event): ``unfinished``, as a stream that stopped early is.
+        ``now`` is the stream's end for :meth:`finish`."""
+        self.ended_ns = now
         try:
             feed = self._feed
             for payload in self.decoder.flush():
@@ -263,9 +269,12 @@ class StreamState:
 
     def finish(self, headers: dict[str, str], end_ns: int | None = None) -> TurnTrace:
         """The trace of a body that ended cleanly; it must have ended with ``[DONE]`` or
-        a finish reason (else a :class:`StreamProtocolError` with the trace)."""
-        end = self.clock() if end_ns is None else end_ns
-        return finish_stream(self.builder, end, self.reconnects, headers)
+        a finish reason (else a :class:`StreamProtocolError` with the trace). Its end is when
+        ``[DONE]`` arrived, else ``end_ns``, else the stamp given to :meth:`end` (the read
+        that ended the body, not when the waiting task woke), else now."""
+        if end_ns is None:
+            end_ns = self.clock() if self.ended_ns is None else self.ended_ns
+        return finish_stream(self.builder, end_ns, self.reconnects, headers)
 
     def timeout(self) -> StreamTimeout:
         """The :class:`StreamTimeout` for the limit that ran out, with the partial trace."""

@@ -40,6 +40,31 @@ _TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux: tv_sec, tv_
 # Not at import where unsupported: agentflow.transport must import on Windows too.
 _ANC_SIZE = socket.CMSG_SPACE(_TIMESPEC.size) if SUPPORTED else 0
 _READ_SIZE = 256 * 1024
+# How far apart two clock readings around a real-time one may be (ns), and how many tries.
+_BRACKET_NS = 20_000
+_TRIES = 4
+
+
+def _converted(stamp_ns: int, clock: Callable[[], int]) -> int:
+    """A ``CLOCK_REALTIME`` stamp on ``clock``: now on ``clock``, less the stamp's age on the
+    real-time clock (the same on any clock). Both clocks are read back to back, bracketed
+    by two readings of ``clock`` (taking their middle): a pause between them (the process
+    descheduled) would make the stamp early by that much, so a bracket wider than
+    ``_BRACKET_NS`` is read again (up to ``_TRIES`` times; the narrowest is kept)."""
+    realtime = time.time_ns
+    a = clock()
+    rt = realtime()
+    b = clock()
+    width, now, tries = b - a, (a + b) // 2, 1
+    while width > _BRACKET_NS and tries < _TRIES:
+        tries += 1
+        a = clock()
+        r = realtime()
+        b = clock()
+        if b - a < width:
+            width, now, rt = b - a, (a + b) // 2, r
+    age = rt - stamp_ns
+    return now - age if age > 0 else now
 
 
 class StampedProtocol(Protocol):
@@ -104,16 +129,13 @@ class StampedSocket(asyncio.Transport):
 
     def _arrival(self, ancdata: list[tuple[int, int, bytes]]) -> int:
         """The kernel's stamp of this read, on ``clock``; the clock itself if there is none."""
-        now = self._clock()
         for level, kind, payload in ancdata:
             if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
                 sec, nsec = _TIMESPEC.unpack_from(payload)
-                # The stamp is on CLOCK_REALTIME; its age is the same on any clock.
-                age = time.time_ns() - (sec * 1_000_000_000 + nsec)
-                return now - age if age > 0 else now
-        return now
+                return _converted(sec * 1_000_000_000 + nsec, self._clock)
+        return self._clock()
 
-    # -- writing -------------------------------------------------------------------------
+        # -- writing -------------------------------------------------------------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Send ``data``; what the socket does not take now goes when it is writable."""

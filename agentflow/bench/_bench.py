@@ -5,7 +5,10 @@ warm-up, repeats, SLOs) and a target — :class:`SimTarget` (the embedded simula
 virtual time, the default) or :class:`HTTPTarget` (any OpenAI-compatible server) —
 and returns the bench report (``agentflow.bench/1``, ``docs/bench.md``): one entry per
 level with its figures, their 95 % confidence intervals over the repeats, each
-repeat's ``agentflow.report/2`` report, and the saturation knee.
+repeat's ``agentflow.report/2`` report, and the saturation knee. On real time each
+repeat also runs a :class:`~agentflow.report.LoopLagProbe` on the client's own loop: its
+report's ``run`` has ``loop_lag`` and ``reads_stamped_by``, and an over-saturated
+level's reasons say when the client lagged.
 
 A sweep goes from low load to high and stops once a level is over-saturated (its time
 to first token or its backlog keeps growing, :class:`~agentflow.bench.Saturation`;
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentflow._cli_signals import run_command
 from agentflow._fleet import Fleet
@@ -49,6 +52,9 @@ from agentflow.bench._load import (
 from agentflow.bench._script import SessionScript
 from agentflow.bench._targets import HTTPTarget, SimTarget, Target
 from agentflow.bench._targets import _longest_output as _longest_output
+
+if TYPE_CHECKING:
+    from agentflow.report._lag import LoopLagProbe
 
 __all__ = [
     "BENCH_SCHEMA_VERSION",
@@ -110,6 +116,12 @@ async def arun_bench(
             seed = config.seed + r
             scripts = _scripts(config, load, seed)
             async with target.open(scripts, seed) as transport:
+                info: dict[str, Any] = {"target": target.label, "model": model, "seed": seed}
+                # The client's own loop, on real time (virtual time has no lag to see).
+                lag = None if target.virtual else _probe()
+                if lag is not None:
+                    kernel = getattr(transport, "kernel_timestamps", False)
+                    info["reads_stamped_by"] = "kernel" if kernel else "event loop"
                 fleet = Fleet(
                     transport,
                     max_concurrency=config.max_in_flight,
@@ -132,7 +144,8 @@ async def arun_bench(
                         slos=config.slos,
                         clock=clock,
                         saturation=config.saturation,
-                        run_info={"target": target.label, "model": model, "seed": seed},
+                        run_info=info,
+                        lag=lag,
                     )
                 except asyncio.CancelledError:
                     # Ctrl-C, SIGTERM: the level's finished repeats, else the run cut
@@ -162,6 +175,12 @@ async def arun_bench(
         else:
             over = 0
     return _report(config, target, model, params, levels, stopped)
+
+
+def _probe() -> LoopLagProbe:
+    from agentflow.report._lag import LoopLagProbe  # (not imported by a virtual bench)
+
+    return LoopLagProbe()
 
 
 def _params(config: BenchConfig) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import asyncio
 import itertools
 from collections.abc import Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
@@ -30,6 +30,9 @@ from agentflow.bench._spec import SessionScript
 from agentflow.stats import SLO, FleetStats
 from agentflow.stats._rows import ready_ns
 from agentflow.typing import Clock
+
+if TYPE_CHECKING:
+    from agentflow.report._lag import LoopLagProbe
 
 __all__ = ["LevelResult", "LevelTap", "Saturation", "run_level"]
 
@@ -196,6 +199,7 @@ async def run_level(
     clock: Clock,
     saturation: Saturation = Saturation(),
     run_info: Mapping[str, Any] | None = None,
+    lag: LoopLagProbe | None = None,
 ) -> LevelResult:
     """Run one level's ``scripts`` on ``fleet`` and measure it.
 
@@ -218,6 +222,9 @@ async def run_level(
         clock: the fleet's clock (nanoseconds; the traces' clock).
         saturation: when the level counts as over-saturated.
         run_info: copied into the level report's ``run`` section.
+        lag: a probe of the client's own event loop, run while the level runs: its
+            summary goes to the report's ``run.loop_lag``, and a saturation verdict
+            notes a client that lagged (its latencies then include its own delay).
 
     Raises:
         ConfigError: a concurrency level on a fleet with a run store (it records the
@@ -254,6 +261,8 @@ async def run_level(
     me = asyncio.current_task()
     cancels = 0 if me is None else me.cancelling()
     tap.interrupted = None
+    if lag is not None:
+        lag.start()
     task = asyncio.create_task(fleet.run(sessions))
     result: FleetResult | None = None  # known when the run ended by itself
     cancel: asyncio.CancelledError | None = None  # ours, when this task was cancelled
@@ -274,6 +283,8 @@ async def run_level(
                 cancel = cancel or exc  # this task was cancelled, not only the fleet's
     finally:
         tap._window = None
+        if lag is not None:
+            lag.stop()
         if not task.done():
             task.cancel()
     elapsed = loop.time() - t0
@@ -304,9 +315,10 @@ async def run_level(
     served_s = 0.0 if stats.last_ns is None else (stats.last_ns - lo_ns) / 1e9
     stats.fleet_start_ns = lo_ns
     stats.wall_s = max(window_length(length_s, warmup_s, ran_out_s), served_s)
-    report = stats.report(
-        run={**(run_info or {}), "level": load.label, "label": load.label}, cdf_points=20
-    )
+    info = {**(run_info or {}), "level": load.label, "label": load.label}
+    if lag is not None:
+        info["loop_lag"] = lag.summary()
+    report = stats.report(run=info, cdf_points=20)
     summary = level_summary(
         load=load,
         report=report,
@@ -322,6 +334,8 @@ async def run_level(
         peak_in_flight=None if result is None else result.peak_in_flight,
         interrupted=interrupted,
     )
+    if lag is not None:
+        _note_lag(summary, report, load.label)
     level = LevelResult(
         load=load, summary=summary, stats=stats, run=run, report=report, result=result
     )
@@ -329,3 +343,23 @@ async def run_level(
         tap.interrupted = level
         raise cancel
     return level
+
+
+def _note_lag(summary: dict[str, Any], report: dict[str, Any], label: str) -> None:
+    """An over-saturated level whose client lagged (``lag_warning``'s test on its report)
+    says so in its reasons: its growing latencies may be the client's, not the server's."""
+    reasons = summary["saturation"]["reasons"]
+    if not reasons:
+        return
+    from agentflow.report._html import lag_warning
+    from agentflow.report._runs import Run
+
+    if lag_warning(Run(label, report)) is None:
+        return
+    lag = report["run"]["loop_lag"]
+    p99 = max(lag.get("p99_s") or 0.0, (lag.get("wakeup_late_p99_s") or 0.0) - 1e-3)
+    stamped = report["run"].get("reads_stamped_by", "event loop")
+    reasons.append(
+        f"the client's event loop lagged {p99 * 1e3:,.2f} ms at p99 (reads stamped by the "
+        f"{stamped}): the client, not only the server, may be saturated"
+    )

@@ -135,7 +135,7 @@ class StampedSocket(asyncio.Transport):
                 return _converted(sec * 1_000_000_000 + nsec, self._clock)
         return self._clock()
 
-        # -- writing -------------------------------------------------------------------------
+    # -- writing -------------------------------------------------------------------------
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         """Send ``data``; what the socket does not take now goes when it is writable."""

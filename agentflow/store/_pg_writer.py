@@ -53,6 +53,9 @@ class PgWriter(BatchWriter[Conn]):
     _holders: dict[tuple[str, str], str]
 
     def _init_commits(self) -> None:
+        # Writer thread: why the last try at a new connection failed (None once one is
+        # made): a close that drops held records says it (_drop_held).
+        self._reconnect_failed: str | None = None
         # Writer thread only: this store's commit marker in ``meta`` (one row, removed
         # at close), the number of the last try at a commit, and the tries whose
         # connection was lost before their outcome was known: (number, how many of the
@@ -149,6 +152,28 @@ class PgWriter(BatchWriter[Conn]):
         self._settled += counted
         if records:
             self._count(len(records), lost)
+
+    def _drop_held(self) -> None:
+        """The store closes with a batch still held (no connection could be made, or the
+        server refused it): those records are lost, and the close says how many. (It
+        raised the held commit's error, "the connection is closed", as a flush would:
+        nothing said the records were gone.)"""
+        held = self._pending
+        if not held:
+            return
+        why = (
+            f"{len(held)} records were not written (the store closed with them held): "
+            f"{self._pending_error}"
+        )
+        if self._reconnect_failed is not None:
+            why += f" (the last try at a new connection: {self._reconnect_failed})"
+        _log.error("store.held_records_lost", store=self._where, records=len(held), error=why)
+        with self._lock:
+            earlier = self._error
+            if earlier is not None and earlier is not self._pending_error:
+                why += f"; and before them: {earlier}"  # (a loss not reported yet)
+            self._error = StoreError(why)  # (for aclose: the store is closing)
+            self._pending, self._pending_error = [], None
 
     def _try(self, conn: Conn, records: list[Record], lost: list[tuple[Record, Exception]]) -> None:
         """One try at committing ``records`` (with the marker of a new try number); what

@@ -176,14 +176,16 @@ class PostgresStore(PgCalls):
         process's exit.
 
         A store whose first connection failed connects once more to commit the records
-        written since, if any.
+        written since, if any; so does one whose connection was lost with records held —
+        at once, even within the second after a failed try (:meth:`_usable`): a server
+        back from a restart used to find them dropped, untried.
 
         Raises:
             StoreError: the writer did not close within that time; or records were not
                 written (that connection failed too: it says how many).
         """
         self._stop_keepers()
-        stop: Call[Conn] = Call(self._watchdog.wrap(self._stop), stop=True)
+        stop: Call[Conn] = _Reconnect(self._watchdog.wrap(self._stop), stop=True)
         with self._lock:  # (a failed first connection's _open_failed takes it too)
             if self._thread is None and not self._closed and self._records_queued():
                 # Written since a first connection failed: one more try at committing
@@ -215,14 +217,32 @@ class PostgresStore(PgCalls):
         return bool(self._batch) or not self._queue.empty()
 
     def _stop(self, conn: Conn) -> object:
-        """The closing call: drop this store's commit marker (a stale row is harmless)."""
+        """The closing call: drop this store's commit marker (a stale row is harmless);
+        records still held are lost — the close says how many (:meth:`_drop_held`)."""
         if not conn.closed:
             with contextlib.suppress(Exception):
                 io.drop_marker(conn, self._marker)
+        self._drop_held()
         return STOP
 
-    async def _call(self, fn: Callable[[Conn], T], *, unordered: bool = False) -> T:
-        call: Call[Conn] = Call(self._watchdog.wrap(fn), unordered=unordered)
+    async def flush(self) -> None:
+        """Return once every record written before the call is committed. With the
+        connection lost and records held, it tries a new connection at once (each try
+        bounded by ``connect_timeout_s``), not only once a second (:meth:`_usable`).
+
+        Raises:
+            StoreError: an earlier batch failed to commit (until one succeeds), or —
+                :class:`RecordsLeftOut` — records were left out since the last flush
+                that said so (each loss is reported once).
+        """
+        await self._call(_nothing, reconnect=True)
+        self._report()
+
+    async def _call(
+        self, fn: Callable[[Conn], T], *, unordered: bool = False, reconnect: bool = False
+    ) -> T:
+        kind = _Reconnect if reconnect else Call
+        call: Call[Conn] = kind(self._watchdog.wrap(fn), unordered=unordered)
         self._hand_over()
         # The thread started and the call queued under one lock: a thread whose first
         # connection fails fails the calls queued by then and leaves (_open_failed), and a
@@ -375,12 +395,18 @@ class PostgresStore(PgCalls):
             with contextlib.suppress(concurrent.futures.InvalidStateError):
                 ended.set_result(None)
 
+    def _run_batch(self, conn: Conn, batch: list[Any]) -> bool:
+        if any(type(item) is _Reconnect for item in batch):
+            self._reconnect_at = 0.0  # a flush or the close: one more try, at once
+        return super()._run_batch(conn, batch)
+
     def _usable(self, conn: Conn) -> Conn:
         """The store's connection, or — once it is lost (the server restarted, the network
         dropped it, an administrator ended it) — a new one, tried at most once a
         second after the last try ended (a try that times out takes
-        ``connect_timeout_s``); while none can be made, the lost one (what uses it fails,
-        and a commit keeps its batch for the next one: :meth:`_commit`)."""
+        ``connect_timeout_s``), but at once for a flush or the close; while none can be
+        made, the lost one (what uses it fails, and a commit keeps its batch for the
+        next one: :meth:`_commit`)."""
         current = self._conn
         if not current.closed:
             return current
@@ -390,10 +416,25 @@ class PostgresStore(PgCalls):
             self._conn = self._connect()
         except Exception as exc:
             self._reconnect_at = time.monotonic() + RECONNECT_EVERY_S
+            self._reconnect_failed = redact(f"{type(exc).__name__}: {exc}")
             _log.warning("store.reconnect_failed", store=self._where, error=str(exc))
             return current
+        self._reconnect_failed = None
         _log.warning("store.reconnected", store=self._where)
         return self._conn
+
+
+class _Reconnect(Call[Conn]):
+    """A flush, or the closing call: the batch that carries it tries a new connection at
+    once if the store's is lost, whenever the last try was. (Within a second of a failed
+    try, a close dropped the records held — a server back from a restart or crash
+    recovery found no try at all.)"""
+
+    __slots__ = ()
+
+
+def _nothing(conn: Conn) -> None:
+    """A flush's call: nothing but waiting for what was written before."""
 
 
 def _ping(conn: Conn) -> None:

@@ -45,11 +45,12 @@ _DB_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 _live: set[PostgresServer] = set()
 
 #: Settings for a throwaway server: no durability against an OS crash (a killed client or
-#: server process loses nothing committed), small memory.
+#: server process loses nothing committed: each commit's write-ahead log is written to the
+#: OS before it is acknowledged, only not fsynced), small memory. (``synchronous_commit``
+#: stays on: off, the last fraction of a second's commits were lost when a backend crashed.)
 TEST_SETTINGS: Mapping[str, str] = {
     "listen_addresses": "127.0.0.1",
     "fsync": "off",
-    "synchronous_commit": "off",
     "full_page_writes": "off",
     "shared_buffers": "32MB",
 }

@@ -89,6 +89,7 @@ def split_dsn(dsn: object, owner: object) -> tuple[str, dict[str, Secret]]:
         why = _unquoted_secrets(exc, dsn)
     if why is not None:  # raised here, the error keeps no context that quotes the DSN
         raise ConfigError(f"PostgresStore.dsn is not a libpq connection string: {why}")
+    _refuse_split_userinfo(dsn, params)
     hidden: dict[str, Secret] = {}
     for key in SECRET_KEYS:
         value = params.pop(key, None)
@@ -96,6 +97,37 @@ def split_dsn(dsn: object, owner: object) -> tuple[str, dict[str, Secret]]:
             register_secret(str(value), owner=owner)
             hidden[key] = Secret(str(value))
     return make_conninfo("", **{k: v for k, v in params.items() if v is not None}), hidden
+
+
+#: A URL DSN's scheme (libpq's two).
+_URL = re.compile(r"postgres(?:ql)?://", re.IGNORECASE)
+
+
+def _refuse_split_userinfo(dsn: str, params: dict[str, Any]) -> None:
+    """Refuse a URL DSN whose user name or password holds an unescaped ``/`` or ``@``:
+    libpq ends the ``user:password@`` part at the first ``@`` or ``/``, and reads the rest
+    of the password as the host, the port or the database name
+    (``postgresql://bob:abc/xyz@h/db``: host ``bob``, port ``abc``, database
+    ``xyz@h/db``) — which ``dsn``, the ``repr`` and every error then showed, nothing of
+    it registered as a secret. Such a URL has a port that is not a number, or an ``@`` in
+    its host or (unescaped) its database name. The message quotes none of the DSN."""
+    start = _URL.match(dsn)
+    if start is None:
+        return
+    rest = dsn[start.end() :]
+    cut = next((i for i, c in enumerate(rest) if c in "@/"), len(rest))
+    if rest[cut : cut + 1] == "@":  # (libpq's user:password@, up to the first of them)
+        rest = rest[cut + 1 :]
+    hosts, _, path = rest.partition("?")[0].partition("/")
+    ports = str(params.get("port") or "").split(",")
+    if "@" in hosts or "@" in path or not all(p.strip().isdigit() for p in ports if p):
+        raise ConfigError(
+            "PostgresStore.dsn: libpq reads part of this URL's user name or password as its "
+            "host, port or database name (a port that is not a number, or an '@' in the "
+            "host or the database name): percent-encode '/' as %2F and '@' as %40 in the "
+            "user name and password (postgresql://USER:PASSWORD@HOST/DB), or give the "
+            "password in ~/.pgpass or PGPASSWORD"
+        )
 
 
 #: What libpq quotes of a DSN it could not parse: a key name after these words (kept),

@@ -79,7 +79,9 @@ class PostgresStore(PgCalls):
 
     Raises:
         ConfigError: psycopg is not installed (``pip install 'agentflow[pg]'``), the DSN
-            cannot be parsed, or a value is out of range.
+            cannot be parsed — or is a URL whose user name or password holds a ``/`` or
+            an ``@`` not percent-encoded (libpq would read part of the password as the
+            host, port or database) —, or a value is out of range.
     """
 
     def __init__(

@@ -76,3 +76,28 @@ def test_only_a_quoted_key_name_or_separator_is_kept() -> None:
     assert _unquoted_secrets(said, dsn) == 'invalid connection option "…"'
     said = ValueError('invalid connection option "bogus"')
     assert _unquoted_secrets(said, "bogus=1 password=x") == 'invalid connection option "bogus"'
+
+
+@pytest.mark.parametrize(
+    "dsn",
+    [
+        "postgresql://w:Sekret/Tail@db.invalid/runs",  # read as host w, port Sekret
+        "postgresql://w:4141/Tail@db.invalid:5432/runs",  # port 4141, database Tail@…
+        "postgresql://w:Sekret@Tail@db.invalid/runs",  # host Tail@db.invalid
+        "postgres://w/x:Sekret@db.invalid/runs",  # a '/' in the user name
+    ],
+)
+def test_a_url_whose_password_holds_a_slash_or_an_at_is_refused_without_it(dsn: str) -> None:
+    # libpq ends a URL's user:password@ at the first '@' or '/': the rest of the password
+    # became the host, the port or the database name, shown by dsn, repr and every error.
+    with pytest.raises(ConfigError, match="percent-encode") as caught:
+        PostgresStore(dsn)
+    message = str(caught.value)
+    for part in ("Sekret", "Tail", "4141"):
+        assert part not in message
+
+
+def test_a_percent_encoded_password_with_a_slash_and_an_at_is_taken() -> None:
+    store = PostgresStore("postgresql://w:Sekret%2FTail%40x@db.invalid:5432/runs")
+    assert store.dsn == "user=w dbname=runs host=db.invalid port=5432"
+    assert "Sekret" not in repr(store)

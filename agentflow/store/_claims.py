@@ -114,8 +114,10 @@ class SessionGate:
         leases: the attempt's lease keeper (its store, run and owner).
         agents: the agents to rebuild sessions with.
         attempt: this attempt's number.
-        started: per session id, its ``(status, turns)`` when this attempt started:
-            a session that has ended since (elsewhere) is returned as stored, not rerun.
+        started: per session id, its ``(status, turns, ended_attempt)`` when this
+            attempt started (:attr:`StoredSession.ended_attempt`: ``None`` where the
+            store keeps none): a session that has ended since (elsewhere) is returned
+            as stored, not rerun.
         window: the most sessions this attempt holds at once.
     """
 
@@ -124,7 +126,7 @@ class SessionGate:
         leases: LeaseKeeper,
         agents: Iterable[Agent] | Mapping[str, Agent],
         attempt: int,
-        started: Mapping[str, tuple[str, int]],
+        started: Mapping[str, tuple[str, int, int | None]],
         window: int,
         ticker: Ticker,
     ) -> None:
@@ -213,10 +215,12 @@ class SessionGate:
         stored = next((s for s in run.sessions if s.session_id == sid), None)
         if stored is None:
             raise StoreError(f"run {run.run_id!r}: session {sid!r} is no longer in the store")
-        ended_elsewhere = stored.status != "pending" and (
-            stored.status,
-            len(stored.turns),
-        ) != self.started.get(sid)
+        # Ended since this attempt started: its status, turns or — where the store keeps
+        # it (PostgreSQL) — the attempt its end was stamped with changed. (A session
+        # another worker ran again, failing again at the same turn, matched the status
+        # and turns of this attempt's start, and was run a third time here.)
+        now = (stored.status, len(stored.turns), stored.ended_attempt)
+        ended_elsewhere = stored.status != "pending" and now != self.started.get(sid)
         if stored.done or ended_elsewhere:
             return stored_result(run, stored, self.attempt)
         plan = plan_resume(run, self.agents, self.attempt)

@@ -195,7 +195,7 @@ class DurableRun:
             # where they left it instead (their last recorded reading).
             wall = run.timeline_end_ns()
         run.attempts.append(RunAttempt(attempt=provisional, wall_ns=wall, clock_ns=now))
-        started = {s.session_id: (s.status, len(s.turns)) for s in run.sessions}
+        started = {s.session_id: (s.status, len(s.turns), s.ended_attempt) for s in run.sessions}
         plan = plan_resume(run, by_name, provisional)  # checks the agents before recording
         # Numbered by the store: another worker may be starting an attempt right now.
         attempt = await store.start_attempt(run_id, wall, now)

@@ -2,20 +2,24 @@
 of its writer thread (``store/_writer.py``): refused while records written before it are
 held, not committed (it would not see them); tried once more on a new connection when
 the store's idle one was found lost; and a loaded run's tool results keyed by the ids
-their calls have (a NUL, which ``TEXT`` keeps as U+FFFD)."""
+their calls have (a NUL, which ``TEXT`` keeps as U+FFFD), and each session's
+``ended_attempt`` (PostgreSQL's own column)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
 from agentflow._errors import RunNotFound, StoreError
 from agentflow._logging import get_logger
+from agentflow.store import _pg_io as io
 from agentflow.store._pg_writer import PgWriter
+from agentflow.store._protocol import session_ids
 from agentflow.store._records import StoredRun
+from agentflow.store._sqlite_io import read_run
 
 __all__ = ["PgCalls", "nul_call_ids"]
 
@@ -102,6 +106,28 @@ class PgCalls(PgWriter):
                 f"are not committed yet ({self._pending_error})"
             )
 
+    async def load(self, run_id: str, sessions: Sequence[str] | None = None) -> StoredRun:
+        """Everything recorded about ``run_id`` (or only its ``sessions``), from one
+        snapshot; :class:`RunNotFound` if nothing is.
+
+        Raises:
+            StoreError: records written before wait to be committed (the server refused
+                their batch, or cannot be reached): the answer would not hold them.
+        """
+        only = session_ids(sessions)
+
+        def read(conn: Conn) -> StoredRun:
+            with conn.transaction():
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                run = read_run(io.Qmark(conn), run_id, self._where, only)
+                if self._stamp_ends:  # (PostgreSQL's own column: SQLite's reader lacks it)
+                    ended = _ended_attempts(conn, run_id, only)
+                    for s in run.sessions:
+                        s.ended_attempt = ended.get(s.session_id)
+                return run
+
+        return nul_call_ids(await self._read(read, f"run {run_id!r} not read"))
+
     async def declared_sessions(self, run_id: str) -> int:
         """How many sessions ``run_id`` was created with (``create_run`` commits the run's
         row at once, its sessions in the batches that follow); :class:`RunNotFound` if
@@ -114,6 +140,17 @@ class PgCalls(PgWriter):
             return int(row[0])
 
         return await self._read(read, f"run {run_id!r} not read")
+
+
+def _ended_attempts(conn: Conn, run_id: str, only: list[str] | None) -> dict[str, int]:
+    """``sessions.ended_attempt`` of the run's sessions (those of ``only``) that have one."""
+    query = "SELECT session_id, ended_attempt FROM sessions WHERE run_id = %s"
+    query += " AND ended_attempt IS NOT NULL"
+    params: tuple[Any, ...] = (run_id,)
+    if only is not None:
+        query += " AND session_id = ANY(%s)"
+        params += (only,)
+    return {str(sid): int(n) for sid, n in conn.execute(query, params)}
 
 
 def nul_call_ids(run: StoredRun) -> StoredRun:

@@ -114,10 +114,21 @@ class _Texts:
         self.cur.execute(query, params)
 
 
-def write_record(raw: psycopg.Cursor[Any], r: Record, owner: str | None) -> None:
+#: What a session's end sets with ``stamp_ends``: the run's latest attempt by then. An
+#: attempt re-runs a session only if its end was stamped before that attempt was
+#: numbered (``start_attempt`` numbers them in order), so the end it writes has a later
+#: stamp than the one it replaces: another attempt that started in between sees the
+#: stamp change, whatever the status and turns (``SessionGate._entry``).
+_ENDED_ATTEMPT = ", ended_attempt = (SELECT max(attempt) FROM run_attempts WHERE run_id = %(run)s)"
+
+
+def write_record(
+    raw: psycopg.Cursor[Any], r: Record, owner: str | None, *, stamp_ends: bool = False
+) -> None:
     """Queue the statement(s) of one record (inside the caller's transaction);
     ``owner``: the lease holder the record's session must still have, :data:`FREE`
-    (nobody may hold a live lease of it), or ``None`` (not checked)."""
+    (nobody may hold a live lease of it), or ``None`` (not checked); ``stamp_ends``: a
+    session's end sets ``sessions.ended_attempt`` (the store has the column)."""
     cur = _Texts(raw)
     if isinstance(r, TurnFinished):
         m, t = r.metrics, r.trace
@@ -160,7 +171,8 @@ def write_record(raw: psycopg.Cursor[Any], r: Record, owner: str | None) -> None
     elif isinstance(r, SessionEnded):
         cur.execute(
             f"WITH {_LEASE}, ins AS (UPDATE sessions SET status = %(st)s, final_output = %(out)s,"
-            " error = %(err)s, turns = %(n)s WHERE run_id = %(run)s AND session_id = %(sid)s"
+            f" error = %(err)s, turns = %(n)s{_ENDED_ATTEMPT if stamp_ends else ''}"
+            " WHERE run_id = %(run)s AND session_id = %(sid)s"
             f" AND {_HELD} RETURNING 1) {_CONFLICT} AND NOT {_HELD}",
             dict(
                 run=r.run_id, sid=r.session_id, owner=owner, kind="session_end",
@@ -376,8 +388,11 @@ def commit(
     marker: tuple[str, int],
     lost: list[tuple[Record, Exception]],
     where: str,
+    *,
+    stamp_ends: bool = False,
 ) -> None:
-    """Commit ``records`` (each fenced by its ``owner(r)``) and set the commit marker
+    """Commit ``records`` (each fenced by its ``owner(r)``; ``stamp_ends``: as
+    :func:`write_record`) and set the commit marker
     (key, try number) in one transaction, as one pipeline; should one of them fail on
     its own (it cannot be encoded or bound: a lone surrogate in a text, say), again one
     by one, each in a savepoint, leaving out those that fail — added to ``lost`` with
@@ -387,7 +402,7 @@ def commit(
         with conn.pipeline(), conn.transaction():
             cur = conn.cursor()
             for r in records:
-                write_record(cur, r, owner(r))
+                write_record(cur, r, owner(r), stamp_ends=stamp_ends)
             set_marker(cur, *marker)
     except Exception as exc:
         if not records_fault(exc):
@@ -399,7 +414,7 @@ def commit(
             for r in records:
                 try:
                     with conn.transaction():  # a savepoint per record
-                        write_record(cur, r, owner(r))
+                        write_record(cur, r, owner(r), stamp_ends=stamp_ends)
                 except Exception as one:
                     if not records_fault(one):
                         raise

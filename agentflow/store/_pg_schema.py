@@ -14,12 +14,15 @@ import re
 from typing import TYPE_CHECKING
 
 from agentflow._errors import StoreError
+from agentflow._logging import get_logger
 from agentflow.store._schema import OLDER_VERSIONS, SCHEMA_VERSION, check_version
 
 if TYPE_CHECKING:
     import psycopg
 
-__all__ = ["PG_RELATIONS", "PG_SCHEMA", "check_pg_schema"]
+__all__ = ["PG_RELATIONS", "PG_SCHEMA", "check_pg_schema", "ended_attempts"]
+
+_log = get_logger("agentflow.store")
 
 PG_SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (
@@ -72,6 +75,7 @@ CREATE TABLE IF NOT EXISTS sessions (
     sticky_replica   TEXT,
     lease_owner      TEXT,
     lease_expires_ns BIGINT,                -- the database server's clock
+    ended_attempt    INTEGER,               -- the run's latest attempt when it ended
     PRIMARY KEY (run_id, session_id)
 );
 CREATE TABLE IF NOT EXISTS turns (
@@ -166,6 +170,41 @@ def check_pg_schema(conn: psycopg.Connection[tuple[object, ...]], schema: str, w
             "UPDATE meta SET value = %s WHERE key = 'schema_version' AND value = ANY(%s)",
             (str(SCHEMA_VERSION), sorted(OLDER_VERSIONS)),
         )
+
+
+_HAS_ENDED_ATTEMPT = (
+    "SELECT 1 FROM information_schema.columns WHERE table_schema = %s"
+    " AND table_name = 'sessions' AND column_name = 'ended_attempt'"
+)
+
+
+def ended_attempts(conn: psycopg.Connection[tuple[object, ...]], schema: str, where: str) -> bool:
+    """Whether ``sessions.ended_attempt`` is there — added now to a store made before it
+    (one ``ALTER TABLE``, workers taking turns). A role that may not alter the tables an
+    administrator made without it opens the store as before (a warning logged): a resumed
+    attempt then tells an end recorded elsewhere by its status and turns alone, and may
+    run a session that another worker re-ran and that ended the same way again
+    (``docs/store.md``, *Leases*). Run after :func:`check_pg_schema`."""
+    import psycopg
+    from psycopg import sql
+
+    if conn.execute(_HAS_ENDED_ATTEMPT, (schema,)).fetchone() is not None:
+        return True
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentflow.store.schema'))")
+            if conn.execute(_HAS_ENDED_ATTEMPT, (schema,)).fetchone() is None:
+                conn.execute(
+                    sql.SQL("ALTER TABLE {}.sessions ADD COLUMN ended_attempt INTEGER").format(
+                        sql.Identifier(schema)
+                    )
+                )
+    except psycopg.Error as exc:
+        _log.warning(
+            "store.column_not_added", store=where, column="sessions.ended_attempt", error=str(exc)
+        )
+        return False
+    return True
 
 
 def _refuse_foreign(conn: psycopg.Connection[tuple[object, ...]], schema: str, where: str) -> None:

@@ -56,6 +56,9 @@ class PgWriter(BatchWriter[Conn]):
         # Writer thread: why the last try at a new connection failed (None once one is
         # made): a close that drops held records says it (_drop_held).
         self._reconnect_failed: str | None = None
+        # Writer thread: whether the store has ``sessions.ended_attempt`` (set as it
+        # connects: ``_pg_schema.ended_attempts``).
+        self._stamp_ends = False
         # Writer thread only: this store's commit marker in ``meta`` (one row, removed
         # at close), the number of the last try at a commit, and the tries whose
         # connection was lost before their outcome was known: (number, how many of the
@@ -216,7 +219,10 @@ class PgWriter(BatchWriter[Conn]):
         self, conn: Conn, records: list[Record], seq: int, lost: list[tuple[Record, Exception]]
     ) -> None:
         """Commit ``records`` and the marker of try ``seq`` (:func:`_pg_io.commit`)."""
-        io.commit(conn, records, self._owner, (self._marker, seq), lost, self._where)
+        io.commit(
+            conn, records, self._owner, (self._marker, seq), lost, self._where,
+            stamp_ends=self._stamp_ends,
+        )  # fmt: skip
 
     def _owner(self, r: Record) -> str | None:
         """The lease holder ``r``'s session must still have; for a turn or tool result of

@@ -33,13 +33,13 @@ from agentflow._threads import thread_result
 from agentflow.store import _pg_conn
 from agentflow.store import _pg_io as io
 from agentflow.store._closing import wait_through_cancel
-from agentflow.store._pg_calls import PgCalls, nul_call_ids
+from agentflow.store._pg_calls import PgCalls
 from agentflow.store._pg_conn import Watchdog, check_settings, connect, split_dsn
-from agentflow.store._pg_schema import check_pg_schema
+from agentflow.store._pg_schema import check_pg_schema, ended_attempts
 from agentflow.store._pg_writer import MAX_HELD
-from agentflow.store._protocol import LeaseOwner, RunSummary, session_ids
-from agentflow.store._records import RunStarted, StoredRun
-from agentflow.store._sqlite_io import list_runs, read_run
+from agentflow.store._protocol import LeaseOwner, RunSummary
+from agentflow.store._records import RunStarted
+from agentflow.store._sqlite_io import list_runs
 from agentflow.store._writer import STOP, BatchWriter, Call
 
 if TYPE_CHECKING:
@@ -258,23 +258,6 @@ class PostgresStore(PgCalls):
 
     # --- reads and leases (on the writer thread, after what was written before) ---------
 
-    async def load(self, run_id: str, sessions: Sequence[str] | None = None) -> StoredRun:
-        """Everything recorded about ``run_id`` (or only its ``sessions``), from one
-        snapshot; :class:`RunNotFound` if nothing is.
-
-        Raises:
-            StoreError: records written before wait to be committed (the server refused
-                their batch, or cannot be reached): the answer would not hold them.
-        """
-        only = session_ids(sessions)
-
-        def read(conn: Conn) -> StoredRun:
-            with conn.transaction():
-                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-                return read_run(io.Qmark(conn), run_id, self._where, only)
-
-        return nul_call_ids(await self._read(read, f"run {run_id!r} not read"))
-
     async def runs(self) -> list[RunSummary]:
         """Every stored run, newest first (a :class:`StoreError` while records written
         before wait to be committed, as :meth:`load`)."""
@@ -375,6 +358,7 @@ class PostgresStore(PgCalls):
         self._watchdog.watch(conn)  # (until the call or commit that connected is done)
         try:
             check_pg_schema(conn, self.schema, self._where)
+            self._stamp_ends = ended_attempts(conn, self.schema, self._where)
         except BaseException:
             conn.close()
             raise

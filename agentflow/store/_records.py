@@ -313,6 +313,12 @@ class StoredSession:
     error: str | None = None
     turns: list[StoredTurn] = field(default_factory=list)
     sticky_replica: str | None = None
+    #: The run's latest attempt when its end (or ``pending`` mark) was recorded; ``None``
+    #: where the store does not keep it (SQLite: one attempt at a run at a time). An end
+    #: written again by a worker that re-ran the session has a later one than the end
+    #: before it: a resumed attempt that finds it changed since it started knows the
+    #: session was ended elsewhere, its status and turns the same.
+    ended_attempt: int | None = field(default=None, compare=False)
 
     @property
     def done(self) -> bool:

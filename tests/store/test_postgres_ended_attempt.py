@@ -1,0 +1,63 @@
+"""``sessions.ended_attempt`` on a PostgreSQL store made before it: opening adds the
+column (once), and a role that may not alter the tables an administrator made opens the
+store and records as before, without it (``docs/store-postgres.md``, *Requirements*)."""
+
+from __future__ import annotations
+
+import psycopg
+
+from agentflow import Fleet
+from agentflow.embedded import SimTransport, loop_clock, run_virtual
+from agentflow.store import PostgresStore
+
+from .fleets import agents, driver
+from .test_postgres_schema_role import worker_dsn
+
+__all__ = ["worker_dsn"]  # (the fixture, shared)
+
+
+def _drop_the_column(admin_dsn: str) -> None:
+    """Make the store one of before ``ended_attempt``."""
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
+        admin.execute("ALTER TABLE agentflow.sessions DROP COLUMN ended_attempt")
+
+
+def _has_the_column(dsn: str) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM information_schema.columns WHERE table_schema = 'agentflow'"
+            " AND table_name = 'sessions' AND column_name = 'ended_attempt'"
+        ).fetchone()
+    return row is not None and row[0] == 1
+
+
+def _run_and_load(dsn: str, run_id: str) -> list[tuple[str, int | None]]:
+    """A run of three sessions on the simulator: each one's status and ``ended_attempt``."""
+
+    async def main() -> list[tuple[str, int | None]]:
+        store, transport = PostgresStore(dsn), SimTransport(driver())
+        try:
+            team = agents()
+            sessions = [team[i].session(f"task {i}", session_id=f"s{i}") for i in range(3)]
+            await Fleet(transport, clock=loop_clock, store=store).run(sessions, run_id=run_id)
+            run = await store.load(run_id)
+            return [(s.status, s.ended_attempt) for s in run.sessions]
+        finally:
+            await store.aclose()
+            await transport.aclose()
+
+    return run_virtual(main())
+
+
+def test_a_store_made_before_the_column_gets_it_as_it_opens(postgres_db: str) -> None:
+    assert _run_and_load(postgres_db, "r1") == [("completed", 0)] * 3  # (made with it)
+    _drop_the_column(postgres_db)
+    assert not _has_the_column(postgres_db)
+    assert _run_and_load(postgres_db, "r2") == [("completed", 0)] * 3
+    assert _has_the_column(postgres_db)
+
+
+def test_a_role_that_may_not_add_it_records_without_it(postgres_db: str, worker_dsn: str) -> None:
+    _drop_the_column(postgres_db)
+    assert _run_and_load(worker_dsn, "r") == [("completed", None)] * 3
+    assert not _has_the_column(postgres_db)

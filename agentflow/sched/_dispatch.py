@@ -76,7 +76,7 @@ class Dispatcher:
 
     def __init__(self) -> None:
         self._heap: list[Entry] = []
-        self._warm = Warmth()  # (the most recently used: see _warmth.py)
+        self._warm = Warmth()  # (the most recently used, and the live sessions')
         # The leaders' timers: when one fires, its prefix stops waiting on that replica.
         self._warm_timers: dict[WarmKey, asyncio.TimerHandle] = {}
         # The grant leading each warm-up in progress: a stale leader (timed out, then a
@@ -181,7 +181,10 @@ class Dispatcher:
         """``ticket`` starts on ``replica``: whether it is its prefix's leader there (the
         prefix is cold on that replica: the tickets placed there next park)."""
         key = ticket.prefix_key
-        if not self.prefix_warmup or key is None or self._warm.used((key, replica.name)):
+        if not self.prefix_warmup or key is None:
+            return False
+        self._warm.live_session(ticket.session_id, key)
+        if self._warm.used((key, replica.name)):
             return False
         self._warm[key, replica.name] = WARMING
         if self.warmup_timeout_s is not None:

@@ -243,6 +243,7 @@ class Scheduler(Dispatcher):
         """The session ended: drop what was kept about it."""
         self.state.attained_ns.pop(session_id, None)
         self.router.forget(session_id)
+        self._warm.forget_session(session_id)
 
     async def aclose(self) -> None:
         """Stop the dispatcher; queued tickets are cancelled, and so is the one it was

@@ -9,12 +9,16 @@ session, streaming without end) would keep one entry per prefix and replica ever
 recently used goes first, and its prefix's next ticket on that replica leads a warm-up
 again (the tickets placed there meanwhile wait for its first token, quick if the
 server still has the prefix cached). A warm-up under way is never dropped: its leader,
-timer and parked tickets depend on it.
+timer and parked tickets depend on it; nor the entry of a prefix some live session sends
+(the dispatcher counts them): with more such sessions than the bound, each of its own
+prefix, every entry went before its session's next turn, and every turn led a warm-up
+again (past the warm-up timeout, a warning and an avoided replica each time). So the
+record holds the live sessions' prefixes, and the bound's worth of those that ended.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from itertools import islice
 
 __all__ = ["WARM", "WARMING", "WARM_KEPT", "WarmKey", "Warmth"]
@@ -36,12 +40,31 @@ class Warmth(OrderedDict[WarmKey, int]):
     def __init__(self, kept: int | None = None) -> None:
         super().__init__()
         self.kept = WARM_KEPT if kept is None else kept
+        #: The prefix keys live sessions send, and how many send each: never dropped.
+        self.live: Counter[str] = Counter()
+        self._sessions: dict[str, str] = {}  # live session id -> its prefix key
+
+    def live_session(self, session_id: str, prefix_key: str) -> None:
+        """``session_id`` (sending ``prefix_key``) is live until :meth:`forget_session`."""
+        if session_id not in self._sessions:
+            self._sessions[session_id] = prefix_key
+            self.live[prefix_key] += 1
+
+    def forget_session(self, session_id: str) -> None:
+        """The session ended: its prefix is live no more on its account."""
+        key = self._sessions.pop(session_id, None)
+        if key is not None:
+            left = self.live[key] - 1
+            if left:
+                self.live[key] = left
+            else:
+                del self.live[key]
 
     def __setitem__(self, key: WarmKey, state: int) -> None:
         super().__setitem__(key, state)
         self.move_to_end(key)
-        if state == WARM and len(self) > self.kept:
-            self._drop_coldest(len(self) - self.kept, key)
+        if state == WARM and len(self) > self.kept + len(self.live):
+            self._drop_coldest(len(self) - self.kept - len(self.live), key)
 
     def used(self, key: WarmKey) -> bool:
         """Whether ``key`` is warm or warming (a ticket starts there): it becomes the
@@ -57,9 +80,10 @@ class Warmth(OrderedDict[WarmKey, int]):
             del self[key]
 
     def _drop_coldest(self, n: int, new: WarmKey) -> None:
-        """Forget the ``n`` least recently used warm entries (never one warming, nor
-        ``new``, just warm)."""
-        old = (k for k, state in self.items() if state == WARM and k != new)
+        """Forget the ``n`` least recently used warm entries (never one warming, one a
+        live session sends, nor ``new``, just warm)."""
+        live = self.live
+        old = (k for k, state in self.items() if state == WARM and k != new and k[0] not in live)
         coldest = list(islice(old, n))
         for key in coldest:
             del self[key]

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 
-from agentflow import Agent, Fleet, FleetResult, Replica, Session
+from agentflow import Agent, Fleet, FleetResult, Replica, Session, tool
 from agentflow.sched import Router, Scheduler
+from agentflow.sched._replica import ReplicaState
+from agentflow.sched._ticket import Ticket
 from agentflow.sched._warmth import WARM, WARMING, Warmth
 from agentflow.testing import MockTransport, Reply
 from agentflow.transport import ChatRequest
@@ -106,8 +108,12 @@ async def test_a_run_of_many_prefixes_keeps_the_most_recently_used_warm() -> Non
     result = await _fleet(Router(), caught, warm_kept=5).run(_sessions(0, 30))
     assert not result.failed
     warm = caught[0]._warm
-    assert len(warm) == 5  # not one per prefix the run sent (30)
+    # Not one per prefix the run sent (30): the bound, and at most the prefixes of the
+    # sessions live when the last ones warmed (the fleet runs 8 at once).
+    assert 5 <= len(warm) <= 5 + 8
     assert set(warm.values()) == {WARM}
+    warm["new", "mock://r0"] = WARM  # no session is live now: back to the bound
+    assert len(warm) == 5
 
 
 def test_warm_entries_go_least_recently_used_first() -> None:
@@ -133,3 +139,64 @@ def test_warm_ups_under_way_are_never_dropped() -> None:
     assert list(warm.items()) == [(("Y", "A"), WARMING), (("X", "A"), WARM)]
     warm.drop_warming()  # (a crashed dispatcher: its leaders' records are gone)
     assert list(warm.items()) == [(("X", "A"), WARM)]
+
+
+def test_a_live_sessions_prefix_is_never_dropped() -> None:
+    warm = Warmth(kept=1)
+    warm.live_session("s1", "P")
+    for key in ("P", "Q", "R"):
+        warm[key, "A"] = WARMING
+        warm[key, "A"] = WARM
+    assert list(warm) == [("P", "A"), ("R", "A")]  # Q went, P is sent by a live session
+    warm.forget_session("s1")  # its session ended
+    warm["S", "A"] = WARM
+    assert list(warm) == [("S", "A")]
+
+
+async def test_more_live_sessions_than_the_bound_lead_once_each() -> None:
+    """Sessions of their own prefixes, more of them live at once than the bound: each
+    used to see its warm entry dropped before its next turn, and led a warm-up on every
+    turn (past the warm-up timeout, a warning and an avoided replica each time)."""
+
+    @tool
+    def step(x: int) -> int:
+        """A step."""
+        return x
+
+    def handler(request: ChatRequest) -> Reply:
+        if sum(m.get("role") == "tool" for m in request.messages) < 2:
+            return Reply.tool_call("step", {"x": 1}, prompt_tokens=50)
+        return Reply.text("done", prompt_tokens=50)
+
+    replicas = [
+        Replica(transport=MockTransport(handler, endpoint=f"mock://r{i}")) for i in range(2)
+    ]
+    fleet = Fleet(replicas, router=Router(), max_concurrency=20)
+    caught: list[Scheduler] = []
+    leads: list[Ticket] = []
+    new_scheduler = fleet._new_scheduler
+
+    def recording() -> Scheduler:
+        caught.append(scheduler := new_scheduler())
+        scheduler._warm.kept = 4
+        leads_here = scheduler._leads
+
+        def counted(ticket: Ticket, replica: ReplicaState) -> bool:
+            led = leads_here(ticket, replica)
+            if led:
+                leads.append(ticket)
+            return led
+
+        scheduler._leads = counted  # type: ignore[method-assign]
+        return scheduler
+
+    fleet._new_scheduler = recording  # type: ignore[method-assign]
+    sessions = [
+        Agent(name="a", model="m", instructions=f"task {j}", tools=[step]).session("go")
+        for j in range(20)
+    ]
+    result = await fleet.run(sessions)
+    assert not result.failed
+    assert sum(len(s.turns) for s in result.sessions) == 60
+    assert len(leads) == 20  # one per session's first turn, not one per turn
+    assert caught[0]._warm.live == {}  # every session ended: none is live

@@ -40,6 +40,7 @@ from agentflow.bench._level_entry import (
     _plateau,
     confidence_interval,
     every_session_failed,
+    note_lag,
 )
 from agentflow.bench._level_entry import _slim as _slim
 from agentflow.bench._load import (
@@ -160,6 +161,7 @@ async def arun_bench(
                 runs.append(level)
         entry = _level_entry(load, runs)
         _plateau(config, entry, previous)
+        note_lag(entry, [r.report for r in runs], load.label)
         levels.append(entry)
         if on_level is not None:
             on_level(entry)

@@ -334,8 +334,6 @@ async def run_level(
         peak_in_flight=None if result is None else result.peak_in_flight,
         interrupted=interrupted,
     )
-    if lag is not None:
-        _note_lag(summary, report, load.label)
     level = LevelResult(
         load=load, summary=summary, stats=stats, run=run, report=report, result=result
     )
@@ -343,23 +341,3 @@ async def run_level(
         tap.interrupted = level
         raise cancel
     return level
-
-
-def _note_lag(summary: dict[str, Any], report: dict[str, Any], label: str) -> None:
-    """An over-saturated level whose client lagged (``lag_warning``'s test on its report)
-    says so in its reasons: its growing latencies may be the client's, not the server's."""
-    reasons = summary["saturation"]["reasons"]
-    if not reasons:
-        return
-    from agentflow.report._html import lag_warning
-    from agentflow.report._runs import Run
-
-    if lag_warning(Run(label, report)) is None:
-        return
-    lag = report["run"]["loop_lag"]
-    p99 = max(lag.get("p99_s") or 0.0, (lag.get("wakeup_late_p99_s") or 0.0) - 1e-3)
-    stamped = report["run"].get("reads_stamped_by", "event loop")
-    reasons.append(
-        f"the client's event loop lagged {p99 * 1e3:,.2f} ms at p99 (reads stamped by the "
-        f"{stamped}): the client, not only the server, may be saturated"
-    )

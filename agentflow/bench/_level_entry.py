@@ -224,3 +224,24 @@ def _plateau(config: BenchConfig, entry: dict[str, Any], previous: dict[str, Any
             f"output tok/s grew {gain:+.1%} for {load_gain:+.1%} sessions over the previous "
             f"level (under {min_gain:.0%} of linear scaling) while TTFT p50 rose",
         ]
+
+
+def note_lag(entry: dict[str, Any], reports: Sequence[Mapping[str, Any]], label: str) -> None:
+    """An over-saturated level (by any rule: its runs' reasons, or a throughput plateau)
+    whose client lagged (``lag_warning``'s test on a repeat's report) says so in its
+    reasons: its growing latencies may be the client's, not the server's."""
+    reasons = entry["saturation"].get("reasons")
+    if not entry["saturation"].get("saturated") or not reasons:
+        return
+    from agentflow.report._html import lag_p99_s, lag_warning
+    from agentflow.report._runs import Run
+
+    lagging = [r for r in reports if lag_warning(Run(label, dict(r))) is not None]
+    if not lagging:
+        return
+    p99 = max(lag_p99_s(r["run"]["loop_lag"]) or 0.0 for r in lagging)
+    stamped = lagging[0]["run"].get("reads_stamped_by", "event loop")
+    reasons.append(
+        f"the client's event loop lagged {p99 * 1e3:,.2f} ms at p99 (reads stamped by the "
+        f"{stamped}): the client, not only the server, may be saturated"
+    )

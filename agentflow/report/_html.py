@@ -17,7 +17,7 @@ from agentflow._redact import redact
 from agentflow.report._canvas import Figure, number
 from agentflow.report._runs import Run
 
-__all__ = ["lag_warning", "render_html"]
+__all__ = ["lag_p99_s", "lag_warning", "render_html"]
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
@@ -47,6 +47,17 @@ def _pct(v: Any) -> str:
     return f"{v:.1%}" if isinstance(v, int | float) and not isinstance(v, bool) else "—"
 
 
+def lag_p99_s(lag: Mapping[str, Any]) -> float | None:
+    """A report's loop lag at p99 (``run.loop_lag``): the larger of its ``p99_s`` and its
+    ``wakeup_late_p99_s`` less 1 ms of timer rounding; ``None`` without either."""
+    figures = [
+        v - d
+        for v, d in ((lag.get("p99_s"), 0.0), (lag.get("wakeup_late_p99_s"), 1e-3))
+        if isinstance(v, int | float) and not isinstance(v, bool)
+    ]
+    return max(figures) if figures else None
+
+
 def lag_warning(run: Run) -> str | None:
     """A warning when the client's loop lag (``run.loop_lag``) could inflate its latencies.
 
@@ -57,16 +68,9 @@ def lag_warning(run: Run) -> str | None:
     it), but a median ITL of 0 — half the chunks read together with the one before — is
     what a lagging client produces, so a lag above 0.5 ms then warns too."""
     lag = run.run.get("loop_lag")
-    if not isinstance(lag, Mapping):
+    p99 = lag_p99_s(lag) if isinstance(lag, Mapping) else None
+    if p99 is None:
         return None
-    figures = [
-        v - d
-        for v, d in ((lag.get("p99_s"), 0.0), (lag.get("wakeup_late_p99_s"), 1e-3))
-        if isinstance(v, int | float) and not isinstance(v, bool)
-    ]
-    if not figures:
-        return None
-    p99 = max(figures)
     ttft = (run.distribution("ttft_s") or {}).get("p50")
     itl = (run.distribution("itl_s") or {}).get("p50")
     reasons = []

@@ -282,6 +282,12 @@ def plan(deployment: Deployment, *, context_tokens: int | None = None) -> KVPlan
 
     warnings: list[str] = []
     limit = d.context_limit
+    if limit > model.max_context:
+        warnings.append(
+            f"max_model_len {limit:,} exceeds the model's window of {model.max_context:,} "
+            "tokens: vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set, and past "
+            "its window the model's output is not to be trusted."
+        )
     if kv_tokens < limit:
         warnings.append(
             f"One replica holds {kv_tokens:,} KV tokens, fewer than max_model_len {limit:,}: "

@@ -290,7 +290,9 @@ class Deployment:
         kv_dtype: ``--kv-cache-dtype`` (a key of :data:`~agentflow.planner.KV_DTYPES`).
         gpu_memory_utilization: ``--gpu-memory-utilization``, in (0, 1].
         block_size: tokens per KV block (``--block-size``).
-        max_model_len: ``--max-model-len``; ``None`` means the model's ``max_context``.
+        max_model_len: ``--max-model-len``; ``None`` means the model's ``max_context``. A
+            longer one is planned with a warning (vLLM takes it only with
+            ``VLLM_ALLOW_LONG_MAX_MODEL_LEN=1``).
         reserve_gib: GiB per GPU kept for activations, NCCL, the CUDA context and graphs —
             everything inside the utilisation budget that is neither weights nor KV (the
             driver's own share is not in it: it is outside the visible memory).

@@ -1,0 +1,23 @@
+"""The planner's limits: settings vLLM would refuse or that no system has, and input too large
+to plan — each a warning or a ConfigError naming the field, never a silent figure or a crash."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from agentflow.planner import get_deployment, plan, render_plan
+
+QWEN_TP8 = get_deployment("qwen2.5-coder-32b-gb300-tp8")
+
+
+def test_max_model_len_past_the_model_window_is_a_warning() -> None:
+    """Qwen's window is 131,072 tokens; a 1M max_model_len was planned as 7 sessions with no
+    warning, though vLLM refuses it without VLLM_ALLOW_LONG_MAX_MODEL_LEN."""
+    p = plan(dataclasses.replace(QWEN_TP8, max_model_len=1_000_000))
+    (warning,) = [w for w in p.warnings if "window" in w]
+    assert "max_model_len 1,000,000" in warning and "131,072" in warning
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in warning
+    assert warning in " ".join(render_plan(p).split())
+    # Within the window: no such warning.
+    within = plan(dataclasses.replace(QWEN_TP8, max_model_len=131_072))
+    assert not any("window" in w for w in within.warnings)

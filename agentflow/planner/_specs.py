@@ -81,6 +81,13 @@ def _gib(owner: str, field: str, value: object, *, zero: bool) -> None:
         )
 
 
+def _instance(owner: str, field: str, value: object, kinds: tuple[type, ...]) -> None:
+    """``value`` is one of ``kinds``; a :class:`ConfigError` naming ``field`` otherwise."""
+    if not isinstance(value, kinds):
+        names = " or ".join(kind.__name__ for kind in kinds)
+        raise ConfigError(f"{owner}: {field} must be a {names}, got {value!r}")
+
+
 def _optional_positive_int(owner: str, field: str, value: object) -> None:
     if value is not None:
         _positive_int(owner, field, value)
@@ -200,6 +207,7 @@ class ModelSpec:
     def __post_init__(self) -> None:
         owner = f"model {self.name!r}"
         _positive_int(owner, "layers", self.layers)
+        _instance(owner, "attention", self.attention, (GQAAttention, MLAAttention))
         _positive_int(owner, "total_params", self.total_params)
         _positive_int(owner, "active_params", self.active_params)
         _positive_int(owner, "max_context", self.max_context)
@@ -318,6 +326,8 @@ class Deployment:
 
     def __post_init__(self) -> None:
         owner = f"deployment {self.name!r}"
+        _instance(owner, "model", self.model, (ModelSpec,))
+        _instance(owner, "hardware", self.hardware, (HardwareSpec,))
         for field in ("tp", "pp", "dp", "block_size"):
             _positive_int(owner, field, getattr(self, field))
         _optional_positive_int(owner, "gpus", self.gpus)

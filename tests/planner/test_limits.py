@@ -4,7 +4,11 @@ to plan — each a warning or a ConfigError naming the field, never a silent fig
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
+import pytest
+
+from agentflow._errors import ConfigError
 from agentflow.planner import get_deployment, plan, render_plan
 
 QWEN_TP8 = get_deployment("qwen2.5-coder-32b-gb300-tp8")
@@ -21,3 +25,33 @@ def test_max_model_len_past_the_model_window_is_a_warning() -> None:
     # Within the window: no such warning.
     within = plan(dataclasses.replace(QWEN_TP8, max_model_len=131_072))
     assert not any("window" in w for w in within.warnings)
+
+
+@pytest.mark.parametrize(
+    ("make", "match"),
+    [
+        (  # accepted, then an AttributeError in plan()
+            lambda: dataclasses.replace(QWEN_TP8.model, attention=None),  # type: ignore[arg-type]
+            r"model 'qwen2.5-coder-32b': attention must be a GQAAttention or MLAAttention, "
+            "got None",
+        ),
+        (
+            lambda: dataclasses.replace(
+                QWEN_TP8.model,
+                attention={"kv_heads": 8, "head_dim": 128},  # type: ignore[arg-type]
+            ),
+            "attention must be a GQAAttention or MLAAttention, got {'kv_heads'",
+        ),
+        (  # an AttributeError from the validation itself
+            lambda: dataclasses.replace(QWEN_TP8, model=None),  # type: ignore[arg-type]
+            "deployment 'qwen2.5-coder-32b-gb300-tp8': model must be a ModelSpec, got None",
+        ),
+        (
+            lambda: dataclasses.replace(QWEN_TP8, hardware="gb300-nvl72"),  # type: ignore[arg-type]
+            "hardware must be a HardwareSpec, got 'gb300-nvl72'",
+        ),
+    ],
+)
+def test_a_spec_of_the_wrong_type_names_the_field(make: Callable[[], object], match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        make()

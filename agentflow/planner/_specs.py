@@ -55,13 +55,19 @@ MAX_COUNT = 10**18
 MAX_GPU_MEMORY_GIB = 64 * 1024
 
 
+def _shown(value: object) -> str:
+    """``repr(value)``, but the length of an int too long to print (past Python's limit on
+    int digits it has no repr)."""
+    if isinstance(value, int) and value.bit_length() > 256:
+        return f"{value.bit_length()} bits"
+    return repr(value)
+
+
 def _positive_int(owner: str, field: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ConfigError(f"{owner}: {field} must be an integer ≥ 1, got {value!r}")
+        raise ConfigError(f"{owner}: {field} must be an integer ≥ 1, got {_shown(value)}")
     if value > MAX_COUNT:
-        # A number past Python's limit on int digits has no repr: say how long it is.
-        got = repr(value) if value.bit_length() <= 256 else f"{value.bit_length()} bits"
-        raise ConfigError(f"{owner}: {field} must be at most {MAX_COUNT:.0e}, got {got}")
+        raise ConfigError(f"{owner}: {field} must be at most {MAX_COUNT:.0e}, got {_shown(value)}")
 
 
 def _gib(owner: str, field: str, value: object, *, zero: bool) -> None:
@@ -71,13 +77,14 @@ def _gib(owner: str, field: str, value: object, *, zero: bool) -> None:
     if (
         isinstance(value, bool)
         or not isinstance(value, int | float)
+        # The bound before isfinite: an int too large for a float is an OverflowError there.
+        or value > MAX_GPU_MEMORY_GIB
         or not math.isfinite(value)
         or not (value >= 0 if zero else value > 0)
-        or value > MAX_GPU_MEMORY_GIB
     ):
         raise ConfigError(
             f"{owner}: {field} must be {least} GiB and at most {MAX_GPU_MEMORY_GIB} GiB "
-            f"(64 TiB), got {value!r}"
+            f"(64 TiB), got {_shown(value)}"
         )
 
 
@@ -262,16 +269,13 @@ class HardwareSpec:
         _positive_int(owner, "gpus", self.gpus)
         _gib(owner, "gpu_memory_gib", self.gpu_memory_gib, zero=False)
         visible = self.gpu_memory_visible_gib
-        if visible is not None and not (
-            isinstance(visible, int | float)
-            and not isinstance(visible, bool)
-            and math.isfinite(visible)
-            and 0 < visible <= self.gpu_memory_gib
-        ):
-            raise ConfigError(
-                f"{owner}: gpu_memory_visible_gib must be > 0 and at most gpu_memory_gib="
-                f"{self.gpu_memory_gib:g}, got {visible!r}"
-            )
+        if visible is not None:
+            _gib(owner, "gpu_memory_visible_gib", visible, zero=False)
+            if visible > self.gpu_memory_gib:
+                raise ConfigError(
+                    f"{owner}: gpu_memory_visible_gib must be > 0 and at most gpu_memory_gib="
+                    f"{self.gpu_memory_gib:g}, got {visible!r}"
+                )
 
     @property
     def planned_memory_gib(self) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -55,3 +56,15 @@ def test_max_model_len_past_the_model_window_is_a_warning() -> None:
 def test_a_spec_of_the_wrong_type_names_the_field(make: Callable[[], object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         make()
+
+
+@pytest.mark.parametrize("field", ["gpu_memory_gib", "gpu_memory_visible_gib"])
+@pytest.mark.parametrize("value", [10**400, 10**5000], ids=["1e400", "1e5000"])
+def test_a_huge_int_of_gib_is_refused_naming_the_field(field: str, value: int) -> None:
+    """An int too large for a float was an OverflowError from math.isfinite; one past Python's
+    limit on int digits could not even be shown."""
+    changes: dict[str, Any] = {field: value}
+    with pytest.raises(ConfigError, match=rf"{field} must be > 0 GiB and at most 65536 GiB"):
+        dataclasses.replace(QWEN_TP8.hardware, **changes)
+    with pytest.raises(ConfigError, match=r"reserve_gib must be ≥ 0 GiB .* bits"):
+        dataclasses.replace(QWEN_TP8, reserve_gib=value)

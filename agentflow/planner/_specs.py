@@ -295,8 +295,8 @@ class Deployment:
         tp: ``--tensor-parallel-size``.
         pp: ``--pipeline-parallel-size``.
         dp: ``--data-parallel-size``: independent replicas, each of ``tp × pp`` GPUs.
-        gpus: GPUs available; ``None`` means all of ``hardware.gpus``. ``tp × pp × dp`` must
-            not exceed it.
+        gpus: GPUs of the hardware available; ``None`` means all of ``hardware.gpus``, and
+            more than that is an error. ``tp × pp × dp`` must not exceed it.
         pp_partition: layers per pipeline stage (like ``VLLM_PP_LAYER_PARTITION``); ``None``
             splits them the way vLLM does by default.
         kv_dtype: ``--kv-cache-dtype`` (a key of :data:`~agentflow.planner.KV_DTYPES`).
@@ -335,6 +335,11 @@ class Deployment:
         for field in ("tp", "pp", "dp", "block_size"):
             _positive_int(owner, field, getattr(self, field))
         _optional_positive_int(owner, "gpus", self.gpus)
+        if self.gpus is not None and self.gpus > self.hardware.gpus:
+            raise ConfigError(
+                f"{owner}: gpus={self.gpus} exceeds the {self.hardware.gpus} GPUs of hardware "
+                f"{self.hardware.name!r} (gpus counts the GPUs of it the deployment may use)"
+            )
         _optional_positive_int(owner, "max_model_len", self.max_model_len)
         kv_dtype_bytes(self.kv_dtype)
         util = self.gpu_memory_utilization

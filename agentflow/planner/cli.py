@@ -92,7 +92,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     dep.add_argument("--tp", type=int, help="--tensor-parallel-size")
     dep.add_argument("--pp", type=int, help="--pipeline-parallel-size")
     dep.add_argument("--dp", type=int, help="--data-parallel-size (independent replicas)")
-    dep.add_argument("--gpus", type=int, help="GPUs available (default: the hardware's)")
+    dep.add_argument(
+        "--gpus", type=int, help="GPUs of the hardware available (default: all of them)"
+    )
     dep.add_argument(
         "--pp-partition", type=_partition, help="layers per stage, e.g. 6,7,7 (default: vLLM's)"
     )

@@ -11,6 +11,7 @@ import pytest
 
 from agentflow._errors import ConfigError
 from agentflow.planner import get_deployment, plan, render_plan
+from agentflow.planner.cli import main
 
 QWEN_TP8 = get_deployment("qwen2.5-coder-32b-gb300-tp8")
 
@@ -68,3 +69,13 @@ def test_a_huge_int_of_gib_is_refused_naming_the_field(field: str, value: int) -
         dataclasses.replace(QWEN_TP8.hardware, **changes)
     with pytest.raises(ConfigError, match=r"reserve_gib must be ≥ 0 GiB .* bits"):
         dataclasses.replace(QWEN_TP8, reserve_gib=value)
+
+
+def test_more_gpus_than_the_hardware_has_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--gpus 1000 --dp 100`` on the 72-GPU rack planned 100 replicas of 8 GPUs."""
+    assert main(["--gpus", "1000", "--dp", "100", "--tp", "8", "--pp", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "gpus=1000 exceeds the 72 GPUs of hardware 'gb300-nvl72'" in err
+    with pytest.raises(ConfigError, match="gpus=73 exceeds the 72 GPUs"):
+        dataclasses.replace(QWEN_TP8, gpus=73)
+    assert dataclasses.replace(QWEN_TP8, gpus=72).gpu_count == 72

@@ -28,6 +28,7 @@ __all__ = [
     "DEFAULT_RESERVE_GIB",
     "MAX_COUNT",
     "MAX_GPU_MEMORY_GIB",
+    "MAX_PIPELINE_STAGES",
     "Attention",
     "Deployment",
     "GQAAttention",
@@ -53,6 +54,11 @@ MAX_COUNT = 10**18
 #: The most memory per GPU, in GiB, a spec takes (and the most it can reserve): 64 TiB,
 #: hundreds of times today's largest GPU, and bounded so the token figures stay printable.
 MAX_GPU_MEMORY_GIB = 64 * 1024
+
+#: The most pipeline stages a deployment takes (``pp`` and the length of ``pp_partition``).
+#: A plan and its text hold a line per stage, so past a few thousand they grow without use;
+#: real pipelines have a handful of stages, and never more than the model's layers.
+MAX_PIPELINE_STAGES = 1024
 
 
 def _shown(value: object) -> str:
@@ -293,7 +299,8 @@ class Deployment:
         model: what is served.
         hardware: what it runs on.
         tp: ``--tensor-parallel-size``.
-        pp: ``--pipeline-parallel-size``.
+        pp: ``--pipeline-parallel-size``; at most the model's layers and
+            :data:`MAX_PIPELINE_STAGES`.
         dp: ``--data-parallel-size``: independent replicas, each of ``tp × pp`` GPUs.
         gpus: GPUs of the hardware available; ``None`` means all of ``hardware.gpus``, and
             more than that is an error. ``tp × pp × dp`` must not exceed it.
@@ -346,6 +353,11 @@ class Deployment:
         if isinstance(util, bool) or not (isinstance(util, int | float) and 0 < util <= 1):
             raise ConfigError(f"{owner}: gpu_memory_utilization must be in (0, 1], got {util!r}")
         _gib(owner, "reserve_gib", self.reserve_gib, zero=True)
+        if self.pp > MAX_PIPELINE_STAGES:
+            raise ConfigError(
+                f"{owner}: pp must be at most {MAX_PIPELINE_STAGES} pipeline stages, got "
+                f"{_shown(self.pp)}"
+            )
         used = self.tp * self.pp * self.dp
         if used > self.gpu_count:
             raise ConfigError(
@@ -359,6 +371,11 @@ class Deployment:
             )
         if self.pp_partition is not None:
             parts = self.pp_partition
+            if len(parts) > MAX_PIPELINE_STAGES:
+                raise ConfigError(
+                    f"{owner}: pp_partition must have at most {MAX_PIPELINE_STAGES} stages, "
+                    f"got {len(parts)}"
+                )
             if len(parts) != self.pp:
                 raise ConfigError(
                     f"{owner}: pp_partition={list(parts)} has {len(parts)} stages, pp={self.pp}"

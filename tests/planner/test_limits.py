@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentflow._errors import ConfigError
-from agentflow.planner import get_deployment, plan, render_plan
+from agentflow.planner import MAX_PIPELINE_STAGES, Deployment, get_deployment, plan, render_plan
 from agentflow.planner.cli import main
 
 QWEN_TP8 = get_deployment("qwen2.5-coder-32b-gb300-tp8")
@@ -79,3 +79,31 @@ def test_more_gpus_than_the_hardware_has_is_an_error(capsys: pytest.CaptureFixtu
     with pytest.raises(ConfigError, match="gpus=73 exceeds the 72 GPUs"):
         dataclasses.replace(QWEN_TP8, gpus=73)
     assert dataclasses.replace(QWEN_TP8, gpus=72).gpu_count == 72
+
+
+def _deep(stages: int) -> Deployment:
+    """Qwen stretched to ``stages`` layers on as many GPUs, one layer per pipeline stage."""
+    model = dataclasses.replace(QWEN_TP8.model, layers=stages)
+    hardware = dataclasses.replace(QWEN_TP8.hardware, gpus=stages)
+    return dataclasses.replace(
+        QWEN_TP8, model=model, hardware=hardware, gpus=stages, tp=1, pp=stages
+    )
+
+
+def test_pipeline_stages_are_bounded() -> None:
+    """pp was taken up to 10¹⁸ (given as many layers and GPUs), and plan() and render_plan()
+    are linear in it: pp=10⁶ took seconds and printed 68 MB."""
+    deepest = plan(_deep(MAX_PIPELINE_STAGES))
+    assert len(deepest.stages) == MAX_PIPELINE_STAGES == 1024
+    with pytest.raises(ConfigError, match="pp must be at most 1024 pipeline stages, got 1025"):
+        _deep(MAX_PIPELINE_STAGES + 1)
+    with pytest.raises(ConfigError, match=r"got 1000000$"):
+        _deep(10**6)
+
+
+def test_a_partition_of_too_many_stages_is_refused_without_listing_it() -> None:
+    with pytest.raises(ConfigError) as err:
+        dataclasses.replace(QWEN_TP8, pp=8, tp=1, pp_partition=(1,) * 10**6)
+    message = str(err.value)
+    assert "pp_partition must have at most 1024 stages, got 1000000" in message
+    assert len(message) < 300

@@ -34,6 +34,24 @@ from agentflow.planner import KVPlan, get_deployment, plan
 __all__ = ["PROFILES", "Profile", "UnknownProfileError", "get_profile", "profile_names"]
 
 
+def _as_float(value: object) -> float:
+    """``value`` as a float when it is a number (an int or a float, not a bool); NaN for
+    anything else and for an int too large for a float, so that every range check fails."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return math.nan
+    try:
+        return float(value)
+    except OverflowError:
+        return math.nan
+
+
+def _shown(value: object) -> str:
+    """``repr(value)``, or the length of an int too long to print."""
+    if isinstance(value, int) and value.bit_length() > 256:
+        return f"an int of {value.bit_length()} bits"
+    return repr(value)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Profile:
     """One simulated deployment: its limits and its step-time model.
@@ -79,8 +97,9 @@ class Profile:
 
     def __post_init__(self) -> None:
         """Checks every figure; the error (a :class:`~agentflow.ConfigError`, also a
-        ``ValueError``) names the field. NaN and infinity are refused: an infinite step
-        would stop the engine's clock for good, a NaN one would make every time null."""
+        ``ValueError``) names the field. A figure must be an int or a float (not a bool, a
+        string or ``None``). NaN and infinity are refused: an infinite step would stop the
+        engine's clock for good, a NaN one would make every time null."""
         for fname in (
             "block_size",
             "kv_capacity_tokens",
@@ -96,13 +115,14 @@ class Profile:
             )
         for fname in ("prefill_tps", "per_agent_tps"):
             value = getattr(self, fname)
-            if not (0 < value < math.inf):  # written so that NaN fails too
-                raise self._bad(f"{fname} must be a finite number > 0, got {value!r}")
+            if not (0 < _as_float(value) < math.inf):  # written so that NaN fails too
+                raise self._bad(f"{fname} must be a finite number > 0, got {_shown(value)}")
         for fname in ("prefill_per_ctx_token_s", "decode_per_seq_s", "decode_per_ctx_token_s"):
             value = getattr(self, fname)
-            if not (0 <= value < math.inf):
+            if not (0 <= _as_float(value) < math.inf):
                 raise self._bad(
-                    f"{fname} must be a finite number ≥ 0 (a per-unit step cost), got {value!r}"
+                    f"{fname} must be a finite number ≥ 0 (a per-unit step cost), "
+                    f"got {_shown(value)}"
                 )
         check_count(
             self.calibration_context_tokens, f"profile {self.name!r}: calibration_context_tokens", 0

@@ -370,7 +370,14 @@ class Deployment:
                 "(a pipeline stage would hold no layer)"
             )
         if self.pp_partition is not None:
-            parts = self.pp_partition
+            parts: object = self.pp_partition
+            if isinstance(parts, list):  # (a list made the deployment unhashable)
+                parts = tuple(parts)
+                object.__setattr__(self, "pp_partition", parts)
+            if not isinstance(parts, tuple):
+                raise ConfigError(
+                    f"{owner}: pp_partition must be a tuple of ints or None, got {parts!r:.80}"
+                )
             if len(parts) > MAX_PIPELINE_STAGES:
                 raise ConfigError(
                     f"{owner}: pp_partition must have at most {MAX_PIPELINE_STAGES} stages, "

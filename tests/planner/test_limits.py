@@ -107,3 +107,10 @@ def test_a_partition_of_too_many_stages_is_refused_without_listing_it() -> None:
     message = str(err.value)
     assert "pp_partition must have at most 1024 stages, got 1000000" in message
     assert len(message) < 300
+
+
+def test_a_list_partition_is_taken_as_a_tuple_and_the_deployment_hashes() -> None:
+    base = get_deployment("qwen2.5-coder-32b-gb300-tp8")
+    d = dataclasses.replace(base, tp=1, pp=2, gpus=2, pp_partition=[32, 32])  # type: ignore[arg-type]
+    assert d.pp_partition == (32, 32)
+    assert hash(d) == hash(dataclasses.replace(d))

@@ -680,8 +680,9 @@ client sees it; "TTFT stamp err" counts only the client's stamping — (client's
 − server's arrival stamp) against the server's TTFT — that is, without the request's trip
 to the server, which the server's clock cannot see. "request trip" is the server's arrival
 stamp − the client's send; "write→read" the client's first read − the server's write of
-the first token (same clock). "loop lag" is the client's event-loop iteration time
-(`LoopLagProbe`, p50 / p99) and "wakeup" how late its timers fired (p99; includes up to
+the first token (same clock). "loop lag" is the client's event-loop lag (`LoopLagProbe`,
+p50 / p99: each sample one loop iteration, or its timer's lateness beyond 1 ms if larger) and
+"wakeup" how late its timers fired (p99; includes up to
 1 ms of timer rounding and any wait for a CPU); "full GCs" the client's generation-2
 collections during the level and the longest. "other processes" is the CPU every other
 process on the machine used meanwhile: this VM is shared, and a level run while others

@@ -40,7 +40,8 @@ _TIMER_SLACK_S = 1e-3
 
 
 class LoopLagProbe:
-    """Samples the event loop's iteration time while it runs.
+    """Samples the event loop's lag while it runs: one iteration's time, or how late the
+    probe's timer fired beyond 1 ms if that is larger (see the module).
 
     Use ``async with LoopLagProbe() as probe:`` around the run (or :meth:`start` /
     :meth:`stop`), then read :meth:`summary`.

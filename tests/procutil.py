@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import textwrap
 import urllib.request
 from pathlib import Path
 
@@ -125,3 +126,17 @@ def serving_llamacpp(
         proc.kill()
         proc.communicate(timeout=GUARD_S)
         raise
+
+
+def run_python(code: str, *, without: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in a child (``code`` dedented), where importing each module of
+    ``without`` fails as if it were not installed; its output, under the guard."""
+    blocked = "".join(f"sys.modules[{m!r}] = None\n" for m in without)
+    prelude = f"import sys\n{blocked}" if blocked else ""
+    return subprocess.run(
+        [sys.executable, "-c", prelude + textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=GUARD_S,
+        check=False,
+    )

@@ -8,13 +8,11 @@ imported. Each check removes the names in a fresh interpreter, then imports.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
 
-from tests.wait import GUARD_S
+from tests.procutil import run_python
 
 WINDOWS_LIKE = """
 import signal, socket
@@ -25,13 +23,7 @@ del signal.SIGKILL
 
 
 def run(code: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-c", WINDOWS_LIKE + textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=GUARD_S,
-        check=False,
-    )
+    proc = run_python(WINDOWS_LIKE + textwrap.dedent(code))
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 

@@ -8,25 +8,14 @@ fresh interpreter where rich cannot be imported.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-import textwrap
 from pathlib import Path
 
-from tests.wait import GUARD_S
-
-BLOCK_RICH = "import sys; sys.modules['rich'] = None\n"
+from tests.procutil import run_python
 
 
 def run_without_rich(code: str) -> str:
     """Run ``code`` where ``import rich`` fails; its stdout (it must exit 0)."""
-    proc = subprocess.run(
-        [sys.executable, "-c", BLOCK_RICH + textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=GUARD_S,
-        check=False,
-    )
+    proc = run_python(code, without=("rich",))
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
+from tests.procutil import run_python
 from tests.report.runs import virtual_report
-from tests.wait import GUARD_S
 
 NEEDS = (
     "agentflow report checks a report against its schema with jsonschema, which is not "
@@ -26,13 +25,7 @@ NEEDS = (
 
 
 def without_jsonschema(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", "import sys; sys.modules['jsonschema'] = None\n" + code],
-        capture_output=True,
-        text=True,
-        timeout=GUARD_S,
-        check=False,
-    )
+    return run_python(code, without=("jsonschema",))
 
 
 @pytest.fixture(scope="module")

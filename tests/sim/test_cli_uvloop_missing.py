@@ -6,12 +6,9 @@ it with agentflow, went unnamed. uvloop is made unimportable in a child process.
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
-from ..wait import GUARD_S
+from tests.procutil import run_python
 
 
 @pytest.mark.parametrize(
@@ -22,14 +19,7 @@ from ..wait import GUARD_S
     ],
 )
 def test_exits_2_naming_the_fast_extra(entry: str, prog: str) -> None:
-    code = "import sys; sys.modules['uvloop'] = None\nARGV = ['--port', '0', '--uvloop']\n"
-    proc = subprocess.run(
-        [sys.executable, "-c", code + entry],
-        capture_output=True,
-        text=True,
-        timeout=GUARD_S,
-        check=False,
-    )
+    proc = run_python("ARGV = ['--port', '0', '--uvloop']\n" + entry, without=("uvloop",))
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.strip() == (
         f"{prog}: error: --uvloop needs uvloop, which is not installed: "

@@ -3,7 +3,8 @@
 The schema comes from the signature (through a pydantic model, which also validates the
 model's arguments) and the descriptions from the docstring (its summary, and an
 ``Args:`` / ``:param`` / numpydoc section for each parameter); an
-``Annotated[T, pydantic.Field(...)]`` hint keeps its constraints and description. A
+``Annotated[T, pydantic.Field(...)]`` hint keeps its constraints and description, and so
+does a ``pydantic.Field(...)`` default (``n: int = Field(3, ge=1)``). A
 tool's ``tools`` entry is built from :func:`canonical_json_value` (keys sorted at every
 level), so equal schemas encode to equal bytes (``docs/prefix-reuse.md``). Calling a tool is
 ``_tools.py``'s.
@@ -16,7 +17,7 @@ import inspect
 import math
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple, get_type_hints
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple, get_type_hints
 
 import docstring_parser
 
@@ -68,6 +69,7 @@ def describe(
             ``_`` (no schema field can).
     """
     import pydantic  # here, not at import: `import agentflow` does not load it
+    from pydantic.fields import FieldInfo
 
     if not callable(fn):
         raise ConfigError(f"tool {name or fn!r}: {fn!r} is not callable")
@@ -112,6 +114,13 @@ def describe(
         if pname not in hints:
             raise ConfigError(f"tool {tool_name!r}: parameter {pname!r} needs a type hint")
         default = ... if param.default is param.empty else param.default
+        hint = hints[pname]
+        if annotated and isinstance(default, FieldInfo):
+            # ``n: int = Field(3, ge=1)`` (pydantic's idiom for validate_call): the Field
+            # is the field's own, its default and constraints with it, as if the hint were
+            # ``Annotated[int, Field(3, ge=1)]``. As a plain default it was dropped from
+            # the schema, and the tool called with the FieldInfo when the model omitted n.
+            hint, default = Annotated[hint, default], ...
         # The docstring's description, when it has one; an explicit description=None
         # would wipe the one of an ``Annotated[int, Field(description=...)]`` hint.
         doc_says = param_docs.get(pname)
@@ -122,7 +131,7 @@ def describe(
             info = pydantic.Field(default, alias=pname, description=doc_says)
         else:
             info = pydantic.Field(default, alias=pname)
-        fields[f"p{len(fields)}"] = (hints[pname], info)
+        fields[f"p{len(fields)}"] = (hint, info)
     try:
         model, schema = _model(pydantic, tool_name, fields)
     except pydantic.PydanticUserError as exc:  # a type pydantic cannot describe

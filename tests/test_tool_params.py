@@ -164,3 +164,27 @@ def test_the_guide_quotes_the_error_a_non_finite_default_raises() -> None:
     with pytest.raises(ConfigError) as err:
         tool(scale)
     assert str(err.value) == said
+
+
+def _top(n: int = pydantic.Field(3, ge=1, le=10, description="how many")) -> str:
+    """Top n."""
+    return f"n={n!r}"
+
+
+async def test_a_pydantic_field_default_is_the_parameters_field() -> None:
+    """``n: int = Field(3, ge=1, le=10, ...)`` (pydantic's validate_call idiom) was taken as a
+    plain default: bounds, description and default missing from the schema and unchecked,
+    and the tool called with ``n=FieldInfo(...)`` when the model left ``n`` out."""
+    top = tool(_top)
+    assert top.parameters["properties"]["n"] == {
+        "type": "integer",
+        "default": 3,
+        "minimum": 1,
+        "maximum": 10,
+        "description": "how many",
+    }
+    assert "required" not in top.parameters
+    assert await top.invoke("{}") == "n=3"
+    assert await top.invoke('{"n": 5}') == "n=5"
+    with pytest.raises(ToolError, match="less than or equal to 10"):
+        await top.invoke('{"n": 50}')

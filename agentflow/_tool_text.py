@@ -22,9 +22,10 @@ def to_text(value: Any, *, tool: str) -> str:
 
     Bytes (``subprocess.check_output``, a file read in ``"rb"``) are text in UTF-8, an
     undecodable byte becoming U+FFFD: as JSON they would be base64 in quotes. Objects,
-    lists and models are JSON. A scalar JSON has no form for but a string (a ``Path``, a
-    ``Decimal``, a ``UUID``, a ``datetime``) is that string's text, without the quotes a
-    JSON string would add; ``None``, booleans and numbers stay JSON (``null``, ``true``).
+    lists and pydantic models (inside those too) are JSON. A scalar JSON has no form for
+    but a string (a ``Path``, a ``Decimal``, a ``UUID``, a ``datetime``) is that string's
+    text, without the quotes a JSON string would add; ``None``, booleans and numbers
+    stay JSON (``null``, ``true``).
 
     Raises:
         ToolError: ``value`` is an iterator: a generator (a ``yield`` in the tool), an
@@ -49,14 +50,26 @@ def to_text(value: Any, *, tool: str) -> str:
         except PydanticSerializationError:  # a lone surrogate, say: mended below
             value = value.model_dump(mode="json")
     try:
-        text = msgspec.json.encode(value, enc_hook=str).decode()
+        text = msgspec.json.encode(value, enc_hook=_enc_hook).decode()
     except UnicodeEncodeError:
         # A lone surrogate (os.listdir of an undecodable file name) is mended as in a str
         # result, U+FFFD (it used to make the result an error); the rest as it would be.
-        text = msgspec.json.encode(_sendable(msgspec.to_builtins(value, enc_hook=str))).decode()
+        text = msgspec.json.encode(
+            _sendable(msgspec.to_builtins(value, enc_hook=_enc_hook))
+        ).decode()
     if text.startswith('"'):  # a scalar that became a JSON string: its text
         return msgspec.json.decode(text, type=str)
     return text
+
+
+def _enc_hook(value: Any) -> Any:
+    """What msgspec cannot encode itself: a pydantic model (in a list, a dict, a dataclass)
+    as its JSON form — as ``str`` it reached the model as its Python ``repr``-like text —
+    anything else as its ``str``."""
+    pd = sys.modules.get("pydantic")  # no pydantic loaded: no pydantic model either
+    if pd is not None and isinstance(value, pd.BaseModel):
+        return value.model_dump(mode="json")
+    return str(value)
 
 
 def _sendable(value: Any) -> Any:

@@ -7,6 +7,7 @@ model can read: bytes decoded, a ``Path`` or ``Decimal`` unquoted, containers as
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import sqlite3
 import uuid
@@ -126,4 +127,33 @@ async def test_a_json_result_with_a_lone_surrogate_is_mended_as_text_is(
     with an undecodable file name) used to be an error result, "cannot be made text:
     UnicodeEncodeError", while the same names returned as a ``str`` were mended."""
     t = Tool.from_function(lambda: value, name="ls", in_thread=False)
+    assert await t.invoke("{}") == text
+
+
+class Hit(pydantic.BaseModel):
+    path: str
+    line: int
+
+
+@dataclasses.dataclass
+class Page:
+    hits: list[Hit]
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ([Hit(path="a.py", line=3)], '[{"path":"a.py","line":3}]'),
+        (
+            {"total": 1, "hits": [Hit(path="a.py", line=3)]},
+            '{"total":1,"hits":[{"path":"a.py","line":3}]}',
+        ),
+        (Page(hits=[Hit(path="a.py", line=3)]), '{"hits":[{"path":"a.py","line":3}]}'),
+        ([Listing(names=["caf\udce9"])], '[{"names":["caf\ufffd"]}]'),
+    ],
+)
+async def test_pydantic_models_inside_a_result_are_json(value: object, text: str) -> None:
+    """A model in a list, a dict or a dataclass reached the model as its ``str()``
+    (``"path='a.py' line=3"``), not as JSON as a model returned alone does."""
+    t = Tool.from_function(lambda: value, name="hits", in_thread=False)
     assert await t.invoke("{}") == text

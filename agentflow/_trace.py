@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import msgspec
+
 __all__ = ["CacheSource", "PromptInfo", "ToolCall", "TurnTrace", "Usage"]
 
 #: Where a cached-prompt-token figure came from.
@@ -128,17 +130,36 @@ class TurnTrace:
         return self.chunk_ns[0] if self.chunk_ns else None
 
     def assistant_message(self) -> dict[str, Any]:
-        """The OpenAI-format assistant message this turn adds to a conversation."""
+        """The OpenAI-format assistant message this turn adds to a conversation.
+
+        A call's arguments that are not a JSON object (a turn cut by ``max_tokens``
+        mid-call, ``'{"query": "long que'``; an empty string) are ``"{}"`` in it: vLLM
+        parses every assistant call's arguments in the history, and refused the next
+        request with a 400, ending the session where the model could have recovered from
+        the call's ``Error: ...`` result. The text the model sent stays on the trace
+        (:attr:`tool_calls`) and in that error. Equal turns give equal messages, byte for
+        byte (the prefix cache).
+        """
         msg: dict[str, Any] = {"role": "assistant", "content": self.content or None}
         if self.tool_calls:
             msg["tool_calls"] = [
                 {
                     "id": c.id,
                     "type": "function",
-                    "function": {"name": c.name, "arguments": c.arguments},
+                    "function": {"name": c.name, "arguments": _object_or_empty(c.arguments)},
                 }
                 for c in self.tool_calls
             ]
         elif msg["content"] is None:
             msg["content"] = ""
         return msg
+
+
+def _object_or_empty(arguments: str) -> str:
+    """``arguments`` when they are a JSON object, else ``"{}"``
+    (:meth:`TurnTrace.assistant_message`)."""
+    try:
+        value = msgspec.json.decode(arguments)
+    except (msgspec.DecodeError, RecursionError):  # RecursionError: nested too deep
+        return "{}"
+    return arguments if isinstance(value, dict) else "{}"

@@ -16,6 +16,7 @@ document (:func:`models_document`) and one request's ground truth (:func:`record
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -263,7 +264,8 @@ _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "functio
 
 def _check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
     """Each message: a known string role, content a string, a list of parts or null,
-    tool calls a list of ``{"function": {...}}`` objects (vLLM's 400s, its words)."""
+    tool calls a list of ``{"function": {...}}`` objects, their arguments JSON text (vLLM's
+    400s, its words)."""
     for i, m in enumerate(messages):
         role = m.get("role")
         if not isinstance(role, str) or role not in _ROLES:
@@ -285,6 +287,21 @@ def _check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
                 f"messages[{i}].tool_calls must be a list of {{'function': {{...}}}} objects.",
                 "messages",
             )
+        for j, c in enumerate(calls or ()):
+            _check_arguments(c["function"].get("arguments"), f"messages[{i}].tool_calls[{j}]")
+
+
+def _check_arguments(arguments: object, where: str) -> None:
+    """A history call's arguments: vLLM ``json.loads`` each non-empty string (an empty one,
+    or none, is ``{}``), and answers text that is no JSON with a 400."""
+    if not isinstance(arguments, str) or not arguments:
+        return
+    try:
+        json.loads(arguments)
+    except (ValueError, RecursionError) as exc:
+        raise _bad(
+            f"{where}.function.arguments is not valid JSON: {str(exc)[:200]}", "messages"
+        ) from None
 
 
 def decode_tokenize_body(raw: bytes) -> TokenizeBody:

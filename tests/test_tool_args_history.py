@@ -1,0 +1,91 @@
+"""A tool call whose arguments are not a JSON object (a turn cut by ``max_tokens``
+mid-call) goes back into the history as ``"{}"``: vLLM parses every assistant call's
+arguments in the history and refuses the request when they are not JSON."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from agentflow import Agent, HTTPTransport, tool
+from agentflow.sim import RequestRejected
+from agentflow.sim.api import parse_chat_body
+from agentflow.testing import Reply, ScriptedServer, sse_frames
+from tests.toolcall import tool_message
+
+
+@tool
+def search(query: str) -> str:
+    """Search."""
+    return "hit"
+
+
+def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "c1",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "m",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def _cut_call(arguments: str) -> Reply:
+    """A turn whose one call's arguments stop at ``arguments`` (``finish_reason: length``)."""
+    call = {"index": 0, "id": "call_a", "type": "function"}
+    return Reply(
+        frames=sse_frames(
+            [
+                _chunk(
+                    {
+                        "role": "assistant",
+                        "tool_calls": [{**call, "function": {"name": "search", "arguments": ""}}],
+                    }
+                ),
+                _chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}),
+                _chunk({}, "length"),
+            ]
+        )
+    )
+
+
+@pytest.mark.parametrize("arguments", ['{"query": "long que', '["a"]', "  "])
+async def test_arguments_that_are_no_json_object_go_back_as_an_empty_object(
+    arguments: str,
+) -> None:
+    """The cut call's text went back verbatim: vLLM (and the simulator) answered the next
+    request with a 400 and the session ended in error, where the model could have read
+    the call's ``Error: ...`` result and tried again."""
+    agent = Agent(name="a", model="m", tools=[search])
+    async with (
+        ScriptedServer([_cut_call(arguments), Reply.text("ok")]) as srv,
+        HTTPTransport(srv.base_url) as http,
+    ):
+        result = await agent.run("go", http)
+    assert result.status == "completed"
+    assert result.turns[0].trace.tool_calls[0].arguments == arguments  # the trace keeps it
+    sent = srv.requests[1].body["messages"]
+    assert sent[1]["tool_calls"][0]["function"]["arguments"] == "{}"
+    assert tool_message(srv, 1).startswith("Error: ")
+    parse_chat_body({"model": "m", "messages": sent})  # the simulator takes it, as vLLM does
+    trace = result.turns[0].trace
+    assert json.dumps(trace.assistant_message()) == json.dumps(trace.assistant_message())
+
+
+@pytest.mark.parametrize("arguments", ['{"query": "long que', "{'a': 1}"])
+def test_the_simulator_refuses_history_arguments_that_are_no_json(arguments: str) -> None:
+    """vLLM ``json.loads`` each history call's arguments: text that is no JSON is a 400."""
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    messages = [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": [call]}]
+    with pytest.raises(RequestRejected, match=r"messages\[1\]\.tool_calls\[0\]") as ei:
+        parse_chat_body({"model": "m", "messages": messages})
+    assert (ei.value.status, ei.value.param) == (400, "messages")
+
+
+@pytest.mark.parametrize("arguments", ["", None, '{"a": 1}'])
+def test_the_simulator_takes_empty_or_json_history_arguments(arguments: str | None) -> None:
+    call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    messages = [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": [call]}]
+    parse_chat_body({"model": "m", "messages": messages})

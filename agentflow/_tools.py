@@ -3,10 +3,11 @@ calling one (arguments validated, a time limit, the result made text).
 
 How a callable is described (its JSON schema, from the signature and the docstring) is
 in ``_tool_schema.py``; how a result that is not a ``str`` is made text, in
-``_tool_text.py``. A tool's ``tools`` entry is built once, canonically (keys sorted
-at every level), so an agent sends byte-identical tool schemas on every turn of every
-session however the schema was put together — the server's prefix cache keeps hitting
-them (``docs/prefix-reuse.md``).
+``_tool_text.py``; a sync tool's call in its worker thread, in ``_tool_raised.py``. A
+tool's ``tools`` entry is built once, canonically (keys sorted at every level), so an
+agent sends byte-identical tool schemas on every turn of every session however the
+schema was put together — the server's prefix cache keeps hitting them
+(``docs/prefix-reuse.md``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from agentflow._counts import check_count
 from agentflow._errors import ConfigError, ToolError, ToolTimeout
 from agentflow._logging import get_logger
 from agentflow._threads import TOOL_THREADS
+from agentflow._tool_raised import RaisedInThread, call_in_thread, shown
 from agentflow._tool_schema import canonical_json_value, check_tool, describe
 from agentflow._tool_text import to_text
 
@@ -61,9 +63,10 @@ class Tool:
         timeout_s: how long one call may run, in seconds; ``None`` takes the agent's
             ``tool_timeout_s`` (:data:`DEFAULT_TOOL_TIMEOUT_S` when called directly);
             ``math.inf`` means no limit. A call that runs out is a :class:`ToolTimeout`.
-            A timed-out sync tool's thread keeps running until the function returns
-            (Python cannot stop a thread); a sync tool with ``in_thread=False`` blocks
-            the event loop, so its limit cannot fire until it returns.
+            An async tool that catches the cancellation and returns late is timed out
+            all the same. A timed-out sync tool's thread keeps running until the function
+            returns (Python cannot stop a thread); a sync tool with ``in_thread=False``
+            blocks the event loop, so its limit cannot fire until it returns.
         max_output_chars: the most characters of one result sent to the model; ``None``
             takes the agent's ``max_tool_output_chars``. Longer output is cut, and a
             marker line saying how much was cut is appended.
@@ -257,13 +260,15 @@ class Tool:
                 if self._threaded:
                     threaded = True
                     call = functools.partial(
-                        contextvars.copy_context().run, _in_thread, self.fn, **kwargs
+                        contextvars.copy_context().run, call_in_thread, self.fn, **kwargs
                     )
                     result = await asyncio.get_running_loop().run_in_executor(TOOL_THREADS, call)
                 else:  # async (an object's async __call__ too), or a sync fn on the loop
                     result = self.fn(**kwargs)
                 if inspect.isawaitable(result):  # a plain wrapper around an async function
                     result = await result
+            if deadline.expired():  # it caught its cancellation and returned late
+                raise TimeoutError
         except TimeoutError as exc:
             if not deadline.expired():
                 raise self._raised(exc) from exc  # the tool's own TimeoutError
@@ -275,7 +280,7 @@ class Tool:
             if task is not None and task.cancelling():
                 raise  # the session (or the run) is cancelled
             raise self._raised(exc) from exc  # the tool's own: an inner task it awaited
-        except _RaisedInThread as exc:
+        except RaisedInThread as exc:
             raise self._raised(exc.error) from exc.error
         except Exception as exc:
             raise self._raised(exc) from exc
@@ -295,13 +300,13 @@ class Tool:
         except Exception as exc:  # a cycle, a value whose str() raises
             raise ToolError(
                 f"tool {self.name!r} returned a {type(result).__name__} that cannot be made "
-                f"text: {type(exc).__name__}: {_shown(exc)}",
+                f"text: {type(exc).__name__}: {shown(exc)}",
                 tool=self.name,
             ) from exc
 
     def _raised(self, exc: BaseException) -> ToolError:
         return ToolError(
-            f"tool {self.name!r} raised {type(exc).__name__}: {_shown(exc)}", tool=self.name
+            f"tool {self.name!r} raised {type(exc).__name__}: {shown(exc)}", tool=self.name
         )
 
     def _parse(self, arguments: str) -> dict[str, Any]:
@@ -366,40 +371,6 @@ def tool(
         )
 
     return wrap if fn is None else wrap(fn)
-
-
-class _RaisedInThread(Exception):
-    """A ``KeyboardInterrupt``, ``GeneratorExit`` or ``StopIteration`` a sync tool raised
-    in its worker thread (``error``), on its way to the event loop as the tool's failure."""
-
-    def __init__(self, error: BaseException) -> None:
-        super().__init__(error)
-        self.error = error
-
-
-def _in_thread(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
-    """Call a sync tool in its worker thread. Ctrl-C reaches only the main thread, so a
-    ``KeyboardInterrupt`` raised here is the tool's own (a ``GeneratorExit`` too: no
-    coroutine of the session is being closed): it comes back a :class:`_RaisedInThread`,
-    the tool's failure. As itself it stopped the session's task, the run and the process.
-
-    A ``StopIteration`` (``next()`` on an empty iterator) comes back the same way:
-    asyncio cannot set it on the call's future (it logs a ``TypeError`` and leaves the
-    future pending), so the call used to wait out its whole time limit and end as a false
-    :class:`ToolTimeout`."""
-    try:
-        return fn(**kwargs)
-    except (KeyboardInterrupt, GeneratorExit, StopIteration) as exc:
-        raise _RaisedInThread(exc) from exc
-
-
-def _shown(exc: BaseException) -> str:
-    """``str(exc)``, or ``<unprintable TypeName>`` when that raises: the tool's failure is
-    still a :class:`ToolError` (a raising ``__str__`` used to end the session instead)."""
-    try:
-        return str(exc)
-    except Exception:
-        return f"<unprintable {type(exc).__name__}>"
 
 
 def _unpickle_tool(

@@ -380,3 +380,27 @@ async def test_a_stuck_sync_tool_does_not_keep_the_process_alive(mode: str, tmp_
         assert "thread keeps running" in report["tool"]
     else:
         assert report["status"] == "cancelled"
+
+
+def test_an_async_tool_that_swallows_its_timeout_is_still_timed_out() -> None:
+    """An async tool that caught the cancellation its limit sent and then returned had
+    its late result taken as a success; the call is a ToolTimeout at its limit."""
+
+    @tool(timeout_s=0.2)
+    async def stubborn() -> str:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await asyncio.sleep(0.1)
+            return "swallowed"
+        return "slept"
+
+    async def main() -> float:
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        with pytest.raises(ToolTimeout) as info:
+            await stubborn.invoke("{}")
+        assert not info.value.threaded
+        return loop.time() - start
+
+    assert run_virtual(main()) == pytest.approx(0.3)

@@ -64,7 +64,8 @@ def describe(
 
     Raises:
         ConfigError: ``fn`` is not callable; a parameter has no type hint, or one no
-            JSON schema can describe (a socket, a callable), is ``*args``/``**kwargs``,
+            JSON schema can describe (a socket, a callable) or one that needs a package
+            not installed (``EmailStr`` without email-validator), is ``*args``/``**kwargs``,
             is positional-only (the model's arguments are passed by name) or starts with
             ``_`` (no schema field can).
     """
@@ -136,6 +137,8 @@ def describe(
         model, schema = _model(pydantic, tool_name, fields)
     except pydantic.PydanticUserError as exc:  # a type pydantic cannot describe
         raise ConfigError(_undescribable(pydantic, tool_name, fields, exc)) from exc
+    except ImportError as exc:  # a type needing a package not installed (EmailStr)
+        raise ConfigError(_undescribable(pydantic, tool_name, fields, exc)) from exc
     schema.setdefault("properties", {})
     desc = description or "\n\n".join(s for s in (doc.short_description, doc.long_description) if s)
     return Description(tool_name, desc, schema, model)
@@ -158,8 +161,13 @@ def _undescribable(pydantic: Any, tool_name: str, fields: dict[str, Any], exc: E
         pname = info.alias
         try:
             _model(pydantic, tool_name, {key: (hint, info)})
+        except ImportError as own:
+            return (
+                f"tool {tool_name!r}: parameter {pname!r} has a type that needs a package "
+                f"not installed, {_shown(hint)}: {own}"
+            )
         except pydantic.PydanticUserError as own:
-            shown = f"{hint.__module__}.{hint.__qualname__}" if isinstance(hint, type) else hint
+            shown = _shown(hint)
             if own.code == "typed-dict-version":  # pydantic's remedy is the one to give
                 return (
                     f"tool {tool_name!r}: parameter {pname!r} has a type pydantic cannot "
@@ -172,6 +180,10 @@ def _undescribable(pydantic: Any, tool_name: str, fields: dict[str, Any], exc: E
                 "dataclass or a pydantic model"
             )
     return f"tool {tool_name!r}: its parameters have no JSON schema: {exc}"
+
+
+def _shown(hint: Any) -> Any:
+    return f"{hint.__module__}.{hint.__qualname__}" if isinstance(hint, type) else hint
 
 
 def check_tool(name: object, description: object, fn: object) -> None:

@@ -188,3 +188,26 @@ async def test_a_pydantic_field_default_is_the_parameters_field() -> None:
     assert await top.invoke('{"n": 5}') == "n=5"
     with pytest.raises(ToolError, match="less than or equal to 10"):
         await top.invoke('{"n": 50}')
+
+
+class _NeedsAPackage(str):
+    """A type whose schema needs a package not installed, as ``pydantic.EmailStr``'s
+    needs email-validator."""
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: object, handler: object) -> object:
+        raise ImportError("email-validator is not installed")
+
+
+def _notify(to: _NeedsAPackage, body: str) -> str:
+    return "sent"
+
+
+def test_a_type_needing_a_missing_package_is_a_config_error_naming_the_parameter() -> None:
+    """It escaped ``@tool`` and ``Agent(tools=...)`` as a bare ImportError naming neither
+    the tool nor the parameter."""
+    for make in (tool, lambda fn: Agent(name="a", model="m", tools=[fn])):
+        with pytest.raises(ConfigError) as info:
+            make(_notify)
+        assert "tool '_notify': parameter 'to'" in str(info.value)
+        assert "email-validator is not installed" in str(info.value)

@@ -238,9 +238,10 @@ class Tool:
         Raises:
             ToolTimeout: the call did not return in time (a :class:`ToolError`).
             ToolError: the arguments do not fit the schema, or the tool raised (any
-                exception, ``SystemExit`` included; not ``KeyboardInterrupt``, unless a
-                sync tool raised it in its worker thread, where no Ctrl-C arrives), or it
-                returned an iterator (a generator: return a list).
+                exception, ``SystemExit`` and ``GeneratorExit`` included; not
+                ``KeyboardInterrupt``, unless a sync tool raised it in its worker thread,
+                where no Ctrl-C arrives), or it returned an iterator (a generator: return
+                a list).
             ConfigError: ``default_timeout_s`` is not a number of seconds > 0.
         """
         import pydantic
@@ -255,6 +256,7 @@ class Tool:
         limit = self.timeout_s if self.timeout_s is not None else default_timeout_s
         deadline = asyncio.timeout(None if math.isinf(limit) else limit)
         threaded = False
+        running = asyncio.current_task()  # the task whose step runs the tool's code
         try:
             async with deadline:
                 if self._threaded:
@@ -284,8 +286,16 @@ class Tool:
             raise self._raised(exc.error) from exc.error
         except Exception as exc:
             raise self._raised(exc) from exc
-        except (KeyboardInterrupt, GeneratorExit):
-            raise  # the user's Ctrl-C, or the tool's generator closed: not the tool's failure
+        except KeyboardInterrupt:
+            raise  # the user's Ctrl-C: not the tool's failure
+        except GeneratorExit as exc:
+            # This coroutine closed (``coro.close()``, garbage collection) is thrown into
+            # outside the task's step: re-raised. Raised by the tool's own code, in its
+            # task's step, it is the tool's failure: as itself it ended the session with
+            # "coroutine ignored GeneratorExit", even with tool_errors="return".
+            if asyncio.current_task() is not running:
+                raise
+            raise self._raised(exc) from exc
         except BaseException as exc:
             # SystemExit above all (argparse on bad arguments, ``sys.exit()`` in a CLI-style
             # tool, raised in the worker thread and re-raised here): the tool failed, and

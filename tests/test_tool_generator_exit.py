@@ -1,0 +1,64 @@
+"""A ``GeneratorExit`` the tool's own code raises is its failure; one thrown into a call
+being closed (``coro.close()``) goes on up, as it must."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentflow import Agent, ToolError, tool
+from tests.toolcall import one_call
+from tests.wait import GUARD_S
+
+
+@tool
+async def closer() -> str:
+    """Raises what a helper raised."""
+    raise GeneratorExit("the tool's own")
+
+
+@tool(in_thread=False)
+def closer_on_loop() -> str:
+    """A sync tool on the event loop."""
+    raise GeneratorExit("on the loop")
+
+
+@pytest.mark.parametrize("raising", [closer, closer_on_loop], ids=lambda t: t.name)
+async def test_a_generator_exit_the_tool_raises_is_its_failure(raising: object) -> None:
+    """It went on up as itself and ended the session with RuntimeError('coroutine ignored
+    GeneratorExit'), even with tool_errors="return"."""
+    name = raising.name  # type: ignore[attr-defined]
+    with pytest.raises(ToolError, match=f"'{name}' raised GeneratorExit") as info:
+        await raising.invoke("{}")  # type: ignore[attr-defined]
+    assert isinstance(info.value.__cause__, GeneratorExit)
+
+    agent = Agent(name="a", model="m", tools=[raising], tool_errors="return")  # type: ignore[list-item]
+    result, sent = await one_call(agent, name, {})
+    assert result.ok
+    assert sent.startswith(f"Error: tool '{name}' raised GeneratorExit")
+
+
+async def test_closing_a_call_still_closes_it() -> None:
+    """``close()`` on a call's coroutine, suspended in its tool, closes it: the
+    ``GeneratorExit`` is not taken for the tool's failure."""
+    started = asyncio.Event()
+    finished: list[str] = []
+
+    @tool
+    async def waits() -> str:
+        """Waits."""
+        started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            finished.append("closed")
+        return "never"
+
+    call = waits.invoke("{}")
+    task = asyncio.ensure_future(call)
+    await asyncio.wait_for(started.wait(), GUARD_S)
+    call.close()  # raises if the GeneratorExit was turned into a ToolError
+    assert finished == ["closed"]
+    task.cancel()  # its coroutine is closed: the task ends at its next step
+    await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), GUARD_S)

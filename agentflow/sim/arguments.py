@@ -4,7 +4,8 @@ Covers what tool schemas use in practice (and what pydantic emits): ``type`` (on
 a list), ``enum``, ``const``, ``properties``/``required`` (optional properties are
 included at random), ``items``/``prefixItems``/``minItems``/``maxItems``/
 ``uniqueItems``, numeric bounds (``minimum``, ``maximum``, the exclusive forms,
-``multipleOf``), ``minLength``/``maxLength``, common string ``format`` values, a
+``multipleOf``), ``minLength``/``maxLength``, common string ``format`` values (dates,
+times, e-mail, URLs, UUIDs of each version pydantic checks, ISO 8601 durations), a
 ``pattern`` (a string generated from it, never by running it: :mod:`agentflow.sim.pattern`;
 one with lookarounds or ``\\b`` is ignored), ``anyOf``/``oneOf``/
 ``allOf``, and local ``$ref`` into ``$defs``/``definitions``. An object holds its
@@ -58,6 +59,15 @@ _FORMATS: dict[str, tuple[str, ...]] = {
     "uri": ("https://example.com/docs", "https://example.org/api/v1"),
     "url": ("https://example.com/docs",),
     "uuid": ("0b8e6f3c-2a51-4f7e-9c3d-5a1b2c3d4e5f", "7d9f1e2a-3b4c-4d5e-8f60-718293a4b5c6"),
+    # pydantic's UUID1 ... UUID8 check the version: a UUID of each.
+    "uuid1": ("6ba7b810-9dad-11d1-80b4-00c04fd430c8",),
+    "uuid3": ("9073926b-929f-31c2-abc9-fad77ae3e8eb",),
+    "uuid4": ("0b8e6f3c-2a51-4f7e-9c3d-5a1b2c3d4e5f", "7d9f1e2a-3b4c-4d5e-8f60-718293a4b5c6"),
+    "uuid5": ("cfbff0d1-9375-5685-968c-48ce8b15ae17",),
+    "uuid6": ("1ef21d2f-1207-6660-8c4f-419efbd44d48",),
+    "uuid7": ("01909f10-b5ae-7c2a-9f3e-5d2a6b7c8d9e",),
+    "uuid8": ("2489e9ad-2ee2-8e00-8ec9-32d5f69181c0",),
+    "duration": ("PT1H30M", "P2DT4H", "PT45S"),  # ISO 8601: a timedelta's schema
     "ipv4": ("10.0.0.7", "192.168.1.20"),
     "hostname": ("node-1.example.com", "localhost"),
 }
@@ -252,7 +262,9 @@ class _Gen:
         fmt = schema.get("format")
         if isinstance(fmt, str) and fmt in _FORMATS:
             candidate = self.rng.choice(_FORMATS[fmt])
-            if lo <= len(candidate) <= hi:
+            # Only a maxLength the schema sets bounds it (a UUID's 36 characters are
+            # beyond the 24 a free string gets, and so were replaced by words).
+            if lo <= len(candidate) <= (hi if "maxLength" in schema else len(candidate)):
                 return candidate
         pattern = schema.get("pattern")
         if isinstance(pattern, str):

@@ -242,11 +242,17 @@ class Tool:
                 ``KeyboardInterrupt``, unless a sync tool raised it in its worker thread,
                 where no Ctrl-C arrives), or it returned an iterator (a generator: return
                 a list).
-            ConfigError: ``default_timeout_s`` is not a number of seconds > 0.
+            ConfigError: ``arguments`` is not a ``str`` (a dict, ``None``), or
+                ``default_timeout_s`` is not a number of seconds > 0.
         """
         import pydantic
 
         check_timeout(default_timeout_s, "Tool.invoke: default_timeout_s")
+        if not isinstance(arguments, str | bytes):  # a dict was a bare AttributeError
+            raise ConfigError(
+                f"tool {self.name!r}: Tool.invoke takes the arguments as the model's JSON "
+                f"text (a str, json.dumps(...) of a dict), got {type(arguments).__name__}"
+            )
         try:
             kwargs = self._parse(arguments)
         except (pydantic.ValidationError, ValueError) as exc:

@@ -43,12 +43,16 @@ class Warmth(OrderedDict[WarmKey, int]):
         #: The prefix keys live sessions send, and how many send each: never dropped.
         self.live: Counter[str] = Counter()
         self._sessions: dict[str, str] = {}  # live session id -> its prefix key
+        self._entries: Counter[str] = Counter()  # prefix key -> its entries (replicas)
+        self._live_entries = 0  # entries of live prefixes: beyond the bound
 
     def live_session(self, session_id: str, prefix_key: str) -> None:
         """``session_id`` (sending ``prefix_key``) is live until :meth:`forget_session`."""
         if session_id not in self._sessions:
             self._sessions[session_id] = prefix_key
             self.live[prefix_key] += 1
+            if self.live[prefix_key] == 1:
+                self._live_entries += self._entries.get(prefix_key, 0)
 
     def forget_session(self, session_id: str) -> None:
         """The session ended: its prefix is live no more on its account."""
@@ -59,12 +63,28 @@ class Warmth(OrderedDict[WarmKey, int]):
                 self.live[key] = left
             else:
                 del self.live[key]
+                self._live_entries -= self._entries.get(key, 0)
 
     def __setitem__(self, key: WarmKey, state: int) -> None:
+        if key not in self:
+            self._entries[key[0]] += 1
+            if key[0] in self.live:
+                self._live_entries += 1
         super().__setitem__(key, state)
         self.move_to_end(key)
-        if state == WARM and len(self) > self.kept + len(self.live):
-            self._drop_coldest(len(self) - self.kept - len(self.live), key)
+        over = len(self) - self._live_entries - self.kept  # the bound: the others
+        if state == WARM and over > 0:
+            self._drop_coldest(over, key)
+
+    def __delitem__(self, key: WarmKey) -> None:
+        super().__delitem__(key)
+        left = self._entries[key[0]] - 1
+        if left:
+            self._entries[key[0]] = left
+        else:
+            del self._entries[key[0]]
+        if key[0] in self.live:
+            self._live_entries -= 1
 
     def used(self, key: WarmKey) -> bool:
         """Whether ``key`` is warm or warming (a ticket starts there): it becomes the

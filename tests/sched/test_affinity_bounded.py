@@ -200,3 +200,23 @@ async def test_more_live_sessions_than_the_bound_lead_once_each() -> None:
     assert sum(len(s.turns) for s in result.sessions) == 60
     assert len(leads) == 20  # one per session's first turn, not one per turn
     assert caught[0]._warm.live == {}  # every session ended: none is live
+
+
+def test_the_bound_counts_the_live_prefixes_entries_on_every_replica() -> None:
+    """A live prefix warm on two replicas is two entries: the bound applies to the
+    others, and the ended prefixes' entries within it are kept (counting live prefixes,
+    not their entries, dropped them all, and scanned the record at every warm-up)."""
+    warm = Warmth(kept=2)
+    for key in ("E1", "E2"):  # ended prefixes, within the bound
+        warm[key, "A"] = WARM
+    for j in range(5):
+        warm.live_session(f"s{j}", f"L{j}")
+        for replica in ("A", "B"):
+            warm[f"L{j}", replica] = WARMING
+            warm[f"L{j}", replica] = WARM
+    assert ("E1", "A") in warm and ("E2", "A") in warm
+    assert len(warm) == 12
+    for j in range(5):
+        warm.forget_session(f"s{j}")
+    warm["N", "A"] = WARM  # the bound again: the 2 most recently used of the rest
+    assert list(warm) == [("L4", "B"), ("N", "A")]

@@ -281,6 +281,12 @@ def plan(deployment: Deployment, *, context_tokens: int | None = None) -> KVPlan
     used = d.tp * d.pp * d.dp
 
     warnings: list[str] = []
+    per_unit = d.hardware.gpus
+    if d.gpu_count > per_unit:
+        warnings.append(
+            f"gpus={d.gpu_count} is more than one {d.hardware.name}'s {per_unit} GPUs: "
+            f"{-(-d.gpu_count // per_unit)} of them assumed."
+        )
     limit = d.context_limit
     if limit > model.max_context:
         warnings.append(

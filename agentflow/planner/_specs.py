@@ -302,8 +302,9 @@ class Deployment:
         pp: ``--pipeline-parallel-size``; at most the model's layers and
             :data:`MAX_PIPELINE_STAGES`.
         dp: ``--data-parallel-size``: independent replicas, each of ``tp × pp`` GPUs.
-        gpus: GPUs of the hardware available; ``None`` means all of ``hardware.gpus``, and
-            more than that is an error. ``tp × pp × dp`` must not exceed it.
+        gpus: GPUs available; ``None`` means all of ``hardware.gpus``. More than that
+            means several of the hardware (``ceil(gpus / hardware.gpus)`` of them, say two
+            8-GPU nodes for 16), planned with a warning. ``tp × pp × dp`` must not exceed it.
         pp_partition: layers per pipeline stage (like ``VLLM_PP_LAYER_PARTITION``); ``None``
             splits them the way vLLM does by default.
         kv_dtype: ``--kv-cache-dtype`` (a key of :data:`~agentflow.planner.KV_DTYPES`).
@@ -342,11 +343,6 @@ class Deployment:
         for field in ("tp", "pp", "dp", "block_size"):
             _positive_int(owner, field, getattr(self, field))
         _optional_positive_int(owner, "gpus", self.gpus)
-        if self.gpus is not None and self.gpus > self.hardware.gpus:
-            raise ConfigError(
-                f"{owner}: gpus={self.gpus} exceeds the {self.hardware.gpus} GPUs of hardware "
-                f"{self.hardware.name!r} (gpus counts the GPUs of it the deployment may use)"
-            )
         _optional_positive_int(owner, "max_model_len", self.max_model_len)
         kv_dtype_bytes(self.kv_dtype)
         util = self.gpu_memory_utilization

@@ -71,14 +71,21 @@ def test_a_huge_int_of_gib_is_refused_naming_the_field(field: str, value: int) -
         dataclasses.replace(QWEN_TP8, reserve_gib=value)
 
 
-def test_more_gpus_than_the_hardware_has_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
-    """``--gpus 1000 --dp 100`` on the 72-GPU rack planned 100 replicas of 8 GPUs."""
-    assert main(["--gpus", "1000", "--dp", "100", "--tp", "8", "--pp", "1"]) == 2
-    err = capsys.readouterr().err
-    assert "gpus=1000 exceeds the 72 GPUs of hardware 'gb300-nvl72'" in err
-    with pytest.raises(ConfigError, match="gpus=73 exceeds the 72 GPUs"):
-        dataclasses.replace(QWEN_TP8, gpus=73)
-    assert dataclasses.replace(QWEN_TP8, gpus=72).gpu_count == 72
+def test_more_gpus_than_the_hardware_has_is_several_of_it(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``--gpus 16`` on an 8-GPU node (TP 8 × PP 2 over two nodes) was refused as more GPUs
+    than the hardware has; it plans, warning how many of the hardware are assumed."""
+    argv = ["--hardware", "hgx-h100", "--model", "qwen2.5-coder-32b", "--tp", "8", "--pp", "2"]
+    assert main([*argv, "--gpus", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "hgx-h100: 16 × H100" in out
+    assert "TP 8 × PP 2 × DP 1 = 16 of 16 GPUs (0 idle)" in out
+    assert "gpus=16 is more than one hgx-h100's 8 GPUs: 2 of them assumed." in out
+    rack = plan(dataclasses.replace(QWEN_TP8, gpus=73))
+    assert rack.gpus_idle == 65
+    assert "gpus=73 is more than one gb300-nvl72's 72 GPUs: 2 of them assumed." in rack.warnings
+    assert not any("gpus=" in w for w in plan(dataclasses.replace(QWEN_TP8, gpus=72)).warnings)
 
 
 def _deep(stages: int) -> Deployment:

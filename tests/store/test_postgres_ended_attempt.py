@@ -1,15 +1,21 @@
-"""``sessions.ended_attempt`` on a PostgreSQL store made before it: opening adds the
-column (once), and a role that may not alter the tables an administrator made opens the
-store and records as before, without it (``docs/store-postgres.md``, *Requirements*)."""
+"""``sessions.ended_attempt`` on a PostgreSQL store made before it: a connect adds the
+column (the first that gets its lock in time), and a role that may not alter the tables an
+administrator made opens the store and records as before, without it
+(``docs/store-postgres.md``, *Requirements*)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import psycopg
+import pytest
 
 from agentflow import Fleet
 from agentflow.embedded import SimTransport, loop_clock, run_virtual
 from agentflow.store import PostgresStore
 
+from ..wait import GUARD_S
 from .fleets import agents, driver
 from .test_postgres_schema_role import worker_dsn
 
@@ -61,3 +67,30 @@ def test_a_role_that_may_not_add_it_records_without_it(postgres_db: str, worker_
     _drop_the_column(postgres_db)
     assert _run_and_load(worker_dsn, "r") == [("completed", None)] * 3
     assert not _has_the_column(postgres_db)
+
+
+def test_a_held_lock_on_sessions_leaves_the_column_to_a_later_connect(
+    postgres_db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The ALTER waited behind a transaction that had read ``sessions`` (another worker's,
+    a psql session's) up to the statement timeout, and every other statement on
+    ``sessions`` queued behind it meanwhile; it gives up at its lock timeout instead."""
+    _run_and_load(postgres_db, "r1")
+    _drop_the_column(postgres_db)
+
+    async def open_and_close() -> None:
+        store = PostgresStore(postgres_db, statement_timeout_s=GUARD_S)
+        try:
+            await asyncio.wait_for(store.open(), GUARD_S)
+        finally:
+            await store.aclose()
+
+    with psycopg.connect(postgres_db) as holder:  # idle in a transaction that read sessions
+        holder.execute("SELECT count(*) FROM agentflow.sessions").fetchone()
+        with caplog.at_level(logging.WARNING, logger="agentflow.store"):
+            asyncio.run(open_and_close())
+        assert "store.column_not_added" in caplog.text
+        assert "lock timeout" in caplog.text  # (not the statement timeout)
+        assert not _has_the_column(postgres_db)
+    assert _run_and_load(postgres_db, "r2") == [("completed", 0)] * 3  # the next connect
+    assert _has_the_column(postgres_db)

@@ -109,8 +109,12 @@ def _refuse_split_userinfo(dsn: str, params: dict[str, Any]) -> None:
     of the password as the host, the port or the database name
     (``postgresql://bob:abc/xyz@h/db``: host ``bob``, port ``abc``, database
     ``xyz@h/db``) — which ``dsn``, the ``repr`` and every error then showed, nothing of
-    it registered as a secret. Such a URL has a port that is not a number, or an ``@`` in
-    its host or (unescaped) its database name. The message quotes none of the DSN."""
+    it registered as a secret. Such a URL has a port that is not a number, an ``@`` in its
+    host, or a database name with an ``@`` and a ``/`` or ``:`` (the ``HOST:PORT/DB``
+    that followed the password). A database name with an ``@`` alone is taken
+    (``postgresql://u@h/my@db``: libpq's database ``my@db``); so is, undetected, a password
+    ``4141/x`` in a URL with neither port nor database name. The message quotes none of
+    the DSN."""
     start = _URL.match(dsn)
     if start is None:
         return
@@ -120,13 +124,15 @@ def _refuse_split_userinfo(dsn: str, params: dict[str, Any]) -> None:
         rest = rest[cut + 1 :]
     hosts, _, path = rest.partition("?")[0].partition("/")
     ports = str(params.get("port") or "").split(",")
-    if "@" in hosts or "@" in path or not all(p.strip().isdigit() for p in ports if p):
+    split_path = "@" in path and any(c in path for c in ":/")
+    if "@" in hosts or split_path or not all(p.strip().isdigit() for p in ports if p):
         raise ConfigError(
             "PostgresStore.dsn: libpq reads part of this URL's user name or password as its "
-            "host, port or database name (a port that is not a number, or an '@' in the "
-            "host or the database name): percent-encode '/' as %2F and '@' as %40 in the "
-            "user name and password (postgresql://USER:PASSWORD@HOST/DB), or give the "
-            "password in ~/.pgpass or PGPASSWORD"
+            "host, port or database name (a port that is not a number, an '@' in the host, "
+            "or a database name with an '@' and a ':' or '/'): percent-encode '/' as %2F "
+            "and '@' as %40 in the user name and password "
+            "(postgresql://USER:PASSWORD@HOST/DB), and '@' as %40 in a database name that "
+            "holds one, or give the password in ~/.pgpass or PGPASSWORD"
         )
 
 

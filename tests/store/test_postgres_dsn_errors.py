@@ -101,3 +101,20 @@ def test_a_percent_encoded_password_with_a_slash_and_an_at_is_taken() -> None:
     store = PostgresStore("postgresql://w:Sekret%2FTail%40x@db.invalid:5432/runs")
     assert store.dsn == "user=w dbname=runs host=db.invalid port=5432"
     assert "Sekret" not in repr(store)
+
+
+def test_a_database_name_with_an_at_is_taken() -> None:
+    # libpq reads postgresql://u@h/my@db as the database my@db; it was refused, the message
+    # speaking only of the user name and password.
+    store = PostgresStore("postgresql://w@db.invalid:5432/my@db")
+    assert store.dsn == "user=w dbname=my@db host=db.invalid port=5432"
+    assert (
+        PostgresStore("postgresql://w@db.invalid/my%40db:x").dsn
+        == "user=w dbname=my@db:x host=db.invalid"
+    )
+
+
+def test_a_refused_database_name_is_named_with_its_escape() -> None:
+    with pytest.raises(ConfigError, match="percent-encode") as caught:
+        PostgresStore("postgresql://w@db.invalid/my@db:x")
+    assert "'@' as %40 in a database name" in str(caught.value)

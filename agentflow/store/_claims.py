@@ -215,12 +215,8 @@ class SessionGate:
         stored = next((s for s in run.sessions if s.session_id == sid), None)
         if stored is None:
             raise StoreError(f"run {run.run_id!r}: session {sid!r} is no longer in the store")
-        # Ended since this attempt started: its status, turns or — where the store keeps
-        # it (PostgreSQL) — the attempt its end was stamped with changed. (A session
-        # another worker ran again, failing again at the same turn, matched the status
-        # and turns of this attempt's start, and was run a third time here.)
         now = (stored.status, len(stored.turns), stored.ended_attempt)
-        ended_elsewhere = stored.status != "pending" and now != self.started.get(sid)
+        ended_elsewhere = stored.status != "pending" and ended_since(self.started.get(sid), now)
         if stored.done or ended_elsewhere:
             return stored_result(run, stored, self.attempt)
         plan = plan_resume(run, self.agents, self.attempt)
@@ -298,6 +294,24 @@ class SessionGate:
         for sid, fut in asked.items():
             if not fut.done():
                 fut.set_result(_only(run, sid) if run is not None and sid in held else None)
+
+
+def ended_since(
+    started: tuple[str, int, int | None] | None, now: tuple[str, int, int | None]
+) -> bool:
+    """Whether a session, now ``(status, turns, ended_attempt)`` and not pending, ended
+    since this attempt started (``started``; ``None``: it was not in the store then):
+    its status, turns or — where the store keeps it (PostgreSQL) — the attempt its end
+    was stamped with changed. (A session another worker ran again, failing again at the
+    same turn, matched the status and turns of this attempt's start, and was run a third
+    time here.) The stamps are compared only when both are there: a store that had no
+    ``ended_attempt`` column as this attempt started may have one now (added at a
+    reconnect), and an end from before the attempt was taken for a new one."""
+    if started is None:
+        return True
+    if started[2] is None or now[2] is None:
+        return started[:2] != now[:2]
+    return started != now
 
 
 def _stored(run: StoredRun, sid: str) -> StoredSession:

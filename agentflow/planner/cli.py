@@ -93,7 +93,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     dep.add_argument("--pp", type=int, help="--pipeline-parallel-size")
     dep.add_argument("--dp", type=int, help="--data-parallel-size (independent replicas)")
     dep.add_argument(
-        "--gpus", type=int, help="GPUs of the hardware available (default: all of them)"
+        "--gpus",
+        type=int,
+        help="GPUs to use (default: all of the hardware's; more: several of it, e.g. nodes)",
     )
     dep.add_argument(
         "--pp-partition", type=_partition, help="layers per stage, e.g. 6,7,7 (default: vLLM's)"

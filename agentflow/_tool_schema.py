@@ -52,6 +52,7 @@ def describe(
     name: str | None = None,
     description: str | None = None,
     annotated: bool = True,
+    field_defaults: bool = True,
 ) -> Description:
     """Describe ``fn`` as a tool from its signature, type hints and docstring.
 
@@ -60,7 +61,9 @@ def describe(
     and ``description``, when given, replace the ones found. ``annotated=False``
     describes it as releases before stop 36 did, leaving out what ``Annotated[...]``
     hints add (constraints, descriptions): the schemas that runs recorded then were
-    fingerprinted with (``store/_codec.py``).
+    fingerprinted with (``store/_codec.py``). ``field_defaults=False`` describes a
+    ``pydantic.Field(...)`` default as releases before stop 40 did: a plain default,
+    left out of the schema with its constraints (as ``annotated=False`` does too).
 
     Raises:
         ConfigError: ``fn`` is not callable; a parameter has no type hint, or one no
@@ -116,7 +119,7 @@ def describe(
             raise ConfigError(f"tool {tool_name!r}: parameter {pname!r} needs a type hint")
         default = ... if param.default is param.empty else param.default
         hint = hints[pname]
-        if annotated and isinstance(default, FieldInfo):
+        if annotated and field_defaults and isinstance(default, FieldInfo):
             # ``n: int = Field(3, ge=1)`` (pydantic's idiom for validate_call): the Field
             # is the field's own, its default and constraints with it, as if the hint were
             # ``Annotated[int, Field(3, ge=1)]``. As a plain default it was dropped from

@@ -9,6 +9,7 @@ import functools
 import hashlib
 import json
 import math
+import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -199,8 +200,13 @@ def fingerprints(agent: Agent) -> set[str]:
     # The earlier definitions were taken over tool schemas described without what
     # Annotated[...] hints add: of the agent as it was described then.
     before = _before_annotated(agent) or agent
+    # Runs recorded before a Field(...) default reached the schema (stop 40) hold this
+    # definition's fingerprint over the schemas without it.
+    before_fields = _before_field_defaults(agent)
     for context in contexts:
         found.add(fingerprint(agent, context=context))
+        if before_fields is not None:
+            found.add(fingerprint(before_fields, context=context))
         found.add(_fingerprint_v3(before, context))
         found.add(_fingerprint_v2(before, context))
         found.add(_fingerprint_v1(before, context))
@@ -212,6 +218,22 @@ def _before_annotated(agent: Agent) -> Agent | None:
     described them — without what ``Annotated[...]`` hints add to the schema — or
     ``None`` when that changes no tool: runs recorded then hold fingerprints of those
     schemas, and resume. (Resume only: each such tool is described again.)"""
+    return _described_as(agent, annotated=False)
+
+
+def _before_field_defaults(agent: Agent) -> Agent | None:
+    """``agent`` with its tools described as releases before stop 40 described them — a
+    ``pydantic.Field(...)`` default a plain one, left out of the schema — or ``None`` when
+    that changes no tool: runs recorded then hold the current definition's fingerprint
+    over those schemas."""
+    return _described_as(agent, field_defaults=False)
+
+
+def _described_as(agent: Agent, **how: bool) -> Agent | None:
+    """``agent`` with its tools described again by ``describe(..., **how)``, or ``None``
+    when no tool's schema changes."""
+    from pydantic.json_schema import PydanticJsonSchemaWarning
+
     from agentflow._errors import ConfigError
     from agentflow._tool_schema import describe
 
@@ -220,7 +242,11 @@ def _before_annotated(agent: Agent) -> Agent | None:
     for t in agent.tools:
         if isinstance(t, Tool) and t._args_model is not None:
             try:
-                old = describe(t.fn, name=t.name, description=t.description, annotated=False)
+                # A Field(...) kept as a plain default is no JSON value: pydantic warns
+                # it leaves it out of the schema (as it did then), an error under -W error.
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", PydanticJsonSchemaWarning)
+                    old = describe(t.fn, name=t.name, description=t.description, **how)
             except ConfigError:  # a hint only its Annotated form describes
                 old = None
             if old is not None and old.parameters != t.parameters:

@@ -65,10 +65,14 @@ def to_text(value: Any, *, tool: str) -> str:
 def _enc_hook(value: Any) -> Any:
     """What msgspec cannot encode itself: a pydantic model (in a list, a dict, a dataclass)
     as its JSON form — as ``str`` it reached the model as its Python ``repr``-like text —
-    anything else as its ``str``."""
+    anything else as its ``str``; so is a model with no JSON form (non-UTF-8 ``bytes``, an
+    arbitrary-type field), as it was before models became JSON, not an error."""
     pd = sys.modules.get("pydantic")  # no pydantic loaded: no pydantic model either
     if pd is not None and isinstance(value, pd.BaseModel):
-        return value.model_dump(mode="json")
+        try:
+            return value.model_dump(mode="json")
+        except Exception:  # any serializer's failure: its str, as before
+            return str(value)
     return str(value)
 
 

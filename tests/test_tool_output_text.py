@@ -157,3 +157,34 @@ async def test_pydantic_models_inside_a_result_are_json(value: object, text: str
     (``"path='a.py' line=3"``), not as JSON as a model returned alone does."""
     t = Tool.from_function(lambda: value, name="hits", in_thread=False)
     assert await t.invoke("{}") == text
+
+
+class Handle:
+    def __str__(self) -> str:
+        return "handle#1"
+
+
+class Row(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(arbitrary_types_allowed=True)
+    name: str
+    h: Handle
+
+
+class Blob(pydantic.BaseModel):
+    data: bytes
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        ([Blob(data=b"\xff\xfe")], "[\"data=b'\\\\xff\\\\xfe'\"]"),
+        ([Row(name="a", h=Handle())], "name='a' h="),
+    ],
+)
+async def test_a_model_inside_a_result_with_no_json_form_is_its_str(
+    value: object, text: str
+) -> None:
+    """A model JSON cannot hold (non-UTF-8 bytes, an arbitrary-type field) inside a list
+    made the whole result an error; it is its ``str()``, as before models became JSON."""
+    t = Tool.from_function(lambda: value, name="rows", in_thread=False)
+    assert text in await t.invoke("{}")

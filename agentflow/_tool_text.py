@@ -6,7 +6,7 @@ with any lone surrogate mended (:func:`~agentflow._sendable.sendable_text`); an 
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import msgspec
@@ -49,31 +49,42 @@ def to_text(value: Any, *, tool: str) -> str:
             return str(value.model_dump_json())
         except PydanticSerializationError:  # a lone surrogate, say: mended below
             value = value.model_dump(mode="json")
+    enc_hook = _enc_hook(pd)
     try:
-        text = msgspec.json.encode(value, enc_hook=_enc_hook).decode()
+        text = msgspec.json.encode(value, enc_hook=enc_hook).decode()
     except UnicodeEncodeError:
         # A lone surrogate (os.listdir of an undecodable file name) is mended as in a str
         # result, U+FFFD (it used to make the result an error); the rest as it would be.
         text = msgspec.json.encode(
-            _sendable(msgspec.to_builtins(value, enc_hook=_enc_hook))
+            _sendable(msgspec.to_builtins(value, enc_hook=enc_hook))
         ).decode()
     if text.startswith('"'):  # a scalar that became a JSON string: its text
         return msgspec.json.decode(text, type=str)
     return text
 
 
-def _enc_hook(value: Any) -> Any:
-    """What msgspec cannot encode itself: a pydantic model (in a list, a dict, a dataclass)
-    as its JSON form — as ``str`` it reached the model as its Python ``repr``-like text —
-    anything else as its ``str``; so is a model with no JSON form (non-UTF-8 ``bytes``, an
-    arbitrary-type field), as it was before models became JSON, not an error."""
-    pd = sys.modules.get("pydantic")  # no pydantic loaded: no pydantic model either
-    if pd is not None and isinstance(value, pd.BaseModel):
-        try:
-            return value.model_dump(mode="json")
-        except Exception:  # any serializer's failure: its str, as before
-            return str(value)
-    return str(value)
+def _enc_hook(pd: Any) -> Callable[[Any], Any]:
+    """msgspec's hook for what it cannot encode itself: a pydantic model (in a list, a
+    dict, a dataclass) as its JSON form — as ``str`` it reached the model as its Python
+    ``repr``-like text — anything else as its ``str``; so is a model with no JSON form
+    (non-UTF-8 ``bytes``, an arbitrary-type field), as it was before models became JSON,
+    not an error. ``pd`` is the pydantic module, or ``None`` when none is loaded (then no
+    value is a model): looked up once per result, not once per object encoded."""
+    if pd is None:
+        return str
+    # A model's class is made by pydantic's metaclass: checking that is a plain type
+    # check, where isinstance(value, BaseModel) goes through ABCMeta's (slower).
+    model_class = type(pd.BaseModel)
+
+    def hook(value: Any) -> Any:
+        if isinstance(type(value), model_class):
+            try:
+                return value.model_dump(mode="json")
+            except Exception:  # any serializer's failure: its str, as before
+                return str(value)
+        return str(value)
+
+    return hook
 
 
 def _sendable(value: Any) -> Any:

@@ -298,8 +298,13 @@ class Tool:
             # This coroutine closed (``coro.close()``, garbage collection) is thrown into
             # outside the task's step: re-raised. Raised by the tool's own code, in its
             # task's step, it is the tool's failure: as itself it ended the session with
-            # "coroutine ignored GeneratorExit", even with tool_errors="return".
-            if asyncio.current_task() is not running:
+            # "coroutine ignored GeneratorExit", even with tool_errors="return". Closed
+            # with no loop running (collected after its loop closed): not the tool's.
+            try:
+                own = asyncio.current_task() is running
+            except RuntimeError:  # no running event loop
+                own = False
+            if not own:
                 raise
             raise self._raised(exc) from exc
         except BaseException as exc:

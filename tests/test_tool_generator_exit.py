@@ -62,3 +62,31 @@ async def test_closing_a_call_still_closes_it() -> None:
     assert finished == ["closed"]
     task.cancel()  # its coroutine is closed: the task ends at its next step
     await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), GUARD_S)
+
+
+def test_closing_a_call_after_its_loop_closed_still_closes_it() -> None:
+    """A call left pending when its loop closed, then closed (``close()``, or garbage
+    collection) with no loop running: asking for the current task raised RuntimeError
+    ("no running event loop") out of ``close()`` instead of closing it."""
+    finished: list[str] = []
+
+    @tool
+    async def waits() -> str:
+        """Waits."""
+        try:
+            await asyncio.Event().wait()
+        finally:
+            finished.append("closed")
+        return "never"
+
+    call = waits.invoke("{}")
+    loop = asyncio.new_event_loop()
+    try:
+        task = loop.create_task(call)
+        loop.run_until_complete(asyncio.sleep(0))  # the call's first step: suspended
+        loop.run_until_complete(asyncio.sleep(0))
+    finally:
+        loop.close()
+    task._log_destroy_pending = False  # type: ignore[attr-defined]
+    call.close()  # raised RuntimeError
+    assert finished == ["closed"]

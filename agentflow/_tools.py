@@ -227,7 +227,10 @@ class Tool:
         return self._spec
 
     async def invoke(
-        self, arguments: str, *, default_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S
+        self,
+        arguments: str | bytes | bytearray,
+        *,
+        default_timeout_s: float = DEFAULT_TOOL_TIMEOUT_S,
     ) -> str:
         """Validate the model's JSON ``arguments``, call the tool, return its result as text.
 
@@ -242,13 +245,14 @@ class Tool:
                 ``KeyboardInterrupt``, unless a sync tool raised it in its worker thread,
                 where no Ctrl-C arrives), or it returned an iterator (a generator: return
                 a list).
-            ConfigError: ``arguments`` is not a ``str`` (a dict, ``None``), or
+            ConfigError: ``arguments`` is not a ``str`` (or its UTF-8 ``bytes`` or
+                ``bytearray``) but a dict or ``None``, say, or
                 ``default_timeout_s`` is not a number of seconds > 0.
         """
         import pydantic
 
         check_timeout(default_timeout_s, "Tool.invoke: default_timeout_s")
-        if not isinstance(arguments, str | bytes):  # a dict was a bare AttributeError
+        if not isinstance(arguments, str | bytes | bytearray):  # a dict was a bare AttributeError
             raise ConfigError(
                 f"tool {self.name!r}: Tool.invoke takes the arguments as the model's JSON "
                 f"text (a str, json.dumps(...) of a dict), got {type(arguments).__name__}"
@@ -330,7 +334,7 @@ class Tool:
             f"tool {self.name!r} raised {type(exc).__name__}: {shown(exc)}", tool=self.name
         )
 
-    def _parse(self, arguments: str) -> dict[str, Any]:
+    def _parse(self, arguments: str | bytes | bytearray) -> dict[str, Any]:
         raw = arguments.strip() or "{}"
         if self._args_model is None:
             try:

@@ -22,5 +22,9 @@ async def test_arguments_that_are_not_json_text_are_a_config_error(arguments: ob
         await search.invoke(arguments)  # type: ignore[arg-type]
 
 
-async def test_json_text_is_taken() -> None:
-    assert await search.invoke('{"query": "x"}') == "hit"
+@pytest.mark.parametrize(
+    "arguments", ['{"query": "x"}', b'{"query": "x"}', bytearray(b'{"query": "x"}')]
+)
+async def test_json_text_is_taken(arguments: str | bytes | bytearray) -> None:
+    """Its UTF-8 bytes too; a bytearray was refused as no JSON text, though it worked before."""
+    assert await search.invoke(arguments) == "hit"

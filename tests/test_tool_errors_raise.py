@@ -10,23 +10,25 @@ from agentflow.testing import Reply, ScriptedServer, capture_events
 from tests.wait import GUARD_S, eventually
 
 
-@tool
-async def boom() -> str:
-    """Fails."""
-    raise RuntimeError("boom")
-
-
 async def test_a_sync_sibling_runs_on_after_the_session_ends_its_result_dropped() -> None:
     """The guide said no sibling runs after the session's end: a sync tool's thread does
     (docs/guide.md says so now); no event tells of its result."""
-    release, returned = threading.Event(), threading.Event()
+    started, release, returned = threading.Event(), threading.Event(), threading.Event()
 
     @tool
     def write_file(path: str) -> str:
         """A slow sync tool with a side effect."""
+        started.set()
         release.wait(GUARD_S)
         returned.set()
         return "written"
+
+    @tool
+    async def boom() -> str:
+        """Fails, once its sibling's thread runs: a sibling not started when the session
+        ends never runs (the executor drops it), and the test would wait for nothing."""
+        await eventually(started.is_set, "write_file's thread to start")
+        raise RuntimeError("boom")
 
     agent = Agent(name="a", model="m", tools=[write_file, boom], tool_errors="raise")
     events = capture_events()

@@ -7,6 +7,7 @@ default), taken when a read came off the socket.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -160,6 +161,13 @@ def _object_or_empty(arguments: str) -> str:
     (:meth:`TurnTrace.assistant_message`)."""
     try:
         value = msgspec.json.decode(arguments)
-    except (msgspec.DecodeError, RecursionError):  # RecursionError: nested too deep
+    except RecursionError:  # nested too deep
         return "{}"
+    except msgspec.DecodeError:
+        # What msgspec refuses but Python's json takes (NaN, Infinity, 1e400) the tool was
+        # called with, and a server parsing with json.loads (vLLM) takes too: kept.
+        try:
+            value = json.loads(arguments)
+        except (ValueError, RecursionError):
+            return "{}"
     return arguments if isinstance(value, dict) else "{}"

@@ -32,7 +32,7 @@ def _chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     }
 
 
-def _cut_call(arguments: str) -> Reply:
+def _cut_call(arguments: str, name: str = "search") -> Reply:
     """A turn whose one call's arguments stop at ``arguments`` (``finish_reason: length``)."""
     call = {"index": 0, "id": "call_a", "type": "function"}
     return Reply(
@@ -41,7 +41,7 @@ def _cut_call(arguments: str) -> Reply:
                 _chunk(
                     {
                         "role": "assistant",
-                        "tool_calls": [{**call, "function": {"name": "search", "arguments": ""}}],
+                        "tool_calls": [{**call, "function": {"name": name, "arguments": ""}}],
                     }
                 ),
                 _chunk({"tool_calls": [{"index": 0, "function": {"arguments": arguments}}]}),
@@ -72,6 +72,29 @@ async def test_arguments_that_are_no_json_object_go_back_as_an_empty_object(
     parse_chat_body({"model": "m", "messages": sent})  # the simulator takes it, as vLLM does
     trace = result.turns[0].trace
     assert json.dumps(trace.assistant_message()) == json.dumps(trace.assistant_message())
+
+
+@tool
+def scale(x: float) -> str:
+    """Scale."""
+    return repr(x)
+
+
+@pytest.mark.parametrize(("arguments", "ran"), [('{"x": NaN}', "nan"), ('{"x": 1e400}', "inf")])
+async def test_arguments_python_json_takes_go_back_as_sent(arguments: str, ran: str) -> None:
+    """msgspec refuses NaN, Infinity and 1e400, Python's json (vLLM's) takes them, and so
+    does the tool's validation: the call ran with them, but its history said ``"{}"``."""
+    agent = Agent(name="a", model="m", tools=[scale])
+    async with (
+        ScriptedServer([_cut_call(arguments, "scale"), Reply.text("ok")]) as srv,
+        HTTPTransport(srv.base_url) as http,
+    ):
+        result = await agent.run("go", http)
+    assert result.status == "completed"
+    assert tool_message(srv, 1) == ran
+    sent = srv.requests[1].body["messages"]
+    assert sent[1]["tool_calls"][0]["function"]["arguments"] == arguments
+    parse_chat_body({"model": "m", "messages": sent})
 
 
 @pytest.mark.parametrize("arguments", ['{"query": "long que', "{'a': 1}"])

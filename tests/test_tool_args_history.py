@@ -59,19 +59,21 @@ async def test_arguments_that_are_no_json_object_go_back_as_an_empty_object(
     request with a 400 and the session ended in error, where the model could have read
     the call's ``Error: ...`` result and tried again."""
     agent = Agent(name="a", model="m", tools=[search])
-    async with (
-        ScriptedServer([_cut_call(arguments), Reply.text("ok")]) as srv,
-        HTTPTransport(srv.base_url) as http,
-    ):
+    script = [_cut_call(arguments), Reply.text("ok"), _cut_call(arguments), Reply.text("ok")]
+    async with ScriptedServer(script) as srv, HTTPTransport(srv.base_url) as http:
         result = await agent.run("go", http)
+        second = await agent.run("go", http)  # an equal turn
     assert result.status == "completed"
     assert result.turns[0].trace.tool_calls[0].arguments == arguments  # the trace keeps it
     sent = srv.requests[1].body["messages"]
     assert sent[1]["tool_calls"][0]["function"]["arguments"] == "{}"
     assert tool_message(srv, 1).startswith("Error: ")
     parse_chat_body({"model": "m", "messages": sent})  # the simulator takes it, as vLLM does
-    trace = result.turns[0].trace
-    assert json.dumps(trace.assistant_message()) == json.dumps(trace.assistant_message())
+    # An equal turn gives an equal message, byte for byte (the prefix cache).
+    assert srv.requests[3].body["messages"] == sent
+    assert json.dumps(second.turns[0].trace.assistant_message()) == json.dumps(
+        result.turns[0].trace.assistant_message()
+    )
 
 
 @tool

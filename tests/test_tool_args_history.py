@@ -137,3 +137,16 @@ def test_the_simulator_leaves_json_loads_to_what_msgspec_refuses(
     messages = [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": calls}]
     parse_chat_body({"model": "m", "messages": messages})
     assert loads == ['{"x": NaN}']
+
+
+def test_the_simulator_takes_arguments_with_a_lone_surrogate_as_json_loads_does() -> None:
+    """msgspec cannot encode a lone surrogate (a str given in-process): its
+    ``UnicodeEncodeError`` escaped ``parse_chat_body`` instead of the text being judged by
+    ``json.loads``, which takes it (as vLLM does)."""
+    call = {
+        "id": "c",
+        "type": "function",
+        "function": {"name": "f", "arguments": '{"a": "\ud800"}'},
+    }
+    messages = [{"role": "user", "content": "go"}, {"role": "assistant", "tool_calls": [call]}]
+    parse_chat_body({"model": "m", "messages": messages})

@@ -301,7 +301,7 @@ def _check_arguments(arguments: object, where: str) -> None:
     try:
         msgspec.json.decode(arguments)
         return
-    except (msgspec.DecodeError, RecursionError):
+    except (ValueError, RecursionError):  # (a lone surrogate: UnicodeEncodeError)
         pass
     try:
         json.loads(arguments)

@@ -139,12 +139,21 @@ def fingerprint(agent: Agent, *, context: str | None = None) -> str:
     chain's: its links' types, in order); ``context`` stands in for that type's name.
     Tool *code* cannot be fingerprinted; its schema is.
 
-    It is the BLAKE2b-128 of the compact, key-sorted JSON of ``[4, name,
+    It is the BLAKE2b-128 of the compact, key-sorted JSON of ``[5, name,
     text_hash(instructions), config]``: the instructions count by their digest, the one
     they are stored under, which :func:`text_hash` remembers — a fleet's agents share a
-    prompt of tens of KB, hashed once rather than once per agent. The 4 tells this
-    definition from those runs were recorded with before (:func:`fingerprints`): 3 is
-    the same over tool schemas described without what ``Annotated[...]`` hints add."""
+    prompt of tens of KB, hashed once rather than once per agent. The 5 tells this
+    definition from those runs were recorded with before (:func:`fingerprints`): 4 is
+    the same over tool schemas described without what a ``pydantic.Field(...)`` default
+    adds, 3 without what ``Annotated[...]`` hints add either."""
+    return _digest(5, agent, _config_json(agent, context))
+
+
+def _fingerprint_v4(agent: Agent, context: str | None = None) -> str:
+    """The fingerprint runs recorded before ``Field(...)`` defaults reached tool schemas
+    hold: :func:`fingerprint`'s definition with a 4 (of ``agent`` as described then:
+    :func:`_before_field_defaults`). A number of its own, so that a run recorded since
+    with a schema that lacks a default does not resume with one added."""
     return _digest(4, agent, _config_json(agent, context))
 
 
@@ -181,7 +190,8 @@ def _dumps(value: Any) -> str:
 
 def fingerprints(agent: Agent) -> set[str]:
     """The fingerprints a recorded run may hold for ``agent``: its own, and the ones of
-    definitions runs were recorded with before — over tool schemas without what
+    definitions runs were recorded with before — over tool schemas without what a
+    ``Field(...)`` default adds (:func:`_fingerprint_v4`), without what
     ``Annotated[...]`` hints add (:func:`_fingerprint_v3`), without the tools' own limits
     (:func:`_fingerprint_v2`), the whole prompt hashed (:func:`_fingerprint_v1`) and,
     when its context is a chain holding a ``ContextBudget``, the context named
@@ -200,13 +210,12 @@ def fingerprints(agent: Agent) -> set[str]:
     # The earlier definitions were taken over tool schemas described without what
     # Annotated[...] hints add: of the agent as it was described then.
     before = _before_annotated(agent) or agent
-    # Runs recorded before a Field(...) default reached the schema (stop 40) hold this
-    # definition's fingerprint over the schemas without it.
-    before_fields = _before_field_defaults(agent)
+    # Runs recorded before a Field(...) default reached the schema (stop 40) hold the
+    # definition 4 over the schemas without it.
+    before_fields = _before_field_defaults(agent) or agent
     for context in contexts:
         found.add(fingerprint(agent, context=context))
-        if before_fields is not None:
-            found.add(fingerprint(before_fields, context=context))
+        found.add(_fingerprint_v4(before_fields, context))
         found.add(_fingerprint_v3(before, context))
         found.add(_fingerprint_v2(before, context))
         found.add(_fingerprint_v1(before, context))
@@ -224,8 +233,8 @@ def _before_annotated(agent: Agent) -> Agent | None:
 def _before_field_defaults(agent: Agent) -> Agent | None:
     """``agent`` with its tools described as releases before stop 40 described them — a
     ``pydantic.Field(...)`` default a plain one, left out of the schema — or ``None`` when
-    that changes no tool: runs recorded then hold the current definition's fingerprint
-    over those schemas."""
+    that changes no tool: runs recorded then hold the definition 4's fingerprint over
+    those schemas."""
     return _described_as(agent, field_defaults=False)
 
 

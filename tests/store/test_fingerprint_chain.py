@@ -17,6 +17,7 @@ from agentflow.store._codec import (
     _fingerprint_v1,
     _fingerprint_v2,
     _fingerprint_v3,
+    _fingerprint_v4,
     fingerprint,
     fingerprints,
 )
@@ -53,7 +54,8 @@ def test_the_legacy_fingerprint_is_accepted_only_for_a_chain_with_a_budget() -> 
     assert legacy in fingerprints(team([fleet, budget])[0])
     assert legacy not in fingerprints(team([fleet])[0])
     earlier = {
-        _fingerprint_v3(team(old)[0]), _fingerprint_v2(team(old)[0]), _fingerprint_v1(team(old)[0])
+        _fingerprint_v4(team(old)[0]), _fingerprint_v3(team(old)[0]), _fingerprint_v2(team(old)[0]),
+        _fingerprint_v1(team(old)[0]),
     }  # fmt: skip
     assert fingerprints(team(budget)[0]) == {legacy, *earlier}
 

@@ -1,7 +1,7 @@
 """An agent's fingerprint is the BLAKE2b-128 of the compact, key-sorted JSON of
-``[4, name, text_hash(instructions), config]``, its config holding each tool's own limits
-(``tool_limits``); runs recorded before it hold the one of ``[3, ...]`` (the same, over
-tool schemas without Annotated extras), of ``[2, name,
+``[5, name, text_hash(instructions), config]``, its config holding each tool's own limits
+(``tool_limits``); runs recorded before it hold the one of ``[4, ...]`` (the same, over
+tool schemas without Field(...) defaults), ``[3, ...]`` (without Annotated extras either), of ``[2, name,
 text_hash(instructions), config]`` without them, or of ``[name, instructions, config]``
 (the whole prompt), which a resume still accepts. These tests pin all three to their
 one-``json.dumps`` definitions, byte for byte, and resume a run whose store holds the
@@ -26,6 +26,7 @@ from agentflow.store._codec import (
     _fingerprint_v1,
     _fingerprint_v2,
     _fingerprint_v3,
+    _fingerprint_v4,
     fingerprint,
     fingerprints,
     text_hash,
@@ -45,10 +46,14 @@ def _blake(blob: str) -> str:
     return hashlib.blake2b(blob.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-def _reference(agent: Agent, context: str | None = None, version: int = 4) -> str:
+def _reference(agent: Agent, context: str | None = None, version: int = 5) -> str:
     digest = _blake(agent.instructions)
     value = [version, agent.name, digest, _config(agent, context)]
     return _blake(json.dumps(value, sort_keys=True, separators=(",", ":"), default=repr))
+
+
+def _reference_v4(agent: Agent, context: str | None = None) -> str:
+    return _reference(agent, context, 4)
 
 
 def _reference_v3(agent: Agent, context: str | None = None) -> str:
@@ -86,11 +91,13 @@ def test_the_fingerprints_are_their_one_dumps_definitions(name: str, instruction
     budgeted = Agent(name=name, model="m", instructions=instructions, context=ContextBudget())
     assert fingerprint(budgeted) == _reference(budgeted)
     # The earlier definitions, which runs recorded before hold, are accepted at a resume.
+    assert _fingerprint_v4(agent) == _reference_v4(agent)
     assert _fingerprint_v3(agent) == _reference_v3(agent)
     assert _fingerprint_v2(agent) == _reference_v2(agent)
     assert _fingerprint_v1(agent) == _reference_v1(agent)
     assert fingerprints(agent) == {
-        _reference(agent), _reference_v3(agent), _reference_v2(agent), _reference_v1(agent)
+        _reference(agent), _reference_v4(agent), _reference_v3(agent), _reference_v2(agent),
+        _reference_v1(agent),
     }  # fmt: skip
 
 

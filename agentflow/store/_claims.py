@@ -306,7 +306,9 @@ def ended_since(
     same turn, matched the status and turns of this attempt's start, and was run a third
     time here.) The stamps are compared only when both are there: a store that had no
     ``ended_attempt`` column as this attempt started may have one now (added at a
-    reconnect), and an end from before the attempt was taken for a new one."""
+    reconnect), and an end from before the attempt was taken for a new one. A row from
+    before the column has ``-1`` in a store with it, not ``None``: re-run and ended
+    again elsewhere, it has a stamp now, and counts as changed."""
     if started is None:
         return True
     if started[2] is None or now[2] is None:

@@ -122,8 +122,8 @@ class PgCalls(PgWriter):
                 run = read_run(io.Qmark(conn), run_id, self._where, only)
                 if self._stamp_ends:  # (PostgreSQL's own column: SQLite's reader lacks it)
                     ended = _ended_attempts(conn, run_id, only)
-                    for s in run.sessions:
-                        s.ended_attempt = ended.get(s.session_id)
+                    for s in run.sessions:  # -1: its end is from before the column
+                        s.ended_attempt = ended.get(s.session_id, -1)
                 return run
 
         return nul_call_ids(await self._read(read, f"run {run_id!r} not read"))

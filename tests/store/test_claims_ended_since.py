@@ -14,7 +14,9 @@ from agentflow.store._claims import ended_since
 @pytest.mark.parametrize(
     ("started", "now", "ended"),
     [
-        (("error", 3, None), ("error", 3, 2), False),  # a stamp only now: as before
+        (("error", 3, None), ("error", 3, 2), False),  # a column only now: as before
+        (("error", 3, -1), ("error", 3, 2), True),  # ended before the column, re-run since
+        (("error", 3, -1), ("error", 3, -1), False),
         (("error", 3, 1), ("error", 3, None), False),
         (("error", 3, None), ("error", 3, None), False),
         (("error", 3, 1), ("error", 3, 1), False),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 
+import psycopg
 import pytest
 
 from agentflow import Agent, Fleet
@@ -65,10 +66,14 @@ class _Worker(PostgresStore):
         return await super().claim(run_id, session_ids, owner, ttl_s)
 
 
+@pytest.mark.parametrize("before_the_column", [False, True])
 @pytest.mark.parametrize("overlap", ["loaded", "numbered"])
 def test_a_session_that_failed_again_elsewhere_is_not_run_a_third_time(
-    postgres_db: str, overlap: str
+    postgres_db: str, overlap: str, before_the_column: bool
 ) -> None:
+    """``before_the_column``: the session ended before the store had
+    ``sessions.ended_attempt`` (its row's is NULL); a load gave ``None`` for it, as for a
+    store without the column, and the stamps were not compared."""
     runs: list[str] = []
 
     def boom(key: str) -> str:
@@ -112,6 +117,9 @@ def test_a_session_that_failed_again_elsewhere_is_not_run_a_third_time(
 
     assert run_virtual(first()) == "error"
     assert len(runs) == 1
+    if before_the_column:
+        with psycopg.connect(postgres_db, autocommit=True) as admin:
+            admin.execute("UPDATE agentflow.sessions SET ended_attempt = NULL")
     results = run_virtual(two_workers())
     assert len(runs) == 2  # once in the run, once in one of the workers (was 3)
     assert results[0] == results[1]

@@ -187,12 +187,12 @@ ALTER_LOCK_TIMEOUT = "1s"
 def ended_attempts(conn: psycopg.Connection[tuple[object, ...]], schema: str, where: str) -> bool:
     """Whether ``sessions.ended_attempt`` is there — added now to a store made before it
     (one ``ALTER TABLE``, workers taking turns, waiting at most :data:`ALTER_LOCK_TIMEOUT`
-    for its lock). Without it — a role that may not alter the tables an administrator
-    made, or a lock held longer by another transaction — the store opens as before (a
-    warning logged) and tries again at its next connect: a resumed attempt meanwhile
-    tells an end recorded elsewhere by its status and turns alone, and may run a session
-    that another worker re-ran and that ended the same way again (``docs/store.md``,
-    *Leases*). Run after :func:`check_pg_schema`."""
+    for their turn and again for its lock). Without it — a role that may not alter the
+    tables an administrator made, or a lock held longer by another transaction — the
+    store opens as before (a warning logged) and tries again at its next connect: a
+    resumed attempt meanwhile tells an end recorded elsewhere by its status and turns
+    alone, and may run a session that another worker re-ran and that ended the same way
+    again (``docs/store.md``, *Leases*). Run after :func:`check_pg_schema`."""
     import psycopg
     from psycopg import sql
 
@@ -200,9 +200,11 @@ def ended_attempts(conn: psycopg.Connection[tuple[object, ...]], schema: str, wh
         return True
     try:
         with conn.transaction():
+            # Before the workers' turns too: each waited for the turn without a bound,
+            # then up to the timeout for the ALTER's lock, one after another.
+            conn.execute(f"SET LOCAL lock_timeout = '{ALTER_LOCK_TIMEOUT}'")
             conn.execute("SELECT pg_advisory_xact_lock(hashtext('agentflow.store.schema'))")
             if conn.execute(_HAS_ENDED_ATTEMPT, (schema,)).fetchone() is None:
-                conn.execute(f"SET LOCAL lock_timeout = '{ALTER_LOCK_TIMEOUT}'")
                 conn.execute(
                     sql.SQL("ALTER TABLE {}.sessions ADD COLUMN ended_attempt INTEGER").format(
                         sql.Identifier(schema)

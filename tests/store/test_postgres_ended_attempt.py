@@ -94,3 +94,31 @@ def test_a_held_lock_on_sessions_leaves_the_column_to_a_later_connect(
         assert not _has_the_column(postgres_db)
     assert _run_and_load(postgres_db, "r2") == [("completed", 0)] * 3  # the next connect
     assert _has_the_column(postgres_db)
+
+
+def test_workers_wait_for_their_turn_at_the_column_at_most_the_lock_timeout(
+    postgres_db: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Workers opening at once take turns at the ``ALTER`` (an advisory lock); they waited
+    for their turn without a bound, then each up to the lock timeout for the ``ALTER``'s
+    lock, one after another, and every statement on ``sessions`` queued meanwhile. Here
+    the turn is held by this test: the open gives up at the lock timeout (it ran until
+    the statement timeout)."""
+    _run_and_load(postgres_db, "r1")
+    _drop_the_column(postgres_db)
+
+    async def open_and_close() -> None:
+        store = PostgresStore(postgres_db, statement_timeout_s=5.0)
+        try:
+            await asyncio.wait_for(store.open(), GUARD_S)
+        finally:
+            await store.aclose()
+
+    with psycopg.connect(postgres_db) as turn:  # another worker's turn, taken
+        turn.execute("SELECT pg_advisory_xact_lock(hashtext('agentflow.store.schema'))")
+        with caplog.at_level(logging.WARNING, logger="agentflow.store"):
+            asyncio.run(open_and_close())
+        assert "store.column_not_added" in caplog.text
+        assert "lock timeout" in caplog.text  # (not the statement timeout)
+    assert _run_and_load(postgres_db, "r2") == [("completed", 0)] * 3  # the next connect
+    assert _has_the_column(postgres_db)

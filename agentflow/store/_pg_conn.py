@@ -111,7 +111,9 @@ def _refuse_split_userinfo(dsn: str, params: dict[str, Any]) -> None:
     ``xyz@h/db``) — which ``dsn``, the ``repr`` and every error then showed, nothing of
     it registered as a secret. Such a URL has a port that is not a number, an ``@`` in its
     host, or a database name with an ``@`` and a ``/`` or ``:`` (the ``HOST:PORT/DB``
-    that followed the password). A database name with an ``@`` alone is taken
+    that followed the password), or with an ``@`` where no ``user@`` came before
+    (``postgresql://bob:4141/Sekret@h``: host ``bob``, port ``4141``, database
+    ``Sekret@h``). A database name with an ``@`` alone after a ``user@`` is taken
     (``postgresql://u@h/my@db``: libpq's database ``my@db``); so is, undetected, a password
     ``4141/x`` in a URL with neither port nor database name. The message quotes none of
     the DSN."""
@@ -120,11 +122,12 @@ def _refuse_split_userinfo(dsn: str, params: dict[str, Any]) -> None:
         return
     rest = dsn[start.end() :]
     cut = next((i for i, c in enumerate(rest) if c in "@/"), len(rest))
-    if rest[cut : cut + 1] == "@":  # (libpq's user:password@, up to the first of them)
+    userinfo = rest[cut : cut + 1] == "@"  # (libpq's user:password@, up to the first)
+    if userinfo:
         rest = rest[cut + 1 :]
     hosts, _, path = rest.partition("?")[0].partition("/")
     ports = str(params.get("port") or "").split(",")
-    split_path = "@" in path and any(c in path for c in ":/")
+    split_path = "@" in path and (not userinfo or any(c in path for c in ":/"))
     if "@" in hosts or split_path or not all(p.strip().isdigit() for p in ports if p):
         raise ConfigError(
             "PostgresStore.dsn: libpq reads part of this URL's user name or password as its "

@@ -118,3 +118,15 @@ def test_a_refused_database_name_is_named_with_its_escape() -> None:
     with pytest.raises(ConfigError, match="percent-encode") as caught:
         PostgresStore("postgresql://w@db.invalid/my@db:x")
     assert "'@' as %40 in a database name" in str(caught.value)
+
+
+def test_a_password_split_at_a_slash_with_a_port_is_refused() -> None:
+    # No user@ before the host: libpq reads postgresql://bob:4141/Sekret@db.invalid as host
+    # bob, port 4141, database Sekret@db.invalid -- the password in dsn and the repr.
+    with pytest.raises(ConfigError, match="percent-encode") as caught:
+        PostgresStore("postgresql://bob:4141/Sekret@db.invalid")
+    assert "Sekret" not in str(caught.value)
+    assert (
+        PostgresStore("postgresql://u@db.invalid/my@db").dsn
+        == "user=u dbname=my@db host=db.invalid"
+    )

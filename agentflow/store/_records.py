@@ -317,7 +317,8 @@ class StoredSession:
     #: where the store does not keep it (SQLite: one attempt at a run at a time). An end
     #: written again by a worker that re-ran the session has a later one than the end
     #: before it: a resumed attempt that finds it changed since it started knows the
-    #: session was ended elsewhere, its status and turns the same.
+    #: session was ended elsewhere, its status and turns the same. ``-1``: the store
+    #: keeps it, but this end was recorded before it did (PostgreSQL, before stop 40).
     ended_attempt: int | None = field(default=None, compare=False)
 
     @property

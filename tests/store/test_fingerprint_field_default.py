@@ -43,3 +43,22 @@ def test_a_fingerprint_recorded_before_field_defaults_is_still_known() -> None:
         known = fingerprints(agent)
     assert STOP_39_FINGERPRINT in known
     assert fingerprint(agent) in known
+
+
+def test_a_run_recorded_since_does_not_resume_with_a_default_added() -> None:
+    """The schemas without ``Field(...)`` defaults count as the definition runs recorded
+    before held (4), not the current one: a run recorded since, its tool's schema lacking
+    a default (``Field(default_factory=...)``), does not resume with one added."""
+
+    def search(query: str, n: int = pydantic.Field(default_factory=lambda: 5)) -> str:
+        """Search."""
+        return ""
+
+    recorded = fingerprint(Agent(name="a", model="m", instructions="hi", tools=[tool(search)]))
+
+    def search(query: str, n: int = pydantic.Field(5, ge=1, le=20)) -> str:  # type: ignore[no-redef]
+        """Search."""
+        return ""
+
+    now = Agent(name="a", model="m", instructions="hi", tools=[tool(search)])
+    assert recorded not in fingerprints(now)

@@ -1,9 +1,10 @@
 """An agent's fingerprint is the BLAKE2b-128 of the compact, key-sorted JSON of
 ``[5, name, text_hash(instructions), config]``, its config holding each tool's own limits
 (``tool_limits``); runs recorded before it hold the one of ``[4, ...]`` (the same, over
-tool schemas without Field(...) defaults), ``[3, ...]`` (without Annotated extras either), of ``[2, name,
-text_hash(instructions), config]`` without them, or of ``[name, instructions, config]``
-(the whole prompt), which a resume still accepts. These tests pin all three to their
+tool schemas without Field(...) defaults), ``[3, ...]`` (without Annotated extras either),
+of ``[2, name, text_hash(instructions), config]`` without them, or of
+``[name, instructions, config]`` (the whole prompt), which a resume still accepts. These
+tests pin all of them to their
 one-``json.dumps`` definitions, byte for byte, and resume a run whose store holds the
 earlier ones."""
 

@@ -111,10 +111,12 @@ def _refuse_split_userinfo(dsn: str, params: dict[str, Any]) -> None:
     ``xyz@h/db``) — which ``dsn``, the ``repr`` and every error then showed, nothing of
     it registered as a secret. Such a URL has a port that is not a number, an ``@`` in its
     host, or a database name with an ``@`` and a ``/`` or ``:`` (the ``HOST:PORT/DB``
-    that followed the password), or with an ``@`` where no ``user@`` came before
-    (``postgresql://bob:4141/Sekret@h``: host ``bob``, port ``4141``, database
-    ``Sekret@h``). A database name with an ``@`` alone after a ``user@`` is taken
-    (``postgresql://u@h/my@db``: libpq's database ``my@db``); so is, undetected, a password
+    that followed the password), or with an ``@`` where no ``user@`` came before a
+    ``HOST:PORT`` (``postgresql://bob:4141/Sekret@h``: host ``bob``, port ``4141``,
+    database ``Sekret@h``; ``postgresql://h:5432/my@db`` reads the same, and is refused
+    too: write ``my%40db``). A database name with an ``@`` alone after a ``user@``, or
+    after a host with no port, is taken (``postgresql://u@h/my@db``,
+    ``postgresql://h/my@db``: libpq's database ``my@db``); so is, undetected, a password
     ``4141/x`` in a URL with neither port nor database name. The message quotes none of
     the DSN."""
     start = _URL.match(dsn)
@@ -127,15 +129,17 @@ def _refuse_split_userinfo(dsn: str, params: dict[str, Any]) -> None:
         rest = rest[cut + 1 :]
     hosts, _, path = rest.partition("?")[0].partition("/")
     ports = str(params.get("port") or "").split(",")
-    split_path = "@" in path and (not userinfo or any(c in path for c in ":/"))
+    # (A split password leaves its user name before a ':' in the host part: a URL with
+    # no user, no port and an '@' in its database name is libpq's database name.)
+    split_path = "@" in path and ((not userinfo and ":" in hosts) or any(c in path for c in ":/"))
     if "@" in hosts or split_path or not all(p.strip().isdigit() for p in ports if p):
         raise ConfigError(
             "PostgresStore.dsn: libpq reads part of this URL's user name or password as its "
             "host, port or database name (a port that is not a number, an '@' in the host, "
-            "or a database name with an '@' and a ':' or '/'): percent-encode '/' as %2F "
-            "and '@' as %40 in the user name and password "
-            "(postgresql://USER:PASSWORD@HOST/DB), and '@' as %40 in a database name that "
-            "holds one, or give the password in ~/.pgpass or PGPASSWORD"
+            "a database name with an '@' and a ':' or '/', or with an '@' after a HOST:PORT "
+            "and no user): percent-encode '/' as %2F and '@' as %40 in the user name and "
+            "password (the USER:PASSWORD before '@HOST'), and '@' as %40 in a database name "
+            "that holds one, or give the password in ~/.pgpass or PGPASSWORD"
         )
 
 

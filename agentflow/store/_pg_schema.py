@@ -211,6 +211,11 @@ def ended_attempts(conn: psycopg.Connection[tuple[object, ...]], schema: str, wh
                     )
                 )
     except psycopg.Error as exc:
+        try:  # another worker's ALTER may have committed as this one's wait ran out
+            if conn.execute(_HAS_ENDED_ATTEMPT, (schema,)).fetchone() is not None:
+                return True
+        except psycopg.Error:
+            pass
         _log.warning(
             "store.column_not_added", store=where, column="sessions.ended_attempt", error=str(exc)
         )

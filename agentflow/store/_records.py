@@ -318,7 +318,8 @@ class StoredSession:
     #: written again by a worker that re-ran the session has a later one than the end
     #: before it: a resumed attempt that finds it changed since it started knows the
     #: session was ended elsewhere, its status and turns the same. ``-1``: the store
-    #: keeps it, but this end was recorded before it did (PostgreSQL, before stop 40).
+    #: keeps it, but no end is stamped — none yet, or one recorded before the store kept
+    #: it (PostgreSQL, before stop 40).
     ended_attempt: int | None = field(default=None, compare=False)
 
     @property

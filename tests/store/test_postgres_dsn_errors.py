@@ -130,3 +130,24 @@ def test_a_password_split_at_a_slash_with_a_port_is_refused() -> None:
         PostgresStore("postgresql://u@db.invalid/my@db").dsn
         == "user=u dbname=my@db host=db.invalid"
     )
+
+
+@pytest.mark.parametrize(
+    ("dsn", "read"),
+    [
+        ("postgresql://db.invalid/my@db", "dbname=my@db host=db.invalid"),
+        ("postgresql:///my@db?host=/var/run/postgresql", "dbname=my@db host=/var/run/postgresql"),
+    ],
+)
+def test_a_database_name_with_an_at_and_no_user_nor_port_is_taken(dsn: str, read: str) -> None:
+    """Refused once no ``user@`` came first: a split password leaves ``user:`` in the host
+    part, which these have not (the socket-only form has no host at all)."""
+    assert PostgresStore(dsn).dsn == read
+
+
+def test_the_refusal_shows_where_the_escapes_go() -> None:
+    """Its example of a URL's user name and password was masked as one (``USER:PASSWORD@``
+    cut out of ``postgresql://USER:PASSWORD@HOST/DB``)."""
+    with pytest.raises(ConfigError) as caught:
+        PostgresStore("postgresql://db.invalid:5432/my@db")
+    assert "the USER:PASSWORD before '@HOST'" in str(caught.value)

@@ -41,6 +41,35 @@ __all__ = ["CircuitBreaker", "CircuitState"]
 CircuitState = Literal["closed", "open", "half_open"]
 
 
+def check_breaker_values(
+    prefix: str,
+    *,
+    threshold: int,
+    failure_rate: float,
+    window: int,
+    cooldown_s: float,
+    max_cooldown_s: float | None,
+) -> None:
+    """Each of a breaker's settings on its own, the error naming ``prefix`` + the field
+    (``"CircuitBreaker."``, or ``"Replica.breaker_"`` where a replica is made, so that it
+    refuses what its breaker would, not a run later): counts ≥ 1, a rate in (0, 1],
+    cooldowns in [1 ns, :data:`MAX_TIMEOUT_S`] (``max_cooldown_s`` ``None``: not given).
+
+    Raises:
+        ConfigError: naming the first setting that is not one.
+    """
+    check_count(threshold, f"{prefix}threshold")
+    # (A str rate was a bare TypeError, a bool cooldown taken as 1 s.)
+    if not _number(failure_rate) or not 0 < failure_rate <= 1:
+        raise ConfigError(
+            f"{prefix}failure_rate must be a number in (0, 1], got {shown(failure_rate)}"
+        )
+    check_count(window, f"{prefix}window")
+    check_seconds(cooldown_s, f"{prefix}cooldown_s", 1e-9, MAX_TIMEOUT_S)
+    if max_cooldown_s is not None:
+        check_seconds(max_cooldown_s, f"{prefix}max_cooldown_s", 1e-9, MAX_TIMEOUT_S)
+
+
 class CircuitBreaker:
     """Tracks one endpoint's health.
 
@@ -83,15 +112,14 @@ class CircuitBreaker:
         cooldown_s: float = 5.0,
         max_cooldown_s: float = 60.0,
     ) -> None:
-        check_count(threshold, "CircuitBreaker.threshold")
-        # (A str rate was a bare TypeError, a bool cooldown taken as 1 s.)
-        if not _number(failure_rate) or not 0 < failure_rate <= 1:
-            raise ConfigError(
-                f"CircuitBreaker.failure_rate must be a number in (0, 1], got {shown(failure_rate)}"
-            )
-        check_count(window, "CircuitBreaker.window")
-        check_seconds(cooldown_s, "CircuitBreaker.cooldown_s", 1e-9, MAX_TIMEOUT_S)
-        check_seconds(max_cooldown_s, "CircuitBreaker.max_cooldown_s", 1e-9, MAX_TIMEOUT_S)
+        check_breaker_values(
+            "CircuitBreaker.",
+            threshold=threshold,
+            failure_rate=failure_rate,
+            window=window,
+            cooldown_s=cooldown_s,
+            max_cooldown_s=max_cooldown_s,
+        )
         if cooldown_s > max_cooldown_s:
             raise ConfigError(
                 f"CircuitBreaker.cooldown_s must be ≤ max_cooldown_s ({max_cooldown_s!r}), "

@@ -5,12 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agentflow._counts import check_count
 from agentflow._errors import ConfigError, TransportError
 from agentflow._redact import display_url, redact
-from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
-from agentflow.sched._breaker import CircuitBreaker
-from agentflow.sched._limits import Limits, RateGate, _number
+from agentflow.sched._breaker import CircuitBreaker, check_breaker_values
+from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._ticket import Ticket
 from agentflow.typing import Clock, Transport
 
@@ -76,21 +74,20 @@ class Replica:
             raise ConfigError(
                 f"Replica.name must be a str ('': the transport's endpoint), got {self.name!r:.80}"
             )
-        for name in ("breaker_threshold", "breaker_window"):
-            check_count(getattr(self, name), f"Replica.{name}")
-        rate = self.breaker_failure_rate
-        if not _number(rate) or not 0 < rate <= 1:
-            raise ConfigError(f"Replica.breaker_failure_rate must be in (0, 1], got {rate!r}")
-        # (The bounds the breaker checks when a run builds it: refused here, not then.)
-        cooldown = check_seconds(
-            self.breaker_cooldown_s, "Replica.breaker_cooldown_s", 1e-9, MAX_TIMEOUT_S
+        # The checks the breaker makes when a run builds it: refused here, not then.
+        check_breaker_values(
+            "Replica.breaker_",
+            threshold=self.breaker_threshold,
+            failure_rate=self.breaker_failure_rate,
+            window=self.breaker_window,
+            cooldown_s=self.breaker_cooldown_s,
+            max_cooldown_s=self.breaker_max_cooldown_s,
         )
-        most = self.breaker_max_cooldown_s
-        if most is not None and (not _number(most) or not cooldown <= most <= MAX_TIMEOUT_S):
+        cooldown, most = self.breaker_cooldown_s, self.breaker_max_cooldown_s
+        if most is not None and not cooldown <= most:
             raise ConfigError(
-                "Replica.breaker_max_cooldown_s must be a number of seconds in "
-                f"[breaker_cooldown_s ({cooldown!r}), {MAX_TIMEOUT_S:g}], or None (60 s, or the "
-                f"cooldown if longer), got {most!r}"
+                f"Replica.breaker_max_cooldown_s must be ≥ breaker_cooldown_s ({cooldown!r}), "
+                f"or None (60 s, or the cooldown if longer), got {most!r}"
             )
 
     @property

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from agentflow import Agent, ToolError, tool
+from agentflow import Agent, Tool, ToolError, tool
 from tests.toolcall import one_call
 from tests.wait import GUARD_S
 
@@ -22,6 +22,23 @@ async def closer() -> str:
 def closer_on_loop() -> str:
     """A sync tool on the event loop."""
     raise GeneratorExit("on the loop")
+
+
+def _waiting(finished: list[str], started: asyncio.Event | None = None) -> Tool:
+    """A tool that waits for ever, noting in ``finished`` when its coroutine is closed."""
+
+    @tool
+    async def waits() -> str:
+        """Waits."""
+        if started is not None:
+            started.set()
+        try:
+            await asyncio.Event().wait()
+        finally:
+            finished.append("closed")
+        return "never"
+
+    return waits
 
 
 @pytest.mark.parametrize("raising", [closer, closer_on_loop], ids=lambda t: t.name)
@@ -44,18 +61,7 @@ async def test_closing_a_call_still_closes_it() -> None:
     ``GeneratorExit`` is not taken for the tool's failure."""
     started = asyncio.Event()
     finished: list[str] = []
-
-    @tool
-    async def waits() -> str:
-        """Waits."""
-        started.set()
-        try:
-            await asyncio.Event().wait()
-        finally:
-            finished.append("closed")
-        return "never"
-
-    call = waits.invoke("{}")
+    call = _waiting(finished, started).invoke("{}")
     task = asyncio.ensure_future(call)
     await asyncio.wait_for(started.wait(), GUARD_S)
     call.close()  # raises if the GeneratorExit was turned into a ToolError
@@ -69,17 +75,7 @@ def test_closing_a_call_after_its_loop_closed_still_closes_it() -> None:
     collection) with no loop running: asking for the current task raised RuntimeError
     ("no running event loop") out of ``close()`` instead of closing it."""
     finished: list[str] = []
-
-    @tool
-    async def waits() -> str:
-        """Waits."""
-        try:
-            await asyncio.Event().wait()
-        finally:
-            finished.append("closed")
-        return "never"
-
-    call = waits.invoke("{}")
+    call = _waiting(finished).invoke("{}")
     loop = asyncio.new_event_loop()
     try:
         task = loop.create_task(call)

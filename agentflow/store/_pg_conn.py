@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
@@ -81,7 +82,8 @@ def split_dsn(dsn: object, owner: object) -> tuple[str, dict[str, Secret]]:
         raise ConfigError("PostgresStore needs psycopg 3: pip install 'agentflow[pg]'") from None
     if not isinstance(dsn, str):
         raise ConfigError(f"PostgresStore.dsn must be a string, got {type(dsn).__name__}")
-    register_url(dsn, owner=owner)
+    if _url_password(dsn):  # (a user name alone is no credential here, as it is in an
+        register_url(dsn, owner=owner)  # HTTP URL's token: "worker" was masked everywhere)
     why: str | None = None
     try:
         params = conninfo_to_dict(dsn)
@@ -97,6 +99,16 @@ def split_dsn(dsn: object, owner: object) -> tuple[str, dict[str, Secret]]:
             register_secret(str(value), owner=owner)
             hidden[key] = Secret(str(value))
     return make_conninfo("", **{k: v for k, v in params.items() if v is not None}), hidden
+
+
+def _url_password(dsn: str) -> bool:
+    """Whether ``dsn`` is a URL with a password in its userinfo."""
+    if _URL.match(dsn) is None or "@" not in dsn:
+        return False
+    try:
+        return bool(urlsplit(dsn).password)
+    except ValueError:
+        return True  # unparsable: register what register_url finds, to be safe
 
 
 #: A URL DSN's scheme (libpq's two).

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from agentflow import ConfigError
+from agentflow._redact import redact
 from agentflow.store import PostgresStore
 
 pytest.importorskip("psycopg")
@@ -151,3 +152,14 @@ def test_the_refusal_shows_where_the_escapes_go() -> None:
     with pytest.raises(ConfigError) as caught:
         PostgresStore("postgresql://db.invalid:5432/my@db")
     assert "the USER:PASSWORD before '@HOST'" in str(caught.value)
+
+
+def test_a_user_name_alone_is_not_masked_as_a_secret() -> None:
+    """A URL's user name with no password was registered as a credential (as an HTTP URL's
+    token is): while the store lived, the word "worker" was masked in every message —
+    "another worker" read "another ***"."""
+    store = PostgresStore("postgresql://worker@db.invalid/runs")
+    assert redact("taken by another worker") == "taken by another worker"
+    with_password = PostgresStore("postgresql://w:Sekret-pass@db.invalid/runs")
+    assert redact("it was Sekret-pass") == "it was ***"
+    del store, with_password

@@ -57,8 +57,8 @@ from agentflow.sched import (
     TurnRunner,
     policy_by_name,
 )
-from agentflow.sched._dispatch import WARMUP_TIMEOUT_S
 from agentflow.sched._scheduler import cancel_and_wait, check_warmup_timeout
+from agentflow.sched._warmups import WARMUP_TIMEOUT_S
 from agentflow.typing import Callback, Clock, Transport
 
 if TYPE_CHECKING:

@@ -194,7 +194,7 @@ class ReplicaState:
     def avoids(self, prefix_key: str) -> bool:
         """Whether the router keeps ``prefix_key``'s tickets off this replica for now: a
         leader of that prefix failed here, or had no first token within the warm-up
-        timeout (until its stream ends, and :data:`~agentflow.sched._dispatch.AVOID_S`
+        timeout (until its stream ends, and :data:`~agentflow.sched._warmups.AVOID_S`
         after; a leader that warms it here lifts it)."""
         until = self.avoid_until.get(prefix_key)
         if until is None:

@@ -16,7 +16,7 @@ so ``max_in_flight`` counts streaming requests exactly.
 first one placed there is sent alone and the rest placed there wait until its first
 token arrives (its prefill is done, the prefix is in that server's KV cache), then go
 and hit the cache instead of all prefilling the same tokens at once. Warm-up is per
-replica (``_dispatch.py``): the overflow a warm replica has no room for leads a warm-up
+replica (``_warmups.py``): the overflow a warm replica has no room for leads a warm-up
 of its own on the next one.
 """
 
@@ -33,12 +33,13 @@ from agentflow._counts import check_flag
 from agentflow._errors import AllReplicasDown, ConfigError, TransportError
 from agentflow._logging import get_logger
 from agentflow._seconds import MAX_TIMEOUT_S, check_seconds, shown
-from agentflow.sched._dispatch import WARM, WARMUP_TIMEOUT_S, Dispatcher
+from agentflow.sched._dispatch import Dispatcher
 from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._policy import FCFS, Policy
 from agentflow.sched._replica import Replica, ReplicaState, check_unique
 from agentflow.sched._router import Router
 from agentflow.sched._ticket import Grant, SchedulerState, Ticket, Waiter
+from agentflow.sched._warmups import WARM, WARMUP_TIMEOUT_S
 from agentflow.typing import Clock
 
 __all__ = ["Scheduler", "cancel_and_wait", "check_warmup_timeout"]

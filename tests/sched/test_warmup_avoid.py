@@ -17,7 +17,7 @@ import pytest
 from agentflow import Agent, Fleet, HTTPTransport, Limits, Replica
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.sched import Router, Scheduler
-from agentflow.sched._dispatch import AVOID_S
+from agentflow.sched._warmups import AVOID_S
 from tests.sched.conftest import Acquirer, IdleTransport, settle, ticket
 from tests.transport.rawserver import chunk, content, head, raw_server
 

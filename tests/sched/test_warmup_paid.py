@@ -12,7 +12,7 @@ import asyncio
 from agentflow import Limits, Replica
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.sched import Router, Scheduler
-from agentflow.sched._dispatch import WARMING
+from agentflow.sched._warmups import WARMING
 from tests.sched.conftest import Acquirer, IdleTransport, settle, ticket
 
 

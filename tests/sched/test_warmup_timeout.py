@@ -15,7 +15,7 @@ import pytest
 from agentflow import Agent, ConfigError, Fleet, HTTPTransport, Replica
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.sched import Router, Scheduler
-from agentflow.sched._dispatch import WARMUP_TIMEOUT_S
+from agentflow.sched._warmups import WARMUP_TIMEOUT_S
 from tests.sched.conftest import Acquirer, IdleTransport, settle, ticket
 from tests.transport.rawserver import chunk, content, head, raw_server
 

@@ -1,24 +1,25 @@
 """The HTTP/1.1 protocol under :class:`HTTPTransport`: each read is parsed where it lands.
 
 :class:`_Connection` is the ``asyncio.Protocol`` of one pooled connection. While a request
-is on it (an :class:`_Exchange`), ``data_received`` does the whole per-read path
-synchronously — one ``clock()`` timestamp (or the kernel's, see ``_kstamp``), the HTTP
-framing (``httptools``), and the body handed to :meth:`StreamState.read` — then resolves or
-fails the exchange's future when the response ends.
+is on it (an :class:`~agentflow.transport._exchange.Exchange`), ``data_received`` does the
+whole per-read path synchronously — one ``clock()`` timestamp (or the kernel's, see
+``_kstamp``), the HTTP framing (``httptools``), and the body handed to
+:meth:`StreamState.read` — then resolves or fails the exchange's future when the response
+ends.
 """
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import httptools
 from multidict import CIMultiDict
 
-from agentflow._errors import ConnectError, StreamInterrupted, StreamProtocolError
+from agentflow._errors import StreamProtocolError
 from agentflow.transport._error_body import error_body_s, error_body_until
+from agentflow.transport._exchange import Exchange, dropped, too_long
 from agentflow.transport._pool import ConnectionPool, PooledConnection
-from agentflow.transport._shared import MAX_ERROR_BODY, refused_content_type, sent_then_closed
+from agentflow.transport._shared import MAX_ERROR_BODY, refused_content_type
 from agentflow.transport._stream import DRAIN_AFTER_DONE_S, StreamState
 
 __all__ = ["MAX_HEADER_LINE", "MAX_HEAD_BYTES"]
@@ -31,68 +32,6 @@ MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADER_LINE = 8 * 1024
 
 
-class _Exchange:
-    """One request on one connection: where its reads go and what its caller awaits."""
-
-    __slots__ = (
-        "bare",
-        "bare_mark",
-        "complete",
-        "done",
-        "draining",
-        "error_gap",
-        "error_parts",
-        "error_size",
-        "error_timer",
-        "error_until",
-        "framed",
-        "head_size",
-        "headers",
-        "informational",
-        "keep",
-        "n_pieces",
-        "raw_headers",
-        "read",
-        "refused",
-        "sse",
-        "status",
-        "stream",
-    )
-
-    def __init__(self, done: asyncio.Future[None], stream: StreamState) -> None:
-        #: Resolved when the response has ended (``status`` says how), failed otherwise.
-        self.done = done
-        #: The body's read loop: SSE, trace, first output, idle bookkeeping.
-        self.stream = stream
-        self.read = stream.read
-        self.status = 0  # of the final response, once its head is complete
-        self.sse = False  # a 2xx whose body is parsed as an event stream
-        self.refused: str | None = None  # the content type of a 2xx that is not a stream
-        self.headers: CIMultiDict[str] = CIMultiDict()
-        self.raw_headers: list[tuple[bytes, bytes]] = []
-        self.informational = False  # inside a 1xx response, which precedes the real one
-        self.framed = True  # body delimited by chunks or a length, not by the close
-        self.complete = False
-        #: Set once ``[DONE]`` arrived before the body's end: the timer that stops waiting
-        #: for that end (:data:`DRAIN_AFTER_DONE_S`).
-        self.draining: asyncio.TimerHandle | None = None
-        self.n_pieces = 0  # body pieces of the read that belong to this response
-        self.keep = True  # the connection may be reused afterwards
-        self.error_parts: list[bytes] = []
-        self.error_size = 0
-        #: For a non-2xx: ends the wait for the rest of its body, re-armed by each piece
-        #: of it — :func:`error_body_s` (``error_gap``) after the last, and no later than
-        #: ``error_until``, the stream's total or first-token deadline (loop time).
-        self.error_timer: asyncio.TimerHandle | None = None
-        self.error_gap = 0.0
-        self.error_until: float | None = None
-        self.head_size = 0  # bytes of the header and trailer lines parsed so far
-        # Bytes of the reads that carried no body since the body last moved on (``bare_mark``
-        # is where it was): a head or trailer that never ends is stopped by this count.
-        self.bare = 0
-        self.bare_mark = 0
-
-
 class _Connection(PooledConnection):
     """One HTTP/1.1 connection; while a request is on it, each read is parsed on arrival."""
 
@@ -100,7 +39,7 @@ class _Connection(PooledConnection):
 
     def __init__(self, pool: ConnectionPool[Any]) -> None:
         super().__init__(pool)
-        self._ex: _Exchange | None = None
+        self._ex: Exchange | None = None
         self._now = 0
         self._pieces: list[bytes] = []
         # httptools looks its callbacks up once, here. With on_body bound to list.append
@@ -109,13 +48,13 @@ class _Connection(PooledConnection):
         self.on_body = self._pieces.append
         self._parser = httptools.HttpResponseParser(self)
 
-    def start(self, request: bytes, stream: StreamState) -> _Exchange:
+    def start(self, request: bytes, stream: StreamState) -> Exchange:
         """Send ``request``; the body that follows feeds ``stream`` until the response ends."""
-        ex = self._ex = _Exchange(self.pool.loop.create_future(), stream)
+        ex = self._ex = Exchange(self.pool.loop.create_future(), stream)
         self._pieces.clear()
         tr = self.transport
         if tr is None or tr.is_closing():
-            self._settle(ex, self._dropped(ex, None, sent=False))
+            self._settle(ex, dropped(ex, None, reused=self.reused, sent=False))
         else:
             stream.sent_at(stream.clock())  # connected: connecting is not the server's time
             tr.write(request)
@@ -191,7 +130,7 @@ class _Connection(PooledConnection):
         elif ex.status >= 300:  # an error body cut short: its status (and Retry-After) stand
             self._error_body_over(ex)
         else:
-            self._settle(ex, self._dropped(ex, exc))
+            self._settle(ex, dropped(ex, exc, reused=self.reused))
 
     def abort(self) -> None:
         """Close at once; a request still on the connection is abandoned, not failed."""
@@ -217,14 +156,10 @@ class _Connection(PooledConnection):
             size = len(name) + len(value)
             ex.head_size += size
             if size > MAX_HEADER_LINE:
-                raise self._too_long(
-                    ex, f"a header line of {size} bytes", MAX_HEADER_LINE, self._now
-                )
+                raise too_long(ex, f"a header line of {size} bytes", MAX_HEADER_LINE, self._now)
             if ex.head_size > MAX_HEAD_BYTES:
                 what = "trailers" if ex.status else "headers"
-                raise self._too_long(
-                    ex, f"{ex.head_size} bytes of {what}", MAX_HEAD_BYTES, self._now
-                )
+                raise too_long(ex, f"{ex.head_size} bytes of {what}", MAX_HEAD_BYTES, self._now)
             ex.raw_headers.append((name, value))
 
     def on_headers_complete(self) -> None:
@@ -288,7 +223,7 @@ class _Connection(PooledConnection):
 
     # -- ends of an exchange -------------------------------------------------------------
 
-    def _add_error_body(self, ex: _Exchange, body: bytes, now: int) -> bool:
+    def _add_error_body(self, ex: Exchange, body: bytes, now: int) -> bool:
         """Keep up to 64 KiB of a body that is not a stream (a non-2xx, or a 2xx page
         or document); at the cap, end the exchange (True)."""
         room = MAX_ERROR_BODY - ex.error_size
@@ -306,14 +241,14 @@ class _Connection(PooledConnection):
         self._finish(ex, now)
         return True
 
-    def _arm_error_timer(self, ex: _Exchange) -> None:
+    def _arm_error_timer(self, ex: Exchange) -> None:
         """(Re)start the wait for the next piece of an error body."""
         if ex.error_timer is not None:
             ex.error_timer.cancel()
         until = error_body_until(ex.error_gap, ex.error_until)
         ex.error_timer = self.pool.loop.call_at(until, self._error_body_over, ex)
 
-    def _error_body_over(self, ex: _Exchange) -> None:
+    def _error_body_over(self, ex: Exchange) -> None:
         """A non-2xx's body was cut (a close, a reset, bytes that are not HTTP), stalled
         for :func:`error_body_s` or ran into the total (or first-token) limit: the answer
         is its status with what arrived of the body, and the connection is not reused."""
@@ -330,14 +265,14 @@ class _Connection(PooledConnection):
         ex.complete = True
         self._finish(ex, ex.stream.clock())
 
-    def _drain_over(self, ex: _Exchange) -> None:
+    def _drain_over(self, ex: Exchange) -> None:
         """The body did not end soon after ``[DONE]`` (or went on with junk): the answer
         stands, the connection is not reused (its body is unfinished)."""
         if self._ex is ex:
             ex.keep = False
             self._finish(ex, ex.stream.clock())
 
-    def _finish(self, ex: _Exchange, now: int) -> None:
+    def _finish(self, ex: Exchange, now: int) -> None:
         """The response ended cleanly (or after ``[DONE]``): flush the last event, wake
         the caller."""
         if ex.error_timer is not None:
@@ -354,12 +289,12 @@ class _Connection(PooledConnection):
         if not ex.done.done():
             ex.done.set_result(None)
 
-    def _fail(self, ex: _Exchange, exc: BaseException) -> None:
+    def _fail(self, ex: Exchange, exc: BaseException) -> None:
         """The request failed on this connection: fail the caller, close the connection."""
         self._settle(ex, exc)
         self.abort()
 
-    def _settle(self, ex: _Exchange, exc: BaseException) -> None:
+    def _settle(self, ex: Exchange, exc: BaseException) -> None:
         if ex.error_timer is not None:
             ex.error_timer.cancel()
         if self._ex is ex:
@@ -368,37 +303,7 @@ class _Connection(PooledConnection):
         if not ex.done.done():
             ex.done.set_exception(exc)
 
-    def _dropped(self, ex: _Exchange, exc: BaseException | None, *, sent: bool = True) -> Exception:
-        """The error for a connection that closed during the request.
-
-        Only a request that never left, or one on a reused kept-alive connection that
-        closed before any byte of an answer (the server had closed it as idle: it did not
-        read the request), is a :class:`ConnectError`, resent. A new connection carried
-        the whole request to a server that then closed it — it may have received it, and
-        crashed on it — and a byte received (part of a head, a ``100 Continue``) says it
-        did: that is a :class:`StreamInterrupted`, left to the retry policy.
-        """
-        st = ex.stream
-        endpoint = st.endpoint
-        why = f"{type(exc).__name__}: {exc}" if exc is not None else "the server closed it"
-        # Any byte of an answer went through _bare_read (no body yet) or set the status.
-        received = ex.status or ex.bare_mark
-        if not sent or (self.reused and not received):
-            err: Exception = ConnectError(f"no response from {endpoint}: {why}", endpoint=endpoint)
-        elif not ex.status:
-            state = "an unfinished response head" if received else "no response byte"
-            err = sent_then_closed(endpoint, state, why, st.partial())
-        else:
-            err = StreamInterrupted(
-                f"connection to {endpoint} dropped mid-stream after "
-                f"{st.n_chunks} output chunks: {why}",
-                endpoint=endpoint,
-                trace=st.partial(),
-            )
-        err.__cause__ = exc
-        return err
-
-    def _bare_read(self, ex: _Exchange, size: int, now: int) -> bool:
+    def _bare_read(self, ex: Exchange, size: int, now: int) -> bool:
         """A read that carried no body byte (off the per-read path of a stream's body):
         count it; past :data:`MAX_HEAD_BYTES` since the body last moved on, fail the
         exchange (True). The count starts again once the body has moved on."""
@@ -410,18 +315,10 @@ class _Connection(PooledConnection):
         if ex.bare <= MAX_HEAD_BYTES:
             return False
         what = "a response head" if not ex.status else "trailers"
-        self._fail(ex, self._too_long(ex, f"{what} of over {ex.bare} bytes", MAX_HEAD_BYTES, now))
+        self._fail(ex, too_long(ex, f"{what} of over {ex.bare} bytes", MAX_HEAD_BYTES, now))
         return True
 
-    def _too_long(self, ex: _Exchange, what: str, limit: int, now: int) -> StreamProtocolError:
-        st = ex.stream
-        return StreamProtocolError(
-            f"{st.endpoint} sent {what}, more than the {limit}-byte limit",
-            endpoint=st.endpoint,
-            trace=st.partial(now),
-        )
-
-    def _invalid(self, ex: _Exchange, exc: Exception, now: int) -> Exception:
+    def _invalid(self, ex: Exchange, exc: Exception, now: int) -> Exception:
         """The error for bytes that are not HTTP/1.1 (a bad status line, chunk size, …);
         the one a callback of ours raised (a head over its limit), when it was that.
         The body the read carried before them is read first: its output is on the trace

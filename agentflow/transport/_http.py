@@ -12,7 +12,8 @@ first output, the time limits' bookkeeping, the end), and so is everything above
 (:func:`status_error`, which headers are kept), so the transports produce the same traces
 and raise the same errors. Connections come
 from a :class:`ConnectionPool` of HTTP/1.1 kept-alive connections; their protocol (the
-per-read path: ``_Connection`` and its ``_Exchange``) is in ``_h1.py``.
+per-read path: ``_Connection``) is in ``_h1.py``, the request on one (``Exchange``) in
+``_exchange.py``.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from agentflow._seconds import MAX_TIMEOUT_S, check_seconds
 from agentflow._trace import TurnTrace
 from agentflow.transport import _kstamp
 from agentflow.transport._h1 import _Connection as _Connection
-from agentflow.transport._h1 import _Exchange as _Exchange
 from agentflow.transport._pool import ConnectionPool
 from agentflow.transport._request import ChatRequest, Endpoint, Timeouts
 from agentflow.transport._shared import (

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
         CompactionEvent,
         ContextTrimmedEvent,
     )
-    from agentflow.testing import Reply
+    from agentflow._reply import Reply
 
 __all__ = ["EventCapture", "Handler", "MockTransport", "capture_events"]
 
@@ -136,7 +136,7 @@ class MockTransport:
         reply = self._handler(request)
         if inspect.isawaitable(reply):
             reply = await reply
-        from agentflow.testing import Reply
+        from agentflow._reply import Reply
 
         if not isinstance(reply, Reply):  # it failed on a missing attribute ('drop')
             raise ConfigError(
@@ -196,7 +196,7 @@ class _Script:
         return len(self._replies) - self._next
 
     def __call__(self, _: ChatRequest) -> Reply:
-        from agentflow.testing import Reply
+        from agentflow._reply import Reply
 
         if self._next >= len(self._replies):  # a 400: not retried, the test fails at once
             self._past += 1

@@ -3,20 +3,15 @@ calling one (arguments validated, a time limit, the result made text).
 
 How a callable is described (its JSON schema, from the signature and the docstring) is
 in ``_tool_schema.py``; how a result that is not a ``str`` is made text, in
-``_tool_text.py``; a sync tool's call in its worker thread, in ``_tool_raised.py``. A
-tool's ``tools`` entry is built once, canonically (keys sorted at every level), so an
-agent sends byte-identical tool schemas on every turn of every session however the
-schema was put together — the server's prefix cache keeps hitting them
+``_tool_text.py``; the call itself (its worker thread, its time limit, what it raised),
+in ``_tool_call.py``. A tool's ``tools`` entry is built once, canonically (keys sorted at
+every level), so an agent sends byte-identical tool schemas on every turn of every
+session however the schema was put together — the server's prefix cache keeps hitting them
 (``docs/prefix-reuse.md``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
-import functools
-import inspect
-import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, overload
@@ -25,12 +20,10 @@ import msgspec
 
 from agentflow._callables import is_async
 from agentflow._counts import check_count
-from agentflow._errors import ConfigError, ToolError, ToolTimeout
+from agentflow._errors import ConfigError, ToolError
 from agentflow._logging import get_logger
-from agentflow._threads import TOOL_THREADS
-from agentflow._tool_raised import RaisedInThread, call_in_thread, shown
+from agentflow._tool_call import call_tool
 from agentflow._tool_schema import canonical_json_value, check_tool, describe
-from agentflow._tool_text import to_text
 
 if TYPE_CHECKING:
     import pydantic
@@ -264,74 +257,8 @@ class Tool:
                 f"tool {self.name!r} got arguments it cannot take: {exc}", tool=self.name
             ) from exc
         limit = self.timeout_s if self.timeout_s is not None else default_timeout_s
-        deadline = asyncio.timeout(None if math.isinf(limit) else limit)
-        threaded = False
-        running = asyncio.current_task()  # the task whose step runs the tool's code
-        try:
-            async with deadline:
-                if self._threaded:
-                    threaded = True
-                    call = functools.partial(
-                        contextvars.copy_context().run, call_in_thread, self.fn, **kwargs
-                    )
-                    result = await asyncio.get_running_loop().run_in_executor(TOOL_THREADS, call)
-                else:  # async (an object's async __call__ too), or a sync fn on the loop
-                    result = self.fn(**kwargs)
-                if inspect.isawaitable(result):  # a plain wrapper around an async function
-                    result = await result
-            if deadline.expired():  # it caught its cancellation and returned late
-                raise TimeoutError
-        except TimeoutError as exc:
-            if not deadline.expired():
-                raise self._raised(exc) from exc  # the tool's own TimeoutError
-            if threaded:
-                _log.warning("tool.thread_left_running", tool=self.name, timeout_s=limit)
-            raise ToolTimeout(tool=self.name, timeout_s=limit, threaded=threaded) from None
-        except asyncio.CancelledError as exc:
-            task = asyncio.current_task()
-            if task is not None and task.cancelling():
-                raise  # the session (or the run) is cancelled
-            raise self._raised(exc) from exc  # the tool's own: an inner task it awaited
-        except RaisedInThread as exc:
-            raise self._raised(exc.error) from exc.error
-        except Exception as exc:
-            raise self._raised(exc) from exc
-        except KeyboardInterrupt:
-            raise  # the user's Ctrl-C: not the tool's failure
-        except GeneratorExit as exc:
-            # This coroutine closed (``coro.close()``, garbage collection) is thrown into
-            # outside the task's step: re-raised. Raised by the tool's own code, in its
-            # task's step, it is the tool's failure: as itself it ended the session with
-            # "coroutine ignored GeneratorExit", even with tool_errors="return". Closed
-            # with no loop running (collected after its loop closed): not the tool's.
-            try:
-                own = asyncio.current_task() is running
-            except RuntimeError:  # no running event loop
-                own = False
-            if not own:
-                raise
-            raise self._raised(exc) from exc
-        except BaseException as exc:
-            # SystemExit above all (argparse on bad arguments, ``sys.exit()`` in a CLI-style
-            # tool, raised in the worker thread and re-raised here): the tool failed, and
-            # the model hears of it; left alone it would end every session and the process.
-            raise self._raised(exc) from exc
-        if isinstance(result, str):
-            return result
-        try:
-            return to_text(result, tool=self.name)
-        except ToolError:
-            raise  # an iterator: to_text says why
-        except Exception as exc:  # a cycle, a value whose str() raises
-            raise ToolError(
-                f"tool {self.name!r} returned a {type(result).__name__} that cannot be made "
-                f"text: {type(exc).__name__}: {shown(exc)}",
-                tool=self.name,
-            ) from exc
-
-    def _raised(self, exc: BaseException) -> ToolError:
-        return ToolError(
-            f"tool {self.name!r} raised {type(exc).__name__}: {shown(exc)}", tool=self.name
+        return await call_tool(
+            self.fn, kwargs, name=self.name, limit=limit, threaded=self._threaded
         )
 
     def _parse(self, arguments: str | bytes | bytearray) -> dict[str, Any]:

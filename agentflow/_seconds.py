@@ -39,10 +39,11 @@ def check_seconds(value: object, name: str, low: float, high: float) -> float:
     return float(value)
 
 
-def shown(value: object) -> str:
-    """``repr(value)`` for an error message, but a huge int by its size (its digits could
-    be thousands, past what ``repr`` converts: a ValueError instead of the message)."""
-    if isinstance(value, int) and value.bit_length() > 64:
+def shown(value: object, *, max_bits: int = 64) -> str:
+    """``repr(value)`` for an error message, but an int of over ``max_bits`` bits by its
+    size (its digits could be thousands, past what ``repr`` converts: a ValueError
+    instead of the message)."""
+    if isinstance(value, int) and value.bit_length() > max_bits:
         return f"an int of {value.bit_length()} bits"
     return repr(value)
 

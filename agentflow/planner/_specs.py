@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass
 
 from agentflow._errors import ConfigError
+from agentflow._seconds import shown
 
 from ._dtypes import kv_dtype_bytes, weight_dtype_bits
 
@@ -62,11 +63,8 @@ MAX_PIPELINE_STAGES = 1024
 
 
 def _shown(value: object) -> str:
-    """``repr(value)``, but the length of an int too long to print (past Python's limit on
-    int digits it has no repr)."""
-    if isinstance(value, int) and value.bit_length() > 256:
-        return f"{value.bit_length()} bits"
-    return repr(value)
+    # (the digits of an int up to 256 bits: a count past MAX_COUNT is still readable)
+    return shown(value, max_bits=256)
 
 
 def _positive_int(owner: str, field: str, value: object) -> None:

@@ -1,4 +1,5 @@
-"""``agentflow.planner``'s public names are documented, and it imports only ``_errors``."""
+"""``agentflow.planner``'s public names are documented, and it imports only ``_errors`` and
+``_seconds`` (both leaves: the standard library and ``_errors``)."""
 
 from __future__ import annotations
 
@@ -19,8 +20,9 @@ def test_every_export_exists_and_is_documented() -> None:
 
 
 def test_the_planner_imports_nothing_of_the_client_or_the_simulator() -> None:
-    """A pure calculator: its own modules, agentflow._errors and the standard library."""
-    allowed = {"agentflow._errors", "agentflow.planner.cli"}
+    """A pure calculator: its own modules, agentflow._errors, agentflow._seconds (its
+    value display: a leaf, itself importing only _errors) and the standard library."""
+    allowed = {"agentflow._errors", "agentflow._seconds", "agentflow.planner.cli"}
     for path in Path(planner.__file__).parent.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

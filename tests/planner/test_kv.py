@@ -306,7 +306,7 @@ def test_not_one_block_is_an_error() -> None:
         ({"reserve_gib": 1e300}, r"reserve_gib must be .* at most 65536 GiB \(64 TiB\)"),
         ({"kv_dtype": None}, r"kv_dtype must be a dtype name \(a string\), got None"),
         ({"gpu_memory_utilization": True}, r"gpu_memory_utilization must be in \(0, 1\]"),
-        ({"dp": 10**300}, r"dp must be at most 1e\+18, got 997 bits"),
+        ({"dp": 10**300}, r"dp must be at most 1e\+18, got an int of 997 bits"),
         ({"block_size": 10**18 + 1}, r"block_size must be at most 1e\+18, got 1000000000000000001"),
     ],
 )

@@ -18,7 +18,7 @@ import os
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
@@ -32,12 +32,16 @@ from agentflow._cliargs import (
 )
 from agentflow._errors import ConfigError
 from agentflow._printable import printable
+from agentflow.bench._cli_output import (
+    bench_html,
+    bench_table,
+    shown_number,
+    shown_seconds,
+    write_bench_report,
+)
 from agentflow.bench._cli_values import factor as _factor
 from agentflow.bench._cli_values import numbers as _numbers
 from agentflow.bench._cli_values import parse_slo
-
-if TYPE_CHECKING:
-    from rich.table import Table
 
 __all__ = ["add_parser", "bench_html", "bench_table", "parse_slo"]
 
@@ -263,8 +267,8 @@ def _bench(args: argparse.Namespace) -> int:
         measured.append(entry)
         s = entry
         console.print(
-            f"  {s['load']['label']}: {_n(s['output_tps'])} out tok/s, "
-            f"TTFT p50 {_t(s['ttft_s']['p50'])}"
+            f"  {s['load']['label']}: {shown_number(s['output_tps'])} out tok/s, "
+            f"TTFT p50 {shown_seconds(s['ttft_s']['p50'])}"
             + ("  [over-saturated]" if s["saturation"]["saturated"] else "")
             + ("  [interrupted]" if s.get("interrupted") else "")
         )
@@ -285,7 +289,7 @@ def _bench(args: argparse.Namespace) -> int:
             n = write_recording(recorder, args.record)
             console.print(f"{n} requests recorded to {args.record}")
         if measured and args.report is not None:
-            _write_report(partial_report(config, target, measured, "interrupted"), args.report)
+            write_bench_report(partial_report(config, target, measured, "interrupted"), args.report)
             n = len(measured)
             last = "" if n == 1 else "the last one "
             cut = f" ({last}interrupted)" if measured[-1].get("interrupted") else ""
@@ -307,7 +311,7 @@ def _bench(args: argparse.Namespace) -> int:
             n = write_recording(recorder, args.record)
             console.print(f"{n} requests recorded to {args.record}")
         if args.report is not None:
-            _write_report(report, args.report)
+            write_bench_report(report, args.report)
             console.print(f"report written to {args.report}")
         if args.html is not None:
             figures = bench_html(report, args.html)
@@ -345,79 +349,3 @@ def _check_no_overwrite(args: argparse.Namespace) -> None:
     if args.workload is not None and args.workload not in WORKLOADS:
         inputs.append((f"the workload {args.workload}", Path(args.workload)))
     check_no_overwrite(outputs, inputs)
-
-
-def _write_report(report: dict[str, Any], path: Path) -> None:
-    from agentflow._files import write_text_file
-
-    # plain JSON, as reports promise (a NaN would be a file `agentflow report` refuses)
-    write_text_file(path, json.dumps(report, indent=2, allow_nan=False) + "\n")
-
-
-def bench_html(report: dict[str, Any], path: Path) -> int:
-    """Draw a bench report's levels with ``agentflow report`` (each level's first run is
-    one run of the page: the interactivity-vs-throughput plot joins them into the curve);
-    returns the number of figures.
-
-    Raises:
-        ConfigError: matplotlib (the ``report`` extra) is missing.
-    """
-    from agentflow.report import write_report
-    from agentflow.report._runs import Run
-
-    runs = [Run(lvl["load"]["label"], lvl["repeats"][0]["report"]) for lvl in report["levels"]]
-    title = f"agentflow bench — {report['run']['target']}"
-    return len(write_report(runs, path, title=title))
-
-
-def bench_table(report: dict[str, Any]) -> Table:
-    """The levels of a bench report as a table (what ``agentflow bench`` prints)."""
-    from rich.table import Table
-
-    slos = [s["name"] for s in report["run"]["slos"]]
-    t = Table(title=f"agentflow bench — {report['run']['target']}", title_justify="left")
-    for col in ("level", "sess/s", "req/s", "out tok/s", "decode tok/s/agent p50", "p99",
-                "TTFT p50", "p99", "TPOT p50", "p99", *(f"goodput {n}" for n in slos),
-                "cache hit", "saturated"):  # fmt: skip
-        t.add_column(col, justify="right" if col not in ("level", "saturated") else "left")
-    for lvl in report["levels"]:
-        ci = lvl.get("ci95", {}).get("output_tps", {})
-        tps = _n(lvl["output_tps"])
-        if ci.get("half_width") is not None:
-            tps += f" ±{ci['half_width']:,.0f}"
-        rate = (
-            lvl["achieved_rate"] if lvl["achieved_rate"] is not None else lvl["window_arrival_rate"]
-        )
-        t.add_row(
-            lvl["load"]["label"],
-            _n(rate, 2),
-            _n(lvl["req_per_s"], 1),
-            tps,
-            _n(lvl["decode_tps_per_agent"]["p50"]),
-            _n(lvl["decode_tps_per_agent"]["p99"]),
-            _t(lvl["ttft_s"]["p50"]),
-            _t(lvl["ttft_s"]["p99"]),
-            _t(lvl["tpot_s"]["p50"]),
-            _t(lvl["tpot_s"]["p99"]),
-            *(
-                "-" if g["turn_fraction"] is None else f"{g['turn_fraction']:.0%}"
-                for g in lvl["goodput"]
-            ),
-            "-" if lvl["cache_hit_rate"] is None else f"{lvl['cache_hit_rate']:.0%}",
-            "yes" if lvl["saturation"]["saturated"] else "",
-        )
-    knee = report.get("knee")
-    t.caption = (
-        f"knee (highest level not over-saturated): {knee['label']}" if knee else "knee: none found"
-    ) + f" · stopped: {report['stopped']}"
-    return t
-
-
-def _n(x: float | None, digits: int = 0) -> str:
-    return "-" if x is None else f"{x:,.{digits}f}"
-
-
-def _t(x: float | None) -> str:
-    if x is None:
-        return "-"
-    return f"{x * 1e3:.1f} ms" if x < 1 else f"{x:.2f} s"

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from agentflow import Agent, Fleet, FleetResult
-from agentflow.bench.cli import _write_report
+from agentflow.bench._cli_output import write_bench_report as _write_report
 from agentflow.demo.run import _write_json
 from agentflow.demo.summary import advertised_time_scale
 from agentflow.embedded import loop_clock, run_virtual

@@ -30,47 +30,10 @@ from typing import Any
 
 from agentflow.sim.pattern import PatternError, pattern_string
 from agentflow.sim.schema_keys import add_dependents, extra_keys
+from agentflow.sim.schema_samples import FORMATS, WORDS
 
 __all__ = ["MAX_ARGUMENT_SIZE", "SchemaError", "generate_value"]
 
-_WORDS = (
-    "alpha",
-    "beta",
-    "delta",
-    "main",
-    "src",
-    "test",
-    "config",
-    "build",
-    "cache",
-    "fleet",
-    "agent",
-    "token",
-    "index",
-    "report",
-    "value",
-    "query",
-)
-_FORMATS: dict[str, tuple[str, ...]] = {
-    "date": ("2025-01-15", "2024-11-30", "2026-03-02"),
-    "date-time": ("2025-01-15T09:30:00Z", "2024-11-30T18:05:12Z"),
-    "time": ("09:30:00", "18:05:12"),
-    "email": ("agent@example.com", "ops@example.org"),
-    "uri": ("https://example.com/docs", "https://example.org/api/v1"),
-    "url": ("https://example.com/docs",),
-    "uuid": ("0b8e6f3c-2a51-4f7e-9c3d-5a1b2c3d4e5f", "7d9f1e2a-3b4c-4d5e-8f60-718293a4b5c6"),
-    # pydantic's UUID1 ... UUID8 check the version: a UUID of each.
-    "uuid1": ("6ba7b810-9dad-11d1-80b4-00c04fd430c8",),
-    "uuid3": ("9073926b-929f-31c2-abc9-fad77ae3e8eb",),
-    "uuid4": ("0b8e6f3c-2a51-4f7e-9c3d-5a1b2c3d4e5f", "7d9f1e2a-3b4c-4d5e-8f60-718293a4b5c6"),
-    "uuid5": ("cfbff0d1-9375-5685-968c-48ce8b15ae17",),
-    "uuid6": ("1ef21d2f-1207-6660-8c4f-419efbd44d48",),
-    "uuid7": ("01909f10-b5ae-7c2a-9f3e-5d2a6b7c8d9e",),
-    "uuid8": ("2489e9ad-2ee2-8e00-8ec9-32d5f69181c0",),
-    "duration": ("PT1H30M", "P2DT4H", "PT45S"),  # ISO 8601: a timedelta's schema
-    "ipv4": ("10.0.0.7", "192.168.1.20"),
-    "hostname": ("node-1.example.com", "localhost"),
-}
 _MAX_DEPTH = 8
 #: The most one generated value may hold: characters of its strings, plus its array items
 #: and object properties (64 Ki; a tool call's arguments are a few hundred in practice).
@@ -128,7 +91,7 @@ class _Gen:
 
     def value(self, schema: Any, depth: int) -> Any:
         if schema is True or schema is None:
-            return self.rng.choice(_WORDS)
+            return self.rng.choice(WORDS)
         if schema is False:
             raise SchemaError("schema `false` admits no value")
         if not isinstance(schema, Mapping):
@@ -260,8 +223,8 @@ class _Gen:
 
     def _text(self, schema: Mapping[str, Any], lo: int, hi: int) -> str:
         fmt = schema.get("format")
-        if isinstance(fmt, str) and fmt in _FORMATS:
-            candidate = self.rng.choice(_FORMATS[fmt])
+        if isinstance(fmt, str) and fmt in FORMATS:
+            candidate = self.rng.choice(FORMATS[fmt])
             # Only a maxLength the schema sets bounds it (a UUID's 36 characters are
             # beyond the 24 a free string gets, and so were replaced by words).
             if lo <= len(candidate) <= (hi if "maxLength" in schema else len(candidate)):
@@ -275,10 +238,10 @@ class _Gen:
                 raise SchemaError(str(exc)) from None
             if text is not None:
                 return text
-        words = [self.rng.choice(_WORDS) for _ in range(self.rng.randint(1, 3))]
+        words = [self.rng.choice(WORDS) for _ in range(self.rng.randint(1, 3))]
         size = sum(map(len, words)) + len(words) - 1
         while size < lo:  # a list joined once: growing a str by += is quadratic
-            words.append(self.rng.choice(_WORDS))
+            words.append(self.rng.choice(WORDS))
             size += 1 + len(words[-1])
         return "_".join(words)[:hi]
 
@@ -343,7 +306,7 @@ class _Gen:
         add_dependents(schema, chosen, chosen_set)
         need = min_props - len(chosen_set)
         try:
-            extra = extra_keys(self, schema, need, chosen_set | set(props), _WORDS)
+            extra = extra_keys(self, schema, need, chosen_set | set(props), WORDS)
         except PatternError as exc:
             raise SchemaError(str(exc)) from None
         if len(extra) < need:

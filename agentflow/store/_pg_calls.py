@@ -1,5 +1,5 @@
-"""What :class:`~agentflow.store.PostgresStore`'s reads and lease calls add to a call
-of its writer thread (``store/_writer.py``): refused while records written before it are
+""":class:`~agentflow.store.PostgresStore`'s reads and lease calls, and what they add to a
+call of its writer thread (``store/_writer.py``): refused while records written before it are
 held, not committed (it would not see them); tried once more on a new connection when
 the store's idle one was found lost; and a loaded run's tool results keyed by the ids
 their calls have (a NUL, which ``TEXT`` keeps as U+FFFD), and each session's
@@ -13,13 +13,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any, TypeVar
 
-from agentflow._errors import RunNotFound, StoreError
+from agentflow._errors import ConfigError, RunNotFound, StoreError
 from agentflow._logging import get_logger
+from agentflow._seconds import check_lease_ttl
 from agentflow.store import _pg_io as io
 from agentflow.store._pg_writer import PgWriter
-from agentflow.store._protocol import session_ids
-from agentflow.store._records import StoredRun
-from agentflow.store._sqlite_io import read_run
+from agentflow.store._protocol import LeaseOwner, RunSummary, session_ids
+from agentflow.store._records import RunStarted, StoredRun
+from agentflow.store._sqlite_io import list_runs, read_run
 
 __all__ = ["PgCalls", "nul_call_ids"]
 
@@ -140,6 +141,101 @@ class PgCalls(PgWriter):
             return int(row[0])
 
         return await self._read(read, f"run {run_id!r} not read")
+
+    # --- reads and leases (on the writer thread, after what was written before) ---------
+
+    async def runs(self) -> list[RunSummary]:
+        """Every stored run, newest first (a :class:`StoreError` while records written
+        before wait to be committed, as :meth:`load`)."""
+        return await self._read(lambda conn: list_runs(io.Qmark(conn)), "runs not listed")
+
+    async def create_run(self, record: RunStarted) -> None:
+        """Record a new run's start (``record``: attempt 0) now, after what was written
+        before: its row is made, or found taken, in one statement — two workers starting
+        one run id at once do not both get it (``Fleet.run`` checked with a load, then
+        wrote: both passed, and both ran every session).
+
+        Raises:
+            ConfigError: the run id is already in the store.
+        """
+        if record.attempt != 0:
+            raise ValueError(f"create_run takes a run's first attempt, got {record.attempt}")
+        if not await self._call(lambda conn: io.create_run(conn, record)):
+            raise ConfigError(
+                f"run_id {record.run_id!r} is already in {self!r}; resume it with Fleet.resume"
+            )
+
+    async def start_attempt(self, run_id: str, wall_ns: int, clock_ns: int) -> int:
+        """Record the next attempt at ``run_id`` and return its number."""
+        return await self._call(
+            lambda conn: io.start_attempt(conn, run_id, wall_ns, clock_ns, self._where)
+        )
+
+    async def claim(
+        self, run_id: str, session_ids: Sequence[str], owner: LeaseOwner, ttl_s: float
+    ) -> list[str]:
+        """Take the free leases among ``session_ids`` for ``ttl_s`` seconds (on the
+        server's clock). Free: nobody holds it, it expired, or it is ``owner``'s. A
+        :class:`StoreError` while records written before wait to be committed (a session
+        whose start waits would not be found), as :meth:`load`."""
+        check_lease_ttl(ttl_s, "PostgresStore.claim: ttl_s")
+        ids, me = list(session_ids), str(owner)
+
+        def take(conn: Conn) -> list[str]:
+            got = io.claim(conn, run_id, ids, me, ttl_s)
+            self._holders.update(((run_id, sid), me) for sid in got)
+            return got
+
+        return await self._read(take, f"sessions of run {run_id!r} not claimed")
+
+    async def renew(self, run_id: str, owner: LeaseOwner, ttl_s: float) -> list[str]:
+        """Extend ``owner``'s leases in the run; returns the session ids it still holds.
+
+        It does not wait for the records written before it to be committed, nor for a
+        held batch to be tried again (either may wait out ``statement_timeout_s``, past
+        the leases' expiry): only for a commit already under way (``docs/store-postgres.md``).
+        """
+        check_lease_ttl(ttl_s, "PostgresStore.renew: ttl_s")
+        me = str(owner)
+        return await self._call(
+            self._again(lambda conn: io.renew(conn, run_id, me, ttl_s)), unordered=True
+        )
+
+    async def release(
+        self, run_id: str, owner: LeaseOwner, sessions: Sequence[str] | None = None
+    ) -> None:
+        """Give back every lease ``owner`` holds in the run (or those of ``sessions``),
+        after every record written before is committed.
+
+        Raises:
+            StoreError: records written before wait to be committed (the server cannot
+                be reached, or refused them): the leases are kept — given back, another
+                worker would run those sessions again without them.
+        """
+        me, ids = str(owner), None if sessions is None else list(sessions)
+
+        def give(conn: Conn) -> None:
+            self._refuse_while_held(f"leases of run {run_id!r} kept")
+            io.release(conn, run_id, me, ids)
+            for key in [k for k, v in self._holders.items() if v == me and k[0] == run_id]:
+                if ids is None or key[1] in ids:
+                    del self._holders[key]
+
+        await self._call(self._again(give))
+
+    async def conflicts(self, run_id: str) -> list[str]:
+        """Writes refused because their key was already recorded, or because their
+        session's lease was no longer this store's (``fenced …``): ``kind key`` lines (a
+        :class:`StoreError` while records written before wait to be committed, as
+        :meth:`load`)."""
+
+        def read(conn: Conn) -> list[str]:
+            rows = conn.execute(
+                "SELECT kind, key FROM conflicts WHERE run_id = %s ORDER BY wall_ns", (run_id,)
+            ).fetchall()
+            return [f"{k} {key}" for k, key in rows]
+
+        return await self._read(read, f"conflicts of run {run_id!r} not read")
 
 
 def _ended_attempts(conn: Conn, run_id: str, only: list[str] | None) -> dict[str, int]:

@@ -22,13 +22,12 @@ import concurrent.futures
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from agentflow._errors import ConfigError, StoreError
+from agentflow._errors import StoreError
 from agentflow._logging import get_logger
 from agentflow._redact import redact
-from agentflow._seconds import check_lease_ttl
 from agentflow._threads import thread_result
 from agentflow.store import _pg_conn
 from agentflow.store import _pg_io as io
@@ -37,9 +36,6 @@ from agentflow.store._pg_calls import PgCalls
 from agentflow.store._pg_conn import Watchdog, check_settings, connect, split_dsn
 from agentflow.store._pg_schema import check_pg_schema, ended_attempts
 from agentflow.store._pg_writer import MAX_HELD
-from agentflow.store._protocol import LeaseOwner, RunSummary
-from agentflow.store._records import RunStarted
-from agentflow.store._sqlite_io import list_runs
 from agentflow.store._writer import STOP, BatchWriter, Call
 
 if TYPE_CHECKING:
@@ -255,101 +251,6 @@ class PostgresStore(PgCalls):
         self._urgent.set()
         result: T = await thread_result(call.future)
         return result
-
-    # --- reads and leases (on the writer thread, after what was written before) ---------
-
-    async def runs(self) -> list[RunSummary]:
-        """Every stored run, newest first (a :class:`StoreError` while records written
-        before wait to be committed, as :meth:`load`)."""
-        return await self._read(lambda conn: list_runs(io.Qmark(conn)), "runs not listed")
-
-    async def create_run(self, record: RunStarted) -> None:
-        """Record a new run's start (``record``: attempt 0) now, after what was written
-        before: its row is made, or found taken, in one statement — two workers starting
-        one run id at once do not both get it (``Fleet.run`` checked with a load, then
-        wrote: both passed, and both ran every session).
-
-        Raises:
-            ConfigError: the run id is already in the store.
-        """
-        if record.attempt != 0:
-            raise ValueError(f"create_run takes a run's first attempt, got {record.attempt}")
-        if not await self._call(lambda conn: io.create_run(conn, record)):
-            raise ConfigError(
-                f"run_id {record.run_id!r} is already in {self!r}; resume it with Fleet.resume"
-            )
-
-    async def start_attempt(self, run_id: str, wall_ns: int, clock_ns: int) -> int:
-        """Record the next attempt at ``run_id`` and return its number."""
-        return await self._call(
-            lambda conn: io.start_attempt(conn, run_id, wall_ns, clock_ns, self._where)
-        )
-
-    async def claim(
-        self, run_id: str, session_ids: Sequence[str], owner: LeaseOwner, ttl_s: float
-    ) -> list[str]:
-        """Take the free leases among ``session_ids`` for ``ttl_s`` seconds (on the
-        server's clock). Free: nobody holds it, it expired, or it is ``owner``'s. A
-        :class:`StoreError` while records written before wait to be committed (a session
-        whose start waits would not be found), as :meth:`load`."""
-        check_lease_ttl(ttl_s, "PostgresStore.claim: ttl_s")
-        ids, me = list(session_ids), str(owner)
-
-        def take(conn: Conn) -> list[str]:
-            got = io.claim(conn, run_id, ids, me, ttl_s)
-            self._holders.update(((run_id, sid), me) for sid in got)
-            return got
-
-        return await self._read(take, f"sessions of run {run_id!r} not claimed")
-
-    async def renew(self, run_id: str, owner: LeaseOwner, ttl_s: float) -> list[str]:
-        """Extend ``owner``'s leases in the run; returns the session ids it still holds.
-
-        It does not wait for the records written before it to be committed, nor for a
-        held batch to be tried again (either may wait out ``statement_timeout_s``, past
-        the leases' expiry): only for a commit already under way (``docs/store-postgres.md``).
-        """
-        check_lease_ttl(ttl_s, "PostgresStore.renew: ttl_s")
-        me = str(owner)
-        return await self._call(
-            self._again(lambda conn: io.renew(conn, run_id, me, ttl_s)), unordered=True
-        )
-
-    async def release(
-        self, run_id: str, owner: LeaseOwner, sessions: Sequence[str] | None = None
-    ) -> None:
-        """Give back every lease ``owner`` holds in the run (or those of ``sessions``),
-        after every record written before is committed.
-
-        Raises:
-            StoreError: records written before wait to be committed (the server cannot
-                be reached, or refused them): the leases are kept — given back, another
-                worker would run those sessions again without them.
-        """
-        me, ids = str(owner), None if sessions is None else list(sessions)
-
-        def give(conn: Conn) -> None:
-            self._refuse_while_held(f"leases of run {run_id!r} kept")
-            io.release(conn, run_id, me, ids)
-            for key in [k for k, v in self._holders.items() if v == me and k[0] == run_id]:
-                if ids is None or key[1] in ids:
-                    del self._holders[key]
-
-        await self._call(self._again(give))
-
-    async def conflicts(self, run_id: str) -> list[str]:
-        """Writes refused because their key was already recorded, or because their
-        session's lease was no longer this store's (``fenced …``): ``kind key`` lines (a
-        :class:`StoreError` while records written before wait to be committed, as
-        :meth:`load`)."""
-
-        def read(conn: Conn) -> list[str]:
-            rows = conn.execute(
-                "SELECT kind, key FROM conflicts WHERE run_id = %s ORDER BY wall_ns", (run_id,)
-            ).fetchall()
-            return [f"{k} {key}" for k, key in rows]
-
-        return await self._read(read, f"conflicts of run {run_id!r} not read")
 
     # --- the writer thread ------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from agentflow._session import Session, SessionResult
 from agentflow._workers._broker import WorkerHandle
 
 if TYPE_CHECKING:
+    from agentflow._workers._open_turns import OpenTurns
     from agentflow._workers._parent import Launcher
     from agentflow.store._recorder import Recorder
 
@@ -62,6 +63,7 @@ def fail_missing(
     launcher: Launcher,
     recorder: Recorder | None = None,
     recorded: Collection[str] = (),
+    open_turns: OpenTurns | None = None,
 ) -> None:
     """Sessions with no result (their worker died, or the run was cancelled first) end
     here: their result, their events and, with a store (``recorder``), their recorded
@@ -99,11 +101,17 @@ def fail_missing(
             if recorder is not None and s.session_id not in recorded:  # written here
                 recorder.session_ended(s, result)
             if status != "cancelled":
+                turn = None
+                if open_turns is not None:  # what it had streamed of a turn is retracted
+                    turn = open_turns.turn(s.session_id)
+                    discarded = open_turns.discard(s.session_id, error, retried=False)
+                    if discarded is not None:
+                        bus.emit(discarded)
                 bus.emit(
                     ErrorEvent(
                         agent=s.agent.name,
                         session_id=s.session_id,
-                        turn=None,
+                        turn=turn,
                         where="session",
                         error=error,
                     )

@@ -9,12 +9,14 @@ import pickle
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
+from agentflow._errors import WorkerError
 from agentflow._event_bus import EventBus
 from agentflow._events import FleetEndEvent, FleetStartEvent, SessionEndEvent
 from agentflow._logging import get_logger
 from agentflow._session import Session, SessionResult
 from agentflow._workers._broker import Broker, WorkerHandle
 from agentflow._workers._checks import check_picklable
+from agentflow._workers._open_turns import OpenTurns
 from agentflow._workers._results import fail_missing, merge_replicas, stop_workers
 from agentflow._workers._watchdog import watchdog
 from agentflow._workers._wire import decode, worker_config
@@ -84,6 +86,10 @@ class ShardedRun:
         self.recorded_ends: set[str] = set()
         self.start_ns = 0
         self.watch: asyncio.Task[None] | None = None
+        # With tokens forwarded, what each session's worker streamed of its turn so far
+        # (retracted if the worker is lost), and the forwarded types only that needs.
+        self.open_turns = OpenTurns() if "token" in self.config["wanted"] else None
+        self.unwanted = frozenset(t for t in ("turn_end", "attempt_discarded") if not bus.wants(t))
 
     # -- the steps ------------------------------------------------------------------------
 
@@ -150,6 +156,7 @@ class ShardedRun:
             self.launcher,
             self.recorder,
             self.recorded_ends,
+            self.open_turns,
         )
 
     def finish(self) -> FleetResult:
@@ -169,6 +176,7 @@ class ShardedRun:
             self.launcher,
             self.recorder,
             self.recorded_ends,
+            self.open_turns,
         )
         final = [r for r in self.results if r is not None]
         stats = self.counts
@@ -284,7 +292,12 @@ class ShardedRun:
             return
         if kind == "events":
             self.counts[w.index] = msg[2]
+            open_turns, unwanted = self.open_turns, self.unwanted
             for event in decode(msg[1]):
+                if open_turns is not None:
+                    open_turns.see(event)
+                    if event.type in unwanted:
+                        continue
                 if isinstance(event, SessionEndEvent):
                     k = self.index.get(event.session_id)
                     if k is not None:  # the caller's Session ends as if it ran here
@@ -383,6 +396,8 @@ class ShardedRun:
         if durable is not None:  # from where the store says they stopped
             self._background(self.from_store(w, again))
             return True
+        for k in again:  # (from their start: whatever they had streamed is retracted)
+            self.retract(w, k, ended=0)
         self.spawn(again)
         return False
 
@@ -398,6 +413,7 @@ class ShardedRun:
                 for k, entry in zip(again, entries, strict=True):
                     if isinstance(entry, Session):
                         self.blobs[k] = pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)
+                        self.retract(w, k, ended=len(entry.turns))
                         rerun.append(k)
                     else:
                         self.finish_here(k, entry)
@@ -412,10 +428,33 @@ class ShardedRun:
             if w.done is not None and not w.done.done():
                 w.done.set_result({})
 
+    def retract(self, w: WorkerHandle, k: int, *, ended: int) -> None:
+        """Session ``k`` runs again after lost ``w`` had streamed part of a turn: that
+        attempt is discarded (:class:`AttemptDiscardedEvent`, ``retried``) before the
+        turn's tokens come again — unless that turn is among the ``ended`` turns its
+        new run starts after (it was recorded: what was streamed of it stands)."""
+        open_turns = self.open_turns
+        if open_turns is None:
+            return
+        sid = self.sessions[k].session_id
+        turn = open_turns.turn(sid)
+        if turn is None or turn < ended:
+            open_turns.forget(sid)
+            return
+        what, code = self.launcher.ended(w)
+        error = WorkerError(
+            f"{what} while session {sid!r} streamed turn {turn}", worker=w.index, exitcode=code
+        )
+        event = open_turns.discard(sid, error, retried=True)
+        if event is not None:
+            self.bus.emit(event)
+
     def finish_here(self, k: int, result: SessionResult) -> None:
         """Session ``k`` ended before its worker was lost (the store says so): it ends
         with that result here."""
         self.results[k] = result
         s = self.sessions[k]
+        if self.open_turns is not None:
+            self.open_turns.forget(s.session_id)
         s.result, s.messages, s.turns = result, result.messages, result.turns
         self.bus.emit(SessionEndEvent(agent=s.agent.name, session_id=s.session_id, result=result))

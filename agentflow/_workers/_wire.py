@@ -49,7 +49,9 @@ def worker_config(fleet: Fleet, bus: EventBus, durable: DurableRun | None) -> di
     the slots is filled in per worker when it starts)."""
     wanted = {t for t in _FORWARDABLE if t != "token" and bus.wants(t)}
     if bus.wants_tokens:
-        wanted.add("token")
+        # With the turns' ends and discards: the parent retracts what a lost worker had
+        # streamed of an unfinished turn (_open_turns.py), never a turn that ended.
+        wanted |= {"token", "turn_end", "attempt_discarded"}
     wanted.add("session_end")  # the results travel in it
     return {
         "replicas": fleet.replicas,

@@ -1,0 +1,99 @@
+"""A worker SIGKILLed while one of its sessions streams a turn: the tokens it had
+forwarded were delivered, so the parent retracts them with an ``AttemptDiscardedEvent``
+— before the turn streams again on a new worker (a store re-runs the session), or before
+the session's ``ErrorEvent`` (no store: the session fails, that event names the turn).
+A callback that keeps each turn's text and clears it on a discard (docs/guide.md) then
+holds exactly the final answer."""
+
+from __future__ import annotations
+
+import dataclasses
+import multiprocessing
+import os
+import signal
+from collections import defaultdict
+from pathlib import Path
+
+from agentflow import Agent, AttemptDiscardedEvent, ErrorEvent, Event, Fleet, HTTPTransport
+from agentflow.sim.server import SimServer
+from agentflow.sim.textgen import TextGenConfig
+from agentflow.store import SQLiteStore
+from tests.sim.simhttp import QUICK
+
+# 300 tokens at 100 tok/s: the kill, at its 5th token, lands seconds before the turn ends.
+SLOW = dataclasses.replace(QUICK, per_agent_tps=100.0)
+ANSWER = TextGenConfig(tool_rounds=0, answer_tokens=(300, 300))
+
+
+async def _run_with_a_kill(store: SQLiteStore | None) -> tuple[list[Event], object]:
+    events: list[Event] = []
+    killed: list[int] = []
+
+    def kill_mid_turn(event: Event) -> None:
+        events.append(event)
+        if event.type != "token" or event.session_id != "s1" or killed:
+            return
+        if sum(1 for e in events if e.type == "token" and e.session_id == "s1") == 5:
+            name = "agentflow-worker-1"  # s1 is dealt to worker 1 (round-robin)
+            (pid,) = (p.pid for p in multiprocessing.active_children() if p.name == name)
+            assert pid is not None
+            killed.append(pid)
+            os.kill(pid, signal.SIGKILL)
+
+    async with SimServer(SLOW, textgen=ANSWER) as sim, HTTPTransport(sim.base_url) as http:
+        agent = Agent(name="a", model="quick", params={"max_tokens": 300})
+        fleet = Fleet(http, max_concurrency=4, workers=2, store=store, callbacks=[kill_mid_turn])
+        result = await fleet.run([agent.session(f"T{i}", session_id=f"s{i}") for i in range(4)])
+    assert killed, "worker 1 was not killed"
+    return events, result
+
+
+def _kept_text(events: list[Event]) -> dict[tuple[str, int], str]:
+    """Each turn's text as the guide says to gather it: cleared on a discard."""
+    text: dict[tuple[str, int], list[str]] = defaultdict(list)
+    for e in events:
+        if e.type == "token":
+            text[e.session_id, e.turn].append(e.text)
+        elif isinstance(e, AttemptDiscardedEvent):
+            text[e.session_id, e.turn].clear()
+    return {k: "".join(v) for k, v in text.items()}
+
+
+async def test_a_rerun_from_the_store_retracts_the_lost_turn_first(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "lost.db")
+    try:
+        events, result = await _run_with_a_kill(store)
+    finally:
+        await store.aclose()
+    assert not result.failed, [s.error for s in result.failed]  # type: ignore[attr-defined]
+    s1 = [e for e in events if getattr(e, "session_id", None) == "s1"]
+    discards = [e for e in s1 if isinstance(e, AttemptDiscardedEvent)]
+    assert len(discards) == 1
+    (d,) = discards
+    # The discard comes after the lost attempt's tokens (the 5th, and any forwarded with
+    # it) and counts them, before the new attempt's.
+    at = s1.index(d)
+    assert at >= 5 and [e.type for e in s1[:at]] == ["token"] * at
+    assert (d.turn, d.attempt, d.retried, d.deltas) == (0, 0, True, at)
+    assert d.chars == d.content_chars > 0
+    assert s1[at + 1].type == "token"
+    kept = _kept_text(events)
+    for s in result.sessions:  # type: ignore[attr-defined]
+        assert kept[s.session_id, 0] == s.final_output
+
+
+async def test_a_lost_session_without_a_store_retracts_before_its_error() -> None:
+    events, result = await _run_with_a_kill(None)
+    (s1,) = [s for s in result.sessions if s.session_id == "s1"]  # type: ignore[attr-defined]
+    assert s1.status == "error"
+    mine = [e for e in events if getattr(e, "session_id", None) == "s1"]
+    kinds = [e.type for e in mine]
+    n = kinds.index("attempt_discarded")
+    assert n >= 5 and kinds[:n] == ["token"] * n
+    assert kinds[n:] == ["attempt_discarded", "error", "session_end"]
+    discard, error = mine[n], mine[n + 1]
+    assert isinstance(discard, AttemptDiscardedEvent) and isinstance(error, ErrorEvent)
+    assert (discard.turn, discard.retried, discard.deltas) == (0, False, n)
+    assert discard.error is error.error
+    assert error.turn == 0
+    assert _kept_text(events).get(("s1", 0), "") == ""

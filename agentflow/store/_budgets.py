@@ -7,6 +7,10 @@ that is one), with the usage the server reported then, priced as the turn was â€
 ``max_tokens`` / ``max_cost`` hold for the whole run, not per attempt. The threshold
 events those charges cross are not sent again (they were, when the turns ran).
 
+A budget that counted a turn already is not charged it again: the run was cancelled or
+failed in this process, then resumed here with the same agents (their budgets counted the
+turns as they ran; see :mod:`agentflow.context._charged_turns`).
+
 A turn the server sent no prompt count for is charged the estimate it was charged live:
 the chain's ``ContextBudget``'s, recorded with the turn, or without one the rough count (4
 characters a token) of its prompt, rebuilt from the record as it was sent.
@@ -46,15 +50,20 @@ def fleet_budgets_of(agent: Agent) -> tuple[FleetBudget, ...]:
 
 def recharge(run: StoredRun, agents: Mapping[str, Agent]) -> int:
     """Charge every recorded turn of ``run`` to each of its agent's fleet budgets, as it
-    was charged when it ran; returns how many turns were charged."""
+    was charged when it ran â€” but not to a budget that counted it already (this process
+    ran it, the same agents resuming a run cancelled or failed here); returns how many
+    turns were charged to some budget."""
     charged = 0
     for s in run.sessions:
         agent = agents.get(s.agent)
         budgets = fleet_budgets_of(agent) if agent is not None else ()
-        if agent is None or not budgets:
+        if agent is None or not budgets or not s.turns:
             continue
+        traces = {t.turn: t.trace for t in s.turns}
+        counted = [b._turns.counted(s.session_id, traces) for b in budgets]
         for t, estimate in _prompt_estimates(run, s, agent):
-            for budget in budgets:
+            to = [b for b, done in zip(budgets, counted, strict=True) if t.turn not in done]
+            for budget in to:
                 budget.charge(
                     t.trace,
                     model=agent.model,
@@ -64,7 +73,9 @@ def recharge(run: StoredRun, agents: Mapping[str, Agent]) -> int:
                     emit=_already_sent,
                     prompt_estimate=estimate,
                 )
-            charged += 1
+            charged += bool(to)
+        for budget in budgets:
+            budget._turns.cover(s.session_id, traces)
     return charged
 
 

@@ -291,9 +291,8 @@ def plan_resume(
         if s.fingerprint not in ok:
             raise ConfigError(
                 f"resume: agent {s.agent!r} is not configured as it was when run "
-                f"{run.run_id!r} recorded it (instructions, model, tools, params or "
-                f"limits differ; session {s.session_id!r}); resume with the same agent "
-                "definition"
+                f"{run.run_id!r} recorded it ({_what_differs(run, s, agent)}; session "
+                f"{s.session_id!r}); resume with the same agent definition"
             )
         session = agent.session(s.task, session_id=s.session_id, metadata=s.metadata)
         messages, turns = rebuild(_as_run_by(run, s, agent), s, attempt)
@@ -302,6 +301,18 @@ def plan_resume(
         session._restore(messages, turns, pending, known, home=s.sticky_replica)
         entries.append(session)
     return ResumePlan(entries, newly)
+
+
+def _what_differs(run: StoredRun, s: StoredSession, agent: Agent) -> str:
+    """What of ``agent`` differs from the one that ran ``s``, as the store recorded it
+    (:func:`~agentflow.store._config_diff.config_changes`); the settings that could, when
+    the record does not say (a session whose configuration is not the one the store kept
+    for its agent's name, or a change the summary does not show)."""
+    from agentflow.store._config_diff import config_changes
+
+    info = run.agents.get(s.agent)
+    changes = config_changes(info, agent) if info and info.fingerprint == s.fingerprint else []
+    return "; ".join(changes) or "instructions, model, tools, params or limits differ"
 
 
 def _as_run_by(run: StoredRun, s: StoredSession, agent: Agent) -> StoredRun:

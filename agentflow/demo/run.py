@@ -185,11 +185,31 @@ def _report(
         result, run=run, start_ns=start_ns, slos=config.slos, journal=watched.journal
     )
     if watched.server is not None:
-        report["server"] = watched.server.section(report, origin_ns=start_ns)
+        report["server"] = _server_section(watched.server, report, start_ns, config)
     elif watched.server_error:
         error = escape(watched.server_error)  # a server's words: "[" is no markup
         console.print(f"[dim]no server section in the report: {error}[/dim]")
     return report
+
+
+#: Why a resumed run's server section has no comparison table.
+RESUMED_NO_COMPARISON = (
+    "No comparison with the client's figures: this run was resumed, and the client's cover "
+    "every attempt while the server's counters cover this attempt only."
+)
+
+
+def _server_section(
+    watch: ServerWatch, report: dict[str, Any], start_ns: int | None, config: DemoConfig
+) -> dict[str, Any]:
+    """The report's ``server`` section. A resumed run's has no comparison with the client
+    (a note says why): the report's client figures are the whole run's, the scrapes this
+    attempt's — every ratio would be off (requests: the run's 56 beside this attempt's 0)."""
+    if config.resume is None:
+        return watch.section(report, origin_ns=start_ns)
+    section = watch.section(None, origin_ns=start_ns)
+    section["notes"].append(RESUMED_NO_COMPARISON)
+    return section
 
 
 def _mark_interrupted(report: dict[str, Any], result: FleetResult, stopper: Stopper) -> None:

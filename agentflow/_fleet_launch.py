@@ -128,6 +128,9 @@ async def _run_durable(fleet: Fleet, durable: DurableRun, bus: EventBus) -> Flee
             # The workers forward what they record; this process writes it.
             result = await _run_in_workers(fleet, durable.to_run, bus, durable, finalize)
         else:
+            from agentflow.store._budgets import counting_live
+
+            counting_live(durable.run_id, durable.attempt, durable.to_run)
             with frozen_gc(fleet.freeze_gc):
                 result = await run_in_process(
                     fleet,

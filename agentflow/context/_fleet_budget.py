@@ -18,9 +18,6 @@ sessions need a budget but no window, or in a chain,
 each turn and before each extra request of the links after it (a compaction's summary),
 and charges both; in a chain with a :class:`~agentflow.context.ContextBudget` a turn the
 server sent no usage for is charged with the budget's estimate of its prompt.
-
-A resumed run charges it what the run's earlier attempts spent, except the turns it
-counted itself (:mod:`agentflow.context._charged_turns`).
 """
 
 from __future__ import annotations
@@ -35,7 +32,6 @@ import msgspec
 from agentflow._context_chain import Binding, Link, LinkSession
 from agentflow._counts import check_count
 from agentflow._errors import BudgetExceeded, ConfigError
-from agentflow.context._charged_turns import ChargedTurns
 from agentflow.context._events import BudgetEvent
 
 if TYPE_CHECKING:
@@ -166,8 +162,10 @@ class FleetBudget(Link["_FleetSession"]):
         #: Requests counted so far.
         self.requests = 0
         self._crossed: dict[str, int] = {"tokens": 0, "cost": 0}
-        #: The turns counted, so that a resume in this process does not count them again.
-        self._turns = ChargedTurns()
+        #: The attempts at recorded runs, ``(run_id, attempt)``, whose turns it counted:
+        #: as they ran in this process, or charged by a resume (``store/_budgets.py``).
+        #: A resume in this process does not charge their turns again.
+        self.counted_attempts: set[tuple[str, int]] = set()
 
     def prices_for(self, model: str | None) -> Prices | None:
         """The prices of ``model``, or ``None`` when no prices were given."""
@@ -365,7 +363,6 @@ class _FleetSession(LinkSession):
             estimate = _rough_tokens(messages[:n], tool_chars)
         self._sent = None
         self._charge(trace, turn, self.at.model, estimate)
-        self._budget._turns.note(self.at.session_id, turn, trace)
 
     def _charge(self, trace: TurnTrace, turn: int, model: str | None, estimate: int = 0) -> None:
         at = self.at

@@ -7,9 +7,10 @@ that is one), with the usage the server reported then, priced as the turn was â€
 ``max_tokens`` / ``max_cost`` hold for the whole run, not per attempt. The threshold
 events those charges cross are not sent again (they were, when the turns ran).
 
-A budget that counted a turn already is not charged it again: the run was cancelled or
-failed in this process, then resumed here with the same agents (their budgets counted the
-turns as they ran; see :mod:`agentflow.context._charged_turns`).
+A budget that counted an attempt's turns already is not charged them again: the run was
+cancelled or failed in this process, then resumed here with the same agents (their budgets
+counted the turns as they ran: :func:`counting_live`), or resumed here before (the recharge
+counted them).
 
 A turn the server sent no prompt count for is charged the estimate it was charged live:
 the chain's ``ContextBudget``'s, recorded with the turn, or without one the rough count (4
@@ -22,7 +23,7 @@ run each keep their own in-memory budget, as they would without a store.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import msgspec
@@ -35,9 +36,10 @@ from agentflow.store._resume import turn_prompts
 
 if TYPE_CHECKING:
     from agentflow._agent import Agent
+    from agentflow._session import Session
     from agentflow.store._records import StoredRun, StoredSession, StoredTurn
 
-__all__ = ["fleet_budgets_of", "recharge"]
+__all__ = ["counting_live", "fleet_budgets_of", "recharge"]
 
 
 def fleet_budgets_of(agent: Agent) -> tuple[FleetBudget, ...]:
@@ -50,19 +52,19 @@ def fleet_budgets_of(agent: Agent) -> tuple[FleetBudget, ...]:
 
 def recharge(run: StoredRun, agents: Mapping[str, Agent]) -> int:
     """Charge every recorded turn of ``run`` to each of its agent's fleet budgets, as it
-    was charged when it ran â€” but not to a budget that counted it already (this process
-    ran it, the same agents resuming a run cancelled or failed here); returns how many
-    turns were charged to some budget."""
+    was charged when it ran; returns how many turns were charged."""
     charged = 0
+    run_id = run.run_id
     for s in run.sessions:
         agent = agents.get(s.agent)
         budgets = fleet_budgets_of(agent) if agent is not None else ()
-        if agent is None or not budgets or not s.turns:
+        if agent is None or not budgets:
             continue
-        traces = {t.turn: t.trace for t in s.turns}
-        counted = [b._turns.counted(s.session_id, traces) for b in budgets]
         for t, estimate in _prompt_estimates(run, s, agent):
-            to = [b for b, done in zip(budgets, counted, strict=True) if t.turn not in done]
+            key = (run_id, t.attempt)
+            to = [b for b in budgets if key not in b.counted_attempts]
+            if not to:
+                continue
             for budget in to:
                 budget.charge(
                     t.trace,
@@ -73,10 +75,24 @@ def recharge(run: StoredRun, agents: Mapping[str, Agent]) -> int:
                     emit=_already_sent,
                     prompt_estimate=estimate,
                 )
-            charged += bool(to)
-        for budget in budgets:
-            budget._turns.cover(s.session_id, traces)
+            charged += 1
+    # Every recorded attempt's turns are counted now, by each budget of these agents.
+    attempts = {(run_id, t.attempt) for s in run.sessions for t in s.turns}
+    for agent in agents.values():
+        for budget in fleet_budgets_of(agent):
+            budget.counted_attempts |= attempts
     return charged
+
+
+def counting_live(run_id: str, attempt: int, sessions: Iterable[Session]) -> None:
+    """Attempt ``attempt`` at ``run_id`` runs ``sessions`` in this process: their agents'
+    fleet budgets count its turns as they run, so a resume here does not charge them
+    again. (Not for sessions run in worker processes: there each worker's copy of a
+    budget counts, not this process's.)"""
+    agents = {id(s.agent): s.agent for s in sessions}
+    for agent in agents.values():
+        for budget in fleet_budgets_of(agent):
+            budget.counted_attempts.add((run_id, attempt))
 
 
 def _prompt_estimates(

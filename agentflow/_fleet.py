@@ -57,6 +57,7 @@ from agentflow.sched import (
     TurnRunner,
     policy_by_name,
 )
+from agentflow.sched._carry import Carry
 from agentflow.sched._scheduler import cancel_and_wait, check_warmup_timeout
 from agentflow.sched._warmups import WARMUP_TIMEOUT_S
 from agentflow.typing import Callback, Clock, Transport
@@ -203,6 +204,9 @@ class Fleet:
         self._lease_messages = 0  # with workers: the last run's lease messages
         self._live: list[tuple[int, int]] | None = None  # with workers, while a run goes
         self._scheduler: Scheduler | None = None
+        # The rate buckets (the fleet's, each replica's) and the replicas' Retry-After
+        # holds: the fleet's, kept across its runs (each run's scheduler is new).
+        self._carry = Carry()
         self._running = False  # a run, stream or resume is going (one at a time)
 
     @property
@@ -338,11 +342,12 @@ class Fleet:
     def _one_run(self, entry: str) -> Iterator[None]:
         """Holds the fleet for one run at a time.
 
-        The fleet's limits (``max_concurrency``, the fleet's rates) are kept by the
-        run's scheduler, and what a run reports (``peak_in_flight``, the replicas' stats,
-        ``in_flight``) is read from it: two runs at once would each have their own, so
-        the servers would see twice the cap. A second run is refused rather than
-        sharing one scheduler, whose figures would then mix both runs'.
+        The fleet's ``max_concurrency`` is kept by the run's scheduler, and what a run
+        reports (``peak_in_flight``, the replicas' stats, ``in_flight``) is read from
+        it: two runs at once would each have their own, so the servers would see twice
+        the cap. A second run is refused rather than sharing one scheduler, whose
+        figures would then mix both runs'. (The rate buckets and ``Retry-After`` holds
+        are the fleet's, handed to each run's scheduler in turn: ``_carry.py``.)
         """
         if self._running:
             raise ConfigError(
@@ -352,7 +357,8 @@ class Fleet:
             )
         self._running = True
         try:
-            yield
+            with self._carry.lent(self.limits):  # the broker of a run in workers leases them
+                yield
         finally:
             self._running = False
 
@@ -378,7 +384,10 @@ class Fleet:
         )
 
     def _new_scheduler(self) -> Scheduler:
-        """The run's scheduler (a worker of ``Fleet(workers=N)`` leases its limits)."""
+        """The run's scheduler (a worker of ``Fleet(workers=N)`` leases its limits), on
+        the fleet's rate buckets and replica holds, which span its runs: a fleet that
+        runs one batch per call stays within its limits (they started afresh each run)."""
+        self._carry.begin(self._clock)
         return Scheduler(
             self.replicas,
             policy=self.policy,
@@ -387,6 +396,7 @@ class Fleet:
             clock=self._clock,
             prefix_warmup=self.prefix_warmup,
             warmup_timeout_s=self.warmup_timeout_s,
+            carry=self._carry,
         )
 
     def _new_runner(self, scheduler: Scheduler) -> TurnRunner:

@@ -1,4 +1,7 @@
-"""The parent's broker: the fleet's limits, leased to the workers in batches."""
+"""The parent's broker: the fleet's limits, leased to the workers in batches.
+
+A broker is built per run; the request and token buckets it leases are the fleet's,
+kept across its runs (``sched/_carry.py``)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentflow.sched import Limits
-from agentflow.sched._limits import _bucket
+from agentflow.sched._carry import Carry, running
 
 __all__ = ["Broker", "WorkerHandle"]
 
@@ -67,8 +70,9 @@ class Broker:
         self.pending: dict[int, int] = {}
         self.reclaiming = [0] * n
         self.slot_batch = max(1, (self.cap or 1) // (2 * max(n, 1)))  # (none: empty run)
-        self._req = _bucket(limits.rpm, limits.burst_s, 1.0) if limits.rpm is not None else None
-        self._tok = _bucket(limits.tpm, limits.burst_s, 1.0) if limits.tpm is not None else None
+        # The fleet's buckets, which span its runs (one batch per run stays within the
+        # limits); new ones for limits no running fleet has (a broker built by hand).
+        self._req, self._tok = (running(limits) or Carry()).broker(limits)
         self._rate_lock = asyncio.Lock()
         self._rate_tasks: set[asyncio.Task[None]] = set()
         #: Messages the broker exchanged (grants, returns, reclaims): the lease overhead.

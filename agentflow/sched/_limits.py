@@ -10,7 +10,9 @@ buckets only (:meth:`RateGate.take`): a replica's are part of its room, and char
 without waiting (:meth:`RateGate.charge_now`).
 
 A bucket holds ``burst_s`` seconds of its rate, so over any window of ``W`` seconds
-at most ``rate × W + burst`` units pass.
+at most ``rate × W + burst`` units pass — across a fleet's runs too: a
+:class:`~agentflow.Fleet` keeps its gates (and their debt) from one run to the next
+(``_carry.py``).
 
 Token weight: a request is charged its estimated prompt tokens plus its maximum
 output when it is dispatched. When the server's usage says it used more, the
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +34,7 @@ from aiolimiter import AsyncLimiter
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError
 
-__all__ = ["Limits", "RateGate"]
+__all__ = ["Limits", "RateGate", "clock_of"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -100,7 +103,29 @@ class _Bucket(AsyncLimiter):
     ``_MIN_WAIT_S``, and only calls ``acquire`` once the amount fits.
     """
 
-    __slots__ = ()
+    __slots__ = ("_clock",)
+
+    def __init__(self, max_rate: float, time_period: float) -> None:
+        super().__init__(max_rate, time_period)
+        #: Whose clock ``_last_check`` was read on (:func:`clock_of`; None: not yet).
+        self._clock: object = None
+
+    @property
+    def _loop(self) -> asyncio.AbstractEventLoop:
+        """The running loop: a fleet keeps its buckets across its runs, each on its own
+        loop (aiolimiter's own keeps the first, and warns once it is closed)."""
+        return asyncio.get_running_loop()
+
+    def _leak(self) -> None:
+        """Drain the level for the time since the last leak — none when that was read
+        on another clock (a new virtual loop, which starts near 0 again), or the clock
+        is behind it: a negative elapsed time would raise the level."""
+        loop = self._loop
+        now, clock = loop.time(), clock_of(loop)
+        if self._level and clock == self._clock:
+            elapsed = max(0.0, now - self._last_check)
+            self._level = max(self._level - elapsed * self._rate_per_sec, 0.0)
+        self._last_check, self._clock = now, clock
 
     def wait_s(self, amount: float) -> float:
         """Seconds until ``amount`` fits in the bucket (0 if it fits now)."""
@@ -118,6 +143,19 @@ class _Bucket(AsyncLimiter):
         while (wait := self.wait_s(amount)) > 0:  # noqa: ASYNC110 - a computed wait, not a poll
             await asyncio.sleep(max(wait, _MIN_WAIT_S))
         await self.acquire(amount)  # it fits: returns without waiting
+
+
+#: The clock of every loop whose ``time()`` is asyncio's own (``time.monotonic()``).
+_MONOTONIC = "monotonic"
+
+
+def clock_of(loop: asyncio.AbstractEventLoop) -> object:
+    """Which clock ``loop.time()`` reads: every loop on asyncio's own ``time()`` shares
+    ``time.monotonic()``; a loop with a ``time()`` of its own (a
+    :class:`~agentflow.embedded.VirtualTimeLoop`) is a clock of its own."""
+    if type(loop).time is asyncio.BaseEventLoop.time:
+        return _MONOTONIC
+    return weakref.ref(loop)
 
 
 def _shape(per_minute: float, burst_s: float, floor: float = 1.0) -> tuple[float, float]:
@@ -222,6 +260,13 @@ class RateGate:
         if self._tokens is not None and used > reserved:
             self._debt += used - reserved
             self.charged_tokens += used - reserved
+
+    def drain(self) -> None:
+        """Drain the buckets for the time since they were last read (a new run of the
+        fleet that keeps them: :class:`~agentflow.sched._carry.Carry`)."""
+        for bucket in (self._requests, self._tokens):
+            if bucket is not None:
+                bucket._leak()
 
     def _clamp(self, amount: float) -> float:
         assert self._tokens is not None

@@ -8,6 +8,7 @@ from typing import Literal
 from agentflow._errors import ConfigError, TransportError
 from agentflow._redact import display_url, redact
 from agentflow.sched._breaker import CircuitBreaker, check_breaker_values
+from agentflow.sched._carry import Carry, Hold
 from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._ticket import Ticket
 from agentflow.typing import Clock, Transport
@@ -99,14 +100,18 @@ class Replica:
 
 
 class ReplicaState:
-    """A replica at run time: what is in flight on it, its rate buckets and its breaker."""
+    """A replica at run time: what is in flight on it, its rate buckets and its breaker.
+
+    Its rate buckets (and the token debt they are owed) and its ``Retry-After`` hold
+    come from ``carry`` when given (a fleet's, kept across its runs); else they are new.
+    """
 
     __slots__ = (
         "_clock",
         "avoid_until",
         "breaker",
         "failures",
-        "held_until_ns",
+        "hold",
         "in_flight",
         "last_error",
         "limits",
@@ -121,11 +126,15 @@ class ReplicaState:
         "transport",
     )
 
-    def __init__(self, replica: Replica, clock: Clock) -> None:
+    def __init__(self, replica: Replica, clock: Clock, carry: Carry | None = None) -> None:
         self.name = redact(display_url(replica.name or replica.transport.endpoint))
         self.transport = replica.transport
         self.limits = replica.limits
-        self.rates: RateGate | None = replica.limits.gate()
+        self.rates: RateGate | None
+        if carry is not None:
+            self.rates, self.hold = carry.replica(self.name, replica.limits)
+        else:
+            self.rates, self.hold = replica.limits.gate(), Hold()
         self.breaker = CircuitBreaker(
             clock,
             threshold=replica.breaker_threshold,
@@ -149,9 +158,6 @@ class ReplicaState:
         self.failures = 0
         #: The last error that blamed it (kept after later successes).
         self.last_error: TransportError | None = None
-        #: Until when (clock ns) the router avoids it: it answered with a ``Retry-After``
-        #: (0: no hold). See :meth:`held_ns`.
-        self.held_until_ns = 0
         #: A prefix prefilled here is reused only once the request that prefilled it
         #: ended (``Replica.prefix_shared_at="end"``: llama.cpp), not at its first token.
         self.shares_at_end = replica.prefix_shared_at == "end"
@@ -204,20 +210,23 @@ class ReplicaState:
             return False
         return True
 
+    @property
+    def held_until_ns(self) -> int:
+        """Until when (clock ns) the router avoids it: it answered with a ``Retry-After``
+        (0: no hold). See :meth:`held_ns`."""
+        return self.hold.until_ns
+
+    @held_until_ns.setter
+    def held_until_ns(self, until_ns: int) -> None:
+        self.hold.until_ns = until_ns
+
     def held_ns(self) -> int:
         """Nanoseconds left of the hold its last ``Retry-After`` put on it (0: none).
 
         While held, the router sends it nothing as long as another healthy replica
         exists, even a full one (the dispatcher wakes when the hold ends); with none,
-        the held one is used."""
-        until = self.held_until_ns
-        if not until:
-            return 0
-        left = until - self._clock()
-        if left <= 0:
-            self.held_until_ns = 0
-            return 0
-        return left
+        the held one is used. A fleet keeps the hold across its runs."""
+        return self.hold.left_ns(self._clock()) if self.hold.until_ns else 0
 
     def start(self, ticket: Ticket) -> bool:
         """``ticket`` was dispatched here; returns whether it is the breaker's probe."""

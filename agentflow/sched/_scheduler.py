@@ -33,6 +33,7 @@ from agentflow._counts import check_flag
 from agentflow._errors import AllReplicasDown, ConfigError, TransportError
 from agentflow._logging import get_logger
 from agentflow._seconds import MAX_TIMEOUT_S, check_seconds, shown
+from agentflow.sched._carry import Carry
 from agentflow.sched._dispatch import Dispatcher
 from agentflow.sched._limits import Limits, RateGate
 from agentflow.sched._policy import FCFS, Policy
@@ -61,6 +62,8 @@ class Scheduler(Dispatcher):
         warmup_timeout_s: how long the requests parked behind a prefix's leader wait for
             its first token before they go anyway (default 20 s; ``None``: until its
             stream ends).
+        carry: the rate buckets (fleet's and replicas') and the replicas' ``Retry-After``
+            holds to use, kept by a fleet across its runs; ``None``: new ones.
     """
 
     def __init__(
@@ -73,11 +76,12 @@ class Scheduler(Dispatcher):
         clock: Clock,
         prefix_warmup: bool = True,
         warmup_timeout_s: float | None = WARMUP_TIMEOUT_S,
+        carry: Carry | None = None,
     ) -> None:
         super().__init__()
         if not replicas:
             raise ConfigError("a fleet needs at least one replica (transport)")
-        self.replicas = [ReplicaState(r, clock) for r in replicas]
+        self.replicas = [ReplicaState(r, clock, carry) for r in replicas]
         check_unique(self.replicas)
         self.policy: Policy = policy if policy is not None else FCFS()
         self.limits = limits if limits is not None else Limits()
@@ -90,7 +94,9 @@ class Scheduler(Dispatcher):
         self.prefix_warmup = check_flag(prefix_warmup, "Scheduler.prefix_warmup")
         self.warmup_timeout_s = check_warmup_timeout(warmup_timeout_s, "Scheduler.warmup_timeout_s")
         self._clock = clock
-        self._rates: RateGate | None = self.limits.gate()
+        self._rates: RateGate | None = (
+            carry.fleet(self.limits) if carry is not None else self.limits.gate()
+        )
         self._seq = itertools.count()
         self.state = SchedulerState()
         #: Requests streaming now, fleet-wide, and the most there ever were (a ticket
@@ -232,8 +238,7 @@ class Scheduler(Dispatcher):
     def hold(self, replica: ReplicaState, seconds: float) -> None:
         """``replica`` asked for ``seconds`` of quiet (a ``Retry-After``): the router
         sends it nothing until then while another healthy replica exists."""
-        until = self._clock() + int(seconds * 1e9)
-        replica.held_until_ns = max(replica.held_until_ns, until)
+        replica.hold.extend(self._clock(), seconds)
 
     def elsewhere(self, name: str) -> bool:
         """Whether a healthy replica other than ``name``, and not held, could take a turn

@@ -49,6 +49,12 @@ class Limits:
         kv_tokens: prompt + max output tokens of the requests in flight at once (a KV
             budget, e.g. from ``agentflow plan``). Only for a replica's limits.
         burst_s: how many seconds of ``rpm``/``tpm`` may go out at once.
+
+    A request's max output is its agent's ``max_completion_tokens`` (else
+    ``max_tokens``); an agent that sets neither is charged 1,024 output tokens
+    (``DEFAULT_MAX_OUTPUT_TOKENS``) for ``tpm`` and ``kv_tokens``, though its requests
+    carry no cap and the server may generate more (``tpm`` is charged the rest as a debt,
+    from the usage; ``kv_tokens`` is not).
     """
 
     max_in_flight: int | None = None

@@ -120,9 +120,14 @@ class PLAS:
 
 
 class Priority:
-    """Priority classes with aging: each class above 0 is served as if it arrived
-    ``boost_s`` seconds earlier per level, so a low class waits at most that long
-    behind a stream of high-class work.
+    """Priority classes with aging: each level is served as if it arrived ``boost_s``
+    seconds earlier (a turn of priority ``p`` ranks at its arrival − ``p × boost_s``).
+
+    So a low-class turn is passed only by higher-class turns that arrive within
+    ``boost_s`` after it (``d × boost_s`` for a class ``d`` levels higher); one that
+    arrives later queues behind it. It is not a bound on the low-class turn's wait:
+    under overload (higher-class turns arriving faster than they are served) it waits
+    for every turn that passed it, which can take far longer than ``boost_s``.
 
     Args:
         boost_s: the head start each priority level buys.

@@ -357,8 +357,7 @@ class Fleet:
             )
         self._running = True
         try:
-            with self._carry.lent(self.limits):  # the broker of a run in workers leases them
-                yield
+            yield
         finally:
             self._running = False
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentflow.sched import Limits
-from agentflow.sched._carry import Carry, running
+from agentflow.sched._carry import Carry
 
 __all__ = ["Broker", "WorkerHandle"]
 
@@ -53,10 +53,15 @@ class WorkerHandle:
 
 
 class Broker:
-    """The fleet's limits, leased to workers in batches (parent side)."""
+    """The fleet's limits, leased to workers in batches (parent side); its rate buckets
+    are ``carry``'s (the fleet's, across its runs) when given."""
 
     def __init__(
-        self, limits: Limits, workers: list[WorkerHandle], live: list[tuple[int, int]]
+        self,
+        limits: Limits,
+        workers: list[WorkerHandle],
+        live: list[tuple[int, int]],
+        carry: Carry | None = None,
     ) -> None:
         self.workers = workers
         self.live = live  # per worker, its last told (in flight, queued)
@@ -70,9 +75,9 @@ class Broker:
         self.pending: dict[int, int] = {}
         self.reclaiming = [0] * n
         self.slot_batch = max(1, (self.cap or 1) // (2 * max(n, 1)))  # (none: empty run)
-        # The fleet's buckets, which span its runs (one batch per run stays within the
-        # limits); new ones for limits no running fleet has (a broker built by hand).
-        self._req, self._tok = (running(limits) or Carry()).broker(limits)
+        # The fleet's buckets (``carry``), which span its runs: one batch per run stays
+        # within the limits. New ones without (a broker built by hand).
+        self._req, self._tok = (carry or Carry()).broker(limits)
         self._rate_lock = asyncio.Lock()
         self._rate_tasks: set[asyncio.Task[None]] = set()
         #: Messages the broker exchanged (grants, returns, reclaims): the lease overhead.

@@ -119,7 +119,7 @@ class ShardedRun:
             shards[k % n].append(k)
         for i in range(n):
             self.spawn(shards[i])
-        self.broker = Broker(self.fleet.limits, self.workers, self.live)
+        self.broker = Broker(self.fleet.limits, self.workers, self.live, self.fleet._carry)
 
     async def run_workers(self) -> None:
         """Start every worker, wait until each has ended (replacements included)."""

@@ -21,24 +21,11 @@ passed between the two runs. A bucket then drains nothing for the gap, and a
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Iterator
 
 from agentflow.sched._limits import Limits, RateGate, _Bucket, _bucket, clock_of
 from agentflow.typing import Clock
 
-__all__ = ["Carry", "Hold", "running"]
-
-#: The carries of the fleets running now, by the id of their limits object: how a run's
-#: parent-side broker (``_workers/_broker.py``, built per run from the fleet's limits)
-#: finds the fleet's buckets to lease (see :meth:`Carry.lent`).
-_RUNNING: dict[int, tuple[Limits, Carry]] = {}
-
-
-def running(limits: Limits) -> Carry | None:
-    """The carry of the fleet running now with this very ``limits`` object, if any."""
-    entry = _RUNNING.get(id(limits))
-    return entry[1] if entry is not None and entry[0] is limits else None
+__all__ = ["Carry", "Hold"]
 
 
 class Hold:
@@ -128,17 +115,6 @@ class Carry:
                 _bucket(tpm, burst_s, 1.0) if tpm is not None else None,
             )
         return kept[1], kept[2]
-
-    @contextlib.contextmanager
-    def lent(self, limits: Limits) -> Iterator[None]:
-        """While a run goes: :func:`running` finds this carry by the fleet's ``limits``."""
-        key = id(limits)
-        _RUNNING[key] = (limits, self)
-        try:
-            yield
-        finally:
-            if _RUNNING.get(key, (None, None))[1] is self:
-                del _RUNNING[key]
 
     def begin(self, clock: Clock) -> None:
         """A run starts (on the running loop): each bucket drains for the time since the

@@ -233,8 +233,8 @@ def test_the_rates_a_fleet_in_workers_leases_span_its_runs() -> None:
         loop = asyncio.get_running_loop()
         worker = WorkerHandle(0, [], lambda msg: granted.append((loop.time(), msg)))
         for _ in range(3):
-            with fleet._one_run("run"):
-                broker = Broker(fleet.limits, [worker], [(0, 1)])
+            with fleet._one_run("run"):  # (as ShardedRun builds it, once per run)
+                broker = Broker(fleet.limits, [worker], [(0, 1)], fleet._carry)
                 await broker._grant_rates(0, 1, 0.0)
                 await broker.aclose()
 

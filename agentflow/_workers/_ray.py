@@ -15,7 +15,7 @@ that batches its events); only the channel differs:
 An actor that dies mid-run (``ray.kill``, its node lost, out of memory) fails its poll
 with ``RayActorError`` (or its start, if it dies while starting): its unfinished sessions
 are run again on a new actor — from the start, or with a store from their last recorded
-turn (at most :data:`~agentflow._workers._sharded.MAX_RERUNS` times each). An actor
+turn (at most :data:`~agentflow._workers._rerun.MAX_RERUNS` times each). An actor
 whose run failed on its own (its sessions do not unpickle there) is not replaced: its
 sessions fail with a :class:`~agentflow.WorkerError` that says why.
 

@@ -210,8 +210,9 @@ class EventBus(CallbackFailures):
         :data:`CALLBACK_FAILURES_KEPT`, the rest counted: :meth:`_lose`; a :class:`TimeoutError`,
         with the callback it was stuck in), logged once; no event reports it, the run
         is over. A cancelled run (a timeout around it, SIGTERM, Ctrl-C) does not wait
-        the drain out for a stalled callback: the dispatcher is cancelled at once and
-        what it did not deliver is recorded the same way, with a ``CancelledError``; so it
+        the drain out for a stalled callback: the dispatcher is cancelled at once (also
+        when the cancel arrives during the drain) and what it did not deliver is
+        recorded the same way, with a ``CancelledError``, before it is raised; so it
         is when an async callback cancelled the dispatcher itself (the task it runs in),
         which is not raised: the caller was not cancelled.
 
@@ -234,7 +235,9 @@ class EventBus(CallbackFailures):
         try:
             await asyncio.wait({task}, timeout=None if math.isinf(limit) else limit)
         except asyncio.CancelledError:
-            task.cancel()  # the run is cancelled: so is the delivery
+            # The run is cancelled while it waits: so is the delivery, and what it did
+            # not deliver is recorded (it used to vanish, unlogged).
+            await self._stop(task, pending, None)
             raise
         if task.done():
             if task.cancelled():
@@ -251,10 +254,18 @@ class EventBus(CallbackFailures):
         self, task: asyncio.Task[None], pending: asyncio.Queue[Event | None], limit: float | None
     ) -> None:
         """Cancel the dispatcher ``task`` and record what it did not deliver: the drain
-        ran out after ``limit`` seconds, or (``None``) the run was cancelled."""
+        ran out after ``limit`` seconds, or (``None``) the run was cancelled.
+
+        The wait for the cancelled dispatcher ends with it (at its callback's next
+        ``await``) or at a further cancel of the caller's, which is raised once what is
+        left has been recorded all the same."""
         task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
-        self._record_left(pending, limit)
+        try:
+            await asyncio.gather(task, return_exceptions=True)
+        finally:
+            self._record_left(pending, limit)
+            if not task.done():  # a callback held on past the cancel: once it returns,
+                pending.put_nowait(None)  # the dispatcher ends (its queue was emptied)
 
     def _record_left(
         self,

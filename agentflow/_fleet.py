@@ -313,7 +313,10 @@ class Fleet:
         Leaving the loop early cancels the run once the generator is closed — at once
         inside ``async with contextlib.aclosing(fleet.stream(sessions)) as events:``;
         an abandoned one is closed only when Python finalizes it (until then the run goes
-        on, and the fleet refuses another).
+        on, and the fleet refuses another). Leaving it at the :class:`FleetEndEvent`
+        does not: the close waits for the run's end, where async callbacks catch up on
+        the last events (``session_end``, ``fleet_end``; at most ``callback_drain_s``) —
+        cancelling it there used to cut them off.
         """
         with self._one_run("stream"):  # until the run's task has ended
             bus = EventBus(self._callbacks, drain_s=self.callback_drain_s)
@@ -325,18 +328,20 @@ class Fleet:
             # cannot be opened) ends the stream too: ``None`` after its last event, and
             # its error is raised below; else the loop would wait for events forever.
             task.add_done_callback(lambda _: queue.put_nowait(None))
+            ended = False  # the FleetEndEvent was yielded: the run is only closing
             try:
                 while True:
                     event = await queue.get()
                     if event is None:
                         break
+                    ended = isinstance(event, FleetEndEvent)
                     yield event
-                    if isinstance(event, FleetEndEvent):
+                    if ended:
                         break
                 await task
             finally:
                 if not task.done():
-                    await _cancel_run(task)
+                    await (_finish_run(task) if ended else _cancel_run(task))
 
     @contextlib.contextmanager
     def _one_run(self, entry: str) -> Iterator[None]:
@@ -402,6 +407,20 @@ class Fleet:
         """The run's turn runner (a worker of ``Fleet(workers=N)`` keeps it, to report
         its retries to the parent while the run goes)."""
         return TurnRunner(scheduler, self.retry, sleep=self._sleep)
+
+
+async def _finish_run(task: asyncio.Task[Any]) -> None:
+    """Wait until the stream's run ``task``, past its :class:`FleetEndEvent`, has ended
+    (its async callbacks' drain is bounded by ``callback_drain_s``); what it raised is
+    raised. A cancel of the consumer's meanwhile (a deadline, a Ctrl-C) cancels the run,
+    as :func:`_cancel_run` does, and is raised once the run has ended."""
+    try:
+        await asyncio.wait({task})  # raises only the caller's cancel
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):  # the consumer's cancel is what it gets
+            await cancel_and_wait(task)
+        raise
+    task.result()
 
 
 async def _cancel_run(task: asyncio.Task[Any]) -> None:

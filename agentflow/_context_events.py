@@ -101,6 +101,9 @@ class CompactionEvent:
 class BudgetEvent:
     """A fleet-wide budget crossed one of its warning fractions, or ran out.
 
+    Counted from a turn's usage: it comes after that turn's last token, before its
+    ``turn_end``.
+
     Attributes:
         agent: the agent whose turn crossed it.
         session_id: that turn's session.
@@ -130,7 +133,10 @@ class CacheBusterWarning:
     Attributes:
         agent: the agent's name.
         session_id: the session whose prompt was checked.
-        turn: the turn about to be sent, when the caller said.
+        turn: the turn whose prompt was checked, when the caller said. A session's
+            check reports it once the turn's usage measured the loss: after the turn's
+            last token, before its ``turn_end`` (at the session's end, with the
+            estimate, when the turn failed).
         kind: what differs (see :data:`CacheBusterKind`).
         scope: ``sessions`` — this session's shared prefix against an earlier session of
             the same agent; ``turns`` — its pinned prefix against its own previous turn.

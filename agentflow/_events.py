@@ -184,6 +184,12 @@ class RetryEvent:
     Tokens this attempt already streamed (``TokenEvent``s) are discarded: the turn is
     re-run from its start and the conversation keeps only the attempt that succeeds.
     An :class:`AttemptDiscardedEvent` for the same attempt comes just before this event.
+
+    A context policy's own model request for the turn (a compaction's summary) is
+    retried the same way, before the turn is sent: its retry is a ``RetryEvent`` for
+    that turn too, with no :class:`AttemptDiscardedEvent` (it streams no tokens to the
+    callbacks), and its failed attempt is on no turn's ``failed_attempts``. Every retry
+    ``FleetResult.retries`` counts has its ``RetryEvent``.
     """
 
     agent: str

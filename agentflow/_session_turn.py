@@ -16,7 +16,7 @@ import msgspec
 
 from agentflow._call_ids import unique_call_ids
 from agentflow._content_parts import CHARS_PER_TOKEN, IMAGE_PARTS, IMAGE_TOKENS
-from agentflow._events import TurnEndEvent
+from agentflow._events import RetryEvent, TurnEndEvent
 from agentflow._logging import get_logger
 from agentflow._metrics import turn_metrics
 from agentflow._rewrite import rewrite_delta
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from agentflow._event_bus import EventBus
     from agentflow._session import Session
     from agentflow._trace import TurnTrace
-    from agentflow.sched import TurnRunner
+    from agentflow.sched import FailedAttempt, TurnRunner
     from agentflow.transport._request import ChatRequest
     from agentflow.typing import Clock
 
@@ -59,7 +59,10 @@ async def model_turn(
         if ctx is not None:
             before = list(session.messages) if log is not None else None
             prompt = await ctx.before_turn(
-                index, session.messages, agent.tool_specs, _completer(session, index, runner, clock)
+                index,
+                session.messages,
+                agent.tool_specs,
+                _completer(session, index, runner, bus, clock),
             )
             if before is not None and not _same_items(before, session.messages):
                 # The policy rewrote history: recorded as what changed against ``before``
@@ -129,15 +132,28 @@ async def model_turn(
 
 
 def _completer(
-    session: Session, index: int, runner: TurnRunner, clock: Clock
+    session: Session, index: int, runner: TurnRunner, bus: EventBus, clock: Clock
 ) -> Callable[[ChatRequest], Awaitable[TurnTrace]]:
     """A context policy's ``complete`` for turn ``index``: one extra model request
-    through the same scheduler, limits and retries."""
+    through the same scheduler, limits and retries.
+
+    Each retry of it is a :class:`RetryEvent` for turn ``index`` (before that turn is
+    sent, and before the policy's own event, a :class:`CompactionEvent`, say), as the
+    runner's ``retries`` (``FleetResult.retries``) count it: they used to be counted
+    there but reported by no event, so a live ``FleetStats`` missed them. No
+    :class:`AttemptDiscardedEvent` comes before it (the request streams no tokens to the
+    callbacks), and the failed attempts are on no turn's ``failed_attempts``."""
+    agent, session_id = session.agent.name, session.session_id
+
+    def on_retry(_: Ticket, attempt: FailedAttempt) -> None:
+        _log.info("context.request_retry", error=repr(attempt.error), wait_s=attempt.wait_s)
+        bus.emit(RetryEvent(agent=agent, session_id=session_id, turn=index, attempt=attempt))
 
     async def complete(extra: ChatRequest) -> TurnTrace:
         tool_chars = len(msgspec.json.encode(extra.tools)) if extra.tools else 0
         estimate = _rough_tokens(extra.messages, tool_chars)
-        trace, _ = await runner.send(session._ticket(index, clock(), estimate), extra)
+        ticket = session._ticket(index, clock(), estimate)
+        trace, _ = await runner.send(ticket, extra, None, on_retry)
         return trace
 
     return complete

@@ -251,11 +251,14 @@ class EventCapture:
     Attributes:
         events: every event received, in order.
         event_types: the ``type`` strings it reads, or ``None`` for all (the bus then
-            builds token events for it).
+            builds token events for it); ``"attempt_discarded"`` with ``"token"``.
     """
 
     def __init__(self, types: Iterable[str] | None = None) -> None:
-        self.event_types: frozenset[str] | None = None if types is None else frozenset(types)
+        read = None if types is None else frozenset(types)
+        if read is not None and "token" in read:  # for text(): see capture_events
+            read |= {"attempt_discarded"}
+        self.event_types: frozenset[str] | None = read
         self.events: list[Event] = []
 
     def __call__(self, event: Event) -> None:
@@ -319,7 +322,8 @@ class EventCapture:
 
     def text(self, session_id: str, kinds: Sequence[str] = ("content",)) -> str:
         """The session's streamed text (``kind`` in ``kinds``), turn after turn, without
-        the tokens of attempts that were discarded (:class:`~agentflow.AttemptDiscardedEvent`)."""
+        the tokens of attempts that were discarded (:class:`~agentflow.AttemptDiscardedEvent`:
+        captured with the tokens, :func:`capture_events`)."""
         turns: dict[int, list[str]] = {}
         for e in self.events:
             if isinstance(e, TokenEvent):
@@ -340,6 +344,10 @@ def capture_events(*types: str) -> EventCapture:
         events = capture_events()
         await Fleet(MockTransport(handler), callbacks=[events]).run(sessions)
         assert events.types()[0] == "fleet_start"
+
+    ``"token"`` brings ``"attempt_discarded"`` with it: :meth:`EventCapture.text` drops
+    a failed attempt's tokens on its discard, which a capture of tokens alone never got
+    (its text kept the discarded attempt's before the retry's).
 
     Raises:
         ConfigError: a type no event has (a misspelling would capture nothing).

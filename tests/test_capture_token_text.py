@@ -1,0 +1,27 @@
+"""``capture_events("token").text(id)`` is the answer the conversation kept: the tokens of
+a failed attempt are dropped, as by ``capture_events().text(id)``. A capture of tokens
+alone never got the ``attempt_discarded`` events that drop them, so its text kept the
+failed attempt's tokens before the retry's."""
+
+from __future__ import annotations
+
+from agentflow import Agent, Fleet, HTTPTransport, RetryPolicy
+from agentflow.testing import Reply, ScriptedServer, capture_events
+
+
+async def test_a_token_capture_drops_a_discarded_attempts_text() -> None:
+    full = Reply.stream(["The answer ", "is 42."])
+    cut = Reply(frames=list(full.frames[:2]), cut=True)  # the first delta, then a drop
+    only_tokens = capture_events("token")
+    everything = capture_events()
+    async with ScriptedServer([cut, full]) as srv, HTTPTransport(srv.base_url) as t:
+        result = await Fleet(
+            t,
+            callbacks=[only_tokens, everything],
+            retry=RetryPolicy(max_attempts=2, backoff_s=0.001, jitter=False),
+        ).run([Agent(name="a", model="m").session("q", session_id="s")])
+    assert result.retries == 1
+    assert result.sessions[0].final_output == "The answer is 42."
+    assert only_tokens.text("s") == everything.text("s") == "The answer is 42."
+    assert set(only_tokens.types()) == {"token", "attempt_discarded"}
+    assert only_tokens.event_types == frozenset({"token", "attempt_discarded"})

@@ -317,6 +317,14 @@ class Fleet:
         does not: the close waits for the run's end, where async callbacks catch up on
         the last events (``session_end``, ``fleet_end``; at most ``callback_drain_s``) —
         cancelling it there used to cut them off.
+
+        The events wait for the consumer in a queue without bound: a slow consumer never
+        slows the run (nor holds back a server's stream), and every event it has not
+        taken yet is kept in memory, a token event per streamed delta among them — by
+        the run's end, possibly most of the run's events. A consumer that cannot keep up
+        (a websocket per event) should take fewer: a callback that declares
+        ``event_types`` (without ``"token"``, no token event is built for it), or its
+        own bounded queue that drops what it cannot send.
         """
         with self._one_run("stream"):  # until the run's task has ended
             bus = EventBus(self._callbacks, drain_s=self.callback_drain_s)

@@ -58,6 +58,11 @@ class TokenEvent(msgspec.Struct, frozen=True, kw_only=True, gc=False):
     Attributes:
         agent, session_id, turn: whose turn streamed it.
         kind: ``"content"``, ``"reasoning"`` or ``"tool_call"`` (argument text).
+            Tool-call deltas are for display: they do not say which call they belong
+            to, and a model that streams parallel calls may interleave their
+            arguments, so their concatenation need not be valid JSON. Each call's
+            name, id and whole arguments are on its :class:`ToolCallEvent` (and the
+            turn's ``trace.tool_calls``): the source of truth per call.
         text: the delta's text.
         t_ns: when it arrived, in nanoseconds (the timestamp of the read that carried it).
     """

@@ -68,6 +68,7 @@ class _WarmupSink:
     def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
         if self._scheduler is not None:
             grant = self._grant
+            grant.deltas += 1
             key = grant.ticket.prefix_key
             if key is not None:
                 self._scheduler.leader_token(key, grant.replica, grant)

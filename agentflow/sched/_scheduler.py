@@ -188,7 +188,9 @@ class Scheduler(Dispatcher):
                 (opens its breaker after enough); ``None`` no verdict (cancelled).
             error: what failed: with ``ok`` ``False``, kept as the replica's last error;
                 with ``ok`` ``True``, an answer that does not blame it (a 429, another
-                4xx), which counts as ``rejected``, not ``served``.
+                4xx), which counts as ``rejected``, not ``served`` — and, for a prefix's
+                leader with no token yet, does not warm its prefix: the prefix is cold
+                there again, and one of the requests parked behind it leads anew.
         """
         ticket, replica = grant.ticket, grant.replica
         replica.finish(ticket)
@@ -217,7 +219,10 @@ class Scheduler(Dispatcher):
                 if rates is not None:
                     rates.settle(ticket.tokens, used_tokens)
         if grant.leader and ticket.prefix_key is not None:
-            self._leader_ended(grant, ticket.prefix_key, ok)
+            verdict = ok
+            if ok and error is not None and not grant.deltas:
+                verdict = None  # rejected (a 429, another 4xx) before any token: no prefill
+            self._leader_ended(grant, ticket.prefix_key, verdict)
         if self._parked:
             self._reoffer(replica)
         self._kick()

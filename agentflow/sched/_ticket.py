@@ -95,6 +95,9 @@ class Grant:
             sharing it wait for its first token).
         probe: whether it is the replica's circuit-breaker probe (only the probe's
             outcome closes or re-opens an open circuit).
+        deltas: a leader's stream deltas so far (the runner counts them on a leader's
+            stream only): one that had none when it was answered with a 429 or another
+            4xx prefilled nothing, and does not warm its prefix.
     """
 
     ticket: Ticket
@@ -102,6 +105,7 @@ class Grant:
     started_ns: int
     leader: bool = False
     probe: bool = False
+    deltas: int = 0
 
 
 class Waiter(Protocol):

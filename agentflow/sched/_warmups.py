@@ -218,8 +218,11 @@ class PrefixWarmups:
 
     def _leader_ended(self, grant: Grant, prefix_key: str, ok: bool | None) -> None:
         """The stream of ``grant``, its prefix's leader on its replica, ended: ``ok`` as
-        :meth:`Scheduler.release`'s. Answered, the prefix is warm there. Ended before its
-        first token unanswered (failed, cancelled), the prefix is cold there again: the
+        :meth:`Scheduler.release`'s, but ``None`` for one rejected (a 429, another 4xx)
+        before its first token — it prefilled nothing, and releasing its followers all at
+        once as if the prefix were warm had each prefill it from scratch, none leading
+        anew. Answered, the prefix is warm there. Ended before its
+        first token unanswered (failed, cancelled, rejected), the prefix is cold there again: the
         tickets parked behind it are placed again, and at most one leads there anew. A
         failure that blames the replica also stops the prefix's affinity pointing there,
         and its tickets avoid it for :data:`AVOID_S`; so do a timed-out leader's when it

@@ -88,7 +88,9 @@ class Fleet:
         retry: how failed turns are retried; ``None`` never retries.
         prefix_warmup: send one request per cold shared prefix before the rest.
         warmup_timeout_s: how long the requests parked behind a prefix's leader wait for
-            its first token before they go anyway (``None``: until its stream ends).
+            its first token before they go anyway (``None``: until its stream ends) — on a
+            replica that shares at the end, also how long the leader may then go without
+            a delta.
         callbacks: sync or async callables, each called with every :data:`Event` (one
             that is not callable is a ConfigError naming it).
         clock: nanosecond monotonic clock for queue waits and tool durations.

@@ -56,7 +56,9 @@ OnRetry = Callable[[Ticket, FailedAttempt], None]
 class _WarmupSink:
     """Passes deltas on, and tells the scheduler at the first one that the leader
     (``grant``) has its first token (the prefix is warm, unless the replica shares it
-    only at the end)."""
+    only at the end). It counts them on the grant (``Grant.deltas``): the warm-up timeout
+    of a replica that shares at the end reads it to tell a leader that streams from one
+    that stalled — one attribute per delta, not a timer re-armed."""
 
     __slots__ = ("_grant", "_inner", "_scheduler")
 
@@ -66,9 +68,9 @@ class _WarmupSink:
         self._grant = grant
 
     def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
+        grant = self._grant
+        grant.deltas += 1
         if self._scheduler is not None:
-            grant = self._grant
-            grant.deltas += 1
             key = grant.ticket.prefix_key
             if key is not None:
                 self._scheduler.leader_token(key, grant.replica, grant)

@@ -61,7 +61,8 @@ class Scheduler(Dispatcher):
         prefix_warmup: send one request per cold shared prefix and replica first.
         warmup_timeout_s: how long the requests parked behind a prefix's leader wait for
             its first token before they go anyway (default 20 s; ``None``: until its
-            stream ends).
+            stream ends) — on a replica that shares at the end, also how long the leader
+            may then go without a delta.
         carry: the rate buckets (fleet's and replicas') and the replicas' ``Retry-After``
             holds to use, kept by a fleet across its runs; ``None``: new ones.
     """

@@ -97,7 +97,8 @@ class Grant:
             outcome closes or re-opens an open circuit).
         deltas: a leader's stream deltas so far (the runner counts them on a leader's
             stream only): one that had none when it was answered with a 429 or another
-            4xx prefilled nothing, and does not warm its prefix.
+            4xx prefilled nothing, and does not warm its prefix; on a replica that shares
+            a prefix at the end, the warm-up timeout reads it for the leader's progress.
     """
 
     ticket: Ticket

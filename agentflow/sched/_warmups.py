@@ -168,17 +168,44 @@ class PrefixWarmups:
         """The prefix's leader on ``replica`` (``grant``, when known) has its first
         token: the prefix is warm there — or, on a replica that shares a prefix only once
         its request ended (``Replica.prefix_shared_at="end"``: llama.cpp), it is alive,
-        and its followers wait for its end, with no more timeout. A stale leader's (one
-        that timed out, a new one leading since) leaves its successor's timer alone."""
+        and its followers wait for its end while it streams: the warm-up timeout starts
+        again, now bounding the leader's silence (:meth:`_leader_quiet`). A stale
+        leader's (one that timed out, a new one leading since) leaves its successor's
+        timer alone."""
         if replica.shares_at_end:
-            leader = self._leaders.get((prefix_key, replica.name))
-            if grant is not None and leader is not None and leader is not grant:
+            warm_key = (prefix_key, replica.name)
+            leader = self._leaders.get(warm_key)
+            if leader is None or (grant is not None and leader is not grant):
                 return
-            timer = self._warm_timers.pop((prefix_key, replica.name), None)
+            timer = self._warm_timers.pop(warm_key, None)
             if timer is not None:
                 timer.cancel()
+                self._arm_quiet(prefix_key, replica, leader.deltas)
             return
         self.warmed(prefix_key, replica)
+
+    def _arm_quiet(self, prefix_key: str, replica: ReplicaState, seen: int) -> None:
+        """Check the streaming leader on ``replica`` for progress past ``seen`` deltas
+        in ``warmup_timeout_s``."""
+        assert self.warmup_timeout_s is not None  # (armed only with a timeout)
+        self._warm_timers[prefix_key, replica.name] = asyncio.get_running_loop().call_later(
+            self.warmup_timeout_s, self._leader_quiet, prefix_key, replica, seen
+        )
+
+    def _leader_quiet(self, prefix_key: str, replica: ReplicaState, seen: int) -> None:
+        """``warmup_timeout_s`` after the first token of a leader on a replica that
+        shares at the end, or after its last check: a leader that had a delta since
+        (more than ``seen``) is checked again a timeout later; one that had none stalled,
+        and its followers go without it as at :meth:`_warm_timed_out` — it used to hold
+        them for its whole idle timeout (300 s by default) while other replicas sat idle.
+        So a leader silent for between one and two timeouts releases them, at the cost of
+        one timer a timeout, not one per token."""
+        warm_key = (prefix_key, replica.name)
+        leader = self._leaders.get(warm_key)
+        if leader is not None and leader.deltas != seen and self._warm.get(warm_key) == WARMING:
+            self._arm_quiet(prefix_key, replica, leader.deltas)
+            return
+        self._warm_timed_out(prefix_key, replica)
 
     def warmed(self, prefix_key: str, replica: ReplicaState) -> None:
         """The prefix's leader on ``replica`` has its first token (its prefill is done,
@@ -197,7 +224,8 @@ class PrefixWarmups:
         self._unpark(self._parked.pop(warm_key, None))
 
     def _warm_timed_out(self, prefix_key: str, replica: ReplicaState) -> None:
-        """The leader on ``replica`` had no first token within ``warmup_timeout_s``:
+        """The leader on ``replica`` had no first token within ``warmup_timeout_s`` (or,
+        on a replica that shares at the end, no delta for as long: :meth:`_leader_quiet`):
         its followers go without it — elsewhere while another replica has room (a replica
         that went silent would otherwise hold them for its idle timeout, then draw them
         back): the prefix is cold there again, not warm, its affinity stops pointing

@@ -82,9 +82,10 @@ async def test_at_the_first_token_followers_start_while_the_leader_streams() -> 
     assert [kind for kind, _ in events[:ended]].count("start") == 4
 
 
-def test_the_warm_up_timeout_ends_at_the_first_token_when_shared_at_the_end() -> None:
-    """A leader that streams is alive: on a replica that shares at the end, its
-    followers wait for its end, past the warm-up timeout."""
+def _shared_at_end(stream_s: float | None) -> list[str]:
+    """A leader on a replica that shares at the end (warm-up timeout 5 s) has its first
+    token, then a delta every second for ``stream_s`` (``None``: none), then nothing; it
+    ends at 30 s (virtual). The grants in order, ``|`` at the leader's end."""
 
     async def main() -> list[str]:
         replica = Replica(transport=IdleTransport("A"), name="A", prefix_shared_at="end")
@@ -93,16 +94,37 @@ def test_the_warm_up_timeout_ends_at_the_first_token_when_shared_at_the_end() ->
         acq.submit(ticket("lead", prefix_key="P"))
         acq.submit(ticket("f", prefix_key="P"))
         await settle()
-        sched.leader_token("P", sched.replicas[0])
-        await asyncio.sleep(30.0)  # virtual time
+        lead = acq.grants["lead"]
+        lead.deltas += 1  # (what the runner's sink counts)
+        sched.leader_token("P", sched.replicas[0], lead)
+        for _ in range(int(stream_s or 0)):
+            await asyncio.sleep(1.0)  # virtual time
+            lead.deltas += 1
+        await asyncio.sleep(30.0 - (stream_s or 0))
         order = [*acq.order, "|"]
         acq.release("lead")
         await settle()
-        order += acq.order[1:]
+        order += acq.order[len(order) - 1 :]
         await sched.aclose()
         return order
 
-    assert run_virtual(main()) == ["lead", "|", "f"]
+    return run_virtual(main())
+
+
+def test_a_streaming_leader_holds_its_followers_past_the_timeout_when_shared_at_the_end() -> None:
+    """A leader that streams is alive: on a replica that shares at the end, its
+    followers wait for its end, past the warm-up timeout."""
+    assert _shared_at_end(29.0) == ["lead", "|", "f"]
+
+
+@pytest.mark.parametrize("stream_s", [None, 12.0])
+def test_a_leader_stalled_after_its_first_token_releases_its_followers(
+    stream_s: float | None,
+) -> None:
+    """A leader silent for the warm-up timeout after its first token (or after it
+    streamed a while) stalled: its followers go without it. The first token used to end
+    the timeout, and they waited for the leader's whole idle timeout."""
+    assert _shared_at_end(stream_s) == ["lead", "f", "|"]
 
 
 def test_prefix_shared_at_is_checked() -> None:

@@ -77,6 +77,14 @@ _probed: dict[str, int | None] = {}
 _warned: set[str] = set()  # endpoints whose oversubscription was logged
 
 
+def _learned_slots(base_url: str) -> int | None:
+    """The slots of the llama.cpp server at ``base_url`` as this process learnt them (a
+    fleet's run asks each HTTP endpoint's ``/props`` once, in the background); ``None``
+    while not asked yet, or when it did not say. The router reads it: a prefix's affinity
+    does not hold on a replica with as many requests in flight as its server has slots."""
+    return _probed.get(display_url(base_url))
+
+
 async def server_slots(
     base_url: str,
     *,

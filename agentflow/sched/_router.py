@@ -7,7 +7,9 @@ is due), not held by a ``Retry-After``, have room, and are not excluded for this
    session's KV, so only the newest tokens need a prefill;
 2. **prefix-affine** — for a session's first turn, the replica its shared prefix
    (system prompt + tools) was last sent to, while that replica is not more than
-   ``balance_slack`` requests busier than the least-loaded one;
+   ``balance_slack`` requests busier than the least-loaded one, and, busier than it, has
+   fewer requests in flight than its llama.cpp server has slots (as a fleet's run learnt
+   them from ``/props``: :meth:`Router.saturated`);
 3. **least loaded** — fewest requests in flight, then fewest tokens in flight.
 
 Among those with room (after stickiness), one whose rate buckets take the turn's whole
@@ -144,9 +146,27 @@ class Router:
                 group is not None
                 and group in room
                 and group.in_flight <= least.in_flight + self.balance_slack
+                and (group.in_flight <= least.in_flight or not self.saturated(group))
             ):
                 return group
         return least
+
+    @staticmethod
+    def saturated(replica: ReplicaState) -> bool:
+        """Whether ``replica`` has as many requests in flight as the llama.cpp server
+        behind it has slots — more would wait in the server's queue. Known once a fleet's
+        run has asked the endpoint's ``/props`` (in the background, so not for the
+        requests sent before it answered; not in a ``Fleet(workers=N)`` worker); else, and
+        for servers that are not llama.cpp, ``False``. The default ``balance_slack`` (4)
+        used to keep a whole fleet on a 2-slot replica while another sat idle. (A replica's
+        ``Limits(max_in_flight=...)`` needs no such check: at it, it has no room.)"""
+        base_url = getattr(getattr(replica.transport, "config", None), "base_url", None)
+        if not isinstance(base_url, str):
+            return False
+        from agentflow.llamacpp import _learned_slots  # (imported by the run's probe)
+
+        slots = _learned_slots(base_url)
+        return slots is not None and replica.in_flight >= slots
 
     def affinity(self, prefix_key: str) -> ReplicaState | None:
         """The replica ``prefix_key``'s new sessions are drawn to (``None``: none)."""

@@ -100,8 +100,9 @@ class PrefixWarmups:
         """Where ``ticket``, placed on ``replica``, goes now: there, or, when it would park
         behind its prefix's leader (:meth:`_behind`), a replica where its prefix is warm
         and that has room (the router's choice may be a cold one: the warm one was full,
-        or past ``balance_slack``, when the prefix's affinity moved), else ``None`` (it
-        parks)."""
+        or past ``balance_slack``, or at its llama.cpp slots, when the prefix's affinity
+        moved; nor does this choose one at its slots: :meth:`Router.saturated`), else
+        ``None`` (it parks)."""
         if self._behind(ticket, replica) is None:
             return replica
         key = ticket.prefix_key
@@ -112,6 +113,7 @@ class PrefixWarmups:
                 and r.breaker.allows()
                 and not r.held_ns()
                 and r.has_room(ticket)
+                and not self.router.saturated(r)
             ):
                 return r
         return None

@@ -257,6 +257,8 @@ def _server_from_files(before: Path, after: Path, *, client: dict[str, Any]) -> 
         )
     section = server_section(snaps[0], snaps[1], client=client, url=str(after))
     section["series"] = {k: [] for k in section["series"]}  # no times in a file
+    # Nor when the scrapes were taken: null (not measurable), never a made-up 0.0.
+    section["source"].update(before_s=None, after_s=None)
     return section
 
 

@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import (
-    AgentflowError,
     ConfigError,
     MaxTurnsExceeded,
     StoreError,
@@ -27,6 +26,7 @@ from agentflow._rewrite import apply_rewrite
 from agentflow._session import Session, SessionResult, SessionStatus, TurnRecord
 from agentflow.sched import FailedAttempt
 from agentflow.store._codec import agent_info, fingerprints, shift_trace
+from agentflow.store._recorded_error import recorded_error
 from agentflow.store._records import StoredRun, StoredSession, StoredTurn
 
 if TYPE_CHECKING:
@@ -42,10 +42,6 @@ __all__ = [
     "stored_result",
     "turn_prompts",
 ]
-
-
-class _Recorded(AgentflowError):
-    """The error a stored session ended with (its text; the exception itself is gone)."""
 
 
 class _RecordedFailure(TransportError):
@@ -164,7 +160,8 @@ def _failed_attempts(t: StoredTurn) -> tuple[FailedAttempt, ...]:
 
 def stored_result(run: StoredRun, s: StoredSession, to_attempt: int | None = None) -> SessionResult:
     """The :class:`SessionResult` of a session as stored. A session that has not ended
-    (a partial run) shows as ``cancelled``; a recorded error keeps only its text."""
+    (a partial run) shows as ``cancelled``; a recorded error keeps only its type's name
+    and its message (:func:`recorded_error`)."""
     messages, turns = rebuild(run, s, to_attempt)
     if s.turns and s.turns[-1].calls:
         messages.extend(_tool_messages_known(s.turns[-1]))
@@ -178,7 +175,7 @@ def stored_result(run: StoredRun, s: StoredSession, to_attempt: int | None = Non
         max_turns = run.agents[s.agent].config.get("max_turns") if s.agent in run.agents else None
         error = MaxTurnsExceeded(session_id=s.session_id, max_turns=int(max_turns or len(turns)))
     elif s.error:
-        error = _Recorded(s.error)
+        error = recorded_error(s.error)
     return SessionResult(
         session_id=s.session_id,
         agent=s.agent,

@@ -51,7 +51,7 @@ async def test_a_session_error_quoting_a_registered_key_is_stored_masked(tmp_pat
         result = await Fleet(MockTransport(handler), store=store).run([agent.session("x")])
     assert result.sessions[0].status == "error"
     (error,) = sqlite3.connect(tmp_path / "runs.db").execute("select error from sessions")
-    assert error[0] == "RuntimeError('gateway refused credential ***')"
+    assert error[0] == "RuntimeError: gateway refused credential ***"
     assert files_hold_key(tmp_path) == []
     del holder
 

@@ -297,7 +297,7 @@ class DurableRun:
         finished = result is not None and all(
             r.status in FINAL_STATUSES for r in self.merge(result).sessions
         )
-        wall_s = result.wall_s if result is not None else (self.clock() - self.start_ns) / 1e9
+        wall_s = self._wall_s(result)
         # The runner's count has the retries of turns that finally failed too (no turn
         # records them); without a result, those of the turns recorded are all known.
         retries = self.recorder.retries
@@ -311,6 +311,13 @@ class DurableRun:
             _log.warning("store.flush_cancelled", run_id=self.run_id)
             closing.add_done_callback(self._closed_late)
             raise
+
+    def _wall_s(self, result: FleetResult | None) -> float:
+        """This attempt's run time: none when it had no session to run (a finished run
+        resumed: its time would lower the run's throughput, more at every resume)."""
+        if not self.to_run:
+            return 0.0
+        return result.wall_s if result is not None else (self.clock() - self.start_ns) / 1e9
 
     def _closed_late(self, closing: asyncio.Future[None]) -> None:
         """The attempt's close went on after its caller was cancelled: log how it failed,
@@ -339,7 +346,7 @@ class DurableRun:
             result,
             sessions=sessions,
             retries=result.retries + self.prior_retries,
-            wall_s=result.wall_s + self.prior_wall_s,
+            wall_s=self._wall_s(result) + self.prior_wall_s,
             run_id=self.run_id,
             start_ns=result.start_ns if self.attempt == 0 else None,
         )

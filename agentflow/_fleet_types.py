@@ -67,7 +67,8 @@ class FleetResult:
         callback_errors_dropped: failures of a callback after its first 10, counted but
             not kept (nor logged, nor reported by an ``ErrorEvent``).
         retries: attempts that failed and were sent again.
-        replicas: per replica: served, failed, rejected, peak in flight, breaker trips.
+        replicas: per replica: served, failed, rejected, peak in flight, breaker trips
+            (of a resumed run: its last attempt's; a run store keeps none).
         run_id: the run's id in the fleet's store (``None`` without a store).
         start_ns: the run's start on the fleet's clock (its ``FleetStartEvent``'s
             ``start_ns``): with ``wall_s``, when it ran. ``None`` when not known (a

@@ -22,6 +22,7 @@ from agentflow._session import Session, SessionResult
 from agentflow.store._budgets import recharge
 from agentflow.store._claims import SessionGate, Ticker
 from agentflow.store._codec import check_one_config_per_name, encode
+from agentflow.store._peak import recorded_peak
 from agentflow.store._policies import restore_keys
 from agentflow.store._protocol import Store
 from agentflow.store._recorder import LeaseKeeper, Recorder
@@ -339,12 +340,18 @@ class DurableRun:
     def merge(self, result: FleetResult) -> FleetResult:
         """The result of the whole run: this attempt's sessions among the done ones, in
         the run's order; retries and wall time of earlier attempts added (a resumed run's
-        start is then unknown: its sessions span several attempts)."""
+        start is then unknown: its sessions span several attempts); a resumed run's peak
+        in flight at least its recorded turns' (``agentflow report --store``'s figure).
+        ``replicas`` stay this attempt's: a store keeps no replica's figures."""
         ran = iter(result.sessions)
         sessions = [next(ran) if isinstance(e, Session) else e for e in self.entries]
+        peak = result.peak_in_flight
+        if self.attempt > 0:
+            peak = max(peak, recorded_peak(sessions))
         return replace(
             result,
             sessions=sessions,
+            peak_in_flight=peak,
             retries=result.retries + self.prior_retries,
             wall_s=self._wall_s(result) + self.prior_wall_s,
             run_id=self.run_id,

@@ -7,13 +7,13 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from agentflow.store._durable import _active_wall_s, _stored_retries
+from agentflow.store._peak import recorded_peak
 from agentflow.store._protocol import Store
 from agentflow.store._records import StoredRun
 from agentflow.store._resume import stored_result
 
 if TYPE_CHECKING:
     from agentflow._fleet import FleetResult
-    from agentflow._session import SessionResult
     from agentflow.stats import SLO, JournalEntry, RunJournal
 
 __all__ = ["export_report", "load_result", "stored_tool_entries"]
@@ -28,27 +28,10 @@ def result_of(run: StoredRun) -> FleetResult:
     return FleetResult(
         sessions=sessions,
         wall_s=_active_wall_s(run),
-        peak_in_flight=_peak(sessions),
+        peak_in_flight=recorded_peak(sessions),
         retries=_stored_retries(run),
         run_id=run.run_id,
     )
-
-
-def _peak(sessions: list[SessionResult]) -> int:
-    """The most recorded turns whose request was streaming at once (sent → end): the
-    run's peak in flight as its record shows it — failed attempts, not recorded, left
-    out, so at most the live figure."""
-    edges = sorted(
-        edge
-        for s in sessions
-        for t in s.turns
-        for edge in ((t.trace.sent_ns, 1), (t.trace.end_ns, -1))
-    )  # an end sorts before a start at the same instant: back to back is not overlap
-    peak = now = 0
-    for _, step in edges:
-        now += step
-        peak = max(peak, now)
-    return peak
 
 
 async def load_result(store: Store, run_id: str) -> FleetResult:

@@ -45,6 +45,7 @@ def build_report(
     start_ns: int | None = None,
     slos: Iterable[SLO] = (),
     journal: RunJournal | None = None,
+    unfinished: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The demo's JSON report: :mod:`agentflow.stats`' ``agentflow.report/2``, one row per
     session and one sample per turn (``docs/report-schema.md``), with goodput against
@@ -54,9 +55,16 @@ def build_report(
     Times are seconds as measured on this machine, from ``start_ns`` (the trace clock's
     reading when the run started; default the first turn); ``time_scale`` in ``run`` says
     how much slower than the modelled deployment the server ran (divide times by it).
+    ``unfinished``: ids of sessions that had not ended (:meth:`FleetStats.from_result`).
     """
     stats = FleetStats.from_result(
-        result, journal=journal, per="session", keep_samples=True, start_ns=start_ns, slos=slos
+        result,
+        journal=journal,
+        unfinished=unfinished,
+        per="session",
+        keep_samples=True,
+        start_ns=start_ns,
+        slos=slos,
     )
     report = stats.report(run=run, include_samples=True)
     report["prefix_reuse"] = prefix_reuse(result.sessions).to_dict()

@@ -170,6 +170,10 @@ class FleetStats:
         self.slo_tokens = [0] * len(self.slos)
         self.slo_failed_bounds: list[Counter[str]] = [Counter() for _ in self.slos]
         self.sessions: Counter[str] = Counter({s: 0 for s in _STATUSES})
+        #: Sessions with no end (a stored run read while running, or after it was
+        #: killed): their turns count, they are in no status (``from_result``'s
+        #: ``unfinished``).
+        self.unfinished = 0
         self.errors: Counter[str] = Counter({"session": 0, "tool": 0, "callback": 0})
         self.tool_calls = self.tool_errors = 0
         self.tool_s = 0.0
@@ -325,7 +329,12 @@ class FleetStats:
 
     @classmethod
     def from_result(
-        cls, result: FleetResult, *, journal: RunJournal | None = None, **options: Any
+        cls,
+        result: FleetResult,
+        *,
+        journal: RunJournal | None = None,
+        unfinished: Iterable[str] = (),
+        **options: Any,
     ) -> FleetStats:
         """Build stats from a finished :class:`~agentflow.FleetResult`.
 
@@ -352,13 +361,17 @@ class FleetStats:
                 errors and the per-tool figures are those of the run. For a resumed run
                 it must hold every attempt's tool calls (``agentflow resume`` adds the
                 earlier attempts' from the store).
+            unfinished: ids of sessions that have not ended (a run store's partial
+                run: ``export_report``): their turns count, but they are not counted
+                among the ended sessions (``sessions``, ``failed``, ``statuses``) —
+                ``fleet.unfinished`` counts them — and their rows have no status.
             options: :class:`FleetStats`'s.
         """
         from agentflow.stats._from_result import fill_from_result
 
         stats = cls(**options)
         stats.workers = 1  # one run's, even if nothing in it finished
-        fill_from_result(stats, result, journal)
+        fill_from_result(stats, result, journal, frozenset(unfinished))
         return stats
 
     # ---- combining ---------------------------------------------------------------

@@ -23,8 +23,14 @@ if TYPE_CHECKING:
 __all__ = ["fill_from_result"]
 
 
-def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal | None) -> None:
-    """Fold ``result`` (and ``journal``'s entries) into the fresh ``stats``."""
+def fill_from_result(
+    stats: FleetStats,
+    result: FleetResult,
+    journal: RunJournal | None,
+    unfinished: frozenset[str] = frozenset(),
+) -> None:
+    """Fold ``result`` (and ``journal``'s entries) into the fresh ``stats``; the sessions
+    of ``unfinished`` (ids) had not ended: their turns count, not their status."""
     series = stats.series
     stats.tool_outcomes = journal is not None
     stats.compactions_seen = journal is not None and journal.compactions
@@ -80,6 +86,9 @@ def fill_from_result(stats: FleetStats, result: FleetResult, journal: RunJournal
             for a in t.failed_attempts[noted[s.session_id, t.index] :]:
                 row.retries += 1
                 series.add("retries", t.trace.sent_ns if a.trace is None else a.trace.end_ns, 1)
+        if s.session_id in unfinished:
+            stats.unfinished += 1
+            continue
         session_ended(stats, s.agent, s.session_id, s, at)
         if s.status == "error":
             stats.errors["session"] += 1

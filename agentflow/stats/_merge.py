@@ -75,6 +75,7 @@ def merge_stats(into: FleetStats, other: FleetStats) -> None:
     into.cached_sources.update(other.cached_sources)
     into.finish_reasons.update(other.finish_reasons)
     into.sessions.update(other.sessions)
+    into.unfinished += getattr(other, "unfinished", 0)  # (stats pickled before it had one)
     into.errors.update(other.errors)
     into.slo_turns = [a + b for a, b in zip(into.slo_turns, other.slo_turns, strict=True)]
     into.slo_tokens = [a + b for a, b in zip(into.slo_tokens, other.slo_tokens, strict=True)]

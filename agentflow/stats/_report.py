@@ -184,6 +184,7 @@ def _fleet(stats: FleetStats, duration: float) -> dict[str, Any]:
         "completed": completed,
         "failed": sessions - completed,
         "statuses": dict(sorted(stats.sessions.items())),
+        "unfinished": stats.unfinished,
         "agents": len(stats.agents),
         "turns": stats.turns,
         "no_output_turns": stats.no_output_turns,

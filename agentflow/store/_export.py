@@ -47,7 +47,9 @@ async def load_result(store: Store, run_id: str) -> FleetResult:
 async def export_report(store: Store, run_id: str) -> dict[str, Any]:
     """The run's ``agentflow.report/2`` report (``docs/report-schema.md``), finished or
     partial: ``run`` holds the recorded run configuration, ``run_id``, the store's
-    ``status`` of the run and its ``attempts`` (1 + the times it was resumed). The tools'
+    ``status`` of the run and its ``attempts`` (1 + the times it was resumed). A session
+    with no recorded end is counted in ``fleet.unfinished``, not among the sessions that
+    ended (``sessions``, ``failed``, ``statuses``); its row has no ``status``. The tools'
     figures (``tools``, ``fleet.tool_s``, ``tool_errors``, ``errors.tool``) come from the
     recorded tool results; a run recorded by ``agentflow demo`` also has its
     ``time_scale`` in ``run`` and goodput against its SLOs, as the demo's own report has.
@@ -64,7 +66,17 @@ async def export_report(store: Store, run_id: str) -> dict[str, Any]:
     slos = _demo_facts(info, result)
     info.update(run_id=run.run_id, status=run.status, attempts=len(run.attempts))
     start = run.attempts[0].clock_ns if run.attempts else None
-    return build_report(result, run=info, start_ns=start, slos=slos, journal=_tool_journal(run))
+    # A session with no stored end (the run is still running, or was killed) has not
+    # ended: not ``cancelled``, as ``result_of`` shows it (and resume re-runs it).
+    unfinished = [s.session_id for s in run.sessions if s.status == "pending"]
+    return build_report(
+        result,
+        run=info,
+        start_ns=start,
+        slos=slos,
+        journal=_tool_journal(run),
+        unfinished=unfinished,
+    )
 
 
 def _demo_facts(info: dict[str, Any], result: FleetResult) -> tuple[SLO, ...]:

@@ -304,7 +304,9 @@ class DurableRun:
         retries = self.recorder.retries
         if result is not None:
             retries = max(retries, result.retries)
-        self.recorder.end_run(finished, wall_s, retries)
+        # The fleet's own start: a stored report's origin, as the live report's.
+        start = result.start_ns if result is not None and self.to_run else None
+        self.recorder.end_run(finished, wall_s, retries, start)
         closing = asyncio.ensure_future(self._close())
         try:
             await asyncio.shield(closing)

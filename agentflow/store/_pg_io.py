@@ -31,6 +31,7 @@ from agentflow.store._records import (
     ToolFinished,
     TurnFinished,
 )
+from agentflow.store._sqlite_write import MOVE_START_SQL
 
 if TYPE_CHECKING:
     import psycopg
@@ -191,9 +192,9 @@ def write_record(
         _run_started(cur, r)
     elif isinstance(r, RunEnded):
         cur.execute(
-            "UPDATE run_attempts SET ended_wall_ns = %s, status = %s, retries = %s, wall_s = %s"
-            " WHERE run_id = %s AND attempt = %s",
-            (r.wall_ns, r.status, r.retries, r.wall_s, r.run_id, r.attempt),
+            "UPDATE run_attempts SET ended_wall_ns = %s, status = %s, retries = %s, wall_s = %s,"
+            f" {MOVE_START_SQL.replace('?', '%s')} WHERE run_id = %s AND attempt = %s",
+            (r.wall_ns, r.status, r.retries, r.wall_s, r.start_ns, r.start_ns, r.run_id, r.attempt),
         )
         # One worker at a time: the next statement's snapshot sees the other's ends.
         cur.execute("SELECT 1 FROM runs WHERE run_id = %s FOR UPDATE", (r.run_id,))

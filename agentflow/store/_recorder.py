@@ -143,10 +143,17 @@ class Recorder:
                     )
                 )
 
-    def end_run(self, finished: bool, wall_s: float, retries: int | None = None) -> None:
+    def end_run(
+        self,
+        finished: bool,
+        wall_s: float,
+        retries: int | None = None,
+        start_ns: int | None = None,
+    ) -> None:
         """Record that this attempt ended cleanly (``finished``: every session final)
         after ``wall_s`` seconds on the fleet's clock, with ``retries`` retries (default:
-        those of the turns it recorded)."""
+        those of the turns it recorded); ``start_ns``: the fleet's start on its clock
+        (:class:`RunEnded`)."""
         for tracked in self._calibrators.values():
             self._policy_state(tracked)
         self.store.write(
@@ -157,6 +164,7 @@ class Recorder:
                 status="finished" if finished else "partial",
                 retries=self.retries if retries is None else retries,
                 wall_s=wall_s,
+                start_ns=start_ns,
             )
         )
 

@@ -150,7 +150,12 @@ class SessionEnded(msgspec.Struct, frozen=True, kw_only=True):
 
 class RunEnded(msgspec.Struct, frozen=True, kw_only=True):
     """An attempt at the run ended cleanly (not killed): ``status`` is ``finished``
-    when every session reached a final status, else ``partial``."""
+    when every session reached a final status, else ``partial``. ``start_ns``: the
+    fleet's own start on its clock (its ``FleetStartEvent``'s), when known: the attempt's
+    moment (``run_attempts.wall_ns``, ``clock_ns``), read before its sessions were
+    recorded and claimed, is moved there along the same wall-to-fleet-clock line (the
+    clocks' offset unchanged), so that a stored report's times start where the live
+    report's did."""
 
     run_id: str
     attempt: int
@@ -158,6 +163,7 @@ class RunEnded(msgspec.Struct, frozen=True, kw_only=True):
     status: Literal["finished", "partial"]
     retries: int = 0
     wall_s: float = 0.0
+    start_ns: int | None = None
 
 
 class PolicyState(msgspec.Struct, frozen=True, kw_only=True):

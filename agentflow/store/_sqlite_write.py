@@ -30,6 +30,7 @@ from agentflow.store._records import (
 
 __all__ = [
     "FINISHED_SQL",
+    "MOVE_START_SQL",
     "TOOL",
     "TURN",
     "Row",
@@ -52,6 +53,13 @@ FINISHED_SQL = (
     " AND s.status NOT IN ('completed', 'max_turns')) THEN 'finished' ELSE 'partial' END"
 )
 
+#: An attempt's end moves its moment (``wall_ns``, ``clock_ns``) to the fleet's start
+#: along the same wall-to-fleet-clock line (``RunEnded.start_ns``; unchanged when it is
+#: ``None``). Every ``SET`` reads the row as it was. Parameters: the start, twice.
+MOVE_START_SQL = (
+    "wall_ns = wall_ns + COALESCE(CAST(? AS BIGINT) - clock_ns, 0),"
+    " clock_ns = COALESCE(CAST(? AS BIGINT), clock_ns)"
+)
 
 _TURN_SQL = "INSERT INTO turns VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 _TOOL_SQL = "INSERT INTO tool_calls VALUES (?,?,?,?,?,?,?,?,?,?)"
@@ -120,9 +128,9 @@ def write_record(conn: sqlite3.Connection, r: Record) -> None:
         _run_started(conn, r)
     elif isinstance(r, RunEnded):
         conn.execute(
-            "UPDATE run_attempts SET ended_wall_ns=?, status=?, retries=?, wall_s=? "
-            "WHERE run_id=? AND attempt=?",
-            (r.wall_ns, r.status, r.retries, r.wall_s, r.run_id, r.attempt),
+            "UPDATE run_attempts SET ended_wall_ns=?, status=?, retries=?, wall_s=?,"
+            f" {MOVE_START_SQL} WHERE run_id=? AND attempt=?",
+            (r.wall_ns, r.status, r.retries, r.wall_s, r.start_ns, r.start_ns, r.run_id, r.attempt),
         )
         conn.execute(
             f"UPDATE runs SET status={FINISHED_SQL} WHERE run_id=?", (r.status, r.run_id, r.run_id)

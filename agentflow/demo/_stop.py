@@ -120,11 +120,23 @@ class Stopper:
         os.write(2, note.encode())
 
     def _force(self, signum: int, frame: FrameType | None) -> None:
-        """The second signal: kill the children and exit, no report, no waiting."""
+        """The second signal: kill the children and exit, no report, no waiting.
+
+        The live view (rich) hid the terminal's cursor and would show it again as it
+        stopped, which ``os._exit`` skips: on a terminal it is shown here, or the shell
+        was left without one."""
         kill_children()
         name = signal.Signals(signum).name
+        show_cursor()
         os.write(2, f"\n{name} again: exiting without a report\n".encode())
         os._exit(128 + signum)
+
+
+def show_cursor() -> None:
+    """Show the terminal's cursor (``ESC [ ? 25 h``), when standard output is one."""
+    with contextlib.suppress(OSError):
+        if os.isatty(1):
+            os.write(1, b"\x1b[?25h")
 
 
 class _RetryCount:

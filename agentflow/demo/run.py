@@ -61,6 +61,8 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
     Raises:
         ConfigError: ``config.report`` or ``config.store`` cannot be written, or the
             report would be written over the store (checked before the run).
+        OSError: the report could not be written at the end (a full disk); the summary
+            is printed first.
     """
     # With a --report to write, a reader of the summary or live view that goes away
     # (`agentflow demo --report r.json | head -1`) does not cost it: exit 141 once written.
@@ -87,8 +89,13 @@ def run_demo(config: DemoConfig, console: Console | None = None) -> dict[str, An
         report = _report(config, result, scale, watched, stopper, console)
         if config.report is not None:
             # Written before the summary is printed: a reader of it that goes away
-            # (`agentflow demo --report r.json | head`) must not cost the report.
-            _write_report(config.report, report, result, stopper)
+            # (`agentflow demo --report r.json | head`) must not cost the report. One that
+            # cannot be written (a full disk) must not cost the summary: printed, then raised.
+            try:
+                _write_report(config.report, report, result, stopper)
+            except OSError:
+                _print_summary(config, report, result, stopper, console)
+                raise
         seen = stopper.signal
         _print_summary(config, report, result, stopper, console)
         if config.report is not None:

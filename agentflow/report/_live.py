@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -304,7 +305,12 @@ class LiveView:
 
     def live(self) -> Live:
         """A rich ``Live`` that redraws :meth:`render` ``refresh_per_second`` times a second
-        (through :meth:`_safe_render`)."""
+        (through :meth:`_safe_render`).
+
+        What is written to ``sys.stderr`` meanwhile is printed above the view only when
+        standard error is a terminal (it lands on the screen either way, and the view
+        stays whole); otherwise (``2>file``) it goes to standard error, not into the
+        view's output."""
         from rich.live import Live
 
         return Live(
@@ -312,6 +318,7 @@ class LiveView:
             console=self.console,
             refresh_per_second=self.refresh_per_second,
             transient=False,
+            redirect_stderr=_isatty(sys.stderr),
         )
 
     def snapshot(self) -> dict[str, Any]:
@@ -327,6 +334,14 @@ class LiveView:
             "errors": dict(self.errors),
             "retries": self.retries,
         }
+
+
+def _isatty(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal (``False`` for one without ``isatty``, or closed)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def _rank(ordered: list[float], q: float) -> float | None:

@@ -19,6 +19,7 @@ from agentflow.transport import Timeouts
 from agentflow.typing import Clock
 
 if TYPE_CHECKING:
+    from agentflow.report import LiveView
     from agentflow.store import SQLiteStore, Store
 
 __all__ = ["recorded_config", "resume_config", "run_recorded"]
@@ -154,12 +155,14 @@ async def run_recorded(
     stopper: Stopper,
     clock: Clock,
     journal: RunJournal | None = None,
+    view: LiveView | None = None,
 ) -> FleetResult:
     """Run (or, with ``config.resume``, resume) the demo's fleet recorded in the SQLite
     store at ``path``; after a stop signal, the result is read back from the store. A
     resumed run's result starts (``start_ns``) at the run's first start (see
     :func:`_run_start`), and its ``journal`` (subscribed to this attempt) is made the
-    whole run's (see :func:`_whole_run_journal`).
+    whole run's (see :func:`_whole_run_journal`); its live ``view`` counts the sessions
+    that ended in earlier attempts as done (see :func:`_ended_earlier`).
 
     Raises:
         ConfigError: the store cannot be opened (not a database, not an agentflow store,
@@ -181,6 +184,8 @@ async def run_recorded(
     )
     try:
         if config.resume is not None:
+            if view is not None:
+                view.done += await _ended_earlier(store, run_id)
             result = await run_stoppable(
                 fleet, [], stopper, clock, begin=lambda: fleet.resume(run_id, agents=agents)
             )
@@ -224,6 +229,19 @@ async def open_store(path: Path, command: str, *, journal: bool | None = None) -
         reason = str(exc).removeprefix(f"{path}: ")
         raise ConfigError(f"{command}: --store {path}: {reason}") from None
     return store
+
+
+async def _ended_earlier(store: Store, run_id: str) -> int:
+    """How many sessions of recorded run ``run_id`` a resumption does not run again (see
+    ``plan_resume``): those that ended, and those whose final answer was recorded. They
+    send no event; a live view counted only this attempt's ends, and its sessions bar
+    stayed short of its total (all of the run's) at the end. 0 for a run not found (the
+    resumption says so)."""
+    try:
+        run = await store.load(run_id)
+    except StoreError:
+        return 0
+    return sum(s.done or bool(s.turns and not s.turns[-1].calls) for s in run.sessions)
 
 
 async def _run_start(store: Store, run_id: str, read_back: bool) -> int | None:

@@ -311,7 +311,7 @@ async def _run_fleet(
     if config.store is None:
         return await run_stoppable(fleet, sessions, stopper, clock)
     return await run_recorded(
-        config, config.store, fleet, sessions, workload.agents, stopper, clock, journal
+        config, config.store, fleet, sessions, workload.agents, stopper, clock, journal, view
     )
 
 

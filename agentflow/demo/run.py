@@ -11,6 +11,7 @@ what finished, marked ``run.interrupted``; a second signal exits at once
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import sys
@@ -30,6 +31,7 @@ from agentflow._files import replaced_on_write, write_text_file
 from agentflow._fleet import Fleet, FleetResult
 from agentflow._printable import printable
 from agentflow._process import ChildServer, free_port
+from agentflow._session import Session
 from agentflow.demo._config import DemoConfig
 from agentflow.demo._probes import model_of, probe_s, served_model, window_of
 from agentflow.demo._recorded import recorded_config, resume_config, run_recorded
@@ -42,7 +44,7 @@ from agentflow.demo.summary import (
     goodput_line,
     summary_table,
 )
-from agentflow.demo.workload import make_workload
+from agentflow.demo.workload import BUILD_CHUNK, Workload, build_workload
 from agentflow.llamacpp import oversubscription
 from agentflow.report import LoopLagProbe, ServerWatch
 from agentflow.stats import RunJournal
@@ -284,7 +286,8 @@ async def _run_fleet(
     finds) and run it."""
     if watched is not None and journal is None:
         journal = watched.journal = RunJournal(clock)
-    workload = make_workload(
+    # Built in chunks, the loop running between them: a signal is handled meanwhile.
+    workload = await build_workload(
         config.agents,
         model=model_of(config),
         seed=config.seed,
@@ -303,7 +306,7 @@ async def _run_fleet(
         view.fleet = fleet  # in flight and queued, read at each redraw
         if not config.base_url and config.resume is None:  # the simulator takes every turn planned
             view.total_turns = sum(r + 1 for r in workload.tool_rounds)
-    sessions = [a.session(t) for a, t in zip(workload.agents, workload.tasks, strict=True)]
+    sessions = await _sessions(workload)
     if watched is not None:  # the run starts now, not before the workload was built
         watched.start_ns = clock()
     if view is not None:
@@ -313,6 +316,16 @@ async def _run_fleet(
     return await run_recorded(
         config, config.store, fleet, sessions, workload.agents, stopper, clock, journal, view
     )
+
+
+async def _sessions(workload: Workload) -> list[Session]:
+    """A session per agent of ``workload``, made a chunk at a time (as the workload is)."""
+    sessions = []
+    for i, (a, t) in enumerate(zip(workload.agents, workload.tasks, strict=True), 1):
+        sessions.append(a.session(t))
+        if i % BUILD_CHUNK == 0:
+            await asyncio.sleep(0)
+    return sessions
 
 
 @dataclass

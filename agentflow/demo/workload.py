@@ -11,11 +11,12 @@ that fingerprints them, measured) across every session of the run.
 
 # No ``from __future__ import annotations`` here: the tools' ``path`` parameters are
 # annotated with a Literal built at run time, which only works with eager annotations.
+import asyncio
 import functools
 import random
 import textwrap
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,7 +29,10 @@ from agentflow.context._fingerprint import PrefixIndex
 from agentflow.planner import DEFAULT_DEPLOYMENT, get_deployment
 from agentflow.typing import ContextPolicy
 
-__all__ = ["Repository", "Workload", "make_workload"]
+__all__ = ["BUILD_CHUNK", "Repository", "Workload", "build_workload", "make_workload"]
+
+#: Agents :func:`build_workload` builds between two turns of the event loop.
+BUILD_CHUNK = 64
 
 _MODULES = (
     "cache", "queue", "router", "tokens", "budget", "retry", "limits", "metrics",
@@ -238,7 +242,8 @@ def make_workload(
     context: ContextPolicy | None = None,
     window: int | None = None,
 ) -> Workload:
-    """Build ``n_agents`` coding agents with one shared prefix.
+    """Build ``n_agents`` coding agents with one shared prefix (in one go: on an event
+    loop, :func:`build_workload`).
 
     Args:
         n_agents: how many agents (one session each).
@@ -258,6 +263,60 @@ def make_workload(
         window: the model's context window for the default budget; by default the
             planner's default deployment's ``max_model_len`` (the report's 1,000,000).
     """
+    building = _building(
+        n_agents,
+        model=model,
+        seed=seed,
+        turns=turns,
+        guide_paragraphs=guide_paragraphs,
+        max_tokens=max_tokens,
+        sim_tool_rounds=sim_tool_rounds,
+        make_params=make_params,
+        context=context,
+        window=window,
+    )
+    while True:
+        try:
+            next(building)
+        except StopIteration as built:
+            workload: Workload = built.value
+            return workload
+
+
+async def build_workload(n_agents: int, **options: Any) -> Workload:
+    """:func:`make_workload`'s workload (the same, for the same arguments), built
+    :data:`BUILD_CHUNK` agents at a time with the event loop running in between.
+
+    A large fleet's agents take seconds to build (20,000: about 12 s), which in one go
+    held the loop that long: a Ctrl-C or SIGTERM (which cancels the run's task on the
+    loop) was not handled until the build ended. Now the build is cancelled at its next
+    chunk.
+    """
+    building = _building(n_agents, **options)
+    while True:
+        try:
+            next(building)
+        except StopIteration as built:
+            workload: Workload = built.value
+            return workload
+        await asyncio.sleep(0)
+
+
+def _building(
+    n_agents: int,
+    *,
+    model: str,
+    seed: int = 0,
+    turns: tuple[int, int] = (5, 20),
+    guide_paragraphs: int = 60,
+    max_tokens: int = 160,
+    sim_tool_rounds: bool = True,
+    make_params: Callable[[int], dict[str, Any]] | None = None,
+    context: ContextPolicy | None = None,
+    window: int | None = None,
+) -> Generator[None, None, Workload]:
+    """:func:`make_workload`'s work, pausing (``yield``) after each :data:`BUILD_CHUNK`
+    agents; the workload is its return value."""
     if context is None:
         context = ContextChain(
             [
@@ -294,4 +353,6 @@ def make_workload(
         mod = _MODULES[i % len(_MODULES)]
         tasks.append(f"Task {i}: make sure src/{mod}.py is correct and its tests pass.")
         rounds.append(n_turns - 1)
+        if (i + 1) % BUILD_CHUNK == 0:
+            yield
     return Workload(agents, tasks, rounds, len(instructions), context)

@@ -310,10 +310,21 @@ class LiveView:
         What is written to ``sys.stderr`` meanwhile is printed above the view only when
         standard error is a terminal (it lands on the screen either way, and the view
         stays whole); otherwise (``2>file``) it goes to standard error, not into the
-        view's output."""
+        view's output.
+
+        Not on a terminal (a pipe, a log file) the view is drawn once, as it stops; what
+        is printed next starts on a line of its own (rich ends the last line only on a
+        terminal: the summary's title was glued to the view's last row)."""
         from rich.live import Live
 
-        return Live(
+        class _Live(Live):
+            def stop(self) -> None:
+                super().stop()
+                # (rich's own condition for its newline on a terminal)
+                if not self.console.is_terminal and self._live_render.last_render_height:
+                    self.console.line()
+
+        return _Live(
             get_renderable=self._safe_render,
             console=self.console,
             refresh_per_second=self.refresh_per_second,

@@ -49,9 +49,11 @@ def draw(view: LiveView, window_s: float) -> RenderableType:
     total_turns = view.total_turns
     turns = f"turns {view.turns}" + (f"/{total_turns}" if total_turns else "")
     width = max(len(sessions), len(turns)) + 2
-    progress = [_bar_line(sessions, width, view.done, view.total_sessions)]
+    console = view.console
+    plain = console.no_color or console.color_system is None
+    progress = [_bar_line(sessions, width, view.done, view.total_sessions, plain)]
     progress.append(
-        _bar_line(turns, width, view.turns, total_turns)
+        _bar_line(turns, width, view.turns, total_turns, plain)
         if total_turns
         else Text(turns, style="bold")
     )
@@ -117,8 +119,12 @@ def _ms_fine(s: float | None) -> str:
     return "—" if s is None else f"{s * 1e3:,.1f} ms"
 
 
-def _bar_line(label: str, width: int, done: int, total: int | None) -> Text:
-    """``label`` padded to ``width``, a bar of :data:`BAR_WIDTH` characters, the percentage."""
+def _bar_line(label: str, width: int, done: int, total: int | None, plain: bool = False) -> Text:
+    """``label`` padded to ``width``, a bar of :data:`BAR_WIDTH` characters, the percentage.
+
+    The bar's done part is green and the rest grey, in one character; ``plain`` (no
+    colours: ``NO_COLOR``, a pipe) draws the rest in another (``─``), or an empty bar
+    looked full."""
     from rich.text import Text
 
     total = max(1, total or 1)
@@ -127,7 +133,7 @@ def _bar_line(label: str, width: int, done: int, total: int | None) -> Text:
     return Text.assemble(
         (label.ljust(width), "bold"),
         ("━" * filled, "green"),
-        ("━" * (BAR_WIDTH - filled), "grey37"),
+        (("─" if plain else "━") * (BAR_WIDTH - filled), "grey37"),
         f" {frac:>4.0%}",
     )
 

@@ -24,6 +24,12 @@ if TYPE_CHECKING:
 __all__ = ["BAR_WIDTH", "draw"]
 
 _ROW = "{:<4} {:<24} {:>5} {:>9} {:>24} {:>9} {:>7}  {}"
+#: The agents' rows on a terminal narrower than :data:`NARROW_BELOW` columns: shorter
+#: names, decode speeds without their scaled-back value — 79 columns with a status of 9.
+_ROW_NARROW = "{:<4} {:<16} {:>5} {:>9} {:>12} {:>9} {:>7}  {}"
+#: Columns below which the agents' rows are :data:`_ROW_NARROW` (an 80-column terminal
+#: cut :data:`_ROW`'s context, retries and status off).
+NARROW_BELOW = 100
 
 #: Characters of a progress bar.
 BAR_WIDTH = 40
@@ -87,20 +93,22 @@ def draw(view: LiveView, window_s: float) -> RenderableType:
     slow, fast = view.ranked()
     # Plain aligned text, not a rich Table: a Table costs ~10 ms to lay out per
     # redraw; these lines cost well under 1 ms (tests/report/bench_live.py).
+    narrow = view.console.width < NARROW_BELOW
+    row, name_width, scale = (_ROW_NARROW, 16, 1.0) if narrow else (_ROW, 24, view.time_scale)
     rows = [
-        _ROW.format(
+        row.format(
             "", "agent", "turns", "last TTFT", "decode tok/s", "context", "retries", "status"
         )
     ]
     for label, group in (("slow", slow), ("fast", fast)):
         for name, r in group:
             rows.append(
-                _ROW.format(
+                row.format(
                     label,
-                    name if len(name) <= 24 else name[:23] + "…",
+                    name if len(name) <= name_width else name[: name_width - 1] + "…",
                     r.turns,
                     _ms(r.ttft_s),
-                    _tps(r.decode_tps, view.time_scale),
+                    _tps(r.decode_tps, scale),
                     "—" if r.context is None else f"{r.context:,}",
                     r.retries,
                     r.status,

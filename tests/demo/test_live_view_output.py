@@ -9,6 +9,7 @@ import re
 from rich.console import Console
 
 from agentflow.report import LiveView
+from tests.stats.traces import session_end, trace, turn_end
 
 
 def test_not_on_a_terminal_what_follows_the_view_starts_a_line() -> None:
@@ -59,3 +60,41 @@ def test_in_colour_the_bar_is_one_character() -> None:
     console = Console(file=io.StringIO(), force_terminal=True, color_system="truecolor", width=120)
     (empty,) = _bars(console, 0)
     assert "━" * 40 in empty  # the rest grey
+
+
+def _agents_table(width: int, time_scale: float) -> list[str]:
+    """The agents' rows of a view with 8 agents (4 of them cancelled) at ``width``."""
+    out = io.StringIO()
+    view = LiveView(
+        total_sessions=8,
+        time_scale=time_scale,
+        console=Console(file=out, width=width, color_system=None),
+    )
+    for i in range(8):
+        name = f"coder-with-a-long-name-{i:03d}"
+        chunks = [50 + (10 + i) * k for k in range(11)]
+        tr = trace(sent_ms=0, chunks_ms=chunks, end_ms=chunks[-1], completion=11, prompt=123_456)
+        view(turn_end(name, f"s{i}", 0, tr, ready_ms=0))
+        view(session_end(name, f"s{i}", status="cancelled" if i % 2 else "completed"))
+    view.console.print(view.render())
+    lines = out.getvalue().splitlines()
+    return lines[lines.index("slowest and fastest agents (decode speed)") + 1 :]
+
+
+def test_the_agents_table_fits_an_80_column_terminal() -> None:
+    """Its rows were 99 columns and more: at 80 the context, retries and status columns
+    were cut off."""
+    header, *rows = _agents_table(80, time_scale=10)
+    assert len(rows) == 8
+    assert header.split() == "agent turns last TTFT decode tok/s context retries status".split()
+    for line in (header, *rows):
+        assert len(line) <= 80 and "…" not in line[-12:], line
+    for row in rows:
+        assert row.split()[-3:-1] == ["123,456", "0"]
+        assert row.endswith(("completed", "cancelled"))
+        assert "×10" not in row  # the speed as measured, without its scaled-back value
+
+
+def test_a_wide_terminal_keeps_the_scaled_back_speed() -> None:
+    _, *rows = _agents_table(160, time_scale=10)
+    assert all("×10 = " in row for row in rows)

@@ -1,9 +1,10 @@
 """The live terminal view of a running fleet (rich): :class:`LiveView`.
 
 It is a fleet callback, so it runs inline where events are emitted — on the hot path.
-It therefore does almost nothing per event: a token event returns after one string
-comparison (the bus builds token events only when someone listens, and the view does
-not need them); a turn end adds a few numbers to counters and to the agent's row.
+It therefore does almost nothing per event: it reads no token events (its
+``event_types`` are every type but ``token``, so the bus builds none for it; one given to
+it directly returns after one string comparison); a turn end adds a few numbers to
+counters and to the agent's row.
 Everything else — the fleet's recent token rate, the slowest and fastest agents (a
 ``heapq`` pass over the rows), the table — is computed when the view is drawn, a few
 times a second, by rich's refresh thread. ``tests/report/bench_live.py`` measures both
@@ -19,12 +20,13 @@ rich (the ``demo`` extra) is imported when a view is made, not with this module,
 from __future__ import annotations
 
 import heapq
+import inspect
 import logging
 import sys
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, get_args
 
 from agentflow._errors import ConfigError
 from agentflow._events import (
@@ -112,6 +114,12 @@ class LiveView:
     Raises:
         ConfigError: rich (the ``demo`` extra) is not installed.
     """
+
+    #: The events it reads: every type but ``token`` (without it, token events were
+    #: built for the view, one per streamed chunk, only to be dropped).
+    event_types: ClassVar[frozenset[str]] = frozenset(
+        inspect.signature(c).parameters["type"].default for c in get_args(Event)
+    ) - {"token"}
 
     def __init__(
         self,

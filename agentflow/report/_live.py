@@ -240,6 +240,8 @@ class LiveView:
 
     def ranked(self) -> tuple[list[tuple[str, _Row]], list[tuple[str, _Row]]]:
         """The ``top`` slowest and fastest agents by decode speed (slowest first in each).
+        With ``2 * top`` agents or fewer, each agent is in one of them: the slower half
+        (the middle one too, of an odd number) is the slowest, the faster half the fastest.
 
         Runs on rich's refresh thread while the loop's thread adds rows: it iterates a
         copy of the rows (``list()`` of a dict view runs in C, under the GIL, so the copy
@@ -251,7 +253,8 @@ class LiveView:
         k = self.top
         if len(speeds) <= 2 * k:
             speeds.sort()
-            slow, fast = speeds[:k], speeds[k:]
+            half = (len(speeds) + 1) // 2  # (not ``top``: 4 of 5 agents were "slow")
+            slow, fast = speeds[:half], speeds[half:]
         else:
             slow = heapq.nsmallest(k, speeds)
             fast = heapq.nlargest(k, speeds)

@@ -12,14 +12,21 @@ whatever field or ``repr`` carried it.
 Nothing prints when the application configured no logging: the ``agentflow`` logger has
 a :class:`logging.NullHandler`, so the standard library's last-resort handler (which
 writes warnings to stderr when no handler exists) never takes agentflow's lines. structlog
-itself is imported on the first line logged, not with ``agentflow`` (it imports rich when
-rich is installed).
+itself is imported on the first line a handler could take, not with ``agentflow`` nor for
+a line no handler takes (a level the stdlib logger is not enabled for, or no handler but
+NullHandlers): structlog imports rich when rich is installed, ~100 ms that would
+otherwise fall inside the first run's clock. The
+``agent``/``session``/``turn`` context variables are structlog's by name
+(``structlog_agent``...), made here without importing it.
 """
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import logging
 import re
+import sys
 from collections.abc import MutableMapping
 from contextlib import AbstractContextManager
 from typing import Any
@@ -27,7 +34,7 @@ from typing import Any
 from agentflow._redact import MASK
 from agentflow._redact import redact as redact_text
 
-__all__ = ["bound_contextvars", "get_logger", "redact"]
+__all__ = ["bound_contextvars", "get_logger", "log_vars", "redact"]
 
 _SECRET_KEYS = re.compile(r"(api[_-]?key|authorization|token|secret|password)", re.IGNORECASE)
 _render_kv: Any = None
@@ -59,8 +66,46 @@ def render(logger: Any, method: str, event_dict: MutableMapping[str, Any]) -> st
     return redact_text(_render_kv(logger, method, event_dict))
 
 
+# structlog's names for its context variables: merge_contextvars takes every context
+# variable whose name has this prefix, and bind_contextvars keeps them in _CONTEXT_VARS.
+_PREFIX = "structlog_"
+_VAR_KEYS = ("agent", "session", "turn")
+
+
+@functools.cache
+def log_vars() -> tuple[contextvars.ContextVar[Any], ...]:
+    """The context variables for agent, session and turn that every log line carries, so a
+    turn binds one with a single ``set``. They are structlog's (``bind_contextvars`` uses
+    them, ``merge_contextvars`` merges them): taken from structlog when it is loaded
+    already, else made here under its names and handed to it when it is (:func:`_share`)."""
+    if "structlog.contextvars" in sys.modules:
+        import structlog.contextvars
+
+        out = []
+        for key in _VAR_KEYS:
+            token = structlog.contextvars.bind_contextvars(**{key: None})[key]
+            token.var.reset(token)
+            out.append(token.var)
+        return tuple(out)
+    # default=Ellipsis: what structlog's own variables hold while unbound.
+    return tuple(contextvars.ContextVar(_PREFIX + key, default=...) for key in _VAR_KEYS)
+
+
+def _share() -> None:
+    """Register :func:`log_vars` with structlog (just imported), so its
+    ``bind_contextvars`` sets the same variables rather than namesakes."""
+    import structlog.contextvars
+
+    known = getattr(structlog.contextvars, "_CONTEXT_VARS", None)
+    if isinstance(known, dict):
+        for var in log_vars():
+            known.setdefault(var.name, var)
+
+
 def _wrap(name: str) -> Any:
     import structlog
+
+    _share()
 
     return structlog.wrap_logger(
         logging.getLogger(name),
@@ -74,17 +119,61 @@ def _wrap(name: str) -> Any:
     )
 
 
+# The level of each of structlog's stdlib level methods.
+_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "warn": logging.WARNING,
+    "error": logging.ERROR,
+    "exception": logging.ERROR,
+    "critical": logging.CRITICAL,
+    "fatal": logging.CRITICAL,
+}
+
+
+def _dropped(*_: Any, **__: Any) -> None:
+    """A line no handler can take: nothing to do."""
+
+
+def _taken(logger: logging.Logger, level: int) -> bool:
+    """Whether a line at ``level`` would reach a handler other than a NullHandler (such as
+    the one on ``agentflow``): the logger is enabled for it, and one of its own or its
+    ancestors' handlers (as far as ``propagate`` goes) is not a NullHandler — or, with no
+    handler at all (the NullHandler removed), logging's last resort would take it. With
+    only the NullHandler the last resort stays unused, so the line would go nowhere."""
+    if not logger.isEnabledFor(level):
+        return False
+    found = False
+    node: logging.Logger | None = logger
+    while node is not None:
+        for handler in node.handlers:
+            if type(handler) is not logging.NullHandler:
+                return True
+            found = True
+        node = node.parent if node.propagate else None
+    last = logging.lastResort
+    return not found and last is not None and level >= last.level
+
+
 class _Logger:
     """Builds its structlog logger on first use, so that importing a module that keeps a
-    logger does not import structlog."""
+    logger does not import structlog; and a line that no handler would take (a level the
+    stdlib logger is not enabled for, or only NullHandlers) is dropped here, so that it
+    does not either (asked on every call: levels and handlers can change while the
+    program runs)."""
 
-    __slots__ = ("_logger", "_name")
+    __slots__ = ("_logger", "_name", "_stdlib")
 
     def __init__(self, name: str) -> None:
         self._name = name
+        self._stdlib = logging.getLogger(name)
         self._logger: Any = None
 
     def __getattr__(self, attr: str) -> Any:
+        level = _LEVELS.get(attr)
+        if level is not None and not _taken(self._stdlib, level):
+            return _dropped
         logger = self._logger
         if logger is None:
             logger = self._logger = _wrap(self._name)
@@ -101,4 +190,5 @@ def bound_contextvars(**values: Any) -> AbstractContextManager[None]:
     """structlog's ``bound_contextvars``: ``values`` merged into every line logged inside."""
     import structlog.contextvars
 
+    _share()
     return structlog.contextvars.bound_contextvars(**values)

@@ -15,8 +15,6 @@ still importable from here.
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
 import itertools
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -31,6 +29,7 @@ from agentflow._event_bus import EventBus
 from agentflow._events import ErrorEvent, SessionEndEvent
 from agentflow._fleet_checks import check_callbacks, check_function, check_kind
 from agentflow._logging import get_logger
+from agentflow._logging import log_vars as _log_vars
 from agentflow._sendable import check_sendable
 from agentflow._session_checks import (
     check_agent,
@@ -57,23 +56,6 @@ if TYPE_CHECKING:
 __all__ = ["Session", "SessionResult", "SessionStatus", "TurnLog", "TurnRecord"]
 
 _log = get_logger("agentflow.session")
-
-
-@functools.cache
-def _log_vars() -> tuple[contextvars.ContextVar[Any], ...]:
-    """structlog's context variables for agent, session and turn (what
-    ``bind_contextvars`` sets; every log line carries them, merged by
-    ``merge_contextvars``), so a turn binds one with a single ``set`` instead of building
-    a dict of tokens. Looked up when the first session runs: ``import agentflow`` does
-    not import structlog."""
-    import structlog.contextvars
-
-    out = []
-    for key in ("agent", "session", "turn"):
-        token = structlog.contextvars.bind_contextvars(**{key: None})[key]
-        token.var.reset(token)
-        out.append(token.var)
-    return tuple(out)
 
 
 _ids = itertools.count(1)

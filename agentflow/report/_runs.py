@@ -185,8 +185,8 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     """Read one report file.
 
     Raises:
-        ConfigError: missing, not JSON (NaN and infinity are not), or not a report this
-            version reads.
+        ConfigError: missing, not JSON (NaN and infinity are not), nested deeper than
+            Python's ``json`` reads, or not a report this version reads.
     """
     p = Path(path)
     try:
@@ -195,6 +195,8 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
         raise ConfigError(f"{p}: no such file") from None
     except (OSError, ValueError) as exc:  # not UTF-8, not JSON, a NaN
         raise ConfigError(f"{p}: cannot read a JSON report: {exc}") from None
+    except RecursionError:  # arrays or objects nested deeper than Python's recursion limit
+        raise ConfigError(f"{p}: cannot read a JSON report: nested too deeply") from None
     report = check_report(data, str(p))
     return Run(label or default_label(report, p.stem), report, p)
 

@@ -167,7 +167,8 @@ class ServerWatch:
                 a run that would then not start).
 
         Raises:
-            TransportError: the server's ``/metrics`` did not answer.
+            TransportError: the server's ``/metrics`` did not answer, or its page is not in
+                Prometheus' text format (a login page, another service's answer).
         """
         self._session = aiohttp.ClientSession()
         try:
@@ -186,7 +187,8 @@ class ServerWatch:
         happens.
 
         Raises:
-            TransportError: the *after* scrape failed.
+            TransportError: the *after* scrape failed, or its page is not in Prometheus'
+                text format.
         """
         task, self._task = self._task, None
         try:
@@ -242,7 +244,15 @@ class ServerWatch:
     async def _full(self, timeout_s: float) -> MetricsSnapshot:
         assert self._session is not None
         text = await scrape_text(self._session, self.url, timeout_s)
-        return parse_metrics(text, t_ns=self.clock())
+        t_ns = self.clock()
+        try:
+            return parse_metrics(text, t_ns=t_ns)
+        except ValueError as exc:  # the server's answer, not the caller's configuration
+            url = display_url(self.url)
+            raise TransportError(
+                f"GET {url}: the page is not Prometheus' text format: {redact(str(exc))}",
+                endpoint=url,
+            ) from exc
 
     async def _sample_loop(self) -> None:
         session = self._session

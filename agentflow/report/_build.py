@@ -43,13 +43,16 @@ FIGURE_KEYS = (
 )
 
 
-def _runs(runs: Sequence[Run | Mapping[str, Any]]) -> list[Run]:
+def _runs(runs: Sequence[Run | Mapping[str, Any]], caller: str) -> list[Run]:
+    """``runs`` as :class:`Run` objects; a ConfigError naming ``caller`` if there is none."""
     out: list[Run] = []
     for i, r in enumerate(runs):
         if isinstance(r, Run):
             out.append(r)
         else:
             out.append(Run(default_label(r, f"run {i + 1}"), check_report(r, f"report {i + 1}")))
+    if not out:
+        raise ConfigError(f"{caller} needs at least one run, got none")
     return out
 
 
@@ -64,14 +67,12 @@ def make_figures(
             each report's ``run.gpus``, else the fleet's throughput).
 
     Raises:
-        ConfigError: matplotlib (the ``report`` extra) is missing, a document is not a
-            report this version reads, or ``gpus`` is not more than 0.
+        ConfigError: no run, matplotlib (the ``report`` extra) is missing, a document is
+            not a report this version reads, or ``gpus`` is not more than 0.
     """
     if gpus is not None and not (math.isfinite(gpus) and gpus > 0):
         raise ConfigError(f"gpus must be more than 0, got {gpus!r}")
-    rs = _runs(runs)
-    if not rs:
-        raise ValueError("make_figures needs at least one run")
+    rs = _runs(runs, "make_figures")
     figures = [
         latency_cdf(rs),
         decode_distribution(rs),
@@ -100,8 +101,12 @@ def write_report(
     """Draw the figures and write the HTML page and/or one PNG per figure.
 
     Returns the figures drawn.
+
+    Raises:
+        ConfigError: as :func:`make_figures` (no run, among others).
+        OSError: the page or a PNG could not be written.
     """
-    rs = _runs(runs)
+    rs = _runs(runs, "write_report")
     figures = make_figures(rs, gpus=gpus)
     if html_path is not None:
         # Whole or not at all: an interrupted write leaves the page that was there.

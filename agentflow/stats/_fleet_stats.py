@@ -127,7 +127,7 @@ class FleetStats:
             max_buckets=max_buckets,
             max_turn_index=max_turn_index,
         )
-        qs = check_quantiles((*DEFAULT_QUANTILES, *quantiles))  # distinct report keys
+        qs = check_quantiles((*DEFAULT_QUANTILES, *check_quantiles(quantiles)))  # distinct keys
         self.slos = check_slos(slos)
         self.quantiles = tuple(qs)
         self.relative_accuracy = relative_accuracy

@@ -55,19 +55,30 @@ def quantile_name(q: float) -> str:
     Raises:
         ConfigError: ``q`` is not a number in [0, 1].
     """
+    _check_q(q)
+    return "p" + f"{q * 100:.10f}".rstrip("0").rstrip(".")
+
+
+def _check_q(q: object) -> None:
+    """Raise :class:`ConfigError` unless ``q`` is a number in [0, 1] (NaN is not)."""
     if isinstance(q, bool) or not (isinstance(q, int | float) and 0.0 <= q <= 1.0):
         raise ConfigError(f"a quantile is a number in [0, 1], got {q!r}")
-    return "p" + f"{q * 100:.10f}".rstrip("0").rstrip(".")
 
 
 def check_quantiles(qs: Iterable[float]) -> tuple[float, ...]:
     """``qs`` valid, sorted and without repeats; no two may share a report key.
 
     Raises:
-        ConfigError: a quantile outside [0, 1], or two whose keys collide (they differ
-            only past the key's 10th decimal of a percent).
+        ConfigError: ``qs`` is not an iterable, a quantile is not a number in [0, 1], or
+            two keys collide (they differ only past the key's 10th decimal of a percent).
     """
-    out = tuple(sorted(set(qs)))
+    try:
+        given = tuple(qs)
+    except TypeError:
+        raise ConfigError(f"quantiles must be an iterable of numbers, got {qs!r}") from None
+    for q in given:  # each checked before sorting, which compares them
+        _check_q(q)
+    out = tuple(sorted(set(given)))
     names: dict[str, float] = {}
     for q in out:
         name = quantile_name(q)
@@ -85,7 +96,11 @@ def nearest_rank(q: float, n: int) -> int:
     The nearest-rank definition: the smallest value with at least ``q·n`` values ≤ it, so a
     p99 of three values is the largest, never an interpolation. (``q·n`` is nudged down by
     1e-9 so that 0.07 · 100 = 7.000000000000001 counts as 7.)
+
+    Raises:
+        ConfigError: ``q`` is not a number in [0, 1] (a rank past the last value).
     """
+    _check_q(q)
     return max(0, math.ceil(q * n - 1e-9) - 1)
 
 
@@ -98,11 +113,22 @@ class Sketch:
 
     Args:
         relative_accuracy: α, in (0, 1).
+
+    Raises:
+        ConfigError: ``relative_accuracy`` is not a number in (0, 1).
     """
 
     __slots__ = ("_buf", "_count", "_dd", "_mapping", "_max", "_min", "_mult", "_sum")
 
     def __init__(self, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY) -> None:
+        if (
+            isinstance(relative_accuracy, bool)
+            or not isinstance(relative_accuracy, int | float)
+            or not 0 < relative_accuracy < 1  # (NaN is not)
+        ):
+            raise ConfigError(
+                f"Sketch relative_accuracy must be a number in (0, 1), got {relative_accuracy!r}"
+            )
         self._mapping = LogarithmicMapping(relative_accuracy)
         self._mult = _multiplier(relative_accuracy)
         self._dd = DDSketch(relative_accuracy)
@@ -132,9 +158,13 @@ class Sketch:
             self._flush()
 
     def merge(self, other: Sketch) -> None:
-        """Fold ``other``'s values into this sketch (both must share α)."""
+        """Fold ``other``'s values into this sketch (both must share α).
+
+        Raises:
+            ConfigError: the two sketches' α differ.
+        """
         if other.relative_accuracy != self.relative_accuracy:
-            raise ValueError(
+            raise ConfigError(
                 f"cannot merge sketches of relative accuracy {self.relative_accuracy} "
                 f"and {other.relative_accuracy}"
             )
@@ -179,9 +209,11 @@ class Sketch:
         """The value at quantile ``q`` (0–1) within relative error α; ``None`` when empty.
 
         The smallest and largest ranks are exact (they are the exact min and max).
+
+        Raises:
+            ConfigError: ``q`` is not a number in [0, 1].
         """
-        if not 0.0 <= q <= 1.0:
-            raise ValueError(f"a quantile is in [0, 1], got {q!r}")
+        _check_q(q)
         self._flush()
         n = self._count
         if not n:

@@ -91,8 +91,21 @@ class SLO:
 
 
 def check_slos(slos: Iterable[SLO]) -> tuple[SLO, ...]:
-    """Validate a list of SLOs for a report: unique labels. Returns them as a tuple."""
-    out = tuple(slos)
+    """Validate a list of SLOs for a report: each an :class:`SLO`, unique labels. Returns
+    them as a tuple.
+
+    Raises:
+        ConfigError: ``slos`` is not an iterable of :class:`SLO`, or two share a label.
+    """
+    if isinstance(slos, SLO):
+        raise ConfigError(f"slos must be a list of SLOs, got the one SLO {slos!r}; use [slo]")
+    try:
+        out = tuple(slos)
+    except TypeError:
+        raise ConfigError(f"slos must be an iterable of SLO, got {slos!r}") from None
+    for slo in out:
+        if not isinstance(slo, SLO):
+            raise ConfigError(f"slos must hold SLO objects, got {slo!r}")
     labels = [s.label for s in out]
     dupes = sorted({x for x in labels if labels.count(x) > 1})
     if dupes:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import IO, Any, ClassVar
 
+from agentflow._errors import ConfigError
 from agentflow._events import Event, TurnEndEvent
 from agentflow.stats._rows import TurnRow, turn_row
 from agentflow.stats._slo import SLO, check_slos
@@ -106,16 +107,54 @@ def write_turn_csv(rows: Iterable[TurnRow], target: str | Path | IO[str]) -> int
 
 
 def read_turn_csv(source: str | Path | IO[str]) -> list[TurnRow]:
-    """Read a per-turn CSV back into :class:`TurnRow`\\ s (extra columns are ignored)."""
+    """Read a per-turn CSV back into :class:`TurnRow`\\ s (extra columns are ignored).
+
+    Raises:
+        ConfigError: the file cannot be read (missing, a directory, not UTF-8), a column
+            of :class:`TurnRow` is missing, or a cell is not its column's type; the
+            message names the file (and the line and column).
+    """
     if isinstance(source, str | Path):
-        with open(source, newline="", encoding="utf-8") as f:
-            return list(_read(f))
-    return list(_read(source))
+        where = f"turn CSV file {str(source)!r}"
+        try:
+            with open(source, newline="", encoding="utf-8") as f:
+                return _read(f, where)
+        except OSError as exc:
+            raise ConfigError(f"{where}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ConfigError(f"{where}: not UTF-8 text: {exc}") from None
+    name = getattr(source, "name", None)
+    return _read(source, f"turn CSV {name!r}" if isinstance(name, str) else "turn CSV")
 
 
-def _read(f: IO[str]) -> Iterator[TurnRow]:
-    for record in csv.DictReader(f):
-        yield TurnRow(**{name: _parse(record[name], _TYPES[name]) for name in _COLUMNS})
+def _read(f: IO[str], where: str) -> list[TurnRow]:
+    reader = csv.DictReader(f)
+    try:
+        header = reader.fieldnames
+        if header is None:  # an empty file: no rows
+            return []
+        missing = [name for name in _COLUMNS if name not in header]
+        if missing:
+            raise ConfigError(
+                f"{where}: not a turn CSV (write one with TurnCSVWriter): no column "
+                f"{missing[0]!r}" + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else "")
+            )
+        rows = []
+        for record in reader:
+            cells = {}
+            for name in _COLUMNS:
+                cell = record[name]
+                try:
+                    cells[name] = _parse(cell, _TYPES[name])
+                except (TypeError, ValueError):
+                    shown = "no cell" if cell is None else repr(cell)
+                    raise ConfigError(
+                        f"{where}:{reader.line_num}: column {name!r}: {shown} is not {_TYPES[name]}"
+                    ) from None
+            rows.append(TurnRow(**cells))
+        return rows
+    except csv.Error as exc:  # a NUL byte, a field past csv's size limit
+        raise ConfigError(f"{where}:{reader.line_num}: {exc}") from None
 
 
 def _cells(row: TurnRow) -> list[str]:

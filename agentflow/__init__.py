@@ -22,6 +22,7 @@ one release, with a :class:`DeprecationWarning` naming their new import path.
 """
 
 import importlib as _importlib
+import logging as _stdlib_logging
 import typing as _typing
 import warnings as _warnings
 
@@ -55,6 +56,15 @@ from agentflow._errors import (
 )
 from agentflow._public import publish as _publish
 from agentflow._version import __version__
+
+# A library's loggers get a NullHandler, here where every import of agentflow passes
+# (modules log through structlog's wrappers or ``logging.getLogger`` alike): with no
+# handler anywhere, logging's last resort would print agentflow's warnings and errors to
+# stderr although the application asked for nothing. (Once: a reload adds no second.)
+_root_logger = _stdlib_logging.getLogger("agentflow")
+if not any(type(h) is _stdlib_logging.NullHandler for h in _root_logger.handlers):
+    _root_logger.addHandler(_stdlib_logging.NullHandler())
+del _root_logger
 
 if _typing.TYPE_CHECKING:
     from agentflow._agent import (

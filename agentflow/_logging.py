@@ -10,7 +10,8 @@ name credentials are masked, and the rendered line goes through
 whatever field or ``repr`` carried it.
 
 Nothing prints when the application configured no logging: the ``agentflow`` logger has
-a :class:`logging.NullHandler`, so the standard library's last-resort handler (which
+a :class:`logging.NullHandler` (added by ``agentflow/__init__.py``, which every import of
+an agentflow module runs first), so the standard library's last-resort handler (which
 writes warnings to stderr when no handler exists) never takes agentflow's lines. structlog
 itself is imported on the first line a handler could take, not with ``agentflow`` nor for
 a line no handler takes (a level the stdlib logger is not enabled for, or no handler but
@@ -38,10 +39,6 @@ __all__ = ["bound_contextvars", "get_logger", "log_vars", "redact"]
 
 _SECRET_KEYS = re.compile(r"(api[_-]?key|authorization|token|secret|password)", re.IGNORECASE)
 _render_kv: Any = None
-
-# A library's loggers get a NullHandler: with no handler anywhere, logging's last resort
-# would print agentflow's warnings to stderr although the application asked for nothing.
-logging.getLogger("agentflow").addHandler(logging.NullHandler())
 
 
 def redact(_: Any, __: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:

@@ -10,8 +10,9 @@ to act on it as attributes, never only in its message::
     │   ├── StreamInterrupted   dropped mid-stream; ``.trace`` keeps the partial turn
     │   ├── StreamProtocolError malformed SSE or JSON, or an unfinished stream; ``.trace``
     │   │   └── UnexpectedContentType  a 2xx that is not an event stream (HTML, JSON)
-    │   ├── APIStatusError      non-2xx; ``.status``, ``.body``, ``.retry_after``
-    │   │   ├── BadRequestError 4xx other than 429
+    │   ├── APIStatusError      non-2xx; ``.status``, ``.body``, ``.retry_after``; a 408
+    │   │   │                   (the server stopped waiting for the request) is one itself
+    │   │   ├── BadRequestError 4xx other than 408 and 429
     │   │   │   └── ContextLengthExceeded  the server refused the prompt as too long;
     │   │   │                              also a ContextOverflow (``.tokens``, ``.limit``)
     │   │   ├── RateLimitError  429

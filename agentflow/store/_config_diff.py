@@ -6,7 +6,11 @@ that might have.
 The store keeps, per agent name, its system prompt and a JSON summary of the rest of its
 configuration (:class:`~agentflow.store.AgentInfo`); the given agent's is made the same
 way and compared key by key. A summary recorded by an older agentflow may lack a key
-(the tools' own limits, say): it is not compared.
+(the tools' own limits, say): it is not compared. One recorded under an earlier
+fingerprint definition (:func:`~agentflow.store._codec.fingerprints`) describes its tool
+schemas and context as that definition did — without what ``Annotated[...]`` hints or
+``Field(...)`` defaults add, a chain holding a ``ContextBudget`` named ``ContextBudget``:
+the given agent is compared described that way too, so that only what changed is named.
 """
 
 from __future__ import annotations
@@ -16,7 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from agentflow.store._codec import _config
+from agentflow.store._codec import (
+    _before_annotated,
+    _before_field_defaults,
+    _config,
+    _context_name,
+)
 
 if TYPE_CHECKING:
     from agentflow._agent import Agent
@@ -39,13 +48,43 @@ def config_changes(recorded: AgentInfo, agent: Agent) -> list[str]:
     for key, now in given.items():
         if key not in before or key in ("tools", "tool_limits") or before[key] == now:
             continue
+        if key == "context" and before[key] in _context_names(agent):
+            continue
         if key == "params" and isinstance(before[key], Mapping) and isinstance(now, Mapping):
             out.extend(_changed("params", before[key], now))
         else:
             out.append(_change(key, before[key], now))
-    out.extend(_tools(before.get("tools"), given["tools"]))
+    out.extend(_tools_as_recorded(before.get("tools"), agent, given["tools"]))
     if isinstance(before.get("tool_limits"), Mapping):
         out.extend(_limits(before["tool_limits"], given["tool_limits"]))
+    return out
+
+
+def _context_names(agent: Agent) -> set[str | None]:
+    """The names ``agent``'s context had under the fingerprint definitions a run may
+    hold: its own and, for a chain holding a ``ContextBudget``, ``ContextBudget`` (the
+    type alone, before the chain existed)."""
+    names = {_context_name(agent.context)}
+    links = getattr(agent.context, "given", None)
+    if isinstance(links, tuple) and any(
+        type(link).__qualname__ == "ContextBudget" for link in links
+    ):
+        names.add("ContextBudget")
+    return names
+
+
+def _tools_as_recorded(before: object, agent: Agent, now: list[Any]) -> list[str]:
+    """:func:`_tools` of ``agent``'s schemas as described now or, when fewer differ, as
+    the earlier definitions described them (the one the record was made with)."""
+    out = _tools(before, now)
+    if not out:
+        return out
+    for earlier in (_before_field_defaults(agent), _before_annotated(agent)):
+        if earlier is not None:
+            specs = msgspec.json.decode(msgspec.json.encode(earlier.tool_specs))
+            then = _tools(before, specs)
+            if len(then) < len(out):
+                out = then
     return out
 
 

@@ -189,6 +189,9 @@ def _goodput_table(runs: Sequence[Run]) -> str:
 
 
 def _server_table(run: Run) -> str:
+    """A run's server cross-check: its figures beside the client's, and the notes. With
+    no figure compared (a resumed run's), the notes alone — they say why; nothing when
+    the report has no server section."""
     server = run.server or {}
     rows = []
     for row in server.get("comparison") or []:
@@ -208,7 +211,8 @@ def _server_table(run: Run) -> str:
             rows.append((row["figure"], _pct(c), _pct(s), row.get("note", "")))
         else:
             rows.append((row["figure"], _num(c, 6), _num(s, 6), row.get("note", "")))
-    if not rows:
+    notes = "".join(f"<li>{_e(n)}</li>" for n in server.get("notes") or [])
+    if not rows and not notes:
         return ""
     src = server.get("source") or {}
     body = "".join(
@@ -216,12 +220,16 @@ def _server_table(run: Run) -> str:
         f'<td class="text note">{_e(d)}</td></tr>'
         for a, b, c, d in rows
     )
-    notes = "".join(f"<li>{_e(n)}</li>" for n in server.get("notes") or [])
-    return (
-        f"<h3>{_e(run.label)}: {_e(src.get('dialect', '?'))} at {_e(src.get('url') or '?')}</h3>"
+    # No rows but notes (a resumed run's section compares nothing): the notes say why.
+    table = (
         f'<table class="server"><tr><th class="text">figure</th><th>client</th>'
         f'<th>server</th><th class="text">how they differ</th></tr>{body}</table>'
-        f'<ul class="note">{notes}</ul>'
+        if rows
+        else ""
+    )
+    return (
+        f"<h3>{_e(run.label)}: {_e(src.get('dialect', '?'))} at {_e(src.get('url') or '?')}</h3>"
+        f'{table}<ul class="note">{notes}</ul>'
     )
 
 

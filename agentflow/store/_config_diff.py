@@ -108,7 +108,7 @@ def _limits(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
 
 def _change(what: str, before: object, now: object) -> str:
     shown = f"{what}: {before!r} → {now!r}"
-    return shown if len(shown) <= len(what) + _SHOWN else f"{what} differ"
+    return shown if len(shown) <= len(what) + _SHOWN else f"{what} differs"
 
 
 def _changed(what: str, before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
@@ -127,7 +127,8 @@ def _changed(what: str, before: Mapping[str, Any], now: Mapping[str, Any]) -> li
 
 
 def _tools(before: object, now: list[Any]) -> list[str]:
-    """The tools added, removed or whose schema differs, by name."""
+    """The tools added, removed or whose schema differs, by name (their order is not a
+    difference: the specs are sorted by name)."""
     if not isinstance(before, list):
         return []
     old, new = _by_name(before), _by_name(now)
@@ -139,8 +140,6 @@ def _tools(before: object, now: list[Any]) -> list[str]:
             out.append(f"tool {name!r} added")
         elif old[name] != new[name]:
             out.append(f"tool {name!r} schema differs")
-    if not out and [_name(t) for t in before] != [_name(t) for t in now]:
-        out.append("the tools' order differs")
     return out
 
 

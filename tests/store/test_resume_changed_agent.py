@@ -31,6 +31,7 @@ def other_lookup(key: str, count: int = 2) -> str:
 CHANGES: dict[str, tuple[Callable[[Agent], Agent], str]] = {
     "model": (lambda a: dataclasses.replace(a, model="other"), "model: 'sim' → 'other'"),
     "instructions": (lambda a: dataclasses.replace(a, instructions="x"), "instructions differ"),
+    "long model": (lambda a: dataclasses.replace(a, model="m" * 80), "model differs"),
     "params": (
         lambda a: dataclasses.replace(a, params={"max_tokens": 97, "seed": 1}),
         "params['max_tokens']: 32 → 97; params['seed'] added: 1",

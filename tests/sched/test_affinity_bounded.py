@@ -49,6 +49,22 @@ def _sessions(run: int, n: int) -> list[Session]:
     ]
 
 
+async def test_an_earlier_runs_affinity_is_drawn_anew() -> None:
+    router = Router()
+    caught: list[Scheduler] = []
+    fleet = _fleet(router, caught)
+    sessions = _sessions(0, 20)
+    assert not (await fleet.run(sessions)).failed
+    # The same prefixes again: each affinity that pointed at the first run's replica
+    # states now points at the second run's (the first run's are not kept alive).
+    again = [Agent(name="a", model="m", instructions=s.agent.instructions).session("go")
+             for s in sessions]  # fmt: skip
+    assert not (await fleet.run(again)).failed
+    assert len(router._prefix) == 20
+    now = {id(r) for r in caught[-1].replicas}
+    assert {id(r) for r in router._prefix.values()} <= now
+
+
 async def test_two_fleets_sharing_a_router_at_once_keep_their_affinities() -> None:
     router = Router()
     caught: list[Scheduler] = []

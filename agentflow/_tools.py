@@ -21,7 +21,6 @@ import msgspec
 from agentflow._callables import is_async
 from agentflow._counts import check_count
 from agentflow._errors import ConfigError, ToolError
-from agentflow._logging import get_logger
 from agentflow._tool_call import call_tool
 from agentflow._tool_schema import canonical_json_value, check_tool, describe
 
@@ -30,7 +29,6 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_TOOL_TIMEOUT_S", "Tool", "tool"]
 
-_log = get_logger("agentflow.tools")
 
 #: How long a tool call may run, in seconds, unless its tool or agent says otherwise.
 DEFAULT_TOOL_TIMEOUT_S = 300.0

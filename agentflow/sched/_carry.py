@@ -12,10 +12,13 @@ soon as the next run started.
 A run's clock may not be the last one's: buckets read the running loop's ``time()``,
 and a fleet's clock may be the loop's too (``loop_clock``) — on a
 :class:`~agentflow.embedded.VirtualTimeLoop`, which restarts near 0 each run. Every
-loop on asyncio's own ``time()`` shares ``time.monotonic()``; a loop with a clock of
-its own (``_limits.clock_of``) is judged to share nothing with the last one: no time
-passed between the two runs. A bucket then drains nothing for the gap, and a
-:class:`Hold` keeps the time it had left when it was last read.
+loop on asyncio's own ``time()`` (and uvloop's) shares ``time.monotonic()``; a loop
+with a clock of its own (``_limits.clock_of``) is judged to share nothing with the
+last one: no time passed between the two runs. A bucket then drains nothing for the
+gap. A :class:`Hold` runs on the fleet's clock: it goes on across loops when that
+clock is not a loop's (the default ``time.perf_counter_ns``); only when the fleet's
+clock read the last run's loop and reads this one's, and the two loops' clocks differ,
+does it keep the time it had left when it was last read.
 """
 
 from __future__ import annotations
@@ -26,6 +29,10 @@ from agentflow.sched._limits import Limits, RateGate, _Bucket, _bucket, clock_of
 from agentflow.typing import Clock
 
 __all__ = ["Carry", "Hold"]
+
+#: How close (ns) the fleet's clock must read to the loop's ``time()`` to be its clock
+#: (``loop_clock`` reads it exactly; a clock of its own is seconds off, or more).
+_SAME_NS = 1_000_000
 
 
 class Hold:
@@ -78,13 +85,14 @@ class Carry:
     replicas' holds, kept across its runs. Limits that changed between runs (another
     ``Replica`` of that name, a new ``Fleet.limits``) start afresh."""
 
-    __slots__ = ("_broker", "_clock", "_fleet", "_replicas")
+    __slots__ = ("_broker", "_clock", "_fleet", "_on_loop", "_replicas")
 
     def __init__(self) -> None:
         self._broker: tuple[Limits, _Bucket | None, _Bucket | None] | None = None
         self._fleet: _Kept | None = None
         self._replicas: dict[str, _Kept] = {}
         self._clock: object = None  # the clock of the last run's loop (clock_of)
+        self._on_loop = False  # the fleet's clock read the last run's loop's
 
     def fleet(self, limits: Limits) -> RateGate | None:
         """The fleet's rate gate for ``limits``."""
@@ -118,18 +126,22 @@ class Carry:
 
     def begin(self, clock: Clock) -> None:
         """A run starts (on the running loop): each bucket drains for the time since the
-        last run (none after a loop with a clock of its own); each hold goes on, on a
-        loop whose clock is the last run's, or keeps the time it had left, on another."""
-        here = clock_of(asyncio.get_running_loop())
-        moved, self._clock = self._clock is not None and here != self._clock, here
-        now = None
+        last run (none after a loop with a clock of its own); each hold goes on — unless
+        ``clock`` (the fleet's) is the loop's own, and was the last run's loop's, and
+        the two loops' clocks differ (a new virtual loop, which restarts near 0): then it
+        keeps the time it had left."""
+        loop = asyncio.get_running_loop()
+        here, now = clock_of(loop), clock()
+        on_loop = abs(now - loop.time() * 1e9) < _SAME_NS
+        moved = self._clock is not None and here != self._clock
+        rebase = moved and on_loop and self._on_loop
+        self._clock, self._on_loop = here, on_loop
         for kept in (self._fleet, *self._replicas.values()):
             if kept is None:
                 continue
             if kept.rates is not None:
                 kept.rates.drain()
-            if moved and kept.hold.until_ns:
-                now = clock() if now is None else now
+            if rebase and kept.hold.until_ns:
                 kept.hold.rebase(now)
 
 

@@ -157,9 +157,11 @@ _MONOTONIC = "monotonic"
 
 def clock_of(loop: asyncio.AbstractEventLoop) -> object:
     """Which clock ``loop.time()`` reads: every loop on asyncio's own ``time()`` shares
-    ``time.monotonic()``; a loop with a ``time()`` of its own (a
+    ``time.monotonic()``, and so does uvloop's (libuv's ``CLOCK_MONOTONIC``, to the
+    millisecond); any other loop with a ``time()`` of its own (a
     :class:`~agentflow.embedded.VirtualTimeLoop`) is a clock of its own."""
-    if type(loop).time is asyncio.BaseEventLoop.time:
+    kind = type(loop)
+    if kind.time is asyncio.BaseEventLoop.time or kind.__module__.startswith("uvloop"):
         return _MONOTONIC
     return weakref.ref(loop)
 

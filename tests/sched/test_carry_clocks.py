@@ -1,0 +1,91 @@
+"""Which clock a fleet's carried limits judge the time between its runs by.
+
+Buckets read the running loop's ``time()``; a ``Retry-After`` hold reads the fleet's
+clock. uvloop's ``time()`` is the monotonic clock asyncio's reads, so a bucket drains
+for the gap between two runs on new uvloop loops as it does on asyncio's; and a hold
+on a fleet clock that is not a loop's (the default ``time.perf_counter_ns``) goes on
+across loops — even virtual ones, which restart near 0 — rather than being moved to
+the new loop's start with the time it had left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from agentflow import Agent, Fleet, Replica
+from agentflow.embedded import run_virtual
+from agentflow.sched._limits import _bucket, clock_of
+from agentflow.testing import MockTransport, Reply
+from agentflow.transport import ChatRequest
+from agentflow.typing import Clock
+from tests.sched.conftest import FakeClock
+
+_AGENT = Agent(name="x", model="m", params={"max_tokens": 40})
+
+
+def test_uvloop_reads_the_clock_asyncio_reads() -> None:
+    """uvloop's ``time()`` is ``CLOCK_MONOTONIC``: the same clock as asyncio's loop."""
+    uvloop = pytest.importorskip("uvloop")
+
+    async def which() -> object:
+        return clock_of(asyncio.get_running_loop())
+
+    assert uvloop.run(which()) == asyncio.run(which())
+
+
+def test_a_bucket_drains_for_the_gap_between_runs_on_new_uvloop_loops() -> None:
+    """A bucket of one (``rpm=60``) filled on one uvloop loop, its last reading 2 s
+    back, is empty on the next uvloop loop: the gap counts (it used to count for
+    nothing, a uvloop loop taken for a clock of its own, so the run waited 1 s)."""
+    uvloop = pytest.importorskip("uvloop")
+    bucket = _bucket(60.0, 1.0, 1.0)
+
+    async def fill() -> None:
+        bucket.force(1)
+        bucket._last_check -= 2.0  # 2 s between this run's last reading and the next run
+
+    async def wait() -> float:
+        return bucket.wait_s(1)
+
+    uvloop.run(fill())
+    assert uvloop.run(wait()) == 0.0
+
+
+def _two_replicas(clock: Clock) -> tuple[Fleet, dict[str, int]]:
+    """Replicas ``a`` and ``b`` in process; ``a`` answers its first request with 429
+    ``Retry-After: 1``."""
+    hits = {"a": 0, "b": 0}
+
+    def on(name: str) -> MockTransport:
+        def handler(request: ChatRequest) -> Reply:
+            hits[name] += 1
+            if name == "a" and hits["a"] == 1:
+                return Reply.error(429, headers={"Retry-After": "1"})
+            return Reply.text("ok")
+
+        return MockTransport(handler, endpoint=f"mock://{name}")
+
+    replicas = [Replica(transport=on(n), name=n) for n in "ab"]
+    return Fleet(replicas, clock=clock, prefix_warmup=False), hits
+
+
+def test_a_hold_on_a_fleet_clock_of_its_own_ends_on_it_across_virtual_loops() -> None:
+    """The fleet's clock is not the loop's (as the default ``perf_counter_ns`` is not a
+    virtual loop's): ``a``'s 1 s hold from run 1 is over 2 s later on that clock, and
+    run 2, on a new virtual loop, uses ``a``. (The hold used to be moved to the new
+    loop's start with the time it had left, revived for a second.)"""
+    clock = FakeClock(1000.0)
+    fleet, hits = _two_replicas(clock)
+
+    async def run(tag: str, n: int) -> None:
+        sessions = [_AGENT.session(f"{tag} q{i}") for i in range(n)]
+        assert not (await fleet.run(sessions)).failed
+
+    run_virtual(run("run 1", 1))
+    assert hits["a"] == 1
+    clock.advance(2.0)
+    run_virtual(run("run 2", 4))
+    assert fleet._carry._replicas["a"].hold.until_ns == 0
+    assert hits["a"] > 1, hits

@@ -141,6 +141,7 @@ async def run_in_process(
     finally:
         _stop_probe(probe)
         refreezer.stop()
+        fleet._carry.end(fleet._clock)  # the holds' time left, at the run's end
         try:
             await scheduler.aclose()
         except asyncio.CancelledError:

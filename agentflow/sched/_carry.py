@@ -18,7 +18,7 @@ last one: no time passed between the two runs. A bucket then drains nothing for 
 gap. A :class:`Hold` runs on the fleet's clock: it goes on across loops when that
 clock is not a loop's (the default ``time.perf_counter_ns``); only when the fleet's
 clock read the last run's loop and reads this one's, and the two loops' clocks differ,
-does it keep the time it had left when it was last read.
+does it keep the time it had left at the last run's end (:meth:`Carry.end`).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Hold:
 
     def rebase(self, now_ns: int) -> None:
         """The clock is another one now (a new virtual loop): the hold keeps the time it
-        had left when it was last read."""
+        had left when it was last read — at the last run's end (:meth:`Carry.end`)."""
         if self.until_ns:
             self.until_ns = now_ns + max(0, self.until_ns - self._seen_ns)
             self.left_ns(now_ns)
@@ -143,6 +143,17 @@ class Carry:
                 kept.rates.drain()
             if rebase and kept.hold.until_ns:
                 kept.hold.rebase(now)
+
+    def end(self, clock: Clock) -> None:
+        """A run ends (on its loop): each hold notes the time it has left on ``clock``
+        (the fleet's), which it keeps if the next run's clock is another one. It used to
+        keep the time left at its last read — a hold read at 0 s of a run that ended at
+        25 s kept all of its 30 s."""
+        now = None
+        for kept in (self._fleet, *self._replicas.values()):
+            if kept is not None and kept.hold.until_ns:
+                now = clock() if now is None else now
+                kept.hold.left_ns(now)
 
 
 def _same_rates(a: Limits, b: Limits) -> bool:

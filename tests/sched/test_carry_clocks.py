@@ -15,7 +15,7 @@ import asyncio
 import pytest
 
 from agentflow import Agent, Fleet, Replica
-from agentflow.embedded import run_virtual
+from agentflow.embedded import loop_clock, run_virtual
 from agentflow.sched._limits import _bucket, clock_of
 from agentflow.testing import MockTransport, Reply
 from agentflow.transport import ChatRequest
@@ -89,3 +89,45 @@ def test_a_hold_on_a_fleet_clock_of_its_own_ends_on_it_across_virtual_loops() ->
     run_virtual(run("run 2", 4))
     assert fleet._carry._replicas["a"].hold.until_ns == 0
     assert hits["a"] > 1, hits
+
+
+def test_a_hold_keeps_the_time_it_had_left_at_the_runs_end_on_a_new_virtual_loop() -> None:
+    """On ``loop_clock``: ``a`` answers 429 ``Retry-After: 30`` at 0 s; the retry goes to
+    ``b``, which takes 25 s, and run 1 ends then, 5 s of the hold left. On a new virtual
+    loop, run 2 avoids ``a`` and run 3, 5.5 s in, uses it (the hold kept the 30 s it had
+    left when last read, at 0 s, and ``a`` was avoided until 30 s of the new loop)."""
+    hits: dict[str, list[float]] = {"a": [], "b": []}
+
+    def on(name: str) -> MockTransport:
+        async def handler(request: ChatRequest) -> Reply:
+            hits[name].append(asyncio.get_running_loop().time())
+            if name == "a" and len(hits["a"]) == 1:
+                return Reply.error(429, headers={"Retry-After": "30"})
+            if name == "b" and len(hits["b"]) == 1:
+                await asyncio.sleep(25.0)
+            return Reply.text("ok")
+
+        return MockTransport(handler, clock=loop_clock, endpoint=f"mock://{name}")
+
+    replicas = [Replica(transport=on(n), name=n) for n in "ab"]
+    fleet = Fleet(replicas, clock=loop_clock, prefix_warmup=False)
+
+    async def run(tag: str, n: int) -> None:
+        sessions = [_AGENT.session(f"{tag} q{i}") for i in range(n)]
+        assert not (await fleet.run(sessions)).failed
+
+    async def first() -> float:
+        await run("run 1", 1)
+        return asyncio.get_running_loop().time()
+
+    async def second() -> tuple[int, int]:
+        await run("run 2", 4)
+        held = len(hits["a"])
+        await asyncio.sleep(5.5)
+        await run("run 3", 4)
+        return held, len(hits["a"])
+
+    assert 25.0 <= run_virtual(first()) < 26.0  # (the retry's backoff first)
+    assert len(hits["a"]) == 1
+    held, after = run_virtual(second())
+    assert held == 1 and after > 1, hits

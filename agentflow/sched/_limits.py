@@ -94,6 +94,8 @@ def _number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+_running_loop = asyncio.get_running_loop  # (one lookup less per leak)
+
 #: The shortest wait for a bucket (s): a deficit of a few ulps must still move the clock.
 _MIN_WAIT_S = 1e-6
 
@@ -109,12 +111,14 @@ class _Bucket(AsyncLimiter):
     ``_MIN_WAIT_S``, and only calls ``acquire`` once the amount fits.
     """
 
-    __slots__ = ("_clock",)
+    __slots__ = ("_clock", "_seen")
 
     def __init__(self, max_rate: float, time_period: float) -> None:
         super().__init__(max_rate, time_period)
         #: Whose clock ``_last_check`` was read on (:func:`clock_of`; None: not yet).
         self._clock: object = None
+        #: The loop of the last leak (a weak reference: a fleet's bucket outlives it).
+        self._seen: weakref.ref[asyncio.AbstractEventLoop] | None = None
 
     @property
     def _loop(self) -> asyncio.AbstractEventLoop:
@@ -125,13 +129,24 @@ class _Bucket(AsyncLimiter):
     def _leak(self) -> None:
         """Drain the level for the time since the last leak — none when that was read
         on another clock (a new virtual loop, which starts near 0 again), or the clock
-        is behind it: a negative elapsed time would raise the level."""
-        loop = self._loop
-        now, clock = loop.time(), clock_of(loop)
-        if self._level and clock == self._clock:
-            elapsed = max(0.0, now - self._last_check)
-            self._level = max(self._level - elapsed * self._rate_per_sec, 0.0)
-        self._last_check, self._clock = now, clock
+        is behind it: a negative elapsed time would raise the level.
+
+        Which clock a loop reads is worked out once per loop, not per leak (a turn
+        leaks ~10 times with rpm and tpm on the fleet and on its replica)."""
+        loop = _running_loop()
+        now = loop.time()
+        seen = self._seen
+        if seen is None or seen() is not loop:  # another loop than the last leak's
+            self._seen, clock = weakref.ref(loop), clock_of(loop)
+            if clock != self._clock:  # another clock: nothing to drain by
+                self._last_check, self._clock = now, clock
+                return
+        if self._level:
+            elapsed = now - self._last_check
+            if elapsed > 0:
+                level = self._level - elapsed * self._rate_per_sec
+                self._level = level if level > 0 else 0.0
+        self._last_check = now
 
     def wait_s(self, amount: float) -> float:
         """Seconds until ``amount`` fits in the bucket (0 if it fits now)."""

@@ -16,6 +16,7 @@ import pytest
 
 from agentflow import Agent, Fleet, Replica
 from agentflow.embedded import loop_clock, run_virtual
+from agentflow.sched import _limits
 from agentflow.sched._limits import _bucket, clock_of
 from agentflow.testing import MockTransport, Reply
 from agentflow.transport import ChatRequest
@@ -131,3 +132,27 @@ def test_a_hold_keeps_the_time_it_had_left_at_the_runs_end_on_a_new_virtual_loop
     assert len(hits["a"]) == 1
     held, after = run_virtual(second())
     assert held == 1 and after > 1, hits
+
+
+def test_a_bucket_works_out_a_loops_clock_once_per_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Which clock a loop reads is worked out when a bucket first leaks on it, not at
+    every leak (a turn leaks ~10 times under fleet and replica ``rpm``/``tpm``; each
+    used to ask, doubling the leak's cost); a new loop is asked about again."""
+    asked: list[object] = []
+
+    def counted(loop: asyncio.AbstractEventLoop) -> object:
+        asked.append(loop)
+        return clock_of(loop)
+
+    monkeypatch.setattr(_limits, "clock_of", counted)
+    bucket = _bucket(6000.0, 1.0, 1.0)
+
+    async def leaks() -> None:
+        for _ in range(100):
+            bucket.force(1)
+            bucket.wait_s(1)
+
+    run_virtual(leaks())
+    assert len(asked) == 1
+    run_virtual(leaks())
+    assert len(asked) == 2 and asked[0] is not asked[1]

@@ -213,12 +213,10 @@ class ReplicaState:
     @property
     def held_until_ns(self) -> int:
         """Until when (clock ns) the router avoids it: it answered with a ``Retry-After``
-        (0: no hold). See :meth:`held_ns`."""
+        (0: no hold). See :meth:`held_ns`. Read-only: a hold is set with
+        ``hold.extend(now_ns, seconds)``, which notes when it was set (what a fleet's
+        next run on another clock keeps of it)."""
         return self.hold.until_ns
-
-    @held_until_ns.setter
-    def held_until_ns(self, until_ns: int) -> None:
-        self.hold.until_ns = until_ns
 
     def held_ns(self) -> int:
         """Nanoseconds left of the hold its last ``Retry-After`` put on it (0: none).

@@ -17,7 +17,9 @@ import pytest
 from agentflow import Agent, Fleet, Replica
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.sched import _limits
+from agentflow.sched._carry import Carry
 from agentflow.sched._limits import _bucket, clock_of
+from agentflow.sched._replica import ReplicaState
 from agentflow.testing import MockTransport, Reply
 from agentflow.transport import ChatRequest
 from agentflow.typing import Clock
@@ -156,3 +158,18 @@ def test_a_bucket_works_out_a_loops_clock_once_per_loop(monkeypatch: pytest.Monk
     assert len(asked) == 1
     run_virtual(leaks())
     assert len(asked) == 2 and asked[0] is not asked[1]
+
+
+def test_a_hold_is_set_by_extend_only_and_keeps_its_time_left_on_rebase() -> None:
+    """``held_until_ns`` is read-only: setting it left the hold's last reading at 0, and
+    a rebase then kept (clock − 0) + 10 s of it — hours, not the 10 s set. A hold set
+    with ``extend`` keeps its 10 s."""
+    clock = FakeClock(3600.0)
+    state = ReplicaState(
+        Replica(transport=MockTransport(lambda r: Reply.text("ok")), name="a"), clock, Carry()
+    )
+    with pytest.raises(AttributeError):
+        state.held_until_ns = clock() + 10 * 10**9  # type: ignore[misc]
+    state.hold.extend(clock(), 10.0)
+    state.hold.rebase(clock())
+    assert state.held_ns() == 10 * 10**9

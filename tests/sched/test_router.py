@@ -363,7 +363,7 @@ def test_a_replica_held_by_its_retry_after_is_avoided_until_then() -> None:
     a, b = states("a", "b", clock=clock)
     router = Router()
     router.placed(ticket("s"), a)
-    a.held_until_ns = clock() + 10 * _NS
+    a.hold.extend(clock(), 10.0)
     assert router.choose(ticket("s", turn=1), [a, b]) is b
     assert router.choose(ticket("new"), [a, b]) is b
     b.breaker.threshold = 1

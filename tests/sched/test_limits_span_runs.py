@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from agentflow import Agent, Fleet, HTTPTransport, Limits, Replica, TurnTrace
+from agentflow._event_bus import EventBus
 from agentflow._workers._broker import Broker, WorkerHandle
+from agentflow._workers._sharded import ShardedRun
 from agentflow.embedded import loop_clock, run_virtual
 from agentflow.testing import MockTransport, Reply, ScriptedServer
 from agentflow.transport import ChatRequest
@@ -222,6 +224,38 @@ def test_a_bucket_gains_nothing_from_a_new_virtual_loop_whose_clock_is_behind() 
     assert 0.5 < starts[1] <= 1.0 + 1e-3, starts
 
 
+def test_a_bucket_gains_nothing_from_a_new_virtual_loop_whose_clock_is_ahead() -> None:
+    """``rpm=60`` with a bucket of one: run 1's request at 0 s of one virtual loop fills
+    it; run 2 on a new loop, 100 s in, still waits that request's second: the new
+    loop's clock shares nothing with the last one's, so its 100 s are not time the
+    bucket drained for (a leak that only looked at the elapsed time would let run 2 go
+    at once)."""
+    starts: list[float] = []
+
+    def handler(request: ChatRequest) -> Reply:
+        starts.append(asyncio.get_running_loop().time())
+        return Reply.text("ok")
+
+    fleet = Fleet(
+        MockTransport(handler, clock=loop_clock),
+        limits=Limits(rpm=60, burst_s=1.0),
+        clock=loop_clock,
+        prefix_warmup=False,
+    )
+
+    async def first() -> None:
+        assert not (await fleet.run([_AGENT.session("run 1")])).failed
+
+    async def second() -> None:
+        await asyncio.sleep(100.0)
+        assert not (await fleet.run([_AGENT.session("run 2")])).failed
+
+    run_virtual(first())
+    run_virtual(second())
+    assert starts[0] == pytest.approx(0.0, abs=1e-3)
+    assert 100.5 < starts[1] <= 101.0 + 1e-3, starts
+
+
 def test_the_rates_a_fleet_in_workers_leases_span_its_runs() -> None:
     """``Fleet(workers=2)``: each run's parent-side broker (one per run) leases the
     fleet's request bucket (``rpm=60``, a bucket of one), not a new one: three runs
@@ -239,4 +273,41 @@ def test_the_rates_a_fleet_in_workers_leases_span_its_runs() -> None:
                 await broker.aclose()
 
     run_virtual(main())
+    assert granted == [(0.0, ("rates", 1, 0.0)), (1.0, ("rates", 1, 0.0)), (2.0, ("rates", 1, 0.0))]
+
+
+class _Launcher:
+    """Workers that are never started: what the parent's broker sends each is noted,
+    with the loop time (as a worker process's or Ray actor's launcher would send it)."""
+
+    rerun_lost = False
+
+    def __init__(self, sent: list[tuple[float, tuple[Any, ...]]]) -> None:
+        self.sent = sent
+
+    def launch(self, index: int, sessions: list[int]) -> WorkerHandle:
+        loop = asyncio.get_running_loop()
+        return WorkerHandle(index, sessions, lambda msg: self.sent.append((loop.time(), msg)))
+
+
+def test_a_sharded_run_leases_the_fleets_rates_across_its_runs() -> None:
+    """Through :class:`ShardedRun` (each run builds its own, and its broker): three runs
+    of ``Fleet(workers=2)`` under ``rpm=60`` (a bucket of one), a worker asking for one
+    request in each, are granted it a second apart — the run hands the broker the
+    fleet's buckets, not new ones."""
+    fleet = Fleet(IdleTransport("r"), limits=Limits(rpm=60, burst_s=1.0), workers=2)
+    sent: list[tuple[float, tuple[Any, ...]]] = []
+
+    async def main() -> None:
+        for k in range(3):
+            with fleet._one_run("run"):
+                sessions = [_AGENT.session(f"r{k} q{i}") for i in range(2)]
+                run = ShardedRun(fleet, sessions, EventBus(), _Launcher(sent))  # type: ignore[arg-type]
+                run.spawn_workers()
+                assert run.broker is not None
+                await run.broker._grant_rates(0, 1, 0.0)
+                await run.broker.aclose()
+
+    run_virtual(main())
+    granted = [(t, msg) for t, msg in sent if msg[0] == "rates"]
     assert granted == [(0.0, ("rates", 1, 0.0)), (1.0, ("rates", 1, 0.0)), (2.0, ("rates", 1, 0.0))]

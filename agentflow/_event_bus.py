@@ -27,13 +27,23 @@ from agentflow._events import Event
 from agentflow._logging import get_logger
 from agentflow.typing import Callback
 
-__all__ = ["CALLBACK_FAILURES_KEPT", "DEFAULT_CALLBACK_DRAIN_S", "CallbackFailure", "EventBus"]
+__all__ = [
+    "CALLBACK_FAILURES_KEPT",
+    "DEFAULT_CALLBACK_DRAIN_S",
+    "STOP_WAIT_S",
+    "CallbackFailure",
+    "EventBus",
+]
 
 _log = get_logger("agentflow.events")
 
 #: How long, in seconds, the end of a run waits for async callbacks to take the events
 #: still queued for them (``Fleet(callback_drain_s=...)``).
 DEFAULT_CALLBACK_DRAIN_S = 30.0
+#: How long, in seconds, a stopped delivery (the drain ran out, or the run was cancelled)
+#: is waited for once cancelled: a callback ends at its next ``await``; one that ignores
+#: its cancellation is left to finish on its own, what it did not deliver recorded.
+STOP_WAIT_S = 1.0
 
 
 class EventBus(CallbackFailures):
@@ -257,11 +267,13 @@ class EventBus(CallbackFailures):
         ran out after ``limit`` seconds, or (``None``) the run was cancelled.
 
         The wait for the cancelled dispatcher ends with it (at its callback's next
-        ``await``) or at a further cancel of the caller's, which is raised once what is
-        left has been recorded all the same."""
+        ``await``), after :data:`STOP_WAIT_S` (a callback that ignores its cancellation
+        is not waited for: the run's own cancel or deadline would be overrun), or at a
+        further cancel of the caller's, which is raised once what is left has been
+        recorded all the same."""
         task.cancel()
         try:
-            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.wait({task}, timeout=STOP_WAIT_S)
         finally:
             self._record_left(pending, limit)
             if not task.done():  # a callback held on past the cancel: once it returns,

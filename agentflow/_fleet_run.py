@@ -152,10 +152,11 @@ async def run_in_process(
         finally:
             try:
                 await bus.aclose(cancelled=cancelled)
-                if result is not None:  # with what its close could not deliver
-                    result.callback_errors_dropped = bus.callback_errors_dropped
             finally:
                 fleet._scheduler = None
+                if result is not None:  # with what its close could not deliver (a cancel
+                    # during the close records it, then is raised: counted all the same)
+                    result.callback_errors_dropped = bus.callback_errors_dropped
     assert result is not None
     return result
 

@@ -114,6 +114,7 @@ async def run_sharded(
     run = ShardedRun(fleet, sessions, bus, launcher, durable, finalize)
     run.open()
     cancelled = False
+    result: FleetResult | None = None
     try:
         run.spawn_workers()
         try:
@@ -124,6 +125,10 @@ async def run_sharded(
             raise
         result = run.finish()
     finally:
-        await run.close(cancelled=cancelled)
-    result.callback_errors_dropped = bus.callback_errors_dropped  # (its close's too)
+        try:
+            await run.close(cancelled=cancelled)
+        finally:
+            if result is not None:  # (its close's too, a cancel during it included)
+                result.callback_errors_dropped = bus.callback_errors_dropped
+    assert result is not None
     return result

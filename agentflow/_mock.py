@@ -249,19 +249,30 @@ class EventCapture:
     :meth:`Session.run <agentflow.Session.run>`). Made by :func:`capture_events`.
 
     Attributes:
-        events: every event received, in order.
+        events: every event received of the types asked for, in order.
         event_types: the ``type`` strings it reads, or ``None`` for all (the bus then
-            builds token events for it); ``"attempt_discarded"`` with ``"token"``.
+            builds token events for it); ``"attempt_discarded"`` with ``"token"`` — kept
+            apart for :meth:`text`, not in ``events`` unless asked for.
     """
 
     def __init__(self, types: Iterable[str] | None = None) -> None:
         read = None if types is None else frozenset(types)
-        if read is not None and "token" in read:  # for text(): see capture_events
-            read |= {"attempt_discarded"}
+        # A capture of tokens reads their discards too, for text() alone: ``events`` holds
+        # only the types asked for (a "token" capture's events all have a ``text``).
+        self._discards_apart = (
+            read is not None and "token" in read and ("attempt_discarded" not in read)
+        )
+        if self._discards_apart:
+            read = read | {"attempt_discarded"}  # type: ignore[operator]
         self.event_types: frozenset[str] | None = read
         self.events: list[Event] = []
+        # Each kept-apart discard with how many events came before it.
+        self._discards: list[tuple[int, AttemptDiscardedEvent]] = []
 
     def __call__(self, event: Event) -> None:
+        if self._discards_apart and isinstance(event, AttemptDiscardedEvent):
+            self._discards.append((len(self.events), event))
+            return
         self.events.append(event)
 
     def __iter__(self) -> Iterator[Event]:
@@ -325,7 +336,12 @@ class EventCapture:
         the tokens of attempts that were discarded (:class:`~agentflow.AttemptDiscardedEvent`:
         captured with the tokens, :func:`capture_events`)."""
         turns: dict[int, list[str]] = {}
-        for e in self.events:
+        events: list[Event] = self.events
+        if self._discards:  # put back where they came (after their attempt's tokens)
+            events = list(self.events)
+            for at, discard in reversed(self._discards):
+                events.insert(at, discard)
+        for e in events:
             if isinstance(e, TokenEvent):
                 if e.session_id == session_id and e.kind in kinds:
                     turns.setdefault(e.turn, []).append(e.text)
@@ -345,9 +361,10 @@ def capture_events(*types: str) -> EventCapture:
         await Fleet(MockTransport(handler), callbacks=[events]).run(sessions)
         assert events.types()[0] == "fleet_start"
 
-    ``"token"`` brings ``"attempt_discarded"`` with it: :meth:`EventCapture.text` drops
-    a failed attempt's tokens on its discard, which a capture of tokens alone never got
-    (its text kept the discarded attempt's before the retry's).
+    ``"token"`` reads ``"attempt_discarded"`` too, kept apart from ``events`` (which
+    holds only tokens then): :meth:`EventCapture.text` drops a failed attempt's tokens
+    on its discard, which a capture of tokens alone never got (its text kept the
+    discarded attempt's before the retry's).
 
     Raises:
         ConfigError: a type no event has (a misspelling would capture nothing).

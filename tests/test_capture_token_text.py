@@ -23,5 +23,10 @@ async def test_a_token_capture_drops_a_discarded_attempts_text() -> None:
     assert result.retries == 1
     assert result.sessions[0].final_output == "The answer is 42."
     assert only_tokens.text("s") == everything.text("s") == "The answer is 42."
-    assert set(only_tokens.types()) == {"token", "attempt_discarded"}
     assert only_tokens.event_types == frozenset({"token", "attempt_discarded"})
+    # Its events are the tokens asked for, each with its text: the discard is kept apart.
+    assert set(only_tokens.types()) == {"token"}
+    assert "".join(e.text for e in only_tokens.of_type("token")) == "The answer The answer is 42."
+    # Asked for, discards are events as any other.
+    both = capture_events("token", "attempt_discarded")
+    assert both.event_types == frozenset({"token", "attempt_discarded"})

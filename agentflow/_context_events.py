@@ -102,7 +102,8 @@ class BudgetEvent:
     """A fleet-wide budget crossed one of its warning fractions, or ran out.
 
     Counted from a turn's usage: it comes after that turn's last token, before its
-    ``turn_end``.
+    ``turn_end`` — or, crossed by a context policy's own request (a compaction's
+    summary), before the turn is sent, ahead of its ``compaction`` event.
 
     Attributes:
         agent: the agent whose turn crossed it.

@@ -194,7 +194,8 @@ class RetryEvent:
     retried the same way, before the turn is sent: its retry is a ``RetryEvent`` for
     that turn too, with no :class:`AttemptDiscardedEvent` (it streams no tokens to the
     callbacks), and its failed attempt is on no turn's ``failed_attempts``. Every retry
-    ``FleetResult.retries`` counts has its ``RetryEvent``.
+    ``FleetResult.retries`` counts has its ``RetryEvent`` in this attempt at the run (a
+    resumed run's ``retries`` also counts its earlier attempts').
     """
 
     agent: str

@@ -17,6 +17,7 @@ from agentflow import StoreError
 from agentflow._process import free_port
 from agentflow.store import PostgresStore
 from agentflow.store._records import RunStarted
+from tests.wait import GUARD_S
 
 pytest.importorskip("psycopg")
 
@@ -32,6 +33,7 @@ class _HandOverWhenDrained(queue.SimpleQueue[Any]):
     def __init__(self, store: PostgresStore) -> None:
         self.store = store
         self.fired = False
+        self.other: threading.Thread | None = None
 
     def get_nowait(self) -> Any:
         try:
@@ -39,7 +41,7 @@ class _HandOverWhenDrained(queue.SimpleQueue[Any]):
         except queue.Empty:
             if not self.fired:
                 self.fired = True
-                other = threading.Thread(target=self.store._hand_over)
+                other = self.other = threading.Thread(target=self.store._hand_over)
                 other.start()
                 other.join(0.5)  # (it waits for the drain to end: the lock is held)
             raise
@@ -53,7 +55,11 @@ async def test_a_batch_handed_over_while_a_failed_open_puts_records_back_goes_af
     store._enqueue(_started("newer"))  # the loop's batch, not handed over yet
     failed: concurrent.futures.Future[None] = concurrent.futures.Future()
     await asyncio.to_thread(store._open_failed, StoreError("down"), failed)
-    assert q.fired
+    assert q.fired and q.other is not None
+    # Its hand-over waited for the lock the drain held: it lands now, once the drain has
+    # ended (read before it has, on a busy machine, the queue lacked it).
+    await asyncio.to_thread(q.other.join, GUARD_S)
+    assert not q.other.is_alive()
     order = []
     while not q.empty():
         order += [r.run_id for r in q.get()]

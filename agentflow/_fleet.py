@@ -41,7 +41,7 @@ from agentflow._fleet_checks import (
     check_sessions,
     check_store,
 )
-from agentflow._fleet_launch import launch_run, resume_run
+from agentflow._fleet_launch import cancel_run, finish_run, launch_run, resume_run
 from agentflow._fleet_queued import _Queued as _Queued
 from agentflow._fleet_queued import _Starter as _Starter
 from agentflow._fleet_run import _results as _results
@@ -58,7 +58,7 @@ from agentflow.sched import (
     policy_by_name,
 )
 from agentflow.sched._carry import Carry
-from agentflow.sched._scheduler import cancel_and_wait, check_warmup_timeout
+from agentflow.sched._scheduler import check_warmup_timeout
 from agentflow.sched._warmups import WARMUP_TIMEOUT_S
 from agentflow.typing import Callback, Clock, Transport
 
@@ -351,7 +351,7 @@ class Fleet:
                 await task
             finally:
                 if not task.done():
-                    await (_finish_run(task) if ended else _cancel_run(task))
+                    await (finish_run(task) if ended else cancel_run(task))
 
     @contextlib.contextmanager
     def _one_run(self, entry: str) -> Iterator[None]:
@@ -417,30 +417,3 @@ class Fleet:
         """The run's turn runner (a worker of ``Fleet(workers=N)`` keeps it, to report
         its retries to the parent while the run goes)."""
         return TurnRunner(scheduler, self.retry, sleep=self._sleep)
-
-
-async def _finish_run(task: asyncio.Task[Any]) -> None:
-    """Wait until the stream's run ``task``, past its :class:`FleetEndEvent`, has ended
-    (its async callbacks' drain is bounded by ``callback_drain_s``); what it raised is
-    raised. A cancel of the consumer's meanwhile (a deadline, a Ctrl-C) cancels the run,
-    as :func:`_cancel_run` does, and is raised once the run has ended."""
-    try:
-        await asyncio.wait({task})  # raises only the caller's cancel
-    except asyncio.CancelledError:
-        with contextlib.suppress(Exception):  # the consumer's cancel is what it gets
-            await cancel_and_wait(task)
-        raise
-    task.result()
-
-
-async def _cancel_run(task: asyncio.Task[Any]) -> None:
-    """Cancel the stream's run ``task`` and wait until it has ended.
-
-    Only the run's own cancellation is swallowed: a cancel that reaches the consumer
-    before or meanwhile (a Ctrl-C during the loop's body, a deadline falling due while
-    ``aclosing`` closes the stream) is raised, once the run has ended; it also cancels
-    the run's cleanup once more, which hurries (a store's shielded flush gives up:
-    :func:`~agentflow.sched._scheduler.cancel_and_wait`). It used to be swallowed with
-    the run's, so code past a deadline (or a Ctrl-C) ran on.
-    """
-    await cancel_and_wait(task)

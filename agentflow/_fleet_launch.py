@@ -1,5 +1,6 @@
 """Which way a fleet's run goes: in this process, in worker processes or Ray actors, or
-recorded in a run store — a fresh run, or one resumed.
+recorded in a run store — a fresh run, or one resumed; and how :meth:`Fleet.stream`'s run
+ends when its consumer leaves (:func:`finish_run`, :func:`cancel_run`).
 
 :class:`~agentflow.Fleet` (``_fleet.py``) holds the options and the entry points; each
 entry point hands its sessions and event bus here. A run in this process is
@@ -10,6 +11,8 @@ and committed whatever happens.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +21,7 @@ from agentflow._event_bus import EventBus
 from agentflow._fleet_checks import _check_clock, _check_unique, _release
 from agentflow._fleet_run import _stop_probe, run_in_process
 from agentflow._gcfreeze import frozen_gc
+from agentflow.sched._scheduler import cancel_and_wait
 
 if TYPE_CHECKING:
     from agentflow._agent import Agent
@@ -27,7 +31,7 @@ if TYPE_CHECKING:
     from agentflow.store import Store
     from agentflow.store._durable import DurableRun
 
-__all__ = ["launch_run", "resume_run"]
+__all__ = ["cancel_run", "finish_run", "launch_run", "resume_run"]
 
 
 async def launch_run(
@@ -160,3 +164,30 @@ async def _run_in_workers(
         return await run_in_workers(fleet, sessions, bus, durable, finalize)
     finally:
         _stop_probe(probe)
+
+
+async def finish_run(task: asyncio.Task[Any]) -> None:
+    """Wait until the stream's run ``task``, past its :class:`FleetEndEvent`, has ended
+    (its async callbacks' drain is bounded by ``callback_drain_s``); what it raised is
+    raised. A cancel of the consumer's meanwhile (a deadline, a Ctrl-C) cancels the run,
+    as :func:`cancel_run` does, and is raised once the run has ended."""
+    try:
+        await asyncio.wait({task})  # raises only the caller's cancel
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):  # the consumer's cancel is what it gets
+            await cancel_and_wait(task)
+        raise
+    task.result()
+
+
+async def cancel_run(task: asyncio.Task[Any]) -> None:
+    """Cancel the stream's run ``task`` and wait until it has ended.
+
+    Only the run's own cancellation is swallowed: a cancel that reaches the consumer
+    before or meanwhile (a Ctrl-C during the loop's body, a deadline falling due while
+    ``aclosing`` closes the stream) is raised, once the run has ended; it also cancels
+    the run's cleanup once more, which hurries (a store's shielded flush gives up:
+    :func:`~agentflow.sched._scheduler.cancel_and_wait`). It used to be swallowed with
+    the run's, so code past a deadline (or a Ctrl-C) ran on.
+    """
+    await cancel_and_wait(task)

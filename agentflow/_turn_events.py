@@ -6,12 +6,18 @@ streams the turn from its first token. :class:`TurnEvents` builds the turn's
 emitted, and when an attempt fails announces an :class:`AttemptDiscardedEvent` with
 those counts — before the attempt's :class:`RetryEvent`, or on its own when it was the
 last attempt — so a consumer of tokens knows to drop them.
+
+In a worker process (``Fleet(workers=N)``) the run sets :data:`WATCH`: each turn's sink
+is registered with it, and the worker tells the parent, with each batch of events it
+forwards, the counts of the attempts it is streaming (``_workers/_open_turns.py``) — so
+the parent can retract them should the worker be lost.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from contextvars import ContextVar
+from typing import Any, Protocol
 
 from agentflow._event_bus import EventBus
 from agentflow._events import AttemptDiscardedEvent, RetryEvent, TokenEvent
@@ -19,9 +25,23 @@ from agentflow._logging import get_logger
 from agentflow.sched import FailedAttempt, Ticket
 from agentflow.typing import DeltaKind
 
-__all__ = ["TurnEvents"]
+__all__ = ["WATCH", "AttemptWatch", "TurnEvents"]
 
 _log = get_logger("agentflow.session")
+
+
+class AttemptWatch(Protocol):
+    """What a worker keeps of its turns' sinks (``_workers/_open_turns.py``)."""
+
+    def opened(self, sink: _TokenSink) -> None:
+        """``sink``'s turn started (its session's earlier turn is over)."""
+
+    def streaming(self, sink: _TokenSink) -> None:
+        """``sink`` emitted its first token since the watch last read its counts."""
+
+
+#: The worker run's watch, for its sessions' tasks (``None``: one process, nothing watched).
+WATCH: ContextVar[AttemptWatch | None] = ContextVar("agentflow_attempt_watch", default=None)
 
 
 class _TokenSink:
@@ -32,37 +52,60 @@ class _TokenSink:
     per event); only when an async callback or a :meth:`Fleet.stream` iterator reads
     tokens does the event go through :meth:`EventBus.emit`, which keeps every
     consumer's order.
+
+    Watched (in a worker): its first delta since the watch last read its counts tells
+    the watch (``marked`` until it reads them again), so a worker's batch carries the
+    counts of only the attempts that streamed since the last one.
     """
 
     __slots__ = (
-        "_agent",
         "_bus",
         "_callbacks",
-        "_session_id",
-        "_turn",
+        "_watch",
+        "agent",
+        "attempt",
         "chars",
         "content_chars",
         "deltas",
+        "marked",
+        "session_id",
+        "turn",
     )
 
-    def __init__(self, bus: EventBus, agent: str, session_id: str, turn: int) -> None:
+    def __init__(
+        self,
+        bus: EventBus,
+        agent: str,
+        session_id: str,
+        turn: int,
+        watch: AttemptWatch | None = None,
+    ) -> None:
         self._bus = bus
         self._callbacks = bus.token_callbacks()  # fixed for the turn
-        self._agent = agent
-        self._session_id = session_id
-        self._turn = turn
+        self._watch = watch
+        self.agent = agent
+        self.session_id = session_id
+        self.turn = turn
+        self.attempt = 0  # the attempt streaming: the failed ones before it
         self.deltas = self.chars = self.content_chars = 0
+        self.marked = watch is None  # (unwatched: never tells)
+        if watch is not None:
+            watch.opened(self)
 
     def on_delta(self, kind: DeltaKind, text: str, t_ns: int) -> None:
+        if not self.marked:  # (counted below, before this token is forwarded)
+            self.marked = True
+            assert self._watch is not None
+            self._watch.streaming(self)
         self.deltas += 1
         n = len(text)
         self.chars += n
         if kind == "content":
             self.content_chars += n
         event = TokenEvent(
-            agent=self._agent,
-            session_id=self._session_id,
-            turn=self._turn,
+            agent=self.agent,
+            session_id=self.session_id,
+            turn=self.turn,
             kind=kind,
             text=text,
             t_ns=t_ns,
@@ -87,6 +130,7 @@ class _TokenSink:
         """The current attempt's counts; the next attempt starts at zero."""
         counts = (self.deltas, self.chars, self.content_chars)
         self.deltas = self.chars = self.content_chars = 0
+        self.attempt += 1
         return counts
 
 
@@ -110,7 +154,9 @@ class TurnEvents:
         self._agent = agent
         self._session_id = session_id
         self._turn = turn
-        self.sink = _TokenSink(bus, agent, session_id, turn) if bus.wants_tokens else None
+        self.sink = (
+            _TokenSink(bus, agent, session_id, turn, WATCH.get()) if bus.wants_tokens else None
+        )
         self.attempts = 0
 
     def discard(self, error: BaseException, *, retried: bool) -> None:

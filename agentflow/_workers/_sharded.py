@@ -83,9 +83,8 @@ class ShardedRun(Reruns):
         self.start_ns = 0
         self.watch: asyncio.Task[None] | None = None
         # With tokens forwarded, what each session's worker streamed of its turn so far
-        # (retracted if the worker is lost), and the forwarded types only that needs.
+        # as of its last batch (retracted if the worker is lost).
         self.open_turns = OpenTurns() if "token" in self.config["wanted"] else None
-        self.unwanted = frozenset(t for t in ("turn_end", "attempt_discarded") if not bus.wants(t))
 
     # -- the steps ------------------------------------------------------------------------
 
@@ -288,12 +287,9 @@ class ShardedRun(Reruns):
             return
         if kind == "events":
             self.counts[w.index] = msg[2]
-            open_turns, unwanted = self.open_turns, self.unwanted
+            if msg[3] is not None and self.open_turns is not None:
+                self.open_turns.update(msg[3])  # (per batch: nothing per token here)
             for event in decode(msg[1]):
-                if open_turns is not None:
-                    open_turns.see(event)
-                    if event.type in unwanted:
-                        continue
                 if isinstance(event, SessionEndEvent):
                     k = self.index.get(event.session_id)
                     if k is not None:  # the caller's Session ends as if it ran here
@@ -303,6 +299,8 @@ class ShardedRun(Reruns):
                         self.results[k] = s = event.result
                         session = self.sessions[k]
                         session.result, session.messages, session.turns = s, s.messages, s.turns
+                        if self.open_turns is not None:  # (nothing of it to retract now)
+                            self.open_turns.forget(event.session_id)
                 self.bus.emit(event)
         elif kind == "records":
             recorder = self.recorder

@@ -1,5 +1,6 @@
 """What crosses a worker's pipe: the configuration it is sent with its sessions, and its
-event batches (token events msgpack-encoded)."""
+event batches (token events msgpack-encoded; with them, when tokens are read, what
+changed of its sessions' open attempts, see ``_open_turns.py``)."""
 
 from __future__ import annotations
 
@@ -49,9 +50,9 @@ def worker_config(fleet: Fleet, bus: EventBus, durable: DurableRun | None) -> di
     the slots is filled in per worker when it starts)."""
     wanted = {t for t in _FORWARDABLE if t != "token" and bus.wants(t)}
     if bus.wants_tokens:
-        # With the turns' ends and discards: the parent retracts what a lost worker had
-        # streamed of an unfinished turn (_open_turns.py), never a turn that ended.
-        wanted |= {"token", "turn_end", "attempt_discarded"}
+        # (Each batch then also says what its sessions' open attempts streamed so far:
+        # the parent retracts that if the worker is lost, see _open_turns.py.)
+        wanted.add("token")
     wanted.add("session_end")  # the results travel in it
     return {
         "replicas": fleet.replicas,

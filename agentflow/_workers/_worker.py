@@ -18,7 +18,9 @@ from typing import TYPE_CHECKING, Any, cast
 from agentflow._events import Event
 from agentflow._logging import get_logger
 from agentflow._session import Session
+from agentflow._turn_events import WATCH
 from agentflow._workers._leased import LeaseClient, LeasedScheduler
+from agentflow._workers._open_turns import OpenAttempts
 from agentflow._workers._wire import encode
 from agentflow.sched import Limits, Scheduler, TurnRunner
 
@@ -95,19 +97,27 @@ def worker_entry(conn: multiprocessing.connection.Connection, parent_pid: int) -
 
 
 class _Forwarder:
-    """The worker fleet's one callback: batches the events the parent wants."""
+    """The worker fleet's callback: batches the events the parent wants. When it wants
+    tokens, each batch also carries what changed of the sessions' open attempts
+    (``attempts``, see ``_open_turns.py``)."""
 
     def __init__(self, run: WorkerRun, wanted: set[str]) -> None:
         self.event_types = frozenset(wanted)
         self._run = run
         self._batch: list[Event] = []
         self._timer: asyncio.TimerHandle | None = None
+        self.attempts = OpenAttempts(self._wake) if "token" in wanted else None
 
     def __call__(self, event: Event) -> None:
         self._batch.append(event)
         if len(self._batch) >= _BATCH_EVENTS:
             self.flush()
         elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(_BATCH_S, self.flush)
+
+    def _wake(self) -> None:
+        """An attempt's state changed with no event forwarded: sent with the next batch."""
+        if self._timer is None:
             self._timer = asyncio.get_running_loop().call_later(_BATCH_S, self.flush)
 
     def write(self, record: Any) -> None:
@@ -120,10 +130,13 @@ class _Forwarder:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._batch:
+        # What changed of its sessions' open attempts: as of every token in this batch
+        # or an earlier one (each is counted before it is forwarded), none later.
+        changed = self.attempts.take() if self.attempts is not None else None
+        if self._batch or changed:
             batch, self._batch = self._batch, []
             # With what the run has counted so far: a worker lost later keeps those.
-            self._run.send(("events", encode(batch), self._run.counts()))
+            self._run.send(("events", encode(batch), self._run.counts(), changed))
 
 
 class _Records:
@@ -215,7 +228,9 @@ class WorkerRun:
             router=config["router"],
             prefix_warmup=config["prefix_warmup"],
             warmup_timeout_s=config["warmup_timeout_s"],
-            callbacks=[forwarder],
+            callbacks=[forwarder]
+            if forwarder.attempts is None
+            else [forwarder, forwarder.attempts],
             freeze_gc=config["freeze_gc"],
         )
         record = config.get("record")
@@ -228,6 +243,8 @@ class WorkerRun:
             recorder.track_policies({id(s.agent): s.agent for s in self.sessions}.values())
             for s in self.sessions:
                 s._log = recorder
+        if forwarder.attempts is not None:  # the sessions' tasks register their turns
+            WATCH.set(forwarder.attempts)
         task = loop.create_task(fleet.run(self.sessions))
         if sigterm:
             # SIGTERM (to the worker, or to the whole process group) ends its run in

@@ -7,18 +7,34 @@ holds exactly the final answer."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import multiprocessing
 import os
+import pickle
 import signal
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
-from agentflow import Agent, AttemptDiscardedEvent, ErrorEvent, Event, Fleet, HTTPTransport
+from agentflow import (
+    Agent,
+    AttemptDiscardedEvent,
+    ErrorEvent,
+    Event,
+    Fleet,
+    HTTPTransport,
+    RetryPolicy,
+)
+from agentflow._event_bus import EventBus
+from agentflow._workers._wire import decode, worker_config
+from agentflow._workers._worker import WorkerRun
 from agentflow.sim.server import SimServer
 from agentflow.sim.textgen import TextGenConfig
 from agentflow.store import SQLiteStore
+from agentflow.testing import Reply, ScriptedServer
 from tests.sim.simhttp import QUICK
+from tests.wait import GUARD_S
 
 # 300 tokens at 100 tok/s: the kill, at its 5th token, lands seconds before the turn ends.
 SLOW = dataclasses.replace(QUICK, per_agent_tps=100.0)
@@ -97,3 +113,53 @@ async def test_a_lost_session_without_a_store_retracts_before_its_error() -> Non
     assert discard.error is error.error
     assert error.turn == 0
     assert _kept_text(events).get(("s1", 0), "") == ""
+
+
+class _ReadsTokens:
+    """A callback that reads token events only (not ``turn_end``, not discards)."""
+
+    event_types = frozenset({"token"})
+
+    def __call__(self, event: Event) -> None:
+        pass
+
+
+async def test_a_worker_sends_its_open_attempts_per_batch_not_the_turn_ends() -> None:
+    """Only ``token`` is read: the worker used to forward every ``turn_end`` (trace,
+    metrics, prompt) and ``attempt_discarded`` anyway, for the parent to see where turns
+    end, and the parent inspected every forwarded event. Now each batch says what changed
+    of the sessions' open attempts; what the parent keeps of it after each batch counts
+    exactly the tokens forwarded so far of the attempt streaming — here a first attempt
+    cut after two tokens, its retry, and the turn's end."""
+    partial = Reply.text("one two three four")
+    cut = dataclasses.replace(partial, frames=partial.frames[:3], cut=True)  # role, 2 words
+    whole = Reply.text("five six seven", frame_delay_s=0.01)
+    async with ScriptedServer([cut, whole]) as srv, HTTPTransport(srv.base_url) as http:
+        fleet = Fleet(http, retry=RetryPolicy(max_attempts=2, backoff_s=0.0))
+        config = worker_config(fleet, EventBus([_ReadsTokens()]), None)
+        assert config["wanted"] == {"token", "session_end"}
+        config["initial_slots"] = 4  # (what the broker would lease it)
+        session = Agent(name="a", model="m").session("hi", session_id="s1")
+        sent: list[tuple[Any, ...]] = []
+        run = WorkerRun(config, [pickle.dumps(session)], sent.append)
+        await asyncio.wait_for(run.main(lambda loop, on: None, sigterm=False), GUARD_S)
+    srv.assert_complete()
+    latest: dict[str, Any] = {}  # what the parent keeps (OpenTurns.update)
+    forwarded = 0
+    for msg in (m for m in sent if m[0] == "events"):
+        events = decode(msg[1])
+        assert {e.type for e in events} <= {"token", "session_end"}
+        forwarded += sum(1 for e in events if e.type == "token")
+        latest.update(msg[3] or {})
+        # What a loss now would retract: the tokens forwarded of the attempt streaming
+        # (agent, turn, attempt, deltas, chars, content_chars), or nothing.
+        state = latest.get("s1")
+        if state is not None and state[2] == 0:
+            assert state[:4] == ("a", 0, 0, forwarded) and forwarded <= 2
+        elif state is not None:
+            assert state[:4] == ("a", 0, 1, forwarded - 2)
+        else:
+            assert forwarded in (0, 2, 5)  # before, between the attempts, after the turn
+        if state is not None:
+            assert state[4] == state[5] > 0  # its characters: all answer text
+    assert forwarded == 5 and latest["s1"] is None  # the turn ended: nothing to retract

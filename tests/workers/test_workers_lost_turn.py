@@ -15,7 +15,8 @@ import pickle
 import signal
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, cast
 
 from agentflow import (
     Agent,
@@ -27,6 +28,9 @@ from agentflow import (
     RetryPolicy,
 )
 from agentflow._event_bus import EventBus
+from agentflow._workers._broker import WorkerHandle
+from agentflow._workers._open_turns import OpenTurns
+from agentflow._workers._rerun import Reruns
 from agentflow._workers._wire import decode, worker_config
 from agentflow._workers._worker import WorkerRun
 from agentflow.sim.server import SimServer
@@ -35,6 +39,9 @@ from agentflow.store import SQLiteStore
 from agentflow.testing import Reply, ScriptedServer
 from tests.sim.simhttp import QUICK
 from tests.wait import GUARD_S
+
+if TYPE_CHECKING:
+    from agentflow._workers._parent import Launcher
 
 # 300 tokens at 100 tok/s: the kill, at its 5th token, lands seconds before the turn ends.
 SLOW = dataclasses.replace(QUICK, per_agent_tps=100.0)
@@ -163,3 +170,53 @@ async def test_a_worker_sends_its_open_attempts_per_batch_not_the_turn_ends() ->
         if state is not None:
             assert state[4] == state[5] > 0  # its characters: all answer text
     assert forwarded == 5 and latest["s1"] is None  # the turn ended: nothing to retract
+
+
+class _RayLauncher:
+    """What :class:`Reruns` asks of a Ray launcher: lost sessions run again."""
+
+    rerun_lost = True
+
+    def ended(self, w: WorkerHandle, how: str = "ended") -> tuple[str, int | None]:
+        return f"ray actor {w.index} died", None
+
+
+class _RayRun(Reruns):
+    """A sharded run on Ray with no store, as far as re-running a lost actor's sessions."""
+
+    def __init__(self) -> None:
+        self.sessions = [Agent(name="a", model="m").session("t", session_id="s1")]
+        self.results, self.reruns, self.blobs = [None], [0], [b""]
+        self.emitted: list[Event] = []
+        self.bus = cast("EventBus", SimpleNamespace(emit=self.emitted.append))
+        self.launcher = cast("Launcher", _RayLauncher())
+        self.durable, self.cancelling, self.open_turns = None, False, OpenTurns()
+        self.spawned: list[list[int]] = []
+
+    def spawn(self, shard: list[int]) -> WorkerHandle:
+        self.spawned.append(shard)
+        return WorkerHandle(index=1, sessions=shard, send=lambda msg: None)
+
+
+def test_on_ray_without_a_store_only_the_unfinished_turn_is_discarded() -> None:
+    """The lost actor had streamed turn 0 (ended) and 3 tokens of turn 1: its session
+    starts again from turn 0 on a new actor. Only turn 1's tokens are discarded — turn 0
+    streams again with no discard before it, as docs/events.md and docs/scale-out.md say
+    (they said the lost worker's turn was discarded before it "streams again", with
+    "from its start on Ray", as if nothing else came again)."""
+    run = _RayRun()
+    assert run.open_turns is not None
+    run.open_turns.update({"s1": ("a", 0, 0, 5, 20, 20)})
+    run.open_turns.update({"s1": None})  # turn 0 ended
+    run.open_turns.update({"s1": ("a", 1, 0, 3, 9, 9)})
+    assert not run.rerun(WorkerHandle(index=0, sessions=[0], send=lambda msg: None))
+    assert run.spawned == [[0]]  # from its start: no store
+    (discard,) = run.emitted
+    assert isinstance(discard, AttemptDiscardedEvent)
+    assert (discard.turn, discard.attempt, discard.deltas, discard.retried) == (1, 0, 3, True)
+    docs = Path(__file__).parents[2] / "docs"
+    events = " ".join((docs / "events.md").read_text().split())
+    assert "On Ray without a store, a lost actor's sessions start again from their first" in events
+    assert "only the turn that was unfinished is discarded" in events
+    scale_out = " ".join((docs / "scale-out.md").read_text().split())
+    assert "their events come a second time, with no `AttemptDiscardedEvent` before" in scale_out

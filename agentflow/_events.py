@@ -134,7 +134,14 @@ class SessionEndEvent:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorEvent:
-    """Something failed. ``where`` says what: a session, a tool, or a callback."""
+    """Something failed. ``where`` says what: a session, a tool, or a callback.
+
+    ``turn``, for ``where="session"``, is the turn being worked on when it failed (the
+    model turn, or the turn whose tool call ended the session) — except for a session
+    whose worker was lost (``Fleet(workers=N)``, a ``WorkerError``): there it is the turn
+    whose tokens that worker was streaming, known only when token events are read, and
+    ``None`` otherwise (no token reader, or lost between turns).
+    """
 
     agent: str | None
     session_id: str | None

@@ -31,6 +31,7 @@ from agentflow._event_bus import EventBus
 from agentflow._workers._broker import WorkerHandle
 from agentflow._workers._open_turns import OpenTurns
 from agentflow._workers._rerun import Reruns
+from agentflow._workers._results import fail_missing
 from agentflow._workers._wire import decode, worker_config
 from agentflow._workers._worker import WorkerRun
 from agentflow.sim.server import SimServer
@@ -220,3 +221,37 @@ def test_on_ray_without_a_store_only_the_unfinished_turn_is_discarded() -> None:
     assert "only the turn that was unfinished is discarded" in events
     scale_out = " ".join((docs / "scale-out.md").read_text().split())
     assert "their events come a second time, with no `AttemptDiscardedEvent` before" in scale_out
+
+
+class _ProcessLauncher:
+    def ended(self, w: WorkerHandle, how: str = "ended") -> tuple[str, int | None]:
+        return f"worker {w.index} (pid 1) was killed by SIGKILL", -9
+
+
+def _lost_error_turn(open_turns: OpenTurns | None) -> int | None:
+    """The turn of the ErrorEvent session s1 fails with, its worker lost."""
+    s = Agent(name="a", model="m").session("t", session_id="s1")
+    emitted: list[Event] = []
+    bus = cast("EventBus", SimpleNamespace(emit=emitted.append))
+    worker = WorkerHandle(index=0, sessions=[0], send=lambda msg: None)
+    launcher = cast("Launcher", _ProcessLauncher())
+    fail_missing([s], [None], [worker], bus, "error", launcher, open_turns=open_turns)
+    (error,) = [e for e in emitted if isinstance(e, ErrorEvent)]
+    return error.turn
+
+
+def test_a_lost_sessions_error_names_its_turn_only_when_tokens_are_read() -> None:
+    """Lost mid turn 1, s1's ErrorEvent names turn 1 when token events are read (its
+    worker said what it streamed), and no turn otherwise, nor when it was lost between
+    turns: the ErrorEvent reference says so (it said the turn being worked on)."""
+    streaming = OpenTurns()
+    streaming.update({"s1": ("a", 1, 0, 3, 9, 9)})
+    between = OpenTurns()
+    between.update({"s1": ("a", 0, 0, 3, 9, 9)})
+    between.update({"s1": None})  # turn 0 ended: its tool runs
+    assert _lost_error_turn(streaming) == 1
+    assert _lost_error_turn(None) is None  # nobody reads tokens
+    assert _lost_error_turn(between) is None
+    doc = " ".join((Path(__file__).parents[2] / "docs" / "events.md").read_text().split())
+    assert "known only when token events are read, and `None` otherwise" in doc
+    assert "known only when token events are read" in " ".join((ErrorEvent.__doc__ or "").split())

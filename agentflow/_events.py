@@ -158,10 +158,12 @@ class AttemptDiscardedEvent:
     Emitted once per failed attempt, immediately after its last :class:`TokenEvent`
     and before anything else about it: before its :class:`RetryEvent` when the turn
     is sent again (``retried``), or before the session's :class:`ErrorEvent` when it
-    was the last attempt. Attempts of one turn run one after another, so a callback
-    that keeps the text of ``(session_id, turn)`` just clears it here; what it
-    gathers afterwards is exactly the turn that succeeds (the text of the final
-    message). The counts describe the ``TokenEvent``s of this attempt that were
+    was the last attempt. (With ``Fleet(workers=N)``, the parent makes the discard of
+    what a worker lost mid-turn had streamed: ``retried`` with no :class:`RetryEvent`
+    when a new worker streams the turn again.) Attempts of one turn run one after
+    another, so a callback that keeps the text of ``(session_id, turn)`` just clears
+    it here; what it gathers afterwards is exactly the turn that succeeds (the text of
+    the final message). The counts describe the ``TokenEvent``s of this attempt that were
     emitted (0 when no callback reads tokens, or when it failed before any output);
     a turn that fails before an attempt is sent (a policy's or the scheduler's error
     while it waits for a slot) has no discard for it, only the :class:`ErrorEvent`;
@@ -173,7 +175,9 @@ class AttemptDiscardedEvent:
         deltas: how many ``TokenEvent``s it emitted, of every kind.
         chars: the characters in them, of every kind.
         content_chars: the answer-text (``kind="content"``) characters among them.
-        retried: whether the turn is sent again (a :class:`RetryEvent` follows).
+        retried: whether the turn is sent again: a :class:`RetryEvent` follows — or, for
+            the discard the parent makes of a worker lost mid-turn
+            (``Fleet(workers=N)``), none does: the new worker's tokens of the turn follow.
         error: why the attempt failed.
     """
 

@@ -255,3 +255,21 @@ def test_a_lost_sessions_error_names_its_turn_only_when_tokens_are_read() -> Non
     doc = " ".join((Path(__file__).parents[2] / "docs" / "events.md").read_text().split())
     assert "known only when token events are read, and `None` otherwise" in doc
     assert "known only when token events are read" in " ".join((ErrorEvent.__doc__ or "").split())
+
+
+def test_a_retried_discard_of_a_lost_worker_has_no_retry_event_and_says_so() -> None:
+    """A lost worker's discard is ``retried`` (its turn streams again on a new worker)
+    though no RetryEvent follows: ``retried`` was documented as "whether a RetryEvent
+    follows"."""
+    run = _RayRun()
+    assert run.open_turns is not None
+    run.open_turns.update({"s1": ("a", 0, 0, 3, 9, 9)})
+    run.rerun(WorkerHandle(index=0, sessions=[0], send=lambda msg: None))
+    assert [(e.type, getattr(e, "retried", None)) for e in run.emitted] == [
+        ("attempt_discarded", True)
+    ]  # and nothing else: the new worker's tokens follow
+    doc = " ".join((Path(__file__).parents[2] / "docs" / "events.md").read_text().split())
+    assert "| `retried` | `bool` | whether a `RetryEvent` follows |" not in doc
+    assert "no `RetryEvent`: the new worker's tokens of the turn follow" in doc
+    docstring = " ".join((AttemptDiscardedEvent.__doc__ or "").split())
+    assert "none does: the new worker's tokens of the turn follow" in docstring

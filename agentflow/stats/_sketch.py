@@ -23,6 +23,7 @@ bin: ~0.25–0.4 µs per value) when it holds :data:`FLUSH_AT` values or when it
 from __future__ import annotations
 
 import math
+import numbers
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -60,8 +61,9 @@ def quantile_name(q: float) -> str:
 
 
 def _check_q(q: object) -> None:
-    """Raise :class:`ConfigError` unless ``q`` is a number in [0, 1] (NaN is not)."""
-    if isinstance(q, bool) or not (isinstance(q, int | float) and 0.0 <= q <= 1.0):
+    """Raise :class:`ConfigError` unless ``q`` is a real number in [0, 1] (NaN is not; a
+    NumPy scalar is one)."""
+    if isinstance(q, bool) or not (isinstance(q, numbers.Real) and 0.0 <= float(q) <= 1.0):
         raise ConfigError(f"a quantile is a number in [0, 1], got {q!r}")
 
 

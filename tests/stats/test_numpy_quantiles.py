@@ -1,0 +1,19 @@
+"""A NumPy scalar is a quantile like a float: ``nearest_rank`` and ``Sketch.quantile``
+took ``np.float32(0.5)`` before their bad-argument checks, which then refused it."""
+
+from __future__ import annotations
+
+import pytest
+
+from agentflow.stats import Sketch, nearest_rank
+
+np = pytest.importorskip("numpy")
+
+
+@pytest.mark.parametrize("q", [np.float32(0.5), np.float64(0.5), np.int64(1), np.int64(0)])
+def test_numpy_scalars_are_quantiles(q: object) -> None:
+    sketch = Sketch()
+    for v in range(1, 101):
+        sketch.add(float(v))
+    assert nearest_rank(q, 10) == nearest_rank(float(q), 10)  # type: ignore[arg-type]
+    assert sketch.quantile(q) == sketch.quantile(float(q))  # type: ignore[arg-type]

@@ -35,7 +35,7 @@ from typing import Any
 from agentflow._redact import MASK
 from agentflow._redact import redact as redact_text
 
-__all__ = ["bound_contextvars", "get_logger", "log_vars", "redact"]
+__all__ = ["bound_contextvars", "dropped", "get_logger", "log_vars", "redact"]
 
 _SECRET_KEYS = re.compile(r"(api[_-]?key|authorization|token|secret|password)", re.IGNORECASE)
 _render_kv: Any = None
@@ -99,6 +99,20 @@ def _share() -> None:
             known.setdefault(var.name, var)
 
 
+def _session_vars(
+    _: Any, __: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """structlog processor: the turn's own ``agent``/``session``/``turn`` (:func:`log_vars`)
+    over a namesake's. When structlog was imported after agentflow made its variables and
+    the application bound those keys before agentflow's first line, two variables share
+    each name, and ``merge_contextvars`` kept either one's value."""
+    for key, var in zip(_VAR_KEYS, log_vars(), strict=True):
+        value = var.get()
+        if value is not ...:
+            event_dict[key] = value
+    return event_dict
+
+
 def _wrap(name: str) -> Any:
     import structlog
 
@@ -109,6 +123,7 @@ def _wrap(name: str) -> Any:
         processors=[
             structlog.stdlib.filter_by_level,
             structlog.contextvars.merge_contextvars,
+            _session_vars,
             redact,
             render,
         ],
@@ -129,7 +144,7 @@ _LEVELS = {
 }
 
 
-def _dropped(*_: Any, **__: Any) -> None:
+def dropped(*_: Any, **__: Any) -> None:
     """A line no handler can take: nothing to do."""
 
 
@@ -164,13 +179,20 @@ class _Logger:
 
     def __init__(self, name: str) -> None:
         self._name = name
-        self._stdlib = logging.getLogger(name)
+        # Looked up on first use, not at import: ``logging.config.dictConfig`` (and
+        # ``fileConfig``) disables every logger that exists when it runs, so an
+        # application that imports agentflow, then configures logging, lost its lines.
+        self._stdlib: logging.Logger | None = None
         self._logger: Any = None
 
     def __getattr__(self, attr: str) -> Any:
         level = _LEVELS.get(attr)
-        if level is not None and not _taken(self._stdlib, level):
-            return _dropped
+        if level is not None:
+            stdlib = self._stdlib
+            if stdlib is None:
+                stdlib = self._stdlib = logging.getLogger(self._name)
+            if not _taken(stdlib, level):
+                return dropped
         logger = self._logger
         if logger is None:
             logger = self._logger = _wrap(self._name)

@@ -8,7 +8,6 @@ that follow a turn, in ``_session_tools.py``.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +16,7 @@ import msgspec
 from agentflow._call_ids import unique_call_ids
 from agentflow._content_parts import CHARS_PER_TOKEN, IMAGE_PARTS, IMAGE_TOKENS
 from agentflow._events import RetryEvent, TurnEndEvent
-from agentflow._logging import get_logger
+from agentflow._logging import dropped, get_logger
 from agentflow._metrics import turn_metrics
 from agentflow._rewrite import rewrite_delta
 from agentflow._session_types import TurnRecord
@@ -38,7 +37,6 @@ __all__ = ["DEFAULT_MAX_OUTPUT_TOKENS", "model_turn", "rough_estimate", "turn_ti
 DEFAULT_MAX_OUTPUT_TOKENS = 1024
 
 _log = get_logger("agentflow.session")
-_debug = logging.getLogger("agentflow.session")
 
 
 async def model_turn(
@@ -104,8 +102,9 @@ async def model_turn(
     if ctx is not None:
         ctx.after_turn(index, trace)
     metrics = turn_metrics(trace, ready_ns=ready)
-    if _debug.isEnabledFor(logging.DEBUG):  # skip building a line nobody keeps
-        _log.debug(
+    debug = _log.debug  # (a no-op, structlog left unloaded, when nobody keeps the line)
+    if debug is not dropped:
+        debug(
             "turn.end",
             ttft_s=metrics.ttft_s,
             e2e_s=metrics.e2e_s,

@@ -83,3 +83,45 @@ def test_without_the_null_handler_the_last_resort_still_prints_a_warning() -> No
     )
     assert out.returncode == 0, out.stderr
     assert "event='w.x'" in out.stderr and "dropped" not in out.stderr
+
+
+def test_logging_configured_with_dictconfig_after_the_import_keeps_agentflows_lines() -> None:
+    """``dictConfig`` disables every logger that exists when it runs: agentflow's stdlib
+    loggers are made on their first line, not at import, so an application that imports
+    agentflow, then configures logging, still gets them (it got none of them)."""
+    out = run_python(
+        _RUN
+        + """
+    import logging.config
+    logging.config.dictConfig({
+        "version": 1,
+        "handlers": {"out": {"class": "logging.StreamHandler", "stream": "ext://sys.stdout"}},
+        "root": {"handlers": ["out"], "level": "INFO"},
+    })
+    asyncio.run(run(["bad"]))
+    """
+    )
+    assert out.returncode == 0, out.stderr
+    assert "fleet.start" in out.stdout and "session.failed" in out.stdout, out.stdout
+
+
+def test_a_namesake_the_application_bound_does_not_replace_the_sessions_vars() -> None:
+    """structlog imported after agentflow made its variables, and the application binding
+    ``agent``/``session`` itself before agentflow's first line: two variables share each
+    name, and a session's line carried either's value; it carries the session's."""
+    out = run_python(
+        _RUN
+        + """
+    import logging
+    asyncio.run(run(["x"]))
+    import structlog
+    structlog.contextvars.bind_contextvars(agent="app", session="req-7")
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+    for _ in range(8):
+        asyncio.run(run(["bad"]))
+    """
+    )
+    assert out.returncode == 0, out.stderr
+    failed = [line for line in out.stdout.splitlines() if "session.failed" in line]
+    assert len(failed) == 8, out.stdout
+    assert all("agent='lazy'" in line and "session='req-7'" not in line for line in failed)

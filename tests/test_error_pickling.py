@@ -14,6 +14,7 @@ import pytest
 import agentflow
 from agentflow import _errors as E
 from agentflow._trace import TurnTrace
+from agentflow.store._recorded_error import RecordedError, recorded_error
 
 TRACE = TurnTrace(
     endpoint="http://h/v1", model="m", response_id="r", sent_ns=1, headers_ns=2, end_ns=3,
@@ -73,6 +74,19 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, list | tuple):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
     return bool(a == b)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [recorded_error("ServerError: http://h answered 500: boom"), RecordedError("plain")],
+    ids=["read back", "base"],
+)
+def test_an_error_read_back_from_a_store_pickles_whole(error: RecordedError) -> None:
+    """A stored session's error is of a class made when it is read: pickled by its
+    type's name, it comes back as the same class (load_result's result pickles)."""
+    back = pickle.loads(pickle.dumps(error))
+    assert _same(back, error) and back.args == error.args
+    assert type(back).__name__ == type(error).__name__ and isinstance(back, RecordedError)
 
 
 @pytest.mark.parametrize("name", sorted(SAMPLES))

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import re
 from functools import cache
+from typing import Any
 
 from agentflow._errors import AgentflowError
 from agentflow._redact import redact
@@ -29,6 +30,22 @@ _OLD = re.compile(rf"({_NAME})\((.*)\)", re.DOTALL)
 class RecordedError(AgentflowError):
     """The error a stored session ended with: its text (the exception itself is gone).
     An instance's class is named after the recorded type (see the module)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The class is made at run time, so pickle cannot find it by reference (a
+        # load_result with an errored session did not pickle): it is pickled as its
+        # type's name and rebuilt here, the same class out of the same cache.
+        if type(self) is RecordedError:
+            return super().__reduce__()
+        return (_recorded, (type(self).__name__, self.args, self.__dict__))
+
+
+def _recorded(name: str, args: tuple[Any, ...], state: dict[str, Any]) -> RecordedError:
+    cls = _class(name)
+    error = cls.__new__(cls, *args)
+    BaseException.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 def error_text(error: BaseException) -> str:

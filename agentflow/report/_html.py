@@ -90,6 +90,16 @@ def lag_warning(run: Run) -> str | None:
     )
 
 
+def _sessions(fleet: Mapping[str, Any]) -> str:
+    """``ok/all`` of the sessions that ended; a stored run still running (or killed) also
+    counts those that had not: ``0/0 (+6 unfinished)``, not ``0/0``."""
+    cell = f"{fleet.get('completed', '—')}/{fleet.get('sessions', '—')}"
+    unfinished = fleet.get("unfinished")
+    if isinstance(unfinished, int) and unfinished > 0:
+        cell += f" (+{unfinished} unfinished)"
+    return cell
+
+
 def _runs_table(runs: Sequence[Run]) -> str:
     head = (
         "run",
@@ -115,7 +125,7 @@ def _runs_table(runs: Sequence[Run]) -> str:
         per_agent = ((r.report.get("per_agent") or {}).get("decode_tps")) or {}
         lag = r.run.get("loop_lag") if isinstance(r.run.get("loop_lag"), Mapping) else {}
         cells = [
-            f"{f.get('completed', '—')}/{f.get('sessions', '—')}",
+            _sessions(f),
             _num(f.get("turns"), 6),
             _num(f.get("duration_s"), 4),
             _num(f.get("turns_per_s")),

@@ -295,8 +295,10 @@ class DurableRun:
     async def finish(self, result: FleetResult | None) -> None:
         """After the sessions ended (or were cancelled): record the attempt's end, give
         the leases back and commit everything (a cancelled run included)."""
+        # Only the statuses: merge() (the caller's result) sorts every recorded turn
+        # for a resumed run's peak, which is not to be done twice for one attempt.
         finished = result is not None and all(
-            r.status in FINAL_STATUSES for r in self.merge(result).sessions
+            r.status in FINAL_STATUSES for r in self._sessions(result)
         )
         wall_s = self._wall_s(result)
         # The runner's count has the retries of turns that finally failed too (no turn
@@ -345,8 +347,7 @@ class DurableRun:
         start is then unknown: its sessions span several attempts); a resumed run's peak
         in flight at least its recorded turns' (``agentflow report --store``'s figure).
         ``replicas`` stay this attempt's: a store keeps no replica's figures."""
-        ran = iter(result.sessions)
-        sessions = [next(ran) if isinstance(e, Session) else e for e in self.entries]
+        sessions = self._sessions(result)
         peak = result.peak_in_flight
         if self.attempt > 0:
             peak = max(peak, recorded_peak(sessions))
@@ -359,6 +360,11 @@ class DurableRun:
             run_id=self.run_id,
             start_ns=result.start_ns if self.attempt == 0 else None,
         )
+
+    def _sessions(self, result: FleetResult) -> list[SessionResult]:
+        """Every session of the run, in its order: this attempt's among the done ones."""
+        ran = iter(result.sessions)
+        return [next(ran) if isinstance(e, Session) else e for e in self.entries]
 
 
 async def _check_all_sessions(store: Store, run: StoredRun) -> None:

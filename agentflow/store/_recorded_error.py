@@ -7,12 +7,16 @@ output that shows an error as ``type(error).__name__`` and ``str(error)`` — th
 ``agents[].error``, the summaries' failure lines — shows the stored session's as it
 showed the live one's: ``ServerError: http://… answered 500: …``. Rows written before
 this form, ``repr(error)`` (``ServerError('http://… answered 500: …')``), read back the
-same way.
+same way as closely as the repr allows: a builtin exception's text as its class makes it
+(``[Errno 2] No such file`` from ``FileNotFoundError(2, 'No such file')``), others' from
+their arguments as Exception's ``str`` does; a class's own ``__repr__``, or keyword
+arguments in it, leave the text as written.
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from functools import cache
 from typing import Any
@@ -64,13 +68,28 @@ def _parse(text: str) -> tuple[str, str]:
     if m := _NEW.fullmatch(text):
         return m[1], m[2]
     if m := _OLD.fullmatch(text):  # an older row: repr(error)
-        inner = m[2]
+        name, inner = m[1], m[2]
         try:
-            value = ast.literal_eval(inner) if inner else ""
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return m[1], inner  # (redaction may have cut a literal)
-        return m[1], value if isinstance(value, str) else str(value)
+            args = ast.literal_eval(f"({inner},)") if inner else ()
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return name, inner  # (keyword arguments; or redaction cut a literal)
+        return name, _str_of(name, args)
     return "Error", text
+
+
+def _str_of(name: str, args: tuple[Any, ...]) -> str:
+    """The live ``str`` of an exception of type ``name`` built with ``args``: the
+    builtin class's own where it is one (``[Errno 2] …`` of an OSError, a KeyError's
+    quotes), else Exception's (the one argument, or the tuple of them)."""
+    cls = getattr(builtins, name, None)
+    if isinstance(cls, type) and issubclass(cls, BaseException):
+        try:
+            return str(cls(*args))
+        except Exception:  # args this class does not take: Exception's str
+            pass
+    if len(args) == 1:
+        return str(args[0])
+    return str(args) if args else ""
 
 
 @cache

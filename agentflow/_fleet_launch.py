@@ -134,7 +134,7 @@ async def _run_durable(fleet: Fleet, durable: DurableRun, bus: EventBus) -> Flee
         else:
             from agentflow.store._budgets import counting_live
 
-            counting_live(durable.run_id, durable.attempt, durable.to_run)
+            counting_live(durable.run_id, durable.created_wall_ns, durable.attempt, durable.to_run)
             with frozen_gc(fleet.freeze_gc):
                 result = await run_in_process(
                     fleet,

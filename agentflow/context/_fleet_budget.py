@@ -162,10 +162,16 @@ class FleetBudget(Link["_FleetSession"]):
         #: Requests counted so far.
         self.requests = 0
         self._crossed: dict[str, int] = {"tokens": 0, "cost": 0}
-        #: The attempts at recorded runs, ``(run_id, attempt)``, whose turns it counted:
-        #: as they ran in this process, or charged by a resume (``store/_budgets.py``).
-        #: A resume in this process does not charge their turns again.
-        self.counted_attempts: set[tuple[str, int]] = set()
+        #: The attempts at recorded runs, ``(run_id, created_wall_ns, attempt)``, whose
+        #: turns it counted: as they ran in this process, or charged by a resume of the
+        #: attempt once it had ended (``store/_budgets.py``). A resume in this process
+        #: does not charge their turns again. The run's creation time tells apart two
+        #: runs of one id (in two stores, say).
+        self.counted_attempts: set[tuple[str, int | None, int]] = set()
+        #: The turns of attempts not ended when a resume charged them (killed, or still
+        #: running in another worker), ``(run_id, created_wall_ns, attempt, session_id,
+        #: turn)``: a later resume charges only the turns recorded since.
+        self.counted_turns: set[tuple[str, int | None, int, str, int]] = set()
 
     def prices_for(self, model: str | None) -> Prices | None:
         """The prices of ``model``, or ``None`` when no prices were given."""

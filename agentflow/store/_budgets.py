@@ -10,7 +10,10 @@ events those charges cross are not sent again (they were, when the turns ran).
 A budget that counted an attempt's turns already is not charged them again: the run was
 cancelled or failed in this process, then resumed here with the same agents (their budgets
 counted the turns as they ran: :func:`counting_live`), or resumed here before (the recharge
-counted them).
+counted them: all of an attempt that had ended, only the turns it charged of one that had
+not — killed, or still running in another worker). An attempt is known by the run's id, the
+run's creation time (``StoredRun.created_wall_ns``: another store's run of the same id is
+another run) and its number.
 
 A turn the server sent no prompt count for is charged the estimate it was charged live:
 the chain's ``ContextBudget``'s, recorded with the turn, or without one the rough count (4
@@ -54,15 +57,21 @@ def recharge(run: StoredRun, agents: Mapping[str, Agent]) -> int:
     """Charge every recorded turn of ``run`` to each of its agent's fleet budgets, as it
     was charged when it ran; returns how many turns were charged."""
     charged = 0
-    run_id = run.run_id
+    run_id, created = run.run_id, run.created_wall_ns
+    # An attempt that had not ended (killed, or running in another worker) may record
+    # more turns after this load: only the turns charged now are marked counted.
+    ended = {a.attempt for a in run.attempts if a.status is not None}
     for s in run.sessions:
         agent = agents.get(s.agent)
         budgets = fleet_budgets_of(agent) if agent is not None else ()
         if agent is None or not budgets:
             continue
         for t, estimate in _prompt_estimates(run, s, agent):
-            key = (run_id, t.attempt)
-            to = [b for b in budgets if key not in b.counted_attempts]
+            key = (run_id, created, t.attempt)
+            turn = (*key, s.session_id, t.turn)
+            to = [
+                b for b in budgets if key not in b.counted_attempts and turn not in b.counted_turns
+            ]
             if not to:
                 continue
             for budget in to:
@@ -75,24 +84,29 @@ def recharge(run: StoredRun, agents: Mapping[str, Agent]) -> int:
                     emit=_already_sent,
                     prompt_estimate=estimate,
                 )
+                if t.attempt not in ended:
+                    budget.counted_turns.add(turn)
             charged += 1
-    # Every recorded attempt's turns are counted now, by each budget of these agents.
-    attempts = {(run_id, t.attempt) for s in run.sessions for t in s.turns}
+    # Every ended attempt's turns are counted now, by each budget of these agents.
+    attempts = {(run_id, created, t.attempt) for s in run.sessions for t in s.turns}
+    attempts = {k for k in attempts if k[2] in ended}
     for agent in agents.values():
         for budget in fleet_budgets_of(agent):
             budget.counted_attempts |= attempts
     return charged
 
 
-def counting_live(run_id: str, attempt: int, sessions: Iterable[Session]) -> None:
-    """Attempt ``attempt`` at ``run_id`` runs ``sessions`` in this process: their agents'
-    fleet budgets count its turns as they run, so a resume here does not charge them
-    again. (Not for sessions run in worker processes: there each worker's copy of a
-    budget counts, not this process's.)"""
+def counting_live(
+    run_id: str, created_wall_ns: int | None, attempt: int, sessions: Iterable[Session]
+) -> None:
+    """Attempt ``attempt`` at ``run_id`` (created at ``created_wall_ns``) runs
+    ``sessions`` in this process: their agents' fleet budgets count its turns as they
+    run, so a resume here does not charge them again. (Not for sessions run in worker
+    processes: there each worker's copy of a budget counts, not this process's.)"""
     agents = {id(s.agent): s.agent for s in sessions}
     for agent in agents.values():
         for budget in fleet_budgets_of(agent):
-            budget.counted_attempts.add((run_id, attempt))
+            budget.counted_attempts.add((run_id, created_wall_ns, attempt))
 
 
 def _prompt_estimates(

@@ -328,4 +328,5 @@ def _only(run: StoredRun, sid: str) -> StoredRun:
         attempts=run.attempts,
         agents=run.agents,
         sessions=[s for s in run.sessions if s.session_id == sid],
+        created_wall_ns=run.created_wall_ns,
     )

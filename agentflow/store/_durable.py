@@ -74,6 +74,9 @@ class DurableRun:
         self.entries: list[Session | SessionResult] = []
         self.prior_retries = 0
         self.prior_wall_s = 0.0
+        #: When the run was created (``StoredRun.created_wall_ns``): with its id, which
+        #: recorded run this is (the budgets' counted attempts are keyed by both).
+        self.created_wall_ns: int | None = None
         # A fresh run's sessions that ended, whose leases go back (see _session_ended).
         self._ended: list[str] = []
         self._releasing: asyncio.Task[None] | None = None
@@ -134,7 +137,10 @@ class DurableRun:
         self.recorder.track_policies({id(s.agent): s.agent for s in sessions}.values())
         if getattr(store, "release_each_session", True):
             self.recorder.on_session_end = self._session_ended
-        await self.recorder.start_run(sessions, time.time_ns(), clock(), dict(config or {}) or None)
+        self.created_wall_ns = time.time_ns()
+        await self.recorder.start_run(
+            sessions, self.created_wall_ns, clock(), dict(config or {}) or None
+        )
         ids = [s.session_id for s in sessions]
         try:
             got = await self.leases.claim(ids)
@@ -201,6 +207,7 @@ class DurableRun:
         # Numbered by the store: another worker may be starting an attempt right now.
         attempt = await store.start_attempt(run_id, wall, now)
         self = cls(store, run_id, attempt, lease_ttl_s, clock)
+        self.created_wall_ns = run.created_wall_ns
         try:
             # Budgets continue: what the run spent so far — charged only once the attempt
             # is the store's, so that a resume it refuses (another writer's run lock)

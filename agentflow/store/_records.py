@@ -368,6 +368,10 @@ class StoredRun:
     #: The context policies' learnt state, by key (:class:`PolicyState`; the last
     #: written of each).
     policy_state: dict[str, Any] = field(default_factory=dict)
+    #: ``time.time_ns()`` when the run was created (its first attempt's ``wall_ns`` as
+    #: recorded then; the attempt's own is moved to the fleet's start at its end): with
+    #: the run id, which recorded run this is, in whichever store (``None``: unknown).
+    created_wall_ns: int | None = None
 
     def clock_offset(self, attempt: int, to_attempt: int | None = None) -> int:
         """Nanoseconds to add to a time recorded by ``attempt`` to put it on the clock of

@@ -85,10 +85,12 @@ def read_run(
     at once."""
     check_name(run_id, "run_id")
     ids = None if only is None else list(dict.fromkeys(only))
-    row = conn.execute("SELECT status, config FROM runs WHERE run_id=?", (run_id,)).fetchone()
+    row = conn.execute(
+        "SELECT status, config, created_wall_ns FROM runs WHERE run_id=?", (run_id,)
+    ).fetchone()
     if row is None:
         raise RunNotFound(run_id, where)
-    status, config = row
+    status, config, created = row
     run_config = _read(where, run_id, "", ("runs.config", decode_json, config))
     attempts = [
         RunAttempt(
@@ -172,6 +174,7 @@ def read_run(
         # (In the run's order: each chunk's are, not the chunks.)
         sessions=sorted(sessions.values(), key=lambda s: s.position),
         policy_state=policy,
+        created_wall_ns=created,
     )
 
 

@@ -126,6 +126,7 @@ async def _run_durable(fleet: Fleet, durable: DurableRun, bus: EventBus) -> Flee
         return durable.merge(result)
 
     run_sessions = len(durable.entries)
+    bus.subscribe(durable.fleet_start)  # a cancelled attempt's end records the fleet's start
     result: FleetResult | None = None
     try:
         if fleet.workers is not None and durable.to_run:

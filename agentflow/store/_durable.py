@@ -15,6 +15,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import ConfigError, RunNotFound, StoreError
+from agentflow._events import Event, FleetStartEvent
 from agentflow._gather import gather_or_cancel
 from agentflow._logging import get_logger
 from agentflow._sendable import check_sendable
@@ -77,6 +78,9 @@ class DurableRun:
         #: When the run was created (``StoredRun.created_wall_ns``): with its id, which
         #: recorded run this is (the budgets' counted attempts are keyed by both).
         self.created_wall_ns: int | None = None
+        #: Subscribed to the attempt's events: the fleet's start, as its FleetStartEvent
+        #: told it (a cancelled attempt's end has no result to read it from).
+        self.fleet_start = FleetStart()
         # A fresh run's sessions that ended, whose leases go back (see _session_ended).
         self._ended: list[str] = []
         self._releasing: asyncio.Task[None] | None = None
@@ -313,8 +317,10 @@ class DurableRun:
         retries = self.recorder.retries
         if result is not None:
             retries = max(retries, result.retries)
-        # The fleet's own start: a stored report's origin, as the live report's.
-        start = result.start_ns if result is not None and self.to_run else None
+        # The fleet's own start: a stored report's origin, as the live report's — that of
+        # a cancelled attempt too (no result: the start its FleetStartEvent told).
+        start = result.start_ns if result is not None else self.fleet_start.start_ns
+        start = start if self.to_run else None
         self.recorder.end_run(finished, wall_s, retries, start)
         closing = asyncio.ensure_future(self._close())
         try:
@@ -329,7 +335,10 @@ class DurableRun:
         resumed: its time would lower the run's throughput, more at every resume)."""
         if not self.to_run:
             return 0.0
-        return result.wall_s if result is not None else (self.clock() - self.start_ns) / 1e9
+        if result is not None:
+            return result.wall_s
+        start = self.fleet_start.start_ns
+        return (self.clock() - (self.start_ns if start is None else start)) / 1e9
 
     def _closed_late(self, closing: asyncio.Future[None]) -> None:
         """The attempt's close went on after its caller was cancelled: log how it failed,
@@ -372,6 +381,20 @@ class DurableRun:
         """Every session of the run, in its order: this attempt's among the done ones."""
         ran = iter(result.sessions)
         return [next(ran) if isinstance(e, Session) else e for e in self.entries]
+
+
+class FleetStart:
+    """A sync event callback that keeps the ``start_ns`` of the attempt's
+    ``FleetStartEvent`` (it reads no other event)."""
+
+    event_types = frozenset({"fleet_start"})
+
+    def __init__(self) -> None:
+        self.start_ns: int | None = None
+
+    def __call__(self, event: Event) -> None:
+        if isinstance(event, FleetStartEvent):
+            self.start_ns = event.start_ns
 
 
 async def _check_all_sessions(store: Store, run: StoredRun) -> None:

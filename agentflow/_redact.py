@@ -42,6 +42,7 @@ __all__ = [
     "MASK",
     "MIN_SECRET_LEN",
     "display_url",
+    "error_line",
     "is_credential_name",
     "is_secret_header",
     "live_secrets",
@@ -278,6 +279,13 @@ def _mask_token(m: re.Match[str]) -> str:
     if len(token) % 4 or (token.isalpha() and token.islower()):
         return m[0]
     return f"{m[3]}{m[4]}{MASK}"
+
+
+def error_line(error: BaseException) -> str:
+    """``error`` as ``"Type: message"`` (``"Type"`` when its message is empty), redacted:
+    how a report and a store show an error."""
+    name, message = type(error).__name__, str(error)
+    return redact(f"{name}: {message}" if message else name)
 
 
 def redact_bytes(data: bytes) -> bytes:

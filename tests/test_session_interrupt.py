@@ -84,4 +84,4 @@ def test_a_recorded_run_stores_the_interrupted_session_as_cancelled(tmp_path: Pa
             stored = await store.load("r1")
         return [(s.session_id, s.status, s.error) for s in stored.sessions]
 
-    assert asyncio.run(load())[0] == ("s0", "cancelled", "KeyboardInterrupt()")
+    assert asyncio.run(load())[0] == ("s0", "cancelled", "KeyboardInterrupt")

@@ -19,7 +19,7 @@ from agentflow._events import (
     ToolResultEvent,
 )
 from agentflow._metrics import turn_metrics
-from agentflow._redact import redact
+from agentflow._redact import error_line
 
 if TYPE_CHECKING:
     from agentflow._session import SessionResult
@@ -160,5 +160,5 @@ def _at(stats: FleetStats, name: str, t_ns: int | None) -> None:
 
 
 def _error_text(error: BaseException) -> str:
-    text = redact(f"{type(error).__name__}: {error}")
+    text = error_line(error)
     return text if len(text) <= 300 else text[:299] + "…"

@@ -22,13 +22,14 @@ from functools import cache
 from typing import Any
 
 from agentflow._errors import AgentflowError
-from agentflow._redact import redact
+from agentflow._redact import error_line
 
 __all__ = ["RecordedError", "error_text", "recorded_error"]
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _NEW = re.compile(rf"({_NAME}): (.*)", re.DOTALL)
 _OLD = re.compile(rf"({_NAME})\((.*)\)", re.DOTALL)
+_ONLY = re.compile(_NAME)
 
 
 class RecordedError(AgentflowError):
@@ -53,8 +54,9 @@ def _recorded(name: str, args: tuple[Any, ...], state: dict[str, Any]) -> Record
 
 
 def error_text(error: BaseException) -> str:
-    """What a store keeps of ``error``: ``"Type: message"``, redacted."""
-    return redact(f"{type(error).__name__}: {error}")
+    """What a store keeps of ``error``: ``"Type: message"`` (``"Type"`` when its message
+    is empty), redacted."""
+    return error_line(error)
 
 
 def recorded_error(text: str) -> RecordedError:
@@ -65,6 +67,8 @@ def recorded_error(text: str) -> RecordedError:
 
 
 def _parse(text: str) -> tuple[str, str]:
+    if _ONLY.fullmatch(text):  # an error with an empty message
+        return text, ""
     if m := _NEW.fullmatch(text):
         return m[1], m[2]
     if m := _OLD.fullmatch(text):  # an older row: repr(error)

@@ -46,3 +46,15 @@ def test_an_older_rows_repr_reads_back_as_type_and_message() -> None:
     new = recorded_error(error_text(ValueError("bad: input")))
     assert (type(new).__name__, str(new)) == ("ValueError", "bad: input")
     assert isinstance(recorded_error("no type at all"), Exception)
+
+
+def test_an_error_with_an_empty_message_is_its_type_alone() -> None:
+    """``KeyboardInterrupt()`` is stored as ``KeyboardInterrupt`` (not ``KeyboardInterrupt:
+    ``, with a dangling colon) and reads back as that type with an empty message."""
+    from agentflow._redact import error_line
+    from agentflow.store._recorded_error import error_text, recorded_error
+
+    assert error_text(KeyboardInterrupt()) == "KeyboardInterrupt"
+    back = recorded_error("KeyboardInterrupt")
+    assert type(back).__name__ == "KeyboardInterrupt" and str(back) == ""
+    assert error_line(back) == "KeyboardInterrupt"

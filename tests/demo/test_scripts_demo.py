@@ -55,3 +55,20 @@ def test_the_demo_runs_in_the_callers_directory(tmp_path: Path) -> None:
     assert Path(cwd).resolve() == user.resolve()  # so run.json is the user's
     assert args == ["demo", "--no-live", "--report", "run.json"]
     assert (repo / "setup-ran-here").exists()  # setup still runs in the repository
+
+
+def test_an_exported_cdpath_does_not_break_the_script(tmp_path: Path) -> None:
+    """With ``CDPATH`` set (a common shell setting), ``cd scripts/..`` (run as
+    ``scripts/demo`` from the repository) prints the directory it went to, which the
+    script's ``ROOT=$(cd ... && pwd)`` took in as a second line: it failed."""
+    repo = _repo(tmp_path)
+    seen = tmp_path / "seen.txt"
+    subprocess.run(
+        ["bash", "scripts/demo", "--no-live"],
+        cwd=repo,
+        env={"PATH": "/usr/bin:/bin", "AGENTFLOW_SEEN": str(seen), "CDPATH": f".:{tmp_path}"},
+        check=True,
+        timeout=GUARD_S,
+    )
+    cwd, *args = seen.read_text().splitlines()
+    assert Path(cwd).resolve() == repo.resolve() and args == ["demo", "--no-live"]

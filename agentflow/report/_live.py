@@ -330,9 +330,10 @@ class LiveView:
 
         class _Live(Live):
             def stop(self) -> None:
+                was = self._started  # (a second stop is rich's no-op: no second line)
                 super().stop()
                 # (rich's own condition for its newline on a terminal)
-                if not self.console.is_terminal and self._live_render.last_render_height:
+                if was and not self.console.is_terminal and self._live_render.last_render_height:
                     self.console.line()
 
         return _Live(

@@ -33,6 +33,18 @@ def test_a_view_that_never_started_writes_nothing() -> None:
     assert out.getvalue() == ""
 
 
+def test_a_second_stop_writes_no_second_line() -> None:
+    """Stopping a stopped view is rich's no-op: it adds no blank line either."""
+    out = io.StringIO()
+    console = Console(file=out, width=120)
+    live = LiveView(total_sessions=4, console=console).live()
+    live.start()
+    live.stop()
+    once = out.getvalue()
+    live.stop()
+    assert out.getvalue() == once
+
+
 def _bars(console: Console, done: int) -> list[str]:
     view = LiveView(total_sessions=4, console=console)
     view.done = done

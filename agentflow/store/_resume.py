@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 __all__ = [
     "ResumePlan",
     "agents_by_name",
+    "answered",
+    "not_run_again",
     "opening",
     "plan_resume",
     "rebuild",
@@ -267,7 +269,8 @@ def plan_resume(
             entries.append(stored_result(run, s, attempt))
             continue
         last = s.turns[-1] if s.turns else None
-        if last is not None and not last.calls:  # its final answer was recorded
+        if answered(s):  # its final answer was recorded
+            assert last is not None
             s.status, s.final_output = "completed", last.trace.content
             result = stored_result(run, s, attempt)
             entries.append(result)
@@ -321,3 +324,15 @@ def _as_run_by(run: StoredRun, s: StoredSession, agent: Agent) -> StoredRun:
     if info is None or info.fingerprint == s.fingerprint:
         return run
     return replace(run, agents={**run.agents, s.agent: agent_info(agent)})
+
+
+def answered(s: StoredSession) -> bool:
+    """Whether a stored session's final answer was recorded (its last turn called no
+    tool), though its end was not: a resumption ends it completed, without a request."""
+    return bool(s.turns) and not s.turns[-1].calls
+
+
+def not_run_again(s: StoredSession) -> bool:
+    """Whether a resumption leaves the stored session ``s`` alone: it ended, or its final
+    answer was recorded (:func:`plan_resume`)."""
+    return s.done or answered(s)

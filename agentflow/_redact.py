@@ -284,7 +284,11 @@ def _mask_token(m: re.Match[str]) -> str:
 def error_line(error: BaseException) -> str:
     """``error`` as ``"Type: message"`` (``"Type"`` when its message is empty), redacted:
     how a report and a store show an error."""
-    name, message = type(error).__name__, str(error)
+    name = type(error).__name__
+    try:
+        message = str(error)
+    except Exception:  # a __str__ that raises: one session's error never ends a run
+        message = f"<unprintable {name}>"
     return redact(f"{name}: {message}" if message else name)
 
 

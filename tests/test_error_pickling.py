@@ -95,3 +95,15 @@ def test_an_error_pickles_whole(name: str) -> None:
     back = pickle.loads(pickle.dumps(error))
     assert _same(back, error), (back.__dict__, error.__dict__)
     assert back.args == error.args
+
+
+def test_an_error_whose_str_raises_is_shown_by_its_type() -> None:
+    """One session's error whose ``__str__`` raises must not end a stored run (the store
+    and the report show errors as ``Type: message``)."""
+    from agentflow._redact import error_line
+
+    class Weird(Exception):
+        def __str__(self) -> str:
+            raise ValueError("no str")
+
+    assert error_line(Weird("x")) == "Weird: <unprintable Weird>"

@@ -39,7 +39,7 @@ from agentflow._events import (
     TurnEndEvent,
 )
 from agentflow._printable import printable
-from agentflow._redact import redact
+from agentflow._redact import error_line
 from agentflow.report._lag import LoopLagProbe
 from agentflow.report._live_draw import _ROW as _ROW
 from agentflow.report._live_draw import BAR_WIDTH as BAR_WIDTH
@@ -221,7 +221,7 @@ class LiveView:
             err = event.error
             who = event.agent or event.where
             # A server's text: its control characters escaped, so it cannot drive the terminal.
-            self.last_error = printable(redact(f"{who}: {type(err).__name__}: {err}"))[:120]
+            self.last_error = printable(f"{who}: {error_line(err)}")[:120]
 
     # ---- drawing (a few times a second) -------------------------------------------
 

@@ -27,6 +27,31 @@ async def test_a_token_capture_drops_a_discarded_attempts_text() -> None:
     # Its events are the tokens asked for, each with its text: the discard is kept apart.
     assert set(only_tokens.types()) == {"token"}
     assert "".join(e.text for e in only_tokens.of_type("token")) == "The answer The answer is 42."
-    # Asked for, discards are events as any other.
+
+
+async def _run(capture: object, replies: list[Reply]) -> None:
+    async with ScriptedServer(replies) as srv, HTTPTransport(srv.base_url) as t:
+        await Fleet(
+            t,
+            callbacks=[capture],  # type: ignore[list-item]
+            retry=RetryPolicy(max_attempts=2, backoff_s=0.001, jitter=False),
+        ).run([Agent(name="a", model="m").session("q", session_id="s")])
+
+
+async def test_asked_for_discards_are_events_as_any_other() -> None:
+    full = Reply.stream(["The answer ", "is 42."])
     both = capture_events("token", "attempt_discarded")
-    assert both.event_types == frozenset({"token", "attempt_discarded"})
+    await _run(both, [Reply(frames=list(full.frames[:2]), cut=True), full])
+    assert "attempt_discarded" in both.types()
+    assert both.text("s") == "The answer is 42."
+
+
+async def test_a_capture_cleared_for_the_next_run_keeps_no_stale_discard() -> None:
+    """``events.clear()`` between runs: a discard of the first run pointed into the
+    cleared list and dropped the next run's tokens of the same session and turn."""
+    full = Reply.stream(["The answer ", "is 42."])
+    capture = capture_events("token")
+    await _run(capture, [Reply(frames=list(full.frames[:2]), cut=True), full])
+    capture.events.clear()
+    await _run(capture, [full])
+    assert capture.text("s") == "The answer is 42."

@@ -102,14 +102,16 @@ def _share() -> None:
 def _session_vars(
     _: Any, __: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    """structlog processor: the turn's own ``agent``/``session``/``turn`` (:func:`log_vars`)
-    over a namesake's. When structlog was imported after agentflow made its variables and
-    the application bound those keys before agentflow's first line, two variables share
-    each name, and ``merge_contextvars`` kept either one's value."""
+    """structlog processor, before ``merge_contextvars``: the turn's own
+    ``agent``/``session``/``turn`` (:func:`log_vars`) where the call passed none — so they
+    win over a namesake's (when structlog was imported after agentflow made its variables
+    and the application bound those keys before agentflow's first line, two variables
+    share each name, and ``merge_contextvars`` kept either one's value), and a value the
+    call passed wins over them (``merge_contextvars`` sets only missing keys too)."""
     for key, var in zip(_VAR_KEYS, log_vars(), strict=True):
         value = var.get()
         if value is not ...:
-            event_dict[key] = value
+            event_dict.setdefault(key, value)
     return event_dict
 
 
@@ -122,8 +124,8 @@ def _wrap(name: str) -> Any:
         logging.getLogger(name),
         processors=[
             structlog.stdlib.filter_by_level,
-            structlog.contextvars.merge_contextvars,
             _session_vars,
+            structlog.contextvars.merge_contextvars,
             redact,
             render,
         ],

@@ -125,3 +125,24 @@ def test_a_namesake_the_application_bound_does_not_replace_the_sessions_vars() -
     failed = [line for line in out.stdout.splitlines() if "session.failed" in line]
     assert len(failed) == 8, out.stdout
     assert all("agent='lazy'" in line and "session='req-7'" not in line for line in failed)
+
+
+def test_a_value_the_call_passes_wins_over_the_sessions() -> None:
+    """A line about another session, logged inside a session (``session=`` passed), keeps
+    what it was given."""
+    out = run_python(
+        """
+        import logging, sys
+        import structlog
+        from agentflow._logging import get_logger, log_vars
+        logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(message)s")
+        agent, session, turn = log_vars()
+        agent.set("a"); session.set("a-1"); turn.set(0)
+        get_logger("agentflow.x").info("explicit", session="OTHER", agent="other")
+        get_logger("agentflow.x").info("implicit")
+        """
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "agent='other'" in lines[0] and "session='OTHER'" in lines[0], out.stdout
+    assert "agent='a'" in lines[1] and "session='a-1'" in lines[1], out.stdout

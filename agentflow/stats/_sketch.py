@@ -30,6 +30,7 @@ from collections.abc import Iterable, Sequence
 from ddsketch import DDSketch, LogarithmicMapping
 
 from agentflow._errors import ConfigError
+from agentflow._seconds import shown
 
 __all__ = [
     "DEFAULT_RELATIVE_ACCURACY",
@@ -63,8 +64,12 @@ def quantile_name(q: float) -> str:
 def _check_q(q: object) -> None:
     """Raise :class:`ConfigError` unless ``q`` is a real number in [0, 1] (NaN is not; a
     NumPy scalar is one)."""
-    if isinstance(q, bool) or not (isinstance(q, numbers.Real) and 0.0 <= float(q) <= 1.0):
-        raise ConfigError(f"a quantile is a number in [0, 1], got {q!r}")
+    try:
+        ok = not isinstance(q, bool) and isinstance(q, numbers.Real) and 0.0 <= float(q) <= 1.0
+    except (OverflowError, TypeError, ValueError):  # (an int too large for a float)
+        ok = False
+    if not ok:
+        raise ConfigError(f"a quantile is a number in [0, 1], got {shown(q)}")
 
 
 def check_quantiles(qs: Iterable[float]) -> tuple[float, ...]:

@@ -17,3 +17,10 @@ def test_numpy_scalars_are_quantiles(q: object) -> None:
         sketch.add(float(v))
     assert nearest_rank(q, 10) == nearest_rank(float(q), 10)  # type: ignore[arg-type]
     assert sketch.quantile(q) == sketch.quantile(float(q))  # type: ignore[arg-type]
+
+
+def test_an_int_too_large_for_a_float_is_refused_by_name() -> None:
+    from agentflow import ConfigError
+
+    with pytest.raises(ConfigError, match="an int of 1329 bits"):
+        nearest_rank(10**400, 10)

@@ -228,9 +228,11 @@ class WorkerRun:
             router=config["router"],
             prefix_warmup=config["prefix_warmup"],
             warmup_timeout_s=config["warmup_timeout_s"],
+            # The watch first: a turn's end (or discard) that fills a batch flushes it,
+            # and the batch must carry the attempt's state after that event, not before.
             callbacks=[forwarder]
             if forwarder.attempts is None
-            else [forwarder, forwarder.attempts],
+            else [forwarder.attempts, forwarder],
             freeze_gc=config["freeze_gc"],
         )
         record = config.get("record")

@@ -273,3 +273,40 @@ def test_a_retried_discard_of_a_lost_worker_has_no_retry_event_and_says_so() -> 
     assert "no `RetryEvent`: the new worker's tokens of the turn follow" in doc
     docstring = " ".join((AttemptDiscardedEvent.__doc__ or "").split())
     assert "none does: the new worker's tokens of the turn follow" in docstring
+
+
+async def test_a_turn_end_that_fills_a_batch_closes_its_attempt_in_that_batch() -> None:
+    """The worker's watch reads each event before the forwarder, so the batch a turn's end
+    fills says that attempt is over: the parent, losing the worker just after, does not
+    retract a turn whose end it delivered."""
+    from agentflow._event_bus import EventBus
+    from agentflow._events import TurnEndEvent
+    from agentflow._turn_events import WATCH, TurnEvents
+    from agentflow._workers import _worker
+    from agentflow._workers._open_turns import OpenTurns
+
+    class _Run:
+        def __init__(self) -> None:
+            self.sent: list[tuple[object, ...]] = []
+
+        def send(self, message: tuple[object, ...]) -> None:
+            self.sent.append(message)
+
+        def counts(self) -> dict[str, object]:
+            return {}
+
+    run = _Run()
+    forwarder = _worker._Forwarder(run, {"token", "turn_end", "session_end"})  # type: ignore[arg-type]
+    assert forwarder.attempts is not None
+    bus = EventBus([forwarder.attempts, forwarder])  # as WorkerRun subscribes them
+    WATCH.set(forwarder.attempts)
+    sink = TurnEvents(bus, "a", "s", 0).sink
+    assert sink is not None
+    for i in range(_worker._BATCH_EVENTS - 1):
+        sink.on_delta("content", "x", i)
+    bus.emit(TurnEndEvent(agent="a", session_id="s", turn=0, metrics=None, trace=None))  # type: ignore[arg-type]
+    parent = OpenTurns()
+    (batch,) = run.sent  # the turn's end filled it
+    if batch[3] is not None:  # (None: no attempt open to tell of)
+        parent.update(batch[3])  # type: ignore[arg-type]
+    assert parent.discard("s", RuntimeError("lost"), retried=False) is None

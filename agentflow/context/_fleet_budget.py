@@ -168,10 +168,11 @@ class FleetBudget(Link["_FleetSession"]):
         #: does not charge their turns again. The run's creation time tells apart two
         #: runs of one id (in two stores, say).
         self.counted_attempts: set[tuple[str, int | None, int]] = set()
-        #: The turns of attempts not ended when a resume charged them (killed, or still
-        #: running in another worker), ``(run_id, created_wall_ns, attempt, session_id,
-        #: turn)``: a later resume charges only the turns recorded since.
-        self.counted_turns: set[tuple[str, int | None, int, str, int]] = set()
+        #: Of attempts not ended when a resume charged them (killed, or still running in
+        #: another worker), by ``(run_id, created_wall_ns, attempt)``, the last turn
+        #: charged per session (a session's turns are recorded in order): a later resume
+        #: charges only the turns recorded since; dropped once the attempt has ended.
+        self.counted_turns: dict[tuple[str, int | None, int], dict[str, int]] = {}
 
     def prices_for(self, model: str | None) -> Prices | None:
         """The prices of ``model``, or ``None`` when no prices were given."""

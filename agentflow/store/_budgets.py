@@ -68,9 +68,11 @@ def recharge(run: StoredRun, agents: Mapping[str, Agent]) -> int:
             continue
         for t, estimate in _prompt_estimates(run, s, agent):
             key = (run_id, created, t.attempt)
-            turn = (*key, s.session_id, t.turn)
             to = [
-                b for b in budgets if key not in b.counted_attempts and turn not in b.counted_turns
+                b
+                for b in budgets
+                if not _attempt_counted(b, key)
+                and t.turn > b.counted_turns.get(key, {}).get(s.session_id, -1)
             ]
             if not to:
                 continue
@@ -85,15 +87,29 @@ def recharge(run: StoredRun, agents: Mapping[str, Agent]) -> int:
                     prompt_estimate=estimate,
                 )
                 if t.attempt not in ended:
-                    budget.counted_turns.add(turn)
+                    budget.counted_turns.setdefault(key, {})[s.session_id] = t.turn
             charged += 1
-    # Every ended attempt's turns are counted now, by each budget of these agents.
+    # Every ended attempt's turns are counted now, by each budget of these agents (its
+    # per-turn record, from a resume while it ran, is no longer needed).
     attempts = {(run_id, created, t.attempt) for s in run.sessions for t in s.turns}
     attempts = {k for k in attempts if k[2] in ended}
     for agent in agents.values():
         for budget in fleet_budgets_of(agent):
             budget.counted_attempts |= attempts
+            for key in attempts:
+                budget.counted_turns.pop(key, None)
     return charged
+
+
+def _attempt_counted(budget: FleetBudget, key: tuple[str, int | None, int]) -> bool:
+    """Whether ``budget`` counted attempt ``key`` (run id, creation time, attempt) whole.
+    A store that does not say when a run was created (``created_wall_ns`` None: a store
+    of the user's) matches on the run id and attempt alone."""
+    if key in budget.counted_attempts:
+        return True
+    if key[1] is None:
+        return any(k[0] == key[0] and k[2] == key[2] for k in budget.counted_attempts)
+    return False
 
 
 def counting_live(

@@ -9,7 +9,6 @@ import contextlib
 import functools
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -23,6 +22,12 @@ from agentflow._session import Session, SessionResult
 from agentflow.store._budgets import recharge
 from agentflow.store._claims import SessionGate, Ticker
 from agentflow.store._codec import check_one_config_per_name, encode
+from agentflow.store._earlier import (
+    active_wall_s,
+    check_all_sessions,
+    stored_retries,
+    virtual_clock,
+)
 from agentflow.store._peak import recorded_peak
 from agentflow.store._policies import restore_keys
 from agentflow.store._protocol import Store
@@ -31,7 +36,6 @@ from agentflow.store._records import (
     FINAL_STATUSES,
     RunAttempt,
     SessionEnded,
-    StoredRun,
     check_name,
     shortened,
 )
@@ -196,10 +200,10 @@ class DurableRun:
         await store.open()
         await store.flush()
         run = await store.load(run_id)
-        await _check_all_sessions(store, run)
+        await check_all_sessions(store, run)
         provisional = max((a.attempt for a in run.attempts), default=-1) + 1
         wall, now = time.time_ns(), clock()
-        if _virtual(clock):
+        if virtual_clock(clock):
             # Virtual time keeps no pace with the wall clock (it may run far ahead of it,
             # or fall behind): through ``time.time_ns()`` this attempt's time line would
             # overlap the earlier ones', or leave a gap. It takes up the run's time line
@@ -217,8 +221,8 @@ class DurableRun:
             # is the store's, so that a resume it refuses (another writer's run lock)
             # charges nothing, and trying again does not charge the run twice.
             recharge(run, by_name)
-            self.prior_retries = _stored_retries(run)
-            self.prior_wall_s = _active_wall_s(run)
+            self.prior_retries = stored_retries(run)
+            self.prior_wall_s = active_wall_s(run)
             # The calibrators' fits continue, recorded where they were found.
             restored = restore_keys(run.policy_state, by_name.values())
             self.recorder.track_policies(by_name.values(), restored)
@@ -397,37 +401,6 @@ class FleetStart:
             self.start_ns = event.start_ns
 
 
-async def _check_all_sessions(store: Store, run: StoredRun) -> None:
-    """Refuse to resume ``run`` while fewer of its sessions are recorded than it was
-    created with (the store's optional ``declared_sessions``: ``PostgresStore``, whose
-    ``create_run`` commits the run's row at once and its sessions in the batches that
-    follow). A resume in that gap — another worker's ``Fleet.run`` just created the run —
-    found no session left to run, returned an empty result and marked the run
-    ``finished`` while that worker still ran it.
-
-    Raises:
-        StoreError: some sessions are not recorded (yet).
-    """
-    declared = getattr(store, "declared_sessions", None)
-    if declared is None:
-        return
-    n = await declared(run.run_id)
-    if len(run.sessions) < n:
-        raise StoreError(
-            f"run {run.run_id!r}: {len(run.sessions)} of its {n} sessions are recorded: the "
-            "worker that created it is still writing them — resume it again in a moment — "
-            "or was stopped before it could (the others were never recorded: run them "
-            "again as a new run); nothing was resumed"
-        )
-
-
-def _virtual(clock: Clock) -> bool:
-    """Whether ``clock`` reads the running loop's virtual time (a ``VirtualTimeLoop``:
-    the loop with a ``clock_ns``, as ``loop_clock`` or ``loop.clock_ns`` read it)."""
-    loop_ns = getattr(asyncio.get_running_loop(), "clock_ns", None)
-    return callable(loop_ns) and abs(clock() - int(loop_ns())) < 1_000
-
-
 def _ended(run_id: str, r: SessionResult) -> SessionEnded:
     return SessionEnded(
         run_id=run_id,
@@ -437,34 +410,3 @@ def _ended(run_id: str, r: SessionResult) -> SessionEnded:
         error=None,
         turns=len(r.turns),
     )
-
-
-def _stored_retries(run: StoredRun) -> int:
-    """The retries of the run's attempts so far: what one that ended cleanly recorded
-    at its end (every retry, those of turns that finally failed included); for one that
-    was killed, the failed attempts of the turns it recorded."""
-    in_turns: Counter[int] = Counter()
-    for s in run.sessions:
-        for t in s.turns:
-            in_turns[t.attempt] += t.failed_attempts
-    total = 0
-    for a in run.attempts:
-        n = in_turns.pop(a.attempt, 0)
-        total += max(n, a.retries) if a.status is not None else n
-    return total + sum(in_turns.values())
-
-
-def _active_wall_s(run: StoredRun) -> float:
-    """Time the earlier attempts ran, on their fleet's clock: to their recorded end, or
-    — for one that was killed — to the end of the last turn it recorded."""
-    last_end: dict[int, int] = {}
-    for s in run.sessions:
-        for t in s.turns:
-            last_end[t.attempt] = max(last_end.get(t.attempt, 0), t.trace.end_ns)
-    total = 0
-    for a in run.attempts:
-        if a.wall_s is not None:
-            total += int(a.wall_s * 1e9)
-        elif a.attempt in last_end:
-            total += max(0, last_end[a.attempt] - a.clock_ns)
-    return total / 1e9

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from agentflow.store._durable import _active_wall_s, _stored_retries
+from agentflow.store._earlier import active_wall_s, stored_retries
 from agentflow.store._peak import recorded_peak
 from agentflow.store._protocol import Store
 from agentflow.store._records import StoredRun
@@ -27,9 +27,9 @@ def result_of(run: StoredRun) -> FleetResult:
     sessions = [stored_result(run, s) for s in run.sessions]
     return FleetResult(
         sessions=sessions,
-        wall_s=_active_wall_s(run),
+        wall_s=active_wall_s(run),
         peak_in_flight=recorded_peak(sessions),
-        retries=_stored_retries(run),
+        retries=stored_retries(run),
         run_id=run.run_id,
     )
 

@@ -62,13 +62,22 @@ def test_an_exported_cdpath_does_not_break_the_script(tmp_path: Path) -> None:
     ``scripts/demo`` from the repository) prints the directory it went to, which the
     script's ``ROOT=$(cd ... && pwd)`` took in as a second line: it failed."""
     repo = _repo(tmp_path)
+    decoy = tmp_path / "home"  # a CDPATH entry with a scripts/ of its own
+    (decoy / "scripts").mkdir(parents=True)
     seen = tmp_path / "seen.txt"
-    subprocess.run(
-        ["bash", "scripts/demo", "--no-live"],
-        cwd=repo,
-        env={"PATH": "/usr/bin:/bin", "AGENTFLOW_SEEN": str(seen), "CDPATH": f".:{tmp_path}"},
-        check=True,
-        timeout=GUARD_S,
-    )
-    cwd, *args = seen.read_text().splitlines()
-    assert Path(cwd).resolve() == repo.resolve() and args == ["demo", "--no-live"]
+    for cdpath in (f".:{tmp_path}", str(decoy)):
+        seen.unlink(missing_ok=True)
+        subprocess.run(
+            ["bash", "scripts/demo", "--no-live"],
+            cwd=repo,
+            env={"PATH": "/usr/bin:/bin", "AGENTFLOW_SEEN": str(seen), "CDPATH": cdpath},
+            check=True,
+            timeout=GUARD_S,
+        )
+        cwd, *args = seen.read_text().splitlines()
+        assert Path(cwd).resolve() == repo.resolve() and args == ["demo", "--no-live"]
+        assert (repo / "setup-ran-here").exists() and not (decoy / "setup-ran-here").exists()
+    # The real scripts take no CDPATH into their own cd either.
+    for script in ("setup", "check", "bench", "demo"):
+        text = (SCRIPT.parent / script).read_text()
+        assert "unset CDPATH" in text.split("cd ", 1)[0], script

@@ -266,14 +266,15 @@ class EventCapture:
             read = read | {"attempt_discarded"}  # type: ignore[operator]
         self.event_types: frozenset[str] | None = read
         self.events: list[Event] = []
-        # Each kept-apart discard with the event it came after (by identity: code that
-        # clears ``events`` for the next run leaves no discard pointing into it).
-        self._discards: list[tuple[Event, AttemptDiscardedEvent]] = []
+        # Each kept-apart discard with where it came: how many events were before it and
+        # the last of them (code that clears ``events`` for the next run leaves no
+        # discard pointing into it: one whose place no longer holds that event is stale).
+        self._discards: list[tuple[int, Event, AttemptDiscardedEvent]] = []
 
     def __call__(self, event: Event) -> None:
         if self._discards_apart and isinstance(event, AttemptDiscardedEvent):
             if self.events:  # (one with no event before it drops nothing)
-                self._discards.append((self.events[-1], event))
+                self._discards.append((len(self.events), self.events[-1], event))
             return
         self.events.append(event)
 
@@ -340,13 +341,10 @@ class EventCapture:
         turns: dict[int, list[str]] = {}
         events: list[Event] = self.events
         if self._discards:  # put back where they came (after their attempt's tokens)
-            after: dict[int, list[AttemptDiscardedEvent]] = {}
-            for event, discard in self._discards:
-                after.setdefault(id(event), []).append(discard)
-            events = []
-            for event in self.events:
-                events.append(event)
-                events.extend(after.pop(id(event), ()))
+            events = list(self.events)
+            for at, before, discard in reversed(self._discards):
+                if at <= len(events) and events[at - 1] is before:
+                    events.insert(at, discard)
         for e in events:
             if isinstance(e, TokenEvent):
                 if e.session_id == session_id and e.kind in kinds:

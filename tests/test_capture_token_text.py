@@ -55,3 +55,28 @@ async def test_a_capture_cleared_for_the_next_run_keeps_no_stale_discard() -> No
     capture.events.clear()
     await _run(capture, [full])
     assert capture.text("s") == "The answer is 42."
+
+
+def test_an_event_delivered_twice_keeps_the_discard_after_both() -> None:
+    """The same capture given each event twice (``callbacks=[capture, capture]``): the
+    discard follows both copies of the failed attempt's last token."""
+    from agentflow import AttemptDiscardedEvent, TokenEvent
+
+    capture = capture_events("token")
+    bad = TokenEvent(agent="a", session_id="s", turn=0, kind="content", text="bad ", t_ns=1)
+    good = TokenEvent(agent="a", session_id="s", turn=0, kind="content", text="good", t_ns=2)
+    discard = AttemptDiscardedEvent(
+        agent="a",
+        session_id="s",
+        turn=0,
+        attempt=0,
+        deltas=1,
+        chars=4,
+        content_chars=4,
+        retried=True,
+        error=RuntimeError("cut"),
+    )
+    for event in (bad, discard, good):
+        capture(event)
+        capture(event)
+    assert capture.text("s") == "goodgood"

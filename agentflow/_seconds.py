@@ -45,7 +45,10 @@ def shown(value: object, *, max_bits: int = 64) -> str:
     instead of the message)."""
     if isinstance(value, int) and value.bit_length() > max_bits:
         return f"an int of {value.bit_length()} bits"
-    return repr(value)
+    try:
+        return repr(value)
+    except ValueError:  # (a Fraction of such ints: past the int-to-str digit limit too)
+        return f"a {type(value).__name__} too long to print"
 
 
 def check_lease_ttl(ttl_s: object, name: str) -> float:

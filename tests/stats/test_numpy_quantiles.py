@@ -24,3 +24,12 @@ def test_an_int_too_large_for_a_float_is_refused_by_name() -> None:
 
     with pytest.raises(ConfigError, match="an int of 1329 bits"):
         nearest_rank(10**400, 10)
+
+
+def test_a_fraction_too_long_to_print_is_refused_by_name() -> None:
+    from fractions import Fraction
+
+    from agentflow import ConfigError
+
+    with pytest.raises(ConfigError, match="a Fraction too long to print"):
+        nearest_rank(Fraction(10**5000), 10)  # type: ignore[arg-type]

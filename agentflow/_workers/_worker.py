@@ -139,6 +139,15 @@ class _Forwarder:
             self._run.send(("events", encode(batch), self._run.counts(), changed))
 
 
+def event_callbacks(forwarder: _Forwarder) -> list[Any]:
+    """The worker fleet's callbacks: the open-attempt watch (when tokens are forwarded)
+    first — a turn's end (or discard) that fills a batch flushes it, and the batch must
+    carry the attempt's state after that event, not before — then the forwarder."""
+    if forwarder.attempts is None:
+        return [forwarder]
+    return [forwarder.attempts, forwarder]
+
+
 class _Records:
     """What a worker's sessions record, as a store would take it (``write``): a
     :class:`~agentflow.store._recorder.Recorder` builds the same records as in one
@@ -228,11 +237,7 @@ class WorkerRun:
             router=config["router"],
             prefix_warmup=config["prefix_warmup"],
             warmup_timeout_s=config["warmup_timeout_s"],
-            # The watch first: a turn's end (or discard) that fills a batch flushes it,
-            # and the batch must carry the attempt's state after that event, not before.
-            callbacks=[forwarder]
-            if forwarder.attempts is None
-            else [forwarder.attempts, forwarder],
+            callbacks=event_callbacks(forwarder),
             freeze_gc=config["freeze_gc"],
         )
         record = config.get("record")

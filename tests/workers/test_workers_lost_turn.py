@@ -298,7 +298,7 @@ async def test_a_turn_end_that_fills_a_batch_closes_its_attempt_in_that_batch() 
     run = _Run()
     forwarder = _worker._Forwarder(run, {"token", "turn_end", "session_end"})  # type: ignore[arg-type]
     assert forwarder.attempts is not None
-    bus = EventBus([forwarder.attempts, forwarder])  # as WorkerRun subscribes them
+    bus = EventBus(_worker.event_callbacks(forwarder))  # as WorkerRun subscribes them
     WATCH.set(forwarder.attempts)
     sink = TurnEvents(bus, "a", "s", 0).sink
     assert sink is not None

@@ -192,12 +192,9 @@ def test_a_hold_keeps_the_time_it_had_left_on_a_new_virtual_loop() -> None:
     assert held == 1 and after > 1, starts
 
 
-def test_a_bucket_gains_nothing_from_a_new_virtual_loop_whose_clock_is_behind() -> None:
-    """``rpm=60`` with a bucket of one: run 1's request at 100 s of one virtual loop
-    fills it; run 2 on a new loop (at 0 s) waits out that request's second — no more
-    (its clock behind the bucket's last reading is no time passed, never a negative
-    one that would raise the level by 100 s' worth) and no less (the bucket is the
-    fleet's, not the run's)."""
+def _one_a_second() -> tuple[Fleet, list[float]]:
+    """A fleet on the loop's clock under ``rpm=60`` with a bucket of one, and the loop
+    times its requests start at."""
     starts: list[float] = []
 
     def handler(request: ChatRequest) -> Reply:
@@ -210,6 +207,16 @@ def test_a_bucket_gains_nothing_from_a_new_virtual_loop_whose_clock_is_behind() 
         clock=loop_clock,
         prefix_warmup=False,
     )
+    return fleet, starts
+
+
+def test_a_bucket_gains_nothing_from_a_new_virtual_loop_whose_clock_is_behind() -> None:
+    """``rpm=60`` with a bucket of one: run 1's request at 100 s of one virtual loop
+    fills it; run 2 on a new loop (at 0 s) waits out that request's second — no more
+    (its clock behind the bucket's last reading is no time passed, never a negative
+    one that would raise the level by 100 s' worth) and no less (the bucket is the
+    fleet's, not the run's)."""
+    fleet, starts = _one_a_second()
 
     async def first() -> None:
         await asyncio.sleep(100.0)
@@ -230,18 +237,7 @@ def test_a_bucket_gains_nothing_from_a_new_virtual_loop_whose_clock_is_ahead() -
     loop's clock shares nothing with the last one's, so its 100 s are not time the
     bucket drained for (a leak that only looked at the elapsed time would let run 2 go
     at once)."""
-    starts: list[float] = []
-
-    def handler(request: ChatRequest) -> Reply:
-        starts.append(asyncio.get_running_loop().time())
-        return Reply.text("ok")
-
-    fleet = Fleet(
-        MockTransport(handler, clock=loop_clock),
-        limits=Limits(rpm=60, burst_s=1.0),
-        clock=loop_clock,
-        prefix_warmup=False,
-    )
+    fleet, starts = _one_a_second()
 
     async def first() -> None:
         assert not (await fleet.run([_AGENT.session("run 1")])).failed

@@ -273,7 +273,10 @@ async def test_against_llamacpp_the_counts_match(llamacpp: LlamaCppServer) -> No
     own = sum(t["predicted_n"] - 1 for t in timings if t) / sum(
         t["predicted_ms"] for t in timings if t
     )
-    assert s["decode_tps"] == pytest.approx(own * 1e3, rel=1e-3)
+    # (llama.cpp's /metrics seconds and its per-request timings were seen 0.12% apart
+    # once — the two are kept separately by the server — so this checks the formula, the
+    # n / (n − 1) it used to be off by being ~14% at 8 tokens, not the server's rounding.)
+    assert s["decode_tps"] == pytest.approx(own * 1e3, rel=1e-2)
 
 
 def test_an_older_vllms_per_token_histogram_is_an_itl_not_a_tpot() -> None:

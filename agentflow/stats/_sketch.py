@@ -61,14 +61,22 @@ def quantile_name(q: float) -> str:
     return "p" + f"{q * 100:.10f}".rstrip("0").rstrip(".")
 
 
+def _real(value: object) -> float | None:
+    """``value`` as a float if it is a real number (a NumPy scalar too; not a bool), else
+    ``None`` — an int too large for a float included."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return None
+    try:
+        return float(value)
+    except (OverflowError, TypeError, ValueError):
+        return None
+
+
 def _check_q(q: object) -> None:
     """Raise :class:`ConfigError` unless ``q`` is a real number in [0, 1] (NaN is not; a
     NumPy scalar is one)."""
-    try:
-        ok = not isinstance(q, bool) and isinstance(q, numbers.Real) and 0.0 <= float(q) <= 1.0
-    except (OverflowError, TypeError, ValueError):  # (an int too large for a float)
-        ok = False
-    if not ok:
+    v = _real(q)
+    if v is None or not 0.0 <= v <= 1.0:
         raise ConfigError(f"a quantile is a number in [0, 1], got {shown(q)}")
 
 
@@ -128,14 +136,13 @@ class Sketch:
     __slots__ = ("_buf", "_count", "_dd", "_mapping", "_max", "_min", "_mult", "_sum")
 
     def __init__(self, relative_accuracy: float = DEFAULT_RELATIVE_ACCURACY) -> None:
-        if (
-            isinstance(relative_accuracy, bool)
-            or not isinstance(relative_accuracy, int | float)
-            or not 0 < relative_accuracy < 1  # (NaN is not)
-        ):
+        alpha = _real(relative_accuracy)
+        if alpha is None or not 0.0 < alpha < 1.0:  # (NaN is not)
             raise ConfigError(
-                f"Sketch relative_accuracy must be a number in (0, 1), got {relative_accuracy!r}"
+                "Sketch relative_accuracy must be a number in (0, 1), "
+                f"got {shown(relative_accuracy)}"
             )
+        relative_accuracy = alpha
         self._mapping = LogarithmicMapping(relative_accuracy)
         self._mult = _multiplier(relative_accuracy)
         self._dd = DDSketch(relative_accuracy)

@@ -33,3 +33,11 @@ def test_a_fraction_too_long_to_print_is_refused_by_name() -> None:
 
     with pytest.raises(ConfigError, match="a Fraction too long to print"):
         nearest_rank(Fraction(10**5000), 10)  # type: ignore[arg-type]
+
+
+def test_a_numpy_relative_accuracy_is_a_number_and_a_huge_one_is_refused_by_name() -> None:
+    from agentflow import ConfigError
+
+    assert Sketch(np.float32(0.01)).quantile(0.5) is None  # (empty: no value yet)
+    with pytest.raises(ConfigError, match="an int of 16610 bits"):
+        Sketch(10**5000)

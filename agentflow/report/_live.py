@@ -330,10 +330,9 @@ class LiveView:
 
         class _Live(Live):
             def stop(self) -> None:
-                was = self._started  # (a second stop is rich's no-op: no second line)
+                was = self.is_started  # (a second stop is rich's no-op: no second line)
                 super().stop()
-                # (rich's own condition for its newline on a terminal)
-                if was and not self.console.is_terminal and self._live_render.last_render_height:
+                if was and not self.console.is_terminal:  # (drawn once, as it stopped)
                     self.console.line()
 
         return _Live(

@@ -46,6 +46,7 @@ __all__ = [
     "is_credential_name",
     "is_secret_header",
     "live_secrets",
+    "message_of",
     "redact",
     "redact_bytes",
     "redact_data",
@@ -284,12 +285,17 @@ def _mask_token(m: re.Match[str]) -> str:
 def error_line(error: BaseException) -> str:
     """``error`` as ``"Type: message"`` (``"Type"`` when its message is empty), redacted:
     how a report and a store show an error."""
-    name = type(error).__name__
-    try:
-        message = str(error)
-    except Exception:  # a __str__ that raises: one session's error never ends a run
-        message = f"<unprintable {name}>"
+    name, message = type(error).__name__, message_of(error)
     return redact(f"{name}: {message}" if message else name)
+
+
+def message_of(error: BaseException) -> str:
+    """``str(error)``, or ``<unprintable TypeName>`` when that raises: one error's raising
+    ``__str__`` never ends a run, a session or a stored run's record."""
+    try:
+        return str(error)
+    except Exception:
+        return f"<unprintable {type(error).__name__}>"
 
 
 def redact_bytes(data: bytes) -> bytes:

@@ -14,10 +14,11 @@ from typing import Any
 
 from agentflow._errors import ToolError, ToolTimeout
 from agentflow._logging import get_logger
+from agentflow._redact import message_of
 from agentflow._threads import TOOL_THREADS
 from agentflow._tool_text import to_text
 
-__all__ = ["RaisedInThread", "call_in_thread", "call_tool", "raised", "shown"]
+__all__ = ["RaisedInThread", "call_in_thread", "call_tool", "raised"]
 
 _log = get_logger("agentflow.tools")
 
@@ -45,15 +46,6 @@ def call_in_thread(fn: Callable[..., Any], /, **kwargs: Any) -> Any:
         return fn(**kwargs)
     except (KeyboardInterrupt, GeneratorExit, StopIteration) as exc:
         raise RaisedInThread(exc) from exc
-
-
-def shown(exc: BaseException) -> str:
-    """``str(exc)``, or ``<unprintable TypeName>`` when that raises: the tool's failure is
-    still a :class:`ToolError` (a raising ``__str__`` used to end the session instead)."""
-    try:
-        return str(exc)
-    except Exception:
-        return f"<unprintable {type(exc).__name__}>"
 
 
 async def call_tool(
@@ -128,11 +120,11 @@ async def call_tool(
     except Exception as exc:  # a cycle, a value whose str() raises
         raise ToolError(
             f"tool {name!r} returned a {type(result).__name__} that cannot be made "
-            f"text: {type(exc).__name__}: {shown(exc)}",
+            f"text: {type(exc).__name__}: {message_of(exc)}",
             tool=name,
         ) from exc
 
 
 def raised(name: str, exc: BaseException) -> ToolError:
     """Tool ``name``'s failure: it raised ``exc``."""
-    return ToolError(f"tool {name!r} raised {type(exc).__name__}: {shown(exc)}", tool=name)
+    return ToolError(f"tool {name!r} raised {type(exc).__name__}: {message_of(exc)}", tool=name)

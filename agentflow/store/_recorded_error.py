@@ -22,9 +22,8 @@ from functools import cache
 from typing import Any
 
 from agentflow._errors import AgentflowError
-from agentflow._redact import error_line
 
-__all__ = ["RecordedError", "error_text", "recorded_error"]
+__all__ = ["RecordedError", "recorded_error"]
 
 _NAME = r"[A-Za-z_][A-Za-z0-9_]*"
 _NEW = re.compile(rf"({_NAME}): (.*)", re.DOTALL)
@@ -51,12 +50,6 @@ def _recorded(name: str, args: tuple[Any, ...], state: dict[str, Any]) -> Record
     BaseException.__init__(error, *args)
     error.__dict__.update(state)
     return error
-
-
-def error_text(error: BaseException) -> str:
-    """What a store keeps of ``error``: ``"Type: message"`` (``"Type"`` when its message
-    is empty), redacted."""
-    return error_line(error)
 
 
 def recorded_error(text: str) -> RecordedError:

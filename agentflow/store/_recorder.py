@@ -16,13 +16,12 @@ from typing import TYPE_CHECKING, Any
 
 from agentflow._errors import LeaseLost, StoreError
 from agentflow._logging import get_logger
-from agentflow._redact import redact
+from agentflow._redact import error_line, redact
 from agentflow._trace import ToolCall
 from agentflow.store._claims import Ticker
 from agentflow.store._codec import agent_info, session_task
 from agentflow.store._policies import Tracked, aliases, calibrator_of, calibrators
 from agentflow.store._protocol import LeaseOwner, Store
-from agentflow.store._recorded_error import error_text
 from agentflow.store._records import (
     AgentInfo,
     PolicyState,
@@ -269,7 +268,7 @@ class Recorder:
                 final_output=result.final_output,
                 # Redacted, as the JSON report is: a custom transport's RuntimeError may
                 # quote a registered key (once per session end, never per token).
-                error=None if result.error is None else error_text(result.error),
+                error=None if result.error is None else error_line(result.error),
                 turns=len(result.turns),
             )
         )

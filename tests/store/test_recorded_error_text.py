@@ -9,9 +9,11 @@ import sqlite3
 from pathlib import Path
 
 from agentflow import Agent, Fleet, HTTPTransport, RetryPolicy
+from agentflow._redact import error_line
+from agentflow._redact import error_line as error_text
 from agentflow.demo.summary import build_report, failure_lines
 from agentflow.store import SQLiteStore, export_report, load_result
-from agentflow.store._recorded_error import error_text, recorded_error
+from agentflow.store._recorded_error import recorded_error
 from agentflow.testing import Reply, ScriptedServer
 
 
@@ -51,9 +53,6 @@ def test_an_older_rows_repr_reads_back_as_type_and_message() -> None:
 def test_an_error_with_an_empty_message_is_its_type_alone() -> None:
     """``KeyboardInterrupt()`` is stored as ``KeyboardInterrupt`` (not ``KeyboardInterrupt:
     ``, with a dangling colon) and reads back as that type with an empty message."""
-    from agentflow._redact import error_line
-    from agentflow.store._recorded_error import error_text, recorded_error
-
     assert error_text(KeyboardInterrupt()) == "KeyboardInterrupt"
     back = recorded_error("KeyboardInterrupt")
     assert type(back).__name__ == "KeyboardInterrupt" and str(back) == ""

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, Self
 
 import pytest
 from aiohttp import web
@@ -74,7 +74,7 @@ class FakeLlama:
         await resp.write_eof()
         return resp
 
-    async def __aenter__(self) -> FakeLlama:
+    async def __aenter__(self) -> Self:
         app = web.Application()
         app.router.add_get("/props", self.props)
         app.router.add_post("/v1/chat/completions", self.chat)

@@ -24,6 +24,7 @@ from agentflow.sched import Router
 from agentflow.sched._replica import ReplicaState
 from agentflow.testing import Reply
 from tests.sched.conftest import IdleTransport
+from tests.test_llamacpp_fleet_slots import FakeLlama
 from tests.wait import GUARD_S
 
 SHARED = Agent(name="a", model="m", instructions="You are a helpful agent. " * 20)
@@ -40,17 +41,13 @@ def _fresh() -> Iterator[None]:
     lc._warned.clear()
 
 
-class SlotServer:
-    """A llama.cpp stand-in: ``/props`` says ``total_slots``; each chat streams a few
-    words, 0.2 s apart; how many chats were in flight at most is kept."""
+class SlotServer(FakeLlama):
+    """A llama.cpp stand-in (``/props`` says ``total_slots``: ``FakeLlama``'s) whose chats
+    each stream a few words, 0.2 s apart; how many chats were in flight at most is kept."""
 
     def __init__(self) -> None:
-        self.now = self.peak = self.chats = 0
-        self.runner: web.AppRunner | None = None
-        self.base_url = ""
-
-    async def props(self, _: web.Request) -> web.Response:
-        return web.json_response({"total_slots": SLOTS})
+        super().__init__(SLOTS)
+        self.now = self.peak = 0
 
     async def chat(self, request: web.Request) -> web.StreamResponse:
         await request.read()
@@ -69,21 +66,6 @@ class SlotServer:
         with contextlib.suppress(ConnectionError):
             await resp.write_eof()
         return resp
-
-    async def __aenter__(self) -> SlotServer:
-        app = web.Application()
-        app.router.add_get("/props", self.props)
-        app.router.add_post("/v1/chat/completions", self.chat)
-        self.runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.1)
-        await self.runner.setup()
-        site = web.TCPSite(self.runner, "127.0.0.1", 0)
-        await site.start()
-        self.base_url = f"http://127.0.0.1:{self.runner.addresses[0][1]}/v1"
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        assert self.runner is not None
-        await self.runner.cleanup()
 
 
 @pytest.mark.parametrize("shared_at", ["first_token", "end"])
